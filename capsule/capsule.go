@@ -1,0 +1,115 @@
+package capsule
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Capsule is one unit of agent work as published on the intake subject. Field
+// names are the wire contract (PIPELINE §2); capsule.schema.json is the
+// authority on which are required.
+type Capsule struct {
+	SchemaVersion   string          `json:"schema_version"`
+	CapsuleID       string          `json:"capsule_id"`
+	WaveID          string          `json:"wave_id,omitempty"`
+	TraceID         string          `json:"trace_id,omitempty"`
+	CreatedAt       time.Time       `json:"created_at"`
+	Deadline        time.Time       `json:"deadline"`
+	ProducerAgentID string          `json:"producer_agent_id"`
+	Task            Task            `json:"task"`
+	Spec            Spec            `json:"spec"`
+	ContextRefs     []string        `json:"context_refs"`
+	Target          string          `json:"target"`
+	Constraints     Constraints     `json:"constraints"`
+	Budget          Budget          `json:"budget"`
+	Review          ReviewPolicy    `json:"review"`
+	DependsOn       []string        `json:"depends_on,omitempty"`
+	Metadata        json.RawMessage `json:"metadata,omitempty"`
+	Integrity       Integrity       `json:"integrity"`
+}
+
+// Task says what to do; Kind selects the executor.
+type Task struct {
+	Kind        string `json:"kind"`
+	Title       string `json:"title"`
+	Description string `json:"description"`
+}
+
+// Spec is the approved specification and its definition-of-ready fields
+// (Rule 35). The schema leaves them optional so PLANNING can name every
+// missing one instead of RECEPTION rejecting the capsule wholesale.
+type Spec struct {
+	Approved           bool       `json:"approved"`
+	ApprovedBy         string     `json:"approved_by,omitempty"`
+	ApprovedAt         *time.Time `json:"approved_at,omitempty"`
+	AcceptanceCriteria []string   `json:"acceptance_criteria,omitempty"`
+	ProblemStatement   string     `json:"problem_statement,omitempty"`
+	DefinitionOfDone   string     `json:"definition_of_done,omitempty"`
+}
+
+// Constraints bound where the work may act.
+type Constraints struct {
+	ResourceLocksRequired []string `json:"resource_locks_required,omitempty"`
+	AllowedPaths          []string `json:"allowed_paths,omitempty"`
+	ForbiddenPaths        []string `json:"forbidden_paths,omitempty"`
+	Network               Network  `json:"network"`
+	Destructive           bool     `json:"destructive"`
+}
+
+// Network declares the network access the work needs (Rule 25). Mode is
+// "none" or "restricted"; anything but "none" needs a justification and hosts.
+type Network struct {
+	Mode          string   `json:"mode"`
+	Justification string   `json:"justification,omitempty"`
+	AllowHosts    []string `json:"allow_hosts,omitempty"`
+}
+
+// Budget caps what the capsule may consume (Rule 16).
+type Budget struct {
+	Tokens  int64   `json:"tokens"`
+	Dollars float64 `json:"dollars"`
+}
+
+// ReviewPolicy names the independent reviewer and the review policy.
+type ReviewPolicy struct {
+	ReviewerAgentID string `json:"reviewer_agent_id"`
+	MaxCycles       int    `json:"max_cycles,omitempty"`
+	OperatorGate    bool   `json:"operator_gate,omitempty"`
+}
+
+// Integrity carries the capsule's digest; see [Digest].
+type Integrity struct {
+	SHA256 string `json:"sha256"`
+}
+
+// MaxCycles is the hard ceiling of Rule 12.
+const MaxCycles = 3
+
+// CycleLimit is the number of EXECUTION runs this capsule may use: its
+// review.max_cycles when that lowers the ceiling, [MaxCycles] otherwise.
+func (c *Capsule) CycleLimit() int {
+	if c.Review.MaxCycles >= 1 && c.Review.MaxCycles < MaxCycles {
+		return c.Review.MaxCycles
+	}
+	return MaxCycles
+}
+
+// Usage is what one executor or reviewer call consumed, or a running total.
+type Usage struct {
+	Tokens  int64   `json:"tokens"`
+	Dollars float64 `json:"dollars"`
+}
+
+// Add returns the sum of u and o.
+func (u Usage) Add(o Usage) Usage {
+	return Usage{Tokens: u.Tokens + o.Tokens, Dollars: u.Dollars + o.Dollars}
+}
+
+// Finding is one observation of a rule or review: which rule, which field and
+// a message that names the offending value.
+type Finding struct {
+	Rule    int    `json:"rule,omitempty"`
+	Title   string `json:"title,omitempty"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+}

@@ -1,0 +1,101 @@
+package capsule
+
+import "time"
+
+// CheckpointSchemaVersion is the version written in every checkpoint.
+const CheckpointSchemaVersion = "1.0"
+
+// Checkpoint is the durable record of a capsule's progress, one per capsule in
+// the checkpoint KV bucket. Every change goes through a compare-and-set on the
+// KV revision, which is what makes each transition happen exactly once.
+type Checkpoint struct {
+	SchemaVersion string          `json:"schema_version"`
+	CapsuleID     string          `json:"capsule_id"`
+	Key           string          `json:"key"`
+	TraceID       string          `json:"trace_id"`
+	WaveID        string          `json:"wave_id,omitempty"`
+	Digest        string          `json:"digest,omitempty"`
+	CreatedAt     time.Time       `json:"created_at"`
+	UpdatedAt     time.Time       `json:"updated_at"`
+	State         CheckpointState `json:"state"`
+	History       []Transition    `json:"history"`
+}
+
+// CheckpointState is the nested state block of a checkpoint.
+type CheckpointState struct {
+	Phase        Phase         `json:"phase"`
+	PhaseName    string        `json:"phase_name"`
+	Progress     int           `json:"progress"`
+	Cycle        int           `json:"cycle"`
+	Status       State         `json:"status"`
+	HaltReason   string        `json:"halt_reason,omitempty"`
+	BudgetUsed   Usage         `json:"budget_used"`
+	LocksHeld    []string      `json:"locks_held"`
+	ArtifactRefs []string      `json:"artifact_refs"`
+	Findings     []Finding     `json:"findings,omitempty"`
+	Reviews      []ReviewEntry `json:"reviews,omitempty"`
+	// Execution is the claim EXECUTION takes before running the executor for
+	// a cycle; a claim that outlives its lease belongs to a dead holder.
+	Execution *ExecutionClaim `json:"execution,omitempty"`
+	// Result is the executor result recorded for the current cycle, so a
+	// redelivery never runs the executor again for it.
+	Result *ExecutionResult `json:"result,omitempty"`
+}
+
+// ExecutionClaim marks that an instance is running the executor for a cycle.
+type ExecutionClaim struct {
+	Cycle     int       `json:"cycle"`
+	Holder    string    `json:"holder"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// ExecutionResult is what one executor run produced.
+type ExecutionResult struct {
+	Cycle       int    `json:"cycle"`
+	ArtifactRef string `json:"artifact_ref,omitempty"`
+	Usage       Usage  `json:"usage"`
+	Failed      string `json:"failed,omitempty"`
+}
+
+// ReviewEntry is the review recorded for one cycle.
+type ReviewEntry struct {
+	Cycle      int       `json:"cycle"`
+	ReviewerID string    `json:"reviewer_id"`
+	Verdict    Verdict   `json:"verdict"`
+	Findings   []Finding `json:"findings,omitempty"`
+	Usage      Usage     `json:"usage"`
+	At         time.Time `json:"at"`
+}
+
+// Transition outcomes recorded in a checkpoint's history.
+const (
+	OutcomePassed     = "passed"
+	OutcomeLoopedBack = "looped_back"
+	OutcomeHalted     = "halted"
+	OutcomeCompleted  = "completed"
+	OutcomeCancelled  = "cancelled"
+)
+
+// Transition is one entry of the phase history: phase p of cycle c ended with
+// outcome at time at. It is appended exactly once per transition.
+type Transition struct {
+	Phase     Phase     `json:"phase"`
+	PhaseName string    `json:"phase_name"`
+	Cycle     int       `json:"cycle"`
+	Outcome   string    `json:"outcome"`
+	Detail    string    `json:"detail,omitempty"`
+	At        time.Time `json:"at"`
+}
+
+// Terminal reports whether the checkpoint's capsule has finished.
+func (c *Checkpoint) Terminal() bool { return c.State.Status.Terminal() }
+
+// Find returns the history entry for (phase, cycle), if there is one.
+func (c *Checkpoint) Find(p Phase, cycle int) (Transition, bool) {
+	for _, t := range c.History {
+		if t.Phase == p && t.Cycle == cycle {
+			return t, true
+		}
+	}
+	return Transition{}, false
+}

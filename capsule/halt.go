@@ -1,0 +1,176 @@
+package capsule
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// HaltCode is the stable, bounded part of a halt reason: the text before the
+// first ':'. Metrics label by code; the detail names the offending value.
+type HaltCode string
+
+// Halt codes of PIPELINE §3, plus the intake codes for bytes that never made
+// it to being a capsule.
+const (
+	// RECEPTION (phase 0).
+	CodeSchemaInvalid           HaltCode = "schema_invalid"
+	CodeIntegrityMismatch       HaltCode = "integrity_mismatch"
+	CodeDeadlineInPast          HaltCode = "deadline_in_past"
+	CodeBudgetTokensNonPositive HaltCode = "budget_tokens_non_positive"
+	CodeLockUnavailable         HaltCode = "lock_unavailable"
+	// Intake, before a capsule could be read (also RECEPTION).
+	CodeNotJSON                  HaltCode = "not_json"
+	CodeCapsuleTooLarge          HaltCode = "capsule_too_large"
+	CodeUnsupportedSchemaVersion HaltCode = "unsupported_schema_version"
+	CodeDuplicateCapsuleID       HaltCode = "duplicate_capsule_id"
+	// REALITY_ANCHOR (phase 1).
+	CodeContextRefMissing HaltCode = "context_ref_missing"
+	CodeTargetMissing     HaltCode = "target_missing"
+	// PLANNING (phase 2).
+	CodeSpecNotApproved HaltCode = "spec_not_approved"
+	// AUTOMATED_GATES (phase 3).
+	CodeAbsoluteRulesViolated HaltCode = "absolute_rules_violated"
+	// EXECUTION (phase 4).
+	CodeLockAcquisitionFailed HaltCode = "lock_acquisition_failed"
+	CodeBudgetExceeded        HaltCode = "budget_exceeded"
+	CodeExecutorFailed        HaltCode = "executor_failed"
+	// REVIEW (phase 5).
+	CodeReviewRejectedTerminal HaltCode = "review_rejected_terminal"
+	CodeMaxCyclesExceeded      HaltCode = "max_cycles_exceeded"
+)
+
+// HaltCodes lists every halt code, the closed set metrics may label with.
+var HaltCodes = []HaltCode{
+	CodeSchemaInvalid, CodeIntegrityMismatch, CodeDeadlineInPast, CodeBudgetTokensNonPositive,
+	CodeLockUnavailable, CodeNotJSON, CodeCapsuleTooLarge, CodeUnsupportedSchemaVersion,
+	CodeDuplicateCapsuleID, CodeContextRefMissing, CodeTargetMissing, CodeSpecNotApproved,
+	CodeAbsoluteRulesViolated, CodeLockAcquisitionFailed, CodeBudgetExceeded, CodeExecutorFailed,
+	CodeReviewRejectedTerminal, CodeMaxCyclesExceeded,
+}
+
+// HaltReason is a typed halt reason. Its String form is the exact text of
+// PIPELINE §3: the code alone, or "code:detail".
+type HaltReason struct {
+	Code   HaltCode
+	Detail string
+}
+
+// String returns "code" or "code:detail".
+func (h HaltReason) String() string {
+	if h.Detail == "" {
+		return string(h.Code)
+	}
+	return string(h.Code) + ":" + h.Detail
+}
+
+// IsZero reports whether h is the empty reason.
+func (h HaltReason) IsZero() bool { return h.Code == "" }
+
+// ParseHaltReason splits a reason string into code and detail.
+func ParseHaltReason(s string) HaltReason {
+	code, detail, _ := strings.Cut(s, ":")
+	return HaltReason{Code: HaltCode(code), Detail: detail}
+}
+
+// bracketList renders items as "[a, b, c]", the list form PIPELINE §3 uses.
+func bracketList(items []string) string {
+	return "[" + strings.Join(items, ", ") + "]"
+}
+
+// SchemaInvalid names the JSON pointers at fault, sorted and de-duplicated.
+func SchemaInvalid(pointers []string) HaltReason {
+	p := append([]string(nil), pointers...)
+	sort.Strings(p)
+	out := p[:0]
+	for i, s := range p {
+		if s == "" {
+			s = "/"
+		}
+		if i > 0 && s == out[len(out)-1] {
+			continue
+		}
+		out = append(out, s)
+	}
+	return HaltReason{CodeSchemaInvalid, strings.Join(out, ",")}
+}
+
+// IntegrityMismatch: the integrity digest does not match the content.
+func IntegrityMismatch() HaltReason { return HaltReason{Code: CodeIntegrityMismatch} }
+
+// DeadlineInPast: the capsule arrived after its deadline.
+func DeadlineInPast() HaltReason { return HaltReason{Code: CodeDeadlineInPast} }
+
+// BudgetTokensNonPositive: budget.tokens ≤ 0.
+func BudgetTokensNonPositive() HaltReason { return HaltReason{Code: CodeBudgetTokensNonPositive} }
+
+// LockUnavailable: a required lock is held by another capsule at reception.
+func LockUnavailable(path string) HaltReason { return HaltReason{CodeLockUnavailable, path} }
+
+// NotJSON: the intake bytes are not a JSON object.
+func NotJSON() HaltReason { return HaltReason{Code: CodeNotJSON} }
+
+// CapsuleTooLarge: the intake bytes exceed the hard intake limit.
+func CapsuleTooLarge(size int) HaltReason {
+	return HaltReason{CodeCapsuleTooLarge, strconv.Itoa(size)}
+}
+
+// UnsupportedSchemaVersion: schema_version's major is not supported.
+func UnsupportedSchemaVersion(v string) HaltReason {
+	return HaltReason{CodeUnsupportedSchemaVersion, v}
+}
+
+// DuplicateCapsuleID: a different capsule already uses this capsule_id (Rule 2).
+func DuplicateCapsuleID(id string) HaltReason { return HaltReason{CodeDuplicateCapsuleID, id} }
+
+// ContextRefMissing names the first context ref that does not resolve.
+func ContextRefMissing(ref string) HaltReason { return HaltReason{CodeContextRefMissing, ref} }
+
+// TargetMissing names the target that does not resolve.
+func TargetMissing(ref string) HaltReason { return HaltReason{CodeTargetMissing, ref} }
+
+// SpecNotApproved lists every missing or unsatisfied spec field.
+func SpecNotApproved(missing []string) HaltReason {
+	return HaltReason{CodeSpecNotApproved, bracketList(missing)}
+}
+
+// AbsoluteRulesViolated lists every violated rule number, ascending.
+func AbsoluteRulesViolated(rules []int) HaltReason {
+	r := append([]int(nil), rules...)
+	sort.Ints(r)
+	items := make([]string, 0, len(r))
+	for i, n := range r {
+		if i > 0 && n == r[i-1] {
+			continue
+		}
+		items = append(items, strconv.Itoa(n))
+	}
+	return HaltReason{CodeAbsoluteRulesViolated, bracketList(items)}
+}
+
+// LockAcquisitionFailed names the lock path EXECUTION could not take.
+func LockAcquisitionFailed(path string) HaltReason {
+	return HaltReason{CodeLockAcquisitionFailed, path}
+}
+
+// Budget exceeded reasons (Rule 16).
+const (
+	BudgetTokens      = "tokens"
+	BudgetDollars     = "dollars"
+	BudgetWaveTokens  = "wave_tokens"
+	BudgetWaveDollars = "wave_dollars"
+)
+
+// BudgetExceeded names the cap that was crossed: tokens, dollars, wave_tokens or wave_dollars.
+func BudgetExceeded(which string) HaltReason { return HaltReason{CodeBudgetExceeded, which} }
+
+// ExecutorFailed carries the executor's failure detail.
+func ExecutorFailed(detail string) HaltReason { return HaltReason{CodeExecutorFailed, detail} }
+
+// ReviewRejectedTerminal: the reviewer (or Rule 15) rejected the artifact.
+func ReviewRejectedTerminal() HaltReason { return HaltReason{Code: CodeReviewRejectedTerminal} }
+
+// MaxCyclesExceeded: the cycle limit was used without an approval.
+func MaxCyclesExceeded(limit int) HaltReason {
+	return HaltReason{CodeMaxCyclesExceeded, strconv.Itoa(limit)}
+}
