@@ -23,7 +23,6 @@ const (
 	CodeNotJSON                  HaltCode = "not_json"
 	CodeCapsuleTooLarge          HaltCode = "capsule_too_large"
 	CodeUnsupportedSchemaVersion HaltCode = "unsupported_schema_version"
-	CodeDuplicateCapsuleID       HaltCode = "duplicate_capsule_id"
 	// REALITY_ANCHOR (phase 1).
 	CodeContextRefMissing HaltCode = "context_ref_missing"
 	CodeTargetMissing     HaltCode = "target_missing"
@@ -44,7 +43,7 @@ const (
 var HaltCodes = []HaltCode{
 	CodeSchemaInvalid, CodeIntegrityMismatch, CodeDeadlineInPast, CodeBudgetTokensNonPositive,
 	CodeLockUnavailable, CodeNotJSON, CodeCapsuleTooLarge, CodeUnsupportedSchemaVersion,
-	CodeDuplicateCapsuleID, CodeContextRefMissing, CodeTargetMissing, CodeSpecNotApproved,
+	CodeContextRefMissing, CodeTargetMissing, CodeSpecNotApproved,
 	CodeAbsoluteRulesViolated, CodeLockAcquisitionFailed, CodeBudgetExceeded, CodeExecutorFailed,
 	CodeReviewRejectedTerminal, CodeMaxCyclesExceeded,
 }
@@ -119,9 +118,6 @@ func CapsuleTooLarge(size int) HaltReason {
 func UnsupportedSchemaVersion(v string) HaltReason {
 	return HaltReason{CodeUnsupportedSchemaVersion, v}
 }
-
-// DuplicateCapsuleID: a different capsule already uses this capsule_id (Rule 2).
-func DuplicateCapsuleID(id string) HaltReason { return HaltReason{CodeDuplicateCapsuleID, id} }
 
 // ContextRefMissing names the first context ref that does not resolve.
 func ContextRefMissing(ref string) HaltReason { return HaltReason{CodeContextRefMissing, ref} }

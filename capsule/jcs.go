@@ -1,0 +1,380 @@
+package capsule
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// ErrIntegrityMismatch is returned (wrapped) by [VerifyIntegrity] when
+// integrity.sha256 is missing or differs from the capsule's [Digest].
+var ErrIntegrityMismatch = errors.New(string(CodeIntegrityMismatch))
+
+// ErrInvalidJSON is wrapped by every error [Canonicalize], [Digest], [Seal]
+// and [VerifyIntegrity] return for input JCS cannot canonicalize: malformed
+// JSON, invalid UTF-8, lone surrogate escapes, duplicate object keys, numbers
+// outside IEEE-754 double range, or nesting deeper than 1000 levels.
+var ErrInvalidJSON = errors.New("invalid JSON")
+
+// maxDepth bounds nesting so hostile input cannot exhaust the stack; real
+// capsules nest a handful of levels.
+const maxDepth = 1000
+
+// integrityKey is the member [Digest] leaves out and [Seal] fills in.
+const integrityKey = "integrity"
+
+// Canonicalize returns the RFC 8785 (JCS) canonical form of the JSON text raw:
+// no whitespace, object keys sorted by UTF-16 code units, minimal string
+// escaping and numbers written as ECMAScript writes IEEE-754 doubles.
+func Canonicalize(raw []byte) ([]byte, error) {
+	v, err := parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	if err := writeCanonical(&b, v); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// Digest returns the capsule digest of raw, which must be a JSON object: the
+// lowercase hex SHA-256 of the canonical form of raw without its top-level
+// "integrity" member. Whitespace, key order and number spelling ("4.50" vs
+// "4.5") do not change it.
+func Digest(raw []byte) (string, error) {
+	obj, err := parseObject(raw)
+	if err != nil {
+		return "", err
+	}
+	return digestObject(obj)
+}
+
+// Seal returns raw with integrity set to {"sha256": Digest(raw)}, replacing
+// any previous integrity member. The output is indented with two spaces, has
+// sorted keys and a trailing newline, and keeps every number exactly as
+// written in raw.
+func Seal(raw []byte) ([]byte, error) {
+	obj, err := parseObject(raw)
+	if err != nil {
+		return nil, err
+	}
+	sum, err := digestObject(obj)
+	if err != nil {
+		return nil, err
+	}
+	obj[integrityKey] = map[string]any{"sha256": sum}
+
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	// Numbers are json.Number, which the encoder writes verbatim.
+	if err := enc.Encode(obj); err != nil {
+		return nil, fmt.Errorf("seal: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// VerifyIntegrity checks integrity.sha256 of the capsule raw against its
+// [Digest]. It returns an error wrapping [ErrIntegrityMismatch] when the
+// member is missing or differs, one wrapping [ErrInvalidJSON] when raw is not
+// a JSON object JCS accepts, and nil when the digest matches.
+func VerifyIntegrity(raw []byte) error {
+	obj, err := parseObject(raw)
+	if err != nil {
+		return err
+	}
+	integrity, _ := obj[integrityKey].(map[string]any)
+	want, _ := integrity["sha256"].(string)
+	got, err := digestObject(obj)
+	if err != nil {
+		return err
+	}
+	if want == "" {
+		return fmt.Errorf("%w: integrity.sha256 missing", ErrIntegrityMismatch)
+	}
+	if want != got {
+		return fmt.Errorf("%w: integrity.sha256 is %q, content digest is %q", ErrIntegrityMismatch, want, got)
+	}
+	return nil
+}
+
+func parseObject(raw []byte) (map[string]any, error) {
+	v, err := parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: capsule is not a JSON object", ErrInvalidJSON)
+	}
+	return obj, nil
+}
+
+func digestObject(obj map[string]any) (string, error) {
+	rest := make(map[string]any, len(obj))
+	for k, v := range obj {
+		if k != integrityKey {
+			rest[k] = v
+		}
+	}
+	var b bytes.Buffer
+	if err := writeCanonical(&b, rest); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b.Bytes())
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// parse decodes one JSON value into nil, bool, string, json.Number, []any and
+// map[string]any, rejecting what RFC 8785 (through I-JSON) rejects.
+func parse(raw []byte) (any, error) {
+	// encoding/json silently replaces invalid UTF-8 with U+FFFD.
+	if !utf8.Valid(raw) {
+		return nil, fmt.Errorf("%w: invalid UTF-8", ErrInvalidJSON)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	v, err := parseValue(dec, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: data after the top-level value", ErrInvalidJSON)
+	}
+	if err := checkSurrogates(raw); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func parseValue(dec *json.Decoder, depth int) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, decodeError(err)
+	}
+	delim, ok := tok.(json.Delim)
+	if !ok {
+		return tok, nil
+	}
+	if depth >= maxDepth {
+		return nil, fmt.Errorf("%w: nested deeper than %d levels", ErrInvalidJSON, maxDepth)
+	}
+	switch delim {
+	case '{':
+		obj := map[string]any{}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return nil, decodeError(err)
+			}
+			key, ok := tok.(string)
+			if !ok {
+				return nil, fmt.Errorf("%w: object key is %v, not a string", ErrInvalidJSON, tok)
+			}
+			if _, dup := obj[key]; dup {
+				return nil, fmt.Errorf("%w: duplicate object key %q", ErrInvalidJSON, key)
+			}
+			if obj[key], err = parseValue(dec, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		if _, err := dec.Token(); err != nil { // '}'
+			return nil, decodeError(err)
+		}
+		return obj, nil
+	case '[':
+		arr := []any{}
+		for dec.More() {
+			v, err := parseValue(dec, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			arr = append(arr, v)
+		}
+		if _, err := dec.Token(); err != nil { // ']'
+			return nil, decodeError(err)
+		}
+		return arr, nil
+	}
+	// The decoder hands out '{' and '[' only where a value starts.
+	return nil, fmt.Errorf("%w: unexpected %v", ErrInvalidJSON, delim)
+}
+
+func decodeError(err error) error {
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidJSON, err)
+}
+
+// checkSurrogates rejects \u escapes of unpaired UTF-16 surrogates, which
+// encoding/json would silently turn into U+FFFD. It runs on JSON the decoder
+// has accepted, where a backslash only ever starts an escape inside a string.
+func checkSurrogates(raw []byte) error {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++
+		if raw[i] != 'u' {
+			continue
+		}
+		r := hex4(raw[i+1 : i+5])
+		i += 4
+		switch {
+		case r >= 0xD800 && r < 0xDC00:
+			if i+6 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' {
+				if lo := hex4(raw[i+3 : i+7]); lo >= 0xDC00 && lo < 0xE000 {
+					i += 6
+					continue
+				}
+			}
+			return fmt.Errorf("%w: unpaired high surrogate \\u%04x", ErrInvalidJSON, r)
+		case r >= 0xDC00 && r < 0xE000:
+			return fmt.Errorf("%w: unpaired low surrogate \\u%04x", ErrInvalidJSON, r)
+		}
+	}
+	return nil
+}
+
+func hex4(b []byte) rune {
+	n, err := strconv.ParseUint(string(b), 16, 16)
+	if err != nil {
+		return utf8.RuneError
+	}
+	return rune(n)
+}
+
+func writeCanonical(b *bytes.Buffer, v any) error {
+	switch v := v.(type) {
+	case nil:
+		b.WriteString("null")
+	case bool:
+		b.WriteString(strconv.FormatBool(v))
+	case string:
+		writeString(b, v)
+	case json.Number:
+		f, err := strconv.ParseFloat(string(v), 64)
+		if err != nil {
+			return fmt.Errorf("%w: number %s is outside IEEE-754 double range", ErrInvalidJSON, v)
+		}
+		b.WriteString(formatNumber(f))
+	case []any:
+		b.WriteByte('[')
+		for i, e := range v {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if err := writeCanonical(b, e); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+	case map[string]any:
+		type member struct {
+			key   string
+			units []uint16
+		}
+		members := make([]member, 0, len(v))
+		for k := range v {
+			members = append(members, member{k, utf16.Encode([]rune(k))})
+		}
+		slices.SortFunc(members, func(x, y member) int { return slices.Compare(x.units, y.units) })
+		b.WriteByte('{')
+		for i, m := range members {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			writeString(b, m.key)
+			b.WriteByte(':')
+			if err := writeCanonical(b, v[m.key]); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+	default:
+		return fmt.Errorf("canonicalize: unexpected %T", v)
+	}
+	return nil
+}
+
+// writeString writes s quoted as RFC 8785 §3.2.2.2 requires: the two-character
+// escapes where JSON has them, \u00xx for other control characters and
+// everything else as literal UTF-8.
+func writeString(b *bytes.Buffer, s string) {
+	const hexDigits = "0123456789abcdef"
+	b.WriteByte('"')
+	for _, r := range s {
+		switch r {
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\f':
+			b.WriteString(`\f`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		default:
+			if r < 0x20 {
+				b.WriteString(`\u00`)
+				b.WriteByte(hexDigits[r>>4])
+				b.WriteByte(hexDigits[r&0xf])
+			} else {
+				b.WriteRune(r)
+			}
+		}
+	}
+	b.WriteByte('"')
+}
+
+// formatNumber writes f as ECMAScript's Number.prototype.toString does
+// (ECMA-262 Number::toString, which RFC 8785 §3.2.2.3 adopts): the shortest
+// digits that round-trip, plain notation for 1e-7 < |f| < 1e21 and exponent
+// notation ("1e+21", "1.5e-7") outside it.
+func formatNumber(f float64) string {
+	if f == 0 {
+		return "0" // also -0
+	}
+	sign := ""
+	if f < 0 {
+		sign, f = "-", -f
+	}
+	// strconv's shortest round-trip digits, as "d.ddde±xx".
+	mant, exp, _ := strings.Cut(strconv.FormatFloat(f, 'e', -1, 64), "e")
+	digits := strings.Replace(mant, ".", "", 1)
+	x, _ := strconv.Atoi(exp)
+	k, n := len(digits), x+1 // ECMA-262's k and n: f = 0.digits × 10^n
+	switch {
+	case k <= n && n <= 21:
+		return sign + digits + strings.Repeat("0", n-k)
+	case 0 < n && n <= 21:
+		return sign + digits[:n] + "." + digits[n:]
+	case -6 < n && n <= 0:
+		return sign + "0." + strings.Repeat("0", -n) + digits
+	}
+	s := sign + digits[:1]
+	if k > 1 {
+		s += "." + digits[1:]
+	}
+	if n-1 >= 0 {
+		return s + "e+" + strconv.Itoa(n-1)
+	}
+	return s + "e-" + strconv.Itoa(1-n)
+}
