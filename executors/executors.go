@@ -1,0 +1,134 @@
+package executors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+// Request is one executor call: produce the artifact for cycle Cycle.
+type Request struct {
+	Capsule *capsule.Capsule
+	Raw     []byte
+	Cycle   int
+	// IdempotencyKey is "<capsule_id>/<cycle>": a worker that sees it twice
+	// should return its first answer.
+	IdempotencyKey string
+	TraceID        string
+	// Findings of the previous review when this cycle is a revision.
+	Findings []capsule.Finding
+}
+
+// Result is an executor's answer.
+type Result struct {
+	Content   json.RawMessage
+	MediaType string
+	Usage     capsule.Usage
+}
+
+// Executor produces artifacts.
+type Executor interface {
+	Execute(ctx context.Context, req Request) (Result, error)
+}
+
+// ReviewRequest is one reviewer call about one artifact.
+type ReviewRequest struct {
+	Capsule        *capsule.Capsule
+	Raw            []byte
+	Cycle          int
+	Artifact       capsule.Artifact
+	IdempotencyKey string
+	TraceID        string
+}
+
+// ReviewResult is a reviewer's answer.
+type ReviewResult struct {
+	Verdict  capsule.Verdict
+	Findings []capsule.Finding
+	Usage    capsule.Usage
+}
+
+// Reviewer judges artifacts.
+type Reviewer interface {
+	Review(ctx context.Context, req ReviewRequest) (ReviewResult, error)
+}
+
+// FailedError is an executor's own failure (as opposed to a transport
+// problem): the pipeline halts with executor_failed:<Detail>. It carries the
+// usage the failed call still consumed.
+type FailedError struct {
+	Detail string
+	Usage  capsule.Usage
+}
+
+func (e *FailedError) Error() string { return "executor failed: " + e.Detail }
+
+// ErrUnknownKind is returned for a task.kind or reviewer id nobody serves.
+var ErrUnknownKind = errors.New("executors: no executor or reviewer configured")
+
+// Registry maps task kinds to executors and reviewer ids to reviewers.
+type Registry struct {
+	mu        sync.RWMutex
+	executors map[string]Executor
+	reviewers map[string]Reviewer
+}
+
+// NewRegistry returns a registry with the built-in stubs registered: the
+// "stub" task kind and the "stub-reviewer" reviewer.
+func NewRegistry() *Registry {
+	r := &Registry{executors: map[string]Executor{}, reviewers: map[string]Reviewer{}}
+	r.RegisterExecutor(StubKind, Stub{})
+	r.RegisterReviewer(StubReviewerID, StubReviewer{})
+	return r
+}
+
+// RegisterExecutor serves task.kind kind with e, replacing any previous one.
+func (r *Registry) RegisterExecutor(kind string, e Executor) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.executors[kind] = e
+}
+
+// RegisterReviewer serves reviewer id with rv, replacing any previous one.
+func (r *Registry) RegisterReviewer(id string, rv Reviewer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reviewers[id] = rv
+}
+
+// Executor returns the executor for kind.
+func (r *Registry) Executor(kind string) (Executor, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if e, ok := r.executors[kind]; ok {
+		return e, nil
+	}
+	return nil, fmt.Errorf("%w: task.kind %q", ErrUnknownKind, kind)
+}
+
+// Reviewer returns the reviewer for id.
+func (r *Registry) Reviewer(id string) (Reviewer, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if rv, ok := r.reviewers[id]; ok {
+		return rv, nil
+	}
+	return nil, fmt.Errorf("%w: reviewer %q", ErrUnknownKind, id)
+}
+
+// Kinds lists the task kinds with an executor, sorted (Rule 22).
+func (r *Registry) Kinds() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.executors))
+	for k := range r.executors {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

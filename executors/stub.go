@@ -1,0 +1,115 @@
+package executors
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+// Built-in stub names.
+const (
+	StubKind       = "stub"
+	StubReviewerID = "stub-reviewer"
+)
+
+// DefaultStubUsage is what the stub executor reports when metadata.stub.usage is absent.
+var DefaultStubUsage = capsule.Usage{Tokens: 1000, Dollars: 0.01}
+
+// StubScript is the metadata.stub object of a capsule.
+type StubScript struct {
+	Reviews     []capsule.Verdict `json:"reviews"`
+	Usage       *capsule.Usage    `json:"usage"`
+	ReviewUsage *capsule.Usage    `json:"review_usage"`
+	Fail        json.RawMessage   `json:"fail"`
+}
+
+// ParseStubScript reads metadata.stub; a capsule without one gets the zero script.
+func ParseStubScript(c *capsule.Capsule) (StubScript, error) {
+	var meta struct {
+		Stub StubScript `json:"stub"`
+	}
+	if len(c.Metadata) == 0 {
+		return StubScript{}, nil
+	}
+	if err := json.Unmarshal(c.Metadata, &meta); err != nil {
+		return StubScript{}, fmt.Errorf("metadata.stub: %w", err)
+	}
+	for i, v := range meta.Stub.Reviews {
+		if !v.Valid() {
+			return StubScript{}, fmt.Errorf("metadata.stub.reviews[%d]: unknown verdict %q", i, v)
+		}
+	}
+	return meta.Stub, nil
+}
+
+// failure returns the scripted failure message, or "" when the stub succeeds.
+func (s StubScript) failure() string {
+	raw := strings.TrimSpace(string(s.Fail))
+	switch raw {
+	case "", "null", "false":
+		return ""
+	case "true":
+		return "stub failure requested"
+	}
+	var msg string
+	if json.Unmarshal(s.Fail, &msg) == nil && msg != "" {
+		return msg
+	}
+	return "stub failure requested"
+}
+
+// Stub is the deterministic built-in executor.
+type Stub struct{}
+
+// Execute returns a small JSON artifact, or fails when the script says so.
+func (Stub) Execute(_ context.Context, req Request) (Result, error) {
+	script, err := ParseStubScript(req.Capsule)
+	if err != nil {
+		return Result{}, &FailedError{Detail: err.Error()}
+	}
+	usage := DefaultStubUsage
+	if script.Usage != nil {
+		usage = *script.Usage
+	}
+	if msg := script.failure(); msg != "" {
+		return Result{}, &FailedError{Detail: msg, Usage: usage}
+	}
+	content, err := json.Marshal(map[string]any{
+		"summary":         "stub artifact for " + req.Capsule.Task.Title,
+		"cycle":           req.Cycle,
+		"target":          req.Capsule.Target,
+		"idempotency_key": req.IdempotencyKey,
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Content: content, MediaType: "application/json", Usage: usage}, nil
+}
+
+// StubReviewer is the deterministic built-in reviewer: cycle n gets
+// metadata.stub.reviews[n-1], APPROVED when the list is shorter.
+type StubReviewer struct{}
+
+// Review returns the scripted verdict for the cycle.
+func (StubReviewer) Review(_ context.Context, req ReviewRequest) (ReviewResult, error) {
+	script, err := ParseStubScript(req.Capsule)
+	if err != nil {
+		return ReviewResult{}, &FailedError{Detail: err.Error()}
+	}
+	verdict := capsule.Approved
+	if i := req.Cycle - 1; i >= 0 && i < len(script.Reviews) {
+		verdict = script.Reviews[i]
+	}
+	var usage capsule.Usage
+	if script.ReviewUsage != nil {
+		usage = *script.ReviewUsage
+	}
+	res := ReviewResult{Verdict: verdict, Usage: usage}
+	if verdict != capsule.Approved {
+		res.Findings = []capsule.Finding{{Message: fmt.Sprintf("stub reviewer: %s on cycle %d", verdict, req.Cycle)}}
+	}
+	return res, nil
+}

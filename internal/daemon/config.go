@@ -1,0 +1,219 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is everything sagad can be told. Precedence: flags, then SAGAD_*
+// environment variables, then the config file, then defaults.
+type Config struct {
+	// NATSURL joins an external NATS system; empty starts the embedded server.
+	NATSURL string `json:"nats_url"`
+	// NATSCreds is a credentials file for NATSURL.
+	NATSCreds string `json:"nats_creds"`
+	// NATSListen is the embedded server's client address. Defaults to 127.0.0.1:4222.
+	NATSListen string `json:"nats_listen"`
+	// DataDir holds the embedded server's JetStream files. Defaults to ./data.
+	DataDir string `json:"data_dir"`
+	// Workspace is the root of file: refs. Defaults to the current directory.
+	Workspace string `json:"workspace"`
+	// HTTPListen serves /healthz, /readyz and /metrics; "" disables it.
+	// Defaults to 127.0.0.1:9090.
+	HTTPListen string `json:"http_listen"`
+	// LogFormat is "text" or "json". Defaults to text.
+	LogFormat string `json:"log_format"`
+	// LogLevel is debug, info, warn or error. Defaults to info.
+	LogLevel string `json:"log_level"`
+	// Workers per phase. Defaults to 8.
+	Workers int `json:"workers"`
+	// Replicas of streams and buckets (3 on a JetStream cluster). Defaults to 1.
+	Replicas int `json:"replicas"`
+	// ShutdownTimeout bounds graceful shutdown. Defaults to 30s.
+	ShutdownTimeout Duration `json:"shutdown_timeout"`
+	// SyncAlways makes the embedded server fsync every write before acking
+	// (≈10× slower; see README "Durability"). Defaults to false.
+	SyncAlways bool `json:"sync_always"`
+}
+
+// Duration is a time.Duration that reads "30s" from JSON.
+type Duration time.Duration
+
+// UnmarshalJSON accepts a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string like \"30s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	*d = Duration(v)
+	return err
+}
+
+func (c *Config) withDefaults() {
+	if c.NATSListen == "" {
+		c.NATSListen = "127.0.0.1:4222"
+	}
+	if c.DataDir == "" {
+		c.DataDir = "data"
+	}
+	if c.Workspace == "" {
+		c.Workspace = "."
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = "text"
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = Duration(30 * time.Second)
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("log format %q: want text or json", c.LogFormat))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log level %q: want debug, info, warn or error", c.LogLevel))
+	}
+	if c.Workers < 0 || c.Replicas < 0 {
+		errs = append(errs, errors.New("workers and replicas must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// parseConfig reads flags, SAGAD_* env vars and the optional config file.
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("sagad", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var file string
+	var flags Config
+	var shutdown time.Duration
+	fs.StringVar(&file, "config", "", "JSON config file (env SAGAD_CONFIG)")
+	fs.StringVar(&flags.NATSURL, "nats-url", "", "external NATS URL; empty starts the embedded server (env SAGAD_NATS_URL)")
+	fs.StringVar(&flags.NATSCreds, "nats-creds", "", "NATS credentials file (env SAGAD_NATS_CREDS)")
+	fs.StringVar(&flags.NATSListen, "nats-listen", "", "embedded server client address (default 127.0.0.1:4222; env SAGAD_NATS_LISTEN)")
+	fs.StringVar(&flags.DataDir, "data-dir", "", "embedded server data directory (default ./data; env SAGAD_DATA_DIR)")
+	fs.StringVar(&flags.Workspace, "workspace", "", "root of file: refs (default .; env SAGAD_WORKSPACE)")
+	fs.StringVar(&flags.HTTPListen, "http-listen", "", "health and metrics address (default 127.0.0.1:9090, \"off\" disables; env SAGAD_HTTP_LISTEN)")
+	fs.StringVar(&flags.LogFormat, "log-format", "", "text or json (env SAGAD_LOG_FORMAT)")
+	fs.StringVar(&flags.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
+	fs.IntVar(&flags.Workers, "workers", 0, "capsules worked on at once per phase (default 8; env SAGAD_WORKERS)")
+	fs.IntVar(&flags.Replicas, "replicas", 0, "stream and bucket replicas (default 1; env SAGAD_REPLICAS)")
+	fs.DurationVar(&shutdown, "shutdown-timeout", 0, "graceful shutdown bound (default 30s; env SAGAD_SHUTDOWN_TIMEOUT)")
+	fs.BoolVar(&flags.SyncAlways, "sync-always", false, "embedded server fsyncs before every ack (env SAGAD_SYNC_ALWAYS)")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	flags.ShutdownTimeout = Duration(shutdown)
+	if file == "" {
+		file = getenv("SAGAD_CONFIG")
+	}
+	var cfg Config
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return Config{}, fmt.Errorf("config file: %w", err)
+		}
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&cfg); err != nil {
+			return Config{}, fmt.Errorf("config file %s: %w", file, err)
+		}
+	}
+	// Environment over file.
+	envStr := func(dst *string, name string) {
+		if v := getenv(name); v != "" {
+			*dst = v
+		}
+	}
+	envStr(&cfg.NATSURL, "SAGAD_NATS_URL")
+	envStr(&cfg.NATSCreds, "SAGAD_NATS_CREDS")
+	envStr(&cfg.NATSListen, "SAGAD_NATS_LISTEN")
+	envStr(&cfg.DataDir, "SAGAD_DATA_DIR")
+	envStr(&cfg.Workspace, "SAGAD_WORKSPACE")
+	envStr(&cfg.HTTPListen, "SAGAD_HTTP_LISTEN")
+	envStr(&cfg.LogFormat, "SAGAD_LOG_FORMAT")
+	envStr(&cfg.LogLevel, "SAGAD_LOG_LEVEL")
+	var errs []error
+	envInt := func(dst *int, name string) {
+		if v := getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+			*dst = n
+		}
+	}
+	envInt(&cfg.Workers, "SAGAD_WORKERS")
+	envInt(&cfg.Replicas, "SAGAD_REPLICAS")
+	if v := getenv("SAGAD_SHUTDOWN_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("SAGAD_SHUTDOWN_TIMEOUT: %w", err))
+		}
+		cfg.ShutdownTimeout = Duration(d)
+	}
+	if v := getenv("SAGAD_SYNC_ALWAYS"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("SAGAD_SYNC_ALWAYS: %w", err))
+		}
+		cfg.SyncAlways = b
+	}
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	// Flags over everything.
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "nats-url":
+			cfg.NATSURL = flags.NATSURL
+		case "nats-creds":
+			cfg.NATSCreds = flags.NATSCreds
+		case "nats-listen":
+			cfg.NATSListen = flags.NATSListen
+		case "data-dir":
+			cfg.DataDir = flags.DataDir
+		case "workspace":
+			cfg.Workspace = flags.Workspace
+		case "http-listen":
+			cfg.HTTPListen = flags.HTTPListen
+		case "log-format":
+			cfg.LogFormat = flags.LogFormat
+		case "log-level":
+			cfg.LogLevel = flags.LogLevel
+		case "workers":
+			cfg.Workers = flags.Workers
+		case "replicas":
+			cfg.Replicas = flags.Replicas
+		case "shutdown-timeout":
+			cfg.ShutdownTimeout = flags.ShutdownTimeout
+		case "sync-always":
+			cfg.SyncAlways = flags.SyncAlways
+		}
+	})
+	if cfg.HTTPListen == "" {
+		cfg.HTTPListen = "127.0.0.1:9090"
+	}
+	if cfg.HTTPListen == "off" {
+		cfg.HTTPListen = ""
+	}
+	cfg.withDefaults()
+	return cfg, cfg.validate()
+}

@@ -1,0 +1,194 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sagad/sagad/pipeline"
+)
+
+// Main runs sagad with the process's arguments and environment until SIGINT
+// or SIGTERM and returns the exit code: 0 after a clean shutdown, 1 on a
+// runtime failure, 2 on bad flags or configuration.
+func Main(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseConfig(args, os.Getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "sagad:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := Run(ctx, cfg, stderr, nil); err != nil {
+		fmt.Fprintln(stderr, "sagad:", err)
+		return 1
+	}
+	return 0
+}
+
+// Ready is told the NATS client URL once sagad is up (tests use it).
+type Ready func(natsURL string)
+
+// Run runs sagad until ctx is cancelled, then shuts down gracefully.
+func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error {
+	log := newLogger(cfg, logOut)
+	url := cfg.NATSURL
+	var ns *server.Server
+	if url == "" {
+		var err error
+		ns, err = startEmbedded(cfg)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+		}()
+		url = ns.ClientURL()
+		log.Info("embedded nats-server started", "url", url, "data_dir", cfg.DataDir, "sync_always", cfg.SyncAlways)
+	}
+	opts := []nats.Option{nats.Name("sagad"), nats.MaxReconnects(-1)}
+	if cfg.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	p, err := pipeline.New(setupCtx, js, pipeline.Config{
+		Logger:    log,
+		Workspace: cfg.Workspace,
+		Workers:   cfg.Workers,
+		Replicas:  cfg.Replicas,
+	})
+	if err != nil {
+		return err
+	}
+	if err := p.Start(setupCtx); err != nil {
+		return err
+	}
+	var ready atomic.Bool
+	ready.Store(true)
+	var httpSrv *http.Server
+	if cfg.HTTPListen != "" {
+		ln, err := net.Listen("tcp", cfg.HTTPListen)
+		if err != nil {
+			p.Stop(ctx)
+			return fmt.Errorf("http listen: %w", err)
+		}
+		httpSrv = &http.Server{Handler: httpHandler(nc, &ready), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = httpSrv.Serve(ln) }()
+		log.Info("http listening", "addr", ln.Addr().String())
+	}
+	if onReady != nil {
+		onReady(url)
+	}
+	<-ctx.Done()
+
+	log.Info("shutting down", "timeout", time.Duration(cfg.ShutdownTimeout))
+	ready.Store(false)
+	sctx, scancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownTimeout))
+	defer scancel()
+	p.Stop(sctx)
+	if httpSrv != nil {
+		_ = httpSrv.Shutdown(sctx)
+	}
+	if err := nc.FlushTimeout(5 * time.Second); err != nil {
+		log.Warn("flush", "error", err)
+	}
+	return nil
+}
+
+func startEmbedded(cfg Config) (*server.Server, error) {
+	host, portStr, err := net.SplitHostPort(cfg.NATSListen)
+	if err != nil {
+		return nil, fmt.Errorf("nats-listen %q: %w", cfg.NATSListen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("nats-listen %q: bad port", cfg.NATSListen)
+	}
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	ns, err := server.NewServer(&server.Options{
+		ServerName: "sagad-embedded",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   dir,
+		NoSigs:     true,
+		NoLog:      true,
+		SyncAlways: cfg.SyncAlways,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats-server: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(15 * time.Second) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("embedded nats-server did not start on %s (port in use? try --nats-listen)", cfg.NATSListen)
+	}
+	return ns, nil
+}
+
+func newLogger(cfg Config, out io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	o := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(out, o))
+	}
+	return slog.New(slog.NewTextHandler(out, o))
+}
+
+func httpHandler(nc *nats.Conn, ready *atomic.Bool) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() || !nc.IsConnected() {
+			http.Error(w, "not ready: nats "+nc.Status().String(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
+	return mux
+}

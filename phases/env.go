@@ -1,0 +1,79 @@
+package phases
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/sagad/sagad/budget"
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/rules"
+)
+
+// Locks is the part of the lock manager the phases use (see package locks).
+type Locks interface {
+	Available(ctx context.Context, path, holder string) (bool, error)
+	AcquireAll(ctx context.Context, paths []string, holder string) error
+	ReleaseAll(ctx context.Context, paths []string, holder string) error
+	Renew(ctx context.Context, paths []string, holder string) error
+}
+
+// Budgets is the part of the budget tracker the phases use (see package budget).
+type Budgets interface {
+	Charge(ctx context.Context, capsuleID, waveID, chargeID string, caps capsule.Budget, u capsule.Usage) (budget.ChargeResult, error)
+}
+
+// Resolver tells whether a context ref or target exists (REALITY_ANCHOR).
+type Resolver interface {
+	Exists(ctx context.Context, ref string) (bool, error)
+}
+
+// Artifacts stores and loads artifact records.
+type Artifacts interface {
+	Put(ctx context.Context, a capsule.Artifact) (ref string, err error)
+	Get(ctx context.Context, ref string) (capsule.Artifact, error)
+}
+
+// Env is what phases may touch. Every member is safe for concurrent use.
+type Env struct {
+	Locks     Locks
+	Budgets   Budgets
+	Resolver  Resolver
+	Artifacts Artifacts
+	Executors *executors.Registry
+	Rules     rules.Config
+	Facts     rules.Facts
+	Logger    *slog.Logger
+	// MaxIntakeBytes is the hard limit on intake bytes (capsule_too_large).
+	MaxIntakeBytes int
+	// Now is the clock; tests replace it.
+	Now func() time.Time
+	// RetryDelay is how long a transient failure waits before redelivery.
+	RetryDelay time.Duration
+}
+
+// Input is one capsule at one phase.
+type Input struct {
+	Capsule    *capsule.Capsule
+	Raw        []byte
+	Checkpoint *capsule.Checkpoint
+	// Claim takes the checkpoint's execution claim for the current cycle
+	// before an executor runs; it fails if another live instance holds it.
+	Claim func(ctx context.Context) error
+	// Progress tells JetStream the message is still being worked on.
+	Progress func()
+}
+
+// Key is the checkpoint key of the input's capsule.
+func (in *Input) Key() string { return in.Checkpoint.Key }
+
+// Cycle is the capsule's current cycle.
+func (in *Input) Cycle() int { return in.Checkpoint.State.Cycle }
+
+// Phase is one saga phase.
+type Phase interface {
+	// Run decides what happens to the capsule. It must be safe to call again
+	// for the same input after a crash or redelivery.
+	Run(ctx context.Context, env *Env, in *Input) Decision
+}

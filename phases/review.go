@@ -1,0 +1,108 @@
+package phases
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
+)
+
+// Review is phase 5 (Rules 12, 15, 16): the independent reviewer judges the
+// cycle's artifact. CHANGES_REQUESTED loops back to EXECUTION until the cycle
+// limit, REJECTED halts at once, and an approval by the producer itself is
+// turned into a rejection.
+type Review struct{}
+
+// Run calls the reviewer and decides.
+func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
+	c, key, cycle := in.Capsule, in.Key(), in.Cycle()
+	st := in.Checkpoint.State
+	if st.Result == nil || st.Result.Cycle != cycle || st.Result.ArtifactRef == "" {
+		return HaltWith(capsule.ExecutorFailed(fmt.Sprintf("no artifact recorded for cycle %d", cycle)))
+	}
+	artifact, err := env.Artifacts.Get(ctx, st.Result.ArtifactRef)
+	if err != nil {
+		return RetryAfter(env.RetryDelay, fmt.Errorf("review: load artifact: %w", err))
+	}
+	rv, err := env.Executors.Reviewer(c.Review.ReviewerAgentID)
+	if err != nil {
+		return HaltWith(capsule.ExecutorFailed("no reviewer "+c.Review.ReviewerAgentID), capsule.Finding{Rule: 20, Field: "review.reviewer_agent_id", Message: err.Error()})
+	}
+	res, err := rv.Review(ctx, executors.ReviewRequest{
+		Capsule:        c,
+		Raw:            in.Raw,
+		Cycle:          cycle,
+		Artifact:       artifact,
+		IdempotencyKey: IdempotencyKey(c.CapsuleID, cycle),
+		TraceID:        in.Checkpoint.TraceID,
+	})
+	var failed *executors.FailedError
+	switch {
+	case errors.As(err, &failed):
+		return HaltWith(capsule.ExecutorFailed("reviewer: " + failed.Detail))
+	case err != nil && ctx.Err() != nil:
+		return RetryAfter(env.RetryDelay, fmt.Errorf("review: interrupted: %w", err))
+	case err != nil:
+		return HaltWith(capsule.ExecutorFailed("reviewer: " + err.Error()))
+	}
+	res = EnforceIndependence(c.Review.ReviewerAgentID, artifact.ProducerAgentID, res)
+
+	charge, err := env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/review", key, cycle), c.Budget, res.Usage)
+	if err != nil {
+		return RetryAfter(env.RetryDelay, fmt.Errorf("review: charge budget: %w", err))
+	}
+	entry := capsule.ReviewEntry{
+		Cycle: cycle, ReviewerID: c.Review.ReviewerAgentID, Verdict: res.Verdict,
+		Findings: res.Findings, Usage: res.Usage, At: env.Now().UTC(),
+	}
+	mutate := func(st *capsule.CheckpointState) {
+		st.BudgetUsed = charge.Capsule
+		for _, r := range st.Reviews {
+			if r.Cycle == cycle {
+				return
+			}
+		}
+		st.Reviews = append(st.Reviews, entry)
+	}
+	var d Decision
+	switch {
+	case charge.Exceeded != "":
+		d = HaltWith(capsule.BudgetExceeded(charge.Exceeded))
+	default:
+		d = ReviewDecision(res.Verdict, cycle, c.CycleLimit())
+	}
+	d.Findings = append(d.Findings, res.Findings...)
+	d.Mutate = mutate
+	return d
+}
+
+// ReviewDecision maps a verdict on cycle `cycle` to a decision under Rule 12.
+func ReviewDecision(v capsule.Verdict, cycle, limit int) Decision {
+	switch v {
+	case capsule.Approved:
+		return AdvanceWith()
+	case capsule.ChangesRequested:
+		if cycle >= limit {
+			return HaltWith(capsule.MaxCyclesExceeded(limit))
+		}
+		return Decision{Action: LoopBack}
+	default:
+		return HaltWith(capsule.ReviewRejectedTerminal())
+	}
+}
+
+// EnforceIndependence applies Rule 15: an approval by the artifact's own
+// producer becomes a rejection with a Rule 15 finding, whatever the reviewer said.
+func EnforceIndependence(reviewerID, producerID string, res executors.ReviewResult) executors.ReviewResult {
+	if reviewerID != producerID || res.Verdict != capsule.Approved {
+		return res
+	}
+	res.Verdict = capsule.Rejected
+	res.Findings = append(res.Findings, capsule.Finding{
+		Rule: 15, Title: "Reviewer is never the producer", Field: "review.reviewer_agent_id",
+		Message: fmt.Sprintf("reviewer %q is the artifact's producer; approval refused", reviewerID),
+	})
+	return res
+}

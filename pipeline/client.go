@@ -1,0 +1,228 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+// ErrNoTopology means the streams and buckets sagad creates are missing:
+// no sagad has run against this NATS system yet.
+var ErrNoTopology = errors.New("sagad's streams and buckets are missing (is sagad running against this NATS?)")
+
+// Client is the read and publish side of the pipeline, for sagactl and
+// producers: publish capsules, read status, list, history, wait.
+type Client struct {
+	js          jetstream.JetStream
+	checkpoints *Checkpoints
+}
+
+// NewClient binds to an existing sagad topology.
+func NewClient(ctx context.Context, js jetstream.JetStream) (*Client, error) {
+	kv, err := js.KeyValue(ctx, CheckpointsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, ErrNoTopology
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bind %s: %w", CheckpointsBucket, err)
+	}
+	return &Client{js: js, checkpoints: &Checkpoints{kv: kv}}, nil
+}
+
+// Publish puts raw bytes on the intake subject, exactly as given, and returns
+// the intake stream sequence.
+func (c *Client) Publish(ctx context.Context, raw []byte, traceID string) (uint64, error) {
+	m := nats.NewMsg(IntakeSubject)
+	m.Data = raw
+	if traceID != "" {
+		m.Header.Set(HeaderTraceID, traceID)
+	}
+	ack, err := c.js.PublishMsg(ctx, m)
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		return 0, ErrNoTopology
+	}
+	if err != nil {
+		return 0, fmt.Errorf("publish: %w", err)
+	}
+	return ack.Sequence, nil
+}
+
+// Status is what `sagactl status -o json` prints for one capsule.
+type Status struct {
+	CapsuleID    string            `json:"capsule_id"`
+	Key          string            `json:"key"`
+	State        capsule.State     `json:"state"`
+	Phase        int               `json:"phase"`
+	PhaseName    string            `json:"phase_name"`
+	CyclesUsed   int               `json:"cycles_used"`
+	HaltReason   string            `json:"halt_reason"`
+	Progress     int               `json:"progress"`
+	TraceID      string            `json:"trace_id"`
+	BudgetUsed   capsule.Usage     `json:"budget_used"`
+	ArtifactRefs []string          `json:"artifact_refs"`
+	Findings     []capsule.Finding `json:"findings"`
+	CreatedAt    time.Time         `json:"created_at"`
+	UpdatedAt    time.Time         `json:"updated_at"`
+	History      []HistoryEntry    `json:"history"`
+}
+
+// HistoryEntry is one phase transition in a [Status].
+type HistoryEntry struct {
+	Phase     int       `json:"phase"`
+	PhaseName string    `json:"phase_name"`
+	Cycle     int       `json:"cycle"`
+	Outcome   string    `json:"outcome"`
+	Detail    string    `json:"detail,omitempty"`
+	At        time.Time `json:"at"`
+}
+
+// StatusOf renders a checkpoint as a [Status].
+func StatusOf(cp *capsule.Checkpoint) Status {
+	s := Status{
+		CapsuleID:    cp.CapsuleID,
+		Key:          cp.Key,
+		State:        cp.State.Status,
+		Phase:        int(cp.State.Phase),
+		PhaseName:    cp.State.Phase.String(),
+		CyclesUsed:   cp.State.Cycle,
+		HaltReason:   cp.State.HaltReason,
+		Progress:     cp.State.Progress,
+		TraceID:      cp.TraceID,
+		BudgetUsed:   cp.State.BudgetUsed,
+		ArtifactRefs: append([]string{}, cp.State.ArtifactRefs...),
+		Findings:     append([]capsule.Finding{}, cp.State.Findings...),
+		CreatedAt:    cp.CreatedAt,
+		UpdatedAt:    cp.UpdatedAt,
+		History:      make([]HistoryEntry, 0, len(cp.History)),
+	}
+	for _, t := range cp.History {
+		s.History = append(s.History, HistoryEntry{Phase: int(t.Phase), PhaseName: t.PhaseName, Cycle: t.Cycle, Outcome: t.Outcome, Detail: t.Detail, At: t.At})
+	}
+	return s
+}
+
+// Checkpoint returns the checkpoint of a capsule id (or key).
+func (c *Client) Checkpoint(ctx context.Context, id string) (*capsule.Checkpoint, error) {
+	return c.checkpoints.Find(ctx, id)
+}
+
+// Status returns the status of a capsule id (or key).
+func (c *Client) Status(ctx context.Context, id string) (Status, error) {
+	cp, err := c.checkpoints.Find(ctx, id)
+	if err != nil {
+		return Status{}, err
+	}
+	return StatusOf(cp), nil
+}
+
+// List returns the status of every capsule, oldest first; state filters when
+// non-empty.
+func (c *Client) List(ctx context.Context, state capsule.State) ([]Status, error) {
+	all, err := c.checkpoints.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Status, 0, len(all))
+	for _, cp := range all {
+		if state == "" || cp.State.Status == state {
+			out = append(out, StatusOf(cp))
+		}
+	}
+	return out, nil
+}
+
+// Wait blocks until the capsule leaves in_progress (or ctx ends) and returns
+// its status. It watches the checkpoint key rather than polling.
+func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
+	key := id
+	if cp, err := c.checkpoints.Find(ctx, id); err == nil {
+		key = cp.Key
+		if cp.State.Status != capsule.InProgress {
+			return StatusOf(cp), nil
+		}
+	} else if !errors.Is(err, ErrNotFound) || !validKey(id) {
+		return Status{}, err
+	}
+	w, err := c.checkpoints.kv.Watch(ctx, key)
+	if err != nil {
+		return Status{}, fmt.Errorf("watch %s: %w", key, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return Status{}, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return Status{}, errors.New("watch closed")
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			cp := new(capsule.Checkpoint)
+			if err := json.Unmarshal(e.Value(), cp); err != nil {
+				return Status{}, err
+			}
+			if cp.State.Status != capsule.InProgress {
+				return StatusOf(cp), nil
+			}
+		}
+	}
+}
+
+// History returns the lifecycle events of a capsule id (or key) in order,
+// de-duplicated by event id.
+func (c *Client) History(ctx context.Context, id string) ([]capsule.Event, error) {
+	key := id
+	if cp, err := c.checkpoints.Find(ctx, id); err == nil {
+		key = cp.Key
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	return readEvents(ctx, c.js, EventSubject(key))
+}
+
+// readEvents reads every event on subject so far with an ordered consumer.
+func readEvents(ctx context.Context, js jetstream.JetStream, subject string) ([]capsule.Event, error) {
+	cons, err := js.OrderedConsumer(ctx, EventsStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	pending := info.NumPending
+	var out []capsule.Event
+	seen := map[string]bool{}
+	for pending > 0 {
+		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("events: %w", err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			var ev capsule.Event
+			if json.Unmarshal(m.Data(), &ev) == nil && !seen[ev.ID] {
+				seen[ev.ID] = true
+				out = append(out, ev)
+			}
+		}
+		if batch.Error() != nil {
+			return nil, fmt.Errorf("events: %w", batch.Error())
+		}
+		if n == 0 {
+			break
+		}
+		pending -= uint64(min(uint64(n), pending))
+	}
+	return out, nil
+}

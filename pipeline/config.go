@@ -1,0 +1,137 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/phases"
+	"github.com/sagad/sagad/rules"
+)
+
+// Config configures a [Pipeline]. The zero value is usable.
+type Config struct {
+	// Logger receives one line per transition. Defaults to discarding.
+	Logger *slog.Logger
+	// InstanceID names this sagad in claims and logs. Defaults to host-pid-random.
+	InstanceID string
+	// Workspace is the root under which file: refs resolve. Defaults to ".".
+	Workspace string
+	// Replicas of every stream and bucket. Defaults to 1 (3 on a cluster).
+	Replicas int
+	// Storage of every stream and bucket. Defaults to file storage.
+	Storage jetstream.StorageType
+	// Workers is the number of capsules each phase works on at once in this
+	// process. Defaults to 8.
+	Workers int
+	// AckWait is how long JetStream waits for an ack before redelivering.
+	// Defaults to 30s; long executor runs send progress heartbeats.
+	AckWait time.Duration
+	// RetryDelay is how long a transient failure waits before the message is
+	// redelivered. Defaults to 1s.
+	RetryDelay time.Duration
+	// PhaseTimeout bounds one phase run, executor included. Defaults to 10m.
+	PhaseTimeout time.Duration
+	// Heartbeat is how often a long phase renews its message, locks and
+	// execution claim. Defaults to 5s.
+	Heartbeat time.Duration
+	// ClaimLease is how long an execution claim outlives its last heartbeat;
+	// after that another instance may take the cycle over. Defaults to 3 × Heartbeat.
+	ClaimLease time.Duration
+	// LockLease is the lease of resource locks. Defaults to 30s.
+	LockLease time.Duration
+	// DuplicateWindow is JetStream's de-duplication window for sagad's own
+	// messages. Defaults to 10m.
+	DuplicateWindow time.Duration
+	// MaxIntakeBytes is the hard size limit of intake messages. Defaults to 512 KiB.
+	MaxIntakeBytes int
+	// Rules is the constitution's configuration. Defaults to rules defaults,
+	// with ExecutorKinds filled from Executors.
+	Rules rules.Config
+	// Executors serves task kinds and reviewer ids. Defaults to the built-in stubs.
+	Executors *executors.Registry
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.InstanceID == "" {
+		host, _ := os.Hostname()
+		c.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), nuid.Next()[:8])
+	}
+	if c.Workspace == "" {
+		c.Workspace = "."
+	}
+	if abs, err := filepath.Abs(c.Workspace); err == nil {
+		c.Workspace = abs
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.Workers <= 0 {
+		c.Workers = 8
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.RetryDelay <= 0 {
+		c.RetryDelay = time.Second
+	}
+	if c.PhaseTimeout <= 0 {
+		c.PhaseTimeout = 10 * time.Minute
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = 5 * time.Second
+	}
+	if c.ClaimLease <= 0 {
+		c.ClaimLease = 3 * c.Heartbeat
+	}
+	if c.LockLease <= 0 {
+		c.LockLease = 30 * time.Second
+	}
+	if c.DuplicateWindow <= 0 {
+		c.DuplicateWindow = 10 * time.Minute
+	}
+	if c.MaxIntakeBytes <= 0 {
+		c.MaxIntakeBytes = phases.DefaultMaxIntakeBytes
+	}
+	if c.Executors == nil {
+		c.Executors = executors.NewRegistry()
+	}
+	if len(c.Rules.ExecutorKinds) == 0 {
+		c.Rules.ExecutorKinds = c.Executors.Kinds()
+	}
+	c.Rules = c.Rules.WithDefaults()
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Heartbeat >= c.AckWait {
+		errs = append(errs, fmt.Errorf("heartbeat %s must be shorter than ack wait %s", c.Heartbeat, c.AckWait))
+	}
+	if c.ClaimLease <= c.Heartbeat {
+		errs = append(errs, fmt.Errorf("claim lease %s must be longer than heartbeat %s", c.ClaimLease, c.Heartbeat))
+	}
+	if c.LockLease <= c.Heartbeat {
+		errs = append(errs, fmt.Errorf("lock lease %s must be longer than heartbeat %s", c.LockLease, c.Heartbeat))
+	}
+	if err := c.Rules.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

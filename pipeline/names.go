@@ -1,0 +1,58 @@
+package pipeline
+
+import (
+	"fmt"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+// Stream, subject, consumer and bucket names (see the package doc).
+const (
+	IntakeStream   = "SAGA_INTAKE"
+	IntakeSubject  = "saga.intake"
+	EventsStream   = "SAGA_EVENTS"
+	EventsPrefix   = "saga.events."
+	OutcomesStream = "SAGA_OUTCOMES"
+	OutcomePrefix  = "saga.outcome."
+
+	CheckpointsBucket = "SAGA_CHECKPOINTS"
+	CapsulesBucket    = "SAGA_CAPSULES"
+	ArtifactsBucket   = "SAGA_ARTIFACTS"
+)
+
+// Message headers sagad sets on everything it publishes.
+const (
+	HeaderCapsuleID  = "Saga-Capsule-Id"
+	HeaderKey        = "Saga-Key"
+	HeaderPhase      = "Saga-Phase"
+	HeaderCycle      = "Saga-Cycle"
+	HeaderTraceID    = "Saga-Trace-Id"
+	HeaderHaltReason = "Saga-Halt-Reason"
+	HeaderState      = "Saga-State"
+	HeaderArtifacts  = "Saga-Artifact-Refs"
+)
+
+// PhaseStream is the stream that feeds phase p.
+func PhaseStream(p capsule.Phase) string {
+	if p == capsule.Reception {
+		return IntakeStream
+	}
+	return fmt.Sprintf("SAGA_PHASE_%d", p)
+}
+
+// PhaseSubject is the subject that feeds phase p.
+func PhaseSubject(p capsule.Phase) string {
+	if p == capsule.Reception {
+		return IntakeSubject
+	}
+	return fmt.Sprintf("saga.phase.%d", p)
+}
+
+// ConsumerName is the durable consumer of phase p, shared by every sagad.
+func ConsumerName(p capsule.Phase) string { return fmt.Sprintf("phase-%d", p) }
+
+// EventSubject is the lifecycle event subject of the capsule with key.
+func EventSubject(key string) string { return EventsPrefix + key }
+
+// OutcomeSubject is where a capsule that ended in state s is emitted.
+func OutcomeSubject(s capsule.State) string { return OutcomePrefix + string(s) }

@@ -1,0 +1,204 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/budget"
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/locks"
+	"github.com/sagad/sagad/phases"
+)
+
+// Pipeline runs the seven phases of the saga for one sagad process. Several
+// pipelines (processes) may share one NATS system: they share the durable
+// consumers and coordinate through checkpoint compare-and-set.
+type Pipeline struct {
+	cfg         Config
+	js          jetstream.JetStream
+	log         *slog.Logger
+	stores      *stores
+	checkpoints *Checkpoints
+	locks       *locks.Manager
+	budgets     *budget.Tracker
+	env         *phases.Env
+	phases      [capsule.NumPhases]phases.Phase
+
+	mu      sync.Mutex
+	running []*phaseRunner
+	cancel  context.CancelFunc
+}
+
+// New creates the JetStream topology (idempotently) and returns a pipeline
+// ready to [Pipeline.Start].
+func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("pipeline: config: %w", err)
+	}
+	st, err := ensureTopology(ctx, js, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	lm, err := locks.New(ctx, js, locks.Config{Lease: cfg.LockLease, Replicas: cfg.Replicas, Storage: cfg.Storage, Now: cfg.Now})
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	bt, err := budget.New(ctx, js, budget.Config{Replicas: cfg.Replicas, Storage: cfg.Storage})
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	p := &Pipeline{
+		cfg:         cfg,
+		js:          js,
+		log:         cfg.Logger,
+		stores:      st,
+		checkpoints: &Checkpoints{kv: st.checkpoints},
+		locks:       lm,
+		budgets:     bt,
+	}
+	p.env = &phases.Env{
+		Locks:          lm,
+		Budgets:        bt,
+		Resolver:       &resolver{workspace: cfg.Workspace, js: js, artifacts: st.artifacts},
+		Artifacts:      &artifactStore{os: st.artifacts},
+		Executors:      cfg.Executors,
+		Rules:          cfg.Rules,
+		Facts:          &facts{checkpoints: p.checkpoints, capsules: st.capsules, budgets: bt},
+		Logger:         cfg.Logger,
+		MaxIntakeBytes: cfg.MaxIntakeBytes,
+		Now:            cfg.Now,
+		RetryDelay:     cfg.RetryDelay,
+	}
+	p.phases = [capsule.NumPhases]phases.Phase{
+		nil, // RECEPTION has its own entry point, phases.Receive.
+		phases.RealityAnchor{},
+		phases.Planning{},
+		phases.AutomatedGates{},
+		phases.Execution{Heartbeat: cfg.Heartbeat},
+		phases.Review{},
+		phases.Handoff{},
+	}
+	return p, nil
+}
+
+// Checkpoints gives read access to the checkpoint store.
+func (p *Pipeline) Checkpoints() *Checkpoints { return p.checkpoints }
+
+// Start begins consuming every phase. It returns once all consumers run.
+func (p *Pipeline) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.running != nil {
+		return errors.New("pipeline: already started")
+	}
+	// Work outlives the caller's ctx on purpose: Stop drains it.
+	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel = cancel
+	for ph := capsule.Phase(0); ph < capsule.NumPhases; ph++ {
+		r, err := p.startPhase(ctx, workCtx, ph)
+		if err != nil {
+			cancel()
+			for _, r := range p.running {
+				r.stop()
+			}
+			p.running = nil
+			return fmt.Errorf("pipeline: start %s: %w", ph, err)
+		}
+		p.running = append(p.running, r)
+	}
+	p.log.Info("pipeline started", "instance", p.cfg.InstanceID, "workers", p.cfg.Workers, "workspace", p.cfg.Workspace)
+	return nil
+}
+
+// Stop stops fetching, lets in-flight phases finish (or hands their messages
+// back when ctx expires first), and returns when no work is left.
+func (p *Pipeline) Stop(ctx context.Context) {
+	p.mu.Lock()
+	running, cancel := p.running, p.cancel
+	p.running, p.cancel = nil, nil
+	p.mu.Unlock()
+	if running == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		var wg sync.WaitGroup
+		for _, r := range running {
+			wg.Add(1)
+			go func() { defer wg.Done(); r.stop() }()
+		}
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		// Interrupted work returns Retry and is naked: another instance, or
+		// this one after restart, takes it up.
+		cancel()
+		<-done
+	}
+	cancel()
+	p.log.Info("pipeline stopped", "instance", p.cfg.InstanceID)
+}
+
+// phaseRunner consumes one phase with a bounded pool of workers.
+type phaseRunner struct {
+	cc    jetstream.ConsumeContext
+	work  chan jetstream.Msg
+	wg    sync.WaitGroup
+	phase capsule.Phase
+}
+
+func (p *Pipeline) startPhase(ctx, workCtx context.Context, ph capsule.Phase) (*phaseRunner, error) {
+	cons, err := p.js.Consumer(ctx, PhaseStream(ph), ConsumerName(ph))
+	if err != nil {
+		return nil, err
+	}
+	r := &phaseRunner{work: make(chan jetstream.Msg), phase: ph}
+	for i := 0; i < p.cfg.Workers; i++ {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			for msg := range r.work {
+				p.handle(workCtx, ph, msg)
+			}
+		}()
+	}
+	r.cc, err = cons.Consume(func(msg jetstream.Msg) { r.work <- msg },
+		jetstream.PullMaxMessages(p.cfg.Workers),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+				p.log.Warn("consume", "phase", ph.String(), "error", err)
+			}
+		}))
+	if err != nil {
+		close(r.work)
+		r.wg.Wait()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *phaseRunner) stop() {
+	r.cc.Drain()
+	<-r.cc.Closed()
+	close(r.work)
+	r.wg.Wait()
+}
+
+// settle maps a delivery outcome to JetStream: ack, or nak with a delay.
+func settle(msg jetstream.Msg, retry time.Duration) {
+	if retry > 0 {
+		_ = msg.NakWithDelay(retry)
+		return
+	}
+	_ = msg.Ack()
+}

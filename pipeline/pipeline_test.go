@@ -1,0 +1,171 @@
+package pipeline_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/schemas"
+)
+
+// fixture is one embedded server, one running pipeline and a client.
+type fixture struct {
+	js        jetstream.JetStream
+	client    *pipeline.Client
+	pipe      *pipeline.Pipeline
+	cfg       pipeline.Config
+	executed  *atomic.Int64
+	workspace string
+}
+
+// countingStub counts executor runs per capsule around the stub executor.
+type countingStub struct {
+	n    *atomic.Int64
+	gate chan struct{} // when non-nil, each run waits for a value
+}
+
+func (c countingStub) Execute(ctx context.Context, req executors.Request) (executors.Result, error) {
+	c.n.Add(1)
+	if c.gate != nil {
+		select {
+		case <-c.gate:
+		case <-ctx.Done():
+			return executors.Result{}, ctx.Err()
+		}
+	}
+	return executors.Stub{}.Execute(ctx, req)
+}
+
+type tlogWriter struct{ t testing.TB }
+
+func (w tlogWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
+
+func testConfig(t testing.TB, workspace string, reg *executors.Registry) pipeline.Config {
+	return pipeline.Config{
+		Logger:     slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Workspace:  workspace,
+		Workers:    4,
+		AckWait:    2 * time.Second,
+		Heartbeat:  300 * time.Millisecond,
+		RetryDelay: 50 * time.Millisecond,
+		Executors:  reg,
+	}
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	f := &fixture{js: js, executed: new(atomic.Int64), workspace: capsuletest.Workspace(t)}
+	reg := executors.NewRegistry()
+	reg.RegisterExecutor("stub", countingStub{n: f.executed})
+	f.cfg = testConfig(t, f.workspace, reg)
+	f.pipe = f.start(t, f.cfg)
+	client, err := pipeline.NewClient(context.Background(), js)
+	require.NoError(t, err)
+	f.client = client
+	return f
+}
+
+func (f *fixture) start(t *testing.T, cfg pipeline.Config) *pipeline.Pipeline {
+	t.Helper()
+	ctx := context.Background()
+	p, err := pipeline.New(ctx, f.js, cfg)
+	require.NoError(t, err)
+	require.NoError(t, p.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p.Stop(ctx)
+	})
+	return p
+}
+
+func (f *fixture) publish(t *testing.T, raw []byte) {
+	t.Helper()
+	_, err := f.client.Publish(context.Background(), raw, "")
+	require.NoError(t, err)
+}
+
+func (f *fixture) wait(t *testing.T, id string) pipeline.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var s pipeline.Status
+	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		var err error
+		s, err = f.client.Status(ctx, id)
+		return err == nil && s.State != capsule.InProgress
+	}, "capsule %s never left in_progress", id)
+	return s
+}
+
+func outcomes(h []pipeline.HistoryEntry) []string {
+	out := make([]string, len(h))
+	for i, e := range h {
+		out[i] = e.PhaseName + "/" + e.Outcome
+	}
+	return out
+}
+
+func TestValidCapsuleCompletes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	doc := capsuletest.New()
+	f.publish(t, doc.Sealed(t))
+	s := f.wait(t, doc.ID())
+
+	require.Equal(t, capsule.Completed, s.State, "halt: %s", s.HaltReason)
+	require.Equal(t, 6, s.Phase)
+	require.Equal(t, 1, s.CyclesUsed)
+	require.Empty(t, s.HaltReason)
+	require.Equal(t, 100, s.Progress)
+	require.Equal(t, []string{
+		"RECEPTION/passed", "REALITY_ANCHOR/passed", "PLANNING/passed", "AUTOMATED_GATES/passed",
+		"EXECUTION/passed", "REVIEW/passed", "HANDOFF/completed",
+	}, outcomes(s.History))
+	require.Equal(t, int64(1), f.executed.Load())
+	require.Equal(t, []string{"artifact:" + doc.ID() + "/1"}, s.ArtifactRefs)
+
+	// Everything sagad wrote validates against its schema.
+	cp, err := f.client.Checkpoint(context.Background(), doc.ID())
+	require.NoError(t, err)
+	require.NoError(t, schemas.ValidateValue(schemas.Checkpoint, cp))
+	os, err := f.js.ObjectStore(context.Background(), pipeline.ArtifactsBucket)
+	require.NoError(t, err)
+	b, err := os.GetBytes(context.Background(), doc.ID()+"/1")
+	require.NoError(t, err)
+	require.NoError(t, schemas.Validate(schemas.Artifact, b))
+
+	events, err := f.client.History(context.Background(), doc.ID())
+	require.NoError(t, err)
+	kinds := map[capsule.EventKind]int{}
+	for _, e := range events {
+		kinds[e.Kind]++
+	}
+	require.Equal(t, 1, kinds[capsule.EventReceived])
+	require.Equal(t, 7, kinds[capsule.EventPhaseCompleted])
+	require.Equal(t, 6, kinds[capsule.EventPhaseStarted])
+	require.Equal(t, 1, kinds[capsule.EventCompleted])
+
+	// The completed capsule is emitted once on the outcome stream.
+	msg, err := f.js.Stream(context.Background(), pipeline.OutcomesStream)
+	require.NoError(t, err)
+	got, err := msg.GetLastMsgForSubject(context.Background(), pipeline.OutcomeSubject(capsule.Completed))
+	require.NoError(t, err)
+	require.Equal(t, doc.ID(), got.Header.Get(pipeline.HeaderCapsuleID))
+	var back capsule.Capsule
+	require.NoError(t, json.Unmarshal(got.Data, &back))
+	require.Equal(t, doc.ID(), back.CapsuleID)
+}

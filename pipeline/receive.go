@@ -1,0 +1,150 @@
+package pipeline
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/phases"
+)
+
+// receive runs RECEPTION for one intake message: it decides the capsule's key,
+// keeps its bytes, writes its first checkpoint (create-only, so a capsule is
+// received once) and emits the effects.
+func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duration, error) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return p.cfg.RetryDelay, fmt.Errorf("reception: metadata: %w", err)
+	}
+	raw := msg.Data()
+	fallbackKey := "x-" + strconv.FormatUint(meta.Sequence.Stream, 10)
+	r := phases.Receive(ctx, p.env, raw, func(id string) string { return id })
+	if r.Decision.Action == phases.Retry {
+		return p.cfg.RetryDelay + r.Decision.Delay, r.Decision.Err
+	}
+
+	key := fallbackKey
+	if r.Capsule != nil {
+		key = r.Capsule.CapsuleID
+		if !validKey(key) {
+			key = fallbackKey
+		}
+	}
+	if key != fallbackKey {
+		// First writer of an id owns it. The same bytes again are the same
+		// capsule (a redelivery or a duplicate publish); other bytes under a
+		// taken id are a different capsule, kept under its own key so that
+		// AUTOMATED_GATES can refuse it (Rule 2) without touching the first.
+		_, err := p.stores.capsules.Create(ctx, key, raw)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			same, err := p.sameContent(ctx, key, r.Digest)
+			if err != nil {
+				return p.cfg.RetryDelay, err
+			}
+			if !same {
+				key = fallbackKey
+			}
+		} else if err != nil {
+			return p.cfg.RetryDelay, fmt.Errorf("reception: keep capsule: %w", err)
+		}
+	}
+	if key == fallbackKey {
+		if _, err := p.stores.capsules.Put(ctx, key, raw); err != nil {
+			return p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err)
+		}
+	}
+
+	now := p.cfg.Now().UTC()
+	cp := newCheckpoint(key, claimedID(r), traceID(r.Capsule, msg), waveID(r.Capsule), r.Digest, now)
+	tr := apply(cp, capsule.Reception, 0, r.Decision, now)
+	if _, err := p.checkpoints.Create(ctx, cp); errors.Is(err, errConflict) {
+		existing, _, err := p.checkpoints.Get(ctx, key)
+		if err != nil {
+			return p.cfg.RetryDelay, err
+		}
+		if err := p.duplicateIgnored(ctx, existing, meta.Sequence.Stream); err != nil {
+			return p.cfg.RetryDelay, err
+		}
+		return p.reemitFor(ctx, existing, capsule.Reception, 0, raw)
+	} else if err != nil {
+		return p.cfg.RetryDelay, fmt.Errorf("reception: create checkpoint: %w", err)
+	}
+	p.logTransition(cp, tr, 0)
+	var lockPaths []string
+	if r.Capsule != nil {
+		lockPaths = r.Capsule.Constraints.ResourceLocksRequired
+	}
+	if err := p.emit(ctx, cp, tr, r.Decision.Findings, raw, lockPaths); err != nil {
+		return p.cfg.RetryDelay, err
+	}
+	return 0, nil
+}
+
+func (p *Pipeline) sameContent(ctx context.Context, key, digest string) (bool, error) {
+	e, err := p.stores.capsules.Get(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("reception: read kept capsule %s: %w", key, err)
+	}
+	d, err := capsule.Digest(e.Value())
+	if err != nil {
+		return false, nil
+	}
+	return d == digest, nil
+}
+
+// duplicateIgnored records, once per intake message, that a capsule was
+// published again and not run again.
+func (p *Pipeline) duplicateIgnored(ctx context.Context, cp *capsule.Checkpoint, intakeSeq uint64) error {
+	ev := capsule.Event{
+		ID: cp.Key + ".dup." + strconv.FormatUint(intakeSeq, 10), Kind: capsule.EventDuplicateIgnored,
+		CapsuleID: cp.CapsuleID, Key: cp.Key, Phase: capsule.Reception, PhaseName: capsule.Reception.String(),
+		TraceID: cp.TraceID, Detail: "intake message " + strconv.FormatUint(intakeSeq, 10) + " repeats this capsule", At: p.cfg.Now().UTC(),
+	}
+	return p.publishEvent(ctx, ev)
+}
+
+// claimedID is the capsule id the bytes claimed, if it is printable and short;
+// bytes that could not be read at all have none.
+func claimedID(r phases.Received) string {
+	if r.Capsule != nil {
+		return r.Capsule.CapsuleID
+	}
+	id := r.ClaimedID
+	if len(id) > 128 {
+		return ""
+	}
+	for _, c := range id {
+		if !unicode.IsPrint(c) {
+			return ""
+		}
+	}
+	return id
+}
+
+func waveID(c *capsule.Capsule) string {
+	if c == nil {
+		return ""
+	}
+	return c.WaveID
+}
+
+// traceID takes the capsule's trace id, else the message's, else makes one.
+func traceID(c *capsule.Capsule, msg jetstream.Msg) string {
+	if c != nil && c.TraceID != "" {
+		return c.TraceID
+	}
+	if h := msg.Headers().Get(HeaderTraceID); h != "" && len(h) <= 128 {
+		return h
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

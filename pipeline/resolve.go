@@ -1,0 +1,86 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// resolver answers REALITY_ANCHOR's question "does this ref exist?":
+//
+//	file:<relative path>   a file or directory under the workspace root; never
+//	                       outside it (no "..", no absolute paths, no symlink escape)
+//	kv:<bucket>/<key>      a key in a JetStream KV bucket
+//	artifact:<name>        an object in the SAGA_ARTIFACTS object store
+type resolver struct {
+	workspace string
+	js        jetstream.JetStream
+	artifacts jetstream.ObjectStore
+}
+
+func (r *resolver) Exists(ctx context.Context, ref string) (bool, error) {
+	scheme, rest, ok := strings.Cut(ref, ":")
+	if !ok || rest == "" {
+		return false, nil
+	}
+	switch scheme {
+	case "file":
+		return r.fileExists(rest), nil
+	case "kv":
+		bucket, key, ok := strings.Cut(rest, "/")
+		if !ok || bucket == "" || key == "" {
+			return false, nil
+		}
+		kv, err := r.js.KeyValue(ctx, bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrInvalidBucketName) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("kv bucket %s: %w", bucket, err)
+		}
+		_, err = kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+			return false, nil
+		}
+		return err == nil, err
+	case "artifact":
+		_, err := r.artifacts.GetInfo(ctx, rest)
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	return false, nil
+}
+
+// fileExists resolves rel under the workspace, refusing anything that would
+// leave it, including through a symlink.
+func (r *resolver) fileExists(rel string) bool {
+	if rel == "" || strings.ContainsRune(rel, 0) || strings.Contains(rel, `\`) || path.IsAbs(rel) || filepath.IsAbs(rel) {
+		return false
+	}
+	clean := path.Clean(rel)
+	if clean == ".." || strings.HasPrefix(clean, "../") {
+		return false
+	}
+	full := filepath.Join(r.workspace, filepath.FromSlash(clean))
+	real, err := filepath.EvalSymlinks(full)
+	if err != nil {
+		return false
+	}
+	root, err := filepath.EvalSymlinks(r.workspace)
+	if err != nil {
+		return false
+	}
+	if real != root && !strings.HasPrefix(real, root+string(filepath.Separator)) {
+		return false
+	}
+	_, err = os.Stat(real)
+	return err == nil
+}

@@ -1,0 +1,163 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+// ErrNotFound is returned for a capsule key with no checkpoint.
+var ErrNotFound = errors.New("capsule not found")
+
+// errConflict means the checkpoint changed under us: re-read and decide again.
+var errConflict = errors.New("checkpoint changed concurrently")
+
+// Checkpoints reads and writes checkpoints in the SAGA_CHECKPOINTS bucket.
+type Checkpoints struct {
+	kv jetstream.KeyValue
+}
+
+// Get returns the checkpoint stored under key and its KV revision.
+func (s *Checkpoints) Get(ctx context.Context, key string) (*capsule.Checkpoint, uint64, error) {
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, key)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("get checkpoint %s: %w", key, err)
+	}
+	cp := new(capsule.Checkpoint)
+	if err := json.Unmarshal(e.Value(), cp); err != nil {
+		return nil, 0, fmt.Errorf("decode checkpoint %s: %w", key, err)
+	}
+	return cp, e.Revision(), nil
+}
+
+// Create stores the first checkpoint of a capsule; errConflict if one exists.
+func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (uint64, error) {
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := s.kv.Create(ctx, cp.Key, b)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, errConflict
+	}
+	return rev, err
+}
+
+// Update writes cp if the stored revision is still rev; errConflict otherwise.
+func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (uint64, error) {
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.kv.Update(ctx, cp.Key, b, rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, errConflict
+	}
+	return n, err
+}
+
+// List returns every checkpoint, sorted by creation time.
+func (s *Checkpoints) List(ctx context.Context) ([]*capsule.Checkpoint, error) {
+	lister, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	out := make([]*capsule.Checkpoint, 0, len(keys))
+	for _, k := range keys {
+		cp, _, err := s.Get(ctx, k)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cp)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out, nil
+}
+
+// Find returns the checkpoint of id: the key itself, or else the capsule that
+// claimed this capsule_id but was stored under an "x-" key.
+func (s *Checkpoints) Find(ctx context.Context, id string) (*capsule.Checkpoint, error) {
+	if validKey(id) {
+		cp, _, err := s.Get(ctx, id)
+		if !errors.Is(err, ErrNotFound) {
+			return cp, err
+		}
+	}
+	all, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var found *capsule.Checkpoint
+	for _, cp := range all {
+		if cp.CapsuleID == id && strings.HasPrefix(cp.Key, "x-") {
+			found = cp // the latest wins
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return found, nil
+}
+
+// validKey reports whether s can be a KV key (and so a capsule key).
+func validKey(s string) bool {
+	if s == "" || len(s) > 256 || s[0] == '.' || s[len(s)-1] == '.' {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '=':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// newCheckpoint is the state of a capsule entering RECEPTION.
+func newCheckpoint(key, capsuleID, traceID, waveID, digest string, now time.Time) *capsule.Checkpoint {
+	return &capsule.Checkpoint{
+		SchemaVersion: capsule.CheckpointSchemaVersion,
+		CapsuleID:     capsuleID,
+		Key:           key,
+		TraceID:       traceID,
+		WaveID:        waveID,
+		Digest:        digest,
+		CreatedAt:     now,
+		UpdatedAt:     now,
+		State: capsule.CheckpointState{
+			Phase:        capsule.Reception,
+			PhaseName:    capsule.Reception.String(),
+			Status:       capsule.InProgress,
+			LocksHeld:    []string{},
+			ArtifactRefs: []string{},
+		},
+		History: []capsule.Transition{},
+	}
+}

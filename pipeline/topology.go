@@ -1,0 +1,76 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+// ensureTopology creates or updates every stream, consumer and bucket sagad
+// needs. It is idempotent, so every sagad instance runs it at start.
+func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Config) (*stores, error) {
+	for p := capsule.Phase(0); p < capsule.NumPhases; p++ {
+		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        PhaseStream(p),
+			Description: "sagad: capsules waiting for phase " + p.String(),
+			Subjects:    []string{PhaseSubject(p)},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     cfg.Storage,
+			Replicas:    cfg.Replicas,
+			Duplicates:  cfg.DuplicateWindow,
+			MaxMsgSize:  int32(cfg.MaxIntakeBytes + 4096),
+		}); err != nil {
+			return nil, fmt.Errorf("stream %s: %w", PhaseStream(p), err)
+		}
+		if _, err := js.CreateOrUpdateConsumer(ctx, PhaseStream(p), jetstream.ConsumerConfig{
+			Durable:       ConsumerName(p),
+			Description:   "sagad phase " + p.String(),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       cfg.AckWait,
+			MaxDeliver:    -1,
+			MaxAckPending: 1024,
+		}); err != nil {
+			return nil, fmt.Errorf("consumer %s: %w", ConsumerName(p), err)
+		}
+	}
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: EventsStream, Description: "sagad: lifecycle events per capsule", Subjects: []string{EventsPrefix + ">"}},
+		{Name: OutcomesStream, Description: "sagad: completed, halted and cancelled capsules with their original bytes", Subjects: []string{OutcomePrefix + ">"}},
+	} {
+		sc.Retention = jetstream.LimitsPolicy
+		sc.Storage = cfg.Storage
+		sc.Replicas = cfg.Replicas
+		sc.Duplicates = cfg.DuplicateWindow
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return nil, fmt.Errorf("stream %s: %w", sc.Name, err)
+		}
+	}
+	var s stores
+	var err error
+	if s.checkpoints, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: CheckpointsBucket, Description: "sagad: checkpoint per capsule key", Storage: cfg.Storage, Replicas: cfg.Replicas,
+	}); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", CheckpointsBucket, err)
+	}
+	if s.capsules, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: CapsulesBucket, Description: "sagad: capsule bytes as received, per key", Storage: cfg.Storage, Replicas: cfg.Replicas,
+		MaxValueSize: int32(cfg.MaxIntakeBytes + 4096),
+	}); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", CapsulesBucket, err)
+	}
+	if s.artifacts, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: ArtifactsBucket, Description: "sagad: artifacts per capsule and cycle", Storage: cfg.Storage, Replicas: cfg.Replicas,
+	}); err != nil {
+		return nil, fmt.Errorf("object store %s: %w", ArtifactsBucket, err)
+	}
+	return &s, nil
+}
+
+type stores struct {
+	checkpoints jetstream.KeyValue
+	capsules    jetstream.KeyValue
+	artifacts   jetstream.ObjectStore
+}

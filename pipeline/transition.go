@@ -1,0 +1,121 @@
+package pipeline
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/phases"
+)
+
+// apply records decision d, taken by phase p on cycle cycle, in cp. It returns
+// the transition appended to the history. It is pure: the caller writes cp
+// with a compare-and-set, so the transition happens once or not at all.
+func apply(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d phases.Decision, now time.Time) capsule.Transition {
+	st := &cp.State
+	if d.Mutate != nil {
+		d.Mutate(st)
+	}
+	if len(d.Findings) > 0 {
+		st.Findings = d.Findings
+	}
+	tr := capsule.Transition{Phase: p, PhaseName: p.String(), Cycle: cycle, At: now}
+	switch d.Action {
+	case phases.Advance:
+		if p == capsule.Handoff {
+			tr.Outcome = capsule.OutcomeCompleted
+			st.Status = capsule.Completed
+			st.Progress = 100
+			break
+		}
+		tr.Outcome = capsule.OutcomePassed
+		st.Phase = p + 1
+		if p == capsule.AutomatedGates {
+			st.Cycle = 1
+		}
+		st.Progress = p.Progress()
+	case phases.LoopBack:
+		tr.Outcome = capsule.OutcomeLoopedBack
+		st.Phase = capsule.Execution
+		st.Cycle = cycle + 1
+	case phases.Halt:
+		tr.Outcome = capsule.OutcomeHalted
+		tr.Detail = d.Halt.String()
+		st.Status = capsule.Halted
+		st.HaltReason = d.Halt.String()
+	default:
+		panic(fmt.Sprintf("pipeline: apply: unexpected action %d", d.Action))
+	}
+	st.PhaseName = st.Phase.String()
+	if p == capsule.Execution || st.Status.Terminal() {
+		st.LocksHeld = []string{}
+	}
+	st.Execution = nil
+	cp.History = append(cp.History, tr)
+	cp.UpdatedAt = now
+	return tr
+}
+
+// next is where a capsule goes after transition tr, if it goes on.
+func next(tr capsule.Transition) (p capsule.Phase, cycle int, ok bool) {
+	switch tr.Outcome {
+	case capsule.OutcomePassed:
+		if tr.Phase == capsule.AutomatedGates {
+			return capsule.Execution, 1, true
+		}
+		return tr.Phase + 1, tr.Cycle, true
+	case capsule.OutcomeLoopedBack:
+		return capsule.Execution, tr.Cycle + 1, true
+	}
+	return 0, 0, false
+}
+
+// terminalState is the capsule state a terminal transition ends in.
+func terminalState(tr capsule.Transition) (capsule.State, bool) {
+	switch tr.Outcome {
+	case capsule.OutcomeCompleted:
+		return capsule.Completed, true
+	case capsule.OutcomeHalted:
+		return capsule.Halted, true
+	case capsule.OutcomeCancelled:
+		return capsule.Cancelled, true
+	}
+	return "", false
+}
+
+// eventID is the deterministic id (and Nats-Msg-Id) of an event.
+func eventID(key string, p capsule.Phase, cycle int, kind capsule.EventKind) string {
+	return key + "." + strconv.Itoa(int(p)) + "." + strconv.Itoa(cycle) + "." + string(kind)
+}
+
+// transitionEvents are the lifecycle events transition tr produces.
+func transitionEvents(cp *capsule.Checkpoint, tr capsule.Transition, findings []capsule.Finding) []capsule.Event {
+	ev := func(kind capsule.EventKind, p capsule.Phase, cycle int, detail string, f []capsule.Finding) capsule.Event {
+		return capsule.Event{
+			ID: eventID(cp.Key, p, cycle, kind), Kind: kind, CapsuleID: cp.CapsuleID, Key: cp.Key,
+			Phase: p, PhaseName: p.String(), Cycle: cycle, TraceID: cp.TraceID, Detail: detail, Findings: f, At: tr.At,
+		}
+	}
+	var out []capsule.Event
+	if tr.Phase == capsule.Reception {
+		out = append(out, ev(capsule.EventReceived, capsule.Reception, 0, "", nil))
+	}
+	switch tr.Outcome {
+	case capsule.OutcomePassed:
+		out = append(out, ev(capsule.EventPhaseCompleted, tr.Phase, tr.Cycle, "", nil))
+	case capsule.OutcomeLoopedBack:
+		out = append(out, ev(capsule.EventLoopedBack, tr.Phase, tr.Cycle, tr.Detail, findings))
+	case capsule.OutcomeHalted:
+		out = append(out, ev(capsule.EventHalted, tr.Phase, tr.Cycle, tr.Detail, findings))
+	case capsule.OutcomeCompleted:
+		out = append(out, ev(capsule.EventPhaseCompleted, tr.Phase, tr.Cycle, "", nil),
+			ev(capsule.EventCompleted, tr.Phase, tr.Cycle, "", nil))
+	case capsule.OutcomeCancelled:
+		out = append(out, ev(capsule.EventCancelled, tr.Phase, tr.Cycle, tr.Detail, nil))
+	}
+	if p, cycle, ok := next(tr); ok {
+		out = append(out, ev(capsule.EventPhaseStarted, p, cycle, "", nil))
+	}
+	return out
+}
