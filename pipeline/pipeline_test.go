@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -21,7 +24,9 @@ import (
 
 // fixture is one embedded server, one running pipeline and a client.
 type fixture struct {
+	srv       *server.Server
 	js        jetstream.JetStream
+	gate      chan struct{} // releases one run of the "slow" executor
 	client    *pipeline.Client
 	pipe      *pipeline.Pipeline
 	cfg       pipeline.Config
@@ -67,9 +72,10 @@ func setup(t *testing.T) *fixture {
 	t.Helper()
 	s := natstest.RunServer(t)
 	_, js := natstest.Connect(t, s)
-	f := &fixture{js: js, executed: new(atomic.Int64), workspace: capsuletest.Workspace(t)}
+	f := &fixture{srv: s, js: js, executed: new(atomic.Int64), workspace: capsuletest.Workspace(t), gate: make(chan struct{})}
 	reg := executors.NewRegistry()
 	reg.RegisterExecutor("stub", countingStub{n: f.executed})
+	reg.RegisterExecutor("slow", countingStub{n: f.executed, gate: f.gate})
 	f.cfg = testConfig(t, f.workspace, reg)
 	f.pipe = f.start(t, f.cfg)
 	client, err := pipeline.NewClient(context.Background(), js)
@@ -111,6 +117,15 @@ func (f *fixture) wait(t *testing.T, id string) pipeline.Status {
 	return s
 }
 
+// own gives the capsule a target and lock of its own, so capsules of one test
+// do not contend for locks.
+func (f *fixture) own(t *testing.T, d capsuletest.Doc) capsuletest.Doc {
+	t.Helper()
+	name := "own-" + d.ID() + ".txt"
+	require.NoError(t, os.WriteFile(filepath.Join(f.workspace, name), []byte("x"), 0o644))
+	return d.Set("target", "file:"+name).Set("constraints.resource_locks_required", []any{name})
+}
+
 func outcomes(h []pipeline.HistoryEntry) []string {
 	out := make([]string, len(h))
 	for i, e := range h {
@@ -142,9 +157,9 @@ func TestValidCapsuleCompletes(t *testing.T) {
 	cp, err := f.client.Checkpoint(context.Background(), doc.ID())
 	require.NoError(t, err)
 	require.NoError(t, schemas.ValidateValue(schemas.Checkpoint, cp))
-	os, err := f.js.ObjectStore(context.Background(), pipeline.ArtifactsBucket)
+	store, err := f.js.ObjectStore(context.Background(), pipeline.ArtifactsBucket)
 	require.NoError(t, err)
-	b, err := os.GetBytes(context.Background(), doc.ID()+"/1")
+	b, err := store.GetBytes(context.Background(), doc.ID()+"/1")
 	require.NoError(t, err)
 	require.NoError(t, schemas.Validate(schemas.Artifact, b))
 

@@ -21,7 +21,6 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Config) (*s
 			Storage:     cfg.Storage,
 			Replicas:    cfg.Replicas,
 			Duplicates:  cfg.DuplicateWindow,
-			MaxMsgSize:  int32(cfg.MaxIntakeBytes + 4096),
 		}); err != nil {
 			return nil, fmt.Errorf("stream %s: %w", PhaseStream(p), err)
 		}
@@ -57,7 +56,6 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Config) (*s
 	}
 	if s.capsules, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: CapsulesBucket, Description: "sagad: capsule bytes as received, per key", Storage: cfg.Storage, Replicas: cfg.Replicas,
-		MaxValueSize: int32(cfg.MaxIntakeBytes + 4096),
 	}); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", CapsulesBucket, err)
 	}

@@ -1,0 +1,331 @@
+package budget
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+// Check compares used with caps and returns "" when within them, otherwise
+// the first cap crossed, tokens before dollars: [capsule.BudgetTokens] or
+// [capsule.BudgetDollars]. A cap is crossed when used exceeds it; reaching it
+// exactly is within. A cap of 0 is no cap (RECEPTION refuses a capsule whose
+// token cap is not positive, so only dollars are uncapped in practice).
+func Check(used capsule.Usage, caps capsule.Budget) string {
+	switch {
+	case caps.Tokens > 0 && used.Tokens > caps.Tokens:
+		return capsule.BudgetTokens
+	case caps.Dollars > 0 && used.Dollars > caps.Dollars:
+		return capsule.BudgetDollars
+	}
+	return ""
+}
+
+// Fraction returns the largest share of a cap that used consumes (1 = the
+// whole cap), the figure the budget_warning pause trigger compares with its
+// threshold. Caps of 0 are ignored; with no cap at all it returns 0.
+func Fraction(used capsule.Usage, caps capsule.Budget) float64 {
+	var f float64
+	if caps.Tokens > 0 {
+		f = float64(used.Tokens) / float64(caps.Tokens)
+	}
+	if caps.Dollars > 0 {
+		f = max(f, used.Dollars/caps.Dollars)
+	}
+	return f
+}
+
+// checkWave is Check against a wave's caps, naming the wave reasons.
+func checkWave(w Wave) string {
+	switch Check(w.Used, capsule.Budget{Tokens: w.TokensCap, Dollars: w.DollarsCap}) {
+	case capsule.BudgetTokens:
+		return capsule.BudgetWaveTokens
+	case capsule.BudgetDollars:
+		return capsule.BudgetWaveDollars
+	}
+	return ""
+}
+
+// Config configures a [Tracker].
+type Config struct {
+	// Bucket is the KV bucket holding the totals. Defaults to "SAGA_BUDGETS".
+	Bucket string
+	// Replicas is the bucket's replica count. Defaults to 1.
+	Replicas int
+	// Storage is the bucket's storage. Defaults to jetstream.FileStorage.
+	Storage jetstream.StorageType
+}
+
+func (c Config) withDefaults() Config {
+	if c.Bucket == "" {
+		c.Bucket = "SAGA_BUDGETS"
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Replicas < 1 {
+		return fmt.Errorf("budget: replicas must be at least 1, got %d", c.Replicas)
+	}
+	return nil
+}
+
+// Tracker keeps capsule and wave totals in the KV bucket. It is safe for
+// concurrent use, and any number of Trackers (in any number of processes) may
+// share a bucket.
+type Tracker struct {
+	kv jetstream.KeyValue
+}
+
+// New returns a Tracker on cfg.Bucket, creating the bucket or updating its
+// configuration as needed.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Tracker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      cfg.Bucket,
+		Description: "sagad capsule and wave budgets (Rule 16)",
+		History:     1,
+		Replicas:    cfg.Replicas,
+		Storage:     cfg.Storage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("budget: bucket %s: %w", cfg.Bucket, err)
+	}
+	return &Tracker{kv: kv}, nil
+}
+
+// Wave is a wave's budget: its caps (0 = none), what its capsules used in
+// total, and whether it is closed to new capsules.
+type Wave struct {
+	TokensCap  int64
+	DollarsCap float64
+	Used       capsule.Usage
+	Closed     bool
+}
+
+// ChargeResult is the outcome of [Tracker.Charge].
+type ChargeResult struct {
+	// Capsule is the capsule's total after the charge.
+	Capsule capsule.Usage
+	// Wave is the wave's total after the charge; zero without a wave.
+	Wave capsule.Usage
+	// Exceeded is the first cap crossed, in the order tokens, dollars,
+	// wave_tokens, wave_dollars; "" when within every cap.
+	Exceeded string
+}
+
+// record is the JSON value of a key.
+type record struct {
+	TokensCap  int64         `json:"tokens_cap"`
+	DollarsCap float64       `json:"dollars_cap"`
+	Used       capsule.Usage `json:"used"`
+	Closed     bool          `json:"closed"`
+	Applied    []string      `json:"applied,omitempty"`
+}
+
+func (r record) wave() Wave {
+	return Wave{TokensCap: r.TokensCap, DollarsCap: r.DollarsCap, Used: r.Used, Closed: r.Closed}
+}
+
+// appliedWindow is how many charge ids a record remembers.
+const appliedWindow = 32
+
+// apply adds the charge to r unless r already has it, and reports whether it
+// did.
+func (r *record) apply(chargeID string, u capsule.Usage) bool {
+	if slices.Contains(r.Applied, chargeID) {
+		return false
+	}
+	r.Used = r.Used.Add(u)
+	r.Applied = append(r.Applied, chargeID)
+	if n := len(r.Applied) - appliedWindow; n > 0 {
+		r.Applied = r.Applied[n:]
+	}
+	return true
+}
+
+func capsuleKey(id string) string { return "capsule." + id }
+
+func waveKey(id string) string { return "wave." + id }
+
+// Charge adds u to the capsule's total and, when waveID is not "", to the
+// wave's, and reports the new totals and the first cap crossed: the capsule's
+// caps (given, and stored with its total) or the wave's (from its record). The
+// usage is recorded even when it crosses a cap: it happened.
+//
+// chargeID makes Charge idempotent: a charge already applied is not added
+// again and Charge reports the totals as they stand.
+func (t *Tracker) Charge(ctx context.Context, capsuleID, waveID, chargeID string, caps capsule.Budget, u capsule.Usage) (ChargeResult, error) {
+	switch {
+	case capsuleID == "":
+		return ChargeResult{}, errors.New("budget: charge: empty capsule id")
+	case chargeID == "":
+		return ChargeResult{}, fmt.Errorf("budget: charge capsule %s: empty charge id", capsuleID)
+	case u.Tokens < 0 || !(u.Dollars >= 0):
+		return ChargeResult{}, fmt.Errorf("budget: charge %s: usage must be non-negative, got %+v", chargeID, u)
+	}
+	done, _, err := t.get(ctx, capsuleKey(capsuleID))
+	if err != nil {
+		return ChargeResult{}, fmt.Errorf("budget: charge %s: capsule %s: %w", chargeID, capsuleID, err)
+	}
+	var w record
+	if waveID != "" {
+		// A replay skips the wave write but still reports the wave's total.
+		change := func(r *record) bool { return r.apply(chargeID, u) }
+		if slices.Contains(done.Applied, chargeID) {
+			change = func(*record) bool { return false }
+		}
+		if w, err = t.update(ctx, waveKey(waveID), change); err != nil {
+			return ChargeResult{}, fmt.Errorf("budget: charge %s: wave %s: %w", chargeID, waveID, err)
+		}
+	}
+	c, err := t.update(ctx, capsuleKey(capsuleID), func(r *record) bool {
+		applied := r.apply(chargeID, u)
+		if !applied && r.TokensCap == caps.Tokens && r.DollarsCap == caps.Dollars {
+			return false
+		}
+		r.TokensCap, r.DollarsCap = caps.Tokens, caps.Dollars
+		return true
+	})
+	if err != nil {
+		return ChargeResult{}, fmt.Errorf("budget: charge %s: capsule %s: %w", chargeID, capsuleID, err)
+	}
+	res := ChargeResult{Capsule: c.Used, Wave: w.Used, Exceeded: Check(c.Used, caps)}
+	if res.Exceeded == "" && waveID != "" {
+		res.Exceeded = checkWave(w.wave())
+	}
+	return res, nil
+}
+
+// Used returns the capsule's total; zero for a capsule never charged.
+func (t *Tracker) Used(ctx context.Context, capsuleID string) (capsule.Usage, error) {
+	r, _, err := t.get(ctx, capsuleKey(capsuleID))
+	if err != nil {
+		return capsule.Usage{}, fmt.Errorf("budget: used by capsule %s: %w", capsuleID, err)
+	}
+	return r.Used, nil
+}
+
+// SetWave creates the wave or updates its caps (0 = none) and closed flag,
+// keeping its total.
+func (t *Tracker) SetWave(ctx context.Context, waveID string, tokensCap int64, dollarsCap float64, closed bool) error {
+	if tokensCap < 0 || !(dollarsCap >= 0) {
+		return fmt.Errorf("budget: set wave %s: caps must be non-negative, got %d tokens, %v dollars", waveID, tokensCap, dollarsCap)
+	}
+	_, err := t.update(ctx, waveKey(waveID), func(r *record) bool {
+		r.TokensCap, r.DollarsCap, r.Closed = tokensCap, dollarsCap, closed
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("budget: set wave %s: %w", waveID, err)
+	}
+	return nil
+}
+
+// Wave returns the wave's budget; ok is false if the wave was never set or
+// charged.
+func (t *Tracker) Wave(ctx context.Context, waveID string) (w Wave, ok bool, err error) {
+	r, rev, err := t.get(ctx, waveKey(waveID))
+	if err != nil {
+		return Wave{}, false, fmt.Errorf("budget: wave %s: %w", waveID, err)
+	}
+	return r.wave(), rev != 0, nil
+}
+
+// casAttempts bounds the compare-and-set retries of one write. Each retry
+// means another writer's charge went in, so running out takes this many
+// charges to one key landing during a single one.
+const casAttempts = 100
+
+// update applies change to key's record by compare-and-set, reading again
+// and reapplying it when another writer got in between, and returns the
+// record as stored. change reports whether it changed anything; if not,
+// nothing is written.
+func (t *Tracker) update(ctx context.Context, key string, change func(r *record) bool) (record, error) {
+	for attempt := range casAttempts {
+		r, rev, err := t.get(ctx, key)
+		if err != nil {
+			return record{}, err
+		}
+		if !change(&r) {
+			return r, nil
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return record{}, err
+		}
+		if rev == 0 {
+			_, err = t.kv.Create(ctx, key, b)
+		} else {
+			_, err = t.kv.Update(ctx, key, b, rev)
+		}
+		if !isConflict(err) {
+			return r, err
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return record{}, err
+		}
+	}
+	return record{}, fmt.Errorf("gave up after %d compare-and-set conflicts", casAttempts)
+}
+
+// backoff waits a random while, up to a few milliseconds growing with the
+// attempt, so that writers which just collided on a hot key (a busy wave) do
+// not all collide again at once.
+func backoff(ctx context.Context, attempt int) error {
+	timer := time.NewTimer(rand.N(time.Duration(min(attempt+1, 8)) * time.Millisecond))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+// get reads key's record and revision; a missing key is a zero record at
+// revision 0.
+func (t *Tracker) get(ctx context.Context, key string) (record, uint64, error) {
+	e, err := t.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return record{}, 0, nil
+	}
+	if err != nil {
+		return record{}, 0, err
+	}
+	var r record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return record{}, 0, fmt.Errorf("decode %s at revision %d: %w", key, e.Revision(), err)
+	}
+	return r, e.Revision(), nil
+}
+
+// isConflict reports whether err is a lost compare-and-set: the key changed
+// since it was read (Update) or appeared meanwhile (Create). Non-replicated
+// streams report both as code 10071, replicated ones as 10164.
+func isConflict(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}

@@ -1,0 +1,384 @@
+package locks
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrHeld is matched (errors.Is) by a [*HeldError]: a live lease of another
+// holder has the lock.
+var ErrHeld = errors.New("locks: held by another holder")
+
+// ErrNotHeld is returned by [Manager.Renew] for a lock the holder no longer
+// holds: it was released, or it expired and another holder took it over.
+var ErrNotHeld = errors.New("locks: not held by this holder")
+
+// HeldError reports the live lease that refused an acquisition.
+type HeldError struct {
+	Path      string
+	Holder    string
+	Owner     string
+	ExpiresAt time.Time
+}
+
+// Error names the path and its current holder.
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("locks: %q held by %s (owner %s) until %s",
+		e.Path, e.Holder, e.Owner, e.ExpiresAt.Format(time.RFC3339))
+}
+
+// Is makes errors.Is(err, ErrHeld) true for a *HeldError.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// AcquireError names the path [Manager.AcquireAll] failed on; it is what
+// EXECUTION reports as lock_acquisition_failed:<path>.
+type AcquireError struct {
+	Path string
+	Err  error
+}
+
+// Error names the path and the cause.
+func (e *AcquireError) Error() string {
+	return fmt.Sprintf("locks: acquire all: failed on %q: %v", e.Path, e.Err)
+}
+
+// Unwrap returns the cause, often a [*HeldError].
+func (e *AcquireError) Unwrap() error { return e.Err }
+
+// Config configures a [Manager].
+type Config struct {
+	// Bucket is the KV bucket holding the locks. Defaults to "SAGA_LOCKS".
+	Bucket string
+	// Lease is how long a lock lives without renewal. Defaults to 30s.
+	Lease time.Duration
+	// Owner identifies this sagad instance in the locks it writes.
+	// Defaults to "<hostname>/<pid>".
+	Owner string
+	// Replicas is the bucket's replica count. Defaults to 1.
+	Replicas int
+	// Storage is the bucket's storage. Defaults to jetstream.FileStorage.
+	Storage jetstream.StorageType
+	// Now is the clock leases are computed and checked with. Defaults to
+	// time.Now; tests set a fake one.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.Bucket == "" {
+		c.Bucket = "SAGA_LOCKS"
+	}
+	if c.Lease == 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		c.Owner = host + "/" + strconv.Itoa(os.Getpid())
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Lease <= 0 {
+		return fmt.Errorf("locks: lease must be positive, got %s", c.Lease)
+	}
+	if c.Replicas < 1 {
+		return fmt.Errorf("locks: replicas must be at least 1, got %d", c.Replicas)
+	}
+	return nil
+}
+
+// Manager takes, renews and releases locks in the KV bucket. It is safe for
+// concurrent use, and any number of Managers (in any number of processes) may
+// share a bucket.
+type Manager struct {
+	kv  jetstream.KeyValue
+	cfg Config
+}
+
+// New returns a Manager on cfg.Bucket, creating the bucket or updating its
+// configuration as needed.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Manager, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      cfg.Bucket,
+		Description: "sagad resource locks (Rule 17)",
+		History:     1,
+		Replicas:    cfg.Replicas,
+		Storage:     cfg.Storage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("locks: bucket %s: %w", cfg.Bucket, err)
+	}
+	return &Manager{kv: kv, cfg: cfg}, nil
+}
+
+// Key returns the KV key of path's lock: the lowercase hex SHA-256 of path.
+func Key(path string) string {
+	sum := sha256.Sum256([]byte(path))
+	return hex.EncodeToString(sum[:])
+}
+
+// lease is the JSON value of a lock.
+type lease struct {
+	Path       string    `json:"path"`
+	Holder     string    `json:"holder"`
+	Owner      string    `json:"owner"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// live reports whether l still holds its lock at now.
+func (l *lease) live(now time.Time) bool { return !l.ExpiresAt.Before(now) }
+
+// TryAcquire takes the lock on path for holder, or renews it if holder
+// already holds it, so a redelivered capsule re-acquiring its own lock
+// succeeds. A lock whose lease has expired is taken over. If another holder's
+// lease is live it fails with a [*HeldError] naming that holder.
+func (m *Manager) TryAcquire(ctx context.Context, path, holder string) error {
+	if err := checkArgs(path, holder); err != nil {
+		return err
+	}
+	err := m.mutate(ctx, path, func(cur *lease, now time.Time) (*lease, error) {
+		next := &lease{Path: path, Holder: holder, Owner: m.cfg.Owner, AcquiredAt: now, ExpiresAt: now.Add(m.cfg.Lease)}
+		switch {
+		case cur == nil:
+		case cur.Holder == holder:
+			next.AcquiredAt = cur.AcquiredAt
+		case cur.live(now):
+			return nil, &HeldError{Path: path, Holder: cur.Holder, Owner: cur.Owner, ExpiresAt: cur.ExpiresAt}
+		}
+		return next, nil
+	})
+	if err != nil && !errors.Is(err, ErrHeld) {
+		return fmt.Errorf("locks: acquire %q: %w", path, err)
+	}
+	return err
+}
+
+// AcquireAll takes every lock in paths for holder, all or nothing. It takes
+// them in sorted order without duplicates, so two capsules needing
+// overlapping sets cannot each hold a part the other waits for. On the first
+// failure it releases every lock of holder among paths (including ones it held
+// before the call: the caller is giving up on all of them) and returns an
+// [*AcquireError] naming the path that failed.
+func (m *Manager) AcquireAll(ctx context.Context, paths []string, holder string) error {
+	for _, path := range sortedUnique(paths) {
+		if err := m.TryAcquire(ctx, path, holder); err != nil {
+			return m.abandon(ctx, paths, holder, &AcquireError{Path: path, Err: err})
+		}
+	}
+	return nil
+}
+
+// releaseTimeout bounds the cleanup of a failed AcquireAll.
+const releaseTimeout = 5 * time.Second
+
+// abandon releases holder's locks among paths after a failed AcquireAll and
+// returns cause, joined with any release error. It releases even when ctx is
+// what failed: leaving the locks to expire would block other capsules for a
+// whole lease for nothing.
+func (m *Manager) abandon(ctx context.Context, paths []string, holder string, cause error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if err := m.ReleaseAll(ctx, paths, holder); err != nil {
+		return errors.Join(cause, err)
+	}
+	return cause
+}
+
+// Release deletes the lock on path if holder holds it (even if its lease has
+// expired and nobody took it over yet). Releasing a lock that is free or held
+// by another holder is a no-op, so Release is idempotent.
+func (m *Manager) Release(ctx context.Context, path, holder string) error {
+	if err := checkArgs(path, holder); err != nil {
+		return err
+	}
+	err := m.mutate(ctx, path, func(cur *lease, _ time.Time) (*lease, error) {
+		if cur == nil || cur.Holder != holder {
+			return cur, nil
+		}
+		return nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("locks: release %q: %w", path, err)
+	}
+	return nil
+}
+
+// ReleaseAll releases every lock in paths that holder holds. It tries them
+// all and returns the errors joined.
+func (m *Manager) ReleaseAll(ctx context.Context, paths []string, holder string) error {
+	var errs []error
+	for _, path := range sortedUnique(paths) {
+		errs = append(errs, m.Release(ctx, path, holder))
+	}
+	return errors.Join(errs...)
+}
+
+// Renew extends the lease of every lock in paths to now plus the lease, for
+// executions that outlast it. It renews all it can and returns the errors
+// joined; a lock holder no longer holds fails with [ErrNotHeld] (and
+// [*HeldError] if another holder took it over) and is not taken back.
+func (m *Manager) Renew(ctx context.Context, paths []string, holder string) error {
+	var errs []error
+	for _, path := range sortedUnique(paths) {
+		if err := checkArgs(path, holder); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		err := m.mutate(ctx, path, func(cur *lease, now time.Time) (*lease, error) {
+			switch {
+			case cur == nil:
+				return nil, ErrNotHeld
+			case cur.Holder != holder:
+				return nil, fmt.Errorf("%w: %w", ErrNotHeld, &HeldError{Path: path, Holder: cur.Holder, Owner: cur.Owner, ExpiresAt: cur.ExpiresAt})
+			}
+			next := *cur
+			next.Owner = m.cfg.Owner
+			next.ExpiresAt = now.Add(m.cfg.Lease)
+			return &next, nil
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("locks: renew %q: %w", path, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Holder returns the holder of path's lock, or "" if it is free or its lease
+// has expired.
+func (m *Manager) Holder(ctx context.Context, path string) (string, error) {
+	cur, _, err := m.get(ctx, path)
+	if err != nil {
+		return "", fmt.Errorf("locks: holder of %q: %w", path, err)
+	}
+	if cur == nil || !cur.live(m.cfg.Now()) {
+		return "", nil
+	}
+	return cur.Holder, nil
+}
+
+// Available reports whether holder could take path's lock now: it is free,
+// expired or already holder's. RECEPTION halts with lock_unavailable:<path>
+// when it is not. The answer can change at once; only [Manager.TryAcquire]
+// decides.
+func (m *Manager) Available(ctx context.Context, path, holder string) (bool, error) {
+	h, err := m.Holder(ctx, path)
+	if err != nil {
+		return false, err
+	}
+	return h == "" || h == holder, nil
+}
+
+// casAttempts bounds the compare-and-set retries of one write. Each retry
+// means another writer changed the lock in between, so running out takes
+// sustained contention on one path.
+const casAttempts = 10
+
+// mutate is the compare-and-set loop every write goes through. It reads the
+// lock (nil if free), asks decide what it should become and writes that only
+// if the lock is still at the revision read, reading again when another
+// writer got in between. decide returns the lease to store, nil to delete the
+// lock, cur itself to leave it as it is, or an error to stop with.
+func (m *Manager) mutate(ctx context.Context, path string, decide func(cur *lease, now time.Time) (*lease, error)) error {
+	key := Key(path)
+	for range casAttempts {
+		cur, rev, err := m.get(ctx, path)
+		if err != nil {
+			return err
+		}
+		next, err := decide(cur, m.cfg.Now())
+		if err != nil || next == cur {
+			return err
+		}
+		switch {
+		case next == nil:
+			err = m.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+		case cur == nil:
+			var b []byte
+			if b, err = json.Marshal(next); err == nil {
+				// Create also succeeds over a delete marker, by a
+				// compare-and-set on the marker's revision.
+				_, err = m.kv.Create(ctx, key, b)
+			}
+		default:
+			var b []byte
+			if b, err = json.Marshal(next); err == nil {
+				_, err = m.kv.Update(ctx, key, b, rev)
+			}
+		}
+		if !isConflict(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("gave up after %d compare-and-set conflicts", casAttempts)
+}
+
+// get reads path's lock and its revision; a free lock is (nil, 0, nil).
+func (m *Manager) get(ctx context.Context, path string) (*lease, uint64, error) {
+	e, err := m.kv.Get(ctx, Key(path))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	var l lease
+	if err := json.Unmarshal(e.Value(), &l); err != nil {
+		return nil, 0, fmt.Errorf("decode lock at revision %d: %w", e.Revision(), err)
+	}
+	if l.Path != path {
+		return nil, 0, fmt.Errorf("key %s holds the lock of %q", e.Key(), l.Path)
+	}
+	return &l, e.Revision(), nil
+}
+
+// isConflict reports whether err is a lost compare-and-set: the key changed
+// since it was read (Update, Delete) or appeared meanwhile (Create).
+// Non-replicated streams report both as code 10071, replicated ones as 10164.
+func isConflict(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+func checkArgs(path, holder string) error {
+	switch {
+	case path == "":
+		return errors.New("locks: empty path")
+	case holder == "":
+		return fmt.Errorf("locks: %q: empty holder", path)
+	}
+	return nil
+}
+
+// sortedUnique returns paths sorted without duplicates, leaving paths as is.
+func sortedUnique(paths []string) []string {
+	return slices.Compact(slices.Sorted(slices.Values(paths)))
+}

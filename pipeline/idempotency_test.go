@@ -1,0 +1,300 @@
+package pipeline_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/pipeline"
+)
+
+func countEvents(t *testing.T, f *fixture, id string) map[capsule.EventKind]int {
+	t.Helper()
+	events, err := f.client.History(context.Background(), id)
+	require.NoError(t, err)
+	kinds := map[capsule.EventKind]int{}
+	for _, e := range events {
+		kinds[e.Kind]++
+	}
+	return kinds
+}
+
+func countOutcomes(t *testing.T, f *fixture) uint64 {
+	t.Helper()
+	str, err := f.js.Stream(context.Background(), pipeline.OutcomesStream)
+	require.NoError(t, err)
+	info, err := str.Info(context.Background())
+	require.NoError(t, err)
+	return info.State.Msgs
+}
+
+// TestPublishedTwiceRunsOnce: the same capsule published twice (before and
+// after it completed) runs once.
+func TestPublishedTwiceRunsOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	raw := capsuletest.New().Sealed(t)
+	doc := capsuletest.Doc{}
+	_ = doc
+	id := idOf(t, raw)
+	f.publish(t, raw)
+	f.publish(t, raw)
+	s := f.wait(t, id)
+	require.Equal(t, capsule.Completed, s.State)
+	f.publish(t, raw)
+	natstest.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		return countEvents(t, f, id)[capsule.EventDuplicateIgnored] == 2
+	}, "two duplicate_ignored events")
+	require.Equal(t, int64(1), f.executed.Load())
+	s, err := f.client.Status(context.Background(), id)
+	require.NoError(t, err)
+	require.Len(t, s.History, 7)
+	require.EqualValues(t, 1, countOutcomes(t, f))
+}
+
+// TestSameIDOtherContentIsRefused: a second, different capsule under a taken
+// id is kept under its own key and refused by Rule 2; the first is untouched.
+func TestSameIDOtherContentIsRefused(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	first := capsuletest.New()
+	f.publish(t, first.Sealed(t))
+	require.Equal(t, capsule.Completed, f.wait(t, first.ID()).State)
+	second := first.Set("task.title", "Something else")
+	f.publish(t, second.Sealed(t))
+	var other pipeline.Status
+	natstest.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		list, err := f.client.List(context.Background(), capsule.Halted)
+		if err != nil || len(list) != 1 {
+			return false
+		}
+		other = list[0]
+		return true
+	}, "the second capsule halts")
+	require.Equal(t, "absolute_rules_violated:[2]", other.HaltReason)
+	require.Equal(t, first.ID(), other.CapsuleID)
+	require.NotEqual(t, first.ID(), other.Key)
+	s, err := f.client.Status(context.Background(), first.ID())
+	require.NoError(t, err)
+	require.Equal(t, capsule.Completed, s.State)
+}
+
+// TestRedeliveryOfRecordedTransition: a phase message delivered again after its
+// transition was recorded re-emits (de-duplicated) effects and changes nothing.
+func TestRedeliveryOfRecordedTransition(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	doc := capsuletest.New()
+	raw := doc.Sealed(t)
+	f.publish(t, raw)
+	require.Equal(t, capsule.Completed, f.wait(t, doc.ID()).State)
+	before := countEvents(t, f, doc.ID())
+
+	for ph := 1; ph <= 6; ph++ {
+		cycle := 0
+		if ph >= 4 {
+			cycle = 1
+		}
+		m := nats.NewMsg("saga.phase." + strconv.Itoa(ph))
+		m.Data = raw
+		m.Header.Set(pipeline.HeaderKey, doc.ID())
+		m.Header.Set(pipeline.HeaderCycle, strconv.Itoa(cycle))
+		_, err := f.js.PublishMsg(context.Background(), m)
+		require.NoError(t, err)
+	}
+	waitDrained(t, f)
+	require.Equal(t, int64(1), f.executed.Load())
+	s, err := f.client.Status(context.Background(), doc.ID())
+	require.NoError(t, err)
+	require.Len(t, s.History, 7)
+	require.Equal(t, before, countEvents(t, f, doc.ID()))
+	require.EqualValues(t, 1, countOutcomes(t, f))
+}
+
+// TestDuplicateDeliveryDuringExecution: the same EXECUTION message delivered
+// twice while the executor runs: the executor runs once, history once.
+func TestDuplicateDeliveryDuringExecution(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	doc := f.own(t, capsuletest.New().Set("task.kind", "slow"))
+	raw := doc.Sealed(t)
+	f.publish(t, raw)
+	eventuallyExecuted(t, f, 1)
+
+	m := nats.NewMsg("saga.phase.4")
+	m.Data = raw
+	m.Header.Set(pipeline.HeaderKey, doc.ID())
+	m.Header.Set(pipeline.HeaderCycle, "1")
+	_, err := f.js.PublishMsg(context.Background(), m)
+	require.NoError(t, err)
+	// Let the duplicate be tried (and refused by the claim) at least once.
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		return consumerDelivered(t, f, 4) >= 2
+	}, "duplicate delivered")
+	f.gate <- struct{}{}
+	s := f.wait(t, doc.ID())
+	require.Equal(t, capsule.Completed, s.State)
+	waitDrained(t, f)
+	require.Equal(t, int64(1), f.executed.Load())
+	require.Len(t, s.History, 7)
+}
+
+// TestCrashMidExecutionFinishesOnce: a sagad that dies (its connection gone,
+// nothing acked) while running an executor; another sagad takes the capsule
+// over after the claim lease and it completes exactly once, with the retried
+// call carrying the same idempotency key.
+func TestCrashMidExecutionFinishesOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	// The dying instance: its own connection, a blocking executor.
+	nc, err := nats.Connect(f.srv.ClientURL())
+	require.NoError(t, err)
+	js := mustJS(t, nc)
+	var keys sync.Map
+	dyingRuns := new(atomic.Int64)
+	reg := executors.NewRegistry()
+	block := make(chan struct{})
+	t.Cleanup(func() { close(block) })
+	reg.RegisterExecutor("crashy", recordKey{n: dyingRuns, keys: &keys, block: block})
+	cfg := testConfig(t, f.workspace, reg)
+	cfg.Rules.ExecutorKinds = []string{"crashy", "stub", "slow"}
+	dying, err := pipeline.New(context.Background(), js, cfg)
+	require.NoError(t, err)
+	require.NoError(t, dying.Start(context.Background()))
+
+	// The surviving instance serves "crashy" without blocking.
+	f.cfg.Executors.RegisterExecutor("crashy", recordKey{n: f.executed, keys: &keys})
+
+	doc := f.own(t, capsuletest.New().Set("task.kind", "crashy"))
+	// Only the dying instance may take phases until it dies: stop the
+	// fixture's pipeline first, start a new survivor afterwards.
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	f.pipe.Stop(stopCtx)
+	cancel()
+	f.publish(t, doc.Sealed(t))
+	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool { return dyingRuns.Load() == 1 }, "dying instance runs the executor")
+
+	nc.Close() // kill -9, as far as NATS can tell: no ack, no nak, no release
+
+	survivorCfg := f.cfg
+	survivorCfg.Rules.ExecutorKinds = []string{"crashy", "stub", "slow"}
+	f.start(t, survivorCfg)
+	s := f.wait(t, doc.ID())
+	require.Equal(t, capsule.Completed, s.State, s.HaltReason)
+	require.Len(t, s.History, 7)
+	require.Equal(t, int64(1), f.executed.Load(), "survivor ran the cycle once")
+	k1, _ := keys.Load("first")
+	k2, _ := keys.Load("last")
+	require.Equal(t, k1, k2)
+	require.EqualValues(t, 1, countOutcomes(t, f))
+	require.Equal(t, 1, countEvents(t, f, doc.ID())[capsule.EventCompleted])
+}
+
+// TestTwoInstancesRace: two sagads on one NATS system share the work; every
+// capsule completes exactly once.
+func TestTwoInstancesRace(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	nc, err := nats.Connect(f.srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js := mustJS(t, nc)
+	second, err := pipeline.New(context.Background(), js, f.cfg)
+	require.NoError(t, err)
+	require.NoError(t, second.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		second.Stop(ctx)
+	})
+	const n = 60
+	ids := make([]string, n)
+	for i := range ids {
+		d := f.own(t, capsuletest.New())
+		if i%3 == 0 {
+			d = d.Stub(map[string]any{"reviews": []any{"CHANGES_REQUESTED"}})
+		}
+		ids[i] = d.ID()
+		f.publish(t, d.Sealed(t))
+	}
+	cycles := 0
+	for i, id := range ids {
+		s := f.wait(t, id)
+		require.Equal(t, capsule.Completed, s.State, s.HaltReason)
+		cycles += s.CyclesUsed
+		want := 7
+		if i%3 == 0 {
+			want = 9
+		}
+		require.Len(t, s.History, want)
+	}
+	require.Equal(t, int64(cycles), f.executed.Load())
+	require.EqualValues(t, n, countOutcomes(t, f))
+}
+
+type recordKey struct {
+	n     *atomic.Int64
+	keys  *sync.Map
+	block chan struct{}
+}
+
+func (r recordKey) Execute(ctx context.Context, req executors.Request) (executors.Result, error) {
+	r.n.Add(1)
+	r.keys.LoadOrStore("first", req.IdempotencyKey)
+	r.keys.Store("last", req.IdempotencyKey)
+	if r.block != nil {
+		<-r.block // ignores ctx on purpose: a hung process
+	}
+	return executors.Stub{}.Execute(ctx, req)
+}
+
+func mustJS(t *testing.T, nc *nats.Conn) jetstreamJS {
+	t.Helper()
+	js, err := newJS(nc)
+	require.NoError(t, err)
+	return js
+}
+
+func consumerDelivered(t *testing.T, f *fixture, ph int) uint64 {
+	t.Helper()
+	cons, err := f.js.Consumer(context.Background(), pipeline.PhaseStream(capsule.Phase(ph)), pipeline.ConsumerName(capsule.Phase(ph)))
+	require.NoError(t, err)
+	info, err := cons.Info(context.Background())
+	require.NoError(t, err)
+	return info.Delivered.Consumer
+}
+
+// waitDrained waits until no phase has pending or unacknowledged messages.
+func waitDrained(t *testing.T, f *fixture) {
+	t.Helper()
+	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		for ph := capsule.Phase(0); ph < capsule.NumPhases; ph++ {
+			cons, err := f.js.Consumer(context.Background(), pipeline.PhaseStream(ph), pipeline.ConsumerName(ph))
+			if err != nil {
+				return false
+			}
+			info, err := cons.Info(context.Background())
+			if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
+				return false
+			}
+		}
+		return true
+	}, "phases drained")
+}
+
+func idOf(t *testing.T, raw []byte) string {
+	t.Helper()
+	c, err := decodeCapsule(raw)
+	require.NoError(t, err)
+	return c.CapsuleID
+}

@@ -1,0 +1,232 @@
+package pipeline_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/pipeline"
+)
+
+// TestPaths drives every scripted path of the saga through a real pipeline
+// and checks the exact halt reason, cycles used and executor runs.
+func TestPaths(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	type tc struct {
+		name     string
+		doc      func() capsuletest.Doc
+		state    capsule.State
+		reason   string
+		cycles   int
+		outcomes []string
+	}
+	b := func() capsuletest.Doc { return f.own(t, capsuletest.New()) }
+	cases := []tc{
+		{
+			name: "changes requested then approved",
+			doc: func() capsuletest.Doc {
+				return b().Stub(map[string]any{"reviews": []any{"CHANGES_REQUESTED", "APPROVED"}})
+			},
+			state:  capsule.Completed,
+			cycles: 2,
+			outcomes: []string{"RECEPTION/passed", "REALITY_ANCHOR/passed", "PLANNING/passed", "AUTOMATED_GATES/passed",
+				"EXECUTION/passed", "REVIEW/looped_back", "EXECUTION/passed", "REVIEW/passed", "HANDOFF/completed"},
+		},
+		{
+			name: "three changes requested exceed the cycles",
+			doc: func() capsuletest.Doc {
+				return b().Stub(map[string]any{"reviews": []any{"CHANGES_REQUESTED", "CHANGES_REQUESTED", "CHANGES_REQUESTED"}})
+			},
+			state: capsule.Halted, reason: "max_cycles_exceeded:3", cycles: 3,
+		},
+		{
+			name:  "rejected halts at once",
+			doc:   func() capsuletest.Doc { return b().Stub(map[string]any{"reviews": []any{"REJECTED"}}) },
+			state: capsule.Halted, reason: "review_rejected_terminal", cycles: 1,
+		},
+		{
+			name:  "executor failure",
+			doc:   func() capsuletest.Doc { return b().Stub(map[string]any{"fail": "model refused"}) },
+			state: capsule.Halted, reason: "executor_failed:model refused", cycles: 1,
+		},
+		{
+			name: "token budget exceeded",
+			doc: func() capsuletest.Doc {
+				return b().Stub(map[string]any{"usage": map[string]any{"tokens": 20000, "dollars": 0.1}})
+			},
+			state: capsule.Halted, reason: "budget_exceeded:tokens", cycles: 1,
+		},
+		{
+			name: "dollar budget exceeded",
+			doc: func() capsuletest.Doc {
+				return b().Stub(map[string]any{"usage": map[string]any{"tokens": 10, "dollars": 9.5}})
+			},
+			state: capsule.Halted, reason: "budget_exceeded:dollars", cycles: 1,
+		},
+		{
+			name:  "context ref missing",
+			doc:   func() capsuletest.Doc { return b().Set("context_refs", []any{"file:go.mod", "file:nope.txt"}) },
+			state: capsule.Halted, reason: "context_ref_missing:file:nope.txt",
+		},
+		{
+			name:  "context ref escaping the workspace",
+			doc:   func() capsuletest.Doc { return b().Set("context_refs", []any{"file:../../etc/passwd"}) },
+			state: capsule.Halted, reason: "context_ref_missing:file:../../etc/passwd",
+		},
+		{
+			name:  "target missing",
+			doc:   func() capsuletest.Doc { return b().Set("target", "kv:NOPE/key") },
+			state: capsule.Halted, reason: "target_missing:kv:NOPE/key",
+		},
+		{
+			name: "spec not approved",
+			doc: func() capsuletest.Doc {
+				return b().Set("spec", map[string]any{"approved": false, "acceptance_criteria": []any{"x"}})
+			},
+			state: capsule.Halted, reason: "spec_not_approved:[approved, approved_by, approved_at, problem_statement, definition_of_done]",
+		},
+		{
+			name: "absolute rules",
+			doc: func() capsuletest.Doc {
+				return b().Set("spec.approved_by", "agent-coder-1").Set("constraints.destructive", true)
+			},
+			state: capsule.Halted, reason: "absolute_rules_violated:[4, 11]",
+		},
+		{
+			name: "deadline in past",
+			doc: func() capsuletest.Doc {
+				return b().Set("deadline", time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))
+			},
+			state: capsule.Halted, reason: "deadline_in_past",
+		},
+		{
+			name:  "budget tokens non positive",
+			doc:   func() capsuletest.Doc { return b().Set("budget.tokens", 0) },
+			state: capsule.Halted, reason: "budget_tokens_non_positive",
+		},
+		{
+			name:  "schema invalid",
+			doc:   func() capsuletest.Doc { return b().Delete("target").Set("budget.tokens", "many") },
+			state: capsule.Halted, reason: "schema_invalid:/budget/tokens,/target",
+		},
+		{
+			name:  "unsupported version",
+			doc:   func() capsuletest.Doc { return b().Set("schema_version", "2.0") },
+			state: capsule.Halted, reason: "unsupported_schema_version:2.0",
+		},
+	}
+	ids := make([]string, len(cases))
+	for i, c := range cases {
+		d := c.doc()
+		ids[i] = d.ID()
+		f.publish(t, d.Sealed(t))
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := f.wait(t, ids[i])
+			require.Equal(t, c.state, s.State)
+			require.Equal(t, c.reason, s.HaltReason)
+			require.Equal(t, c.cycles, s.CyclesUsed)
+			if c.outcomes != nil {
+				require.Equal(t, c.outcomes, outcomes(s.History))
+			}
+		})
+	}
+}
+
+func TestIntegrityMismatch(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	doc := capsuletest.New()
+	raw := strings.Replace(string(doc.Sealed(t)), "Touch the README", "Touch the README!", 1)
+	f.publish(t, []byte(raw))
+	s := f.wait(t, doc.ID())
+	require.Equal(t, "integrity_mismatch", s.HaltReason)
+}
+
+func TestLockUnavailableAtReception(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	// A capsule parked in EXECUTION holds README.md; a second one wanting it
+	// at reception is refused.
+	t.Cleanup(func() { close(f.gate) })
+	first := capsuletest.New().Set("task.kind", "slow")
+	f.publish(t, first.Sealed(t))
+	eventuallyExecuted(t, f, 1)
+	second := capsuletest.New()
+	f.publish(t, second.Sealed(t))
+	s := f.wait(t, second.ID())
+	require.Equal(t, "lock_unavailable:README.md", s.HaltReason)
+}
+
+func eventuallyExecuted(t *testing.T, f *fixture, n int64) {
+	t.Helper()
+	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool { return f.executed.Load() >= n },
+		"executor ran %d times, want %d", f.executed.Load(), n)
+}
+
+// TestBadInputIsKept: bytes that are no capsule end halted with a specific
+// reason, are listed, and their original bytes are on the outcome stream.
+func TestBadInputIsKept(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	cases := map[string]string{
+		"not json":  "this is not json",
+		"array":     `[1,2,3]`,
+		"oversized": `{"x":"` + strings.Repeat("a", 600*1024) + `"}`,
+		"truncated": `{"capsule_id": "abc"`,
+	}
+	want := map[string]string{
+		"not json":  "not_json",
+		"array":     "not_json",
+		"oversized": "capsule_too_large:",
+		"truncated": "not_json",
+	}
+	for name, body := range cases {
+		_, err := f.client.Publish(context.Background(), []byte(body), "")
+		require.NoError(t, err, name)
+	}
+	var halted []pipeline.Status
+	require.Eventually(t, func() bool {
+		var err error
+		halted, err = f.client.List(context.Background(), capsule.Halted)
+		return err == nil && len(halted) == len(cases)
+	}, 20*time.Second, 20*time.Millisecond)
+	reasons := map[string]bool{}
+	for _, s := range halted {
+		require.True(t, strings.HasPrefix(s.Key, "x-"), s.Key)
+		reasons[s.HaltReason] = true
+	}
+	for name, r := range want {
+		found := false
+		for got := range reasons {
+			if strings.HasPrefix(got, r) {
+				found = true
+			}
+		}
+		require.True(t, found, "%s: want a halt starting with %q in %v", name, r, reasons)
+	}
+
+	// The original bytes are kept on the outcome stream.
+	str, err := f.js.Stream(context.Background(), pipeline.OutcomesStream)
+	require.NoError(t, err)
+	info, err := str.Info(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, len(cases), info.State.Msgs)
+	seen := map[string]bool{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := str.GetMsg(context.Background(), seq)
+		require.NoError(t, err)
+		seen[string(m.Data)] = true
+	}
+	for name, body := range cases {
+		require.True(t, seen[body], "%s: original bytes not kept", name)
+	}
+}

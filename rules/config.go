@@ -1,0 +1,218 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Config holds the parameters of the absolute rules. The zero value is the
+// default constitution: call [Config.WithDefaults] (Evaluate does) and then
+// [Config.Validate] once at start-up.
+//
+// A nil slice means "use the default"; a non-nil empty slice means "none"
+// where that makes sense (DenyPaths, DestructiveKinds, AgentRegistry).
+type Config struct {
+	// SupportedMajors are the schema_version majors accepted (Rule 1).
+	// Defaults to [1].
+	SupportedMajors []int
+
+	// AgentRegistry lists the known producer agent ids (Rule 3). When empty,
+	// any well-formed id is accepted. Defaults to empty (no registry).
+	AgentRegistry []string
+
+	// DenyPaths is the global deny list no target or lock may lie inside
+	// (Rule 6), matched by whole path segments, ignoring case. Defaults to
+	// [".git", ".env", "secrets"].
+	DenyPaths []string
+
+	// MaxCapsuleBytes bounds the capsule's size as received (Rule 10).
+	// Defaults to 131072 (128 KiB).
+	MaxCapsuleBytes int
+
+	// MaxContextRefs bounds len(context_refs) (Rule 10). Defaults to 64.
+	MaxContextRefs int
+
+	// MaxAcceptanceCriteria bounds len(spec.acceptance_criteria) (Rule 10).
+	// Defaults to 64.
+	MaxAcceptanceCriteria int
+
+	// MaxLocks bounds len(constraints.resource_locks_required) (Rule 10).
+	// Defaults to 32.
+	MaxLocks int
+
+	// DestructiveKinds are task kinds that need review.operator_gate whatever
+	// constraints.destructive says (Rule 11). Defaults to
+	// ["delete", "migrate", "deploy"].
+	DestructiveKinds []string
+
+	// Horizon is the longest allowed span from created_at to deadline
+	// (Rule 14). Defaults to 7 days.
+	Horizon time.Duration
+
+	// MaxTokens is the per-capsule ceiling on budget.tokens (Rule 18).
+	// Defaults to 10,000,000.
+	MaxTokens int64
+
+	// MaxDollars is the per-capsule ceiling on budget.dollars (Rule 18).
+	// Defaults to 1000.
+	MaxDollars float64
+
+	// AllowedSchemes are the ref schemes context refs and the target may use
+	// (Rule 23), compared exactly. Defaults to ["artifact", "file", "kv"].
+	AllowedSchemes []string
+
+	// ExecutorKinds are the task kinds an executor is configured for
+	// (Rule 22). Defaults to ["stub"].
+	ExecutorKinds []string
+}
+
+// Defaults of [Config].
+const (
+	defaultMaxCapsuleBytes       = 128 << 10
+	defaultMaxContextRefs        = 64
+	defaultMaxAcceptanceCriteria = 64
+	defaultMaxLocks              = 32
+	defaultHorizon               = 7 * 24 * time.Hour
+	defaultMaxTokens             = 10_000_000
+	defaultMaxDollars            = 1000
+)
+
+// Default lists; WithDefaults copies them so callers can never alias them.
+var (
+	defaultSupportedMajors  = []int{1}
+	defaultDenyPaths        = []string{".git", ".env", "secrets"}
+	defaultDestructiveKinds = []string{"delete", "migrate", "deploy"}
+	defaultAllowedSchemes   = []string{"artifact", "file", "kv"}
+	defaultExecutorKinds    = []string{"stub"}
+)
+
+// WithDefaults returns a copy of c with every unset field at its default.
+// It is idempotent, and the result shares no slice with c or the defaults.
+func (c Config) WithDefaults() Config {
+	orDefault := func(s, d []string) []string {
+		if s == nil {
+			return slices.Clone(d)
+		}
+		return slices.Clone(s)
+	}
+	if c.SupportedMajors == nil {
+		c.SupportedMajors = slices.Clone(defaultSupportedMajors)
+	} else {
+		c.SupportedMajors = slices.Clone(c.SupportedMajors)
+	}
+	c.AgentRegistry = slices.Clone(c.AgentRegistry)
+	c.DenyPaths = orDefault(c.DenyPaths, defaultDenyPaths)
+	c.DestructiveKinds = orDefault(c.DestructiveKinds, defaultDestructiveKinds)
+	c.AllowedSchemes = orDefault(c.AllowedSchemes, defaultAllowedSchemes)
+	c.ExecutorKinds = orDefault(c.ExecutorKinds, defaultExecutorKinds)
+	if c.MaxCapsuleBytes == 0 {
+		c.MaxCapsuleBytes = defaultMaxCapsuleBytes
+	}
+	if c.MaxContextRefs == 0 {
+		c.MaxContextRefs = defaultMaxContextRefs
+	}
+	if c.MaxAcceptanceCriteria == 0 {
+		c.MaxAcceptanceCriteria = defaultMaxAcceptanceCriteria
+	}
+	if c.MaxLocks == 0 {
+		c.MaxLocks = defaultMaxLocks
+	}
+	if c.Horizon == 0 {
+		c.Horizon = defaultHorizon
+	}
+	if c.MaxTokens == 0 {
+		c.MaxTokens = defaultMaxTokens
+	}
+	if c.MaxDollars == 0 {
+		c.MaxDollars = defaultMaxDollars
+	}
+	return c
+}
+
+// ErrInvalidConfig is wrapped by every error [Config.Validate] returns.
+var ErrInvalidConfig = errors.New("rules: invalid config")
+
+// agentIDPattern is the producer/reviewer agent id format (Rule 3).
+var agentIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$`)
+
+// ValidAgentID reports whether id has the agent id format of Rule 3:
+// a letter or digit, then up to 127 letters, digits or "_.:@-".
+func ValidAgentID(id string) bool { return agentIDPattern.MatchString(id) }
+
+// Validate reports every problem of c (after defaults) at once, each wrapping
+// [ErrInvalidConfig]. Call it on c.WithDefaults(); zero numeric fields of an
+// un-defaulted config are reported as out of range.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if len(c.SupportedMajors) == 0 {
+		bad("supported majors: at least one is required")
+	}
+	for i, m := range c.SupportedMajors {
+		if m < 0 {
+			bad("supported majors[%d]: %d is negative", i, m)
+		}
+	}
+	for i, id := range c.AgentRegistry {
+		if !ValidAgentID(id) {
+			bad("agent registry[%d]: %q is not a valid agent id", i, id)
+		}
+	}
+	for i, p := range c.DenyPaths {
+		if err := CheckPath(p); err != nil {
+			bad("deny paths[%d]: %v", i, err)
+		}
+	}
+	positive := []struct {
+		name string
+		v    int
+	}{
+		{"max capsule bytes", c.MaxCapsuleBytes},
+		{"max context refs", c.MaxContextRefs},
+		{"max acceptance criteria", c.MaxAcceptanceCriteria},
+		{"max locks", c.MaxLocks},
+	}
+	for _, p := range positive {
+		if p.v <= 0 {
+			bad("%s: %d must be positive", p.name, p.v)
+		}
+	}
+	for i, k := range c.DestructiveKinds {
+		if strings.TrimSpace(k) == "" {
+			bad("destructive kinds[%d]: blank", i)
+		}
+	}
+	if c.Horizon <= 0 {
+		bad("horizon: %s must be positive", c.Horizon)
+	}
+	if c.MaxTokens <= 0 {
+		bad("max tokens: %d must be positive", c.MaxTokens)
+	}
+	if !(c.MaxDollars > 0) || math.IsInf(c.MaxDollars, 0) {
+		bad("max dollars: %v must be positive and finite", c.MaxDollars)
+	}
+	if len(c.AllowedSchemes) == 0 {
+		bad("allowed schemes: at least one is required")
+	}
+	for i, s := range c.AllowedSchemes {
+		if !validScheme(s) {
+			bad("allowed schemes[%d]: %q is not a URI scheme", i, s)
+		}
+	}
+	if len(c.ExecutorKinds) == 0 {
+		bad("executor kinds: at least one is required")
+	}
+	for i, k := range c.ExecutorKinds {
+		if strings.TrimSpace(k) == "" {
+			bad("executor kinds[%d]: blank", i)
+		}
+	}
+	return errors.Join(errs...)
+}

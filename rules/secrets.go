@@ -1,0 +1,229 @@
+package rules
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+// secretPattern is one kind of credential-like text Rule 9 looks for.
+type secretPattern struct {
+	name string // stable name shown by `sagactl rules`
+	desc string // what a finding says was found; never the text itself
+	re   *regexp.Regexp
+}
+
+// secretPatterns are matched against every string value and member name of
+// the capsule, after JSON unescaping.
+var secretPatterns = []secretPattern{
+	{"private_key_block", "a private key block",
+		regexp.MustCompile(`-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----`)},
+	{"aws_access_key_id", "an AWS access key id",
+		regexp.MustCompile(`(?:AKIA|ASIA)[0-9A-Z]{16}`)},
+	{"bearer_token", "a bearer token",
+		regexp.MustCompile(`(?i)\bbearer[ \t]+[A-Za-z0-9._~+/=-]{20,}`)},
+	{"credential_assignment", "a password=/secret=/token=/api_key= assignment",
+		regexp.MustCompile(`(?i)(?:password|passwd|secret|api[_-]?key|token)[ \t]*=[ \t]*[^\s&"',;]`)},
+	{"github_token", "a GitHub token",
+		regexp.MustCompile(`gh[pousr]_[A-Za-z0-9]{36}`)},
+	{"slack_token", "a Slack token",
+		regexp.MustCompile(`xox[baprs]-[A-Za-z0-9]`)},
+}
+
+// credentialMember is the JSON form of a credential assignment:
+// {"password": "…"} rather than "password=…".
+const credentialMember = "credential_member"
+
+// credentialNames are member-name endings (lower case, '_' and '-' removed)
+// whose non-blank string values count as credentials.
+var credentialNames = []string{"password", "passwd", "secret", "apikey", "token"}
+
+func secretPatternNames() []string {
+	names := make([]string, 0, len(secretPatterns)+1)
+	for _, p := range secretPatterns {
+		names = append(names, p.name)
+	}
+	return append(names, credentialMember)
+}
+
+// secretKind returns the description of the first pattern s matches, or "".
+func secretKind(s string) string {
+	for _, p := range secretPatterns {
+		if p.re.MatchString(s) {
+			return p.desc
+		}
+	}
+	return ""
+}
+
+// isCredentialName reports whether a member name names a credential.
+func isCredentialName(name string) bool {
+	n := strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(name))
+	for _, c := range credentialNames {
+		if strings.HasSuffix(n, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// Rule 9: no credential-like text anywhere in the capsule. The raw bytes are
+// walked token by token, so every string value and member name is seen once
+// unescaped, including values a map decode would drop (duplicate members).
+// Findings name the field and the kind of secret, never the secret.
+func checkSecrets(_ context.Context, in Input) ([]capsule.Finding, error) {
+	raw := in.Raw
+	if raw == nil {
+		b, err := json.Marshal(in.Capsule)
+		if err != nil {
+			return nil, fmt.Errorf("encode capsule to scan it: %w", err)
+		}
+		raw = b
+	}
+	var fs []capsule.Finding
+	seen := make(map[[2]string]bool)
+	add := func(field, what string) {
+		if k := [2]string{field, what}; !seen[k] {
+			seen[k] = true
+			fs = append(fs, finding(field, "holds %s (value withheld)", what))
+		}
+	}
+	err := walkStrings(raw, func(field, s string, isKey bool, member string) {
+		if kind := secretKind(s); kind != "" {
+			if isKey {
+				kind = "a member name that is " + kind
+			}
+			add(field, kind)
+			return
+		}
+		if !isKey && member != "" && strings.TrimSpace(s) != "" && isCredentialName(member) {
+			add(field, "a credential-named member with a value")
+		}
+	})
+	if err != nil {
+		// Not JSON (or truncated): scan the bytes as text so nothing escapes.
+		if kind := secretKind(string(raw)); kind != "" {
+			add("", kind)
+		}
+	}
+	return fs, nil
+}
+
+// frame is one open JSON container during walkStrings.
+type frame struct {
+	object  bool
+	key     string // current member name (objects)
+	wantKey bool   // next string token is a member name (objects)
+	index   int    // current element (arrays)
+}
+
+// walkStrings calls visit for every member name (isKey) and string value in
+// raw, with the field path of the value or member ("task.title",
+// "context_refs[2]", `metadata["a b"]`) and, for values, the name of the
+// member holding it ("" inside arrays). It returns the first syntax error.
+func walkStrings(raw []byte, visit func(field, s string, isKey bool, member string)) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var stack []frame
+	advance := func() {
+		if n := len(stack); n > 0 {
+			if top := &stack[n-1]; top.object {
+				top.wantKey = true
+			} else {
+				top.index++
+			}
+		}
+	}
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			if len(stack) > 0 {
+				return io.ErrUnexpectedEOF
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				stack = append(stack, frame{object: true, wantKey: true})
+			case '[':
+				stack = append(stack, frame{})
+			default: // '}' or ']'
+				stack = stack[:len(stack)-1]
+				advance()
+			}
+		case string:
+			n := len(stack)
+			if n > 0 && stack[n-1].object && stack[n-1].wantKey {
+				stack[n-1].key, stack[n-1].wantKey = t, false
+				visit(renderField(stack), t, true, "")
+				continue
+			}
+			member := ""
+			if n > 0 && stack[n-1].object {
+				member = stack[n-1].key
+			}
+			visit(renderField(stack), t, false, member)
+			advance()
+		default:
+			advance()
+		}
+	}
+}
+
+// maxKeyInField bounds how much of a member name a field path repeats.
+const maxKeyInField = 64
+
+// renderField renders the path to the current position of stack. Member
+// names that themselves look like secrets are shown as "<redacted>".
+func renderField(stack []frame) string {
+	var b strings.Builder
+	for _, f := range stack {
+		if !f.object {
+			b.WriteString("[" + strconv.Itoa(f.index) + "]")
+			continue
+		}
+		switch k := f.key; {
+		case secretKind(k) != "":
+			b.WriteString("[<redacted>]")
+		case isIdentifier(k):
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(k)
+		default:
+			if r := []rune(k); len(r) > maxKeyInField {
+				k = string(r[:maxKeyInField]) + "…"
+			}
+			b.WriteString("[" + strconv.Quote(k) + "]")
+		}
+	}
+	return b.String()
+}
+
+// isIdentifier reports whether a member name can be written bare in a field
+// path.
+func isIdentifier(s string) bool {
+	if s == "" || len(s) > maxKeyInField {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && ('0' <= c && c <= '9' || c == '-')) {
+			return false
+		}
+	}
+	return true
+}
