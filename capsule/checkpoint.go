@@ -40,6 +40,69 @@ type CheckpointState struct {
 	// Result is the executor result recorded for the current cycle, so a
 	// redelivery never runs the executor again for it.
 	Result *ExecutionResult `json:"result,omitempty"`
+	// Pause says why the capsule is paused or waiting, and carries the token
+	// of a resume in flight.
+	Pause *PauseInfo `json:"pause,omitempty"`
+	// Overrides are operator changes made on resume (raised caps, a later deadline).
+	Overrides *Overrides `json:"overrides,omitempty"`
+	// Warned remembers which warning triggers already fired, so a resumed
+	// capsule is not paused again for the same reason.
+	Warned []Trigger `json:"warned,omitempty"`
+	// LockWaitSince is when EXECUTION first found a lock held by another capsule.
+	LockWaitSince *time.Time `json:"lock_wait_since,omitempty"`
+	// AwaitingCycle is the cycle whose executor result is expected on the
+	// completion subject (blocked_external on accepted work).
+	AwaitingCycle int `json:"awaiting_cycle,omitempty"`
+}
+
+// PauseInfo describes a pause or an operator wait.
+type PauseInfo struct {
+	Trigger Trigger   `json:"trigger"`
+	Reason  string    `json:"reason,omitempty"`
+	By      string    `json:"by,omitempty"`
+	At      time.Time `json:"at"`
+	// ResumeToken is set by a resume in flight; the phase message carrying
+	// the same token may take the capsule back to in_progress.
+	ResumeToken string `json:"resume_token,omitempty"`
+}
+
+// Overrides are operator decisions that change a capsule's limits without
+// changing its (sealed) bytes.
+type Overrides struct {
+	Tokens   int64      `json:"tokens,omitempty"`
+	Dollars  float64    `json:"dollars,omitempty"`
+	Deadline *time.Time `json:"deadline,omitempty"`
+}
+
+// Caps returns the budget in force: the capsule's, raised by overrides.
+func (s *CheckpointState) Caps(b Budget) Budget {
+	if s.Overrides != nil {
+		if s.Overrides.Tokens > 0 {
+			b.Tokens = s.Overrides.Tokens
+		}
+		if s.Overrides.Dollars > 0 {
+			b.Dollars = s.Overrides.Dollars
+		}
+	}
+	return b
+}
+
+// DeadlineIn returns the deadline in force: the capsule's, or the override.
+func (s *CheckpointState) DeadlineIn(d time.Time) time.Time {
+	if s.Overrides != nil && s.Overrides.Deadline != nil {
+		return *s.Overrides.Deadline
+	}
+	return d
+}
+
+// HasWarned reports whether trigger t already fired for this capsule.
+func (s *CheckpointState) HasWarned(t Trigger) bool {
+	for _, w := range s.Warned {
+		if w == t {
+			return true
+		}
+	}
+	return false
 }
 
 // ExecutionClaim marks that an instance is running the executor for a cycle.
@@ -75,6 +138,9 @@ const (
 	OutcomeCompleted  = "completed"
 	OutcomeCancelled  = "cancelled"
 )
+
+// Who acted, in events and pauses, when it was sagad itself.
+const BySagad = "sagad"
 
 // Transition is one entry of the phase history: phase p of cycle c ended with
 // outcome at time at. It is appended exactly once per transition.

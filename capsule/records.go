@@ -43,7 +43,15 @@ const (
 	TriggerBlockedExternal     Trigger = "blocked_external"
 	TriggerLockContention      Trigger = "lock_contention"
 	TriggerOperatorManual      Trigger = "operator_manual"
+	// TriggerOperatorGate is not a continuation trigger: it marks a capsule
+	// waiting_for_operator after REVIEW (review.operator_gate).
+	TriggerOperatorGate Trigger = "operator_gate"
 )
+
+// Triggers lists the five continuation triggers of PIPELINE §5.
+var Triggers = []Trigger{
+	TriggerBudgetWarning, TriggerDeadlineApproaching, TriggerBlockedExternal, TriggerLockContention, TriggerOperatorManual,
+}
 
 // Continuation records why and where a capsule paused, so resume can continue
 // exactly there (continuation.schema.json).

@@ -19,6 +19,9 @@ const (
 	Halt
 	// Retry leaves the checkpoint untouched and redelivers after Decision.Delay.
 	Retry
+	// Park pauses the capsule where it is, before the phase's transition,
+	// with Decision.Trigger (a continuation is written). Resume runs the phase again.
+	Park
 )
 
 // Decision is a phase's verdict on one capsule.
@@ -35,6 +38,19 @@ type Decision struct {
 	// Mutate, when set, changes the checkpoint state as part of the same
 	// compare-and-set that records the transition (an executor result, a review).
 	Mutate func(st *capsule.CheckpointState)
+	// Trigger and Reason say why the capsule parks: with Park, before the
+	// transition; with Advance or LoopBack, right after it (a warning that
+	// fires once the phase's work is recorded).
+	Trigger capsule.Trigger
+	Reason  string
+	// Wait, with Advance from REVIEW, parks the capsule in
+	// waiting_for_operator before HANDOFF (review.operator_gate).
+	Wait bool
+}
+
+// ParkWith returns a Park decision.
+func ParkWith(t capsule.Trigger, reason string) Decision {
+	return Decision{Action: Park, Trigger: t, Reason: reason}
 }
 
 // AdvanceWith returns an Advance decision carrying findings.

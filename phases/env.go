@@ -51,6 +51,13 @@ type Env struct {
 	Now func() time.Time
 	// RetryDelay is how long a transient failure waits before redelivery.
 	RetryDelay time.Duration
+	// LockWait is how long EXECUTION keeps retrying contended locks before
+	// the capsule parks with lock_contention. Negative halts at once with
+	// lock_acquisition_failed (the strictest reading of Rule 17).
+	LockWait time.Duration
+	// BudgetWarning is the fraction of a cap whose crossing pauses the
+	// capsule with budget_warning (once). Zero disables the trigger.
+	BudgetWarning float64
 }
 
 // Input is one capsule at one phase.
@@ -63,6 +70,8 @@ type Input struct {
 	Claim func(ctx context.Context) error
 	// Progress tells JetStream the message is still being worked on.
 	Progress func()
+	// Entered is when the capsule entered this phase (its message's time).
+	Entered time.Time
 }
 
 // Key is the checkpoint key of the input's capsule.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/locks"
@@ -31,46 +32,63 @@ func IdempotencyKey(capsuleID string, cycle int) string {
 	return fmt.Sprintf("%s/%d", capsuleID, cycle)
 }
 
-// Run takes the locks, claims the cycle, runs the executor and charges the budget.
+// Run takes the locks, claims the cycle, runs the executor (unless its
+// result is already recorded) and charges the budget.
 func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 	c, key, cycle := in.Capsule, in.Key(), in.Cycle()
+	st := in.Checkpoint.State
 	paths := c.Constraints.ResourceLocksRequired
 	if err := env.Locks.AcquireAll(ctx, paths, key); err != nil {
 		var aerr *locks.AcquireError
-		if errors.As(err, &aerr) && errors.Is(err, locks.ErrHeld) {
-			return HaltWith(capsule.LockAcquisitionFailed(aerr.Path), capsule.Finding{
-				Rule: 17, Title: "Locks before execution", Field: "constraints.resource_locks_required", Message: err.Error(),
-			})
+		if !errors.As(err, &aerr) || !errors.Is(err, locks.ErrHeld) {
+			return RetryAfter(env.RetryDelay, fmt.Errorf("execution: acquire locks: %w", err))
 		}
-		return RetryAfter(env.RetryDelay, fmt.Errorf("execution: acquire locks: %w", err))
-	}
-	if err := in.Claim(ctx); err != nil {
-		return RetryAfter(env.RetryDelay, fmt.Errorf("execution: claim cycle %d: %w", cycle, err))
-	}
-	ex, err := env.Executors.Executor(c.Task.Kind)
-	if err != nil {
-		return HaltWith(capsule.ExecutorFailed("no executor for task.kind "+c.Task.Kind), capsule.Finding{Rule: 22, Field: "task.kind", Message: err.Error()})
+		return e.contended(env, in, aerr.Path, err)
 	}
 
-	res, err := e.run(ctx, env, in, ex, executors.Request{
-		Capsule:        c,
-		Raw:            in.Raw,
-		Cycle:          cycle,
-		IdempotencyKey: IdempotencyKey(c.CapsuleID, cycle),
-		TraceID:        in.Checkpoint.TraceID,
-		Findings:       lastReviewFindings(in.Checkpoint),
-	})
+	var res executors.Result
 	var failed *executors.FailedError
-	switch {
-	case errors.As(err, &failed):
-		res.Usage = failed.Usage
-	case err != nil && ctx.Err() != nil:
-		return RetryAfter(env.RetryDelay, fmt.Errorf("execution: interrupted: %w", err))
-	case err != nil:
-		failed = &executors.FailedError{Detail: err.Error()}
+	if r := st.Result; r != nil && r.Cycle == cycle {
+		// Recorded already (accepted work that completed later): never run
+		// the executor again for this cycle.
+		res.Usage = r.Usage
+		if r.Failed != "" {
+			failed = &executors.FailedError{Detail: r.Failed, Usage: r.Usage}
+		}
+	} else {
+		if err := in.Claim(ctx); err != nil {
+			return RetryAfter(env.RetryDelay, fmt.Errorf("execution: claim cycle %d: %w", cycle, err))
+		}
+		ex, err := env.Executors.Executor(c.Task.Kind)
+		if err != nil {
+			return HaltWith(capsule.ExecutorFailed("no executor for task.kind "+c.Task.Kind), capsule.Finding{Rule: 22, Field: "task.kind", Message: err.Error()})
+		}
+		res, err = e.run(ctx, env, in, ex, executors.Request{
+			Capsule:        c,
+			Raw:            in.Raw,
+			Cycle:          cycle,
+			IdempotencyKey: IdempotencyKey(c.CapsuleID, cycle),
+			TraceID:        in.Checkpoint.TraceID,
+			Findings:       lastReviewFindings(in.Checkpoint),
+		})
+		switch {
+		case errors.Is(err, executors.ErrAccepted):
+			d := ParkWith(capsule.TriggerBlockedExternal, "waiting for the executor's result: "+err.Error())
+			d.Mutate = func(st *capsule.CheckpointState) { st.AwaitingCycle = cycle }
+			return d
+		case errors.Is(err, executors.ErrHumanInput):
+			return ParkWith(capsule.TriggerBlockedExternal, "the executor needs human input: "+err.Error())
+		case errors.As(err, &failed):
+			res.Usage = failed.Usage
+		case err != nil && ctx.Err() != nil:
+			return RetryAfter(env.RetryDelay, fmt.Errorf("execution: interrupted: %w", err))
+		case err != nil:
+			failed = &executors.FailedError{Detail: err.Error()}
+		}
 	}
 
-	charge, err := env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/exec", key, cycle), c.Budget, res.Usage)
+	caps := st.Caps(c.Budget)
+	charge, err := env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/exec", key, cycle), caps, res.Usage)
 	if err != nil {
 		return RetryAfter(env.RetryDelay, fmt.Errorf("execution: charge budget: %w", err))
 	}
@@ -81,38 +99,88 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 		return d
 	}
 
-	artifact := capsule.Artifact{
-		SchemaVersion:   "1.0",
-		CapsuleID:       c.CapsuleID,
-		ProducerAgentID: c.ProducerAgentID,
-		Cycle:           cycle,
-		MediaType:       res.MediaType,
-		SHA256:          sha256Hex(res.Content),
-		Size:            int64(len(res.Content)),
-		Usage:           res.Usage,
-		CreatedAt:       env.Now().UTC(),
-		Content:         res.Content,
-	}
-	ref, err := env.Artifacts.Put(ctx, artifact)
-	if err != nil {
-		return RetryAfter(env.RetryDelay, fmt.Errorf("execution: store artifact: %w", err))
+	ref := ""
+	if r := st.Result; r != nil && r.Cycle == cycle {
+		ref = r.ArtifactRef
+	} else {
+		artifact := capsule.Artifact{
+			SchemaVersion:   "1.0",
+			CapsuleID:       c.CapsuleID,
+			ProducerAgentID: c.ProducerAgentID,
+			Cycle:           cycle,
+			MediaType:       res.MediaType,
+			SHA256:          sha256Hex(res.Content),
+			Size:            int64(len(res.Content)),
+			Usage:           res.Usage,
+			CreatedAt:       env.Now().UTC(),
+			Content:         res.Content,
+		}
+		if ref, err = env.Artifacts.Put(ctx, artifact); err != nil {
+			return RetryAfter(env.RetryDelay, fmt.Errorf("execution: store artifact: %w", err))
+		}
 	}
 	mutate := func(st *capsule.CheckpointState) {
 		record(st)
 		st.Result = &capsule.ExecutionResult{Cycle: cycle, ArtifactRef: ref, Usage: res.Usage}
 		st.ArtifactRefs = appendUnique(st.ArtifactRefs, ref)
+		st.AwaitingCycle = 0
 	}
 	if charge.Exceeded != "" {
-		d := HaltWith(capsule.BudgetExceeded(charge.Exceeded), capsule.Finding{
-			Rule: 16, Title: "Token and dollar budgets", Field: "budget",
-			Message: fmt.Sprintf("used %d tokens / $%.4f against caps %d / $%.4f", charge.Capsule.Tokens, charge.Capsule.Dollars, c.Budget.Tokens, c.Budget.Dollars),
-		})
+		d := HaltWith(capsule.BudgetExceeded(charge.Exceeded), budgetFinding(charge.Capsule, caps))
 		d.Mutate = mutate
 		return d
 	}
 	d := AdvanceWith()
 	d.Mutate = mutate
+	warnBudget(env, &d, st, charge.Capsule, caps)
 	return d
+}
+
+// contended decides what a lock held by another capsule means: keep
+// retrying for a while, then park with lock_contention; halt when the
+// capsule's deadline passes while it waits, or at once when LockWait < 0.
+func (e Execution) contended(env *Env, in *Input, path string, err error) Decision {
+	finding := capsule.Finding{Rule: 17, Title: "Locks before execution", Field: "constraints.resource_locks_required", Message: err.Error()}
+	now := env.Now()
+	if env.LockWait < 0 || !now.Before(in.Checkpoint.State.DeadlineIn(in.Capsule.Deadline)) {
+		return HaltWith(capsule.LockAcquisitionFailed(path), finding)
+	}
+	if !in.Entered.IsZero() && now.Sub(in.Entered) > env.LockWait {
+		return ParkWith(capsule.TriggerLockContention, fmt.Sprintf("lock %s held by another capsule for over %s", path, env.LockWait))
+	}
+	delay := env.LockWait / 10
+	if delay > 5*time.Second {
+		delay = 5 * time.Second
+	}
+	return RetryAfter(delay, fmt.Errorf("execution: %w", err))
+}
+
+// warnBudget makes d pause the capsule after its transition when a cap is
+// more than env.BudgetWarning used, once per capsule (until caps are raised).
+func warnBudget(env *Env, d *Decision, st capsule.CheckpointState, used capsule.Usage, caps capsule.Budget) {
+	if env.BudgetWarning <= 0 || st.HasWarned(capsule.TriggerBudgetWarning) {
+		return
+	}
+	frac := budget.Fraction(used, caps)
+	if frac <= env.BudgetWarning {
+		return
+	}
+	d.Trigger = capsule.TriggerBudgetWarning
+	d.Reason = fmt.Sprintf("%.0f%% of a budget cap used (%d tokens, $%.4f of %d tokens, $%.4f)", frac*100, used.Tokens, used.Dollars, caps.Tokens, caps.Dollars)
+	prev := d.Mutate
+	d.Mutate = func(st *capsule.CheckpointState) {
+		if prev != nil {
+			prev(st)
+		}
+		st.Warned = append(st.Warned, capsule.TriggerBudgetWarning)
+	}
+}
+
+func budgetFinding(used capsule.Usage, caps capsule.Budget) capsule.Finding {
+	return capsule.Finding{
+		Rule: 16, Title: "Token and dollar budgets", Field: "budget",
+		Message: fmt.Sprintf("used %d tokens / $%.4f against caps %d / $%.4f", used.Tokens, used.Dollars, caps.Tokens, caps.Dollars),
+	}
 }
 
 // run calls the executor while keeping the message and the locks alive.

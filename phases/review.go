@@ -40,6 +40,8 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	})
 	var failed *executors.FailedError
 	switch {
+	case errors.Is(err, executors.ErrAccepted), errors.Is(err, executors.ErrHumanInput):
+		return ParkWith(capsule.TriggerBlockedExternal, "the reviewer needs time or a human: "+err.Error())
 	case errors.As(err, &failed):
 		return HaltWith(capsule.ExecutorFailed("reviewer: " + failed.Detail))
 	case err != nil && ctx.Err() != nil:
@@ -49,7 +51,8 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	}
 	res = EnforceIndependence(c.Review.ReviewerAgentID, artifact.ProducerAgentID, res)
 
-	charge, err := env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/review", key, cycle), c.Budget, res.Usage)
+	caps := st.Caps(c.Budget)
+	charge, err := env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/review", key, cycle), caps, res.Usage)
 	if err != nil {
 		return RetryAfter(env.RetryDelay, fmt.Errorf("review: charge budget: %w", err))
 	}
@@ -69,12 +72,18 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	var d Decision
 	switch {
 	case charge.Exceeded != "":
-		d = HaltWith(capsule.BudgetExceeded(charge.Exceeded))
+		d = HaltWith(capsule.BudgetExceeded(charge.Exceeded), budgetFinding(charge.Capsule, caps))
 	default:
 		d = ReviewDecision(res.Verdict, cycle, c.CycleLimit())
 	}
 	d.Findings = append(d.Findings, res.Findings...)
 	d.Mutate = mutate
+	if d.Action == Advance && c.Review.OperatorGate {
+		d.Wait = true
+	}
+	if d.Action != Halt && !d.Wait {
+		warnBudget(env, &d, st, charge.Capsule, caps)
+	}
 	return d
 }
 

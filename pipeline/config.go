@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
 	"github.com/sagad/sagad/rules"
 )
@@ -60,6 +61,26 @@ type Config struct {
 	Executors *executors.Registry
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// Metrics records what the pipeline does. Defaults to none (nil is safe).
+	Metrics *metrics.Metrics
+	// LockWait is how long EXECUTION retries locks held by other capsules
+	// before the capsule parks with lock_contention (PIPELINE §5). Negative
+	// halts at once with lock_acquisition_failed. Defaults to 60s.
+	LockWait time.Duration
+	// BudgetWarning is the used fraction of a cap that pauses a capsule with
+	// budget_warning, once. Negative disables it. Defaults to 0.75.
+	BudgetWarning float64
+	// DeadlineWarning pauses a capsule with deadline_approaching, once, when
+	// less than this is left before its deadline. Negative disables it.
+	// Defaults to 5m.
+	DeadlineWarning time.Duration
+	// SweepInterval is how often parked capsules are looked at: lock_contention
+	// ones resume when their locks are free, blocked_external ones have their
+	// locks renewed or time out. Defaults to 5s.
+	SweepInterval time.Duration
+	// ExternalTimeout is how long a capsule waits for accepted external work
+	// before it halts with executor_failed. Defaults to 1h.
+	ExternalTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -115,6 +136,21 @@ func (c Config) withDefaults() Config {
 	c.Rules = c.Rules.WithDefaults()
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.LockWait == 0 {
+		c.LockWait = 60 * time.Second
+	}
+	if c.BudgetWarning == 0 {
+		c.BudgetWarning = 0.75
+	}
+	if c.DeadlineWarning == 0 {
+		c.DeadlineWarning = 5 * time.Minute
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = 5 * time.Second
+	}
+	if c.ExternalTimeout <= 0 {
+		c.ExternalTimeout = time.Hour
 	}
 	return c
 }

@@ -62,26 +62,47 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 		return p.cfg.RetryDelay, err
 	}
 	if !t.current(ph, cycle) {
-		return p.reemitFor(ctx, t.cp, ph, cycle, raw)
+		token := msg.Headers().Get(HeaderResumeToken)
+		if !t.resumable(ph, cycle, token) {
+			return p.reemitFor(ctx, t.cp, ph, cycle, raw)
+		}
+		// The resume that sent this message may not have flipped the
+		// state yet (or died before it could): finish it here.
+		if err := t.resume(ctx, ph, cycle, token); errors.Is(err, errStale) {
+			return p.reemitFor(ctx, t.cp, ph, cycle, raw)
+		} else if err != nil {
+			return p.cfg.RetryDelay, err
+		}
 	}
-	in := &phases.Input{
-		Capsule:    c,
-		Raw:        raw,
-		Checkpoint: t.snapshot(),
-		Claim:      func(ctx context.Context) error { return t.claim(ctx, cycle, c.Constraints.ResourceLocksRequired) },
-		Progress: func() {
-			_ = msg.InProgress()
-			if err := t.renew(ctx, cycle); err != nil {
-				p.log.Warn("renew execution claim", "key", key, "error", err)
-			}
-		},
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
+		p.metrics.Redelivered(ph)
 	}
 	start := p.cfg.Now()
-	d := p.phases[ph].Run(ctx, p.env, in)
+	var d phases.Decision
+	if w, ok := p.deadlineWarning(t.snapshot(), c, start); ok {
+		d = w
+	} else {
+		in := &phases.Input{
+			Capsule:    c,
+			Raw:        raw,
+			Checkpoint: t.snapshot(),
+			Claim:      func(ctx context.Context) error { return t.claim(ctx, cycle, c.Constraints.ResourceLocksRequired) },
+			Progress: func() {
+				_ = msg.InProgress()
+				if err := t.renew(ctx, cycle); err != nil {
+					p.log.Warn("renew execution claim", "key", key, "error", err)
+				}
+			},
+		}
+		if md, err := msg.Metadata(); err == nil {
+			in.Entered = md.Timestamp
+		}
+		d = p.phases[ph].Run(ctx, p.env, in)
+	}
 	if d.Action == phases.Retry {
 		return p.cfg.RetryDelay + d.Delay, d.Err
 	}
-	tr, cp, err := t.commit(ctx, ph, cycle, d)
+	tr, ok, cp, err := t.commit(ctx, ph, cycle, d)
 	if errors.Is(err, errStale) {
 		// Someone else recorded this transition (or the capsule moved on):
 		// their outcome stands, ours is dropped.
@@ -90,12 +111,29 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 	if err != nil {
 		return p.cfg.RetryDelay, err
 	}
-	p.logTransition(cp, tr, p.cfg.Now().Sub(start))
-	if err := p.emit(ctx, cp, tr, d.Findings, raw, c.Constraints.ResourceLocksRequired); err != nil {
+	var trp *capsule.Transition
+	if ok {
+		trp = &tr
+	}
+	p.observe(cp, trp, d, p.cfg.Now().Sub(start))
+	if err := p.effects(ctx, cp, trp, d.Findings, raw, c.Constraints.ResourceLocksRequired); err != nil {
 		// The transition is recorded; redelivery re-emits its effects.
 		return p.cfg.RetryDelay, err
 	}
 	return 0, nil
+}
+
+// deadlineWarning parks a capsule whose deadline (in force) is closer than
+// the configured warning, once.
+func (p *Pipeline) deadlineWarning(cp *capsule.Checkpoint, c *capsule.Capsule, now time.Time) (phases.Decision, bool) {
+	if p.cfg.DeadlineWarning <= 0 || cp.State.HasWarned(capsule.TriggerDeadlineApproaching) {
+		return phases.Decision{}, false
+	}
+	left := cp.State.DeadlineIn(c.Deadline).Sub(now)
+	if left >= p.cfg.DeadlineWarning {
+		return phases.Decision{}, false
+	}
+	return phases.ParkWith(capsule.TriggerDeadlineApproaching, fmt.Sprintf("%s left before the deadline", left.Round(time.Second))), true
 }
 
 // errStale: the checkpoint no longer waits for this (phase, cycle).
@@ -209,10 +247,60 @@ func (t *txn) renew(ctx context.Context, cycle int) error {
 	return errConflict
 }
 
+// resumable reports whether a message carrying token may resume the capsule
+// paused (or waiting) at (ph, cycle).
+func (t *txn) resumable(ph capsule.Phase, cycle int, token string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := t.cp.State
+	return token != "" && (st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator) &&
+		st.Phase == ph && st.Cycle == cycle && st.Pause != nil && st.Pause.ResumeToken == token
+}
+
+// resume takes the capsule back to in_progress for the resume with token.
+func (t *txn) resume(ctx context.Context, ph capsule.Phase, cycle int, token string) error {
+	for i := 0; i < maxConflicts; i++ {
+		t.mu.Lock()
+		cp := cloneCheckpoint(t.cp)
+		rev := t.rev
+		t.mu.Unlock()
+		resumeState(cp, t.p.cfg.Now().UTC())
+		n, err := t.p.checkpoints.Update(ctx, cp, rev)
+		if errors.Is(err, errConflict) {
+			if err := t.load(ctx); err != nil {
+				return err
+			}
+			if t.current(ph, cycle) {
+				return nil
+			}
+			if !t.resumable(ph, cycle, token) {
+				return errStale
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		t.mu.Lock()
+		t.cp, t.rev = cp, n
+		t.mu.Unlock()
+		return nil
+	}
+	return errConflict
+}
+
+// resumeState is the checkpoint change of a resume.
+func resumeState(cp *capsule.Checkpoint, now time.Time) {
+	cp.State.Status = capsule.InProgress
+	cp.State.Pause = nil
+	cp.UpdatedAt = now
+}
+
 // commit records decision d as the transition of (ph, cycle). If the
-// checkpoint changed meanwhile but still waits for (ph, cycle), the decision
-// is applied to the fresh checkpoint; otherwise errStale.
-func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.Decision) (capsule.Transition, *capsule.Checkpoint, error) {
+// checkpoint changed meanwhile but still stands at (ph, cycle) — in progress,
+// or paused by an operator while the phase ran — the decision is applied to
+// the fresh checkpoint; otherwise errStale.
+func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.Decision) (capsule.Transition, bool, *capsule.Checkpoint, error) {
 	for i := 0; i < maxConflicts; i++ {
 		t.mu.Lock()
 		cp := cloneCheckpoint(t.cp)
@@ -220,28 +308,38 @@ func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.
 		t.mu.Unlock()
 		if ex := cp.State.Execution; ex != nil && ex.Cycle == cycle && t.token != "" && ex.Holder != t.token {
 			// Our claim lapsed and another delivery took the cycle over.
-			return capsule.Transition{}, nil, errStale
+			return capsule.Transition{}, false, nil, errStale
 		}
-		tr := apply(cp, ph, cycle, d, t.p.cfg.Now().UTC())
+		tr, ok := apply(cp, ph, cycle, d, t.p.cfg.Now().UTC())
 		n, err := t.p.checkpoints.Update(ctx, cp, rev)
 		if errors.Is(err, errConflict) {
 			if err := t.load(ctx); err != nil {
-				return tr, nil, err
+				return tr, ok, nil, err
 			}
-			if !t.current(ph, cycle) {
-				return tr, nil, errStale
+			if !t.standsAt(ph, cycle) {
+				return tr, ok, nil, errStale
 			}
 			continue
 		}
 		if err != nil {
-			return tr, nil, err
+			return tr, ok, nil, err
 		}
 		t.mu.Lock()
 		t.cp, t.rev = cp, n
 		t.mu.Unlock()
-		return tr, cp, nil
+		return tr, ok, cp, nil
 	}
-	return capsule.Transition{}, nil, errConflict
+	return capsule.Transition{}, false, nil, errConflict
+}
+
+// standsAt reports whether the capsule is still at (ph, cycle) and not
+// finished: in progress, or paused there by an operator meanwhile.
+func (t *txn) standsAt(ph capsule.Phase, cycle int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := t.cp.State
+	return st.Phase == ph && st.Cycle == cycle &&
+		(st.Status == capsule.InProgress || (st.Status == capsule.Paused && st.Pause != nil && st.Pause.Trigger == capsule.TriggerOperatorManual))
 }
 
 func cloneCheckpoint(cp *capsule.Checkpoint) *capsule.Checkpoint {
@@ -261,9 +359,9 @@ func cloneCheckpoint(cp *capsule.Checkpoint) *capsule.Checkpoint {
 func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph capsule.Phase, cycle int, raw []byte) (time.Duration, error) {
 	tr, ok := cp.Find(ph, cycle)
 	if !ok {
-		// Not recorded and not current: the capsule is paused, waiting, or
-		// somewhere this message is not meant for. Drop the duplicate; the
-		// checkpoint is the truth and resume re-publishes what is needed.
+		// Not recorded and not current: the capsule is paused or waiting
+		// here (resume sends a new message), or this message is a stray.
+		// The checkpoint is the truth; drop it.
 		p.log.Debug("stale message dropped", "key", cp.Key, "phase", ph.String(), "cycle", cycle, "state", cp.State.Status)
 		return 0, nil
 	}
@@ -272,56 +370,112 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 	if json.Unmarshal(raw, &c) == nil {
 		lockPaths = c.Constraints.ResourceLocksRequired
 	}
-	if err := p.emit(ctx, cp, tr, cp.State.Findings, raw, lockPaths); err != nil {
+	if err := p.effects(ctx, cp, &tr, cp.State.Findings, raw, lockPaths); err != nil {
 		return p.cfg.RetryDelay, err
 	}
 	return 0, nil
 }
 
-// emit publishes the effects of transition tr: its events, the next phase's
-// message or the outcome, and the release of the capsule's locks. Each
+// effects publishes what a recorded change of cp means for the world: the
+// events of transition tr (nil when the capsule parked without one), the
+// next phase's message while the capsule is in progress, the outcome when it
+// ended, its continuation while paused, and the release of its locks. Each
 // publish carries a deterministic Nats-Msg-Id, so emitting twice is harmless.
-func (p *Pipeline) emit(ctx context.Context, cp *capsule.Checkpoint, tr capsule.Transition, findings []capsule.Finding, raw []byte, lockPaths []string) error {
-	for _, ev := range transitionEvents(cp, tr, findings) {
-		if err := p.publishEvent(ctx, ev); err != nil {
+func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, tr *capsule.Transition, findings []capsule.Finding, raw []byte, lockPaths []string) error {
+	st := cp.State
+	if tr != nil {
+		for _, ev := range transitionEvents(cp, *tr, findings) {
+			if err := p.publishEvent(ctx, ev); err != nil {
+				return err
+			}
+		}
+		if np, ncycle, ok := next(*tr); ok && st.Status == capsule.InProgress && st.Phase == np && st.Cycle == ncycle {
+			if err := p.publishPhase(ctx, cp, raw, ""); err != nil {
+				return err
+			}
+		}
+		if state, ok := terminalState(*tr); ok {
+			if err := p.publishOutcome(ctx, cp, *tr, state, raw); err != nil {
+				return err
+			}
+		}
+	}
+	if (st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator) && st.Pause != nil && st.Pause.ResumeToken == "" {
+		if err := p.parked(ctx, cp); err != nil {
 			return err
 		}
 	}
-	if np, ncycle, ok := next(tr); ok {
-		m := nats.NewMsg(PhaseSubject(np))
-		m.Data = raw
-		setCapsuleHeaders(m, cp)
-		m.Header.Set(HeaderPhase, strconv.Itoa(int(np)))
-		m.Header.Set(HeaderCycle, strconv.Itoa(ncycle))
-		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s.p%d.c%d", cp.Key, np, ncycle))
-		if _, err := p.js.PublishMsg(ctx, m); err != nil {
-			return fmt.Errorf("publish to %s: %w", np, err)
-		}
-	}
-	if state, ok := terminalState(tr); ok {
-		m := nats.NewMsg(OutcomeSubject(state))
-		m.Data = raw
-		setCapsuleHeaders(m, cp)
-		m.Header.Set(HeaderState, string(state))
-		m.Header.Set(HeaderPhase, strconv.Itoa(int(tr.Phase)))
-		m.Header.Set(HeaderCycle, strconv.Itoa(tr.Cycle))
-		if tr.Detail != "" {
-			m.Header.Set(HeaderHaltReason, tr.Detail)
-		}
-		if len(cp.State.ArtifactRefs) > 0 {
-			m.Header.Set(HeaderArtifacts, strings.Join(cp.State.ArtifactRefs, ","))
-		}
-		m.Header.Set(jetstream.MsgIDHeader, cp.Key+".outcome")
-		if _, err := p.js.PublishMsg(ctx, m); err != nil {
-			return fmt.Errorf("publish outcome: %w", err)
-		}
-	}
-	if tr.Phase == capsule.Execution || tr.Outcome == capsule.OutcomeHalted || tr.Outcome == capsule.OutcomeCancelled {
+	release := st.Status.Terminal() || (tr != nil && tr.Phase == capsule.Execution) ||
+		(tr == nil && st.Phase == capsule.Execution && st.Status == capsule.Paused && len(st.LocksHeld) == 0)
+	if release {
 		if err := p.locks.ReleaseAll(ctx, lockPaths, cp.Key); err != nil {
 			return fmt.Errorf("release locks: %w", err)
 		}
 	}
+	if st.Status.Terminal() {
+		if err := p.continuations.Delete(ctx, cp.Key); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// publishPhase sends the capsule to its current phase. token marks a resume.
+func (p *Pipeline) publishPhase(ctx context.Context, cp *capsule.Checkpoint, raw []byte, token string) error {
+	ph, cycle := cp.State.Phase, cp.State.Cycle
+	m := nats.NewMsg(PhaseSubject(ph))
+	m.Data = raw
+	setCapsuleHeaders(m, cp)
+	m.Header.Set(HeaderPhase, strconv.Itoa(int(ph)))
+	m.Header.Set(HeaderCycle, strconv.Itoa(cycle))
+	id := fmt.Sprintf("%s.p%d.c%d", cp.Key, ph, cycle)
+	if token != "" {
+		m.Header.Set(HeaderResumeToken, token)
+		id += "." + token
+	}
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	if _, err := p.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("publish to %s: %w", ph, err)
+	}
+	return nil
+}
+
+func (p *Pipeline) publishOutcome(ctx context.Context, cp *capsule.Checkpoint, tr capsule.Transition, state capsule.State, raw []byte) error {
+	m := nats.NewMsg(OutcomeSubject(state))
+	m.Data = raw
+	setCapsuleHeaders(m, cp)
+	m.Header.Set(HeaderState, string(state))
+	m.Header.Set(HeaderPhase, strconv.Itoa(int(tr.Phase)))
+	m.Header.Set(HeaderCycle, strconv.Itoa(tr.Cycle))
+	if tr.Detail != "" && state == capsule.Halted {
+		m.Header.Set(HeaderHaltReason, tr.Detail)
+	}
+	if len(cp.State.ArtifactRefs) > 0 {
+		m.Header.Set(HeaderArtifacts, strings.Join(cp.State.ArtifactRefs, ","))
+	}
+	m.Header.Set(jetstream.MsgIDHeader, cp.Key+".outcome")
+	if _, err := p.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("publish outcome: %w", err)
+	}
+	return nil
+}
+
+// parked records a pause: the continuation (for the five triggers) and the
+// paused or waiting event.
+func (p *Pipeline) parked(ctx context.Context, cp *capsule.Checkpoint) error {
+	st := cp.State
+	kind := capsule.EventPaused
+	if st.Status == capsule.WaitingForOperator {
+		kind = capsule.EventWaiting
+	} else if err := p.continuations.Put(ctx, cp); err != nil {
+		return err
+	}
+	return p.publishEvent(ctx, capsule.Event{
+		ID:   fmt.Sprintf("%s.%d.%d.%s.%d", cp.Key, st.Phase, st.Cycle, kind, st.Pause.At.UnixNano()),
+		Kind: kind, CapsuleID: cp.CapsuleID, Key: cp.Key, Phase: st.Phase, PhaseName: st.Phase.String(),
+		Cycle: st.Cycle, TraceID: cp.TraceID, Detail: string(st.Pause.Trigger) + ": " + st.Pause.Reason,
+		By: st.Pause.By, At: st.Pause.At,
+	})
 }
 
 func setCapsuleHeaders(m *nats.Msg, cp *capsule.Checkpoint) {
@@ -330,6 +484,33 @@ func setCapsuleHeaders(m *nats.Msg, cp *capsule.Checkpoint) {
 		m.Header.Set(HeaderCapsuleID, cp.CapsuleID)
 	}
 	m.Header.Set(HeaderTraceID, cp.TraceID)
+}
+
+// observe logs and counts one recorded change.
+func (p *Pipeline) observe(cp *capsule.Checkpoint, tr *capsule.Transition, d phases.Decision, took time.Duration) {
+	if tr == nil {
+		p.log.Info("parked", "capsule_id", cp.CapsuleID, "key", cp.Key, "phase", cp.State.PhaseName, "cycle", cp.State.Cycle,
+			"trace_id", cp.TraceID, "trigger", d.Trigger, "reason", d.Reason)
+		p.metrics.Paused(d.Trigger)
+		return
+	}
+	p.logTransition(cp, *tr, took)
+	p.metrics.Transition(tr.Phase, tr.Outcome, took)
+	if cp.State.Status.Terminal() {
+		p.metrics.Ended(cp.State.Status, capsule.ParseHaltReason(cp.State.HaltReason))
+	}
+	if d.Halt.Code == capsule.CodeAbsoluteRulesViolated {
+		var rules []int
+		for _, f := range d.Findings {
+			if f.Rule != 0 {
+				rules = append(rules, f.Rule)
+			}
+		}
+		p.metrics.RuleViolations(rules)
+	}
+	if cp.State.Status == capsule.Paused && cp.State.Pause != nil {
+		p.metrics.Paused(cp.State.Pause.Trigger)
+	}
 }
 
 func (p *Pipeline) logTransition(cp *capsule.Checkpoint, tr capsule.Transition, took time.Duration) {

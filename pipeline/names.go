@@ -15,9 +15,10 @@ const (
 	OutcomesStream = "SAGA_OUTCOMES"
 	OutcomePrefix  = "saga.outcome."
 
-	CheckpointsBucket = "SAGA_CHECKPOINTS"
-	CapsulesBucket    = "SAGA_CAPSULES"
-	ArtifactsBucket   = "SAGA_ARTIFACTS"
+	CheckpointsBucket   = "SAGA_CHECKPOINTS"
+	ContinuationsBucket = "SAGA_CONTINUATIONS"
+	CapsulesBucket      = "SAGA_CAPSULES"
+	ArtifactsBucket     = "SAGA_ARTIFACTS"
 )
 
 // Message headers sagad sets on everything it publishes.
@@ -30,6 +31,9 @@ const (
 	HeaderHaltReason = "Saga-Halt-Reason"
 	HeaderState      = "Saga-State"
 	HeaderArtifacts  = "Saga-Artifact-Refs"
+	// HeaderResumeToken marks the phase message a resume sent; only it may
+	// take a paused capsule back to in_progress.
+	HeaderResumeToken = "Saga-Resume-Token"
 )
 
 // PhaseStream is the stream that feeds phase p.

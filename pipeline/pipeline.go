@@ -13,6 +13,7 @@ import (
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/locks"
+	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
 )
 
@@ -20,15 +21,17 @@ import (
 // pipelines (processes) may share one NATS system: they share the durable
 // consumers and coordinate through checkpoint compare-and-set.
 type Pipeline struct {
-	cfg         Config
-	js          jetstream.JetStream
-	log         *slog.Logger
-	stores      *stores
-	checkpoints *Checkpoints
-	locks       *locks.Manager
-	budgets     *budget.Tracker
-	env         *phases.Env
-	phases      [capsule.NumPhases]phases.Phase
+	cfg           Config
+	js            jetstream.JetStream
+	log           *slog.Logger
+	stores        *stores
+	checkpoints   *Checkpoints
+	continuations *Continuations
+	metrics       *metrics.Metrics
+	locks         *locks.Manager
+	budgets       *budget.Tracker
+	env           *phases.Env
+	phases        [capsule.NumPhases]phases.Phase
 
 	mu      sync.Mutex
 	running []*phaseRunner
@@ -55,13 +58,15 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 	p := &Pipeline{
-		cfg:         cfg,
-		js:          js,
-		log:         cfg.Logger,
-		stores:      st,
-		checkpoints: &Checkpoints{kv: st.checkpoints},
-		locks:       lm,
-		budgets:     bt,
+		cfg:           cfg,
+		js:            js,
+		log:           cfg.Logger,
+		stores:        st,
+		checkpoints:   &Checkpoints{kv: st.checkpoints},
+		continuations: &Continuations{kv: st.continuations},
+		metrics:       cfg.Metrics,
+		locks:         lm,
+		budgets:       bt,
 	}
 	p.env = &phases.Env{
 		Locks:          lm,
@@ -75,6 +80,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		MaxIntakeBytes: cfg.MaxIntakeBytes,
 		Now:            cfg.Now,
 		RetryDelay:     cfg.RetryDelay,
+		LockWait:       cfg.LockWait,
+		BudgetWarning:  max(cfg.BudgetWarning, 0),
 	}
 	p.phases = [capsule.NumPhases]phases.Phase{
 		nil, // RECEPTION has its own entry point, phases.Receive.

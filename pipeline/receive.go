@@ -64,7 +64,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 
 	now := p.cfg.Now().UTC()
 	cp := newCheckpoint(key, claimedID(r), traceID(r.Capsule, msg), waveID(r.Capsule), r.Digest, now)
-	tr := apply(cp, capsule.Reception, 0, r.Decision, now)
+	tr, _ := apply(cp, capsule.Reception, 0, r.Decision, now)
 	if _, err := p.checkpoints.Create(ctx, cp); errors.Is(err, errConflict) {
 		existing, _, err := p.checkpoints.Get(ctx, key)
 		if err != nil {
@@ -77,12 +77,13 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 	} else if err != nil {
 		return p.cfg.RetryDelay, fmt.Errorf("reception: create checkpoint: %w", err)
 	}
-	p.logTransition(cp, tr, 0)
+	p.metrics.Received()
+	p.observe(cp, &tr, r.Decision, 0)
 	var lockPaths []string
 	if r.Capsule != nil {
 		lockPaths = r.Capsule.Constraints.ResourceLocksRequired
 	}
-	if err := p.emit(ctx, cp, tr, r.Decision.Findings, raw, lockPaths); err != nil {
+	if err := p.effects(ctx, cp, &tr, r.Decision.Findings, raw, lockPaths); err != nil {
 		return p.cfg.RetryDelay, err
 	}
 	return 0, nil

@@ -59,6 +59,11 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Config) (*s
 	}); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", CapsulesBucket, err)
 	}
+	if s.continuations, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: ContinuationsBucket, Description: "sagad: continuation per paused capsule key", Storage: cfg.Storage, Replicas: cfg.Replicas,
+	}); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", ContinuationsBucket, err)
+	}
 	if s.artifacts, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket: ArtifactsBucket, Description: "sagad: artifacts per capsule and cycle", Storage: cfg.Storage, Replicas: cfg.Replicas,
 	}); err != nil {
@@ -68,7 +73,8 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Config) (*s
 }
 
 type stores struct {
-	checkpoints jetstream.KeyValue
-	capsules    jetstream.KeyValue
-	artifacts   jetstream.ObjectStore
+	checkpoints   jetstream.KeyValue
+	capsules      jetstream.KeyValue
+	continuations jetstream.KeyValue
+	artifacts     jetstream.ObjectStore
 }

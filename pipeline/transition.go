@@ -9,16 +9,29 @@ import (
 	"github.com/sagad/sagad/phases"
 )
 
-// apply records decision d, taken by phase p on cycle cycle, in cp. It returns
-// the transition appended to the history. It is pure: the caller writes cp
-// with a compare-and-set, so the transition happens once or not at all.
-func apply(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d phases.Decision, now time.Time) capsule.Transition {
+// apply records decision d, taken by phase p on cycle cycle, in cp. It
+// returns the transition appended to the history, or ok=false when d parks
+// the capsule without one. It is pure: the caller writes cp with a
+// compare-and-set, so the transition happens once or not at all.
+//
+// A capsule paused while its phase ran keeps its pause: the phase's work is
+// recorded and the capsule parks at the next phase.
+func apply(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d phases.Decision, now time.Time) (capsule.Transition, bool) {
 	st := &cp.State
 	if d.Mutate != nil {
 		d.Mutate(st)
 	}
 	if len(d.Findings) > 0 {
 		st.Findings = d.Findings
+	}
+	cp.UpdatedAt = now
+	st.Execution = nil
+	if d.Action == phases.Park {
+		park(st, d.Trigger, d.Reason, capsule.BySagad, now)
+		if p == capsule.Execution && d.Trigger != capsule.TriggerBlockedExternal {
+			st.LocksHeld = []string{}
+		}
+		return capsule.Transition{}, false
 	}
 	tr := capsule.Transition{Phase: p, PhaseName: p.String(), Cycle: cycle, At: now}
 	switch d.Action {
@@ -51,10 +64,26 @@ func apply(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d phases.Decision
 	if p == capsule.Execution || st.Status.Terminal() {
 		st.LocksHeld = []string{}
 	}
-	st.Execution = nil
+	if st.Status.Terminal() {
+		st.Pause = nil
+	} else if d.Wait {
+		st.Status = capsule.WaitingForOperator
+		st.Pause = &capsule.PauseInfo{Trigger: capsule.TriggerOperatorGate, Reason: "review.operator_gate: accept or revise", By: capsule.BySagad, At: now}
+	} else if d.Trigger != "" && st.Status == capsule.InProgress {
+		park(st, d.Trigger, d.Reason, capsule.BySagad, now)
+	}
 	cp.History = append(cp.History, tr)
-	cp.UpdatedAt = now
-	return tr
+	return tr, true
+}
+
+// park pauses the capsule at its current phase.
+func park(st *capsule.CheckpointState, t capsule.Trigger, reason, by string, now time.Time) {
+	st.Status = capsule.Paused
+	st.Pause = &capsule.PauseInfo{Trigger: t, Reason: reason, By: by, At: now}
+	if t != capsule.TriggerOperatorManual && !st.HasWarned(t) &&
+		(t == capsule.TriggerBudgetWarning || t == capsule.TriggerDeadlineApproaching) {
+		st.Warned = append(st.Warned, t)
+	}
 }
 
 // next is where a capsule goes after transition tr, if it goes on.

@@ -1,0 +1,88 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+// Continuations keeps one continuation record per paused capsule in the
+// SAGA_CONTINUATIONS bucket (key = capsule key). It is a projection of the
+// checkpoint's pause block, written whenever a capsule parks and deleted when
+// it resumes or ends, so operators and tools can list what is paused cheaply.
+type Continuations struct {
+	kv jetstream.KeyValue
+}
+
+// ContinuationOf derives the continuation record of a paused checkpoint.
+func ContinuationOf(cp *capsule.Checkpoint) capsule.Continuation {
+	st := cp.State
+	c := capsule.Continuation{
+		SchemaVersion: "1.0",
+		CapsuleID:     cp.CapsuleID,
+		Phase:         st.Phase,
+		PhaseName:     st.Phase.String(),
+		Cycle:         st.Cycle,
+	}
+	if st.Pause != nil {
+		c.Trigger, c.Reason, c.By, c.CreatedAt = st.Pause.Trigger, st.Pause.Reason, st.Pause.By, st.Pause.At
+	}
+	return c
+}
+
+// Put writes the continuation of cp.
+func (s *Continuations) Put(ctx context.Context, cp *capsule.Checkpoint) error {
+	b, err := json.Marshal(ContinuationOf(cp))
+	if err != nil {
+		return err
+	}
+	if _, err := s.kv.Put(ctx, cp.Key, b); err != nil {
+		return fmt.Errorf("put continuation %s: %w", cp.Key, err)
+	}
+	return nil
+}
+
+// Delete removes the continuation of key; deleting a missing one is fine.
+func (s *Continuations) Delete(ctx context.Context, key string) error {
+	if _, err := s.kv.Get(ctx, key); errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err := s.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("delete continuation %s: %w", key, err)
+	}
+	return nil
+}
+
+// Get returns the continuation of key.
+func (s *Continuations) Get(ctx context.Context, key string) (capsule.Continuation, error) {
+	var c capsule.Continuation
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return c, fmt.Errorf("%w: no continuation for %s", ErrNotFound, key)
+	}
+	if err != nil {
+		return c, err
+	}
+	return c, json.Unmarshal(e.Value(), &c)
+}
+
+// Keys lists the keys of paused capsules.
+func (s *Continuations) Keys(ctx context.Context) ([]string, error) {
+	lister, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
