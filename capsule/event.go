@@ -18,6 +18,7 @@ const (
 	EventResumed           EventKind = "resumed"
 	EventWaiting           EventKind = "waiting_for_operator"
 	EventRevisionTriggered EventKind = "revision_triggered"
+	EventOperatorAccepted  EventKind = "operator_accepted"
 	EventDuplicateIgnored  EventKind = "duplicate_ignored"
 )
 

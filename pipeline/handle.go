@@ -538,3 +538,11 @@ func (p *Pipeline) publishEvent(ctx context.Context, ev capsule.Event) error {
 	}
 	return nil
 }
+
+func decodeCapsule(raw []byte) (*capsule.Capsule, error) {
+	c := new(capsule.Capsule)
+	if err := json.Unmarshal(raw, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}

@@ -14,6 +14,10 @@ const (
 	EventsPrefix   = "saga.events."
 	OutcomesStream = "SAGA_OUTCOMES"
 	OutcomePrefix  = "saga.outcome."
+	// CompletionsStream holds results of accepted external work, published
+	// by workers on saga.complete.<capsule_id>.<cycle>.
+	CompletionsStream   = "SAGA_COMPLETIONS"
+	CompletionsConsumer = "completions"
 
 	CheckpointsBucket   = "SAGA_CHECKPOINTS"
 	ContinuationsBucket = "SAGA_CONTINUATIONS"

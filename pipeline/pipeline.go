@@ -33,9 +33,10 @@ type Pipeline struct {
 	env           *phases.Env
 	phases        [capsule.NumPhases]phases.Phase
 
-	mu      sync.Mutex
-	running []*phaseRunner
-	cancel  context.CancelFunc
+	mu         sync.Mutex
+	running    []*phaseRunner
+	cancel     context.CancelFunc
+	sweeperEnd chan struct{}
 }
 
 // New creates the JetStream topology (idempotently) and returns a pipeline
@@ -109,7 +110,9 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel
 	for ph := capsule.Phase(0); ph < capsule.NumPhases; ph++ {
-		r, err := p.startPhase(ctx, workCtx, ph)
+		r, err := p.startConsumer(ctx, workCtx, PhaseStream(ph), ConsumerName(ph), func(ctx context.Context, msg jetstream.Msg) {
+			p.handle(ctx, ph, msg)
+		})
 		if err != nil {
 			cancel()
 			for _, r := range p.running {
@@ -120,6 +123,24 @@ func (p *Pipeline) Start(ctx context.Context) error {
 		}
 		p.running = append(p.running, r)
 	}
+	r, err := p.startConsumer(ctx, workCtx, CompletionsStream, CompletionsConsumer, func(ctx context.Context, msg jetstream.Msg) {
+		retry, err := p.complete(ctx, msg)
+		if err != nil {
+			p.log.Warn("completion will retry", "subject", msg.Subject(), "error", err)
+		}
+		settle(msg, retry)
+	})
+	if err != nil {
+		cancel()
+		for _, r := range p.running {
+			r.stop()
+		}
+		p.running = nil
+		return fmt.Errorf("pipeline: start completions: %w", err)
+	}
+	p.running = append(p.running, r)
+	p.sweeperEnd = make(chan struct{})
+	go p.runSweeper(workCtx, p.sweeperEnd)
 	p.log.Info("pipeline started", "instance", p.cfg.InstanceID, "workers", p.cfg.Workers, "workspace", p.cfg.Workspace)
 	return nil
 }
@@ -128,7 +149,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 // back when ctx expires first), and returns when no work is left.
 func (p *Pipeline) Stop(ctx context.Context) {
 	p.mu.Lock()
-	running, cancel := p.running, p.cancel
+	running, cancel, sweeperEnd := p.running, p.cancel, p.sweeperEnd
 	p.running, p.cancel = nil, nil
 	p.mu.Unlock()
 	if running == nil {
@@ -153,29 +174,29 @@ func (p *Pipeline) Stop(ctx context.Context) {
 		<-done
 	}
 	cancel()
+	<-sweeperEnd
 	p.log.Info("pipeline stopped", "instance", p.cfg.InstanceID)
 }
 
-// phaseRunner consumes one phase with a bounded pool of workers.
+// phaseRunner consumes one durable consumer with a bounded pool of workers.
 type phaseRunner struct {
-	cc    jetstream.ConsumeContext
-	work  chan jetstream.Msg
-	wg    sync.WaitGroup
-	phase capsule.Phase
+	cc   jetstream.ConsumeContext
+	work chan jetstream.Msg
+	wg   sync.WaitGroup
 }
 
-func (p *Pipeline) startPhase(ctx, workCtx context.Context, ph capsule.Phase) (*phaseRunner, error) {
-	cons, err := p.js.Consumer(ctx, PhaseStream(ph), ConsumerName(ph))
+func (p *Pipeline) startConsumer(ctx, workCtx context.Context, stream, consumer string, handle func(context.Context, jetstream.Msg)) (*phaseRunner, error) {
+	cons, err := p.js.Consumer(ctx, stream, consumer)
 	if err != nil {
 		return nil, err
 	}
-	r := &phaseRunner{work: make(chan jetstream.Msg), phase: ph}
+	r := &phaseRunner{work: make(chan jetstream.Msg)}
 	for i := 0; i < p.cfg.Workers; i++ {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
 			for msg := range r.work {
-				p.handle(workCtx, ph, msg)
+				handle(workCtx, msg)
 			}
 		}()
 	}
@@ -183,7 +204,7 @@ func (p *Pipeline) startPhase(ctx, workCtx context.Context, ph capsule.Phase) (*
 		jetstream.PullMaxMessages(p.cfg.Workers),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
-				p.log.Warn("consume", "phase", ph.String(), "error", err)
+				p.log.Warn("consume", "consumer", consumer, "error", err)
 			}
 		}))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
 )
 
 // ensureTopology creates or updates every stream, consumer and bucket sagad
@@ -24,14 +25,21 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Config) (*s
 		}); err != nil {
 			return nil, fmt.Errorf("stream %s: %w", PhaseStream(p), err)
 		}
-		if _, err := js.CreateOrUpdateConsumer(ctx, PhaseStream(p), jetstream.ConsumerConfig{
+		cc := jetstream.ConsumerConfig{
 			Durable:       ConsumerName(p),
 			Description:   "sagad phase " + p.String(),
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       cfg.AckWait,
 			MaxDeliver:    -1,
 			MaxAckPending: 1024,
-		}); err != nil {
+		}
+		// A phase an operator paused stays paused across sagad restarts.
+		if existing, err := js.Consumer(ctx, PhaseStream(p), ConsumerName(p)); err == nil {
+			if info := existing.CachedInfo(); info != nil && info.Config.PauseUntil != nil {
+				cc.PauseUntil = info.Config.PauseUntil
+			}
+		}
+		if _, err := js.CreateOrUpdateConsumer(ctx, PhaseStream(p), cc); err != nil {
 			return nil, fmt.Errorf("consumer %s: %w", ConsumerName(p), err)
 		}
 	}
@@ -46,6 +54,18 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Config) (*s
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return nil, fmt.Errorf("stream %s: %w", sc.Name, err)
 		}
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: CompletionsStream, Description: "sagad: results of accepted external work",
+		Subjects: []string{executors.CompletionPrefix + ">"}, Retention: jetstream.WorkQueuePolicy,
+		Storage: cfg.Storage, Replicas: cfg.Replicas, Duplicates: cfg.DuplicateWindow,
+	}); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", CompletionsStream, err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, CompletionsStream, jetstream.ConsumerConfig{
+		Durable: CompletionsConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: cfg.AckWait, MaxDeliver: -1,
+	}); err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", CompletionsConsumer, err)
 	}
 	var s stores
 	var err error

@@ -1,0 +1,168 @@
+package pipeline
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
+)
+
+// sweep looks at every parked capsule once: lock_contention capsules resume
+// when all their locks are free; capsules waiting for accepted external work
+// keep their locks alive, and halt when the result is overdue. Every sagad
+// sweeps; the actions are compare-and-sets, so they never double up.
+func (p *Pipeline) sweep(ctx context.Context) {
+	keys, err := p.continuations.Keys(ctx)
+	if err != nil {
+		p.log.Warn("sweep: list continuations", "error", err)
+		return
+	}
+	admin := p.Admin()
+	for _, key := range keys {
+		cp, _, err := p.checkpoints.Get(ctx, key)
+		if err != nil || cp.State.Status != capsule.Paused || cp.State.Pause == nil {
+			continue
+		}
+		switch cp.State.Pause.Trigger {
+		case capsule.TriggerLockContention:
+			_, c, err := admin.raw(ctx, key)
+			if err != nil || c == nil {
+				continue
+			}
+			free := true
+			for _, path := range c.Constraints.ResourceLocksRequired {
+				if ok, err := p.locks.Available(ctx, path, key); err != nil || !ok {
+					free = false
+					break
+				}
+			}
+			if free {
+				if _, err := admin.Resume(ctx, key, ResumeOptions{By: capsule.BySagad, Reason: "its locks are free"}); err != nil && !errors.Is(err, ErrRefused) {
+					p.log.Warn("sweep: resume after lock contention", "key", key, "error", err)
+				}
+			}
+		case capsule.TriggerBlockedExternal:
+			if cp.State.AwaitingCycle == 0 {
+				continue
+			}
+			if p.cfg.Now().Sub(cp.State.Pause.At) > p.cfg.ExternalTimeout {
+				reason := capsule.ExecutorFailed(fmt.Sprintf("no result for cycle %d within %s", cp.State.AwaitingCycle, p.cfg.ExternalTimeout))
+				if _, err := admin.end(ctx, key, capsule.Halted, reason.String(), capsule.BySagad); err != nil && !errors.Is(err, ErrRefused) {
+					p.log.Warn("sweep: halt overdue external work", "key", key, "error", err)
+				}
+				continue
+			}
+			if _, c, err := admin.raw(ctx, key); err == nil && c != nil {
+				if err := p.locks.Renew(ctx, c.Constraints.ResourceLocksRequired, key); err != nil {
+					p.log.Warn("sweep: renew locks of a capsule waiting for external work", "key", key, "error", err)
+				}
+			}
+		}
+	}
+}
+
+// runSweeper sweeps every SweepInterval until ctx ends.
+func (p *Pipeline) runSweeper(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(p.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.sweep(ctx)
+		}
+	}
+}
+
+// complete records the result of accepted work delivered on
+// saga.complete.<capsule_id>.<cycle> and resumes the capsule, which then
+// finishes EXECUTION without running the executor again. A result for a
+// cycle already recorded, or for a capsule not waiting for it, is ignored.
+func (p *Pipeline) complete(ctx context.Context, msg jetstream.Msg) (time.Duration, error) {
+	key, cycle, err := executors.ParseCompletionSubject(msg.Subject())
+	if err != nil {
+		p.log.Warn("completion on a malformed subject dropped", "subject", msg.Subject(), "error", err)
+		return 0, nil
+	}
+	comp, derr := executors.DecodeCompletion(msg.Data())
+	if derr == nil && comp.Kind != executors.KindExecute {
+		p.log.Warn("review completions are not supported; reviewers answer synchronously", "key", key)
+		return 0, nil
+	}
+	cp, _, err := p.checkpoints.Get(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		p.log.Warn("completion for an unknown capsule dropped", "key", key)
+		return 0, nil
+	}
+	if err != nil {
+		return p.cfg.RetryDelay, err
+	}
+	st := cp.State
+	waiting := st.Status == capsule.Paused && st.Pause != nil && st.Pause.Trigger == capsule.TriggerBlockedExternal &&
+		st.Phase == capsule.Execution && st.Cycle == cycle && st.AwaitingCycle == cycle
+	if !waiting {
+		p.log.Info("completion ignored: not awaited (already recorded, or the capsule moved on)", "key", key, "cycle", cycle, "state", st.Status)
+		return 0, nil
+	}
+	admin := p.Admin()
+	if st.Result == nil || st.Result.Cycle != cycle {
+		_, c, err := admin.raw(ctx, key)
+		if err != nil {
+			return p.cfg.RetryDelay, fmt.Errorf("completion: %w", err)
+		}
+		if c == nil {
+			return 0, nil
+		}
+		result := &capsule.ExecutionResult{Cycle: cycle, Usage: comp.Usage}
+		switch {
+		case derr != nil:
+			result.Failed = "malformed completion: " + derr.Error()
+		case comp.Status == executors.StatusFailed:
+			result.Failed = strings.TrimSpace(comp.Error)
+			if result.Failed == "" {
+				result.Failed = "the executor reported failure"
+			}
+		default:
+			content := comp.Content
+			ref, err := p.env.Artifacts.Put(ctx, capsule.Artifact{
+				SchemaVersion: "1.0", CapsuleID: c.CapsuleID, ProducerAgentID: c.ProducerAgentID, Cycle: cycle,
+				MediaType: comp.MediaType, SHA256: sha256Hex(content), Size: int64(len(content)), Usage: comp.Usage,
+				CreatedAt: p.cfg.Now().UTC(), Content: json.RawMessage(content),
+			})
+			if err != nil {
+				return p.cfg.RetryDelay, err
+			}
+			result.ArtifactRef = ref
+		}
+		if _, _, err := admin.update(ctx, key, func(cp *capsule.Checkpoint) (bool, error) {
+			s := &cp.State
+			if s.AwaitingCycle != cycle || (s.Result != nil && s.Result.Cycle == cycle) {
+				return false, nil
+			}
+			s.Result = result
+			return true, nil
+		}); err != nil {
+			return p.cfg.RetryDelay, err
+		}
+	}
+	if _, err := admin.Resume(ctx, key, ResumeOptions{By: capsule.BySagad, Reason: "the external result arrived"}); err != nil && !errors.Is(err, ErrRefused) {
+		return p.cfg.RetryDelay, err
+	}
+	return 0, nil
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
