@@ -9,6 +9,7 @@
 //	2   usage error (bad flags or arguments, unreadable input)
 //	3   `wait`: the capsule needs a human (paused or waiting_for_operator)
 //	4   capsule not found
+//	5   refused: the capsule's state does not allow the action (nothing changed)
 //	20  `wait`: the capsule was cancelled
 //	21  `wait`: timed out with the capsule still in progress
 package cli

@@ -93,6 +93,7 @@ Exit codes:
   2   usage error or unreadable input
   3   wait: the capsule needs a human (paused, waiting_for_operator)
   4   capsule not found
+  5   refused: the capsule's state does not allow the action (nothing changed)
   20  wait: cancelled
   21  wait: timed out`,
 		SilenceUsage:  true,
@@ -117,6 +118,7 @@ Exit codes:
 	root.AddCommand(
 		newPublish(g), newSeal(g), newCheck(g),
 		newStatus(g), newWait(g), newList(g), newHistory(g),
+		newPause(g), newResume(g), newCancel(g), newDecide(g), newPending(g), newPhase(g),
 	)
 	return root
 }

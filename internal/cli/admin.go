@@ -1,0 +1,301 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/pipeline"
+)
+
+// ExitRefused: the capsule's state does not allow the action; nothing changed.
+const ExitRefused = 5
+
+// operator names who acts, for the event stream: --by, else $SAGA_OPERATOR,
+// else the login name.
+func operator(by string) string {
+	if by != "" {
+		return by
+	}
+	if v := os.Getenv("SAGA_OPERATOR"); v != "" {
+		return v
+	}
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return "operator"
+}
+
+// admin connects and binds an Admin.
+func (g *globals) admin(ctx context.Context) (*pipeline.Admin, func(), error) {
+	opts := []nats.Option{nats.Name("sagactl"), nats.Timeout(5 * time.Second)}
+	if g.creds != "" {
+		opts = append(opts, nats.UserCredentials(g.creds))
+	}
+	nc, err := nats.Connect(g.natsURL, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (is sagad running? set --nats-url or SAGA_NATS_URL)", g.natsURL, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	a, err := pipeline.NewAdmin(ctx, js)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return a, nc.Close, nil
+}
+
+// adminErr maps admin errors to exit codes.
+func adminErr(err error) error {
+	switch {
+	case errors.Is(err, pipeline.ErrRefused):
+		return exit(ExitRefused, err)
+	case errors.Is(err, pipeline.ErrNotFound):
+		return exit(ExitNotFound, err)
+	}
+	return err
+}
+
+// adminCommand builds `sagactl <use>` running act and printing the status.
+func adminCommand(g *globals, use, short, long string, flags func(*cobra.Command), act func(ctx context.Context, a *pipeline.Admin, id string) (pipeline.Status, error)) *cobra.Command {
+	cmd := &cobra.Command{
+		Use: use, Short: short, Long: long, Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := contextWithTimeout(cmd, g)
+			defer cancel()
+			a, closeFn, err := g.admin(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			s, err := act(ctx, a, args[0])
+			if err != nil {
+				return adminErr(err)
+			}
+			return render(cmd, g, s)
+		},
+	}
+	if flags != nil {
+		flags(cmd)
+	}
+	return cmd
+}
+
+func newPause(g *globals) *cobra.Command {
+	var reason, by string
+	return adminCommand(g, "pause ID [--reason R]", "Pause a capsule (operator_manual); a running phase finishes its step first",
+		`Pause a capsule with the operator_manual trigger. A queued capsule parks at
+once; one inside a phase finishes that phase's step, then parks at the next
+phase. Pausing a paused capsule changes nothing. Exit 5 if the capsule has
+ended or waits for an operator decision.`,
+		func(c *cobra.Command) {
+			c.Flags().StringVar(&reason, "reason", "", "why (recorded in the event stream)")
+			c.Flags().StringVar(&by, "by", "", "who (default $SAGA_OPERATOR or the login name)")
+		},
+		func(ctx context.Context, a *pipeline.Admin, id string) (pipeline.Status, error) {
+			return a.Pause(ctx, id, reason, operator(by))
+		})
+}
+
+func newResume(g *globals) *cobra.Command {
+	var reason, by, deadline string
+	var tokens int64
+	var dollars float64
+	var extend time.Duration
+	return adminCommand(g, "resume ID [--tokens N] [--dollars X] [--deadline T | --extend D]",
+		"Resume a paused capsule where it stopped, optionally lifting the cause",
+		`Resume a paused capsule exactly where it stopped: the phase it was at runs
+(again, if it had parked before finishing); completed phases and recorded
+executor results are never re-run. --tokens/--dollars raise the capsule's caps
+(after budget_warning); --deadline (RFC 3339) or --extend moves its deadline
+(after deadline_approaching). Exit 5 if the capsule is not paused.`,
+		func(c *cobra.Command) {
+			c.Flags().StringVar(&reason, "reason", "", "why (recorded in the event stream)")
+			c.Flags().StringVar(&by, "by", "", "who (default $SAGA_OPERATOR or the login name)")
+			c.Flags().Int64Var(&tokens, "tokens", 0, "raise the token cap to N")
+			c.Flags().Float64Var(&dollars, "dollars", 0, "raise the dollar cap to X")
+			c.Flags().StringVar(&deadline, "deadline", "", "new deadline (RFC 3339)")
+			c.Flags().DurationVar(&extend, "extend", 0, "move the deadline to now + D")
+		},
+		func(ctx context.Context, a *pipeline.Admin, id string) (pipeline.Status, error) {
+			opts := pipeline.ResumeOptions{By: operator(by), Reason: reason, Tokens: tokens, Dollars: dollars}
+			switch {
+			case deadline != "" && extend != 0:
+				return pipeline.Status{}, exit(ExitUsage, errors.New("--deadline and --extend exclude each other"))
+			case deadline != "":
+				t, err := time.Parse(time.RFC3339, deadline)
+				if err != nil {
+					return pipeline.Status{}, exit(ExitUsage, fmt.Errorf("--deadline: %w", err))
+				}
+				opts.Deadline = &t
+			case extend > 0:
+				t := time.Now().Add(extend)
+				opts.Deadline = &t
+			}
+			return a.Resume(ctx, id, opts)
+		})
+}
+
+func newCancel(g *globals) *cobra.Command {
+	var reason, by string
+	return adminCommand(g, "cancel ID [--reason R]", "Cancel a capsule: it ends cancelled and its locks are released",
+		`Cancel a capsule from any state but completed or halted (exit 5 then). It
+ends cancelled where it stands, its locks are released and it is emitted on
+the outcome subject. Cancelling a cancelled capsule changes nothing.`,
+		func(c *cobra.Command) {
+			c.Flags().StringVar(&reason, "reason", "", "why (recorded in the history and event stream)")
+			c.Flags().StringVar(&by, "by", "", "who (default $SAGA_OPERATOR or the login name)")
+		},
+		func(ctx context.Context, a *pipeline.Admin, id string) (pipeline.Status, error) {
+			return a.Cancel(ctx, id, reason, operator(by))
+		})
+}
+
+func newDecide(g *globals) *cobra.Command {
+	var rationale, by string
+	cmd := &cobra.Command{
+		Use:   "decide ID accept|revise [--rationale R]",
+		Short: "Decide a capsule waiting_for_operator: accept (to HANDOFF) or revise (back to EXECUTION)",
+		Long: `Settle the operator gate of a capsule waiting_for_operator. accept goes on to
+HANDOFF; revise sends it back to EXECUTION as a new cycle with the rationale as
+review findings (Rule 12 applies: after the last cycle it halts with
+max_cycles_exceeded). Exit 5, changing nothing, if the capsule is not waiting.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			decision := strings.ToLower(args[1])
+			if decision != pipeline.DecisionAccept && decision != pipeline.DecisionRevise {
+				return exit(ExitUsage, fmt.Errorf("decision %q: want accept or revise", args[1]))
+			}
+			if decision == pipeline.DecisionRevise && strings.TrimSpace(rationale) == "" {
+				return exit(ExitUsage, errors.New("revise needs --rationale: the executor gets it as the review's findings"))
+			}
+			ctx, cancel := contextWithTimeout(cmd, g)
+			defer cancel()
+			a, closeFn, err := g.admin(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			s, err := a.Decide(ctx, args[0], decision, rationale, operator(by))
+			if err != nil {
+				return adminErr(err)
+			}
+			return render(cmd, g, s)
+		},
+	}
+	cmd.Flags().StringVar(&rationale, "rationale", "", "why (required for revise)")
+	cmd.Flags().StringVar(&by, "by", "", "who (default $SAGA_OPERATOR or the login name)")
+	return cmd
+}
+
+func newPending(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "pending",
+		Short: "List what waits for a human: operator decisions and paused capsules only a person can resume",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := contextWithTimeout(cmd, g)
+			defer cancel()
+			a, closeFn, err := g.admin(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			items, err := a.Pending(ctx)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.json() {
+				if items == nil {
+					items = []pipeline.PendingItem{}
+				}
+				return writeJSON(out, items)
+			}
+			tw := table(out)
+			fmt.Fprintln(tw, "CAPSULE_ID\tSTATE\tTRIGGER\tPHASE\tCYCLE\tAGE\tREASON")
+			for _, it := range items {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%s\t%s\n", dash(it.CapsuleID), it.State, it.Trigger, it.Phase, it.PhaseName,
+					it.Cycle, (time.Duration(it.AgeSecs) * time.Second).String(), dash(it.Reason))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func newPhase(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "phase pause|resume|list [N]",
+		Short: "Stop or restart consumption of one phase for every sagad at once; list phases",
+	}
+	run := func(pause bool) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, args []string) error {
+			ph, err := capsule.ParsePhase(args[0])
+			if err != nil {
+				return exit(ExitUsage, err)
+			}
+			ctx, cancel := contextWithTimeout(cmd, g)
+			defer cancel()
+			a, closeFn, err := g.admin(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			if pause {
+				err = a.PausePhase(ctx, ph)
+			} else {
+				err = a.ResumePhase(ctx, ph)
+			}
+			if err != nil {
+				return err
+			}
+			return printPhases(cmd, g, a, ctx)
+		}
+	}
+	cmd.AddCommand(
+		&cobra.Command{Use: "pause N", Short: "Stop every sagad consuming phase N (number or name); what is queued stays", Args: cobra.ExactArgs(1), RunE: run(true)},
+		&cobra.Command{Use: "resume N", Short: "Let every sagad consume phase N again", Args: cobra.ExactArgs(1), RunE: run(false)},
+		&cobra.Command{Use: "list", Short: "Show each phase: paused or not, queued and in-flight messages", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				ctx, cancel := contextWithTimeout(cmd, g)
+				defer cancel()
+				a, closeFn, err := g.admin(ctx)
+				if err != nil {
+					return err
+				}
+				defer closeFn()
+				return printPhases(cmd, g, a, ctx)
+			}},
+	)
+	return cmd
+}
+
+func printPhases(cmd *cobra.Command, g *globals, a *pipeline.Admin, ctx context.Context) error {
+	list, err := a.Phases(ctx)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if g.json() {
+		return writeJSON(out, list)
+	}
+	tw := table(out)
+	fmt.Fprintln(tw, "PHASE\tCONSUMER\tPAUSED\tQUEUED\tIN_FLIGHT")
+	for _, p := range list {
+		fmt.Fprintf(tw, "%d %s\t%s\t%t\t%d\t%d\n", p.Phase, p.PhaseName, p.Consumer, p.Paused, p.Pending, p.AckPending)
+	}
+	return tw.Flush()
+}
