@@ -496,7 +496,10 @@ func (a *Admin) PausePhase(ctx context.Context, ph capsule.Phase) error {
 
 // ResumePhase lets every sagad consume phase ph again.
 func (a *Admin) ResumePhase(ctx context.Context, ph capsule.Phase) error {
-	if _, err := a.p.js.ResumeConsumer(ctx, PhaseStream(ph), ConsumerName(ph)); err != nil {
+	// Clearing the pause outright does not wake pulls already waiting on
+	// the server (nats-server 2.15), which would then idle until they
+	// expire; a pause that ends a moment from now does.
+	if _, err := a.p.js.PauseConsumer(ctx, PhaseStream(ph), ConsumerName(ph), time.Now().Add(20*time.Millisecond)); err != nil {
 		return fmt.Errorf("resume %s: %w", ph, err)
 	}
 	a.p.metrics.AdminAction("phase_resume")

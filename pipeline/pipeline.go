@@ -215,9 +215,20 @@ func (p *Pipeline) startConsumer(ctx, workCtx context.Context, stream, consumer 
 	return r, nil
 }
 
+// drainGrace bounds how long stop waits for a drain. A pull request the
+// server holds (an idle or just-resumed consumer) only ends at its expiry;
+// after the grace the consumer is stopped, and messages it had buffered are
+// redelivered after AckWait.
+const drainGrace = 2 * time.Second
+
 func (r *phaseRunner) stop() {
 	r.cc.Drain()
-	<-r.cc.Closed()
+	select {
+	case <-r.cc.Closed():
+	case <-time.After(drainGrace):
+		r.cc.Stop()
+		<-r.cc.Closed()
+	}
 	close(r.work)
 	r.wg.Wait()
 }

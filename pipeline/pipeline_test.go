@@ -68,7 +68,10 @@ func testConfig(t testing.TB, workspace string, reg *executors.Registry) pipelin
 	}
 }
 
-func setup(t *testing.T) *fixture {
+func setup(t *testing.T) *fixture { t.Helper(); return setupWith(t, nil) }
+
+// setupWith is setup with a chance to change the pipeline's configuration.
+func setupWith(t *testing.T, change func(*pipeline.Config)) *fixture {
 	t.Helper()
 	s := natstest.RunServer(t)
 	_, js := natstest.Connect(t, s)
@@ -76,7 +79,11 @@ func setup(t *testing.T) *fixture {
 	reg := executors.NewRegistry()
 	reg.RegisterExecutor("stub", countingStub{n: f.executed})
 	reg.RegisterExecutor("slow", countingStub{n: f.executed, gate: f.gate})
+	reg.RegisterExecutor("accepting", acceptingStub{n: f.executed})
 	f.cfg = testConfig(t, f.workspace, reg)
+	if change != nil {
+		change(&f.cfg)
+	}
 	f.pipe = f.start(t, f.cfg)
 	client, err := pipeline.NewClient(context.Background(), js)
 	require.NoError(t, err)

@@ -1,0 +1,412 @@
+package examples_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/locks"
+	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/schemas"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// nats.go v1.55.0 leaks this goroutine now and then from
+		// ObjectStore.Put (artifacts): Put's private JetStream context
+		// clears its status channel before the goroutine has read it, so
+		// the goroutine blocks forever on a nil channel. Not ours to fix.
+		goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"),
+	)
+}
+
+// dir holds the example capsules, relative to this package.
+const dir = "capsules"
+
+// lockPath is the resource lock of the example capsules; the lock examples
+// need another holder to take it.
+const lockPath = "examples/capsules/README.md"
+
+// otherHolder is the "other capsule" that holds lockPath in the lock examples.
+const otherHolder = "someone-else"
+
+// pipelineHaltCodes are the halt reasons of PIPELINE §3, in its order.
+var pipelineHaltCodes = []capsule.HaltCode{
+	"schema_invalid", "integrity_mismatch", "deadline_in_past", "budget_tokens_non_positive", "lock_unavailable",
+	"context_ref_missing", "target_missing",
+	"spec_not_approved",
+	"absolute_rules_violated",
+	"lock_acquisition_failed", "budget_exceeded", "executor_failed",
+	"review_rejected_terminal", "max_cycles_exceeded",
+}
+
+// intakeHaltCodes are the intake reasons (bytes that never became a capsule)
+// that have an example.
+var intakeHaltCodes = []capsule.HaltCode{capsule.CodeNotJSON, capsule.CodeUnsupportedSchemaVersion}
+
+// expected is the exact outcome of every example file: "" for completed,
+// the halt reason otherwise. README.md's table says the same to people.
+var expected = map[string]string{
+	"valid.json":                           "",
+	"halt-schema_invalid.json":             "schema_invalid:/budget/tokens",
+	"halt-integrity_mismatch.json":         "integrity_mismatch",
+	"halt-deadline_in_past.json":           "deadline_in_past",
+	"halt-budget_tokens_non_positive.json": "budget_tokens_non_positive",
+	"halt-lock_unavailable.json":           "lock_unavailable:" + lockPath,
+	"halt-context_ref_missing.json":        "context_ref_missing:file:examples/capsules/does-not-exist.md",
+	"halt-target_missing.json":             "target_missing:file:examples/capsules/does-not-exist.md",
+	"halt-spec_not_approved.json":          "spec_not_approved:[approved, approved_by, approved_at]",
+	"halt-absolute_rules_violated.json":    "absolute_rules_violated:[4, 11, 25]",
+	"halt-lock_acquisition_failed.json":    "lock_acquisition_failed:" + lockPath,
+	"halt-budget_exceeded.json":            "budget_exceeded:tokens",
+	"halt-executor_failed.json":            "executor_failed:model refused",
+	"halt-review_rejected_terminal.json":   "review_rejected_terminal",
+	"halt-max_cycles_exceeded.json":        "max_cycles_exceeded:3",
+	"halt-not_json.txt":                    "not_json",
+	"halt-unsupported_schema_version.json": "unsupported_schema_version:2.0",
+}
+
+// Intentionally broken examples: not capsules by the schema, and not sealed.
+var (
+	notSchemaValid = []string{"halt-schema_invalid.json", "halt-not_json.txt"}
+	notSealed      = []string{"halt-integrity_mismatch.json", "halt-not_json.txt"}
+)
+
+// examples returns the example file names, sorted, and fails on any file
+// that is neither the README nor valid.json nor halt-<known code>.<ext>.
+func examples(t *testing.T) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		name := e.Name()
+		if name == "README.md" {
+			continue
+		}
+		require.False(t, e.IsDir(), "unexpected directory %s", name)
+		if name != "valid.json" {
+			code, ok := haltCode(name)
+			require.True(t, ok, "%s: example files are valid.json or halt-<reason>.<ext>", name)
+			require.Contains(t, capsule.HaltCodes, code, "%s: no such halt code", name)
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+// haltCode is the <reason> of a halt-<reason>.<ext> file name.
+func haltCode(name string) (capsule.HaltCode, bool) {
+	rest, ok := strings.CutPrefix(name, "halt-")
+	if !ok {
+		return "", false
+	}
+	code, _, ok := strings.Cut(rest, ".")
+	return capsule.HaltCode(code), ok && code != ""
+}
+
+func read(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	require.NoError(t, err)
+	return b
+}
+
+// TestEveryExampleIsExpected checks that the directory and the expected
+// outcomes name the same files, and that the README documents each one.
+func TestEveryExampleIsExpected(t *testing.T) {
+	t.Parallel()
+	names := examples(t)
+	want := make([]string, 0, len(expected))
+	for name := range expected {
+		want = append(want, name)
+	}
+	slices.Sort(want)
+	require.Equal(t, want, names, "every example file needs an expected outcome, and every expected outcome a file")
+
+	readme := string(read(t, "README.md"))
+	for _, name := range names {
+		require.Contains(t, readme, "`"+name+"`", "README.md does not list %s", name)
+		if reason := expected[name]; reason != "" {
+			require.Contains(t, readme, "`"+reason+"`", "README.md does not give %s's reason", name)
+		}
+	}
+}
+
+// TestHaltReasonsCovered checks that the examples cover exactly the halt
+// reasons of PIPELINE §3 plus the intake reasons that have an example.
+func TestHaltReasonsCovered(t *testing.T) {
+	t.Parallel()
+	var covered []capsule.HaltCode
+	for _, name := range examples(t) {
+		if code, ok := haltCode(name); ok {
+			covered = append(covered, code)
+		}
+	}
+	want := append(slices.Clone(pipelineHaltCodes), intakeHaltCodes...)
+	require.ElementsMatch(t, want, covered)
+
+	// PIPELINE §3 and the shared vocabulary agree: every code is one or the
+	// other, and capsule_too_large is the only one without an example.
+	require.ElementsMatch(t, append(want, capsule.CodeCapsuleTooLarge), capsule.HaltCodes,
+		"a new halt code needs an example in examples/capsules (and a line in its README)")
+}
+
+// TestExamplesAreWellFormed checks the schema and the seal of every example
+// that is not broken on purpose, and that the broken ones are broken.
+func TestExamplesAreWellFormed(t *testing.T) {
+	t.Parallel()
+	ids := map[string]string{}
+	for _, name := range examples(t) {
+		raw := read(t, name)
+		t.Run(name, func(t *testing.T) {
+			if slices.Contains(notSchemaValid, name) {
+				require.Error(t, schemas.Validate(schemas.Capsule, raw))
+			} else {
+				require.NoError(t, schemas.Validate(schemas.Capsule, raw))
+			}
+			switch {
+			case name == "halt-integrity_mismatch.json":
+				require.ErrorIs(t, capsule.VerifyIntegrity(raw), capsule.ErrIntegrityMismatch)
+			case slices.Contains(notSealed, name):
+				require.Error(t, capsule.VerifyIntegrity(raw))
+			default:
+				require.NoError(t, capsule.VerifyIntegrity(raw))
+			}
+			if !json.Valid(raw) {
+				return
+			}
+			var head struct {
+				CapsuleID string `json:"capsule_id"`
+			}
+			require.NoError(t, json.Unmarshal(raw, &head))
+			require.NotEmpty(t, head.CapsuleID)
+			if other, dup := ids[head.CapsuleID]; dup {
+				t.Fatalf("capsule_id %s is used by %s too", head.CapsuleID, other)
+			}
+			ids[head.CapsuleID] = name
+		})
+	}
+}
+
+// fixture is one embedded server, one running pipeline with the repository
+// root as its workspace, a client and a lock manager on the pipeline's bucket.
+type fixture struct {
+	js     jetstream.JetStream
+	client *pipeline.Client
+	locks  *locks.Manager
+}
+
+type tlogWriter struct{ t testing.TB }
+
+func (w tlogWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(b), "\n"))
+	return len(b), nil
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	p, err := pipeline.New(ctx, js, pipeline.Config{
+		Logger:     slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Workspace:  root,
+		Workers:    4,
+		AckWait:    2 * time.Second,
+		Heartbeat:  300 * time.Millisecond,
+		RetryDelay: 50 * time.Millisecond,
+		// A lock held by another capsule halts EXECUTION at once, rather
+		// than after a minute of retries and a lock_contention pause.
+		LockWait: -1,
+	})
+	require.NoError(t, err)
+	require.NoError(t, p.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p.Stop(ctx)
+	})
+	client, err := pipeline.NewClient(ctx, js)
+	require.NoError(t, err)
+	lm, err := locks.New(ctx, js, locks.Config{})
+	require.NoError(t, err)
+	return &fixture{js: js, client: client, locks: lm}
+}
+
+// holdLock takes lockPath as another capsule would, until release is called
+// or the test ends.
+func (f *fixture) holdLock(t *testing.T) (release func()) {
+	t.Helper()
+	require.NoError(t, f.locks.TryAcquire(context.Background(), lockPath, otherHolder))
+	released := false
+	release = func() {
+		if released {
+			return
+		}
+		released = true
+		require.NoError(t, f.locks.Release(context.Background(), lockPath, otherHolder))
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// publish sends raw to the intake and returns the two keys its checkpoint
+// may have: the capsule id it claims (if readable) and "x-<intake seq>".
+func (f *fixture) publish(t *testing.T, raw []byte) []string {
+	t.Helper()
+	seq, err := f.client.Publish(context.Background(), raw, "")
+	require.NoError(t, err)
+	keys := []string{"x-" + strconv.FormatUint(seq, 10)}
+	var head struct {
+		CapsuleID string `json:"capsule_id"`
+	}
+	if json.Unmarshal(raw, &head) == nil && head.CapsuleID != "" {
+		keys = append(keys, head.CapsuleID)
+	}
+	return keys
+}
+
+// find returns the status of the capsule checkpointed under one of keys.
+func (f *fixture) find(t *testing.T, keys []string) (pipeline.Status, bool) {
+	t.Helper()
+	all, err := f.client.List(context.Background(), "")
+	require.NoError(t, err)
+	for _, s := range all {
+		if slices.Contains(keys, s.Key) {
+			return s, true
+		}
+	}
+	return pipeline.Status{}, false
+}
+
+// wait polls until the capsule under keys is terminal.
+func (f *fixture) wait(t *testing.T, keys []string) pipeline.Status {
+	t.Helper()
+	var s pipeline.Status
+	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		var ok bool
+		s, ok = f.find(t, keys)
+		return ok && s.State.Terminal()
+	}, "capsule %v never reached a terminal state", keys)
+	return s
+}
+
+// waitLockFree polls until nobody holds lockPath: a capsule halted in
+// EXECUTION releases its locks just after its checkpoint records the halt,
+// and the next example must find them free.
+func (f *fixture) waitLockFree(t *testing.T) {
+	t.Helper()
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		free, err := f.locks.Available(context.Background(), lockPath, "probe")
+		require.NoError(t, err)
+		return free
+	}, "lock %s still held", lockPath)
+}
+
+// pauseExecution stops EXECUTION's consumer from delivering, so a capsule
+// waits between AUTOMATED_GATES and EXECUTION, and returns resume.
+//
+// resume moves the pause deadline 50ms ahead instead of clearing the pause:
+// nats-server (2.15) wakes a paused consumer's waiting pull requests when the
+// deadline passes, but not when the pause is cleared, so a cleared pause would
+// only deliver on the pipeline's next pull, seconds later.
+func (f *fixture) pauseExecution(t *testing.T) (resume func()) {
+	t.Helper()
+	ctx := context.Background()
+	stream, name := pipeline.PhaseStream(capsule.Execution), pipeline.ConsumerName(capsule.Execution)
+	res, err := f.js.PauseConsumer(ctx, stream, name, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.True(t, res.Paused)
+	t.Cleanup(func() {
+		_, err := f.js.ResumeConsumer(context.Background(), stream, name)
+		require.NoError(t, err)
+	})
+	return func() {
+		_, err := f.js.PauseConsumer(ctx, stream, name, time.Now().Add(50*time.Millisecond))
+		require.NoError(t, err)
+	}
+}
+
+// waitAtExecution polls until the capsule passed AUTOMATED_GATES (its
+// checkpoint's phase is EXECUTION) and its message waits, undelivered, on the
+// paused EXECUTION consumer.
+func (f *fixture) waitAtExecution(t *testing.T, keys []string) {
+	t.Helper()
+	ctx := context.Background()
+	cons, err := f.js.Consumer(ctx, pipeline.PhaseStream(capsule.Execution), pipeline.ConsumerName(capsule.Execution))
+	require.NoError(t, err)
+	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		s, ok := f.find(t, keys)
+		if !ok {
+			return false
+		}
+		require.Equal(t, capsule.InProgress, s.State, "halt: %s", s.HaltReason)
+		if s.Phase != int(capsule.Execution) {
+			return false
+		}
+		info, err := cons.Info(ctx)
+		require.NoError(t, err)
+		return info.NumPending == 1
+	}, "capsule %v never reached EXECUTION's queue", keys)
+}
+
+// TestExamples publishes every example, one at a time because they share a
+// lock, and checks its exact outcome.
+func TestExamples(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, name := range examples(t) {
+		want, ok := expected[name]
+		require.True(t, ok, "no expected outcome for %s", name)
+		t.Run(name, func(t *testing.T) {
+			raw := read(t, name)
+			release := func() {}
+			var keys []string
+			switch code, _ := haltCode(name); code {
+			case capsule.CodeLockUnavailable:
+				// RECEPTION finds the lock held by another capsule.
+				release = f.holdLock(t)
+				keys = f.publish(t, raw)
+			case capsule.CodeLockAcquisitionFailed:
+				// RECEPTION finds the lock free; another capsule takes it
+				// while this one waits for EXECUTION.
+				resume := f.pauseExecution(t)
+				keys = f.publish(t, raw)
+				f.waitAtExecution(t, keys)
+				release = f.holdLock(t)
+				resume()
+			default:
+				keys = f.publish(t, raw)
+			}
+			s := f.wait(t, keys)
+			release()
+			f.waitLockFree(t)
+
+			if want == "" {
+				require.Equal(t, capsule.Completed, s.State, "halt: %s", s.HaltReason)
+				require.Empty(t, s.HaltReason)
+				return
+			}
+			require.Equal(t, capsule.Halted, s.State)
+			code, _ := haltCode(name)
+			require.Equal(t, code, capsule.ParseHaltReason(s.HaltReason).Code, "reason %q", s.HaltReason)
+			require.Equal(t, want, s.HaltReason)
+		})
+	}
+}
