@@ -35,6 +35,15 @@ type Artifacts interface {
 	Get(ctx context.Context, ref string) (capsule.Artifact, error)
 }
 
+// Recorder is what phases report to metrics (see package metrics). A nil
+// *metrics.Metrics is a valid Recorder that records nothing.
+type Recorder interface {
+	LockWait(d time.Duration, contended bool)
+	BudgetConsumed(u capsule.Usage)
+	Call(kind, result string, d time.Duration)
+	ReviewCycle(verdict capsule.Verdict)
+}
+
 // Env is what phases may touch. Every member is safe for concurrent use.
 type Env struct {
 	Locks     Locks
@@ -45,6 +54,7 @@ type Env struct {
 	Rules     rules.Config
 	Facts     rules.Facts
 	Logger    *slog.Logger
+	Metrics   Recorder
 	// MaxIntakeBytes is the hard limit on intake bytes (capsule_too_large).
 	MaxIntakeBytes int
 	// Now is the clock; tests replace it.

@@ -38,12 +38,17 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 	c, key, cycle := in.Capsule, in.Key(), in.Cycle()
 	st := in.Checkpoint.State
 	paths := c.Constraints.ResourceLocksRequired
+	lockStart := time.Now()
 	if err := env.Locks.AcquireAll(ctx, paths, key); err != nil {
 		var aerr *locks.AcquireError
 		if !errors.As(err, &aerr) || !errors.Is(err, locks.ErrHeld) {
 			return RetryAfter(env.RetryDelay, fmt.Errorf("execution: acquire locks: %w", err))
 		}
+		env.record().LockWait(time.Since(lockStart), true)
 		return e.contended(env, in, aerr.Path, err)
+	}
+	if len(paths) > 0 {
+		env.record().LockWait(time.Since(lockStart), false)
 	}
 
 	var res executors.Result
@@ -63,6 +68,7 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 		if err != nil {
 			return HaltWith(capsule.ExecutorFailed("no executor for task.kind "+c.Task.Kind), capsule.Finding{Rule: 22, Field: "task.kind", Message: err.Error()})
 		}
+		callStart := time.Now()
 		res, err = e.run(ctx, env, in, ex, executors.Request{
 			Capsule:        c,
 			Raw:            in.Raw,
@@ -71,6 +77,7 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 			TraceID:        in.Checkpoint.TraceID,
 			Findings:       lastReviewFindings(in.Checkpoint),
 		})
+		env.record().Call("executor", callResult(err, ctx), time.Since(callStart))
 		switch {
 		case errors.Is(err, executors.ErrAccepted):
 			d := ParkWith(capsule.TriggerBlockedExternal, "waiting for the executor's result: "+err.Error())
@@ -92,6 +99,7 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 	if err != nil {
 		return RetryAfter(env.RetryDelay, fmt.Errorf("execution: charge budget: %w", err))
 	}
+	env.record().BudgetConsumed(res.Usage)
 	record := func(st *capsule.CheckpointState) { st.BudgetUsed = charge.Capsule }
 	if failed != nil {
 		d := HaltWith(capsule.ExecutorFailed(failed.Detail))
@@ -232,4 +240,35 @@ func appendUnique(list []string, s string) []string {
 		}
 	}
 	return append(list, s)
+}
+
+// callResult names an agent call's outcome for metrics.
+func callResult(err error, ctx context.Context) string {
+	var failed *executors.FailedError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, executors.ErrAccepted), errors.Is(err, executors.ErrHumanInput):
+		return "accepted"
+	case errors.As(err, &failed):
+		return "failed"
+	case ctx.Err() != nil:
+		return "transient"
+	}
+	return "failed"
+}
+
+// nopRecorder records nothing.
+type nopRecorder struct{}
+
+func (nopRecorder) LockWait(time.Duration, bool)       {}
+func (nopRecorder) BudgetConsumed(capsule.Usage)       {}
+func (nopRecorder) Call(string, string, time.Duration) {}
+func (nopRecorder) ReviewCycle(capsule.Verdict)        {}
+
+func (env *Env) record() Recorder {
+	if env.Metrics == nil {
+		return nopRecorder{}
+	}
+	return env.Metrics
 }

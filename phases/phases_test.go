@@ -2,11 +2,14 @@ package phases_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,6 +141,7 @@ type bundle struct {
 	budgets   *fakeBudgets
 	artifacts *fakeArtifacts
 	registry  *executors.Registry
+	runs      *atomic.Int64 // runs of the "stub" executor
 }
 
 func setup(t *testing.T) *bundle {
@@ -147,7 +151,9 @@ func setup(t *testing.T) *bundle {
 		budgets:   &fakeBudgets{},
 		artifacts: newFakeArtifacts(),
 		registry:  executors.NewRegistry(),
+		runs:      new(atomic.Int64),
 	}
+	b.registry.RegisterExecutor(executors.StubKind, countingStub{n: b.runs})
 	b.env = &phases.Env{
 		Locks:      b.locks,
 		Budgets:    b.budgets,
@@ -519,16 +525,33 @@ func (e blockingExecutor) Execute(ctx context.Context, _ executors.Request) (exe
 	return executors.Result{}, ctx.Err()
 }
 
-// errorExecutor fails with a transport error, not a FailedError.
-type errorExecutor struct{}
+// errorExecutor answers with err and no result.
+type errorExecutor struct{ err error }
 
-func (errorExecutor) Execute(context.Context, executors.Request) (executors.Result, error) {
-	return executors.Result{}, errors.New("connection refused")
+func (e errorExecutor) Execute(context.Context, executors.Request) (executors.Result, error) {
+	return executors.Result{}, e.err
+}
+
+// countingStub is the stub executor counting its runs.
+type countingStub struct{ n *atomic.Int64 }
+
+func (c countingStub) Execute(ctx context.Context, req executors.Request) (executors.Result, error) {
+	c.n.Add(1)
+	return executors.Stub{}.Execute(ctx, req)
 }
 
 func TestExecutionRun(t *testing.T) {
 	t.Parallel()
 	heldErr := &locks.AcquireError{Path: "README.md", Err: &locks.HeldError{Path: "README.md", Holder: "other", Owner: "host/1", ExpiresAt: now}}
+	holdLock := func(wait time.Duration, entered time.Time) func(*bundle, *phases.Input) {
+		return func(b *bundle, in *phases.Input) {
+			b.locks.acquireErr = heldErr
+			b.env.LockWait = wait
+			in.Entered = entered
+		}
+	}
+	past := now.Add(-time.Second)
+	stubUsage := executors.DefaultStubUsage
 	tests := []struct {
 		name       string
 		doc        func(capsuletest.Doc) capsuletest.Doc
@@ -537,40 +560,51 @@ func TestExecutionRun(t *testing.T) {
 		wantAction phases.Action
 		wantHalt   string
 		wantRules  []int
-		// wantUsed is the budget the decision records; nil when it records none.
+		// wantTrigger and wantReason are the pause a Park (or a warning) asks for.
+		wantTrigger capsule.Trigger
+		wantReason  string
+		// wantDelay is a Retry's delay.
+		wantDelay time.Duration
+		// wantRuns is how often the stub executor ran.
+		wantRuns int64
+		// wantUsed is the capsule total the decision records; nil when it
+		// records no charge.
 		wantUsed *capsule.Usage
+		// wantCaps are the caps charged against; the capsule's when zero.
+		wantCaps capsule.Budget
 		// wantResult says whether an artifact result is recorded.
 		wantResult bool
+		// wantStored says whether a new artifact was stored.
+		wantStored bool
 	}{
 		{
-			name: "success", wantAction: phases.Advance,
-			wantUsed: &executors.DefaultStubUsage, wantResult: true,
+			name: "success", wantAction: phases.Advance, wantRuns: 1,
+			wantUsed: &stubUsage, wantResult: true, wantStored: true,
 		},
 		{
 			name: "scripted usage on cycle 2",
 			doc: func(d capsuletest.Doc) capsuletest.Doc {
 				return d.Stub(map[string]any{"usage": map[string]any{"tokens": 42, "dollars": 0.5}})
 			},
-			cycle: 2, wantAction: phases.Advance,
-			wantUsed: &capsule.Usage{Tokens: 42, Dollars: 0.5}, wantResult: true,
+			cycle: 2, wantAction: phases.Advance, wantRuns: 1,
+			wantUsed: &capsule.Usage{Tokens: 42, Dollars: 0.5}, wantResult: true, wantStored: true,
 		},
 		{
 			name:       "executor failure with a message",
 			doc:        func(d capsuletest.Doc) capsuletest.Doc { return d.Stub(map[string]any{"fail": "model refused"}) },
-			wantAction: phases.Halt, wantHalt: "executor_failed:model refused", wantRules: []int{},
-			wantUsed: &executors.DefaultStubUsage,
+			wantAction: phases.Halt, wantHalt: "executor_failed:model refused", wantRules: []int{}, wantRuns: 1,
+			wantUsed: &stubUsage,
 		},
 		{
 			name:       "executor failure requested with true",
 			doc:        func(d capsuletest.Doc) capsuletest.Doc { return d.Stub(map[string]any{"fail": true}) },
-			wantAction: phases.Halt, wantHalt: "executor_failed:stub failure requested", wantRules: []int{},
-			wantUsed: &executors.DefaultStubUsage,
+			wantAction: phases.Halt, wantHalt: "executor_failed:stub failure requested", wantRules: []int{}, wantRuns: 1,
+			wantUsed: &stubUsage,
 		},
 		{
 			name: "transport error is an executor failure",
-			doc:  func(d capsuletest.Doc) capsuletest.Doc { return d.Set("task.kind", "flaky") },
 			prepare: func(b *bundle, _ *phases.Input) {
-				b.registry.RegisterExecutor("flaky", errorExecutor{})
+				b.registry.RegisterExecutor(executors.StubKind, errorExecutor{err: errors.New("connection refused")})
 			},
 			wantAction: phases.Halt, wantHalt: "executor_failed:connection refused", wantRules: []int{},
 			wantUsed: &capsule.Usage{},
@@ -578,31 +612,124 @@ func TestExecutionRun(t *testing.T) {
 		{
 			name:       "budget exceeded",
 			prepare:    func(b *bundle, _ *phases.Input) { b.budgets.exceeded = capsule.BudgetTokens },
-			wantAction: phases.Halt, wantHalt: "budget_exceeded:tokens", wantRules: []int{16},
-			wantUsed: &executors.DefaultStubUsage, wantResult: true,
+			wantAction: phases.Halt, wantHalt: "budget_exceeded:tokens", wantRules: []int{16}, wantRuns: 1,
+			wantUsed: &stubUsage, wantResult: true, wantStored: true,
 		},
 		{
 			name:       "budget exceeded in dollars",
 			prepare:    func(b *bundle, _ *phases.Input) { b.budgets.exceeded = capsule.BudgetDollars },
-			wantAction: phases.Halt, wantHalt: "budget_exceeded:dollars", wantRules: []int{16},
-			wantUsed: &executors.DefaultStubUsage, wantResult: true,
+			wantAction: phases.Halt, wantHalt: "budget_exceeded:dollars", wantRules: []int{16}, wantRuns: 1,
+			wantUsed: &stubUsage, wantResult: true, wantStored: true,
 		},
 		{
-			name:       "lock held by another capsule",
-			prepare:    func(b *bundle, _ *phases.Input) { b.locks.acquireErr = heldErr },
+			name:       "raised caps are the caps charged against",
+			prepare:    func(_ *bundle, in *phases.Input) { in.Checkpoint.State.Overrides = &capsule.Overrides{Tokens: 20000} },
+			wantAction: phases.Advance, wantRuns: 1,
+			wantUsed: &stubUsage, wantCaps: capsule.Budget{Tokens: 20000, Dollars: 5}, wantResult: true, wantStored: true,
+		},
+		{
+			name:       "budget warning past the threshold",
+			prepare:    func(b *bundle, _ *phases.Input) { b.env.BudgetWarning = 0.05 },
+			wantAction: phases.Advance, wantRuns: 1,
+			wantTrigger: capsule.TriggerBudgetWarning, wantReason: "10% of a budget cap used (1000 tokens, $0.0100 of 10000 tokens, $5.0000)",
+			wantUsed: &stubUsage, wantResult: true, wantStored: true,
+		},
+		{
+			name:       "budget warning under the threshold",
+			prepare:    func(b *bundle, _ *phases.Input) { b.env.BudgetWarning = 0.5 },
+			wantAction: phases.Advance, wantRuns: 1,
+			wantUsed: &stubUsage, wantResult: true, wantStored: true,
+		},
+		{
+			name: "budget warning fires once",
+			prepare: func(b *bundle, in *phases.Input) {
+				b.env.BudgetWarning = 0.05
+				in.Checkpoint.State.Warned = []capsule.Trigger{capsule.TriggerBudgetWarning}
+			},
+			wantAction: phases.Advance, wantRuns: 1,
+			wantUsed: &stubUsage, wantResult: true, wantStored: true,
+		},
+		{
+			name: "recorded result is not run again",
+			prepare: func(_ *bundle, in *phases.Input) {
+				in.Checkpoint.State.Result = &capsule.ExecutionResult{Cycle: 1, ArtifactRef: "artifact:" + in.Capsule.CapsuleID + "/1", Usage: capsule.Usage{Tokens: 77}}
+			},
+			wantAction: phases.Advance, wantRuns: 0,
+			wantUsed: &capsule.Usage{Tokens: 77}, wantResult: true,
+		},
+		{
+			name: "recorded failure is not run again",
+			prepare: func(_ *bundle, in *phases.Input) {
+				in.Checkpoint.State.Result = &capsule.ExecutionResult{Cycle: 1, Failed: "worker timed out", Usage: capsule.Usage{Tokens: 5}}
+			},
+			wantAction: phases.Halt, wantHalt: "executor_failed:worker timed out", wantRules: []int{}, wantRuns: 0,
+			wantUsed: &capsule.Usage{Tokens: 5},
+		},
+		{
+			name:  "an earlier cycle's result is not this cycle's",
+			cycle: 2,
+			prepare: func(_ *bundle, in *phases.Input) {
+				in.Checkpoint.State.Result = &capsule.ExecutionResult{Cycle: 1, ArtifactRef: "artifact:" + in.Capsule.CapsuleID + "/1"}
+			},
+			wantAction: phases.Advance, wantRuns: 1,
+			wantUsed: &stubUsage, wantResult: true, wantStored: true,
+		},
+		{
+			name: "accepted work parks",
+			prepare: func(b *bundle, _ *phases.Input) {
+				b.registry.RegisterExecutor(executors.StubKind, errorExecutor{err: &executors.AcceptedError{Subject: "saga.done.x"}})
+			},
+			wantAction: phases.Park, wantTrigger: capsule.TriggerBlockedExternal,
+			wantReason: "waiting for the executor's result: executors: accepted, result follows on saga.done.x",
+		},
+		{
+			name: "human input parks",
+			prepare: func(b *bundle, _ *phases.Input) {
+				b.registry.RegisterExecutor(executors.StubKind, errorExecutor{err: &executors.HumanInputError{Detail: "which file?"}})
+			},
+			wantAction: phases.Park, wantTrigger: capsule.TriggerBlockedExternal,
+			wantReason: "the executor needs human input: executors: human input required: which file?",
+		},
+		{
+			name:       "lock held, strict Rule 17",
+			prepare:    holdLock(-1, time.Time{}),
 			wantAction: phases.Halt, wantHalt: "lock_acquisition_failed:README.md", wantRules: []int{17},
+		},
+		{
+			name: "lock held past the deadline",
+			prepare: func(b *bundle, in *phases.Input) {
+				holdLock(time.Minute, now.Add(-time.Second))(b, in)
+				in.Checkpoint.State.Overrides = &capsule.Overrides{Deadline: &past}
+			},
+			wantAction: phases.Halt, wantHalt: "lock_acquisition_failed:README.md", wantRules: []int{17},
+		},
+		{
+			name:       "lock held, still waiting",
+			prepare:    holdLock(10*time.Second, now.Add(-time.Second)),
+			wantAction: phases.Retry, wantDelay: time.Second,
+		},
+		{
+			name:       "lock held, waits at most 5s between tries",
+			prepare:    holdLock(time.Hour, now.Add(-time.Second)),
+			wantAction: phases.Retry, wantDelay: 5 * time.Second,
+		},
+		{
+			name:       "lock held too long parks",
+			prepare:    holdLock(10*time.Second, now.Add(-11*time.Second)),
+			wantAction: phases.Park, wantTrigger: capsule.TriggerLockContention,
+			wantReason: "lock README.md held by another capsule for over 10s",
 		},
 		{
 			name:       "lock store failure retries",
 			prepare:    func(b *bundle, _ *phases.Input) { b.locks.acquireErr = errors.New("kv timeout") },
-			wantAction: phases.Retry,
+			wantAction: phases.Retry, wantDelay: 250 * time.Millisecond,
 		},
 		{
 			name: "claim held elsewhere retries",
 			prepare: func(_ *bundle, in *phases.Input) {
 				in.Claim = func(context.Context) error { return phases.ErrClaimHeld }
 			},
-			wantAction: phases.Retry,
+			wantAction: phases.Retry, wantDelay: 250 * time.Millisecond,
 		},
 		{
 			name:       "no executor for the kind",
@@ -612,12 +739,12 @@ func TestExecutionRun(t *testing.T) {
 		{
 			name:       "budget store failure retries",
 			prepare:    func(b *bundle, _ *phases.Input) { b.budgets.err = errors.New("kv down") },
-			wantAction: phases.Retry,
+			wantAction: phases.Retry, wantDelay: 250 * time.Millisecond, wantRuns: 1,
 		},
 		{
 			name:       "artifact store failure retries",
 			prepare:    func(b *bundle, _ *phases.Input) { b.artifacts.putErr = errors.New("object store down") },
-			wantAction: phases.Retry,
+			wantAction: phases.Retry, wantDelay: 250 * time.Millisecond, wantRuns: 1,
 		},
 	}
 	for _, tt := range tests {
@@ -639,13 +766,25 @@ func TestExecutionRun(t *testing.T) {
 			d := phases.Execution{}.Run(context.Background(), b.env, in)
 			require.Equal(t, tt.wantAction, d.Action, "halt %s, err %v", d.Halt, d.Err)
 			require.Equal(t, tt.wantHalt, d.Halt.String())
+			require.Equal(t, tt.wantTrigger, d.Trigger)
+			require.Equal(t, tt.wantReason, d.Reason)
+			require.Equal(t, tt.wantRuns, b.runs.Load(), "executor runs")
 			if tt.wantRules != nil {
 				require.Equal(t, tt.wantRules, rulesOf(d.Findings))
 			}
-			if tt.wantAction == phases.Retry {
+			switch tt.wantAction {
+			case phases.Retry:
 				require.Error(t, d.Err)
-				require.Equal(t, 250*time.Millisecond, d.Delay)
+				require.Equal(t, tt.wantDelay, d.Delay)
 				require.Nil(t, d.Mutate)
+				return
+			case phases.Park:
+				require.Empty(t, b.budgets.charges, "parking charges nothing")
+				if d.Mutate != nil {
+					st := capsule.CheckpointState{}
+					d.Mutate(&st)
+					require.Equal(t, cycle, st.AwaitingCycle)
+				}
 				return
 			}
 			if tt.wantUsed == nil {
@@ -654,15 +793,26 @@ func TestExecutionRun(t *testing.T) {
 				return
 			}
 			require.NotNil(t, d.Mutate)
-			st := capsule.CheckpointState{ArtifactRefs: []string{}}
+			st := in.Checkpoint.State
+			st.ArtifactRefs = []string{}
+			st.Warned = append([]capsule.Trigger(nil), st.Warned...)
 			d.Mutate(&st)
 			require.Equal(t, *tt.wantUsed, st.BudgetUsed)
+			caps := tt.wantCaps
+			if caps == (capsule.Budget{}) {
+				caps = capsule.Budget{Tokens: 10000, Dollars: 5}
+			}
 			require.Equal(t, []charge{{
 				capsuleID: doc.ID(), chargeID: fmt.Sprintf("%s/%d/exec", doc.ID(), cycle),
-				caps: capsule.Budget{Tokens: 10000, Dollars: 5}, usage: *tt.wantUsed,
+				caps: caps, usage: *tt.wantUsed,
 			}}, b.budgets.charges)
+			if tt.wantTrigger == capsule.TriggerBudgetWarning || in.Checkpoint.State.HasWarned(capsule.TriggerBudgetWarning) {
+				require.Equal(t, []capsule.Trigger{capsule.TriggerBudgetWarning}, st.Warned)
+			} else {
+				require.Empty(t, st.Warned)
+			}
 			if !tt.wantResult {
-				require.Nil(t, st.Result)
+				require.Equal(t, in.Checkpoint.State.Result, st.Result, "a failure records no new result")
 				require.Empty(t, st.ArtifactRefs)
 				return
 			}
@@ -671,7 +821,12 @@ func TestExecutionRun(t *testing.T) {
 			require.Equal(t, []string{ref}, st.ArtifactRefs)
 			d.Mutate(&st)
 			require.Equal(t, []string{ref}, st.ArtifactRefs, "recording twice adds the ref once")
+			require.Equal(t, [][]string{{"README.md"}}, b.locks.acquired)
 
+			if !tt.wantStored {
+				require.Empty(t, b.artifacts.byRef, "a recorded result stores no new artifact")
+				return
+			}
 			art, err := b.artifacts.Get(context.Background(), ref)
 			require.NoError(t, err)
 			require.Equal(t, "1.0", art.SchemaVersion)
@@ -680,12 +835,13 @@ func TestExecutionRun(t *testing.T) {
 			require.Equal(t, cycle, art.Cycle)
 			require.Equal(t, "application/json", art.MediaType)
 			require.Equal(t, int64(len(art.Content)), art.Size)
+			require.Equal(t, *tt.wantUsed, art.Usage)
 			require.Equal(t, now, art.CreatedAt)
-			require.Regexp(t, `^[0-9a-f]{64}$`, art.SHA256)
+			sum := sha256.Sum256(art.Content)
+			require.Equal(t, hex.EncodeToString(sum[:]), art.SHA256)
 			var content map[string]any
 			require.NoError(t, json.Unmarshal(art.Content, &content))
 			require.Equal(t, fmt.Sprintf("%s/%d", doc.ID(), cycle), content["idempotency_key"])
-			require.Equal(t, [][]string{{"README.md"}}, b.locks.acquired)
 		})
 	}
 }
@@ -733,6 +889,13 @@ func TestExecutionHeartbeat(t *testing.T) {
 	require.GreaterOrEqual(t, b.locks.renewed, 1, "locks are renewed with the heartbeat")
 }
 
+// errorReviewer answers with err and no review.
+type errorReviewer struct{ err error }
+
+func (r errorReviewer) Review(context.Context, executors.ReviewRequest) (executors.ReviewResult, error) {
+	return executors.ReviewResult{}, r.err
+}
+
 // reviewInput is REVIEW's input with the cycle's artifact recorded, produced by producer.
 func reviewInput(t *testing.T, b *bundle, raw []byte, cycle int, producer string) *phases.Input {
 	t.Helper()
@@ -767,6 +930,12 @@ func TestReviewRun(t *testing.T) {
 		wantFindings []capsule.Finding
 		// wantVerdict is the review recorded in the checkpoint; "" when none.
 		wantVerdict capsule.Verdict
+		// wantWait: the capsule waits for the operator before HANDOFF.
+		wantWait    bool
+		wantTrigger capsule.Trigger
+		wantReason  string
+		// wantCaps are the caps charged against; the capsule's when zero.
+		wantCaps capsule.Budget
 	}{
 		{name: "approved", wantAction: phases.Advance, wantVerdict: capsule.Approved},
 		{
@@ -832,6 +1001,71 @@ func TestReviewRun(t *testing.T) {
 			},
 			prepare:    func(b *bundle, _ *phases.Input) { b.budgets.exceeded = capsule.BudgetTokens },
 			wantAction: phases.Halt, wantHalt: "budget_exceeded:tokens", wantVerdict: capsule.Approved,
+			wantFindings: []capsule.Finding{{
+				Rule: 16, Title: "Token and dollar budgets", Field: "budget",
+				Message: "used 99999 tokens / $0.0000 against caps 10000 / $5.0000",
+			}},
+		},
+		{
+			name: "budget exceeded keeps the reviewer's findings",
+			doc: func(d capsuletest.Doc) capsuletest.Doc {
+				return d.Stub(map[string]any{"reviews": []string{"REJECTED"}, "review_usage": map[string]any{"dollars": 6}})
+			},
+			prepare:    func(b *bundle, _ *phases.Input) { b.budgets.exceeded = capsule.BudgetDollars },
+			wantAction: phases.Halt, wantHalt: "budget_exceeded:dollars", wantVerdict: capsule.Rejected,
+			wantFindings: []capsule.Finding{{
+				Rule: 16, Title: "Token and dollar budgets", Field: "budget",
+				Message: "used 0 tokens / $6.0000 against caps 10000 / $5.0000",
+			}, stubFinding(capsule.Rejected, 1)},
+		},
+		{
+			name: "raised caps are the caps charged against",
+			doc: func(d capsuletest.Doc) capsuletest.Doc {
+				return d.Stub(map[string]any{"review_usage": map[string]any{"tokens": 12000}})
+			},
+			prepare: func(_ *bundle, in *phases.Input) {
+				in.Checkpoint.State.Overrides = &capsule.Overrides{Tokens: 50000, Dollars: 9}
+			},
+			wantAction: phases.Advance, wantVerdict: capsule.Approved, wantCaps: capsule.Budget{Tokens: 50000, Dollars: 9},
+		},
+		{
+			name:       "operator gate waits after an approval",
+			doc:        func(d capsuletest.Doc) capsuletest.Doc { return d.Set("review.operator_gate", true) },
+			prepare:    func(b *bundle, _ *phases.Input) { b.env.BudgetWarning = 0.0001 },
+			wantAction: phases.Advance, wantVerdict: capsule.Approved, wantWait: true,
+		},
+		{
+			name: "operator gate does not wait on changes requested",
+			doc: func(d capsuletest.Doc) capsuletest.Doc {
+				return d.Set("review.operator_gate", true).Stub(map[string]any{"reviews": []string{"CHANGES_REQUESTED"}})
+			},
+			wantAction: phases.LoopBack, wantVerdict: capsule.ChangesRequested,
+			wantFindings: []capsule.Finding{stubFinding(capsule.ChangesRequested, 1)},
+		},
+		{
+			name: "budget warning after a loop back",
+			doc: func(d capsuletest.Doc) capsuletest.Doc {
+				return d.Stub(map[string]any{"reviews": []string{"CHANGES_REQUESTED"}, "review_usage": map[string]any{"tokens": 8000}})
+			},
+			prepare:    func(b *bundle, _ *phases.Input) { b.env.BudgetWarning = 0.75 },
+			wantAction: phases.LoopBack, wantVerdict: capsule.ChangesRequested,
+			wantFindings: []capsule.Finding{stubFinding(capsule.ChangesRequested, 1)},
+			wantTrigger:  capsule.TriggerBudgetWarning, wantReason: "80% of a budget cap used (8000 tokens, $0.0000 of 10000 tokens, $5.0000)",
+		},
+		{
+			name: "accepted review parks",
+			prepare: func(b *bundle, _ *phases.Input) {
+				b.registry.RegisterReviewer(executors.StubReviewerID, errorReviewer{err: &executors.AcceptedError{}})
+			},
+			wantAction: phases.Park, wantTrigger: capsule.TriggerBlockedExternal,
+			wantReason: "the reviewer needs time or a human: executors: accepted, result follows on the completion subject",
+		},
+		{
+			name: "reviewer transport error",
+			prepare: func(b *bundle, _ *phases.Input) {
+				b.registry.RegisterReviewer(executors.StubReviewerID, errorReviewer{err: errors.New("no responders")})
+			},
+			wantAction: phases.Halt, wantHalt: "executor_failed:reviewer: no responders",
 		},
 		{
 			name:       "reviewer failure",
@@ -883,6 +1117,9 @@ func TestReviewRun(t *testing.T) {
 			d := phases.Review{}.Run(context.Background(), b.env, in)
 			require.Equal(t, tt.wantAction, d.Action, "halt %s, err %v", d.Halt, d.Err)
 			require.Equal(t, tt.wantHalt, d.Halt.String())
+			require.Equal(t, tt.wantWait, d.Wait)
+			require.Equal(t, tt.wantTrigger, d.Trigger)
+			require.Equal(t, tt.wantReason, d.Reason)
 			if tt.wantAction == phases.Retry {
 				require.Error(t, d.Err)
 				require.Nil(t, d.Mutate)
@@ -896,6 +1133,11 @@ func TestReviewRun(t *testing.T) {
 			}
 			require.Len(t, b.budgets.charges, 1)
 			require.Equal(t, fmt.Sprintf("%s/%d/review", doc.ID(), cycle), b.budgets.charges[0].chargeID)
+			caps := tt.wantCaps
+			if caps == (capsule.Budget{}) {
+				caps = capsule.Budget{Tokens: 10000, Dollars: 5}
+			}
+			require.Equal(t, caps, b.budgets.charges[0].caps)
 			st := capsule.CheckpointState{}
 			d.Mutate(&st)
 			d.Mutate(&st)

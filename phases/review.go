@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
@@ -30,6 +31,7 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	if err != nil {
 		return HaltWith(capsule.ExecutorFailed("no reviewer "+c.Review.ReviewerAgentID), capsule.Finding{Rule: 20, Field: "review.reviewer_agent_id", Message: err.Error()})
 	}
+	callStart := time.Now()
 	res, err := rv.Review(ctx, executors.ReviewRequest{
 		Capsule:        c,
 		Raw:            in.Raw,
@@ -38,6 +40,7 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 		IdempotencyKey: IdempotencyKey(c.CapsuleID, cycle),
 		TraceID:        in.Checkpoint.TraceID,
 	})
+	env.record().Call("reviewer", callResult(err, ctx), time.Since(callStart))
 	var failed *executors.FailedError
 	switch {
 	case errors.Is(err, executors.ErrAccepted), errors.Is(err, executors.ErrHumanInput):
@@ -50,6 +53,8 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 		return HaltWith(capsule.ExecutorFailed("reviewer: " + err.Error()))
 	}
 	res = EnforceIndependence(c.Review.ReviewerAgentID, artifact.ProducerAgentID, res)
+	env.record().ReviewCycle(res.Verdict)
+	env.record().BudgetConsumed(res.Usage)
 
 	caps := st.Caps(c.Budget)
 	charge, err := env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/review", key, cycle), caps, res.Usage)

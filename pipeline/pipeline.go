@@ -78,6 +78,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		Rules:          cfg.Rules,
 		Facts:          &facts{checkpoints: p.checkpoints, capsules: st.capsules, budgets: bt},
 		Logger:         cfg.Logger,
+		Metrics:        cfg.Metrics,
 		MaxIntakeBytes: cfg.MaxIntakeBytes,
 		Now:            cfg.Now,
 		RetryDelay:     cfg.RetryDelay,

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sagad/sagad/executors"
 )
 
 // Config is everything sagad can be told. Precedence: flags, then SAGAD_*
@@ -41,6 +43,12 @@ type Config struct {
 	// SyncAlways makes the embedded server fsync every write before acking
 	// (≈10× slower; see README "Durability"). Defaults to false.
 	SyncAlways bool `json:"sync_always"`
+	// Executors serve task kinds beyond the built-in "stub" (config file
+	// only; see executors.Config and examples/sagad.json).
+	Executors map[string]executors.Endpoint `json:"executors"`
+	// Reviewers serve review.reviewer_agent_id values beyond the built-in
+	// "stub-reviewer" (config file only).
+	Reviewers map[string]executors.Endpoint `json:"reviewers"`
 }
 
 // Duration is a time.Duration that reads "30s" from JSON.
@@ -91,6 +99,7 @@ func (c *Config) validate() error {
 	if c.Workers < 0 || c.Replicas < 0 {
 		errs = append(errs, errors.New("workers and replicas must not be negative"))
 	}
+	errs = append(errs, c.executorsConfig().Validate())
 	return errors.Join(errs...)
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
 )
 
@@ -82,6 +83,14 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	if err != nil {
 		return err
 	}
+	reg, m, err := newRegistry(js, log)
+	if err != nil {
+		return err
+	}
+	execs, err := cfg.buildExecutors(nc)
+	if err != nil {
+		return err
+	}
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	p, err := pipeline.New(setupCtx, js, pipeline.Config{
@@ -89,6 +98,8 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		Workspace: cfg.Workspace,
 		Workers:   cfg.Workers,
 		Replicas:  cfg.Replicas,
+		Executors: execs,
+		Metrics:   m,
 	})
 	if err != nil {
 		return err
@@ -105,7 +116,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 			p.Stop(ctx)
 			return fmt.Errorf("http listen: %w", err)
 		}
-		httpSrv = &http.Server{Handler: httpHandler(nc, &ready), ReadHeaderTimeout: 5 * time.Second}
+		httpSrv = &http.Server{Handler: httpHandler(nc, js, reg, &ready), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = httpSrv.Serve(ln) }()
 		log.Info("http listening", "addr", ln.Addr().String())
 	}
@@ -175,20 +186,65 @@ func newLogger(cfg Config, out io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(out, o))
 }
 
-func httpHandler(nc *nats.Conn, ready *atomic.Bool) http.Handler {
+// newRegistry builds the registry /metrics serves: Go and process
+// collectors, sagad's recorder (returned for the pipeline) and the JetStream
+// collector.
+func newRegistry(js jetstream.JetStream, log *slog.Logger) (*prometheus.Registry, *metrics.Metrics, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg, metrics.BuildInfo{})
+	col, err := metrics.NewJetStreamCollector(js, metrics.CollectorConfig{
+		Names: metrics.Names{
+			PhaseStream:         pipeline.PhaseStream,
+			ConsumerName:        pipeline.ConsumerName,
+			ContinuationsBucket: pipeline.ContinuationsBucket,
+		},
+		Timeout: readyTimeout,
+		Logger:  log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	reg.MustRegister(col)
+	return reg, m, nil
+}
+
+// readyTimeout bounds the JetStream reads of one /readyz check (and of one
+// scrape's JetStream collector).
+const readyTimeout = 2 * time.Second
+
+func httpHandler(nc *nats.Conn, js jetstream.JetStream, reg *prometheus.Registry, ready *atomic.Bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() || !nc.IsConnected() {
-			http.Error(w, "not ready: nats "+nc.Status().String(), http.StatusServiceUnavailable)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := checkReady(r.Context(), nc, js, ready); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
 	return mux
+}
+
+// checkReady: the pipeline's consumers run (ready), NATS is connected, and
+// JetStream answers for the intake stream and the checkpoint bucket.
+func checkReady(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, ready *atomic.Bool) error {
+	if !ready.Load() {
+		return errors.New("pipeline not running")
+	}
+	if !nc.IsConnected() {
+		return fmt.Errorf("nats %s", nc.Status())
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	if _, err := js.Stream(ctx, pipeline.IntakeStream); err != nil {
+		return fmt.Errorf("stream %s: %w", pipeline.IntakeStream, err)
+	}
+	if _, err := js.KeyValue(ctx, pipeline.CheckpointsBucket); err != nil {
+		return fmt.Errorf("bucket %s: %w", pipeline.CheckpointsBucket, err)
+	}
+	return nil
 }

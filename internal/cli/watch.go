@@ -1,0 +1,199 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/pipeline"
+)
+
+// watchCmd is `sagactl watch`: it follows the lifecycle event stream live.
+type watchCmd struct {
+	js jetstream.JetStream
+	// key is one capsule's key (its capsule_id); empty follows every capsule.
+	key string
+	// since replays the events of that long ago first; 0 starts with the
+	// next event published.
+	since time.Duration
+	// count stops after that many events; 0 follows until ctx ends.
+	count int
+	json  bool
+	now   func() time.Time
+}
+
+// watchSeenLimit bounds the event ids remembered for de-duplication. JetStream
+// already drops re-emitted events inside its duplicate window; this catches
+// the rare one re-emitted later without growing forever.
+const watchSeenLimit = 4096
+
+// Run prints each event as it arrives until ctx ends or count is reached.
+// It returns nil when ctx is cancelled (Ctrl-C), and an ExitTimeout error
+// when ctx's deadline passes before count events arrived.
+func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
+	subject := pipeline.EventsPrefix + ">"
+	if w.key != "" {
+		subject = pipeline.EventSubject(w.key)
+	}
+	cfg := jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	}
+	if w.since > 0 {
+		start := w.now().Add(-w.since)
+		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
+		cfg.OptStartTime = &start
+	}
+	cons, err := w.js.OrderedConsumer(ctx, pipeline.EventsStream, cfg)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return pipeline.ErrNoTopology
+	}
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", subject, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", subject, err)
+	}
+	defer it.Stop()
+	stopOnDone := context.AfterFunc(ctx, it.Stop)
+	defer stopOnDone()
+
+	if !w.json {
+		fmt.Fprintf(out, "%-24s  %-36s  %-20s  %-18s  %-5s  %s\n", "AT", "CAPSULE", "EVENT", "PHASE", "CYCLE", "DETAIL")
+	}
+	enc := json.NewEncoder(out)
+	seen := make(map[string]bool)
+	var order []string
+	n := 0
+	for w.count == 0 || n < w.count {
+		msg, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				break
+			}
+			return fmt.Errorf("watch %s: %w", subject, err)
+		}
+		var ev capsule.Event
+		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+			continue // not ours to judge; history skips it too
+		}
+		if ev.ID != "" {
+			if seen[ev.ID] {
+				continue
+			}
+			seen[ev.ID] = true
+			if order = append(order, ev.ID); len(order) > watchSeenLimit {
+				delete(seen, order[0])
+				order = order[1:]
+			}
+		}
+		if w.json {
+			if err := enc.Encode(ev); err != nil {
+				return err
+			}
+		} else if err := printWatchEvent(out, ev); err != nil {
+			return err
+		}
+		n++
+	}
+	if w.count > 0 && n < w.count && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return exit(ExitTimeout, fmt.Errorf("timed out after %d of %d events", n, w.count))
+	}
+	return nil
+}
+
+// printWatchEvent writes one event as a line, and its findings indented below.
+func printWatchEvent(out io.Writer, ev capsule.Event) error {
+	id := ev.CapsuleID
+	if id == "" {
+		id = ev.Key
+	}
+	detail := ev.Detail
+	if ev.By != "" {
+		detail = strings.TrimSpace(detail + " (by " + ev.By + ")")
+	}
+	phase := fmt.Sprintf("%d %s", ev.Phase, ev.PhaseName)
+	if _, err := fmt.Fprintf(out, "%-24s  %-36s  %-20s  %-18s  %-5d  %s\n",
+		ev.At.UTC().Format("2006-01-02T15:04:05.000Z"), dash(id), ev.Kind, phase, ev.Cycle, dash(detail)); err != nil {
+		return err
+	}
+	for _, f := range ev.Findings {
+		rule := "-"
+		if f.Rule != 0 {
+			rule = fmt.Sprint(f.Rule)
+		}
+		if _, err := fmt.Fprintf(out, "    rule %s  %s  %s\n", rule, dash(f.Field), f.Message); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validWatchKey refuses what would change the subject's meaning: tokens
+// separators, wildcards and whitespace.
+func validWatchKey(key string) bool {
+	return key != "" && !strings.ContainsAny(key, ".*> \t\r\n")
+}
+
+func newWatch(g *globals) *cobra.Command {
+	var since, timeout time.Duration
+	var count int
+	cmd := &cobra.Command{
+		Use:   "watch [ID] [--since D] [--count N] [--timeout D]",
+		Short: "Stream lifecycle events live, of every capsule or of one",
+		Long: `Print lifecycle events as sagad publishes them: time, capsule, event,
+phase, cycle and detail, one line each (findings indented below), or one
+JSON object per line with -o json. With ID, only that capsule's events.
+
+Starts with the next event; --since D first replays the events of the last D.
+Runs until Ctrl-C, --count N events, or --timeout D.
+
+Exit codes: 0 stopped (Ctrl-C, --count reached, or --timeout without
+--count), 2 usage, 21 --timeout before --count events arrived.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			w := &watchCmd{since: since, count: count, json: g.json(), now: time.Now}
+			if len(args) == 1 {
+				if !validWatchKey(args[0]) {
+					return exit(ExitUsage, fmt.Errorf("capsule id %q: must not contain '.', '*', '>' or spaces", args[0]))
+				}
+				w.key = args[0]
+			}
+			if since < 0 || count < 0 || timeout < 0 {
+				return exit(ExitUsage, errors.New("--since, --count and --timeout must not be negative"))
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			cctx, cancel := contextWithTimeout(cmd, g)
+			defer cancel()
+			_, js, closeFn, err := g.connect(cctx)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			w.js = js
+			return w.Run(ctx, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().DurationVar(&since, "since", 0, "first replay the events of this long ago (e.g. 10m)")
+	cmd.Flags().IntVar(&count, "count", 0, "stop after this many events (0: no limit)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "stop after this long (0: no limit)")
+	return cmd
+}

@@ -1,0 +1,34 @@
+package daemon
+
+import (
+	"github.com/nats-io/nats.go"
+
+	"github.com/sagad/sagad/executors"
+)
+
+// executorsConfig is the config file's "executors" and "reviewers" sections
+// as an executors.Config. A command endpoint without a dir runs in the
+// workspace, where the capsule's file: refs resolve.
+func (c Config) executorsConfig() executors.Config {
+	return executors.Config{Executors: inWorkspace(c.Executors, c.Workspace), Reviewers: inWorkspace(c.Reviewers, c.Workspace)}
+}
+
+func inWorkspace(m map[string]executors.Endpoint, workspace string) map[string]executors.Endpoint {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]executors.Endpoint, len(m))
+	for k, ep := range m {
+		if ep.Type == executors.EndpointCommand && ep.Dir == "" {
+			ep.Dir = workspace
+		}
+		out[k] = ep
+	}
+	return out
+}
+
+// buildExecutors returns the registry the pipeline calls: the built-in
+// stubs plus every configured executor and reviewer, NATS ones served over nc.
+func (c Config) buildExecutors(nc *nats.Conn) (*executors.Registry, error) {
+	return c.executorsConfig().Build(nc)
+}

@@ -1,0 +1,253 @@
+package metrics_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/metrics"
+	"github.com/sagad/sagad/pipeline"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+var names = metrics.Names{
+	PhaseStream:         pipeline.PhaseStream,
+	ConsumerName:        pipeline.ConsumerName,
+	ContinuationsBucket: pipeline.ContinuationsBucket,
+}
+
+type fixture struct {
+	js  jetstream.JetStream
+	reg *prometheus.Registry
+	m   *metrics.Metrics
+}
+
+// setup starts an embedded server with sagad's topology (pipeline.New, not
+// started, so messages stay where the test puts them) and a registry holding
+// the recorder and the collector.
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	_, err := pipeline.New(ctx, js, pipeline.Config{Workspace: t.TempDir()})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, metrics.BuildInfo{Version: "test"})
+	col, err := metrics.NewJetStreamCollector(js, metrics.CollectorConfig{Names: names, Timeout: 5 * time.Second})
+	require.NoError(t, err)
+	reg.MustRegister(col)
+	return &fixture{js: js, reg: reg, m: m}
+}
+
+// gauges returns family name's values keyed by the value of its one label.
+func gauges(t *testing.T, g prometheus.Gatherer, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			require.Len(t, m.GetLabel(), 1)
+			out[m.GetLabel()[0].GetValue()] = value(mf.GetType(), m)
+		}
+	}
+	return out
+}
+
+func value(t dto.MetricType, m *dto.Metric) float64 {
+	if t == dto.MetricType_COUNTER {
+		return m.GetCounter().GetValue()
+	}
+	return m.GetGauge().GetValue()
+}
+
+func publish(t *testing.T, js jetstream.JetStream, subject string, n int) {
+	t.Helper()
+	for range n {
+		_, err := js.Publish(context.Background(), subject, []byte(`{}`))
+		require.NoError(t, err)
+	}
+}
+
+// fetch takes n messages of phase p's consumer without acknowledging them.
+func fetch(t *testing.T, js jetstream.JetStream, p capsule.Phase, n int) []jetstream.Msg {
+	t.Helper()
+	cons, err := js.Consumer(context.Background(), pipeline.PhaseStream(p), pipeline.ConsumerName(p))
+	require.NoError(t, err)
+	batch, err := cons.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	var out []jetstream.Msg
+	for msg := range batch.Messages() {
+		out = append(out, msg)
+	}
+	require.NoError(t, batch.Error())
+	require.Len(t, out, n)
+	return out
+}
+
+func TestCollectorReadsPhaseConsumers(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+
+	// RECEPTION: 3 queued, 1 of them taken and not yet acknowledged.
+	publish(t, f.js, pipeline.PhaseSubject(capsule.Reception), 3)
+	fetch(t, f.js, capsule.Reception, 1)
+	// EXECUTION: 1 message delivered, refused, delivered again, unacknowledged.
+	publish(t, f.js, pipeline.PhaseSubject(capsule.Execution), 1)
+	require.NoError(t, fetch(t, f.js, capsule.Execution, 1)[0].Nak())
+	fetch(t, f.js, capsule.Execution, 1)
+	// PLANNING: paused by an operator.
+	_, err := f.js.PauseConsumer(ctx, pipeline.PhaseStream(capsule.Planning), pipeline.ConsumerName(capsule.Planning), time.Now().Add(time.Hour))
+	require.NoError(t, err)
+
+	zero := map[string]float64{}
+	for p := capsule.Phase(0); p < capsule.NumPhases; p++ {
+		zero[p.String()] = 0
+	}
+	with := func(kv map[string]float64) map[string]float64 {
+		out := map[string]float64{}
+		for k, v := range zero {
+			out[k] = v
+		}
+		for k, v := range kv {
+			out[k] = v
+		}
+		return out
+	}
+	require.Equal(t, with(map[string]float64{"RECEPTION": 2}), gauges(t, f.reg, "sagad_consumer_pending_messages"))
+	require.Equal(t, with(map[string]float64{"RECEPTION": 1, "EXECUTION": 1}), gauges(t, f.reg, "sagad_consumer_ack_pending_messages"))
+	require.Equal(t, with(map[string]float64{"EXECUTION": 1}), gauges(t, f.reg, "sagad_consumer_redelivered_messages"))
+	require.Equal(t, with(map[string]float64{"RECEPTION": 3, "EXECUTION": 1}), gauges(t, f.reg, "sagad_capsules_in_phase"))
+	require.Equal(t, with(map[string]float64{"PLANNING": 1}), gauges(t, f.reg, "sagad_phase_paused"))
+	require.Zero(t, scrapeErrors(t, f.reg))
+}
+
+func TestCollectorCountsContinuationsByTrigger(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+
+	got := gauges(t, f.reg, "sagad_capsules_paused")
+	require.Len(t, got, len(metrics.Triggers))
+	for _, v := range got {
+		require.Zero(t, v)
+	}
+
+	kv, err := f.js.KeyValue(ctx, pipeline.ContinuationsBucket)
+	require.NoError(t, err)
+	put := func(key string, tr capsule.Trigger) {
+		b, err := json.Marshal(capsule.Continuation{SchemaVersion: "1.0", CapsuleID: key, Trigger: tr, CreatedAt: time.Now()})
+		require.NoError(t, err)
+		_, err = kv.Put(ctx, key, b)
+		require.NoError(t, err)
+	}
+	put("a", capsule.TriggerBudgetWarning)
+	put("b", capsule.TriggerBudgetWarning)
+	put("c", capsule.TriggerOperatorManual)
+	put("d", capsule.TriggerLockContention)
+	require.NoError(t, kv.Delete(ctx, "d")) // resumed
+	put("e", capsule.TriggerOperatorManual)
+	put("e", capsule.TriggerBlockedExternal) // overwritten: counts once, by its latest value
+	_, err = kv.Put(ctx, "f", []byte("not json"))
+	require.NoError(t, err)
+
+	got = gauges(t, f.reg, "sagad_capsules_paused")
+	require.Equal(t, map[string]float64{
+		"budget_warning": 2, "operator_manual": 1, "blocked_external": 1,
+		"deadline_approaching": 0, "lock_contention": 0, "operator_gate": 0,
+		metrics.Other: 1,
+	}, got)
+}
+
+func TestCollectorSkipsFailedReads(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	require.NoError(t, f.js.DeleteStream(context.Background(), pipeline.PhaseStream(capsule.AutomatedGates)))
+
+	pending := gauges(t, f.reg, "sagad_consumer_pending_messages") // Gather itself does not fail
+	require.Len(t, pending, capsule.NumPhases-1)
+	require.NotContains(t, pending, "AUTOMATED_GATES")
+	require.Contains(t, pending, "HANDOFF")
+	require.Len(t, gauges(t, f.reg, "sagad_capsules_paused"), len(metrics.Triggers))
+	require.InDelta(t, 3, scrapeErrors(t, f.reg), 0, "one failed read per scrape, three scrapes")
+}
+
+func TestCollectorNeedsNames(t *testing.T) {
+	t.Parallel()
+	_, err := metrics.NewJetStreamCollector(nil, metrics.CollectorConfig{})
+	require.Error(t, err)
+}
+
+// TestRegistryPassesLint runs promlint over everything sagad exposes:
+// names, units, suffixes and help texts follow the Prometheus conventions.
+func TestRegistryPassesLint(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	touch(f.m)
+	problems, err := testutil.GatherAndLint(f.reg)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
+
+// scrapeErrors gathers g and returns sagad_jetstream_scrape_errors_total.
+func scrapeErrors(t *testing.T, g prometheus.Gatherer) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "sagad_jetstream_scrape_errors_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("no sagad_jetstream_scrape_errors_total")
+	return 0
+}
+
+// touch records one of everything, so every vector has a series.
+func touch(m *metrics.Metrics) {
+	m.Received()
+	m.Transition(capsule.Execution, capsule.OutcomeHalted, time.Second)
+	m.Ended(capsule.Completed, capsule.HaltReason{})
+	m.Ended(capsule.Halted, capsule.BudgetExceeded(capsule.BudgetTokens))
+	m.Ended(capsule.Cancelled, capsule.HaltReason{})
+	m.ReviewCycle(capsule.Approved)
+	m.RuleViolations([]int{7})
+	m.LockWait(time.Second, true)
+	m.BudgetConsumed(capsule.Usage{Tokens: 10, Dollars: 0.1})
+	m.Call(metrics.KindExecutor, metrics.ResultOK, time.Second)
+	m.Redelivered(capsule.Execution)
+	m.Paused(capsule.TriggerOperatorManual)
+	m.Resumed(capsule.TriggerOperatorManual)
+	m.AdminAction(metrics.ActionPause)
+}
+
+func TestCollectorWithoutContinuationsBucket(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	require.NoError(t, f.js.DeleteKeyValue(context.Background(), pipeline.ContinuationsBucket))
+
+	got := gauges(t, f.reg, "sagad_capsules_paused")
+	require.Len(t, got, len(metrics.Triggers), "a missing bucket means nothing is paused")
+	for _, v := range got {
+		require.Zero(t, v)
+	}
+	require.Zero(t, scrapeErrors(t, f.reg))
+}

@@ -1,0 +1,430 @@
+package metrics
+
+import (
+	"math"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/rules"
+)
+
+// Other is the label value recorded for anything outside a label's closed
+// set, so a bug or a hostile input can never grow the number of series.
+const Other = "other"
+
+// Transition outcomes [Metrics.Transition] labels with, besides the
+// checkpoint outcomes of package capsule (passed, looped_back, halted,
+// completed, cancelled).
+const (
+	// OutcomePaused: the phase stopped because a pause trigger fired.
+	OutcomePaused = "paused"
+	// OutcomeWaiting: the phase handed the capsule to an operator.
+	OutcomeWaiting = "waiting_for_operator"
+	// OutcomeRetried: the phase failed transiently and its message will be
+	// redelivered; no transition was recorded.
+	OutcomeRetried = "retried"
+)
+
+// Outcomes is the closed set of outcome label values.
+var Outcomes = []string{
+	capsule.OutcomePassed, capsule.OutcomeLoopedBack, capsule.OutcomeHalted,
+	capsule.OutcomeCompleted, capsule.OutcomeCancelled,
+	OutcomePaused, OutcomeWaiting, OutcomeRetried,
+}
+
+// Agent call kinds and results for [Metrics.Call].
+const (
+	KindExecutor = "executor"
+	KindReviewer = "reviewer"
+
+	// ResultOK: the call answered with a result.
+	ResultOK = "ok"
+	// ResultFailed: the call answered with a failure (a halt follows).
+	ResultFailed = "failed"
+	// ResultTransient: the call could not be made or timed out; it is retried.
+	ResultTransient = "transient"
+	// ResultAccepted: the agent accepted long work and will answer later.
+	ResultAccepted = "accepted"
+)
+
+// CallKinds and CallResults are the closed label sets of agent calls.
+var (
+	CallKinds   = []string{KindExecutor, KindReviewer}
+	CallResults = []string{ResultOK, ResultFailed, ResultTransient, ResultAccepted}
+)
+
+// Operator actions for [Metrics.AdminAction].
+const (
+	ActionPause       = "pause"
+	ActionResume      = "resume"
+	ActionCancel      = "cancel"
+	ActionAccept      = "accept" // sagactl decide accept
+	ActionRevise      = "revise" // sagactl decide revise
+	ActionPhasePause  = "phase_pause"
+	ActionPhaseResume = "phase_resume"
+	ActionPauseAll    = "pause_all"
+	ActionResumeAll   = "resume_all"
+	ActionReplay      = "replay"
+)
+
+// AdminActions is the closed set of action label values.
+var AdminActions = []string{
+	ActionPause, ActionResume, ActionCancel, ActionAccept, ActionRevise, ActionPhasePause,
+	ActionPhaseResume, ActionPauseAll, ActionResumeAll, ActionReplay,
+}
+
+// Triggers is the closed set of trigger label values: the five
+// continuation triggers of PIPELINE §5 and operator_gate (a capsule
+// waiting_for_operator).
+var Triggers = append(slices.Clone(capsule.Triggers), capsule.TriggerOperatorGate)
+
+// Verdicts is the closed set of review verdicts.
+var Verdicts = []capsule.Verdict{capsule.Approved, capsule.ChangesRequested, capsule.Rejected}
+
+// Histogram buckets, in seconds.
+var (
+	// phaseBuckets span a millisecond validation to a ten-minute executor
+	// run (the default phase timeout).
+	phaseBuckets = []float64{0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+	// lockBuckets end past 60s, the lock_contention pause threshold.
+	lockBuckets = []float64{0.001, 0.005, 0.025, 0.1, 0.5, 1, 5, 10, 30, 60, 120}
+	// callBuckets span a stub's microseconds to a long agent run.
+	callBuckets = []float64{0.01, 0.05, 0.25, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+)
+
+// BuildInfo is what sagad_build_info reports.
+type BuildInfo struct {
+	// Version of sagad. Defaults to the main module's version from the
+	// binary's build information, or "unknown".
+	Version string
+	// GoVersion that built sagad. Defaults to runtime.Version().
+	GoVersion string
+}
+
+func (b BuildInfo) withDefaults() BuildInfo {
+	if b.Version == "" {
+		b.Version = "unknown"
+		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+			b.Version = bi.Main.Version
+		}
+	}
+	if b.GoVersion == "" {
+		b.GoVersion = runtime.Version()
+	}
+	return b
+}
+
+// Metrics records what the pipeline does. Create it with [New]; a nil
+// *Metrics records nothing.
+type Metrics struct {
+	received       prometheus.Counter
+	completed      prometheus.Counter
+	halted         *prometheus.CounterVec
+	cancelled      prometheus.Counter
+	transitions    *prometheus.CounterVec
+	phaseDuration  *prometheus.HistogramVec
+	verdicts       *prometheus.CounterVec
+	ruleViolations *prometheus.CounterVec
+	lockWait       prometheus.Histogram
+	lockContention prometheus.Counter
+	budgetTokens   prometheus.Counter
+	budgetDollars  prometheus.Counter
+	calls          *prometheus.CounterVec
+	callDuration   *prometheus.HistogramVec
+	redeliveries   *prometheus.CounterVec
+	pauses         *prometheus.CounterVec
+	resumes        *prometheus.CounterVec
+	adminActions   *prometheus.CounterVec
+}
+
+// New creates the recorder and registers its metrics on reg (nil registers
+// nothing, for tests). Like prometheus.MustRegister it panics if reg already
+// holds metrics of the same names: create one Metrics per registry.
+func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
+	f := promauto.With(reg)
+	build = build.withDefaults()
+	f.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sagad_build_info",
+		Help: "Build information of the running sagad; always 1.",
+	}, []string{"version", "go_version"}).WithLabelValues(build.Version, build.GoVersion).Set(1)
+
+	m := &Metrics{
+		received: f.NewCounter(prometheus.CounterOpts{
+			Name: "sagad_capsules_received_total",
+			Help: "Capsules (or unreadable intake messages) RECEPTION took in for the first time.",
+		}),
+		completed: f.NewCounter(prometheus.CounterOpts{
+			Name: "sagad_capsules_completed_total",
+			Help: "Capsules that completed HANDOFF.",
+		}),
+		halted: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sagad_capsules_halted_total",
+			Help: "Capsules that halted, by halt code (the reason without its detail).",
+		}, []string{"reason"}),
+		cancelled: f.NewCounter(prometheus.CounterOpts{
+			Name: "sagad_capsules_cancelled_total",
+			Help: "Capsules an operator cancelled.",
+		}),
+		transitions: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sagad_transitions_total",
+			Help: "Phase runs that ended, by phase and outcome.",
+		}, []string{"phase", "outcome"}),
+		phaseDuration: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sagad_phase_duration_seconds",
+			Help:    "Time one phase run took, from taking the message to recording the transition, by phase and outcome.",
+			Buckets: phaseBuckets,
+		}, []string{"phase", "outcome"}),
+		verdicts: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sagad_review_verdicts_total",
+			Help: "Review cycles completed, by verdict (after Rule 15).",
+		}, []string{"verdict"}),
+		ruleViolations: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sagad_rule_violations_total",
+			Help: "Constitution rule violations found, by rule number.",
+		}, []string{"rule"}),
+		lockWait: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sagad_lock_wait_seconds",
+			Help:    "Time EXECUTION waited to acquire a capsule's resource locks.",
+			Buckets: lockBuckets,
+		}),
+		lockContention: f.NewCounter(prometheus.CounterOpts{
+			Name: "sagad_lock_contention_total",
+			Help: "Lock acquisitions that found a lock held by another capsule.",
+		}),
+		budgetTokens: f.NewCounter(prometheus.CounterOpts{
+			Name: "sagad_budget_tokens_total",
+			Help: "Tokens consumed by executor and reviewer calls.",
+		}),
+		budgetDollars: f.NewCounter(prometheus.CounterOpts{
+			Name: "sagad_budget_dollars_total",
+			Help: "Dollars consumed by executor and reviewer calls.",
+		}),
+		calls: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sagad_agent_calls_total",
+			Help: "Executor and reviewer calls, by kind and result.",
+		}, []string{"kind", "result"}),
+		callDuration: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sagad_agent_call_duration_seconds",
+			Help:    "Latency of executor and reviewer calls, by kind.",
+			Buckets: callBuckets,
+		}, []string{"kind"}),
+		redeliveries: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sagad_redeliveries_total",
+			Help: "Phase messages JetStream delivered more than once, by phase.",
+		}, []string{"phase"}),
+		pauses: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sagad_pauses_total",
+			Help: "Capsules paused, by trigger.",
+		}, []string{"trigger"}),
+		resumes: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sagad_resumes_total",
+			Help: "Paused capsules resumed, by the trigger they had paused on.",
+		}, []string{"trigger"}),
+		adminActions: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sagad_admin_actions_total",
+			Help: "Operator actions sagad carried out, by action.",
+		}, []string{"action"}),
+	}
+	m.init()
+	return m
+}
+
+// init creates every series of a closed label set at zero.
+func (m *Metrics) init() {
+	for _, c := range capsule.HaltCodes {
+		m.halted.WithLabelValues(string(c))
+	}
+	m.halted.WithLabelValues(Other)
+	for p := capsule.Phase(0); p < capsule.NumPhases; p++ {
+		for _, o := range Outcomes {
+			m.transitions.WithLabelValues(p.String(), o)
+		}
+		// The common path only: other outcomes' buckets appear on first use.
+		m.phaseDuration.WithLabelValues(p.String(), capsule.OutcomePassed)
+		m.redeliveries.WithLabelValues(p.String())
+	}
+	for _, v := range Verdicts {
+		m.verdicts.WithLabelValues(string(v))
+	}
+	for _, r := range rules.Constitution {
+		m.ruleViolations.WithLabelValues(strconv.Itoa(r.Number))
+	}
+	for _, k := range CallKinds {
+		for _, r := range CallResults {
+			m.calls.WithLabelValues(k, r)
+		}
+		m.callDuration.WithLabelValues(k)
+	}
+	for _, t := range Triggers {
+		m.pauses.WithLabelValues(string(t))
+		m.resumes.WithLabelValues(string(t))
+	}
+	for _, a := range AdminActions {
+		m.adminActions.WithLabelValues(a)
+	}
+}
+
+// Received counts a capsule RECEPTION took in for the first time.
+func (m *Metrics) Received() {
+	if m == nil {
+		return
+	}
+	m.received.Inc()
+}
+
+// Transition records that a run of phase ended with outcome after d.
+// outcome is one of [Outcomes].
+func (m *Metrics) Transition(phase capsule.Phase, outcome string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	p, o := PhaseLabel(phase), oneOf(outcome, Outcomes)
+	m.transitions.WithLabelValues(p, o).Inc()
+	m.phaseDuration.WithLabelValues(p, o).Observe(seconds(d))
+}
+
+// Ended counts a capsule that reached a terminal state; for Halted, by the
+// code of reason. Other states are ignored.
+func (m *Metrics) Ended(state capsule.State, reason capsule.HaltReason) {
+	if m == nil {
+		return
+	}
+	switch state {
+	case capsule.Completed:
+		m.completed.Inc()
+	case capsule.Halted:
+		m.halted.WithLabelValues(HaltLabel(reason.Code)).Inc()
+	case capsule.Cancelled:
+		m.cancelled.Inc()
+	}
+}
+
+// ReviewCycle counts a review cycle that ended with verdict.
+func (m *Metrics) ReviewCycle(verdict capsule.Verdict) {
+	if m == nil {
+		return
+	}
+	m.verdicts.WithLabelValues(oneOf(string(verdict), Verdicts)).Inc()
+}
+
+// RuleViolations counts one violation of each rule number in rules.
+func (m *Metrics) RuleViolations(rules []int) {
+	if m == nil {
+		return
+	}
+	for _, n := range rules {
+		m.ruleViolations.WithLabelValues(RuleLabel(n)).Inc()
+	}
+}
+
+// LockWait records how long acquiring a capsule's locks took, and whether
+// another capsule held one of them.
+func (m *Metrics) LockWait(d time.Duration, contended bool) {
+	if m == nil {
+		return
+	}
+	m.lockWait.Observe(seconds(d))
+	if contended {
+		m.lockContention.Inc()
+	}
+}
+
+// BudgetConsumed adds what one executor or reviewer call consumed.
+// Negative or non-finite amounts are ignored.
+func (m *Metrics) BudgetConsumed(u capsule.Usage) {
+	if m == nil {
+		return
+	}
+	if u.Tokens > 0 {
+		m.budgetTokens.Add(float64(u.Tokens))
+	}
+	if u.Dollars > 0 && !math.IsInf(u.Dollars, 0) {
+		m.budgetDollars.Add(u.Dollars)
+	}
+}
+
+// Call records one executor or reviewer call: kind is [KindExecutor] or
+// [KindReviewer], result one of [CallResults], d its latency.
+func (m *Metrics) Call(kind, result string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	k := oneOf(kind, CallKinds)
+	m.calls.WithLabelValues(k, oneOf(result, CallResults)).Inc()
+	m.callDuration.WithLabelValues(k).Observe(seconds(d))
+}
+
+// Redelivered counts a phase message JetStream delivered again.
+func (m *Metrics) Redelivered(phase capsule.Phase) {
+	if m == nil {
+		return
+	}
+	m.redeliveries.WithLabelValues(PhaseLabel(phase)).Inc()
+}
+
+// Paused counts a capsule paused with trigger.
+func (m *Metrics) Paused(trigger capsule.Trigger) {
+	if m == nil {
+		return
+	}
+	m.pauses.WithLabelValues(TriggerLabel(trigger)).Inc()
+}
+
+// Resumed counts a capsule resumed from a pause with trigger.
+func (m *Metrics) Resumed(trigger capsule.Trigger) {
+	if m == nil {
+		return
+	}
+	m.resumes.WithLabelValues(TriggerLabel(trigger)).Inc()
+}
+
+// AdminAction counts an operator action, one of [AdminActions].
+func (m *Metrics) AdminAction(action string) {
+	if m == nil {
+		return
+	}
+	m.adminActions.WithLabelValues(oneOf(action, AdminActions)).Inc()
+}
+
+// PhaseLabel is the phase label value of p: its PIPELINE §3 name, or [Other].
+func PhaseLabel(p capsule.Phase) string {
+	if !p.Valid() {
+		return Other
+	}
+	return p.String()
+}
+
+// HaltLabel is the reason label value of a halt code: the code when it is
+// one of capsule.HaltCodes, [Other] otherwise.
+func HaltLabel(c capsule.HaltCode) string { return oneOf(string(c), capsule.HaltCodes) }
+
+// TriggerLabel is the trigger label value of t, or [Other].
+func TriggerLabel(t capsule.Trigger) string { return oneOf(string(t), Triggers) }
+
+// RuleLabel is the rule label value of rule number n: the number when the
+// constitution has that rule, [Other] otherwise.
+func RuleLabel(n int) string {
+	if _, ok := rules.Lookup(n); !ok {
+		return Other
+	}
+	return strconv.Itoa(n)
+}
+
+// oneOf returns v when it is in set, Other otherwise.
+func oneOf[S ~string](v string, set []S) string {
+	if slices.Contains(set, S(v)) {
+		return v
+	}
+	return Other
+}
+
+// seconds converts d for a histogram; a negative duration (a clock step)
+// counts as zero.
+func seconds(d time.Duration) float64 { return max(d, 0).Seconds() }
