@@ -13,4 +13,56 @@
 //	    "review_usage": {"tokens": 10, "dollars": 0},  // reported per review call
 //	    "fail":    "model refused"                     // the executor fails (true or a message)
 //	}}
+//
+// Real workers are reached through adapters configured by [Config]: a NATS
+// micro-service ([NATSExecutor], [NATSReviewer]) or a local program
+// ([Command]). Both speak the wire contract below, which is what a worker in
+// any language implements.
+//
+// # Wire contract: requests
+//
+// An executor call is the JSON object [ExecuteCall]:
+//
+//	{"kind": "execute",
+//	 "capsule": {...the capsule exactly as published...},
+//	 "cycle": 1,
+//	 "idempotency_key": "<capsule_id>/<cycle>",
+//	 "trace_id": "...",
+//	 "findings": [{"rule": 0, "field": "...", "message": "..."}]}
+//
+// findings are the previous review's findings when the cycle is a revision
+// (an empty array on the first cycle). A reviewer call is [ReviewCall]: the
+// same without findings, with "kind": "review" and
+// "artifact": {...capsule.Artifact, content included...}.
+//
+// Over NATS the request also carries the headers [HeaderCapsuleID],
+// [HeaderCycle], [HeaderIdempotencyKey] and [HeaderTraceID]; a command gets
+// them as the environment variables SAGA_CAPSULE_ID, SAGA_CYCLE,
+// SAGA_IDEMPOTENCY_KEY and SAGA_TRACE_ID (and SAGA_CALL = execute|review).
+// A call may be delivered more than once for the same idempotency key (a
+// retry after a timeout, a restarted sagad): a worker should answer the
+// repeat with its first answer instead of doing the work again.
+//
+// # Wire contract: replies
+//
+// An executor answers [ExecutorReply]:
+//
+//	{"status": "ok", "content": <any JSON>, "media_type": "application/json",
+//	 "usage": {"tokens": 1200, "dollars": 0.02}}
+//
+// and a reviewer [ReviewerReply]:
+//
+//	{"status": "ok", "verdict": "APPROVED"|"CHANGES_REQUESTED"|"REJECTED",
+//	 "findings": [{"message": "..."}], "usage": {"tokens": 10, "dollars": 0}}
+//
+// status is "ok" (the default when omitted), "failed" (with "error": "why";
+// the capsule halts with executor_failed:<error>) or "accepted": the work
+// goes on asynchronously and the worker publishes a [Completion] later on
+// CompletionSubject(capsule_id, cycle), i.e. "saga.complete.<capsule_id>.<cycle>".
+// A completion is the same JSON as the synchronous reply with status "ok" or
+// "failed", plus "kind": "execute" or "review". Usage is reported with every
+// answer, failures included: it feeds the capsule's budget.
+//
+// A NATS micro-service error (the Nats-Service-Error headers) counts as
+// "failed" with the service's code and description.
 package executors

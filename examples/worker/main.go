@@ -1,0 +1,50 @@
+// Command worker is sagad's demo worker: one executor ("demo" task kind) and
+// one independent reviewer ("demo-reviewer") served over NATS micro. Run it
+// beside `sagad --config examples/sagad.json`; see README.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sagad/sagad/examples/worker/worker"
+)
+
+func main() {
+	url := flag.String("nats-url", "nats://127.0.0.1:4222", "NATS server URL (sagad's embedded server by default)")
+	agentID := flag.String("agent-id", worker.DefaultAgentID, "name the worker signs its artifacts with")
+	async := flag.Bool("async", false, `answer "accepted" and deliver results on the completion subject`)
+	flag.Parse()
+	if err := run(*url, worker.Config{AgentID: *agentID, Async: *async}); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(url string, cfg worker.Config) error {
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	nc, err := nats.Connect(url, nats.Name(worker.ServiceName), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", url, err)
+	}
+	defer nc.Close()
+	svc, err := worker.Serve(nc, cfg)
+	if err != nil {
+		return err
+	}
+	cfg.Logger.Info("serving", "url", url, "service", worker.ServiceName, "id", svc.Info().ID)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	if err := svc.Stop(); err != nil {
+		return err
+	}
+	return nc.Drain()
+}

@@ -1,0 +1,283 @@
+// Package worker is the demo worker of examples/worker: one executor and one
+// independent reviewer served as a nats.go/micro service that speaks sagad's
+// wire contract (see package executors). It is deliberately small: a worker
+// in any language does the same with its NATS client.
+//
+// The executor writes a small JSON artifact ([Artifact]) restating the task
+// and its acceptance criteria; the reviewer approves an artifact that covers
+// every acceptance criterion, asks for changes otherwise, and refuses to
+// review its own producer's work (Rule 15). Both answer a repeated
+// idempotency key with their first answer.
+package worker
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
+)
+
+// Names and subjects of the demo worker; examples/sagad.json points sagad at
+// these subjects.
+const (
+	ServiceName           = "sagad-demo-worker"
+	ServiceVersion        = "1.0.0"
+	DefaultExecuteSubject = "agents.demo.execute"
+	DefaultReviewSubject  = "agents.demo.review"
+	DefaultAgentID        = "demo-worker"
+	DefaultReviewerID     = "demo-reviewer"
+)
+
+// maxRemembered bounds the de-duplication memory; past it the worker forgets
+// everything and starts over (a demo's compromise: a real worker keeps its
+// answers in a store that survives restarts).
+const maxRemembered = 10000
+
+// Config configures [Serve].
+type Config struct {
+	// AgentID is the name the worker signs its artifacts with. Defaults to
+	// [DefaultAgentID].
+	AgentID string
+	// ReviewerID is the reviewer identity this worker serves; it refuses to
+	// review a capsule whose producer_agent_id is the same. Defaults to
+	// [DefaultReviewerID].
+	ReviewerID string
+	// ExecuteSubject serves executor calls. Defaults to [DefaultExecuteSubject].
+	ExecuteSubject string
+	// ReviewSubject serves reviewer calls. Defaults to [DefaultReviewSubject].
+	ReviewSubject string
+	// Async makes the executor answer "accepted" at once and publish its
+	// result on the completion subject right after. Defaults to false.
+	Async bool
+	// Logger gets a line per call. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.AgentID == "" {
+		c.AgentID = DefaultAgentID
+	}
+	if c.ReviewerID == "" {
+		c.ReviewerID = DefaultReviewerID
+	}
+	if c.ExecuteSubject == "" {
+		c.ExecuteSubject = DefaultExecuteSubject
+	}
+	if c.ReviewSubject == "" {
+		c.ReviewSubject = DefaultReviewSubject
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+// Artifact is what the demo executor produces.
+type Artifact struct {
+	Summary            string   `json:"summary"`
+	Title              string   `json:"title"`
+	Target             string   `json:"target"`
+	AcceptanceCriteria []string `json:"acceptance_criteria"`
+	// AddressedFindings are the previous review's findings this cycle answers.
+	AddressedFindings []string `json:"addressed_findings,omitempty"`
+	Cycle             int      `json:"cycle"`
+	ProducedBy        string   `json:"produced_by"`
+}
+
+// Serve registers the demo worker's micro service on nc: endpoint "execute"
+// on cfg.ExecuteSubject and "review" on cfg.ReviewSubject. Stop the returned
+// service to stop serving.
+func Serve(nc *nats.Conn, cfg Config) (micro.Service, error) {
+	cfg = cfg.withDefaults()
+	w := &worker{cfg: cfg, nc: nc, seen: map[string]answer{}}
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        ServiceName,
+		Version:     ServiceVersion,
+		Description: "sagad demo executor and reviewer",
+		Metadata:    map[string]string{"agent_id": cfg.AgentID, "reviewer_id": cfg.ReviewerID},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker: add service: %w", err)
+	}
+	for _, ep := range []struct {
+		name, subject string
+		h             micro.HandlerFunc
+	}{
+		{"execute", cfg.ExecuteSubject, w.handle(executors.KindExecute, w.execute)},
+		{"review", cfg.ReviewSubject, w.handle(executors.KindReview, w.review)},
+	} {
+		if err := svc.AddEndpoint(ep.name, ep.h, micro.WithEndpointSubject(ep.subject)); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("worker: add endpoint %s: %w", ep.name, err)
+		}
+	}
+	return svc, nil
+}
+
+type worker struct {
+	cfg Config
+	nc  *nats.Conn
+
+	mu   sync.Mutex
+	seen map[string]answer // by kind + idempotency key
+}
+
+// answer is what a call was answered: the reply and, for accepted work, the
+// completion and where it goes.
+type answer struct {
+	reply      []byte
+	completion []byte
+	subject    string
+}
+
+// handle de-duplicates by idempotency key around do, which computes the
+// answer of a first call.
+func (w *worker) handle(kind executors.CallKind, do func(data []byte) any) micro.HandlerFunc {
+	return func(req micro.Request) {
+		key := req.Headers().Get(executors.HeaderIdempotencyKey)
+		h := req.Headers()
+		log := w.cfg.Logger.With("call", kind, "capsule_id", h.Get(executors.HeaderCapsuleID),
+			"cycle", h.Get(executors.HeaderCycle), "trace_id", h.Get(executors.HeaderTraceID))
+		w.mu.Lock()
+		a, repeat := w.seen[string(kind)+" "+key]
+		w.mu.Unlock()
+		if !repeat {
+			var err error
+			if a, err = w.answer(kind, do(req.Data()), h); err != nil {
+				log.Error("encode answer", "error", err)
+				_ = req.Error("500", err.Error(), nil)
+				return
+			}
+			if key != "" {
+				w.remember(string(kind)+" "+key, a)
+			}
+		}
+		if err := req.Respond(a.reply); err != nil {
+			log.Error("respond", "error", err)
+		}
+		if a.completion != nil {
+			// After the reply, so sagad knows to wait before the result lands.
+			if err := w.nc.Publish(a.subject, a.completion); err != nil {
+				log.Error("publish completion", "subject", a.subject, "error", err)
+			}
+		}
+		log.Info("answered", "repeat", repeat, "async", a.completion != nil)
+		log.Debug("reply", "body", string(a.reply))
+	}
+}
+
+// answer encodes reply, or in async mode an "accepted" reply and the
+// completion carrying reply, addressed by the request's headers.
+func (w *worker) answer(kind executors.CallKind, reply any, h micro.Headers) (answer, error) {
+	b, err := json.Marshal(reply)
+	if err != nil {
+		return answer{}, err
+	}
+	r, ok := reply.(executors.ExecutorReply)
+	capsuleID := h.Get(executors.HeaderCapsuleID)
+	cycle, err := strconv.Atoi(h.Get(executors.HeaderCycle))
+	if !w.cfg.Async || kind != executors.KindExecute || !ok || r.Status != executors.StatusOK || capsuleID == "" || err != nil {
+		return answer{reply: b}, nil
+	}
+	c := executors.Completion{
+		Kind: kind, Status: r.Status, Content: r.Content, MediaType: r.MediaType, Usage: r.Usage,
+	}
+	cb, err := json.Marshal(c)
+	if err != nil {
+		return answer{}, err
+	}
+	accepted, _ := json.Marshal(executors.ExecutorReply{Status: executors.StatusAccepted})
+	return answer{reply: accepted, completion: cb, subject: executors.CompletionSubject(capsuleID, cycle)}, nil
+}
+
+func (w *worker) remember(key string, a answer) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.seen) >= maxRemembered {
+		clear(w.seen)
+	}
+	w.seen[key] = a
+}
+
+// execute produces the artifact.
+func (w *worker) execute(data []byte) any {
+	var call executors.ExecuteCall
+	var c capsule.Capsule
+	if err := json.Unmarshal(data, &call); err != nil {
+		return executors.ExecutorReply{Status: executors.StatusFailed, Error: "bad request: " + err.Error()}
+	}
+	if err := json.Unmarshal(call.Capsule, &c); err != nil {
+		return executors.ExecutorReply{Status: executors.StatusFailed, Error: "bad capsule: " + err.Error()}
+	}
+	a := Artifact{
+		Summary:            fmt.Sprintf("%s: %s", c.Task.Title, c.Task.Description),
+		Title:              c.Task.Title,
+		Target:             c.Target,
+		AcceptanceCriteria: c.Spec.AcceptanceCriteria,
+		Cycle:              call.Cycle,
+		ProducedBy:         w.cfg.AgentID,
+	}
+	for _, f := range call.Findings {
+		a.AddressedFindings = append(a.AddressedFindings, f.Message)
+	}
+	content, err := json.Marshal(a)
+	if err != nil {
+		return executors.ExecutorReply{Status: executors.StatusFailed, Error: err.Error()}
+	}
+	// A stand-in for a model's bill: a token per character of the task.
+	tokens := int64(len(c.Task.Title) + len(c.Task.Description))
+	return executors.ExecutorReply{
+		Status: executors.StatusOK, Content: content, MediaType: "application/json",
+		Usage: capsule.Usage{Tokens: tokens, Dollars: float64(tokens) * 0.000002},
+	}
+}
+
+// review judges the artifact.
+func (w *worker) review(data []byte) any {
+	var call executors.ReviewCall
+	var c capsule.Capsule
+	if err := json.Unmarshal(data, &call); err != nil {
+		return executors.ReviewerReply{Status: executors.StatusFailed, Error: "bad request: " + err.Error()}
+	}
+	if err := json.Unmarshal(call.Capsule, &c); err != nil {
+		return executors.ReviewerReply{Status: executors.StatusFailed, Error: "bad capsule: " + err.Error()}
+	}
+	content := call.Artifact.Content
+	usage := capsule.Usage{Tokens: int64(len(content)/4 + 1)}
+	usage.Dollars = float64(usage.Tokens) * 0.000002
+	reply := func(v capsule.Verdict, findings ...capsule.Finding) any {
+		return executors.ReviewerReply{Status: executors.StatusOK, Verdict: v, Findings: findings, Usage: usage}
+	}
+	if c.ProducerAgentID == w.cfg.ReviewerID || call.Artifact.ProducerAgentID == w.cfg.ReviewerID {
+		return reply(capsule.Rejected, capsule.Finding{Rule: 15, Field: "review.reviewer_agent_id",
+			Message: fmt.Sprintf("%s produced this artifact and cannot review it", w.cfg.ReviewerID)})
+	}
+	switch strings.TrimSpace(string(content)) {
+	case "", "null", "{}", "[]", `""`:
+		return reply(capsule.ChangesRequested, capsule.Finding{Field: "artifact.content", Message: "the artifact is empty"})
+	}
+	var a Artifact
+	if json.Unmarshal(content, &a) == nil {
+		var findings []capsule.Finding
+		for _, want := range c.Spec.AcceptanceCriteria {
+			if !slices.Contains(a.AcceptanceCriteria, want) {
+				findings = append(findings, capsule.Finding{Field: "artifact.content.acceptance_criteria",
+					Message: fmt.Sprintf("acceptance criterion %q is not addressed", want)})
+			}
+		}
+		if len(findings) > 0 {
+			return reply(capsule.ChangesRequested, findings...)
+		}
+	}
+	return reply(capsule.Approved)
+}

@@ -1,0 +1,262 @@
+package executors
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Endpoint types.
+const (
+	EndpointNATS    = "nats"
+	EndpointCommand = "command"
+	EndpointStub    = "stub"
+)
+
+// MaxRetries bounds Endpoint.Retries, so that a misconfiguration cannot keep a
+// capsule retrying for hours.
+const MaxRetries = 10
+
+// Config says which executor serves each task.kind and which reviewer each
+// review.reviewer_agent_id, as read from sagad's config file:
+//
+//	"executors": {
+//	  "research": {"type": "nats", "subject": "agents.research.execute", "timeout": "2m", "retries": 3, "backoff": "1s"},
+//	  "lint":     {"type": "command", "command": ["/usr/local/bin/lint-agent", "--json"], "timeout": "5m"}
+//	},
+//	"reviewers": {
+//	  "reviewer-1": {"type": "nats", "subject": "agents.review.one"}
+//	}
+//
+// The built-in "stub" kind and "stub-reviewer" stay served unless a key
+// replaces them.
+type Config struct {
+	Executors map[string]Endpoint `json:"executors"`
+	Reviewers map[string]Endpoint `json:"reviewers"`
+}
+
+// Endpoint is one configured executor or reviewer. Durations are Go duration
+// strings ("90s", "2m").
+type Endpoint struct {
+	// Type is "nats", "command" or "stub".
+	Type string `json:"type"`
+	// Subject is the NATS subject the worker serves (type nats).
+	Subject string `json:"subject,omitempty"`
+	// Command is the program and its arguments (type command); no shell is
+	// involved.
+	Command []string `json:"command,omitempty"`
+	// Timeout bounds one NATS attempt or one command run. Defaults to
+	// [DefaultNATSTimeout] or [DefaultCommandTimeout].
+	Timeout string `json:"timeout,omitempty"`
+	// Retries is how often a NATS timeout or "no responders" is retried
+	// (type nats), 0 to [MaxRetries]. Defaults to 3.
+	Retries *int `json:"retries,omitempty"`
+	// Backoff is the first wait between retries, doubling each time (type
+	// nats). Defaults to 500ms.
+	Backoff string `json:"backoff,omitempty"`
+	// MaxBackoff caps the wait between retries (type nats). Defaults to 30s.
+	MaxBackoff string `json:"max_backoff,omitempty"`
+	// CompletionTimeout is how long the result of an "accepted" call may
+	// take before the capsule halts. Defaults to [DefaultCompletionTimeout].
+	CompletionTimeout string `json:"completion_timeout,omitempty"`
+	// MaxOutput bounds a command's stdout in bytes (type command). Defaults
+	// to [DefaultMaxOutput].
+	MaxOutput int64 `json:"max_output,omitempty"`
+	// Env is extra KEY=VALUE variables for a command (type command).
+	Env []string `json:"env,omitempty"`
+	// Dir is a command's working directory (type command). Defaults to
+	// sagad's.
+	Dir string `json:"dir,omitempty"`
+}
+
+// Validate reports every problem of c at once, each naming the offending
+// key, e.g. `executors["research"].subject: required for type "nats"`.
+func (c Config) Validate() error {
+	var errs []error
+	for _, role := range []struct {
+		name string
+		m    map[string]Endpoint
+	}{{"executors", c.Executors}, {"reviewers", c.Reviewers}} {
+		for _, key := range sortedKeys(role.m) {
+			_, err := role.m[key].settings(fmt.Sprintf("%s[%q]", role.name, key), key)
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Build returns a registry holding the built-in stubs and every configured
+// executor and reviewer. nc serves the NATS endpoints; it may be nil when
+// there are none.
+func (c Config) Build(nc *nats.Conn) (*Registry, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	r := NewRegistry()
+	for key, ep := range c.Executors {
+		s, _ := ep.settings("", key)
+		if ep.Type == EndpointNATS && nc == nil {
+			return nil, fmt.Errorf("executors[%q]: type nats needs a NATS connection", key)
+		}
+		switch ep.Type {
+		case EndpointNATS:
+			r.RegisterExecutor(key, NATSExecutor{Conn: nc, Subject: ep.Subject, Name: key, Timeout: s.timeout, Retry: s.retry, CompletionTimeout: s.completion})
+		case EndpointCommand:
+			r.RegisterExecutor(key, s.command)
+		case EndpointStub:
+			r.RegisterExecutor(key, Stub{})
+		}
+	}
+	for key, ep := range c.Reviewers {
+		s, _ := ep.settings("", key)
+		if ep.Type == EndpointNATS && nc == nil {
+			return nil, fmt.Errorf("reviewers[%q]: type nats needs a NATS connection", key)
+		}
+		switch ep.Type {
+		case EndpointNATS:
+			r.RegisterReviewer(key, NATSReviewer{Conn: nc, Subject: ep.Subject, Name: key, Timeout: s.timeout, Retry: s.retry, CompletionTimeout: s.completion})
+		case EndpointCommand:
+			r.RegisterReviewer(key, s.command)
+		case EndpointStub:
+			r.RegisterReviewer(key, StubReviewer{})
+		}
+	}
+	return r, nil
+}
+
+// settings is an endpoint parsed: what Build needs.
+type settings struct {
+	timeout    time.Duration
+	completion time.Duration
+	retry      RetryPolicy
+	command    Command
+}
+
+// settings parses and checks ep; at prefixes every error.
+func (ep Endpoint) settings(at, key string) (settings, error) {
+	var s settings
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s%s: %s", at, field, fmt.Sprintf(format, args...)))
+	}
+	duration := func(field, v string) time.Duration {
+		if v == "" {
+			return 0
+		}
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			bad(field, "%q is not a duration like \"30s\"", v)
+		case d <= 0:
+			bad(field, "%s must be positive", v)
+		}
+		return d
+	}
+	// only reports a field set on a type that does not use it.
+	only := func(field string, set bool, types ...string) {
+		if set && !slices.Contains(types, ep.Type) {
+			bad(field, "not used by type %q (only by %s)", ep.Type, strings.Join(types, ", "))
+		}
+	}
+
+	if strings.TrimSpace(key) == "" {
+		bad("", "the key must not be empty")
+	}
+	switch ep.Type {
+	case EndpointNATS:
+		if err := checkSubject(ep.Subject); err != nil {
+			bad(".subject", "%v", err)
+		}
+	case EndpointCommand:
+		if len(ep.Command) == 0 || ep.Command[0] == "" {
+			bad(".command", "required for type %q: the program and its arguments", ep.Type)
+		} else if _, err := exec.LookPath(ep.Command[0]); err != nil {
+			bad(".command", "%v", err)
+		}
+		if ep.MaxOutput < 0 {
+			bad(".max_output", "%d must not be negative", ep.MaxOutput)
+		}
+		for i, kv := range ep.Env {
+			k, _, ok := strings.Cut(kv, "=")
+			switch {
+			case !ok || k == "":
+				bad(fmt.Sprintf(".env[%d]", i), "%q is not KEY=VALUE", kv)
+			case strings.HasPrefix(k, "SAGA_"):
+				bad(fmt.Sprintf(".env[%d]", i), "%s: SAGA_ variables are set by sagad", k)
+			}
+		}
+		if ep.Dir != "" {
+			if fi, err := os.Stat(ep.Dir); err != nil || !fi.IsDir() {
+				bad(".dir", "%q is not a directory", ep.Dir)
+			}
+		}
+	case EndpointStub:
+	case "":
+		bad(".type", "required: %q, %q or %q", EndpointNATS, EndpointCommand, EndpointStub)
+	default:
+		bad(".type", "%q: want %q, %q or %q", ep.Type, EndpointNATS, EndpointCommand, EndpointStub)
+	}
+	if slices.Contains([]string{EndpointNATS, EndpointCommand, EndpointStub}, ep.Type) {
+		only(".timeout", ep.Timeout != "", EndpointNATS, EndpointCommand)
+		only(".completion_timeout", ep.CompletionTimeout != "", EndpointNATS, EndpointCommand)
+		only(".subject", ep.Subject != "", EndpointNATS)
+		only(".retries", ep.Retries != nil, EndpointNATS)
+		only(".backoff", ep.Backoff != "", EndpointNATS)
+		only(".max_backoff", ep.MaxBackoff != "", EndpointNATS)
+		only(".command", len(ep.Command) > 0, EndpointCommand)
+		only(".max_output", ep.MaxOutput != 0, EndpointCommand)
+		only(".env", len(ep.Env) > 0, EndpointCommand)
+		only(".dir", ep.Dir != "", EndpointCommand)
+	}
+	if ep.Retries != nil && (*ep.Retries < 0 || *ep.Retries > MaxRetries) {
+		bad(".retries", "%d: want 0 to %d", *ep.Retries, MaxRetries)
+	}
+
+	s.timeout = duration(".timeout", ep.Timeout)
+	s.completion = duration(".completion_timeout", ep.CompletionTimeout)
+	s.retry.Initial = duration(".backoff", ep.Backoff)
+	s.retry.Max = duration(".max_backoff", ep.MaxBackoff)
+	if s.retry.Initial > 0 && s.retry.Max > 0 && s.retry.Max < s.retry.Initial {
+		bad(".max_backoff", "%s is shorter than backoff %s", ep.MaxBackoff, ep.Backoff)
+	}
+	if ep.Retries != nil {
+		s.retry.Attempts = *ep.Retries + 1
+	}
+	if ep.Type == EndpointCommand && len(ep.Command) > 0 {
+		s.command = Command{
+			Path: ep.Command[0], Args: ep.Command[1:], Name: key,
+			Timeout: s.timeout, MaxOutput: ep.MaxOutput, Env: ep.Env, Dir: ep.Dir,
+			CompletionTimeout: s.completion,
+		}
+	}
+	return s, errors.Join(errs...)
+}
+
+// checkSubject accepts a literal NATS subject: dot-separated non-empty
+// tokens without wildcards or whitespace.
+func checkSubject(subject string) error {
+	if subject == "" {
+		return errors.New(`required for type "nats"`)
+	}
+	for _, tok := range strings.Split(subject, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") {
+			return fmt.Errorf("%q is not a literal NATS subject (dot-separated tokens, no wildcards or spaces)", subject)
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]Endpoint) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

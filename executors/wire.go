@@ -1,0 +1,355 @@
+package executors
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+// NATS headers every executor and reviewer request carries.
+const (
+	HeaderCapsuleID      = "Saga-Capsule-Id"
+	HeaderCycle          = "Saga-Cycle"
+	HeaderIdempotencyKey = "Saga-Idempotency-Key"
+	HeaderTraceID        = "Saga-Trace-Id"
+)
+
+// CompletionPrefix starts every completion subject; sagad subscribes to
+// CompletionPrefix + ">".
+const CompletionPrefix = "saga.complete."
+
+// CompletionSubject is where a worker publishes the result of an accepted
+// call for (capsuleID, cycle).
+func CompletionSubject(capsuleID string, cycle int) string {
+	return CompletionPrefix + capsuleID + "." + strconv.Itoa(cycle)
+}
+
+// ParseCompletionSubject is the inverse of [CompletionSubject].
+func ParseCompletionSubject(subject string) (capsuleID string, cycle int, err error) {
+	rest, ok := strings.CutPrefix(subject, CompletionPrefix)
+	id, n, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 || id == "" || strings.Contains(n, ".") {
+		return "", 0, fmt.Errorf("completion subject %q: want %s<capsule_id>.<cycle>", subject, CompletionPrefix)
+	}
+	cycle, err = strconv.Atoi(n)
+	if err != nil || cycle < 1 {
+		return "", 0, fmt.Errorf("completion subject %q: cycle %q is not a positive integer", subject, n)
+	}
+	return id, cycle, nil
+}
+
+// CallKind says which role a request or completion is for.
+type CallKind string
+
+// Call kinds.
+const (
+	KindExecute CallKind = "execute"
+	KindReview  CallKind = "review"
+)
+
+// Status is the status of a reply or completion.
+type Status string
+
+// Reply statuses.
+const (
+	StatusOK       Status = "ok"
+	StatusAccepted Status = "accepted"
+	StatusFailed   Status = "failed"
+)
+
+// ExecuteCall is the JSON body of an executor request.
+type ExecuteCall struct {
+	Kind           CallKind          `json:"kind"`
+	Capsule        json.RawMessage   `json:"capsule"`
+	Cycle          int               `json:"cycle"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	TraceID        string            `json:"trace_id"`
+	Findings       []capsule.Finding `json:"findings"`
+}
+
+// NewExecuteCall builds the wire request of req.
+func NewExecuteCall(req Request) (ExecuteCall, error) {
+	raw, err := capsuleJSON(req.Capsule, req.Raw)
+	if err != nil {
+		return ExecuteCall{}, err
+	}
+	findings := req.Findings
+	if findings == nil {
+		findings = []capsule.Finding{}
+	}
+	return ExecuteCall{
+		Kind: KindExecute, Capsule: raw, Cycle: req.Cycle,
+		IdempotencyKey: req.IdempotencyKey, TraceID: req.TraceID, Findings: findings,
+	}, nil
+}
+
+// ReviewCall is the JSON body of a reviewer request.
+type ReviewCall struct {
+	Kind           CallKind         `json:"kind"`
+	Capsule        json.RawMessage  `json:"capsule"`
+	Cycle          int              `json:"cycle"`
+	IdempotencyKey string           `json:"idempotency_key"`
+	TraceID        string           `json:"trace_id"`
+	Artifact       capsule.Artifact `json:"artifact"`
+}
+
+// NewReviewCall builds the wire request of req.
+func NewReviewCall(req ReviewRequest) (ReviewCall, error) {
+	raw, err := capsuleJSON(req.Capsule, req.Raw)
+	if err != nil {
+		return ReviewCall{}, err
+	}
+	return ReviewCall{
+		Kind: KindReview, Capsule: raw, Cycle: req.Cycle,
+		IdempotencyKey: req.IdempotencyKey, TraceID: req.TraceID, Artifact: req.Artifact,
+	}, nil
+}
+
+// capsuleJSON prefers the capsule's bytes as published, so a worker sees
+// every member, including ones this version of sagad does not model.
+func capsuleJSON(c *capsule.Capsule, raw []byte) (json.RawMessage, error) {
+	if len(raw) > 0 && json.Valid(raw) {
+		return raw, nil
+	}
+	if c == nil {
+		return nil, fmt.Errorf("executors: request without a capsule")
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("executors: encode capsule: %w", err)
+	}
+	return b, nil
+}
+
+// callMeta is what travels beside the body: headers over NATS, environment
+// variables for a command.
+type callMeta struct {
+	kind           CallKind
+	capsuleID      string
+	cycle          int
+	idempotencyKey string
+	traceID        string
+}
+
+func executeMeta(req Request) callMeta {
+	m := callMeta{kind: KindExecute, cycle: req.Cycle, idempotencyKey: req.IdempotencyKey, traceID: req.TraceID}
+	if req.Capsule != nil {
+		m.capsuleID = req.Capsule.CapsuleID
+	}
+	return m
+}
+
+func reviewMeta(req ReviewRequest) callMeta {
+	m := callMeta{kind: KindReview, cycle: req.Cycle, idempotencyKey: req.IdempotencyKey, traceID: req.TraceID}
+	if req.Capsule != nil {
+		m.capsuleID = req.Capsule.CapsuleID
+	}
+	return m
+}
+
+func (m callMeta) header() nats.Header {
+	h := nats.Header{}
+	h.Set(HeaderCapsuleID, m.capsuleID)
+	h.Set(HeaderCycle, strconv.Itoa(m.cycle))
+	h.Set(HeaderIdempotencyKey, m.idempotencyKey)
+	if m.traceID != "" {
+		h.Set(HeaderTraceID, m.traceID)
+	}
+	return h
+}
+
+// ExecutorReply is an executor's answer, and the body of an execute
+// [Completion].
+type ExecutorReply struct {
+	// Status defaults to ok when omitted.
+	Status Status `json:"status"`
+	// Content is the artifact; required when Status is ok.
+	Content json.RawMessage `json:"content,omitempty"`
+	// MediaType of Content. Defaults to application/json.
+	MediaType string        `json:"media_type,omitempty"`
+	Usage     capsule.Usage `json:"usage"`
+	// Error says why, when Status is failed.
+	Error string `json:"error,omitempty"`
+}
+
+// DecodeExecutorReply parses and checks an executor's reply. Errors wrap
+// [ErrMalformedReply] and say what is wrong.
+func DecodeExecutorReply(data []byte) (ExecutorReply, error) {
+	var r ExecutorReply
+	if err := decodeObject(data, &r); err != nil {
+		return r, err
+	}
+	if err := checkStatus(&r.Status, true); err != nil {
+		return r, err
+	}
+	if err := checkUsage(r.Usage); err != nil {
+		return r, err
+	}
+	if r.Status == StatusOK {
+		if c := strings.TrimSpace(string(r.Content)); c == "" || c == "null" {
+			return r, malformed(`status "ok" without content`)
+		}
+		if r.MediaType == "" {
+			r.MediaType = "application/json"
+		}
+	}
+	return r, nil
+}
+
+// Result maps a decoded reply to what an [Executor] returns: the result when
+// ok, a [*FailedError] when failed, an [*AcceptedError] (Subject unset) when
+// accepted.
+func (r ExecutorReply) Result() (Result, error) {
+	switch r.Status {
+	case StatusFailed:
+		return Result{Usage: r.Usage}, &FailedError{Detail: failureText(r.Error), Usage: r.Usage}
+	case StatusAccepted:
+		return Result{Usage: r.Usage}, &AcceptedError{Usage: r.Usage}
+	}
+	return Result{Content: r.Content, MediaType: r.MediaType, Usage: r.Usage}, nil
+}
+
+// ReviewerReply is a reviewer's answer, and the body of a review
+// [Completion].
+type ReviewerReply struct {
+	// Status defaults to ok when omitted.
+	Status Status `json:"status"`
+	// Verdict is required when Status is ok.
+	Verdict  capsule.Verdict   `json:"verdict,omitempty"`
+	Findings []capsule.Finding `json:"findings,omitempty"`
+	Usage    capsule.Usage     `json:"usage"`
+	// Error says why, when Status is failed.
+	Error string `json:"error,omitempty"`
+}
+
+// DecodeReviewerReply parses and checks a reviewer's reply. Errors wrap
+// [ErrMalformedReply] and say what is wrong.
+func DecodeReviewerReply(data []byte) (ReviewerReply, error) {
+	var r ReviewerReply
+	if err := decodeObject(data, &r); err != nil {
+		return r, err
+	}
+	if err := checkStatus(&r.Status, true); err != nil {
+		return r, err
+	}
+	if err := checkUsage(r.Usage); err != nil {
+		return r, err
+	}
+	if r.Status == StatusOK && !r.Verdict.Valid() {
+		return r, malformed("verdict %q: want APPROVED, CHANGES_REQUESTED or REJECTED", r.Verdict)
+	}
+	for i, f := range r.Findings {
+		if strings.TrimSpace(f.Message) == "" {
+			return r, malformed("findings[%d]: message is required", i)
+		}
+	}
+	return r, nil
+}
+
+// Result maps a decoded reply to what a [Reviewer] returns, like
+// [ExecutorReply.Result].
+func (r ReviewerReply) Result() (ReviewResult, error) {
+	switch r.Status {
+	case StatusFailed:
+		return ReviewResult{Usage: r.Usage}, &FailedError{Detail: failureText(r.Error), Usage: r.Usage}
+	case StatusAccepted:
+		return ReviewResult{Usage: r.Usage}, &AcceptedError{Usage: r.Usage}
+	}
+	return ReviewResult{Verdict: r.Verdict, Findings: r.Findings, Usage: r.Usage}, nil
+}
+
+// Completion is the message a worker publishes on
+// CompletionSubject(capsule_id, cycle) when accepted work is done: an
+// [ExecutorReply] or a [ReviewerReply] with Kind saying which.
+type Completion struct {
+	Kind CallKind `json:"kind"`
+	// IdempotencyKey optionally echoes the request's.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Status is ok or failed; "accepted" is not a completion.
+	Status    Status            `json:"status"`
+	Content   json.RawMessage   `json:"content,omitempty"`
+	MediaType string            `json:"media_type,omitempty"`
+	Verdict   capsule.Verdict   `json:"verdict,omitempty"`
+	Findings  []capsule.Finding `json:"findings,omitempty"`
+	Usage     capsule.Usage     `json:"usage"`
+	Error     string            `json:"error,omitempty"`
+}
+
+// DecodeCompletion parses and checks a completion message by the rules of
+// the reply of its kind. Errors wrap [ErrMalformedReply].
+func DecodeCompletion(data []byte) (Completion, error) {
+	var c Completion
+	if err := decodeObject(data, &c); err != nil {
+		return c, err
+	}
+	if err := checkStatus(&c.Status, false); err != nil {
+		return c, err
+	}
+	var err error
+	switch c.Kind {
+	case KindExecute:
+		var r ExecutorReply
+		r, err = DecodeExecutorReply(data)
+		c.MediaType = r.MediaType
+	case KindReview:
+		_, err = DecodeReviewerReply(data)
+	default:
+		err = malformed("kind %q: want execute or review", c.Kind)
+	}
+	return c, err
+}
+
+// ExecutorReply is the completion as an executor's reply.
+func (c Completion) ExecutorReply() ExecutorReply {
+	return ExecutorReply{Status: c.Status, Content: c.Content, MediaType: c.MediaType, Usage: c.Usage, Error: c.Error}
+}
+
+// ReviewerReply is the completion as a reviewer's reply.
+func (c Completion) ReviewerReply() ReviewerReply {
+	return ReviewerReply{Status: c.Status, Verdict: c.Verdict, Findings: c.Findings, Usage: c.Usage, Error: c.Error}
+}
+
+func decodeObject(data []byte, v any) error {
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return malformed("empty reply")
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return malformed("%v", err)
+	}
+	return nil
+}
+
+func checkStatus(s *Status, acceptedOK bool) error {
+	switch *s {
+	case "":
+		*s = StatusOK
+	case StatusOK, StatusFailed:
+	case StatusAccepted:
+		if !acceptedOK {
+			return malformed(`status "accepted" in a completion: want ok or failed`)
+		}
+	default:
+		return malformed("status %q: want ok, accepted or failed", *s)
+	}
+	return nil
+}
+
+func checkUsage(u capsule.Usage) error {
+	if u.Tokens < 0 || u.Dollars < 0 || math.IsInf(u.Dollars, 0) {
+		return malformed("usage %d tokens / %v dollars: must not be negative", u.Tokens, u.Dollars)
+	}
+	return nil
+}
+
+func failureText(msg string) string {
+	if msg = strings.TrimSpace(msg); msg != "" {
+		return msg
+	}
+	return "worker reported failure without a message"
+}

@@ -1,0 +1,164 @@
+package executors_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
+)
+
+func TestDecodeExecutorReply(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, in string
+		want     executors.ExecutorReply
+		err      string
+	}{
+		{name: "status defaults to ok, media type to JSON", in: `{"content":[1,2]}`,
+			want: executors.ExecutorReply{Status: executors.StatusOK, Content: []byte(`[1,2]`), MediaType: "application/json"}},
+		{name: "text artifact", in: `{"status":"ok","content":"hello","media_type":"text/plain","usage":{"tokens":3,"dollars":0.25}}`,
+			want: executors.ExecutorReply{Status: executors.StatusOK, Content: []byte(`"hello"`), MediaType: "text/plain", Usage: capsule.Usage{Tokens: 3, Dollars: 0.25}}},
+		{name: "failed", in: `{"status":"failed","error":"boom"}`,
+			want: executors.ExecutorReply{Status: executors.StatusFailed, Error: "boom"}},
+		{name: "accepted", in: `{"status":"accepted"}`,
+			want: executors.ExecutorReply{Status: executors.StatusAccepted}},
+		{name: "empty", in: ` `, err: "malformed reply: empty reply"},
+		{name: "not an object", in: `[1]`, err: "malformed reply: json: cannot unmarshal array"},
+		{name: "unknown status", in: `{"status":"done","content":1}`, err: `malformed reply: status "done": want ok, accepted or failed`},
+		{name: "ok without content", in: `{"status":"ok"}`, err: `malformed reply: status "ok" without content`},
+		{name: "null content", in: `{"content":null}`, err: `malformed reply: status "ok" without content`},
+		{name: "negative usage", in: `{"content":1,"usage":{"tokens":-1}}`, err: "malformed reply: usage -1 tokens / 0 dollars: must not be negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := executors.DecodeExecutorReply([]byte(tt.in))
+			if tt.err != "" {
+				require.ErrorIs(t, err, executors.ErrMalformedReply)
+				require.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want.Status, got.Status)
+			require.Equal(t, string(tt.want.Content), string(got.Content))
+			require.Equal(t, tt.want.MediaType, got.MediaType)
+			require.Equal(t, tt.want.Usage, got.Usage)
+			require.Equal(t, tt.want.Error, got.Error)
+		})
+	}
+}
+
+func TestDecodeReviewerReply(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, in string
+		want     executors.ReviewerReply
+		err      string
+	}{
+		{name: "approved", in: `{"verdict":"APPROVED"}`,
+			want: executors.ReviewerReply{Status: executors.StatusOK, Verdict: capsule.Approved}},
+		{name: "findings", in: `{"status":"ok","verdict":"REJECTED","findings":[{"rule":15,"message":"self review"}],"usage":{"tokens":2}}`,
+			want: executors.ReviewerReply{Status: executors.StatusOK, Verdict: capsule.Rejected, Findings: []capsule.Finding{{Rule: 15, Message: "self review"}}, Usage: capsule.Usage{Tokens: 2}}},
+		{name: "failed needs no verdict", in: `{"status":"failed","error":"down"}`,
+			want: executors.ReviewerReply{Status: executors.StatusFailed, Error: "down"}},
+		{name: "missing verdict", in: `{}`, err: `malformed reply: verdict "": want APPROVED, CHANGES_REQUESTED or REJECTED`},
+		{name: "unknown verdict", in: `{"verdict":"approved"}`, err: `malformed reply: verdict "approved"`},
+		{name: "finding without message", in: `{"verdict":"APPROVED","findings":[{"field":"x"}]}`, err: "malformed reply: findings[0]: message is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := executors.DecodeReviewerReply([]byte(tt.in))
+			if tt.err != "" {
+				require.ErrorIs(t, err, executors.ErrMalformedReply)
+				require.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestReplyResult(t *testing.T) {
+	t.Parallel()
+	res, err := executors.ExecutorReply{Status: executors.StatusFailed, Usage: capsule.Usage{Tokens: 4}}.Result()
+	var failed *executors.FailedError
+	require.ErrorAs(t, err, &failed)
+	require.Equal(t, "worker reported failure without a message", failed.Detail)
+	require.Equal(t, int64(4), failed.Usage.Tokens)
+	require.Equal(t, int64(4), res.Usage.Tokens)
+
+	_, err = executors.ReviewerReply{Status: executors.StatusAccepted}.Result()
+	require.ErrorIs(t, err, executors.ErrAccepted)
+
+	rr, err := executors.ReviewerReply{Status: executors.StatusOK, Verdict: capsule.Approved}.Result()
+	require.NoError(t, err)
+	require.Equal(t, capsule.Approved, rr.Verdict)
+}
+
+func TestDecodeCompletion(t *testing.T) {
+	t.Parallel()
+	c, err := executors.DecodeCompletion([]byte(`{"kind":"execute","status":"ok","content":{"a":1},"usage":{"tokens":5}}`))
+	require.NoError(t, err)
+	require.Equal(t, executors.KindExecute, c.Kind)
+	res, err := c.ExecutorReply().Result()
+	require.NoError(t, err)
+	require.JSONEq(t, `{"a":1}`, string(res.Content))
+	require.Equal(t, "application/json", res.MediaType)
+	require.Equal(t, int64(5), res.Usage.Tokens)
+
+	c, err = executors.DecodeCompletion([]byte(`{"kind":"review","verdict":"CHANGES_REQUESTED","findings":[{"message":"more"}]}`))
+	require.NoError(t, err)
+	require.Equal(t, executors.StatusOK, c.Status)
+	rr, err := c.ReviewerReply().Result()
+	require.NoError(t, err)
+	require.Equal(t, capsule.ChangesRequested, rr.Verdict)
+
+	c, err = executors.DecodeCompletion([]byte(`{"kind":"review","status":"failed","error":"gave up"}`))
+	require.NoError(t, err)
+	_, err = c.ReviewerReply().Result()
+	require.ErrorContains(t, err, "gave up")
+
+	for in, msg := range map[string]string{
+		`{"status":"ok","content":1}`:                     `kind "": want execute or review`,
+		`{"kind":"execute","status":"accepted"}`:          `status "accepted" in a completion`,
+		`{"kind":"review","verdict":"LGTM"}`:              `verdict "LGTM"`,
+		`{"kind":"execute","status":"ok","content":null}`: `without content`,
+	} {
+		_, err := executors.DecodeCompletion([]byte(in))
+		require.ErrorIs(t, err, executors.ErrMalformedReply, in)
+		require.ErrorContains(t, err, msg, in)
+	}
+}
+
+func TestCompletionSubject(t *testing.T) {
+	t.Parallel()
+	s := executors.CompletionSubject("0190f3a4-7b1c-4d2e-9f00-123456789abc", 2)
+	require.Equal(t, "saga.complete.0190f3a4-7b1c-4d2e-9f00-123456789abc.2", s)
+	id, cycle, err := executors.ParseCompletionSubject(s)
+	require.NoError(t, err)
+	require.Equal(t, "0190f3a4-7b1c-4d2e-9f00-123456789abc", id)
+	require.Equal(t, 2, cycle)
+
+	for _, bad := range []string{"saga.complete.x", "saga.complete..1", "saga.complete.x.0", "saga.complete.x.y", "saga.complete.x.1.2", "other.x.1"} {
+		_, _, err := executors.ParseCompletionSubject(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+func TestRetryPolicyBackoff(t *testing.T) {
+	t.Parallel()
+	p := executors.RetryPolicy{Attempts: 10, Initial: 100 * time.Millisecond, Max: time.Second}
+	for n, want := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 3: 400 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 50: time.Second} {
+		for range 20 {
+			got := p.Backoff(n)
+			require.LessOrEqual(t, got, want, "attempt %d", n)
+			require.GreaterOrEqual(t, got, want*9/10, "attempt %d", n)
+		}
+	}
+	// Defaults.
+	require.LessOrEqual(t, executors.RetryPolicy{}.Backoff(1), 500*time.Millisecond)
+	require.LessOrEqual(t, executors.RetryPolicy{}.Backoff(100), 30*time.Second)
+}
