@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,9 +108,8 @@ func (c Command) Execute(ctx context.Context, req Request) (Result, error) {
 		res, err := reply.Result()
 		return res, finish(err, who, meta, c.CompletionTimeout)
 	}
-	// A non-zero exit may still have written a reply: keep its usage and message.
-	reply, _ := DecodeExecutorReply(out.stdout)
-	return Result{Usage: reply.Usage}, c.exitError(out, reply.Error, reply.Usage)
+	partial := partialReply(out.stdout)
+	return Result{Usage: partial.Usage}, c.exitError(out, partial)
 }
 
 // Review runs the program as a reviewer.
@@ -135,22 +135,35 @@ func (c Command) Review(ctx context.Context, req ReviewRequest) (ReviewResult, e
 	case ExitNeedsRefinement:
 		// The work needs another cycle: a CHANGES_REQUESTED verdict, whatever
 		// verdict stdout carries.
-		reply, _ := DecodeReviewerReply(out.stdout)
-		res := ReviewResult{Verdict: capsule.ChangesRequested, Findings: reply.Findings, Usage: reply.Usage}
+		partial := partialReply(out.stdout)
+		res := ReviewResult{Verdict: capsule.ChangesRequested, Findings: partial.Findings, Usage: partial.Usage}
 		if len(res.Findings) == 0 {
-			res.Findings = []capsule.Finding{{Message: "needs refinement" + suffix(cmp.Or(reply.Error, out.stderr))}}
+			res.Findings = []capsule.Finding{{Message: "needs refinement" + suffix(cmp.Or(partial.Error, out.stderr))}}
 		}
 		return res, nil
 	}
-	reply, _ := DecodeReviewerReply(out.stdout)
-	return ReviewResult{Usage: reply.Usage}, c.exitError(out, reply.Error, reply.Usage)
+	partial := partialReply(out.stdout)
+	return ReviewResult{Usage: partial.Usage}, c.exitError(out, partial)
+}
+
+// partialReply reads what it can from the stdout of a program that exited
+// non-zero: a sane usage, the error message, the findings that have a
+// message. Anything else, or stdout that is no reply at all, is ignored.
+func partialReply(stdout []byte) ReviewerReply {
+	var r ReviewerReply
+	_ = json.Unmarshal(stdout, &r)
+	if checkUsage(r.Usage) != nil {
+		r.Usage = capsule.Usage{}
+	}
+	r.Findings = slices.DeleteFunc(r.Findings, func(f capsule.Finding) bool { return strings.TrimSpace(f.Message) == "" })
+	return r
 }
 
 func (c Command) who() string { return fmt.Sprintf("command %q", cmp.Or(c.Name, c.Path)) }
 
-// exitError maps a non-zero exit status; msg is the reply's error, if any.
-func (c Command) exitError(out runOutput, msg string, usage capsule.Usage) error {
-	detail := strings.TrimSpace(cmp.Or(msg, out.stderr))
+// exitError maps a non-zero exit status; partial is what stdout said.
+func (c Command) exitError(out runOutput, partial ReviewerReply) error {
+	detail, usage := strings.TrimSpace(cmp.Or(partial.Error, out.stderr)), partial.Usage
 	var what string
 	switch out.code {
 	case ExitHumanInput:
@@ -231,9 +244,9 @@ func (c Command) run(ctx context.Context, body any, meta callMeta) (runOutput, e
 		return out, fmt.Errorf("%s: %w", who, ctx.Err())
 	}
 	switch cause := context.Cause(runCtx); {
-	case stdout.exceeded() || errors.Is(cause, errOutputExceeded):
+	case stdout.exceeded():
 		return out, &FailedError{Detail: fmt.Sprintf("%s: output exceeds %d bytes", who, limit)}
-	case errors.Is(cause, errCommandTimeout):
+	case err != nil && errors.Is(cause, errCommandTimeout):
 		return out, &FailedError{Detail: fmt.Sprintf("%s: timeout after %s", who, timeout) + suffix(out.stderr)}
 	}
 	var exitErr *exec.ExitError

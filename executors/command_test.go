@@ -186,6 +186,17 @@ func TestCommandExitCodes(t *testing.T) {
 			},
 		},
 		{
+			name:   "10 with findings but no verdict on stdout",
+			review: true,
+			body:   `echo '{"findings":[{"message":"add a test"},{"field":"no message"}],"usage":{"tokens":-5}}'` + "\nexit 10",
+			check: func(t *testing.T, res executors.ReviewResult, _ capsule.Usage, err error) {
+				require.NoError(t, err)
+				require.Equal(t, capsule.ChangesRequested, res.Verdict)
+				require.Equal(t, []capsule.Finding{{Message: "add a test"}}, res.Findings)
+				require.Zero(t, res.Usage, "a negative usage is not charged")
+			},
+		},
+		{
 			name:   "10 without findings gets one from stderr",
 			review: true,
 			body:   "echo 'too vague' >&2\nexit 10",

@@ -57,7 +57,7 @@ func Receive(ctx context.Context, env *Env, raw []byte, holder func(id string) s
 	}
 	var version string
 	if err := json.Unmarshal(head.SchemaVersion, &version); err == nil && version != "" {
-		if !supportsVersion(env.Rules.SupportedMajors, version) {
+		if !supportsVersion(env.Rules.WithDefaults().SupportedMajors, version) {
 			r.Decision = HaltWith(capsule.UnsupportedSchemaVersion(version))
 			return r
 		}

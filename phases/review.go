@@ -46,7 +46,16 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	case errors.Is(err, executors.ErrAccepted), errors.Is(err, executors.ErrHumanInput):
 		return ParkWith(capsule.TriggerBlockedExternal, "the reviewer needs time or a human: "+err.Error())
 	case errors.As(err, &failed):
-		return HaltWith(capsule.ExecutorFailed("reviewer: " + failed.Detail))
+		// The failed call still consumed what it consumed (Rule 16).
+		caps := st.Caps(c.Budget)
+		charge, cerr := env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/review", key, cycle), caps, failed.Usage)
+		if cerr != nil {
+			return RetryAfter(env.RetryDelay, fmt.Errorf("review: charge budget: %w", cerr))
+		}
+		env.record().BudgetConsumed(failed.Usage)
+		d := HaltWith(capsule.ExecutorFailed("reviewer: " + failed.Detail))
+		d.Mutate = func(st *capsule.CheckpointState) { st.BudgetUsed = charge.Capsule }
+		return d
 	case err != nil && ctx.Err() != nil:
 		return RetryAfter(env.RetryDelay, fmt.Errorf("review: interrupted: %w", err))
 	case err != nil:

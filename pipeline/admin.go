@@ -89,6 +89,7 @@ func bind(ctx context.Context, js jetstream.JetStream) (*Pipeline, error) {
 	return &Pipeline{
 		cfg: cfg, js: js, log: cfg.Logger, stores: st,
 		checkpoints:   &Checkpoints{kv: st.checkpoints},
+		cache:         newCache(),
 		continuations: &Continuations{kv: st.continuations},
 		locks:         lm,
 	}, nil

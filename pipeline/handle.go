@@ -57,21 +57,46 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 		p.log.Error("undecodable capsule in phase stream dropped", "phase", ph.String(), "key", key, "error", err)
 		return 0, nil
 	}
+	// Phases without outside effects start from this process's cached
+	// checkpoint; EXECUTION and REVIEW, which call agents, always read it.
+	useCache := ph != capsule.Execution && ph != capsule.ReviewPhase
+	retry, err, stale := p.attempt(ctx, ph, msg, key, cycle, raw, c, useCache)
+	if stale {
+		// The cached checkpoint was behind: decide again on the real one.
+		retry, err, _ = p.attempt(ctx, ph, msg, key, cycle, raw, c, false)
+	}
+	return retry, err
+}
+
+// attempt runs phase ph once for the message. With useCache it may start
+// from a stale checkpoint; it then reports stale instead of acting on it.
+func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.Msg, key string, cycle int, raw []byte, c *capsule.Capsule, useCache bool) (time.Duration, error, bool) {
 	t := &txn{p: p, key: key}
-	if err := t.load(ctx); err != nil {
-		return p.cfg.RetryDelay, err
+	cached := false
+	if useCache {
+		var err error
+		if cached, err = t.loadCached(ctx); err != nil {
+			return p.cfg.RetryDelay, err, false
+		}
+		if cached && !t.current(ph, cycle) {
+			return 0, nil, true
+		}
+	} else if err := t.load(ctx); err != nil {
+		return p.cfg.RetryDelay, err, false
 	}
 	if !t.current(ph, cycle) {
 		token := msg.Headers().Get(HeaderResumeToken)
 		if !t.resumable(ph, cycle, token) {
-			return p.reemitFor(ctx, t.cp, ph, cycle, raw)
+			retry, err := p.reemitFor(ctx, t.cp, ph, cycle, raw)
+			return retry, err, false
 		}
 		// The resume that sent this message may not have flipped the
 		// state yet (or died before it could): finish it here.
 		if err := t.resume(ctx, ph, cycle, token); errors.Is(err, errStale) {
-			return p.reemitFor(ctx, t.cp, ph, cycle, raw)
+			retry, err := p.reemitFor(ctx, t.cp, ph, cycle, raw)
+			return retry, err, false
 		} else if err != nil {
-			return p.cfg.RetryDelay, err
+			return p.cfg.RetryDelay, err, false
 		}
 	}
 	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
@@ -100,16 +125,20 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 		d = p.phases[ph].Run(ctx, p.env, in)
 	}
 	if d.Action == phases.Retry {
-		return p.cfg.RetryDelay + d.Delay, d.Err
+		return p.cfg.RetryDelay + d.Delay, d.Err, false
 	}
-	tr, ok, cp, err := t.commit(ctx, ph, cycle, d)
+	tr, ok, cp, err := t.commit(ctx, ph, cycle, d, cached)
 	if errors.Is(err, errStale) {
+		if cached {
+			return 0, nil, true
+		}
 		// Someone else recorded this transition (or the capsule moved on):
 		// their outcome stands, ours is dropped.
-		return p.reemitFor(ctx, t.cp, ph, cycle, raw)
+		retry, err := p.reemitFor(ctx, t.cp, ph, cycle, raw)
+		return retry, err, false
 	}
 	if err != nil {
-		return p.cfg.RetryDelay, err
+		return p.cfg.RetryDelay, err, false
 	}
 	var trp *capsule.Transition
 	if ok {
@@ -118,9 +147,9 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 	p.observe(cp, trp, d, p.cfg.Now().Sub(start))
 	if err := p.effects(ctx, cp, trp, d.Findings, raw, c.Constraints.ResourceLocksRequired); err != nil {
 		// The transition is recorded; redelivery re-emits its effects.
-		return p.cfg.RetryDelay, err
+		return p.cfg.RetryDelay, err, false
 	}
-	return 0, nil
+	return 0, nil, false
 }
 
 // deadlineWarning parks a capsule whose deadline (in force) is closer than
@@ -152,15 +181,33 @@ type txn struct {
 	rev uint64
 }
 
+// load reads the checkpoint from KV.
 func (t *txn) load(ctx context.Context) error {
 	cp, rev, err := t.p.checkpoints.Get(ctx, t.key)
 	if err != nil {
 		return err
 	}
+	t.set(cp, rev)
+	return nil
+}
+
+// loadCached takes the checkpoint this process wrote last, if it has it.
+func (t *txn) loadCached(ctx context.Context) (cached bool, err error) {
+	if cp, rev, ok := t.p.cache.get(t.key); ok {
+		t.mu.Lock()
+		t.cp, t.rev = cp, rev
+		t.mu.Unlock()
+		return true, nil
+	}
+	return false, t.load(ctx)
+}
+
+// set records a checkpoint and revision just read or written.
+func (t *txn) set(cp *capsule.Checkpoint, rev uint64) {
 	t.mu.Lock()
 	t.cp, t.rev = cp, rev
 	t.mu.Unlock()
-	return nil
+	t.p.cache.put(cp, rev)
 }
 
 // current reports whether the checkpoint waits for phase ph of cycle.
@@ -207,9 +254,7 @@ func (t *txn) claim(ctx context.Context, cycle int, lockPaths []string) error {
 		if err != nil {
 			return err
 		}
-		t.mu.Lock()
-		t.cp, t.rev = cp, n
-		t.mu.Unlock()
+		t.set(cp, n)
 		return nil
 	}
 	return errConflict
@@ -239,9 +284,7 @@ func (t *txn) renew(ctx context.Context, cycle int) error {
 		if err != nil {
 			return err
 		}
-		t.mu.Lock()
-		t.cp, t.rev = cp, n
-		t.mu.Unlock()
+		t.set(cp, n)
 		return nil
 	}
 	return errConflict
@@ -281,9 +324,7 @@ func (t *txn) resume(ctx context.Context, ph capsule.Phase, cycle int, token str
 		if err != nil {
 			return err
 		}
-		t.mu.Lock()
-		t.cp, t.rev = cp, n
-		t.mu.Unlock()
+		t.set(cp, n)
 		return nil
 	}
 	return errConflict
@@ -300,7 +341,10 @@ func resumeState(cp *capsule.Checkpoint, now time.Time) {
 // checkpoint changed meanwhile but still stands at (ph, cycle) — in progress,
 // or paused by an operator while the phase ran — the decision is applied to
 // the fresh checkpoint; otherwise errStale.
-func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.Decision) (capsule.Transition, bool, *capsule.Checkpoint, error) {
+//
+// fromCache says the phase started from a cached checkpoint, not known to be
+// current: then any conflict is stale, since a pause may predate the run.
+func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.Decision, fromCache bool) (capsule.Transition, bool, *capsule.Checkpoint, error) {
 	for i := 0; i < maxConflicts; i++ {
 		t.mu.Lock()
 		cp := cloneCheckpoint(t.cp)
@@ -316,7 +360,7 @@ func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.
 			if err := t.load(ctx); err != nil {
 				return tr, ok, nil, err
 			}
-			if !t.standsAt(ph, cycle) {
+			if fromCache || !t.standsAt(ph, cycle) {
 				return tr, ok, nil, errStale
 			}
 			continue
@@ -324,9 +368,7 @@ func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.
 		if err != nil {
 			return tr, ok, nil, err
 		}
-		t.mu.Lock()
-		t.cp, t.rev = cp, n
-		t.mu.Unlock()
+		t.set(cp, n)
 		return tr, ok, cp, nil
 	}
 	return capsule.Transition{}, false, nil, errConflict
@@ -384,20 +426,23 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, tr *capsule.Transition, findings []capsule.Finding, raw []byte, lockPaths []string) error {
 	st := cp.State
 	if tr != nil {
+		var msgs []*nats.Msg
 		for _, ev := range transitionEvents(cp, *tr, findings) {
-			if err := p.publishEvent(ctx, ev); err != nil {
+			m, err := eventMsg(ev)
+			if err != nil {
 				return err
 			}
+			msgs = append(msgs, m)
 		}
 		if np, ncycle, ok := next(*tr); ok && st.Status == capsule.InProgress && st.Phase == np && st.Cycle == ncycle {
-			if err := p.publishPhase(ctx, cp, raw, ""); err != nil {
-				return err
-			}
+			msgs = append(msgs, phaseMsg(cp, raw, ""))
 		}
 		if state, ok := terminalState(*tr); ok {
-			if err := p.publishOutcome(ctx, cp, *tr, state, raw); err != nil {
-				return err
-			}
+			msgs = append(msgs, outcomeMsg(cp, *tr, state, raw))
+		}
+		// One round trip for all of them: JetStream acks them in parallel.
+		if err := p.publishAll(ctx, msgs); err != nil {
+			return err
 		}
 	}
 	if (st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator) && st.Pause != nil && st.Pause.ResumeToken == "" {
@@ -407,14 +452,33 @@ func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, tr *caps
 	}
 	release := st.Status.Terminal() || (tr != nil && tr.Phase == capsule.Execution) ||
 		(tr == nil && st.Phase == capsule.Execution && st.Status == capsule.Paused && len(st.LocksHeld) == 0)
-	if release {
+	if release && len(lockPaths) > 0 {
 		if err := p.locks.ReleaseAll(ctx, lockPaths, cp.Key); err != nil {
 			return fmt.Errorf("release locks: %w", err)
 		}
 	}
-	if st.Status.Terminal() {
-		if err := p.continuations.Delete(ctx, cp.Key); err != nil {
-			return err
+	// A continuation left behind by a capsule that ended while paused is
+	// removed by the sweeper, which keeps this hot path free of KV calls.
+	return nil
+}
+
+// publishAll publishes msgs asynchronously and waits for every ack.
+func (p *Pipeline) publishAll(ctx context.Context, msgs []*nats.Msg) error {
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		f, err := p.js.PublishMsgAsync(m)
+		if err != nil {
+			return fmt.Errorf("publish %s: %w", m.Subject, err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	return nil
@@ -422,6 +486,15 @@ func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, tr *caps
 
 // publishPhase sends the capsule to its current phase. token marks a resume.
 func (p *Pipeline) publishPhase(ctx context.Context, cp *capsule.Checkpoint, raw []byte, token string) error {
+	m := phaseMsg(cp, raw, token)
+	if _, err := p.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("publish to %s: %w", m.Subject, err)
+	}
+	return nil
+}
+
+// phaseMsg is the message that sends the capsule to its current phase.
+func phaseMsg(cp *capsule.Checkpoint, raw []byte, token string) *nats.Msg {
 	ph, cycle := cp.State.Phase, cp.State.Cycle
 	m := nats.NewMsg(PhaseSubject(ph))
 	m.Data = raw
@@ -434,13 +507,11 @@ func (p *Pipeline) publishPhase(ctx context.Context, cp *capsule.Checkpoint, raw
 		id += "." + token
 	}
 	m.Header.Set(jetstream.MsgIDHeader, id)
-	if _, err := p.js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("publish to %s: %w", ph, err)
-	}
-	return nil
+	return m
 }
 
-func (p *Pipeline) publishOutcome(ctx context.Context, cp *capsule.Checkpoint, tr capsule.Transition, state capsule.State, raw []byte) error {
+// outcomeMsg is the message that emits an ended capsule with its original bytes.
+func outcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.State, raw []byte) *nats.Msg {
 	m := nats.NewMsg(OutcomeSubject(state))
 	m.Data = raw
 	setCapsuleHeaders(m, cp)
@@ -454,10 +525,7 @@ func (p *Pipeline) publishOutcome(ctx context.Context, cp *capsule.Checkpoint, t
 		m.Header.Set(HeaderArtifacts, strings.Join(cp.State.ArtifactRefs, ","))
 	}
 	m.Header.Set(jetstream.MsgIDHeader, cp.Key+".outcome")
-	if _, err := p.js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("publish outcome: %w", err)
-	}
-	return nil
+	return m
 }
 
 // parked records a pause: the continuation (for the five triggers) and the
@@ -525,18 +593,27 @@ func (p *Pipeline) logTransition(cp *capsule.Checkpoint, tr capsule.Transition, 
 }
 
 func (p *Pipeline) publishEvent(ctx context.Context, ev capsule.Event) error {
-	b, err := json.Marshal(ev)
+	m, err := eventMsg(ev)
 	if err != nil {
 		return err
+	}
+	if _, err := p.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("publish event %s: %w", ev.ID, err)
+	}
+	return nil
+}
+
+// eventMsg is the message of a lifecycle event, de-duplicated by its id.
+func eventMsg(ev capsule.Event) (*nats.Msg, error) {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return nil, err
 	}
 	m := nats.NewMsg(EventSubject(ev.Key))
 	m.Data = b
 	m.Header.Set(jetstream.MsgIDHeader, ev.ID)
 	m.Header.Set(HeaderTraceID, ev.TraceID)
-	if _, err := p.js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("publish event %s: %w", ev.ID, err)
-	}
-	return nil
+	return m, nil
 }
 
 func decodeCapsule(raw []byte) (*capsule.Capsule, error) {

@@ -26,6 +26,7 @@ type Pipeline struct {
 	log           *slog.Logger
 	stores        *stores
 	checkpoints   *Checkpoints
+	cache         *cpCache
 	continuations *Continuations
 	metrics       *metrics.Metrics
 	locks         *locks.Manager
@@ -64,6 +65,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		log:           cfg.Logger,
 		stores:        st,
 		checkpoints:   &Checkpoints{kv: st.checkpoints},
+		cache:         newCache(),
 		continuations: &Continuations{kv: st.continuations},
 		metrics:       cfg.Metrics,
 		locks:         lm,

@@ -65,7 +65,8 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 	now := p.cfg.Now().UTC()
 	cp := newCheckpoint(key, claimedID(r), traceID(r.Capsule, msg), waveID(r.Capsule), r.Digest, now)
 	tr, _ := apply(cp, capsule.Reception, 0, r.Decision, now)
-	if _, err := p.checkpoints.Create(ctx, cp); errors.Is(err, errConflict) {
+	rev, err := p.checkpoints.Create(ctx, cp)
+	if errors.Is(err, errConflict) {
 		existing, _, err := p.checkpoints.Get(ctx, key)
 		if err != nil {
 			return p.cfg.RetryDelay, err
@@ -77,6 +78,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 	} else if err != nil {
 		return p.cfg.RetryDelay, fmt.Errorf("reception: create checkpoint: %w", err)
 	}
+	p.cache.put(cp, rev)
 	p.metrics.Received()
 	p.observe(cp, &tr, r.Decision, 0)
 	var lockPaths []string

@@ -29,7 +29,18 @@ func (p *Pipeline) sweep(ctx context.Context) {
 	admin := p.Admin()
 	for _, key := range keys {
 		cp, _, err := p.checkpoints.Get(ctx, key)
-		if err != nil || cp.State.Status != capsule.Paused || cp.State.Pause == nil {
+		if err != nil {
+			continue
+		}
+		if cp.State.Status != capsule.Paused {
+			// Resumed or ended meanwhile (a capsule can end while paused,
+			// when the phase it was in halts): the record is stale.
+			if err := p.continuations.Delete(ctx, key); err != nil {
+				p.log.Warn("sweep: delete stale continuation", "key", key, "error", err)
+			}
+			continue
+		}
+		if cp.State.Pause == nil {
 			continue
 		}
 		switch cp.State.Pause.Trigger {

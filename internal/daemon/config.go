@@ -144,6 +144,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		if err := dec.Decode(&cfg); err != nil {
 			return Config{}, fmt.Errorf("config file %s: %w", file, err)
 		}
+		if err := dec.Decode(&struct{}{}); err != io.EOF {
+			return Config{}, fmt.Errorf("config file %s: data after the JSON object", file)
+		}
 	}
 	// Environment over file.
 	envStr := func(dst *string, name string) {

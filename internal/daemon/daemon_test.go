@@ -236,7 +236,6 @@ func TestParseConfigErrors(t *testing.T) {
 // rest silently ignored.
 func TestParseConfigTrailingData(t *testing.T) {
 	t.Parallel()
-	t.Skip("BUG: parseConfig ignores data after the first JSON value of the config file")
 	p := writeConfig(t, `{"workers": 3} {"workers": 4, "log_level": "debug"}`)
 	_, err := parseConfig([]string{"--config", p}, envOf(nil), io.Discard)
 	require.Error(t, err)

@@ -1,0 +1,55 @@
+package pipeline
+
+import (
+	"sync"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+// cacheSize bounds the checkpoint cache. It only has to hold the capsules in
+// flight in this process.
+const cacheSize = 8192
+
+// cpCache remembers the checkpoints this process wrote last, with their KV
+// revision, so the next phase can compare-and-set without reading first. It
+// is only ever a guess: a stale entry makes the write conflict, and the
+// runner then reads the real checkpoint. A cached checkpoint that says "not
+// current" is always re-read before a message is dropped.
+type cpCache struct {
+	mu sync.Mutex
+	m  map[string]cacheEntry
+}
+
+type cacheEntry struct {
+	cp  *capsule.Checkpoint
+	rev uint64
+}
+
+func newCache() *cpCache { return &cpCache{m: make(map[string]cacheEntry)} }
+
+func (c *cpCache) get(key string) (*capsule.Checkpoint, uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[key]
+	if !ok {
+		return nil, 0, false
+	}
+	return cloneCheckpoint(e.cp), e.rev, true
+}
+
+// put stores a copy of cp; ended capsules are forgotten.
+func (c *cpCache) put(cp *capsule.Checkpoint, rev uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cp.State.Status.Terminal() {
+		delete(c.m, cp.Key)
+		return
+	}
+	if _, ok := c.m[cp.Key]; !ok && len(c.m) >= cacheSize {
+		for k := range c.m { // map order is random: a random eviction
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[cp.Key] = cacheEntry{cp: cloneCheckpoint(cp), rev: rev}
+}
