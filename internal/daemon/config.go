@@ -43,6 +43,19 @@ type Config struct {
 	// SyncAlways makes the embedded server fsync every write before acking
 	// (≈10× slower; see README "Durability"). Defaults to false.
 	SyncAlways bool `json:"sync_always"`
+	// LockWait is how long EXECUTION retries a lock held by another capsule
+	// before parking with lock_contention; negative halts at once with
+	// lock_acquisition_failed. Defaults to 60s.
+	LockWait Duration `json:"lock_wait"`
+	// BudgetWarning is the used fraction of a cap that pauses a capsule with
+	// budget_warning; negative disables it. Defaults to 0.75.
+	BudgetWarning float64 `json:"budget_warning"`
+	// DeadlineWarning pauses a capsule with deadline_approaching when less
+	// is left before its deadline; negative disables it. Defaults to 5m.
+	DeadlineWarning Duration `json:"deadline_warning"`
+	// ExternalTimeout halts a capsule whose accepted external work has not
+	// reported within it. Defaults to 1h.
+	ExternalTimeout Duration `json:"external_timeout"`
 	// Executors serve task kinds beyond the built-in "stub" (config file
 	// only; see executors.Config and examples/sagad.json).
 	Executors map[string]executors.Endpoint `json:"executors"`
@@ -123,6 +136,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.IntVar(&flags.Replicas, "replicas", 0, "stream and bucket replicas (default 1; env SAGAD_REPLICAS)")
 	fs.DurationVar(&shutdown, "shutdown-timeout", 0, "graceful shutdown bound (default 30s; env SAGAD_SHUTDOWN_TIMEOUT)")
 	fs.BoolVar(&flags.SyncAlways, "sync-always", false, "embedded server fsyncs before every ack (env SAGAD_SYNC_ALWAYS)")
+	var lockWait, deadlineWarning, externalTimeout time.Duration
+	fs.DurationVar(&lockWait, "lock-wait", 0, "retry contended locks this long, then park with lock_contention; negative halts at once (default 60s; env SAGAD_LOCK_WAIT)")
+	fs.Float64Var(&flags.BudgetWarning, "budget-warning", 0, "pause with budget_warning past this fraction of a cap; negative disables (default 0.75; env SAGAD_BUDGET_WARNING)")
+	fs.DurationVar(&deadlineWarning, "deadline-warning", 0, "pause with deadline_approaching when less is left; negative disables (default 5m; env SAGAD_DEADLINE_WARNING)")
+	fs.DurationVar(&externalTimeout, "external-timeout", 0, "halt when accepted external work reports nothing for this long (default 1h; env SAGAD_EXTERNAL_TIMEOUT)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -130,6 +148,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		return Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	flags.ShutdownTimeout = Duration(shutdown)
+	flags.LockWait, flags.DeadlineWarning, flags.ExternalTimeout = Duration(lockWait), Duration(deadlineWarning), Duration(externalTimeout)
 	if file == "" {
 		file = getenv("SAGAD_CONFIG")
 	}
@@ -181,6 +200,25 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		}
 		cfg.ShutdownTimeout = Duration(d)
 	}
+	envDur := func(dst *Duration, name string) {
+		if v := getenv(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+			*dst = Duration(d)
+		}
+	}
+	envDur(&cfg.LockWait, "SAGAD_LOCK_WAIT")
+	envDur(&cfg.DeadlineWarning, "SAGAD_DEADLINE_WARNING")
+	envDur(&cfg.ExternalTimeout, "SAGAD_EXTERNAL_TIMEOUT")
+	if v := getenv("SAGAD_BUDGET_WARNING"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("SAGAD_BUDGET_WARNING: %w", err))
+		}
+		cfg.BudgetWarning = f
+	}
 	if v := getenv("SAGAD_SYNC_ALWAYS"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -218,6 +256,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.ShutdownTimeout = flags.ShutdownTimeout
 		case "sync-always":
 			cfg.SyncAlways = flags.SyncAlways
+		case "lock-wait":
+			cfg.LockWait = flags.LockWait
+		case "budget-warning":
+			cfg.BudgetWarning = flags.BudgetWarning
+		case "deadline-warning":
+			cfg.DeadlineWarning = flags.DeadlineWarning
+		case "external-timeout":
+			cfg.ExternalTimeout = flags.ExternalTimeout
 		}
 	})
 	if cfg.HTTPListen == "" {

@@ -94,12 +94,16 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	p, err := pipeline.New(setupCtx, js, pipeline.Config{
-		Logger:    log,
-		Workspace: cfg.Workspace,
-		Workers:   cfg.Workers,
-		Replicas:  cfg.Replicas,
-		Executors: execs,
-		Metrics:   m,
+		Logger:          log,
+		Workspace:       cfg.Workspace,
+		Workers:         cfg.Workers,
+		Replicas:        cfg.Replicas,
+		Executors:       execs,
+		Metrics:         m,
+		LockWait:        time.Duration(cfg.LockWait),
+		BudgetWarning:   cfg.BudgetWarning,
+		DeadlineWarning: time.Duration(cfg.DeadlineWarning),
+		ExternalTimeout: time.Duration(cfg.ExternalTimeout),
 	})
 	if err != nil {
 		return err
