@@ -2,6 +2,8 @@ package pipeline_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -164,13 +166,21 @@ func TestCrashMidExecutionFinishesOnce(t *testing.T) {
 	dyingRuns := new(atomic.Int64)
 	reg := executors.NewRegistry()
 	block := make(chan struct{})
-	t.Cleanup(func() { close(block) })
 	reg.RegisterExecutor("crashy", recordKey{n: dyingRuns, keys: &keys, block: block})
 	cfg := testConfig(t, f.workspace, reg)
 	cfg.Rules.ExecutorKinds = []string{"crashy", "stub", "slow"}
+	// The dead instance's goroutines outlive its connection; they must not
+	// log into a finished test.
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	dying, err := pipeline.New(context.Background(), js, cfg)
 	require.NoError(t, err)
 	require.NoError(t, dying.Start(context.Background()))
+	t.Cleanup(func() {
+		close(block)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		dying.Stop(ctx)
+	})
 
 	// The surviving instance serves "crashy" without blocking.
 	f.cfg.Executors.RegisterExecutor("crashy", recordKey{n: f.executed, keys: &keys})

@@ -172,9 +172,15 @@ func (p *Pipeline) Stop(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 		// Interrupted work returns Retry and is naked: another instance, or
-		// this one after restart, takes it up.
+		// this one after restart, takes it up. An executor that ignores its
+		// context is not waited for beyond a last grace: its message was
+		// never acked, so it is redelivered.
 		cancel()
-		<-done
+		select {
+		case <-done:
+		case <-time.After(stopGrace):
+			p.log.Warn("pipeline stopped with work still running", "instance", p.cfg.InstanceID)
+		}
 	}
 	cancel()
 	<-sweeperEnd
@@ -223,6 +229,9 @@ func (p *Pipeline) startConsumer(ctx, workCtx context.Context, stream, consumer 
 // after the grace the consumer is stopped, and messages it had buffered are
 // redelivered after AckWait.
 const drainGrace = 2 * time.Second
+
+// stopGrace is how long Stop still waits for work after its context ended.
+const stopGrace = 5 * time.Second
 
 func (r *phaseRunner) stop() {
 	r.cc.Drain()
