@@ -33,6 +33,8 @@ type Resolver interface {
 type Artifacts interface {
 	Put(ctx context.Context, a capsule.Artifact) (ref string, err error)
 	Get(ctx context.Context, ref string) (capsule.Artifact, error)
+	// Lookup finds the artifact of (capsuleID, cycle), if one was stored.
+	Lookup(ctx context.Context, capsuleID string, cycle int) (capsule.Artifact, bool, error)
 }
 
 // Recorder is what phases report to metrics (see package metrics). A nil

@@ -53,10 +53,12 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 
 	var res executors.Result
 	var failed *executors.FailedError
+	ref := ""
 	if r := st.Result; r != nil && r.Cycle == cycle {
 		// Recorded already (accepted work that completed later): never run
 		// the executor again for this cycle.
 		res.Usage = r.Usage
+		ref = r.ArtifactRef
 		if r.Failed != "" {
 			failed = &executors.FailedError{Detail: r.Failed, Usage: r.Usage}
 		}
@@ -64,33 +66,69 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 		if err := in.Claim(ctx); err != nil {
 			return RetryAfter(env.RetryDelay, fmt.Errorf("execution: claim cycle %d: %w", cycle, err))
 		}
-		ex, err := env.Executors.Executor(c.Task.Kind)
+		stored, found, err := env.Artifacts.Lookup(ctx, c.CapsuleID, cycle)
 		if err != nil {
-			return HaltWith(capsule.ExecutorFailed("no executor for task.kind "+c.Task.Kind), capsule.Finding{Rule: 22, Field: "task.kind", Message: err.Error()})
+			return RetryAfter(env.RetryDelay, fmt.Errorf("execution: look up artifact: %w", err))
 		}
-		callStart := time.Now()
-		res, err = e.run(ctx, env, in, ex, executors.Request{
-			Capsule:        c,
-			Raw:            in.Raw,
-			Cycle:          cycle,
-			IdempotencyKey: IdempotencyKey(c.CapsuleID, cycle),
-			TraceID:        in.Checkpoint.TraceID,
-			Findings:       lastReviewFindings(in.Checkpoint),
-		})
-		env.record().Call("executor", callResult(err, ctx), time.Since(callStart))
-		switch {
-		case errors.Is(err, executors.ErrAccepted):
-			d := ParkWith(capsule.TriggerBlockedExternal, "waiting for the executor's result: "+err.Error())
-			d.Mutate = func(st *capsule.CheckpointState) { st.AwaitingCycle = cycle }
-			return d
-		case errors.Is(err, executors.ErrHumanInput):
-			return ParkWith(capsule.TriggerBlockedExternal, "the executor needs human input: "+err.Error())
-		case errors.As(err, &failed):
-			res.Usage = failed.Usage
-		case err != nil && ctx.Err() != nil:
-			return RetryAfter(env.RetryDelay, fmt.Errorf("execution: interrupted: %w", err))
-		case err != nil:
-			failed = &executors.FailedError{Detail: err.Error()}
+		if found {
+			// A delivery that died after storing the artifact but before
+			// recording it already ran the executor for this cycle.
+			res = executors.Result{Content: stored.Content, MediaType: stored.MediaType, Usage: stored.Usage}
+			ref = stored.Ref
+		} else {
+			ex, err := env.Executors.Executor(c.Task.Kind)
+			if err != nil {
+				return HaltWith(capsule.ExecutorFailed("no executor for task.kind "+c.Task.Kind), capsule.Finding{Rule: 22, Field: "task.kind", Message: err.Error()})
+			}
+			callStart := time.Now()
+			res, err = e.run(ctx, env, in, ex, executors.Request{
+				Capsule:        c,
+				Raw:            in.Raw,
+				Cycle:          cycle,
+				IdempotencyKey: IdempotencyKey(c.CapsuleID, cycle),
+				TraceID:        in.Checkpoint.TraceID,
+				Findings:       lastReviewFindings(in.Checkpoint),
+			})
+			env.record().Call("executor", callResult(err, ctx), time.Since(callStart))
+			switch {
+			case errors.Is(err, executors.ErrAccepted):
+				d := ParkWith(capsule.TriggerBlockedExternal, "waiting for the executor's result: "+err.Error())
+				d.Mutate = func(st *capsule.CheckpointState) { st.AwaitingCycle = cycle }
+				return d
+			case errors.Is(err, executors.ErrHumanInput):
+				return ParkWith(capsule.TriggerBlockedExternal, "the executor needs human input: "+err.Error())
+			case errors.As(err, &failed):
+				res.Usage = failed.Usage
+			case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+				failed = &executors.FailedError{Detail: "timed out: " + err.Error()}
+			case err != nil && ctx.Err() != nil:
+				return RetryAfter(env.RetryDelay, fmt.Errorf("execution: interrupted: %w", err))
+			case err != nil:
+				failed = &executors.FailedError{Detail: err.Error()}
+			}
+		}
+	}
+	// What the executor did is recorded even if the phase's time ran out.
+	ctx = context.WithoutCancel(ctx)
+
+	if failed == nil && ref == "" {
+		// Stored before the budget is charged, so a crash in between finds
+		// the artifact instead of running the executor again.
+		artifact := capsule.Artifact{
+			SchemaVersion:   "1.0",
+			CapsuleID:       c.CapsuleID,
+			ProducerAgentID: c.ProducerAgentID,
+			Cycle:           cycle,
+			MediaType:       res.MediaType,
+			SHA256:          sha256Hex(res.Content),
+			Size:            int64(len(res.Content)),
+			Usage:           res.Usage,
+			CreatedAt:       env.Now().UTC(),
+			Content:         res.Content,
+		}
+		var err error
+		if ref, err = env.Artifacts.Put(ctx, artifact); err != nil {
+			return RetryAfter(env.RetryDelay, fmt.Errorf("execution: store artifact: %w", err))
 		}
 	}
 
@@ -105,27 +143,6 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 		d := HaltWith(capsule.ExecutorFailed(failed.Detail))
 		d.Mutate = record
 		return d
-	}
-
-	ref := ""
-	if r := st.Result; r != nil && r.Cycle == cycle {
-		ref = r.ArtifactRef
-	} else {
-		artifact := capsule.Artifact{
-			SchemaVersion:   "1.0",
-			CapsuleID:       c.CapsuleID,
-			ProducerAgentID: c.ProducerAgentID,
-			Cycle:           cycle,
-			MediaType:       res.MediaType,
-			SHA256:          sha256Hex(res.Content),
-			Size:            int64(len(res.Content)),
-			Usage:           res.Usage,
-			CreatedAt:       env.Now().UTC(),
-			Content:         res.Content,
-		}
-		if ref, err = env.Artifacts.Put(ctx, artifact); err != nil {
-			return RetryAfter(env.RetryDelay, fmt.Errorf("execution: store artifact: %w", err))
-		}
 	}
 	mutate := func(st *capsule.CheckpointState) {
 		record(st)

@@ -121,6 +121,13 @@ func (a *fakeArtifacts) Put(_ context.Context, art capsule.Artifact) (string, er
 	return ref, nil
 }
 
+func (a *fakeArtifacts) Lookup(_ context.Context, capsuleID string, cycle int) (capsule.Artifact, bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	art, ok := a.byRef[fmt.Sprintf("artifact:%s/%d", capsuleID, cycle)]
+	return art, ok, nil
+}
+
 func (a *fakeArtifacts) Get(_ context.Context, ref string) (capsule.Artifact, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

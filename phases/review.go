@@ -31,6 +31,12 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	if err != nil {
 		return HaltWith(capsule.ExecutorFailed("no reviewer "+c.Review.ReviewerAgentID), capsule.Finding{Rule: 20, Field: "review.reviewer_agent_id", Message: err.Error()})
 	}
+	if in.Claim != nil {
+		// One reviewer call per cycle, however often the message is delivered.
+		if err := in.Claim(ctx); err != nil {
+			return RetryAfter(env.RetryDelay, fmt.Errorf("review: claim cycle %d: %w", cycle, err))
+		}
+	}
 	callStart := time.Now()
 	res, err := rv.Review(ctx, executors.ReviewRequest{
 		Capsule:        c,

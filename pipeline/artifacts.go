@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -47,4 +48,15 @@ func (s *artifactStore) Get(ctx context.Context, ref string) (capsule.Artifact, 
 		return a, fmt.Errorf("decode artifact %s: %w", ref, err)
 	}
 	return a, nil
+}
+
+func (s *artifactStore) Lookup(ctx context.Context, capsuleID string, cycle int) (capsule.Artifact, bool, error) {
+	a, err := s.Get(ctx, ArtifactRef(capsuleID, cycle))
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return a, false, nil
+	}
+	if err != nil {
+		return a, false, err
+	}
+	return a, true, nil
 }

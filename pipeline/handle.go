@@ -102,6 +102,12 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
 		p.metrics.Redelivered(ph)
 	}
+	// The heartbeat keeps the message and the claim alive for as long as
+	// the phase runs and its result is recorded; losing the claim stops the run.
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	stopHeartbeat := p.heartbeat(runCtx, msg, t, cycle, stopRun)
+	defer stopHeartbeat()
 	start := p.cfg.Now()
 	var d phases.Decision
 	if w, ok := p.deadlineWarning(t.snapshot(), c, start); ok {
@@ -111,22 +117,19 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 			Capsule:    c,
 			Raw:        raw,
 			Checkpoint: t.snapshot(),
-			Claim:      func(ctx context.Context) error { return t.claim(ctx, cycle, c.Constraints.ResourceLocksRequired) },
-			Progress: func() {
-				_ = msg.InProgress()
-				if err := t.renew(ctx, cycle); err != nil {
-					p.log.Warn("renew execution claim", "key", key, "error", err)
-				}
-			},
+			Claim:      func(ctx context.Context) error { return t.claim(ctx, ph, cycle, c.Constraints.ResourceLocksRequired) },
 		}
 		if md, err := msg.Metadata(); err == nil {
 			in.Entered = md.Timestamp
 		}
-		d = p.phases[ph].Run(ctx, p.env, in)
+		d = p.phases[ph].Run(runCtx, p.env, in)
 	}
 	if d.Action == phases.Retry {
 		return p.cfg.RetryDelay + d.Delay, d.Err, false
 	}
+	// Record what happened even if the phase's time ran out meanwhile.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
 	tr, ok, cp, err := t.commit(ctx, ph, cycle, d, cached)
 	if errors.Is(err, errStale) {
 		if cached {
@@ -152,6 +155,41 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	return 0, nil, false
 }
 
+// recordTimeout bounds recording a phase's result and emitting its effects.
+const recordTimeout = 30 * time.Second
+
+// heartbeat tells JetStream the message is in progress and renews this
+// delivery's claim every Heartbeat until the returned stop is called. A lost
+// claim calls lost.
+func (p *Pipeline) heartbeat(ctx context.Context, msg jetstream.Msg, t *txn, cycle int, lost func()) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(p.cfg.Heartbeat)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				_ = msg.InProgress()
+				if err := t.renew(ctx, cycle); errors.Is(err, errClaimLost) {
+					p.log.Warn("claim lost: stopping the phase", "key", t.key, "cycle", cycle)
+					lost()
+					return
+				} else if err != nil {
+					p.log.Warn("renew claim", "key", t.key, "error", err)
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); <-stopped }) }
+}
+
 // deadlineWarning parks a capsule whose deadline (in force) is closer than
 // the configured warning, once.
 func (p *Pipeline) deadlineWarning(cp *capsule.Checkpoint, c *capsule.Capsule, now time.Time) (phases.Decision, bool) {
@@ -167,6 +205,10 @@ func (p *Pipeline) deadlineWarning(cp *capsule.Checkpoint, c *capsule.Capsule, n
 
 // errStale: the checkpoint no longer waits for this (phase, cycle).
 var errStale = errors.New("transition already recorded")
+
+// errClaimLost: this delivery's claim on the cycle is gone (the capsule was
+// cancelled, or another delivery took the cycle over).
+var errClaimLost = errors.New("claim on the cycle lost")
 
 // txn holds the checkpoint one message works on and its KV revision. Claim,
 // renew and commit are compare-and-sets; a heartbeat goroutine and the phase
@@ -225,8 +267,9 @@ func (t *txn) snapshot() *capsule.Checkpoint {
 	return cloneCheckpoint(t.cp)
 }
 
-// claim takes the execution claim of cycle for this delivery.
-func (t *txn) claim(ctx context.Context, cycle int, lockPaths []string) error {
+// claim takes the claim on (ph, cycle) for this delivery: the phase is about
+// to call an agent, which must not happen twice for one cycle.
+func (t *txn) claim(ctx context.Context, ph capsule.Phase, cycle int, lockPaths []string) error {
 	if t.token == "" {
 		t.token = t.p.cfg.InstanceID + "/" + nuid.Next()
 	}
@@ -240,13 +283,15 @@ func (t *txn) claim(ctx context.Context, cycle int, lockPaths []string) error {
 			return fmt.Errorf("%w: %s until %s", phases.ErrClaimHeld, ex.Holder, ex.ExpiresAt.Format(time.RFC3339))
 		}
 		cp.State.Execution = &capsule.ExecutionClaim{Cycle: cycle, Holder: t.token, ExpiresAt: now.Add(t.p.cfg.ClaimLease)}
-		cp.State.LocksHeld = append([]string{}, lockPaths...)
+		if ph == capsule.Execution {
+			cp.State.LocksHeld = append([]string{}, lockPaths...)
+		}
 		n, err := t.p.checkpoints.Update(ctx, cp, rev)
 		if errors.Is(err, errConflict) {
 			if err := t.load(ctx); err != nil {
 				return err
 			}
-			if !t.current(capsule.Execution, cycle) {
+			if !t.current(ph, cycle) {
 				return errStale
 			}
 			continue
@@ -271,7 +316,8 @@ func (t *txn) renew(ctx context.Context, cycle int) error {
 		rev := t.rev
 		t.mu.Unlock()
 		if ex := cp.State.Execution; ex == nil || ex.Holder != t.token || ex.Cycle != cycle {
-			return nil
+			// Cancelled, or taken over after our lease lapsed: stop working.
+			return errClaimLost
 		}
 		cp.State.Execution.ExpiresAt = t.p.cfg.Now().Add(t.p.cfg.ClaimLease)
 		n, err := t.p.checkpoints.Update(ctx, cp, rev)
@@ -350,8 +396,10 @@ func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.
 		cp := cloneCheckpoint(t.cp)
 		rev := t.rev
 		t.mu.Unlock()
-		if ex := cp.State.Execution; ex != nil && ex.Cycle == cycle && t.token != "" && ex.Holder != t.token {
-			// Our claim lapsed and another delivery took the cycle over.
+		if ex := cp.State.Execution; ex != nil && ex.Cycle == cycle && ex.Holder != t.token &&
+			(t.token != "" || t.p.cfg.Now().Before(ex.ExpiresAt)) {
+			// Another delivery holds (or took over) the claim on this cycle:
+			// its result is the one that counts.
 			return capsule.Transition{}, false, nil, errStale
 		}
 		tr, ok := apply(cp, ph, cycle, d, t.p.cfg.Now().UTC())
@@ -399,18 +447,27 @@ func cloneCheckpoint(cp *capsule.Checkpoint) *capsule.Checkpoint {
 // reemitFor handles a message whose transition is already recorded: it
 // re-emits that transition's effects (all de-duplicated) and acks.
 func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph capsule.Phase, cycle int, raw []byte) (time.Duration, error) {
+	var lockPaths []string
+	var c capsule.Capsule
+	if json.Unmarshal(raw, &c) == nil {
+		lockPaths = c.Constraints.ResourceLocksRequired
+	}
 	tr, ok := cp.Find(ph, cycle)
 	if !ok {
+		st := cp.State
+		if st.Phase == ph && st.Cycle == cycle && st.Pause != nil && st.Pause.ResumeToken == "" &&
+			(st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator) {
+			// Parked here, maybe by a delivery that died before writing the
+			// continuation: write it (again) before dropping the message.
+			if err := p.effects(ctx, cp, nil, nil, raw, lockPaths); err != nil {
+				return p.cfg.RetryDelay, err
+			}
+		}
 		// Not recorded and not current: the capsule is paused or waiting
 		// here (resume sends a new message), or this message is a stray.
 		// The checkpoint is the truth; drop it.
 		p.log.Debug("stale message dropped", "key", cp.Key, "phase", ph.String(), "cycle", cycle, "state", cp.State.Status)
 		return 0, nil
-	}
-	var lockPaths []string
-	var c capsule.Capsule
-	if json.Unmarshal(raw, &c) == nil {
-		lockPaths = c.Constraints.ResourceLocksRequired
 	}
 	if err := p.effects(ctx, cp, &tr, cp.State.Findings, raw, lockPaths); err != nil {
 		return p.cfg.RetryDelay, err
@@ -437,7 +494,9 @@ func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, tr *caps
 		if np, ncycle, ok := next(*tr); ok && st.Status == capsule.InProgress && st.Phase == np && st.Cycle == ncycle {
 			msgs = append(msgs, phaseMsg(cp, raw, ""))
 		}
-		if state, ok := terminalState(*tr); ok {
+		// Past half the de-duplication window an outcome is taken as emitted:
+		// re-emitting it then could store it twice.
+		if state, ok := terminalState(*tr); ok && p.cfg.Now().Sub(tr.At) < p.cfg.DuplicateWindow/2 {
 			msgs = append(msgs, outcomeMsg(cp, *tr, state, raw))
 		}
 		// One round trip for all of them: JetStream acks them in parallel.
@@ -450,7 +509,9 @@ func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, tr *caps
 			return err
 		}
 	}
-	release := st.Status.Terminal() || (tr != nil && tr.Phase == capsule.Execution) ||
+	// A stale EXECUTION message of an earlier cycle must not release the
+	// locks the current cycle holds.
+	release := st.Status.Terminal() || (tr != nil && tr.Phase == capsule.Execution && st.Phase != capsule.Execution) ||
 		(tr == nil && st.Phase == capsule.Execution && st.Status == capsule.Paused && len(st.LocksHeld) == 0)
 	if release && len(lockPaths) > 0 {
 		if err := p.locks.ReleaseAll(ctx, lockPaths, cp.Key); err != nil {
