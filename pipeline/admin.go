@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -149,6 +151,12 @@ func (a *Admin) Pause(ctx context.Context, id, reason, by string) (Status, error
 			park(&cp.State, capsule.TriggerOperatorManual, reason, by, a.now().UTC())
 			return true, nil
 		case capsule.Paused:
+			if cp.State.Pause != nil && cp.State.Pause.Trigger != capsule.TriggerOperatorManual && cp.State.Pause.ResumeToken == "" {
+				// Parked by sagad (it would resume by itself): the operator's
+				// pause takes over, so only an operator resumes it.
+				park(&cp.State, capsule.TriggerOperatorManual, reason, by, a.now().UTC())
+				return true, nil
+			}
 			return false, nil
 		case capsule.WaitingForOperator:
 			return false, &StateError{Action: "pause", Key: cp.Key, State: cp.State.Status, Hint: "it already waits for a decision: decide or cancel"}
@@ -176,6 +184,9 @@ type ResumeOptions struct {
 	Dollars float64
 	// Deadline moves the capsule's deadline (after deadline_approaching).
 	Deadline *time.Time
+	// Force resumes a capsule waiting for accepted external work, which
+	// runs its executor again for the cycle.
+	Force bool
 }
 
 // Resume continues a paused capsule exactly where it stopped: it marks a
@@ -201,6 +212,10 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 		}
 		if opts.Tokens < 0 || opts.Dollars < 0 {
 			return false, errors.New("raised caps must be positive")
+		}
+		if st.AwaitingCycle > 0 && (st.Result == nil || st.Result.Cycle != st.AwaitingCycle) && !opts.Force {
+			return false, &StateError{Action: action, Key: cp.Key, State: st.Status,
+				Hint: "its executor accepted the work and its result has not arrived; --force runs the executor again"}
 		}
 		trigger = st.Pause.Trigger
 		if st.Pause.ResumeToken != "" {
@@ -236,7 +251,8 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 	if err := a.p.publishPhase(ctx, cp, raw, token); err != nil {
 		return StatusOf(cp), err
 	}
-	cp, _, err = a.update(ctx, cp.Key, func(cp *capsule.Checkpoint) (bool, error) {
+	sentPhase, sentCycle := cp.State.Phase, cp.State.Cycle
+	cp, flipped, err := a.update(ctx, cp.Key, func(cp *capsule.Checkpoint) (bool, error) {
 		if cp.State.Pause == nil || cp.State.Pause.ResumeToken != token {
 			return false, nil // the phase message finished the resume first
 		}
@@ -246,7 +262,14 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 	if err != nil {
 		return Status{}, err
 	}
-	if err := a.p.continuations.Delete(ctx, cp.Key); err != nil {
+	if flipped && (cp.State.Phase != sentPhase || cp.State.Cycle != sentCycle) {
+		// A phase that was running when the capsule was paused finished
+		// meanwhile and moved it on: the message sent above is stale.
+		if err := a.p.publishPhase(ctx, cp, raw, ""); err != nil {
+			return StatusOf(cp), err
+		}
+	}
+	if err := a.p.continuations.DeleteIfStale(ctx, cp.Key, cp); err != nil {
 		return StatusOf(cp), err
 	}
 	detail := string(trigger)
@@ -285,12 +308,15 @@ func (a *Admin) Cancel(ctx context.Context, id, reason, by string) (Status, erro
 	if reason != "" {
 		detail += ": " + reason
 	}
-	return a.end(ctx, id, capsule.Cancelled, detail, by)
+	return a.end(ctx, id, capsule.Cancelled, detail, by, nil)
 }
 
 // end ends a non-terminal capsule in state (cancelled, or halted with detail
 // as the halt reason) where it stands, with its effects.
-func (a *Admin) end(ctx context.Context, id string, state capsule.State, detail, by string) (Status, error) {
+//
+// expect, when set, must still hold of the checkpoint, or nothing is done
+// (the caller decided on a state that has changed since).
+func (a *Admin) end(ctx context.Context, id string, state capsule.State, detail, by string, expect func(*capsule.CheckpointState) bool) (Status, error) {
 	outcome := capsule.OutcomeCancelled
 	if state == capsule.Halted {
 		outcome = capsule.OutcomeHalted
@@ -299,6 +325,9 @@ func (a *Admin) end(ctx context.Context, id string, state capsule.State, detail,
 		st := &cp.State
 		if st.Status == state && state == capsule.Cancelled {
 			return false, nil
+		}
+		if expect != nil && !expect(st) {
+			return false, &StateError{Action: string(outcome), Key: cp.Key, State: st.Status, Hint: "it changed meanwhile"}
 		}
 		if st.Status.Terminal() {
 			return false, &StateError{Action: string(outcome), Key: cp.Key, State: st.Status, Hint: "it has ended"}
@@ -319,24 +348,33 @@ func (a *Admin) end(ctx context.Context, id string, state capsule.State, detail,
 	if err != nil {
 		return Status{}, err
 	}
-	tr, ok := lastOutcome(cp, outcome)
-	if !ok {
-		return StatusOf(cp), nil
-	}
-	raw, c, err := a.raw(ctx, cp.Key)
-	if err != nil {
+	if err := a.reemitEnd(ctx, cp); err != nil {
 		return StatusOf(cp), err
 	}
-	var paths []string
-	if c != nil {
-		paths = c.Constraints.ResourceLocksRequired
-	}
-	if err := a.p.effects(ctx, cp, &tr, nil, raw, paths); err != nil {
+	if err := a.p.continuations.Delete(ctx, cp.Key); err != nil {
 		return StatusOf(cp), err
 	}
 	a.p.metrics.Ended(state, capsule.ParseHaltReason(cp.State.HaltReason))
 	a.p.metrics.AdminAction(string(outcome))
 	return StatusOf(cp), nil
+}
+
+// reemitEnd emits the effects of an ended capsule's last transition again
+// (events, outcome, lock release); all de-duplicated.
+func (a *Admin) reemitEnd(ctx context.Context, cp *capsule.Checkpoint) error {
+	if len(cp.History) == 0 || !cp.State.Status.Terminal() {
+		return nil
+	}
+	tr := cp.History[len(cp.History)-1]
+	raw, c, err := a.raw(ctx, cp.Key)
+	if err != nil {
+		return err
+	}
+	var paths []string
+	if c != nil {
+		paths = c.Constraints.ResourceLocksRequired
+	}
+	return a.p.effects(ctx, cp, &tr, cp.State.Findings, raw, paths)
 }
 
 func lastOutcome(cp *capsule.Checkpoint, outcome string) (capsule.Transition, bool) {
@@ -382,7 +420,13 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 	cp, changed, err := a.update(ctx, found.Key, func(cp *capsule.Checkpoint) (bool, error) {
 		st := &cp.State
 		if st.Status != capsule.WaitingForOperator {
+			if revisedBy(cp) != "" {
+				return false, nil // this revision is recorded: finish its effects below
+			}
 			return false, &StateError{Action: "revise", Key: cp.Key, State: st.Status, Hint: "only a capsule waiting_for_operator can be decided"}
+		}
+		if st.Pause != nil && st.Pause.ResumeToken != "" {
+			return false, &StateError{Action: "revise", Key: cp.Key, State: st.Status, Hint: "an accept is already under way"}
 		}
 		now := a.now().UTC()
 		finding := capsule.Finding{Message: "operator revision: " + rationale}
@@ -408,10 +452,15 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 	if err != nil {
 		return Status{}, err
 	}
-	if !changed {
+	if !changed && revisedBy(cp) == "" {
 		return StatusOf(cp), nil
 	}
 	tr := cp.History[len(cp.History)-1]
+	if !changed {
+		review = lastReviewFindings(cp)
+		rationale = strings.TrimPrefix(review[len(review)-1].Message, "operator revision: ")
+		token = "rerun-" + strconv.Itoa(len(cp.History))
+	}
 	if err := a.adminEvent(ctx, cp, capsule.EventRevisionTriggered, token, rationale, by, review); err != nil {
 		return StatusOf(cp), err
 	}
@@ -420,6 +469,21 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 	}
 	a.p.metrics.AdminAction("revise")
 	return StatusOf(cp), nil
+}
+
+// revisedBy returns who revised the capsule if its last transition is an
+// operator revision (a loop back, or the halt of Rule 12), else "".
+func revisedBy(cp *capsule.Checkpoint) string {
+	n, r := len(cp.History), len(cp.State.Reviews)
+	if n == 0 || r == 0 {
+		return ""
+	}
+	tr, rv := cp.History[n-1], cp.State.Reviews[r-1]
+	if tr.Phase != capsule.Handoff || rv.Cycle != tr.Cycle || !strings.HasPrefix(rv.ReviewerID, "operator:") ||
+		(tr.Outcome != capsule.OutcomeLoopedBack && tr.Outcome != capsule.OutcomeHalted) {
+		return ""
+	}
+	return strings.TrimPrefix(rv.ReviewerID, "operator:")
 }
 
 func lastReviewFindings(cp *capsule.Checkpoint) []capsule.Finding {

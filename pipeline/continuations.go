@@ -86,3 +86,26 @@ func (s *Continuations) Keys(ctx context.Context) ([]string, error) {
 	}
 	return keys, nil
 }
+
+// DeleteIfStale removes the continuation of key unless it describes the
+// pause cp is in now: a record written by a newer pause is kept. The delete
+// is a compare-and-set on the record's revision.
+func (s *Continuations) DeleteIfStale(ctx context.Context, key string, cp *capsule.Checkpoint) error {
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var c capsule.Continuation
+	if json.Unmarshal(e.Value(), &c) == nil && cp.State.Status == capsule.Paused && cp.State.Pause != nil &&
+		c.CreatedAt.Equal(cp.State.Pause.At) {
+		return nil
+	}
+	err = s.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("delete continuation %s: %w", key, err)
+	}
+	return nil
+}

@@ -34,8 +34,15 @@ func (p *Pipeline) sweep(ctx context.Context) {
 		}
 		if cp.State.Status != capsule.Paused {
 			// Resumed or ended meanwhile (a capsule can end while paused,
-			// when the phase it was in halts): the record is stale.
-			if err := p.continuations.Delete(ctx, key); err != nil {
+			// when the phase it was in halts): the record is stale. An
+			// ending whose effects did not all go out gets them again first.
+			if cp.State.Status.Terminal() {
+				if err := admin.reemitEnd(ctx, cp); err != nil {
+					p.log.Warn("sweep: re-emit ending", "key", key, "error", err)
+					continue
+				}
+			}
+			if err := p.continuations.DeleteIfStale(ctx, key, cp); err != nil {
 				p.log.Warn("sweep: delete stale continuation", "key", key, "error", err)
 			}
 			continue
@@ -67,7 +74,11 @@ func (p *Pipeline) sweep(ctx context.Context) {
 			}
 			if p.cfg.Now().Sub(cp.State.Pause.At) > p.cfg.ExternalTimeout {
 				reason := capsule.ExecutorFailed(fmt.Sprintf("no result for cycle %d within %s", cp.State.AwaitingCycle, p.cfg.ExternalTimeout))
-				if _, err := admin.end(ctx, key, capsule.Halted, reason.String(), capsule.BySagad); err != nil && !errors.Is(err, ErrRefused) {
+				pausedAt := cp.State.Pause.At
+				overdue := func(st *capsule.CheckpointState) bool {
+					return st.Status == capsule.Paused && st.Pause != nil && st.Pause.At.Equal(pausedAt) && st.AwaitingCycle > 0
+				}
+				if _, err := admin.end(ctx, key, capsule.Halted, reason.String(), capsule.BySagad, overdue); err != nil && !errors.Is(err, ErrRefused) {
 					p.log.Warn("sweep: halt overdue external work", "key", key, "error", err)
 				}
 				continue
@@ -120,12 +131,20 @@ func (p *Pipeline) complete(ctx context.Context, msg jetstream.Msg) (time.Durati
 		return p.cfg.RetryDelay, err
 	}
 	st := cp.State
-	waiting := st.Status == capsule.Paused && st.Pause != nil && st.Pause.Trigger == capsule.TriggerBlockedExternal &&
+	if st.Status == capsule.InProgress && st.Phase == capsule.Execution && st.Cycle == cycle {
+		// The executor answered "accepted" and its result came back before
+		// the capsule's park was recorded: keep the result until it is.
+		return p.cfg.RetryDelay, nil
+	}
+	waiting := st.Status == capsule.Paused && st.Pause != nil &&
 		st.Phase == capsule.Execution && st.Cycle == cycle && st.AwaitingCycle == cycle
 	if !waiting {
 		p.log.Info("completion ignored: not awaited (already recorded, or the capsule moved on)", "key", key, "cycle", cycle, "state", st.Status)
 		return 0, nil
 	}
+	// An operator who paused the capsule meanwhile keeps it paused: the
+	// result is recorded, and their resume will use it.
+	operatorHold := st.Pause.Trigger == capsule.TriggerOperatorManual
 	admin := p.Admin()
 	if st.Result == nil || st.Result.Cycle != cycle {
 		_, c, err := admin.raw(ctx, key)
@@ -158,7 +177,7 @@ func (p *Pipeline) complete(ctx context.Context, msg jetstream.Msg) (time.Durati
 		}
 		if _, _, err := admin.update(ctx, key, func(cp *capsule.Checkpoint) (bool, error) {
 			s := &cp.State
-			if s.AwaitingCycle != cycle || (s.Result != nil && s.Result.Cycle == cycle) {
+			if s.Status.Terminal() || s.AwaitingCycle != cycle || (s.Result != nil && s.Result.Cycle == cycle) {
 				return false, nil
 			}
 			s.Result = result
@@ -167,7 +186,10 @@ func (p *Pipeline) complete(ctx context.Context, msg jetstream.Msg) (time.Durati
 			return p.cfg.RetryDelay, err
 		}
 	}
-	if _, err := admin.Resume(ctx, key, ResumeOptions{By: capsule.BySagad, Reason: "the external result arrived"}); err != nil && !errors.Is(err, ErrRefused) {
+	if operatorHold {
+		return 0, nil
+	}
+	if _, err := admin.Resume(ctx, key, ResumeOptions{By: capsule.BySagad, Reason: "the external result arrived", Force: true}); err != nil && !errors.Is(err, ErrRefused) {
 		return p.cfg.RetryDelay, err
 	}
 	return 0, nil

@@ -27,7 +27,10 @@ func apply(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d phases.Decision
 	cp.UpdatedAt = now
 	st.Execution = nil
 	if d.Action == phases.Park {
-		park(st, d.Trigger, d.Reason, capsule.BySagad, now)
+		// An operator's pause stands over sagad's own reasons to park.
+		if st.Status != capsule.Paused || st.Pause == nil || st.Pause.Trigger != capsule.TriggerOperatorManual {
+			park(st, d.Trigger, d.Reason, capsule.BySagad, now)
+		}
 		if p == capsule.Execution && d.Trigger != capsule.TriggerBlockedExternal {
 			st.LocksHeld = []string{}
 		}

@@ -115,6 +115,7 @@ func newResume(g *globals) *cobra.Command {
 	var tokens int64
 	var dollars float64
 	var extend time.Duration
+	var force bool
 	return adminCommand(g, "resume ID [--tokens N] [--dollars X] [--deadline T | --extend D]",
 		"Resume a paused capsule where it stopped, optionally lifting the cause",
 		`Resume a paused capsule exactly where it stopped: the phase it was at runs
@@ -129,9 +130,10 @@ executor results are never re-run. --tokens/--dollars raise the capsule's caps
 			c.Flags().Float64Var(&dollars, "dollars", 0, "raise the dollar cap to X")
 			c.Flags().StringVar(&deadline, "deadline", "", "new deadline (RFC 3339)")
 			c.Flags().DurationVar(&extend, "extend", 0, "move the deadline to now + D")
+			c.Flags().BoolVar(&force, "force", false, "resume a capsule still waiting for accepted external work (runs its executor again)")
 		},
 		func(ctx context.Context, a *pipeline.Admin, id string) (pipeline.Status, error) {
-			opts := pipeline.ResumeOptions{By: operator(by), Reason: reason, Tokens: tokens, Dollars: dollars}
+			opts := pipeline.ResumeOptions{By: operator(by), Reason: reason, Tokens: tokens, Dollars: dollars, Force: force}
 			switch {
 			case deadline != "" && extend != 0:
 				return pipeline.Status{}, exit(ExitUsage, errors.New("--deadline and --extend exclude each other"))
