@@ -487,3 +487,42 @@ func waitCompletionsDrained(t *testing.T, f *fixture) {
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	}, "completions drained")
 }
+
+// TestOperatorPauseOverAcceptedWork: resume refuses a capsule still waiting
+// for accepted work unless forced; an operator pause taken meanwhile keeps
+// the capsule paused when the result arrives, and resume then uses it.
+func TestOperatorPauseOverAcceptedWork(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	a := f.admin(t)
+	ctx := context.Background()
+	doc := f.own(t, capsuletest.New().Set("task.kind", "accepting"))
+	f.publish(t, doc.Sealed(t))
+	f.waitState(t, doc.ID(), capsule.Paused)
+	_, err := a.Resume(ctx, doc.ID(), pipeline.ResumeOptions{})
+	require.ErrorIs(t, err, pipeline.ErrRefused)
+
+	s, err := a.Pause(ctx, doc.ID(), "hold it", "alice")
+	require.NoError(t, err)
+	cp, err := f.client.Checkpoint(ctx, doc.ID())
+	require.NoError(t, err)
+	require.Equal(t, capsule.TriggerOperatorManual, cp.State.Pause.Trigger)
+	require.Equal(t, capsule.Paused, s.State)
+
+	result := []byte(`{"kind":"execute","status":"ok","content":{"answer":7},"usage":{"tokens":5,"dollars":0.001}}`)
+	_, err = f.js.Publish(ctx, executors.CompletionSubject(doc.ID(), 1), result)
+	require.NoError(t, err)
+	waitCompletionsDrained(t, f)
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		cp, err := f.client.Checkpoint(ctx, doc.ID())
+		return err == nil && cp.State.Result != nil && cp.State.Result.Cycle == 1
+	}, "result recorded")
+	s, err = f.client.Status(ctx, doc.ID())
+	require.NoError(t, err)
+	require.Equal(t, capsule.Paused, s.State, "the operator's pause stands")
+
+	_, err = a.Resume(ctx, doc.ID(), pipeline.ResumeOptions{By: "alice"})
+	require.NoError(t, err)
+	f.waitState(t, doc.ID(), capsule.Completed)
+	require.Equal(t, int64(1), f.executed.Load())
+}
