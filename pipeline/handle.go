@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -71,7 +72,7 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 // attempt runs phase ph once for the message. With useCache it may start
 // from a stale checkpoint; it then reports stale instead of acting on it.
 func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.Msg, key string, cycle int, raw []byte, c *capsule.Capsule, useCache bool) (time.Duration, error, bool) {
-	t := &txn{p: p, key: key}
+	t := &txn{p: p, key: key, token: p.cfg.InstanceID + "/" + nuid.Next()}
 	cached := false
 	if useCache {
 		var err error
@@ -131,6 +132,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	tr, ok, cp, err := t.commit(ctx, ph, cycle, d, cached)
+	stopHeartbeat() // the claim ends with the transition
 	if errors.Is(err, errStale) {
 		if cached {
 			return 0, nil, true
@@ -214,9 +216,11 @@ var errClaimLost = errors.New("claim on the cycle lost")
 // renew and commit are compare-and-sets; a heartbeat goroutine and the phase
 // share it, hence the mutex.
 type txn struct {
-	p     *Pipeline
-	key   string
-	token string
+	p   *Pipeline
+	key string
+	// token names this delivery in claims; claimed says it holds one.
+	token   string
+	claimed atomic.Bool
 
 	mu  sync.Mutex
 	cp  *capsule.Checkpoint
@@ -270,9 +274,6 @@ func (t *txn) snapshot() *capsule.Checkpoint {
 // claim takes the claim on (ph, cycle) for this delivery: the phase is about
 // to call an agent, which must not happen twice for one cycle.
 func (t *txn) claim(ctx context.Context, ph capsule.Phase, cycle int, lockPaths []string) error {
-	if t.token == "" {
-		t.token = t.p.cfg.InstanceID + "/" + nuid.Next()
-	}
 	for i := 0; i < maxConflicts; i++ {
 		t.mu.Lock()
 		cp := cloneCheckpoint(t.cp)
@@ -300,6 +301,7 @@ func (t *txn) claim(ctx context.Context, ph capsule.Phase, cycle int, lockPaths 
 			return err
 		}
 		t.set(cp, n)
+		t.claimed.Store(true)
 		return nil
 	}
 	return errConflict
@@ -307,7 +309,7 @@ func (t *txn) claim(ctx context.Context, ph capsule.Phase, cycle int, lockPaths 
 
 // renew extends this delivery's execution claim, if it holds one.
 func (t *txn) renew(ctx context.Context, cycle int) error {
-	if t.token == "" {
+	if !t.claimed.Load() {
 		return nil
 	}
 	for i := 0; i < maxConflicts; i++ {
@@ -397,7 +399,7 @@ func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.
 		rev := t.rev
 		t.mu.Unlock()
 		if ex := cp.State.Execution; ex != nil && ex.Cycle == cycle && ex.Holder != t.token &&
-			(t.token != "" || t.p.cfg.Now().Before(ex.ExpiresAt)) {
+			(t.claimed.Load() || t.p.cfg.Now().Before(ex.ExpiresAt)) {
 			// Another delivery holds (or took over) the claim on this cycle:
 			// its result is the one that counts.
 			return capsule.Transition{}, false, nil, errStale
