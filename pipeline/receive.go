@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 
@@ -146,6 +147,10 @@ func traceID(c *capsule.Capsule, msg jetstream.Msg) string {
 	}
 	if h := msg.Headers().Get(HeaderTraceID); h != "" && len(h) <= 128 {
 		return h
+	}
+	// W3C trace context: version-traceid-parentid-flags.
+	if parts := strings.Split(msg.Headers().Get("traceparent"), "-"); len(parts) == 4 && len(parts[1]) == 32 {
+		return parts[1]
 	}
 	var b [16]byte
 	_, _ = rand.Read(b[:])
