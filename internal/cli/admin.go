@@ -58,6 +58,18 @@ func (g *globals) admin(ctx context.Context) (*pipeline.Admin, func(), error) {
 	return a, nc.Close, nil
 }
 
+// dialAdmin connects for one admin command, under the request timeout; done
+// closes the connection and the context.
+func (g *globals) dialAdmin(cmd *cobra.Command) (context.Context, *pipeline.Admin, func(), error) {
+	ctx, cancel := contextWithTimeout(cmd, g)
+	a, closeFn, err := g.admin(ctx)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, a, func() { closeFn(); cancel() }, nil
+}
+
 // adminErr maps admin errors to exit codes.
 func adminErr(err error) error {
 	switch {
@@ -74,13 +86,11 @@ func adminCommand(g *globals, use, short, long string, flags func(*cobra.Command
 	cmd := &cobra.Command{
 		Use: use, Short: short, Long: long, Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := contextWithTimeout(cmd, g)
-			defer cancel()
-			a, closeFn, err := g.admin(ctx)
+			ctx, a, done, err := g.dialAdmin(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
+			defer done()
 			s, err := act(ctx, a, args[0])
 			if err != nil {
 				return adminErr(err)
@@ -184,13 +194,11 @@ max_cycles_exceeded). Exit 5, changing nothing, if the capsule is not waiting.`,
 			if decision == pipeline.DecisionRevise && strings.TrimSpace(rationale) == "" {
 				return exit(ExitUsage, errors.New("revise needs --rationale: the executor gets it as the review's findings"))
 			}
-			ctx, cancel := contextWithTimeout(cmd, g)
-			defer cancel()
-			a, closeFn, err := g.admin(ctx)
+			ctx, a, done, err := g.dialAdmin(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
+			defer done()
 			s, err := a.Decide(ctx, args[0], decision, rationale, operator(by))
 			if err != nil {
 				return adminErr(err)
@@ -209,13 +217,11 @@ func newPending(g *globals) *cobra.Command {
 		Short: "List what waits for a human: operator decisions and paused capsules only a person can resume",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := contextWithTimeout(cmd, g)
-			defer cancel()
-			a, closeFn, err := g.admin(ctx)
+			ctx, a, done, err := g.dialAdmin(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
+			defer done()
 			items, err := a.Pending(ctx)
 			if err != nil {
 				return err
@@ -249,13 +255,11 @@ func newPhase(g *globals) *cobra.Command {
 			if err != nil {
 				return exit(ExitUsage, err)
 			}
-			ctx, cancel := contextWithTimeout(cmd, g)
-			defer cancel()
-			a, closeFn, err := g.admin(ctx)
+			ctx, a, done, err := g.dialAdmin(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
+			defer done()
 			if pause {
 				err = a.PausePhase(ctx, ph)
 			} else {
@@ -272,13 +276,11 @@ func newPhase(g *globals) *cobra.Command {
 		&cobra.Command{Use: "resume N", Short: "Let every sagad consume phase N again", Args: cobra.ExactArgs(1), RunE: run(false)},
 		&cobra.Command{Use: "list", Short: "Show each phase: paused or not, queued and in-flight messages", Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				ctx, cancel := contextWithTimeout(cmd, g)
-				defer cancel()
-				a, closeFn, err := g.admin(ctx)
+				ctx, a, done, err := g.dialAdmin(cmd)
 				if err != nil {
 					return err
 				}
-				defer closeFn()
+				defer done()
 				return printPhases(cmd, g, a, ctx)
 			}},
 	)

@@ -16,6 +16,18 @@ func contextWithTimeout(cmd *cobra.Command, g *globals) (context.Context, contex
 	return context.WithTimeout(cmd.Context(), g.timeout)
 }
 
+// dial connects for one command, under the request timeout; done closes the
+// connection and the context.
+func (g *globals) dial(cmd *cobra.Command) (context.Context, *pipeline.Client, func(), error) {
+	ctx, cancel := contextWithTimeout(cmd, g)
+	client, _, closeFn, err := g.connect(ctx)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, client, func() { closeFn(); cancel() }, nil
+}
+
 func notFound(err error) error {
 	if errors.Is(err, pipeline.ErrNotFound) {
 		return exit(ExitNotFound, err)
@@ -29,13 +41,11 @@ func newStatus(g *globals) *cobra.Command {
 		Short: "Show a capsule's state, phase, cycles, halt reason and history",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := contextWithTimeout(cmd, g)
-			defer cancel()
-			client, _, closeFn, err := g.connect(ctx)
+			ctx, client, done, err := g.dial(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
+			defer done()
 			s, err := client.Status(ctx, args[0])
 			if err != nil {
 				return notFound(err)
@@ -113,13 +123,11 @@ func newList(g *globals) *cobra.Command {
 			if state != "" && !st.Valid() {
 				return exit(ExitUsage, fmt.Errorf("--state %q: want one of in_progress, paused, waiting_for_operator, completed, halted, cancelled", state))
 			}
-			ctx, cancel := contextWithTimeout(cmd, g)
-			defer cancel()
-			client, _, closeFn, err := g.connect(ctx)
+			ctx, client, done, err := g.dial(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
+			defer done()
 			list, err := client.List(ctx, st)
 			if err != nil {
 				return err
@@ -146,13 +154,11 @@ func newHistory(g *globals) *cobra.Command {
 		Short: "Show a capsule's lifecycle events, oldest first",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := contextWithTimeout(cmd, g)
-			defer cancel()
-			client, _, closeFn, err := g.connect(ctx)
+			ctx, client, done, err := g.dial(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
+			defer done()
 			events, err := client.History(ctx, args[0])
 			if err != nil {
 				return notFound(err)
