@@ -165,3 +165,58 @@ func (c *Checkpoint) Find(p Phase, cycle int) (Transition, bool) {
 	}
 	return Transition{}, false
 }
+
+// Clone returns a deep copy of c: nothing the copy holds is shared with c.
+func (c *Checkpoint) Clone() *Checkpoint {
+	if c == nil {
+		return nil
+	}
+	out := *c
+	out.History = append([]Transition(nil), c.History...)
+	st := &out.State
+	st.LocksHeld = cloneStrings(c.State.LocksHeld)
+	st.ArtifactRefs = cloneStrings(c.State.ArtifactRefs)
+	st.Findings = cloneFindings(c.State.Findings)
+	if c.State.Reviews != nil {
+		st.Reviews = make([]ReviewEntry, len(c.State.Reviews))
+		for i, r := range c.State.Reviews {
+			r.Findings = cloneFindings(r.Findings)
+			st.Reviews[i] = r
+		}
+	}
+	if c.State.Warned != nil {
+		st.Warned = append([]Trigger{}, c.State.Warned...)
+	}
+	st.Execution = clonePtr(c.State.Execution)
+	st.Result = clonePtr(c.State.Result)
+	st.Pause = clonePtr(c.State.Pause)
+	st.LockWaitSince = clonePtr(c.State.LockWaitSince)
+	if o := c.State.Overrides; o != nil {
+		cp := *o
+		cp.Deadline = clonePtr(o.Deadline)
+		st.Overrides = &cp
+	}
+	return &out
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+func cloneStrings(s []string) []string {
+	if s == nil {
+		return nil
+	}
+	return append([]string{}, s...)
+}
+
+func cloneFindings(f []Finding) []Finding {
+	if f == nil {
+		return nil
+	}
+	return append([]Finding{}, f...)
+}

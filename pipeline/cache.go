@@ -15,6 +15,9 @@ const cacheSize = 8192
 // is only ever a guess: a stale entry makes the write conflict, and the
 // runner then reads the real checkpoint. A cached checkpoint that says "not
 // current" is always re-read before a message is dropped.
+//
+// Checkpoints in the cache are shared and never changed in place: every
+// change is made on a Clone and then stored as a new value.
 type cpCache struct {
 	mu sync.Mutex
 	m  map[string]cacheEntry
@@ -34,7 +37,7 @@ func (c *cpCache) get(key string) (*capsule.Checkpoint, uint64, bool) {
 	if !ok {
 		return nil, 0, false
 	}
-	return cloneCheckpoint(e.cp), e.rev, true
+	return e.cp, e.rev, true
 }
 
 // put stores a copy of cp; ended capsules are forgotten.
@@ -51,5 +54,5 @@ func (c *cpCache) put(cp *capsule.Checkpoint, rev uint64) {
 			break
 		}
 	}
-	c.m[cp.Key] = cacheEntry{cp: cloneCheckpoint(cp), rev: rev}
+	c.m[cp.Key] = cacheEntry{cp: cp, rev: rev}
 }

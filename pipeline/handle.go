@@ -434,17 +434,7 @@ func (t *txn) standsAt(ph capsule.Phase, cycle int) bool {
 		(st.Status == capsule.InProgress || (st.Status == capsule.Paused && st.Pause != nil && st.Pause.Trigger == capsule.TriggerOperatorManual))
 }
 
-func cloneCheckpoint(cp *capsule.Checkpoint) *capsule.Checkpoint {
-	b, err := json.Marshal(cp)
-	if err != nil {
-		panic(err)
-	}
-	out := new(capsule.Checkpoint)
-	if err := json.Unmarshal(b, out); err != nil {
-		panic(err)
-	}
-	return out
-}
+func cloneCheckpoint(cp *capsule.Checkpoint) *capsule.Checkpoint { return cp.Clone() }
 
 // reemitFor handles a message whose transition is already recorded: it
 // re-emits that transition's effects (all de-duplicated) and acks.
