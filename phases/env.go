@@ -84,6 +84,9 @@ type Input struct {
 	Progress func()
 	// Entered is when the capsule entered this phase (its message's time).
 	Entered time.Time
+	// Redelivered says this message was delivered before: an earlier
+	// delivery may have done part of the phase's work.
+	Redelivered bool
 }
 
 // Key is the checkpoint key of the input's capsule.

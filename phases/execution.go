@@ -66,9 +66,13 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 		if err := in.Claim(ctx); err != nil {
 			return RetryAfter(env.RetryDelay, fmt.Errorf("execution: claim cycle %d: %w", cycle, err))
 		}
-		stored, found, err := env.Artifacts.Lookup(ctx, c.CapsuleID, cycle)
-		if err != nil {
-			return RetryAfter(env.RetryDelay, fmt.Errorf("execution: look up artifact: %w", err))
+		var stored capsule.Artifact
+		var found bool
+		if in.Redelivered {
+			var err error
+			if stored, found, err = env.Artifacts.Lookup(ctx, c.CapsuleID, cycle); err != nil {
+				return RetryAfter(env.RetryDelay, fmt.Errorf("execution: look up artifact: %w", err))
+			}
 		}
 		if found {
 			// A delivery that died after storing the artifact but before

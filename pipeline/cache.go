@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"bytes"
+	"encoding/json"
 	"sync"
 
 	"github.com/sagad/sagad/capsule"
@@ -19,8 +21,16 @@ const cacheSize = 8192
 // Checkpoints in the cache are shared and never changed in place: every
 // change is made on a Clone and then stored as a new value.
 type cpCache struct {
-	mu sync.Mutex
-	m  map[string]cacheEntry
+	mu   sync.Mutex
+	m    map[string]cacheEntry
+	caps map[string]parsedCapsule
+}
+
+// parsedCapsule is a capsule decoded once per process: every phase gets the
+// same bytes, and decoding them was the largest cost of a hop.
+type parsedCapsule struct {
+	raw []byte
+	c   *capsule.Capsule
 }
 
 type cacheEntry struct {
@@ -28,7 +38,34 @@ type cacheEntry struct {
 	rev uint64
 }
 
-func newCache() *cpCache { return &cpCache{m: make(map[string]cacheEntry)} }
+func newCache() *cpCache {
+	return &cpCache{m: make(map[string]cacheEntry), caps: make(map[string]parsedCapsule)}
+}
+
+// capsule returns the decoded capsule of key for raw, decoding it only when
+// it is not cached with exactly these bytes. The result is shared: read only.
+func (c *cpCache) capsule(key string, raw []byte) (*capsule.Capsule, error) {
+	c.mu.Lock()
+	pc, ok := c.caps[key]
+	c.mu.Unlock()
+	if ok && bytes.Equal(pc.raw, raw) {
+		return pc.c, nil
+	}
+	dec := new(capsule.Capsule)
+	if err := json.Unmarshal(raw, dec); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.caps[key]; !ok && len(c.caps) >= cacheSize {
+		for k := range c.caps {
+			delete(c.caps, k)
+			break
+		}
+	}
+	c.caps[key] = parsedCapsule{raw: append([]byte(nil), raw...), c: dec}
+	return dec, nil
+}
 
 func (c *cpCache) get(key string) (*capsule.Checkpoint, uint64, bool) {
 	c.mu.Lock()
@@ -46,6 +83,7 @@ func (c *cpCache) put(cp *capsule.Checkpoint, rev uint64) {
 	defer c.mu.Unlock()
 	if cp.State.Status.Terminal() {
 		delete(c.m, cp.Key)
+		delete(c.caps, cp.Key)
 		return
 	}
 	if _, ok := c.m[cp.Key]; !ok && len(c.m) >= cacheSize {

@@ -53,8 +53,8 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 		return 0, nil
 	}
 	raw := msg.Data()
-	c := new(capsule.Capsule)
-	if err := json.Unmarshal(raw, c); err != nil {
+	c, err := p.cache.capsule(key, raw)
+	if err != nil {
 		p.log.Error("undecodable capsule in phase stream dropped", "phase", ph.String(), "key", key, "error", err)
 		return 0, nil
 	}
@@ -122,6 +122,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		}
 		if md, err := msg.Metadata(); err == nil {
 			in.Entered = md.Timestamp
+			in.Redelivered = md.NumDelivered > 1
 		}
 		d = p.phases[ph].Run(runCtx, p.env, in)
 	}
