@@ -25,11 +25,13 @@
 // # Exactly once
 //
 // Every transition is a compare-and-set of the capsule's checkpoint on its KV
-// revision. Only the winner emits the transition's effects (event, next-phase
-// message, outcome, lock release), and every effect carries a deterministic
-// Nats-Msg-Id, so a re-emission is de-duplicated by JetStream. A message whose
-// transition is already recorded (a redelivery, a duplicate, a crash after the
-// write) only re-emits that transition's effects and is acked. EXECUTION takes
-// a leased claim in the checkpoint before running an executor, so two
-// instances never run it twice for one (capsule, cycle).
+// revision. Only the winner emits the transition's effects (events, next-phase
+// message, outcome, lock release). A message whose transition is already
+// recorded (a redelivery, a duplicate, a crash after the write) only re-emits
+// that transition's effects and is acked. Re-emitting is harmless: a second
+// phase message finds its transition recorded, events carry a deterministic
+// id that readers de-duplicate by, and the outcome carries a Nats-Msg-Id
+// (and is not re-emitted past half the de-duplication window). EXECUTION and
+// REVIEW take a leased claim in the checkpoint before calling an agent, so two
+// deliveries never call it twice for one (capsule, cycle).
 package pipeline

@@ -438,7 +438,7 @@ func (t *txn) standsAt(ph capsule.Phase, cycle int) bool {
 func cloneCheckpoint(cp *capsule.Checkpoint) *capsule.Checkpoint { return cp.Clone() }
 
 // reemitFor handles a message whose transition is already recorded: it
-// re-emits that transition's effects (all de-duplicated) and acks.
+// re-emits that transition's effects (harmless when repeated) and acks.
 func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph capsule.Phase, cycle int, raw []byte) (time.Duration, error) {
 	var lockPaths []string
 	var c capsule.Capsule
@@ -471,8 +471,8 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 // effects publishes what a recorded change of cp means for the world: the
 // events of transition tr (nil when the capsule parked without one), the
 // next phase's message while the capsule is in progress, the outcome when it
-// ended, its continuation while paused, and the release of its locks. Each
-// publish carries a deterministic Nats-Msg-Id, so emitting twice is harmless.
+// ended, its continuation while paused, and the release of its locks.
+// Emitting twice is harmless (see the package doc).
 func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, tr *capsule.Transition, findings []capsule.Finding, raw []byte, lockPaths []string) error {
 	st := cp.State
 	if tr != nil {
@@ -555,12 +555,12 @@ func phaseMsg(cp *capsule.Checkpoint, raw []byte, token string) *nats.Msg {
 	setCapsuleHeaders(m, cp)
 	m.Header.Set(HeaderPhase, strconv.Itoa(int(ph)))
 	m.Header.Set(HeaderCycle, strconv.Itoa(cycle))
-	id := fmt.Sprintf("%s.p%d.c%d", cp.Key, ph, cycle)
+	// No de-duplication id: a second copy of a phase message is harmless
+	// (it finds its transition recorded, or loses the compare-and-set), and
+	// JetStream keeps every id of the window in memory.
 	if token != "" {
 		m.Header.Set(HeaderResumeToken, token)
-		id += "." + token
 	}
-	m.Header.Set(jetstream.MsgIDHeader, id)
 	return m
 }
 
@@ -657,7 +657,9 @@ func (p *Pipeline) publishEvent(ctx context.Context, ev capsule.Event) error {
 	return nil
 }
 
-// eventMsg is the message of a lifecycle event, de-duplicated by its id.
+// eventMsg is the message of a lifecycle event. A re-emitted event is stored
+// again; readers drop repeats by its deterministic id (readEvents), which
+// costs less than JetStream remembering every event id of the window.
 func eventMsg(ev capsule.Event) (*nats.Msg, error) {
 	b, err := json.Marshal(ev)
 	if err != nil {
@@ -665,7 +667,7 @@ func eventMsg(ev capsule.Event) (*nats.Msg, error) {
 	}
 	m := nats.NewMsg(EventSubject(ev.Key))
 	m.Data = b
-	m.Header.Set(jetstream.MsgIDHeader, ev.ID)
+	m.Header.Set(HeaderEventID, ev.ID)
 	m.Header.Set(HeaderTraceID, ev.TraceID)
 	return m, nil
 }

@@ -35,6 +35,9 @@ const (
 	HeaderHaltReason = "Saga-Halt-Reason"
 	HeaderState      = "Saga-State"
 	HeaderArtifacts  = "Saga-Artifact-Refs"
+	// HeaderEventID carries an event's deterministic id; a reader seeing
+	// it twice drops the repeat.
+	HeaderEventID = "Saga-Event-Id"
 	// HeaderResumeToken marks the phase message a resume sent; only it may
 	// take a paused capsule back to in_progress.
 	HeaderResumeToken = "Saga-Resume-Token"
