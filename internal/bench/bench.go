@@ -1,0 +1,676 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config configures [Run].
+type Config struct {
+	// Capsules is how many capsules each system gets per round, warm-up
+	// excluded. Defaults to 5000.
+	Capsules int `json:"capsules"`
+	// Warmup is how many capsules each system gets before its first
+	// measured round, not measured. Defaults to Capsules/10, at most 1000;
+	// negative for none.
+	Warmup int `json:"warmup"`
+	// Window is the offered load: the most capsules in flight at once (a
+	// new one is published when one finishes). Both systems get the same.
+	// Defaults to 200.
+	Window int `json:"window"`
+	// Workers is sagad's workers per phase. Defaults to 8 (sagad's default).
+	Workers int `json:"workers"`
+	// RelayWorkers is the baseline's workers per stage: > 0 a fixed pool
+	// like sagad's phase runner, < 0 a goroutine per message, so that every
+	// message in flight is in progress at once (the floor: JetStream's
+	// limit, not a worker pool's). Defaults to -1.
+	RelayWorkers int `json:"relay_workers"`
+	// Mix is the capsule mix, [MixValid] or [MixMixed]. Defaults to MixMixed.
+	Mix string `json:"mix"`
+	// Rounds alternates baseline and sagad this many times; figures are
+	// those of the median round. Defaults to 1.
+	Rounds int `json:"rounds"`
+	// SkipBaseline measures sagad alone.
+	SkipBaseline bool `json:"skip_baseline,omitempty"`
+	// MemCheck runs sagad alone for MemCheckFirst capsules, reads memory,
+	// continues to MemCheckTotal and reads it again.
+	MemCheck bool `json:"memcheck,omitempty"`
+	// MemCheckFirst defaults to 10 000.
+	MemCheckFirst int `json:"memcheck_first,omitempty"`
+	// MemCheckTotal defaults to 100 000.
+	MemCheckTotal int `json:"memcheck_total,omitempty"`
+	// RoundTripSample is how many capsules per class the round-trip
+	// measurement drives one at a time. Defaults to 50; negative skips it.
+	RoundTripSample int `json:"round_trip_sample"`
+	// DataDir holds the server's file storage and sagad's workspace.
+	// Defaults to a temporary directory, removed afterwards.
+	DataDir string `json:"data_dir"`
+	// SyncAlways makes the server fsync every write (sync_interval: always).
+	SyncAlways bool `json:"sync_always"`
+	// DuplicateWindow and PhaseTimeout, when set, override sagad's
+	// pipeline defaults (10m each), for experiments: both bound memory the
+	// server or the client holds per recent capsule (see BENCHMARKS.md).
+	DuplicateWindow time.Duration `json:"duplicate_window_ns,omitempty"`
+	PhaseTimeout    time.Duration `json:"phase_timeout_ns,omitempty"`
+	// StallTimeout is how long a run waits without any outcome before it
+	// gives up on the capsules still in flight. Defaults to 60s.
+	StallTimeout time.Duration `json:"stall_timeout_ns"`
+	// CPUProfile, when set, receives a CPU profile of sagad's first
+	// measured round (the whole process: sagad, client and server). With
+	// MemCheck it covers the capsules after the first reading, and
+	// CPUProfile+".first" the ones before it.
+	CPUProfile string `json:"cpu_profile,omitempty"`
+	// MemProfile, when set, receives a heap profile taken after sagad's
+	// measured rounds, and MemProfile+".base" one taken just before them:
+	// `go tool pprof -sample_index=alloc_space -base X.base X` shows what
+	// sagad's rounds allocated.
+	MemProfile string `json:"mem_profile,omitempty"`
+}
+
+func (c Config) withDefaults() Config {
+	if c.Capsules <= 0 {
+		c.Capsules = 5000
+	}
+	if c.Warmup == 0 {
+		c.Warmup = min(c.Capsules/10, 1000)
+	}
+	if c.Warmup < 0 || c.MemCheck {
+		c.Warmup = 0
+	}
+	if c.Window <= 0 {
+		c.Window = 200
+	}
+	if c.Workers <= 0 {
+		c.Workers = 8
+	}
+	if c.RelayWorkers == 0 {
+		c.RelayWorkers = -1
+	}
+	if c.Mix == "" {
+		c.Mix = MixMixed
+	}
+	if c.Rounds <= 0 {
+		c.Rounds = 1
+	}
+	if c.MemCheckFirst <= 0 {
+		c.MemCheckFirst = 10_000
+	}
+	if c.MemCheckTotal <= 0 {
+		c.MemCheckTotal = 100_000
+	}
+	if c.RoundTripSample == 0 {
+		c.RoundTripSample = 50
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = 60 * time.Second
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Mix != MixValid && c.Mix != MixMixed {
+		errs = append(errs, fmt.Errorf("mix %q: want %q or %q", c.Mix, MixValid, MixMixed))
+	}
+	if c.MemCheck && c.MemCheckTotal <= c.MemCheckFirst {
+		errs = append(errs, fmt.Errorf("memcheck total %d must exceed the first reading at %d", c.MemCheckTotal, c.MemCheckFirst))
+	}
+	return errors.Join(errs...)
+}
+
+// Report is everything one run measured.
+type Report struct {
+	Machine  Machine       `json:"machine"`
+	Settings Config        `json:"settings"`
+	Baseline *SystemResult `json:"baseline,omitempty"`
+	Sagad    *SystemResult `json:"sagad"`
+	Ratio    *Ratio        `json:"ratio,omitempty"`
+	MemCheck *MemCheck     `json:"memcheck,omitempty"`
+	Trips    []RoundTrips  `json:"round_trips,omitempty"`
+	Targets  []Target      `json:"targets"`
+	Logs     SagadLogs     `json:"sagad_logs"`
+	Elapsed  time.Duration `json:"elapsed_ns"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	OS          string `json:"os"`
+	Arch        string `json:"arch"`
+	CPUs        int    `json:"cpus"`
+	CPUModel    string `json:"cpu_model,omitempty"`
+	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
+	GoVersion   string `json:"go_version"`
+	NATSServer  string `json:"nats_server"`
+	// Revision is the VCS revision the binary was built from, when the
+	// build recorded it ("+dirty" with local changes).
+	Revision string `json:"revision,omitempty"`
+}
+
+// SystemResult is one system's figures.
+type SystemResult struct {
+	// Rounds are the measured batches, one per round.
+	Rounds []Batch `json:"rounds"`
+	// Median is the round with the median throughput.
+	Median Batch `json:"median"`
+	// Memory is read right after the system's last round.
+	Memory Memory `json:"memory"`
+	// APIPerCapsule is JetStream API requests per capsule, as the server's
+	// account statistics count them, over the measured rounds.
+	APIPerCapsule float64 `json:"jetstream_api_per_capsule"`
+	// Delivery is the exactly-once account over every capsule of the run.
+	Delivery Delivery `json:"delivery"`
+	// Redelivered counts sagad's redelivered phase messages by phase.
+	Redelivered map[string]float64 `json:"redelivered,omitempty"`
+}
+
+// Ratio compares sagad with the baseline at the same offered load.
+type Ratio struct {
+	Throughput float64 `json:"throughput"`
+	P50        float64 `json:"p50"`
+	P99        float64 `json:"p99"`
+}
+
+// MemCheck is the memory-flatness measurement.
+type MemCheck struct {
+	FirstCapsules int     `json:"first_capsules"`
+	TotalCapsules int     `json:"total_capsules"`
+	First         Batch   `json:"first"`
+	Rest          Batch   `json:"rest"`
+	AtFirst       Memory  `json:"at_first"`
+	AtTotal       Memory  `json:"at_total"`
+	RSSRatio      float64 `json:"rss_ratio"`
+	RSSAfterGC    float64 `json:"rss_after_gc_ratio"`
+	HeapRatio     float64 `json:"heap_ratio"`
+}
+
+// Target is one goal of issue 6 and whether this run met it.
+type Target struct {
+	Name   string `json:"name"`
+	Want   string `json:"want"`
+	Got    string `json:"got"`
+	Status string `json:"status"` // PASS, MISS or "not measured"
+}
+
+// SagadLogs summarises what sagad logged during the run.
+type SagadLogs struct {
+	Lines    int      `json:"lines"`
+	Warnings int      `json:"warnings"`
+	First    []string `json:"first_warnings,omitempty"`
+}
+
+// ExactlyOnce reports whether every capsule of every system finished
+// exactly once, as its class must.
+func (r *Report) ExactlyOnce() bool {
+	for _, s := range []*SystemResult{r.Baseline, r.Sagad} {
+		if s != nil && !s.Delivery.OK() {
+			return false
+		}
+	}
+	return true
+}
+
+// env is one run's server, connections and systems.
+type env struct {
+	cfg     Config
+	srv     *server.Server
+	url     string
+	driver  jetstream.JetStream
+	cleanup []func()
+}
+
+func (e *env) close() {
+	for _, f := range slices.Backward(e.cleanup) {
+		f()
+	}
+}
+
+func (e *env) connect(name string) (jetstream.JetStream, error) {
+	nc, err := nats.Connect(e.url, nats.Name(name), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", name, err)
+	}
+	e.cleanup = append(e.cleanup, nc.Close)
+	return jetstream.New(nc)
+}
+
+// startEnv starts the embedded server with file storage, the way sagad's
+// embedded mode does, on a random loopback port.
+func startEnv(cfg Config) (*env, error) {
+	e := &env{cfg: cfg}
+	dir := cfg.DataDir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "sagabench-")
+		if err != nil {
+			return nil, err
+		}
+		dir = tmp
+		e.cleanup = append(e.cleanup, func() { _ = os.RemoveAll(tmp) })
+	}
+	e.cfg.DataDir = dir
+	store := filepath.Join(dir, "nats")
+	if err := os.MkdirAll(filepath.Join(dir, "workspace"), 0o750); err != nil {
+		e.close()
+		return nil, err
+	}
+	srv, err := server.NewServer(&server.Options{
+		ServerName: "sagabench",
+		Host:       "127.0.0.1",
+		Port:       -1,
+		JetStream:  true,
+		StoreDir:   store,
+		NoSigs:     true,
+		NoLog:      true,
+		SyncAlways: cfg.SyncAlways,
+	})
+	if err != nil {
+		e.close()
+		return nil, fmt.Errorf("nats-server: %w", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(15 * time.Second) {
+		srv.Shutdown()
+		e.close()
+		return nil, errors.New("nats-server did not become ready")
+	}
+	e.srv, e.url = srv, srv.ClientURL()
+	e.cleanup = append(e.cleanup, func() { srv.Shutdown(); srv.WaitForShutdown() })
+	e.driver, err = e.connect("sagabench-driver")
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// apiTotal is the account's JetStream API request count so far.
+func (e *env) apiTotal(ctx context.Context) uint64 {
+	info, err := e.driver.AccountInfo(ctx)
+	if err != nil {
+		return 0
+	}
+	return info.API.Total
+}
+
+// sequence hands out a system's capsule sequence numbers.
+type sequence struct{ next uint64 }
+
+func (s *sequence) take() uint64 { n := s.next; s.next++; return n }
+
+// span returns a seq function for the next n numbers.
+func (s *sequence) span(n int) func(int) uint64 {
+	from := s.next
+	s.next += uint64(n)
+	return func(i int) uint64 { return from + uint64(i) }
+}
+
+// contestant is one system under test with its tracker.
+type contestant struct {
+	t      *tracker
+	seq    sequence
+	stop   func()
+	result *SystemResult
+}
+
+// Run measures the baseline relay and sagad on one embedded server, as cfg
+// says, prints a human-readable report to out (nil for none) and returns it.
+// A lost, duplicated or wrong capsule does not make Run fail: the report
+// says so ([Report.ExactlyOnce]). Run fails when it cannot measure at all.
+func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	began := time.Now()
+	e, err := startEnv(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer e.close()
+	rep := &Report{Machine: machine(), Settings: e.cfg}
+	progress := func(format string, args ...any) {
+		if out != nil {
+			fmt.Fprintf(out, "# "+format+"\n", args...)
+		}
+	}
+
+	var base *contestant
+	if !cfg.SkipBaseline && !cfg.MemCheck {
+		js, err := e.connect("sagabench-relay")
+		if err != nil {
+			return nil, err
+		}
+		r, err := newRelay(ctx, js, cfg.RelayWorkers, 30*time.Second, 10*time.Minute)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		if err := r.start(ctx); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		e.cleanup = append(e.cleanup, r.stop)
+		base = &contestant{t: newTracker(r.system(e.srv), NewGenerator(cfg.Mix)), result: &SystemResult{}}
+		if base.stop, err = base.t.watch(ctx, e.driver); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		e.cleanup = append(e.cleanup, base.stop)
+	}
+
+	js, err := e.connect("sagad")
+	if err != nil {
+		return nil, err
+	}
+	sg, err := newSagad(ctx, js, e.cfg, filepath.Join(e.cfg.DataDir, "workspace"))
+	if err != nil {
+		return nil, fmt.Errorf("bench: sagad: %w", err)
+	}
+	if err := sg.start(ctx); err != nil {
+		return nil, fmt.Errorf("bench: sagad: %w", err)
+	}
+	e.cleanup = append(e.cleanup, sg.stop)
+	sut := &contestant{t: newTracker(sg.system(e.srv), NewGenerator(cfg.Mix)), result: &SystemResult{}}
+	if sut.stop, err = sut.t.watch(ctx, e.driver); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	e.cleanup = append(e.cleanup, sut.stop)
+
+	if cfg.MemCheck {
+		rep.MemCheck, err = memCheck(ctx, e, sut, progress)
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		if err := rounds(ctx, e, base, sut, progress); err != nil {
+			return nil, err
+		}
+	}
+
+	if cfg.RoundTripSample > 0 {
+		progress("round trips: %d capsules per class, one at a time", cfg.RoundTripSample)
+		if base != nil {
+			trips, err := measureRoundTrips(ctx, e.url, base.t, []Class{Valid}, cfg.RoundTripSample, base.seq.take, cfg.StallTimeout)
+			if err != nil {
+				return nil, fmt.Errorf("bench: baseline round trips: %w", err)
+			}
+			rep.Trips = append(rep.Trips, trips...)
+		}
+		classes := []Class{Valid}
+		if cfg.Mix == MixMixed {
+			classes = []Class{Valid, Review, ExecFail, Unapproved}
+		}
+		trips, err := measureRoundTrips(ctx, e.url, sut.t, classes, cfg.RoundTripSample, sut.seq.take, cfg.StallTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("bench: sagad round trips: %w", err)
+		}
+		rep.Trips = append(rep.Trips, trips...)
+	}
+
+	progress("settling and checking exactly-once delivery")
+	settleCtx, cancel := context.WithTimeout(ctx, cfg.StallTimeout)
+	defer cancel()
+	if base != nil {
+		base.result.Delivery = base.t.settle(settleCtx, e.srv)
+		rep.Baseline = base.result
+	}
+	sut.result.Delivery = sut.t.settle(settleCtx, e.srv)
+	sample := sut.t.published(historySample)
+	sut.result.Delivery.HistoriesChecked = len(sample)
+	sut.result.Delivery.Problems = append(sut.result.Delivery.Problems,
+		sg.checkHistories(settleCtx, sut.t.gen, sample)...)
+	sut.result.Redelivered, _ = sg.counters()
+	rep.Sagad = sut.result
+	lines, warnings, first := sg.logs.snapshot()
+	rep.Logs = SagadLogs{Lines: lines, Warnings: warnings, First: first}
+
+	if rep.Baseline != nil && len(rep.Sagad.Rounds) > 0 {
+		b, s := rep.Baseline.Median, rep.Sagad.Median
+		rep.Ratio = &Ratio{
+			Throughput: ratio(s.PerSecond, b.PerSecond),
+			P50:        ratio(float64(s.Latency.P50), float64(b.Latency.P50)),
+			P99:        ratio(float64(s.Latency.P99), float64(b.Latency.P99)),
+		}
+	}
+	rep.Targets = targets(rep)
+	rep.Elapsed = time.Since(began)
+	if out != nil {
+		WriteText(out, rep)
+	}
+	return rep, nil
+}
+
+// rounds alternates the two systems' measured batches.
+func rounds(ctx context.Context, e *env, base, sut *contestant, progress func(string, ...any)) error {
+	cfg := e.cfg
+	for round := range cfg.Rounds {
+		for _, c := range []*contestant{base, sut} {
+			if c == nil {
+				continue
+			}
+			name := c.t.sys.name
+			if round == 0 && cfg.Warmup > 0 {
+				progress("%s: warm-up, %d capsules", name, cfg.Warmup)
+				if _, err := c.t.drive(ctx, cfg.Warmup, cfg.Window, c.seq.span(cfg.Warmup), cfg.StallTimeout); err != nil {
+					return err
+				}
+			}
+			if err := c.t.sys.quiesce(ctx); err != nil {
+				return fmt.Errorf("bench: %s before round %d: %w", name, round+1, err)
+			}
+			progress("%s: round %d, %d capsules, window %d", name, round+1, cfg.Capsules, cfg.Window)
+			stopProfile, err := startProfiles(cfg, c == sut && round == 0)
+			if err != nil {
+				return err
+			}
+			api := e.apiTotal(ctx)
+			b, err := c.t.drive(ctx, cfg.Capsules, cfg.Window, c.seq.span(cfg.Capsules), cfg.StallTimeout)
+			api = e.apiTotal(ctx) - api
+			if perr := stopProfile(c == sut && round == cfg.Rounds-1); perr != nil && err == nil {
+				err = perr
+			}
+			if err != nil {
+				return err
+			}
+			c.result.Rounds = append(c.result.Rounds, b)
+			c.result.APIPerCapsule = float64(api) / float64(max(b.Capsules, 1))
+			if err := c.t.sys.quiesce(ctx); err != nil {
+				return fmt.Errorf("bench: %s after round %d: %w", name, round+1, err)
+			}
+			c.result.Memory = readMemory(false)
+			progress("%s: %.0f capsules/s, p50 %s, p99 %s", name, b.PerSecond, ms(b.Latency.P50), ms(b.Latency.P99))
+		}
+	}
+	for _, c := range []*contestant{base, sut} {
+		if c != nil {
+			c.result.Median = medianRound(c.result.Rounds)
+		}
+	}
+	return nil
+}
+
+// startProfiles starts the CPU profile and writes the base heap profile
+// when on; the returned function stops the CPU profile and, when last,
+// writes the heap profile.
+func startProfiles(cfg Config, on bool) (func(last bool) error, error) {
+	cpu := on && cfg.CPUProfile != ""
+	var f *os.File
+	if cpu {
+		var err error
+		if f, err = os.Create(cfg.CPUProfile); err != nil {
+			return nil, fmt.Errorf("bench: cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("bench: cpu profile: %w", err)
+		}
+	}
+	if on && cfg.MemProfile != "" {
+		if err := writeHeap(cfg.MemProfile + ".base"); err != nil {
+			return nil, err
+		}
+	}
+	return func(last bool) error {
+		if cpu {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				return fmt.Errorf("bench: cpu profile: %w", err)
+			}
+		}
+		if last && cfg.MemProfile != "" {
+			return writeHeap(cfg.MemProfile)
+		}
+		return nil
+	}, nil
+}
+
+func writeHeap(path string) error {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("bench: heap profile: %w", err)
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("bench: heap profile: %w", err)
+	}
+	return f.Close()
+}
+
+// memCheck drives sagad to MemCheckFirst capsules, reads memory, goes on to
+// MemCheckTotal and reads it again.
+func memCheck(ctx context.Context, e *env, sut *contestant, progress func(string, ...any)) (*MemCheck, error) {
+	cfg := e.cfg
+	mc := &MemCheck{FirstCapsules: cfg.MemCheckFirst, TotalCapsules: cfg.MemCheckTotal}
+	progress("memcheck: sagad, first %d capsules", cfg.MemCheckFirst)
+	first := cfg
+	if cfg.CPUProfile != "" {
+		first.CPUProfile = cfg.CPUProfile + ".first"
+	}
+	stopProfile, err := startProfiles(first, true)
+	if err != nil {
+		return nil, err
+	}
+	mc.First, err = sut.t.drive(ctx, cfg.MemCheckFirst, cfg.Window, sut.seq.span(cfg.MemCheckFirst), cfg.StallTimeout)
+	if perr := stopProfile(false); perr != nil && err == nil {
+		err = perr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := sut.t.sys.quiesce(ctx); err != nil {
+		return nil, fmt.Errorf("bench: memcheck: %w", err)
+	}
+	mc.AtFirst = readMemory(true)
+	if cfg.MemProfile != "" {
+		if err := writeHeap(cfg.MemProfile + ".first"); err != nil {
+			return nil, err
+		}
+	}
+	progress("memcheck: RSS %s (%s after GC) at %d; going on to %d", mib(mc.AtFirst.RSS), mib(mc.AtFirst.RSSAfterGC), cfg.MemCheckFirst, cfg.MemCheckTotal)
+	rest := cfg.MemCheckTotal - cfg.MemCheckFirst
+	later := cfg
+	later.MemProfile = ""
+	if stopProfile, err = startProfiles(later, true); err != nil {
+		return nil, err
+	}
+	mc.Rest, err = sut.t.drive(ctx, rest, cfg.Window, sut.seq.span(rest), cfg.StallTimeout)
+	if perr := stopProfile(false); perr == nil && cfg.MemProfile != "" {
+		perr = writeHeap(cfg.MemProfile)
+		if perr != nil && err == nil {
+			err = perr
+		}
+	} else if perr != nil && err == nil {
+		err = perr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := sut.t.sys.quiesce(ctx); err != nil {
+		return nil, fmt.Errorf("bench: memcheck: %w", err)
+	}
+	mc.AtTotal = readMemory(true)
+	mc.RSSRatio = ratio(float64(mc.AtTotal.RSS), float64(mc.AtFirst.RSS))
+	mc.RSSAfterGC = ratio(float64(mc.AtTotal.RSSAfterGC), float64(mc.AtFirst.RSSAfterGC))
+	mc.HeapRatio = ratio(float64(mc.AtTotal.HeapInuse), float64(mc.AtFirst.HeapInuse))
+	sut.result.Rounds = []Batch{mc.First, mc.Rest}
+	sut.result.Median = mc.Rest
+	sut.result.Memory = mc.AtTotal
+	return mc, nil
+}
+
+// historySample is how many sagad checkpoints the exactly-once check reads.
+const historySample = 40
+
+// medianRound returns the round with the median throughput.
+func medianRound(bs []Batch) Batch {
+	if len(bs) == 0 {
+		return Batch{}
+	}
+	sorted := slices.Clone(bs)
+	slices.SortFunc(sorted, func(a, b Batch) int {
+		switch {
+		case a.PerSecond < b.PerSecond:
+			return -1
+		case a.PerSecond > b.PerSecond:
+			return 1
+		}
+		return 0
+	})
+	return sorted[len(sorted)/2]
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// machine describes this machine.
+func machine() Machine {
+	m := Machine{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), NATSServer: server.VERSION}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		var rev, dirty string
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					dirty = "+dirty"
+				}
+			}
+		}
+		if rev != "" {
+			m.Revision = rev[:min(len(rev), 12)] + dirty
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				m.MemoryBytes = kib([]byte(v))
+				break
+			}
+		}
+	}
+	return m
+}
