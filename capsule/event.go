@@ -1,6 +1,10 @@
 package capsule
 
-import "time"
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+)
 
 // EventKind names a lifecycle event on a capsule's event stream.
 type EventKind string
@@ -38,4 +42,23 @@ type Event struct {
 	By        string    `json:"by,omitempty"`
 	Findings  []Finding `json:"findings,omitempty"`
 	At        time.Time `json:"at"`
+}
+
+// DecodeEvents reads one message of a capsule's event stream. sagad writes
+// the events of one transition together, as a JSON array, so that a
+// transition costs one message; a single JSON object is one event.
+func DecodeEvents(data []byte) ([]Event, error) {
+	data = bytes.TrimSpace(data)
+	if len(data) > 0 && data[0] == '[' {
+		var evs []Event
+		if err := json.Unmarshal(data, &evs); err != nil {
+			return nil, err
+		}
+		return evs, nil
+	}
+	var ev Event
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return nil, err
+	}
+	return []Event{ev}, nil
 }

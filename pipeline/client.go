@@ -210,10 +210,15 @@ func readEvents(ctx context.Context, js jetstream.JetStream, subject string) ([]
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			var ev capsule.Event
-			if json.Unmarshal(m.Data(), &ev) == nil && !seen[ev.ID] {
-				seen[ev.ID] = true
-				out = append(out, ev)
+			evs, err := capsule.DecodeEvents(m.Data())
+			if err != nil {
+				continue // not ours to judge
+			}
+			for _, ev := range evs {
+				if !seen[ev.ID] {
+					seen[ev.ID] = true
+					out = append(out, ev)
+				}
 			}
 		}
 		if batch.Error() != nil {

@@ -476,14 +476,11 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, tr *capsule.Transition, findings []capsule.Finding, raw []byte, lockPaths []string) error {
 	st := cp.State
 	if tr != nil {
-		var msgs []*nats.Msg
-		for _, ev := range transitionEvents(cp, *tr, findings) {
-			m, err := eventMsg(ev)
-			if err != nil {
-				return err
-			}
-			msgs = append(msgs, m)
+		m, err := eventMsg(transitionEvents(cp, *tr, findings)...)
+		if err != nil {
+			return err
 		}
+		msgs := []*nats.Msg{m}
 		if np, ncycle, ok := next(*tr); ok && st.Status == capsule.InProgress && st.Phase == np && st.Cycle == ncycle {
 			msgs = append(msgs, phaseMsg(cp, raw, ""))
 		}
@@ -657,18 +654,19 @@ func (p *Pipeline) publishEvent(ctx context.Context, ev capsule.Event) error {
 	return nil
 }
 
-// eventMsg is the message of a lifecycle event. A re-emitted event is stored
-// again; readers drop repeats by its deterministic id (readEvents), which
-// costs less than JetStream remembering every event id of the window.
-func eventMsg(ev capsule.Event) (*nats.Msg, error) {
-	b, err := json.Marshal(ev)
+// eventMsg is one message holding the events of one transition (a JSON
+// array, see capsule.DecodeEvents). A re-emitted message is stored again;
+// readers drop repeated events by their deterministic id, which costs less
+// than JetStream remembering every id of its de-duplication window.
+func eventMsg(evs ...capsule.Event) (*nats.Msg, error) {
+	b, err := json.Marshal(evs)
 	if err != nil {
 		return nil, err
 	}
-	m := nats.NewMsg(EventSubject(ev.Key))
+	m := nats.NewMsg(EventSubject(evs[0].Key))
 	m.Data = b
-	m.Header.Set(HeaderEventID, ev.ID)
-	m.Header.Set(HeaderTraceID, ev.TraceID)
+	m.Header.Set(HeaderEventID, evs[len(evs)-1].ID)
+	m.Header.Set(HeaderTraceID, evs[0].TraceID)
 	return m, nil
 }
 

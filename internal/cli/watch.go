@@ -85,28 +85,33 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 			}
 			return fmt.Errorf("watch %s: %w", subject, err)
 		}
-		var ev capsule.Event
-		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+		evs, err := capsule.DecodeEvents(msg.Data())
+		if err != nil {
 			continue // not ours to judge; history skips it too
 		}
-		if ev.ID != "" {
-			if seen[ev.ID] {
-				continue
+		for _, ev := range evs {
+			if w.count != 0 && n >= w.count {
+				break
 			}
-			seen[ev.ID] = true
-			if order = append(order, ev.ID); len(order) > watchSeenLimit {
-				delete(seen, order[0])
-				order = order[1:]
+			if ev.ID != "" {
+				if seen[ev.ID] {
+					continue
+				}
+				seen[ev.ID] = true
+				if order = append(order, ev.ID); len(order) > watchSeenLimit {
+					delete(seen, order[0])
+					order = order[1:]
+				}
 			}
-		}
-		if w.json {
-			if err := enc.Encode(ev); err != nil {
+			if w.json {
+				if err := enc.Encode(ev); err != nil {
+					return err
+				}
+			} else if err := printWatchEvent(out, ev); err != nil {
 				return err
 			}
-		} else if err := printWatchEvent(out, ev); err != nil {
-			return err
+			n++
 		}
-		n++
 	}
 	if w.count > 0 && n < w.count && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return exit(ExitTimeout, fmt.Errorf("timed out after %d of %d events", n, w.count))
