@@ -178,12 +178,14 @@ func (t *Tracker) Charge(ctx context.Context, capsuleID, waveID, chargeID string
 	case u.Tokens < 0 || !(u.Dollars >= 0):
 		return ChargeResult{}, fmt.Errorf("budget: charge %s: usage must be non-negative, got %+v", chargeID, u)
 	}
-	done, _, err := t.get(ctx, capsuleKey(capsuleID))
-	if err != nil {
-		return ChargeResult{}, fmt.Errorf("budget: charge %s: capsule %s: %w", chargeID, capsuleID, err)
-	}
 	var w record
 	if waveID != "" {
+		// Only a wave charge needs to know first whether this charge was
+		// applied already (see below); a capsule-only charge skips the read.
+		done, _, err := t.get(ctx, capsuleKey(capsuleID))
+		if err != nil {
+			return ChargeResult{}, fmt.Errorf("budget: charge %s: capsule %s: %w", chargeID, capsuleID, err)
+		}
 		// A replay skips the wave write but still reports the wave's total.
 		change := func(r *record) bool { return r.apply(chargeID, u) }
 		if slices.Contains(done.Applied, chargeID) {

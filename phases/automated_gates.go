@@ -14,11 +14,15 @@ type AutomatedGates struct{}
 // Run evaluates the constitution. A fact that cannot be read is retried, never
 // counted as a pass.
 func (AutomatedGates) Run(ctx context.Context, env *Env, in *Input) Decision {
+	facts := env.Facts
+	if facts != nil && in.Checkpoint != nil {
+		facts = ownedID{Facts: facts, key: in.Checkpoint.Key}
+	}
 	res := rules.Evaluate(ctx, rules.Input{
 		Capsule: in.Capsule,
 		Raw:     in.Raw,
 		Config:  env.Rules,
-		Facts:   env.Facts,
+		Facts:   facts,
 		Now:     env.Now(),
 	})
 	if len(res.Errors) > 0 {
@@ -30,4 +34,19 @@ func (AutomatedGates) Run(ctx context.Context, env *Env, in *Input) Decision {
 		return HaltWith(res.Halt(), res.Findings...)
 	}
 	return AdvanceWith()
+}
+
+// ownedID answers Rule 2's question without a lookup when the capsule runs
+// under its own id as key: RECEPTION gave it the key only because no other
+// content held the id (other content under a taken id gets an "x-" key).
+type ownedID struct {
+	rules.Facts
+	key string
+}
+
+func (f ownedID) IDConflict(ctx context.Context, id, digest string) (bool, error) {
+	if id == f.key {
+		return false, nil
+	}
+	return f.Facts.IDConflict(ctx, id, digest)
 }

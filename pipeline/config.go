@@ -31,7 +31,7 @@ type Config struct {
 	// Storage of every stream and bucket. Defaults to file storage.
 	Storage jetstream.StorageType
 	// Workers is the number of capsules each phase works on at once in this
-	// process. Defaults to 8.
+	// process. Defaults to 32 (mostly waiting on JetStream round trips).
 	Workers int
 	// AckWait is how long JetStream waits for an ack before redelivering.
 	// Defaults to 30s; long executor runs send progress heartbeats.
@@ -49,8 +49,8 @@ type Config struct {
 	ClaimLease time.Duration
 	// LockLease is the lease of resource locks. Defaults to 30s.
 	LockLease time.Duration
-	// DuplicateWindow is JetStream's de-duplication window for sagad's own
-	// messages. Defaults to 10m.
+	// DuplicateWindow is JetStream's de-duplication window for outcomes, the
+	// only messages sagad de-duplicates by id. Defaults to 2m.
 	DuplicateWindow time.Duration
 	// MaxIntakeBytes is the hard size limit of intake messages. Defaults to 512 KiB.
 	MaxIntakeBytes int
@@ -101,7 +101,7 @@ func (c Config) withDefaults() Config {
 		c.Replicas = 1
 	}
 	if c.Workers <= 0 {
-		c.Workers = 8
+		c.Workers = 32
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = 30 * time.Second
@@ -122,7 +122,7 @@ func (c Config) withDefaults() Config {
 		c.LockLease = 30 * time.Second
 	}
 	if c.DuplicateWindow <= 0 {
-		c.DuplicateWindow = 10 * time.Minute
+		c.DuplicateWindow = 2 * time.Minute
 	}
 	if c.MaxIntakeBytes <= 0 {
 		c.MaxIntakeBytes = phases.DefaultMaxIntakeBytes

@@ -501,7 +501,7 @@ func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, tr *caps
 	}
 	// A stale EXECUTION message of an earlier cycle must not release the
 	// locks the current cycle holds.
-	release := st.Status.Terminal() || (tr != nil && tr.Phase == capsule.Execution && st.Phase != capsule.Execution) ||
+	release := (tr != nil && tr.Phase == capsule.Execution && (st.Phase != capsule.Execution || st.Status.Terminal())) ||
 		(tr == nil && st.Phase == capsule.Execution && st.Status == capsule.Paused && len(st.LocksHeld) == 0)
 	if release && len(lockPaths) > 0 {
 		if err := p.locks.ReleaseAll(ctx, lockPaths, cp.Key); err != nil {

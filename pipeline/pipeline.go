@@ -75,7 +75,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		Locks:          lm,
 		Budgets:        bt,
 		Resolver:       &resolver{workspace: cfg.Workspace, js: js, artifacts: st.artifacts},
-		Artifacts:      &artifactStore{os: st.artifacts},
+		Artifacts:      newArtifactStore(st.artifacts),
 		Executors:      cfg.Executors,
 		Rules:          cfg.Rules,
 		Facts:          &facts{checkpoints: p.checkpoints, capsules: st.capsules, budgets: bt},

@@ -8,6 +8,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -22,6 +23,31 @@ type resolver struct {
 	workspace string
 	js        jetstream.JetStream
 	artifacts jetstream.ObjectStore
+
+	mu      sync.Mutex
+	buckets map[string]jetstream.KeyValue // bound once: binding is a round trip
+}
+
+func (r *resolver) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
+	r.mu.Lock()
+	kv, ok := r.buckets[name]
+	r.mu.Unlock()
+	if ok {
+		return kv, nil
+	}
+	kv, err := r.js.KeyValue(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if r.buckets == nil {
+		r.buckets = make(map[string]jetstream.KeyValue)
+	}
+	if len(r.buckets) < 256 {
+		r.buckets[name] = kv
+	}
+	r.mu.Unlock()
+	return kv, nil
 }
 
 func (r *resolver) Exists(ctx context.Context, ref string) (bool, error) {
@@ -37,7 +63,7 @@ func (r *resolver) Exists(ctx context.Context, ref string) (bool, error) {
 		if !ok || bucket == "" || key == "" {
 			return false, nil
 		}
-		kv, err := r.js.KeyValue(ctx, bucket)
+		kv, err := r.bucket(ctx, bucket)
 		if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrInvalidBucketName) {
 			return false, nil
 		}

@@ -66,7 +66,7 @@ func secretKind(s string) string {
 
 // isCredentialName reports whether a member name names a credential.
 func isCredentialName(name string) bool {
-	n := strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(name))
+	n := strings.ToLower(nameSeparators.Replace(name))
 	for _, c := range credentialNames {
 		if strings.HasSuffix(n, c) {
 			return true
@@ -227,3 +227,6 @@ func isIdentifier(s string) bool {
 	}
 	return true
 }
+
+// nameSeparators drops the separators of member names ("api_key", "api-key").
+var nameSeparators = strings.NewReplacer("_", "", "-", "")

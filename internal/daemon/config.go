@@ -34,7 +34,7 @@ type Config struct {
 	LogFormat string `json:"log_format"`
 	// LogLevel is debug, info, warn or error. Defaults to info.
 	LogLevel string `json:"log_level"`
-	// Workers per phase. Defaults to 8.
+	// Workers per phase. Defaults to 32.
 	Workers int `json:"workers"`
 	// Replicas of streams and buckets (3 on a JetStream cluster). Defaults to 1.
 	Replicas int `json:"replicas"`
@@ -132,7 +132,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&flags.HTTPListen, "http-listen", "", "health and metrics address (default 127.0.0.1:9090, \"off\" disables; env SAGAD_HTTP_LISTEN)")
 	fs.StringVar(&flags.LogFormat, "log-format", "", "text or json (env SAGAD_LOG_FORMAT)")
 	fs.StringVar(&flags.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
-	fs.IntVar(&flags.Workers, "workers", 0, "capsules worked on at once per phase (default 8; env SAGAD_WORKERS)")
+	fs.IntVar(&flags.Workers, "workers", 0, "capsules worked on at once per phase (default 32; env SAGAD_WORKERS)")
 	fs.IntVar(&flags.Replicas, "replicas", 0, "stream and bucket replicas (default 1; env SAGAD_REPLICAS)")
 	fs.DurationVar(&shutdown, "shutdown-timeout", 0, "graceful shutdown bound (default 30s; env SAGAD_SHUTDOWN_TIMEOUT)")
 	fs.BoolVar(&flags.SyncAlways, "sync-always", false, "embedded server fsyncs before every ack (env SAGAD_SYNC_ALWAYS)")
