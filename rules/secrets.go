@@ -56,12 +56,32 @@ func secretPatternNames() []string {
 
 // secretKind returns the description of the first pattern s matches, or "".
 func secretKind(s string) string {
+	if !maySecret(s) {
+		return ""
+	}
 	for _, p := range secretPatterns {
 		if p.re.MatchString(s) {
 			return p.desc
 		}
 	}
 	return ""
+}
+
+// maySecret is a cheap filter before the patterns: every pattern needs one
+// of these substrings, and almost no capsule string holds any of them.
+func maySecret(s string) bool {
+	for _, sub := range []string{"-----BEGIN", "AKIA", "ASIA", "=", "gh", "xox"} {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	// "bearer", any case, without allocating a lowered copy.
+	for i := 0; i+6 <= len(s); i++ {
+		if (s[i]|0x20) == 'b' && strings.EqualFold(s[i:i+6], "bearer") {
+			return true
+		}
+	}
+	return false
 }
 
 // isCredentialName reports whether a member name names a credential.
@@ -96,16 +116,16 @@ func checkSecrets(_ context.Context, in Input) ([]capsule.Finding, error) {
 			fs = append(fs, finding(field, "holds %s (value withheld)", what))
 		}
 	}
-	err := walkStrings(raw, func(field, s string, isKey bool, member string) {
+	err := walkStrings(raw, func(field func() string, s string, isKey bool, member string) {
 		if kind := secretKind(s); kind != "" {
 			if isKey {
 				kind = "a member name that is " + kind
 			}
-			add(field, kind)
+			add(field(), kind)
 			return
 		}
 		if !isKey && member != "" && strings.TrimSpace(s) != "" && isCredentialName(member) {
-			add(field, "a credential-named member with a value")
+			add(field(), "a credential-named member with a value")
 		}
 	})
 	if err != nil {
@@ -129,7 +149,10 @@ type frame struct {
 // raw, with the field path of the value or member ("task.title",
 // "context_refs[2]", `metadata["a b"]`) and, for values, the name of the
 // member holding it ("" inside arrays). It returns the first syntax error.
-func walkStrings(raw []byte, visit func(field, s string, isKey bool, member string)) error {
+//
+// The field path is built only when visit asks for it: it is needed for
+// findings only, and rendering it for every string was Rule 9's main cost.
+func walkStrings(raw []byte, visit func(field func() string, s string, isKey bool, member string)) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var stack []frame
@@ -168,14 +191,14 @@ func walkStrings(raw []byte, visit func(field, s string, isKey bool, member stri
 			n := len(stack)
 			if n > 0 && stack[n-1].object && stack[n-1].wantKey {
 				stack[n-1].key, stack[n-1].wantKey = t, false
-				visit(renderField(stack), t, true, "")
+				visit(func() string { return renderField(stack) }, t, true, "")
 				continue
 			}
 			member := ""
 			if n > 0 && stack[n-1].object {
 				member = stack[n-1].key
 			}
-			visit(renderField(stack), t, false, member)
+			visit(func() string { return renderField(stack) }, t, false, member)
 			advance()
 		default:
 			advance()

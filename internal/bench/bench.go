@@ -32,7 +32,7 @@ type Config struct {
 	// new one is published when one finishes). Both systems get the same.
 	// Defaults to 200.
 	Window int `json:"window"`
-	// Workers is sagad's workers per phase. Defaults to 8 (sagad's default).
+	// Workers is sagad's workers per phase. Defaults to 32 (sagad's default).
 	Workers int `json:"workers"`
 	// RelayWorkers is the baseline's workers per stage: > 0 a fixed pool
 	// like sagad's phase runner, < 0 a goroutine per message, so that every
@@ -95,7 +95,7 @@ func (c Config) withDefaults() Config {
 		c.Window = 200
 	}
 	if c.Workers <= 0 {
-		c.Workers = 8
+		c.Workers = 32
 	}
 	if c.RelayWorkers == 0 {
 		c.RelayWorkers = -1
