@@ -19,9 +19,13 @@ type Locks interface {
 	Renew(ctx context.Context, paths []string, holder string) error
 }
 
-// Budgets is the part of the budget tracker the phases use (see package budget).
+// Budgets charges usage against a capsule's caps and its wave's (Rule 16).
+// used is what the capsule's checkpoint says it has consumed so far: a
+// capsule outside any wave is accounted in its checkpoint alone (the
+// transition's compare-and-set makes the charge happen once), so only wave
+// charges need the budget bucket.
 type Budgets interface {
-	Charge(ctx context.Context, capsuleID, waveID, chargeID string, caps capsule.Budget, u capsule.Usage) (budget.ChargeResult, error)
+	Charge(ctx context.Context, capsuleID, waveID, chargeID string, caps capsule.Budget, used, u capsule.Usage) (budget.ChargeResult, error)
 }
 
 // Resolver tells whether a context ref or target exists (REALITY_ANCHOR).

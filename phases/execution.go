@@ -137,7 +137,7 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 	}
 
 	caps := st.Caps(c.Budget)
-	charge, err := env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/exec", key, cycle), caps, res.Usage)
+	charge, err := env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/exec", key, cycle), caps, st.BudgetUsed, res.Usage)
 	if err != nil {
 		return RetryAfter(env.RetryDelay, fmt.Errorf("execution: charge budget: %w", err))
 	}

@@ -89,7 +89,7 @@ type fakeBudgets struct {
 	total    capsule.Usage
 }
 
-func (b *fakeBudgets) Charge(_ context.Context, capsuleID, waveID, chargeID string, caps capsule.Budget, u capsule.Usage) (budget.ChargeResult, error) {
+func (b *fakeBudgets) Charge(_ context.Context, capsuleID, waveID, chargeID string, caps capsule.Budget, _, u capsule.Usage) (budget.ChargeResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.err != nil {

@@ -54,7 +54,7 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	case errors.As(err, &failed):
 		// The failed call still consumed what it consumed (Rule 16).
 		caps := st.Caps(c.Budget)
-		charge, cerr := env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/review", key, cycle), caps, failed.Usage)
+		charge, cerr := env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/review", key, cycle), caps, st.BudgetUsed, failed.Usage)
 		if cerr != nil {
 			return RetryAfter(env.RetryDelay, fmt.Errorf("review: charge budget: %w", cerr))
 		}
@@ -72,7 +72,7 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	env.record().BudgetConsumed(res.Usage)
 
 	caps := st.Caps(c.Budget)
-	charge, err := env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/review", key, cycle), caps, res.Usage)
+	charge, err := env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/review", key, cycle), caps, st.BudgetUsed, res.Usage)
 	if err != nil {
 		return RetryAfter(env.RetryDelay, fmt.Errorf("review: charge budget: %w", err))
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
@@ -229,4 +230,46 @@ func TestBadInputIsKept(t *testing.T) {
 	for name, body := range cases {
 		require.True(t, seen[body], "%s: original bytes not kept", name)
 	}
+}
+
+// TestWaveBudget: capsules of one wave share its budget (in KV, atomically);
+// the charge that crosses the wave's cap halts budget_exceeded:wave_tokens.
+func TestWaveBudget(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	bt, err := budget.New(ctx, f.js, budget.Config{})
+	require.NoError(t, err)
+	require.NoError(t, bt.SetWave(ctx, "wave-a", 1500, 0, false))
+	a := f.admin(t)
+	// Both pass AUTOMATED_GATES (Rule 19: each fits what the wave has left)
+	// before either runs its executor.
+	require.NoError(t, a.PausePhase(ctx, capsule.Execution))
+	usage := map[string]any{"usage": map[string]any{"tokens": 800, "dollars": 0.01}}
+	var ids []string
+	for i := 0; i < 2; i++ {
+		d := f.own(t, capsuletest.New().Set("wave_id", "wave-a").Set("budget.tokens", 1200).Stub(usage))
+		ids = append(ids, d.ID())
+		f.publish(t, d.Sealed(t))
+	}
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		for _, id := range ids {
+			s, err := f.client.Status(ctx, id)
+			if err != nil || s.Phase != int(capsule.Execution) {
+				return false
+			}
+		}
+		return true
+	}, "both queued at EXECUTION")
+	require.NoError(t, a.ResumePhase(ctx, capsule.Execution))
+	var reasons []string
+	for _, id := range ids {
+		s := f.wait(t, id)
+		reasons = append(reasons, string(s.State)+" "+s.HaltReason)
+	}
+	require.ElementsMatch(t, []string{"completed ", "halted budget_exceeded:wave_tokens"}, reasons)
+	w, ok, err := bt.Wave(ctx, "wave-a")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, int64(1600), w.Used.Tokens)
 }

@@ -73,7 +73,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 	}
 	p.env = &phases.Env{
 		Locks:          lm,
-		Budgets:        bt,
+		Budgets:        budgets{bt},
 		Resolver:       &resolver{workspace: cfg.Workspace, js: js, artifacts: st.artifacts},
 		Artifacts:      newArtifactStore(st.artifacts),
 		Executors:      cfg.Executors,
@@ -252,4 +252,18 @@ func settle(msg jetstream.Msg, retry time.Duration) {
 		return
 	}
 	_ = msg.Ack()
+}
+
+// budgets charges capsules outside any wave in their checkpoint alone, and
+// wave capsules through the budget bucket, where the wave's total lives.
+type budgets struct{ t *budget.Tracker }
+
+func (b budgets) Charge(ctx context.Context, capsuleID, waveID, chargeID string, caps capsule.Budget, used, u capsule.Usage) (budget.ChargeResult, error) {
+	if waveID == "" || u == (capsule.Usage{}) {
+		// A call that consumed nothing cannot cross a cap: a wave another
+		// capsule exhausted halts that capsule, not this one.
+		total := used.Add(u)
+		return budget.ChargeResult{Capsule: total, Exceeded: budget.Check(total, caps)}, nil
+	}
+	return b.t.Charge(ctx, capsuleID, waveID, chargeID, caps, u)
 }
