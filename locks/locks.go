@@ -122,8 +122,13 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Manager, err
 		Bucket:      cfg.Bucket,
 		Description: "sagad resource locks (Rule 17)",
 		History:     1,
-		Replicas:    cfg.Replicas,
-		Storage:     cfg.Storage,
+		// Every write of a live lock is at most a lease old (holders renew
+		// it), so entries far older than the lease are expired locks or the
+		// delete markers of released ones: dropping them keeps the bucket
+		// from growing with every path ever locked.
+		TTL:      bucketTTL(cfg.Lease),
+		Replicas: cfg.Replicas,
+		Storage:  cfg.Storage,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("locks: bucket %s: %w", cfg.Bucket, err)
@@ -381,4 +386,10 @@ func checkArgs(path, holder string) error {
 // sortedUnique returns paths sorted without duplicates, leaving paths as is.
 func sortedUnique(paths []string) []string {
 	return slices.Compact(slices.Sorted(slices.Values(paths)))
+}
+
+// bucketTTL is how long a lock entry outlives its last write: long past any
+// lease, so a live lock is never dropped.
+func bucketTTL(lease time.Duration) time.Duration {
+	return max(10*lease, 10*time.Minute)
 }
