@@ -166,6 +166,10 @@ func (c Config) validate() error {
 	if c.LockLease <= c.Heartbeat {
 		errs = append(errs, fmt.Errorf("lock lease %s must be longer than heartbeat %s", c.LockLease, c.Heartbeat))
 	}
+	if c.SweepInterval >= c.LockLease {
+		// The sweeper renews the locks of capsules waiting for external work.
+		errs = append(errs, fmt.Errorf("sweep interval %s must be shorter than the lock lease %s", c.SweepInterval, c.LockLease))
+	}
 	if err := c.Rules.Validate(); err != nil {
 		errs = append(errs, err)
 	}
