@@ -9,16 +9,19 @@ const CheckpointSchemaVersion = "1.0"
 // the checkpoint KV bucket. Every change goes through a compare-and-set on the
 // KV revision, which is what makes each transition happen exactly once.
 type Checkpoint struct {
-	SchemaVersion string          `json:"schema_version"`
-	CapsuleID     string          `json:"capsule_id"`
-	Key           string          `json:"key"`
-	TraceID       string          `json:"trace_id"`
-	WaveID        string          `json:"wave_id,omitempty"`
-	Digest        string          `json:"digest,omitempty"`
-	CreatedAt     time.Time       `json:"created_at"`
-	UpdatedAt     time.Time       `json:"updated_at"`
-	State         CheckpointState `json:"state"`
-	History       []Transition    `json:"history"`
+	SchemaVersion string `json:"schema_version"`
+	CapsuleID     string `json:"capsule_id"`
+	Key           string `json:"key"`
+	TraceID       string `json:"trace_id"`
+	WaveID        string `json:"wave_id,omitempty"`
+	Digest        string `json:"digest,omitempty"`
+	// IntakeSeq is the intake stream sequence of the message that created
+	// the checkpoint.
+	IntakeSeq uint64          `json:"intake_seq,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
+	State     CheckpointState `json:"state"`
+	History   []Transition    `json:"history"`
 }
 
 // CheckpointState is the nested state block of a checkpoint.

@@ -65,6 +65,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 
 	now := p.cfg.Now().UTC()
 	cp := newCheckpoint(key, claimedID(r), traceID(r.Capsule, msg), waveID(r.Capsule), r.Digest, now)
+	cp.IntakeSeq = meta.Sequence.Stream
 	tr, _ := apply(cp, capsule.Reception, 0, r.Decision, now)
 	rev, err := p.checkpoints.Create(ctx, cp)
 	if errors.Is(err, errConflict) {
@@ -72,8 +73,10 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 		if err != nil {
 			return p.cfg.RetryDelay, err
 		}
-		if err := p.duplicateIgnored(ctx, existing, meta.Sequence.Stream); err != nil {
-			return p.cfg.RetryDelay, err
+		if existing.IntakeSeq != meta.Sequence.Stream { // not our own redelivery
+			if err := p.duplicateIgnored(ctx, existing, meta.Sequence.Stream); err != nil {
+				return p.cfg.RetryDelay, err
+			}
 		}
 		return p.reemitFor(ctx, existing, capsule.Reception, 0, raw)
 	} else if err != nil {
