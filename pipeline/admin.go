@@ -567,6 +567,25 @@ func (a *Admin) ResumePhase(ctx context.Context, ph capsule.Phase) error {
 	if _, err := a.p.js.PauseConsumer(ctx, PhaseStream(ph), ConsumerName(ph), time.Now().Add(20*time.Millisecond)); err != nil {
 		return fmt.Errorf("resume %s: %w", ph, err)
 	}
+	// Return once the pause has run out, so what the caller reads next is true.
+	cons, err := a.p.js.Consumer(ctx, PhaseStream(ph), ConsumerName(ph))
+	if err != nil {
+		return fmt.Errorf("resume %s: %w", ph, err)
+	}
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("resume %s: %w", ph, err)
+		}
+		if !info.Paused {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	a.p.metrics.AdminAction("phase_resume")
 	return nil
 }

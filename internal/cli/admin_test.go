@@ -1,0 +1,80 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/cli"
+	"github.com/sagad/sagad/pipeline"
+)
+
+// TestOnlineAdmin drives the operator commands as a person would: a gated
+// capsule waits, shows in pending, refuses a pause, is revised and accepted;
+// a finished capsule refuses actions with exit 5; phases pause and resume.
+func TestOnlineAdmin(t *testing.T) {
+	t.Parallel()
+	o := setupOnline(t)
+	doc := o.own(t, capsuletest.New().Set("review.operator_gate", true))
+	r := o.run(t, "publish", file(t, doc.Sealed(t)))
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+
+	r = o.run(t, "wait", doc.ID(), "--timeout", "20s")
+	require.Equal(t, cli.ExitHuman, r.code, "waiting_for_operator needs a human: %s", r.errOut)
+
+	r = o.run(t, "pending", "-o", "json")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	var pending []pipeline.PendingItem
+	require.NoError(t, json.Unmarshal([]byte(r.out), &pending))
+	require.Len(t, pending, 1)
+	require.Equal(t, doc.ID(), pending[0].CapsuleID)
+	require.Equal(t, capsule.WaitingForOperator, pending[0].State)
+
+	r = o.run(t, "pause", doc.ID())
+	require.Equal(t, cli.ExitRefused, r.code, "a waiting capsule is decided, not paused")
+
+	r = o.run(t, "decide", doc.ID(), "revise")
+	require.Equal(t, cli.ExitUsage, r.code, "revise needs a rationale")
+
+	r = o.run(t, "decide", doc.ID(), "revise", "--rationale", "shorter", "--by", "carol", "-o", "json")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	r = o.run(t, "wait", doc.ID(), "--timeout", "20s")
+	require.Equal(t, cli.ExitHuman, r.code)
+
+	r = o.run(t, "decide", doc.ID(), "accept", "--by", "carol")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	r = o.run(t, "wait", doc.ID(), "--timeout", "20s", "-o", "json")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	var s pipeline.Status
+	require.NoError(t, json.Unmarshal([]byte(r.out), &s))
+	require.Equal(t, 2, s.CyclesUsed)
+
+	for _, args := range [][]string{
+		{"pause", doc.ID()}, {"resume", doc.ID()}, {"cancel", doc.ID()}, {"decide", doc.ID(), "accept"},
+	} {
+		r = o.run(t, args...)
+		require.Equal(t, cli.ExitRefused, r.code, "%v on a completed capsule: %s", args, r.errOut)
+	}
+	r = o.run(t, "pause", "no-such-capsule")
+	require.Equal(t, cli.ExitNotFound, r.code)
+
+	r = o.run(t, "history", doc.ID())
+	require.Equal(t, cli.ExitOK, r.code)
+	require.Contains(t, r.out, "revision_triggered")
+	require.Contains(t, r.out, "(by carol)")
+
+	r = o.run(t, "phase", "pause", "EXECUTION", "-o", "json")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	var phases []pipeline.PhaseState
+	require.NoError(t, json.Unmarshal([]byte(r.out), &phases))
+	require.True(t, phases[capsule.Execution].Paused)
+	r = o.run(t, "phase", "resume", "4", "-o", "json")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	require.NoError(t, json.Unmarshal([]byte(r.out), &phases))
+	require.False(t, phases[capsule.Execution].Paused)
+	r = o.run(t, "phase", "pause", "9")
+	require.Equal(t, cli.ExitUsage, r.code)
+}
