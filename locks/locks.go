@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -109,6 +110,49 @@ func (c Config) validate() error {
 type Manager struct {
 	kv  jetstream.KeyValue
 	cfg Config
+
+	// held remembers the revision of each lock this Manager wrote last, so
+	// the common release is one compare-and-set delete instead of a read and
+	// a delete. A stale entry only makes that delete conflict; the slow path
+	// then reads the lock.
+	mu   sync.Mutex
+	held map[string]heldRev
+}
+
+type heldRev struct {
+	holder string
+	rev    uint64
+}
+
+// maxHeld bounds the revisions remembered.
+const maxHeld = 8192
+
+func (m *Manager) remember(path, holder string, rev uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held == nil {
+		m.held = make(map[string]heldRev)
+	}
+	if _, ok := m.held[path]; !ok && len(m.held) >= maxHeld {
+		for k := range m.held {
+			delete(m.held, k)
+			break
+		}
+	}
+	m.held[path] = heldRev{holder: holder, rev: rev}
+}
+
+func (m *Manager) forget(path string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.held, path)
+}
+
+func (m *Manager) remembered(path, holder string) (uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h, ok := m.held[path]
+	return h.rev, ok && h.holder == holder
 }
 
 // New returns a Manager on cfg.Bucket, creating the bucket or updating its
@@ -161,6 +205,16 @@ func (l *lease) live(now time.Time) bool { return !l.ExpiresAt.Before(now) }
 func (m *Manager) TryAcquire(ctx context.Context, path, holder string) error {
 	if err := checkArgs(path, holder); err != nil {
 		return err
+	}
+	// Fast path: a free lock is taken with one create, no read first.
+	now := m.cfg.Now()
+	if b, err := json.Marshal(&lease{Path: path, Holder: holder, Owner: m.cfg.Owner, AcquiredAt: now, ExpiresAt: now.Add(m.cfg.Lease)}); err == nil {
+		if rev, err := m.kv.Create(ctx, Key(path), b); err == nil {
+			m.remember(path, holder, rev)
+			return nil
+		} else if !isConflict(err) {
+			return fmt.Errorf("locks: acquire %q: %w", path, err)
+		}
 	}
 	err := m.mutate(ctx, path, func(cur *lease, now time.Time) (*lease, error) {
 		next := &lease{Path: path, Holder: holder, Owner: m.cfg.Owner, AcquiredAt: now, ExpiresAt: now.Add(m.cfg.Lease)}
@@ -217,6 +271,17 @@ func (m *Manager) Release(ctx context.Context, path, holder string) error {
 	if err := checkArgs(path, holder); err != nil {
 		return err
 	}
+	if rev, ok := m.remembered(path, holder); ok {
+		err := m.kv.Delete(ctx, Key(path), jetstream.LastRevision(rev))
+		if err == nil {
+			m.forget(path)
+			return nil
+		}
+		if !isConflict(err) && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("locks: release %q: %w", path, err)
+		}
+	}
+	m.forget(path)
 	err := m.mutate(ctx, path, func(cur *lease, _ time.Time) (*lease, error) {
 		if cur == nil || cur.Holder != holder {
 			return cur, nil
@@ -315,6 +380,7 @@ func (m *Manager) mutate(ctx context.Context, path string, decide func(cur *leas
 		if err != nil || next == cur {
 			return err
 		}
+		var newRev uint64
 		switch {
 		case next == nil:
 			err = m.kv.Delete(ctx, key, jetstream.LastRevision(rev))
@@ -323,12 +389,19 @@ func (m *Manager) mutate(ctx context.Context, path string, decide func(cur *leas
 			if b, err = json.Marshal(next); err == nil {
 				// Create also succeeds over a delete marker, by a
 				// compare-and-set on the marker's revision.
-				_, err = m.kv.Create(ctx, key, b)
+				newRev, err = m.kv.Create(ctx, key, b)
 			}
 		default:
 			var b []byte
 			if b, err = json.Marshal(next); err == nil {
-				_, err = m.kv.Update(ctx, key, b, rev)
+				newRev, err = m.kv.Update(ctx, key, b, rev)
+			}
+		}
+		if err == nil {
+			if next == nil {
+				m.forget(path)
+			} else {
+				m.remember(path, next.Holder, newRev)
 			}
 		}
 		if !isConflict(err) {
