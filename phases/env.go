@@ -91,6 +91,9 @@ type Input struct {
 	// Redelivered says this message was delivered before: an earlier
 	// delivery may have done part of the phase's work.
 	Redelivered bool
+	// Revalidate confirms this delivery still holds its claim before it
+	// writes what a long agent call produced; nil means nothing to check.
+	Revalidate func(ctx context.Context) error
 }
 
 // Key is the checkpoint key of the input's capsule.

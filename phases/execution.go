@@ -68,7 +68,9 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 		}
 		var stored capsule.Artifact
 		var found bool
-		if in.Redelivered {
+		// A delivery that claimed this cycle before us (the snapshot is
+		// from before our claim) may have stored the artifact and died.
+		if in.Redelivered || (st.Execution != nil && st.Execution.Cycle == cycle) {
 			var err error
 			if stored, found, err = env.Artifacts.Lookup(ctx, c.CapsuleID, cycle); err != nil {
 				return RetryAfter(env.RetryDelay, fmt.Errorf("execution: look up artifact: %w", err))
@@ -116,6 +118,13 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 	ctx = context.WithoutCancel(ctx)
 
 	if failed == nil && ref == "" {
+		if in.Revalidate != nil {
+			// A delivery whose claim lapsed must not overwrite the
+			// artifact of the one that took the cycle over.
+			if err := in.Revalidate(ctx); err != nil {
+				return RetryAfter(env.RetryDelay, fmt.Errorf("execution: claim lost before storing the artifact: %w", err))
+			}
+		}
 		// Stored before the budget is charged, so a crash in between finds
 		// the artifact instead of running the executor again.
 		artifact := capsule.Artifact{

@@ -119,6 +119,13 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 			Raw:        raw,
 			Checkpoint: t.snapshot(),
 			Claim:      func(ctx context.Context) error { return t.claim(ctx, ph, cycle, c.Constraints.ResourceLocksRequired) },
+			Revalidate: func(ctx context.Context) error {
+				// A claim younger than half its lease cannot have lapsed.
+				if !t.claimed.Load() || p.cfg.Now().Sub(t.claimedAt()) < p.cfg.ClaimLease/2 {
+					return nil
+				}
+				return t.renew(ctx, cycle)
+			},
 		}
 		if md, err := msg.Metadata(); err == nil {
 			in.Entered = md.Timestamp
@@ -219,9 +226,11 @@ var errClaimLost = errors.New("claim on the cycle lost")
 type txn struct {
 	p   *Pipeline
 	key string
-	// token names this delivery in claims; claimed says it holds one.
-	token   string
-	claimed atomic.Bool
+	// token names this delivery in claims; claimed says it holds one,
+	// taken (or last renewed) at claimedNano.
+	token       string
+	claimed     atomic.Bool
+	claimedNano atomic.Int64
 
 	mu  sync.Mutex
 	cp  *capsule.Checkpoint
@@ -302,11 +311,14 @@ func (t *txn) claim(ctx context.Context, ph capsule.Phase, cycle int, lockPaths 
 			return err
 		}
 		t.set(cp, n)
+		t.claimedNano.Store(t.p.cfg.Now().UnixNano())
 		t.claimed.Store(true)
 		return nil
 	}
 	return errConflict
 }
+
+func (t *txn) claimedAt() time.Time { return time.Unix(0, t.claimedNano.Load()) }
 
 // renew extends this delivery's execution claim, if it holds one.
 func (t *txn) renew(ctx context.Context, cycle int) error {
@@ -334,6 +346,7 @@ func (t *txn) renew(ctx context.Context, cycle int) error {
 			return err
 		}
 		t.set(cp, n)
+		t.claimedNano.Store(t.p.cfg.Now().UnixNano())
 		return nil
 	}
 	return errConflict
@@ -399,10 +412,20 @@ func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.
 		cp := cloneCheckpoint(t.cp)
 		rev := t.rev
 		t.mu.Unlock()
-		if ex := cp.State.Execution; ex != nil && ex.Cycle == cycle && ex.Holder != t.token &&
-			(t.claimed.Load() || t.p.cfg.Now().Before(ex.ExpiresAt)) {
-			// Another delivery holds (or took over) the claim on this cycle:
-			// its result is the one that counts.
+		if !standsAt(cp, ph, cycle) {
+			// Moved on or ended (a heartbeat may have read it meanwhile).
+			return capsule.Transition{}, false, nil, errStale
+		}
+		ex := cp.State.Execution
+		if t.claimed.Load() {
+			if ex == nil || ex.Holder != t.token || ex.Cycle != cycle {
+				// Our claim was cleared (cancel) or taken over: our result
+				// does not count.
+				return capsule.Transition{}, false, nil, errStale
+			}
+		} else if ex != nil && ex.Cycle == cycle && ex.Holder != t.token && t.p.cfg.Now().Before(ex.ExpiresAt) {
+			// Another delivery holds the claim on this cycle: its result
+			// is the one that counts.
 			return capsule.Transition{}, false, nil, errStale
 		}
 		tr, ok := apply(cp, ph, cycle, d, t.p.cfg.Now().UTC())
@@ -430,7 +453,11 @@ func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.
 func (t *txn) standsAt(ph capsule.Phase, cycle int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	st := t.cp.State
+	return standsAt(t.cp, ph, cycle)
+}
+
+func standsAt(cp *capsule.Checkpoint, ph capsule.Phase, cycle int) bool {
+	st := cp.State
 	return st.Phase == ph && st.Cycle == cycle &&
 		(st.Status == capsule.InProgress || (st.Status == capsule.Paused && st.Pause != nil && st.Pause.Trigger == capsule.TriggerOperatorManual))
 }
