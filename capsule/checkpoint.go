@@ -17,11 +17,14 @@ type Checkpoint struct {
 	Digest        string `json:"digest,omitempty"`
 	// IntakeSeq is the intake stream sequence of the message that created
 	// the checkpoint.
-	IntakeSeq uint64          `json:"intake_seq,omitempty"`
-	CreatedAt time.Time       `json:"created_at"`
-	UpdatedAt time.Time       `json:"updated_at"`
-	State     CheckpointState `json:"state"`
-	History   []Transition    `json:"history"`
+	IntakeSeq uint64 `json:"intake_seq,omitempty"`
+	// OutcomeEmitted records that the ended capsule's outcome message was
+	// acknowledged, so re-emitting a transition never sends it twice.
+	OutcomeEmitted bool            `json:"outcome_emitted,omitempty"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	State          CheckpointState `json:"state"`
+	History        []Transition    `json:"history"`
 }
 
 // CheckpointState is the nested state block of a checkpoint.

@@ -511,14 +511,21 @@ func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, tr *caps
 		if np, ncycle, ok := next(*tr); ok && st.Status == capsule.InProgress && st.Phase == np && st.Cycle == ncycle {
 			msgs = append(msgs, phaseMsg(cp, raw, ""))
 		}
-		// Past half the de-duplication window an outcome is taken as emitted:
-		// re-emitting it then could store it twice.
-		if state, ok := terminalState(*tr); ok && p.cfg.Now().Sub(tr.At) < p.cfg.DuplicateWindow/2 {
+		// The outcome goes out until the checkpoint records its ack; within
+		// the de-duplication window a repeat is dropped by its Nats-Msg-Id.
+		outcome := false
+		if state, ok := terminalState(*tr); ok && !cp.OutcomeEmitted {
 			msgs = append(msgs, outcomeMsg(cp, *tr, state, raw))
+			outcome = true
 		}
 		// One round trip for all of them: JetStream acks them in parallel.
 		if err := p.publishAll(ctx, msgs); err != nil {
 			return err
+		}
+		if outcome {
+			if err := p.outcomeEmitted(ctx, cp.Key); err != nil {
+				return err
+			}
 		}
 	}
 	if (st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator) && st.Pause != nil && st.Pause.ResumeToken == "" {
@@ -538,6 +545,28 @@ func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, tr *caps
 	// A continuation left behind by a capsule that ended while paused is
 	// removed by the sweeper, which keeps this hot path free of KV calls.
 	return nil
+}
+
+// outcomeEmitted records in the ended capsule's checkpoint that its outcome
+// was acknowledged.
+func (p *Pipeline) outcomeEmitted(ctx context.Context, key string) error {
+	for i := 0; i < maxConflicts; i++ {
+		cp, rev, err := p.checkpoints.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if cp.OutcomeEmitted || !cp.Terminal() {
+			return nil
+		}
+		cp.OutcomeEmitted = true
+		if _, err := p.checkpoints.Update(ctx, cp, rev); errors.Is(err, errConflict) {
+			continue
+		} else if err != nil {
+			return fmt.Errorf("record outcome of %s: %w", key, err)
+		}
+		return nil
+	}
+	return errConflict
 }
 
 // publishAll publishes msgs asynchronously and waits for every ack.
