@@ -187,15 +187,20 @@ func TestNATSExecutorTimeoutThenSuccess(t *testing.T) {
 	t.Parallel()
 	client, worker := natsSetup(t)
 	var calls atomic.Int64
-	keys := make(chan string, 2)
+	keys := make(chan string, 16)
 	serveMicro(t, worker, "agents.slow.execute", func(r micro.Request) {
-		keys <- r.Headers().Get(executors.HeaderIdempotencyKey)
+		select {
+		case keys <- r.Headers().Get(executors.HeaderIdempotencyKey):
+		default:
+		}
 		if calls.Add(1) == 1 {
 			return // the first attempt gets no reply and times out
 		}
 		_ = r.Respond([]byte(`{"content":"second time lucky"}`))
 	})
-	ex := executors.NATSExecutor{Conn: client, Subject: "agents.slow.execute", Timeout: time.Second, Retry: fastRetry}
+	// Generous per attempt, so a loaded CI machine still answers the second
+	// one in time; the first gets no answer whatever the timeout.
+	ex := executors.NATSExecutor{Conn: client, Subject: "agents.slow.execute", Timeout: 3 * time.Second, Retry: fastRetry}
 	req := execRequest(t)
 	res, err := ex.Execute(context.Background(), req)
 	require.NoError(t, err)
