@@ -85,7 +85,15 @@ func TestSmoke(t *testing.T) {
 	require.Len(t, rep.Trips, 5)
 	relay := rep.Trips[0]
 	require.Equal(t, "baseline", relay.System)
-	require.InDelta(t, 2*relayStages, relay.PerCapsule, 0.001, "%v", relay.Ops)
+	// sagad's sweeper (still running) may list its continuations while the
+	// relay is observed; count only the relay's own operations.
+	relayOps := 0.0
+	for op, n := range relay.Ops {
+		if !strings.Contains(op, "SAGA_") && !strings.HasPrefix(op, "ack ") {
+			relayOps += n
+		}
+	}
+	require.InDelta(t, 2*relayStages, relayOps, 0.001, "%v", relay.Ops)
 	require.InDelta(t, relayStages, relay.OneWay, 0.001)
 	require.InDelta(t, relayStages, relay.Ops["kv put "+relayKV], 0.001)
 	valid := rep.Trips[1]
