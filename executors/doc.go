@@ -63,6 +63,11 @@
 // "failed", plus "kind": "execute" or "review". Usage is reported with every
 // answer, failures included: it feeds the capsule's budget.
 //
+// Publish a completion with a JetStream publish (sagad keeps completions in
+// the SAGA_COMPLETIONS stream) and retry until it is acknowledged: a plain
+// NATS publish made while sagad's server restarts is lost, and the capsule
+// then waits for it until its external timeout. examples/worker does this.
+//
 // A NATS micro-service error (the Nats-Service-Error headers) counts as
 // "failed" with the service's code and description.
 package executors

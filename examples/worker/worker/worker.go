@@ -11,7 +11,9 @@
 package worker
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,8 +21,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/sagad/sagad/capsule"
@@ -167,12 +171,54 @@ func (w *worker) handle(kind executors.CallKind, do func(data []byte) any) micro
 		}
 		if a.completion != nil {
 			// After the reply, so sagad knows to wait before the result lands.
-			if err := w.nc.Publish(a.subject, a.completion); err != nil {
-				log.Error("publish completion", "subject", a.subject, "error", err)
-			}
+			go w.deliver(log, a.subject, a.completion)
 		}
 		log.Info("answered", "repeat", repeat, "async", a.completion != nil)
 		log.Debug("reply", "body", string(a.reply))
+	}
+}
+
+// completionDeadline bounds how long a completion is retried.
+const completionDeadline = 10 * time.Minute
+
+// deliver publishes a completion to JetStream and retries until the server
+// acknowledges it: a result published with plain NATS while sagad's server
+// restarts would be lost, and the capsule would wait for it in vain.
+func (w *worker) deliver(log *slog.Logger, subject string, completion []byte) {
+	js, err := jetstream.New(w.nc)
+	if err != nil {
+		log.Error("publish completion", "subject", subject, "error", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), completionDeadline)
+	defer cancel()
+	backoff := 250 * time.Millisecond
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js.Publish(pctx, subject, completion)
+		pcancel()
+		if err == nil {
+			return
+		}
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			// No stream stores completions (no sagad has set one up): a
+			// plain publish reaches whoever listens.
+			if err := w.nc.Publish(subject, completion); err != nil {
+				log.Error("publish completion", "subject", subject, "error", err)
+			}
+			return
+		}
+		if w.nc.IsClosed() {
+			return // the worker is shutting down
+		}
+		log.Warn("publish completion, will retry", "subject", subject, "error", err)
+		select {
+		case <-ctx.Done():
+			log.Error("completion not delivered", "subject", subject, "error", err)
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
