@@ -67,37 +67,42 @@ func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev ui
 	return n, err
 }
 
-// List returns every checkpoint, sorted by creation time.
+// List returns every checkpoint, sorted by creation time. It reads the
+// bucket's latest values in one stream (a KV watcher), not a read per key.
 func (s *Checkpoints) List(ctx context.Context) ([]*capsule.Checkpoint, error) {
-	lister, err := s.kv.ListKeys(ctx)
+	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return nil, nil
-		}
-		return nil, err
+		return nil, fmt.Errorf("list checkpoints: %w", err)
 	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
+	defer func() { _ = w.Stop() }()
+	var out []*capsule.Checkpoint
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("list checkpoints: %w", ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("list checkpoints: watcher closed")
+			}
+			if e == nil { // every current value has been delivered
+				sort.Slice(out, func(i, j int) bool {
+					if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+						return out[i].CreatedAt.Before(out[j].CreatedAt)
+					}
+					return out[i].Key < out[j].Key
+				})
+				return out, nil
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			cp := new(capsule.Checkpoint)
+			if err := json.Unmarshal(e.Value(), cp); err != nil {
+				return nil, fmt.Errorf("decode checkpoint %s: %w", e.Key(), err)
+			}
+			out = append(out, cp)
+		}
 	}
-	out := make([]*capsule.Checkpoint, 0, len(keys))
-	for _, k := range keys {
-		cp, _, err := s.Get(ctx, k)
-		if errors.Is(err, ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, cp)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
-			return out[i].CreatedAt.Before(out[j].CreatedAt)
-		}
-		return out[i].Key < out[j].Key
-	})
-	return out, nil
 }
 
 // Find returns the checkpoint of id: the key itself, or else the capsule that
