@@ -159,6 +159,15 @@ type Transition struct {
 	At        time.Time `json:"at"`
 }
 
+// LastReviewFindings returns a copy of the findings of the latest review: what
+// the next EXECUTION cycle is asked to address.
+func (c *Checkpoint) LastReviewFindings() []Finding {
+	if n := len(c.State.Reviews); n > 0 {
+		return cloneFindings(c.State.Reviews[n-1].Findings)
+	}
+	return nil
+}
+
 // Terminal reports whether the checkpoint's capsule has finished.
 func (c *Checkpoint) Terminal() bool { return c.State.Status.Terminal() }
 

@@ -93,7 +93,7 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 				Cycle:          cycle,
 				IdempotencyKey: IdempotencyKey(c.CapsuleID, cycle),
 				TraceID:        in.Checkpoint.TraceID,
-				Findings:       lastReviewFindings(in.Checkpoint),
+				Findings:       in.Checkpoint.LastReviewFindings(),
 			})
 			env.record().Call("executor", callResult(err, ctx), time.Since(callStart))
 			switch {
@@ -249,13 +249,6 @@ func (e Execution) run(ctx context.Context, env *Env, in *Input, ex executors.Ex
 	}()
 	defer func() { close(done); <-stopped }()
 	return ex.Execute(ctx, req)
-}
-
-func lastReviewFindings(cp *capsule.Checkpoint) []capsule.Finding {
-	if n := len(cp.State.Reviews); n > 0 {
-		return cp.State.Reviews[n-1].Findings
-	}
-	return nil
 }
 
 func sha256Hex(b []byte) string {

@@ -430,7 +430,7 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 		}
 		now := a.now().UTC()
 		finding := capsule.Finding{Message: "operator revision: " + rationale}
-		review = append(lastReviewFindings(cp), finding)
+		review = append(cp.LastReviewFindings(), finding)
 		cycle := st.Cycle
 		tr := capsule.Transition{Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: cycle, At: now}
 		st.Pause = nil
@@ -457,7 +457,7 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 	}
 	tr := cp.History[len(cp.History)-1]
 	if !changed {
-		review = lastReviewFindings(cp)
+		review = cp.LastReviewFindings()
 		rationale = strings.TrimPrefix(review[len(review)-1].Message, "operator revision: ")
 		token = "rerun-" + strconv.Itoa(len(cp.History))
 	}
@@ -484,13 +484,6 @@ func revisedBy(cp *capsule.Checkpoint) string {
 		return ""
 	}
 	return strings.TrimPrefix(rv.ReviewerID, "operator:")
-}
-
-func lastReviewFindings(cp *capsule.Checkpoint) []capsule.Finding {
-	if n := len(cp.State.Reviews); n > 0 {
-		return append([]capsule.Finding(nil), cp.State.Reviews[n-1].Findings...)
-	}
-	return nil
 }
 
 // PendingItem is one capsule waiting for a human.

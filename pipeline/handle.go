@@ -278,7 +278,7 @@ func (t *txn) current(ph capsule.Phase, cycle int) bool {
 func (t *txn) snapshot() *capsule.Checkpoint {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return cloneCheckpoint(t.cp)
+	return t.cp.Clone()
 }
 
 // claim takes the claim on (ph, cycle) for this delivery: the phase is about
@@ -286,7 +286,7 @@ func (t *txn) snapshot() *capsule.Checkpoint {
 func (t *txn) claim(ctx context.Context, ph capsule.Phase, cycle int, lockPaths []string) error {
 	for i := 0; i < maxConflicts; i++ {
 		t.mu.Lock()
-		cp := cloneCheckpoint(t.cp)
+		cp := t.cp.Clone()
 		rev := t.rev
 		t.mu.Unlock()
 		now := t.p.cfg.Now()
@@ -327,7 +327,7 @@ func (t *txn) renew(ctx context.Context, cycle int) error {
 	}
 	for i := 0; i < maxConflicts; i++ {
 		t.mu.Lock()
-		cp := cloneCheckpoint(t.cp)
+		cp := t.cp.Clone()
 		rev := t.rev
 		t.mu.Unlock()
 		if ex := cp.State.Execution; ex == nil || ex.Holder != t.token || ex.Cycle != cycle {
@@ -366,7 +366,7 @@ func (t *txn) resumable(ph capsule.Phase, cycle int, token string) bool {
 func (t *txn) resume(ctx context.Context, ph capsule.Phase, cycle int, token string) error {
 	for i := 0; i < maxConflicts; i++ {
 		t.mu.Lock()
-		cp := cloneCheckpoint(t.cp)
+		cp := t.cp.Clone()
 		rev := t.rev
 		t.mu.Unlock()
 		resumeState(cp, t.p.cfg.Now().UTC())
@@ -409,7 +409,7 @@ func resumeState(cp *capsule.Checkpoint, now time.Time) {
 func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.Decision, fromCache bool) (capsule.Transition, bool, *capsule.Checkpoint, error) {
 	for i := 0; i < maxConflicts; i++ {
 		t.mu.Lock()
-		cp := cloneCheckpoint(t.cp)
+		cp := t.cp.Clone()
 		rev := t.rev
 		t.mu.Unlock()
 		if !standsAt(cp, ph, cycle) {
@@ -461,8 +461,6 @@ func standsAt(cp *capsule.Checkpoint, ph capsule.Phase, cycle int) bool {
 	return st.Phase == ph && st.Cycle == cycle &&
 		(st.Status == capsule.InProgress || (st.Status == capsule.Paused && st.Pause != nil && st.Pause.Trigger == capsule.TriggerOperatorManual))
 }
-
-func cloneCheckpoint(cp *capsule.Checkpoint) *capsule.Checkpoint { return cp.Clone() }
 
 // reemitFor handles a message whose transition is already recorded: it
 // re-emits that transition's effects (harmless when repeated) and acks.
