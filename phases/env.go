@@ -84,7 +84,9 @@ type Input struct {
 	// Claim takes the checkpoint's execution claim for the current cycle
 	// before an executor runs; it fails if another live instance holds it.
 	Claim func(ctx context.Context) error
-	// Progress tells JetStream the message is still being worked on.
+	// Progress, when set, is called on every EXECUTION heartbeat (with the
+	// lock renewal). The pipeline leaves it nil: its own heartbeat keeps the
+	// message and the claim alive for every phase.
 	Progress func()
 	// Entered is when the capsule entered this phase (its message's time).
 	Entered time.Time
