@@ -37,6 +37,9 @@ func serveMicro(t *testing.T, nc *nats.Conn, subject string, handler micro.Handl
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = svc.Stop() })
 	require.NoError(t, svc.AddEndpoint("call", handler, micro.WithEndpointSubject(subject)))
+	// The client is another connection: without a flush its first request
+	// can reach the server before this subscription does (no responders).
+	require.NoError(t, nc.Flush())
 }
 
 // fixedReply answers with a fixed JSON body.

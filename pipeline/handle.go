@@ -58,10 +58,11 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 		p.log.Error("undecodable capsule in phase stream dropped", "phase", ph.String(), "key", key, "error", err)
 		return 0, nil
 	}
-	// Phases without outside effects start from this process's cached
-	// checkpoint; EXECUTION and REVIEW, which call agents, always read it.
-	useCache := ph != capsule.Execution && ph != capsule.ReviewPhase
-	retry, err, stale := p.attempt(ctx, ph, msg, key, cycle, raw, c, useCache)
+	// Every phase starts from this process's cached checkpoint when it has
+	// one: a stale one loses its first compare-and-set (the claim of
+	// EXECUTION and REVIEW, before any agent is called, or the commit), and
+	// the phase then runs again on the checkpoint read from KV.
+	retry, err, stale := p.attempt(ctx, ph, msg, key, cycle, raw, c, true)
 	if stale {
 		// The cached checkpoint was behind: decide again on the real one.
 		retry, err, _ = p.attempt(ctx, ph, msg, key, cycle, raw, c, false)
@@ -79,6 +80,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		if cached, err = t.loadCached(ctx); err != nil {
 			return p.cfg.RetryDelay, err, false
 		}
+		t.fromCache = cached
 		if cached && !t.current(ph, cycle) {
 			return 0, nil, true
 		}
@@ -133,16 +135,23 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		}
 		d = p.phases[ph].Run(runCtx, p.env, in)
 	}
+	if t.cacheMiss.Load() {
+		// The claim found the cached checkpoint stale before any agent
+		// was called: decide again on the real one.
+		return 0, nil, true
+	}
 	if d.Action == phases.Retry {
 		return p.cfg.RetryDelay + d.Delay, d.Err, false
 	}
 	// Record what happened even if the phase's time ran out meanwhile.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	tr, ok, cp, err := t.commit(ctx, ph, cycle, d, cached)
+	// A successful claim proved the cached checkpoint current at that point.
+	unverified := cached && !t.claimed.Load()
+	tr, ok, cp, err := t.commit(ctx, ph, cycle, d, unverified)
 	stopHeartbeat() // the claim ends with the transition
 	if errors.Is(err, errStale) {
-		if cached {
+		if unverified {
 			return 0, nil, true
 		}
 		// Someone else recorded this transition (or the capsule moved on):
@@ -158,7 +167,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		trp = &tr
 	}
 	p.observe(cp, trp, d, p.cfg.Now().Sub(start))
-	if err := p.effects(ctx, cp, trp, d.Findings, raw, c.Constraints.ResourceLocksRequired); err != nil {
+	if err := p.effects(ctx, cp, t.revision(), trp, d.Findings, raw, c.Constraints.ResourceLocksRequired); err != nil {
 		// The transition is recorded; redelivery re-emits its effects.
 		return p.cfg.RetryDelay, err, false
 	}
@@ -170,34 +179,51 @@ const recordTimeout = 30 * time.Second
 
 // heartbeat tells JetStream the message is in progress and renews this
 // delivery's claim every Heartbeat until the returned stop is called. A lost
-// claim calls lost.
+// claim calls lost. Most phases end long before the first beat, so it is a
+// timer, not a goroutine per message.
 func (p *Pipeline) heartbeat(ctx context.Context, msg jetstream.Msg, t *txn, cycle int, lost func()) (stop func()) {
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		tick := time.NewTicker(p.cfg.Heartbeat)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				_ = msg.InProgress()
-				if err := t.renew(ctx, cycle); errors.Is(err, errClaimLost) {
-					p.log.Warn("claim lost: stopping the phase", "key", t.key, "cycle", cycle)
-					lost()
-					return
-				} else if err != nil {
-					p.log.Warn("renew claim", "key", t.key, "error", err)
-				}
-			}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		beating sync.WaitGroup
+		timer   *time.Timer
+	)
+	beat := func() {
+		mu.Lock()
+		if stopped || ctx.Err() != nil {
+			mu.Unlock()
+			return
 		}
-	}()
+		beating.Add(1)
+		mu.Unlock()
+		defer beating.Done()
+		_ = msg.InProgress()
+		if err := t.renew(ctx, cycle); errors.Is(err, errClaimLost) {
+			p.log.Warn("claim lost: stopping the phase", "key", t.key, "cycle", cycle)
+			lost()
+			return
+		} else if err != nil {
+			p.log.Warn("renew claim", "key", t.key, "error", err)
+		}
+		mu.Lock()
+		if !stopped {
+			timer.Reset(p.cfg.Heartbeat)
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	timer = time.AfterFunc(p.cfg.Heartbeat, beat)
+	mu.Unlock()
 	var once sync.Once
-	return func() { once.Do(func() { close(done); <-stopped }) }
+	return func() {
+		once.Do(func() {
+			mu.Lock()
+			stopped = true
+			timer.Stop()
+			mu.Unlock()
+			beating.Wait() // a beat in flight may still write the claim
+		})
+	}
 }
 
 // deadlineWarning parks a capsule whose deadline (in force) is closer than
@@ -216,6 +242,10 @@ func (p *Pipeline) deadlineWarning(cp *capsule.Checkpoint, c *capsule.Capsule, n
 // errStale: the checkpoint no longer waits for this (phase, cycle).
 var errStale = errors.New("transition already recorded")
 
+// errCacheStale: a claim found the cached checkpoint the phase started from
+// out of date.
+var errCacheStale = errors.New("cached checkpoint out of date")
+
 // errClaimLost: this delivery's claim on the cycle is gone (the capsule was
 // cancelled, or another delivery took the cycle over).
 var errClaimLost = errors.New("claim on the cycle lost")
@@ -231,6 +261,10 @@ type txn struct {
 	token       string
 	claimed     atomic.Bool
 	claimedNano atomic.Int64
+	// fromCache says the run started from the process's cached checkpoint;
+	// cacheMiss that its claim then found the cache stale.
+	fromCache bool
+	cacheMiss atomic.Bool
 
 	mu  sync.Mutex
 	cp  *capsule.Checkpoint
@@ -256,6 +290,13 @@ func (t *txn) loadCached(ctx context.Context) (cached bool, err error) {
 		return true, nil
 	}
 	return false, t.load(ctx)
+}
+
+// revision is the KV revision of the checkpoint last read or written.
+func (t *txn) revision() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.rev
 }
 
 // set records a checkpoint and revision just read or written.
@@ -299,6 +340,12 @@ func (t *txn) claim(ctx context.Context, ph capsule.Phase, cycle int, lockPaths 
 		}
 		n, err := t.p.checkpoints.Update(ctx, cp, rev)
 		if errors.Is(err, errConflict) {
+			if t.fromCache {
+				// What the phase decided so far came from a stale
+				// checkpoint: it must run again on the real one.
+				t.cacheMiss.Store(true)
+				return errCacheStale
+			}
 			if err := t.load(ctx); err != nil {
 				return err
 			}
@@ -477,7 +524,7 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 			(st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator) {
 			// Parked here, maybe by a delivery that died before writing the
 			// continuation: write it (again) before dropping the message.
-			if err := p.effects(ctx, cp, nil, nil, raw, lockPaths); err != nil {
+			if err := p.effects(ctx, cp, 0, nil, nil, raw, lockPaths); err != nil {
 				return p.cfg.RetryDelay, err
 			}
 		}
@@ -487,7 +534,7 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 		p.log.Debug("stale message dropped", "key", cp.Key, "phase", ph.String(), "cycle", cycle, "state", cp.State.Status)
 		return 0, nil
 	}
-	if err := p.effects(ctx, cp, &tr, cp.State.Findings, raw, lockPaths); err != nil {
+	if err := p.effects(ctx, cp, 0, &tr, cp.State.Findings, raw, lockPaths); err != nil {
 		return p.cfg.RetryDelay, err
 	}
 	return 0, nil
@@ -497,8 +544,9 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 // events of transition tr (nil when the capsule parked without one), the
 // next phase's message while the capsule is in progress, the outcome when it
 // ended, its continuation while paused, and the release of its locks.
-// Emitting twice is harmless (see the package doc).
-func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, tr *capsule.Transition, findings []capsule.Finding, raw []byte, lockPaths []string) error {
+// Emitting twice is harmless (see the package doc). rev is cp's KV revision
+// when the caller just wrote it, 0 when unknown.
+func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr *capsule.Transition, findings []capsule.Finding, raw []byte, lockPaths []string) error {
 	st := cp.State
 	if tr != nil {
 		m, err := eventMsg(transitionEvents(cp, *tr, findings)...)
@@ -521,7 +569,7 @@ func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, tr *caps
 			return err
 		}
 		if outcome {
-			if err := p.outcomeEmitted(ctx, cp.Key); err != nil {
+			if err := p.outcomeEmitted(ctx, cp, rev); err != nil {
 				return err
 			}
 		}
@@ -546,12 +594,19 @@ func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, tr *caps
 }
 
 // outcomeEmitted records in the ended capsule's checkpoint that its outcome
-// was acknowledged.
-func (p *Pipeline) outcomeEmitted(ctx context.Context, key string) error {
+// was acknowledged. known is the checkpoint as written at revision rev (0:
+// read it first); a conflict reads it again.
+func (p *Pipeline) outcomeEmitted(ctx context.Context, known *capsule.Checkpoint, rev uint64) error {
+	key := known.Key
 	for i := 0; i < maxConflicts; i++ {
-		cp, rev, err := p.checkpoints.Get(ctx, key)
-		if err != nil {
-			return err
+		var cp *capsule.Checkpoint
+		if i == 0 && rev != 0 {
+			cp = known.Clone()
+		} else {
+			var err error
+			if cp, rev, err = p.checkpoints.Get(ctx, key); err != nil {
+				return err
+			}
 		}
 		if cp.OutcomeEmitted || !cp.Terminal() {
 			return nil
