@@ -308,3 +308,41 @@ func idOf(t *testing.T, raw []byte) string {
 	require.NoError(t, err)
 	return c.CapsuleID
 }
+
+// TestStaleCachedCheckpoint: the checkpoint changes behind the process that
+// wrote it last (here: an outside write while the phase is paused), so
+// EXECUTION and REVIEW start from a stale cached copy. Their claim loses the
+// compare-and-set before any agent is called, they run again on the real
+// checkpoint, and the capsule completes once with the executor run once.
+func TestStaleCachedCheckpoint(t *testing.T) {
+	t.Parallel()
+	for _, ph := range []capsule.Phase{capsule.Execution, capsule.ReviewPhase} {
+		t.Run(ph.String(), func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			ctx := context.Background()
+			a := f.admin(t)
+			require.NoError(t, a.PausePhase(ctx, ph))
+			raw := capsuletest.New().Sealed(t)
+			id := idOf(t, raw)
+			f.publish(t, raw)
+			kv, err := f.js.KeyValue(ctx, pipeline.CheckpointsBucket)
+			require.NoError(t, err)
+			natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+				s, err := f.client.Status(ctx, id)
+				return err == nil && s.Phase == int(ph) && s.State == capsule.InProgress
+			}, "capsule never reached %s", ph)
+			// Same value, new revision: the process's cached copy is now behind.
+			e, err := kv.Get(ctx, id)
+			require.NoError(t, err)
+			_, err = kv.Update(ctx, id, e.Value(), e.Revision())
+			require.NoError(t, err)
+			require.NoError(t, a.ResumePhase(ctx, ph))
+			s := f.wait(t, id)
+			require.Equal(t, capsule.Completed, s.State)
+			require.Len(t, s.History, 7)
+			require.Equal(t, int64(1), f.executed.Load())
+			require.EqualValues(t, 1, countOutcomes(t, f))
+		})
+	}
+}
