@@ -374,7 +374,7 @@ func (a *Admin) reemitEnd(ctx context.Context, cp *capsule.Checkpoint) error {
 	if c != nil {
 		paths = c.Constraints.ResourceLocksRequired
 	}
-	return a.p.effects(ctx, cp, 0, &tr, cp.State.Findings, raw, paths)
+	return a.p.effects(ctx, cp, 0, &tr, raw, paths)
 }
 
 func lastOutcome(cp *capsule.Checkpoint, outcome string) (capsule.Transition, bool) {
@@ -464,7 +464,7 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 	if err := a.adminEvent(ctx, cp, capsule.EventRevisionTriggered, token, rationale, by, review); err != nil {
 		return StatusOf(cp), err
 	}
-	if err := a.p.effects(ctx, cp, 0, &tr, review, raw, c.Constraints.ResourceLocksRequired); err != nil {
+	if err := a.p.effects(ctx, cp, 0, &tr, raw, c.Constraints.ResourceLocksRequired); err != nil {
 		return StatusOf(cp), err
 	}
 	a.p.metrics.AdminAction("revise")

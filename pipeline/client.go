@@ -177,16 +177,48 @@ func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
 	}
 }
 
-// History returns the lifecycle events of a capsule id (or key) in order,
-// de-duplicated by event id.
+// History returns the lifecycle events of a capsule id (or key) in time
+// order, de-duplicated by event id: the events of its transitions, derived
+// from its checkpoint, merged with those on the events stream.
 func (c *Client) History(ctx context.Context, id string) ([]capsule.Event, error) {
 	key := id
+	var derived []capsule.Event
 	if cp, err := c.checkpoints.Find(ctx, id); err == nil {
 		key = cp.Key
+		derived = CheckpointEvents(cp)
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	return readEvents(ctx, c.js, EventSubject(key))
+	stream, err := readEvents(ctx, c.js, EventSubject(key))
+	if err != nil {
+		return nil, err
+	}
+	return MergeEvents(derived, stream), nil
+}
+
+// MergeEvents merges two event lists, each in order, into one ordered by
+// time (a transition's events keep their order), dropping repeated ids.
+func MergeEvents(a, b []capsule.Event) []capsule.Event {
+	out := make([]capsule.Event, 0, len(a)+len(b))
+	seen := make(map[string]bool, len(a)+len(b))
+	add := func(ev capsule.Event) {
+		if ev.ID != "" && seen[ev.ID] {
+			return
+		}
+		seen[ev.ID] = true
+		out = append(out, ev)
+	}
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		if j == len(b) || (i < len(a) && !b[j].At.Before(a[i].At)) {
+			add(a[i])
+			i++
+		} else {
+			add(b[j])
+			j++
+		}
+	}
+	return out
 }
 
 // readEvents reads every event on subject so far with an ordered consumer.

@@ -9,7 +9,7 @@
 //	intake (phase 0)          stream SAGA_INTAKE    saga.intake            (anyone publishes capsules here)
 //	phase N, 1 ≤ N ≤ 6        stream SAGA_PHASE_N   saga.phase.N
 //	phase consumers           durable "phase-N"     (phase 0: "phase-0" on SAGA_INTAKE)
-//	lifecycle events          stream SAGA_EVENTS    saga.events.<key>      (limits retention; `sagactl history`)
+//	events without transition stream SAGA_EVENTS    saga.events.<key>      (pauses, operator actions, duplicates)
 //	outcomes                  stream SAGA_OUTCOMES  saga.outcome.completed|halted|cancelled (original bytes kept)
 //	checkpoints               KV SAGA_CHECKPOINTS   <key>
 //	capsules as received      KV SAGA_CAPSULES      <key>
@@ -25,8 +25,13 @@
 // # Exactly once
 //
 // Every transition is a compare-and-set of the capsule's checkpoint on its KV
-// revision. Only the winner emits the transition's effects (events, next-phase
-// message, outcome, lock release). A message whose transition is already
+// revision. Only the winner emits the transition's effects (next-phase
+// message, outcome, lock release). A transition's lifecycle events are not
+// published: they are derived from the phase history of the checkpoint that
+// records it (CheckpointEvents), so a hop costs two writes like a bare
+// relay's, the checkpoint and the next message; Client.History and `sagactl
+// watch` merge them with the events stream, which carries what changes no
+// history (pauses, resumes, operator decisions, duplicates). A message whose transition is already
 // recorded (a redelivery, a duplicate, a crash after the write) only re-emits
 // that transition's effects and is acked. Re-emitting is harmless: a second
 // phase message finds its transition recorded, events carry a deterministic

@@ -167,7 +167,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		trp = &tr
 	}
 	p.observe(cp, trp, d, p.cfg.Now().Sub(start))
-	if err := p.effects(ctx, cp, t.revision(), trp, d.Findings, raw, c.Constraints.ResourceLocksRequired); err != nil {
+	if err := p.effects(ctx, cp, t.revision(), trp, raw, c.Constraints.ResourceLocksRequired); err != nil {
 		// The transition is recorded; redelivery re-emits its effects.
 		return p.cfg.RetryDelay, err, false
 	}
@@ -524,7 +524,7 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 			(st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator) {
 			// Parked here, maybe by a delivery that died before writing the
 			// continuation: write it (again) before dropping the message.
-			if err := p.effects(ctx, cp, 0, nil, nil, raw, lockPaths); err != nil {
+			if err := p.effects(ctx, cp, 0, nil, raw, lockPaths); err != nil {
 				return p.cfg.RetryDelay, err
 			}
 		}
@@ -534,7 +534,7 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 		p.log.Debug("stale message dropped", "key", cp.Key, "phase", ph.String(), "cycle", cycle, "state", cp.State.Status)
 		return 0, nil
 	}
-	if err := p.effects(ctx, cp, 0, &tr, cp.State.Findings, raw, lockPaths); err != nil {
+	if err := p.effects(ctx, cp, 0, &tr, raw, lockPaths); err != nil {
 		return p.cfg.RetryDelay, err
 	}
 	return 0, nil
@@ -546,14 +546,11 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 // ended, its continuation while paused, and the release of its locks.
 // Emitting twice is harmless (see the package doc). rev is cp's KV revision
 // when the caller just wrote it, 0 when unknown.
-func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr *capsule.Transition, findings []capsule.Finding, raw []byte, lockPaths []string) error {
+func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr *capsule.Transition, raw []byte, lockPaths []string) error {
 	st := cp.State
 	if tr != nil {
-		m, err := eventMsg(transitionEvents(cp, *tr, findings)...)
-		if err != nil {
-			return err
-		}
-		msgs := []*nats.Msg{m}
+		// The transition's events are in the checkpoint (CheckpointEvents).
+		var msgs []*nats.Msg
 		if np, ncycle, ok := next(*tr); ok && st.Status == capsule.InProgress && st.Phase == np && st.Cycle == ncycle {
 			msgs = append(msgs, phaseMsg(cp, raw, ""))
 		}

@@ -89,7 +89,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 	if r.Capsule != nil {
 		lockPaths = r.Capsule.Constraints.ResourceLocksRequired
 	}
-	if err := p.effects(ctx, cp, rev, &tr, r.Decision.Findings, raw, lockPaths); err != nil {
+	if err := p.effects(ctx, cp, rev, &tr, raw, lockPaths); err != nil {
 		return p.cfg.RetryDelay, err
 	}
 	return 0, nil

@@ -121,6 +121,44 @@ func eventID(key string, p capsule.Phase, cycle int, kind capsule.EventKind) str
 	return key + "." + strconv.Itoa(int(p)) + "." + strconv.Itoa(cycle) + "." + string(kind)
 }
 
+// CheckpointEvents are the lifecycle events of every transition in cp's
+// phase history, in order. A transition's events are not published: they are
+// derived from the checkpoint that records it, so a transition costs one
+// write (see the package doc). Events that record no transition (pauses,
+// operator actions, duplicates) are on the events stream.
+func CheckpointEvents(cp *capsule.Checkpoint) []capsule.Event {
+	var out []capsule.Event
+	for _, tr := range cp.History {
+		out = append(out, transitionEvents(cp, tr, transitionFindings(cp, tr))...)
+	}
+	return out
+}
+
+// LastTransitionEvents are the events of the newest transition of cp.
+func LastTransitionEvents(cp *capsule.Checkpoint) []capsule.Event {
+	if len(cp.History) == 0 {
+		return nil
+	}
+	tr := cp.History[len(cp.History)-1]
+	return transitionEvents(cp, tr, transitionFindings(cp, tr))
+}
+
+// transitionFindings are the findings that explain transition tr: the review
+// of its cycle for a loop back, the halt's findings for a halt.
+func transitionFindings(cp *capsule.Checkpoint, tr capsule.Transition) []capsule.Finding {
+	switch tr.Outcome {
+	case capsule.OutcomeLoopedBack:
+		for _, r := range cp.State.Reviews {
+			if r.Cycle == tr.Cycle {
+				return r.Findings
+			}
+		}
+	case capsule.OutcomeHalted:
+		return cp.State.Findings
+	}
+	return nil
+}
+
 // transitionEvents are the lifecycle events transition tr produces.
 func transitionEvents(cp *capsule.Checkpoint, tr capsule.Transition, findings []capsule.Finding) []capsule.Event {
 	ev := func(kind capsule.EventKind, p capsule.Phase, cycle int, detail string, f []capsule.Finding) capsule.Event {

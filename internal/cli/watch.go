@@ -38,37 +38,83 @@ type watchCmd struct {
 // the rare one re-emitted later without growing forever.
 const watchSeenLimit = 4096
 
+// watchItem is one message of either source a watch follows.
+type watchItem struct {
+	msg        jetstream.Msg
+	checkpoint bool // a checkpoint revision, not an events-stream message
+	err        error
+}
+
 // Run prints each event as it arrives until ctx ends or count is reached.
 // It returns nil when ctx is cancelled (Ctrl-C), and an ExitTimeout error
 // when ctx's deadline passes before count events arrived.
+//
+// A transition's events are derived from the checkpoint revision that
+// records it (KV bucket SAGA_CHECKPOINTS); pauses, operator actions and
+// duplicates are on the events stream. Run follows both.
 func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
-	subject := pipeline.EventsPrefix + ">"
+	evSubject := pipeline.EventsPrefix + ">"
+	cpSubject := "$KV." + pipeline.CheckpointsBucket + ".>"
 	if w.key != "" {
-		subject = pipeline.EventSubject(w.key)
+		evSubject = pipeline.EventSubject(w.key)
+		cpSubject = "$KV." + pipeline.CheckpointsBucket + "." + w.key
 	}
-	cfg := jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-	}
+	start := w.now()
+	// A transition is stamped a moment before its checkpoint revision is
+	// stored: without --since, transitions stamped this much before the
+	// watch began still show when their revision arrives after it.
+	from := start.Add(-watchSlack)
 	if w.since > 0 {
-		start := w.now().Add(-w.since)
-		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
-		cfg.OptStartTime = &start
+		start = start.Add(-w.since)
+		from = start
 	}
-	cons, err := w.js.OrderedConsumer(ctx, pipeline.EventsStream, cfg)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return pipeline.ErrNoTopology
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	items := make(chan watchItem)
+	follow := func(stream, subject string, checkpoint bool) error {
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverNewPolicy}
+		if w.since > 0 {
+			cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
+			cfg.OptStartTime = &start
+		}
+		cons, err := w.js.OrderedConsumer(ctx, stream, cfg)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return pipeline.ErrNoTopology
+		}
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", subject, err)
+		}
+		it, err := cons.Messages()
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", subject, err)
+		}
+		go func() {
+			defer it.Stop()
+			stopOnDone := context.AfterFunc(ctx, it.Stop)
+			defer stopOnDone()
+			for {
+				msg, err := it.Next()
+				if err != nil && (ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed)) {
+					return
+				}
+				select {
+				case items <- watchItem{msg: msg, checkpoint: checkpoint, err: err}:
+				case <-ctx.Done():
+					return
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", subject, err)
+	if err := follow(pipeline.EventsStream, evSubject, false); err != nil {
+		return err
 	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", subject, err)
+	if err := follow("KV_"+pipeline.CheckpointsBucket, cpSubject, true); err != nil {
+		return err
 	}
-	defer it.Stop()
-	stopOnDone := context.AfterFunc(ctx, it.Stop)
-	defer stopOnDone()
 
 	if !w.json {
 		fmt.Fprintf(out, "%-24s  %-36s  %-20s  %-18s  %-5s  %s\n", "AT", "CAPSULE", "EVENT", "PHASE", "CYCLE", "DETAIL")
@@ -76,18 +122,28 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 	enc := json.NewEncoder(out)
 	seen := make(map[string]bool)
 	var order []string
+	printed := newPrintedHistory()
 	n := 0
 	for w.count == 0 || n < w.count {
-		msg, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				break
-			}
-			return fmt.Errorf("watch %s: %w", subject, err)
+		var item watchItem
+		select {
+		case item = <-items:
+		case <-ctx.Done():
 		}
-		evs, err := capsule.DecodeEvents(msg.Data())
-		if err != nil {
-			continue // not ours to judge; history skips it too
+		if ctx.Err() != nil {
+			break
+		}
+		if item.err != nil {
+			return fmt.Errorf("watch: %w", item.err)
+		}
+		var evs []capsule.Event
+		if item.checkpoint {
+			evs = printed.events(item.msg, from)
+		} else {
+			var err error
+			if evs, err = capsule.DecodeEvents(item.msg.Data()); err != nil {
+				continue // not ours to judge; history skips it too
+			}
 		}
 		for _, ev := range evs {
 			if w.count != 0 && n >= w.count {
@@ -117,6 +173,53 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 		return exit(ExitTimeout, fmt.Errorf("timed out after %d of %d events", n, w.count))
 	}
 	return nil
+}
+
+// watchSlack: see Run.
+const watchSlack = 5 * time.Second
+
+// watchKeyLimit bounds the capsules whose printed history a watch remembers.
+const watchKeyLimit = 65536
+
+// printedHistory counts, per capsule key, the history entries a watch has
+// shown, remembering the newest watchKeyLimit capsules.
+type printedHistory struct {
+	n     map[string]int
+	order []string
+}
+
+func newPrintedHistory() *printedHistory { return &printedHistory{n: make(map[string]int)} }
+
+// events are the events of the transitions a checkpoint revision adds to
+// what was shown of its capsule, made at or after from.
+func (p *printedHistory) events(msg jetstream.Msg, from time.Time) []capsule.Event {
+	if len(msg.Data()) == 0 {
+		return nil // a delete or purge marker
+	}
+	cp := new(capsule.Checkpoint)
+	if json.Unmarshal(msg.Data(), cp) != nil {
+		return nil
+	}
+	done, known := p.n[cp.Key]
+	if done > len(cp.History) {
+		done = 0 // the key was reused
+	}
+	var evs []capsule.Event
+	fresh := *cp
+	fresh.History = cp.History[done:]
+	for _, ev := range pipeline.CheckpointEvents(&fresh) {
+		if !ev.At.Before(from) {
+			evs = append(evs, ev)
+		}
+	}
+	if !known {
+		if p.order = append(p.order, cp.Key); len(p.order) > watchKeyLimit {
+			delete(p.n, p.order[0])
+			p.order = p.order[1:]
+		}
+	}
+	p.n[cp.Key] = len(cp.History)
+	return evs
 }
 
 // printWatchEvent writes one event as a line, and its findings indented below.
