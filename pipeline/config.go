@@ -74,6 +74,14 @@ type Config struct {
 	// less than this is left before its deadline. Negative disables it.
 	// Defaults to 5m.
 	DeadlineWarning time.Duration
+	// Retention is how long an ended capsule is kept after its outcome was
+	// published: then its checkpoint, bytes, events, continuation and
+	// artifacts are removed (its outcome message stays in SAGA_OUTCOMES, under
+	// that stream's own limits). 0 keeps everything forever. JetStream keeps
+	// an index entry per key and subject in memory, so without retention
+	// memory grows with every capsule ever run.
+	Retention time.Duration
+
 	// SweepInterval is how often parked capsules are looked at: lock_contention
 	// ones resume when their locks are free, blocked_external ones have their
 	// locks renewed or time out. Defaults to 5s.

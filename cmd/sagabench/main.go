@@ -36,6 +36,7 @@ func main() {
 	fs.StringVar(&cfg.DataDir, "data", "", "data directory (default: a temporary one, removed afterwards)")
 	fs.BoolVar(&cfg.SyncAlways, "sync-always", false, "fsync every JetStream write")
 	fs.DurationVar(&cfg.DuplicateWindow, "dup-window", 0, "experiment: sagad's JetStream de-duplication window (default: sagad's, 2m)")
+	fs.DurationVar(&cfg.Retention, "retention", 0, "sagad's retention of ended capsules (default: sagad's, 168h; negative keeps them forever)")
 	fs.DurationVar(&cfg.PhaseTimeout, "phase-timeout", 0, "experiment: sagad's phase timeout (default: sagad's, 2m)")
 	fs.DurationVar(&cfg.StallTimeout, "stall", 0, "give up on capsules after this long without any outcome (default 60s)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of sagad's first measured round to this file (with -memcheck: after the first reading; FILE.first before it)")

@@ -66,6 +66,11 @@ type Config struct {
 	// server or the client holds per recent capsule (see BENCHMARKS.md).
 	DuplicateWindow time.Duration `json:"duplicate_window_ns,omitempty"`
 	PhaseTimeout    time.Duration `json:"phase_timeout_ns,omitempty"`
+	// Retention is sagad's retention of ended capsules. Defaults to sagad's
+	// own default (daemon.DefaultRetention, 7 days); negative keeps them
+	// forever. A capsule forgotten before the check reads its checkpoint
+	// is counted as forgotten, not as a problem.
+	Retention time.Duration `json:"retention_ns"`
 	// StallTimeout is how long a run waits without any outcome before it
 	// gives up on the capsules still in flight. Defaults to 60s.
 	StallTimeout time.Duration `json:"stall_timeout_ns"`
@@ -426,9 +431,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	}
 	sut.result.Delivery = sut.t.settle(settleCtx, e.srv)
 	sample := sut.t.published(historySample)
-	sut.result.Delivery.HistoriesChecked = len(sample)
-	sut.result.Delivery.Problems = append(sut.result.Delivery.Problems,
-		sg.checkHistories(settleCtx, sut.t.gen, sample)...)
+	problems, forgotten := sg.checkHistories(settleCtx, sut.t.gen, sample)
+	sut.result.Delivery.HistoriesChecked = len(sample) - forgotten
+	sut.result.Delivery.HistoriesForgotten = forgotten
+	sut.result.Delivery.Problems = append(sut.result.Delivery.Problems, problems...)
 	sut.result.Redelivered, _ = sg.counters()
 	rep.Sagad = sut.result
 	lines, warnings, first := sg.logs.snapshot()

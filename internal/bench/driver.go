@@ -343,6 +343,9 @@ type Delivery struct {
 	ByState map[string]int `json:"by_state"`
 	// Samples describe the first problems found.
 	Samples []string `json:"samples,omitempty"`
+	// HistoriesForgotten is how many sampled checkpoints sagad had already
+	// removed (retention), so could not be checked.
+	HistoriesForgotten int `json:"histories_forgotten,omitempty"`
 	// HistoriesChecked is how many checkpoints were read back and checked.
 	HistoriesChecked int `json:"histories_checked,omitempty"`
 	// Problems are further failed checks (checkpoint samples, settling).

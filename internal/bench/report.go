@@ -164,7 +164,7 @@ func WriteText(w io.Writer, r *Report) {
 			for _, k := range slices.Sorted(maps.Keys(d.ByState)) {
 				parts = append(parts, fmt.Sprintf("%s %d", k, d.ByState[k]))
 			}
-			fmt.Fprintf(w, "           outcomes: %s (each checked against its class; %d checkpoint histories sampled)\n", strings.Join(parts, ", "), d.HistoriesChecked)
+			fmt.Fprintf(w, "           outcomes: %s (each checked against its class; %d checkpoint histories sampled, %d already forgotten by retention)\n", strings.Join(parts, ", "), d.HistoriesChecked, d.HistoriesForgotten)
 		}
 		for _, p := range append(d.Samples, d.Problems...) {
 			fmt.Fprintf(w, "           ! %s\n", p)

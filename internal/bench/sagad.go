@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/daemon"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
 )
@@ -53,6 +55,7 @@ func newSagad(ctx context.Context, js jetstream.JetStream, cfg Config, workspace
 		Metrics:         metrics.New(s.reg, metrics.BuildInfo{}),
 		DuplicateWindow: cfg.DuplicateWindow,
 		PhaseTimeout:    cfg.PhaseTimeout,
+		Retention:       retention(cfg.Retention),
 	})
 	if err != nil {
 		return nil, err
@@ -108,14 +111,27 @@ func (s *sagad) system(srv *server.Server) *system {
 	}
 }
 
+// retention maps the benchmark's setting to the pipeline's, as sagad does.
+func retention(d time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return daemon.DefaultRetention
+	case d < 0:
+		return 0
+	}
+	return d
+}
+
 // checkHistories reads the checkpoints of sample capsules and returns a
-// problem for each whose status or history length is not its class's.
-func (s *sagad) checkHistories(ctx context.Context, gen *Generator, seqs []uint64) []string {
-	var problems []string
+// problem for each whose status or history length is not its class's, and
+// how many were already forgotten (retention).
+func (s *sagad) checkHistories(ctx context.Context, gen *Generator, seqs []uint64) (problems []string, forgotten int) {
 	for _, seq := range seqs {
 		want := gen.Class(seq).Expect()
 		st, err := s.client.Status(ctx, gen.ID(seq))
 		switch {
+		case errors.Is(err, pipeline.ErrNotFound):
+			forgotten++
 		case err != nil:
 			problems = append(problems, fmt.Sprintf("checkpoint of %s: %v", gen.ID(seq), err))
 		case st.State != want.State || len(st.History) != want.Transitions || st.HaltReason != want.Halt:
@@ -123,7 +139,7 @@ func (s *sagad) checkHistories(ctx context.Context, gen *Generator, seqs []uint6
 				gen.ID(seq), gen.Class(seq), st.State, len(st.History), st.HaltReason, want.State, want.Transitions, want.Halt))
 		}
 	}
-	return problems
+	return problems, forgotten
 }
 
 // counters reads sagad's own metrics that speak to delivery: redeliveries

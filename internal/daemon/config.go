@@ -56,12 +56,31 @@ type Config struct {
 	// ExternalTimeout halts a capsule whose accepted external work has not
 	// reported within it. Defaults to 1h.
 	ExternalTimeout Duration `json:"external_timeout"`
+	// Retention is how long an ended capsule's checkpoint, bytes, events and
+	// artifacts are kept after its outcome; negative keeps them forever.
+	// Defaults to 168h (7 days).
+	Retention Duration `json:"retention"`
 	// Executors serve task kinds beyond the built-in "stub" (config file
 	// only; see executors.Config and examples/sagad.json).
 	Executors map[string]executors.Endpoint `json:"executors"`
 	// Reviewers serve review.reviewer_agent_id values beyond the built-in
 	// "stub-reviewer" (config file only).
 	Reviewers map[string]executors.Endpoint `json:"reviewers"`
+}
+
+// DefaultRetention is how long sagad keeps an ended capsule by default.
+const DefaultRetention = 7 * 24 * time.Hour
+
+// retention is the pipeline's Retention: the default when unset, 0 (keep
+// forever) when negative.
+func (c *Config) retention() time.Duration {
+	switch {
+	case c.Retention == 0:
+		return DefaultRetention
+	case c.Retention < 0:
+		return 0
+	}
+	return time.Duration(c.Retention)
 }
 
 // Duration is a time.Duration that reads "30s" from JSON.
@@ -136,11 +155,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.IntVar(&flags.Replicas, "replicas", 0, "stream and bucket replicas (default 1; env SAGAD_REPLICAS)")
 	fs.DurationVar(&shutdown, "shutdown-timeout", 0, "graceful shutdown bound (default 30s; env SAGAD_SHUTDOWN_TIMEOUT)")
 	fs.BoolVar(&flags.SyncAlways, "sync-always", false, "embedded server fsyncs before every ack (env SAGAD_SYNC_ALWAYS)")
-	var lockWait, deadlineWarning, externalTimeout time.Duration
+	var lockWait, deadlineWarning, externalTimeout, retention time.Duration
 	fs.DurationVar(&lockWait, "lock-wait", 0, "retry contended locks this long, then park with lock_contention; negative halts at once (default 60s; env SAGAD_LOCK_WAIT)")
 	fs.Float64Var(&flags.BudgetWarning, "budget-warning", 0, "pause with budget_warning past this fraction of a cap; negative disables (default 0.75; env SAGAD_BUDGET_WARNING)")
 	fs.DurationVar(&deadlineWarning, "deadline-warning", 0, "pause with deadline_approaching when less is left; negative disables (default 5m; env SAGAD_DEADLINE_WARNING)")
 	fs.DurationVar(&externalTimeout, "external-timeout", 0, "halt when accepted external work reports nothing for this long (default 1h; env SAGAD_EXTERNAL_TIMEOUT)")
+	fs.DurationVar(&retention, "retention", 0, "keep ended capsules this long, then remove their state (outcomes stay); negative keeps them forever (default 168h; env SAGAD_RETENTION)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -149,6 +169,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	}
 	flags.ShutdownTimeout = Duration(shutdown)
 	flags.LockWait, flags.DeadlineWarning, flags.ExternalTimeout = Duration(lockWait), Duration(deadlineWarning), Duration(externalTimeout)
+	flags.Retention = Duration(retention)
 	if file == "" {
 		file = getenv("SAGAD_CONFIG")
 	}
@@ -212,6 +233,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	envDur(&cfg.LockWait, "SAGAD_LOCK_WAIT")
 	envDur(&cfg.DeadlineWarning, "SAGAD_DEADLINE_WARNING")
 	envDur(&cfg.ExternalTimeout, "SAGAD_EXTERNAL_TIMEOUT")
+	envDur(&cfg.Retention, "SAGAD_RETENTION")
 	if v := getenv("SAGAD_BUDGET_WARNING"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
@@ -264,6 +286,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.DeadlineWarning = flags.DeadlineWarning
 		case "external-timeout":
 			cfg.ExternalTimeout = flags.ExternalTimeout
+		case "retention":
+			cfg.Retention = flags.Retention
 		}
 	})
 	if cfg.HTTPListen == "" {

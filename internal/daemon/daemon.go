@@ -104,6 +104,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		BudgetWarning:   cfg.BudgetWarning,
 		DeadlineWarning: time.Duration(cfg.DeadlineWarning),
 		ExternalTimeout: time.Duration(cfg.ExternalTimeout),
+		Retention:       cfg.retention(),
 	})
 	if err != nil {
 		return err

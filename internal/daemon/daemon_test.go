@@ -160,6 +160,11 @@ func TestParseConfigPrecedence(t *testing.T) {
 			want: func(c *Config) { c.HTTPListen = "127.0.0.1:9999" },
 		},
 		{name: "http off by flag over file", file: fileConfig, args: []string{"--http-listen", "off"}, want: func(c *Config) { fromFile(c); c.HTTPListen = "" }},
+		{name: "retention by file", file: `{"retention":"24h"}`, want: func(c *Config) { c.Retention = Duration(24 * time.Hour) }},
+		{
+			name: "retention flag over env", env: map[string]string{"SAGAD_RETENTION": "1h"}, args: []string{"--retention", "-1s"},
+			want: func(c *Config) { c.Retention = Duration(-time.Second) },
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -481,4 +486,15 @@ func TestRunStartFailures(t *testing.T) {
 		err := Run(context.Background(), cfg, tlogWriter{t}, nil)
 		require.EqualError(t, err, `nats-listen "127.0.0.1:http": bad port`)
 	})
+}
+
+func TestRetentionDefault(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		set  Duration
+		want time.Duration
+	}{{0, DefaultRetention}, {Duration(-time.Second), 0}, {Duration(time.Hour), time.Hour}} {
+		c := Config{Retention: tt.set}
+		require.Equal(t, tt.want, c.retention(), "retention %s", time.Duration(tt.set))
+	}
 }
