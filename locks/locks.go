@@ -170,9 +170,12 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Manager, err
 		// it), so entries far older than the lease are expired locks or the
 		// delete markers of released ones: dropping them keeps the bucket
 		// from growing with every path ever locked.
-		TTL:      bucketTTL(cfg.Lease),
-		Replicas: cfg.Replicas,
-		Storage:  cfg.Storage,
+		TTL: bucketTTL(cfg.Lease),
+		// Released locks leave a purge marker that lives this long, so the
+		// bucket does not index every path ever locked for bucketTTL.
+		LimitMarkerTTL: releasedTTL,
+		Replicas:       cfg.Replicas,
+		Storage:        cfg.Storage,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("locks: bucket %s: %w", cfg.Bucket, err)
@@ -272,7 +275,7 @@ func (m *Manager) Release(ctx context.Context, path, holder string) error {
 		return err
 	}
 	if rev, ok := m.remembered(path, holder); ok {
-		err := m.kv.Delete(ctx, Key(path), jetstream.LastRevision(rev))
+		err := m.kv.Purge(ctx, Key(path), jetstream.LastRevision(rev), jetstream.PurgeTTL(releasedTTL))
 		if err == nil {
 			m.forget(path)
 			return nil
@@ -460,6 +463,9 @@ func checkArgs(path, holder string) error {
 func sortedUnique(paths []string) []string {
 	return slices.Compact(slices.Sorted(slices.Values(paths)))
 }
+
+// releasedTTL is how long the marker of a released lock stays.
+const releasedTTL = time.Second
 
 // bucketTTL is how long a lock entry outlives its last write: long past any
 // lease, so a live lock is never dropped.

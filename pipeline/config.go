@@ -75,11 +75,12 @@ type Config struct {
 	// Defaults to 5m.
 	DeadlineWarning time.Duration
 	// Retention is how long an ended capsule is kept after its outcome was
-	// published: then its checkpoint, bytes, events, continuation and
-	// artifacts are removed (its outcome message stays in SAGA_OUTCOMES, under
-	// that stream's own limits). 0 keeps everything forever. JetStream keeps
-	// an index entry per key and subject in memory, so without retention
-	// memory grows with every capsule ever run.
+	// published: its last checkpoint and its bytes carry that time to live
+	// (JetStream per-message TTL), and events and artifacts are kept that
+	// long after they were written. The outcome message stays in
+	// SAGA_OUTCOMES, under that stream's own limits. 0 keeps everything
+	// forever. JetStream keeps an index entry per key and subject in memory,
+	// so without retention memory grows with every capsule ever run.
 	Retention time.Duration
 
 	// SweepInterval is how often parked capsules are looked at: lock_contention

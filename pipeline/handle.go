@@ -560,6 +560,11 @@ func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, rev uint
 		if state, ok := terminalState(*tr); ok && !cp.OutcomeEmitted {
 			msgs = append(msgs, outcomeMsg(cp, *tr, state, raw))
 			outcome = true
+			if p.cfg.Retention > 0 {
+				// The bytes as received, again, now with the retention
+				// as their time to live (the checkpoint gets it next).
+				msgs = append(msgs, p.retainedBytes(cp.Key, raw))
+			}
 		}
 		// One round trip for all of them: JetStream acks them in parallel.
 		if err := p.publishAll(ctx, msgs); err != nil {
@@ -609,7 +614,8 @@ func (p *Pipeline) outcomeEmitted(ctx context.Context, known *capsule.Checkpoint
 			return nil
 		}
 		cp.OutcomeEmitted = true
-		if _, err := p.checkpoints.Update(ctx, cp, rev); errors.Is(err, errConflict) {
+		// The last write of an ended capsule: it lives for the retention.
+		if _, err := p.checkpoints.UpdateTTL(ctx, cp, rev, p.cfg.Retention); errors.Is(err, errConflict) {
 			continue
 		} else if err != nil {
 			return fmt.Errorf("record outcome of %s: %w", key, err)
@@ -617,6 +623,15 @@ func (p *Pipeline) outcomeEmitted(ctx context.Context, known *capsule.Checkpoint
 		return nil
 	}
 	return errConflict
+}
+
+// retainedBytes rewrites an ended capsule's bytes in SAGA_CAPSULES with the
+// retention as their time to live.
+func (p *Pipeline) retainedBytes(key string, raw []byte) *nats.Msg {
+	m := nats.NewMsg("$KV." + CapsulesBucket + "." + key)
+	m.Data = raw
+	m.Header.Set(jetstream.MsgTTLHeader, p.cfg.Retention.String())
+	return m
 }
 
 // publishAll publishes msgs asynchronously and waits for every ack.

@@ -19,10 +19,6 @@ const (
 	CompletionsStream   = "SAGA_COMPLETIONS"
 	CompletionsConsumer = "completions"
 
-	// RetentionConsumer is the durable consumer on SAGA_OUTCOMES that removes
-	// ended capsules once Config.Retention has passed.
-	RetentionConsumer = "retention"
-
 	CheckpointsBucket   = "SAGA_CHECKPOINTS"
 	ContinuationsBucket = "SAGA_CONTINUATIONS"
 	CapsulesBucket      = "SAGA_CAPSULES"

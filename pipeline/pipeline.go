@@ -64,7 +64,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		js:            js,
 		log:           cfg.Logger,
 		stores:        st,
-		checkpoints:   &Checkpoints{kv: st.checkpoints},
+		checkpoints:   &Checkpoints{kv: st.checkpoints, js: js},
 		cache:         newCache(),
 		continuations: &Continuations{kv: st.continuations},
 		metrics:       cfg.Metrics,
@@ -142,16 +142,6 @@ func (p *Pipeline) Start(ctx context.Context) error {
 		return fmt.Errorf("pipeline: start completions: %w", err)
 	}
 	p.running = append(p.running, r)
-	if r, err := p.startRetention(ctx, workCtx); err != nil {
-		cancel()
-		for _, r := range p.running {
-			r.stop()
-		}
-		p.running = nil
-		return fmt.Errorf("pipeline: start retention: %w", err)
-	} else if r != nil {
-		p.running = append(p.running, r)
-	}
 	p.sweeperEnd = make(chan struct{})
 	go p.runSweeper(workCtx, p.sweeperEnd)
 	p.log.Info("pipeline started", "instance", p.cfg.InstanceID, "workers", p.cfg.Workers, "workspace", p.cfg.Workspace)

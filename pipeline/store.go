@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
@@ -22,6 +24,7 @@ var errConflict = errors.New("checkpoint changed concurrently")
 
 // Checkpoints reads and writes checkpoints in the SAGA_CHECKPOINTS bucket.
 type Checkpoints struct {
+	js jetstream.JetStream // for UpdateTTL; nil for readers
 	kv jetstream.KeyValue
 }
 
@@ -52,6 +55,31 @@ func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (uint6
 		return 0, errConflict
 	}
 	return rev, err
+}
+
+// UpdateTTL is Update with a time to live: the server removes the key ttl
+// after this write (the bucket allows per-message TTLs).
+func (s *Checkpoints) UpdateTTL(ctx context.Context, cp *capsule.Checkpoint, rev uint64, ttl time.Duration) (uint64, error) {
+	if ttl <= 0 {
+		return s.Update(ctx, cp, rev)
+	}
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return 0, err
+	}
+	m := nats.NewMsg("$KV." + CheckpointsBucket + "." + cp.Key)
+	m.Data = b
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	ack, err := s.js.PublishMsg(ctx, m, jetstream.WithMsgTTL(ttl))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return 0, errConflict
+	}
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
 }
 
 // Update writes cp if the stored revision is still rev; errConflict otherwise.

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -12,6 +13,11 @@ import (
 
 // ensureTopology creates or updates every stream, consumer and bucket sagad
 // needs. It is idempotent, so every sagad instance runs it at start.
+// markerTTL is how long a key's marker outlives the key when the server
+// removes it (retention). Watchers see it when it is written; its index
+// entry in the server goes with it.
+const markerTTL = time.Second
+
 func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Config) (*stores, error) {
 	for p := capsule.Phase(0); p < capsule.NumPhases; p++ {
 		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -51,6 +57,10 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Config) (*s
 		sc.Storage = cfg.Storage
 		sc.Replicas = cfg.Replicas
 		sc.Duplicates = cfg.DuplicateWindow
+		if sc.Name == EventsStream && cfg.Retention > 0 {
+			sc.MaxAge = cfg.Retention // events are kept for the retention
+			sc.Duplicates = min(sc.Duplicates, cfg.Retention)
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return nil, fmt.Errorf("stream %s: %w", sc.Name, err)
 		}
@@ -71,11 +81,13 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Config) (*s
 	var err error
 	if s.checkpoints, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: CheckpointsBucket, Description: "sagad: checkpoint per capsule key", Storage: cfg.Storage, Replicas: cfg.Replicas,
+		LimitMarkerTTL: markerTTL, // allows the per-message TTL of retention
 	}); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", CheckpointsBucket, err)
 	}
 	if s.capsules, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: CapsulesBucket, Description: "sagad: capsule bytes as received, per key", Storage: cfg.Storage, Replicas: cfg.Replicas,
+		LimitMarkerTTL: markerTTL,
 	}); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", CapsulesBucket, err)
 	}
@@ -86,6 +98,7 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Config) (*s
 	}
 	if s.artifacts, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket: ArtifactsBucket, Description: "sagad: artifacts per capsule and cycle", Storage: cfg.Storage, Replicas: cfg.Replicas,
+		TTL: cfg.Retention, // kept for the retention after they were written
 	}); err != nil {
 		return nil, fmt.Errorf("object store %s: %w", ArtifactsBucket, err)
 	}
