@@ -2,6 +2,7 @@ package phases
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -34,6 +35,11 @@ type Resolver interface {
 }
 
 // Artifacts stores and loads artifact records.
+// ErrArtifactGone is returned (wrapped) by Artifacts.Get for an artifact that
+// is not, or no longer, stored: artifacts are kept for the retention after
+// they were written (pipeline.Config.Retention).
+var ErrArtifactGone = errors.New("artifact not stored")
+
 type Artifacts interface {
 	Put(ctx context.Context, a capsule.Artifact) (ref string, err error)
 	Get(ctx context.Context, ref string) (capsule.Artifact, error)

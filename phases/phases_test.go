@@ -1067,6 +1067,13 @@ func TestReviewRun(t *testing.T) {
 			wantReason: "the reviewer needs time or a human: executors: accepted, result follows on the completion subject",
 		},
 		{
+			name: "artifact gone after the retention halts without running the executor again",
+			prepare: func(b *bundle, _ *phases.Input) {
+				b.artifacts.getErr = fmt.Errorf("get: %w", phases.ErrArtifactGone)
+			},
+			wantAction: phases.Halt, wantHalt: "executor_failed:artifact {ref} is gone (kept for the retention after it was written)",
+		},
+		{
 			name: "reviewer transport error",
 			prepare: func(b *bundle, _ *phases.Input) {
 				b.registry.RegisterReviewer(executors.StubReviewerID, errorReviewer{err: errors.New("no responders")})
@@ -1120,9 +1127,13 @@ func TestReviewRun(t *testing.T) {
 			if tt.prepare != nil {
 				tt.prepare(b, in)
 			}
+			wantHalt := tt.wantHalt
+			if r := in.Checkpoint.State.Result; r != nil {
+				wantHalt = strings.ReplaceAll(wantHalt, "{ref}", r.ArtifactRef)
+			}
 			d := phases.Review{}.Run(context.Background(), b.env, in)
 			require.Equal(t, tt.wantAction, d.Action, "halt %s, err %v", d.Halt, d.Err)
-			require.Equal(t, tt.wantHalt, d.Halt.String())
+			require.Equal(t, wantHalt, d.Halt.String())
 			require.Equal(t, tt.wantWait, d.Wait)
 			require.Equal(t, tt.wantTrigger, d.Trigger)
 			require.Equal(t, tt.wantReason, d.Reason)

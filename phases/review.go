@@ -24,6 +24,11 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 		return HaltWith(capsule.ExecutorFailed(fmt.Sprintf("no artifact recorded for cycle %d", cycle)))
 	}
 	artifact, err := env.Artifacts.Get(ctx, st.Result.ArtifactRef)
+	if errors.Is(err, ErrArtifactGone) {
+		// Parked longer than the retention between EXECUTION and REVIEW:
+		// the executor's result is recorded, so it is not run again.
+		return HaltWith(capsule.ExecutorFailed(fmt.Sprintf("artifact %s is gone (kept for the retention after it was written)", st.Result.ArtifactRef)))
+	}
 	if err != nil {
 		return RetryAfter(env.RetryDelay, fmt.Errorf("review: load artifact: %w", err))
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/phases"
 )
 
 // ArtifactRef is the artifact: URI of the artifact of (capsuleID, cycle).
@@ -82,6 +83,9 @@ func (s *artifactStore) Get(ctx context.Context, ref string) (capsule.Artifact, 
 		return a, nil
 	}
 	b, err := s.os.GetBytes(ctx, strings.TrimPrefix(ref, "artifact:"))
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return a, fmt.Errorf("get artifact %s: %w: %w", ref, phases.ErrArtifactGone, err)
+	}
 	if err != nil {
 		return a, fmt.Errorf("get artifact %s: %w", ref, err)
 	}

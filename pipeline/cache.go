@@ -94,11 +94,3 @@ func (c *cpCache) put(cp *capsule.Checkpoint, rev uint64) {
 	}
 	c.m[cp.Key] = cacheEntry{cp: cp, rev: rev}
 }
-
-// forget drops key from the cache.
-func (c *cpCache) forget(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, key)
-	delete(c.caps, key)
-}

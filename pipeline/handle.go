@@ -58,11 +58,12 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 		p.log.Error("undecodable capsule in phase stream dropped", "phase", ph.String(), "key", key, "error", err)
 		return 0, nil
 	}
-	// Every phase starts from this process's cached checkpoint when it has
-	// one: a stale one loses its first compare-and-set (the claim of
-	// EXECUTION and REVIEW, before any agent is called, or the commit), and
-	// the phase then runs again on the checkpoint read from KV.
-	retry, err, stale := p.attempt(ctx, ph, msg, key, cycle, raw, c, true)
+	// Phases start from this process's cached checkpoint when it has one: a
+	// stale one loses its first compare-and-set (REVIEW's claim, before the
+	// reviewer is called, or the commit), and the phase then runs again on
+	// the checkpoint read from KV. EXECUTION reads it first: it takes locks
+	// before its claim, and a capsule cancelled meanwhile must not get them.
+	retry, err, stale := p.attempt(ctx, ph, msg, key, cycle, raw, c, ph != capsule.Execution)
 	if stale {
 		// The cached checkpoint was behind: decide again on the real one.
 		retry, err, _ = p.attempt(ctx, ph, msg, key, cycle, raw, c, false)

@@ -310,10 +310,11 @@ func idOf(t *testing.T, raw []byte) string {
 }
 
 // TestStaleCachedCheckpoint: the checkpoint changes behind the process that
-// wrote it last (here: an outside write while the phase is paused), so
-// EXECUTION and REVIEW start from a stale cached copy. Their claim loses the
-// compare-and-set before any agent is called, they run again on the real
-// checkpoint, and the capsule completes once with the executor run once.
+// wrote it last (here: an outside write while the phase is paused). REVIEW
+// starts from the stale cached copy: its claim loses the compare-and-set
+// before the reviewer is called and it runs again on the real checkpoint.
+// EXECUTION reads the checkpoint before taking locks. Either way the capsule
+// completes once with the executor run once.
 func TestStaleCachedCheckpoint(t *testing.T) {
 	t.Parallel()
 	for _, ph := range []capsule.Phase{capsule.Execution, capsule.ReviewPhase} {
