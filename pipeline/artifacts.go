@@ -1,16 +1,20 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/phases"
@@ -38,15 +42,22 @@ const recentArtifacts = 1024
 // object store read costs a consumer of its own.
 type artifactStore struct {
 	os jetstream.ObjectStore
+	js jetstream.JetStream
 
 	mu     sync.Mutex
 	recent map[string]capsule.Artifact
 }
 
-func newArtifactStore(os jetstream.ObjectStore) *artifactStore {
-	return &artifactStore{os: os, recent: make(map[string]capsule.Artifact)}
+func newArtifactStore(os jetstream.ObjectStore, js jetstream.JetStream) *artifactStore {
+	return &artifactStore{os: os, js: js, recent: make(map[string]capsule.Artifact)}
 }
 
+// Put writes the artifact as an object store object: its chunks, then its
+// metadata, in the object store's own format, so that any object store
+// client reads it. It writes them itself because the client's Put first
+// reads the object's previous metadata (one more request per artifact) to
+// purge its chunks afterwards; an artifact is written once per cycle, and
+// chunks a crashed put left without metadata expire with the bucket's TTL.
 func (s *artifactStore) Put(ctx context.Context, a capsule.Artifact) (string, error) {
 	a.Ref = ArtifactRef(a.CapsuleID, a.Cycle)
 	b, err := json.Marshal(a)
@@ -54,9 +65,48 @@ func (s *artifactStore) Put(ctx context.Context, a capsule.Artifact) (string, er
 		return "", err
 	}
 	name := strings.TrimPrefix(a.Ref, "artifact:")
-	chunk := uint32(min(max(len(b), minChunk), maxChunk))
-	meta := jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: chunk}}
-	if _, err := s.os.Put(ctx, meta, bytes.NewReader(b)); err != nil {
+	chunk := min(max(len(b), minChunk), maxChunk)
+	id := nuid.Next()
+	chunkSubject := "$O." + ArtifactsBucket + ".C." + id
+	var futures []jetstream.PubAckFuture
+	chunks := 0
+	for off := 0; off < len(b) || chunks == 0; off += chunk {
+		m := nats.NewMsg(chunkSubject)
+		m.Data = b[off:min(off+chunk, len(b))]
+		f, err := s.js.PublishMsgAsync(m)
+		if err != nil {
+			return "", fmt.Errorf("put artifact %s: %w", name, err)
+		}
+		futures = append(futures, f)
+		chunks++
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return "", fmt.Errorf("put artifact %s: %w", name, err)
+		case <-ctx.Done():
+			return "", fmt.Errorf("put artifact %s: %w", name, ctx.Err())
+		}
+	}
+	sum := sha256.Sum256(b)
+	info := jetstream.ObjectInfo{
+		ObjectMeta: jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: uint32(chunk)}},
+		Bucket:     ArtifactsBucket,
+		NUID:       id,
+		Size:       uint64(len(b)),
+		ModTime:    time.Now().UTC(),
+		Chunks:     uint32(chunks),
+		Digest:     "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:]),
+	}
+	mb, err := json.Marshal(info)
+	if err != nil {
+		return "", err
+	}
+	m := nats.NewMsg("$O." + ArtifactsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name)))
+	m.Data = mb
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
 		return "", fmt.Errorf("put artifact %s: %w", name, err)
 	}
 	s.remember(a)

@@ -67,6 +67,20 @@ func (c *cpCache) capsule(key string, raw []byte) (*capsule.Capsule, error) {
 	return dec, nil
 }
 
+// seed remembers the capsule RECEPTION decoded from raw, so the next phase
+// does not decode the same bytes again. c must not change afterwards.
+func (c *cpCache) seed(key string, raw []byte, dec *capsule.Capsule) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.caps[key]; !ok && len(c.caps) >= cacheSize {
+		for k := range c.caps {
+			delete(c.caps, k)
+			break
+		}
+	}
+	c.caps[key] = parsedCapsule{raw: append([]byte(nil), raw...), c: dec}
+}
+
 func (c *cpCache) get(key string) (*capsule.Checkpoint, uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

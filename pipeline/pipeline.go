@@ -75,7 +75,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		Locks:          lm,
 		Budgets:        budgets{bt},
 		Resolver:       &resolver{workspace: cfg.Workspace, js: js, artifacts: st.artifacts},
-		Artifacts:      newArtifactStore(st.artifacts),
+		Artifacts:      newArtifactStore(st.artifacts, js),
 		Executors:      cfg.Executors,
 		Rules:          cfg.Rules,
 		Facts:          &facts{checkpoints: p.checkpoints, capsules: st.capsules, budgets: bt},

@@ -83,6 +83,9 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 		return p.cfg.RetryDelay, fmt.Errorf("reception: create checkpoint: %w", err)
 	}
 	p.cache.put(cp, rev)
+	if r.Capsule != nil && cp.State.Status == capsule.InProgress {
+		p.cache.seed(key, raw, r.Capsule)
+	}
 	p.metrics.Received()
 	p.observe(cp, &tr, r.Decision, 0)
 	var lockPaths []string
