@@ -32,6 +32,10 @@ type Config struct {
 	// new one is published when one finishes). Both systems get the same.
 	// Defaults to 200.
 	Window int `json:"window"`
+	// Rate, when positive, publishes capsules at this many per second (an
+	// open loop: the same arrival rate for both systems) instead of one per
+	// finished capsule; Window still caps what is in flight.
+	Rate float64 `json:"rate,omitempty"`
 	// Workers is sagad's workers per phase. Defaults to 32 (sagad's default).
 	Workers int `json:"workers"`
 	// RelayWorkers is the baseline's workers per stage: > 0 a fixed pool
@@ -467,7 +471,7 @@ func rounds(ctx context.Context, e *env, base, sut *contestant, progress func(st
 			name := c.t.sys.name
 			if round == 0 && cfg.Warmup > 0 {
 				progress("%s: warm-up, %d capsules", name, cfg.Warmup)
-				if _, err := c.t.drive(ctx, cfg.Warmup, cfg.Window, c.seq.span(cfg.Warmup), cfg.StallTimeout); err != nil {
+				if _, err := c.t.drive(ctx, cfg.Warmup, cfg.Window, cfg.Rate, c.seq.span(cfg.Warmup), cfg.StallTimeout); err != nil {
 					return err
 				}
 			}
@@ -480,7 +484,7 @@ func rounds(ctx context.Context, e *env, base, sut *contestant, progress func(st
 				return err
 			}
 			api := e.apiTotal(ctx)
-			b, err := c.t.drive(ctx, cfg.Capsules, cfg.Window, c.seq.span(cfg.Capsules), cfg.StallTimeout)
+			b, err := c.t.drive(ctx, cfg.Capsules, cfg.Window, cfg.Rate, c.seq.span(cfg.Capsules), cfg.StallTimeout)
 			api = e.apiTotal(ctx) - api
 			if perr := stopProfile(c == sut && round == cfg.Rounds-1); perr != nil && err == nil {
 				err = perr
@@ -567,7 +571,7 @@ func memCheck(ctx context.Context, e *env, sut *contestant, progress func(string
 	if err != nil {
 		return nil, err
 	}
-	mc.First, err = sut.t.drive(ctx, cfg.MemCheckFirst, cfg.Window, sut.seq.span(cfg.MemCheckFirst), cfg.StallTimeout)
+	mc.First, err = sut.t.drive(ctx, cfg.MemCheckFirst, cfg.Window, cfg.Rate, sut.seq.span(cfg.MemCheckFirst), cfg.StallTimeout)
 	if perr := stopProfile(false); perr != nil && err == nil {
 		err = perr
 	}
@@ -590,7 +594,7 @@ func memCheck(ctx context.Context, e *env, sut *contestant, progress func(string
 	if stopProfile, err = startProfiles(later, true); err != nil {
 		return nil, err
 	}
-	mc.Rest, err = sut.t.drive(ctx, rest, cfg.Window, sut.seq.span(rest), cfg.StallTimeout)
+	mc.Rest, err = sut.t.drive(ctx, rest, cfg.Window, cfg.Rate, sut.seq.span(rest), cfg.StallTimeout)
 	if perr := stopProfile(false); perr == nil && cfg.MemProfile != "" {
 		perr = writeHeap(cfg.MemProfile)
 		if perr != nil && err == nil {

@@ -165,7 +165,10 @@ const publishers = 4
 // drive publishes n capsules, seq(0) … seq(n-1), keeping at most window
 // of them in flight, and waits for their outcomes. It gives up when no
 // outcome arrives for stall.
-func (t *tracker) drive(ctx context.Context, n, window int, seq func(i int) uint64, stall time.Duration) (Batch, error) {
+// With rate > 0 capsules are published at that rate (open loop), the window
+// only capping what is in flight; with 0 a new capsule goes out as soon as
+// one finishes (closed loop).
+func (t *tracker) drive(ctx context.Context, n, window int, rate float64, seq func(i int) uint64, stall time.Duration) (Batch, error) {
 	b := &batchState{latencies: make([]time.Duration, 0, n)}
 	slots := make(chan struct{}, window)
 	cpu0, wall0, disk0 := cpuTime(), time.Now(), diskWritten()
@@ -203,8 +206,21 @@ func (t *tracker) drive(ctx context.Context, n, window int, seq func(i int) uint
 		}()
 	}
 	stalled := false
+	var tick <-chan time.Time
+	if rate > 0 {
+		tk := time.NewTicker(time.Duration(float64(time.Second) / rate))
+		defer tk.Stop()
+		tick = tk.C
+	}
 feed:
 	for i := range n {
+		if tick != nil {
+			select {
+			case <-tick:
+			case <-ctx.Done():
+				break feed
+			}
+		}
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():

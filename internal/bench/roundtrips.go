@@ -244,7 +244,7 @@ func measureRoundTrips(ctx context.Context, url string, t *tracker, classes []Cl
 			return nil, err
 		}
 		obs.take()
-		b, err := t.drive(ctx, len(seqs), 1, func(i int) uint64 { return seqs[i] }, stall)
+		b, err := t.drive(ctx, len(seqs), 1, 0, func(i int) uint64 { return seqs[i] }, stall)
 		if err != nil {
 			return nil, err
 		}
