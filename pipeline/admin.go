@@ -90,7 +90,7 @@ func bind(ctx context.Context, js jetstream.JetStream) (*Pipeline, error) {
 	cfg := Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}.withDefaults()
 	return &Pipeline{
 		cfg: cfg, js: js, log: cfg.Logger, stores: st,
-		checkpoints:   &Checkpoints{kv: st.checkpoints},
+		checkpoints:   &Checkpoints{kv: st.checkpoints, js: js},
 		cache:         newCache(),
 		continuations: &Continuations{kv: st.continuations},
 		locks:         lm,

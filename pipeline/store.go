@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,7 +47,7 @@ func (s *Checkpoints) Get(ctx context.Context, key string) (*capsule.Checkpoint,
 
 // Create stores the first checkpoint of a capsule; errConflict if one exists.
 func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (uint64, error) {
-	b, err := json.Marshal(cp)
+	b, err := cp.AppendJSON(nil)
 	if err != nil {
 		return 0, err
 	}
@@ -60,39 +61,101 @@ func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (uint6
 // UpdateTTL is Update with a time to live: the server removes the key ttl
 // after this write (the bucket allows per-message TTLs).
 func (s *Checkpoints) UpdateTTL(ctx context.Context, cp *capsule.Checkpoint, rev uint64, ttl time.Duration) (uint64, error) {
-	if ttl <= 0 {
-		return s.Update(ctx, cp, rev)
-	}
-	b, err := json.Marshal(cp)
+	b, err := cp.AppendJSON(nil)
 	if err != nil {
 		return 0, err
 	}
-	m := nats.NewMsg("$KV." + CheckpointsBucket + "." + cp.Key)
-	m.Data = b
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
-	ack, err := s.js.PublishMsg(ctx, m, jetstream.WithMsgTTL(ttl))
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-		return 0, errConflict
+	if s.js == nil {
+		return 0, errors.New("checkpoints: read-only store")
 	}
-	if err != nil {
-		return 0, err
-	}
-	return ack.Sequence, nil
+	return s.write(ctx, cp.Key, b, rev, ttl)
 }
 
 // Update writes cp if the stored revision is still rev; errConflict otherwise.
 func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (uint64, error) {
-	b, err := json.Marshal(cp)
+	b, err := cp.AppendJSON(nil)
 	if err != nil {
 		return 0, err
+	}
+	if s.js != nil {
+		return s.write(ctx, cp.Key, b, rev, 0)
 	}
 	n, err := s.kv.Update(ctx, cp.Key, b, rev)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, errConflict
 	}
 	return n, err
+}
+
+// write is a KV update of key at revision rev, published and acknowledged
+// without the KV client: it is the hot path (every transition and claim),
+// and the client decodes each acknowledgement with encoding/json.
+func (s *Checkpoints) write(ctx context.Context, key string, b []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	m := nats.NewMsg("$KV." + CheckpointsBucket + "." + key)
+	m.Data = b
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	if ttl > 0 {
+		m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
+	}
+	var resp *nats.Msg
+	var err error
+	for attempt := 1; ; attempt++ {
+		resp, err = s.js.Conn().RequestMsgWithContext(ctx, m)
+		// No responders: the stream is electing a leader (clusters); as
+		// the KV client does, try again a little later.
+		if !errors.Is(err, nats.ErrNoResponders) || attempt == 3 {
+			break
+		}
+		select {
+		case <-time.After(250 * time.Millisecond):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("write checkpoint %s: %w", key, err)
+	}
+	seq, err := parsePubAck(resp.Data)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return 0, errConflict
+	}
+	if err != nil {
+		return 0, fmt.Errorf("write checkpoint %s: %w", key, err)
+	}
+	return seq, nil
+}
+
+// parsePubAck reads the stream sequence from a JetStream publish
+// acknowledgement, {"stream":"…","seq":N}, or returns its error as an
+// *jetstream.APIError.
+func parsePubAck(data []byte) (uint64, error) {
+	if i := bytes.Index(data, []byte(`"seq":`)); i >= 0 && !bytes.Contains(data, []byte(`"error"`)) {
+		var n uint64
+		j := i + len(`"seq":`)
+		k := j
+		for ; k < len(data) && data[k] >= '0' && data[k] <= '9'; k++ {
+			n = n*10 + uint64(data[k]-'0')
+		}
+		if k > j && n > 0 {
+			return n, nil
+		}
+	}
+	var ack struct {
+		Error *jetstream.APIError `json:"error"`
+		Seq   uint64              `json:"seq"`
+	}
+	if err := json.Unmarshal(data, &ack); err != nil {
+		return 0, fmt.Errorf("publish acknowledgement %q: %w", data, err)
+	}
+	if ack.Error != nil {
+		return 0, ack.Error
+	}
+	if ack.Seq == 0 {
+		return 0, fmt.Errorf("publish acknowledgement without a sequence: %q", data)
+	}
+	return ack.Seq, nil
 }
 
 // List returns every checkpoint, sorted by creation time. It reads the

@@ -1,0 +1,112 @@
+package capsule
+
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func fullCheckpoint() *Checkpoint {
+	at := time.Date(2026, 11, 22, 7, 8, 9, 123456789, time.UTC)
+	since := at.Add(-time.Minute)
+	deadline := at.Add(time.Hour).In(time.FixedZone("X", 3600))
+	return &Checkpoint{
+		SchemaVersion: "1.0", CapsuleID: "01J00000000000000000000000", Key: "k", TraceID: "t<&>",
+		WaveID: "w", Digest: "d", IntakeSeq: 42, OutcomeEmitted: true, CreatedAt: at, UpdatedAt: at.Add(time.Second),
+		State: CheckpointState{
+			Phase: ReviewPhase, PhaseName: "REVIEW", Progress: 71, Cycle: 2, Status: Halted, HaltReason: "max_cycles_exceeded:3",
+			BudgetUsed: Usage{Tokens: 12, Dollars: 0.1}, LocksHeld: []string{"a", "b\"c"}, ArtifactRefs: []string{},
+			Findings:  []Finding{{Rule: 9, Title: "x", Field: "f", Message: "m\n"}},
+			Reviews:   []ReviewEntry{{Cycle: 1, ReviewerID: "r", Verdict: ChangesRequested, Findings: []Finding{{Message: "fix"}}, At: at}},
+			Execution: &ExecutionClaim{Cycle: 2, Holder: "h/1", ExpiresAt: at},
+			Result:    &ExecutionResult{Cycle: 2, ArtifactRef: "artifact:x/2", Usage: Usage{Tokens: 1, Dollars: 1e-7}, Failed: "boom"},
+			Pause:     &PauseInfo{Trigger: TriggerOperatorManual, Reason: "r", By: "me", At: at, ResumeToken: "tok"},
+			Overrides: &Overrides{Tokens: 5, Dollars: 2.5, Deadline: &deadline},
+			Warned:    []Trigger{TriggerBudgetWarning}, LockWaitSince: &since, AwaitingCycle: 2,
+		},
+		History: []Transition{
+			{Phase: Reception, PhaseName: "RECEPTION", Cycle: 0, Outcome: OutcomePassed, At: at},
+			{Phase: Execution, PhaseName: "EXECUTION", Cycle: 1, Outcome: OutcomeHalted, Detail: "executor_failed:\u2028\x01", At: at.Add(time.Nanosecond)},
+		},
+	}
+}
+
+// TestCheckpointAppendJSON: the hand-written encoder writes exactly what
+// encoding/json writes, for sparse and full checkpoints and odd values.
+func TestCheckpointAppendJSON(t *testing.T) {
+	t.Parallel()
+	cases := map[string]*Checkpoint{
+		"zero":  {},
+		"full":  fullCheckpoint(),
+		"empty": {History: []Transition{}, State: CheckpointState{LocksHeld: []string{}}},
+	}
+	for _, d := range []float64{0, 1, -2.5, 1e-7, 1e21, 123456789.125, 5e-324, math.MaxFloat64, 0.000001} {
+		cp := fullCheckpoint()
+		cp.State.BudgetUsed.Dollars = d
+		cases["dollars "+strconvFloat(d)] = cp
+	}
+	for name, cp := range cases {
+		want, err := json.Marshal(cp)
+		require.NoError(t, err, name)
+		got, err := cp.AppendJSON(nil)
+		require.NoError(t, err, name)
+		require.Equal(t, string(want), string(got), name)
+	}
+}
+
+func strconvFloat(f float64) string { b, _ := json.Marshal(f); return string(b) }
+
+// TestAppendStringMatchesEncodingJSON throws random strings, invalid UTF-8
+// and every escape included, at both encoders.
+func TestAppendStringMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(1, 2))
+	alphabet := []string{"a", "é", "\u2028", "\u2029", "<", ">", "&", "\"", "\\", "\n", "\r", "\t", "\x00", "\x1f", "\x7f", "\xff", "\xe2\x82", "😀", "\ufffd"}
+	for i := 0; i < 5000; i++ {
+		var s string
+		for n := r.IntN(12); n > 0; n-- {
+			s += alphabet[r.IntN(len(alphabet))]
+		}
+		want, err := json.Marshal(s)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(appendString(nil, s)), "%q", s)
+	}
+}
+
+func TestAppendJSONRejectsWhatEncodingJSONRejects(t *testing.T) {
+	t.Parallel()
+	cp := fullCheckpoint()
+	cp.State.BudgetUsed.Dollars = math.NaN()
+	_, err := cp.AppendJSON(nil)
+	require.Error(t, err)
+	cp = fullCheckpoint()
+	cp.UpdatedAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	_, err = cp.AppendJSON(nil)
+	require.Error(t, err)
+}
+
+func BenchmarkCheckpointEncode(b *testing.B) {
+	cp := fullCheckpoint()
+	cp.State.Findings, cp.State.Pause, cp.State.Overrides, cp.State.Warned = nil, nil, nil, nil
+	for i := 0; i < 5; i++ {
+		cp.History = append(cp.History, cp.History[0])
+	}
+	b.Run("encoding/json", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := json.Marshal(cp); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("AppendJSON", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := cp.AppendJSON(nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
