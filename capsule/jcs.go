@@ -109,6 +109,16 @@ func VerifyIntegrity(raw []byte) error {
 	return nil
 }
 
+// ParseJSON decodes raw as RFC 8785 accepts it (valid UTF-8, no duplicate
+// keys, no unpaired surrogates) into nil, bool, string, json.Number, []any
+// and map[string]any: the form JSON schema validators take, so one parse
+// serves both the digest ([DigestObject]) and the schema.
+func ParseJSON(raw []byte) (any, error) { return parse(raw) }
+
+// DigestObject is [Digest] of an object [ParseJSON] returned. It does not
+// change obj.
+func DigestObject(obj map[string]any) (string, error) { return digestObject(obj) }
+
 func parseObject(raw []byte) (map[string]any, error) {
 	v, err := parse(raw)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +25,7 @@ import (
 	"github.com/sagad/sagad/locks"
 	"github.com/sagad/sagad/phases"
 	"github.com/sagad/sagad/rules"
+	"github.com/sagad/sagad/schemas"
 )
 
 func TestMain(m *testing.M) {
@@ -1206,4 +1209,29 @@ func TestReviewFailureChargesUsage(t *testing.T) {
 	var st capsule.CheckpointState
 	d.Mutate(&st)
 	require.Equal(t, capsule.Usage{Tokens: 50}, st.BudgetUsed)
+}
+
+// TestReceptionParsesOnce: schemas.ValidateDoc on capsule.ParseJSON's tree
+// judges every example capsule as schemas.Validate judges its bytes.
+func TestReceptionParsesOnce(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../examples/capsules/*.json")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		require.NoError(t, err)
+		doc, perr := capsule.ParseJSON(raw)
+		if perr != nil {
+			continue // the lenient path validates the bytes, as before
+		}
+		byBytes := schemas.Validate(schemas.Capsule, raw)
+		byDoc := schemas.ValidateDoc(schemas.Capsule, doc)
+		if byBytes == nil {
+			require.NoError(t, byDoc, f)
+			continue
+		}
+		require.Error(t, byDoc, f)
+		require.Equal(t, byBytes.Error(), byDoc.Error(), f)
+	}
 }

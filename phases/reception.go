@@ -42,27 +42,47 @@ func Receive(ctx context.Context, env *Env, raw []byte, holder func(id string) s
 		r.Decision = HaltWith(capsule.CapsuleTooLarge(len(raw)))
 		return r
 	}
-	var head struct {
-		SchemaVersion json.RawMessage `json:"schema_version"`
-		CapsuleID     json.RawMessage `json:"capsule_id"`
-	}
 	trimmed := bytes.TrimSpace(raw)
-	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) || json.Unmarshal(trimmed, &head) != nil {
+	if len(trimmed) == 0 || trimmed[0] != '{' {
 		r.Decision = HaltWith(capsule.NotJSON())
 		return r
 	}
-	_ = json.Unmarshal(head.CapsuleID, &r.ClaimedID)
-	if d, err := capsule.Digest(raw); err == nil {
-		r.Digest = d
-	}
+	// One strict parse serves the digest, the head and the schema. Bytes it
+	// refuses (duplicate keys, unpaired surrogates) take the lenient path:
+	// they get no digest, so at worst they halt integrity_mismatch.
 	var version string
-	if err := json.Unmarshal(head.SchemaVersion, &version); err == nil && version != "" {
-		if !supportsVersion(env.Rules.WithDefaults().SupportedMajors, version) {
-			r.Decision = HaltWith(capsule.UnsupportedSchemaVersion(version))
+	doc, perr := capsule.ParseJSON(raw)
+	obj, _ := doc.(map[string]any)
+	if perr == nil && obj != nil {
+		r.ClaimedID, _ = obj["capsule_id"].(string)
+		version, _ = obj["schema_version"].(string)
+		if d, err := capsule.DigestObject(obj); err == nil {
+			r.Digest = d
+		}
+	} else {
+		var head struct {
+			SchemaVersion json.RawMessage `json:"schema_version"`
+			CapsuleID     json.RawMessage `json:"capsule_id"`
+		}
+		if !json.Valid(trimmed) || json.Unmarshal(trimmed, &head) != nil {
+			r.Decision = HaltWith(capsule.NotJSON())
 			return r
 		}
+		_ = json.Unmarshal(head.CapsuleID, &r.ClaimedID)
+		_ = json.Unmarshal(head.SchemaVersion, &version)
+		obj = nil
 	}
-	if err := schemas.Validate(schemas.Capsule, raw); err != nil {
+	if version != "" && !supportsVersion(env.Rules.WithDefaults().SupportedMajors, version) {
+		r.Decision = HaltWith(capsule.UnsupportedSchemaVersion(version))
+		return r
+	}
+	var verr error
+	if obj != nil {
+		verr = schemas.ValidateDoc(schemas.Capsule, obj)
+	} else {
+		verr = schemas.Validate(schemas.Capsule, raw)
+	}
+	if err := verr; err != nil {
 		var verr *schemas.ValidationError
 		if errors.As(err, &verr) {
 			r.Decision = HaltWith(capsule.SchemaInvalid(verr.Pointers), detailsToFindings(verr.Details)...)

@@ -90,7 +90,26 @@ func Validate(name Name, raw []byte) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotJSON, err)
 	}
-	err = schema.Validate(doc)
+	return set.validate(name, schema, doc)
+}
+
+// ValidateDoc is [Validate] for a document already decoded into nil, bool,
+// string, json.Number, []any and map[string]any (capsule.ParseJSON's form).
+// It does not change doc.
+func ValidateDoc(name Name, doc any) error {
+	set, err := compileAll()
+	if err != nil {
+		return err
+	}
+	schema, ok := set.schemas[name]
+	if !ok {
+		return fmt.Errorf("schemas: unknown schema %q", name)
+	}
+	return set.validate(name, schema, doc)
+}
+
+func (set *compiled) validate(name Name, schema *jsonschema.Schema, doc any) error {
+	err := schema.Validate(doc)
 	var verr *jsonschema.ValidationError
 	if errors.As(err, &verr) {
 		return set.report(name, verr, doc)
