@@ -65,7 +65,7 @@ func strconvFloat(f float64) string { b, _ := json.Marshal(f); return string(b) 
 func TestAppendStringMatchesEncodingJSON(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
-	alphabet := []string{"a", "é", "\u2028", "\u2029", "<", ">", "&", "\"", "\\", "\n", "\r", "\t", "\x00", "\x1f", "\x7f", "\xff", "\xe2\x82", "😀", "\ufffd"}
+	alphabet := []string{"a", "é", "\u2028", "\u2029", "<", ">", "&", "\"", "\\", "\n", "\r", "\t", "\x00", "\x1f", "\b", "\f", "\x7f", "\xff", "\xe2\x82", "😀", "\ufffd"}
 	for i := 0; i < 5000; i++ {
 		var s string
 		for n := r.IntN(12); n > 0; n-- {

@@ -89,13 +89,21 @@ func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev ui
 
 // write is a KV update of key at revision rev, published and acknowledged
 // without the KV client: it is the hot path (every transition and claim),
-// and the client decodes each acknowledgement with encoding/json.
+// and the client decodes each acknowledgement with encoding/json. The subject
+// is the bucket's own: sagad's JetStream contexts use no domain or API prefix
+// (a KV client would add them; sagad would have to as well).
 func (s *Checkpoints) write(ctx context.Context, key string, b []byte, rev uint64, ttl time.Duration) (uint64, error) {
 	m := nats.NewMsg("$KV." + CheckpointsBucket + "." + key)
 	m.Data = b
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
 	if ttl > 0 {
 		m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		// As the JetStream client does: no request waits forever.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 	}
 	var resp *nats.Msg
 	var err error
