@@ -1,0 +1,289 @@
+package capsule
+
+import (
+	"encoding/json"
+	"fmt"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// scanner is a strict JSON parser for RFC 8785 input: the same values and
+// refusals as walking encoding/json's tokens (parseTokens in the tests, which
+// hold the two to each other), without the per-token interface values and
+// allocations that made the walk the slowest part of RECEPTION.
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) errorf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format+" at offset %d", append([]any{ErrInvalidJSON}, append(args, s.i)...)...)
+}
+
+func (s *scanner) skipSpace() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *scanner) value(depth int) (any, error) {
+	s.skipSpace()
+	if s.i >= len(s.b) {
+		return nil, s.errorf("unexpected end of JSON input")
+	}
+	switch c := s.b[s.i]; {
+	case c == '{':
+		if depth >= maxDepth {
+			return nil, fmt.Errorf("%w: nested deeper than %d levels", ErrInvalidJSON, maxDepth)
+		}
+		return s.object(depth)
+	case c == '[':
+		if depth >= maxDepth {
+			return nil, fmt.Errorf("%w: nested deeper than %d levels", ErrInvalidJSON, maxDepth)
+		}
+		return s.array(depth)
+	case c == '"':
+		return s.str()
+	case c == '-' || (c >= '0' && c <= '9'):
+		return s.number()
+	case c == 't':
+		return true, s.literal("true")
+	case c == 'f':
+		return false, s.literal("false")
+	case c == 'n':
+		return nil, s.literal("null")
+	}
+	return nil, s.errorf("invalid character %q looking for beginning of value", s.b[s.i])
+}
+
+func (s *scanner) literal(word string) error {
+	if len(s.b)-s.i < len(word) || string(s.b[s.i:s.i+len(word)]) != word {
+		return s.errorf("invalid literal, want %s", word)
+	}
+	s.i += len(word)
+	return nil
+}
+
+func (s *scanner) object(depth int) (any, error) {
+	s.i++ // '{'
+	obj := map[string]any{}
+	s.skipSpace()
+	if s.i < len(s.b) && s.b[s.i] == '}' {
+		s.i++
+		return obj, nil
+	}
+	for {
+		s.skipSpace()
+		if s.i >= len(s.b) || s.b[s.i] != '"' {
+			return nil, s.errorf("object key is not a string")
+		}
+		key, err := s.str()
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := obj[key]; dup {
+			return nil, fmt.Errorf("%w: duplicate object key %q", ErrInvalidJSON, key)
+		}
+		s.skipSpace()
+		if s.i >= len(s.b) || s.b[s.i] != ':' {
+			return nil, s.errorf("missing ':' after object key")
+		}
+		s.i++
+		if obj[key], err = s.value(depth + 1); err != nil {
+			return nil, err
+		}
+		s.skipSpace()
+		if s.i >= len(s.b) {
+			return nil, s.errorf("unexpected end of JSON input")
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return obj, nil
+		default:
+			return nil, s.errorf("invalid character %q after object value", s.b[s.i])
+		}
+	}
+}
+
+func (s *scanner) array(depth int) (any, error) {
+	s.i++ // '['
+	arr := []any{}
+	s.skipSpace()
+	if s.i < len(s.b) && s.b[s.i] == ']' {
+		s.i++
+		return arr, nil
+	}
+	for {
+		v, err := s.value(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		arr = append(arr, v)
+		s.skipSpace()
+		if s.i >= len(s.b) {
+			return nil, s.errorf("unexpected end of JSON input")
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			return arr, nil
+		default:
+			return nil, s.errorf("invalid character %q after array element", s.b[s.i])
+		}
+	}
+}
+
+func (s *scanner) number() (any, error) {
+	start := s.i
+	if s.b[s.i] == '-' {
+		s.i++
+	}
+	switch {
+	case s.i < len(s.b) && s.b[s.i] == '0':
+		s.i++
+	case s.i < len(s.b) && s.b[s.i] >= '1' && s.b[s.i] <= '9':
+		for s.i < len(s.b) && isDigit(s.b[s.i]) {
+			s.i++
+		}
+	default:
+		return nil, s.errorf("invalid number")
+	}
+	if s.i < len(s.b) && s.b[s.i] == '.' {
+		s.i++
+		if s.i >= len(s.b) || !isDigit(s.b[s.i]) {
+			return nil, s.errorf("invalid number")
+		}
+		for s.i < len(s.b) && isDigit(s.b[s.i]) {
+			s.i++
+		}
+	}
+	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		s.i++
+		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
+			s.i++
+		}
+		if s.i >= len(s.b) || !isDigit(s.b[s.i]) {
+			return nil, s.errorf("invalid number")
+		}
+		for s.i < len(s.b) && isDigit(s.b[s.i]) {
+			s.i++
+		}
+	}
+	return json.Number(s.b[start:s.i]), nil
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// str reads a string at s.i (its opening quote). The input is valid UTF-8
+// (parse checks first); escapes are decoded as encoding/json decodes them.
+func (s *scanner) str() (string, error) {
+	s.i++ // '"'
+	start := s.i
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		if c == '"' {
+			v := string(s.b[start:s.i])
+			s.i++
+			return v, nil
+		}
+		if c == '\\' {
+			break
+		}
+		if c < 0x20 {
+			return "", s.errorf("invalid character %q in string literal", c)
+		}
+		s.i++
+	}
+	buf := append([]byte(nil), s.b[start:s.i]...)
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			s.i++
+			return string(buf), nil
+		case c < 0x20:
+			return "", s.errorf("invalid character %q in string literal", c)
+		case c != '\\':
+			buf = append(buf, c)
+			s.i++
+			continue
+		}
+		s.i++ // '\\'
+		if s.i >= len(s.b) {
+			break
+		}
+		switch e := s.b[s.i]; e {
+		case '"', '\\', '/':
+			buf = append(buf, e)
+			s.i++
+		case 'b':
+			buf = append(buf, '\b')
+			s.i++
+		case 'f':
+			buf = append(buf, '\f')
+			s.i++
+		case 'n':
+			buf = append(buf, '\n')
+			s.i++
+		case 'r':
+			buf = append(buf, '\r')
+			s.i++
+		case 't':
+			buf = append(buf, '\t')
+			s.i++
+		case 'u':
+			r, ok := s.hex4(s.i + 1)
+			if !ok {
+				return "", s.errorf("invalid escape in string literal")
+			}
+			s.i += 5
+			if utf16.IsSurrogate(r) {
+				r2, ok2 := rune(-1), false
+				if s.i+6 <= len(s.b) && s.b[s.i] == '\\' && s.b[s.i+1] == 'u' {
+					r2, ok2 = s.hex4(s.i + 2)
+				}
+				if dec := utf16.DecodeRune(r, r2); ok2 && dec != utf8.RuneError {
+					s.i += 6
+					r = dec
+				} else {
+					r = utf8.RuneError // as encoding/json; parse refuses it afterwards
+				}
+			}
+			buf = utf8.AppendRune(buf, r)
+		default:
+			return "", s.errorf("invalid escape character %q in string literal", e)
+		}
+	}
+	return "", s.errorf("unexpected end of JSON input")
+}
+
+func (s *scanner) hex4(at int) (rune, bool) {
+	if at+4 > len(s.b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range s.b[at : at+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
