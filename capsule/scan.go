@@ -184,8 +184,8 @@ func (s *scanner) number() (any, error) {
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
-// str reads a string at s.i (its opening quote). The input is valid UTF-8
-// (parse checks first); escapes are decoded as encoding/json decodes them.
+// str reads a string at s.i (its opening quote), decoding escapes (and
+// invalid UTF-8, as U+FFFD) as encoding/json does.
 func (s *scanner) str() (string, error) {
 	s.i++ // '"'
 	start := s.i
@@ -202,6 +202,14 @@ func (s *scanner) str() (string, error) {
 		if c < 0x20 {
 			return "", s.errorf("invalid character %q in string literal", c)
 		}
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRune(s.b[s.i:])
+			if r == utf8.RuneError && size == 1 {
+				break // invalid UTF-8: the slow path replaces it
+			}
+			s.i += size
+			continue
+		}
 		s.i++
 	}
 	buf := append([]byte(nil), s.b[start:s.i]...)
@@ -213,6 +221,17 @@ func (s *scanner) str() (string, error) {
 			return string(buf), nil
 		case c < 0x20:
 			return "", s.errorf("invalid character %q in string literal", c)
+		case c >= utf8.RuneSelf:
+			// Invalid UTF-8 becomes U+FFFD, as encoding/json decodes it
+			// (parse refuses invalid UTF-8 before it gets here).
+			r, size := utf8.DecodeRune(s.b[s.i:])
+			if r == utf8.RuneError && size == 1 {
+				buf = utf8.AppendRune(buf, utf8.RuneError)
+			} else {
+				buf = append(buf, s.b[s.i:s.i+size]...)
+			}
+			s.i += size
+			continue
 		case c != '\\':
 			buf = append(buf, c)
 			s.i++
@@ -286,4 +305,122 @@ func (s *scanner) hex4(at int) (rune, bool) {
 		r = r<<4 | rune(c)
 	}
 	return r, true
+}
+
+// JSONToken is the kind of a token [WalkJSON] reports.
+type JSONToken int
+
+// Token kinds, in the order a document's structure produces them.
+const (
+	TokenObjectStart JSONToken = iota
+	TokenObjectEnd
+	TokenArrayStart
+	TokenArrayEnd
+	TokenKey    // a member name; s is the name
+	TokenString // a string value; s is the string
+	TokenScalar // a number, true, false or null
+)
+
+// WalkJSON calls fn for every token of raw, in document order, with member
+// names and string values decoded. raw holds JSON values one after another
+// (a stream, as encoding/json's Decoder reads it; usually one document).
+// Unlike [ParseJSON] it builds nothing and accepts duplicate member names; it
+// returns the first syntax error (wrapping [ErrInvalidJSON]), after reporting
+// the tokens before it.
+func WalkJSON(raw []byte, fn func(tok JSONToken, s string)) error {
+	s := scanner{b: raw}
+	for s.skipSpace(); s.i < len(s.b); s.skipSpace() {
+		if err := s.walk(0, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *scanner) walk(depth int, fn func(JSONToken, string)) error {
+	s.skipSpace()
+	if s.i >= len(s.b) {
+		return s.errorf("unexpected end of JSON input")
+	}
+	switch c := s.b[s.i]; {
+	case c == '{' || c == '[':
+		if depth >= maxDepth {
+			return fmt.Errorf("%w: nested deeper than %d levels", ErrInvalidJSON, maxDepth)
+		}
+		object := c == '{'
+		end, startTok, endTok := byte(']'), TokenArrayStart, TokenArrayEnd
+		if object {
+			end, startTok, endTok = '}', TokenObjectStart, TokenObjectEnd
+		}
+		s.i++
+		fn(startTok, "")
+		s.skipSpace()
+		if s.i < len(s.b) && s.b[s.i] == end {
+			s.i++
+			fn(endTok, "")
+			return nil
+		}
+		for {
+			if object {
+				s.skipSpace()
+				if s.i >= len(s.b) || s.b[s.i] != '"' {
+					return s.errorf("object key is not a string")
+				}
+				key, err := s.str()
+				if err != nil {
+					return err
+				}
+				fn(TokenKey, key)
+				s.skipSpace()
+				if s.i >= len(s.b) || s.b[s.i] != ':' {
+					return s.errorf("missing ':' after object key")
+				}
+				s.i++
+			}
+			if err := s.walk(depth+1, fn); err != nil {
+				return err
+			}
+			s.skipSpace()
+			if s.i >= len(s.b) {
+				return s.errorf("unexpected end of JSON input")
+			}
+			switch s.b[s.i] {
+			case ',':
+				s.i++
+			case end:
+				s.i++
+				fn(endTok, "")
+				return nil
+			default:
+				return s.errorf("invalid character %q after element", s.b[s.i])
+			}
+		}
+	case c == '"':
+		v, err := s.str()
+		if err != nil {
+			return err
+		}
+		fn(TokenString, v)
+		return nil
+	case c == '-' || (c >= '0' && c <= '9'):
+		if _, err := s.number(); err != nil {
+			return err
+		}
+	case c == 't':
+		if err := s.literal("true"); err != nil {
+			return err
+		}
+	case c == 'f':
+		if err := s.literal("false"); err != nil {
+			return err
+		}
+	case c == 'n':
+		if err := s.literal("null"); err != nil {
+			return err
+		}
+	default:
+		return s.errorf("invalid character %q looking for beginning of value", c)
+	}
+	fn(TokenScalar, "")
+	return nil
 }

@@ -1,12 +1,9 @@
 package rules
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -153,8 +150,6 @@ type frame struct {
 // The field path is built only when visit asks for it: it is needed for
 // findings only, and rendering it for every string was Rule 9's main cost.
 func walkStrings(raw []byte, visit func(field func() string, s string, isKey bool, member string)) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
 	var stack []frame
 	advance := func() {
 		if n := len(stack); n > 0 {
@@ -165,45 +160,31 @@ func walkStrings(raw []byte, visit func(field func() string, s string, isKey boo
 			}
 		}
 	}
-	for {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			if len(stack) > 0 {
-				return io.ErrUnexpectedEOF
-			}
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{':
-				stack = append(stack, frame{object: true, wantKey: true})
-			case '[':
-				stack = append(stack, frame{})
-			default: // '}' or ']'
-				stack = stack[:len(stack)-1]
-				advance()
-			}
-		case string:
-			n := len(stack)
-			if n > 0 && stack[n-1].object && stack[n-1].wantKey {
-				stack[n-1].key, stack[n-1].wantKey = t, false
-				visit(func() string { return renderField(stack) }, t, true, "")
-				continue
-			}
+	field := func() string { return renderField(stack) }
+	return capsule.WalkJSON(raw, func(tok capsule.JSONToken, s string) {
+		switch tok {
+		case capsule.TokenObjectStart:
+			stack = append(stack, frame{object: true, wantKey: true})
+		case capsule.TokenArrayStart:
+			stack = append(stack, frame{})
+		case capsule.TokenObjectEnd, capsule.TokenArrayEnd:
+			stack = stack[:len(stack)-1]
+			advance()
+		case capsule.TokenKey:
+			top := &stack[len(stack)-1]
+			top.key, top.wantKey = s, false
+			visit(field, s, true, "")
+		case capsule.TokenString:
 			member := ""
-			if n > 0 && stack[n-1].object {
+			if n := len(stack); n > 0 && stack[n-1].object {
 				member = stack[n-1].key
 			}
-			visit(func() string { return renderField(stack) }, t, false, member)
+			visit(field, s, false, member)
 			advance()
 		default:
 			advance()
 		}
-	}
+	})
 }
 
 // maxKeyInField bounds how much of a member name a field path repeats.
