@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -755,14 +756,19 @@ func (p *Pipeline) observe(cp *capsule.Checkpoint, tr *capsule.Transition, d pha
 }
 
 func (p *Pipeline) logTransition(cp *capsule.Checkpoint, tr capsule.Transition, took time.Duration) {
-	attrs := []any{
-		"capsule_id", cp.CapsuleID, "key", cp.Key, "phase", tr.PhaseName, "cycle", tr.Cycle,
-		"trace_id", cp.TraceID, "outcome", tr.Outcome, "duration", took,
+	if !p.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
 	}
+	// Typed attributes: one line per transition is on the hot path.
+	attrs := make([]slog.Attr, 0, 8)
+	attrs = append(attrs,
+		slog.String("capsule_id", cp.CapsuleID), slog.String("key", cp.Key), slog.String("phase", tr.PhaseName),
+		slog.Int("cycle", tr.Cycle), slog.String("trace_id", cp.TraceID), slog.String("outcome", tr.Outcome),
+		slog.Duration("duration", took))
 	if tr.Detail != "" {
-		attrs = append(attrs, "halt_reason", tr.Detail)
+		attrs = append(attrs, slog.String("halt_reason", tr.Detail))
 	}
-	p.log.Info("transition", attrs...)
+	p.log.LogAttrs(context.Background(), slog.LevelInfo, "transition", attrs...)
 }
 
 func (p *Pipeline) publishEvent(ctx context.Context, ev capsule.Event) error {
