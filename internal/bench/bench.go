@@ -503,7 +503,7 @@ func rounds(ctx context.Context, e *env, base, sut *contestant, progress func(st
 	}
 	for _, c := range []*contestant{base, sut} {
 		if c != nil {
-			c.result.Median = medianRound(c.result.Rounds)
+			c.result.Median = medianRound(c.result.Rounds, cfg.Rate > 0)
 		}
 	}
 	return nil
@@ -622,17 +622,24 @@ func memCheck(ctx context.Context, e *env, sut *contestant, progress func(string
 // historySample is how many sagad checkpoints the exactly-once check reads.
 const historySample = 40
 
-// medianRound returns the round with the median throughput.
-func medianRound(bs []Batch) Batch {
+// medianRound returns the round with the median throughput (with byP99,
+// the median p99).
+func medianRound(bs []Batch, byP99 bool) Batch {
 	if len(bs) == 0 {
 		return Batch{}
+	}
+	key := func(b Batch) float64 { return b.PerSecond }
+	if byP99 {
+		// At a fixed rate every round has the same throughput: the
+		// median is the round with the median p99.
+		key = func(b Batch) float64 { return float64(b.Latency.P99) }
 	}
 	sorted := slices.Clone(bs)
 	slices.SortFunc(sorted, func(a, b Batch) int {
 		switch {
-		case a.PerSecond < b.PerSecond:
+		case key(a) < key(b):
 			return -1
-		case a.PerSecond > b.PerSecond:
+		case key(a) > key(b):
 			return 1
 		}
 		return 0
