@@ -88,6 +88,12 @@ func bind(ctx context.Context, js jetstream.JetStream) (*Pipeline, error) {
 		return nil, err
 	}
 	cfg := Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}.withDefaults()
+	// A capsule this admin ends expires like one sagad ends.
+	if status, err := st.checkpoints.Status(ctx); err == nil {
+		if d, err := time.ParseDuration(status.Metadata()[RetentionMetadata]); err == nil && d > 0 {
+			cfg.Retention = d
+		}
+	}
 	return &Pipeline{
 		cfg: cfg, js: js, log: cfg.Logger, stores: st,
 		checkpoints:   &Checkpoints{kv: st.checkpoints, js: js},

@@ -25,6 +25,10 @@ const (
 	ArtifactsBucket     = "SAGA_ARTIFACTS"
 )
 
+// RetentionMetadata is the SAGA_CHECKPOINTS bucket metadata key that holds
+// the retention sagad runs with (a Go duration), for sagactl's admin actions.
+const RetentionMetadata = "sagad_retention"
+
 // Message headers sagad sets on everything it publishes.
 const (
 	HeaderCapsuleID  = "Saga-Capsule-Id"

@@ -55,4 +55,17 @@ func TestRetentionForgetsEndedCapsules(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, capsule.Halted, s.State)
 	require.Equal(t, capsule.Completed, f.wait(t, waiting.ID()).State)
+
+	// A capsule ended by an operator (sagactl, another process) expires too:
+	// the admin reads sagad's retention from the bucket.
+	other := f.own(t, capsuletest.New().Set("review.operator_gate", true))
+	f.publish(t, other.Sealed(t))
+	f.waitState(t, other.ID(), capsule.WaitingForOperator)
+	s, err = f.admin(t).Cancel(ctx, other.ID(), "not needed", "carol")
+	require.NoError(t, err)
+	require.Equal(t, capsule.Cancelled, s.State)
+	natstest.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool {
+		_, err := f.client.Status(ctx, other.ID())
+		return errors.Is(err, pipeline.ErrNotFound)
+	}, "cancelled capsule never forgotten")
 }

@@ -82,6 +82,9 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Config) (*s
 	if s.checkpoints, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: CheckpointsBucket, Description: "sagad: checkpoint per capsule key", Storage: cfg.Storage, Replicas: cfg.Replicas,
 		LimitMarkerTTL: markerTTL, // allows the per-message TTL of retention
+		// sagactl's admin actions end capsules too: they read the retention
+		// sagad runs with from here.
+		Metadata: map[string]string{RetentionMetadata: cfg.Retention.String()},
 	}); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", CheckpointsBucket, err)
 	}
