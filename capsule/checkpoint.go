@@ -19,7 +19,9 @@ type Checkpoint struct {
 	// the checkpoint.
 	IntakeSeq uint64 `json:"intake_seq,omitempty"`
 	// OutcomeEmitted records that the ended capsule's outcome message was
-	// acknowledged, so re-emitting a transition never sends it twice.
+	// acknowledged. Only checkpoints of earlier versions carry it: sagad now
+	// marks the capsule's bytes in SAGA_CAPSULES instead, which saves a
+	// checkpoint write per capsule.
 	OutcomeEmitted bool            `json:"outcome_emitted,omitempty"`
 	CreatedAt      time.Time       `json:"created_at"`
 	UpdatedAt      time.Time       `json:"updated_at"`

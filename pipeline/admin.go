@@ -80,6 +80,9 @@ func bind(ctx context.Context, js jetstream.JetStream) (*Pipeline, error) {
 	if st.capsules, err = kv(CapsulesBucket); err != nil {
 		return nil, err
 	}
+	if st.capsulesStream, err = js.Stream(ctx, "KV_"+CapsulesBucket); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", CapsulesBucket, err)
+	}
 	if st.continuations, err = kv(ContinuationsBucket); err != nil {
 		return nil, err
 	}
@@ -96,7 +99,7 @@ func bind(ctx context.Context, js jetstream.JetStream) (*Pipeline, error) {
 	}
 	return &Pipeline{
 		cfg: cfg, js: js, log: cfg.Logger, stores: st,
-		checkpoints:   &Checkpoints{kv: st.checkpoints, js: js},
+		checkpoints:   &Checkpoints{kv: st.checkpoints, js: js, ttl: cfg.Retention},
 		cache:         newCache(),
 		continuations: &Continuations{kv: st.continuations},
 		locks:         lm,

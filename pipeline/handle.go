@@ -69,6 +69,13 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 		// The cached checkpoint was behind: decide again on the real one.
 		retry, err, _ = p.attempt(ctx, ph, msg, key, cycle, raw, c, false)
 	}
+	if errors.Is(err, ErrNotFound) {
+		// Every phase message follows the checkpoint that sent it: none
+		// means the capsule ended and was forgotten (retention), so a
+		// late copy has nothing left to do.
+		p.log.Warn("message for a capsule without a checkpoint dropped", "phase", ph.String(), "key", key)
+		return 0, nil
+	}
 	return retry, err
 }
 
@@ -556,24 +563,32 @@ func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, rev uint
 		if np, ncycle, ok := next(*tr); ok && st.Status == capsule.InProgress && st.Phase == np && st.Cycle == ncycle {
 			msgs = append(msgs, phaseMsg(cp, raw, ""))
 		}
-		// The outcome goes out until the checkpoint records its ack; within
-		// the de-duplication window a repeat is dropped by its Nats-Msg-Id.
-		outcome := false
-		if state, ok := terminalState(*tr); ok && !cp.OutcomeEmitted {
-			msgs = append(msgs, outcomeMsg(cp, *tr, state, raw))
-			outcome = true
-			if p.cfg.Retention > 0 {
-				// The bytes as received, again, now with the retention
-				// as their time to live (the checkpoint gets it next).
-				msgs = append(msgs, p.retainedBytes(cp.Key, raw))
+		// The outcome goes out until its acknowledgement is recorded on the
+		// capsule's bytes; a repeat within the de-duplication window is
+		// dropped by its Nats-Msg-Id.
+		var outcome *nats.Msg
+		if state, ok := terminalState(*tr); ok {
+			// rev != 0: the caller just recorded the end, so no one has
+			// sent its outcome yet.
+			send := rev != 0
+			if !send {
+				sent, err := p.outcomeSent(ctx, cp)
+				if err != nil {
+					return err
+				}
+				send = !sent
+			}
+			if send {
+				outcome = outcomeMsg(cp, *tr, state, raw)
+				msgs = append(msgs, outcome)
 			}
 		}
 		// One round trip for all of them: JetStream acks them in parallel.
 		if err := p.publishAll(ctx, msgs); err != nil {
 			return err
 		}
-		if outcome {
-			if err := p.outcomeEmitted(ctx, cp, rev); err != nil {
+		if outcome != nil {
+			if err := p.markOutcomeSent(ctx, cp.Key, raw); err != nil {
 				return err
 			}
 		}
@@ -597,43 +612,38 @@ func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, rev uint
 	return nil
 }
 
-// outcomeEmitted records in the ended capsule's checkpoint that its outcome
-// was acknowledged. known is the checkpoint as written at revision rev (0:
-// read it first); a conflict reads it again.
-func (p *Pipeline) outcomeEmitted(ctx context.Context, known *capsule.Checkpoint, rev uint64) error {
-	key := known.Key
-	for i := 0; i < maxConflicts; i++ {
-		var cp *capsule.Checkpoint
-		if i == 0 && rev != 0 {
-			cp = known.Clone()
-		} else {
-			var err error
-			if cp, rev, err = p.checkpoints.Get(ctx, key); err != nil {
-				return err
-			}
-		}
-		if cp.OutcomeEmitted || !cp.Terminal() {
-			return nil
-		}
-		cp.OutcomeEmitted = true
-		// The last write of an ended capsule: it lives for the retention.
-		if _, err := p.checkpoints.UpdateTTL(ctx, cp, rev, p.cfg.Retention); errors.Is(err, errConflict) {
-			continue
-		} else if err != nil {
-			return fmt.Errorf("record outcome of %s: %w", key, err)
-		}
-		return nil
+// outcomeSent reports whether the outcome of the ended capsule cp was
+// acknowledged: its bytes in SAGA_CAPSULES carry the mark markOutcomeSent
+// wrote (checkpoints of earlier versions recorded it themselves).
+func (p *Pipeline) outcomeSent(ctx context.Context, cp *capsule.Checkpoint) (bool, error) {
+	if cp.OutcomeEmitted {
+		return true, nil
 	}
-	return errConflict
+	m, err := p.stores.capsulesStream.GetLastMsgForSubject(ctx, "$KV."+CapsulesBucket+"."+cp.Key)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("outcome of %s: %w", cp.Key, err)
+	}
+	return m.Header.Get(HeaderOutcomeSent) != "", nil
 }
 
-// retainedBytes rewrites an ended capsule's bytes in SAGA_CAPSULES with the
-// retention as their time to live.
-func (p *Pipeline) retainedBytes(key string, raw []byte) *nats.Msg {
+// markOutcomeSent rewrites an ended capsule's bytes in SAGA_CAPSULES, after
+// its outcome was acknowledged, marked so (outcomeSent) and with the
+// retention as their time to live. It is the last write of the capsule's
+// saga; the checkpoint got the same time to live when it recorded the end.
+func (p *Pipeline) markOutcomeSent(ctx context.Context, key string, raw []byte) error {
 	m := nats.NewMsg("$KV." + CapsulesBucket + "." + key)
 	m.Data = raw
-	m.Header.Set(jetstream.MsgTTLHeader, p.cfg.Retention.String())
-	return m
+	m.Header.Set(HeaderOutcomeSent, "true")
+	if p.cfg.Retention > 0 {
+		m.Header.Set(jetstream.MsgTTLHeader, p.cfg.Retention.String())
+	}
+	if _, err := p.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("record the outcome of %s: %w", key, err)
+	}
+	return nil
 }
 
 // publishAll publishes msgs asynchronously and waits for every ack.

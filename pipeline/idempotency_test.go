@@ -93,14 +93,26 @@ func TestSameIDOtherContentIsRefused(t *testing.T) {
 
 // TestRedeliveryOfRecordedTransition: a phase message delivered again after its
 // transition was recorded re-emits (de-duplicated) effects and changes nothing.
+//
+// The de-duplication window is a second here, and the redeliveries come after
+// it: a repeated outcome would be stored again, so one outcome proves the
+// acknowledged outcome is recorded (on the capsule's bytes) and not re-sent.
 func TestRedeliveryOfRecordedTransition(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	f := setupWith(t, func(c *pipeline.Config) { c.DuplicateWindow = time.Second })
 	doc := capsuletest.New()
 	raw := doc.Sealed(t)
 	f.publish(t, raw)
 	require.Equal(t, capsule.Completed, f.wait(t, doc.ID()).State)
 	before := countEvents(t, f, doc.ID())
+	str, err := f.js.Stream(context.Background(), "KV_"+pipeline.CapsulesBucket)
+	require.NoError(t, err)
+	kept, err := str.GetLastMsgForSubject(context.Background(), "$KV."+pipeline.CapsulesBucket+"."+doc.ID())
+	require.NoError(t, err)
+	require.Equal(t, "true", kept.Header.Get(pipeline.HeaderOutcomeSent))
+	require.Equal(t, raw, kept.Data)
+	// Not a synchronisation: the point is to be past a time window.
+	time.Sleep(1200 * time.Millisecond)
 
 	for ph := 1; ph <= 6; ph++ {
 		cycle := 0

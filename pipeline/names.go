@@ -31,14 +31,17 @@ const RetentionMetadata = "sagad_retention"
 
 // Message headers sagad sets on everything it publishes.
 const (
-	HeaderCapsuleID  = "Saga-Capsule-Id"
-	HeaderKey        = "Saga-Key"
-	HeaderPhase      = "Saga-Phase"
-	HeaderCycle      = "Saga-Cycle"
-	HeaderTraceID    = "Saga-Trace-Id"
-	HeaderHaltReason = "Saga-Halt-Reason"
-	HeaderState      = "Saga-State"
-	HeaderArtifacts  = "Saga-Artifact-Refs"
+	HeaderCapsuleID = "Saga-Capsule-Id"
+	HeaderKey       = "Saga-Key"
+	// HeaderOutcomeSent marks an ended capsule's bytes in SAGA_CAPSULES once
+	// its outcome was acknowledged.
+	HeaderOutcomeSent = "Saga-Outcome-Sent"
+	HeaderPhase       = "Saga-Phase"
+	HeaderCycle       = "Saga-Cycle"
+	HeaderTraceID     = "Saga-Trace-Id"
+	HeaderHaltReason  = "Saga-Halt-Reason"
+	HeaderState       = "Saga-State"
+	HeaderArtifacts   = "Saga-Artifact-Refs"
 	// HeaderEventID carries an event's deterministic id; a reader seeing
 	// it twice drops the repeat.
 	HeaderEventID = "Saga-Event-Id"

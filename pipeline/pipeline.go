@@ -64,7 +64,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		js:            js,
 		log:           cfg.Logger,
 		stores:        st,
-		checkpoints:   &Checkpoints{kv: st.checkpoints, js: js},
+		checkpoints:   &Checkpoints{kv: st.checkpoints, js: js, ttl: cfg.Retention},
 		cache:         newCache(),
 		continuations: &Continuations{kv: st.continuations},
 		metrics:       cfg.Metrics,

@@ -25,8 +25,11 @@ var errConflict = errors.New("checkpoint changed concurrently")
 
 // Checkpoints reads and writes checkpoints in the SAGA_CHECKPOINTS bucket.
 type Checkpoints struct {
-	js jetstream.JetStream // for UpdateTTL; nil for readers
-	kv jetstream.KeyValue
+	js jetstream.JetStream // for writes; nil for readers
+	// ttl is the retention: a checkpoint that records the end of its
+	// capsule is written with it as its time to live.
+	ttl time.Duration
+	kv  jetstream.KeyValue
 }
 
 // Get returns the checkpoint stored under key and its KV revision.
@@ -46,10 +49,18 @@ func (s *Checkpoints) Get(ctx context.Context, key string) (*capsule.Checkpoint,
 }
 
 // Create stores the first checkpoint of a capsule; errConflict if one exists.
+// A capsule that ends at once (RECEPTION halts it) gets the retention as
+// time to live.
 func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (uint64, error) {
 	b, err := cp.AppendJSON(nil)
 	if err != nil {
 		return 0, err
+	}
+	if s.js != nil && s.ttl > 0 && cp.Terminal() {
+		// Expected last sequence 0: the key has no entry, not even a
+		// marker; a marker left by an expired namesake conflicts until it
+		// expires itself, a second later.
+		return s.write(ctx, cp.Key, b, 0, s.ttl)
 	}
 	rev, err := s.kv.Create(ctx, cp.Key, b)
 	if errors.Is(err, jetstream.ErrKeyExists) {
@@ -78,7 +89,11 @@ func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev ui
 		return 0, err
 	}
 	if s.js != nil {
-		return s.write(ctx, cp.Key, b, rev, 0)
+		ttl := time.Duration(0)
+		if cp.Terminal() {
+			ttl = s.ttl // the last write of an ended capsule
+		}
+		return s.write(ctx, cp.Key, b, rev, ttl)
 	}
 	n, err := s.kv.Update(ctx, cp.Key, b, rev)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {

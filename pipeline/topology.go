@@ -94,6 +94,9 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Config) (*s
 	}); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", CapsulesBucket, err)
 	}
+	if s.capsulesStream, err = js.Stream(ctx, "KV_"+CapsulesBucket); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", CapsulesBucket, err)
+	}
 	if s.continuations, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: ContinuationsBucket, Description: "sagad: continuation per paused capsule key", Storage: cfg.Storage, Replicas: cfg.Replicas,
 	}); err != nil {
@@ -109,8 +112,11 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Config) (*s
 }
 
 type stores struct {
-	checkpoints   jetstream.KeyValue
-	capsules      jetstream.KeyValue
-	continuations jetstream.KeyValue
-	artifacts     jetstream.ObjectStore
+	checkpoints jetstream.KeyValue
+	capsules    jetstream.KeyValue
+	// capsulesStream is SAGA_CAPSULES's stream, for the headers of its
+	// entries (the KV client does not return them).
+	capsulesStream jetstream.Stream
+	continuations  jetstream.KeyValue
+	artifacts      jetstream.ObjectStore
 }
