@@ -135,11 +135,11 @@ func Main(args []string, out, errOut io.Writer) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintln(errOut, "sagactl:", ee.err)
+			printError(errOut, ee.err)
 		}
 		return ee.code
 	}
-	fmt.Fprintln(errOut, "sagactl:", err)
+	printError(errOut, err)
 	if isUsage(err) {
 		return ExitUsage
 	}
@@ -147,6 +147,14 @@ func Main(args []string, out, errOut io.Writer) int {
 		return ExitNotFound
 	}
 	return ExitFailure
+}
+
+func printError(errOut io.Writer, err error) {
+	fmt.Fprintln(errOut, "sagactl:", err)
+	if errors.Is(err, pipeline.ErrNotFound) {
+		// The common surprise: sagad forgets ended capsules after its retention.
+		fmt.Fprintln(errOut, "sagactl: (never published here, or ended longer ago than sagad's --retention)")
+	}
 }
 
 // isUsage recognises cobra's argument and flag errors.
