@@ -20,6 +20,10 @@ import (
 	"github.com/sagad/sagad/phases"
 )
 
+// forgottenAfter is how many deliveries find no checkpoint before a phase
+// message is taken for one of a forgotten capsule (see advance).
+const forgottenAfter = 10
+
 // maxConflicts bounds how often one message re-reads a checkpoint that keeps
 // changing under it before it is handed back for redelivery.
 const maxConflicts = 8
@@ -70,11 +74,14 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 		retry, err, _ = p.attempt(ctx, ph, msg, key, cycle, raw, c, false)
 	}
 	if errors.Is(err, ErrNotFound) {
-		// Every phase message follows the checkpoint that sent it: none
-		// means the capsule ended and was forgotten (retention), so a
-		// late copy has nothing left to do.
-		p.log.Warn("message for a capsule without a checkpoint dropped", "phase", ph.String(), "key", key)
-		return 0, nil
+		// Every phase message follows the checkpoint that sent it, but a
+		// read may be served by a replica that is behind: try again for a
+		// while. Still none then means the capsule ended and was
+		// forgotten (retention): a late copy has nothing left to do.
+		if md, merr := msg.Metadata(); merr == nil && md.NumDelivered >= forgottenAfter {
+			p.log.Warn("message for a capsule without a checkpoint dropped", "phase", ph.String(), "key", key, "deliveries", md.NumDelivered)
+			return 0, nil
+		}
 	}
 	return retry, err
 }

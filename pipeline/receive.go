@@ -33,6 +33,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 	}
 
 	key := fallbackKey
+	staleEnd := false // the kept bytes are an ended, forgotten run's
 	if r.Capsule != nil {
 		key = r.Capsule.CapsuleID
 		if !validKey(key) {
@@ -46,19 +47,22 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 		// AUTOMATED_GATES can refuse it (Rule 2) without touching the first.
 		_, err := p.stores.capsules.Create(ctx, key, raw)
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			same, err := p.sameContent(ctx, key, r.Digest)
+			same, ended, err := p.keptBytes(ctx, key, r.Digest)
 			if err != nil {
 				return p.cfg.RetryDelay, err
 			}
 			if !same {
 				key = fallbackKey
 			}
+			staleEnd = same && ended
 		} else if err != nil {
 			return p.cfg.RetryDelay, fmt.Errorf("reception: keep capsule: %w", err)
 		}
 	}
 	if key == fallbackKey {
-		if _, err := p.stores.capsules.Put(ctx, key, raw); err != nil {
+		// Create, not Put: a redelivered intake message must not erase what
+		// its first delivery recorded on the bytes (the outcome mark).
+		if _, err := p.stores.capsules.Create(ctx, key, raw); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err)
 		}
 	}
@@ -82,6 +86,15 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 	} else if err != nil {
 		return p.cfg.RetryDelay, fmt.Errorf("reception: create checkpoint: %w", err)
 	}
+	if staleEnd {
+		// The bytes are those of an earlier run of this capsule that ended
+		// and whose checkpoint the retention already removed (the bytes go
+		// a moment later): this is a new run, so its bytes must not carry
+		// that run's outcome mark and time to live.
+		if _, err := p.stores.capsules.Put(ctx, key, raw); err != nil {
+			return p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err)
+		}
+	}
 	p.cache.put(cp, rev)
 	if r.Capsule != nil && cp.State.Status == capsule.InProgress {
 		p.cache.seed(key, raw, r.Capsule)
@@ -98,16 +111,18 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 	return 0, nil
 }
 
-func (p *Pipeline) sameContent(ctx context.Context, key, digest string) (bool, error) {
-	e, err := p.stores.capsules.Get(ctx, key)
+// keptBytes compares the bytes kept under key with digest, and reports
+// whether they carry the outcome mark of a run that ended.
+func (p *Pipeline) keptBytes(ctx context.Context, key, digest string) (same, ended bool, err error) {
+	m, err := p.stores.capsulesStream.GetLastMsgForSubject(ctx, "$KV."+CapsulesBucket+"."+key)
 	if err != nil {
-		return false, fmt.Errorf("reception: read kept capsule %s: %w", key, err)
+		return false, false, fmt.Errorf("reception: read kept capsule %s: %w", key, err)
 	}
-	d, err := capsule.Digest(e.Value())
+	d, err := capsule.Digest(m.Data)
 	if err != nil {
-		return false, nil
+		return false, false, nil
 	}
-	return d == digest, nil
+	return d == digest, m.Header.Get(HeaderOutcomeSent) != "", nil
 }
 
 // duplicateIgnored records, once per intake message, that a capsule was
