@@ -55,15 +55,7 @@ func (c *cpCache) capsule(key string, raw []byte) (*capsule.Capsule, error) {
 	if err := json.Unmarshal(raw, dec); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.caps[key]; !ok && len(c.caps) >= cacheSize {
-		for k := range c.caps {
-			delete(c.caps, k)
-			break
-		}
-	}
-	c.caps[key] = parsedCapsule{raw: append([]byte(nil), raw...), c: dec}
+	c.seed(key, raw, dec)
 	return dec, nil
 }
 

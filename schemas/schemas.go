@@ -78,13 +78,9 @@ func Source(name Name) []byte {
 // nil when raw is valid, a [*ValidationError] when it violates the schema and
 // an error wrapping [ErrNotJSON] when it is not JSON.
 func Validate(name Name, raw []byte) error {
-	set, err := compileAll()
+	set, schema, err := lookupSchema(name)
 	if err != nil {
 		return err
-	}
-	schema, ok := set.schemas[name]
-	if !ok {
-		return fmt.Errorf("schemas: unknown schema %q", name)
 	}
 	doc, err := decode(raw)
 	if err != nil {
@@ -97,15 +93,24 @@ func Validate(name Name, raw []byte) error {
 // string, json.Number, []any and map[string]any (capsule.ParseJSON's form).
 // It does not change doc.
 func ValidateDoc(name Name, doc any) error {
-	set, err := compileAll()
+	set, schema, err := lookupSchema(name)
 	if err != nil {
 		return err
 	}
+	return set.validate(name, schema, doc)
+}
+
+// lookupSchema returns the compiled set and the named schema in it.
+func lookupSchema(name Name) (*compiled, *jsonschema.Schema, error) {
+	set, err := compileAll()
+	if err != nil {
+		return nil, nil, err
+	}
 	schema, ok := set.schemas[name]
 	if !ok {
-		return fmt.Errorf("schemas: unknown schema %q", name)
+		return nil, nil, fmt.Errorf("schemas: unknown schema %q", name)
 	}
-	return set.validate(name, schema, doc)
+	return set, schema, nil
 }
 
 func (set *compiled) validate(name Name, schema *jsonschema.Schema, doc any) error {
