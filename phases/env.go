@@ -86,6 +86,9 @@ type Env struct {
 type Input struct {
 	Capsule    *capsule.Capsule
 	Raw        []byte
+	// Checkpoint is the capsule's checkpoint as the phase starts. It is
+	// shared with the pipeline's cache: read it, never change it (a phase
+	// changes the checkpoint through its Decision).
 	Checkpoint *capsule.Checkpoint
 	// Claim takes the checkpoint's execution claim for the current cycle
 	// before an executor runs; it fails if another live instance holds it.

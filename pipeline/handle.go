@@ -129,13 +129,16 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	defer stopHeartbeat()
 	start := p.cfg.Now()
 	var d phases.Decision
-	if w, ok := p.deadlineWarning(t.snapshot(), c, start); ok {
+	// The phase reads the checkpoint as it is: checkpoints are never changed
+	// in place (every change is made on a clone), so no copy is needed.
+	view := t.view()
+	if w, ok := p.deadlineWarning(view, c, start); ok {
 		d = w
 	} else {
 		in := &phases.Input{
 			Capsule:    c,
 			Raw:        raw,
-			Checkpoint: t.snapshot(),
+			Checkpoint: view,
 			Claim:      func(ctx context.Context) error { return t.claim(ctx, ph, cycle, c.Constraints.ResourceLocksRequired) },
 			Revalidate: func(ctx context.Context) error {
 				// A claim younger than half its lease cannot have lapsed.
@@ -331,11 +334,11 @@ func (t *txn) current(ph capsule.Phase, cycle int) bool {
 	return st.Status == capsule.InProgress && st.Phase == ph && st.Cycle == cycle
 }
 
-// snapshot returns a copy of the checkpoint for a phase to read.
-func (t *txn) snapshot() *capsule.Checkpoint {
+// view returns the checkpoint for a phase to read. It is shared: read only.
+func (t *txn) view() *capsule.Checkpoint {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.cp.Clone()
+	return t.cp
 }
 
 // claim takes the claim on (ph, cycle) for this delivery: the phase is about

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -52,10 +53,11 @@ func (s *Checkpoints) Get(ctx context.Context, key string) (*capsule.Checkpoint,
 // A capsule that ends at once (RECEPTION halts it) gets the retention as
 // time to live.
 func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (uint64, error) {
-	b, err := cp.AppendJSON(nil)
+	b, done, err := encode(cp)
 	if err != nil {
 		return 0, err
 	}
+	defer done()
 	if s.js != nil && s.ttl > 0 && cp.Terminal() {
 		// Expected last sequence 0: the key has no entry, not even a
 		// marker; a marker left by an expired namesake conflicts until it
@@ -69,13 +71,30 @@ func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (uint6
 	return rev, err
 }
 
+// encodeBufs recycles checkpoint encodings: a write's bytes are copied into
+// the connection's buffer before the publish returns, so the buffer is free
+// again when the write is done.
+var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// encode encodes cp into a pooled buffer; done returns the buffer.
+func encode(cp *capsule.Checkpoint) ([]byte, func(), error) {
+	bp := encodeBufs.Get().(*[]byte)
+	b, err := cp.AppendJSON((*bp)[:0])
+	if err != nil {
+		encodeBufs.Put(bp)
+		return nil, nil, err
+	}
+	return b, func() { *bp = b[:0]; encodeBufs.Put(bp) }, nil
+}
+
 // UpdateTTL is Update with a time to live: the server removes the key ttl
 // after this write (the bucket allows per-message TTLs).
 func (s *Checkpoints) UpdateTTL(ctx context.Context, cp *capsule.Checkpoint, rev uint64, ttl time.Duration) (uint64, error) {
-	b, err := cp.AppendJSON(nil)
+	b, done, err := encode(cp)
 	if err != nil {
 		return 0, err
 	}
+	defer done()
 	if s.js == nil {
 		return 0, errors.New("checkpoints: read-only store")
 	}
@@ -84,10 +103,11 @@ func (s *Checkpoints) UpdateTTL(ctx context.Context, cp *capsule.Checkpoint, rev
 
 // Update writes cp if the stored revision is still rev; errConflict otherwise.
 func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (uint64, error) {
-	b, err := cp.AppendJSON(nil)
+	b, done, err := encode(cp)
 	if err != nil {
 		return 0, err
 	}
+	defer done()
 	if s.js != nil {
 		ttl := time.Duration(0)
 		if cp.Terminal() {
