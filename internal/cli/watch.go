@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -69,6 +70,8 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 		from = start
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	var followers sync.WaitGroup
+	defer followers.Wait() // after cancel (deferred below, so run first)
 	defer cancel()
 	items := make(chan watchItem)
 	follow := func(stream, subject string, checkpoint bool) error {
@@ -88,7 +91,9 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", subject, err)
 		}
+		followers.Add(1)
 		go func() {
+			defer followers.Done()
 			defer it.Stop()
 			stopOnDone := context.AfterFunc(ctx, it.Stop)
 			defer stopOnDone()
