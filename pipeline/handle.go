@@ -118,7 +118,8 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 			return p.cfg.RetryDelay, err, false
 		}
 	}
-	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
+	md, mdErr := msg.Metadata()
+	if mdErr == nil && md.NumDelivered > 1 {
 		p.metrics.Redelivered(ph)
 	}
 	// The heartbeat keeps the message and the claim alive for as long as
@@ -148,7 +149,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 				return t.renew(ctx, cycle)
 			},
 		}
-		if md, err := msg.Metadata(); err == nil {
+		if mdErr == nil {
 			in.Entered = md.Timestamp
 			in.Redelivered = md.NumDelivered > 1
 		}
@@ -162,9 +163,13 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	if d.Action == phases.Retry {
 		return p.cfg.RetryDelay + d.Delay, d.Err, false
 	}
-	// Record what happened even if the phase's time ran out meanwhile.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	defer cancel()
+	// Record what happened even if the phase's time ran out meanwhile (or
+	// is about to: a fresh bound then, not a timer per message).
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) < recordTimeout || ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+		defer cancel()
+	}
 	// A successful claim proved the cached checkpoint current at that point.
 	unverified := cached && !t.claimed.Load()
 	tr, ok, cp, err := t.commit(ctx, ph, cycle, d, unverified)
