@@ -150,6 +150,9 @@ func WriteText(w io.Writer, r *Report) {
 			}
 			fmt.Fprintf(w, "%s rounds: %s\n", s.name, strings.Join(parts, "; "))
 		}
+		if tp, p99, ok := pairedRatios(r); ok {
+			fmt.Fprintf(w, "paired by round (each sagad round against the baseline round just before it), median: throughput %.2f ×, p99 %.2f ×\n", tp, p99)
+		}
 	}
 	if mc := r.MemCheck; mc != nil {
 		fmt.Fprintf(w, "\nmemory at %d → %d capsules: RSS %s → %s (%.2f ×), after GC %s → %s (%.2f ×), Go heap in use %s → %s (%.2f ×)\n",
@@ -236,3 +239,21 @@ func kb(b uint64) string { return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10)) }
 
 // mib formats bytes in MiB.
 func mib(b uint64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+// pairedRatios is the median, over rounds, of sagad's figure against the
+// baseline's in the same round: the two run back to back, so a machine that
+// drifts over a run (as a shared one does) moves both.
+func pairedRatios(r *Report) (throughput, p99 float64, ok bool) {
+	if r.Baseline == nil || r.Sagad == nil || len(r.Baseline.Rounds) != len(r.Sagad.Rounds) || len(r.Sagad.Rounds) == 0 {
+		return 0, 0, false
+	}
+	var tps, p99s []float64
+	for i := range r.Sagad.Rounds {
+		b, s := r.Baseline.Rounds[i], r.Sagad.Rounds[i]
+		tps = append(tps, ratio(s.PerSecond, b.PerSecond))
+		p99s = append(p99s, ratio(float64(s.Latency.P99), float64(b.Latency.P99)))
+	}
+	slices.Sort(tps)
+	slices.Sort(p99s)
+	return tps[len(tps)/2], p99s[len(p99s)/2], true
+}
