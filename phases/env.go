@@ -84,8 +84,8 @@ type Env struct {
 
 // Input is one capsule at one phase.
 type Input struct {
-	Capsule    *capsule.Capsule
-	Raw        []byte
+	Capsule *capsule.Capsule
+	Raw     []byte
 	// Checkpoint is the capsule's checkpoint as the phase starts. It is
 	// shared with the pipeline's cache: read it, never change it (a phase
 	// changes the checkpoint through its Decision).
