@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 )
 
 // RoundTrips is what one capsule of one class costs in NATS messages,
@@ -43,10 +45,42 @@ type RoundTrips struct {
 // observer counts client messages by operation.
 type observer struct {
 	sub *nats.Subscription
+	nc  *nats.Conn
 
 	mu     sync.Mutex
 	counts map[string]int
 	kinds  map[string]opKind
+	// marker is the subject of the sync marker in flight; seen is closed
+	// when the subscription delivered it.
+	marker string
+	seen   chan struct{}
+}
+
+// markerPrefix is the subject prefix of the observer's own sync markers.
+const markerPrefix = "_sagabench.observed."
+
+// sync returns once the subscription has handed every message the server
+// routed to it so far to the counting callback. A flush only proves the
+// messages reached the client, not that the callback counted them: the
+// observer publishes a marker to itself and waits for it, since one
+// subscription's messages are delivered in order.
+func (o *observer) sync(ctx context.Context) error {
+	o.mu.Lock()
+	o.marker = markerPrefix + nuid.Next()
+	o.seen = make(chan struct{})
+	marker, seen := o.marker, o.seen
+	o.mu.Unlock()
+	if err := o.nc.Publish(marker, nil); err != nil {
+		return err
+	}
+	select {
+	case <-seen:
+		return nil
+	case <-time.After(30 * time.Second):
+		return errors.New("round trips: observer never saw its own marker")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // opKind says how an operation is counted.
@@ -65,7 +99,17 @@ func startObserver(url string) (*observer, *nats.Conn, error) {
 		return nil, nil, err
 	}
 	o := &observer{counts: map[string]int{}, kinds: map[string]opKind{}}
+	o.nc = nc
 	o.sub, err = nc.Subscribe(">", func(m *nats.Msg) {
+		if strings.HasPrefix(m.Subject, markerPrefix) {
+			o.mu.Lock()
+			if m.Subject == o.marker {
+				close(o.seen)
+				o.marker = ""
+			}
+			o.mu.Unlock()
+			return
+		}
 		op, kind := classify(m)
 		if op == "" {
 			return
@@ -240,7 +284,7 @@ func measureRoundTrips(ctx context.Context, url string, t *tracker, classes []Cl
 		if err := t.sys.quiesce(ctx); err != nil {
 			return nil, err
 		}
-		if err := nc.Flush(); err != nil {
+		if err := obs.sync(ctx); err != nil {
 			return nil, err
 		}
 		obs.take()
@@ -251,7 +295,7 @@ func measureRoundTrips(ctx context.Context, url string, t *tracker, classes []Cl
 		if err := t.sys.quiesce(ctx); err != nil {
 			return nil, err
 		}
-		if err := nc.Flush(); err != nil {
+		if err := obs.sync(ctx); err != nil {
 			return nil, err
 		}
 		counts, kinds := obs.take()
