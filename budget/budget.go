@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sagad/sagad/internal/cas"
+
 	"github.com/sagad/sagad/capsule"
 )
 
@@ -275,7 +277,7 @@ func (t *Tracker) update(ctx context.Context, key string, change func(r *record)
 		} else {
 			_, err = t.kv.Update(ctx, key, b, rev)
 		}
-		if !isConflict(err) {
+		if !cas.Conflict(err) {
 			return r, err
 		}
 		if err := backoff(ctx, attempt); err != nil {
@@ -314,20 +316,4 @@ func (t *Tracker) get(ctx context.Context, key string) (record, uint64, error) {
 		return record{}, 0, fmt.Errorf("decode %s at revision %d: %w", key, e.Revision(), err)
 	}
 	return r, e.Revision(), nil
-}
-
-// isConflict reports whether err is a lost compare-and-set: the key changed
-// since it was read (Update) or appeared meanwhile (Create). Non-replicated
-// streams report both as code 10071, replicated ones as 10164.
-func isConflict(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) &&
-		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

@@ -102,22 +102,9 @@ func (e NATSExecutor) Execute(ctx context.Context, req Request) (Result, error) 
 	return res, finish(err, who, meta, e.CompletionTimeout)
 }
 
-// NATSReviewer calls a reviewer served on a NATS subject, like [NATSExecutor].
-type NATSReviewer struct {
-	Conn *nats.Conn
-	// Subject the reviewer serves.
-	Subject string
-	// Name identifies it in failure details. Defaults to Subject.
-	Name string
-	// Timeout bounds each attempt. Defaults to [DefaultNATSTimeout].
-	Timeout time.Duration
-	// Retry is the policy for transient failures. Defaults to the
-	// [RetryPolicy] defaults.
-	Retry RetryPolicy
-	// CompletionTimeout is how long an accepted call's result may take.
-	// Defaults to [DefaultCompletionTimeout].
-	CompletionTimeout time.Duration
-}
+// NATSReviewer calls a reviewer served on a NATS subject. Its fields are
+// [NATSExecutor]'s and mean the same.
+type NATSReviewer NATSExecutor
 
 // Review sends the request, retrying transient failures, and maps the reply.
 func (r NATSReviewer) Review(ctx context.Context, req ReviewRequest) (ReviewResult, error) {

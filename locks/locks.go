@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/internal/cas"
 )
 
 // ErrHeld is matched (errors.Is) by a [*HeldError]: a live lease of another
@@ -215,7 +217,7 @@ func (m *Manager) TryAcquire(ctx context.Context, path, holder string) error {
 		if rev, err := m.kv.Create(ctx, Key(path), b); err == nil {
 			m.remember(path, holder, rev)
 			return nil
-		} else if !isConflict(err) {
+		} else if !cas.Conflict(err) {
 			return fmt.Errorf("locks: acquire %q: %w", path, err)
 		}
 	}
@@ -280,7 +282,7 @@ func (m *Manager) Release(ctx context.Context, path, holder string) error {
 			m.forget(path)
 			return nil
 		}
-		if !isConflict(err) && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if !cas.Conflict(err) && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return fmt.Errorf("locks: release %q: %w", path, err)
 		}
 	}
@@ -407,7 +409,7 @@ func (m *Manager) mutate(ctx context.Context, path string, decide func(cur *leas
 				m.remember(path, next.Holder, newRev)
 			}
 		}
-		if !isConflict(err) {
+		if !cas.Conflict(err) {
 			return err
 		}
 	}
@@ -431,22 +433,6 @@ func (m *Manager) get(ctx context.Context, path string) (*lease, uint64, error) 
 		return nil, 0, fmt.Errorf("key %s holds the lock of %q", e.Key(), l.Path)
 	}
 	return &l, e.Revision(), nil
-}
-
-// isConflict reports whether err is a lost compare-and-set: the key changed
-// since it was read (Update, Delete) or appeared meanwhile (Create).
-// Non-replicated streams report both as code 10071, replicated ones as 10164.
-func isConflict(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) &&
-		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 func checkArgs(path, holder string) error {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/cas"
 )
 
 // ErrNotFound is returned for a capsule key with no checkpoint.
@@ -65,7 +66,7 @@ func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (uint6
 		return s.write(ctx, cp.Key, b, 0, s.ttl)
 	}
 	rev, err := s.kv.Create(ctx, cp.Key, b)
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	if cas.Conflict(err) {
 		return 0, errConflict
 	}
 	return rev, err
@@ -116,7 +117,7 @@ func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev ui
 		return s.write(ctx, cp.Key, b, rev, ttl)
 	}
 	n, err := s.kv.Update(ctx, cp.Key, b, rev)
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+	if cas.Conflict(err) {
 		return 0, errConflict
 	}
 	return n, err
@@ -159,9 +160,7 @@ func (s *Checkpoints) write(ctx context.Context, key string, b []byte, rev uint6
 		return 0, fmt.Errorf("write checkpoint %s: %w", key, err)
 	}
 	seq, err := parsePubAck(resp.Data)
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+	if cas.Conflict(err) {
 		return 0, errConflict
 	}
 	if err != nil {
