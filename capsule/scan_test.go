@@ -85,11 +85,13 @@ func TestScannerMatchesTokenWalk(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(7, 11))
 	var corpus [][]byte
-	files, _ := filepath.Glob("../examples/capsules/*")
+	files, err := filepath.Glob("../examples/capsules/*")
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "the example capsules are part of the corpus")
 	for _, f := range files {
-		if b, err := os.ReadFile(f); err == nil {
-			corpus = append(corpus, b)
-		}
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		corpus = append(corpus, b)
 	}
 	for i := 0; i < 3000; i++ {
 		var b strings.Builder
@@ -119,7 +121,7 @@ func TestScannerMatchesTokenWalk(t *testing.T) {
 		sameParse(t, []byte(s))
 	}
 	deep := strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1)
-	_, err := parse([]byte(deep))
+	_, err = parse([]byte(deep))
 	require.ErrorIs(t, err, ErrInvalidJSON)
 }
 

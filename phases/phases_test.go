@@ -571,7 +571,9 @@ func TestExecutionRun(t *testing.T) {
 		wantRules  []int
 		// wantTrigger and wantReason are the pause a Park (or a warning) asks for.
 		wantTrigger capsule.Trigger
-		wantReason  string
+		// wantAwaiting: a park that records the cycle whose result it awaits.
+		wantAwaiting bool
+		wantReason   string
 		// wantDelay is a Retry's delay.
 		wantDelay time.Duration
 		// wantRuns is how often the stub executor ran.
@@ -688,7 +690,7 @@ func TestExecutionRun(t *testing.T) {
 			prepare: func(b *bundle, _ *phases.Input) {
 				b.registry.RegisterExecutor(executors.StubKind, errorExecutor{err: &executors.AcceptedError{Subject: "saga.done.x"}})
 			},
-			wantAction: phases.Park, wantTrigger: capsule.TriggerBlockedExternal,
+			wantAction: phases.Park, wantTrigger: capsule.TriggerBlockedExternal, wantAwaiting: true,
 			wantReason: "waiting for the executor's result: executors: accepted, result follows on saga.done.x",
 		},
 		{
@@ -789,6 +791,7 @@ func TestExecutionRun(t *testing.T) {
 				return
 			case phases.Park:
 				require.Empty(t, b.budgets.charges, "parking charges nothing")
+				require.Equal(t, tt.wantAwaiting, d.Mutate != nil, "records the awaited cycle")
 				if d.Mutate != nil {
 					st := capsule.CheckpointState{}
 					d.Mutate(&st)

@@ -68,26 +68,15 @@ func (s *artifactStore) Put(ctx context.Context, a capsule.Artifact) (string, er
 	chunk := min(max(len(b), minChunk), maxChunk)
 	id := nuid.Next()
 	chunkSubject := "$O." + ArtifactsBucket + ".C." + id
-	var futures []jetstream.PubAckFuture
-	chunks := 0
-	for off := 0; off < len(b) || chunks == 0; off += chunk {
+	var msgs []*nats.Msg
+	for off := 0; off < len(b) || len(msgs) == 0; off += chunk {
 		m := nats.NewMsg(chunkSubject)
 		m.Data = b[off:min(off+chunk, len(b))]
-		f, err := s.js.PublishMsgAsync(m)
-		if err != nil {
-			return "", fmt.Errorf("put artifact %s: %w", name, err)
-		}
-		futures = append(futures, f)
-		chunks++
+		msgs = append(msgs, m)
 	}
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return "", fmt.Errorf("put artifact %s: %w", name, err)
-		case <-ctx.Done():
-			return "", fmt.Errorf("put artifact %s: %w", name, ctx.Err())
-		}
+	chunks := len(msgs)
+	if err := publishAll(ctx, s.js, msgs); err != nil {
+		return "", fmt.Errorf("put artifact %s: %w", name, err)
 	}
 	sum := sha256.Sum256(b)
 	info := jetstream.ObjectInfo{

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"bytes"
-	"encoding/json"
 	"sync"
 
 	"github.com/sagad/sagad/capsule"
@@ -51,8 +50,8 @@ func (c *cpCache) capsule(key string, raw []byte) (*capsule.Capsule, error) {
 	if ok && bytes.Equal(pc.raw, raw) {
 		return pc.c, nil
 	}
-	dec := new(capsule.Capsule)
-	if err := json.Unmarshal(raw, dec); err != nil {
+	dec, err := decodeCapsule(raw)
+	if err != nil {
 		return nil, err
 	}
 	c.seed(key, raw, dec)

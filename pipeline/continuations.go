@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/cas"
 )
 
 // Continuations keeps one continuation record per paused capsule in the
@@ -104,7 +105,7 @@ func (s *Continuations) DeleteIfStale(ctx context.Context, key string, cp *capsu
 		return nil
 	}
 	err = s.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
-	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !cas.Conflict(err) {
 		return fmt.Errorf("delete continuation %s: %w", key, err)
 	}
 	return nil

@@ -106,13 +106,13 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	if !t.current(ph, cycle) {
 		token := msg.Headers().Get(HeaderResumeToken)
 		if !t.resumable(ph, cycle, token) {
-			retry, err := p.reemitFor(ctx, t.cp, ph, cycle, raw)
+			retry, err := p.reemitFor(ctx, t.cp, ph, cycle, raw, c.Constraints.ResourceLocksRequired)
 			return retry, err, false
 		}
 		// The resume that sent this message may not have flipped the
 		// state yet (or died before it could): finish it here.
 		if err := t.resume(ctx, ph, cycle, token); errors.Is(err, errStale) {
-			retry, err := p.reemitFor(ctx, t.cp, ph, cycle, raw)
+			retry, err := p.reemitFor(ctx, t.cp, ph, cycle, raw, c.Constraints.ResourceLocksRequired)
 			return retry, err, false
 		} else if err != nil {
 			return p.cfg.RetryDelay, err, false
@@ -180,7 +180,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		}
 		// Someone else recorded this transition (or the capsule moved on):
 		// their outcome stands, ours is dropped.
-		retry, err := p.reemitFor(ctx, t.cp, ph, cycle, raw)
+		retry, err := p.reemitFor(ctx, t.cp, ph, cycle, raw, c.Constraints.ResourceLocksRequired)
 		return retry, err, false
 	}
 	if err != nil {
@@ -535,12 +535,7 @@ func standsAt(cp *capsule.Checkpoint, ph capsule.Phase, cycle int) bool {
 
 // reemitFor handles a message whose transition is already recorded: it
 // re-emits that transition's effects (harmless when repeated) and acks.
-func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph capsule.Phase, cycle int, raw []byte) (time.Duration, error) {
-	var lockPaths []string
-	var c capsule.Capsule
-	if json.Unmarshal(raw, &c) == nil {
-		lockPaths = c.Constraints.ResourceLocksRequired
-	}
+func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph capsule.Phase, cycle int, raw []byte, lockPaths []string) (time.Duration, error) {
 	tr, ok := cp.Find(ph, cycle)
 	if !ok {
 		st := cp.State
@@ -634,7 +629,7 @@ func (p *Pipeline) outcomeSent(ctx context.Context, cp *capsule.Checkpoint) (boo
 	if cp.OutcomeEmitted {
 		return true, nil
 	}
-	m, err := p.stores.capsulesStream.GetLastMsgForSubject(ctx, "$KV."+CapsulesBucket+"."+cp.Key)
+	m, err := p.stores.capsulesStream.GetLastMsgForSubject(ctx, capsuleSubject(cp.Key))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
@@ -649,7 +644,7 @@ func (p *Pipeline) outcomeSent(ctx context.Context, cp *capsule.Checkpoint) (boo
 // retention as their time to live. It is the last write of the capsule's
 // saga; the checkpoint got the same time to live when it recorded the end.
 func (p *Pipeline) markOutcomeSent(ctx context.Context, key string, raw []byte) error {
-	m := nats.NewMsg("$KV." + CapsulesBucket + "." + key)
+	m := nats.NewMsg(capsuleSubject(key))
 	m.Data = raw
 	m.Header.Set(HeaderOutcomeSent, "true")
 	if p.cfg.Retention > 0 {
@@ -663,9 +658,15 @@ func (p *Pipeline) markOutcomeSent(ctx context.Context, key string, raw []byte) 
 
 // publishAll publishes msgs asynchronously and waits for every ack.
 func (p *Pipeline) publishAll(ctx context.Context, msgs []*nats.Msg) error {
+	return publishAll(ctx, p.js, msgs)
+}
+
+// publishAll publishes msgs on js asynchronously, so that they cost one
+// round trip together, and waits for every ack.
+func publishAll(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
-		f, err := p.js.PublishMsgAsync(m)
+		f, err := js.PublishMsgAsync(m)
 		if err != nil {
 			return fmt.Errorf("publish %s: %w", m.Subject, err)
 		}

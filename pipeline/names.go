@@ -74,3 +74,6 @@ func EventSubject(key string) string { return EventsPrefix + key }
 
 // OutcomeSubject is where a capsule that ended in state s is emitted.
 func OutcomeSubject(s capsule.State) string { return OutcomePrefix + string(s) }
+
+// capsuleSubject is the KV subject of a capsule's bytes in SAGA_CAPSULES.
+func capsuleSubject(key string) string { return "$KV." + CapsulesBucket + "." + key }

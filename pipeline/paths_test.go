@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -190,9 +191,11 @@ func TestBadInputIsKept(t *testing.T) {
 		"oversized": "capsule_too_large:",
 		"truncated": "not_json",
 	}
+	keys := map[string]string{}
 	for name, body := range cases {
-		_, err := f.client.Publish(context.Background(), []byte(body), "")
+		seq, err := f.client.Publish(context.Background(), []byte(body), "")
 		require.NoError(t, err, name)
+		keys[name] = "x-" + strconv.FormatUint(seq, 10)
 	}
 	var halted []pipeline.Status
 	require.Eventually(t, func() bool {
@@ -200,19 +203,15 @@ func TestBadInputIsKept(t *testing.T) {
 		halted, err = f.client.List(context.Background(), capsule.Halted)
 		return err == nil && len(halted) == len(cases)
 	}, 20*time.Second, 20*time.Millisecond)
-	reasons := map[string]bool{}
+	reasons := map[string]string{}
 	for _, s := range halted {
 		require.True(t, strings.HasPrefix(s.Key, "x-"), s.Key)
-		reasons[s.HaltReason] = true
+		reasons[s.Key] = s.HaltReason
 	}
 	for name, r := range want {
-		found := false
-		for got := range reasons {
-			if strings.HasPrefix(got, r) {
-				found = true
-			}
-		}
-		require.True(t, found, "%s: want a halt starting with %q in %v", name, r, reasons)
+		// Each input halts with its own reason, under the key of its intake sequence.
+		got := reasons[keys[name]]
+		require.True(t, strings.HasPrefix(got, r), "%s (%s): want a halt starting with %q, got %q", name, keys[name], r, got)
 	}
 
 	// The original bytes are kept on the outcome stream.

@@ -30,7 +30,6 @@ type Pipeline struct {
 	continuations *Continuations
 	metrics       *metrics.Metrics
 	locks         *locks.Manager
-	budgets       *budget.Tracker
 	env           *phases.Env
 	phases        [capsule.NumPhases]phases.Phase
 
@@ -69,7 +68,6 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		continuations: &Continuations{kv: st.continuations},
 		metrics:       cfg.Metrics,
 		locks:         lm,
-		budgets:       bt,
 	}
 	p.env = &phases.Env{
 		Locks:          lm,

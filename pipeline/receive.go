@@ -82,7 +82,11 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 				return p.cfg.RetryDelay, err
 			}
 		}
-		return p.reemitFor(ctx, existing, capsule.Reception, 0, raw)
+		var lockPaths []string
+		if r.Capsule != nil {
+			lockPaths = r.Capsule.Constraints.ResourceLocksRequired
+		}
+		return p.reemitFor(ctx, existing, capsule.Reception, 0, raw, lockPaths)
 	} else if err != nil {
 		return p.cfg.RetryDelay, fmt.Errorf("reception: create checkpoint: %w", err)
 	}
@@ -114,7 +118,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 // keptBytes compares the bytes kept under key with digest, and reports
 // whether they carry the outcome mark of a run that ended.
 func (p *Pipeline) keptBytes(ctx context.Context, key, digest string) (same, ended bool, err error) {
-	m, err := p.stores.capsulesStream.GetLastMsgForSubject(ctx, "$KV."+CapsulesBucket+"."+key)
+	m, err := p.stores.capsulesStream.GetLastMsgForSubject(ctx, capsuleSubject(key))
 	if err != nil {
 		return false, false, fmt.Errorf("reception: read kept capsule %s: %w", key, err)
 	}

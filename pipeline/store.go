@@ -88,20 +88,6 @@ func encode(cp *capsule.Checkpoint) ([]byte, func(), error) {
 	return b, func() { *bp = b[:0]; encodeBufs.Put(bp) }, nil
 }
 
-// UpdateTTL is Update with a time to live: the server removes the key ttl
-// after this write (the bucket allows per-message TTLs).
-func (s *Checkpoints) UpdateTTL(ctx context.Context, cp *capsule.Checkpoint, rev uint64, ttl time.Duration) (uint64, error) {
-	b, done, err := encode(cp)
-	if err != nil {
-		return 0, err
-	}
-	defer done()
-	if s.js == nil {
-		return 0, errors.New("checkpoints: read-only store")
-	}
-	return s.write(ctx, cp.Key, b, rev, ttl)
-}
-
 // Update writes cp if the stored revision is still rev; errConflict otherwise.
 func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (uint64, error) {
 	b, done, err := encode(cp)

@@ -134,15 +134,6 @@ func CheckpointEvents(cp *capsule.Checkpoint) []capsule.Event {
 	return out
 }
 
-// LastTransitionEvents are the events of the newest transition of cp.
-func LastTransitionEvents(cp *capsule.Checkpoint) []capsule.Event {
-	if len(cp.History) == 0 {
-		return nil
-	}
-	tr := cp.History[len(cp.History)-1]
-	return transitionEvents(cp, tr, transitionFindings(cp, tr))
-}
-
 // transitionFindings are the findings that explain transition tr: the review
 // of its cycle for a loop back, the halt's findings for a halt.
 func transitionFindings(cp *capsule.Checkpoint, tr capsule.Transition) []capsule.Finding {

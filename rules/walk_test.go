@@ -28,7 +28,9 @@ func visits(walk func([]byte, func(func() string, string, bool, string)) error, 
 // fail (Rule 9 then scans the bytes as text).
 func TestWalkStringsMatchesTokenWalk(t *testing.T) {
 	t.Parallel()
-	files, _ := filepath.Glob("../examples/capsules/*")
+	files, err := filepath.Glob("../examples/capsules/*")
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "the example capsules are the corpus")
 	r := rand.New(rand.NewPCG(3, 5))
 	var corpus [][]byte
 	for _, f := range files {
