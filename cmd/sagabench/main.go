@@ -30,6 +30,7 @@ func main() {
 	fs.StringVar(&cfg.Mix, "mix", bench.MixMixed, `capsule mix: "mix" (80% valid, 10% two review cycles, 5% executor_failed, 5% spec_not_approved) or "valid"`)
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "alternate baseline and sagad this many times and report the median round")
 	fs.BoolVar(&cfg.SkipBaseline, "skip-baseline", false, "measure sagad alone")
+	fs.BoolVar(&cfg.Floor, "floor", false, "also measure the saga floor: sagad's JetStream requests for a valid capsule (same kinds, sizes, order) with none of its logic")
 	fs.BoolVar(&cfg.MemCheck, "memcheck", false, "memory flatness: sagad alone to -memcheck-first capsules, then on to -memcheck-total")
 	fs.IntVar(&cfg.MemCheckFirst, "memcheck-first", 10_000, "first memory reading after this many capsules")
 	fs.IntVar(&cfg.MemCheckTotal, "memcheck-total", 100_000, "second memory reading after this many capsules")

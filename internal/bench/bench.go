@@ -48,6 +48,11 @@ type Config struct {
 	// Rounds alternates baseline and sagad this many times; figures are
 	// those of the median round. Defaults to 1.
 	Rounds int `json:"rounds"`
+	// Floor adds a third system: the saga floor, which makes sagad's
+	// JetStream requests for a valid capsule (the same kinds, sizes and
+	// order) with none of its logic. It tells what sagad's storage costs
+	// apart from what its logic costs.
+	Floor bool `json:"floor,omitempty"`
 	// SkipBaseline measures sagad alone.
 	SkipBaseline bool `json:"skip_baseline,omitempty"`
 	// MemCheck runs sagad alone for MemCheckFirst capsules, reads memory,
@@ -146,6 +151,8 @@ type Report struct {
 	Machine  Machine       `json:"machine"`
 	Settings Config        `json:"settings"`
 	Baseline *SystemResult `json:"baseline,omitempty"`
+	// Floor is the saga floor (Config.Floor).
+	Floor    *SystemResult `json:"floor,omitempty"`
 	Sagad    *SystemResult `json:"sagad"`
 	Ratio    *Ratio        `json:"ratio,omitempty"`
 	MemCheck *MemCheck     `json:"memcheck,omitempty"`
@@ -224,7 +231,7 @@ type SagadLogs struct {
 // ExactlyOnce reports whether every capsule of every system finished
 // exactly once, as its class must.
 func (r *Report) ExactlyOnce() bool {
-	for _, s := range []*SystemResult{r.Baseline, r.Sagad} {
+	for _, s := range []*SystemResult{r.Baseline, r.Floor, r.Sagad} {
 		if s != nil && !s.Delivery.OK() {
 			return false
 		}
@@ -376,6 +383,26 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		}
 		e.cleanup = append(e.cleanup, base.stop)
 	}
+	var fl *contestant
+	if cfg.Floor && !cfg.MemCheck {
+		js, err := e.connect("sagabench-floor")
+		if err != nil {
+			return nil, err
+		}
+		f, err := newFloor(ctx, js, cfg.RelayWorkers, 30*time.Second, 2*time.Minute)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		if err := f.start(ctx); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		e.cleanup = append(e.cleanup, f.stop)
+		fl = &contestant{t: newTracker(f.system(e.srv), NewGenerator(cfg.Mix)), result: &SystemResult{}}
+		if fl.stop, err = fl.t.watch(ctx, e.driver); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		e.cleanup = append(e.cleanup, fl.stop)
+	}
 
 	js, err := e.connect("sagad")
 	if err != nil {
@@ -401,7 +428,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			return nil, err
 		}
 	} else {
-		if err := rounds(ctx, e, base, sut, progress); err != nil {
+		if err := rounds(ctx, e, []*contestant{base, fl, sut}, sut, progress); err != nil {
 			return nil, err
 		}
 	}
@@ -412,6 +439,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			trips, err := measureRoundTrips(ctx, e.url, base.t, []Class{Valid}, cfg.RoundTripSample, base.seq.take, cfg.StallTimeout)
 			if err != nil {
 				return nil, fmt.Errorf("bench: baseline round trips: %w", err)
+			}
+			rep.Trips = append(rep.Trips, trips...)
+		}
+		if fl != nil {
+			trips, err := measureRoundTrips(ctx, e.url, fl.t, []Class{Valid}, cfg.RoundTripSample, fl.seq.take, cfg.StallTimeout)
+			if err != nil {
+				return nil, fmt.Errorf("bench: floor round trips: %w", err)
 			}
 			rep.Trips = append(rep.Trips, trips...)
 		}
@@ -432,6 +466,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	if base != nil {
 		base.result.Delivery = base.t.settle(settleCtx, e.srv)
 		rep.Baseline = base.result
+	}
+	if fl != nil {
+		fl.result.Delivery = fl.t.settle(settleCtx, e.srv)
+		rep.Floor = fl.result
 	}
 	sut.result.Delivery = sut.t.settle(settleCtx, e.srv)
 	sample := sut.t.published(historySample)
@@ -460,11 +498,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	return rep, nil
 }
 
-// rounds alternates the two systems' measured batches.
-func rounds(ctx context.Context, e *env, base, sut *contestant, progress func(string, ...any)) error {
+// rounds alternates the systems' measured batches; sut is the one profiled.
+func rounds(ctx context.Context, e *env, systems []*contestant, sut *contestant, progress func(string, ...any)) error {
 	cfg := e.cfg
 	for round := range cfg.Rounds {
-		for _, c := range []*contestant{base, sut} {
+		for _, c := range systems {
 			if c == nil {
 				continue
 			}
@@ -501,7 +539,7 @@ func rounds(ctx context.Context, e *env, base, sut *contestant, progress func(st
 			progress("%s: %.0f capsules/s, p50 %s, p99 %s", name, b.PerSecond, ms(b.Latency.P50), ms(b.Latency.P99))
 		}
 	}
-	for _, c := range []*contestant{base, sut} {
+	for _, c := range systems {
 		if c != nil {
 			c.result.Median = medianRound(c.result.Rounds, cfg.Rate > 0)
 		}

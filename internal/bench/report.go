@@ -60,13 +60,7 @@ func targets(r *Report) []Target {
 	}
 	ts = append(ts, mem)
 	var got []string
-	for _, s := range []struct {
-		name string
-		r    *SystemResult
-	}{{"baseline", r.Baseline}, {"sagad", r.Sagad}} {
-		if s.r == nil {
-			continue
-		}
+	for _, s := range r.systems() {
 		d := s.r.Delivery
 		got = append(got, fmt.Sprintf("%s %d/%d once, %d lost, %d duplicated, %d wrong", s.name, d.Finished-d.Wrong, d.Published, d.Lost, d.Duplicates, d.Wrong))
 	}
@@ -117,6 +111,9 @@ func WriteText(w io.Writer, r *Report) {
 	if r.Baseline != nil {
 		row("baseline (relay + KV)", r.Baseline)
 	}
+	if r.Floor != nil {
+		row("saga floor (sagad's requests, no logic)", r.Floor)
+	}
 	if r.MemCheck != nil {
 		mc := r.MemCheck
 		for _, x := range []struct {
@@ -130,28 +127,37 @@ func WriteText(w io.Writer, r *Report) {
 	} else if r.Sagad != nil {
 		row("sagad", r.Sagad)
 	}
-	if r.Ratio != nil {
-		fmt.Fprintf(tw, "sagad / baseline\t%.2f ×\t%.2f ×\t\t%.2f ×\t\t%.2f ×\t\t%.2f ×\t\t\t\n", r.Ratio.Throughput, r.Ratio.P50, r.Ratio.P99,
-			ratio(float64(r.Sagad.Median.CPUPerCapsule), float64(r.Baseline.Median.CPUPerCapsule)),
-			ratio(float64(r.Sagad.Median.DiskPerCapsule), float64(r.Baseline.Median.DiskPerCapsule)))
+	ratioRow := func(name string, a, b *SystemResult) {
+		if a == nil || b == nil || a.Median.PerSecond == 0 || b.Median.PerSecond == 0 {
+			return
+		}
+		x, y := a.Median, b.Median
+		fmt.Fprintf(tw, "%s\t%.2f ×\t%.2f ×\t\t%.2f ×\t\t%.2f ×\t\t%.2f ×\t\t\t\n", name, ratio(x.PerSecond, y.PerSecond),
+			ratio(float64(x.Latency.P50), float64(y.Latency.P50)), ratio(float64(x.Latency.P99), float64(y.Latency.P99)),
+			ratio(float64(x.CPUPerCapsule), float64(y.CPUPerCapsule)), ratio(float64(x.DiskPerCapsule), float64(y.DiskPerCapsule)))
 	}
+	if r.Ratio != nil {
+		ratioRow("sagad / baseline", r.Sagad, r.Baseline)
+	}
+	ratioRow("floor / baseline", r.Floor, r.Baseline)
+	ratioRow("sagad / floor", r.Sagad, r.Floor)
 	_ = tw.Flush()
 	if r.Settings.Rounds > 1 {
-		for _, s := range []struct {
-			name string
-			r    *SystemResult
-		}{{"baseline", r.Baseline}, {"sagad", r.Sagad}} {
-			if s.r == nil {
-				continue
-			}
+		for _, s := range r.systems() {
 			var parts []string
 			for _, b := range s.r.Rounds {
 				parts = append(parts, fmt.Sprintf("%.0f/s p99 %s", b.PerSecond, ms(b.Latency.P99)))
 			}
 			fmt.Fprintf(w, "%s rounds: %s\n", s.name, strings.Join(parts, "; "))
 		}
-		if tp, p99, ok := pairedRatios(r); ok {
-			fmt.Fprintf(w, "paired by round (each sagad round against the baseline round just before it), median: throughput %.2f ×, p99 %.2f ×\n", tp, p99)
+		if tp, p99, ok := pairedRatios(r.Sagad, r.Baseline); ok {
+			fmt.Fprintf(w, "paired by round (each sagad round against the baseline round before it), median: throughput %.2f ×, p99 %.2f ×\n", tp, p99)
+		}
+		if tp, p99, ok := pairedRatios(r.Floor, r.Baseline); ok {
+			fmt.Fprintf(w, "paired by round, floor / baseline: throughput %.2f ×, p99 %.2f ×\n", tp, p99)
+		}
+		if tp, p99, ok := pairedRatios(r.Sagad, r.Floor); ok {
+			fmt.Fprintf(w, "paired by round, sagad / floor: throughput %.2f ×, p99 %.2f ×\n", tp, p99)
 		}
 	}
 	if mc := r.MemCheck; mc != nil {
@@ -162,13 +168,7 @@ func WriteText(w io.Writer, r *Report) {
 	}
 
 	fmt.Fprintln(w, "\nexactly once (every capsule published in the run, warm-up and round trips included):")
-	for _, s := range []struct {
-		name string
-		r    *SystemResult
-	}{{"baseline", r.Baseline}, {"sagad", r.Sagad}} {
-		if s.r == nil {
-			continue
-		}
+	for _, s := range r.systems() {
 		d := s.r.Delivery
 		fmt.Fprintf(w, "  %-8s published %d, finished %d, lost %d, duplicated %d, stray %d, wrong outcome %d, outcome stream holds %d — %s\n",
 			s.name, d.Published, d.Finished, d.Lost, d.Duplicates, d.Strays, d.Wrong, d.StoredOutcomes, okWord(d.OK()))
@@ -240,16 +240,33 @@ func kb(b uint64) string { return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10)) }
 // mib formats bytes in MiB.
 func mib(b uint64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 
-// pairedRatios is the median, over rounds, of sagad's figure against the
-// baseline's in the same round: the two run back to back, so a machine that
+// namedResult is one system's result with its name in the report.
+type namedResult struct {
+	name string
+	r    *SystemResult
+}
+
+// systems lists the systems the report has, in the order they ran.
+func (r *Report) systems() []namedResult {
+	var out []namedResult
+	for _, s := range []namedResult{{"baseline", r.Baseline}, {"floor", r.Floor}, {"sagad", r.Sagad}} {
+		if s.r != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// pairedRatios is the median, over rounds, of system a's figure against
+// system b's in the same round: they run back to back, so a machine that
 // drifts over a run (as a shared one does) moves both.
-func pairedRatios(r *Report) (throughput, p99 float64, ok bool) {
-	if r.Baseline == nil || r.Sagad == nil || len(r.Baseline.Rounds) != len(r.Sagad.Rounds) || len(r.Sagad.Rounds) == 0 {
+func pairedRatios(a, b *SystemResult) (throughput, p99 float64, ok bool) {
+	if a == nil || b == nil || len(a.Rounds) != len(b.Rounds) || len(a.Rounds) == 0 {
 		return 0, 0, false
 	}
 	var tps, p99s []float64
-	for i := range r.Sagad.Rounds {
-		b, s := r.Baseline.Rounds[i], r.Sagad.Rounds[i]
+	for i := range a.Rounds {
+		s, b := a.Rounds[i], b.Rounds[i]
 		tps = append(tps, ratio(s.PerSecond, b.PerSecond))
 		p99s = append(p99s, ratio(float64(s.Latency.P99), float64(b.Latency.P99)))
 	}

@@ -145,7 +145,7 @@ func (o *observer) take() (map[string]int, map[string]opKind) {
 }
 
 // driverStreams are the streams only the benchmark itself reads.
-var driverStreams = map[string]bool{"SAGA_OUTCOMES": true, relayOutStream: true}
+var driverStreams = map[string]bool{"SAGA_OUTCOMES": true, relayOutStream: true, floorOutStream: true}
 
 // classify names the operation a message observed on the wire is, and how
 // it counts. Server-originated traffic (replies, deliveries, advisories) and
@@ -157,7 +157,7 @@ func classify(m *nats.Msg) (string, opKind) {
 	case strings.HasPrefix(subj, "_INBOX."), strings.HasPrefix(subj, "$JS.EVENT."), strings.HasPrefix(subj, "$SYS."),
 		strings.HasPrefix(m.Reply, "$JS.ACK."): // a delivery
 		return "", opIgnore
-	case subj == "saga.intake", subj == relaySubject(0) && m.Header.Get(jetstream.MsgIDHeader) == m.Header.Get(headerID):
+	case subj == "saga.intake", (subj == relaySubject(0) || subj == floorSubject(0)) && m.Header.Get(jetstream.MsgIDHeader) == m.Header.Get(headerID):
 		return "", opIgnore // the producer
 	case strings.HasPrefix(subj, "$JS.ACK.") && len(tok) > 3:
 		if driverStreams[tok[2]] {
@@ -202,7 +202,9 @@ func classify(m *nats.Msg) (string, opKind) {
 		return "publish event", kindOf(m)
 	case strings.HasPrefix(subj, "saga.outcome."):
 		return "publish outcome", kindOf(m)
-	case strings.HasPrefix(subj, "bench.relay."):
+	case strings.HasPrefix(subj, floorObjSubj) && len(tok) > 3:
+		return "object " + map[string]string{"C": "chunk", "M": "meta"}[tok[3]] + " " + floorObjects, kindOf(m)
+	case strings.HasPrefix(subj, "bench.relay."), strings.HasPrefix(subj, "bench.floor."):
 		return "publish " + subj, kindOf(m)
 	}
 	return "other " + strings.Join(tok[:min(len(tok), 2)], "."), kindOf(m)
