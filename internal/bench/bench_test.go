@@ -54,12 +54,13 @@ func TestSmoke(t *testing.T) {
 		RoundTripSample: perClass,
 		DataDir:         t.TempDir(),
 		StallTimeout:    20 * time.Second,
+		Floor:           true,
 	}, &out)
 	require.NoError(t, err)
 	t.Log(out.String())
 
 	require.True(t, rep.ExactlyOnce(), "exactly-once check failed:\n%s", out.String())
-	for _, s := range []*SystemResult{rep.Baseline, rep.Sagad} {
+	for _, s := range []*SystemResult{rep.Baseline, rep.Floor, rep.Sagad} {
 		require.NotNil(t, s)
 		require.Len(t, s.Rounds, 1)
 		require.Equal(t, n, s.Rounds[0].Finished)
@@ -69,6 +70,7 @@ func TestSmoke(t *testing.T) {
 		require.Equal(t, uint64(s.Delivery.Published), s.Delivery.StoredOutcomes)
 	}
 	require.Equal(t, n+perClass, rep.Baseline.Delivery.Published)
+	require.Equal(t, n+perClass, rep.Floor.Delivery.Published)
 	require.Equal(t, n+4*perClass, rep.Sagad.Delivery.Published)
 
 	// The measured capsules are 0 … n-1; the round-trip ones add perClass
@@ -82,7 +84,7 @@ func TestSmoke(t *testing.T) {
 
 	// The observer's counts are exact for the deterministic relay: a KV put
 	// and a publish per stage, an ack per stage.
-	require.Len(t, rep.Trips, 5)
+	require.Len(t, rep.Trips, 6)
 	relay := rep.Trips[0]
 	require.Equal(t, "baseline", relay.System)
 	// sagad's sweeper (still running) may list its continuations while the
@@ -96,8 +98,21 @@ func TestSmoke(t *testing.T) {
 	require.InDelta(t, 2*relayStages, relayOps, 0.001, "%v", relay.Ops)
 	require.InDelta(t, relayStages, relay.OneWay, 0.001)
 	require.InDelta(t, relayStages, relay.Ops["kv put "+relayKV], 0.001)
-	valid := rep.Trips[1]
+	valid := rep.Trips[2]
+	require.Equal(t, "sagad", valid.System)
 	require.Equal(t, Valid.String(), valid.Class)
+	// The floor makes the requests sagad makes for a valid capsule.
+	floor := rep.Trips[1]
+	require.Equal(t, "floor", floor.System)
+	floorReqs := 0.0
+	for op, n := range floor.Ops {
+		if strings.Contains(op, "FLOOR") || strings.Contains(op, "floor") {
+			if !strings.HasPrefix(op, "ack ") {
+				floorReqs += n
+			}
+		}
+	}
+	require.InDelta(t, valid.PerCapsule, floorReqs, 0.2, "floor %v\nsagad %v", floor.Ops, valid.Ops)
 	for p := 1; p < capsule.NumPhases; p++ {
 		require.InDelta(t, 1, valid.Ops["publish saga.phase."+string(rune('0'+p))], 0.001, "%v", valid.Ops)
 	}
@@ -107,6 +122,7 @@ func TestSmoke(t *testing.T) {
 	require.Len(t, rep.Targets, 4)
 	require.Equal(t, StatusPass, rep.Targets[3].Status)
 	require.Contains(t, out.String(), "sagad / baseline")
+	require.Contains(t, out.String(), "sagad / floor")
 
 	b, err := json.Marshal(rep)
 	require.NoError(t, err)
