@@ -13,9 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/internal/cas"
+	"github.com/sagad/sagad/internal/jspub"
 )
 
 // ErrHeld is matched (errors.Is) by a [*HeldError]: a live lease of another
@@ -111,6 +113,7 @@ func (c Config) validate() error {
 // share a bucket.
 type Manager struct {
 	kv  jetstream.KeyValue
+	nc  *nats.Conn // the hot path's writes: see internal/jspub
 	cfg Config
 
 	// held remembers the revision of each lock this Manager wrote last, so
@@ -182,7 +185,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("locks: bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Manager{kv: kv, cfg: cfg}, nil
+	return &Manager{kv: kv, nc: js.Conn(), cfg: cfg}, nil
 }
 
 // Key returns the KV key of path's lock: the lowercase hex SHA-256 of path.
@@ -214,7 +217,7 @@ func (m *Manager) TryAcquire(ctx context.Context, path, holder string) error {
 	// Fast path: a free lock is taken with one create, no read first.
 	now := m.cfg.Now()
 	if b, err := json.Marshal(&lease{Path: path, Holder: holder, Owner: m.cfg.Owner, AcquiredAt: now, ExpiresAt: now.Add(m.cfg.Lease)}); err == nil {
-		if rev, err := m.kv.Create(ctx, Key(path), b); err == nil {
+		if rev, err := jspub.KVCreate(ctx, m.nc, m.kv, Key(path), b); err == nil {
 			m.remember(path, holder, rev)
 			return nil
 		} else if !cas.Conflict(err) {
@@ -277,7 +280,7 @@ func (m *Manager) Release(ctx context.Context, path, holder string) error {
 		return err
 	}
 	if rev, ok := m.remembered(path, holder); ok {
-		err := m.kv.Purge(ctx, Key(path), jetstream.LastRevision(rev), jetstream.PurgeTTL(releasedTTL))
+		err := jspub.KVPurge(ctx, m.nc, m.kv, Key(path), rev, releasedTTL)
 		if err == nil {
 			m.forget(path)
 			return nil

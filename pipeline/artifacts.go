@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/phases"
 )
 
@@ -75,8 +76,11 @@ func (s *artifactStore) Put(ctx context.Context, a capsule.Artifact) (string, er
 		msgs = append(msgs, m)
 	}
 	chunks := len(msgs)
-	if err := publishAll(ctx, s.js, msgs); err != nil {
-		return "", fmt.Errorf("put artifact %s: %w", name, err)
+	// In order: the object store reads chunks in stream order.
+	for _, m := range msgs {
+		if _, err := jspub.Publish(ctx, s.js.Conn(), m); err != nil {
+			return "", fmt.Errorf("put artifact %s: %w", name, err)
+		}
 	}
 	sum := sha256.Sum256(b)
 	info := jetstream.ObjectInfo{
@@ -95,7 +99,7 @@ func (s *artifactStore) Put(ctx context.Context, a capsule.Artifact) (string, er
 	m := nats.NewMsg("$O." + ArtifactsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name)))
 	m.Data = mb
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+	if _, err := jspub.Publish(ctx, s.js.Conn(), m); err != nil {
 		return "", fmt.Errorf("put artifact %s: %w", name, err)
 	}
 	s.remember(a)

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
@@ -42,20 +41,4 @@ func TestArtifactPutReadsBackWithTheObjectStoreClient(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, found)
 	}
-}
-
-func TestParsePubAck(t *testing.T) {
-	t.Parallel()
-	seq, err := parsePubAck([]byte(`{"stream":"KV_SAGA_CHECKPOINTS","seq":1234}`))
-	require.NoError(t, err)
-	require.EqualValues(t, 1234, seq)
-	seq, err = parsePubAck([]byte(`{"stream":"S","domain":"d","seq":7,"duplicate":true}`))
-	require.NoError(t, err)
-	require.EqualValues(t, 7, seq)
-	_, err = parsePubAck([]byte(`{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 5"},"stream":"S","seq":0}`))
-	var apiErr *jetstream.APIError
-	require.ErrorAs(t, err, &apiErr)
-	require.Equal(t, jetstream.JSErrCodeStreamWrongLastSequence, apiErr.ErrorCode)
-	_, err = parsePubAck([]byte(`not json`))
-	require.Error(t, err)
 }

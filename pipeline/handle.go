@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/phases"
 )
 
@@ -295,9 +296,10 @@ type txn struct {
 	rev uint64
 }
 
-// load reads the checkpoint from KV.
+// load reads the checkpoint from KV (decoding it only when the process's
+// cached one is not that revision).
 func (t *txn) load(ctx context.Context) error {
-	cp, rev, err := t.p.checkpoints.Get(ctx, t.key)
+	cp, rev, err := t.p.checkpoints.get(ctx, t.key, t.p.cache)
 	if err != nil {
 		return err
 	}
@@ -569,14 +571,14 @@ func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, rev uint
 	st := cp.State
 	if tr != nil {
 		// The transition's events are in the checkpoint (CheckpointEvents).
-		var msgs []*nats.Msg
 		if np, ncycle, ok := next(*tr); ok && st.Status == capsule.InProgress && st.Phase == np && st.Cycle == ncycle {
-			msgs = append(msgs, phaseMsg(cp, raw, ""))
+			if err := p.publish(ctx, phaseMsg(cp, raw, "")); err != nil {
+				return err
+			}
 		}
 		// The outcome goes out until its acknowledgement is recorded on the
 		// capsule's bytes; a repeat within the de-duplication window is
 		// dropped by its Nats-Msg-Id.
-		var outcome *nats.Msg
 		if state, ok := terminalState(*tr); ok {
 			// rev != 0: the caller just recorded the end, so no one has
 			// sent its outcome yet.
@@ -589,17 +591,12 @@ func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, rev uint
 				send = !sent
 			}
 			if send {
-				outcome = outcomeMsg(cp, *tr, state, raw)
-				msgs = append(msgs, outcome)
-			}
-		}
-		// One round trip for all of them: JetStream acks them in parallel.
-		if err := p.publishAll(ctx, msgs); err != nil {
-			return err
-		}
-		if outcome != nil {
-			if err := p.markOutcomeSent(ctx, cp.Key, raw); err != nil {
-				return err
+				if err := p.publish(ctx, outcomeMsg(cp, *tr, state, raw)); err != nil {
+					return err
+				}
+				if err := p.markOutcomeSent(ctx, cp.Key, raw); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -650,38 +647,16 @@ func (p *Pipeline) markOutcomeSent(ctx context.Context, key string, raw []byte) 
 	if p.cfg.Retention > 0 {
 		m.Header.Set(jetstream.MsgTTLHeader, p.cfg.Retention.String())
 	}
-	if _, err := p.js.PublishMsg(ctx, m); err != nil {
+	if err := p.publish(ctx, m); err != nil {
 		return fmt.Errorf("record the outcome of %s: %w", key, err)
 	}
 	return nil
 }
 
-// publishAll publishes msgs asynchronously and waits for every ack.
-func (p *Pipeline) publishAll(ctx context.Context, msgs []*nats.Msg) error {
-	return publishAll(ctx, p.js, msgs)
-}
-
-// publishAll publishes msgs on js asynchronously, so that they cost one
-// round trip together, and waits for every ack.
-func publishAll(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) error {
-	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
-	for _, m := range msgs {
-		f, err := js.PublishMsgAsync(m)
-		if err != nil {
-			return fmt.Errorf("publish %s: %w", m.Subject, err)
-		}
-		futures = append(futures, f)
-	}
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
+// publish publishes m and waits for its acknowledgement.
+func (p *Pipeline) publish(ctx context.Context, m *nats.Msg) error {
+	_, err := jspub.Publish(ctx, p.js.Conn(), m)
+	return err
 }
 
 // publishPhase sends the capsule to its current phase. token marks a resume.

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/phases"
 )
 
@@ -45,7 +46,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 		// capsule (a redelivery or a duplicate publish); other bytes under a
 		// taken id are a different capsule, kept under its own key so that
 		// AUTOMATED_GATES can refuse it (Rule 2) without touching the first.
-		_, err := p.stores.capsules.Create(ctx, key, raw)
+		_, err := jspub.KVCreate(ctx, p.js.Conn(), p.stores.capsules, key, raw)
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			same, ended, err := p.keptBytes(ctx, key, r.Digest)
 			if err != nil {
@@ -62,7 +63,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 	if key == fallbackKey {
 		// Create, not Put: a redelivered intake message must not erase what
 		// its first delivery recorded on the bytes (the outcome mark).
-		if _, err := p.stores.capsules.Create(ctx, key, raw); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		if _, err := jspub.KVCreate(ctx, p.js.Conn(), p.stores.capsules, key, raw); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err)
 		}
 	}

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/cas"
+	"github.com/sagad/sagad/internal/jspub"
 )
 
 // ErrNotFound is returned for a capsule key with no checkpoint.
@@ -36,12 +36,24 @@ type Checkpoints struct {
 
 // Get returns the checkpoint stored under key and its KV revision.
 func (s *Checkpoints) Get(ctx context.Context, key string) (*capsule.Checkpoint, uint64, error) {
+	return s.get(ctx, key, nil)
+}
+
+// get is Get, without decoding the entry when c holds it already: an entry
+// is known by its key and revision (its stream sequence), and cached
+// checkpoints are never changed in place.
+func (s *Checkpoints) get(ctx context.Context, key string, c *cpCache) (*capsule.Checkpoint, uint64, error) {
 	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, key)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("get checkpoint %s: %w", key, err)
+	}
+	if c != nil {
+		if cp, rev, ok := c.get(key); ok && rev == e.Revision() {
+			return cp, rev, nil
+		}
 	}
 	cp := new(capsule.Checkpoint)
 	if err := json.Unmarshal(e.Value(), cp); err != nil {
@@ -64,6 +76,13 @@ func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (uint6
 		// marker; a marker left by an expired namesake conflicts until it
 		// expires itself, a second later.
 		return s.write(ctx, cp.Key, b, 0, s.ttl)
+	}
+	if s.js != nil {
+		// The common case, a key never written, in one request; the KV
+		// client's Create also takes a key over a delete marker.
+		if rev, err := s.write(ctx, cp.Key, b, 0, 0); !errors.Is(err, errConflict) {
+			return rev, err
+		}
 	}
 	rev, err := s.kv.Create(ctx, cp.Key, b)
 	if cas.Conflict(err) {
@@ -109,11 +128,11 @@ func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev ui
 	return n, err
 }
 
-// write is a KV update of key at revision rev, published and acknowledged
-// without the KV client: it is the hot path (every transition and claim),
-// and the client decodes each acknowledgement with encoding/json. The subject
-// is the bucket's own: sagad's JetStream contexts use no domain or API prefix
-// (a KV client would add them; sagad would have to as well).
+// write is a KV update of key at revision rev (0: the key has no entry),
+// published without the KV client: it is the hot path (every transition and
+// claim), see internal/jspub. The subject is the bucket's own: sagad's
+// JetStream contexts use no domain or API prefix (a KV client would add them;
+// sagad would have to as well).
 func (s *Checkpoints) write(ctx context.Context, key string, b []byte, rev uint64, ttl time.Duration) (uint64, error) {
 	m := nats.NewMsg("$KV." + CheckpointsBucket + "." + key)
 	m.Data = b
@@ -121,31 +140,7 @@ func (s *Checkpoints) write(ctx context.Context, key string, b []byte, rev uint6
 	if ttl > 0 {
 		m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		// As the JetStream client does: no request waits forever.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-	}
-	var resp *nats.Msg
-	var err error
-	for attempt := 1; ; attempt++ {
-		resp, err = s.js.Conn().RequestMsgWithContext(ctx, m)
-		// No responders: the stream is electing a leader (clusters); as
-		// the KV client does, try again a little later.
-		if !errors.Is(err, nats.ErrNoResponders) || attempt == 3 {
-			break
-		}
-		select {
-		case <-time.After(250 * time.Millisecond):
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("write checkpoint %s: %w", key, err)
-	}
-	seq, err := parsePubAck(resp.Data)
+	seq, err := jspub.Publish(ctx, s.js.Conn(), m)
 	if cas.Conflict(err) {
 		return 0, errConflict
 	}
@@ -153,37 +148,6 @@ func (s *Checkpoints) write(ctx context.Context, key string, b []byte, rev uint6
 		return 0, fmt.Errorf("write checkpoint %s: %w", key, err)
 	}
 	return seq, nil
-}
-
-// parsePubAck reads the stream sequence from a JetStream publish
-// acknowledgement, {"stream":"…","seq":N}, or returns its error as an
-// *jetstream.APIError.
-func parsePubAck(data []byte) (uint64, error) {
-	if i := bytes.Index(data, []byte(`"seq":`)); i >= 0 && !bytes.Contains(data, []byte(`"error"`)) {
-		var n uint64
-		j := i + len(`"seq":`)
-		k := j
-		for ; k < len(data) && data[k] >= '0' && data[k] <= '9'; k++ {
-			n = n*10 + uint64(data[k]-'0')
-		}
-		if k > j && n > 0 {
-			return n, nil
-		}
-	}
-	var ack struct {
-		Error *jetstream.APIError `json:"error"`
-		Seq   uint64              `json:"seq"`
-	}
-	if err := json.Unmarshal(data, &ack); err != nil {
-		return 0, fmt.Errorf("publish acknowledgement %q: %w", data, err)
-	}
-	if ack.Error != nil {
-		return 0, ack.Error
-	}
-	if ack.Seq == 0 {
-		return 0, fmt.Errorf("publish acknowledgement without a sequence: %q", data)
-	}
-	return ack.Seq, nil
 }
 
 // List returns every checkpoint, sorted by creation time. It reads the

@@ -93,6 +93,9 @@ type Config struct {
 	// `go tool pprof -sample_index=alloc_space -base X.base X` shows what
 	// sagad's rounds allocated.
 	MemProfile string `json:"mem_profile,omitempty"`
+	// Profile names the system CPUProfile and MemProfile cover: "sagad"
+	// (the default), "floor" or "baseline".
+	Profile string `json:"profile,omitempty"`
 }
 
 func (c Config) withDefaults() Config {
@@ -120,6 +123,9 @@ func (c Config) withDefaults() Config {
 	if c.Rounds <= 0 {
 		c.Rounds = 1
 	}
+	if c.Profile == "" {
+		c.Profile = "sagad"
+	}
 	if c.MemCheckFirst <= 0 {
 		c.MemCheckFirst = 10_000
 	}
@@ -139,6 +145,9 @@ func (c Config) validate() error {
 	var errs []error
 	if c.Mix != MixValid && c.Mix != MixMixed {
 		errs = append(errs, fmt.Errorf("mix %q: want %q or %q", c.Mix, MixValid, MixMixed))
+	}
+	if !slices.Contains([]string{"sagad", "floor", "baseline"}, c.Profile) {
+		errs = append(errs, fmt.Errorf("profile %q: want sagad, floor or baseline", c.Profile))
 	}
 	if c.MemCheck && c.MemCheckTotal <= c.MemCheckFirst {
 		errs = append(errs, fmt.Errorf("memcheck total %d must exceed the first reading at %d", c.MemCheckTotal, c.MemCheckFirst))
@@ -428,7 +437,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			return nil, err
 		}
 	} else {
-		if err := rounds(ctx, e, []*contestant{base, fl, sut}, sut, progress); err != nil {
+		if err := rounds(ctx, e, []*contestant{base, fl, sut}, progress); err != nil {
 			return nil, err
 		}
 	}
@@ -498,8 +507,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	return rep, nil
 }
 
-// rounds alternates the systems' measured batches; sut is the one profiled.
-func rounds(ctx context.Context, e *env, systems []*contestant, sut *contestant, progress func(string, ...any)) error {
+// rounds alternates the systems' measured batches.
+func rounds(ctx context.Context, e *env, systems []*contestant, progress func(string, ...any)) error {
 	cfg := e.cfg
 	for round := range cfg.Rounds {
 		for _, c := range systems {
@@ -517,14 +526,15 @@ func rounds(ctx context.Context, e *env, systems []*contestant, sut *contestant,
 				return fmt.Errorf("bench: %s before round %d: %w", name, round+1, err)
 			}
 			progress("%s: round %d, %d capsules, window %d", name, round+1, cfg.Capsules, cfg.Window)
-			stopProfile, err := startProfiles(cfg, c == sut && round == 0)
+			profiled := c.t.sys.name == cfg.Profile
+			stopProfile, err := startProfiles(cfg, profiled && round == 0)
 			if err != nil {
 				return err
 			}
 			api := e.apiTotal(ctx)
 			b, err := c.t.drive(ctx, cfg.Capsules, cfg.Window, cfg.Rate, c.seq.span(cfg.Capsules), cfg.StallTimeout)
 			api = e.apiTotal(ctx) - api
-			if perr := stopProfile(c == sut && round == cfg.Rounds-1); perr != nil && err == nil {
+			if perr := stopProfile(profiled && round == cfg.Rounds-1); perr != nil && err == nil {
 				err = perr
 			}
 			if err != nil {
