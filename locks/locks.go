@@ -117,13 +117,16 @@ type Manager struct {
 	cfg Config
 
 	// held remembers the revision of each lock this Manager wrote last, so
-	// the common release is one compare-and-set delete instead of a read and
-	// a delete. A stale entry only makes that delete conflict; the slow path
-	// then reads the lock.
+	// the common release is one compare-and-set purge instead of a read and
+	// a write, and the revision of the purge marker each release left, so
+	// taking the lock again is one compare-and-set too. A stale entry only
+	// makes that write conflict; the slow path then reads the lock.
 	mu   sync.Mutex
 	held map[string]heldRev
 }
 
+// heldRev is a lock's revision as this Manager wrote it: held by holder,
+// or, with holder "", its release's purge marker.
 type heldRev struct {
 	holder string
 	rev    uint64
@@ -151,6 +154,17 @@ func (m *Manager) forget(path string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.held, path)
+}
+
+// released is the revision of the purge marker this Manager's release of
+// path left, or 0 (none known: the key is expected to have no entry).
+func (m *Manager) released(path string) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h, ok := m.held[path]; ok && h.holder == "" {
+		return h.rev
+	}
+	return 0
 }
 
 func (m *Manager) remembered(path, holder string) (uint64, bool) {
@@ -217,7 +231,7 @@ func (m *Manager) TryAcquire(ctx context.Context, path, holder string) error {
 	// Fast path: a free lock is taken with one create, no read first.
 	now := m.cfg.Now()
 	if b, err := json.Marshal(&lease{Path: path, Holder: holder, Owner: m.cfg.Owner, AcquiredAt: now, ExpiresAt: now.Add(m.cfg.Lease)}); err == nil {
-		if rev, err := jspub.KVCreate(ctx, m.nc, m.kv, Key(path), b); err == nil {
+		if rev, err := jspub.KVUpdate(ctx, m.nc, m.kv, Key(path), b, m.released(path)); err == nil {
 			m.remember(path, holder, rev)
 			return nil
 		} else if !cas.Conflict(err) {
@@ -280,9 +294,9 @@ func (m *Manager) Release(ctx context.Context, path, holder string) error {
 		return err
 	}
 	if rev, ok := m.remembered(path, holder); ok {
-		err := jspub.KVPurge(ctx, m.nc, m.kv, Key(path), rev, releasedTTL)
+		marker, err := jspub.KVPurge(ctx, m.nc, m.kv, Key(path), rev, releasedTTL)
 		if err == nil {
-			m.forget(path)
+			m.remember(path, "", marker)
 			return nil
 		}
 		if !cas.Conflict(err) && !errors.Is(err, jetstream.ErrKeyNotFound) {

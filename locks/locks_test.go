@@ -326,3 +326,30 @@ func TestInvalidArguments(t *testing.T) {
 	_, err := locks.New(f.ctx, f.js, locks.Config{Bucket: "OTHER", Lease: -time.Second})
 	require.Error(t, err)
 }
+
+// TestReacquireAfterReleaseElsewhere: a Manager takes a lock again over the
+// purge marker its own release left (one compare-and-set on the marker's
+// revision), and falls back to reading the lock when another Manager wrote
+// it since, whether that one holds it or released it in turn.
+func TestReacquireAfterReleaseElsewhere(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	other := f.manager(t, f.js, "sagad-2")
+
+	require.NoError(t, f.m.TryAcquire(f.ctx, "src/a", "cap-1"))
+	require.NoError(t, f.m.Release(f.ctx, "src/a", "cap-1"))
+	require.NoError(t, f.m.TryAcquire(f.ctx, "src/a", "cap-1"), "over its own marker")
+	f.requireHolder(t, "src/a", "cap-1")
+	require.NoError(t, f.m.Release(f.ctx, "src/a", "cap-1"))
+
+	// Another Manager takes it: the remembered marker is stale.
+	require.NoError(t, other.TryAcquire(f.ctx, "src/a", "cap-2"))
+	var held *locks.HeldError
+	require.ErrorAs(t, f.m.TryAcquire(f.ctx, "src/a", "cap-1"), &held)
+	require.Equal(t, "cap-2", held.Holder)
+
+	// … and releases it: its marker is newer than the one remembered.
+	require.NoError(t, other.Release(f.ctx, "src/a", "cap-2"))
+	require.NoError(t, f.m.TryAcquire(f.ctx, "src/a", "cap-1"))
+	f.requireHolder(t, "src/a", "cap-1")
+}

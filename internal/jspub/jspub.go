@@ -105,19 +105,27 @@ func ParseAck(data []byte) (uint64, error) {
 // or purge marker is taken over by the KV client's Create, as is its
 // refusal of a live key (jetstream.ErrKeyExists, see internal/cas).
 func KVCreate(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key string, value []byte) (uint64, error) {
-	m := nats.NewMsg(kvSubject(kv, key))
-	m.Data = value
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-	rev, err := Publish(ctx, nc, m)
+	rev, err := KVUpdate(ctx, nc, kv, key, value, 0)
 	if err == nil || !cas.Conflict(err) {
 		return rev, err
 	}
 	return kv.Create(ctx, key, value)
 }
 
+// KVUpdate stores value under key in bucket kv if the key's last entry
+// (a value or a marker) is still revision last, 0 for none; otherwise it
+// fails with a conflict (see internal/cas).
+func KVUpdate(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key string, value []byte, last uint64) (uint64, error) {
+	m := nats.NewMsg(kvSubject(kv, key))
+	m.Data = value
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
+	return Publish(ctx, nc, m)
+}
+
 // KVPurge purges key in bucket kv if its revision is still rev, leaving a
 // purge marker that expires after ttl (the bucket must allow message TTLs).
-func KVPurge(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key string, rev uint64, ttl time.Duration) error {
+// It returns the marker's revision.
+func KVPurge(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key string, rev uint64, ttl time.Duration) (uint64, error) {
 	m := nats.NewMsg(kvSubject(kv, key))
 	m.Header.Set("KV-Operation", "PURGE")
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
@@ -125,8 +133,7 @@ func KVPurge(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key stri
 	if ttl > 0 {
 		m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
 	}
-	_, err := Publish(ctx, nc, m)
-	return err
+	return Publish(ctx, nc, m)
 }
 
 func kvSubject(kv jetstream.KeyValue, key string) string { return "$KV." + kv.Bucket() + "." + key }

@@ -68,8 +68,11 @@ func TestPublish(t *testing.T) {
 	_, err = jspub.KVCreate(ctx, nc, kv, "k", []byte("v2"))
 	require.ErrorIs(t, err, jetstream.ErrKeyExists)
 	require.True(t, cas.Conflict(err))
-	require.True(t, cas.Conflict(jspub.KVPurge(ctx, nc, kv, "k", rev+1, time.Second)), "purge at a wrong revision")
-	require.NoError(t, jspub.KVPurge(ctx, nc, kv, "k", rev, time.Second))
+	_, err = jspub.KVPurge(ctx, nc, kv, "k", rev+1, time.Second)
+	require.True(t, cas.Conflict(err), "purge at a wrong revision: %v", err)
+	marker, err := jspub.KVPurge(ctx, nc, kv, "k", rev, time.Second)
+	require.NoError(t, err)
+	require.Greater(t, marker, rev)
 	_, err = kv.Get(ctx, "k")
 	require.ErrorIs(t, err, jetstream.ErrKeyNotFound)
 	rev2, err := jspub.KVCreate(ctx, nc, kv, "k", []byte("v3"))
@@ -78,6 +81,15 @@ func TestPublish(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "v3", string(e.Value()))
 	require.Equal(t, rev2, e.Revision())
+
+	// An update at the marker's revision, in one request; a stale one refused.
+	marker, err = jspub.KVPurge(ctx, nc, kv, "k", rev2, time.Second)
+	require.NoError(t, err)
+	_, err = jspub.KVUpdate(ctx, nc, kv, "k", []byte("v4"), marker-1)
+	require.True(t, cas.Conflict(err), "%v", err)
+	rev3, err := jspub.KVUpdate(ctx, nc, kv, "k", []byte("v4"), marker)
+	require.NoError(t, err)
+	require.Equal(t, marker+1, rev3)
 
 	// No stream takes the subject: no responders, after the retries.
 	short, cancel := context.WithTimeout(ctx, 5*time.Second)
