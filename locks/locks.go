@@ -113,7 +113,7 @@ func (c Config) validate() error {
 // share a bucket.
 type Manager struct {
 	kv  jetstream.KeyValue
-	nc  *nats.Conn // the hot path's writes: see internal/jspub
+	nc  *nats.Conn // the hot path's writes (see internal/jspub); nil with a JetStream domain
 	cfg Config
 
 	// held remembers the revision of each lock this Manager wrote last, so
@@ -126,10 +126,11 @@ type Manager struct {
 }
 
 // heldRev is a lock's revision as this Manager wrote it: held by holder,
-// or, with holder "", its release's purge marker.
+// or, with holder "", its release's purge marker, left at released.
 type heldRev struct {
-	holder string
-	rev    uint64
+	holder   string
+	rev      uint64
+	released time.Time
 }
 
 // maxHeld bounds the revisions remembered.
@@ -156,15 +157,42 @@ func (m *Manager) forget(path string) {
 	delete(m.held, path)
 }
 
-// released is the revision of the purge marker this Manager's release of
-// path left, or 0 (none known: the key is expected to have no entry).
-func (m *Manager) released(path string) uint64 {
+// create writes a free lock: over the purge marker this Manager's release
+// left while it lives (it expires after releasedTTL; then the key has no
+// entry), else as a new key.
+func (m *Manager) create(ctx context.Context, path string, b []byte) (uint64, error) {
+	if m.nc == nil {
+		return m.kv.Create(ctx, Key(path), b)
+	}
+	var last uint64
+	m.mu.Lock()
+	if h, ok := m.held[path]; ok && h.holder == "" && time.Since(h.released) < releasedTTL/2 {
+		last = h.rev
+	}
+	m.mu.Unlock()
+	return jspub.KVUpdate(ctx, m.nc, m.kv, Key(path), b, last)
+}
+
+// purge releases path's lock at revision rev, which holder wrote.
+func (m *Manager) purge(ctx context.Context, path, holder string, rev uint64) error {
+	if m.nc == nil {
+		err := m.kv.Purge(ctx, Key(path), jetstream.LastRevision(rev), jetstream.PurgeTTL(releasedTTL))
+		if err == nil {
+			m.forget(path)
+		}
+		return err
+	}
+	marker, err := jspub.KVPurge(ctx, m.nc, m.kv, Key(path), rev, releasedTTL)
+	if err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if h, ok := m.held[path]; ok && h.holder == "" {
-		return h.rev
+	// Unless the lock was written again meanwhile (it is then that write's).
+	if h, ok := m.held[path]; ok && h.holder == holder && h.rev == rev {
+		m.held[path] = heldRev{rev: marker, released: time.Now()}
 	}
-	return 0
+	return nil
 }
 
 func (m *Manager) remembered(path, holder string) (uint64, bool) {
@@ -199,7 +227,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("locks: bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Manager{kv: kv, nc: js.Conn(), cfg: cfg}, nil
+	return &Manager{kv: kv, nc: jspub.Conn(js), cfg: cfg}, nil
 }
 
 // Key returns the KV key of path's lock: the lowercase hex SHA-256 of path.
@@ -228,10 +256,12 @@ func (m *Manager) TryAcquire(ctx context.Context, path, holder string) error {
 	if err := checkArgs(path, holder); err != nil {
 		return err
 	}
-	// Fast path: a free lock is taken with one create, no read first.
+	// Fast path: a free lock is taken with one write, no read first: a
+	// create, or a compare-and-set on the purge marker this Manager's
+	// release left.
 	now := m.cfg.Now()
 	if b, err := json.Marshal(&lease{Path: path, Holder: holder, Owner: m.cfg.Owner, AcquiredAt: now, ExpiresAt: now.Add(m.cfg.Lease)}); err == nil {
-		if rev, err := jspub.KVUpdate(ctx, m.nc, m.kv, Key(path), b, m.released(path)); err == nil {
+		if rev, err := m.create(ctx, path, b); err == nil {
 			m.remember(path, holder, rev)
 			return nil
 		} else if !cas.Conflict(err) {
@@ -294,9 +324,8 @@ func (m *Manager) Release(ctx context.Context, path, holder string) error {
 		return err
 	}
 	if rev, ok := m.remembered(path, holder); ok {
-		marker, err := jspub.KVPurge(ctx, m.nc, m.kv, Key(path), rev, releasedTTL)
+		err := m.purge(ctx, path, holder, rev)
 		if err == nil {
-			m.remember(path, "", marker)
 			return nil
 		}
 		if !cas.Conflict(err) && !errors.Is(err, jetstream.ErrKeyNotFound) {

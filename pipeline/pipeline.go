@@ -12,6 +12,7 @@ import (
 
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/locks"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
@@ -45,6 +46,10 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("pipeline: config: %w", err)
+	}
+	if jspub.Conn(js) == nil {
+		// The hot path writes to the buckets' own subjects (internal/jspub).
+		return nil, errors.New("pipeline: JetStream domains are not supported: connect without one")
 	}
 	st, err := ensureTopology(ctx, js, cfg)
 	if err != nil {

@@ -45,8 +45,8 @@ type Config struct {
 	RelayWorkers int `json:"relay_workers"`
 	// Mix is the capsule mix, [MixValid] or [MixMixed]. Defaults to MixMixed.
 	Mix string `json:"mix"`
-	// Rounds alternates baseline and sagad this many times; figures are
-	// those of the median round. Defaults to 1.
+	// Rounds alternates the systems (baseline, floor, sagad) this many
+	// times; figures are those of the median round. Defaults to 1.
 	Rounds int `json:"rounds"`
 	// Floor adds a third system: the saga floor, which makes sagad's
 	// JetStream requests for a valid capsule (the same kinds, sizes and
@@ -83,15 +83,16 @@ type Config struct {
 	// StallTimeout is how long a run waits without any outcome before it
 	// gives up on the capsules still in flight. Defaults to 60s.
 	StallTimeout time.Duration `json:"stall_timeout_ns"`
-	// CPUProfile, when set, receives a CPU profile of sagad's first
-	// measured round (the whole process: sagad, client and server). With
-	// MemCheck it covers the capsules after the first reading, and
-	// CPUProfile+".first" the ones before it.
+	// CPUProfile, when set, receives a CPU profile of the Profile system's
+	// first measured round (the whole process: that system, client and
+	// server). With MemCheck (sagad) it covers the capsules after the first
+	// reading, and CPUProfile+".first" the ones before it.
 	CPUProfile string `json:"cpu_profile,omitempty"`
-	// MemProfile, when set, receives a heap profile taken after sagad's
-	// measured rounds, and MemProfile+".base" one taken just before them:
-	// `go tool pprof -sample_index=alloc_space -base X.base X` shows what
-	// sagad's rounds allocated.
+	// MemProfile, when set, receives a heap profile taken after the Profile
+	// system's last measured round, and MemProfile+".base" one taken just
+	// before its first: `go tool pprof -sample_index=alloc_space -base X.base
+	// X` shows what was allocated in between (with several rounds, the other
+	// systems' rounds in between too).
 	MemProfile string `json:"mem_profile,omitempty"`
 	// Profile names the system CPUProfile and MemProfile cover: "sagad"
 	// (the default), "floor" or "baseline".
@@ -146,8 +147,13 @@ func (c Config) validate() error {
 	if c.Mix != MixValid && c.Mix != MixMixed {
 		errs = append(errs, fmt.Errorf("mix %q: want %q or %q", c.Mix, MixValid, MixMixed))
 	}
-	if !slices.Contains([]string{"sagad", "floor", "baseline"}, c.Profile) {
+	switch {
+	case !slices.Contains([]string{"sagad", "floor", "baseline"}, c.Profile):
 		errs = append(errs, fmt.Errorf("profile %q: want sagad, floor or baseline", c.Profile))
+	case c.Profile == "floor" && !c.Floor, c.Profile == "baseline" && c.SkipBaseline:
+		errs = append(errs, fmt.Errorf("profile %q: that system is not measured", c.Profile))
+	case c.MemCheck && (c.Profile != "sagad" || c.Floor):
+		errs = append(errs, errors.New("memcheck measures sagad alone: no -floor, no -profile"))
 	}
 	if c.MemCheck && c.MemCheckTotal <= c.MemCheckFirst {
 		errs = append(errs, fmt.Errorf("memcheck total %d must exceed the first reading at %d", c.MemCheckTotal, c.MemCheckFirst))

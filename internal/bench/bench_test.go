@@ -155,6 +155,12 @@ func TestConfigValidate(t *testing.T) {
 	require.ErrorContains(t, err, `mix "chaos"`)
 	_, err = Run(context.Background(), Config{MemCheck: true, MemCheckFirst: 10, MemCheckTotal: 10}, nil)
 	require.ErrorContains(t, err, "must exceed")
+	_, err = Run(context.Background(), Config{Profile: "floor"}, nil)
+	require.ErrorContains(t, err, "not measured")
+	_, err = Run(context.Background(), Config{Profile: "relay"}, nil)
+	require.ErrorContains(t, err, `profile "relay"`)
+	_, err = Run(context.Background(), Config{MemCheck: true, Floor: true}, nil)
+	require.ErrorContains(t, err, "memcheck measures sagad alone")
 }
 
 func TestGeneratorSealedIsValid(t *testing.T) {

@@ -11,6 +11,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/internal/cas"
+	"github.com/sagad/sagad/internal/jspub"
 )
 
 // The saga floor's names. It shares nothing with sagad's topology or the
@@ -47,13 +50,15 @@ const (
 
 // floor is the saga floor: the relay's seven stages making, per stage, the
 // JetStream requests sagad makes for a valid capsule in that phase (25 in
-// all, the same kinds and sizes), with none of its logic — no decoding,
-// schema, rules, claims' decisions or logs. Its throughput is the most any
+// all, the same kinds, sizes, headers and order, through the same
+// internal/jspub writes), with none of its logic — no decoding, schema,
+// rules, claims' decisions or logs. Its throughput is the most any
 // implementation making those requests could reach on this machine: what
 // the saga's storage costs, apart from what its logic costs. A goroutine
 // per message, like the baseline relay.
 type floor struct {
 	js       jetstream.JetStream
+	nc       *nats.Conn
 	capsules jetstream.KeyValue
 	cps      jetstream.KeyValue
 	locks    jetstream.KeyValue
@@ -63,7 +68,8 @@ type floor struct {
 }
 
 // newFloor creates the floor's streams, consumers and buckets with the
-// settings sagad uses for its own.
+// settings sagad uses for its own (file storage, work queues, history 1,
+// per-message TTLs with 1 s markers).
 func newFloor(ctx context.Context, js jetstream.JetStream, workers int, ackWait, dupWindow time.Duration) (*floor, error) {
 	for i := range relayStages {
 		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -88,12 +94,12 @@ func newFloor(ctx context.Context, js jetstream.JetStream, workers int, ackWait,
 			return nil, fmt.Errorf("floor: stream %s: %w", sc.Name, err)
 		}
 	}
-	f := &floor{js: js, workers: workers}
+	f := &floor{js: js, nc: js.Conn(), workers: workers}
 	for _, b := range []struct {
 		kv   *jetstream.KeyValue
 		name string
 	}{{&f.capsules, floorCapsules}, {&f.cps, floorCP}, {&f.locks, floorLocks}, {&f.targets, floorTargets}} {
-		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b.name, Storage: jetstream.FileStorage})
+		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b.name, Storage: jetstream.FileStorage, LimitMarkerTTL: time.Second})
 		if err != nil {
 			return nil, fmt.Errorf("floor: bucket %s: %w", b.name, err)
 		}
@@ -135,28 +141,29 @@ func (f *floor) stop() {
 func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 	id := msg.Headers().Get(headerID)
 	rev, _ := strconv.ParseUint(msg.Headers().Get(headerRev), 10, 64)
-	cp := func(i int, rev uint64) (uint64, error) { return f.checkpoint(ctx, id, i, rev) }
+	cp := func(i int, rev uint64, ttl time.Duration) (uint64, error) { return f.checkpoint(ctx, id, i, rev, ttl) }
 	var err error
+	var lockRev uint64
 	switch stage {
 	case 0: // RECEPTION: lock availability, keep the bytes, first checkpoint
 		if _, err = f.locks.Get(ctx, "l-"+id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return err
 		}
-		if _, err = f.capsules.Create(ctx, id, msg.Data()); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		if _, err = jspub.KVCreate(ctx, f.nc, f.capsules, id, msg.Data()); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return err
 		}
-		if rev, err = cp(0, 0); err != nil {
+		if rev, err = cp(0, 0, 0); err != nil {
 			return err
 		}
 	case 1: // REALITY_ANCHOR: the kv: target, checkpoint
 		if _, err = f.targets.Get(ctx, "t"); err != nil {
 			return err
 		}
-		if rev, err = cp(1, rev); err != nil {
+		if rev, err = cp(1, rev, 0); err != nil {
 			return err
 		}
 	case 2, 3: // PLANNING, AUTOMATED_GATES: checkpoint
-		if rev, err = cp(stage, rev); err != nil {
+		if rev, err = cp(stage, rev, 0); err != nil {
 			return err
 		}
 	case 4: // EXECUTION: read, lock, claim, artifact, checkpoint; lock release after the next message
@@ -164,65 +171,84 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 		if err != nil {
 			return err
 		}
-		if _, err = f.locks.Create(ctx, "l-"+id, pad(floorLockSize, id)); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		if lockRev, err = jspub.KVUpdate(ctx, f.nc, f.locks, "l-"+id, pad(floorLockSize, id), 0); cas.Conflict(err) {
+			// A redelivery after a partial stage: the lock is ours.
+			e, gerr := f.locks.Get(ctx, "l-"+id)
+			if gerr != nil {
+				return gerr
+			}
+			lockRev, err = e.Revision(), nil
+		}
+		if err != nil {
 			return err
 		}
-		if rev, err = cp(4, e.Revision()); err != nil {
+		if rev, err = cp(4, e.Revision(), 0); err != nil {
 			return err
 		}
+		// The chunk, then the metadata, as sagad writes them.
 		chunk, meta := nats.NewMsg(floorObjSubj+"C."+id), nats.NewMsg(floorObjSubj+"M."+id)
 		chunk.Data, meta.Data = pad(floorChunkSize, id), pad(floorMetaSize, id)
-		meta.Header.Set("Nats-Rollup", "sub")
-		if err := publishAsync(ctx, f.js, chunk, meta); err != nil {
-			return err
+		meta.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		for _, m := range []*nats.Msg{chunk, meta} {
+			if _, err := jspub.Publish(ctx, f.nc, m); err != nil {
+				return err
+			}
 		}
-		if rev, err = cp(5, rev); err != nil {
+		if rev, err = cp(5, rev, 0); err != nil {
 			return err
 		}
 	case 5: // REVIEW: claim, checkpoint
-		if rev, err = cp(6, rev); err != nil {
+		if rev, err = cp(6, rev, 0); err != nil {
 			return err
 		}
-		if rev, err = cp(7, rev); err != nil {
+		if rev, err = cp(7, rev, 0); err != nil {
 			return err
 		}
 	case 6: // HANDOFF: checkpoint, outcome, the bytes marked
-		if _, err = cp(8, rev); err != nil {
+		// The end, with the retention as its time to live.
+		if _, err = cp(8, rev, floorRetention); err != nil {
 			return err
 		}
 		out := f.message(floorOutSubj, id, msg.Data(), 0)
 		out.Header.Set(jetstream.MsgIDHeader, id+".outcome")
-		if _, err := f.js.PublishMsg(ctx, out); err != nil {
+		if _, err := jspub.Publish(ctx, f.nc, out); err != nil {
 			return err
 		}
-		_, err = f.capsules.Put(ctx, id, msg.Data())
+		mark := nats.NewMsg("$KV." + floorCapsules + "." + id)
+		mark.Data = msg.Data()
+		mark.Header.Set("Saga-Outcome-Sent", "true")
+		mark.Header.Set(jetstream.MsgTTLHeader, floorRetention.String())
+		_, err = jspub.Publish(ctx, f.nc, mark)
 		return err
 	}
-	if _, err := f.js.PublishMsg(ctx, f.message(floorSubject(stage+1), id, msg.Data(), rev)); err != nil {
+	if _, err := jspub.Publish(ctx, f.nc, f.message(floorSubject(stage+1), id, msg.Data(), rev)); err != nil {
 		return err
 	}
 	if stage == 4 {
-		if err := f.locks.Purge(ctx, "l-"+id); err != nil {
+		if _, err := jspub.KVPurge(ctx, f.nc, f.locks, "l-"+id, lockRev, time.Second); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// floorRetention is sagad's default retention, the time to live of an ended
+// capsule's last checkpoint and bytes.
+const floorRetention = 168 * time.Hour
+
 // checkpoint writes capsule id's i-th checkpoint of floorCheckpointSizes:
-// a create when rev is 0, else a compare-and-set on rev.
-func (f *floor) checkpoint(ctx context.Context, id string, i int, rev uint64) (uint64, error) {
-	v := pad(floorCheckpointSizes[i], id)
-	var n uint64
-	var err error
-	if rev == 0 {
-		n, err = f.cps.Create(ctx, id, v)
-	} else {
-		n, err = f.cps.Update(ctx, id, v, rev)
+// a compare-and-set on rev (0: a create), with a time to live when ttl > 0.
+func (f *floor) checkpoint(ctx context.Context, id string, i int, rev uint64, ttl time.Duration) (uint64, error) {
+	m := nats.NewMsg("$KV." + floorCP + "." + id)
+	m.Data = pad(floorCheckpointSizes[i], id)
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	if ttl > 0 {
+		m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
 	}
-	if err != nil && !errors.Is(err, context.Canceled) {
+	n, err := jspub.Publish(ctx, f.nc, m)
+	if cas.Conflict(err) {
 		// A redelivery after a partial stage: write over it.
-		return f.cps.Put(ctx, id, v)
+		return f.cps.Put(ctx, id, m.Data)
 	}
 	return n, err
 }
@@ -248,28 +274,6 @@ func pad(n int, id string) []byte {
 	}
 	copy(b[n-2:], `"}`)
 	return b
-}
-
-// publishAsync publishes msgs together and waits for every ack.
-func publishAsync(ctx context.Context, js jetstream.JetStream, msgs ...*nats.Msg) error {
-	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
-	for _, m := range msgs {
-		f, err := js.PublishMsgAsync(m)
-		if err != nil {
-			return err
-		}
-		futures = append(futures, f)
-	}
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
 }
 
 // system describes the floor to the driver.

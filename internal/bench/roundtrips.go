@@ -20,9 +20,8 @@ import (
 // sees every message clients publish, and the subject (plus a KV write's
 // headers) says what it was. A request, i.e. a message with a reply
 // subject, costs a round trip: the client waits for JetStream's answer.
-// Requests sent together and awaited together (sagad publishes a
-// transition's effects that way) share one round trip's latency, so
-// PerCapsule counts server work and wire messages, not sequential waits.
+// PerCapsule counts server work and wire messages; requests sent together
+// and awaited together would share one round trip's latency.
 type RoundTrips struct {
 	// System and Class say what was measured.
 	System string `json:"system"`

@@ -23,6 +23,16 @@ import (
 	"github.com/sagad/sagad/internal/cas"
 )
 
+// Conn returns js's connection for this package's publishes, or nil when js
+// uses a JetStream domain: a domain's KV subjects are not the buckets' own,
+// so callers then keep to the jetstream client.
+func Conn(js jetstream.JetStream) *nats.Conn {
+	if js.Options().Domain != "" {
+		return nil
+	}
+	return js.Conn()
+}
+
 // DefaultTimeout bounds a publish whose context has no deadline, as the
 // jetstream client's default does.
 const DefaultTimeout = 5 * time.Second
