@@ -1,6 +1,9 @@
 package capsule
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // CheckpointSchemaVersion is the version written in every checkpoint.
 const CheckpointSchemaVersion = "1.0"
@@ -183,13 +186,16 @@ func (c *Checkpoint) Find(p Phase, cycle int) (Transition, bool) {
 	return Transition{}, false
 }
 
-// Clone returns a deep copy of c: nothing the copy holds is shared with c.
+// Clone returns a copy of c that can be changed without changing c. Only the
+// phase history is shared: it is only ever appended to (a transition is
+// recorded once and never changed), and the copy's is clipped, so an append
+// to it allocates anew. Every other slice and pointer is copied.
 func (c *Checkpoint) Clone() *Checkpoint {
 	if c == nil {
 		return nil
 	}
 	out := *c
-	out.History = append([]Transition(nil), c.History...)
+	out.History = slices.Clip(c.History)
 	st := &out.State
 	st.LocksHeld = cloneStrings(c.State.LocksHeld)
 	st.ArtifactRefs = cloneStrings(c.State.ArtifactRefs)

@@ -34,16 +34,22 @@ func fullCheckpoint() *capsule.Checkpoint {
 }
 
 // TestCloneIsDeep: a clone equals the original, and changing any part of it
-// leaves the original untouched. The JSON comparison catches a field added to
-// the types but not to Clone.
+// (appending to its history: transitions are never changed in place) leaves
+// the original untouched. The JSON comparison catches a field added to the
+// types but not to Clone.
 func TestCloneIsDeep(t *testing.T) {
 	t.Parallel()
 	orig := fullCheckpoint()
+	// Room to grow: an append to a clone sharing it must not write into it.
+	orig.History = append(make([]capsule.Transition, 0, 4), orig.History...)
 	before, err := json.Marshal(orig)
 	require.NoError(t, err)
 	c := orig.Clone()
 	require.True(t, reflect.DeepEqual(orig, c))
-	c.History[0].Outcome = "changed"
+	c.History = append(c.History, capsule.Transition{Phase: capsule.RealityAnchor, Outcome: "clone's"})
+	orig.History = append(orig.History, capsule.Transition{Phase: capsule.RealityAnchor, Outcome: "original's"})
+	require.Equal(t, "clone's", c.History[1].Outcome)
+	orig.History = orig.History[:1]
 	c.State.LocksHeld[0] = "changed"
 	c.State.ArtifactRefs[0] = "changed"
 	c.State.Findings[0].Message = "changed"
