@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 
@@ -254,19 +255,54 @@ func TestInvalidArguments(t *testing.T) {
 		name                        string
 		capsuleID, waveID, chargeID string
 		u                           capsule.Usage
+		want                        string
+		is                          error // when the cause is a sentinel
 	}{
-		{"empty capsule id", "", "", "c", capsule.Usage{Tokens: 1}},
-		{"empty charge id", "cap-1", "", "", capsule.Usage{Tokens: 1}},
-		{"negative tokens", "cap-1", "", "c", capsule.Usage{Tokens: -1}},
-		{"negative dollars", "cap-1", "", "c", capsule.Usage{Dollars: -0.5}},
-		{"capsule id not a KV key", "cap 1", "", "c", capsule.Usage{Tokens: 1}},
-		{"wave id not a KV key", "cap-1", "w*", "c", capsule.Usage{Tokens: 1}},
+		{"empty capsule id", "", "", "c", capsule.Usage{Tokens: 1}, "budget: charge: empty capsule id", nil},
+		{"empty charge id", "cap-1", "", "", capsule.Usage{Tokens: 1}, "budget: charge capsule cap-1: empty charge id", nil},
+		{"negative tokens", "cap-1", "", "c", capsule.Usage{Tokens: -1}, "budget: charge c: usage must be non-negative", nil},
+		{"negative dollars", "cap-1", "", "c", capsule.Usage{Dollars: -0.5}, "budget: charge c: usage must be non-negative", nil},
+		{"NaN dollars", "cap-1", "", "c", capsule.Usage{Dollars: math.NaN()}, "budget: charge c: usage must be non-negative", nil},
+		{"capsule id not a KV key", "cap 1", "", "c", capsule.Usage{Tokens: 1}, "budget: charge c: capsule cap 1:", jetstream.ErrInvalidKey},
+		{"wave id not a KV key", "cap-1", "w*", "c", capsule.Usage{Tokens: 1}, "budget: charge c: wave w*:", jetstream.ErrInvalidKey},
 	}
 	for _, tt := range tests {
-		_, err := f.tr.Charge(f.ctx, tt.capsuleID, tt.waveID, tt.chargeID, caps, tt.u)
-		require.Error(t, err, tt.name)
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := f.tr.Charge(f.ctx, tt.capsuleID, tt.waveID, tt.chargeID, caps, tt.u)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.want)
+			if tt.is != nil {
+				require.ErrorIs(t, err, tt.is)
+			}
+		})
 	}
-	require.Error(t, f.tr.SetWave(f.ctx, "w", -1, 0, false))
-	_, err := budget.New(f.ctx, f.js, budget.Config{Bucket: "OTHER", Replicas: -1})
+	// Refused before anything was charged.
+	used, err := f.tr.Used(f.ctx, "cap-1")
+	require.NoError(t, err)
+	require.Zero(t, used)
+
+	for _, tt := range []struct {
+		name    string
+		tokens  int64
+		dollars float64
+	}{
+		{"negative tokens cap", -1, 0},
+		{"negative dollars cap", 0, -0.5},
+		{"NaN dollars cap", 0, math.NaN()},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := f.tr.SetWave(f.ctx, "w", tt.tokens, tt.dollars, false)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), "budget: set wave w: caps must be non-negative")
+		})
+	}
+	_, ok, err := f.tr.Wave(f.ctx, "w")
+	require.NoError(t, err)
+	require.False(t, ok, "a refused SetWave creates no wave")
+
+	_, err = budget.New(f.ctx, f.js, budget.Config{Bucket: "OTHER", Replicas: -1})
 	require.Error(t, err)
+	require.Contains(t, err.Error(), "budget: replicas must be at least 1, got -1")
+	_, err = f.js.KeyValue(f.ctx, "OTHER")
+	require.ErrorIs(t, err, jetstream.ErrBucketNotFound, "an invalid config creates no bucket")
 }

@@ -295,9 +295,41 @@ func TestRaceExactlyOneWins(t *testing.T) {
 	}
 
 	require.NoError(t, f.m.Release(f.ctx, "contended", race("fresh")))
-	winner := race("released")
+	prev := race("released")
+	before := f.stored(t, "contended")
+	require.Equal(t, prev, before["holder"])
+	oldExpiry := storedTime(t, before, "expires_at")
+
+	// The released round's lease runs out; every racer now finds a lock to
+	// take over (an Update at the expired lease's revision), not a free one.
 	f.clock.Advance(lease + time.Second)
-	require.NotEqual(t, winner, race("expired"))
+	f.requireHolder(t, "contended", "")
+	winner := race("expired")
+	after := f.stored(t, "contended")
+	require.Equal(t, winner, after["holder"], "the stored lock is the winner's")
+	require.Equal(t, f.clock.Now().Format(time.RFC3339Nano), after["acquired_at"], "taken over, not renewed")
+	newExpiry := storedTime(t, after, "expires_at")
+	require.Equal(t, f.clock.Now().Add(lease), newExpiry)
+	require.True(t, newExpiry.After(oldExpiry), "new lease %s ends after the old %s", newExpiry, oldExpiry)
+
+	// The previous holder cannot renew it or keep it by releasing.
+	err := f.m.Renew(f.ctx, []string{"contended"}, prev)
+	require.ErrorIs(t, err, locks.ErrNotHeld)
+	var held *locks.HeldError
+	require.ErrorAs(t, err, &held)
+	require.Equal(t, winner, held.Holder)
+	require.NoError(t, f.m.Release(f.ctx, "contended", prev))
+	f.requireHolder(t, "contended", winner)
+}
+
+// storedTime parses the RFC 3339 time field of a stored lock.
+func storedTime(t *testing.T, v map[string]any, field string) time.Time {
+	t.Helper()
+	s, ok := v[field].(string)
+	require.True(t, ok, "%s is a string: %v", field, v[field])
+	ts, err := time.Parse(time.RFC3339Nano, s)
+	require.NoError(t, err)
+	return ts
 }
 
 func TestKeyIsValidAndDistinct(t *testing.T) {
@@ -320,11 +352,39 @@ func TestKeyIsValidAndDistinct(t *testing.T) {
 func TestInvalidArguments(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	require.Error(t, f.m.TryAcquire(f.ctx, "", "cap-1"))
-	require.Error(t, f.m.TryAcquire(f.ctx, "a", ""))
-	require.Error(t, f.m.Release(f.ctx, "", "cap-1"))
-	_, err := locks.New(f.ctx, f.js, locks.Config{Bucket: "OTHER", Lease: -time.Second})
-	require.Error(t, err)
+	tests := []struct {
+		name string
+		call func() error
+		want string
+	}{
+		{"acquire with empty path", func() error { return f.m.TryAcquire(f.ctx, "", "cap-1") }, "locks: empty path"},
+		{"acquire with empty holder", func() error { return f.m.TryAcquire(f.ctx, "a", "") }, `locks: "a": empty holder`},
+		{"acquire all with empty path", func() error { return f.m.AcquireAll(f.ctx, []string{"a", ""}, "cap-1") }, "locks: empty path"},
+		{"release with empty path", func() error { return f.m.Release(f.ctx, "", "cap-1") }, "locks: empty path"},
+		{"release with empty holder", func() error { return f.m.Release(f.ctx, "a", "") }, `locks: "a": empty holder`},
+		{"renew with empty path", func() error { return f.m.Renew(f.ctx, []string{""}, "cap-1") }, "locks: empty path"},
+		{"negative lease", func() error {
+			_, err := locks.New(f.ctx, f.js, locks.Config{Bucket: "OTHER", Lease: -time.Second})
+			return err
+		}, "locks: lease must be positive, got -1s"},
+		{"negative replicas", func() error {
+			_, err := locks.New(f.ctx, f.js, locks.Config{Bucket: "OTHER", Replicas: -1})
+			return err
+		}, "locks: replicas must be at least 1, got -1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.want)
+			require.NotErrorIs(t, err, locks.ErrHeld)
+			require.NotErrorIs(t, err, locks.ErrNotHeld)
+		})
+	}
+	// Refused before anything was written.
+	f.requireHolder(t, "a", "")
+	_, err := f.js.KeyValue(f.ctx, "OTHER")
+	require.ErrorIs(t, err, jetstream.ErrBucketNotFound, "an invalid config creates no bucket")
 }
 
 // TestReacquireAfterReleaseElsewhere: a Manager takes a lock again over the

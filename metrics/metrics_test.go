@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"maps"
 	"math"
 	"strconv"
 	"strings"
@@ -65,11 +66,6 @@ func TestRecorderMovesTheRightSeries(t *testing.T) {
 			record: func(m *Metrics) { m.Ended(capsule.Cancelled, capsule.HaltReason{}) },
 			series: func(m *Metrics) prometheus.Collector { return m.cancelled },
 			want:   1,
-		},
-		"non-terminal state ignored": {
-			record: func(m *Metrics) { m.Ended(capsule.Paused, capsule.HaltReason{}) },
-			series: func(m *Metrics) prometheus.Collector { return m.completed },
-			want:   0,
 		},
 		"review verdict": {
 			record: func(m *Metrics) { m.ReviewCycle(capsule.ChangesRequested) },
@@ -156,6 +152,89 @@ func TestRecorderMovesTheRightSeries(t *testing.T) {
 			require.InDelta(t, tt.want, testutil.ToFloat64(tt.series(m)), 1e-9)
 		})
 	}
+}
+
+// TestEndedCountsOnlyTerminalStates: Ended moves exactly one terminal-state
+// series for a terminal state, and leaves the whole registry as it was for
+// any other state, even with a halt reason given.
+func TestEndedCountsOnlyTerminalStates(t *testing.T) {
+	t.Parallel()
+	const (
+		completed = "sagad_capsules_completed_total"
+		halted    = "sagad_capsules_halted_total"
+		cancelled = "sagad_capsules_cancelled_total"
+	)
+	tests := map[string]struct {
+		state   capsule.State
+		changed map[string]float64 // series whose value moves, by key
+	}{
+		"in_progress":          {state: capsule.InProgress},
+		"paused":               {state: capsule.Paused},
+		"waiting_for_operator": {state: capsule.WaitingForOperator},
+		"empty state":          {state: ""},
+		"unknown state":        {state: capsule.State("exploded")},
+		"completed":            {state: capsule.Completed, changed: map[string]float64{completed: 1}},
+		"halted":               {state: capsule.Halted, changed: map[string]float64{halted + `{reason="deadline_in_past"}`: 1}},
+		"cancelled":            {state: capsule.Cancelled, changed: map[string]float64{cancelled: 1}},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.state.Terminal(), len(tt.changed) > 0, "only a terminal state moves a series")
+			m, reg := setup(t)
+			before := values(t, reg)
+			for _, name := range []string{completed, cancelled} {
+				require.Contains(t, before, name)
+			}
+			require.Equal(t, len(capsule.HaltCodes)+1, testutil.CollectAndCount(m.halted))
+
+			m.Ended(tt.state, capsule.DeadlineInPast())
+
+			want := maps.Clone(before)
+			for k, d := range tt.changed {
+				require.Contains(t, want, k)
+				want[k] += d
+			}
+			require.Equal(t, want, values(t, reg), "every series of the registry")
+			require.Equal(t, len(capsule.HaltCodes)+1, testutil.CollectAndCount(m.halted), "no halted series added")
+			terminal := testutil.ToFloat64(m.completed) + testutil.ToFloat64(m.cancelled)
+			for _, code := range append(strs(capsule.HaltCodes), Other) {
+				terminal += testutil.ToFloat64(m.halted.WithLabelValues(code))
+			}
+			require.InDelta(t, float64(len(tt.changed)), terminal, 1e-9, "terminal-state counters in total")
+		})
+	}
+}
+
+// values maps every series in the registry, as `family{labels}`, to its
+// value: a counter's or gauge's value, a histogram's sample count and sum.
+func values(t *testing.T, g prometheus.Gatherer) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, mf := range gather(t, g) {
+		for _, m := range mf.GetMetric() {
+			var parts []string
+			for _, l := range m.GetLabel() {
+				parts = append(parts, l.GetName()+`="`+l.GetValue()+`"`)
+			}
+			key := mf.GetName()
+			if len(parts) > 0 {
+				key += "{" + strings.Join(parts, ",") + "}"
+			}
+			switch {
+			case m.Counter != nil:
+				out[key] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				out[key] = m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				out[key+" count"] = float64(m.GetHistogram().GetSampleCount())
+				out[key+" sum"] = m.GetHistogram().GetSampleSum()
+			default:
+				t.Fatalf("%s: unexpected metric type %s", key, mf.GetType())
+			}
+		}
+	}
+	return out
 }
 
 func TestHistogramsObserve(t *testing.T) {

@@ -396,7 +396,9 @@ func TestExternalResultOverdue(t *testing.T) {
 // capsules then run once.
 func TestPausedSurvivesRestart(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	// A short sweep interval: the restarted pipeline's sweeper looks at the
+	// parked capsules many times before they are checked.
+	f := setupWith(t, func(c *pipeline.Config) { c.SweepInterval = 50 * time.Millisecond })
 	a := f.admin(t)
 	ctx := context.Background()
 	require.NoError(t, a.PausePhase(ctx, capsule.Planning))
@@ -407,31 +409,149 @@ func TestPausedSurvivesRestart(t *testing.T) {
 		s, err := f.client.Status(ctx, paused.ID())
 		return err == nil && s.Phase == int(capsule.Planning)
 	}, "queued")
-	_, err := a.Pause(ctx, paused.ID(), "", "alice")
+	_, err := a.Pause(ctx, paused.ID(), "hold over the restart", "alice")
 	require.NoError(t, err)
 	require.NoError(t, a.ResumePhase(ctx, capsule.Planning))
 	f.publish(t, gated.Sealed(t))
 	f.waitState(t, gated.ID(), capsule.WaitingForOperator)
 	require.NoError(t, a.PausePhase(ctx, capsule.Handoff))
+	waitDrained(t, f) // the paused capsule's queued message was delivered and dropped
+	require.Equal(t, int64(1), f.executed.Load(), "the gated capsule ran its executor; the paused one never reached EXECUTION")
+
+	// What the restart has to keep.
+	pausedBefore, err := f.client.Checkpoint(ctx, paused.ID())
+	require.NoError(t, err)
+	require.Equal(t, capsule.Paused, pausedBefore.State.Status)
+	require.Equal(t, capsule.Planning, pausedBefore.State.Phase)
+	require.NotNil(t, pausedBefore.State.Pause)
+	require.Equal(t, capsule.TriggerOperatorManual, pausedBefore.State.Pause.Trigger)
+	require.Equal(t, "hold over the restart", pausedBefore.State.Pause.Reason)
+	require.Equal(t, "alice", pausedBefore.State.Pause.By)
+	require.Empty(t, pausedBefore.State.Pause.ResumeToken, "no resume in flight")
+	gatedBefore, err := f.client.Checkpoint(ctx, gated.ID())
+	require.NoError(t, err)
+	require.Equal(t, capsule.WaitingForOperator, gatedBefore.State.Status)
+	require.Equal(t, capsule.Handoff, gatedBefore.State.Phase)
+	require.NotNil(t, gatedBefore.State.Pause)
+	require.Equal(t, capsule.TriggerOperatorGate, gatedBefore.State.Pause.Trigger)
+	require.Empty(t, gatedBefore.State.Pause.ResumeToken)
+	require.NotNil(t, gatedBefore.State.Result, "the gated capsule's executor result is recorded")
+	requireContinuation(t, f, paused.ID(), capsule.TriggerOperatorManual, capsule.Planning)
+	contBefore := continuation(t, f, paused.ID())
+	pendingBefore := pendingItems(t, a)
+	require.Len(t, pendingBefore, 2)
+	eventsBefore := map[string][]capsule.Event{paused.ID(): history(t, f, paused.ID()), gated.ID(): history(t, f, gated.ID())}
+	handoffPause := phaseConsumer(t, f, capsule.Handoff).Config.PauseUntil
+	require.NotNil(t, handoffPause)
 
 	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	f.pipe.Stop(stopCtx)
 	cancel()
 	f.pipe = f.start(t, f.cfg)
 
+	// The restarted pipeline runs: a new capsule goes through every phase up
+	// to HANDOFF, whose consumer, still paused, keeps it queued.
+	probe := f.own(t, capsuletest.New())
+	f.publish(t, probe.Sealed(t))
+	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		s, err := f.client.Status(ctx, probe.ID())
+		if err != nil || s.State != capsule.InProgress || s.Phase != int(capsule.Handoff) {
+			return false
+		}
+		info := phaseConsumer(t, f, capsule.Handoff)
+		return info.NumPending == 1 && info.NumAckPending == 0
+	}, "probe queued at the paused HANDOFF")
+	require.Equal(t, int64(2), f.executed.Load(), "only the probe ran its executor since the restart")
+	info := phaseConsumer(t, f, capsule.Handoff)
+	require.True(t, info.Paused, "a paused phase stays paused across restart")
+	require.NotNil(t, info.Config.PauseUntil)
+	require.True(t, handoffPause.Equal(*info.Config.PauseUntil), "the same phase pause: until %s, now %s", handoffPause, info.Config.PauseUntil)
 	phasesNow, err := a.Phases(ctx)
 	require.NoError(t, err)
-	require.True(t, phasesNow[capsule.Handoff].Paused, "a paused phase stays paused across restart")
+	for _, ph := range phasesNow {
+		require.Equal(t, ph.Phase == int(capsule.Handoff), ph.Paused, "phase %s paused", ph.PhaseName)
+	}
+
+	// Nothing the restarted pipeline did touched the parked capsules: their
+	// checkpoints (state, pause trigger, reason, time, no resume token,
+	// history), the continuation, the pending list and the events are as
+	// they were before the restart.
+	pausedAfter, err := f.client.Checkpoint(ctx, paused.ID())
+	require.NoError(t, err)
+	require.Equal(t, pausedBefore, pausedAfter)
+	gatedAfter, err := f.client.Checkpoint(ctx, gated.ID())
+	require.NoError(t, err)
+	require.Equal(t, gatedBefore, gatedAfter)
+	require.Equal(t, contBefore, continuation(t, f, paused.ID()))
+	requireNoContinuation(t, f, gated.ID())
+	require.Equal(t, pendingBefore, pendingItems(t, a))
+	for id, events := range eventsBefore {
+		require.Equal(t, events, history(t, f, id), "events of %s", id)
+	}
+
 	require.NoError(t, a.ResumePhase(ctx, capsule.Handoff))
-	require.Equal(t, capsule.Paused, f.waitState(t, paused.ID(), capsule.Paused).State)
-	require.Equal(t, capsule.WaitingForOperator, f.waitState(t, gated.ID(), capsule.WaitingForOperator).State)
+	require.Equal(t, capsule.Completed, f.wait(t, probe.ID()).State)
 	_, err = a.Resume(ctx, paused.ID(), pipeline.ResumeOptions{})
 	require.NoError(t, err)
 	_, err = a.Decide(ctx, gated.ID(), pipeline.DecisionAccept, "", "carol")
 	require.NoError(t, err)
-	require.Equal(t, capsule.Completed, f.wait(t, paused.ID()).State)
-	require.Equal(t, capsule.Completed, f.wait(t, gated.ID()).State)
-	require.Equal(t, int64(2), f.executed.Load())
+	for _, id := range []string{paused.ID(), gated.ID()} {
+		s := f.wait(t, id)
+		require.Equal(t, capsule.Completed, s.State, "%s: %s", id, s.HaltReason)
+		require.Equal(t, 1, s.CyclesUsed)
+		require.Equal(t, []string{"artifact:" + id + "/1"}, s.ArtifactRefs)
+		runs := map[string]int{}
+		for _, h := range s.History {
+			runs[h.PhaseName+"/"+h.Outcome]++
+		}
+		require.Equal(t, 1, runs["EXECUTION/passed"], "%s: %v", id, outcomes(s.History))
+		require.Equal(t, 1, runs["HANDOFF/completed"], "%s: %v", id, outcomes(s.History))
+		requireNoContinuation(t, f, id)
+	}
+	// The gated capsule did not run its executor again: one run each.
+	require.Equal(t, int64(3), f.executed.Load())
+	require.EqualValues(t, 3, countOutcomes(t, f), "each capsule's outcome emitted once")
+	require.Empty(t, pendingItems(t, a))
+}
+
+// continuation reads key's continuation record as stored.
+func continuation(t *testing.T, f *fixture, key string) capsule.Continuation {
+	t.Helper()
+	kv, err := f.js.KeyValue(context.Background(), pipeline.ContinuationsBucket)
+	require.NoError(t, err)
+	e, err := kv.Get(context.Background(), key)
+	require.NoError(t, err)
+	var c capsule.Continuation
+	require.NoError(t, json.Unmarshal(e.Value(), &c))
+	return c
+}
+
+// pendingItems is Admin.Pending without the ages, which grow by themselves.
+func pendingItems(t *testing.T, a *pipeline.Admin) []pipeline.PendingItem {
+	t.Helper()
+	items, err := a.Pending(context.Background())
+	require.NoError(t, err)
+	for i := range items {
+		items[i].AgeSecs = 0
+	}
+	return items
+}
+
+func history(t *testing.T, f *fixture, id string) []capsule.Event {
+	t.Helper()
+	events, err := f.client.History(context.Background(), id)
+	require.NoError(t, err)
+	return events
+}
+
+// phaseConsumer returns the info of phase ph's consumer.
+func phaseConsumer(t *testing.T, f *fixture, ph capsule.Phase) *jetstream.ConsumerInfo {
+	t.Helper()
+	cons, err := f.js.Consumer(context.Background(), pipeline.PhaseStream(ph), pipeline.ConsumerName(ph))
+	require.NoError(t, err)
+	info, err := cons.Info(context.Background())
+	require.NoError(t, err)
+	return info
 }
 
 // TestResumeFinishedByPhaseMessage: a resume that died after sending its
