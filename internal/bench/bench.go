@@ -348,6 +348,29 @@ func (s *sequence) span(n int) func(int) uint64 {
 	return func(i int) uint64 { return from + uint64(i) }
 }
 
+// contestant connects a system under test as name, builds and starts it
+// with build (which returns the system, how to stop it, and the start's
+// error), and starts watching its outcomes.
+func (e *env) contestant(ctx context.Context, name string, build func(jetstream.JetStream) (*system, func(), error)) (*contestant, error) {
+	js, err := e.connect(name)
+	if err != nil {
+		return nil, err
+	}
+	sys, stop, err := build(js)
+	if stop != nil {
+		e.cleanup = append(e.cleanup, stop)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	c := &contestant{t: newTracker(sys, NewGenerator(e.cfg.Mix)), result: &SystemResult{}}
+	if c.stop, err = c.t.watch(ctx, e.driver); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	e.cleanup = append(e.cleanup, c.stop)
+	return c, nil
+}
+
 // contestant is one system under test with its tracker.
 type contestant struct {
 	t      *tracker
@@ -378,64 +401,46 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		}
 	}
 
-	var base *contestant
+	// The relays use sagad's de-duplication window (pipeline's default).
+	const ackWait, dupWindow = 30 * time.Second, 2 * time.Minute
+	var base, fl *contestant
 	if !cfg.SkipBaseline && !cfg.MemCheck {
-		js, err := e.connect("sagabench-relay")
-		if err != nil {
+		if base, err = e.contestant(ctx, "sagabench-relay", func(js jetstream.JetStream) (*system, func(), error) {
+			r, err := newRelay(ctx, js, cfg.RelayWorkers, ackWait, dupWindow)
+			if err != nil {
+				return nil, nil, err
+			}
+			return r.system(e.srv), r.stop, r.start(ctx)
+		}); err != nil {
 			return nil, err
 		}
-		r, err := newRelay(ctx, js, cfg.RelayWorkers, 30*time.Second, 10*time.Minute)
-		if err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
-		if err := r.start(ctx); err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
-		e.cleanup = append(e.cleanup, r.stop)
-		base = &contestant{t: newTracker(r.system(e.srv), NewGenerator(cfg.Mix)), result: &SystemResult{}}
-		if base.stop, err = base.t.watch(ctx, e.driver); err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
-		e.cleanup = append(e.cleanup, base.stop)
 	}
-	var fl *contestant
 	if cfg.Floor && !cfg.MemCheck {
-		js, err := e.connect("sagabench-floor")
-		if err != nil {
+		if fl, err = e.contestant(ctx, "sagabench-floor", func(js jetstream.JetStream) (*system, func(), error) {
+			f, err := newFloor(ctx, js, cfg.RelayWorkers, ackWait, dupWindow)
+			if err != nil {
+				return nil, nil, err
+			}
+			return f.system(e.srv), f.stop, f.start(ctx)
+		}); err != nil {
 			return nil, err
 		}
-		f, err := newFloor(ctx, js, cfg.RelayWorkers, 30*time.Second, 2*time.Minute)
-		if err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
-		if err := f.start(ctx); err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
-		e.cleanup = append(e.cleanup, f.stop)
-		fl = &contestant{t: newTracker(f.system(e.srv), NewGenerator(cfg.Mix)), result: &SystemResult{}}
-		if fl.stop, err = fl.t.watch(ctx, e.driver); err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
-		e.cleanup = append(e.cleanup, fl.stop)
 	}
 
-	js, err := e.connect("sagad")
+	var sg *sagad
+	sut, err := e.contestant(ctx, "sagad", func(js jetstream.JetStream) (*system, func(), error) {
+		var err error
+		if sg, err = newSagad(ctx, js, e.cfg, filepath.Join(e.cfg.DataDir, "workspace")); err != nil {
+			return nil, nil, fmt.Errorf("sagad: %w", err)
+		}
+		if err := sg.start(ctx); err != nil {
+			return nil, nil, fmt.Errorf("sagad: %w", err)
+		}
+		return sg.system(e.srv), sg.stop, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	sg, err := newSagad(ctx, js, e.cfg, filepath.Join(e.cfg.DataDir, "workspace"))
-	if err != nil {
-		return nil, fmt.Errorf("bench: sagad: %w", err)
-	}
-	if err := sg.start(ctx); err != nil {
-		return nil, fmt.Errorf("bench: sagad: %w", err)
-	}
-	e.cleanup = append(e.cleanup, sg.stop)
-	sut := &contestant{t: newTracker(sg.system(e.srv), NewGenerator(cfg.Mix)), result: &SystemResult{}}
-	if sut.stop, err = sut.t.watch(ctx, e.driver); err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	e.cleanup = append(e.cleanup, sut.stop)
 
 	if cfg.MemCheck {
 		rep.MemCheck, err = memCheck(ctx, e, sut, progress)

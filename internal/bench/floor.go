@@ -71,19 +71,8 @@ type floor struct {
 // settings sagad uses for its own (file storage, work queues, history 1,
 // per-message TTLs with 1 s markers).
 func newFloor(ctx context.Context, js jetstream.JetStream, workers int, ackWait, dupWindow time.Duration) (*floor, error) {
-	for i := range relayStages {
-		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name: floorStream(i), Subjects: []string{floorSubject(i)},
-			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: dupWindow,
-		}); err != nil {
-			return nil, fmt.Errorf("floor: stream %s: %w", floorStream(i), err)
-		}
-		if _, err := js.CreateOrUpdateConsumer(ctx, floorStream(i), jetstream.ConsumerConfig{
-			Durable: relayConsumer(i), AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait,
-			MaxDeliver: -1, MaxAckPending: 1024,
-		}); err != nil {
-			return nil, fmt.Errorf("floor: consumer %s: %w", relayConsumer(i), err)
-		}
+	if err := createStages(ctx, js, floorStream, floorSubject, ackWait, dupWindow); err != nil {
+		return nil, fmt.Errorf("floor: %w", err)
 	}
 	for _, sc := range []jetstream.StreamConfig{
 		{Name: floorOutStream, Subjects: []string{floorOutSubj}, Storage: jetstream.FileStorage, Duplicates: dupWindow},

@@ -48,19 +48,8 @@ type relay struct {
 // settings sagad uses for its own (file storage, work-queue retention,
 // explicit acks, 1024 unacknowledged messages per consumer, history 1).
 func newRelay(ctx context.Context, js jetstream.JetStream, workers int, ackWait, dupWindow time.Duration) (*relay, error) {
-	for i := range relayStages {
-		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name: relayStream(i), Subjects: []string{relaySubject(i)},
-			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: dupWindow,
-		}); err != nil {
-			return nil, fmt.Errorf("relay: stream %s: %w", relayStream(i), err)
-		}
-		if _, err := js.CreateOrUpdateConsumer(ctx, relayStream(i), jetstream.ConsumerConfig{
-			Durable: relayConsumer(i), AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait,
-			MaxDeliver: -1, MaxAckPending: 1024,
-		}); err != nil {
-			return nil, fmt.Errorf("relay: consumer %s: %w", relayConsumer(i), err)
-		}
+	if err := createStages(ctx, js, relayStream, relaySubject, ackWait, dupWindow); err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: relayOutStream, Subjects: []string{relayOutSubj},
@@ -73,6 +62,27 @@ func newRelay(ctx context.Context, js jetstream.JetStream, workers int, ackWait,
 		return nil, fmt.Errorf("relay: bucket %s: %w", relayKV, err)
 	}
 	return &relay{js: js, kv: kv, workers: workers}, nil
+}
+
+// createStages creates seven work-queue streams, stream(i) on subject(i),
+// each with the durable pull consumer relayConsumer(i), with the settings
+// sagad's phases use.
+func createStages(ctx context.Context, js jetstream.JetStream, stream, subject func(int) string, ackWait, dupWindow time.Duration) error {
+	for i := range relayStages {
+		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name: stream(i), Subjects: []string{subject(i)},
+			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: dupWindow,
+		}); err != nil {
+			return fmt.Errorf("stream %s: %w", stream(i), err)
+		}
+		if _, err := js.CreateOrUpdateConsumer(ctx, stream(i), jetstream.ConsumerConfig{
+			Durable: relayConsumer(i), AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait,
+			MaxDeliver: -1, MaxAckPending: 1024,
+		}); err != nil {
+			return fmt.Errorf("consumer %s: %w", relayConsumer(i), err)
+		}
+	}
+	return nil
 }
 
 // start runs the seven stages. Workers > 0 gives each stage that many
