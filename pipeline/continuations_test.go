@@ -194,7 +194,7 @@ func TestCancelWhileExecuting(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, capsule.Cancelled, s.State)
 	require.Equal(t, capsule.OutcomeCancelled, s.History[len(s.History)-1].Outcome)
-	require.EqualValues(t, 1, countOutcomes(t, f))
+	requireOutcomes(t, f, 1)
 	_, err = a.Cancel(ctx, doc.ID(), "again", "alice")
 	require.NoError(t, err, "cancel is idempotent")
 	_, err = a.Pause(ctx, doc.ID(), "", "alice")
@@ -510,7 +510,7 @@ func TestPausedSurvivesRestart(t *testing.T) {
 	}
 	// The gated capsule did not run its executor again: one run each.
 	require.Equal(t, int64(3), f.executed.Load())
-	require.EqualValues(t, 3, countOutcomes(t, f), "each capsule's outcome emitted once")
+	requireOutcomes(t, f, 3, "each capsule's outcome emitted once")
 	require.Empty(t, pendingItems(t, a))
 }
 

@@ -40,6 +40,15 @@ func countOutcomes(t *testing.T, f *fixture) uint64 {
 	return info.State.Msgs
 }
 
+// requireOutcomes requires the outcome stream to hold exactly n outcomes. A
+// capsule's end is recorded in its checkpoint before its outcome is
+// published, so it waits for n first; a repeated outcome makes it more.
+func requireOutcomes(t *testing.T, f *fixture, n uint64, msgAndArgs ...any) {
+	t.Helper()
+	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool { return countOutcomes(t, f) >= n }, "fewer than %d outcomes", n)
+	require.Equal(t, n, countOutcomes(t, f), msgAndArgs...)
+}
+
 // TestPublishedTwiceRunsOnce: the same capsule published twice (before and
 // after it completed) runs once.
 func TestPublishedTwiceRunsOnce(t *testing.T) {
@@ -61,7 +70,7 @@ func TestPublishedTwiceRunsOnce(t *testing.T) {
 	s, err := f.client.Status(context.Background(), id)
 	require.NoError(t, err)
 	require.Len(t, s.History, 7)
-	require.EqualValues(t, 1, countOutcomes(t, f))
+	requireOutcomes(t, f, 1)
 }
 
 // TestSameIDOtherContentIsRefused: a second, different capsule under a taken
@@ -132,7 +141,7 @@ func TestRedeliveryOfRecordedTransition(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, s.History, 7)
 	require.Equal(t, before, countEvents(t, f, doc.ID()))
-	require.EqualValues(t, 1, countOutcomes(t, f))
+	requireOutcomes(t, f, 1)
 }
 
 // TestDuplicateDeliveryDuringExecution: the same EXECUTION message delivered
@@ -218,7 +227,7 @@ func TestCrashMidExecutionFinishesOnce(t *testing.T) {
 	k1, _ := keys.Load("first")
 	k2, _ := keys.Load("last")
 	require.Equal(t, k1, k2)
-	require.EqualValues(t, 1, countOutcomes(t, f))
+	requireOutcomes(t, f, 1)
 	require.Equal(t, 1, countEvents(t, f, doc.ID())[capsule.EventCompleted])
 }
 
@@ -261,7 +270,7 @@ func TestTwoInstancesRace(t *testing.T) {
 		require.Len(t, s.History, want)
 	}
 	require.Equal(t, int64(cycles), f.executed.Load())
-	require.EqualValues(t, n, countOutcomes(t, f))
+	requireOutcomes(t, f, n)
 }
 
 type recordKey struct {
@@ -355,7 +364,7 @@ func TestStaleCachedCheckpoint(t *testing.T) {
 			require.Equal(t, capsule.Completed, s.State)
 			require.Len(t, s.History, 7)
 			require.Equal(t, int64(1), f.executed.Load())
-			require.EqualValues(t, 1, countOutcomes(t, f))
+			requireOutcomes(t, f, 1)
 		})
 	}
 }

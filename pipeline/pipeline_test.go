@@ -181,7 +181,9 @@ func TestValidCapsuleCompletes(t *testing.T) {
 	require.Equal(t, 6, kinds[capsule.EventPhaseStarted])
 	require.Equal(t, 1, kinds[capsule.EventCompleted])
 
-	// The completed capsule is emitted once on the outcome stream.
+	// The completed capsule is emitted once on the outcome stream (published
+	// once its end is recorded).
+	requireOutcomes(t, f, 1)
 	msg, err := f.js.Stream(context.Background(), pipeline.OutcomesStream)
 	require.NoError(t, err)
 	got, err := msg.GetLastMsgForSubject(context.Background(), pipeline.OutcomeSubject(capsule.Completed))

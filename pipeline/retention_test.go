@@ -49,7 +49,7 @@ func TestRetentionForgetsEndedCapsules(t *testing.T) {
 			subjects("KV_"+pipeline.CheckpointsBucket) == 1 && subjects("KV_"+pipeline.CapsulesBucket) == 1 &&
 			subjects("OBJ_"+pipeline.ArtifactsBucket) == 0
 	}, "ended capsules never forgotten")
-	require.EqualValues(t, 2, countOutcomes(t, f), "outcomes are kept")
+	requireOutcomes(t, f, 2, "outcomes are kept")
 	a := f.admin(t)
 	s, err := a.Decide(ctx, waiting.ID(), pipeline.DecisionAccept, "fine", "carol")
 	require.NoError(t, err)
