@@ -143,7 +143,18 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 		}
 		var evs []capsule.Event
 		if item.checkpoint {
-			evs = printed.events(item.msg, from)
+			var newRun string
+			evs, newRun = printed.events(item.msg, from)
+			if newRun != "" {
+				// A transition's event ids repeat from run to run of a key
+				// (a replay, or a capsule the retention forgot published
+				// again): those of the run before are no repeats.
+				for id := range seen {
+					if strings.HasPrefix(id, newRun+".") {
+						delete(seen, id)
+					}
+				}
+			}
 		} else {
 			var err error
 			if evs, err = capsule.DecodeEvents(item.msg.Data()); err != nil {
@@ -187,29 +198,45 @@ const watchSlack = 5 * time.Second
 const watchKeyLimit = 65536
 
 // printedHistory counts, per capsule key, the history entries a watch has
-// shown, remembering the newest watchKeyLimit capsules.
+// shown of the key's current run, remembering the newest watchKeyLimit
+// capsules.
 type printedHistory struct {
-	n     map[string]int
+	n     map[string]printedRun
 	order []string
 }
 
-func newPrintedHistory() *printedHistory { return &printedHistory{n: make(map[string]int)} }
+// printedRun: the run's intake sequence and how much of its history was shown.
+type printedRun struct {
+	intakeSeq uint64
+	n         int
+}
+
+func newPrintedHistory() *printedHistory { return &printedHistory{n: make(map[string]printedRun)} }
 
 // events are the events of the transitions a checkpoint revision adds to
-// what was shown of its capsule, made at or after from.
-func (p *printedHistory) events(msg jetstream.Msg, from time.Time) []capsule.Event {
+// what was shown of its capsule, made at or after from. newRun is the key
+// when the revision (or marker) ends what was shown of the key's run.
+func (p *printedHistory) events(msg jetstream.Msg, from time.Time) (evs []capsule.Event, newRun string) {
 	if len(msg.Data()) == 0 {
-		return nil // a delete or purge marker
+		// A delete or purge marker: the run is gone (retention, or a
+		// replay), and the key's next checkpoint starts a new one.
+		key := strings.TrimPrefix(msg.Subject(), "$KV."+pipeline.CheckpointsBucket+".")
+		if run, ok := p.n[key]; ok && run.n > 0 {
+			p.n[key] = printedRun{intakeSeq: run.intakeSeq}
+			return nil, key
+		}
+		return nil, ""
 	}
 	cp := new(capsule.Checkpoint)
 	if json.Unmarshal(msg.Data(), cp) != nil {
-		return nil
+		return nil, ""
 	}
-	done, known := p.n[cp.Key]
-	if done > len(cp.History) {
-		done = 0 // the key was reused
+	run, known := p.n[cp.Key]
+	done := run.n
+	if known && (done > len(cp.History) || run.intakeSeq != cp.IntakeSeq) {
+		done = 0 // the key was reused: a new run
+		newRun = cp.Key
 	}
-	var evs []capsule.Event
 	fresh := *cp
 	fresh.History = cp.History[done:]
 	for _, ev := range pipeline.CheckpointEvents(&fresh) {
@@ -223,8 +250,8 @@ func (p *printedHistory) events(msg jetstream.Msg, from time.Time) []capsule.Eve
 			p.order = p.order[1:]
 		}
 	}
-	p.n[cp.Key] = len(cp.History)
-	return evs
+	p.n[cp.Key] = printedRun{intakeSeq: cp.IntakeSeq, n: len(cp.History)}
+	return evs, newRun
 }
 
 // printWatchEvent writes one event as a line, and its findings indented below.
