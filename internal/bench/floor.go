@@ -198,17 +198,14 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 		if _, err = cp(8, rev, floorRetention); err != nil {
 			return err
 		}
-		// sagad's outcome id names the run by its intake sequence; any
-		// number of that size will do here.
-		outcomeID := id + ".outcome." + strconv.FormatUint(rev, 10)
 		out := f.message(floorOutSubj, id, msg.Data(), 0)
-		out.Header.Set(jetstream.MsgIDHeader, outcomeID)
+		out.Header.Set(jetstream.MsgIDHeader, id+".outcome")
 		if _, err := jspub.Publish(ctx, f.nc, out); err != nil {
 			return err
 		}
 		mark := nats.NewMsg("$KV." + floorCapsules + "." + id)
 		mark.Data = msg.Data()
-		mark.Header.Set("Saga-Outcome-Sent", outcomeID)
+		mark.Header.Set("Saga-Outcome-Sent", "true")
 		mark.Header.Set(jetstream.MsgTTLHeader, floorRetention.String())
 		_, err = jspub.Publish(ctx, f.nc, mark)
 		return err
