@@ -24,10 +24,6 @@ const (
 	EventRevisionTriggered EventKind = "revision_triggered"
 	EventOperatorAccepted  EventKind = "operator_accepted"
 	EventDuplicateIgnored  EventKind = "duplicate_ignored"
-	// EventReplayed: an operator replayed the ended (halted or cancelled)
-	// capsule from its original bytes (sagactl replay); its detail names how
-	// the run it replaced ended.
-	EventReplayed EventKind = "replayed"
 )
 
 // Event is one entry of a capsule's append-only lifecycle stream. ID is

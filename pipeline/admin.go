@@ -41,8 +41,8 @@ var ErrRefused = errors.New("refused by the capsule's state")
 // Is makes errors.Is(err, ErrRefused) true.
 func (e *StateError) Is(target error) bool { return target == ErrRefused }
 
-// Admin carries out operator actions: pause, resume, cancel, decide, replay,
-// phase pause. Each is a compare-and-set on the checkpoint followed by idempotent
+// Admin carries out operator actions: pause, resume, cancel, decide, phase
+// pause. Each is a compare-and-set on the checkpoint followed by idempotent
 // effects (events, messages, outcome, lock release), so running an action
 // again after an error finishes it, and racing actions resolve to one.
 type Admin struct {

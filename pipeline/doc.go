@@ -35,9 +35,8 @@
 // recorded (a redelivery, a duplicate, a crash after the write) only re-emits
 // that transition's effects and is acked. Re-emitting is harmless: a second
 // phase message finds its transition recorded, events carry a deterministic
-// id that readers de-duplicate by, and the outcome carries a Nats-Msg-Id of
-// its run ("<key>.outcome.<intake sequence>") and is sent only until the
-// capsule's kept bytes record that it was acknowledged. EXECUTION and
+// id that readers de-duplicate by, and the outcome carries a Nats-Msg-Id and
+// is sent only until the checkpoint records that it was acknowledged. EXECUTION and
 // REVIEW take a leased claim in the checkpoint before calling an agent, so two
 // deliveries never call it twice for one (capsule, cycle).
 package pipeline

@@ -594,7 +594,7 @@ func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, rev uint
 				if err := p.publish(ctx, outcomeMsg(cp, *tr, state, raw)); err != nil {
 					return err
 				}
-				if err := p.markOutcomeSent(ctx, cp, raw); err != nil {
+				if err := p.markOutcomeSent(ctx, cp.Key, raw); err != nil {
 					return err
 				}
 			}
@@ -619,11 +619,9 @@ func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, rev uint
 	return nil
 }
 
-// outcomeSent reports whether the outcome of the ended run cp was
+// outcomeSent reports whether the outcome of the ended capsule cp was
 // acknowledged: its bytes in SAGA_CAPSULES carry the mark markOutcomeSent
-// wrote for this run (checkpoints of earlier versions recorded it
-// themselves). A mark left by an earlier run of the same bytes (one that
-// ended and was replayed, or forgotten) does not count.
+// wrote (checkpoints of earlier versions recorded it themselves).
 func (p *Pipeline) outcomeSent(ctx context.Context, cp *capsule.Checkpoint) (bool, error) {
 	if cp.OutcomeEmitted {
 		return true, nil
@@ -635,35 +633,24 @@ func (p *Pipeline) outcomeSent(ctx context.Context, cp *capsule.Checkpoint) (boo
 	if err != nil {
 		return false, fmt.Errorf("outcome of %s: %w", cp.Key, err)
 	}
-	mark := m.Header.Get(HeaderOutcomeSent)
-	return mark == outcomeID(cp) || mark == legacyOutcomeMark, nil
+	return m.Header.Get(HeaderOutcomeSent) != "", nil
 }
-
-// legacyOutcomeMark is the outcome mark of earlier versions, which did not
-// name the run: it counts as this run's.
-const legacyOutcomeMark = "true"
 
 // markOutcomeSent rewrites an ended capsule's bytes in SAGA_CAPSULES, after
-// its outcome was acknowledged, marked so (outcomeSent: the mark is the
-// outcome's id, which names the run) and with the retention as their time to
-// live. It is the last write of the capsule's saga; the checkpoint got the
-// same time to live when it recorded the end.
-func (p *Pipeline) markOutcomeSent(ctx context.Context, cp *capsule.Checkpoint, raw []byte) error {
-	if err := p.publish(ctx, p.outcomeMark(cp, raw)); err != nil {
-		return fmt.Errorf("record the outcome of %s: %w", cp.Key, err)
-	}
-	return nil
-}
-
-// outcomeMark is the write of markOutcomeSent.
-func (p *Pipeline) outcomeMark(cp *capsule.Checkpoint, raw []byte) *nats.Msg {
-	m := nats.NewMsg(capsuleSubject(cp.Key))
+// its outcome was acknowledged, marked so (outcomeSent) and with the
+// retention as their time to live. It is the last write of the capsule's
+// saga; the checkpoint got the same time to live when it recorded the end.
+func (p *Pipeline) markOutcomeSent(ctx context.Context, key string, raw []byte) error {
+	m := nats.NewMsg(capsuleSubject(key))
 	m.Data = raw
-	m.Header.Set(HeaderOutcomeSent, outcomeID(cp))
+	m.Header.Set(HeaderOutcomeSent, "true")
 	if p.cfg.Retention > 0 {
 		m.Header.Set(jetstream.MsgTTLHeader, p.cfg.Retention.String())
 	}
-	return m
+	if err := p.publish(ctx, m); err != nil {
+		return fmt.Errorf("record the outcome of %s: %w", key, err)
+	}
+	return nil
 }
 
 // publish publishes m and waits for its acknowledgement.
@@ -712,21 +699,8 @@ func outcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.Sta
 	if len(cp.State.ArtifactRefs) > 0 {
 		m.Header.Set(HeaderArtifacts, strings.Join(cp.State.ArtifactRefs, ","))
 	}
-	m.Header.Set(jetstream.MsgIDHeader, outcomeID(cp))
+	m.Header.Set(jetstream.MsgIDHeader, cp.Key+".outcome")
 	return m
-}
-
-// outcomeID is the Nats-Msg-Id of the outcome of one run of a capsule,
-// "<key>.outcome.<intake sequence>": re-emits of a run's outcome are
-// de-duplicated, while a new run of the same capsule (a replay, or the
-// capsule published again after the retention forgot it) has an intake
-// message, and so an outcome, of its own. Checkpoints of earlier versions
-// without an intake sequence keep the id their outcome was sent with.
-func outcomeID(cp *capsule.Checkpoint) string {
-	if cp.IntakeSeq == 0 {
-		return cp.Key + ".outcome"
-	}
-	return cp.Key + ".outcome." + strconv.FormatUint(cp.IntakeSeq, 10)
 }
 
 // parked records a pause: the continuation (for the five triggers) and the

@@ -48,13 +48,6 @@ const (
 	// HeaderResumeToken marks the phase message a resume sent; only it may
 	// take a paused capsule back to in_progress.
 	HeaderResumeToken = "Saga-Resume-Token"
-	// HeaderReplayOf is on the purge marker a replay leaves in
-	// SAGA_CHECKPOINTS: the revision of the ended checkpoint it removed.
-	HeaderReplayOf = "Saga-Replay-Of"
-	// HeaderReplaySeq is on that marker too when the replay published the
-	// bytes before removing the checkpoint (bad input, see Admin.Replay):
-	// the intake sequence of the new run's message.
-	HeaderReplaySeq = "Saga-Replay-Seq"
 )
 
 // PhaseStream is the stream that feeds phase p.

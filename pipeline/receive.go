@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/internal/cas"
 	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/phases"
 )
@@ -35,13 +34,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 	}
 
 	key := fallbackKey
-	// staleEnd: the kept bytes are those of an earlier run that ended and
-	// whose checkpoint is gone (the retention forgot it, or an operator
-	// replays it); keptMark is that run's outcome mark and keptRev their
-	// revision.
-	staleEnd := false
-	var keptMark string
-	var keptRev uint64
+	staleEnd := false // the kept bytes are an ended, forgotten run's
 	if r.Capsule != nil {
 		key = r.Capsule.CapsuleID
 		if !validKey(key) {
@@ -55,15 +48,14 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 		// AUTOMATED_GATES can refuse it (Rule 2) without touching the first.
 		_, err := jspub.KVCreate(ctx, p.js.Conn(), p.stores.capsules, key, raw)
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			same, mark, rev, err := p.keptBytes(ctx, key, r.Digest)
+			same, ended, err := p.keptBytes(ctx, key, r.Digest)
 			if err != nil {
 				return p.cfg.RetryDelay, err
 			}
 			if !same {
 				key = fallbackKey
 			}
-			staleEnd = same && mark != ""
-			keptMark, keptRev = mark, rev
+			staleEnd = same && ended
 		} else if err != nil {
 			return p.cfg.RetryDelay, fmt.Errorf("reception: keep capsule: %w", err)
 		}
@@ -90,14 +82,6 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 			if err := p.duplicateIgnored(ctx, existing, meta.Sequence.Stream); err != nil {
 				return p.cfg.RetryDelay, err
 			}
-		} else if staleEnd && keptMark != outcomeID(existing) && keptMark != legacyOutcomeMark {
-			// Our own run, whose first delivery died between creating
-			// the checkpoint and renewing the bytes (below): they still
-			// carry the earlier run's mark and time to live. Renew them,
-			// unless something wrote them meanwhile (this run's own mark).
-			if _, err := jspub.KVUpdate(ctx, p.js.Conn(), p.stores.capsules, key, raw, keptRev); err != nil && !cas.Conflict(err) {
-				return p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err)
-			}
 		}
 		var lockPaths []string
 		if r.Capsule != nil {
@@ -109,10 +93,9 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 	}
 	if staleEnd {
 		// The bytes are those of an earlier run of this capsule that ended
-		// and whose checkpoint is gone: the retention removed it (the bytes
-		// go a moment later), or an operator replays the capsule (sagactl
-		// replay). This is a new run, so its bytes must not carry that
-		// run's outcome mark and time to live.
+		// and whose checkpoint the retention already removed (the bytes go
+		// a moment later): this is a new run, so its bytes must not carry
+		// that run's outcome mark and time to live.
 		if _, err := p.stores.capsules.Put(ctx, key, raw); err != nil {
 			return p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err)
 		}
@@ -133,18 +116,18 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 	return 0, nil
 }
 
-// keptBytes compares the bytes kept under key with digest, and returns the
-// outcome mark of the run that ended with them, if any, and their revision.
-func (p *Pipeline) keptBytes(ctx context.Context, key, digest string) (same bool, mark string, rev uint64, err error) {
+// keptBytes compares the bytes kept under key with digest, and reports
+// whether they carry the outcome mark of a run that ended.
+func (p *Pipeline) keptBytes(ctx context.Context, key, digest string) (same, ended bool, err error) {
 	m, err := p.stores.capsulesStream.GetLastMsgForSubject(ctx, capsuleSubject(key))
 	if err != nil {
-		return false, "", 0, fmt.Errorf("reception: read kept capsule %s: %w", key, err)
+		return false, false, fmt.Errorf("reception: read kept capsule %s: %w", key, err)
 	}
 	d, err := capsule.Digest(m.Data)
 	if err != nil {
-		return false, "", 0, nil
+		return false, false, nil
 	}
-	return d == digest, m.Header.Get(HeaderOutcomeSent), m.Sequence, nil
+	return d == digest, m.Header.Get(HeaderOutcomeSent) != "", nil
 }
 
 // duplicateIgnored records, once per intake message, that a capsule was

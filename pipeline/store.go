@@ -73,18 +73,9 @@ func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (uint6
 	defer done()
 	if s.js != nil && s.ttl > 0 && cp.Terminal() {
 		// Expected last sequence 0: the key has no entry, not even a
-		// marker. A marker (left by an expired namesake, or by a replay
-		// that removed the capsule's ended checkpoint) is taken over by
-		// the KV client's Create, with the same time to live.
-		rev, err := s.write(ctx, cp.Key, b, 0, s.ttl)
-		if !errors.Is(err, errConflict) {
-			return rev, err
-		}
-		rev, err = s.kv.Create(ctx, cp.Key, b, jetstream.KeyTTL(s.ttl))
-		if cas.Conflict(err) {
-			return 0, errConflict
-		}
-		return rev, err
+		// marker; a marker left by an expired namesake conflicts until it
+		// expires itself, a second later.
+		return s.write(ctx, cp.Key, b, 0, s.ttl)
 	}
 	if s.js != nil {
 		// The common case, a key never written, in one request; the KV
@@ -157,20 +148,6 @@ func (s *Checkpoints) write(ctx context.Context, key string, b []byte, rev uint6
 		return 0, fmt.Errorf("write checkpoint %s: %w", key, err)
 	}
 	return seq, nil
-}
-
-// remove removes the checkpoint of key if its revision is still rev
-// (errConflict otherwise), leaving a purge marker that carries hdr and
-// expires after the retention. It returns the marker's revision.
-func (s *Checkpoints) remove(ctx context.Context, key string, rev uint64, hdr nats.Header) (uint64, error) {
-	n, err := jspub.KVPurgeWith(ctx, s.js.Conn(), s.kv, key, rev, s.ttl, hdr)
-	if cas.Conflict(err) {
-		return 0, errConflict
-	}
-	if err != nil {
-		return 0, fmt.Errorf("remove checkpoint %s: %w", key, err)
-	}
-	return n, nil
 }
 
 // List returns every checkpoint, sorted by creation time. It reads the

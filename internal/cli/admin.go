@@ -176,28 +176,6 @@ the outcome subject. Cancelling a cancelled capsule changes nothing.`,
 		})
 }
 
-func newReplay(g *globals) *cobra.Command {
-	var reason, by string
-	return adminCommand(g, "replay ID [--reason R]", "Run a halted or cancelled capsule again from its original bytes, as a new run",
-		`Replay a capsule that ended halted or cancelled, once the cause is fixed (a
-missing file, a config, an executor): its original bytes, as sagad kept them,
-are published again and run through every phase as a new run. How the old
-run ended is recorded as a replayed event in the capsule's history; its
-outcome stays on the outcome stream and the new run emits its own. Replaying
-twice, or twice at once, starts one run. Bad input (an x- key) is received
-again under a new x- key, shown in the output. A capsule whose checkpoint is
-gone but whose bytes are still kept is published again from them. Exit 5 if
-the capsule is in progress, paused, waiting or completed; 4 if neither its
-checkpoint nor its bytes are kept.`,
-		func(c *cobra.Command) {
-			c.Flags().StringVar(&reason, "reason", "", "why (recorded in the event stream)")
-			c.Flags().StringVar(&by, "by", "", "who (default $SAGA_OPERATOR or the login name)")
-		},
-		func(ctx context.Context, a *pipeline.Admin, id string) (pipeline.Status, error) {
-			return a.Replay(ctx, id, reason, operator(by))
-		})
-}
-
 func newDecide(g *globals) *cobra.Command {
 	var rationale, by string
 	cmd := &cobra.Command{

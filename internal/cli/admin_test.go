@@ -2,8 +2,6 @@ package cli_test
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -78,52 +76,5 @@ func TestOnlineAdmin(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(r.out), &phases))
 	require.False(t, phases[capsule.Execution].Paused)
 	r = o.run(t, "phase", "pause", "9")
-	require.Equal(t, cli.ExitUsage, r.code)
-}
-
-// TestOnlineReplay: a capsule halts for a missing file; replay is refused
-// for a completed capsule (exit 5), and once the file exists it runs the
-// halted one again from its bytes, printing the new run's status.
-func TestOnlineReplay(t *testing.T) {
-	t.Parallel()
-	o := setupOnline(t)
-	done := o.own(t, capsuletest.New())
-	r := o.run(t, "publish", file(t, done.Sealed(t)))
-	require.Equal(t, cli.ExitOK, r.code, r.errOut)
-	r = o.run(t, "wait", done.ID(), "--timeout", "20s")
-	require.Equal(t, cli.ExitOK, r.code, r.errOut)
-	r = o.run(t, "replay", done.ID(), "--reason", "again")
-	require.Equal(t, cli.ExitRefused, r.code, "a completed capsule is not replayed: %s", r.errOut)
-	require.Contains(t, r.errOut, "cannot replay "+done.ID()+": it is completed")
-
-	missing := "missing-" + capsuletest.NewID() + ".txt"
-	doc := o.own(t, capsuletest.New().Set("context_refs", []any{"file:" + missing}))
-	r = o.run(t, "publish", file(t, doc.Sealed(t)))
-	require.Equal(t, cli.ExitOK, r.code, r.errOut)
-	r = o.run(t, "wait", doc.ID(), "--timeout", "20s")
-	require.Equal(t, cli.ExitFailure, r.code, "halted: %s", r.errOut)
-
-	require.NoError(t, os.WriteFile(filepath.Join(o.workspace, missing), []byte("here"), 0o644))
-	r = o.run(t, "replay", doc.ID(), "--reason", "the file exists now", "--by", "carol", "-o", "json")
-	require.Equal(t, cli.ExitOK, r.code, r.errOut)
-	var s pipeline.Status
-	require.NoError(t, json.Unmarshal([]byte(r.out), &s))
-	require.Equal(t, doc.ID(), s.Key)
-	require.Equal(t, doc.ID(), s.CapsuleID)
-	require.Equal(t, capsule.InProgress, s.State)
-	require.Equal(t, "RECEPTION", s.PhaseName)
-	require.Empty(t, s.History)
-
-	r = o.run(t, "wait", doc.ID(), "--timeout", "20s")
-	require.Equal(t, cli.ExitOK, r.code, "the new run completes: %s", r.errOut)
-	r = o.run(t, "history", doc.ID())
-	require.Equal(t, cli.ExitOK, r.code, r.errOut)
-	require.Contains(t, r.out, "replayed")
-	require.Contains(t, r.out, "ended halted at 1 REALITY_ANCHOR, cycle 0 (context_ref_missing:file:"+missing+"); replayed: the file exists now (by carol)")
-	r = o.run(t, "replay", doc.ID())
-	require.Equal(t, cli.ExitRefused, r.code, "completed now")
-	r = o.run(t, "replay", "no-such-capsule")
-	require.Equal(t, cli.ExitNotFound, r.code)
-	r = o.run(t, "replay")
 	require.Equal(t, cli.ExitUsage, r.code)
 }

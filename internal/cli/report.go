@@ -413,8 +413,8 @@ func mdCodes(list []string) string {
 	return strings.Join(out, ", ")
 }
 
-// writeContinuations: the continuation in force, then every pause, resume,
-// operator decision and replay of the event stream.
+// writeContinuations: the continuation in force, then every pause, resume
+// and operator decision of the event stream.
 func writeContinuations(m *mdw, d *ReportData) {
 	m.f("\n## Continuations\n\n")
 	if c := d.Continuation; c != nil {
@@ -433,7 +433,7 @@ func writeContinuations(m *mdw, d *ReportData) {
 	for _, ev := range d.Events {
 		switch ev.Kind {
 		case capsule.EventPaused, capsule.EventResumed, capsule.EventWaiting,
-			capsule.EventOperatorAccepted, capsule.EventRevisionTriggered, capsule.EventReplayed:
+			capsule.EventOperatorAccepted, capsule.EventRevisionTriggered:
 			rows = append(rows, ev)
 		}
 	}

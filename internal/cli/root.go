@@ -118,7 +118,7 @@ Exit codes:
 	root.AddCommand(
 		newPublish(g), newSeal(g), newCheck(g),
 		newStatus(g), newWait(g), newList(g), newHistory(g),
-		newPause(g), newResume(g), newCancel(g), newDecide(g), newReplay(g), newPending(g), newPhase(g),
+		newPause(g), newResume(g), newCancel(g), newDecide(g), newPending(g), newPhase(g),
 		newWatch(g), newReport(g), newRules(g),
 	)
 	return root

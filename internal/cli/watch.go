@@ -143,18 +143,7 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 		}
 		var evs []capsule.Event
 		if item.checkpoint {
-			var newRun string
-			evs, newRun = printed.events(item.msg, from)
-			if newRun != "" {
-				// A transition's event ids repeat from run to run of a key
-				// (a replay, or a capsule the retention forgot published
-				// again): those of the run before are no repeats.
-				for id := range seen {
-					if strings.HasPrefix(id, newRun+".") {
-						delete(seen, id)
-					}
-				}
-			}
+			evs = printed.events(item.msg, from)
 		} else {
 			var err error
 			if evs, err = capsule.DecodeEvents(item.msg.Data()); err != nil {
@@ -198,45 +187,29 @@ const watchSlack = 5 * time.Second
 const watchKeyLimit = 65536
 
 // printedHistory counts, per capsule key, the history entries a watch has
-// shown of the key's current run, remembering the newest watchKeyLimit
-// capsules.
+// shown, remembering the newest watchKeyLimit capsules.
 type printedHistory struct {
-	n     map[string]printedRun
+	n     map[string]int
 	order []string
 }
 
-// printedRun: the run's intake sequence and how much of its history was shown.
-type printedRun struct {
-	intakeSeq uint64
-	n         int
-}
-
-func newPrintedHistory() *printedHistory { return &printedHistory{n: make(map[string]printedRun)} }
+func newPrintedHistory() *printedHistory { return &printedHistory{n: make(map[string]int)} }
 
 // events are the events of the transitions a checkpoint revision adds to
-// what was shown of its capsule, made at or after from. newRun is the key
-// when the revision (or marker) ends what was shown of the key's run.
-func (p *printedHistory) events(msg jetstream.Msg, from time.Time) (evs []capsule.Event, newRun string) {
+// what was shown of its capsule, made at or after from.
+func (p *printedHistory) events(msg jetstream.Msg, from time.Time) []capsule.Event {
 	if len(msg.Data()) == 0 {
-		// A delete or purge marker: the run is gone (retention, or a
-		// replay), and the key's next checkpoint starts a new one.
-		key := strings.TrimPrefix(msg.Subject(), "$KV."+pipeline.CheckpointsBucket+".")
-		if run, ok := p.n[key]; ok && run.n > 0 {
-			p.n[key] = printedRun{intakeSeq: run.intakeSeq}
-			return nil, key
-		}
-		return nil, ""
+		return nil // a delete or purge marker
 	}
 	cp := new(capsule.Checkpoint)
 	if json.Unmarshal(msg.Data(), cp) != nil {
-		return nil, ""
+		return nil
 	}
-	run, known := p.n[cp.Key]
-	done := run.n
-	if known && (done > len(cp.History) || run.intakeSeq != cp.IntakeSeq) {
-		done = 0 // the key was reused: a new run
-		newRun = cp.Key
+	done, known := p.n[cp.Key]
+	if done > len(cp.History) {
+		done = 0 // the key was reused
 	}
+	var evs []capsule.Event
 	fresh := *cp
 	fresh.History = cp.History[done:]
 	for _, ev := range pipeline.CheckpointEvents(&fresh) {
@@ -250,8 +223,8 @@ func (p *printedHistory) events(msg jetstream.Msg, from time.Time) (evs []capsul
 			p.order = p.order[1:]
 		}
 	}
-	p.n[cp.Key] = printedRun{intakeSeq: cp.IntakeSeq, n: len(cp.History)}
-	return evs, newRun
+	p.n[cp.Key] = len(cp.History)
+	return evs
 }
 
 // printWatchEvent writes one event as a line, and its findings indented below.

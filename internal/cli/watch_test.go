@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -203,61 +202,4 @@ func TestWatchStops(t *testing.T) {
 	}
 	r = f.run("watch", "--count", "-1")
 	require.Equal(t, cli.ExitUsage, r.code)
-}
-
-// lockedBuffer is a bytes.Buffer a running sagactl writes while the test reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// TestWatchReplay: a watch that showed a run of a capsule also shows the run
-// a replay starts, although its transitions have the same phases, cycles and
-// event ids as the old run's (here both halt at RECEPTION).
-func TestWatchReplay(t *testing.T) {
-	t.Parallel()
-	f := obsSetup(t)
-	doc := capsuletest.New().Set("deadline", time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))
-	require.Equal(t, capsule.Halted, f.publish(t, doc).State)
-
-	var out, errOut lockedBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- cli.Main([]string{"--nats-url", f.url, "watch", doc.ID(), "--since", "1m", "--count", "5", "--timeout", "30s"}, &out, &errOut)
-	}()
-	// The watch shows the first run (received, halted): it follows the
-	// checkpoints now.
-	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
-		return strings.Count(out.String(), "\n") >= 3
-	}, "the watch never showed the first run: %q", out.String())
-
-	r := f.run("replay", doc.ID(), "--reason", "once more")
-	require.Equal(t, cli.ExitOK, r.code, r.errOut)
-	var code int
-	select {
-	case code = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("sagactl watch did not return")
-	}
-	require.Equal(t, cli.ExitOK, code, "%s\n%s", errOut.String(), out.String())
-	var kinds []string
-	for _, row := range watchLines(t, out.String()) {
-		kinds = append(kinds, row[2])
-	}
-	require.Len(t, kinds, 5, out.String())
-	require.Equal(t, []string{"received", "halted"}, kinds[:2], out.String())
-	// The replayed event and the new run's checkpoint come from two streams.
-	require.ElementsMatch(t, []string{"replayed", "received", "halted"}, kinds[2:], out.String())
 }

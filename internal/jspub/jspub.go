@@ -136,16 +136,7 @@ func KVUpdate(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key str
 // purge marker that expires after ttl (the bucket must allow message TTLs).
 // It returns the marker's revision.
 func KVPurge(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key string, rev uint64, ttl time.Duration) (uint64, error) {
-	return KVPurgeWith(ctx, nc, kv, key, rev, ttl, nil)
-}
-
-// KVPurgeWith is KVPurge with headers of the caller's own on the marker
-// (readers of the bucket's stream see them; the KV client ignores them).
-func KVPurgeWith(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key string, rev uint64, ttl time.Duration, hdr nats.Header) (uint64, error) {
 	m := nats.NewMsg(kvSubject(kv, key))
-	for k, v := range hdr {
-		m.Header[k] = v
-	}
 	m.Header.Set("KV-Operation", "PURGE")
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
