@@ -267,27 +267,5 @@ func pad(n int, id string) []byte {
 
 // system describes the floor to the driver.
 func (f *floor) system(srv *server.Server) *system {
-	streams := make([]string, relayStages)
-	for i := range relayStages {
-		streams[i] = floorStream(i)
-	}
-	return &system{
-		name: "floor",
-		publish: func(ctx context.Context, id string, raw []byte) error {
-			m := nats.NewMsg(floorSubject(0))
-			m.Data = raw
-			m.Header.Set(headerID, id)
-			m.Header.Set(jetstream.MsgIDHeader, id)
-			_, err := f.js.PublishMsg(ctx, m)
-			return err
-		},
-		outcomeStream: floorOutStream,
-		outcome: func(msg jetstream.Msg) outcome {
-			return outcome{id: msg.Headers().Get(headerID), state: "relayed"}
-		},
-		check: func(outcome, Class) string { return "" },
-		quiesce: func(ctx context.Context) error {
-			return waitIdle(ctx, srv, streams)
-		},
-	}
+	return relaySystem("floor", f.js, srv, floorStream, floorSubject(0), floorOutStream)
 }

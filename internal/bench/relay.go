@@ -139,21 +139,28 @@ func (r *relay) hop(ctx context.Context, stage int, next string, msg jetstream.M
 
 // system describes the relay to the driver.
 func (r *relay) system(srv *server.Server) *system {
+	return relaySystem("baseline", r.js, srv, relayStream, relaySubject(0), relayOutStream)
+}
+
+// relaySystem describes a seven-stage relay (the baseline or the floor) to
+// the driver: capsules go to its first stage's subject, each ends as one
+// message on its outcome stream.
+func relaySystem(name string, js jetstream.JetStream, srv *server.Server, stream func(int) string, first, outStream string) *system {
 	streams := make([]string, relayStages)
 	for i := range relayStages {
-		streams[i] = relayStream(i)
+		streams[i] = stream(i)
 	}
 	return &system{
-		name: "baseline",
+		name: name,
 		publish: func(ctx context.Context, id string, raw []byte) error {
-			m := nats.NewMsg(relaySubject(0))
+			m := nats.NewMsg(first)
 			m.Data = raw
 			m.Header.Set(headerID, id)
 			m.Header.Set(jetstream.MsgIDHeader, id)
-			_, err := r.js.PublishMsg(ctx, m)
+			_, err := js.PublishMsg(ctx, m)
 			return err
 		},
-		outcomeStream: relayOutStream,
+		outcomeStream: outStream,
 		outcome: func(msg jetstream.Msg) outcome {
 			return outcome{id: msg.Headers().Get(headerID), state: "relayed"}
 		},
