@@ -46,7 +46,9 @@ type Config struct {
 	// Mix is the capsule mix, [MixValid] or [MixMixed]. Defaults to MixMixed.
 	Mix string `json:"mix"`
 	// Rounds alternates the systems (baseline, floor, sagad) this many
-	// times; figures are those of the median round. Defaults to 1.
+	// times, in reverse order every other round (a system measured later
+	// in a round finds a busier server); figures are those of the median
+	// round. Defaults to 1.
 	Rounds int `json:"rounds"`
 	// Floor adds a third system: the saga floor, which makes sagad's
 	// JetStream requests for a valid capsule (the same kinds, sizes and
@@ -518,11 +520,20 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	return rep, nil
 }
 
-// rounds alternates the systems' measured batches.
+// rounds alternates the systems' measured batches, in reverse order every
+// other round.
 func rounds(ctx context.Context, e *env, systems []*contestant, progress func(string, ...any)) error {
 	cfg := e.cfg
 	for round := range cfg.Rounds {
-		for _, c := range systems {
+		// Every system's round leaves state behind (keys the server indexes,
+		// a bigger heap for the process's GC), so a system measured later
+		// in a round is measured on a busier server: odd rounds run the
+		// systems in the reverse order, so that no system is always last.
+		order := slices.Clone(systems)
+		if round%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, c := range order {
 			if c == nil {
 				continue
 			}

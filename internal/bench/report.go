@@ -151,7 +151,7 @@ func WriteText(w io.Writer, r *Report) {
 			fmt.Fprintf(w, "%s rounds: %s\n", s.name, strings.Join(parts, "; "))
 		}
 		if tp, p99, ok := pairedRatios(r.Sagad, r.Baseline); ok {
-			fmt.Fprintf(w, "paired by round (each sagad round against the baseline round before it), median: throughput %.2f ×, p99 %.2f ×\n", tp, p99)
+			fmt.Fprintf(w, "paired by round (each sagad round against the baseline's in the same round), median: throughput %.2f ×, p99 %.2f ×\n", tp, p99)
 		}
 		if tp, p99, ok := pairedRatios(r.Floor, r.Baseline); ok {
 			fmt.Fprintf(w, "paired by round, floor / baseline: throughput %.2f ×, p99 %.2f ×\n", tp, p99)
