@@ -188,7 +188,13 @@ func TestCancelWhileExecuting(t *testing.T) {
 	holder, err := lm.Holder(ctx, lockPath)
 	require.NoError(t, err)
 	require.Empty(t, holder, "cancel releases the locks")
-	f.gate <- struct{}{}
+	// Let the executor finish, unless its run already stopped: the
+	// heartbeat that finds the claim gone cancels it, and it then never
+	// reads the gate.
+	select {
+	case f.gate <- struct{}{}:
+	case <-time.After(5 * time.Second):
+	}
 	waitDrained(t, f)
 	s, err = f.client.Status(ctx, doc.ID())
 	require.NoError(t, err)
@@ -448,6 +454,7 @@ func TestPausedSurvivesRestart(t *testing.T) {
 	f.pipe.Stop(stopCtx)
 	cancel()
 	f.pipe = f.start(t, f.cfg)
+	restarted := time.Now()
 
 	// The restarted pipeline runs: a new capsule goes through every phase up
 	// to HANDOFF, whose consumer, still paused, keeps it queued.
@@ -461,6 +468,11 @@ func TestPausedSurvivesRestart(t *testing.T) {
 		info := phaseConsumer(t, f, capsule.Handoff)
 		return info.NumPending == 1 && info.NumAckPending == 0
 	}, "probe queued at the paused HANDOFF")
+	// Not a synchronisation: the restarted sweeper must have had several
+	// turns (every 50 ms) at the parked capsules before they are compared.
+	if d := 4*f.cfg.SweepInterval - time.Since(restarted); d > 0 {
+		time.Sleep(d)
+	}
 	require.Equal(t, int64(2), f.executed.Load(), "only the probe ran its executor since the restart")
 	info := phaseConsumer(t, f, capsule.Handoff)
 	require.True(t, info.Paused, "a paused phase stays paused across restart")

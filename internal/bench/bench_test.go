@@ -298,3 +298,18 @@ func TestReadMemory(t *testing.T) {
 	require.Zero(t, kib([]byte("")))
 	require.True(t, strings.HasPrefix(machine().GoVersion, "go"))
 }
+
+func TestMedian(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in   []float64
+		want float64
+	}{
+		{[]float64{3}, 3},
+		{[]float64{3, 1, 2}, 2},
+		{[]float64{0.52, 0.41, 0.51, 0.51}, 0.51},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	} {
+		require.InDelta(t, tt.want, median(tt.in), 1e-9, "%v", tt.in)
+	}
+}

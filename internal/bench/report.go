@@ -270,7 +270,16 @@ func pairedRatios(a, b *SystemResult) (throughput, p99 float64, ok bool) {
 		tps = append(tps, ratio(s.PerSecond, b.PerSecond))
 		p99s = append(p99s, ratio(float64(s.Latency.P99), float64(b.Latency.P99)))
 	}
-	slices.Sort(tps)
-	slices.Sort(p99s)
-	return tps[len(tps)/2], p99s[len(p99s)/2], true
+	return median(tps), median(p99s), true
+}
+
+// median is the median of xs (the mean of the two middle values for an even
+// count). It sorts xs.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 0 {
+		return (xs[n/2-1] + xs[n/2]) / 2
+	}
+	return xs[n/2]
 }
