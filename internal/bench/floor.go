@@ -101,30 +101,21 @@ func newFloor(ctx context.Context, js jetstream.JetStream, workers int, ackWait,
 }
 
 // start runs the seven stages.
-func (f *floor) start(ctx context.Context) error {
-	for i := range relayStages {
-		run, err := startRunner(ctx, f.js, floorStream(i), relayConsumer(i), f.workers, func(ctx context.Context, msg jetstream.Msg) {
-			if err := f.hop(ctx, i, msg); err != nil {
-				_ = msg.NakWithDelay(50 * time.Millisecond)
-				return
-			}
-			_ = msg.Ack()
-		})
-		if err != nil {
-			f.stop()
-			return fmt.Errorf("floor: stage %d: %w", i, err)
+func (f *floor) start(ctx context.Context) (err error) {
+	f.runners, err = startStages(ctx, f.js, floorStream, f.workers, func(ctx context.Context, i int, msg jetstream.Msg) {
+		if err := f.hop(ctx, i, msg); err != nil {
+			_ = msg.NakWithDelay(50 * time.Millisecond)
+			return
 		}
-		f.runners = append(f.runners, run)
+		_ = msg.Ack()
+	})
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
 	}
 	return nil
 }
 
-func (f *floor) stop() {
-	for _, run := range f.runners {
-		run.stop()
-	}
-	f.runners = nil
-}
+func (f *floor) stop() { stopRunners(f.runners); f.runners = nil }
 
 // hop makes stage i's requests for one message, in sagad's order.
 func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {

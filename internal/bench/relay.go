@@ -88,29 +88,44 @@ func createStages(ctx context.Context, js jetstream.JetStream, stream, subject f
 // start runs the seven stages. Workers > 0 gives each stage that many
 // goroutines fed by one Consume, exactly like sagad's phase runner;
 // workers < 0 handles every message in a goroutine of its own.
-func (r *relay) start(ctx context.Context) error {
-	for i := range relayStages {
+func (r *relay) start(ctx context.Context) (err error) {
+	r.runners, err = startStages(ctx, r.js, relayStream, r.workers, func(ctx context.Context, i int, msg jetstream.Msg) {
 		next := relayOutSubj
 		if i+1 < relayStages {
 			next = relaySubject(i + 1)
 		}
-		run, err := startRunner(ctx, r.js, relayStream(i), relayConsumer(i), r.workers, func(ctx context.Context, msg jetstream.Msg) {
-			r.hop(ctx, i, next, msg)
-		})
-		if err != nil {
-			r.stop()
-			return fmt.Errorf("relay: stage %d: %w", i, err)
-		}
-		r.runners = append(r.runners, run)
+		r.hop(ctx, i, next, msg)
+	})
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
 	}
 	return nil
 }
 
-func (r *relay) stop() {
-	for _, run := range r.runners {
+func (r *relay) stop() { stopRunners(r.runners); r.runners = nil }
+
+// startStages starts a runner on each of the seven stages stream(i), each
+// message going to handle with its stage. On failure it stops the runners
+// it started.
+func startStages(ctx context.Context, js jetstream.JetStream, stream func(int) string, workers int, handle func(ctx context.Context, stage int, msg jetstream.Msg)) ([]*runner, error) {
+	var runners []*runner
+	for i := range relayStages {
+		run, err := startRunner(ctx, js, stream(i), relayConsumer(i), workers, func(ctx context.Context, msg jetstream.Msg) {
+			handle(ctx, i, msg)
+		})
+		if err != nil {
+			stopRunners(runners)
+			return nil, fmt.Errorf("stage %d: %w", i, err)
+		}
+		runners = append(runners, run)
+	}
+	return runners, nil
+}
+
+func stopRunners(runners []*runner) {
+	for _, run := range runners {
 		run.stop()
 	}
-	r.runners = nil
 }
 
 // hop is one stage's work on one message.
