@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -250,55 +248,39 @@ func (t *Tracker) Wave(ctx context.Context, waveID string) (w Wave, ok bool, err
 	return r.wave(), rev != 0, nil
 }
 
-// casAttempts bounds the compare-and-set retries of one write. Each retry
-// means another writer's charge went in, so running out takes this many
-// charges to one key landing during a single one.
-const casAttempts = 100
-
-// update applies change to key's record by compare-and-set, reading again
-// and reapplying it when another writer got in between, and returns the
-// record as stored. change reports whether it changed anything; if not,
-// nothing is written.
+// update applies change to key's record by compare-and-set (sagad's one
+// retry policy, cas.Retry), reading again and reapplying it when another
+// writer got in between, and returns the record as stored. change reports
+// whether it changed anything; if not, nothing is written.
 func (t *Tracker) update(ctx context.Context, key string, change func(r *record) bool) (record, error) {
-	for attempt := range casAttempts {
+	var out record
+	err := cas.Retry(ctx, func(ctx context.Context) error {
 		r, rev, err := t.get(ctx, key)
 		if err != nil {
-			return record{}, err
+			return err
 		}
 		if !change(&r) {
-			return r, nil
+			out = r
+			return nil
 		}
 		b, err := json.Marshal(r)
 		if err != nil {
-			return record{}, err
+			return err
 		}
 		if rev == 0 {
 			_, err = t.kv.Create(ctx, key, b)
 		} else {
 			_, err = t.kv.Update(ctx, key, b, rev)
 		}
-		if !cas.Conflict(err) {
-			return r, err
+		if err == nil {
+			out = r
 		}
-		if err := backoff(ctx, attempt); err != nil {
-			return record{}, err
-		}
+		return err
+	})
+	if err != nil {
+		return record{}, err
 	}
-	return record{}, fmt.Errorf("gave up after %d compare-and-set conflicts", casAttempts)
-}
-
-// backoff waits a random while, up to a few milliseconds growing with the
-// attempt, so that writers which just collided on a hot key (a busy wave) do
-// not all collide again at once.
-func backoff(ctx context.Context, attempt int) error {
-	timer := time.NewTimer(rand.N(time.Duration(min(attempt+1, 8)) * time.Millisecond))
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
-		return nil
-	}
+	return out, nil
 }
 
 // get reads key's record and revision; a missing key is a zero record at

@@ -410,19 +410,15 @@ func (m *Manager) Available(ctx context.Context, path, holder string) (bool, err
 	return h == "" || h == holder, nil
 }
 
-// casAttempts bounds the compare-and-set retries of one write. Each retry
-// means another writer changed the lock in between, so running out takes
-// sustained contention on one path.
-const casAttempts = 10
-
-// mutate is the compare-and-set loop every write goes through. It reads the
-// lock (nil if free), asks decide what it should become and writes that only
-// if the lock is still at the revision read, reading again when another
-// writer got in between. decide returns the lease to store, nil to delete the
-// lock, cur itself to leave it as it is, or an error to stop with.
+// mutate is the compare-and-set loop every write goes through (sagad's one
+// retry policy, cas.Retry). It reads the lock (nil if free), asks decide what
+// it should become and writes that only if the lock is still at the revision
+// read, reading again when another writer got in between. decide returns the
+// lease to store, nil to delete the lock, cur itself to leave it as it is, or
+// an error to stop with.
 func (m *Manager) mutate(ctx context.Context, path string, decide func(cur *lease, now time.Time) (*lease, error)) error {
 	key := Key(path)
-	for range casAttempts {
+	return cas.Retry(ctx, func(ctx context.Context) error {
 		cur, rev, err := m.get(ctx, path)
 		if err != nil {
 			return err
@@ -455,11 +451,8 @@ func (m *Manager) mutate(ctx context.Context, path string, decide func(cur *leas
 				m.remember(path, next.Holder, newRev)
 			}
 		}
-		if !cas.Conflict(err) {
-			return err
-		}
-	}
-	return fmt.Errorf("gave up after %d compare-and-set conflicts", casAttempts)
+		return err
+	})
 }
 
 // get reads path's lock and its revision; a free lock is (nil, 0, nil).

@@ -11,12 +11,13 @@ import (
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/locks"
 )
 
 // ErrClaimHeld is returned by Input.Claim when another live instance is
 // already running the executor for this cycle.
-var ErrClaimHeld = errors.New("execution claim held by another instance")
+var ErrClaimHeld = machine.ErrClaimHeld
 
 // Execution is phase 4 (Rules 16 and 17): acquire every lock, run the
 // executor once per cycle, record usage and the artifact. Locks are released
@@ -99,7 +100,7 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 			switch {
 			case errors.Is(err, executors.ErrAccepted):
 				d := ParkWith(capsule.TriggerBlockedExternal, "waiting for the executor's result: "+err.Error())
-				d.Mutate = func(st *capsule.CheckpointState) { st.AwaitingCycle = cycle }
+				d.Record = &Record{AwaitingCycle: cycle}
 				return d
 			case errors.Is(err, executors.ErrHumanInput):
 				return ParkWith(capsule.TriggerBlockedExternal, "the executor needs human input: "+err.Error())
@@ -151,25 +152,20 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 		return RetryAfter(env.RetryDelay, fmt.Errorf("execution: charge budget: %w", err))
 	}
 	env.record().BudgetConsumed(res.Usage)
-	record := func(st *capsule.CheckpointState) { st.BudgetUsed = charge.Capsule }
+	used := charge.Capsule
 	if failed != nil {
 		d := HaltWith(capsule.ExecutorFailed(failed.Detail))
-		d.Mutate = record
+		d.Record = &Record{BudgetUsed: &used}
 		return d
 	}
-	mutate := func(st *capsule.CheckpointState) {
-		record(st)
-		st.Result = &capsule.ExecutionResult{Cycle: cycle, ArtifactRef: ref, Usage: res.Usage}
-		st.ArtifactRefs = appendUnique(st.ArtifactRefs, ref)
-		st.AwaitingCycle = 0
-	}
+	record := &Record{BudgetUsed: &used, Result: &capsule.ExecutionResult{Cycle: cycle, ArtifactRef: ref, Usage: res.Usage}}
 	if charge.Exceeded != "" {
 		d := HaltWith(capsule.BudgetExceeded(charge.Exceeded), budgetFinding(charge.Capsule, caps))
-		d.Mutate = mutate
+		d.Record = record
 		return d
 	}
 	d := AdvanceWith()
-	d.Mutate = mutate
+	d.Record = record
 	warnBudget(env, &d, st, charge.Capsule, caps)
 	return d
 }
@@ -205,13 +201,10 @@ func warnBudget(env *Env, d *Decision, st capsule.CheckpointState, used capsule.
 	}
 	d.Trigger = capsule.TriggerBudgetWarning
 	d.Reason = fmt.Sprintf("%.0f%% of a budget cap used (%d tokens, $%.4f of %d tokens, $%.4f)", frac*100, used.Tokens, used.Dollars, caps.Tokens, caps.Dollars)
-	prev := d.Mutate
-	d.Mutate = func(st *capsule.CheckpointState) {
-		if prev != nil {
-			prev(st)
-		}
-		st.Warned = append(st.Warned, capsule.TriggerBudgetWarning)
+	if d.Record == nil {
+		d.Record = &Record{}
 	}
+	d.Record.Warned = capsule.TriggerBudgetWarning
 }
 
 func budgetFinding(used capsule.Usage, caps capsule.Budget) capsule.Finding {
@@ -254,15 +247,6 @@ func (e Execution) run(ctx context.Context, env *Env, in *Input, ex executors.Ex
 func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
-}
-
-func appendUnique(list []string, s string) []string {
-	for _, x := range list {
-		if x == s {
-			return list
-		}
-	}
-	return append(list, s)
 }
 
 // callResult names an agent call's outcome for metrics.

@@ -787,28 +787,28 @@ func TestExecutionRun(t *testing.T) {
 			case phases.Retry:
 				require.Error(t, d.Err)
 				require.Equal(t, tt.wantDelay, d.Delay)
-				require.Nil(t, d.Mutate)
+				require.Nil(t, d.Record)
 				return
 			case phases.Park:
 				require.Empty(t, b.budgets.charges, "parking charges nothing")
-				require.Equal(t, tt.wantAwaiting, d.Mutate != nil, "records the awaited cycle")
-				if d.Mutate != nil {
+				require.Equal(t, tt.wantAwaiting, d.Record != nil, "records the awaited cycle")
+				if d.Record != nil {
 					st := capsule.CheckpointState{}
-					d.Mutate(&st)
+					d.Record.ApplyTo(&st)
 					require.Equal(t, cycle, st.AwaitingCycle)
 				}
 				return
 			}
 			if tt.wantUsed == nil {
-				require.Nil(t, d.Mutate, "nothing ran, nothing to record")
+				require.Nil(t, d.Record, "nothing ran, nothing to record")
 				require.Empty(t, b.budgets.charges)
 				return
 			}
-			require.NotNil(t, d.Mutate)
+			require.NotNil(t, d.Record)
 			st := in.Checkpoint.State
 			st.ArtifactRefs = []string{}
 			st.Warned = append([]capsule.Trigger(nil), st.Warned...)
-			d.Mutate(&st)
+			d.Record.ApplyTo(&st)
 			require.Equal(t, *tt.wantUsed, st.BudgetUsed)
 			caps := tt.wantCaps
 			if caps == (capsule.Budget{}) {
@@ -831,7 +831,7 @@ func TestExecutionRun(t *testing.T) {
 			ref := fmt.Sprintf("artifact:%s/%d", doc.ID(), cycle)
 			require.Equal(t, &capsule.ExecutionResult{Cycle: cycle, ArtifactRef: ref, Usage: *tt.wantUsed}, st.Result)
 			require.Equal(t, []string{ref}, st.ArtifactRefs)
-			d.Mutate(&st)
+			d.Record.ApplyTo(&st)
 			require.Equal(t, []string{ref}, st.ArtifactRefs, "recording twice adds the ref once")
 			require.Equal(t, [][]string{{"README.md"}}, b.locks.acquired)
 
@@ -1145,18 +1145,18 @@ func TestReviewRun(t *testing.T) {
 			require.Equal(t, tt.wantReason, d.Reason)
 			if tt.wantAction == phases.Retry {
 				require.Error(t, d.Err)
-				require.Nil(t, d.Mutate)
+				require.Nil(t, d.Record)
 				return
 			}
 			require.Equal(t, tt.wantFindings, d.Findings)
 			if tt.wantVerdict == "" {
 				if tt.name == "reviewer failure" {
 					// A failed call is still charged (Rule 16).
-					require.NotNil(t, d.Mutate)
+					require.NotNil(t, d.Record)
 					require.Len(t, b.budgets.charges, 1)
 					return
 				}
-				require.Nil(t, d.Mutate)
+				require.Nil(t, d.Record)
 				require.Empty(t, b.budgets.charges)
 				return
 			}
@@ -1168,8 +1168,8 @@ func TestReviewRun(t *testing.T) {
 			}
 			require.Equal(t, caps, b.budgets.charges[0].caps)
 			st := capsule.CheckpointState{}
-			d.Mutate(&st)
-			d.Mutate(&st)
+			d.Record.ApplyTo(&st)
+			d.Record.ApplyTo(&st)
 			require.Len(t, st.Reviews, 1, "a review is recorded once per cycle")
 			rv := st.Reviews[0]
 			require.Equal(t, cycle, rv.Cycle)
@@ -1208,9 +1208,9 @@ func TestReviewFailureChargesUsage(t *testing.T) {
 		capsuleID: doc.ID(), chargeID: doc.ID() + "/1/review",
 		caps: capsule.Budget{Tokens: 10000, Dollars: 5}, usage: capsule.Usage{Tokens: 50},
 	}}, b.budgets.charges)
-	require.NotNil(t, d.Mutate)
+	require.NotNil(t, d.Record)
 	var st capsule.CheckpointState
-	d.Mutate(&st)
+	d.Record.ApplyTo(&st)
 	require.Equal(t, capsule.Usage{Tokens: 50}, st.BudgetUsed)
 }
 

@@ -65,7 +65,8 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 		}
 		env.record().BudgetConsumed(failed.Usage)
 		d := HaltWith(capsule.ExecutorFailed("reviewer: " + failed.Detail))
-		d.Mutate = func(st *capsule.CheckpointState) { st.BudgetUsed = charge.Capsule }
+		used := charge.Capsule
+		d.Record = &Record{BudgetUsed: &used}
 		return d
 	case err != nil && ctx.Err() != nil:
 		return RetryAfter(env.RetryDelay, fmt.Errorf("review: interrupted: %w", err))
@@ -85,15 +86,8 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 		Cycle: cycle, ReviewerID: c.Review.ReviewerAgentID, Verdict: res.Verdict,
 		Findings: res.Findings, Usage: res.Usage, At: env.Now().UTC(),
 	}
-	mutate := func(st *capsule.CheckpointState) {
-		st.BudgetUsed = charge.Capsule
-		for _, r := range st.Reviews {
-			if r.Cycle == cycle {
-				return
-			}
-		}
-		st.Reviews = append(st.Reviews, entry)
-	}
+	used := charge.Capsule
+	record := &Record{BudgetUsed: &used, Review: &entry}
 	var d Decision
 	switch {
 	case charge.Exceeded != "":
@@ -102,7 +96,7 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 		d = ReviewDecision(res.Verdict, cycle, c.CycleLimit())
 	}
 	d.Findings = append(d.Findings, res.Findings...)
-	d.Mutate = mutate
+	d.Record = record
 	if d.Action == Advance && c.Review.OperatorGate {
 		d.Wait = true
 	}

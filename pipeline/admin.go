@@ -15,31 +15,17 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/cas"
 	"github.com/sagad/sagad/locks"
+	"github.com/sagad/sagad/machine"
 )
 
-// StateError refuses an admin action the capsule's state does not allow.
-// Nothing was changed.
-type StateError struct {
-	Action string
-	Key    string
-	State  capsule.State
-	Hint   string
-}
+// StateError refuses an admin action the capsule's state does not allow (a
+// machine refusal); nothing was changed.
+type StateError = machine.Refusal
 
-func (e *StateError) Error() string {
-	msg := fmt.Sprintf("cannot %s %s: it is %s", e.Action, e.Key, e.State)
-	if e.Hint != "" {
-		msg += " (" + e.Hint + ")"
-	}
-	return msg
-}
-
-// ErrRefused matches every [*StateError].
-var ErrRefused = errors.New("refused by the capsule's state")
-
-// Is makes errors.Is(err, ErrRefused) true.
-func (e *StateError) Is(target error) bool { return target == ErrRefused }
+// ErrRefused matches every refusal of an admin action by the capsule's state.
+var ErrRefused = machine.ErrRefused
 
 // Admin carries out operator actions: pause, resume, cancel, decide, phase
 // pause. Each is a compare-and-set on the checkpoint followed by idempotent
@@ -106,31 +92,39 @@ func bind(ctx context.Context, js jetstream.JetStream) (*Pipeline, error) {
 	}, nil
 }
 
-// update applies change to the checkpoint of id with compare-and-set retries.
-// change returns whether it changed anything; an error refuses the action.
-func (a *Admin) update(ctx context.Context, id string, change func(cp *capsule.Checkpoint) (bool, error)) (*capsule.Checkpoint, bool, error) {
+// apply applies ev to the checkpoint of id (a capsule id or key) and writes
+// the result with a compare-and-set under sagad's one retry policy: on a
+// conflict the checkpoint is read again and ev applied again, so the machine
+// judges ev against the checkpoint actually written.
+func (a *Admin) apply(ctx context.Context, id string, ev machine.Event) (machine.Result, error) {
 	found, err := a.p.checkpoints.Find(ctx, id)
 	if err != nil {
-		return nil, false, err
+		return machine.Result{}, err
 	}
-	for i := 0; i < maxConflicts; i++ {
+	var res machine.Result
+	err = cas.Retry(ctx, func(ctx context.Context) error {
 		cp, rev, err := a.p.checkpoints.Get(ctx, found.Key)
 		if err != nil {
-			return nil, false, err
+			return err
 		}
-		changed, err := change(cp)
-		if err != nil || !changed {
-			return cp, false, err
+		r, err := machine.Apply(cp, ev, a.now())
+		if err != nil {
+			return err
 		}
-		cp.UpdatedAt = a.now().UTC()
-		if _, err := a.p.checkpoints.Update(ctx, cp, rev); errors.Is(err, errConflict) {
-			continue
-		} else if err != nil {
-			return nil, false, err
+		if r.Changed {
+			if _, err := a.p.checkpoints.Update(ctx, r.Checkpoint, rev); errors.Is(err, errConflict) {
+				return cas.ErrConflict
+			} else if err != nil {
+				return err
+			}
 		}
-		return cp, true, nil
+		res = r
+		return nil
+	})
+	if errors.Is(err, cas.ErrExhausted) {
+		return machine.Result{}, fmt.Errorf("%s: checkpoint keeps changing, try again: %w", id, err)
 	}
-	return nil, false, fmt.Errorf("%s: checkpoint keeps changing, try again", id)
+	return res, err
 }
 
 // raw returns the capsule's bytes as received.
@@ -154,27 +148,11 @@ func (a *Admin) adminEvent(ctx context.Context, cp *capsule.Checkpoint, kind cap
 // Pause parks the capsule with operator_manual. A capsule inside a phase
 // finishes that phase's step first and parks at the next one.
 func (a *Admin) Pause(ctx context.Context, id, reason, by string) (Status, error) {
-	cp, _, err := a.update(ctx, id, func(cp *capsule.Checkpoint) (bool, error) {
-		switch cp.State.Status {
-		case capsule.InProgress:
-			park(&cp.State, capsule.TriggerOperatorManual, reason, by, a.now().UTC())
-			return true, nil
-		case capsule.Paused:
-			if cp.State.Pause != nil && cp.State.Pause.Trigger != capsule.TriggerOperatorManual && cp.State.Pause.ResumeToken == "" {
-				// Parked by sagad (it would resume by itself): the operator's
-				// pause takes over, so only an operator resumes it.
-				park(&cp.State, capsule.TriggerOperatorManual, reason, by, a.now().UTC())
-				return true, nil
-			}
-			return false, nil
-		case capsule.WaitingForOperator:
-			return false, &StateError{Action: "pause", Key: cp.Key, State: cp.State.Status, Hint: "it already waits for a decision: decide or cancel"}
-		}
-		return false, &StateError{Action: "pause", Key: cp.Key, State: cp.State.Status}
-	})
+	res, err := a.apply(ctx, id, machine.Pause{Reason: reason, By: by})
 	if err != nil {
 		return Status{}, err
 	}
+	cp := res.Checkpoint
 	if cp.State.Pause != nil && cp.State.Pause.ResumeToken == "" {
 		if err := a.p.parked(ctx, cp); err != nil {
 			return StatusOf(cp), err
@@ -208,51 +186,17 @@ func (a *Admin) Resume(ctx context.Context, id string, opts ResumeOptions) (Stat
 }
 
 func (a *Admin) resume(ctx context.Context, id, action string, from capsule.State, opts ResumeOptions) (Status, error) {
-	var token string
-	var trigger capsule.Trigger
-	cp, _, err := a.update(ctx, id, func(cp *capsule.Checkpoint) (bool, error) {
-		st := &cp.State
-		if st.Status != from || st.Pause == nil {
-			hint := ""
-			if st.Status == capsule.WaitingForOperator {
-				hint = "it waits for an operator decision: sagactl decide ID accept|revise"
-			}
-			return false, &StateError{Action: action, Key: cp.Key, State: st.Status, Hint: hint}
-		}
-		if opts.Tokens < 0 || opts.Dollars < 0 {
-			return false, errors.New("raised caps must be positive")
-		}
-		if st.AwaitingCycle > 0 && (st.Result == nil || st.Result.Cycle != st.AwaitingCycle) && !opts.Force {
-			return false, &StateError{Action: action, Key: cp.Key, State: st.Status,
-				Hint: "its executor accepted the work and its result has not arrived; --force runs the executor again"}
-		}
-		trigger = st.Pause.Trigger
-		if st.Pause.ResumeToken != "" {
-			token = st.Pause.ResumeToken // a resume in flight: finish that one
-		} else {
-			token = nuid.Next()
-			st.Pause.ResumeToken = token
-		}
-		if opts.Tokens > 0 || opts.Dollars > 0 || opts.Deadline != nil {
-			if st.Overrides == nil {
-				st.Overrides = &capsule.Overrides{}
-			}
-			if opts.Tokens > 0 || opts.Dollars > 0 {
-				st.Overrides.Tokens = max(opts.Tokens, st.Overrides.Tokens)
-				st.Overrides.Dollars = max(opts.Dollars, st.Overrides.Dollars)
-				st.Warned = without(st.Warned, capsule.TriggerBudgetWarning)
-			}
-			if opts.Deadline != nil {
-				d := opts.Deadline.UTC()
-				st.Overrides.Deadline = &d
-				st.Warned = without(st.Warned, capsule.TriggerDeadlineApproaching)
-			}
-		}
-		return true, nil
+	res, err := a.apply(ctx, id, machine.RequestResume{
+		Action: action, From: from, Token: nuid.Next(),
+		Tokens: opts.Tokens, Dollars: opts.Dollars, Deadline: opts.Deadline, Force: opts.Force,
 	})
 	if err != nil {
 		return Status{}, err
 	}
+	cp := res.Checkpoint
+	// The token in the checkpoint: ours, or that of a resume in flight,
+	// which this one finishes.
+	token, trigger := cp.State.Pause.ResumeToken, cp.State.Pause.Trigger
 	raw, _, err := a.raw(ctx, cp.Key)
 	if err != nil {
 		return StatusOf(cp), err
@@ -261,16 +205,11 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 		return StatusOf(cp), err
 	}
 	sentPhase, sentCycle := cp.State.Phase, cp.State.Cycle
-	cp, flipped, err := a.update(ctx, cp.Key, func(cp *capsule.Checkpoint) (bool, error) {
-		if cp.State.Pause == nil || cp.State.Pause.ResumeToken != token {
-			return false, nil // the phase message finished the resume first
-		}
-		resumeState(cp, a.now().UTC())
-		return true, nil
-	})
+	res, err = a.apply(ctx, cp.Key, machine.Resume{Token: token})
 	if err != nil {
 		return Status{}, err
 	}
+	cp, flipped := res.Checkpoint, res.Changed
 	if flipped && (cp.State.Phase != sentPhase || cp.State.Cycle != sentCycle) {
 		// A phase that was running when the capsule was paused finished
 		// meanwhile and moved it on: the message sent above is stale.
@@ -297,16 +236,6 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 	return StatusOf(cp), nil
 }
 
-func without(list []capsule.Trigger, t capsule.Trigger) []capsule.Trigger {
-	out := list[:0:0]
-	for _, x := range list {
-		if x != t {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
 // Cancel ends the capsule in cancelled and releases its locks, from any
 // non-terminal state. Cancelling a cancelled capsule re-emits its effects.
 func (a *Admin) Cancel(ctx context.Context, id, reason, by string) (Status, error) {
@@ -317,54 +246,27 @@ func (a *Admin) Cancel(ctx context.Context, id, reason, by string) (Status, erro
 	if reason != "" {
 		detail += ": " + reason
 	}
-	return a.end(ctx, id, capsule.Cancelled, detail, by, nil)
+	return a.end(ctx, id, machine.End{State: capsule.Cancelled, Detail: detail})
 }
 
-// end ends a non-terminal capsule in state (cancelled, or halted with detail
-// as the halt reason) where it stands, with its effects.
-//
-// expect, when set, must still hold of the checkpoint, or nothing is done
-// (the caller decided on a state that has changed since).
-func (a *Admin) end(ctx context.Context, id string, state capsule.State, detail, by string, expect func(*capsule.CheckpointState) bool) (Status, error) {
-	outcome := capsule.OutcomeCancelled
-	if state == capsule.Halted {
-		outcome = capsule.OutcomeHalted
-	}
-	cp, _, err := a.update(ctx, id, func(cp *capsule.Checkpoint) (bool, error) {
-		st := &cp.State
-		if st.Status == state && state == capsule.Cancelled {
-			return false, nil
-		}
-		if expect != nil && !expect(st) {
-			return false, &StateError{Action: string(outcome), Key: cp.Key, State: st.Status, Hint: "it changed meanwhile"}
-		}
-		if st.Status.Terminal() {
-			return false, &StateError{Action: string(outcome), Key: cp.Key, State: st.Status, Hint: "it has ended"}
-		}
-		st.Status = state
-		if state == capsule.Halted {
-			st.HaltReason = detail
-		}
-		st.Pause = nil
-		st.Execution = nil
-		st.LocksHeld = []string{}
-		cp.History = append(cp.History, capsule.Transition{
-			Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: st.Cycle,
-			Outcome: outcome, Detail: detail, At: a.now().UTC(),
-		})
-		return true, nil
-	})
+// end ends a non-terminal capsule where it stands (machine.End), with its
+// effects.
+func (a *Admin) end(ctx context.Context, id string, ev machine.End) (Status, error) {
+	res, err := a.apply(ctx, id, ev)
 	if err != nil {
 		return Status{}, err
 	}
+	cp := res.Checkpoint
 	if err := a.reemitEnd(ctx, cp); err != nil {
 		return StatusOf(cp), err
 	}
 	if err := a.p.continuations.Delete(ctx, cp.Key); err != nil {
 		return StatusOf(cp), err
 	}
-	a.p.metrics.Ended(state, capsule.ParseHaltReason(cp.State.HaltReason))
-	a.p.metrics.AdminAction(string(outcome))
+	if res.Changed {
+		a.p.metrics.Ended(ev.State, capsule.ParseHaltReason(cp.State.HaltReason))
+	}
+	a.p.metrics.AdminAction(ev.Name())
 	return StatusOf(cp), nil
 }
 
@@ -425,43 +327,22 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 		return Status{}, fmt.Errorf("capsule bytes of %s are unreadable", found.Key)
 	}
 	token := nuid.Next()
-	var review []capsule.Finding
-	cp, changed, err := a.update(ctx, found.Key, func(cp *capsule.Checkpoint) (bool, error) {
-		st := &cp.State
-		if st.Status != capsule.WaitingForOperator {
-			if revisedBy(cp) != "" {
-				return false, nil // this revision is recorded: finish its effects below
-			}
-			return false, &StateError{Action: "revise", Key: cp.Key, State: st.Status, Hint: "only a capsule waiting_for_operator can be decided"}
-		}
-		if st.Pause != nil && st.Pause.ResumeToken != "" {
-			return false, &StateError{Action: "revise", Key: cp.Key, State: st.Status, Hint: "an accept is already under way"}
-		}
-		now := a.now().UTC()
-		finding := capsule.Finding{Message: "operator revision: " + rationale}
-		review = append(cp.LastReviewFindings(), finding)
-		cycle := st.Cycle
-		tr := capsule.Transition{Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: cycle, At: now}
-		st.Pause = nil
-		st.Reviews = append(st.Reviews, capsule.ReviewEntry{
-			Cycle: cycle, ReviewerID: "operator:" + by, Verdict: capsule.ChangesRequested, Findings: []capsule.Finding{finding}, At: now,
-		})
-		if cycle >= c.CycleLimit() {
-			reason := capsule.MaxCyclesExceeded(c.CycleLimit()).String()
-			tr.Outcome, tr.Detail = capsule.OutcomeHalted, reason
-			st.Status, st.HaltReason = capsule.Halted, reason
-		} else {
-			tr.Outcome, tr.Detail = capsule.OutcomeLoopedBack, "operator revise: "+rationale
-			st.Status = capsule.InProgress
-			st.Phase, st.PhaseName, st.Cycle = capsule.Execution, capsule.Execution.String(), cycle+1
-		}
-		cp.History = append(cp.History, tr)
-		return true, nil
-	})
+	res, err := a.apply(ctx, found.Key, machine.Revise{Rationale: rationale, By: by, CycleLimit: c.CycleLimit()})
 	if err != nil {
 		return Status{}, err
 	}
-	if !changed && revisedBy(cp) == "" {
+	cp, changed := res.Checkpoint, res.Changed
+	var review []capsule.Finding
+	if changed {
+		// The findings the next cycle addresses: the reviewer's, and the
+		// operator's revision the machine just recorded as the last review.
+		n := len(cp.State.Reviews)
+		if n >= 2 {
+			review = append(review, cp.State.Reviews[n-2].Findings...)
+		}
+		review = append(review, cp.State.Reviews[n-1].Findings...)
+	}
+	if !changed && machine.RevisedBy(cp) == "" {
 		return StatusOf(cp), nil
 	}
 	tr := cp.History[len(cp.History)-1]
@@ -478,21 +359,6 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 	}
 	a.p.metrics.AdminAction("revise")
 	return StatusOf(cp), nil
-}
-
-// revisedBy returns who revised the capsule if its last transition is an
-// operator revision (a loop back, or the halt of Rule 12), else "".
-func revisedBy(cp *capsule.Checkpoint) string {
-	n, r := len(cp.History), len(cp.State.Reviews)
-	if n == 0 || r == 0 {
-		return ""
-	}
-	tr, rv := cp.History[n-1], cp.State.Reviews[r-1]
-	if tr.Phase != capsule.Handoff || rv.Cycle != tr.Cycle || !strings.HasPrefix(rv.ReviewerID, "operator:") ||
-		(tr.Outcome != capsule.OutcomeLoopedBack && tr.Outcome != capsule.OutcomeHalted) {
-		return ""
-	}
-	return strings.TrimPrefix(rv.ReviewerID, "operator:")
 }
 
 // PendingItem is one capsule waiting for a human.

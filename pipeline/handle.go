@@ -17,17 +17,15 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/cas"
 	"github.com/sagad/sagad/internal/jspub"
+	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/phases"
 )
 
 // forgottenAfter is how many deliveries find no checkpoint before a phase
 // message is taken for one of a forgotten capsule (see advance).
 const forgottenAfter = 10
-
-// maxConflicts bounds how often one message re-reads a checkpoint that keeps
-// changing under it before it is handed back for redelivery.
-const maxConflicts = 8
 
 // handle runs phase ph for one message. It never returns an error: every
 // outcome ends in an ack (transition recorded, or already recorded) or a nak
@@ -173,7 +171,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	}
 	// A successful claim proved the cached checkpoint current at that point.
 	unverified := cached && !t.claimed.Load()
-	tr, ok, cp, err := t.commit(ctx, ph, cycle, d, unverified)
+	res, err := t.commit(ctx, ph, cycle, d, unverified)
 	stopHeartbeat() // the claim ends with the transition
 	if errors.Is(err, errStale) {
 		if unverified {
@@ -181,18 +179,14 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		}
 		// Someone else recorded this transition (or the capsule moved on):
 		// their outcome stands, ours is dropped.
-		retry, err := p.reemitFor(ctx, t.cp, ph, cycle, raw, c.Constraints.ResourceLocksRequired)
+		retry, err := p.reemitFor(ctx, t.view(), ph, cycle, raw, c.Constraints.ResourceLocksRequired)
 		return retry, err, false
 	}
 	if err != nil {
 		return p.cfg.RetryDelay, err, false
 	}
-	var trp *capsule.Transition
-	if ok {
-		trp = &tr
-	}
-	p.observe(cp, trp, d, p.cfg.Now().Sub(start))
-	if err := p.effects(ctx, cp, t.revision(), trp, raw, c.Constraints.ResourceLocksRequired); err != nil {
+	p.observe(res.Checkpoint, res.Transition, d, p.cfg.Now().Sub(start))
+	if err := p.effects(ctx, res.Checkpoint, t.revision(), res.Transition, raw, c.Constraints.ResourceLocksRequired); err != nil {
 		// The transition is recorded; redelivery re-emits its effects.
 		return p.cfg.RetryDelay, err, false
 	}
@@ -265,7 +259,7 @@ func (p *Pipeline) deadlineWarning(cp *capsule.Checkpoint, c *capsule.Capsule, n
 }
 
 // errStale: the checkpoint no longer waits for this (phase, cycle).
-var errStale = errors.New("transition already recorded")
+var errStale = machine.ErrStale
 
 // errCacheStale: a claim found the cached checkpoint the phase started from
 // out of date.
@@ -273,11 +267,11 @@ var errCacheStale = errors.New("cached checkpoint out of date")
 
 // errClaimLost: this delivery's claim on the cycle is gone (the capsule was
 // cancelled, or another delivery took the cycle over).
-var errClaimLost = errors.New("claim on the cycle lost")
+var errClaimLost = machine.ErrClaimLost
 
-// txn holds the checkpoint one message works on and its KV revision. Claim,
-// renew and commit are compare-and-sets; a heartbeat goroutine and the phase
-// share it, hence the mutex.
+// txn holds the checkpoint one message works on and its KV revision. Every
+// change it makes is a machine event written with a compare-and-set; a
+// heartbeat goroutine and the phase share it, hence the mutex.
 type txn struct {
 	p   *Pipeline
 	key string
@@ -337,8 +331,7 @@ func (t *txn) set(cp *capsule.Checkpoint, rev uint64) {
 func (t *txn) current(ph capsule.Phase, cycle int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	st := t.cp.State
-	return st.Status == capsule.InProgress && st.Phase == ph && st.Cycle == cycle
+	return machine.Current(t.cp, ph, cycle)
 }
 
 // view returns the checkpoint for a phase to read. It is shared: read only.
@@ -348,47 +341,83 @@ func (t *txn) view() *capsule.Checkpoint {
 	return t.cp
 }
 
-// claim takes the claim on (ph, cycle) for this delivery: the phase is about
-// to call an agent, which must not happen twice for one cycle.
-func (t *txn) claim(ctx context.Context, ph capsule.Phase, cycle int, lockPaths []string) error {
-	for i := 0; i < maxConflicts; i++ {
+// onConflict says what a lost compare-and-set means for one event.
+type onConflict int
+
+const (
+	// reapply reads the checkpoint again and applies the event again: the
+	// machine then refuses it if the checkpoint no longer allows it.
+	reapply onConflict = iota
+	// staleCache: the phase decided on the cached checkpoint, which the
+	// conflict proves out of date; it must run again on the real one.
+	staleCache
+	// staleAfterLoad: read the checkpoint again (for re-emitting) and give
+	// up on the event (a decision taken on a cached checkpoint that a pause
+	// may predate).
+	staleAfterLoad
+)
+
+// apply applies ev to the checkpoint and writes the result with a
+// compare-and-set under sagad's one retry policy (cas.Retry).
+func (t *txn) apply(ctx context.Context, ev machine.Event, policy onConflict) (machine.Result, error) {
+	var res machine.Result
+	err := cas.Retry(ctx, func(ctx context.Context) error {
 		t.mu.Lock()
-		cp := t.cp.Clone()
-		rev := t.rev
+		cp, rev := t.cp, t.rev
 		t.mu.Unlock()
-		now := t.p.cfg.Now()
-		if ex := cp.State.Execution; ex != nil && ex.Cycle == cycle && ex.Holder != t.token && now.Before(ex.ExpiresAt) {
-			return fmt.Errorf("%w: %s until %s", phases.ErrClaimHeld, ex.Holder, ex.ExpiresAt.Format(time.RFC3339))
+		r, err := machine.Apply(cp, ev, t.p.cfg.Now())
+		if err != nil {
+			return err
 		}
-		cp.State.Execution = &capsule.ExecutionClaim{Cycle: cycle, Holder: t.token, ExpiresAt: now.Add(t.p.cfg.ClaimLease)}
-		if ph == capsule.Execution {
-			cp.State.LocksHeld = append([]string{}, lockPaths...)
+		if !r.Changed {
+			res = r
+			return nil
 		}
-		n, err := t.p.checkpoints.Update(ctx, cp, rev)
+		n, err := t.p.checkpoints.Update(ctx, r.Checkpoint, rev)
 		if errors.Is(err, errConflict) {
-			if t.fromCache {
-				// What the phase decided so far came from a stale
-				// checkpoint: it must run again on the real one.
+			switch policy {
+			case staleCache:
 				t.cacheMiss.Store(true)
 				return errCacheStale
+			case staleAfterLoad:
+				if err := t.load(ctx); err != nil {
+					return err
+				}
+				return errStale
 			}
 			if err := t.load(ctx); err != nil {
 				return err
 			}
-			if !t.current(ph, cycle) {
-				return errStale
-			}
-			continue
+			return cas.ErrConflict
 		}
 		if err != nil {
 			return err
 		}
-		t.set(cp, n)
-		t.claimedNano.Store(t.p.cfg.Now().UnixNano())
-		t.claimed.Store(true)
+		t.set(r.Checkpoint, n)
+		res = r
 		return nil
+	})
+	return res, err
+}
+
+// claim takes the claim on (ph, cycle) for this delivery: the phase is about
+// to call an agent, which must not happen twice for one cycle.
+func (t *txn) claim(ctx context.Context, ph capsule.Phase, cycle int, lockPaths []string) error {
+	policy := reapply
+	if t.fromCache {
+		// What the phase decided so far came from a possibly stale
+		// checkpoint: on a conflict it must run again on the real one.
+		policy = staleCache
 	}
-	return errConflict
+	_, err := t.apply(ctx, machine.Claim{
+		Phase: ph, Cycle: cycle, Holder: t.token, ExpiresAt: t.p.cfg.Now().Add(t.p.cfg.ClaimLease), Locks: lockPaths,
+	}, policy)
+	if err != nil {
+		return err
+	}
+	t.claimedNano.Store(t.p.cfg.Now().UnixNano())
+	t.claimed.Store(true)
+	return nil
 }
 
 func (t *txn) claimedAt() time.Time { return time.Unix(0, t.claimedNano.Load()) }
@@ -398,31 +427,11 @@ func (t *txn) renew(ctx context.Context, cycle int) error {
 	if !t.claimed.Load() {
 		return nil
 	}
-	for i := 0; i < maxConflicts; i++ {
-		t.mu.Lock()
-		cp := t.cp.Clone()
-		rev := t.rev
-		t.mu.Unlock()
-		if ex := cp.State.Execution; ex == nil || ex.Holder != t.token || ex.Cycle != cycle {
-			// Cancelled, or taken over after our lease lapsed: stop working.
-			return errClaimLost
-		}
-		cp.State.Execution.ExpiresAt = t.p.cfg.Now().Add(t.p.cfg.ClaimLease)
-		n, err := t.p.checkpoints.Update(ctx, cp, rev)
-		if errors.Is(err, errConflict) {
-			if err := t.load(ctx); err != nil {
-				return err
-			}
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		t.set(cp, n)
-		t.claimedNano.Store(t.p.cfg.Now().UnixNano())
-		return nil
+	if _, err := t.apply(ctx, machine.Renew{Cycle: cycle, Holder: t.token, ExpiresAt: t.p.cfg.Now().Add(t.p.cfg.ClaimLease)}, reapply); err != nil {
+		return err
 	}
-	return errConflict
+	t.claimedNano.Store(t.p.cfg.Now().UnixNano())
+	return nil
 }
 
 // resumable reports whether a message carrying token may resume the capsule
@@ -430,46 +439,13 @@ func (t *txn) renew(ctx context.Context, cycle int) error {
 func (t *txn) resumable(ph capsule.Phase, cycle int, token string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	st := t.cp.State
-	return token != "" && (st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator) &&
-		st.Phase == ph && st.Cycle == cycle && st.Pause != nil && st.Pause.ResumeToken == token
+	return machine.Resumable(t.cp, ph, cycle, token)
 }
 
 // resume takes the capsule back to in_progress for the resume with token.
 func (t *txn) resume(ctx context.Context, ph capsule.Phase, cycle int, token string) error {
-	for i := 0; i < maxConflicts; i++ {
-		t.mu.Lock()
-		cp := t.cp.Clone()
-		rev := t.rev
-		t.mu.Unlock()
-		resumeState(cp, t.p.cfg.Now().UTC())
-		n, err := t.p.checkpoints.Update(ctx, cp, rev)
-		if errors.Is(err, errConflict) {
-			if err := t.load(ctx); err != nil {
-				return err
-			}
-			if t.current(ph, cycle) {
-				return nil
-			}
-			if !t.resumable(ph, cycle, token) {
-				return errStale
-			}
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		t.set(cp, n)
-		return nil
-	}
-	return errConflict
-}
-
-// resumeState is the checkpoint change of a resume.
-func resumeState(cp *capsule.Checkpoint, now time.Time) {
-	cp.State.Status = capsule.InProgress
-	cp.State.Pause = nil
-	cp.UpdatedAt = now
+	_, err := t.apply(ctx, machine.Resume{Token: token, At: &machine.Position{Phase: ph, Cycle: cycle}}, reapply)
+	return err
 }
 
 // commit records decision d as the transition of (ph, cycle). If the
@@ -479,60 +455,12 @@ func resumeState(cp *capsule.Checkpoint, now time.Time) {
 //
 // fromCache says the phase started from a cached checkpoint, not known to be
 // current: then any conflict is stale, since a pause may predate the run.
-func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.Decision, fromCache bool) (capsule.Transition, bool, *capsule.Checkpoint, error) {
-	for i := 0; i < maxConflicts; i++ {
-		t.mu.Lock()
-		cp := t.cp.Clone()
-		rev := t.rev
-		t.mu.Unlock()
-		if !standsAt(cp, ph, cycle) {
-			// Moved on or ended (a heartbeat may have read it meanwhile).
-			return capsule.Transition{}, false, nil, errStale
-		}
-		ex := cp.State.Execution
-		if t.claimed.Load() {
-			if ex == nil || ex.Holder != t.token || ex.Cycle != cycle {
-				// Our claim was cleared (cancel) or taken over: our result
-				// does not count.
-				return capsule.Transition{}, false, nil, errStale
-			}
-		} else if ex != nil && ex.Cycle == cycle && ex.Holder != t.token && t.p.cfg.Now().Before(ex.ExpiresAt) {
-			// Another delivery holds the claim on this cycle: its result
-			// is the one that counts.
-			return capsule.Transition{}, false, nil, errStale
-		}
-		tr, ok := apply(cp, ph, cycle, d, t.p.cfg.Now().UTC())
-		n, err := t.p.checkpoints.Update(ctx, cp, rev)
-		if errors.Is(err, errConflict) {
-			if err := t.load(ctx); err != nil {
-				return tr, ok, nil, err
-			}
-			if fromCache || !t.standsAt(ph, cycle) {
-				return tr, ok, nil, errStale
-			}
-			continue
-		}
-		if err != nil {
-			return tr, ok, nil, err
-		}
-		t.set(cp, n)
-		return tr, ok, cp, nil
+func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.Decision, fromCache bool) (machine.Result, error) {
+	policy := reapply
+	if fromCache {
+		policy = staleAfterLoad
 	}
-	return capsule.Transition{}, false, nil, errConflict
-}
-
-// standsAt reports whether the capsule is still at (ph, cycle) and not
-// finished: in progress, or paused there by an operator meanwhile.
-func (t *txn) standsAt(ph capsule.Phase, cycle int) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return standsAt(t.cp, ph, cycle)
-}
-
-func standsAt(cp *capsule.Checkpoint, ph capsule.Phase, cycle int) bool {
-	st := cp.State
-	return st.Phase == ph && st.Cycle == cycle &&
-		(st.Status == capsule.InProgress || (st.Status == capsule.Paused && st.Pause != nil && st.Pause.Trigger == capsule.TriggerOperatorManual))
+	return t.apply(ctx, machine.Decide{Phase: ph, Cycle: cycle, Decision: d, Holder: t.token, Claimed: t.claimed.Load()}, policy)
 }
 
 // reemitFor handles a message whose transition is already recorded: it
@@ -568,48 +496,41 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 // Emitting twice is harmless (see the package doc). rev is cp's KV revision
 // when the caller just wrote it, 0 when unknown.
 func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr *capsule.Transition, raw []byte, lockPaths []string) error {
-	st := cp.State
-	if tr != nil {
+	fx := machine.EffectsOf(cp, tr)
+	if fx.Next != nil {
 		// The transition's events are in the checkpoint (CheckpointEvents).
-		if np, ncycle, ok := next(*tr); ok && st.Status == capsule.InProgress && st.Phase == np && st.Cycle == ncycle {
-			if err := p.publish(ctx, phaseMsg(cp, raw, "")); err != nil {
+		if err := p.publish(ctx, phaseMsg(cp, raw, "")); err != nil {
+			return err
+		}
+	}
+	if fx.Outcome != "" {
+		// The outcome goes out until its acknowledgement is recorded on the
+		// capsule's bytes; a repeat within the de-duplication window is
+		// dropped by its Nats-Msg-Id. rev != 0: the caller just recorded
+		// the end, so no one has sent its outcome yet.
+		send := rev != 0
+		if !send {
+			sent, err := p.outcomeSent(ctx, cp)
+			if err != nil {
+				return err
+			}
+			send = !sent
+		}
+		if send {
+			if err := p.publish(ctx, outcomeMsg(cp, *tr, fx.Outcome, raw)); err != nil {
+				return err
+			}
+			if err := p.markOutcomeSent(ctx, cp.Key, raw); err != nil {
 				return err
 			}
 		}
-		// The outcome goes out until its acknowledgement is recorded on the
-		// capsule's bytes; a repeat within the de-duplication window is
-		// dropped by its Nats-Msg-Id.
-		if state, ok := terminalState(*tr); ok {
-			// rev != 0: the caller just recorded the end, so no one has
-			// sent its outcome yet.
-			send := rev != 0
-			if !send {
-				sent, err := p.outcomeSent(ctx, cp)
-				if err != nil {
-					return err
-				}
-				send = !sent
-			}
-			if send {
-				if err := p.publish(ctx, outcomeMsg(cp, *tr, state, raw)); err != nil {
-					return err
-				}
-				if err := p.markOutcomeSent(ctx, cp.Key, raw); err != nil {
-					return err
-				}
-			}
-		}
 	}
-	if (st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator) && st.Pause != nil && st.Pause.ResumeToken == "" {
+	if fx.Parked {
 		if err := p.parked(ctx, cp); err != nil {
 			return err
 		}
 	}
-	// A stale EXECUTION message of an earlier cycle must not release the
-	// locks the current cycle holds.
-	release := (tr != nil && tr.Phase == capsule.Execution && (st.Phase != capsule.Execution || st.Status.Terminal())) ||
-		(tr == nil && st.Phase == capsule.Execution && st.Status == capsule.Paused && len(st.LocksHeld) == 0)
-	if release && len(lockPaths) > 0 {
+	if fx.ReleaseLocks && len(lockPaths) > 0 {
 		if err := p.locks.ReleaseAll(ctx, lockPaths, cp.Key); err != nil {
 			return fmt.Errorf("release locks: %w", err)
 		}

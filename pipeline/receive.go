@@ -15,6 +15,7 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/jspub"
+	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/phases"
 )
 
@@ -69,9 +70,15 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 	}
 
 	now := p.cfg.Now().UTC()
-	cp := newCheckpoint(key, claimedID(r), traceID(r.Capsule, msg), waveID(r.Capsule), r.Digest, now)
-	cp.IntakeSeq = meta.Sequence.Stream
-	tr, _ := apply(cp, capsule.Reception, 0, r.Decision, now)
+	fresh := newCheckpoint(key, claimedID(r), traceID(r.Capsule, msg), waveID(r.Capsule), r.Digest, now)
+	fresh.IntakeSeq = meta.Sequence.Stream
+	res, err := machine.Apply(fresh, machine.Decide{Phase: capsule.Reception, Decision: r.Decision}, now)
+	if err != nil || res.Transition == nil {
+		// RECEPTION decides advance or halt; anything else is a bug that
+		// must not lose the bytes: they stay kept, the message is retried.
+		return p.cfg.RetryDelay, fmt.Errorf("reception: %s decision: %w", r.Decision.Action, err)
+	}
+	cp, tr := res.Checkpoint, *res.Transition
 	rev, err := p.checkpoints.Create(ctx, cp)
 	if errors.Is(err, errConflict) {
 		existing, _, err := p.checkpoints.Get(ctx, key)

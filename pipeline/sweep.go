@@ -14,6 +14,7 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/machine"
 )
 
 // sweep looks at every parked capsule once: lock_contention capsules resume
@@ -75,10 +76,7 @@ func (p *Pipeline) sweep(ctx context.Context) {
 			if p.cfg.Now().Sub(cp.State.Pause.At) > p.cfg.ExternalTimeout {
 				reason := capsule.ExecutorFailed(fmt.Sprintf("no result for cycle %d within %s", cp.State.AwaitingCycle, p.cfg.ExternalTimeout))
 				pausedAt := cp.State.Pause.At
-				overdue := func(st *capsule.CheckpointState) bool {
-					return st.Status == capsule.Paused && st.Pause != nil && st.Pause.At.Equal(pausedAt) && st.AwaitingCycle > 0
-				}
-				if _, err := admin.end(ctx, key, capsule.Halted, reason.String(), capsule.BySagad, overdue); err != nil && !errors.Is(err, ErrRefused) {
+				if _, err := admin.end(ctx, key, machine.End{State: capsule.Halted, Detail: reason.String(), IfPausedAt: &pausedAt}); err != nil && !errors.Is(err, ErrRefused) {
 					p.log.Warn("sweep: halt overdue external work", "key", key, "error", err)
 				}
 				continue
@@ -175,14 +173,7 @@ func (p *Pipeline) complete(ctx context.Context, msg jetstream.Msg) (time.Durati
 			}
 			result.ArtifactRef = ref
 		}
-		if _, _, err := admin.update(ctx, key, func(cp *capsule.Checkpoint) (bool, error) {
-			s := &cp.State
-			if s.Status.Terminal() || s.AwaitingCycle != cycle || (s.Result != nil && s.Result.Cycle == cycle) {
-				return false, nil
-			}
-			s.Result = result
-			return true, nil
-		}); err != nil {
+		if _, err := admin.apply(ctx, key, machine.RecordResult{Cycle: cycle, Result: *result}); err != nil {
 			return p.cfg.RetryDelay, err
 		}
 	}

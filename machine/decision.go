@@ -1,0 +1,152 @@
+package machine
+
+import (
+	"time"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+// Action is what a phase decided for a capsule.
+type Action int
+
+// Actions a phase can decide.
+const (
+	// Advance moves the capsule to the next phase (HANDOFF completes it).
+	Advance Action = iota + 1
+	// LoopBack sends the capsule back to EXECUTION for a new cycle (Rule 12).
+	LoopBack
+	// Halt ends the capsule with Decision.Halt.
+	Halt
+	// Retry leaves the checkpoint untouched and redelivers after Decision.Delay.
+	// It is never applied: a retry records nothing.
+	Retry
+	// Park pauses the capsule where it is, before the phase's transition,
+	// with Decision.Trigger (a continuation is written). Resume runs the phase again.
+	Park
+)
+
+// String names the action for logs and errors.
+func (a Action) String() string {
+	switch a {
+	case Advance:
+		return "advance"
+	case LoopBack:
+		return "loop_back"
+	case Halt:
+		return "halt"
+	case Retry:
+		return "retry"
+	case Park:
+		return "park"
+	}
+	return "unknown"
+}
+
+// Decision is a phase's verdict on one capsule.
+type Decision struct {
+	Action Action
+	// Halt is the reason when Action is Halt.
+	Halt capsule.HaltReason
+	// Findings are recorded in the checkpoint (rule findings, review findings).
+	Findings []capsule.Finding
+	// Delay is how long to wait before a Retry.
+	Delay time.Duration
+	// Err explains a Retry (logged, never shown as a halt).
+	Err error
+	// Record is what the phase's work adds to the checkpoint in the same
+	// compare-and-set that records the transition (an executor result, a
+	// review, the budget used). Nil records nothing but the transition.
+	Record *Record
+	// Trigger and Reason say why the capsule parks: with Park, before the
+	// transition; with Advance or LoopBack, right after it (a warning that
+	// fires once the phase's work is recorded).
+	Trigger capsule.Trigger
+	Reason  string
+	// Wait, with Advance from REVIEW, parks the capsule in
+	// waiting_for_operator before HANDOFF (review.operator_gate).
+	Wait bool
+}
+
+// Record is the data a phase's work adds to the checkpoint. It is data, not
+// code, so the machine alone decides how a checkpoint changes.
+type Record struct {
+	// BudgetUsed, when set, is the capsule's total consumption after the
+	// phase's agent call.
+	BudgetUsed *capsule.Usage
+	// Result is the executor result of the cycle: it is kept, its artifact
+	// joins the artifact refs, and the capsule no longer awaits external work.
+	Result *capsule.ExecutionResult
+	// Review is the review of the cycle, appended once per cycle.
+	Review *capsule.ReviewEntry
+	// AwaitingCycle, when not zero, is the cycle whose result an executor
+	// that accepted the work will deliver on the completion subject.
+	AwaitingCycle int
+	// Warned is a warning trigger that fired and must not fire again.
+	Warned capsule.Trigger
+}
+
+// ApplyTo changes st as the record says. It is idempotent: applying a
+// record twice changes st as applying it once.
+func (r *Record) ApplyTo(st *capsule.CheckpointState) {
+	if r == nil {
+		return
+	}
+	if r.BudgetUsed != nil {
+		st.BudgetUsed = *r.BudgetUsed
+	}
+	if r.Result != nil {
+		res := *r.Result
+		st.Result = &res
+		if res.ArtifactRef != "" && !contains(st.ArtifactRefs, res.ArtifactRef) {
+			st.ArtifactRefs = append(st.ArtifactRefs, res.ArtifactRef)
+		}
+		st.AwaitingCycle = 0
+	}
+	if r.Review != nil && !hasReview(st.Reviews, r.Review.Cycle) {
+		st.Reviews = append(st.Reviews, *r.Review)
+	}
+	if r.AwaitingCycle != 0 {
+		st.AwaitingCycle = r.AwaitingCycle
+	}
+	if r.Warned != "" && !st.HasWarned(r.Warned) {
+		st.Warned = append(st.Warned, r.Warned)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func hasReview(list []capsule.ReviewEntry, cycle int) bool {
+	for _, r := range list {
+		if r.Cycle == cycle {
+			return true
+		}
+	}
+	return false
+}
+
+// ParkWith returns a Park decision.
+func ParkWith(t capsule.Trigger, reason string) Decision {
+	return Decision{Action: Park, Trigger: t, Reason: reason}
+}
+
+// AdvanceWith returns an Advance decision carrying findings.
+func AdvanceWith(findings ...capsule.Finding) Decision {
+	return Decision{Action: Advance, Findings: findings}
+}
+
+// HaltWith returns a Halt decision.
+func HaltWith(r capsule.HaltReason, findings ...capsule.Finding) Decision {
+	return Decision{Action: Halt, Halt: r, Findings: findings}
+}
+
+// RetryAfter returns a Retry decision.
+func RetryAfter(d time.Duration, err error) Decision {
+	return Decision{Action: Retry, Delay: d, Err: err}
+}

@@ -1,0 +1,608 @@
+package machine
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+// Event is something that may change a checkpoint. Every change to a
+// checkpoint is one of the events below, applied by [Apply].
+type Event interface {
+	// Name is the event's name in errors and logs, e.g. "decide".
+	Name() string
+}
+
+// Decide records a phase's decision on (Phase, Cycle): RECEPTION's on a new
+// checkpoint, or any later phase's. Holder is the delivery's claim token;
+// Claimed says that delivery took the cycle's claim, which must then still
+// be its own.
+type Decide struct {
+	Phase    capsule.Phase
+	Cycle    int
+	Decision Decision
+	Holder   string
+	Claimed  bool
+}
+
+// Claim takes the claim on (Phase, Cycle) for Holder until ExpiresAt,
+// before the phase calls an agent. EXECUTION's claim also records the locks
+// it is about to hold.
+type Claim struct {
+	Phase     capsule.Phase
+	Cycle     int
+	Holder    string
+	ExpiresAt time.Time
+	Locks     []string
+}
+
+// Renew extends Holder's claim on Cycle to ExpiresAt.
+type Renew struct {
+	Cycle     int
+	Holder    string
+	ExpiresAt time.Time
+}
+
+// RequestResume is the first step of an operator's resume (or accept, From
+// waiting_for_operator): it marks the capsule with a resume token — Token,
+// or the one of a resume already in flight — and lifts the pause's cause.
+type RequestResume struct {
+	// Action names the admin action in refusals ("resume", "accept").
+	Action string
+	From   capsule.State
+	Token  string
+	// Tokens and Dollars raise the caps; Deadline moves the deadline.
+	Tokens   int64
+	Dollars  float64
+	Deadline *time.Time
+	// Force resumes a capsule whose executor accepted work whose result has
+	// not arrived (its executor runs again for the cycle).
+	Force bool
+}
+
+// Resume takes a capsule marked with Token back to in_progress. With At
+// set, only where it was paused (the phase message carrying the token);
+// without, wherever it stands now (the resume's own second step).
+type Resume struct {
+	Token string
+	At    *Position
+}
+
+// Position is a (phase, cycle) pair.
+type Position struct {
+	Phase capsule.Phase
+	Cycle int
+}
+
+// Pause parks the capsule with operator_manual.
+type Pause struct {
+	Reason string
+	By     string
+}
+
+// End ends a capsule where it stands: cancelled (an operator), or halted
+// with Detail as the reason (an overdue external result). With IfPausedAt
+// set, only a capsule still paused since then, awaiting external work.
+type End struct {
+	State      capsule.State
+	Detail     string
+	IfPausedAt *time.Time
+}
+
+// Revise is an operator's revise decision on a capsule waiting_for_operator:
+// back to EXECUTION as a new cycle, or halted past CycleLimit (Rule 12).
+type Revise struct {
+	Rationale  string
+	By         string
+	CycleLimit int
+}
+
+// RecordResult keeps the result of accepted external work for Cycle.
+type RecordResult struct {
+	Cycle  int
+	Result capsule.ExecutionResult
+}
+
+// Name implements Event.
+func (Decide) Name() string { return "decide" }
+
+// Name implements Event.
+func (Claim) Name() string { return "claim" }
+
+// Name implements Event.
+func (Renew) Name() string { return "renew" }
+
+// Name implements Event.
+func (e RequestResume) Name() string {
+	if e.Action != "" {
+		return e.Action
+	}
+	return "resume"
+}
+
+// Name implements Event.
+func (Resume) Name() string { return "resume" }
+
+// Name implements Event.
+func (Pause) Name() string { return "pause" }
+
+// Name implements Event.
+func (e End) Name() string {
+	if e.State == capsule.Cancelled {
+		return "cancel"
+	}
+	return "halt"
+}
+
+// Name implements Event.
+func (Revise) Name() string { return "revise" }
+
+// Name implements Event.
+func (RecordResult) Name() string { return "record_result" }
+
+// Sentinel kinds of [Refusal]; match them with errors.Is.
+var (
+	// ErrStale: the checkpoint no longer stands where the event expects it
+	// (the transition is recorded already, or the capsule moved on).
+	ErrStale = errors.New("transition already recorded or capsule moved on")
+	// ErrClaimHeld: another live holder has the cycle's claim.
+	ErrClaimHeld = errors.New("execution claim held by another instance")
+	// ErrClaimLost: the holder's claim was cleared or taken over.
+	ErrClaimLost = errors.New("claim on the cycle lost")
+	// ErrRefused: the capsule's state does not allow an operator's action.
+	ErrRefused = errors.New("refused by the capsule's state")
+	// ErrInvalid: the event itself is malformed (a bug or bad input).
+	ErrInvalid = errors.New("invalid event")
+)
+
+// Refusal is the typed error of an event that does not apply to a
+// checkpoint. Nothing was changed.
+type Refusal struct {
+	Kind   error // one of the sentinels above
+	Event  string
+	Key    string
+	State  capsule.State
+	Hint   string
+	Detail string
+}
+
+// Error reads as a sentence, e.g. "cannot cancel k: it is completed (it has ended)".
+func (r *Refusal) Error() string {
+	var b strings.Builder
+	switch r.Kind {
+	case ErrRefused:
+		fmt.Fprintf(&b, "cannot %s %s: it is %s", r.Event, r.Key, r.State)
+		if r.Hint != "" {
+			b.WriteString(" (" + r.Hint + ")")
+		}
+		return b.String()
+	}
+	fmt.Fprintf(&b, "%s %s: %s", r.Event, r.Key, r.Kind)
+	if r.Detail != "" {
+		b.WriteString(": " + r.Detail)
+	}
+	return b.String()
+}
+
+// Is makes errors.Is match the refusal's kind.
+func (r *Refusal) Is(target error) bool { return target == r.Kind }
+
+func refuse(kind error, ev Event, cp *capsule.Checkpoint, detail string) *Refusal {
+	return &Refusal{Kind: kind, Event: ev.Name(), Key: cp.Key, State: cp.State.Status, Detail: detail}
+}
+
+func refused(ev Event, cp *capsule.Checkpoint, hint string) *Refusal {
+	return &Refusal{Kind: ErrRefused, Event: ev.Name(), Key: cp.Key, State: cp.State.Status, Hint: hint}
+}
+
+// Result is what [Apply] returns for an event that applies.
+type Result struct {
+	// Checkpoint is the changed copy (the input when Changed is false).
+	Checkpoint *capsule.Checkpoint
+	// Changed says there is something to write. An event that finds its
+	// change already made (a repeated cancel, a completion recorded) applies
+	// without a change.
+	Changed bool
+	// Transition is the history entry the event appended, if any.
+	Transition *capsule.Transition
+	// Effects are what the changed checkpoint calls for (see EffectsOf).
+	Effects Effects
+}
+
+// Apply applies ev to cp at now. It never changes cp: the result holds a
+// changed copy. It is pure and deterministic, so applying the same event to
+// the same checkpoint always gives the same result.
+func Apply(cp *capsule.Checkpoint, ev Event, now time.Time) (Result, error) {
+	if cp == nil {
+		return Result{}, &Refusal{Kind: ErrInvalid, Event: ev.Name(), Detail: "no checkpoint"}
+	}
+	now = now.UTC()
+	out := cp.Clone()
+	var (
+		tr  *capsule.Transition
+		err error
+	)
+	changed := true
+	switch e := ev.(type) {
+	case Decide:
+		tr, err = decide(out, e, now)
+	case Claim:
+		err = claim(out, e, now)
+	case Renew:
+		err = renew(out, e)
+	case RequestResume:
+		changed, err = requestResume(out, e)
+	case Resume:
+		changed, err = resume(out, e)
+	case Pause:
+		changed, err = pause(out, e, now)
+	case End:
+		changed, tr, err = end(out, e, now)
+	case Revise:
+		changed, tr, err = revise(out, e, now)
+	case RecordResult:
+		changed, err = recordResult(out, e)
+	default:
+		return Result{}, &Refusal{Kind: ErrInvalid, Event: fmt.Sprintf("%T", ev), Key: cp.Key, Detail: "unknown event"}
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if !changed {
+		return Result{Checkpoint: cp, Effects: EffectsOf(cp, nil)}, nil
+	}
+	switch ev.(type) {
+	case Claim, Renew:
+		// A claim changes no state a person sees (PIPELINE §5: timestamps
+		// change only when state changes).
+	default:
+		out.UpdatedAt = now
+	}
+	return Result{Checkpoint: out, Changed: true, Transition: tr, Effects: EffectsOf(out, tr)}, nil
+}
+
+// standsAt reports whether the capsule is still at (ph, cycle) and not
+// finished: in progress, or paused there by an operator while a phase ran.
+func standsAt(cp *capsule.Checkpoint, ph capsule.Phase, cycle int) bool {
+	st := cp.State
+	return st.Phase == ph && st.Cycle == cycle &&
+		(st.Status == capsule.InProgress || (st.Status == capsule.Paused && st.Pause != nil && st.Pause.Trigger == capsule.TriggerOperatorManual))
+}
+
+// Current reports whether cp waits, in progress, for phase ph of cycle.
+func Current(cp *capsule.Checkpoint, ph capsule.Phase, cycle int) bool {
+	st := cp.State
+	return st.Status == capsule.InProgress && st.Phase == ph && st.Cycle == cycle
+}
+
+// Resumable reports whether a phase message carrying token may resume the
+// capsule paused (or waiting) at (ph, cycle).
+func Resumable(cp *capsule.Checkpoint, ph capsule.Phase, cycle int, token string) bool {
+	st := cp.State
+	return token != "" && (st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator) &&
+		st.Phase == ph && st.Cycle == cycle && st.Pause != nil && st.Pause.ResumeToken == token
+}
+
+func decide(cp *capsule.Checkpoint, e Decide, now time.Time) (*capsule.Transition, error) {
+	d := e.Decision
+	if d.Action == Retry || d.Action < Advance || d.Action > Park {
+		return nil, refuse(ErrInvalid, e, cp, "a "+d.Action.String()+" decision records nothing")
+	}
+	if d.Action == LoopBack && e.Phase != capsule.ReviewPhase {
+		return nil, refuse(ErrInvalid, e, cp, "only REVIEW loops back")
+	}
+	if d.Action == Halt && d.Halt.IsZero() {
+		return nil, refuse(ErrInvalid, e, cp, "a halt needs a reason")
+	}
+	if !standsAt(cp, e.Phase, e.Cycle) {
+		return nil, refuse(ErrStale, e, cp, fmt.Sprintf("%s cycle %d", e.Phase, e.Cycle))
+	}
+	ex := cp.State.Execution
+	if e.Claimed {
+		if ex == nil || ex.Holder != e.Holder || ex.Cycle != e.Cycle {
+			// Our claim was cleared (cancel) or taken over: our result does
+			// not count.
+			return nil, refuse(ErrStale, e, cp, "the claim is no longer this delivery's")
+		}
+	} else if ex != nil && ex.Cycle == e.Cycle && ex.Holder != e.Holder && now.Before(ex.ExpiresAt) {
+		// Another delivery holds the claim on this cycle: its result is
+		// the one that counts.
+		return nil, refuse(ErrStale, e, cp, "another delivery holds the claim")
+	}
+	tr, ok := applyDecision(cp, e.Phase, e.Cycle, d, now)
+	if !ok {
+		return nil, nil
+	}
+	return &tr, nil
+}
+
+// applyDecision records decision d, taken by phase p on cycle, in cp. It
+// returns the transition appended to the history, or ok=false when d parks
+// the capsule without one. A capsule paused by an operator while its phase
+// ran keeps its pause: the phase's work is recorded and the capsule parks
+// at the next phase.
+func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decision, now time.Time) (capsule.Transition, bool) {
+	st := &cp.State
+	d.Record.ApplyTo(st)
+	if len(d.Findings) > 0 {
+		st.Findings = d.Findings
+	}
+	st.Execution = nil
+	if d.Action == Park {
+		// An operator's pause stands over sagad's own reasons to park.
+		if st.Status != capsule.Paused || st.Pause == nil || st.Pause.Trigger != capsule.TriggerOperatorManual {
+			park(st, d.Trigger, d.Reason, capsule.BySagad, now)
+		}
+		if p == capsule.Execution && d.Trigger != capsule.TriggerBlockedExternal {
+			st.LocksHeld = []string{}
+		}
+		return capsule.Transition{}, false
+	}
+	tr := capsule.Transition{Phase: p, PhaseName: p.String(), Cycle: cycle, At: now}
+	switch d.Action {
+	case Advance:
+		if p == capsule.Handoff {
+			tr.Outcome = capsule.OutcomeCompleted
+			st.Status = capsule.Completed
+			st.Progress = 100
+			break
+		}
+		tr.Outcome = capsule.OutcomePassed
+		st.Phase = p + 1
+		if p == capsule.AutomatedGates {
+			st.Cycle = 1
+		}
+		st.Progress = p.Progress()
+	case LoopBack:
+		tr.Outcome = capsule.OutcomeLoopedBack
+		st.Phase = capsule.Execution
+		st.Cycle = cycle + 1
+	case Halt:
+		tr.Outcome = capsule.OutcomeHalted
+		tr.Detail = d.Halt.String()
+		st.Status = capsule.Halted
+		st.HaltReason = d.Halt.String()
+	}
+	st.PhaseName = st.Phase.String()
+	if p == capsule.Execution || st.Status.Terminal() {
+		st.LocksHeld = []string{}
+	}
+	if st.Status.Terminal() {
+		st.Pause = nil
+	} else if d.Wait {
+		st.Status = capsule.WaitingForOperator
+		st.Pause = &capsule.PauseInfo{Trigger: capsule.TriggerOperatorGate, Reason: "review.operator_gate: accept or revise", By: capsule.BySagad, At: now}
+	} else if d.Trigger != "" && st.Status == capsule.InProgress {
+		park(st, d.Trigger, d.Reason, capsule.BySagad, now)
+	}
+	cp.History = append(cp.History, tr)
+	return tr, true
+}
+
+// park pauses the capsule at its current phase.
+func park(st *capsule.CheckpointState, t capsule.Trigger, reason, by string, now time.Time) {
+	st.Status = capsule.Paused
+	st.Pause = &capsule.PauseInfo{Trigger: t, Reason: reason, By: by, At: now}
+	if t != capsule.TriggerOperatorManual && !st.HasWarned(t) &&
+		(t == capsule.TriggerBudgetWarning || t == capsule.TriggerDeadlineApproaching) {
+		st.Warned = append(st.Warned, t)
+	}
+}
+
+func claim(cp *capsule.Checkpoint, e Claim, now time.Time) error {
+	if !Current(cp, e.Phase, e.Cycle) {
+		return refuse(ErrStale, e, cp, fmt.Sprintf("%s cycle %d", e.Phase, e.Cycle))
+	}
+	if ex := cp.State.Execution; ex != nil && ex.Cycle == e.Cycle && ex.Holder != e.Holder && now.Before(ex.ExpiresAt) {
+		return refuse(ErrClaimHeld, e, cp, fmt.Sprintf("%s until %s", ex.Holder, ex.ExpiresAt.Format(time.RFC3339)))
+	}
+	cp.State.Execution = &capsule.ExecutionClaim{Cycle: e.Cycle, Holder: e.Holder, ExpiresAt: e.ExpiresAt}
+	if e.Phase == capsule.Execution {
+		cp.State.LocksHeld = append([]string{}, e.Locks...)
+	}
+	return nil
+}
+
+func renew(cp *capsule.Checkpoint, e Renew) error {
+	ex := cp.State.Execution
+	if ex == nil || ex.Holder != e.Holder || ex.Cycle != e.Cycle {
+		// Cancelled, or taken over after our lease lapsed: stop working.
+		return refuse(ErrClaimLost, e, cp, "")
+	}
+	ex.ExpiresAt = e.ExpiresAt
+	return nil
+}
+
+func requestResume(cp *capsule.Checkpoint, e RequestResume) (bool, error) {
+	st := &cp.State
+	if e.From != capsule.Paused && e.From != capsule.WaitingForOperator {
+		return false, refuse(ErrInvalid, e, cp, "resume from "+string(e.From))
+	}
+	if st.Status != e.From || st.Pause == nil {
+		hint := ""
+		if st.Status == capsule.WaitingForOperator {
+			hint = "it waits for an operator decision: sagactl decide ID accept|revise"
+		}
+		return false, refused(e, cp, hint)
+	}
+	if e.Tokens < 0 || e.Dollars < 0 {
+		return false, refuse(ErrInvalid, e, cp, "raised caps must be positive")
+	}
+	if e.Token == "" {
+		return false, refuse(ErrInvalid, e, cp, "no resume token")
+	}
+	if st.AwaitingCycle > 0 && (st.Result == nil || st.Result.Cycle != st.AwaitingCycle) && !e.Force {
+		return false, refused(e, cp, "its executor accepted the work and its result has not arrived; --force runs the executor again")
+	}
+	if st.Pause.ResumeToken == "" {
+		st.Pause.ResumeToken = e.Token // else a resume in flight: finish that one
+	}
+	if e.Tokens > 0 || e.Dollars > 0 || e.Deadline != nil {
+		if st.Overrides == nil {
+			st.Overrides = &capsule.Overrides{}
+		}
+		if e.Tokens > 0 || e.Dollars > 0 {
+			st.Overrides.Tokens = max(e.Tokens, st.Overrides.Tokens)
+			st.Overrides.Dollars = max(e.Dollars, st.Overrides.Dollars)
+			st.Warned = without(st.Warned, capsule.TriggerBudgetWarning)
+		}
+		if e.Deadline != nil {
+			d := e.Deadline.UTC()
+			st.Overrides.Deadline = &d
+			st.Warned = without(st.Warned, capsule.TriggerDeadlineApproaching)
+		}
+	}
+	return true, nil
+}
+
+func without(list []capsule.Trigger, t capsule.Trigger) []capsule.Trigger {
+	out := list[:0:0]
+	for _, x := range list {
+		if x != t {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func resume(cp *capsule.Checkpoint, e Resume) (bool, error) {
+	st := &cp.State
+	if e.At != nil {
+		if Current(cp, e.At.Phase, e.At.Cycle) {
+			return false, nil // resumed already
+		}
+		if !Resumable(cp, e.At.Phase, e.At.Cycle, e.Token) {
+			return false, refuse(ErrStale, e, cp, "not paused here with this resume token")
+		}
+	} else if st.Pause == nil || st.Pause.ResumeToken != e.Token || e.Token == "" {
+		return false, nil // the phase message finished this resume first
+	}
+	st.Status = capsule.InProgress
+	st.Pause = nil
+	return true, nil
+}
+
+func pause(cp *capsule.Checkpoint, e Pause, now time.Time) (bool, error) {
+	st := &cp.State
+	switch st.Status {
+	case capsule.InProgress:
+		park(st, capsule.TriggerOperatorManual, e.Reason, e.By, now)
+		return true, nil
+	case capsule.Paused:
+		if st.Pause != nil && st.Pause.Trigger != capsule.TriggerOperatorManual && st.Pause.ResumeToken == "" {
+			// Parked by sagad (it would resume by itself): the operator's
+			// pause takes over, so only an operator resumes it.
+			park(st, capsule.TriggerOperatorManual, e.Reason, e.By, now)
+			return true, nil
+		}
+		return false, nil
+	case capsule.WaitingForOperator:
+		return false, refused(e, cp, "it already waits for a decision: decide or cancel")
+	}
+	return false, refused(e, cp, "it has ended")
+}
+
+func end(cp *capsule.Checkpoint, e End, now time.Time) (bool, *capsule.Transition, error) {
+	st := &cp.State
+	outcome := capsule.OutcomeCancelled
+	switch e.State {
+	case capsule.Cancelled:
+	case capsule.Halted:
+		outcome = capsule.OutcomeHalted
+		if e.Detail == "" {
+			return false, nil, refuse(ErrInvalid, e, cp, "a halt needs a reason")
+		}
+	default:
+		return false, nil, refuse(ErrInvalid, e, cp, "end in "+string(e.State))
+	}
+	if st.Status == capsule.Cancelled && e.State == capsule.Cancelled {
+		return false, nil, nil
+	}
+	if e.IfPausedAt != nil && !(st.Status == capsule.Paused && st.Pause != nil && st.Pause.At.Equal(*e.IfPausedAt) && st.AwaitingCycle > 0) {
+		return false, nil, refused(e, cp, "it changed meanwhile")
+	}
+	if st.Status.Terminal() {
+		return false, nil, refused(e, cp, "it has ended")
+	}
+	st.Status = e.State
+	if e.State == capsule.Halted {
+		st.HaltReason = e.Detail
+	}
+	st.Pause = nil
+	st.Execution = nil
+	st.LocksHeld = []string{}
+	tr := capsule.Transition{Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: st.Cycle, Outcome: outcome, Detail: e.Detail, At: now}
+	cp.History = append(cp.History, tr)
+	return true, &tr, nil
+}
+
+// OperatorReviewer prefixes the reviewer id of an operator's revision.
+const OperatorReviewer = "operator:"
+
+// RevisionPrefix starts the finding an operator's revision records.
+const RevisionPrefix = "operator revision: "
+
+func revise(cp *capsule.Checkpoint, e Revise, now time.Time) (bool, *capsule.Transition, error) {
+	st := &cp.State
+	if st.Status != capsule.WaitingForOperator {
+		if RevisedBy(cp) != "" {
+			return false, nil, nil // recorded: the caller finishes its effects
+		}
+		return false, nil, refused(e, cp, "only a capsule waiting_for_operator can be decided")
+	}
+	if st.Pause != nil && st.Pause.ResumeToken != "" {
+		return false, nil, refused(e, cp, "an accept is already under way")
+	}
+	if e.CycleLimit < 1 {
+		return false, nil, refuse(ErrInvalid, e, cp, "no cycle limit")
+	}
+	finding := capsule.Finding{Message: RevisionPrefix + e.Rationale}
+	cycle := st.Cycle
+	tr := capsule.Transition{Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: cycle, At: now}
+	st.Pause = nil
+	st.Reviews = append(st.Reviews, capsule.ReviewEntry{
+		Cycle: cycle, ReviewerID: OperatorReviewer + e.By, Verdict: capsule.ChangesRequested, Findings: []capsule.Finding{finding}, At: now,
+	})
+	if cycle >= e.CycleLimit {
+		reason := capsule.MaxCyclesExceeded(e.CycleLimit).String()
+		tr.Outcome, tr.Detail = capsule.OutcomeHalted, reason
+		st.Status, st.HaltReason = capsule.Halted, reason
+	} else {
+		tr.Outcome, tr.Detail = capsule.OutcomeLoopedBack, "operator revise: "+e.Rationale
+		st.Status = capsule.InProgress
+		st.Phase, st.PhaseName, st.Cycle = capsule.Execution, capsule.Execution.String(), cycle+1
+	}
+	cp.History = append(cp.History, tr)
+	return true, &tr, nil
+}
+
+// RevisedBy returns who revised the capsule if its last transition is an
+// operator revision (a loop back, or the halt of Rule 12), else "".
+func RevisedBy(cp *capsule.Checkpoint) string {
+	n, r := len(cp.History), len(cp.State.Reviews)
+	if n == 0 || r == 0 {
+		return ""
+	}
+	tr, rv := cp.History[n-1], cp.State.Reviews[r-1]
+	if tr.Phase != capsule.Handoff || rv.Cycle != tr.Cycle || !strings.HasPrefix(rv.ReviewerID, OperatorReviewer) ||
+		(tr.Outcome != capsule.OutcomeLoopedBack && tr.Outcome != capsule.OutcomeHalted) {
+		return ""
+	}
+	return strings.TrimPrefix(rv.ReviewerID, OperatorReviewer)
+}
+
+func recordResult(cp *capsule.Checkpoint, e RecordResult) (bool, error) {
+	st := &cp.State
+	if e.Result.Cycle != e.Cycle {
+		return false, refuse(ErrInvalid, e, cp, "result of another cycle")
+	}
+	if st.Status.Terminal() || st.AwaitingCycle != e.Cycle || (st.Result != nil && st.Result.Cycle == e.Cycle) {
+		return false, nil
+	}
+	res := e.Result
+	st.Result = &res
+	return true, nil
+}

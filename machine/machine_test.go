@@ -1,0 +1,424 @@
+package machine_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/machine"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// at returns a checkpoint in state st at (ph, cycle).
+func at(st capsule.State, ph capsule.Phase, cycle int) *capsule.Checkpoint {
+	cp := &capsule.Checkpoint{
+		SchemaVersion: capsule.CheckpointSchemaVersion, CapsuleID: "k", Key: "k", TraceID: "t",
+		CreatedAt: t0, UpdatedAt: t0,
+		State: capsule.CheckpointState{Phase: ph, PhaseName: ph.String(), Cycle: cycle, Status: st, LocksHeld: []string{}, ArtifactRefs: []string{}},
+	}
+	return cp
+}
+
+func paused(trigger capsule.Trigger, token string) *capsule.Checkpoint {
+	cp := at(capsule.Paused, capsule.Execution, 1)
+	cp.State.Pause = &capsule.PauseInfo{Trigger: trigger, Reason: "r", By: "x", At: t0, ResumeToken: token}
+	return cp
+}
+
+func waiting() *capsule.Checkpoint {
+	cp := at(capsule.WaitingForOperator, capsule.Handoff, 1)
+	cp.State.Pause = &capsule.PauseInfo{Trigger: capsule.TriggerOperatorGate, At: t0}
+	cp.State.Reviews = []capsule.ReviewEntry{{Cycle: 1, ReviewerID: "rv", Verdict: capsule.Approved, Findings: []capsule.Finding{{Message: "fine"}}}}
+	return cp
+}
+
+func ended(st capsule.State) *capsule.Checkpoint {
+	cp := at(st, capsule.Execution, 1)
+	cp.History = []capsule.Transition{{Phase: capsule.Execution, Cycle: 1, Outcome: capsule.OutcomeHalted}}
+	return cp
+}
+
+func awaiting() *capsule.Checkpoint {
+	cp := paused(capsule.TriggerBlockedExternal, "")
+	cp.State.AwaitingCycle = 1
+	return cp
+}
+
+// TestEveryStateAndEvent applies every event to a checkpoint in every state
+// and checks whether it applies, changes nothing, or is refused — and how.
+func TestEveryStateAndEvent(t *testing.T) {
+	t.Parallel()
+	states := map[string]func() *capsule.Checkpoint{
+		"in_progress@EXECUTION/1":  func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.Execution, 1) },
+		"paused/operator_manual":   func() *capsule.Checkpoint { return paused(capsule.TriggerOperatorManual, "") },
+		"paused/lock_contention":   func() *capsule.Checkpoint { return paused(capsule.TriggerLockContention, "") },
+		"paused/resume_in_flight":  func() *capsule.Checkpoint { return paused(capsule.TriggerOperatorManual, "tok") },
+		"paused/awaiting_external": awaiting,
+		"waiting_for_operator":     waiting,
+		"completed":                func() *capsule.Checkpoint { return ended(capsule.Completed) },
+		"halted":                   func() *capsule.Checkpoint { return ended(capsule.Halted) },
+		"cancelled":                func() *capsule.Checkpoint { return ended(capsule.Cancelled) },
+	}
+	pausedAt := t0
+	events := map[string]machine.Event{
+		"decide":        machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: machine.AdvanceWith()},
+		"claim":         machine.Claim{Phase: capsule.Execution, Cycle: 1, Holder: "h", ExpiresAt: t0.Add(time.Minute)},
+		"renew":         machine.Renew{Cycle: 1, Holder: "h", ExpiresAt: t0.Add(time.Minute)},
+		"resume":        machine.RequestResume{Action: "resume", From: capsule.Paused, Token: "new"},
+		"accept":        machine.RequestResume{Action: "accept", From: capsule.WaitingForOperator, Token: "new"},
+		"flip":          machine.Resume{Token: "tok"},
+		"flip_at":       machine.Resume{Token: "tok", At: &machine.Position{Phase: capsule.Execution, Cycle: 1}},
+		"pause":         machine.Pause{Reason: "r", By: "op"},
+		"cancel":        machine.End{State: capsule.Cancelled, Detail: "cancelled"},
+		"halt_overdue":  machine.End{State: capsule.Halted, Detail: "executor_failed:late", IfPausedAt: &pausedAt},
+		"revise":        machine.Revise{Rationale: "again", By: "op", CycleLimit: 3},
+		"record_result": machine.RecordResult{Cycle: 1, Result: capsule.ExecutionResult{Cycle: 1, ArtifactRef: "a"}},
+	}
+	// want: "ok" (applies with a change), "noop" (applies, nothing to
+	// write), or the refusal kind.
+	const ok, noop = "ok", "noop"
+	stale, lost, ref := machine.ErrStale, machine.ErrClaimLost, machine.ErrRefused
+	want := map[string]map[string]any{
+		"in_progress@EXECUTION/1":  {"decide": ok, "claim": ok, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": noop, "pause": ok, "cancel": ok, "halt_overdue": ref, "revise": ref, "record_result": noop},
+		"paused/operator_manual":   {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": noop, "cancel": ok, "halt_overdue": ref, "revise": ref, "record_result": noop},
+		"paused/lock_contention":   {"decide": stale, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ref, "revise": ref, "record_result": noop},
+		"paused/resume_in_flight":  {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": ok, "flip_at": ok, "pause": noop, "cancel": ok, "halt_overdue": ref, "revise": ref, "record_result": noop},
+		"paused/awaiting_external": {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ok, "revise": ref, "record_result": ok},
+		"waiting_for_operator":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ok, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "revise": ok, "record_result": noop},
+		"completed":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "revise": ref, "record_result": noop},
+		"halted":                   {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "revise": ref, "record_result": noop},
+		"cancelled":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": noop, "halt_overdue": ref, "revise": ref, "record_result": noop},
+	}
+	for sname, mk := range states {
+		for ename, ev := range events {
+			w, okw := want[sname][ename]
+			require.True(t, okw, "no expectation for %s × %s", sname, ename)
+			t.Run(sname+"×"+ename, func(t *testing.T) {
+				cp := mk()
+				before := fmt.Sprintf("%+v", *cp)
+				res, err := machine.Apply(cp, ev, t0.Add(time.Second))
+				require.Equal(t, before, fmt.Sprintf("%+v", *cp), "Apply never changes its input")
+				switch w {
+				case ok:
+					require.NoError(t, err)
+					require.True(t, res.Changed)
+					require.NotSame(t, cp, res.Checkpoint)
+				case noop:
+					require.NoError(t, err)
+					require.False(t, res.Changed)
+					require.Same(t, cp, res.Checkpoint)
+				default:
+					require.ErrorIs(t, err, w.(error))
+					var r *machine.Refusal
+					require.True(t, errors.As(err, &r), "typed refusal")
+					require.Equal(t, "k", r.Key)
+					require.Equal(t, cp.State.Status, r.State)
+				}
+			})
+		}
+	}
+}
+
+func TestDecide(t *testing.T) {
+	t.Parallel()
+	now := t0.Add(time.Minute)
+	tests := []struct {
+		name    string
+		cp      func() *capsule.Checkpoint
+		ev      machine.Decide
+		check   func(t *testing.T, res machine.Result)
+		wantErr error
+	}{
+		{
+			name: "advance moves to the next phase with progress",
+			cp:   func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.RealityAnchor, 0) },
+			ev:   machine.Decide{Phase: capsule.RealityAnchor, Decision: machine.AdvanceWith()},
+			check: func(t *testing.T, res machine.Result) {
+				st := res.Checkpoint.State
+				require.Equal(t, capsule.Planning, st.Phase)
+				require.Equal(t, "PLANNING", st.PhaseName)
+				require.Equal(t, capsule.RealityAnchor.Progress(), st.Progress)
+				require.Equal(t, capsule.OutcomePassed, res.Transition.Outcome)
+				require.Equal(t, &machine.Position{Phase: capsule.Planning}, res.Effects.Next)
+				require.Equal(t, now, res.Checkpoint.UpdatedAt)
+				require.Len(t, res.Checkpoint.History, 1)
+			},
+		},
+		{
+			name: "AUTOMATED_GATES starts cycle 1",
+			cp:   func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.AutomatedGates, 0) },
+			ev:   machine.Decide{Phase: capsule.AutomatedGates, Decision: machine.AdvanceWith()},
+			check: func(t *testing.T, res machine.Result) {
+				require.Equal(t, capsule.Execution, res.Checkpoint.State.Phase)
+				require.Equal(t, 1, res.Checkpoint.State.Cycle)
+				require.Equal(t, &machine.Position{Phase: capsule.Execution, Cycle: 1}, res.Effects.Next)
+			},
+		},
+		{
+			name: "HANDOFF completes",
+			cp:   func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.Handoff, 2) },
+			ev:   machine.Decide{Phase: capsule.Handoff, Cycle: 2, Decision: machine.AdvanceWith()},
+			check: func(t *testing.T, res machine.Result) {
+				require.Equal(t, capsule.Completed, res.Checkpoint.State.Status)
+				require.Equal(t, 100, res.Checkpoint.State.Progress)
+				require.Equal(t, capsule.Completed, res.Effects.Outcome)
+				require.Nil(t, res.Effects.Next)
+			},
+		},
+		{
+			name: "REVIEW loops back to a new EXECUTION cycle",
+			cp:   func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.ReviewPhase, 1) },
+			ev:   machine.Decide{Phase: capsule.ReviewPhase, Cycle: 1, Decision: machine.Decision{Action: machine.LoopBack}},
+			check: func(t *testing.T, res machine.Result) {
+				require.Equal(t, capsule.Execution, res.Checkpoint.State.Phase)
+				require.Equal(t, 2, res.Checkpoint.State.Cycle)
+				require.Equal(t, &machine.Position{Phase: capsule.Execution, Cycle: 2}, res.Effects.Next)
+			},
+		},
+		{
+			name: "EXECUTION halts, releases its locks and sends the outcome",
+			cp: func() *capsule.Checkpoint {
+				cp := at(capsule.InProgress, capsule.Execution, 1)
+				cp.State.LocksHeld = []string{"a"}
+				return cp
+			},
+			ev: machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: machine.HaltWith(capsule.ExecutorFailed("boom"))},
+			check: func(t *testing.T, res machine.Result) {
+				st := res.Checkpoint.State
+				require.Equal(t, capsule.Halted, st.Status)
+				require.Equal(t, "executor_failed:boom", st.HaltReason)
+				require.Empty(t, st.LocksHeld)
+				require.True(t, res.Effects.ReleaseLocks)
+				require.Equal(t, capsule.Halted, res.Effects.Outcome)
+			},
+		},
+		{
+			name: "a park records no transition and writes a continuation",
+			cp:   func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.Execution, 1) },
+			ev:   machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: machine.ParkWith(capsule.TriggerLockContention, "held")},
+			check: func(t *testing.T, res machine.Result) {
+				require.Nil(t, res.Transition)
+				require.Equal(t, capsule.Paused, res.Checkpoint.State.Status)
+				require.Equal(t, capsule.TriggerLockContention, res.Checkpoint.State.Pause.Trigger)
+				require.True(t, res.Effects.Parked)
+				require.True(t, res.Effects.ReleaseLocks)
+			},
+		},
+		{
+			name: "an operator's pause stands over a warning park",
+			cp: func() *capsule.Checkpoint {
+				cp := at(capsule.InProgress, capsule.Execution, 1)
+				cp.State.Status = capsule.Paused
+				cp.State.Pause = &capsule.PauseInfo{Trigger: capsule.TriggerOperatorManual, By: "op", At: t0}
+				return cp
+			},
+			ev: machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: machine.Decision{Action: machine.Advance, Trigger: capsule.TriggerBudgetWarning}},
+			check: func(t *testing.T, res machine.Result) {
+				st := res.Checkpoint.State
+				require.Equal(t, capsule.ReviewPhase, st.Phase)
+				require.Equal(t, capsule.Paused, st.Status)
+				require.Equal(t, capsule.TriggerOperatorManual, st.Pause.Trigger)
+				require.Nil(t, res.Effects.Next, "paused: no phase message")
+			},
+		},
+		{
+			name: "a warning parks after the transition, once",
+			cp:   func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.Execution, 1) },
+			ev: machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: machine.Decision{
+				Action: machine.Advance, Trigger: capsule.TriggerBudgetWarning, Reason: "80%",
+				Record: &machine.Record{Warned: capsule.TriggerBudgetWarning},
+			}},
+			check: func(t *testing.T, res machine.Result) {
+				st := res.Checkpoint.State
+				require.Equal(t, capsule.Paused, st.Status)
+				require.Equal(t, []capsule.Trigger{capsule.TriggerBudgetWarning}, st.Warned)
+				require.True(t, res.Effects.Parked)
+			},
+		},
+		{
+			name: "REVIEW's gate waits for the operator",
+			cp:   func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.ReviewPhase, 1) },
+			ev:   machine.Decide{Phase: capsule.ReviewPhase, Cycle: 1, Decision: machine.Decision{Action: machine.Advance, Wait: true}},
+			check: func(t *testing.T, res machine.Result) {
+				st := res.Checkpoint.State
+				require.Equal(t, capsule.WaitingForOperator, st.Status)
+				require.Equal(t, capsule.TriggerOperatorGate, st.Pause.Trigger)
+				require.True(t, res.Effects.Parked)
+			},
+		},
+		{
+			name: "a record is applied with the transition",
+			cp:   func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.Execution, 1) },
+			ev: machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: machine.Decision{Action: machine.Advance, Record: &machine.Record{
+				BudgetUsed: &capsule.Usage{Tokens: 5}, Result: &capsule.ExecutionResult{Cycle: 1, ArtifactRef: "artifact:k/1"},
+			}}},
+			check: func(t *testing.T, res machine.Result) {
+				st := res.Checkpoint.State
+				require.Equal(t, int64(5), st.BudgetUsed.Tokens)
+				require.Equal(t, []string{"artifact:k/1"}, st.ArtifactRefs)
+				require.Equal(t, 1, st.Result.Cycle)
+			},
+		},
+		{
+			name:    "another phase's message is stale",
+			cp:      func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.ReviewPhase, 1) },
+			ev:      machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: machine.AdvanceWith()},
+			wantErr: machine.ErrStale,
+		},
+		{
+			name:    "an earlier cycle is stale",
+			cp:      func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.Execution, 2) },
+			ev:      machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: machine.AdvanceWith()},
+			wantErr: machine.ErrStale,
+		},
+		{
+			name: "a live claim of another delivery makes it stale",
+			cp: func() *capsule.Checkpoint {
+				cp := at(capsule.InProgress, capsule.Execution, 1)
+				cp.State.Execution = &capsule.ExecutionClaim{Cycle: 1, Holder: "other", ExpiresAt: now.Add(time.Minute)}
+				return cp
+			},
+			ev:      machine.Decide{Phase: capsule.Execution, Cycle: 1, Holder: "me", Decision: machine.AdvanceWith()},
+			wantErr: machine.ErrStale,
+		},
+		{
+			name: "a lapsed claim of another delivery does not",
+			cp: func() *capsule.Checkpoint {
+				cp := at(capsule.InProgress, capsule.Execution, 1)
+				cp.State.Execution = &capsule.ExecutionClaim{Cycle: 1, Holder: "other", ExpiresAt: now.Add(-time.Second)}
+				return cp
+			},
+			ev: machine.Decide{Phase: capsule.Execution, Cycle: 1, Holder: "me", Decision: machine.AdvanceWith()},
+			check: func(t *testing.T, res machine.Result) {
+				require.Nil(t, res.Checkpoint.State.Execution, "the transition ends the claim")
+			},
+		},
+		{
+			name:    "a claimed delivery whose claim was cleared is stale",
+			cp:      func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.Execution, 1) },
+			ev:      machine.Decide{Phase: capsule.Execution, Cycle: 1, Holder: "me", Claimed: true, Decision: machine.AdvanceWith()},
+			wantErr: machine.ErrStale,
+		},
+		{
+			name:    "a retry records nothing",
+			cp:      func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.Execution, 1) },
+			ev:      machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: machine.RetryAfter(time.Second, nil)},
+			wantErr: machine.ErrInvalid,
+		},
+		{
+			name:    "only REVIEW loops back",
+			cp:      func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.Planning, 0) },
+			ev:      machine.Decide{Phase: capsule.Planning, Decision: machine.Decision{Action: machine.LoopBack}},
+			wantErr: machine.ErrInvalid,
+		},
+		{
+			name:    "a halt needs a reason",
+			cp:      func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.Planning, 0) },
+			ev:      machine.Decide{Phase: capsule.Planning, Decision: machine.Decision{Action: machine.Halt}},
+			wantErr: machine.ErrInvalid,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			res, err := machine.Apply(tt.cp(), tt.ev, now)
+			if tt.wantErr != nil {
+				require.ErrorIs(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.True(t, res.Changed)
+			tt.check(t, res)
+		})
+	}
+}
+
+func TestClaimAndRenew(t *testing.T) {
+	t.Parallel()
+	cp := at(capsule.InProgress, capsule.Execution, 1)
+	res, err := machine.Apply(cp, machine.Claim{Phase: capsule.Execution, Cycle: 1, Holder: "a", ExpiresAt: t0.Add(time.Minute), Locks: []string{"x"}}, t0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"x"}, res.Checkpoint.State.LocksHeld)
+	require.Equal(t, t0, res.Checkpoint.UpdatedAt, "a claim is not a state change people see")
+
+	_, err = machine.Apply(res.Checkpoint, machine.Claim{Phase: capsule.Execution, Cycle: 1, Holder: "b", ExpiresAt: t0.Add(time.Minute)}, t0.Add(time.Second))
+	require.ErrorIs(t, err, machine.ErrClaimHeld)
+	taken, err := machine.Apply(res.Checkpoint, machine.Claim{Phase: capsule.Execution, Cycle: 1, Holder: "b", ExpiresAt: t0.Add(3 * time.Minute)}, t0.Add(2*time.Minute))
+	require.NoError(t, err, "a lapsed claim is taken over")
+	require.Equal(t, "b", taken.Checkpoint.State.Execution.Holder)
+
+	_, err = machine.Apply(taken.Checkpoint, machine.Renew{Cycle: 1, Holder: "a", ExpiresAt: t0.Add(time.Hour)}, t0)
+	require.ErrorIs(t, err, machine.ErrClaimLost)
+	renewed, err := machine.Apply(taken.Checkpoint, machine.Renew{Cycle: 1, Holder: "b", ExpiresAt: t0.Add(time.Hour)}, t0)
+	require.NoError(t, err)
+	require.Equal(t, t0.Add(time.Hour), renewed.Checkpoint.State.Execution.ExpiresAt)
+}
+
+func TestResumeKeepsAResumeInFlight(t *testing.T) {
+	t.Parallel()
+	cp := paused(capsule.TriggerBudgetWarning, "")
+	cp.State.Warned = []capsule.Trigger{capsule.TriggerBudgetWarning}
+	first, err := machine.Apply(cp, machine.RequestResume{From: capsule.Paused, Token: "one", Tokens: 5000}, t0)
+	require.NoError(t, err)
+	require.Equal(t, "one", first.Checkpoint.State.Pause.ResumeToken)
+	require.Equal(t, int64(5000), first.Checkpoint.State.Overrides.Tokens)
+	require.Empty(t, first.Checkpoint.State.Warned, "raised caps re-arm the warning")
+	require.False(t, first.Effects.Parked, "a resume in flight writes no continuation")
+
+	again, err := machine.Apply(first.Checkpoint, machine.RequestResume{From: capsule.Paused, Token: "two"}, t0)
+	require.NoError(t, err)
+	require.Equal(t, "one", again.Checkpoint.State.Pause.ResumeToken, "the second resume finishes the first")
+
+	flipped, err := machine.Apply(again.Checkpoint, machine.Resume{Token: "one"}, t0)
+	require.NoError(t, err)
+	require.Equal(t, capsule.InProgress, flipped.Checkpoint.State.Status)
+	require.Nil(t, flipped.Checkpoint.State.Pause)
+
+	_, err = machine.Apply(cp, machine.RequestResume{From: capsule.Paused, Token: "x", Dollars: -1}, t0)
+	require.ErrorIs(t, err, machine.ErrInvalid)
+	_, err = machine.Apply(awaiting(), machine.RequestResume{From: capsule.Paused, Token: "x"}, t0)
+	require.ErrorIs(t, err, machine.ErrRefused)
+	forced, err := machine.Apply(awaiting(), machine.RequestResume{From: capsule.Paused, Token: "x", Force: true}, t0)
+	require.NoError(t, err)
+	require.Equal(t, "x", forced.Checkpoint.State.Pause.ResumeToken)
+}
+
+func TestReviseAndEnd(t *testing.T) {
+	t.Parallel()
+	res, err := machine.Apply(waiting(), machine.Revise{Rationale: "tighten", By: "ann", CycleLimit: 3}, t0)
+	require.NoError(t, err)
+	st := res.Checkpoint.State
+	require.Equal(t, capsule.Execution, st.Phase)
+	require.Equal(t, 2, st.Cycle)
+	require.Equal(t, "ann", machine.RevisedBy(res.Checkpoint))
+	require.Equal(t, &machine.Position{Phase: capsule.Execution, Cycle: 2}, res.Effects.Next)
+	again, err := machine.Apply(res.Checkpoint, machine.Revise{Rationale: "tighten", By: "ann", CycleLimit: 3}, t0)
+	require.NoError(t, err)
+	require.False(t, again.Changed, "a recorded revision is not recorded twice")
+
+	last, err := machine.Apply(waiting(), machine.Revise{Rationale: "no", By: "ann", CycleLimit: 1}, t0)
+	require.NoError(t, err)
+	require.Equal(t, "max_cycles_exceeded:1", last.Checkpoint.State.HaltReason)
+	require.Equal(t, capsule.Halted, last.Effects.Outcome)
+
+	c, err := machine.Apply(at(capsule.InProgress, capsule.Execution, 1), machine.End{State: capsule.Cancelled, Detail: "cancelled by ann"}, t0)
+	require.NoError(t, err)
+	require.Equal(t, capsule.Cancelled, c.Effects.Outcome)
+	require.True(t, c.Effects.ReleaseLocks)
+	require.Equal(t, capsule.OutcomeCancelled, c.Transition.Outcome)
+
+	moved := t0.Add(time.Hour)
+	_, err = machine.Apply(awaiting(), machine.End{State: capsule.Halted, Detail: "executor_failed:late", IfPausedAt: &moved}, t0)
+	require.ErrorIs(t, err, machine.ErrRefused, "a pause newer than the one judged overdue stands")
+}
+
+func TestRefusalReadsAsASentence(t *testing.T) {
+	t.Parallel()
+	_, err := machine.Apply(ended(capsule.Completed), machine.End{State: capsule.Cancelled, Detail: "x"}, t0)
+	require.EqualError(t, err, "cannot cancel k: it is completed (it has ended)")
+}
