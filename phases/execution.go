@@ -11,8 +11,8 @@ import (
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
-	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/locks"
+	"github.com/sagad/sagad/machine"
 )
 
 // ErrClaimHeld is returned by Input.Claim when another live instance is
