@@ -64,6 +64,10 @@ type CheckpointState struct {
 	// AwaitingCycle is the cycle whose executor result is expected on the
 	// completion subject (blocked_external on accepted work).
 	AwaitingCycle int `json:"awaiting_cycle,omitempty"`
+	// AwaitingUntil is when the awaited result is overdue: the acceptance
+	// time plus the endpoint's completion_timeout. Checkpoints written
+	// before it existed use the daemon's --external-timeout.
+	AwaitingUntil *time.Time `json:"awaiting_until,omitempty"`
 }
 
 // PauseInfo describes a pause or an operator wait.
@@ -214,6 +218,7 @@ func (c *Checkpoint) Clone() *Checkpoint {
 	st.Result = clonePtr(c.State.Result)
 	st.Pause = clonePtr(c.State.Pause)
 	st.LockWaitSince = clonePtr(c.State.LockWaitSince)
+	st.AwaitingUntil = clonePtr(c.State.AwaitingUntil)
 	if o := c.State.Overrides; o != nil {
 		cp := *o
 		cp.Deadline = clonePtr(o.Deadline)

@@ -204,6 +204,12 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"awaiting_cycle":`...)
 		b = strconv.AppendInt(b, int64(s.AwaitingCycle), 10)
 	}
+	if s.AwaitingUntil != nil {
+		b = append(b, `,"awaiting_until":`...)
+		if b, err = appendTime(b, *s.AwaitingUntil); err != nil {
+			return nil, err
+		}
+	}
 	return append(b, '}'), nil
 }
 

@@ -60,7 +60,11 @@
 // goes on asynchronously and the worker publishes a [Completion] later on
 // CompletionSubject(capsule_id, cycle), i.e. "saga.complete.<capsule_id>.<cycle>".
 // A completion is the same JSON as the synchronous reply with status "ok" or
-// "failed", plus "kind": "execute" or "review". Usage is reported with every
+// "failed", plus "kind": "execute". Only executors work asynchronously:
+// reviewers answer synchronously; a reviewer's "accepted" parks the capsule
+// (blocked_external) until an operator resumes it, which asks the reviewer
+// again, and a completion with "kind": "review" is dropped and counted
+// (sagad_messages_terminated_total{reason="review_completion"}). Usage is reported with every
 // answer, failures included: it feeds the capsule's budget.
 //
 // Publish a completion with a JetStream publish (sagad keeps completions in

@@ -81,6 +81,10 @@ type Record struct {
 	// AwaitingCycle, when not zero, is the cycle whose result an executor
 	// that accepted the work will deliver on the completion subject.
 	AwaitingCycle int
+	// AwaitingUntil is when that result is overdue (the endpoint's
+	// completion_timeout after the acceptance); nil leaves it to the
+	// daemon's default.
+	AwaitingUntil *time.Time
 	// Warned is a warning trigger that fired and must not fire again.
 	Warned capsule.Trigger
 }
@@ -101,12 +105,18 @@ func (r *Record) ApplyTo(st *capsule.CheckpointState) {
 			st.ArtifactRefs = append(st.ArtifactRefs, res.ArtifactRef)
 		}
 		st.AwaitingCycle = 0
+		st.AwaitingUntil = nil
 	}
 	if r.Review != nil && !hasReview(st.Reviews, r.Review.Cycle) {
 		st.Reviews = append(st.Reviews, *r.Review)
 	}
 	if r.AwaitingCycle != 0 {
 		st.AwaitingCycle = r.AwaitingCycle
+		st.AwaitingUntil = nil
+		if r.AwaitingUntil != nil {
+			u := r.AwaitingUntil.UTC()
+			st.AwaitingUntil = &u
+		}
 	}
 	if r.Warned != "" && !st.HasWarned(r.Warned) {
 		st.Warned = append(st.Warned, r.Warned)

@@ -101,6 +101,12 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 			case errors.Is(err, executors.ErrAccepted):
 				d := ParkWith(capsule.TriggerBlockedExternal, "waiting for the executor's result: "+err.Error())
 				d.Record = &Record{AwaitingCycle: cycle}
+				var acc *executors.AcceptedError
+				if errors.As(err, &acc) && acc.Timeout > 0 {
+					// The endpoint's completion_timeout, from now.
+					until := env.Now().Add(acc.Timeout)
+					d.Record.AwaitingUntil = &until
+				}
 				return d
 			case errors.Is(err, executors.ErrHumanInput):
 				return ParkWith(capsule.TriggerBlockedExternal, "the executor needs human input: "+err.Error())

@@ -21,11 +21,15 @@ import (
 )
 
 // acceptingStub answers "accepted": the result comes later on the completion subject.
-type acceptingStub struct{ n *atomic.Int64 }
+type acceptingStub struct {
+	n *atomic.Int64
+	// timeout is the endpoint's completion_timeout (zero: none configured).
+	timeout time.Duration
+}
 
 func (a acceptingStub) Execute(context.Context, executors.Request) (executors.Result, error) {
 	a.n.Add(1)
-	return executors.Result{}, &executors.AcceptedError{}
+	return executors.Result{}, &executors.AcceptedError{Timeout: a.timeout}
 }
 
 func (f *fixture) admin(t *testing.T) *pipeline.Admin {
@@ -388,6 +392,25 @@ func TestExternalResultOverdue(t *testing.T) {
 		c.SweepInterval = 50 * time.Millisecond
 	})
 	doc := f.own(t, capsuletest.New().Set("task.kind", "accepting"))
+	f.publish(t, doc.Sealed(t))
+	s := f.wait(t, doc.ID())
+	for s.State == capsule.Paused {
+		s = f.waitState(t, doc.ID(), capsule.Halted)
+	}
+	require.Equal(t, capsule.Halted, s.State)
+	require.Equal(t, "executor_failed:no result for cycle 1 within 300ms", s.HaltReason)
+}
+
+// TestEndpointCompletionTimeout: an endpoint's completion_timeout, not the
+// daemon's --external-timeout, decides when its accepted work is overdue.
+func TestEndpointCompletionTimeout(t *testing.T) {
+	t.Parallel()
+	f := setupWith(t, func(c *pipeline.Config) {
+		c.ExternalTimeout = time.Hour
+		c.SweepInterval = 50 * time.Millisecond
+		c.Executors.RegisterExecutor("accepting-briefly", acceptingStub{n: new(atomic.Int64), timeout: 300 * time.Millisecond})
+	})
+	doc := f.own(t, capsuletest.New().Set("task.kind", "accepting-briefly"))
 	f.publish(t, doc.Sealed(t))
 	s := f.wait(t, doc.ID())
 	for s.State == capsule.Paused {

@@ -73,8 +73,13 @@ func (p *Pipeline) sweep(ctx context.Context) {
 			if cp.State.AwaitingCycle == 0 {
 				continue
 			}
-			if p.cfg.Now().Sub(cp.State.Pause.At) > p.cfg.ExternalTimeout {
-				reason := capsule.ExecutorFailed(fmt.Sprintf("no result for cycle %d within %s", cp.State.AwaitingCycle, p.cfg.ExternalTimeout))
+			overdue, within := cp.State.Pause.At.Add(p.cfg.ExternalTimeout), p.cfg.ExternalTimeout
+			if u := cp.State.AwaitingUntil; u != nil {
+				// The endpoint's own completion_timeout.
+				overdue, within = *u, roundTimeout(u.Sub(cp.State.Pause.At))
+			}
+			if p.cfg.Now().After(overdue) {
+				reason := capsule.ExecutorFailed(fmt.Sprintf("no result for cycle %d within %s", cp.State.AwaitingCycle, within))
 				pausedAt := cp.State.Pause.At
 				if _, err := admin.end(ctx, key, machine.End{State: capsule.Halted, Detail: reason.String(), IfPausedAt: &pausedAt}); err != nil && !errors.Is(err, ErrRefused) {
 					p.log.Warn("sweep: halt overdue external work", "key", key, "error", err)
@@ -88,6 +93,16 @@ func (p *Pipeline) sweep(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// roundTimeout rounds an endpoint's completion timeout as measured from the
+// checkpoint (the acceptance was recorded a moment after the call returned)
+// back to the duration it was configured as.
+func roundTimeout(d time.Duration) time.Duration {
+	if d < time.Minute {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
 }
 
 // runSweeper sweeps every SweepInterval until ctx ends.
