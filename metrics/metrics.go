@@ -74,6 +74,21 @@ const (
 	ActionReplay      = "replay"
 )
 
+// Reasons a message is terminated ([Metrics.Terminated]): it can never
+// succeed, so it is neither acknowledged as done nor retried.
+const (
+	TermNoKey            = "no_key"            // a phase message without a capsule key
+	TermInvalidKey       = "invalid_key"       // a key that is no valid KV key
+	TermBadHeader        = "bad_header"        // a cycle header that is no number
+	TermUndecodable      = "undecodable"       // a body that cannot be decoded
+	TermUnknownCapsule   = "unknown_capsule"   // no checkpoint after the grace period
+	TermBadSubject       = "bad_subject"       // a completion subject that names no (capsule, cycle)
+	TermReviewCompletion = "review_completion" // reviewers answer synchronously
+)
+
+// TermReasons is the closed set of reason label values of terminations.
+var TermReasons = []string{TermNoKey, TermInvalidKey, TermBadHeader, TermUndecodable, TermUnknownCapsule, TermBadSubject, TermReviewCompletion}
+
 // AdminActions is the closed set of action label values.
 var AdminActions = []string{
 	ActionPause, ActionResume, ActionCancel, ActionAccept, ActionRevise, ActionPhasePause,
@@ -142,6 +157,7 @@ type Metrics struct {
 	pauses         *prometheus.CounterVec
 	resumes        *prometheus.CounterVec
 	adminActions   *prometheus.CounterVec
+	terminated     *prometheus.CounterVec
 }
 
 // New creates the recorder and registers its metrics on reg (nil registers
@@ -231,6 +247,10 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 			Name: "sagad_admin_actions_total",
 			Help: "Operator actions sagad carried out, by action.",
 		}, []string{"action"}),
+		terminated: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sagad_messages_terminated_total",
+			Help: "Messages sagad terminated because they can never succeed (poison), by cause.",
+		}, []string{"cause"}),
 	}
 	m.init()
 	return m
@@ -268,6 +288,9 @@ func (m *Metrics) init() {
 	}
 	for _, a := range AdminActions {
 		m.adminActions.WithLabelValues(a)
+	}
+	for _, r := range TermReasons {
+		m.terminated.WithLabelValues(r)
 	}
 }
 
@@ -428,3 +451,11 @@ func oneOf[S ~string](v string, set []S) string {
 // seconds converts d for a histogram; a negative duration (a clock step)
 // counts as zero.
 func seconds(d time.Duration) float64 { return max(d, 0).Seconds() }
+
+// Terminated counts a message terminated for reason, one of [TermReasons].
+func (m *Metrics) Terminated(reason string) {
+	if m == nil {
+		return
+	}
+	m.terminated.WithLabelValues(oneOf(reason, TermReasons)).Inc()
+}

@@ -337,6 +337,7 @@ func TestLabelsStayBounded(t *testing.T) {
 	m.Paused(capsule.Trigger(id))
 	m.Resumed(capsule.Trigger("saga.events." + id))
 	m.AdminAction(id)
+	m.Terminated(id)
 
 	ruleSet := []string{Other}
 	for _, r := range rules.Constitution {
@@ -356,6 +357,7 @@ func TestLabelsStayBounded(t *testing.T) {
 		"result":     append([]string{Other}, CallResults...),
 		"trigger":    append([]string{Other}, strs(Triggers)...),
 		"action":     append([]string{Other}, AdminActions...),
+		"cause":      append([]string{Other}, TermReasons...),
 		"version":    {"v1.2.3"},
 		"go_version": {"go1.26.8"},
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/sagad/sagad/internal/cas"
 	"github.com/sagad/sagad/locks"
 	"github.com/sagad/sagad/machine"
+	"github.com/sagad/sagad/metrics"
 )
 
 // StateError refuses an admin action the capsule's state does not allow (a
@@ -232,7 +233,11 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 		return StatusOf(cp), err
 	}
 	a.p.metrics.Resumed(trigger)
-	a.p.metrics.AdminAction(action)
+	if opts.By != capsule.BySagad {
+		// sagad's own resumes (free locks, an arrived result) are no
+		// operator's action.
+		a.p.metrics.AdminAction(action)
+	}
 	return StatusOf(cp), nil
 }
 
@@ -266,7 +271,9 @@ func (a *Admin) end(ctx context.Context, id string, ev machine.End) (Status, err
 	if res.Changed {
 		a.p.metrics.Ended(ev.State, capsule.ParseHaltReason(cp.State.HaltReason))
 	}
-	a.p.metrics.AdminAction(ev.Name())
+	if ev.State == capsule.Cancelled {
+		a.p.metrics.AdminAction(metrics.ActionCancel)
+	}
 	return StatusOf(cp), nil
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/sagad/sagad/internal/cas"
 	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/machine"
+	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
 )
 
@@ -27,94 +28,94 @@ import (
 // message is taken for one of a forgotten capsule (see advance).
 const forgottenAfter = 10
 
-// handle runs phase ph for one message. It never returns an error: every
-// outcome ends in an ack (transition recorded, or already recorded) or a nak
-// with delay (try again later).
+// handle runs phase ph for one message and settles it: every outcome ends
+// in an ack (transition recorded, or already recorded), a nak with delay
+// (try again later) or a termination (the message can never succeed).
 func (p *Pipeline) handle(ctx context.Context, ph capsule.Phase, msg jetstream.Msg) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PhaseTimeout)
 	defer cancel()
-	var retry time.Duration
-	var err error
+	var d delivery
 	if ph == capsule.Reception {
-		retry, err = p.receive(ctx, msg)
+		d = p.receive(ctx, msg)
 	} else {
-		retry, err = p.advance(ctx, ph, msg)
+		d = p.advance(ctx, ph, msg)
 	}
-	if err != nil {
-		p.log.Warn("phase will retry", "phase", ph.String(), "key", msg.Headers().Get(HeaderKey), "retry_in", retry, "error", err)
-	}
-	settle(msg, retry)
+	p.settle(msg, ConsumerName(ph), d)
 }
 
 // advance runs phases 1–6.
-func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.Msg) (time.Duration, error) {
+func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.Msg) delivery {
+	// A phase message is only a pointer to the checkpoint: its headers name
+	// the capsule and the cycle, and whatever else it says is checked
+	// against the checkpoint. Headers that cannot name one never will.
 	key := msg.Headers().Get(HeaderKey)
-	cycle, _ := strconv.Atoi(msg.Headers().Get(HeaderCycle))
 	if key == "" {
-		// Not ours: nothing to resume from, so drop it loudly instead of
-		// redelivering it forever.
-		p.log.Error("message without capsule key dropped", "phase", ph.String(), "subject", msg.Subject())
-		return 0, nil
+		return term(metrics.TermNoKey, errors.New("phase message without a capsule key"))
+	}
+	if !validKey(key) {
+		return term(metrics.TermInvalidKey, fmt.Errorf("capsule key %q is no valid KV key", printableKey(key)))
+	}
+	cycle, err := strconv.Atoi(msg.Headers().Get(HeaderCycle))
+	if err != nil || cycle < 0 {
+		return term(metrics.TermBadHeader, fmt.Errorf("cycle header %q", printableKey(msg.Headers().Get(HeaderCycle))))
 	}
 	raw := msg.Data()
 	c, err := p.cache.capsule(key, raw)
 	if err != nil {
-		p.log.Error("undecodable capsule in phase stream dropped", "phase", ph.String(), "key", key, "error", err)
-		return 0, nil
+		return term(metrics.TermUndecodable, fmt.Errorf("capsule in phase stream: %w", err))
 	}
 	// Phases start from this process's cached checkpoint when it has one: a
 	// stale one loses its first compare-and-set (REVIEW's claim, before the
 	// reviewer is called, or the commit), and the phase then runs again on
 	// the checkpoint read from KV. EXECUTION reads it first: it takes locks
 	// before its claim, and a capsule cancelled meanwhile must not get them.
-	retry, err, stale := p.attempt(ctx, ph, msg, key, cycle, raw, c, ph != capsule.Execution)
+	d, stale := p.attempt(ctx, ph, msg, key, cycle, raw, c, ph != capsule.Execution)
 	if stale {
 		// The cached checkpoint was behind: decide again on the real one.
-		retry, err, _ = p.attempt(ctx, ph, msg, key, cycle, raw, c, false)
+		d, _ = p.attempt(ctx, ph, msg, key, cycle, raw, c, false)
 	}
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(d.err, ErrNotFound) {
 		// Every phase message follows the checkpoint that sent it, but a
 		// read may be served by a replica that is behind: try again for a
 		// while. Still none then means the capsule ended and was
-		// forgotten (retention): a late copy has nothing left to do.
+		// forgotten (retention), or never existed: nothing left to do.
 		if md, merr := msg.Metadata(); merr == nil && md.NumDelivered >= forgottenAfter {
-			p.log.Warn("message for a capsule without a checkpoint dropped", "phase", ph.String(), "key", key, "deliveries", md.NumDelivered)
-			return 0, nil
+			return term(metrics.TermUnknownCapsule, fmt.Errorf("no checkpoint after %d deliveries: %w", md.NumDelivered, d.err))
 		}
 	}
-	return retry, err
+	return d
 }
 
 // attempt runs phase ph once for the message. With useCache it may start
 // from a stale checkpoint; it then reports stale instead of acting on it.
-func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.Msg, key string, cycle int, raw []byte, c *capsule.Capsule, useCache bool) (time.Duration, error, bool) {
+func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.Msg, key string, cycle int, raw []byte, c *capsule.Capsule, useCache bool) (delivery, bool) {
 	t := &txn{p: p, key: key, token: p.cfg.InstanceID + "/" + nuid.Next()}
 	cached := false
 	if useCache {
 		var err error
 		if cached, err = t.loadCached(ctx); err != nil {
-			return p.cfg.RetryDelay, err, false
+			return nakAfter(p.cfg.RetryDelay, err), false
 		}
 		t.fromCache = cached
 		if cached && !t.current(ph, cycle) {
-			return 0, nil, true
+			return ack(), true
 		}
 	} else if err := t.load(ctx); err != nil {
-		return p.cfg.RetryDelay, err, false
+		return nakAfter(p.cfg.RetryDelay, err), false
 	}
 	if !t.current(ph, cycle) {
 		token := msg.Headers().Get(HeaderResumeToken)
 		if !t.resumable(ph, cycle, token) {
-			retry, err := p.reemitFor(ctx, t.cp, ph, cycle, raw, c.Constraints.ResourceLocksRequired)
-			return retry, err, false
+			dl := p.reemitFor(ctx, t.cp, ph, cycle, raw, c.Constraints.ResourceLocksRequired)
+			return dl, false
 		}
 		// The resume that sent this message may not have flipped the
 		// state yet (or died before it could): finish it here.
 		if err := t.resume(ctx, ph, cycle, token); errors.Is(err, errStale) {
-			retry, err := p.reemitFor(ctx, t.cp, ph, cycle, raw, c.Constraints.ResourceLocksRequired)
-			return retry, err, false
+			dl := p.reemitFor(ctx, t.cp, ph, cycle, raw, c.Constraints.ResourceLocksRequired)
+			return dl, false
 		} else if err != nil {
-			return p.cfg.RetryDelay, err, false
+			return nakAfter(p.cfg.RetryDelay, err), false
 		}
 	}
 	md, mdErr := msg.Metadata()
@@ -157,10 +158,10 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	if t.cacheMiss.Load() {
 		// The claim found the cached checkpoint stale before any agent
 		// was called: decide again on the real one.
-		return 0, nil, true
+		return ack(), true
 	}
 	if d.Action == phases.Retry {
-		return p.cfg.RetryDelay + d.Delay, d.Err, false
+		return nakAfter(p.cfg.RetryDelay+d.Delay, d.Err), false
 	}
 	// Record what happened even if the phase's time ran out meanwhile (or
 	// is about to: a fresh bound then, not a timer per message).
@@ -175,22 +176,22 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	stopHeartbeat() // the claim ends with the transition
 	if errors.Is(err, errStale) {
 		if unverified {
-			return 0, nil, true
+			return ack(), true
 		}
 		// Someone else recorded this transition (or the capsule moved on):
 		// their outcome stands, ours is dropped.
-		retry, err := p.reemitFor(ctx, t.view(), ph, cycle, raw, c.Constraints.ResourceLocksRequired)
-		return retry, err, false
+		dl := p.reemitFor(ctx, t.view(), ph, cycle, raw, c.Constraints.ResourceLocksRequired)
+		return dl, false
 	}
 	if err != nil {
-		return p.cfg.RetryDelay, err, false
+		return nakAfter(p.cfg.RetryDelay, err), false
 	}
 	p.observe(res.Checkpoint, res.Transition, d, p.cfg.Now().Sub(start))
 	if err := p.effects(ctx, res.Checkpoint, t.revision(), res.Transition, raw, c.Constraints.ResourceLocksRequired); err != nil {
 		// The transition is recorded; redelivery re-emits its effects.
-		return p.cfg.RetryDelay, err, false
+		return nakAfter(p.cfg.RetryDelay, err), false
 	}
-	return 0, nil, false
+	return ack(), false
 }
 
 // recordTimeout bounds recording a phase's result and emitting its effects.
@@ -465,7 +466,7 @@ func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.
 
 // reemitFor handles a message whose transition is already recorded: it
 // re-emits that transition's effects (harmless when repeated) and acks.
-func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph capsule.Phase, cycle int, raw []byte, lockPaths []string) (time.Duration, error) {
+func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph capsule.Phase, cycle int, raw []byte, lockPaths []string) delivery {
 	tr, ok := cp.Find(ph, cycle)
 	if !ok {
 		st := cp.State
@@ -474,19 +475,19 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 			// Parked here, maybe by a delivery that died before writing the
 			// continuation: write it (again) before dropping the message.
 			if err := p.effects(ctx, cp, 0, nil, raw, lockPaths); err != nil {
-				return p.cfg.RetryDelay, err
+				return nakAfter(p.cfg.RetryDelay, err)
 			}
 		}
 		// Not recorded and not current: the capsule is paused or waiting
 		// here (resume sends a new message), or this message is a stray.
 		// The checkpoint is the truth; drop it.
 		p.log.Debug("stale message dropped", "key", cp.Key, "phase", ph.String(), "cycle", cycle, "state", cp.State.Status)
-		return 0, nil
+		return ack()
 	}
 	if err := p.effects(ctx, cp, 0, &tr, raw, lockPaths); err != nil {
-		return p.cfg.RetryDelay, err
+		return nakAfter(p.cfg.RetryDelay, err)
 	}
-	return 0, nil
+	return ack()
 }
 
 // effects publishes what a recorded change of cp means for the world: the

@@ -130,11 +130,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 		p.running = append(p.running, r)
 	}
 	r, err := p.startConsumer(ctx, workCtx, CompletionsStream, CompletionsConsumer, func(ctx context.Context, msg jetstream.Msg) {
-		retry, err := p.complete(ctx, msg)
-		if err != nil {
-			p.log.Warn("completion will retry", "subject", msg.Subject(), "error", err)
-		}
-		settle(msg, retry)
+		p.settle(msg, CompletionsConsumer, p.complete(ctx, msg))
 	})
 	if err != nil {
 		cancel()
@@ -246,15 +242,6 @@ func (r *phaseRunner) stop() {
 	}
 	close(r.work)
 	r.wg.Wait()
-}
-
-// settle maps a delivery outcome to JetStream: ack, or nak with a delay.
-func settle(msg jetstream.Msg, retry time.Duration) {
-	if retry > 0 {
-		_ = msg.NakWithDelay(retry)
-		return
-	}
-	_ = msg.Ack()
 }
 
 // budgets charges capsules outside any wave in their checkpoint alone, and

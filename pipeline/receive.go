@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,16 +21,16 @@ import (
 // receive runs RECEPTION for one intake message: it decides the capsule's key,
 // keeps its bytes, writes its first checkpoint (create-only, so a capsule is
 // received once) and emits the effects.
-func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duration, error) {
+func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) delivery {
 	meta, err := msg.Metadata()
 	if err != nil {
-		return p.cfg.RetryDelay, fmt.Errorf("reception: metadata: %w", err)
+		return nakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: metadata: %w", err))
 	}
 	raw := msg.Data()
 	fallbackKey := "x-" + strconv.FormatUint(meta.Sequence.Stream, 10)
 	r := phases.Receive(ctx, p.env, raw, func(id string) string { return id })
 	if r.Decision.Action == phases.Retry {
-		return p.cfg.RetryDelay + r.Decision.Delay, r.Decision.Err
+		return nakAfter(p.cfg.RetryDelay+r.Decision.Delay, r.Decision.Err)
 	}
 
 	key := fallbackKey
@@ -51,21 +50,21 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			same, ended, err := p.keptBytes(ctx, key, r.Digest)
 			if err != nil {
-				return p.cfg.RetryDelay, err
+				return nakAfter(p.cfg.RetryDelay, err)
 			}
 			if !same {
 				key = fallbackKey
 			}
 			staleEnd = same && ended
 		} else if err != nil {
-			return p.cfg.RetryDelay, fmt.Errorf("reception: keep capsule: %w", err)
+			return nakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: keep capsule: %w", err))
 		}
 	}
 	if key == fallbackKey {
 		// Create, not Put: a redelivered intake message must not erase what
 		// its first delivery recorded on the bytes (the outcome mark).
 		if _, err := jspub.KVCreate(ctx, p.js.Conn(), p.stores.capsules, key, raw); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-			return p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err)
+			return nakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err))
 		}
 	}
 
@@ -76,18 +75,18 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 	if err != nil || res.Transition == nil {
 		// RECEPTION decides advance or halt; anything else is a bug that
 		// must not lose the bytes: they stay kept, the message is retried.
-		return p.cfg.RetryDelay, fmt.Errorf("reception: %s decision: %w", r.Decision.Action, err)
+		return nakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: %s decision: %w", r.Decision.Action, err))
 	}
 	cp, tr := res.Checkpoint, *res.Transition
 	rev, err := p.checkpoints.Create(ctx, cp)
 	if errors.Is(err, errConflict) {
 		existing, _, err := p.checkpoints.Get(ctx, key)
 		if err != nil {
-			return p.cfg.RetryDelay, err
+			return nakAfter(p.cfg.RetryDelay, err)
 		}
 		if existing.IntakeSeq != meta.Sequence.Stream { // not our own redelivery
 			if err := p.duplicateIgnored(ctx, existing, meta.Sequence.Stream); err != nil {
-				return p.cfg.RetryDelay, err
+				return nakAfter(p.cfg.RetryDelay, err)
 			}
 		}
 		var lockPaths []string
@@ -96,7 +95,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 		}
 		return p.reemitFor(ctx, existing, capsule.Reception, 0, raw, lockPaths)
 	} else if err != nil {
-		return p.cfg.RetryDelay, fmt.Errorf("reception: create checkpoint: %w", err)
+		return nakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: create checkpoint: %w", err))
 	}
 	if staleEnd {
 		// The bytes are those of an earlier run of this capsule that ended
@@ -104,7 +103,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 		// a moment later): this is a new run, so its bytes must not carry
 		// that run's outcome mark and time to live.
 		if _, err := p.stores.capsules.Put(ctx, key, raw); err != nil {
-			return p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err)
+			return nakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err))
 		}
 	}
 	p.cache.put(cp, rev)
@@ -118,9 +117,9 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) (time.Duratio
 		lockPaths = r.Capsule.Constraints.ResourceLocksRequired
 	}
 	if err := p.effects(ctx, cp, rev, &tr, raw, lockPaths); err != nil {
-		return p.cfg.RetryDelay, err
+		return nakAfter(p.cfg.RetryDelay, err)
 	}
-	return 0, nil
+	return ack()
 }
 
 // keptBytes compares the bytes kept under key with digest, and reports

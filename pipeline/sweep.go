@@ -15,6 +15,7 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/machine"
+	"github.com/sagad/sagad/metrics"
 )
 
 // sweep looks at every parked capsule once: lock_contention capsules resume
@@ -124,36 +125,41 @@ func (p *Pipeline) runSweeper(ctx context.Context, done chan<- struct{}) {
 // saga.complete.<capsule_id>.<cycle> and resumes the capsule, which then
 // finishes EXECUTION without running the executor again. A result for a
 // cycle already recorded, or for a capsule not waiting for it, is ignored.
-func (p *Pipeline) complete(ctx context.Context, msg jetstream.Msg) (time.Duration, error) {
+func (p *Pipeline) complete(ctx context.Context, msg jetstream.Msg) delivery {
 	key, cycle, err := executors.ParseCompletionSubject(msg.Subject())
+	if err == nil && !validKey(key) {
+		err = fmt.Errorf("capsule key %q is no valid KV key", printableKey(key))
+	}
 	if err != nil {
-		p.log.Warn("completion on a malformed subject dropped", "subject", msg.Subject(), "error", err)
-		return 0, nil
+		return term(metrics.TermBadSubject, err)
 	}
 	comp, derr := executors.DecodeCompletion(msg.Data())
 	if derr == nil && comp.Kind != executors.KindExecute {
-		p.log.Warn("review completions are not supported; reviewers answer synchronously", "key", key)
-		return 0, nil
+		return term(metrics.TermReviewCompletion, errors.New("reviewers answer synchronously: review completions are not taken"))
 	}
 	cp, _, err := p.checkpoints.Get(ctx, key)
 	if errors.Is(err, ErrNotFound) {
-		p.log.Warn("completion for an unknown capsule dropped", "key", key)
-		return 0, nil
+		// A read may be served by a replica that is behind: try again for
+		// a while before giving up on the capsule.
+		if md, merr := msg.Metadata(); merr == nil && md.NumDelivered >= forgottenAfter {
+			return term(metrics.TermUnknownCapsule, fmt.Errorf("completion: %w", err))
+		}
+		return nakAfter(p.cfg.RetryDelay, err)
 	}
 	if err != nil {
-		return p.cfg.RetryDelay, err
+		return nakAfter(p.cfg.RetryDelay, err)
 	}
 	st := cp.State
 	if st.Status == capsule.InProgress && st.Phase == capsule.Execution && st.Cycle == cycle {
 		// The executor answered "accepted" and its result came back before
 		// the capsule's park was recorded: keep the result until it is.
-		return p.cfg.RetryDelay, nil
+		return nakAfter(p.cfg.RetryDelay, nil)
 	}
 	waiting := st.Status == capsule.Paused && st.Pause != nil &&
 		st.Phase == capsule.Execution && st.Cycle == cycle && st.AwaitingCycle == cycle
 	if !waiting {
 		p.log.Info("completion ignored: not awaited (already recorded, or the capsule moved on)", "key", key, "cycle", cycle, "state", st.Status)
-		return 0, nil
+		return ack()
 	}
 	// An operator who paused the capsule meanwhile keeps it paused: the
 	// result is recorded, and their resume will use it.
@@ -162,10 +168,10 @@ func (p *Pipeline) complete(ctx context.Context, msg jetstream.Msg) (time.Durati
 	if st.Result == nil || st.Result.Cycle != cycle {
 		_, c, err := admin.raw(ctx, key)
 		if err != nil {
-			return p.cfg.RetryDelay, fmt.Errorf("completion: %w", err)
+			return nakAfter(p.cfg.RetryDelay, fmt.Errorf("completion: %w", err))
 		}
 		if c == nil {
-			return 0, nil
+			return ack()
 		}
 		result := &capsule.ExecutionResult{Cycle: cycle, Usage: comp.Usage}
 		switch {
@@ -184,21 +190,21 @@ func (p *Pipeline) complete(ctx context.Context, msg jetstream.Msg) (time.Durati
 				CreatedAt: p.cfg.Now().UTC(), Content: json.RawMessage(content),
 			})
 			if err != nil {
-				return p.cfg.RetryDelay, err
+				return nakAfter(p.cfg.RetryDelay, err)
 			}
 			result.ArtifactRef = ref
 		}
 		if _, err := admin.apply(ctx, key, machine.RecordResult{Cycle: cycle, Result: *result}); err != nil {
-			return p.cfg.RetryDelay, err
+			return nakAfter(p.cfg.RetryDelay, err)
 		}
 	}
 	if operatorHold {
-		return 0, nil
+		return ack()
 	}
 	if _, err := admin.Resume(ctx, key, ResumeOptions{By: capsule.BySagad, Reason: "the external result arrived", Force: true}); err != nil && !errors.Is(err, ErrRefused) {
-		return p.cfg.RetryDelay, err
+		return nakAfter(p.cfg.RetryDelay, err)
 	}
-	return 0, nil
+	return ack()
 }
 
 func sha256Hex(b []byte) string {
