@@ -17,10 +17,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/locks"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/schemas"
+	"github.com/sagad/sagad/store"
 )
 
 func TestMain(m *testing.M) {
@@ -206,7 +208,7 @@ func TestExamplesAreWellFormed(t *testing.T) {
 // root as its workspace, a client and a lock manager on the pipeline's bucket.
 type fixture struct {
 	js     jetstream.JetStream
-	client *pipeline.Client
+	client *client.Client
 	locks  *locks.Manager
 }
 
@@ -242,7 +244,7 @@ func setup(t *testing.T) *fixture {
 		defer cancel()
 		p.Stop(ctx)
 	})
-	client, err := pipeline.NewClient(ctx, js)
+	client, err := client.NewClient(ctx, js)
 	require.NoError(t, err)
 	lm, err := locks.New(ctx, js, locks.Config{})
 	require.NoError(t, err)
@@ -283,7 +285,7 @@ func (f *fixture) publish(t *testing.T, raw []byte) []string {
 }
 
 // find returns the status of the capsule checkpointed under one of keys.
-func (f *fixture) find(t *testing.T, keys []string) (pipeline.Status, bool) {
+func (f *fixture) find(t *testing.T, keys []string) (client.Status, bool) {
 	t.Helper()
 	all, err := f.client.List(context.Background(), "")
 	require.NoError(t, err)
@@ -292,13 +294,13 @@ func (f *fixture) find(t *testing.T, keys []string) (pipeline.Status, bool) {
 			return s, true
 		}
 	}
-	return pipeline.Status{}, false
+	return client.Status{}, false
 }
 
 // wait polls until the capsule under keys is terminal.
-func (f *fixture) wait(t *testing.T, keys []string) pipeline.Status {
+func (f *fixture) wait(t *testing.T, keys []string) client.Status {
 	t.Helper()
-	var s pipeline.Status
+	var s client.Status
 	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
 		var ok bool
 		s, ok = f.find(t, keys)
@@ -329,7 +331,7 @@ func (f *fixture) waitLockFree(t *testing.T) {
 func (f *fixture) pauseExecution(t *testing.T) (resume func()) {
 	t.Helper()
 	ctx := context.Background()
-	stream, name := pipeline.PhaseStream(capsule.Execution), pipeline.ConsumerName(capsule.Execution)
+	stream, name := store.PhaseStream(capsule.Execution), store.ConsumerName(capsule.Execution)
 	res, err := f.js.PauseConsumer(ctx, stream, name, time.Now().Add(time.Hour))
 	require.NoError(t, err)
 	require.True(t, res.Paused)
@@ -349,7 +351,7 @@ func (f *fixture) pauseExecution(t *testing.T) (resume func()) {
 func (f *fixture) waitAtExecution(t *testing.T, keys []string) {
 	t.Helper()
 	ctx := context.Background()
-	cons, err := f.js.Consumer(ctx, pipeline.PhaseStream(capsule.Execution), pipeline.ConsumerName(capsule.Execution))
+	cons, err := f.js.Consumer(ctx, store.PhaseStream(capsule.Execution), store.ConsumerName(capsule.Execution))
 	require.NoError(t, err)
 	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
 		s, ok := f.find(t, keys)

@@ -17,6 +17,7 @@ import (
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/store"
 )
 
 func TestMain(m *testing.M) {
@@ -24,9 +25,9 @@ func TestMain(m *testing.M) {
 }
 
 var names = metrics.Names{
-	PhaseStream:         pipeline.PhaseStream,
-	ConsumerName:        pipeline.ConsumerName,
-	ContinuationsBucket: pipeline.ContinuationsBucket,
+	PhaseStream:         store.PhaseStream,
+	ConsumerName:        store.ConsumerName,
+	ContinuationsBucket: store.ContinuationsBucket,
 }
 
 type fixture struct {
@@ -89,7 +90,7 @@ func publish(t *testing.T, js jetstream.JetStream, subject string, n int) {
 // fetch takes n messages of phase p's consumer without acknowledging them.
 func fetch(t *testing.T, js jetstream.JetStream, p capsule.Phase, n int) []jetstream.Msg {
 	t.Helper()
-	cons, err := js.Consumer(context.Background(), pipeline.PhaseStream(p), pipeline.ConsumerName(p))
+	cons, err := js.Consumer(context.Background(), store.PhaseStream(p), store.ConsumerName(p))
 	require.NoError(t, err)
 	batch, err := cons.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
 	require.NoError(t, err)
@@ -108,14 +109,14 @@ func TestCollectorReadsPhaseConsumers(t *testing.T) {
 	ctx := context.Background()
 
 	// RECEPTION: 3 queued, 1 of them taken and not yet acknowledged.
-	publish(t, f.js, pipeline.PhaseSubject(capsule.Reception), 3)
+	publish(t, f.js, store.PhaseSubject(capsule.Reception), 3)
 	fetch(t, f.js, capsule.Reception, 1)
 	// EXECUTION: 1 message delivered, refused, delivered again, unacknowledged.
-	publish(t, f.js, pipeline.PhaseSubject(capsule.Execution), 1)
+	publish(t, f.js, store.PhaseSubject(capsule.Execution), 1)
 	require.NoError(t, fetch(t, f.js, capsule.Execution, 1)[0].Nak())
 	fetch(t, f.js, capsule.Execution, 1)
 	// PLANNING: paused by an operator.
-	_, err := f.js.PauseConsumer(ctx, pipeline.PhaseStream(capsule.Planning), pipeline.ConsumerName(capsule.Planning), time.Now().Add(time.Hour))
+	_, err := f.js.PauseConsumer(ctx, store.PhaseStream(capsule.Planning), store.ConsumerName(capsule.Planning), time.Now().Add(time.Hour))
 	require.NoError(t, err)
 
 	zero := map[string]float64{}
@@ -151,7 +152,7 @@ func TestCollectorCountsContinuationsByTrigger(t *testing.T) {
 		require.Zero(t, v)
 	}
 
-	kv, err := f.js.KeyValue(ctx, pipeline.ContinuationsBucket)
+	kv, err := f.js.KeyValue(ctx, store.ContinuationsBucket)
 	require.NoError(t, err)
 	put := func(key string, tr capsule.Trigger) {
 		b, err := json.Marshal(capsule.Continuation{SchemaVersion: "1.0", CapsuleID: key, Trigger: tr, CreatedAt: time.Now()})
@@ -180,7 +181,7 @@ func TestCollectorCountsContinuationsByTrigger(t *testing.T) {
 func TestCollectorSkipsFailedReads(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	require.NoError(t, f.js.DeleteStream(context.Background(), pipeline.PhaseStream(capsule.AutomatedGates)))
+	require.NoError(t, f.js.DeleteStream(context.Background(), store.PhaseStream(capsule.AutomatedGates)))
 
 	pending := gauges(t, f.reg, "sagad_consumer_pending_messages") // Gather itself does not fail
 	require.Len(t, pending, capsule.NumPhases-1)
@@ -242,7 +243,7 @@ func touch(m *metrics.Metrics) {
 func TestCollectorWithoutContinuationsBucket(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	require.NoError(t, f.js.DeleteKeyValue(context.Background(), pipeline.ContinuationsBucket))
+	require.NoError(t, f.js.DeleteKeyValue(context.Background(), store.ContinuationsBucket))
 
 	got := gauges(t, f.reg, "sagad_capsules_paused")
 	require.Len(t, got, len(metrics.Triggers), "a missing bucket means nothing is paused")

@@ -11,13 +11,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/locks"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/schemas"
+	"github.com/sagad/sagad/store"
 )
 
 // acceptingStub answers "accepted": the result comes later on the completion subject.
@@ -32,17 +35,17 @@ func (a acceptingStub) Execute(context.Context, executors.Request) (executors.Re
 	return executors.Result{}, &executors.AcceptedError{Timeout: a.timeout}
 }
 
-func (f *fixture) admin(t *testing.T) *pipeline.Admin {
+func (f *fixture) admin(t *testing.T) *admin.Admin {
 	t.Helper()
-	a, err := pipeline.NewAdmin(context.Background(), f.js)
+	a, err := admin.Open(context.Background(), f.js)
 	require.NoError(t, err)
 	return a
 }
 
 // waitState polls until the capsule is in state s.
-func (f *fixture) waitState(t *testing.T, id string, s capsule.State) pipeline.Status {
+func (f *fixture) waitState(t *testing.T, id string, s capsule.State) client.Status {
 	t.Helper()
-	var st pipeline.Status
+	var st client.Status
 	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
 		var err error
 		st, err = f.client.Status(context.Background(), id)
@@ -64,7 +67,7 @@ func eventKinds(t *testing.T, f *fixture, id string) []capsule.EventKind {
 
 func requireContinuation(t *testing.T, f *fixture, key string, trigger capsule.Trigger, ph capsule.Phase) {
 	t.Helper()
-	kv, err := f.js.KeyValue(context.Background(), pipeline.ContinuationsBucket)
+	kv, err := f.js.KeyValue(context.Background(), store.ContinuationsBucket)
 	require.NoError(t, err)
 	var e jetstream.KeyValueEntry
 	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
@@ -80,7 +83,7 @@ func requireContinuation(t *testing.T, f *fixture, key string, trigger capsule.T
 
 func requireNoContinuation(t *testing.T, f *fixture, key string) {
 	t.Helper()
-	kv, err := f.js.KeyValue(context.Background(), pipeline.ContinuationsBucket)
+	kv, err := f.js.KeyValue(context.Background(), store.ContinuationsBucket)
 	require.NoError(t, err)
 	_, err = kv.Get(context.Background(), key)
 	require.Error(t, err)
@@ -118,7 +121,7 @@ func TestPauseQueuedThenResume(t *testing.T) {
 	require.Len(t, pending, 1)
 	require.Equal(t, capsule.TriggerOperatorManual, pending[0].Trigger)
 
-	_, err = a.Resume(ctx, doc.ID(), pipeline.ResumeOptions{By: "bob", Reason: "go"})
+	_, err = a.Resume(ctx, doc.ID(), admin.ResumeOptions{By: "bob", Reason: "go"})
 	require.NoError(t, err)
 	s = f.wait(t, doc.ID())
 	require.Equal(t, capsule.Completed, s.State)
@@ -138,8 +141,8 @@ func TestPauseQueuedThenResume(t *testing.T) {
 			require.Equal(t, "alice", e.By)
 		}
 	}
-	_, err = a.Resume(ctx, doc.ID(), pipeline.ResumeOptions{})
-	require.ErrorIs(t, err, pipeline.ErrRefused)
+	_, err = a.Resume(ctx, doc.ID(), admin.ResumeOptions{})
+	require.ErrorIs(t, err, admin.ErrRefused)
 }
 
 // TestPauseInsidePhase: a pause while the executor runs lets EXECUTION record
@@ -165,7 +168,7 @@ func TestPauseInsidePhase(t *testing.T) {
 	require.NoError(t, schemas.ValidateValue(schemas.Checkpoint, cp))
 	requireContinuation(t, f, doc.ID(), capsule.TriggerOperatorManual, capsule.ReviewPhase)
 
-	_, err = a.Resume(ctx, doc.ID(), pipeline.ResumeOptions{By: "bob"})
+	_, err = a.Resume(ctx, doc.ID(), admin.ResumeOptions{By: "bob"})
 	require.NoError(t, err)
 	s := f.wait(t, doc.ID())
 	require.Equal(t, capsule.Completed, s.State)
@@ -208,7 +211,7 @@ func TestCancelWhileExecuting(t *testing.T) {
 	_, err = a.Cancel(ctx, doc.ID(), "again", "alice")
 	require.NoError(t, err, "cancel is idempotent")
 	_, err = a.Pause(ctx, doc.ID(), "", "alice")
-	require.ErrorIs(t, err, pipeline.ErrRefused)
+	require.ErrorIs(t, err, admin.ErrRefused)
 }
 
 // TestOperatorGate: accept goes to HANDOFF; revise loops to EXECUTION as a new
@@ -227,17 +230,17 @@ func TestOperatorGate(t *testing.T) {
 	require.Len(t, pending, 1)
 	require.Equal(t, capsule.WaitingForOperator, pending[0].State)
 
-	_, err = a.Resume(ctx, doc.ID(), pipeline.ResumeOptions{})
-	require.ErrorIs(t, err, pipeline.ErrRefused, "resume is not a decision")
+	_, err = a.Resume(ctx, doc.ID(), admin.ResumeOptions{})
+	require.ErrorIs(t, err, admin.ErrRefused, "resume is not a decision")
 	_, err = a.Pause(ctx, doc.ID(), "", "x")
-	require.ErrorIs(t, err, pipeline.ErrRefused)
+	require.ErrorIs(t, err, admin.ErrRefused)
 
-	s, err = a.Decide(ctx, doc.ID(), pipeline.DecisionRevise, "tighten the wording", "carol")
+	s, err = a.Decide(ctx, doc.ID(), admin.DecisionRevise, "tighten the wording", "carol")
 	require.NoError(t, err)
 	require.Equal(t, capsule.InProgress, s.State)
 	s = f.waitState(t, doc.ID(), capsule.WaitingForOperator)
 	require.Equal(t, 2, s.CyclesUsed)
-	s, err = a.Decide(ctx, doc.ID(), pipeline.DecisionAccept, "good now", "carol")
+	s, err = a.Decide(ctx, doc.ID(), admin.DecisionAccept, "good now", "carol")
 	require.NoError(t, err)
 	s = f.wait(t, doc.ID())
 	require.Equal(t, capsule.Completed, s.State)
@@ -258,8 +261,8 @@ func TestOperatorGate(t *testing.T) {
 
 	before, err := f.client.Status(ctx, doc.ID())
 	require.NoError(t, err)
-	_, err = a.Decide(ctx, doc.ID(), pipeline.DecisionAccept, "", "carol")
-	require.ErrorIs(t, err, pipeline.ErrRefused)
+	_, err = a.Decide(ctx, doc.ID(), admin.DecisionAccept, "", "carol")
+	require.ErrorIs(t, err, admin.ErrRefused)
 	after, err := f.client.Status(ctx, doc.ID())
 	require.NoError(t, err)
 	require.Equal(t, before, after, "a refused decision changes nothing")
@@ -274,7 +277,7 @@ func TestReviseAtLastCycleHalts(t *testing.T) {
 	doc := f.own(t, capsuletest.New().Set("review.operator_gate", true).Set("review.max_cycles", 1))
 	f.publish(t, doc.Sealed(t))
 	f.waitState(t, doc.ID(), capsule.WaitingForOperator)
-	s, err := a.Decide(ctx, doc.ID(), pipeline.DecisionRevise, "again", "carol")
+	s, err := a.Decide(ctx, doc.ID(), admin.DecisionRevise, "again", "carol")
 	require.NoError(t, err)
 	require.Equal(t, capsule.Halted, s.State)
 	require.Equal(t, "max_cycles_exceeded:1", s.HaltReason)
@@ -292,7 +295,7 @@ func TestBudgetWarning(t *testing.T) {
 	s := f.waitState(t, doc.ID(), capsule.Paused)
 	require.Equal(t, int(capsule.ReviewPhase), s.Phase)
 	requireContinuation(t, f, doc.ID(), capsule.TriggerBudgetWarning, capsule.ReviewPhase)
-	_, err := a.Resume(ctx, doc.ID(), pipeline.ResumeOptions{By: "dave", Tokens: 50000})
+	_, err := a.Resume(ctx, doc.ID(), admin.ResumeOptions{By: "dave", Tokens: 50000})
 	require.NoError(t, err)
 	s = f.wait(t, doc.ID())
 	require.Equal(t, capsule.Completed, s.State)
@@ -311,7 +314,7 @@ func TestDeadlineApproaching(t *testing.T) {
 	s := f.waitState(t, doc.ID(), capsule.Paused)
 	requireContinuation(t, f, doc.ID(), capsule.TriggerDeadlineApproaching, capsule.Phase(s.Phase))
 	later := time.Now().Add(time.Hour)
-	_, err := a.Resume(ctx, doc.ID(), pipeline.ResumeOptions{Deadline: &later})
+	_, err := a.Resume(ctx, doc.ID(), admin.ResumeOptions{Deadline: &later})
 	require.NoError(t, err)
 	require.Equal(t, capsule.Completed, f.wait(t, doc.ID()).State)
 }
@@ -368,9 +371,9 @@ func TestAcceptedWorkCompletesLater(t *testing.T) {
 	require.NoError(t, err)
 	s = f.waitState(t, doc.ID(), capsule.Completed)
 	require.Equal(t, int64(1), f.executed.Load())
-	store, err := f.js.ObjectStore(ctx, pipeline.ArtifactsBucket)
+	objs, err := f.js.ObjectStore(ctx, store.ArtifactsBucket)
 	require.NoError(t, err)
-	b, err := store.GetBytes(ctx, doc.ID()+"/1")
+	b, err := objs.GetBytes(ctx, doc.ID()+"/1")
 	require.NoError(t, err)
 	var art capsule.Artifact
 	require.NoError(t, json.Unmarshal(b, &art))
@@ -526,9 +529,9 @@ func TestPausedSurvivesRestart(t *testing.T) {
 
 	require.NoError(t, a.ResumePhase(ctx, capsule.Handoff))
 	require.Equal(t, capsule.Completed, f.wait(t, probe.ID()).State)
-	_, err = a.Resume(ctx, paused.ID(), pipeline.ResumeOptions{})
+	_, err = a.Resume(ctx, paused.ID(), admin.ResumeOptions{})
 	require.NoError(t, err)
-	_, err = a.Decide(ctx, gated.ID(), pipeline.DecisionAccept, "", "carol")
+	_, err = a.Decide(ctx, gated.ID(), admin.DecisionAccept, "", "carol")
 	require.NoError(t, err)
 	for _, id := range []string{paused.ID(), gated.ID()} {
 		s := f.wait(t, id)
@@ -552,7 +555,7 @@ func TestPausedSurvivesRestart(t *testing.T) {
 // continuation reads key's continuation record as stored.
 func continuation(t *testing.T, f *fixture, key string) capsule.Continuation {
 	t.Helper()
-	kv, err := f.js.KeyValue(context.Background(), pipeline.ContinuationsBucket)
+	kv, err := f.js.KeyValue(context.Background(), store.ContinuationsBucket)
 	require.NoError(t, err)
 	e, err := kv.Get(context.Background(), key)
 	require.NoError(t, err)
@@ -562,7 +565,7 @@ func continuation(t *testing.T, f *fixture, key string) capsule.Continuation {
 }
 
 // pendingItems is Admin.Pending without the ages, which grow by themselves.
-func pendingItems(t *testing.T, a *pipeline.Admin) []pipeline.PendingItem {
+func pendingItems(t *testing.T, a *admin.Admin) []admin.PendingItem {
 	t.Helper()
 	items, err := a.Pending(context.Background())
 	require.NoError(t, err)
@@ -582,7 +585,7 @@ func history(t *testing.T, f *fixture, id string) []capsule.Event {
 // phaseConsumer returns the info of phase ph's consumer.
 func phaseConsumer(t *testing.T, f *fixture, ph capsule.Phase) *jetstream.ConsumerInfo {
 	t.Helper()
-	cons, err := f.js.Consumer(context.Background(), pipeline.PhaseStream(ph), pipeline.ConsumerName(ph))
+	cons, err := f.js.Consumer(context.Background(), store.PhaseStream(ph), store.ConsumerName(ph))
 	require.NoError(t, err)
 	info, err := cons.Info(context.Background())
 	require.NoError(t, err)
@@ -610,7 +613,7 @@ func TestResumeFinishedByPhaseMessage(t *testing.T) {
 	waitDrained(t, f)
 
 	// Simulate the first half of a resume: token recorded, message sent.
-	kv, err := f.js.KeyValue(ctx, pipeline.CheckpointsBucket)
+	kv, err := f.js.KeyValue(ctx, store.CheckpointsBucket)
 	require.NoError(t, err)
 	e, err := kv.Get(ctx, doc.ID())
 	require.NoError(t, err)
@@ -621,11 +624,11 @@ func TestResumeFinishedByPhaseMessage(t *testing.T) {
 	require.NoError(t, err)
 	_, err = kv.Update(ctx, doc.ID(), b, e.Revision())
 	require.NoError(t, err)
-	m := nats.NewMsg(pipeline.PhaseSubject(capsule.Planning))
+	m := nats.NewMsg(store.PhaseSubject(capsule.Planning))
 	m.Data = raw
-	m.Header.Set(pipeline.HeaderKey, doc.ID())
-	m.Header.Set(pipeline.HeaderCycle, "0")
-	m.Header.Set(pipeline.HeaderResumeToken, "tok1")
+	m.Header.Set(store.HeaderKey, doc.ID())
+	m.Header.Set(store.HeaderCycle, "0")
+	m.Header.Set(store.HeaderResumeToken, "tok1")
 	_, err = f.js.PublishMsg(ctx, m)
 	require.NoError(t, err)
 	f.waitState(t, doc.ID(), capsule.Completed)
@@ -634,7 +637,7 @@ func TestResumeFinishedByPhaseMessage(t *testing.T) {
 func waitCompletionsDrained(t *testing.T, f *fixture) {
 	t.Helper()
 	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		cons, err := f.js.Consumer(context.Background(), pipeline.CompletionsStream, pipeline.CompletionsConsumer)
+		cons, err := f.js.Consumer(context.Background(), store.CompletionsStream, store.CompletionsConsumer)
 		if err != nil {
 			return false
 		}
@@ -654,8 +657,8 @@ func TestOperatorPauseOverAcceptedWork(t *testing.T) {
 	doc := f.own(t, capsuletest.New().Set("task.kind", "accepting"))
 	f.publish(t, doc.Sealed(t))
 	f.waitState(t, doc.ID(), capsule.Paused)
-	_, err := a.Resume(ctx, doc.ID(), pipeline.ResumeOptions{})
-	require.ErrorIs(t, err, pipeline.ErrRefused)
+	_, err := a.Resume(ctx, doc.ID(), admin.ResumeOptions{})
+	require.ErrorIs(t, err, admin.ErrRefused)
 
 	s, err := a.Pause(ctx, doc.ID(), "hold it", "alice")
 	require.NoError(t, err)
@@ -676,7 +679,7 @@ func TestOperatorPauseOverAcceptedWork(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, capsule.Paused, s.State, "the operator's pause stands")
 
-	_, err = a.Resume(ctx, doc.ID(), pipeline.ResumeOptions{By: "alice"})
+	_, err = a.Resume(ctx, doc.ID(), admin.ResumeOptions{By: "alice"})
 	require.NoError(t, err)
 	f.waitState(t, doc.ID(), capsule.Completed)
 	require.Equal(t, int64(1), f.executed.Load())

@@ -1,26 +1,9 @@
-// Package pipeline owns sagad's JetStream topology and the generic phase
-// runner: one work-queue stream and one durable pull consumer per phase, the
-// checkpoint, capsule and artifact stores, the lifecycle event stream and the
-// outcome stream.
-//
-// # Names
-//
-//	what                      name                  subjects / keys
-//	intake (phase 0)          stream SAGA_INTAKE    saga.intake            (anyone publishes capsules here)
-//	phase N, 1 ≤ N ≤ 6        stream SAGA_PHASE_N   saga.phase.N
-//	phase consumers           durable "phase-N"     (phase 0: "phase-0" on SAGA_INTAKE)
-//	events without transition stream SAGA_EVENTS    saga.events.<key>      (pauses, operator actions, duplicates)
-//	outcomes                  stream SAGA_OUTCOMES  saga.outcome.completed|halted|cancelled (original bytes kept)
-//	checkpoints               KV SAGA_CHECKPOINTS   <key>
-//	capsules as received      KV SAGA_CAPSULES      <key>
-//	locks, budgets            KV SAGA_LOCKS, SAGA_BUDGETS (packages locks, budget)
-//	artifacts                 object store SAGA_ARTIFACTS  <capsule_id>/<cycle>, ref "artifact:<capsule_id>/<cycle>"
-//
-// The key of a capsule is its capsule_id. Bytes that cannot be read as a
-// capsule with a usable id (not JSON, schema-invalid, oversized, unknown
-// version), and a second capsule that reuses an id with different content,
-// get the key "x-<intake sequence>" so they are still checkpointed, listed
-// and kept.
+// Package pipeline is the phase runner: one durable consumer per phase (see
+// package store for the names), each message handled by its phase (package
+// phases), the phase's decision applied to the checkpoint through the state
+// machine (package machine) with a compare-and-set, and the effects the new
+// checkpoint calls for emitted (store.Store.Emit). It also starts the
+// maintenance services (package maintenance).
 //
 // # Exactly once
 //

@@ -2,67 +2,62 @@ package pipeline
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/cas"
-	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
+	"github.com/sagad/sagad/runner"
+	"github.com/sagad/sagad/store"
 )
 
 // forgottenAfter is how many deliveries find no checkpoint before a phase
 // message is taken for one of a forgotten capsule (see advance).
 const forgottenAfter = 10
 
-// handle runs phase ph for one message and settles it: every outcome ends
-// in an ack (transition recorded, or already recorded), a nak with delay
-// (try again later) or a termination (the message can never succeed).
-func (p *Pipeline) handle(ctx context.Context, ph capsule.Phase, msg jetstream.Msg) {
+// handle runs phase ph for one message: every outcome ends in an ack
+// (transition recorded, or already recorded), a nak with delay (try again
+// later) or a termination (the message can never succeed).
+func (p *Pipeline) handle(ctx context.Context, ph capsule.Phase, msg jetstream.Msg) runner.Delivery {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PhaseTimeout)
 	defer cancel()
-	var d delivery
 	if ph == capsule.Reception {
-		d = p.receive(ctx, msg)
-	} else {
-		d = p.advance(ctx, ph, msg)
+		return p.receive(ctx, msg)
 	}
-	p.settle(msg, ConsumerName(ph), d)
+	return p.advance(ctx, ph, msg)
 }
 
 // advance runs phases 1–6.
-func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.Msg) delivery {
+func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.Msg) runner.Delivery {
 	// A phase message is only a pointer to the checkpoint: its headers name
 	// the capsule and the cycle, and whatever else it says is checked
 	// against the checkpoint. Headers that cannot name one never will.
-	key := msg.Headers().Get(HeaderKey)
+	key := msg.Headers().Get(store.HeaderKey)
 	if key == "" {
-		return term(metrics.TermNoKey, errors.New("phase message without a capsule key"))
+		return runner.Term(metrics.TermNoKey, errors.New("phase message without a capsule key"))
 	}
-	if !validKey(key) {
-		return term(metrics.TermInvalidKey, fmt.Errorf("capsule key %q is no valid KV key", printableKey(key)))
+	if !store.ValidKey(key) {
+		return runner.Term(metrics.TermInvalidKey, fmt.Errorf("capsule key %q is no valid KV key", runner.PrintableKey(key)))
 	}
-	cycle, err := strconv.Atoi(msg.Headers().Get(HeaderCycle))
+	cycle, err := strconv.Atoi(msg.Headers().Get(store.HeaderCycle))
 	if err != nil || cycle < 0 {
-		return term(metrics.TermBadHeader, fmt.Errorf("cycle header %q", printableKey(msg.Headers().Get(HeaderCycle))))
+		return runner.Term(metrics.TermBadHeader, fmt.Errorf("cycle header %q", runner.PrintableKey(msg.Headers().Get(store.HeaderCycle))))
 	}
 	raw := msg.Data()
-	c, err := p.cache.capsule(key, raw)
+	c, err := p.st.Cache.Capsule(key, raw)
 	if err != nil {
-		return term(metrics.TermUndecodable, fmt.Errorf("capsule in phase stream: %w", err))
+		return runner.Term(metrics.TermUndecodable, fmt.Errorf("capsule in phase stream: %w", err))
 	}
 	// Phases start from this process's cached checkpoint when it has one: a
 	// stale one loses its first compare-and-set (REVIEW's claim, before the
@@ -74,13 +69,13 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 		// The cached checkpoint was behind: decide again on the real one.
 		d, _ = p.attempt(ctx, ph, msg, key, cycle, raw, c, false)
 	}
-	if errors.Is(d.err, ErrNotFound) {
+	if errors.Is(d.Err, store.ErrNotFound) {
 		// Every phase message follows the checkpoint that sent it, but a
 		// read may be served by a replica that is behind: try again for a
 		// while. Still none then means the capsule ended and was
 		// forgotten (retention), or never existed: nothing left to do.
 		if md, merr := msg.Metadata(); merr == nil && md.NumDelivered >= forgottenAfter {
-			return term(metrics.TermUnknownCapsule, fmt.Errorf("no checkpoint after %d deliveries: %w", md.NumDelivered, d.err))
+			return runner.Term(metrics.TermUnknownCapsule, fmt.Errorf("no checkpoint after %d deliveries: %w", md.NumDelivered, d.Err))
 		}
 	}
 	return d
@@ -88,23 +83,23 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 
 // attempt runs phase ph once for the message. With useCache it may start
 // from a stale checkpoint; it then reports stale instead of acting on it.
-func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.Msg, key string, cycle int, raw []byte, c *capsule.Capsule, useCache bool) (delivery, bool) {
+func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.Msg, key string, cycle int, raw []byte, c *capsule.Capsule, useCache bool) (runner.Delivery, bool) {
 	t := &txn{p: p, key: key, token: p.cfg.InstanceID + "/" + nuid.Next()}
 	cached := false
 	if useCache {
 		var err error
 		if cached, err = t.loadCached(ctx); err != nil {
-			return nakAfter(p.cfg.RetryDelay, err), false
+			return runner.NakAfter(p.cfg.RetryDelay, err), false
 		}
 		t.fromCache = cached
 		if cached && !t.current(ph, cycle) {
-			return ack(), true
+			return runner.Ack(), true
 		}
 	} else if err := t.load(ctx); err != nil {
-		return nakAfter(p.cfg.RetryDelay, err), false
+		return runner.NakAfter(p.cfg.RetryDelay, err), false
 	}
 	if !t.current(ph, cycle) {
-		token := msg.Headers().Get(HeaderResumeToken)
+		token := msg.Headers().Get(store.HeaderResumeToken)
 		if !t.resumable(ph, cycle, token) {
 			dl := p.reemitFor(ctx, t.cp, ph, cycle, raw, c.Constraints.ResourceLocksRequired)
 			return dl, false
@@ -115,7 +110,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 			dl := p.reemitFor(ctx, t.cp, ph, cycle, raw, c.Constraints.ResourceLocksRequired)
 			return dl, false
 		} else if err != nil {
-			return nakAfter(p.cfg.RetryDelay, err), false
+			return runner.NakAfter(p.cfg.RetryDelay, err), false
 		}
 	}
 	md, mdErr := msg.Metadata()
@@ -158,10 +153,10 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	if t.cacheMiss.Load() {
 		// The claim found the cached checkpoint stale before any agent
 		// was called: decide again on the real one.
-		return ack(), true
+		return runner.Ack(), true
 	}
 	if d.Action == phases.Retry {
-		return nakAfter(p.cfg.RetryDelay+d.Delay, d.Err), false
+		return runner.NakAfter(p.cfg.RetryDelay+d.Delay, d.Err), false
 	}
 	// Record what happened even if the phase's time ran out meanwhile (or
 	// is about to: a fresh bound then, not a timer per message).
@@ -176,7 +171,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	stopHeartbeat() // the claim ends with the transition
 	if errors.Is(err, errStale) {
 		if unverified {
-			return ack(), true
+			return runner.Ack(), true
 		}
 		// Someone else recorded this transition (or the capsule moved on):
 		// their outcome stands, ours is dropped.
@@ -184,21 +179,21 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		return dl, false
 	}
 	if err != nil {
-		return nakAfter(p.cfg.RetryDelay, err), false
+		return runner.NakAfter(p.cfg.RetryDelay, err), false
 	}
 	p.observe(res.Checkpoint, res.Transition, d, p.cfg.Now().Sub(start))
-	if err := p.effects(ctx, res.Checkpoint, t.revision(), res.Transition, raw, c.Constraints.ResourceLocksRequired); err != nil {
+	if err := p.st.Emit(ctx, res.Checkpoint, t.revision(), res.Transition, raw, c.Constraints.ResourceLocksRequired); err != nil {
 		// The transition is recorded; redelivery re-emits its effects.
-		return nakAfter(p.cfg.RetryDelay, err), false
+		return runner.NakAfter(p.cfg.RetryDelay, err), false
 	}
-	return ack(), false
+	return runner.Ack(), false
 }
 
 // recordTimeout bounds recording a phase's result and emitting its effects.
 const recordTimeout = 30 * time.Second
 
 // heartbeat tells JetStream the message is in progress and renews this
-// delivery's claim every Heartbeat until the returned stop is called. A lost
+// runner.Delivery's claim every Heartbeat until the returned stop is called. A lost
 // claim calls lost. Most phases end long before the first beat, so it is a
 // timer, not a goroutine per message.
 func (p *Pipeline) heartbeat(ctx context.Context, msg jetstream.Msg, t *txn, cycle int, lost func()) (stop func()) {
@@ -266,8 +261,8 @@ var errStale = machine.ErrStale
 // out of date.
 var errCacheStale = errors.New("cached checkpoint out of date")
 
-// errClaimLost: this delivery's claim on the cycle is gone (the capsule was
-// cancelled, or another delivery took the cycle over).
+// errClaimLost: this runner.Delivery's claim on the cycle is gone (the capsule was
+// cancelled, or another runner.Delivery took the cycle over).
 var errClaimLost = machine.ErrClaimLost
 
 // txn holds the checkpoint one message works on and its KV revision. Every
@@ -276,7 +271,7 @@ var errClaimLost = machine.ErrClaimLost
 type txn struct {
 	p   *Pipeline
 	key string
-	// token names this delivery in claims; claimed says it holds one,
+	// token names this runner.Delivery in claims; claimed says it holds one,
 	// taken (or last renewed) at claimedNano.
 	token       string
 	claimed     atomic.Bool
@@ -294,7 +289,7 @@ type txn struct {
 // load reads the checkpoint from KV (decoding it only when the process's
 // cached one is not that revision).
 func (t *txn) load(ctx context.Context) error {
-	cp, rev, err := t.p.checkpoints.get(ctx, t.key, t.p.cache)
+	cp, rev, err := t.p.st.Checkpoints.GetCached(ctx, t.key, t.p.st.Cache)
 	if err != nil {
 		return err
 	}
@@ -304,7 +299,7 @@ func (t *txn) load(ctx context.Context) error {
 
 // loadCached takes the checkpoint this process wrote last, if it has it.
 func (t *txn) loadCached(ctx context.Context) (cached bool, err error) {
-	if cp, rev, ok := t.p.cache.get(t.key); ok {
+	if cp, rev, ok := t.p.st.Cache.Get(t.key); ok {
 		t.mu.Lock()
 		t.cp, t.rev = cp, rev
 		t.mu.Unlock()
@@ -325,7 +320,7 @@ func (t *txn) set(cp *capsule.Checkpoint, rev uint64) {
 	t.mu.Lock()
 	t.cp, t.rev = cp, rev
 	t.mu.Unlock()
-	t.p.cache.put(cp, rev)
+	t.p.st.Cache.Put(cp, rev)
 }
 
 // current reports whether the checkpoint waits for phase ph of cycle.
@@ -374,8 +369,8 @@ func (t *txn) apply(ctx context.Context, ev machine.Event, policy onConflict) (m
 			res = r
 			return nil
 		}
-		n, err := t.p.checkpoints.Update(ctx, r.Checkpoint, rev)
-		if errors.Is(err, errConflict) {
+		n, err := t.p.st.Checkpoints.Update(ctx, r.Checkpoint, rev)
+		if errors.Is(err, store.ErrConflict) {
 			switch policy {
 			case staleCache:
 				t.cacheMiss.Store(true)
@@ -401,7 +396,7 @@ func (t *txn) apply(ctx context.Context, ev machine.Event, policy onConflict) (m
 	return res, err
 }
 
-// claim takes the claim on (ph, cycle) for this delivery: the phase is about
+// claim takes the claim on (ph, cycle) for this runner.Delivery: the phase is about
 // to call an agent, which must not happen twice for one cycle.
 func (t *txn) claim(ctx context.Context, ph capsule.Phase, cycle int, lockPaths []string) error {
 	policy := reapply
@@ -423,7 +418,7 @@ func (t *txn) claim(ctx context.Context, ph capsule.Phase, cycle int, lockPaths 
 
 func (t *txn) claimedAt() time.Time { return time.Unix(0, t.claimedNano.Load()) }
 
-// renew extends this delivery's execution claim, if it holds one.
+// renew extends this runner.Delivery's execution claim, if it holds one.
 func (t *txn) renew(ctx context.Context, cycle int) error {
 	if !t.claimed.Load() {
 		return nil
@@ -466,189 +461,28 @@ func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.
 
 // reemitFor handles a message whose transition is already recorded: it
 // re-emits that transition's effects (harmless when repeated) and acks.
-func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph capsule.Phase, cycle int, raw []byte, lockPaths []string) delivery {
+func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph capsule.Phase, cycle int, raw []byte, lockPaths []string) runner.Delivery {
 	tr, ok := cp.Find(ph, cycle)
 	if !ok {
 		st := cp.State
 		if st.Phase == ph && st.Cycle == cycle && st.Pause != nil && st.Pause.ResumeToken == "" &&
 			(st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator) {
-			// Parked here, maybe by a delivery that died before writing the
+			// Parked here, maybe by a runner.Delivery that died before writing the
 			// continuation: write it (again) before dropping the message.
-			if err := p.effects(ctx, cp, 0, nil, raw, lockPaths); err != nil {
-				return nakAfter(p.cfg.RetryDelay, err)
+			if err := p.st.Emit(ctx, cp, 0, nil, raw, lockPaths); err != nil {
+				return runner.NakAfter(p.cfg.RetryDelay, err)
 			}
 		}
 		// Not recorded and not current: the capsule is paused or waiting
 		// here (resume sends a new message), or this message is a stray.
 		// The checkpoint is the truth; drop it.
 		p.log.Debug("stale message dropped", "key", cp.Key, "phase", ph.String(), "cycle", cycle, "state", cp.State.Status)
-		return ack()
+		return runner.Ack()
 	}
-	if err := p.effects(ctx, cp, 0, &tr, raw, lockPaths); err != nil {
-		return nakAfter(p.cfg.RetryDelay, err)
+	if err := p.st.Emit(ctx, cp, 0, &tr, raw, lockPaths); err != nil {
+		return runner.NakAfter(p.cfg.RetryDelay, err)
 	}
-	return ack()
-}
-
-// effects publishes what a recorded change of cp means for the world: the
-// events of transition tr (nil when the capsule parked without one), the
-// next phase's message while the capsule is in progress, the outcome when it
-// ended, its continuation while paused, and the release of its locks.
-// Emitting twice is harmless (see the package doc). rev is cp's KV revision
-// when the caller just wrote it, 0 when unknown.
-func (p *Pipeline) effects(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr *capsule.Transition, raw []byte, lockPaths []string) error {
-	fx := machine.EffectsOf(cp, tr)
-	if fx.Next != nil {
-		// The transition's events are in the checkpoint (CheckpointEvents).
-		if err := p.publish(ctx, phaseMsg(cp, raw, "")); err != nil {
-			return err
-		}
-	}
-	if fx.Outcome != "" {
-		// The outcome goes out until its acknowledgement is recorded on the
-		// capsule's bytes; a repeat within the de-duplication window is
-		// dropped by its Nats-Msg-Id. rev != 0: the caller just recorded
-		// the end, so no one has sent its outcome yet.
-		send := rev != 0
-		if !send {
-			sent, err := p.outcomeSent(ctx, cp)
-			if err != nil {
-				return err
-			}
-			send = !sent
-		}
-		if send {
-			if err := p.publish(ctx, outcomeMsg(cp, *tr, fx.Outcome, raw)); err != nil {
-				return err
-			}
-			if err := p.markOutcomeSent(ctx, cp.Key, raw); err != nil {
-				return err
-			}
-		}
-	}
-	if fx.Parked {
-		if err := p.parked(ctx, cp); err != nil {
-			return err
-		}
-	}
-	if fx.ReleaseLocks && len(lockPaths) > 0 {
-		if err := p.locks.ReleaseAll(ctx, lockPaths, cp.Key); err != nil {
-			return fmt.Errorf("release locks: %w", err)
-		}
-	}
-	// A continuation left behind by a capsule that ended while paused is
-	// removed by the sweeper, which keeps this hot path free of KV calls.
-	return nil
-}
-
-// outcomeSent reports whether the outcome of the ended capsule cp was
-// acknowledged: its bytes in SAGA_CAPSULES carry the mark markOutcomeSent
-// wrote (checkpoints of earlier versions recorded it themselves).
-func (p *Pipeline) outcomeSent(ctx context.Context, cp *capsule.Checkpoint) (bool, error) {
-	if cp.OutcomeEmitted {
-		return true, nil
-	}
-	m, err := p.stores.capsulesStream.GetLastMsgForSubject(ctx, capsuleSubject(cp.Key))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("outcome of %s: %w", cp.Key, err)
-	}
-	return m.Header.Get(HeaderOutcomeSent) != "", nil
-}
-
-// markOutcomeSent rewrites an ended capsule's bytes in SAGA_CAPSULES, after
-// its outcome was acknowledged, marked so (outcomeSent) and with the
-// retention as their time to live. It is the last write of the capsule's
-// saga; the checkpoint got the same time to live when it recorded the end.
-func (p *Pipeline) markOutcomeSent(ctx context.Context, key string, raw []byte) error {
-	m := nats.NewMsg(capsuleSubject(key))
-	m.Data = raw
-	m.Header.Set(HeaderOutcomeSent, "true")
-	if p.cfg.Retention > 0 {
-		m.Header.Set(jetstream.MsgTTLHeader, p.cfg.Retention.String())
-	}
-	if err := p.publish(ctx, m); err != nil {
-		return fmt.Errorf("record the outcome of %s: %w", key, err)
-	}
-	return nil
-}
-
-// publish publishes m and waits for its acknowledgement.
-func (p *Pipeline) publish(ctx context.Context, m *nats.Msg) error {
-	_, err := jspub.Publish(ctx, p.js.Conn(), m)
-	return err
-}
-
-// publishPhase sends the capsule to its current phase. token marks a resume.
-func (p *Pipeline) publishPhase(ctx context.Context, cp *capsule.Checkpoint, raw []byte, token string) error {
-	m := phaseMsg(cp, raw, token)
-	if _, err := p.js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("publish to %s: %w", m.Subject, err)
-	}
-	return nil
-}
-
-// phaseMsg is the message that sends the capsule to its current phase.
-func phaseMsg(cp *capsule.Checkpoint, raw []byte, token string) *nats.Msg {
-	ph, cycle := cp.State.Phase, cp.State.Cycle
-	m := nats.NewMsg(PhaseSubject(ph))
-	m.Data = raw
-	setCapsuleHeaders(m, cp)
-	m.Header.Set(HeaderPhase, strconv.Itoa(int(ph)))
-	m.Header.Set(HeaderCycle, strconv.Itoa(cycle))
-	// No de-duplication id: a second copy of a phase message is harmless
-	// (it finds its transition recorded, or loses the compare-and-set), and
-	// JetStream keeps every id of the window in memory.
-	if token != "" {
-		m.Header.Set(HeaderResumeToken, token)
-	}
-	return m
-}
-
-// outcomeMsg is the message that emits an ended capsule with its original bytes.
-func outcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.State, raw []byte) *nats.Msg {
-	m := nats.NewMsg(OutcomeSubject(state))
-	m.Data = raw
-	setCapsuleHeaders(m, cp)
-	m.Header.Set(HeaderState, string(state))
-	m.Header.Set(HeaderPhase, strconv.Itoa(int(tr.Phase)))
-	m.Header.Set(HeaderCycle, strconv.Itoa(tr.Cycle))
-	if tr.Detail != "" && state == capsule.Halted {
-		m.Header.Set(HeaderHaltReason, tr.Detail)
-	}
-	if len(cp.State.ArtifactRefs) > 0 {
-		m.Header.Set(HeaderArtifacts, strings.Join(cp.State.ArtifactRefs, ","))
-	}
-	m.Header.Set(jetstream.MsgIDHeader, cp.Key+".outcome")
-	return m
-}
-
-// parked records a pause: the continuation (for the five triggers) and the
-// paused or waiting event.
-func (p *Pipeline) parked(ctx context.Context, cp *capsule.Checkpoint) error {
-	st := cp.State
-	kind := capsule.EventPaused
-	if st.Status == capsule.WaitingForOperator {
-		kind = capsule.EventWaiting
-	} else if err := p.continuations.Put(ctx, cp); err != nil {
-		return err
-	}
-	return p.publishEvent(ctx, capsule.Event{
-		ID:   fmt.Sprintf("%s.%d.%d.%s.%d", cp.Key, st.Phase, st.Cycle, kind, st.Pause.At.UnixNano()),
-		Kind: kind, CapsuleID: cp.CapsuleID, Key: cp.Key, Phase: st.Phase, PhaseName: st.Phase.String(),
-		Cycle: st.Cycle, TraceID: cp.TraceID, Detail: string(st.Pause.Trigger) + ": " + st.Pause.Reason,
-		By: st.Pause.By, At: st.Pause.At,
-	})
-}
-
-func setCapsuleHeaders(m *nats.Msg, cp *capsule.Checkpoint) {
-	m.Header.Set(HeaderKey, cp.Key)
-	if cp.CapsuleID != "" {
-		m.Header.Set(HeaderCapsuleID, cp.CapsuleID)
-	}
-	m.Header.Set(HeaderTraceID, cp.TraceID)
+	return runner.Ack()
 }
 
 // observe logs and counts one recorded change.
@@ -692,39 +526,4 @@ func (p *Pipeline) logTransition(cp *capsule.Checkpoint, tr capsule.Transition, 
 		attrs = append(attrs, slog.String("halt_reason", tr.Detail))
 	}
 	p.log.LogAttrs(context.Background(), slog.LevelInfo, "transition", attrs...)
-}
-
-func (p *Pipeline) publishEvent(ctx context.Context, ev capsule.Event) error {
-	m, err := eventMsg(ev)
-	if err != nil {
-		return err
-	}
-	if _, err := p.js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("publish event %s: %w", ev.ID, err)
-	}
-	return nil
-}
-
-// eventMsg is one message holding the events of one transition (a JSON
-// array, see capsule.DecodeEvents). A re-emitted message is stored again;
-// readers drop repeated events by their deterministic id, which costs less
-// than JetStream remembering every id of its de-duplication window.
-func eventMsg(evs ...capsule.Event) (*nats.Msg, error) {
-	b, err := json.Marshal(evs)
-	if err != nil {
-		return nil, err
-	}
-	m := nats.NewMsg(EventSubject(evs[0].Key))
-	m.Data = b
-	m.Header.Set(HeaderEventID, evs[len(evs)-1].ID)
-	m.Header.Set(HeaderTraceID, evs[0].TraceID)
-	return m, nil
-}
-
-func decodeCapsule(raw []byte) (*capsule.Capsule, error) {
-	c := new(capsule.Capsule)
-	if err := json.Unmarshal(raw, c); err != nil {
-		return nil, err
-	}
-	return c, nil
 }

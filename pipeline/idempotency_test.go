@@ -14,10 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/store"
 )
 
 func countEvents(t *testing.T, f *fixture, id string) map[capsule.EventKind]int {
@@ -33,7 +35,7 @@ func countEvents(t *testing.T, f *fixture, id string) map[capsule.EventKind]int 
 
 func countOutcomes(t *testing.T, f *fixture) uint64 {
 	t.Helper()
-	str, err := f.js.Stream(context.Background(), pipeline.OutcomesStream)
+	str, err := f.js.Stream(context.Background(), store.OutcomesStream)
 	require.NoError(t, err)
 	info, err := str.Info(context.Background())
 	require.NoError(t, err)
@@ -83,7 +85,7 @@ func TestSameIDOtherContentIsRefused(t *testing.T) {
 	require.Equal(t, capsule.Completed, f.wait(t, first.ID()).State)
 	second := first.Set("task.title", "Something else")
 	f.publish(t, second.Sealed(t))
-	var other pipeline.Status
+	var other client.Status
 	natstest.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
 		list, err := f.client.List(context.Background(), capsule.Halted)
 		if err != nil || len(list) != 1 {
@@ -114,11 +116,11 @@ func TestRedeliveryOfRecordedTransition(t *testing.T) {
 	f.publish(t, raw)
 	require.Equal(t, capsule.Completed, f.wait(t, doc.ID()).State)
 	before := countEvents(t, f, doc.ID())
-	str, err := f.js.Stream(context.Background(), "KV_"+pipeline.CapsulesBucket)
+	str, err := f.js.Stream(context.Background(), "KV_"+store.CapsulesBucket)
 	require.NoError(t, err)
-	kept, err := str.GetLastMsgForSubject(context.Background(), "$KV."+pipeline.CapsulesBucket+"."+doc.ID())
+	kept, err := str.GetLastMsgForSubject(context.Background(), "$KV."+store.CapsulesBucket+"."+doc.ID())
 	require.NoError(t, err)
-	require.Equal(t, "true", kept.Header.Get(pipeline.HeaderOutcomeSent))
+	require.Equal(t, "true", kept.Header.Get(store.HeaderOutcomeSent))
 	require.Equal(t, raw, kept.Data)
 	// Not a synchronisation: the point is to be past a time window.
 	time.Sleep(1200 * time.Millisecond)
@@ -130,8 +132,8 @@ func TestRedeliveryOfRecordedTransition(t *testing.T) {
 		}
 		m := nats.NewMsg("saga.phase." + strconv.Itoa(ph))
 		m.Data = raw
-		m.Header.Set(pipeline.HeaderKey, doc.ID())
-		m.Header.Set(pipeline.HeaderCycle, strconv.Itoa(cycle))
+		m.Header.Set(store.HeaderKey, doc.ID())
+		m.Header.Set(store.HeaderCycle, strconv.Itoa(cycle))
 		_, err := f.js.PublishMsg(context.Background(), m)
 		require.NoError(t, err)
 	}
@@ -156,8 +158,8 @@ func TestDuplicateDeliveryDuringExecution(t *testing.T) {
 
 	m := nats.NewMsg("saga.phase.4")
 	m.Data = raw
-	m.Header.Set(pipeline.HeaderKey, doc.ID())
-	m.Header.Set(pipeline.HeaderCycle, "1")
+	m.Header.Set(store.HeaderKey, doc.ID())
+	m.Header.Set(store.HeaderCycle, "1")
 	_, err := f.js.PublishMsg(context.Background(), m)
 	require.NoError(t, err)
 	// Let the duplicate be tried (and refused by the claim) at least once.
@@ -298,7 +300,7 @@ func mustJS(t *testing.T, nc *nats.Conn) jetstreamJS {
 
 func consumerDelivered(t *testing.T, f *fixture, ph int) uint64 {
 	t.Helper()
-	cons, err := f.js.Consumer(context.Background(), pipeline.PhaseStream(capsule.Phase(ph)), pipeline.ConsumerName(capsule.Phase(ph)))
+	cons, err := f.js.Consumer(context.Background(), store.PhaseStream(capsule.Phase(ph)), store.ConsumerName(capsule.Phase(ph)))
 	require.NoError(t, err)
 	info, err := cons.Info(context.Background())
 	require.NoError(t, err)
@@ -310,7 +312,7 @@ func waitDrained(t *testing.T, f *fixture) {
 	t.Helper()
 	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
 		for ph := capsule.Phase(0); ph < capsule.NumPhases; ph++ {
-			cons, err := f.js.Consumer(context.Background(), pipeline.PhaseStream(ph), pipeline.ConsumerName(ph))
+			cons, err := f.js.Consumer(context.Background(), store.PhaseStream(ph), store.ConsumerName(ph))
 			if err != nil {
 				return false
 			}
@@ -348,7 +350,7 @@ func TestStaleCachedCheckpoint(t *testing.T) {
 			raw := capsuletest.New().Sealed(t)
 			id := idOf(t, raw)
 			f.publish(t, raw)
-			kv, err := f.js.KeyValue(ctx, pipeline.CheckpointsBucket)
+			kv, err := f.js.KeyValue(ctx, store.CheckpointsBucket)
 			require.NoError(t, err)
 			natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
 				s, err := f.client.Status(ctx, id)

@@ -11,9 +11,10 @@ import (
 
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
-	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/store"
 )
 
 // TestPaths drives every scripted path of the saga through a real pipeline
@@ -197,7 +198,7 @@ func TestBadInputIsKept(t *testing.T) {
 		require.NoError(t, err, name)
 		keys[name] = "x-" + strconv.FormatUint(seq, 10)
 	}
-	var halted []pipeline.Status
+	var halted []client.Status
 	require.Eventually(t, func() bool {
 		var err error
 		halted, err = f.client.List(context.Background(), capsule.Halted)
@@ -217,7 +218,7 @@ func TestBadInputIsKept(t *testing.T) {
 	// The original bytes are kept on the outcome stream (published once
 	// each halt is recorded).
 	requireOutcomes(t, f, uint64(len(cases)))
-	str, err := f.js.Stream(context.Background(), pipeline.OutcomesStream)
+	str, err := f.js.Stream(context.Background(), store.OutcomesStream)
 	require.NoError(t, err)
 	info, err := str.Info(context.Background())
 	require.NoError(t, err)

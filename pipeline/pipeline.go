@@ -10,34 +10,33 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/internal/jspub"
-	"github.com/sagad/sagad/locks"
+	"github.com/sagad/sagad/maintenance"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
+	"github.com/sagad/sagad/runner"
+	"github.com/sagad/sagad/store"
 )
 
 // Pipeline runs the seven phases of the saga for one sagad process. Several
 // pipelines (processes) may share one NATS system: they share the durable
 // consumers and coordinate through checkpoint compare-and-set.
 type Pipeline struct {
-	cfg           Config
-	js            jetstream.JetStream
-	log           *slog.Logger
-	stores        *stores
-	checkpoints   *Checkpoints
-	cache         *cpCache
-	continuations *Continuations
-	metrics       *metrics.Metrics
-	locks         *locks.Manager
-	env           *phases.Env
-	phases        [capsule.NumPhases]phases.Phase
+	cfg     Config
+	js      jetstream.JetStream
+	log     *slog.Logger
+	st      *store.Store
+	admin   *admin.Admin
+	metrics *metrics.Metrics
+	env     *phases.Env
+	phases  [capsule.NumPhases]phases.Phase
 
-	mu         sync.Mutex
-	running    []*phaseRunner
-	cancel     context.CancelFunc
-	sweeperEnd chan struct{}
+	mu      sync.Mutex
+	running []*runner.Consumer
+	cancel  context.CancelFunc
+	sweeper *maintenance.Sweeper
 }
 
 // New creates the JetStream topology (idempotently) and returns a pipeline
@@ -47,41 +46,29 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("pipeline: config: %w", err)
 	}
-	if jspub.Conn(js) == nil {
-		// The hot path writes to the buckets' own subjects (internal/jspub).
-		return nil, errors.New("pipeline: JetStream domains are not supported: connect without one")
-	}
-	st, err := ensureTopology(ctx, js, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("pipeline: %w", err)
-	}
-	lm, err := locks.New(ctx, js, locks.Config{Lease: cfg.LockLease, Replicas: cfg.Replicas, Storage: cfg.Storage, Now: cfg.Now})
-	if err != nil {
-		return nil, fmt.Errorf("pipeline: %w", err)
-	}
-	bt, err := budget.New(ctx, js, budget.Config{Replicas: cfg.Replicas, Storage: cfg.Storage})
+	st, err := store.Ensure(ctx, js, store.Topology{
+		Replicas: cfg.Replicas, Storage: cfg.Storage, AckWait: cfg.AckWait, DuplicateWindow: cfg.DuplicateWindow,
+		Retention: cfg.Retention, LockLease: cfg.LockLease, Workspace: cfg.Workspace, Now: cfg.Now,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 	p := &Pipeline{
-		cfg:           cfg,
-		js:            js,
-		log:           cfg.Logger,
-		stores:        st,
-		checkpoints:   &Checkpoints{kv: st.checkpoints, js: js, ttl: cfg.Retention},
-		cache:         newCache(),
-		continuations: &Continuations{kv: st.continuations},
-		metrics:       cfg.Metrics,
-		locks:         lm,
+		cfg:     cfg,
+		js:      js,
+		log:     cfg.Logger,
+		st:      st,
+		admin:   admin.New(st, admin.Config{Now: cfg.Now, Metrics: cfg.Metrics}),
+		metrics: cfg.Metrics,
 	}
 	p.env = &phases.Env{
-		Locks:          lm,
-		Budgets:        budgets{bt},
-		Resolver:       &resolver{workspace: cfg.Workspace, js: js, artifacts: st.artifacts},
-		Artifacts:      newArtifactStore(st.artifacts, js),
+		Locks:          st.Locks,
+		Budgets:        budgets{st.Budgets},
+		Resolver:       st.Resolver(),
+		Artifacts:      st.Artifacts,
 		Executors:      cfg.Executors,
 		Rules:          cfg.Rules,
-		Facts:          &facts{checkpoints: p.checkpoints, capsules: st.capsules, budgets: bt},
+		Facts:          st.Facts(),
 		Logger:         cfg.Logger,
 		Metrics:        cfg.Metrics,
 		MaxIntakeBytes: cfg.MaxIntakeBytes,
@@ -103,7 +90,14 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 }
 
 // Checkpoints gives read access to the checkpoint store.
-func (p *Pipeline) Checkpoints() *Checkpoints { return p.checkpoints }
+func (p *Pipeline) Checkpoints() *store.Checkpoints { return p.st.Checkpoints }
+
+// Store is the JetStream store the pipeline works on.
+func (p *Pipeline) Store() *store.Store { return p.st }
+
+// Admin carries out operator actions on this pipeline's store, counted in
+// its metrics (sagad's admin service serves it).
+func (p *Pipeline) Admin() *admin.Admin { return p.admin }
 
 // Start begins consuming every phase. It returns once all consumers run.
 func (p *Pipeline) Start(ctx context.Context) error {
@@ -115,34 +109,35 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	// Work outlives the caller's ctx on purpose: Stop drains it.
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel
+	rc := runner.Config{Workers: p.cfg.Workers, Logger: p.log, Metrics: p.metrics}
+	stopAll := func() {
+		cancel()
+		for _, r := range p.running {
+			r.Stop()
+		}
+		p.running = nil
+	}
 	for ph := capsule.Phase(0); ph < capsule.NumPhases; ph++ {
-		r, err := p.startConsumer(ctx, workCtx, PhaseStream(ph), ConsumerName(ph), func(ctx context.Context, msg jetstream.Msg) {
-			p.handle(ctx, ph, msg)
+		r, err := runner.Start(ctx, workCtx, p.js, store.PhaseStream(ph), store.ConsumerName(ph), rc, func(ctx context.Context, msg jetstream.Msg) runner.Delivery {
+			return p.handle(ctx, ph, msg)
 		})
 		if err != nil {
-			cancel()
-			for _, r := range p.running {
-				r.stop()
-			}
-			p.running = nil
+			stopAll()
 			return fmt.Errorf("pipeline: start %s: %w", ph, err)
 		}
 		p.running = append(p.running, r)
 	}
-	r, err := p.startConsumer(ctx, workCtx, CompletionsStream, CompletionsConsumer, func(ctx context.Context, msg jetstream.Msg) {
-		p.settle(msg, CompletionsConsumer, p.complete(ctx, msg))
-	})
+	ingest := maintenance.NewCompletions(p.st, p.admin, maintenance.CompletionsConfig{Logger: p.log, Now: p.cfg.Now, RetryDelay: p.cfg.RetryDelay})
+	r, err := runner.Start(ctx, workCtx, p.js, store.CompletionsStream, store.CompletionsConsumer, rc, ingest.Handle)
 	if err != nil {
-		cancel()
-		for _, r := range p.running {
-			r.stop()
-		}
-		p.running = nil
+		stopAll()
 		return fmt.Errorf("pipeline: start completions: %w", err)
 	}
 	p.running = append(p.running, r)
-	p.sweeperEnd = make(chan struct{})
-	go p.runSweeper(workCtx, p.sweeperEnd)
+	p.sweeper = maintenance.NewSweeper(p.st, p.admin, maintenance.SweeperConfig{
+		Logger: p.log, Now: p.cfg.Now, Interval: p.cfg.SweepInterval, ExternalTimeout: p.cfg.ExternalTimeout,
+	})
+	p.sweeper.Start(workCtx)
 	p.log.Info("pipeline started", "instance", p.cfg.InstanceID, "workers", p.cfg.Workers, "workspace", p.cfg.Workspace)
 	return nil
 }
@@ -151,7 +146,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 // back when ctx expires first), and returns when no work is left.
 func (p *Pipeline) Stop(ctx context.Context) {
 	p.mu.Lock()
-	running, cancel, sweeperEnd := p.running, p.cancel, p.sweeperEnd
+	running, cancel, sweeper := p.running, p.cancel, p.sweeper
 	p.running, p.cancel = nil, nil
 	p.mu.Unlock()
 	if running == nil {
@@ -162,7 +157,7 @@ func (p *Pipeline) Stop(ctx context.Context) {
 		var wg sync.WaitGroup
 		for _, r := range running {
 			wg.Add(1)
-			go func() { defer wg.Done(); r.stop() }()
+			go func() { defer wg.Done(); r.Stop() }()
 		}
 		wg.Wait()
 		close(done)
@@ -182,67 +177,12 @@ func (p *Pipeline) Stop(ctx context.Context) {
 		}
 	}
 	cancel()
-	<-sweeperEnd
+	sweeper.Stop()
 	p.log.Info("pipeline stopped", "instance", p.cfg.InstanceID)
 }
 
-// phaseRunner consumes one durable consumer with a bounded pool of workers.
-type phaseRunner struct {
-	cc   jetstream.ConsumeContext
-	work chan jetstream.Msg
-	wg   sync.WaitGroup
-}
-
-func (p *Pipeline) startConsumer(ctx, workCtx context.Context, stream, consumer string, handle func(context.Context, jetstream.Msg)) (*phaseRunner, error) {
-	cons, err := p.js.Consumer(ctx, stream, consumer)
-	if err != nil {
-		return nil, err
-	}
-	r := &phaseRunner{work: make(chan jetstream.Msg)}
-	for i := 0; i < p.cfg.Workers; i++ {
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			for msg := range r.work {
-				handle(workCtx, msg)
-			}
-		}()
-	}
-	r.cc, err = cons.Consume(func(msg jetstream.Msg) { r.work <- msg },
-		jetstream.PullMaxMessages(p.cfg.Workers),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
-				p.log.Warn("consume", "consumer", consumer, "error", err)
-			}
-		}))
-	if err != nil {
-		close(r.work)
-		r.wg.Wait()
-		return nil, err
-	}
-	return r, nil
-}
-
-// drainGrace bounds how long stop waits for a drain. A pull request the
-// server holds (an idle or just-resumed consumer) only ends at its expiry;
-// after the grace the consumer is stopped, and messages it had buffered are
-// redelivered after AckWait.
-const drainGrace = 2 * time.Second
-
 // stopGrace is how long Stop still waits for work after its context ended.
 const stopGrace = 5 * time.Second
-
-func (r *phaseRunner) stop() {
-	r.cc.Drain()
-	select {
-	case <-r.cc.Closed():
-	case <-time.After(drainGrace):
-		r.cc.Stop()
-		<-r.cc.Closed()
-	}
-	close(r.work)
-	r.wg.Wait()
-}
 
 // budgets charges capsules outside any wave in their checkpoint alone, and
 // wave capsules through the budget bucket, where the wave's total lives.

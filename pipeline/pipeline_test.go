@@ -15,11 +15,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/schemas"
+	"github.com/sagad/sagad/store"
 )
 
 // fixture is one embedded server, one running pipeline and a client.
@@ -27,7 +29,7 @@ type fixture struct {
 	srv       *server.Server
 	js        jetstream.JetStream
 	gate      chan struct{} // releases one run of the "slow" executor
-	client    *pipeline.Client
+	client    *client.Client
 	pipe      *pipeline.Pipeline
 	cfg       pipeline.Config
 	executed  *atomic.Int64
@@ -85,7 +87,7 @@ func setupWith(t *testing.T, change func(*pipeline.Config)) *fixture {
 		change(&f.cfg)
 	}
 	f.pipe = f.start(t, f.cfg)
-	client, err := pipeline.NewClient(context.Background(), js)
+	client, err := client.NewClient(context.Background(), js)
 	require.NoError(t, err)
 	f.client = client
 	return f
@@ -111,11 +113,11 @@ func (f *fixture) publish(t *testing.T, raw []byte) {
 	require.NoError(t, err)
 }
 
-func (f *fixture) wait(t *testing.T, id string) pipeline.Status {
+func (f *fixture) wait(t *testing.T, id string) client.Status {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var s pipeline.Status
+	var s client.Status
 	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
 		var err error
 		s, err = f.client.Status(ctx, id)
@@ -133,7 +135,7 @@ func (f *fixture) own(t *testing.T, d capsuletest.Doc) capsuletest.Doc {
 	return d.Set("target", "file:"+name).Set("constraints.resource_locks_required", []any{name})
 }
 
-func outcomes(h []pipeline.HistoryEntry) []string {
+func outcomes(h []client.HistoryEntry) []string {
 	out := make([]string, len(h))
 	for i, e := range h {
 		out[i] = e.PhaseName + "/" + e.Outcome
@@ -164,9 +166,9 @@ func TestValidCapsuleCompletes(t *testing.T) {
 	cp, err := f.client.Checkpoint(context.Background(), doc.ID())
 	require.NoError(t, err)
 	require.NoError(t, schemas.ValidateValue(schemas.Checkpoint, cp))
-	store, err := f.js.ObjectStore(context.Background(), pipeline.ArtifactsBucket)
+	objs, err := f.js.ObjectStore(context.Background(), store.ArtifactsBucket)
 	require.NoError(t, err)
-	b, err := store.GetBytes(context.Background(), doc.ID()+"/1")
+	b, err := objs.GetBytes(context.Background(), doc.ID()+"/1")
 	require.NoError(t, err)
 	require.NoError(t, schemas.Validate(schemas.Artifact, b))
 
@@ -184,11 +186,11 @@ func TestValidCapsuleCompletes(t *testing.T) {
 	// The completed capsule is emitted once on the outcome stream (published
 	// once its end is recorded).
 	requireOutcomes(t, f, 1)
-	msg, err := f.js.Stream(context.Background(), pipeline.OutcomesStream)
+	msg, err := f.js.Stream(context.Background(), store.OutcomesStream)
 	require.NoError(t, err)
-	got, err := msg.GetLastMsgForSubject(context.Background(), pipeline.OutcomeSubject(capsule.Completed))
+	got, err := msg.GetLastMsgForSubject(context.Background(), store.OutcomeSubject(capsule.Completed))
 	require.NoError(t, err)
-	require.Equal(t, doc.ID(), got.Header.Get(pipeline.HeaderCapsuleID))
+	require.Equal(t, doc.ID(), got.Header.Get(store.HeaderCapsuleID))
 	var back capsule.Capsule
 	require.NoError(t, json.Unmarshal(got.Data, &back))
 	require.Equal(t, doc.ID(), back.CapsuleID)

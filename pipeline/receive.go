@@ -13,31 +13,32 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/phases"
+	"github.com/sagad/sagad/runner"
+	"github.com/sagad/sagad/store"
 )
 
 // receive runs RECEPTION for one intake message: it decides the capsule's key,
 // keeps its bytes, writes its first checkpoint (create-only, so a capsule is
 // received once) and emits the effects.
-func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) delivery {
+func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delivery {
 	meta, err := msg.Metadata()
 	if err != nil {
-		return nakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: metadata: %w", err))
+		return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: metadata: %w", err))
 	}
 	raw := msg.Data()
 	fallbackKey := "x-" + strconv.FormatUint(meta.Sequence.Stream, 10)
 	r := phases.Receive(ctx, p.env, raw, func(id string) string { return id })
 	if r.Decision.Action == phases.Retry {
-		return nakAfter(p.cfg.RetryDelay+r.Decision.Delay, r.Decision.Err)
+		return runner.NakAfter(p.cfg.RetryDelay+r.Decision.Delay, r.Decision.Err)
 	}
 
 	key := fallbackKey
 	staleEnd := false // the kept bytes are an ended, forgotten run's
 	if r.Capsule != nil {
 		key = r.Capsule.CapsuleID
-		if !validKey(key) {
+		if !store.ValidKey(key) {
 			key = fallbackKey
 		}
 	}
@@ -46,47 +47,47 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) delivery {
 		// capsule (a redelivery or a duplicate publish); other bytes under a
 		// taken id are a different capsule, kept under its own key so that
 		// AUTOMATED_GATES can refuse it (Rule 2) without touching the first.
-		_, err := jspub.KVCreate(ctx, p.js.Conn(), p.stores.capsules, key, raw)
+		err := p.st.KeepBytes(ctx, key, raw)
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			same, ended, err := p.keptBytes(ctx, key, r.Digest)
+			same, ended, err := p.st.KeptBytes(ctx, key, r.Digest)
 			if err != nil {
-				return nakAfter(p.cfg.RetryDelay, err)
+				return runner.NakAfter(p.cfg.RetryDelay, err)
 			}
 			if !same {
 				key = fallbackKey
 			}
 			staleEnd = same && ended
 		} else if err != nil {
-			return nakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: keep capsule: %w", err))
+			return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: keep capsule: %w", err))
 		}
 	}
 	if key == fallbackKey {
 		// Create, not Put: a redelivered intake message must not erase what
-		// its first delivery recorded on the bytes (the outcome mark).
-		if _, err := jspub.KVCreate(ctx, p.js.Conn(), p.stores.capsules, key, raw); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-			return nakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err))
+		// its first runner.Delivery recorded on the bytes (the outcome mark).
+		if err := p.st.KeepBytes(ctx, key, raw); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err))
 		}
 	}
 
 	now := p.cfg.Now().UTC()
-	fresh := newCheckpoint(key, claimedID(r), traceID(r.Capsule, msg), waveID(r.Capsule), r.Digest, now)
+	fresh := store.NewCheckpoint(key, claimedID(r), traceID(r.Capsule, msg), waveID(r.Capsule), r.Digest, now)
 	fresh.IntakeSeq = meta.Sequence.Stream
 	res, err := machine.Apply(fresh, machine.Decide{Phase: capsule.Reception, Decision: r.Decision}, now)
 	if err != nil || res.Transition == nil {
 		// RECEPTION decides advance or halt; anything else is a bug that
 		// must not lose the bytes: they stay kept, the message is retried.
-		return nakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: %s decision: %w", r.Decision.Action, err))
+		return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: %s decision: %w", r.Decision.Action, err))
 	}
 	cp, tr := res.Checkpoint, *res.Transition
-	rev, err := p.checkpoints.Create(ctx, cp)
-	if errors.Is(err, errConflict) {
-		existing, _, err := p.checkpoints.Get(ctx, key)
+	rev, err := p.st.Checkpoints.Create(ctx, cp)
+	if errors.Is(err, store.ErrConflict) {
+		existing, _, err := p.st.Checkpoints.Get(ctx, key)
 		if err != nil {
-			return nakAfter(p.cfg.RetryDelay, err)
+			return runner.NakAfter(p.cfg.RetryDelay, err)
 		}
 		if existing.IntakeSeq != meta.Sequence.Stream { // not our own redelivery
 			if err := p.duplicateIgnored(ctx, existing, meta.Sequence.Stream); err != nil {
-				return nakAfter(p.cfg.RetryDelay, err)
+				return runner.NakAfter(p.cfg.RetryDelay, err)
 			}
 		}
 		var lockPaths []string
@@ -95,20 +96,20 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) delivery {
 		}
 		return p.reemitFor(ctx, existing, capsule.Reception, 0, raw, lockPaths)
 	} else if err != nil {
-		return nakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: create checkpoint: %w", err))
+		return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: create checkpoint: %w", err))
 	}
 	if staleEnd {
 		// The bytes are those of an earlier run of this capsule that ended
 		// and whose checkpoint the retention already removed (the bytes go
 		// a moment later): this is a new run, so its bytes must not carry
 		// that run's outcome mark and time to live.
-		if _, err := p.stores.capsules.Put(ctx, key, raw); err != nil {
-			return nakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err))
+		if err := p.st.RenewBytes(ctx, key, raw); err != nil {
+			return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err))
 		}
 	}
-	p.cache.put(cp, rev)
+	p.st.Cache.Put(cp, rev)
 	if r.Capsule != nil && cp.State.Status == capsule.InProgress {
-		p.cache.seed(key, raw, r.Capsule)
+		p.st.Cache.Seed(key, raw, r.Capsule)
 	}
 	p.metrics.Received()
 	p.observe(cp, &tr, r.Decision, 0)
@@ -116,24 +117,10 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) delivery {
 	if r.Capsule != nil {
 		lockPaths = r.Capsule.Constraints.ResourceLocksRequired
 	}
-	if err := p.effects(ctx, cp, rev, &tr, raw, lockPaths); err != nil {
-		return nakAfter(p.cfg.RetryDelay, err)
+	if err := p.st.Emit(ctx, cp, rev, &tr, raw, lockPaths); err != nil {
+		return runner.NakAfter(p.cfg.RetryDelay, err)
 	}
-	return ack()
-}
-
-// keptBytes compares the bytes kept under key with digest, and reports
-// whether they carry the outcome mark of a run that ended.
-func (p *Pipeline) keptBytes(ctx context.Context, key, digest string) (same, ended bool, err error) {
-	m, err := p.stores.capsulesStream.GetLastMsgForSubject(ctx, capsuleSubject(key))
-	if err != nil {
-		return false, false, fmt.Errorf("reception: read kept capsule %s: %w", key, err)
-	}
-	d, err := capsule.Digest(m.Data)
-	if err != nil {
-		return false, false, nil
-	}
-	return d == digest, m.Header.Get(HeaderOutcomeSent) != "", nil
+	return runner.Ack()
 }
 
 // duplicateIgnored records, once per intake message, that a capsule was
@@ -144,7 +131,7 @@ func (p *Pipeline) duplicateIgnored(ctx context.Context, cp *capsule.Checkpoint,
 		CapsuleID: cp.CapsuleID, Key: cp.Key, Phase: capsule.Reception, PhaseName: capsule.Reception.String(),
 		TraceID: cp.TraceID, Detail: "intake message " + strconv.FormatUint(intakeSeq, 10) + " repeats this capsule", At: p.cfg.Now().UTC(),
 	}
-	return p.publishEvent(ctx, ev)
+	return p.st.PublishEvent(ctx, ev)
 }
 
 // claimedID is the capsule id the bytes claimed, if it is printable and short;
@@ -177,7 +164,7 @@ func traceID(c *capsule.Capsule, msg jetstream.Msg) string {
 	if c != nil && c.TraceID != "" {
 		return c.TraceID
 	}
-	if h := msg.Headers().Get(HeaderTraceID); h != "" && len(h) <= 128 {
+	if h := msg.Headers().Get(store.HeaderTraceID); h != "" && len(h) <= 128 {
 		return h
 	}
 	// W3C trace context: version-traceid-parentid-flags.

@@ -8,10 +8,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/store"
 )
 
 // TestRetentionForgetsEndedCapsules: once the retention has passed, an ended
@@ -43,15 +45,15 @@ func TestRetentionForgetsEndedCapsules(t *testing.T) {
 	natstest.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool {
 		_, err1 := f.client.Status(ctx, done.ID())
 		_, err2 := f.client.Status(ctx, halted.ID())
-		return errors.Is(err1, pipeline.ErrNotFound) && errors.Is(err2, pipeline.ErrNotFound) &&
+		return errors.Is(err1, store.ErrNotFound) && errors.Is(err2, store.ErrNotFound) &&
 			// Only the waiting capsule's checkpoint and bytes; artifacts go
 			// a retention after they were written.
-			subjects("KV_"+pipeline.CheckpointsBucket) == 1 && subjects("KV_"+pipeline.CapsulesBucket) == 1 &&
-			subjects("OBJ_"+pipeline.ArtifactsBucket) == 0
+			subjects("KV_"+store.CheckpointsBucket) == 1 && subjects("KV_"+store.CapsulesBucket) == 1 &&
+			subjects("OBJ_"+store.ArtifactsBucket) == 0
 	}, "ended capsules never forgotten")
 	requireOutcomes(t, f, 2, "outcomes are kept")
 	a := f.admin(t)
-	s, err := a.Decide(ctx, waiting.ID(), pipeline.DecisionAccept, "fine", "carol")
+	s, err := a.Decide(ctx, waiting.ID(), admin.DecisionAccept, "fine", "carol")
 	require.NoError(t, err)
 	require.NotEqual(t, capsule.Halted, s.State)
 	require.Equal(t, capsule.Completed, f.wait(t, waiting.ID()).State)
@@ -66,6 +68,6 @@ func TestRetentionForgetsEndedCapsules(t *testing.T) {
 	require.Equal(t, capsule.Cancelled, s.State)
 	natstest.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool {
 		_, err := f.client.Status(ctx, other.ID())
-		return errors.Is(err, pipeline.ErrNotFound)
+		return errors.Is(err, store.ErrNotFound)
 	}, "cancelled capsule never forgotten")
 }

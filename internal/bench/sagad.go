@@ -18,9 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/daemon"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/store"
 )
 
 // sagad is the pipeline under test, configured the way the daemon
@@ -29,7 +31,7 @@ import (
 type sagad struct {
 	js     jetstream.JetStream
 	pipe   *pipeline.Pipeline
-	client *pipeline.Client
+	client *client.Client
 	reg    *prometheus.Registry
 	logs   *logSink
 }
@@ -60,7 +62,7 @@ func newSagad(ctx context.Context, js jetstream.JetStream, cfg Config, workspace
 	if err != nil {
 		return nil, err
 	}
-	s.client, err = pipeline.NewClient(ctx, js)
+	s.client, err = client.NewClient(ctx, js)
 	if err != nil {
 		return nil, err
 	}
@@ -81,22 +83,22 @@ func (s *sagad) stop() {
 func (s *sagad) system(srv *server.Server) *system {
 	streams := make([]string, capsule.NumPhases)
 	for p := range capsule.Phase(capsule.NumPhases) {
-		streams[p] = pipeline.PhaseStream(p)
+		streams[p] = store.PhaseStream(p)
 	}
 	return &system{
 		name: "sagad",
 		publish: func(ctx context.Context, id string, raw []byte) error {
-			m := nats.NewMsg(pipeline.IntakeSubject)
+			m := nats.NewMsg(store.IntakeSubject)
 			m.Data = raw
 			m.Header.Set(jetstream.MsgIDHeader, id)
 			_, err := s.js.PublishMsg(ctx, m)
 			return err
 		},
-		outcomeStream: pipeline.OutcomesStream,
+		outcomeStream: store.OutcomesStream,
 		outcome: func(msg jetstream.Msg) outcome {
 			h := msg.Headers()
-			cycle, _ := strconv.Atoi(h.Get(pipeline.HeaderCycle))
-			return outcome{id: h.Get(pipeline.HeaderCapsuleID), state: h.Get(pipeline.HeaderState), cycle: cycle, halt: h.Get(pipeline.HeaderHaltReason)}
+			cycle, _ := strconv.Atoi(h.Get(store.HeaderCycle))
+			return outcome{id: h.Get(store.HeaderCapsuleID), state: h.Get(store.HeaderState), cycle: cycle, halt: h.Get(store.HeaderHaltReason)}
 		},
 		check: func(o outcome, c Class) string {
 			want := c.Expect()
@@ -130,7 +132,7 @@ func (s *sagad) checkHistories(ctx context.Context, gen *Generator, seqs []uint6
 		want := gen.Class(seq).Expect()
 		st, err := s.client.Status(ctx, gen.ID(seq))
 		switch {
-		case errors.Is(err, pipeline.ErrNotFound):
+		case errors.Is(err, store.ErrNotFound):
 			forgotten++
 		case err != nil:
 			problems = append(problems, fmt.Sprintf("checkpoint of %s: %v", gen.ID(seq), err))

@@ -13,8 +13,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/store"
 )
 
 // ExitRefused: the capsule's state does not allow the action; nothing changed.
@@ -36,7 +38,7 @@ func operator(by string) string {
 }
 
 // admin connects and binds an Admin.
-func (g *globals) admin(ctx context.Context) (*pipeline.Admin, func(), error) {
+func (g *globals) admin(ctx context.Context) (*admin.Admin, func(), error) {
 	opts := []nats.Option{nats.Name("sagactl"), nats.Timeout(5 * time.Second)}
 	if g.creds != "" {
 		opts = append(opts, nats.UserCredentials(g.creds))
@@ -50,7 +52,7 @@ func (g *globals) admin(ctx context.Context) (*pipeline.Admin, func(), error) {
 		nc.Close()
 		return nil, nil, err
 	}
-	a, err := pipeline.NewAdmin(ctx, js)
+	a, err := admin.Open(ctx, js)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
@@ -60,7 +62,7 @@ func (g *globals) admin(ctx context.Context) (*pipeline.Admin, func(), error) {
 
 // dialAdmin connects for one admin command, under the request timeout; done
 // closes the connection and the context.
-func (g *globals) dialAdmin(cmd *cobra.Command) (context.Context, *pipeline.Admin, func(), error) {
+func (g *globals) dialAdmin(cmd *cobra.Command) (context.Context, *admin.Admin, func(), error) {
 	ctx, cancel := contextWithTimeout(cmd, g)
 	a, closeFn, err := g.admin(ctx)
 	if err != nil {
@@ -73,16 +75,16 @@ func (g *globals) dialAdmin(cmd *cobra.Command) (context.Context, *pipeline.Admi
 // adminErr maps admin errors to exit codes.
 func adminErr(err error) error {
 	switch {
-	case errors.Is(err, pipeline.ErrRefused):
+	case errors.Is(err, admin.ErrRefused):
 		return exit(ExitRefused, err)
-	case errors.Is(err, pipeline.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		return exit(ExitNotFound, err)
 	}
 	return err
 }
 
 // adminCommand builds `sagactl <use>` running act and printing the status.
-func adminCommand(g *globals, use, short, long string, flags func(*cobra.Command), act func(ctx context.Context, a *pipeline.Admin, id string) (pipeline.Status, error)) *cobra.Command {
+func adminCommand(g *globals, use, short, long string, flags func(*cobra.Command), act func(ctx context.Context, a *admin.Admin, id string) (client.Status, error)) *cobra.Command {
 	cmd := &cobra.Command{
 		Use: use, Short: short, Long: long, Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -115,7 +117,7 @@ ended or waits for an operator decision.`,
 			c.Flags().StringVar(&reason, "reason", "", "why (recorded in the event stream)")
 			c.Flags().StringVar(&by, "by", "", "who (default $SAGA_OPERATOR or the login name)")
 		},
-		func(ctx context.Context, a *pipeline.Admin, id string) (pipeline.Status, error) {
+		func(ctx context.Context, a *admin.Admin, id string) (client.Status, error) {
 			return a.Pause(ctx, id, reason, operator(by))
 		})
 }
@@ -142,15 +144,15 @@ executor results are never re-run. --tokens/--dollars raise the capsule's caps
 			c.Flags().DurationVar(&extend, "extend", 0, "move the deadline to now + D")
 			c.Flags().BoolVar(&force, "force", false, "resume a capsule still waiting for accepted external work (runs its executor again)")
 		},
-		func(ctx context.Context, a *pipeline.Admin, id string) (pipeline.Status, error) {
-			opts := pipeline.ResumeOptions{By: operator(by), Reason: reason, Tokens: tokens, Dollars: dollars, Force: force}
+		func(ctx context.Context, a *admin.Admin, id string) (client.Status, error) {
+			opts := admin.ResumeOptions{By: operator(by), Reason: reason, Tokens: tokens, Dollars: dollars, Force: force}
 			switch {
 			case deadline != "" && extend != 0:
-				return pipeline.Status{}, exit(ExitUsage, errors.New("--deadline and --extend exclude each other"))
+				return client.Status{}, exit(ExitUsage, errors.New("--deadline and --extend exclude each other"))
 			case deadline != "":
 				t, err := time.Parse(time.RFC3339, deadline)
 				if err != nil {
-					return pipeline.Status{}, exit(ExitUsage, fmt.Errorf("--deadline: %w", err))
+					return client.Status{}, exit(ExitUsage, fmt.Errorf("--deadline: %w", err))
 				}
 				opts.Deadline = &t
 			case extend > 0:
@@ -171,7 +173,7 @@ the outcome subject. Cancelling a cancelled capsule changes nothing.`,
 			c.Flags().StringVar(&reason, "reason", "", "why (recorded in the history and event stream)")
 			c.Flags().StringVar(&by, "by", "", "who (default $SAGA_OPERATOR or the login name)")
 		},
-		func(ctx context.Context, a *pipeline.Admin, id string) (pipeline.Status, error) {
+		func(ctx context.Context, a *admin.Admin, id string) (client.Status, error) {
 			return a.Cancel(ctx, id, reason, operator(by))
 		})
 }
@@ -188,10 +190,10 @@ max_cycles_exceeded). Exit 5, changing nothing, if the capsule is not waiting.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			decision := strings.ToLower(args[1])
-			if decision != pipeline.DecisionAccept && decision != pipeline.DecisionRevise {
+			if decision != admin.DecisionAccept && decision != admin.DecisionRevise {
 				return exit(ExitUsage, fmt.Errorf("decision %q: want accept or revise", args[1]))
 			}
-			if decision == pipeline.DecisionRevise && strings.TrimSpace(rationale) == "" {
+			if decision == admin.DecisionRevise && strings.TrimSpace(rationale) == "" {
 				return exit(ExitUsage, errors.New("revise needs --rationale: the executor gets it as the review's findings"))
 			}
 			ctx, a, done, err := g.dialAdmin(cmd)
@@ -229,7 +231,7 @@ func newPending(g *globals) *cobra.Command {
 			out := cmd.OutOrStdout()
 			if g.json() {
 				if items == nil {
-					items = []pipeline.PendingItem{}
+					items = []admin.PendingItem{}
 				}
 				return writeJSON(out, items)
 			}
@@ -287,7 +289,7 @@ func newPhase(g *globals) *cobra.Command {
 	return cmd
 }
 
-func printPhases(cmd *cobra.Command, g *globals, a *pipeline.Admin, ctx context.Context) error {
+func printPhases(cmd *cobra.Command, g *globals, a *admin.Admin, ctx context.Context) error {
 	list, err := a.Phases(ctx)
 	if err != nil {
 		return err

@@ -6,10 +6,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/cli"
-	"github.com/sagad/sagad/pipeline"
 )
 
 // TestOnlineAdmin drives the operator commands as a person would: a gated
@@ -27,7 +28,7 @@ func TestOnlineAdmin(t *testing.T) {
 
 	r = o.run(t, "pending", "-o", "json")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
-	var pending []pipeline.PendingItem
+	var pending []admin.PendingItem
 	require.NoError(t, json.Unmarshal([]byte(r.out), &pending))
 	require.Len(t, pending, 1)
 	require.Equal(t, doc.ID(), pending[0].CapsuleID)
@@ -48,7 +49,7 @@ func TestOnlineAdmin(t *testing.T) {
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
 	r = o.run(t, "wait", doc.ID(), "--timeout", "20s", "-o", "json")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
-	var s pipeline.Status
+	var s client.Status
 	require.NoError(t, json.Unmarshal([]byte(r.out), &s))
 	require.Equal(t, 2, s.CyclesUsed)
 
@@ -68,7 +69,7 @@ func TestOnlineAdmin(t *testing.T) {
 
 	r = o.run(t, "phase", "pause", "EXECUTION", "-o", "json")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
-	var phases []pipeline.PhaseState
+	var phases []admin.PhaseState
 	require.NoError(t, json.Unmarshal([]byte(r.out), &phases))
 	require.True(t, phases[capsule.Execution].Paused)
 	r = o.run(t, "phase", "resume", "4", "-o", "json")

@@ -17,10 +17,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/cli"
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/store"
 )
 
 func TestMain(m *testing.M) {
@@ -342,7 +344,7 @@ func (o *online) own(t *testing.T, d capsuletest.Doc) capsuletest.Doc {
 
 func (o *online) intakeLastSeq(t *testing.T) uint64 {
 	t.Helper()
-	st, err := o.js.Stream(context.Background(), pipeline.IntakeStream)
+	st, err := o.js.Stream(context.Background(), store.IntakeStream)
 	require.NoError(t, err)
 	info, err := st.Info(context.Background())
 	require.NoError(t, err)
@@ -446,7 +448,7 @@ func TestOnlineCompleted(t *testing.T) {
 	t.Run("list", func(t *testing.T) {
 		r := o.run(t, "list", "--state", "completed", "-o", "json")
 		require.Equal(t, 0, r.code, r.errOut)
-		var list []pipeline.Status
+		var list []client.Status
 		require.NoError(t, json.Unmarshal([]byte(r.out), &list))
 		require.Len(t, list, 1)
 		require.Equal(t, doc.ID(), list[0].CapsuleID)
@@ -491,7 +493,7 @@ func TestOnlineHalted(t *testing.T) {
 
 	r = o.run(t, "wait", "-o", "json", doc.ID())
 	require.Equal(t, cli.ExitFailure, r.code)
-	var s pipeline.Status
+	var s client.Status
 	require.NoError(t, json.Unmarshal([]byte(r.out), &s))
 	require.Equal(t, capsule.Halted, s.State)
 	require.Equal(t, "executor_failed:model refused", s.HaltReason)
@@ -569,7 +571,7 @@ func TestOnlinePublishSeal(t *testing.T) {
 	require.Equal(t, fromStdin.ID()+"\n", out)
 	r = o.run(t, "wait", "--timeout", "30s", "-o", "json", fromStdin.ID())
 	require.Equal(t, 0, r.code, "stdout %s stderr %s", r.out, r.errOut)
-	var s pipeline.Status
+	var s client.Status
 	require.NoError(t, json.Unmarshal([]byte(r.out), &s))
 	require.Equal(t, capsule.Completed, s.State)
 }
@@ -603,5 +605,5 @@ func TestOnlineNoDaemon(t *testing.T) {
 	s := natstest.RunServer(t) // NATS without sagad's topology
 	r := run(t, "--nats-url", s.ClientURL(), "status", capsuletest.NewID())
 	require.Equal(t, cli.ExitFailure, r.code)
-	require.Equal(t, "sagactl: "+pipeline.ErrNoTopology.Error()+"\n", r.errOut)
+	require.Equal(t, "sagactl: "+store.ErrNoTopology.Error()+"\n", r.errOut)
 }

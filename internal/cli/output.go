@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/client"
 )
 
 func writeJSON(w io.Writer, v any) error {
@@ -35,7 +35,7 @@ func dash(s string) string {
 }
 
 // printStatus prints one capsule's status for people.
-func printStatus(w io.Writer, s pipeline.Status) error {
+func printStatus(w io.Writer, s client.Status) error {
 	tw := table(w)
 	fmt.Fprintf(tw, "capsule_id:\t%s\n", dash(s.CapsuleID))
 	if s.Key != s.CapsuleID {

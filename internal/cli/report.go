@@ -14,7 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/store"
 )
 
 // ReportData is everything `sagactl report` knows about one capsule; -o json
@@ -32,7 +33,7 @@ type ReportData struct {
 
 // reportCmd is `sagactl report`.
 type reportCmd struct {
-	client *pipeline.Client
+	client *client.Client
 	js     jetstream.JetStream
 	id     string
 	json   bool
@@ -64,7 +65,7 @@ func (r *reportCmd) load(ctx context.Context) (*ReportData, error) {
 	}
 	// The capsule's own bytes and the continuation enrich the report; a
 	// missing bucket or key leaves their parts out rather than failing it.
-	if raw, err := reportKVGet(ctx, r.js, pipeline.CapsulesBucket, cp.Key); err == nil {
+	if raw, err := reportKVGet(ctx, r.js, store.CapsulesBucket, cp.Key); err == nil {
 		c := new(capsule.Capsule)
 		if json.Unmarshal(raw, c) == nil && c.CapsuleID != "" {
 			d.Capsule = c
@@ -72,7 +73,7 @@ func (r *reportCmd) load(ctx context.Context) (*ReportData, error) {
 	} else if !reportMissing(err) {
 		return nil, err
 	}
-	if raw, err := reportKVGet(ctx, r.js, pipeline.ContinuationsBucket, cp.Key); err == nil {
+	if raw, err := reportKVGet(ctx, r.js, store.ContinuationsBucket, cp.Key); err == nil {
 		c := new(capsule.Continuation)
 		if err := json.Unmarshal(raw, c); err != nil {
 			return nil, fmt.Errorf("continuation %s: %w", cp.Key, err)

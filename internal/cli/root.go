@@ -13,7 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/store"
 )
 
 // Exit codes.
@@ -55,7 +56,7 @@ type globals struct {
 }
 
 // connect opens a NATS connection and binds a pipeline client.
-func (g *globals) connect(ctx context.Context) (*pipeline.Client, jetstream.JetStream, func(), error) {
+func (g *globals) connect(ctx context.Context) (*client.Client, jetstream.JetStream, func(), error) {
 	opts := []nats.Option{nats.Name("sagactl"), nats.Timeout(5 * time.Second)}
 	if g.creds != "" {
 		opts = append(opts, nats.UserCredentials(g.creds))
@@ -69,7 +70,7 @@ func (g *globals) connect(ctx context.Context) (*pipeline.Client, jetstream.JetS
 		nc.Close()
 		return nil, nil, nil, err
 	}
-	c, err := pipeline.NewClient(ctx, js)
+	c, err := client.NewClient(ctx, js)
 	if err != nil {
 		nc.Close()
 		return nil, nil, nil, err
@@ -143,7 +144,7 @@ func Main(args []string, out, errOut io.Writer) int {
 	if isUsage(err) {
 		return ExitUsage
 	}
-	if errors.Is(err, pipeline.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return ExitNotFound
 	}
 	return ExitFailure
@@ -151,7 +152,7 @@ func Main(args []string, out, errOut io.Writer) int {
 
 func printError(errOut io.Writer, err error) {
 	fmt.Fprintln(errOut, "sagactl:", err)
-	if errors.Is(err, pipeline.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		// The common surprise: sagad forgets ended capsules after its retention.
 		fmt.Fprintln(errOut, "sagactl: (never published here, or ended longer ago than sagad's --retention)")
 	}

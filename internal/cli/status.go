@@ -9,7 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/store"
 )
 
 func contextWithTimeout(cmd *cobra.Command, g *globals) (context.Context, context.CancelFunc) {
@@ -18,7 +19,7 @@ func contextWithTimeout(cmd *cobra.Command, g *globals) (context.Context, contex
 
 // dial connects for one command, under the request timeout; done closes the
 // connection and the context.
-func (g *globals) dial(cmd *cobra.Command) (context.Context, *pipeline.Client, func(), error) {
+func (g *globals) dial(cmd *cobra.Command) (context.Context, *client.Client, func(), error) {
 	ctx, cancel := contextWithTimeout(cmd, g)
 	client, _, closeFn, err := g.connect(ctx)
 	if err != nil {
@@ -29,7 +30,7 @@ func (g *globals) dial(cmd *cobra.Command) (context.Context, *pipeline.Client, f
 }
 
 func notFound(err error) error {
-	if errors.Is(err, pipeline.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return exit(ExitNotFound, err)
 	}
 	return err
@@ -105,7 +106,7 @@ func newWait(g *globals) *cobra.Command {
 	return cmd
 }
 
-func render(cmd *cobra.Command, g *globals, s pipeline.Status) error {
+func render(cmd *cobra.Command, g *globals, s client.Status) error {
 	if g.json() {
 		return writeJSON(cmd.OutOrStdout(), s)
 	}
@@ -164,7 +165,7 @@ func newHistory(g *globals) *cobra.Command {
 				return notFound(err)
 			}
 			if len(events) == 0 {
-				return exit(ExitNotFound, fmt.Errorf("%w: no events for %s", pipeline.ErrNotFound, args[0]))
+				return exit(ExitNotFound, fmt.Errorf("%w: no events for %s", store.ErrNotFound, args[0]))
 			}
 			out := cmd.OutOrStdout()
 			if g.json() {

@@ -17,7 +17,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/machine"
+	"github.com/sagad/sagad/store"
 )
 
 // watchCmd is `sagactl watch`: it follows the lifecycle event stream live.
@@ -54,11 +55,11 @@ type watchItem struct {
 // records it (KV bucket SAGA_CHECKPOINTS); pauses, operator actions and
 // duplicates are on the events stream. Run follows both.
 func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
-	evSubject := pipeline.EventsPrefix + ">"
-	cpSubject := "$KV." + pipeline.CheckpointsBucket + ".>"
+	evSubject := store.EventsPrefix + ">"
+	cpSubject := "$KV." + store.CheckpointsBucket + ".>"
 	if w.key != "" {
-		evSubject = pipeline.EventSubject(w.key)
-		cpSubject = "$KV." + pipeline.CheckpointsBucket + "." + w.key
+		evSubject = store.EventSubject(w.key)
+		cpSubject = "$KV." + store.CheckpointsBucket + "." + w.key
 	}
 	start := w.now()
 	// A transition is stamped a moment before its checkpoint revision is
@@ -82,7 +83,7 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 		}
 		cons, err := w.js.OrderedConsumer(ctx, stream, cfg)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return pipeline.ErrNoTopology
+			return store.ErrNoTopology
 		}
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", subject, err)
@@ -114,10 +115,10 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 		}()
 		return nil
 	}
-	if err := follow(pipeline.EventsStream, evSubject, false); err != nil {
+	if err := follow(store.EventsStream, evSubject, false); err != nil {
 		return err
 	}
-	if err := follow("KV_"+pipeline.CheckpointsBucket, cpSubject, true); err != nil {
+	if err := follow("KV_"+store.CheckpointsBucket, cpSubject, true); err != nil {
 		return err
 	}
 
@@ -212,7 +213,7 @@ func (p *printedHistory) events(msg jetstream.Msg, from time.Time) []capsule.Eve
 	var evs []capsule.Event
 	fresh := *cp
 	fresh.History = cp.History[done:]
-	for _, ev := range pipeline.CheckpointEvents(&fresh) {
+	for _, ev := range machine.CheckpointEvents(&fresh) {
 		if !ev.At.Before(from) {
 			evs = append(evs, ev)
 		}

@@ -14,10 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/cli"
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/store"
 )
 
 // obsFixture is an embedded server with a running pipeline, for the watch,
@@ -25,7 +27,7 @@ import (
 type obsFixture struct {
 	url    string
 	js     jetstream.JetStream
-	client *pipeline.Client
+	client *client.Client
 }
 
 type obsLog struct{ t testing.TB }
@@ -55,7 +57,7 @@ func obsSetup(t *testing.T) *obsFixture {
 		defer cancel()
 		p.Stop(ctx)
 	})
-	client, err := pipeline.NewClient(ctx, js)
+	client, err := client.NewClient(ctx, js)
 	require.NoError(t, err)
 	return &obsFixture{url: s.ClientURL(), js: js, client: client}
 }
@@ -80,7 +82,7 @@ func (f *obsFixture) start(args ...string) <-chan obsResult {
 }
 
 // publish publishes doc and waits until it leaves in_progress.
-func (f *obsFixture) publish(t *testing.T, doc capsuletest.Doc) pipeline.Status {
+func (f *obsFixture) publish(t *testing.T, doc capsuletest.Doc) client.Status {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -96,13 +98,13 @@ func (f *obsFixture) publish(t *testing.T, doc capsuletest.Doc) pipeline.Status 
 func (f *obsFixture) awaitWatchers(t *testing.T, n int) {
 	t.Helper()
 	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		st, err := f.js.Stream(context.Background(), pipeline.EventsStream)
+		st, err := f.js.Stream(context.Background(), store.EventsStream)
 		if err != nil {
 			return false
 		}
 		info, err := st.Info(context.Background())
 		return err == nil && info.State.Consumers >= n
-	}, "no watch subscribed to %s", pipeline.EventsStream)
+	}, "no watch subscribed to %s", store.EventsStream)
 }
 
 func await(t *testing.T, done <-chan obsResult) obsResult {

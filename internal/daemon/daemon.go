@@ -26,6 +26,7 @@ import (
 
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/store"
 )
 
 // Main runs sagad with the process's arguments and environment until SIGINT
@@ -200,9 +201,9 @@ func newRegistry(js jetstream.JetStream, log *slog.Logger) (*prometheus.Registry
 	m := metrics.New(reg, metrics.BuildInfo{})
 	col, err := metrics.NewJetStreamCollector(js, metrics.CollectorConfig{
 		Names: metrics.Names{
-			PhaseStream:         pipeline.PhaseStream,
-			ConsumerName:        pipeline.ConsumerName,
-			ContinuationsBucket: pipeline.ContinuationsBucket,
+			PhaseStream:         store.PhaseStream,
+			ConsumerName:        store.ConsumerName,
+			ContinuationsBucket: store.ContinuationsBucket,
 		},
 		Timeout: readyTimeout,
 		Logger:  log,
@@ -245,11 +246,11 @@ func checkReady(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, read
 	}
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	if _, err := js.Stream(ctx, pipeline.IntakeStream); err != nil {
-		return fmt.Errorf("stream %s: %w", pipeline.IntakeStream, err)
+	if _, err := js.Stream(ctx, store.IntakeStream); err != nil {
+		return fmt.Errorf("stream %s: %w", store.IntakeStream, err)
 	}
-	if _, err := js.KeyValue(ctx, pipeline.CheckpointsBucket); err != nil {
-		return fmt.Errorf("bucket %s: %w", pipeline.CheckpointsBucket, err)
+	if _, err := js.KeyValue(ctx, store.CheckpointsBucket); err != nil {
+		return fmt.Errorf("bucket %s: %w", store.CheckpointsBucket, err)
 	}
 	return nil
 }

@@ -22,8 +22,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/capsuletest"
-	"github.com/sagad/sagad/pipeline"
 )
 
 func TestMain(m *testing.M) {
@@ -354,14 +354,14 @@ func testConfig(t *testing.T, dataDir string) Config {
 	return cfg
 }
 
-func connect(t *testing.T, url string) (*nats.Conn, *pipeline.Client) {
+func connect(t *testing.T, url string) (*nats.Conn, *client.Client) {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	client, err := pipeline.NewClient(context.Background(), js)
+	client, err := client.NewClient(context.Background(), js)
 	require.NoError(t, err)
 	return nc, client
 }

@@ -13,9 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/store"
 )
 
 // healthGet serves one GET through h and returns the status and body.
@@ -54,7 +56,7 @@ func TestReadyzExplainsWhatIsMissing(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "ready\n", body)
 
-	require.NoError(t, js.DeleteKeyValue(ctx, pipeline.CheckpointsBucket))
+	require.NoError(t, js.DeleteKeyValue(ctx, store.CheckpointsBucket))
 	code, body = healthGet(t, h, "/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "not ready: bucket SAGA_CHECKPOINTS: ")
@@ -93,7 +95,7 @@ func TestMetricsFromARunningPipeline(t *testing.T) {
 	ready.Store(true)
 	h := httpHandler(nc, js, reg, &ready)
 
-	client, err := pipeline.NewClient(ctx, js)
+	client, err := client.NewClient(ctx, js)
 	require.NoError(t, err)
 	doc := capsuletest.New()
 	_, err = client.Publish(ctx, doc.Sealed(t), "")

@@ -14,11 +14,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/examples/worker/worker"
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/schemas"
+	"github.com/sagad/sagad/store"
 )
 
 func TestMain(m *testing.M) {
@@ -88,18 +90,18 @@ func TestDemoEndToEnd(t *testing.T) {
 		defer cancel()
 		p.Stop(ctx)
 	})
-	client, err := pipeline.NewClient(ctx, js)
+	cl, err := client.NewClient(ctx, js)
 	require.NoError(t, err)
 
 	raw, c := demoCapsule(t)
 	require.Equal(t, "demo", c.Task.Kind)
 	require.Equal(t, worker.DefaultReviewerID, c.Review.ReviewerAgentID)
-	_, err = client.Publish(ctx, raw, "")
+	_, err = cl.Publish(ctx, raw, "")
 	require.NoError(t, err)
 
-	var st pipeline.Status
+	var st client.Status
 	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
-		st, err = client.Status(ctx, c.CapsuleID)
+		st, err = cl.Status(ctx, c.CapsuleID)
 		return err == nil && st.State != capsule.InProgress
 	}, "capsule %s never left in_progress", c.CapsuleID)
 	require.Equal(t, capsule.Completed, st.State, "halt: %s", st.HaltReason)
@@ -114,7 +116,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	require.Equal(t, 1, st.CyclesUsed)
 
 	// The artifact is the worker's.
-	store, err := js.ObjectStore(ctx, pipeline.ArtifactsBucket)
+	store, err := js.ObjectStore(ctx, store.ArtifactsBucket)
 	require.NoError(t, err)
 	b, err = store.GetBytes(ctx, c.CapsuleID+"/1")
 	require.NoError(t, err)
@@ -131,7 +133,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	require.Equal(t, int64(len(c.Task.Title)+len(c.Task.Description)), art.Usage.Tokens)
 
 	// Its usage, and the review's, were charged to the budget.
-	cp, err := client.Checkpoint(ctx, c.CapsuleID)
+	cp, err := cl.Checkpoint(ctx, c.CapsuleID)
 	require.NoError(t, err)
 	require.Greater(t, cp.State.BudgetUsed.Tokens, art.Usage.Tokens)
 	require.Len(t, cp.State.Reviews, 1)

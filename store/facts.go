@@ -1,4 +1,4 @@
-package pipeline
+package store
 
 import (
 	"context"
@@ -22,7 +22,7 @@ var _ rules.Facts = (*facts)(nil)
 
 // IDConflict: the id is owned by a capsule with a different digest.
 func (f *facts) IDConflict(ctx context.Context, id, digest string) (bool, error) {
-	if !validKey(id) {
+	if !ValidKey(id) {
 		return false, nil
 	}
 	e, err := f.capsules.Get(ctx, id)
@@ -48,7 +48,7 @@ func (f *facts) Wave(ctx context.Context, waveID string) (rules.WaveInfo, bool, 
 }
 
 func (f *facts) DependencyDone(ctx context.Context, id string) (bool, error) {
-	if !validKey(id) {
+	if !ValidKey(id) {
 		return false, nil
 	}
 	cp, _, err := f.checkpoints.Get(ctx, id)

@@ -1,4 +1,4 @@
-package pipeline
+package store
 
 import (
 	"context"
@@ -36,12 +36,12 @@ const (
 // recentArtifacts bounds the in-process copies kept for REVIEW.
 const recentArtifacts = 1024
 
-// artifactStore keeps artifact records in the SAGA_ARTIFACTS object store,
+// Artifacts keeps artifact records in the SAGA_ARTIFACTS object store,
 // one object per (capsule, cycle); a redelivered put overwrites it with the
 // same name, so it is idempotent. It keeps the artifacts it wrote last in
 // memory: REVIEW usually runs in the process that ran EXECUTION, and an
 // object store read costs a consumer of its own.
-type artifactStore struct {
+type Artifacts struct {
 	os jetstream.ObjectStore
 	js jetstream.JetStream
 
@@ -49,8 +49,8 @@ type artifactStore struct {
 	recent map[string]capsule.Artifact
 }
 
-func newArtifactStore(os jetstream.ObjectStore, js jetstream.JetStream) *artifactStore {
-	return &artifactStore{os: os, js: js, recent: make(map[string]capsule.Artifact)}
+func newArtifactStore(os jetstream.ObjectStore, js jetstream.JetStream) *Artifacts {
+	return &Artifacts{os: os, js: js, recent: make(map[string]capsule.Artifact)}
 }
 
 // Put writes the artifact as an object store object: its chunks, then its
@@ -59,7 +59,7 @@ func newArtifactStore(os jetstream.ObjectStore, js jetstream.JetStream) *artifac
 // reads the object's previous metadata (one more request per artifact) to
 // purge its chunks afterwards; an artifact is written once per cycle, and
 // chunks a crashed put left without metadata expire with the bucket's TTL.
-func (s *artifactStore) Put(ctx context.Context, a capsule.Artifact) (string, error) {
+func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error) {
 	a.Ref = ArtifactRef(a.CapsuleID, a.Cycle)
 	b, err := json.Marshal(a)
 	if err != nil {
@@ -106,7 +106,7 @@ func (s *artifactStore) Put(ctx context.Context, a capsule.Artifact) (string, er
 	return a.Ref, nil
 }
 
-func (s *artifactStore) remember(a capsule.Artifact) {
+func (s *Artifacts) remember(a capsule.Artifact) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.recent[a.Ref]; !ok && len(s.recent) >= recentArtifacts {
@@ -118,7 +118,7 @@ func (s *artifactStore) remember(a capsule.Artifact) {
 	s.recent[a.Ref] = a
 }
 
-func (s *artifactStore) Get(ctx context.Context, ref string) (capsule.Artifact, error) {
+func (s *Artifacts) Get(ctx context.Context, ref string) (capsule.Artifact, error) {
 	s.mu.Lock()
 	a, ok := s.recent[ref]
 	s.mu.Unlock()
@@ -138,7 +138,7 @@ func (s *artifactStore) Get(ctx context.Context, ref string) (capsule.Artifact, 
 	return a, nil
 }
 
-func (s *artifactStore) Lookup(ctx context.Context, capsuleID string, cycle int) (capsule.Artifact, bool, error) {
+func (s *Artifacts) Lookup(ctx context.Context, capsuleID string, cycle int) (capsule.Artifact, bool, error) {
 	a, err := s.Get(ctx, ArtifactRef(capsuleID, cycle))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return a, false, nil

@@ -1,11 +1,9 @@
-package pipeline
+package admin
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,10 +13,11 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/cas"
-	"github.com/sagad/sagad/locks"
 	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/metrics"
+	"github.com/sagad/sagad/store"
 )
 
 // StateError refuses an admin action the capsule's state does not allow (a
@@ -29,82 +28,54 @@ type StateError = machine.Refusal
 var ErrRefused = machine.ErrRefused
 
 // Admin carries out operator actions: pause, resume, cancel, decide, phase
-// pause. Each is a compare-and-set on the checkpoint followed by idempotent
-// effects (events, messages, outcome, lock release), so running an action
-// again after an error finishes it, and racing actions resolve to one.
+// pause. Each is a machine event written with a compare-and-set on the
+// checkpoint, followed by idempotent effects (events, messages, outcome,
+// lock release), so running an action again after an error finishes it,
+// and racing actions resolve to one.
 type Admin struct {
-	p   *Pipeline
-	now func() time.Time
+	st      *store.Store
+	now     func() time.Time
+	metrics *metrics.Metrics
 }
 
-// NewAdmin binds to an existing sagad topology.
-func NewAdmin(ctx context.Context, js jetstream.JetStream) (*Admin, error) {
-	p, err := bind(ctx, js)
+// Config configures an [Admin].
+type Config struct {
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+	// Metrics counts the actions. Nil counts nothing.
+	Metrics *metrics.Metrics
+}
+
+// New returns an Admin working on st.
+func New(st *store.Store, cfg Config) *Admin {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Admin{st: st, now: cfg.Now, metrics: cfg.Metrics}
+}
+
+// Open binds an Admin to the topology a sagad created (tests and tools;
+// operators use sagad's admin service).
+func Open(ctx context.Context, js jetstream.JetStream) (*Admin, error) {
+	st, err := store.Open(ctx, js)
 	if err != nil {
 		return nil, err
 	}
-	return &Admin{p: p, now: time.Now}, nil
+	return New(st, Config{}), nil
 }
 
-// Admin returns an Admin sharing this pipeline's stores (sagad's own sweeper
-// and completion handling use it).
-func (p *Pipeline) Admin() *Admin { return &Admin{p: p, now: p.cfg.Now} }
-
-// bind returns a pipeline bound to existing stores, for admin actions only.
-func bind(ctx context.Context, js jetstream.JetStream) (*Pipeline, error) {
-	kv := func(name string) (jetstream.KeyValue, error) {
-		b, err := js.KeyValue(ctx, name)
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, ErrNoTopology
-		}
-		return b, err
-	}
-	st := &stores{}
-	var err error
-	if st.checkpoints, err = kv(CheckpointsBucket); err != nil {
-		return nil, err
-	}
-	if st.capsules, err = kv(CapsulesBucket); err != nil {
-		return nil, err
-	}
-	if st.capsulesStream, err = js.Stream(ctx, "KV_"+CapsulesBucket); err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", CapsulesBucket, err)
-	}
-	if st.continuations, err = kv(ContinuationsBucket); err != nil {
-		return nil, err
-	}
-	lm, err := locks.New(ctx, js, locks.Config{})
-	if err != nil {
-		return nil, err
-	}
-	cfg := Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}.withDefaults()
-	// A capsule this admin ends expires like one sagad ends.
-	if status, err := st.checkpoints.Status(ctx); err == nil {
-		if d, err := time.ParseDuration(status.Metadata()[RetentionMetadata]); err == nil && d > 0 {
-			cfg.Retention = d
-		}
-	}
-	return &Pipeline{
-		cfg: cfg, js: js, log: cfg.Logger, stores: st,
-		checkpoints:   &Checkpoints{kv: st.checkpoints, js: js, ttl: cfg.Retention},
-		cache:         newCache(),
-		continuations: &Continuations{kv: st.continuations},
-		locks:         lm,
-	}, nil
-}
-
-// apply applies ev to the checkpoint of id (a capsule id or key) and writes
+// Apply applies ev to the checkpoint of id (a capsule id or key) and writes
 // the result with a compare-and-set under sagad's one retry policy: on a
 // conflict the checkpoint is read again and ev applied again, so the machine
 // judges ev against the checkpoint actually written.
-func (a *Admin) apply(ctx context.Context, id string, ev machine.Event) (machine.Result, error) {
-	found, err := a.p.checkpoints.Find(ctx, id)
+func (a *Admin) Apply(ctx context.Context, id string, ev machine.Event) (machine.Result, error) {
+	found, err := a.st.Checkpoints.Find(ctx, id)
 	if err != nil {
 		return machine.Result{}, err
 	}
 	var res machine.Result
 	err = cas.Retry(ctx, func(ctx context.Context) error {
-		cp, rev, err := a.p.checkpoints.Get(ctx, found.Key)
+		cp, rev, err := a.st.Checkpoints.Get(ctx, found.Key)
 		if err != nil {
 			return err
 		}
@@ -113,7 +84,7 @@ func (a *Admin) apply(ctx context.Context, id string, ev machine.Event) (machine
 			return err
 		}
 		if r.Changed {
-			if _, err := a.p.checkpoints.Update(ctx, r.Checkpoint, rev); errors.Is(err, errConflict) {
+			if _, err := a.st.Checkpoints.Update(ctx, r.Checkpoint, rev); errors.Is(err, store.ErrConflict) {
 				return cas.ErrConflict
 			} else if err != nil {
 				return err
@@ -128,18 +99,8 @@ func (a *Admin) apply(ctx context.Context, id string, ev machine.Event) (machine
 	return res, err
 }
 
-// raw returns the capsule's bytes as received.
-func (a *Admin) raw(ctx context.Context, key string) ([]byte, *capsule.Capsule, error) {
-	e, err := a.p.stores.capsules.Get(ctx, key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("capsule bytes of %s: %w", key, err)
-	}
-	c, _ := decodeCapsule(e.Value())
-	return e.Value(), c, nil
-}
-
 func (a *Admin) adminEvent(ctx context.Context, cp *capsule.Checkpoint, kind capsule.EventKind, id, detail, by string, findings []capsule.Finding) error {
-	return a.p.publishEvent(ctx, capsule.Event{
+	return a.st.PublishEvent(ctx, capsule.Event{
 		ID: cp.Key + ".admin." + id + "." + string(kind), Kind: kind, CapsuleID: cp.CapsuleID, Key: cp.Key,
 		Phase: cp.State.Phase, PhaseName: cp.State.Phase.String(), Cycle: cp.State.Cycle, TraceID: cp.TraceID,
 		Detail: detail, By: by, Findings: findings, At: a.now().UTC(),
@@ -148,19 +109,19 @@ func (a *Admin) adminEvent(ctx context.Context, cp *capsule.Checkpoint, kind cap
 
 // Pause parks the capsule with operator_manual. A capsule inside a phase
 // finishes that phase's step first and parks at the next one.
-func (a *Admin) Pause(ctx context.Context, id, reason, by string) (Status, error) {
-	res, err := a.apply(ctx, id, machine.Pause{Reason: reason, By: by})
+func (a *Admin) Pause(ctx context.Context, id, reason, by string) (client.Status, error) {
+	res, err := a.Apply(ctx, id, machine.Pause{Reason: reason, By: by})
 	if err != nil {
-		return Status{}, err
+		return client.Status{}, err
 	}
 	cp := res.Checkpoint
 	if cp.State.Pause != nil && cp.State.Pause.ResumeToken == "" {
-		if err := a.p.parked(ctx, cp); err != nil {
-			return StatusOf(cp), err
+		if err := a.st.EmitParked(ctx, cp); err != nil {
+			return client.StatusOf(cp), err
 		}
 	}
-	a.p.metrics.AdminAction("pause")
-	return StatusOf(cp), nil
+	a.metrics.AdminAction("pause")
+	return client.StatusOf(cp), nil
 }
 
 // ResumeOptions lift the cause of a pause while resuming.
@@ -182,44 +143,44 @@ type ResumeOptions struct {
 // token, and flips it back to in_progress. If it dies half-way, the phase
 // message (which only the token lets through) finishes the resume, and
 // running Resume again re-sends the same token.
-func (a *Admin) Resume(ctx context.Context, id string, opts ResumeOptions) (Status, error) {
+func (a *Admin) Resume(ctx context.Context, id string, opts ResumeOptions) (client.Status, error) {
 	return a.resume(ctx, id, "resume", capsule.Paused, opts)
 }
 
-func (a *Admin) resume(ctx context.Context, id, action string, from capsule.State, opts ResumeOptions) (Status, error) {
-	res, err := a.apply(ctx, id, machine.RequestResume{
+func (a *Admin) resume(ctx context.Context, id, action string, from capsule.State, opts ResumeOptions) (client.Status, error) {
+	res, err := a.Apply(ctx, id, machine.RequestResume{
 		Action: action, From: from, Token: nuid.Next(),
 		Tokens: opts.Tokens, Dollars: opts.Dollars, Deadline: opts.Deadline, Force: opts.Force,
 	})
 	if err != nil {
-		return Status{}, err
+		return client.Status{}, err
 	}
 	cp := res.Checkpoint
 	// The token in the checkpoint: ours, or that of a resume in flight,
 	// which this one finishes.
 	token, trigger := cp.State.Pause.ResumeToken, cp.State.Pause.Trigger
-	raw, _, err := a.raw(ctx, cp.Key)
+	raw, _, err := a.st.Raw(ctx, cp.Key)
 	if err != nil {
-		return StatusOf(cp), err
+		return client.StatusOf(cp), err
 	}
-	if err := a.p.publishPhase(ctx, cp, raw, token); err != nil {
-		return StatusOf(cp), err
+	if err := a.st.PublishPhase(ctx, cp, raw, token); err != nil {
+		return client.StatusOf(cp), err
 	}
 	sentPhase, sentCycle := cp.State.Phase, cp.State.Cycle
-	res, err = a.apply(ctx, cp.Key, machine.Resume{Token: token})
+	res, err = a.Apply(ctx, cp.Key, machine.Resume{Token: token})
 	if err != nil {
-		return Status{}, err
+		return client.Status{}, err
 	}
 	cp, flipped := res.Checkpoint, res.Changed
 	if flipped && (cp.State.Phase != sentPhase || cp.State.Cycle != sentCycle) {
 		// A phase that was running when the capsule was paused finished
 		// meanwhile and moved it on: the message sent above is stale.
-		if err := a.p.publishPhase(ctx, cp, raw, ""); err != nil {
-			return StatusOf(cp), err
+		if err := a.st.PublishPhase(ctx, cp, raw, ""); err != nil {
+			return client.StatusOf(cp), err
 		}
 	}
-	if err := a.p.continuations.DeleteIfStale(ctx, cp.Key, cp); err != nil {
-		return StatusOf(cp), err
+	if err := a.st.Continuations.DeleteIfStale(ctx, cp.Key, cp); err != nil {
+		return client.StatusOf(cp), err
 	}
 	detail := string(trigger)
 	if opts.Reason != "" {
@@ -230,20 +191,20 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 		kind = capsule.EventOperatorAccepted
 	}
 	if err := a.adminEvent(ctx, cp, kind, token, detail, opts.By, nil); err != nil {
-		return StatusOf(cp), err
+		return client.StatusOf(cp), err
 	}
-	a.p.metrics.Resumed(trigger)
+	a.metrics.Resumed(trigger)
 	if opts.By != capsule.BySagad {
 		// sagad's own resumes (free locks, an arrived result) are no
 		// operator's action.
-		a.p.metrics.AdminAction(action)
+		a.metrics.AdminAction(action)
 	}
-	return StatusOf(cp), nil
+	return client.StatusOf(cp), nil
 }
 
 // Cancel ends the capsule in cancelled and releases its locks, from any
 // non-terminal state. Cancelling a cancelled capsule re-emits its effects.
-func (a *Admin) Cancel(ctx context.Context, id, reason, by string) (Status, error) {
+func (a *Admin) Cancel(ctx context.Context, id, reason, by string) (client.Status, error) {
 	detail := "cancelled"
 	if by != "" {
 		detail += " by " + by
@@ -251,40 +212,40 @@ func (a *Admin) Cancel(ctx context.Context, id, reason, by string) (Status, erro
 	if reason != "" {
 		detail += ": " + reason
 	}
-	return a.end(ctx, id, machine.End{State: capsule.Cancelled, Detail: detail})
+	return a.End(ctx, id, machine.End{State: capsule.Cancelled, Detail: detail})
 }
 
-// end ends a non-terminal capsule where it stands (machine.End), with its
+// End ends a non-terminal capsule where it stands (machine.End), with its
 // effects.
-func (a *Admin) end(ctx context.Context, id string, ev machine.End) (Status, error) {
-	res, err := a.apply(ctx, id, ev)
+func (a *Admin) End(ctx context.Context, id string, ev machine.End) (client.Status, error) {
+	res, err := a.Apply(ctx, id, ev)
 	if err != nil {
-		return Status{}, err
+		return client.Status{}, err
 	}
 	cp := res.Checkpoint
-	if err := a.reemitEnd(ctx, cp); err != nil {
-		return StatusOf(cp), err
+	if err := a.ReemitEnd(ctx, cp); err != nil {
+		return client.StatusOf(cp), err
 	}
-	if err := a.p.continuations.Delete(ctx, cp.Key); err != nil {
-		return StatusOf(cp), err
+	if err := a.st.Continuations.Delete(ctx, cp.Key); err != nil {
+		return client.StatusOf(cp), err
 	}
 	if res.Changed {
-		a.p.metrics.Ended(ev.State, capsule.ParseHaltReason(cp.State.HaltReason))
+		a.metrics.Ended(ev.State, capsule.ParseHaltReason(cp.State.HaltReason))
 	}
 	if ev.State == capsule.Cancelled {
-		a.p.metrics.AdminAction(metrics.ActionCancel)
+		a.metrics.AdminAction(metrics.ActionCancel)
 	}
-	return StatusOf(cp), nil
+	return client.StatusOf(cp), nil
 }
 
-// reemitEnd emits the effects of an ended capsule's last transition again
+// ReemitEnd emits the effects of an ended capsule's last transition again
 // (events, outcome, lock release); all de-duplicated.
-func (a *Admin) reemitEnd(ctx context.Context, cp *capsule.Checkpoint) error {
+func (a *Admin) ReemitEnd(ctx context.Context, cp *capsule.Checkpoint) error {
 	if len(cp.History) == 0 || !cp.State.Status.Terminal() {
 		return nil
 	}
 	tr := cp.History[len(cp.History)-1]
-	raw, c, err := a.raw(ctx, cp.Key)
+	raw, c, err := a.st.Raw(ctx, cp.Key)
 	if err != nil {
 		return err
 	}
@@ -292,7 +253,7 @@ func (a *Admin) reemitEnd(ctx context.Context, cp *capsule.Checkpoint) error {
 	if c != nil {
 		paths = c.Constraints.ResourceLocksRequired
 	}
-	return a.p.effects(ctx, cp, 0, &tr, raw, paths)
+	return a.st.Emit(ctx, cp, 0, &tr, raw, paths)
 }
 
 func lastOutcome(cp *capsule.Checkpoint, outcome string) (capsule.Transition, bool) {
@@ -314,29 +275,29 @@ const (
 // the capsule back to EXECUTION as a new cycle with the rationale as the
 // review's findings (Rule 12 still applies: past the last cycle it halts
 // with max_cycles_exceeded). A capsule not waiting is refused, unchanged.
-func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) (Status, error) {
+func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) (client.Status, error) {
 	switch decision {
 	case DecisionAccept:
 		return a.resume(ctx, id, "accept", capsule.WaitingForOperator, ResumeOptions{By: by, Reason: rationale})
 	case DecisionRevise:
 	default:
-		return Status{}, fmt.Errorf("decision %q: want accept or revise", decision)
+		return client.Status{}, fmt.Errorf("decision %q: want accept or revise", decision)
 	}
-	found, err := a.p.checkpoints.Find(ctx, id)
+	found, err := a.st.Checkpoints.Find(ctx, id)
 	if err != nil {
-		return Status{}, err
+		return client.Status{}, err
 	}
-	raw, c, err := a.raw(ctx, found.Key)
+	raw, c, err := a.st.Raw(ctx, found.Key)
 	if err != nil {
-		return Status{}, err
+		return client.Status{}, err
 	}
 	if c == nil {
-		return Status{}, fmt.Errorf("capsule bytes of %s are unreadable", found.Key)
+		return client.Status{}, fmt.Errorf("capsule bytes of %s are unreadable", found.Key)
 	}
 	token := nuid.Next()
-	res, err := a.apply(ctx, found.Key, machine.Revise{Rationale: rationale, By: by, CycleLimit: c.CycleLimit()})
+	res, err := a.Apply(ctx, found.Key, machine.Revise{Rationale: rationale, By: by, CycleLimit: c.CycleLimit()})
 	if err != nil {
-		return Status{}, err
+		return client.Status{}, err
 	}
 	cp, changed := res.Checkpoint, res.Changed
 	var review []capsule.Finding
@@ -350,7 +311,7 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 		review = append(review, cp.State.Reviews[n-1].Findings...)
 	}
 	if !changed && machine.RevisedBy(cp) == "" {
-		return StatusOf(cp), nil
+		return client.StatusOf(cp), nil
 	}
 	tr := cp.History[len(cp.History)-1]
 	if !changed {
@@ -359,13 +320,13 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 		token = "rerun-" + strconv.Itoa(len(cp.History))
 	}
 	if err := a.adminEvent(ctx, cp, capsule.EventRevisionTriggered, token, rationale, by, review); err != nil {
-		return StatusOf(cp), err
+		return client.StatusOf(cp), err
 	}
-	if err := a.p.effects(ctx, cp, 0, &tr, raw, c.Constraints.ResourceLocksRequired); err != nil {
-		return StatusOf(cp), err
+	if err := a.st.Emit(ctx, cp, 0, &tr, raw, c.Constraints.ResourceLocksRequired); err != nil {
+		return client.StatusOf(cp), err
 	}
-	a.p.metrics.AdminAction("revise")
-	return StatusOf(cp), nil
+	a.metrics.AdminAction("revise")
+	return client.StatusOf(cp), nil
 }
 
 // PendingItem is one capsule waiting for a human.
@@ -388,7 +349,7 @@ type PendingItem struct {
 // but lock_contention, which resumes by itself, and blocked_external on
 // accepted work, which resumes when its result arrives).
 func (a *Admin) Pending(ctx context.Context) ([]PendingItem, error) {
-	all, err := a.p.checkpoints.List(ctx)
+	all, err := a.st.Checkpoints.List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -427,10 +388,10 @@ const pauseForever = 100 * 365 * 24 * time.Hour
 
 // PausePhase stops every sagad from consuming phase ph; what is queued stays.
 func (a *Admin) PausePhase(ctx context.Context, ph capsule.Phase) error {
-	if _, err := a.p.js.PauseConsumer(ctx, PhaseStream(ph), ConsumerName(ph), a.now().Add(pauseForever)); err != nil {
+	if _, err := a.st.JetStream().PauseConsumer(ctx, store.PhaseStream(ph), store.ConsumerName(ph), a.now().Add(pauseForever)); err != nil {
 		return fmt.Errorf("pause %s: %w", ph, err)
 	}
-	a.p.metrics.AdminAction("phase_pause")
+	a.metrics.AdminAction("phase_pause")
 	return nil
 }
 
@@ -439,11 +400,11 @@ func (a *Admin) ResumePhase(ctx context.Context, ph capsule.Phase) error {
 	// Clearing the pause outright does not wake pulls already waiting on
 	// the server (nats-server 2.15), which would then idle until they
 	// expire; a pause that ends a moment from now does.
-	if _, err := a.p.js.PauseConsumer(ctx, PhaseStream(ph), ConsumerName(ph), time.Now().Add(20*time.Millisecond)); err != nil {
+	if _, err := a.st.JetStream().PauseConsumer(ctx, store.PhaseStream(ph), store.ConsumerName(ph), time.Now().Add(20*time.Millisecond)); err != nil {
 		return fmt.Errorf("resume %s: %w", ph, err)
 	}
 	// Return once the pause has run out, so what the caller reads next is true.
-	cons, err := a.p.js.Consumer(ctx, PhaseStream(ph), ConsumerName(ph))
+	cons, err := a.st.JetStream().Consumer(ctx, store.PhaseStream(ph), store.ConsumerName(ph))
 	if err != nil {
 		return fmt.Errorf("resume %s: %w", ph, err)
 	}
@@ -461,7 +422,7 @@ func (a *Admin) ResumePhase(ctx context.Context, ph capsule.Phase) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	a.p.metrics.AdminAction("phase_resume")
+	a.metrics.AdminAction("phase_resume")
 	return nil
 }
 
@@ -469,7 +430,7 @@ func (a *Admin) ResumePhase(ctx context.Context, ph capsule.Phase) error {
 func (a *Admin) Phases(ctx context.Context) ([]PhaseState, error) {
 	out := make([]PhaseState, 0, capsule.NumPhases)
 	for ph := capsule.Phase(0); ph < capsule.NumPhases; ph++ {
-		cons, err := a.p.js.Consumer(ctx, PhaseStream(ph), ConsumerName(ph))
+		cons, err := a.st.JetStream().Consumer(ctx, store.PhaseStream(ph), store.ConsumerName(ph))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", ph, err)
 		}
@@ -478,7 +439,7 @@ func (a *Admin) Phases(ctx context.Context) ([]PhaseState, error) {
 			return nil, fmt.Errorf("%s: %w", ph, err)
 		}
 		out = append(out, PhaseState{
-			Phase: int(ph), PhaseName: ph.String(), Consumer: ConsumerName(ph),
+			Phase: int(ph), PhaseName: ph.String(), Consumer: store.ConsumerName(ph),
 			Paused: info.Paused, Pending: info.NumPending, AckPending: info.NumAckPending,
 		})
 	}

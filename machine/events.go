@@ -1,10 +1,9 @@
-package pipeline
+package machine
 
 import (
 	"strconv"
 
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/machine"
 )
 
 // eventID is the deterministic id (and Nats-Msg-Id) of an event.
@@ -66,7 +65,7 @@ func transitionEvents(cp *capsule.Checkpoint, tr capsule.Transition, findings []
 	case capsule.OutcomeCancelled:
 		out = append(out, ev(capsule.EventCancelled, tr.Phase, tr.Cycle, tr.Detail, nil))
 	}
-	if p, cycle, ok := machine.Next(tr); ok {
+	if p, cycle, ok := Next(tr); ok {
 		out = append(out, ev(capsule.EventPhaseStarted, p, cycle, "", nil))
 	}
 	return out

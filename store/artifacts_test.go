@@ -1,4 +1,4 @@
-package pipeline
+package store
 
 import (
 	"context"
@@ -20,7 +20,7 @@ func TestArtifactPutReadsBackWithTheObjectStoreClient(t *testing.T) {
 	s := natstest.RunServer(t)
 	_, js := natstest.Connect(t, s)
 	ctx := context.Background()
-	st, err := ensureTopology(ctx, js, Config{}.withDefaults())
+	st, err := ensureTopology(ctx, js, Topology{}.withDefaults())
 	require.NoError(t, err)
 	w := newArtifactStore(st.artifacts, js)
 	for _, size := range []int{10, 3 * maxChunk} {

@@ -1,4 +1,4 @@
-package pipeline
+package client
 
 import (
 	"context"
@@ -11,42 +11,40 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/machine"
+	"github.com/sagad/sagad/store"
 )
-
-// ErrNoTopology means the streams and buckets sagad creates are missing:
-// no sagad has run against this NATS system yet.
-var ErrNoTopology = errors.New("sagad's streams and buckets are missing (is sagad running against this NATS?)")
 
 // Client is the read and publish side of the pipeline, for sagactl and
 // producers: publish capsules, read status, list, history, wait.
 type Client struct {
 	js          jetstream.JetStream
-	checkpoints *Checkpoints
+	checkpoints *store.Checkpoints
 }
 
 // NewClient binds to an existing sagad topology.
 func NewClient(ctx context.Context, js jetstream.JetStream) (*Client, error) {
-	kv, err := js.KeyValue(ctx, CheckpointsBucket)
+	kv, err := js.KeyValue(ctx, store.CheckpointsBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, ErrNoTopology
+		return nil, store.ErrNoTopology
 	}
 	if err != nil {
-		return nil, fmt.Errorf("bind %s: %w", CheckpointsBucket, err)
+		return nil, fmt.Errorf("bind %s: %w", store.CheckpointsBucket, err)
 	}
-	return &Client{js: js, checkpoints: &Checkpoints{kv: kv}}, nil
+	return &Client{js: js, checkpoints: store.ReaderOf(kv)}, nil
 }
 
 // Publish puts raw bytes on the intake subject, exactly as given, and returns
 // the intake stream sequence.
 func (c *Client) Publish(ctx context.Context, raw []byte, traceID string) (uint64, error) {
-	m := nats.NewMsg(IntakeSubject)
+	m := nats.NewMsg(store.IntakeSubject)
 	m.Data = raw
 	if traceID != "" {
-		m.Header.Set(HeaderTraceID, traceID)
+		m.Header.Set(store.HeaderTraceID, traceID)
 	}
 	ack, err := c.js.PublishMsg(ctx, m)
 	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-		return 0, ErrNoTopology
+		return 0, store.ErrNoTopology
 	}
 	if err != nil {
 		return 0, fmt.Errorf("publish: %w", err)
@@ -147,10 +145,10 @@ func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
 		if cp.State.Status != capsule.InProgress {
 			return StatusOf(cp), nil
 		}
-	} else if !errors.Is(err, ErrNotFound) || !validKey(id) {
+	} else if !errors.Is(err, store.ErrNotFound) || !store.ValidKey(id) {
 		return Status{}, err
 	}
-	w, err := c.checkpoints.kv.Watch(ctx, key)
+	w, err := c.checkpoints.Watch(ctx, key)
 	if err != nil {
 		return Status{}, fmt.Errorf("watch %s: %w", key, err)
 	}
@@ -185,11 +183,11 @@ func (c *Client) History(ctx context.Context, id string) ([]capsule.Event, error
 	var derived []capsule.Event
 	if cp, err := c.checkpoints.Find(ctx, id); err == nil {
 		key = cp.Key
-		derived = CheckpointEvents(cp)
-	} else if !errors.Is(err, ErrNotFound) {
+		derived = machine.CheckpointEvents(cp)
+	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
-	stream, err := readEvents(ctx, c.js, EventSubject(key))
+	stream, err := readEvents(ctx, c.js, store.EventSubject(key))
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +221,7 @@ func MergeEvents(a, b []capsule.Event) []capsule.Event {
 
 // readEvents reads every event on subject so far with an ordered consumer.
 func readEvents(ctx context.Context, js jetstream.JetStream, subject string) ([]capsule.Event, error) {
-	cons, err := js.OrderedConsumer(ctx, EventsStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	cons, err := js.OrderedConsumer(ctx, store.EventsStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}

@@ -1,4 +1,4 @@
-package pipeline
+package store
 
 import (
 	"context"
@@ -13,13 +13,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// resolver answers REALITY_ANCHOR's question "does this ref exist?":
+// Resolver answers REALITY_ANCHOR's question "does this ref exist?":
 //
 //	file:<relative path>   a file or directory under the workspace root; never
 //	                       outside it (no "..", no absolute paths, no symlink escape)
 //	kv:<bucket>/<key>      a key in a JetStream KV bucket
 //	artifact:<name>        an object in the SAGA_ARTIFACTS object store
-type resolver struct {
+type Resolver struct {
 	workspace string
 	js        jetstream.JetStream
 	artifacts jetstream.ObjectStore
@@ -28,7 +28,7 @@ type resolver struct {
 	buckets map[string]jetstream.KeyValue // bound once: binding is a round trip
 }
 
-func (r *resolver) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
+func (r *Resolver) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
 	r.mu.Lock()
 	kv, ok := r.buckets[name]
 	r.mu.Unlock()
@@ -50,7 +50,7 @@ func (r *resolver) bucket(ctx context.Context, name string) (jetstream.KeyValue,
 	return kv, nil
 }
 
-func (r *resolver) Exists(ctx context.Context, ref string) (bool, error) {
+func (r *Resolver) Exists(ctx context.Context, ref string) (bool, error) {
 	scheme, rest, ok := strings.Cut(ref, ":")
 	if !ok || rest == "" {
 		return false, nil
@@ -87,7 +87,7 @@ func (r *resolver) Exists(ctx context.Context, ref string) (bool, error) {
 
 // fileExists resolves rel under the workspace, refusing anything that would
 // leave it, including through a symlink.
-func (r *resolver) fileExists(rel string) bool {
+func (r *Resolver) fileExists(rel string) bool {
 	if rel == "" || strings.ContainsRune(rel, 0) || strings.Contains(rel, `\`) || path.IsAbs(rel) || filepath.IsAbs(rel) {
 		return false
 	}

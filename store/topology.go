@@ -1,4 +1,4 @@
-package pipeline
+package store
 
 import (
 	"context"
@@ -11,14 +11,14 @@ import (
 	"github.com/sagad/sagad/executors"
 )
 
-// ensureTopology creates or updates every stream, consumer and bucket sagad
-// needs. It is idempotent, so every sagad instance runs it at start.
 // markerTTL is how long a key's marker outlives the key when the server
 // removes it (retention). Watchers see it when it is written; its index
 // entry in the server goes with it.
 const markerTTL = time.Second
 
-func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Config) (*stores, error) {
+// ensureTopology creates or updates every stream, consumer and bucket sagad
+// needs. It is idempotent, so every sagad instance runs it at start.
+func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Topology) (*stores, error) {
 	for p := capsule.Phase(0); p < capsule.NumPhases; p++ {
 		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        PhaseStream(p),

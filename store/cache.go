@@ -1,4 +1,4 @@
-package pipeline
+package store
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 // flight in this process.
 const cacheSize = 8192
 
-// cpCache remembers the checkpoints this process wrote last, with their KV
+// Cache remembers the checkpoints this process wrote last, with their KV
 // revision, so the next phase can compare-and-set without reading first. It
 // is only ever a guess: a stale entry makes the write conflict, and the
 // runner then reads the real checkpoint. A cached checkpoint that says "not
@@ -19,7 +19,7 @@ const cacheSize = 8192
 //
 // Checkpoints in the cache are shared and never changed in place: every
 // change is made on a Clone and then stored as a new value.
-type cpCache struct {
+type Cache struct {
 	mu   sync.Mutex
 	m    map[string]cacheEntry
 	caps map[string]parsedCapsule
@@ -37,30 +37,30 @@ type cacheEntry struct {
 	rev uint64
 }
 
-func newCache() *cpCache {
-	return &cpCache{m: make(map[string]cacheEntry), caps: make(map[string]parsedCapsule)}
+func NewCache() *Cache {
+	return &Cache{m: make(map[string]cacheEntry), caps: make(map[string]parsedCapsule)}
 }
 
-// capsule returns the decoded capsule of key for raw, decoding it only when
+// Capsule returns the decoded capsule of key for raw, decoding it only when
 // it is not cached with exactly these bytes. The result is shared: read only.
-func (c *cpCache) capsule(key string, raw []byte) (*capsule.Capsule, error) {
+func (c *Cache) Capsule(key string, raw []byte) (*capsule.Capsule, error) {
 	c.mu.Lock()
 	pc, ok := c.caps[key]
 	c.mu.Unlock()
 	if ok && bytes.Equal(pc.raw, raw) {
 		return pc.c, nil
 	}
-	dec, err := decodeCapsule(raw)
+	dec, err := DecodeCapsule(raw)
 	if err != nil {
 		return nil, err
 	}
-	c.seed(key, raw, dec)
+	c.Seed(key, raw, dec)
 	return dec, nil
 }
 
-// seed remembers the capsule RECEPTION decoded from raw, so the next phase
+// Seed remembers the capsule RECEPTION decoded from raw, so the next phase
 // does not decode the same bytes again. c must not change afterwards.
-func (c *cpCache) seed(key string, raw []byte, dec *capsule.Capsule) {
+func (c *Cache) Seed(key string, raw []byte, dec *capsule.Capsule) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.caps[key]; !ok && len(c.caps) >= cacheSize {
@@ -72,7 +72,8 @@ func (c *cpCache) seed(key string, raw []byte, dec *capsule.Capsule) {
 	c.caps[key] = parsedCapsule{raw: append([]byte(nil), raw...), c: dec}
 }
 
-func (c *cpCache) get(key string) (*capsule.Checkpoint, uint64, bool) {
+// Get returns the checkpoint this process wrote last for key, if it has it.
+func (c *Cache) Get(key string) (*capsule.Checkpoint, uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[key]
@@ -82,8 +83,8 @@ func (c *cpCache) get(key string) (*capsule.Checkpoint, uint64, bool) {
 	return e.cp, e.rev, true
 }
 
-// put stores a copy of cp; ended capsules are forgotten.
-func (c *cpCache) put(cp *capsule.Checkpoint, rev uint64) {
+// Put stores a copy of cp; ended capsules are forgotten.
+func (c *Cache) Put(cp *capsule.Checkpoint, rev uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cp.State.Status.Terminal() {

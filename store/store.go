@@ -1,4 +1,4 @@
-package pipeline
+package store
 
 import (
 	"context"
@@ -22,8 +22,8 @@ import (
 // ErrNotFound is returned for a capsule key with no checkpoint.
 var ErrNotFound = errors.New("capsule not found")
 
-// errConflict means the checkpoint changed under us: re-read and decide again.
-var errConflict = errors.New("checkpoint changed concurrently")
+// ErrConflict means the checkpoint changed under us: re-read and decide again.
+var ErrConflict = errors.New("checkpoint changed concurrently")
 
 // Checkpoints reads and writes checkpoints in the SAGA_CHECKPOINTS bucket.
 type Checkpoints struct {
@@ -34,15 +34,24 @@ type Checkpoints struct {
 	kv  jetstream.KeyValue
 }
 
-// Get returns the checkpoint stored under key and its KV revision.
-func (s *Checkpoints) Get(ctx context.Context, key string) (*capsule.Checkpoint, uint64, error) {
-	return s.get(ctx, key, nil)
+// ReaderOf returns read-only access to the checkpoints in kv (the
+// SAGA_CHECKPOINTS bucket), for clients that write nothing.
+func ReaderOf(kv jetstream.KeyValue) *Checkpoints { return &Checkpoints{kv: kv} }
+
+// Watch watches the checkpoint of key (sagactl wait and watch).
+func (s *Checkpoints) Watch(ctx context.Context, key string) (jetstream.KeyWatcher, error) {
+	return s.kv.Watch(ctx, key)
 }
 
-// get is Get, without decoding the entry when c holds it already: an entry
+// Get returns the checkpoint stored under key and its KV revision.
+func (s *Checkpoints) Get(ctx context.Context, key string) (*capsule.Checkpoint, uint64, error) {
+	return s.GetCached(ctx, key, nil)
+}
+
+// GetCached is Get, without decoding the entry when c holds it already: an entry
 // is known by its key and revision (its stream sequence), and cached
 // checkpoints are never changed in place.
-func (s *Checkpoints) get(ctx context.Context, key string, c *cpCache) (*capsule.Checkpoint, uint64, error) {
+func (s *Checkpoints) GetCached(ctx context.Context, key string, c *Cache) (*capsule.Checkpoint, uint64, error) {
 	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, key)
@@ -51,7 +60,7 @@ func (s *Checkpoints) get(ctx context.Context, key string, c *cpCache) (*capsule
 		return nil, 0, fmt.Errorf("get checkpoint %s: %w", key, err)
 	}
 	if c != nil {
-		if cp, rev, ok := c.get(key); ok && rev == e.Revision() {
+		if cp, rev, ok := c.Get(key); ok && rev == e.Revision() {
 			return cp, rev, nil
 		}
 	}
@@ -62,7 +71,7 @@ func (s *Checkpoints) get(ctx context.Context, key string, c *cpCache) (*capsule
 	return cp, e.Revision(), nil
 }
 
-// Create stores the first checkpoint of a capsule; errConflict if one exists.
+// Create stores the first checkpoint of a capsule; ErrConflict if one exists.
 // A capsule that ends at once (RECEPTION halts it) gets the retention as
 // time to live.
 func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (uint64, error) {
@@ -80,13 +89,13 @@ func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (uint6
 	if s.js != nil {
 		// The common case, a key never written, in one request; the KV
 		// client's Create also takes a key over a delete marker.
-		if rev, err := s.write(ctx, cp.Key, b, 0, 0); !errors.Is(err, errConflict) {
+		if rev, err := s.write(ctx, cp.Key, b, 0, 0); !errors.Is(err, ErrConflict) {
 			return rev, err
 		}
 	}
 	rev, err := s.kv.Create(ctx, cp.Key, b)
 	if cas.Conflict(err) {
-		return 0, errConflict
+		return 0, ErrConflict
 	}
 	return rev, err
 }
@@ -107,7 +116,7 @@ func encode(cp *capsule.Checkpoint) ([]byte, func(), error) {
 	return b, func() { *bp = b[:0]; encodeBufs.Put(bp) }, nil
 }
 
-// Update writes cp if the stored revision is still rev; errConflict otherwise.
+// Update writes cp if the stored revision is still rev; ErrConflict otherwise.
 func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (uint64, error) {
 	b, done, err := encode(cp)
 	if err != nil {
@@ -123,7 +132,7 @@ func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev ui
 	}
 	n, err := s.kv.Update(ctx, cp.Key, b, rev)
 	if cas.Conflict(err) {
-		return 0, errConflict
+		return 0, ErrConflict
 	}
 	return n, err
 }
@@ -142,7 +151,7 @@ func (s *Checkpoints) write(ctx context.Context, key string, b []byte, rev uint6
 	}
 	seq, err := jspub.Publish(ctx, s.js.Conn(), m)
 	if cas.Conflict(err) {
-		return 0, errConflict
+		return 0, ErrConflict
 	}
 	if err != nil {
 		return 0, fmt.Errorf("write checkpoint %s: %w", key, err)
@@ -191,7 +200,7 @@ func (s *Checkpoints) List(ctx context.Context) ([]*capsule.Checkpoint, error) {
 // Find returns the checkpoint of id: the key itself, or else the capsule that
 // claimed this capsule_id but was stored under an "x-" key.
 func (s *Checkpoints) Find(ctx context.Context, id string) (*capsule.Checkpoint, error) {
-	if validKey(id) {
+	if ValidKey(id) {
 		cp, _, err := s.Get(ctx, id)
 		if !errors.Is(err, ErrNotFound) {
 			return cp, err
@@ -213,8 +222,8 @@ func (s *Checkpoints) Find(ctx context.Context, id string) (*capsule.Checkpoint,
 	return found, nil
 }
 
-// validKey reports whether s can be a KV key (and so a capsule key).
-func validKey(s string) bool {
+// ValidKey reports whether s can be a KV key (and so a capsule key).
+func ValidKey(s string) bool {
 	if s == "" || len(s) > 256 || s[0] == '.' || s[len(s)-1] == '.' {
 		return false
 	}
@@ -228,8 +237,8 @@ func validKey(s string) bool {
 	return true
 }
 
-// newCheckpoint is the state of a capsule entering RECEPTION.
-func newCheckpoint(key, capsuleID, traceID, waveID, digest string, now time.Time) *capsule.Checkpoint {
+// NewCheckpoint is the state of a capsule entering RECEPTION.
+func NewCheckpoint(key, capsuleID, traceID, waveID, digest string, now time.Time) *capsule.Checkpoint {
 	return &capsule.Checkpoint{
 		SchemaVersion: capsule.CheckpointSchemaVersion,
 		CapsuleID:     capsuleID,

@@ -1,0 +1,153 @@
+package maintenance
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/admin"
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/machine"
+	"github.com/sagad/sagad/metrics"
+	"github.com/sagad/sagad/runner"
+	"github.com/sagad/sagad/store"
+)
+
+// CompletionsConfig configures [Completions].
+type CompletionsConfig struct {
+	// Logger receives completions that are ignored. Defaults to discarding.
+	Logger *slog.Logger
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+	// RetryDelay is how long a transient failure waits. Defaults to 1s.
+	RetryDelay time.Duration
+}
+
+// Completions is the maintenance service that ingests the results of
+// accepted external work (SAGA_COMPLETIONS): it records each in the
+// capsule's checkpoint and resumes the capsule.
+type Completions struct {
+	st    *store.Store
+	admin *admin.Admin
+	cfg   CompletionsConfig
+	log   *slog.Logger
+}
+
+// NewCompletions returns the completion ingestor over st, acting through a.
+func NewCompletions(st *store.Store, a *admin.Admin, cfg CompletionsConfig) *Completions {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.RetryDelay <= 0 {
+		cfg.RetryDelay = time.Second
+	}
+	return &Completions{st: st, admin: a, cfg: cfg, log: cfg.Logger}
+}
+
+// unknownAfter is how many deliveries find no checkpoint before a
+// completion is taken for one of an unknown capsule (a read may be served
+// by a replica that is behind).
+const unknownAfter = 10
+
+// Handle records the result of accepted work delivered on
+// saga.complete.<capsule_id>.<cycle> and resumes the capsule, which then
+// finishes EXECUTION without running the executor again. A result for a
+// cycle already recorded, or for a capsule not waiting for it, is ignored.
+func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Delivery {
+	key, cycle, err := executors.ParseCompletionSubject(msg.Subject())
+	if err == nil && !store.ValidKey(key) {
+		err = fmt.Errorf("capsule key %q is no valid KV key", runner.PrintableKey(key))
+	}
+	if err != nil {
+		return runner.Term(metrics.TermBadSubject, err)
+	}
+	comp, derr := executors.DecodeCompletion(msg.Data())
+	if derr == nil && comp.Kind != executors.KindExecute {
+		return runner.Term(metrics.TermReviewCompletion, errors.New("reviewers answer synchronously: review completions are not taken"))
+	}
+	cp, _, err := in.st.Checkpoints.Get(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		// A read may be served by a replica that is behind: try again for
+		// a while before giving up on the capsule.
+		if md, merr := msg.Metadata(); merr == nil && md.NumDelivered >= unknownAfter {
+			return runner.Term(metrics.TermUnknownCapsule, fmt.Errorf("completion: %w", err))
+		}
+		return runner.NakAfter(in.cfg.RetryDelay, err)
+	}
+	if err != nil {
+		return runner.NakAfter(in.cfg.RetryDelay, err)
+	}
+	st := cp.State
+	if st.Status == capsule.InProgress && st.Phase == capsule.Execution && st.Cycle == cycle {
+		// The executor answered "accepted" and its result came back before
+		// the capsule's park was recorded: keep the result until it is.
+		return runner.NakAfter(in.cfg.RetryDelay, nil)
+	}
+	waiting := st.Status == capsule.Paused && st.Pause != nil &&
+		st.Phase == capsule.Execution && st.Cycle == cycle && st.AwaitingCycle == cycle
+	if !waiting {
+		in.log.Info("completion ignored: not awaited (already recorded, or the capsule moved on)", "key", key, "cycle", cycle, "state", st.Status)
+		return runner.Ack()
+	}
+	// An operator who paused the capsule meanwhile keeps it paused: the
+	// result is recorded, and their resume will use it.
+	operatorHold := st.Pause.Trigger == capsule.TriggerOperatorManual
+	act := in.admin
+	if st.Result == nil || st.Result.Cycle != cycle {
+		_, c, err := in.st.Raw(ctx, key)
+		if err != nil {
+			return runner.NakAfter(in.cfg.RetryDelay, fmt.Errorf("completion: %w", err))
+		}
+		if c == nil {
+			return runner.Ack()
+		}
+		result := &capsule.ExecutionResult{Cycle: cycle, Usage: comp.Usage}
+		switch {
+		case derr != nil:
+			result.Failed = "malformed completion: " + derr.Error()
+		case comp.Status == executors.StatusFailed:
+			result.Failed = strings.TrimSpace(comp.Error)
+			if result.Failed == "" {
+				result.Failed = "the executor reported failure"
+			}
+		default:
+			content := comp.Content
+			ref, err := in.st.Artifacts.Put(ctx, capsule.Artifact{
+				SchemaVersion: "1.0", CapsuleID: c.CapsuleID, ProducerAgentID: c.ProducerAgentID, Cycle: cycle,
+				MediaType: comp.MediaType, SHA256: sha256Hex(content), Size: int64(len(content)), Usage: comp.Usage,
+				CreatedAt: in.cfg.Now().UTC(), Content: json.RawMessage(content),
+			})
+			if err != nil {
+				return runner.NakAfter(in.cfg.RetryDelay, err)
+			}
+			result.ArtifactRef = ref
+		}
+		if _, err := act.Apply(ctx, key, machine.RecordResult{Cycle: cycle, Result: *result}); err != nil {
+			return runner.NakAfter(in.cfg.RetryDelay, err)
+		}
+	}
+	if operatorHold {
+		return runner.Ack()
+	}
+	if _, err := act.Resume(ctx, key, admin.ResumeOptions{By: capsule.BySagad, Reason: "the external result arrived", Force: true}); err != nil && !errors.Is(err, admin.ErrRefused) {
+		return runner.NakAfter(in.cfg.RetryDelay, err)
+	}
+	return runner.Ack()
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

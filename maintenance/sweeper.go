@@ -1,0 +1,189 @@
+package maintenance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sagad/sagad/admin"
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/machine"
+	"github.com/sagad/sagad/store"
+)
+
+// SweeperConfig configures a [Sweeper].
+type SweeperConfig struct {
+	// Logger receives what a sweep could not do. Defaults to discarding.
+	Logger *slog.Logger
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+	// Interval is how often parked capsules are looked at. Defaults to 5s.
+	Interval time.Duration
+	// ExternalTimeout is how long accepted external work may take when its
+	// endpoint set no completion_timeout. Defaults to 1h.
+	ExternalTimeout time.Duration
+}
+
+func (c SweeperConfig) withDefaults() SweeperConfig {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Interval <= 0 {
+		c.Interval = 5 * time.Second
+	}
+	if c.ExternalTimeout <= 0 {
+		c.ExternalTimeout = time.Hour
+	}
+	return c
+}
+
+// Sweeper is the maintenance service that looks after parked capsules (see
+// [Sweeper.Sweep]). Every sagad runs one; its actions are machine events
+// written with compare-and-sets, so sweepers never double up.
+type Sweeper struct {
+	st    *store.Store
+	admin *admin.Admin
+	cfg   SweeperConfig
+	log   *slog.Logger
+
+	mu   sync.Mutex
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// NewSweeper returns a sweeper over st that acts through a.
+func NewSweeper(st *store.Store, a *admin.Admin, cfg SweeperConfig) *Sweeper {
+	cfg = cfg.withDefaults()
+	return &Sweeper{st: st, admin: a, cfg: cfg, log: cfg.Logger}
+}
+
+// Start sweeps every Interval until Stop (or ctx ends).
+func (w *Sweeper) Start(ctx context.Context) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done != nil {
+		return
+	}
+	ctx, w.stop = context.WithCancel(ctx)
+	w.done = make(chan struct{})
+	go func(done chan<- struct{}) {
+		defer close(done)
+		t := time.NewTicker(w.cfg.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				w.Sweep(ctx)
+			}
+		}
+	}(w.done)
+}
+
+// Stop stops sweeping and returns once a sweep in progress has ended.
+func (w *Sweeper) Stop() {
+	w.mu.Lock()
+	stop, done := w.stop, w.done
+	w.stop, w.done = nil, nil
+	w.mu.Unlock()
+	if done == nil {
+		return
+	}
+	stop()
+	<-done
+}
+
+// Sweep looks at every parked capsule once: lock_contention capsules resume
+// when all their locks are free; capsules waiting for accepted external work
+// keep their locks alive, and halt when the result is overdue. Every sagad
+// sweeps; the actions are compare-and-sets, so they never double up.
+func (w *Sweeper) Sweep(ctx context.Context) {
+	keys, err := w.st.Continuations.Keys(ctx)
+	if err != nil {
+		w.log.Warn("sweep: list continuations", "error", err)
+		return
+	}
+	act := w.admin
+	for _, key := range keys {
+		cp, _, err := w.st.Checkpoints.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		if cp.State.Status != capsule.Paused {
+			// Resumed or ended meanwhile (a capsule can end while paused,
+			// when the phase it was in halts): the record is stale. An
+			// ending whose effects did not all go out gets them again first.
+			if cp.State.Status.Terminal() {
+				if err := act.ReemitEnd(ctx, cp); err != nil {
+					w.log.Warn("sweep: re-emit ending", "key", key, "error", err)
+					continue
+				}
+			}
+			if err := w.st.Continuations.DeleteIfStale(ctx, key, cp); err != nil {
+				w.log.Warn("sweep: delete stale continuation", "key", key, "error", err)
+			}
+			continue
+		}
+		if cp.State.Pause == nil {
+			continue
+		}
+		switch cp.State.Pause.Trigger {
+		case capsule.TriggerLockContention:
+			_, c, err := w.st.Raw(ctx, key)
+			if err != nil || c == nil {
+				continue
+			}
+			free := true
+			for _, path := range c.Constraints.ResourceLocksRequired {
+				if ok, err := w.st.Locks.Available(ctx, path, key); err != nil || !ok {
+					free = false
+					break
+				}
+			}
+			if free {
+				if _, err := act.Resume(ctx, key, admin.ResumeOptions{By: capsule.BySagad, Reason: "its locks are free"}); err != nil && !errors.Is(err, admin.ErrRefused) {
+					w.log.Warn("sweep: resume after lock contention", "key", key, "error", err)
+				}
+			}
+		case capsule.TriggerBlockedExternal:
+			if cp.State.AwaitingCycle == 0 {
+				continue
+			}
+			overdue, within := cp.State.Pause.At.Add(w.cfg.ExternalTimeout), w.cfg.ExternalTimeout
+			if u := cp.State.AwaitingUntil; u != nil {
+				// The endpoint's own completion_timeout.
+				overdue, within = *u, roundTimeout(u.Sub(cp.State.Pause.At))
+			}
+			if w.cfg.Now().After(overdue) {
+				reason := capsule.ExecutorFailed(fmt.Sprintf("no result for cycle %d within %s", cp.State.AwaitingCycle, within))
+				pausedAt := cp.State.Pause.At
+				if _, err := act.End(ctx, key, machine.End{State: capsule.Halted, Detail: reason.String(), IfPausedAt: &pausedAt}); err != nil && !errors.Is(err, admin.ErrRefused) {
+					w.log.Warn("sweep: halt overdue external work", "key", key, "error", err)
+				}
+				continue
+			}
+			if _, c, err := w.st.Raw(ctx, key); err == nil && c != nil {
+				if err := w.st.Locks.Renew(ctx, c.Constraints.ResourceLocksRequired, key); err != nil {
+					w.log.Warn("sweep: renew locks of a capsule waiting for external work", "key", key, "error", err)
+				}
+			}
+		}
+	}
+}
+
+// roundTimeout rounds an endpoint's completion timeout as measured from the
+// checkpoint (the acceptance was recorded a moment after the call returned)
+// back to the duration it was configured as.
+func roundTimeout(d time.Duration) time.Duration {
+	if d < time.Minute {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
+}

@@ -1,0 +1,96 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/metrics"
+)
+
+// Handler decides what happens to one message. It must be safe to run again
+// for the same message (a redelivery) and must not ack, nak or terminate the
+// message itself: the [Consumer] does, from the returned [Delivery].
+type Handler func(ctx context.Context, msg jetstream.Msg) Delivery
+
+// Config configures a [Consumer].
+type Config struct {
+	// Workers is how many messages are handled at once. Defaults to 1.
+	Workers int
+	// Logger receives naks and terminations. Defaults to discarding.
+	Logger *slog.Logger
+	// Metrics counts terminations. Nil counts nothing.
+	Metrics *metrics.Metrics
+}
+
+// Consumer consumes one durable JetStream consumer with a bounded pool of
+// workers and settles every message by the [Delivery] its handler returns.
+type Consumer struct {
+	name    string
+	log     *slog.Logger
+	metrics *metrics.Metrics
+	cc      jetstream.ConsumeContext
+	work    chan jetstream.Msg
+	wg      sync.WaitGroup
+}
+
+// Start begins consuming the durable consumer name of stream. Handlers run
+// with workCtx, which outlives ctx on purpose: [Consumer.Stop] drains them.
+func Start(ctx, workCtx context.Context, js jetstream.JetStream, stream, name string, cfg Config, handle Handler) (*Consumer, error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 1
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cons, err := js.Consumer(ctx, stream, name)
+	if err != nil {
+		return nil, err
+	}
+	c := &Consumer{name: name, log: cfg.Logger, metrics: cfg.Metrics, work: make(chan jetstream.Msg)}
+	for i := 0; i < cfg.Workers; i++ {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			for msg := range c.work {
+				c.settle(msg, handle(workCtx, msg))
+			}
+		}()
+	}
+	c.cc, err = cons.Consume(func(msg jetstream.Msg) { c.work <- msg },
+		jetstream.PullMaxMessages(cfg.Workers),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+				c.log.Warn("consume", "consumer", name, "error", err)
+			}
+		}))
+	if err != nil {
+		close(c.work)
+		c.wg.Wait()
+		return nil, err
+	}
+	return c, nil
+}
+
+// drainGrace bounds how long Stop waits for a drain. A pull request the
+// server holds (an idle or just-resumed consumer) only ends at its expiry;
+// after the grace the consumer is stopped, and messages it had buffered are
+// redelivered after AckWait.
+const drainGrace = 2 * time.Second
+
+// Stop stops fetching and returns once every handler in flight returned.
+func (c *Consumer) Stop() {
+	c.cc.Drain()
+	select {
+	case <-c.cc.Closed():
+	case <-time.After(drainGrace):
+		c.cc.Stop()
+		<-c.cc.Closed()
+	}
+	close(c.work)
+	c.wg.Wait()
+}

@@ -1,0 +1,30 @@
+// Package store is sagad's JetStream store and the only owner of its names:
+// every stream, subject, consumer, bucket and header the saga uses, the
+// checkpoint, continuation, capsule-bytes and artifact stores, and the writes
+// that carry out a checkpoint's effects ([Store.Emit]: next-phase message,
+// outcome, continuation, lock release).
+//
+// # Names
+//
+//	what                      name                  subjects / keys
+//	intake (phase 0)          stream SAGA_INTAKE    saga.intake            (anyone publishes capsules here)
+//	phase N, 1 ≤ N ≤ 6        stream SAGA_PHASE_N   saga.phase.N
+//	phase consumers           durable "phase-N"     (phase 0: "phase-0" on SAGA_INTAKE)
+//	events without transition stream SAGA_EVENTS    saga.events.<key>      (pauses, operator actions, duplicates)
+//	outcomes                  stream SAGA_OUTCOMES  saga.outcome.completed|halted|cancelled (original bytes kept)
+//	checkpoints               KV SAGA_CHECKPOINTS   <key>
+//	capsules as received      KV SAGA_CAPSULES      <key>
+//	locks, budgets            KV SAGA_LOCKS, SAGA_BUDGETS (packages locks, budget)
+//	artifacts                 object store SAGA_ARTIFACTS  <capsule_id>/<cycle>, ref "artifact:<capsule_id>/<cycle>"
+//
+// The key of a capsule is its capsule_id. Bytes that cannot be read as a
+// capsule with a usable id (not JSON, schema-invalid, oversized, unknown
+// version), and a second capsule that reuses an id with different content,
+// get the key "x-<intake sequence>" so they are still checkpointed, listed
+// and kept.
+//
+// Emitting twice is harmless: a second phase message finds its transition
+// recorded, events carry a deterministic id that readers de-duplicate by,
+// and the outcome carries a Nats-Msg-Id and is sent only until the capsule's
+// kept bytes record that it was acknowledged.
+package store

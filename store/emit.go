@@ -1,0 +1,215 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/jspub"
+	"github.com/sagad/sagad/machine"
+)
+
+// Emit publishes what a recorded change of cp means for the world: the
+// events of transition tr (nil when the capsule parked without one), the
+// next phase's message while the capsule is in progress, the outcome when it
+// ended, its continuation while paused, and the release of its locks.
+// Emitting twice is harmless (see the package doc). rev is cp's KV revision
+// when the caller just wrote it, 0 when unknown.
+func (s *Store) Emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr *capsule.Transition, raw []byte, lockPaths []string) error {
+	fx := machine.EffectsOf(cp, tr)
+	if fx.Next != nil {
+		// The transition's events are in the checkpoint (CheckpointEvents).
+		if err := s.publish(ctx, phaseMsg(cp, raw, "")); err != nil {
+			return err
+		}
+	}
+	if fx.Outcome != "" {
+		// The outcome goes out until its acknowledgement is recorded on the
+		// capsule's bytes; a repeat within the de-duplication window is
+		// dropped by its Nats-Msg-Id. rev != 0: the caller just recorded
+		// the end, so no one has sent its outcome yet.
+		send := rev != 0
+		if !send {
+			sent, err := s.outcomeSent(ctx, cp)
+			if err != nil {
+				return err
+			}
+			send = !sent
+		}
+		if send {
+			if err := s.publish(ctx, outcomeMsg(cp, *tr, fx.Outcome, raw)); err != nil {
+				return err
+			}
+			if err := s.markOutcomeSent(ctx, cp.Key, raw); err != nil {
+				return err
+			}
+		}
+	}
+	if fx.Parked {
+		if err := s.EmitParked(ctx, cp); err != nil {
+			return err
+		}
+	}
+	if fx.ReleaseLocks && len(lockPaths) > 0 {
+		if err := s.Locks.ReleaseAll(ctx, lockPaths, cp.Key); err != nil {
+			return fmt.Errorf("release locks: %w", err)
+		}
+	}
+	// A continuation left behind by a capsule that ended while paused is
+	// removed by the sweeper, which keeps this hot path free of KV calls.
+	return nil
+}
+
+// outcomeSent reports whether the outcome of the ended capsule cp was
+// acknowledged: its bytes in SAGA_CAPSULES carry the mark markOutcomeSent
+// wrote (checkpoints of earlier versions recorded it themselves).
+func (s *Store) outcomeSent(ctx context.Context, cp *capsule.Checkpoint) (bool, error) {
+	if cp.OutcomeEmitted {
+		return true, nil
+	}
+	m, err := s.capsulesStream.GetLastMsgForSubject(ctx, capsuleSubject(cp.Key))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("outcome of %s: %w", cp.Key, err)
+	}
+	return m.Header.Get(HeaderOutcomeSent) != "", nil
+}
+
+// markOutcomeSent rewrites an ended capsule's bytes in SAGA_CAPSULES, after
+// its outcome was acknowledged, marked so (outcomeSent) and with the
+// retention as their time to live. It is the last write of the capsule's
+// saga; the checkpoint got the same time to live when it recorded the end.
+func (s *Store) markOutcomeSent(ctx context.Context, key string, raw []byte) error {
+	m := nats.NewMsg(capsuleSubject(key))
+	m.Data = raw
+	m.Header.Set(HeaderOutcomeSent, "true")
+	if s.retention > 0 {
+		m.Header.Set(jetstream.MsgTTLHeader, s.retention.String())
+	}
+	if err := s.publish(ctx, m); err != nil {
+		return fmt.Errorf("record the outcome of %s: %w", key, err)
+	}
+	return nil
+}
+
+// publish publishes m and waits for its acknowledgement.
+func (s *Store) publish(ctx context.Context, m *nats.Msg) error {
+	_, err := jspub.Publish(ctx, s.js.Conn(), m)
+	return err
+}
+
+// PublishPhase sends the capsule to its current phase. token marks a resume.
+func (s *Store) PublishPhase(ctx context.Context, cp *capsule.Checkpoint, raw []byte, token string) error {
+	m := phaseMsg(cp, raw, token)
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("publish to %s: %w", m.Subject, err)
+	}
+	return nil
+}
+
+// phaseMsg is the message that sends the capsule to its current phase.
+func phaseMsg(cp *capsule.Checkpoint, raw []byte, token string) *nats.Msg {
+	ph, cycle := cp.State.Phase, cp.State.Cycle
+	m := nats.NewMsg(PhaseSubject(ph))
+	m.Data = raw
+	setCapsuleHeaders(m, cp)
+	m.Header.Set(HeaderPhase, strconv.Itoa(int(ph)))
+	m.Header.Set(HeaderCycle, strconv.Itoa(cycle))
+	// No de-duplication id: a second copy of a phase message is harmless
+	// (it finds its transition recorded, or loses the compare-and-set), and
+	// JetStream keeps every id of the window in memory.
+	if token != "" {
+		m.Header.Set(HeaderResumeToken, token)
+	}
+	return m
+}
+
+// outcomeMsg is the message that emits an ended capsule with its original bytes.
+func outcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.State, raw []byte) *nats.Msg {
+	m := nats.NewMsg(OutcomeSubject(state))
+	m.Data = raw
+	setCapsuleHeaders(m, cp)
+	m.Header.Set(HeaderState, string(state))
+	m.Header.Set(HeaderPhase, strconv.Itoa(int(tr.Phase)))
+	m.Header.Set(HeaderCycle, strconv.Itoa(tr.Cycle))
+	if tr.Detail != "" && state == capsule.Halted {
+		m.Header.Set(HeaderHaltReason, tr.Detail)
+	}
+	if len(cp.State.ArtifactRefs) > 0 {
+		m.Header.Set(HeaderArtifacts, strings.Join(cp.State.ArtifactRefs, ","))
+	}
+	m.Header.Set(jetstream.MsgIDHeader, cp.Key+".outcome")
+	return m
+}
+
+// EmitParked records a pause: the continuation (for the five triggers) and the
+// paused or waiting event.
+func (s *Store) EmitParked(ctx context.Context, cp *capsule.Checkpoint) error {
+	st := cp.State
+	kind := capsule.EventPaused
+	if st.Status == capsule.WaitingForOperator {
+		kind = capsule.EventWaiting
+	} else if err := s.Continuations.Put(ctx, cp); err != nil {
+		return err
+	}
+	return s.PublishEvent(ctx, capsule.Event{
+		ID:   fmt.Sprintf("%s.%d.%d.%s.%d", cp.Key, st.Phase, st.Cycle, kind, st.Pause.At.UnixNano()),
+		Kind: kind, CapsuleID: cp.CapsuleID, Key: cp.Key, Phase: st.Phase, PhaseName: st.Phase.String(),
+		Cycle: st.Cycle, TraceID: cp.TraceID, Detail: string(st.Pause.Trigger) + ": " + st.Pause.Reason,
+		By: st.Pause.By, At: st.Pause.At,
+	})
+}
+
+func setCapsuleHeaders(m *nats.Msg, cp *capsule.Checkpoint) {
+	m.Header.Set(HeaderKey, cp.Key)
+	if cp.CapsuleID != "" {
+		m.Header.Set(HeaderCapsuleID, cp.CapsuleID)
+	}
+	m.Header.Set(HeaderTraceID, cp.TraceID)
+}
+
+func (s *Store) PublishEvent(ctx context.Context, ev capsule.Event) error {
+	m, err := eventMsg(ev)
+	if err != nil {
+		return err
+	}
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("publish event %s: %w", ev.ID, err)
+	}
+	return nil
+}
+
+// eventMsg is one message holding the events of one transition (a JSON
+// array, see capsule.DecodeEvents). A re-emitted message is stored again;
+// readers drop repeated events by their deterministic id, which costs less
+// than JetStream remembering every id of its de-duplication window.
+func eventMsg(evs ...capsule.Event) (*nats.Msg, error) {
+	b, err := json.Marshal(evs)
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg(EventSubject(evs[0].Key))
+	m.Data = b
+	m.Header.Set(HeaderEventID, evs[len(evs)-1].ID)
+	m.Header.Set(HeaderTraceID, evs[0].TraceID)
+	return m, nil
+}
+
+// DecodeCapsule decodes capsule bytes kept by RECEPTION (already validated
+// there; this is no validation).
+func DecodeCapsule(raw []byte) (*capsule.Capsule, error) {
+	c := new(capsule.Capsule)
+	if err := json.Unmarshal(raw, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}

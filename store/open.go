@@ -1,0 +1,232 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/budget"
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/jspub"
+	"github.com/sagad/sagad/locks"
+	"github.com/sagad/sagad/rules"
+)
+
+// ErrNoTopology means the streams and buckets sagad creates are missing:
+// no sagad has run against this NATS system yet.
+var ErrNoTopology = errors.New("sagad's streams and buckets are missing (is sagad running against this NATS?)")
+
+// Topology configures the streams, consumers and buckets [Ensure] creates.
+type Topology struct {
+	// Replicas of every stream and bucket. Defaults to 1.
+	Replicas int
+	// Storage of every stream and bucket. Defaults to file storage.
+	Storage jetstream.StorageType
+	// AckWait of the phase and completion consumers. Defaults to 30s.
+	AckWait time.Duration
+	// DuplicateWindow is the de-duplication window of the streams. Defaults to 2m.
+	DuplicateWindow time.Duration
+	// Retention is how long an ended capsule is kept (see pipeline.Config).
+	Retention time.Duration
+	// LockLease is the lease of resource locks. Defaults to the locks package's.
+	LockLease time.Duration
+	// Workspace is the root under which file: refs resolve. Defaults to ".".
+	Workspace string
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+func (t Topology) withDefaults() Topology {
+	if t.Replicas <= 0 {
+		t.Replicas = 1
+	}
+	if t.AckWait <= 0 {
+		t.AckWait = 30 * time.Second
+	}
+	if t.DuplicateWindow <= 0 {
+		t.DuplicateWindow = 2 * time.Minute
+	}
+	if t.Workspace == "" {
+		t.Workspace = "."
+	}
+	if t.Now == nil {
+		t.Now = time.Now
+	}
+	return t
+}
+
+// Store is sagad's JetStream store: every stream, bucket, name and subject
+// the saga uses, and the writes that carry out a checkpoint's effects
+// ([Store.Emit]). It is safe for concurrent use.
+type Store struct {
+	js jetstream.JetStream
+	// Checkpoints is the checkpoint per capsule key.
+	Checkpoints *Checkpoints
+	// Continuations is the record per paused capsule.
+	Continuations *Continuations
+	// Artifacts stores executor results (phases.Artifacts).
+	Artifacts *Artifacts
+	// Locks are the resource locks (Rule 17).
+	Locks *locks.Manager
+	// Budgets are the wave budgets (Rule 16).
+	Budgets *budget.Tracker
+	// Cache holds what this process wrote and decoded last.
+	Cache *Cache
+
+	capsules jetstream.KeyValue
+	// capsulesStream is SAGA_CAPSULES's stream, for the headers of its
+	// entries (the KV client does not return them).
+	capsulesStream jetstream.Stream
+	artifacts      jetstream.ObjectStore
+	retention      time.Duration
+	workspace      string
+}
+
+// Ensure creates (idempotently) every stream, consumer and bucket sagad needs
+// and returns the store over them. Every sagad runs it at start.
+func Ensure(ctx context.Context, js jetstream.JetStream, cfg Topology) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if jspub.Conn(js) == nil {
+		// The hot path writes to the buckets' own subjects (internal/jspub).
+		return nil, errors.New("JetStream domains are not supported: connect without one")
+	}
+	st, err := ensureTopology(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	lm, err := locks.New(ctx, js, locks.Config{Lease: cfg.LockLease, Replicas: cfg.Replicas, Storage: cfg.Storage, Now: cfg.Now})
+	if err != nil {
+		return nil, err
+	}
+	bt, err := budget.New(ctx, js, budget.Config{Replicas: cfg.Replicas, Storage: cfg.Storage})
+	if err != nil {
+		return nil, err
+	}
+	return newStore(js, st, lm, bt, cfg.Retention, cfg.Workspace), nil
+}
+
+// Open binds to the topology a sagad created, for operator actions and
+// maintenance run outside sagad (tests, tools). It creates nothing but the
+// locks and budget buckets, which are created on first use anyway.
+func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	kv := func(name string) (jetstream.KeyValue, error) {
+		b, err := js.KeyValue(ctx, name)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, ErrNoTopology
+		}
+		return b, err
+	}
+	st := &stores{}
+	var err error
+	if st.checkpoints, err = kv(CheckpointsBucket); err != nil {
+		return nil, err
+	}
+	if st.capsules, err = kv(CapsulesBucket); err != nil {
+		return nil, err
+	}
+	if st.capsulesStream, err = js.Stream(ctx, "KV_"+CapsulesBucket); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", CapsulesBucket, err)
+	}
+	if st.continuations, err = kv(ContinuationsBucket); err != nil {
+		return nil, err
+	}
+	if st.artifacts, err = js.ObjectStore(ctx, ArtifactsBucket); err != nil {
+		return nil, fmt.Errorf("object store %s: %w", ArtifactsBucket, err)
+	}
+	lm, err := locks.New(ctx, js, locks.Config{})
+	if err != nil {
+		return nil, err
+	}
+	bt, err := budget.New(ctx, js, budget.Config{})
+	if err != nil {
+		return nil, err
+	}
+	// A capsule ended through this store expires like one sagad ends.
+	var retention time.Duration
+	if status, err := st.checkpoints.Status(ctx); err == nil {
+		if d, err := time.ParseDuration(status.Metadata()[RetentionMetadata]); err == nil && d > 0 {
+			retention = d
+		}
+	}
+	return newStore(js, st, lm, bt, retention, "."), nil
+}
+
+func newStore(js jetstream.JetStream, st *stores, lm *locks.Manager, bt *budget.Tracker, retention time.Duration, workspace string) *Store {
+	s := &Store{
+		js:             js,
+		Checkpoints:    &Checkpoints{kv: st.checkpoints, js: js, ttl: retention},
+		Continuations:  &Continuations{kv: st.continuations},
+		Artifacts:      newArtifactStore(st.artifacts, js),
+		Locks:          lm,
+		Budgets:        bt,
+		Cache:          NewCache(),
+		capsules:       st.capsules,
+		capsulesStream: st.capsulesStream,
+		artifacts:      st.artifacts,
+		retention:      retention,
+		workspace:      workspace,
+	}
+	return s
+}
+
+// JetStream is the JetStream context the store writes with.
+func (s *Store) JetStream() jetstream.JetStream { return s.js }
+
+// Retention is how long an ended capsule is kept (0: forever).
+func (s *Store) Retention() time.Duration { return s.retention }
+
+// Resolver tells whether context refs and targets exist (REALITY_ANCHOR),
+// under workspace for file: refs.
+func (s *Store) Resolver() *Resolver {
+	return &Resolver{workspace: s.workspace, js: s.js, artifacts: s.artifacts}
+}
+
+// Facts answers the constitution's questions about other capsules (rules.Facts).
+func (s *Store) Facts() rules.Facts {
+	return &facts{checkpoints: s.Checkpoints, capsules: s.capsules, budgets: s.Budgets}
+}
+
+// Raw returns the capsule's bytes as RECEPTION kept them, and the capsule
+// they decode to (nil for bytes that are no capsule).
+func (s *Store) Raw(ctx context.Context, key string) ([]byte, *capsule.Capsule, error) {
+	e, err := s.capsules.Get(ctx, key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("capsule bytes of %s: %w", key, err)
+	}
+	c, _ := DecodeCapsule(e.Value())
+	return e.Value(), c, nil
+}
+
+// KeepBytes keeps capsule bytes under key as RECEPTION received them, once:
+// an error wrapping jetstream.ErrKeyExists says the key holds bytes already
+// (a redelivered intake message must not erase what its first delivery
+// recorded on them, the outcome mark).
+func (s *Store) KeepBytes(ctx context.Context, key string, raw []byte) error {
+	_, err := jspub.KVCreate(ctx, jspub.Conn(s.js), s.capsules, key, raw)
+	return err
+}
+
+// RenewBytes replaces the bytes under key: a new run of a capsule whose
+// earlier run ended and was forgotten must not carry that run's outcome mark
+// and time to live.
+func (s *Store) RenewBytes(ctx context.Context, key string, raw []byte) error {
+	_, err := s.capsules.Put(ctx, key, raw)
+	return err
+}
+
+// KeptBytes compares the bytes kept under key with digest, and reports
+// whether they carry the outcome mark of a run that ended.
+func (s *Store) KeptBytes(ctx context.Context, key, digest string) (same, ended bool, err error) {
+	m, err := s.capsulesStream.GetLastMsgForSubject(ctx, capsuleSubject(key))
+	if err != nil {
+		return false, false, fmt.Errorf("read kept capsule %s: %w", key, err)
+	}
+	d, err := capsule.Digest(m.Data)
+	if err != nil {
+		return false, false, nil
+	}
+	return d == digest, m.Header.Get(HeaderOutcomeSent) != "", nil
+}
