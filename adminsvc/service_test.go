@@ -267,7 +267,9 @@ type fake struct {
 
 var errUnscripted = errors.New("unscripted")
 
-func (f *fake) Pause(ctx context.Context, _, _, _ string) (pipeline.Status, error) { return f.pause(ctx) }
+func (f *fake) Pause(ctx context.Context, _, _, _ string) (pipeline.Status, error) {
+	return f.pause(ctx)
+}
 func (f *fake) Resume(context.Context, string, pipeline.ResumeOptions) (pipeline.Status, error) {
 	return pipeline.Status{}, errUnscripted
 }
