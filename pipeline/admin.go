@@ -154,7 +154,7 @@ func (a *Admin) adminEvent(ctx context.Context, cp *capsule.Checkpoint, kind cap
 // Pause parks the capsule with operator_manual. A capsule inside a phase
 // finishes that phase's step first and parks at the next one.
 func (a *Admin) Pause(ctx context.Context, id, reason, by string) (Status, error) {
-	cp, _, err := a.update(ctx, id, func(cp *capsule.Checkpoint) (bool, error) {
+	cp, changed, err := a.update(ctx, id, func(cp *capsule.Checkpoint) (bool, error) {
 		switch cp.State.Status {
 		case capsule.InProgress:
 			park(&cp.State, capsule.TriggerOperatorManual, reason, by, a.now().UTC())
@@ -179,6 +179,9 @@ func (a *Admin) Pause(ctx context.Context, id, reason, by string) (Status, error
 		if err := a.p.parked(ctx, cp); err != nil {
 			return StatusOf(cp), err
 		}
+	}
+	if changed {
+		a.p.metrics.Paused(capsule.TriggerOperatorManual)
 	}
 	a.p.metrics.AdminAction("pause")
 	return StatusOf(cp), nil
@@ -364,7 +367,10 @@ func (a *Admin) end(ctx context.Context, id string, state capsule.State, detail,
 		return StatusOf(cp), err
 	}
 	a.p.metrics.Ended(state, capsule.ParseHaltReason(cp.State.HaltReason))
-	a.p.metrics.AdminAction(string(outcome))
+	if state == capsule.Cancelled {
+		// The sweeper's halts come through here too: not operator actions.
+		a.p.metrics.AdminAction("cancel")
+	}
 	return StatusOf(cp), nil
 }
 
