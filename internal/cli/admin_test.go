@@ -35,6 +35,8 @@ func TestOnlineAdmin(t *testing.T) {
 
 	r = o.run(t, "pause", doc.ID())
 	require.Equal(t, cli.ExitRefused, r.code, "a waiting capsule is decided, not paused")
+	require.Equal(t, "sagactl: cannot pause "+doc.ID()+": it is waiting_for_operator (it already waits for a decision: decide or cancel)\n", r.errOut,
+		"sagad's refusal reaches the operator word for word")
 
 	r = o.run(t, "decide", doc.ID(), "revise")
 	require.Equal(t, cli.ExitUsage, r.code, "revise needs a rationale")
@@ -60,6 +62,7 @@ func TestOnlineAdmin(t *testing.T) {
 	}
 	r = o.run(t, "pause", "no-such-capsule")
 	require.Equal(t, cli.ExitNotFound, r.code)
+	require.Contains(t, r.errOut, "never published here", "the not-found hint still applies")
 
 	r = o.run(t, "history", doc.ID())
 	require.Equal(t, cli.ExitOK, r.code)
