@@ -120,7 +120,10 @@ func (a *Admin) Pause(ctx context.Context, id, reason, by string) (client.Status
 			return client.StatusOf(cp), err
 		}
 	}
-	a.metrics.AdminAction("pause")
+	if res.Changed {
+		a.metrics.Paused(capsule.TriggerOperatorManual)
+	}
+	a.metrics.AdminAction(metrics.ActionPause)
 	return client.StatusOf(cp), nil
 }
 
@@ -325,7 +328,7 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 	if err := a.st.Emit(ctx, cp, 0, &tr, raw, c.Constraints.ResourceLocksRequired); err != nil {
 		return client.StatusOf(cp), err
 	}
-	a.metrics.AdminAction("revise")
+	a.metrics.AdminAction(metrics.ActionRevise)
 	return client.StatusOf(cp), nil
 }
 
@@ -391,7 +394,7 @@ func (a *Admin) PausePhase(ctx context.Context, ph capsule.Phase) error {
 	if _, err := a.st.JetStream().PauseConsumer(ctx, store.PhaseStream(ph), store.ConsumerName(ph), a.now().Add(pauseForever)); err != nil {
 		return fmt.Errorf("pause %s: %w", ph, err)
 	}
-	a.metrics.AdminAction("phase_pause")
+	a.metrics.AdminAction(metrics.ActionPhasePause)
 	return nil
 }
 
@@ -422,7 +425,7 @@ func (a *Admin) ResumePhase(ctx context.Context, ph capsule.Phase) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	a.metrics.AdminAction("phase_resume")
+	a.metrics.AdminAction(metrics.ActionPhaseResume)
 	return nil
 }
 

@@ -502,7 +502,7 @@ func pause(cp *capsule.Checkpoint, e Pause, now time.Time) (bool, error) {
 	case capsule.WaitingForOperator:
 		return false, refused(e, cp, "it already waits for a decision: decide or cancel")
 	}
-	return false, refused(e, cp, "it has ended")
+	return false, refused(e, cp, "")
 }
 
 func end(cp *capsule.Checkpoint, e End, now time.Time) (bool, *capsule.Transition, error) {

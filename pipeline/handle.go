@@ -507,8 +507,8 @@ func (p *Pipeline) observe(cp *capsule.Checkpoint, tr *capsule.Transition, d pha
 		}
 		p.metrics.RuleViolations(rules)
 	}
-	if cp.State.Status == capsule.Paused && cp.State.Pause != nil {
-		p.metrics.Paused(cp.State.Pause.Trigger)
+	if (cp.State.Status == capsule.Paused || cp.State.Status == capsule.WaitingForOperator) && cp.State.Pause != nil {
+		p.metrics.Paused(cp.State.Pause.Trigger) // operator_gate for a capsule waiting_for_operator
 	}
 }
 

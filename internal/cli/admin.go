@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/sagad/sagad/admin"
+	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/store"
@@ -21,6 +21,10 @@ import (
 
 // ExitRefused: the capsule's state does not allow the action; nothing changed.
 const ExitRefused = 5
+
+// ExitNoSagad: no sagad answered an admin command (none running, or none
+// within --request-timeout).
+const ExitNoSagad = 6
 
 // operator names who acts, for the event stream: --by, else $SAGA_OPERATOR,
 // else the login name.
@@ -37,54 +41,41 @@ func operator(by string) string {
 	return "operator"
 }
 
-// admin connects and binds an Admin.
-func (g *globals) admin(ctx context.Context) (*admin.Admin, func(), error) {
+// dialAdmin connects for one admin command, under the request timeout, and
+// returns a client of sagad's admin service; done closes the connection
+// and the context. Admin commands change nothing themselves: a running
+// sagad carries them out (and counts them in its metrics).
+func (g *globals) dialAdmin(cmd *cobra.Command) (context.Context, *adminsvc.Client, func(), error) {
+	ctx, cancel := contextWithTimeout(cmd, g)
 	opts := []nats.Option{nats.Name("sagactl"), nats.Timeout(5 * time.Second)}
 	if g.creds != "" {
 		opts = append(opts, nats.UserCredentials(g.creds))
 	}
 	nc, err := nats.Connect(g.natsURL, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (is sagad running? set --nats-url or SAGA_NATS_URL)", g.natsURL, err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	a, err := admin.Open(ctx, js)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	return a, nc.Close, nil
-}
-
-// dialAdmin connects for one admin command, under the request timeout; done
-// closes the connection and the context.
-func (g *globals) dialAdmin(cmd *cobra.Command) (context.Context, *admin.Admin, func(), error) {
-	ctx, cancel := contextWithTimeout(cmd, g)
-	a, closeFn, err := g.admin(ctx)
-	if err != nil {
 		cancel()
-		return nil, nil, nil, err
+		return nil, nil, nil, fmt.Errorf("connect to NATS at %s: %w (is sagad running? set --nats-url or SAGA_NATS_URL)", g.natsURL, err)
 	}
-	return ctx, a, func() { closeFn(); cancel() }, nil
+	return ctx, adminsvc.NewClient(nc, adminsvc.ClientConfig{}), func() { nc.Close(); cancel() }, nil
 }
 
 // adminErr maps admin errors to exit codes.
 func adminErr(err error) error {
 	switch {
+	case errors.Is(err, adminsvc.ErrNoSagad):
+		return exit(ExitNoSagad, err)
 	case errors.Is(err, admin.ErrRefused):
 		return exit(ExitRefused, err)
 	case errors.Is(err, store.ErrNotFound):
 		return exit(ExitNotFound, err)
+	case errors.Is(err, adminsvc.ErrBadRequest):
+		return exit(ExitUsage, err)
 	}
 	return err
 }
 
 // adminCommand builds `sagactl <use>` running act and printing the status.
-func adminCommand(g *globals, use, short, long string, flags func(*cobra.Command), act func(ctx context.Context, a *admin.Admin, id string) (client.Status, error)) *cobra.Command {
+func adminCommand(g *globals, use, short, long string, flags func(*cobra.Command), act func(ctx context.Context, a *adminsvc.Client, id string) (client.Status, error)) *cobra.Command {
 	cmd := &cobra.Command{
 		Use: use, Short: short, Long: long, Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -117,8 +108,8 @@ ended or waits for an operator decision.`,
 			c.Flags().StringVar(&reason, "reason", "", "why (recorded in the event stream)")
 			c.Flags().StringVar(&by, "by", "", "who (default $SAGA_OPERATOR or the login name)")
 		},
-		func(ctx context.Context, a *admin.Admin, id string) (client.Status, error) {
-			return a.Pause(ctx, id, reason, operator(by))
+		func(ctx context.Context, a *adminsvc.Client, id string) (client.Status, error) {
+			return a.Pause(ctx, adminsvc.PauseRequest{ID: id, Reason: reason, By: operator(by)})
 		})
 }
 
@@ -144,8 +135,8 @@ executor results are never re-run. --tokens/--dollars raise the capsule's caps
 			c.Flags().DurationVar(&extend, "extend", 0, "move the deadline to now + D")
 			c.Flags().BoolVar(&force, "force", false, "resume a capsule still waiting for accepted external work (runs its executor again)")
 		},
-		func(ctx context.Context, a *admin.Admin, id string) (client.Status, error) {
-			opts := admin.ResumeOptions{By: operator(by), Reason: reason, Tokens: tokens, Dollars: dollars, Force: force}
+		func(ctx context.Context, a *adminsvc.Client, id string) (client.Status, error) {
+			opts := adminsvc.ResumeRequest{ID: id, By: operator(by), Reason: reason, Tokens: tokens, Dollars: dollars, Force: force}
 			switch {
 			case deadline != "" && extend != 0:
 				return client.Status{}, exit(ExitUsage, errors.New("--deadline and --extend exclude each other"))
@@ -159,7 +150,7 @@ executor results are never re-run. --tokens/--dollars raise the capsule's caps
 				t := time.Now().Add(extend)
 				opts.Deadline = &t
 			}
-			return a.Resume(ctx, id, opts)
+			return a.Resume(ctx, opts)
 		})
 }
 
@@ -173,8 +164,8 @@ the outcome subject. Cancelling a cancelled capsule changes nothing.`,
 			c.Flags().StringVar(&reason, "reason", "", "why (recorded in the history and event stream)")
 			c.Flags().StringVar(&by, "by", "", "who (default $SAGA_OPERATOR or the login name)")
 		},
-		func(ctx context.Context, a *admin.Admin, id string) (client.Status, error) {
-			return a.Cancel(ctx, id, reason, operator(by))
+		func(ctx context.Context, a *adminsvc.Client, id string) (client.Status, error) {
+			return a.Cancel(ctx, adminsvc.CancelRequest{ID: id, Reason: reason, By: operator(by)})
 		})
 }
 
@@ -201,7 +192,7 @@ max_cycles_exceeded). Exit 5, changing nothing, if the capsule is not waiting.`,
 				return err
 			}
 			defer done()
-			s, err := a.Decide(ctx, args[0], decision, rationale, operator(by))
+			s, err := a.Decide(ctx, adminsvc.DecideRequest{ID: args[0], Decision: decision, Rationale: rationale, By: operator(by)})
 			if err != nil {
 				return adminErr(err)
 			}
@@ -226,7 +217,7 @@ func newPending(g *globals) *cobra.Command {
 			defer done()
 			items, err := a.Pending(ctx)
 			if err != nil {
-				return err
+				return adminErr(err)
 			}
 			out := cmd.OutOrStdout()
 			if g.json() {
@@ -251,6 +242,7 @@ func newPhase(g *globals) *cobra.Command {
 		Use:   "phase pause|resume|list [N]",
 		Short: "Stop or restart consumption of one phase for every sagad at once; list phases",
 	}
+	var by string
 	run := func(pause bool) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
 			ph, err := capsule.ParsePhase(args[0])
@@ -262,20 +254,26 @@ func newPhase(g *globals) *cobra.Command {
 				return err
 			}
 			defer done()
+			req := adminsvc.PhaseRequest{Phase: int(ph), By: operator(by)}
+			var list []admin.PhaseState
 			if pause {
-				err = a.PausePhase(ctx, ph)
+				list, err = a.PausePhase(ctx, req)
 			} else {
-				err = a.ResumePhase(ctx, ph)
+				list, err = a.ResumePhase(ctx, req)
 			}
 			if err != nil {
-				return err
+				return adminErr(err)
 			}
-			return printPhases(cmd, g, a, ctx)
+			return printPhases(cmd, g, list)
 		}
 	}
+	pauseCmd := &cobra.Command{Use: "pause N", Short: "Stop every sagad consuming phase N (number or name); what is queued stays", Args: cobra.ExactArgs(1), RunE: run(true)}
+	resumeCmd := &cobra.Command{Use: "resume N", Short: "Let every sagad consume phase N again", Args: cobra.ExactArgs(1), RunE: run(false)}
+	for _, c := range []*cobra.Command{pauseCmd, resumeCmd} {
+		c.Flags().StringVar(&by, "by", "", "who (logged by sagad; default $SAGA_OPERATOR or the login name)")
+	}
 	cmd.AddCommand(
-		&cobra.Command{Use: "pause N", Short: "Stop every sagad consuming phase N (number or name); what is queued stays", Args: cobra.ExactArgs(1), RunE: run(true)},
-		&cobra.Command{Use: "resume N", Short: "Let every sagad consume phase N again", Args: cobra.ExactArgs(1), RunE: run(false)},
+		pauseCmd, resumeCmd,
 		&cobra.Command{Use: "list", Short: "Show each phase: paused or not, queued and in-flight messages", Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				ctx, a, done, err := g.dialAdmin(cmd)
@@ -283,17 +281,17 @@ func newPhase(g *globals) *cobra.Command {
 					return err
 				}
 				defer done()
-				return printPhases(cmd, g, a, ctx)
+				list, err := a.Phases(ctx)
+				if err != nil {
+					return adminErr(err)
+				}
+				return printPhases(cmd, g, list)
 			}},
 	)
 	return cmd
 }
 
-func printPhases(cmd *cobra.Command, g *globals, a *admin.Admin, ctx context.Context) error {
-	list, err := a.Phases(ctx)
-	if err != nil {
-		return err
-	}
+func printPhases(cmd *cobra.Command, g *globals, list []admin.PhaseState) error {
 	out := cmd.OutOrStdout()
 	if g.json() {
 		return writeJSON(out, list)

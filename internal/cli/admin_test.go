@@ -36,6 +36,8 @@ func TestOnlineAdmin(t *testing.T) {
 
 	r = o.run(t, "pause", doc.ID())
 	require.Equal(t, cli.ExitRefused, r.code, "a waiting capsule is decided, not paused")
+	require.Equal(t, "sagactl: cannot pause "+doc.ID()+": it is waiting_for_operator (it already waits for a decision: decide or cancel)\n", r.errOut,
+		"sagad's refusal reaches the operator word for word")
 
 	r = o.run(t, "decide", doc.ID(), "revise")
 	require.Equal(t, cli.ExitUsage, r.code, "revise needs a rationale")
@@ -61,6 +63,7 @@ func TestOnlineAdmin(t *testing.T) {
 	}
 	r = o.run(t, "pause", "no-such-capsule")
 	require.Equal(t, cli.ExitNotFound, r.code)
+	require.Contains(t, r.errOut, "never published here", "the not-found hint still applies")
 
 	r = o.run(t, "history", doc.ID())
 	require.Equal(t, cli.ExitOK, r.code)
@@ -78,4 +81,41 @@ func TestOnlineAdmin(t *testing.T) {
 	require.False(t, phases[capsule.Execution].Paused)
 	r = o.run(t, "phase", "pause", "9")
 	require.Equal(t, cli.ExitUsage, r.code)
+}
+
+// TestOnlineAdminNoSagad: with the topology in place but no sagad serving
+// the admin API, every admin command exits 6 with the subject it asked on,
+// and the capsule is unchanged.
+func TestOnlineAdminNoSagad(t *testing.T) {
+	t.Parallel()
+	o := startOnline(t, false)
+	doc := o.own(t, capsuletest.New().Set("review.operator_gate", true))
+	r := o.run(t, "publish", file(t, doc.Sealed(t)))
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	r = o.run(t, "wait", doc.ID(), "--timeout", "20s")
+	require.Equal(t, cli.ExitHuman, r.code, r.errOut)
+
+	for _, tt := range []struct {
+		args    []string
+		subject string
+	}{
+		{[]string{"cancel", doc.ID()}, "saga.admin.cancel"},
+		{[]string{"pause", doc.ID()}, "saga.admin.pause"},
+		{[]string{"resume", doc.ID()}, "saga.admin.resume"},
+		{[]string{"decide", doc.ID(), "accept"}, "saga.admin.decide"},
+		{[]string{"pending", "-o", "json"}, "saga.admin.pending"},
+		{[]string{"phase", "pause", "4"}, "saga.admin.phase.pause"},
+		{[]string{"phase", "resume", "4"}, "saga.admin.phase.resume"},
+		{[]string{"phase", "list"}, "saga.admin.phase.list"},
+	} {
+		r = o.run(t, tt.args...)
+		require.Equal(t, cli.ExitNoSagad, r.code, "%v: %s", tt.args, r.errOut)
+		require.Empty(t, r.out)
+		require.Equal(t, "sagactl: no sagad answered on "+tt.subject+": is sagad running?\n", r.errOut)
+	}
+	r = o.run(t, "status", doc.ID(), "-o", "json")
+	require.Equal(t, cli.ExitOK, r.code, "read commands need no sagad: %s", r.errOut)
+	var s client.Status
+	require.NoError(t, json.Unmarshal([]byte(r.out), &s))
+	require.Equal(t, capsule.WaitingForOperator, s.State, "nothing changed")
 }

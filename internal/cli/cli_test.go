@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/capsuletest"
@@ -303,10 +304,16 @@ func (w tlogWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func setupOnline(t *testing.T) *online {
+// setupOnline starts a server, a pipeline and sagad's admin service: what
+// one sagad runs.
+func setupOnline(t *testing.T) *online { t.Helper(); return startOnline(t, true) }
+
+// startOnline starts a server and a pipeline, and the admin service if
+// admin (without it, admin commands find no sagad to answer).
+func startOnline(t *testing.T, admin bool) *online {
 	t.Helper()
 	s := natstest.RunServer(t)
-	_, js := natstest.Connect(t, s)
+	nc, js := natstest.Connect(t, s)
 	o := &online{url: s.ClientURL(), js: js, workspace: capsuletest.Workspace(t)}
 	ctx := context.Background()
 	p, err := pipeline.New(ctx, js, pipeline.Config{
@@ -324,6 +331,15 @@ func setupOnline(t *testing.T) *online {
 		defer cancel()
 		p.Stop(ctx)
 	})
+	if admin {
+		svc, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{
+			Logger: slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		})
+		require.NoError(t, err)
+		// Registered after the pipeline's cleanup, so it runs first: the
+		// service stops before the pipeline, as in sagad.
+		t.Cleanup(func() { require.NoError(t, svc.Stop(context.Background())) })
+	}
 	return o
 }
 

@@ -88,6 +88,11 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 		Short: "Admin CLI for sagad, the capsule saga daemon",
 		Long: `sagactl publishes capsules to sagad and inspects them.
 
+Admin commands (pause, resume, cancel, decide, pending, phase) are requests to
+sagad's admin service (saga.admin.<verb>, docs/ADMIN.md): they need a running
+sagad, which carries them out. Read commands (status, list, history, watch,
+report, wait) read JetStream directly.
+
 Exit codes:
   0   success; wait: completed; check: clean
   1   failure; wait: halted; check: findings
@@ -95,6 +100,7 @@ Exit codes:
   3   wait: the capsule needs a human (paused, waiting_for_operator)
   4   capsule not found
   5   refused: the capsule's state does not allow the action (nothing changed)
+  6   no sagad answered an admin command: is sagad running?
   20  wait: cancelled
   21  wait: timed out`,
 		SilenceUsage:  true,

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/store"
@@ -113,12 +114,20 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	if err := p.Start(setupCtx); err != nil {
 		return err
 	}
+	// Every sagad serves the admin API, so sagactl's actions run (and are
+	// counted) in whichever sagad answers.
+	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log})
+	if err != nil {
+		p.Stop(ctx)
+		return err
+	}
 	var ready atomic.Bool
 	ready.Store(true)
 	var httpSrv *http.Server
 	if cfg.HTTPListen != "" {
 		ln, err := net.Listen("tcp", cfg.HTTPListen)
 		if err != nil {
+			_ = admin.Stop(ctx)
 			p.Stop(ctx)
 			return fmt.Errorf("http listen: %w", err)
 		}
@@ -135,6 +144,9 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	ready.Store(false)
 	sctx, scancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownTimeout))
 	defer scancel()
+	if err := admin.Stop(sctx); err != nil {
+		log.Warn("admin service stop", "error", err)
+	}
 	p.Stop(sctx)
 	if httpSrv != nil {
 		_ = httpSrv.Shutdown(sctx)

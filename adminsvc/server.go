@@ -1,0 +1,266 @@
+package adminsvc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/sagad/sagad/admin"
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/store"
+)
+
+// Actions are the operator actions the service carries out; *admin.Admin
+// implements them (sagad passes its pipeline's Admin, so the actions are
+// counted in that sagad's metrics).
+type Actions interface {
+	Pause(ctx context.Context, id, reason, by string) (client.Status, error)
+	Resume(ctx context.Context, id string, opts admin.ResumeOptions) (client.Status, error)
+	Cancel(ctx context.Context, id, reason, by string) (client.Status, error)
+	Decide(ctx context.Context, id, decision, rationale, by string) (client.Status, error)
+	PausePhase(ctx context.Context, ph capsule.Phase) error
+	ResumePhase(ctx context.Context, ph capsule.Phase) error
+	Phases(ctx context.Context) ([]admin.PhaseState, error)
+	Pending(ctx context.Context) ([]admin.PendingItem, error)
+}
+
+var _ Actions = (*admin.Admin)(nil)
+
+// Config tunes the service.
+type Config struct {
+	// Timeout bounds each request's handling. Defaults to 30s.
+	Timeout time.Duration
+	// MaxRequestBytes bounds a request's body; larger ones are refused
+	// with bad_request. Defaults to [DefaultMaxRequestBytes] (64 KiB).
+	MaxRequestBytes int
+	// Logger logs every request answered. Defaults to discarding.
+	Logger *slog.Logger
+	// Metadata is added to the micro service's metadata (e.g. the sagad
+	// instance). Defaults to none.
+	Metadata map[string]string
+}
+
+// DefaultTimeout bounds a request's handling unless Config.Timeout says
+// otherwise.
+const DefaultTimeout = 30 * time.Second
+
+func (c Config) withDefaults() Config {
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MaxRequestBytes <= 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+// Service is one sagad's instance of the admin service.
+type Service struct {
+	svc micro.Service
+	a   Actions
+	cfg Config
+	log *slog.Logger
+
+	// base parents every request's context; Stop cancels it once the
+	// requests in progress have had their chance to finish.
+	base   context.Context
+	cancel context.CancelFunc
+	// running is read-held by every request in progress, so Stop can wait
+	// for them by taking it.
+	running sync.RWMutex
+}
+
+// Start registers the service on nc and answers requests until Stop (or
+// until nc closes). Requests go to a, each under cfg.Timeout.
+func Start(nc *nats.Conn, a Actions, cfg Config) (*Service, error) {
+	if nc == nil || a == nil {
+		return nil, errors.New("adminsvc: a connection and actions are required")
+	}
+	cfg = cfg.withDefaults()
+	s := &Service{a: a, cfg: cfg, log: cfg.Logger}
+	s.base, s.cancel = context.WithCancel(context.Background())
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        Name,
+		Version:     Version,
+		Description: "sagad admin API: pause, resume, cancel, decide, phase pause/resume/list, pending",
+		Metadata:    cfg.Metadata,
+	})
+	if err != nil {
+		s.cancel()
+		return nil, fmt.Errorf("adminsvc: add service: %w", err)
+	}
+	for _, verb := range Verbs {
+		// Endpoint names may not contain dots; subjects do.
+		name := endpointName(verb)
+		if err := svc.AddEndpoint(name, s.handler(verb), micro.WithEndpointSubject(Subject(verb))); err != nil {
+			_ = svc.Stop()
+			s.cancel()
+			return nil, fmt.Errorf("adminsvc: endpoint %s: %w", Subject(verb), err)
+		}
+	}
+	s.svc = svc
+	return s, nil
+}
+
+func endpointName(verb string) string {
+	b := []byte(verb)
+	for i, c := range b {
+		if c == '.' {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// ID is this instance's micro service id.
+func (s *Service) ID() string { return s.svc.Info().ID }
+
+// Stop stops taking requests and waits for those in progress until ctx is
+// done, then cancels them. A request already delivered to this instance
+// when it stops is still answered (with internal if it was cancelled).
+func (s *Service) Stop(ctx context.Context) error {
+	err := s.svc.Stop()
+	idle := make(chan struct{})
+	go func() {
+		// Taking the lock is the wait: every request holds it for reading.
+		s.running.Lock()
+		s.running.Unlock() //nolint:staticcheck // SA2001: the empty section is the point
+
+		close(idle)
+	}()
+	select {
+	case <-idle:
+		s.cancel()
+	case <-ctx.Done():
+		s.cancel()
+		<-idle // cancelled requests return promptly
+	}
+	if err != nil {
+		return fmt.Errorf("adminsvc: stop: %w", err)
+	}
+	return nil
+}
+
+// handler answers verb's requests. micro calls it on the endpoint's own
+// subscription goroutine, so one sagad handles one request per verb at a
+// time; the queue group spreads requests over the sagads.
+func (s *Service) handler(verb string) micro.Handler {
+	return micro.HandlerFunc(func(req micro.Request) {
+		s.running.RLock()
+		defer s.running.RUnlock()
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(s.base, s.cfg.Timeout)
+		defer cancel()
+		reply, err := s.serve(ctx, verb, req.Data())
+		if err == nil {
+			b, merr := json.Marshal(reply)
+			if merr == nil {
+				if rerr := req.Respond(b); rerr != nil {
+					s.log.Warn("admin reply", "subject", req.Subject(), "error", rerr)
+				}
+				s.log.Info("admin request", "verb", verb, "took", time.Since(start))
+				return
+			}
+			err = fmt.Errorf("encode reply: %w", merr)
+		}
+		e := s.classify(ctx, err)
+		if e.Message == "" {
+			e.Message = e.Code // micro refuses an empty description
+		}
+		body, _ := json.Marshal(e)
+		if rerr := req.Error(headerCodes[e.Code], e.Message, body); rerr != nil {
+			s.log.Warn("admin reply", "subject", req.Subject(), "error", rerr)
+		}
+		level := slog.LevelInfo
+		if e.Code == CodeInternal {
+			level = slog.LevelWarn
+		}
+		s.log.Log(ctx, level, "admin request refused", "verb", verb, "code", e.Code, "error", e.Message, "took", time.Since(start))
+	})
+}
+
+// serve decodes and carries out one request.
+func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, error) {
+	r, err := decodeRequest(verb, data, s.cfg.MaxRequestBytes)
+	if err != nil {
+		return nil, err
+	}
+	switch r := r.(type) {
+	case PauseRequest:
+		return s.a.Pause(ctx, r.ID, r.Reason, r.By)
+	case ResumeRequest:
+		return s.a.Resume(ctx, r.ID, admin.ResumeOptions{
+			By: r.By, Reason: r.Reason, Tokens: r.Tokens, Dollars: r.Dollars, Deadline: r.Deadline, Force: r.Force,
+		})
+	case CancelRequest:
+		return s.a.Cancel(ctx, r.ID, r.Reason, r.By)
+	case DecideRequest:
+		return s.a.Decide(ctx, r.ID, r.Decision, r.Rationale, r.By)
+	case PhaseRequest:
+		ph := capsule.Phase(r.Phase)
+		if verb == VerbPhasePause {
+			err = s.a.PausePhase(ctx, ph)
+		} else {
+			err = s.a.ResumePhase(ctx, ph)
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.log.Info("admin phase "+verb, "phase", ph.String(), "by", r.By)
+		return s.phases(ctx)
+	case listRequest:
+		if verb == VerbPhaseList {
+			return s.phases(ctx)
+		}
+		items, err := s.a.Pending(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if items == nil {
+			items = []admin.PendingItem{}
+		}
+		return PendingReply{Items: items}, nil
+	}
+	return nil, fmt.Errorf("unhandled request %T", r)
+}
+
+func (s *Service) phases(ctx context.Context) (PhasesReply, error) {
+	list, err := s.a.Phases(ctx)
+	if err != nil {
+		return PhasesReply{}, err
+	}
+	if list == nil {
+		list = []admin.PhaseState{}
+	}
+	return PhasesReply{Phases: list}, nil
+}
+
+// classify maps an action's error to its answer.
+func (s *Service) classify(ctx context.Context, err error) ErrorReply {
+	var re *requestError
+	switch {
+	case errors.As(err, &re):
+		return ErrorReply{Code: CodeBadRequest, Message: re.msg}
+	case errors.Is(err, admin.ErrRefused):
+		return ErrorReply{Code: CodeRefused, Message: err.Error()}
+	case errors.Is(err, store.ErrNotFound):
+		return ErrorReply{Code: CodeNotFound, Message: err.Error()}
+	case s.base.Err() != nil:
+		return ErrorReply{Code: CodeInternal, Message: "sagad is shutting down: " + err.Error()}
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return ErrorReply{Code: CodeInternal, Message: fmt.Sprintf("not done within %s: %v", s.cfg.Timeout, err)}
+	}
+	return ErrorReply{Code: CodeInternal, Message: err.Error()}
+}

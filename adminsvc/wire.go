@@ -1,0 +1,352 @@
+package adminsvc
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"regexp"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/sagad/sagad/admin"
+	"github.com/sagad/sagad/capsule"
+)
+
+// Name is the micro service's name; every sagad registers under it.
+const Name = "sagad-admin"
+
+// Version is the version of the request and reply documents (micro needs a
+// SemVer); a breaking change to them bumps the major.
+const Version = "1.0.0"
+
+// SubjectPrefix prefixes every endpoint's subject.
+const SubjectPrefix = "saga.admin"
+
+// Verbs name the endpoints; the subject of verb v is SubjectPrefix + "." + v.
+const (
+	VerbPause       = "pause"
+	VerbResume      = "resume"
+	VerbCancel      = "cancel"
+	VerbDecide      = "decide"
+	VerbPhasePause  = "phase.pause"
+	VerbPhaseResume = "phase.resume"
+	VerbPhaseList   = "phase.list"
+	VerbPending     = "pending"
+)
+
+// Verbs lists every verb, in the order the service registers them.
+var Verbs = []string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending}
+
+// Subject returns the subject of verb, e.g. saga.admin.phase.pause.
+func Subject(verb string) string { return SubjectPrefix + "." + verb }
+
+// PauseRequest asks sagad to park a capsule with operator_manual.
+type PauseRequest struct {
+	// ID is the capsule id or key. Required.
+	ID string `json:"id"`
+	// Reason is recorded in the event stream.
+	Reason string `json:"reason,omitempty"`
+	// By is the operator, recorded in the event stream. Required.
+	By string `json:"by"`
+}
+
+// ResumeRequest asks sagad to resume a paused capsule where it stopped,
+// optionally lifting the cause (see [admin.ResumeOptions]).
+type ResumeRequest struct {
+	// ID is the capsule id or key. Required.
+	ID string `json:"id"`
+	// Reason is recorded in the event stream.
+	Reason string `json:"reason,omitempty"`
+	// By is the operator, recorded in the event stream. Required.
+	By string `json:"by"`
+	// Tokens and Dollars raise the capsule's caps; 0 leaves them.
+	Tokens  int64   `json:"tokens,omitempty"`
+	Dollars float64 `json:"dollars,omitempty"`
+	// Deadline moves the capsule's deadline (RFC 3339).
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// Force also resumes a capsule still waiting for accepted external work.
+	Force bool `json:"force,omitempty"`
+}
+
+// CancelRequest asks sagad to end a capsule cancelled.
+type CancelRequest struct {
+	// ID is the capsule id or key. Required.
+	ID string `json:"id"`
+	// Reason is recorded in the history and the event stream.
+	Reason string `json:"reason,omitempty"`
+	// By is the operator. Required.
+	By string `json:"by"`
+}
+
+// DecideRequest settles the operator gate of a capsule waiting_for_operator.
+type DecideRequest struct {
+	// ID is the capsule id or key. Required.
+	ID string `json:"id"`
+	// Decision is admin.DecisionAccept or admin.DecisionRevise.
+	Decision string `json:"decision"`
+	// Rationale becomes the review finding of a revise (required then).
+	Rationale string `json:"rationale,omitempty"`
+	// By is the operator. Required.
+	By string `json:"by"`
+}
+
+// PhaseRequest names the phase to pause or resume for every sagad.
+type PhaseRequest struct {
+	// Phase is 0–6 (PIPELINE §3). Required: 0 is RECEPTION, not "unset".
+	Phase int `json:"phase"`
+	// By is the operator, logged by the sagad that acts (a phase pause has
+	// no capsule to record it on).
+	By string `json:"by,omitempty"`
+}
+
+// PhasesReply answers phase.pause, phase.resume (the phases after the
+// action) and phase.list.
+type PhasesReply struct {
+	Phases []admin.PhaseState `json:"phases"`
+}
+
+// PendingReply answers pending, oldest first.
+type PendingReply struct {
+	Items []admin.PendingItem `json:"items"`
+}
+
+// Error codes of [ErrorReply].
+const (
+	CodeBadRequest = "bad_request"
+	CodeNotFound   = "not_found"
+	CodeRefused    = "refused"
+	CodeInternal   = "internal"
+)
+
+// headerCodes are the Nats-Service-Error-Code values of each code, the
+// HTTP-like numbers generic micro tools expect.
+var headerCodes = map[string]string{
+	CodeBadRequest: "400",
+	CodeNotFound:   "404",
+	CodeRefused:    "409",
+	CodeInternal:   "500",
+}
+
+// ErrorReply is the body of an error answer.
+type ErrorReply struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Bounds of a request.
+const (
+	// DefaultMaxRequestBytes bounds a request's body.
+	DefaultMaxRequestBytes = 64 << 10
+	// maxIDBytes bounds id and by.
+	maxIDBytes = 256
+	// maxTextBytes bounds reason and rationale.
+	maxTextBytes = 16 << 10
+)
+
+// requestError is a request refused before anything was done (bad_request).
+type requestError struct{ msg string }
+
+func (e *requestError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &requestError{msg: fmt.Sprintf(format, args...)}
+}
+
+// listRequest is the (empty) request of phase.list and pending.
+type listRequest struct{}
+
+// phaseWire is PhaseRequest as decoded, telling a missing phase from 0.
+type phaseWire struct {
+	Phase *int   `json:"phase"`
+	By    string `json:"by,omitempty"`
+}
+
+// resumeWire is ResumeRequest as decoded: the deadline is parsed strictly
+// (time.Time's own decoding takes a one-digit hour, which RFC 3339 and the
+// schema's date-time refuse).
+type resumeWire struct {
+	ID       string  `json:"id"`
+	Reason   string  `json:"reason,omitempty"`
+	By       string  `json:"by"`
+	Tokens   int64   `json:"tokens,omitempty"`
+	Dollars  float64 `json:"dollars,omitempty"`
+	Deadline *string `json:"deadline,omitempty"`
+	Force    bool    `json:"force,omitempty"`
+}
+
+// rfc3339 is the shape of an RFC 3339 date-time (section 5.6).
+var rfc3339 = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$`)
+
+func parseDeadline(s string) (*time.Time, error) {
+	if !rfc3339.MatchString(s) {
+		return nil, badRequest("deadline %q: want an RFC 3339 date-time", s)
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return nil, badRequest("deadline %q: %v", s, err)
+	}
+	return &t, nil
+}
+
+// decodeRequest turns the body of a request on verb into its typed, valid
+// request: one of PauseRequest, ResumeRequest, CancelRequest,
+// DecideRequest, PhaseRequest or listRequest. Any other input is a
+// *requestError. It is the service's only decoder of untrusted bytes.
+func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxRequestBytes
+	}
+	if len(data) > maxBytes {
+		return nil, badRequest("request of %d bytes exceeds %d", len(data), maxBytes)
+	}
+	switch verb {
+	case VerbPause:
+		var r PauseRequest
+		if err := strict(data, &r); err != nil {
+			return nil, err
+		}
+		return r, firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
+	case VerbCancel:
+		var r CancelRequest
+		if err := strict(data, &r); err != nil {
+			return nil, err
+		}
+		return r, firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
+	case VerbResume:
+		var w resumeWire
+		if err := strict(data, &w); err != nil {
+			return nil, err
+		}
+		r := ResumeRequest{ID: w.ID, Reason: w.Reason, By: w.By, Tokens: w.Tokens, Dollars: w.Dollars, Force: w.Force}
+		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
+		if err == nil && w.Deadline != nil {
+			r.Deadline, err = parseDeadline(*w.Deadline)
+		}
+		if err == nil && r.Tokens < 0 {
+			err = badRequest("tokens %d: want a positive cap (or 0 to keep it)", r.Tokens)
+		}
+		if err == nil && r.Dollars < 0 {
+			err = badRequest("dollars %g: want a positive cap (or 0 to keep it)", r.Dollars)
+		}
+		return r, err
+	case VerbDecide:
+		var r DecideRequest
+		if err := strict(data, &r); err != nil {
+			return nil, err
+		}
+		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("rationale", r.Rationale))
+		if err == nil && r.Decision != admin.DecisionAccept && r.Decision != admin.DecisionRevise {
+			err = badRequest("decision %q: want accept or revise", r.Decision)
+		}
+		if err == nil && r.Decision == admin.DecisionRevise && strings.TrimSpace(r.Rationale) == "" {
+			err = badRequest("revise needs a rationale: the executor gets it as the review's findings")
+		}
+		return r, err
+	case VerbPhasePause, VerbPhaseResume:
+		var w phaseWire
+		if err := strict(data, &w); err != nil {
+			return nil, err
+		}
+		if w.Phase == nil {
+			return nil, badRequest("phase is required")
+		}
+		if !capsule.Phase(*w.Phase).Valid() {
+			return nil, badRequest("phase %d out of range 0–%d", *w.Phase, capsule.NumPhases-1)
+		}
+		return PhaseRequest{Phase: *w.Phase, By: w.By}, checkBy(w.By, false)
+	case VerbPhaseList, VerbPending:
+		if len(bytes.TrimSpace(data)) == 0 {
+			return listRequest{}, nil
+		}
+		var r listRequest
+		return r, strict(data, &r)
+	}
+	return nil, badRequest("unknown verb %q", verb)
+}
+
+// strict decodes exactly one JSON object with no unknown members into v.
+func strict(data []byte, v any) error {
+	if !utf8.Valid(data) {
+		return badRequest("request is not UTF-8")
+	}
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return badRequest("request: want a JSON object")
+	}
+	// encoding/json matches member names case-insensitively; the schemas
+	// (and every other reader) do not, so names are checked exactly first.
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(data, &members); err != nil {
+		return badRequest("request: %v", err)
+	}
+	known := memberNames(v)
+	for name := range members {
+		if !known[name] {
+			return badRequest("request: unknown member %q", name)
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("request: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return badRequest("request: data after the JSON object")
+	}
+	return nil
+}
+
+// memberNames returns the JSON member names of the struct v points to.
+func memberNames(v any) map[string]bool {
+	t := reflect.TypeOf(v).Elem()
+	names := make(map[string]bool, t.NumField())
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		names[name] = true
+	}
+	return names
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkID(id string) error {
+	switch {
+	case id == "":
+		return badRequest("id is required")
+	case len(id) > maxIDBytes:
+		return badRequest("id of %d bytes exceeds %d", len(id), maxIDBytes)
+	case strings.IndexFunc(id, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
+		return badRequest("id %q contains spaces or control characters", id)
+	}
+	return nil
+}
+
+func checkBy(by string, required bool) error {
+	switch {
+	case strings.TrimSpace(by) == "" && required:
+		return badRequest("by is required: who acts is recorded")
+	case len(by) > maxIDBytes:
+		return badRequest("by of %d bytes exceeds %d", len(by), maxIDBytes)
+	case strings.IndexFunc(by, unicode.IsControl) >= 0:
+		return badRequest("by contains control characters")
+	}
+	return nil
+}
+
+func checkText(name, s string) error {
+	if len(s) > maxTextBytes {
+		return badRequest("%s of %d bytes exceeds %d", name, len(s), maxTextBytes)
+	}
+	return nil
+}
