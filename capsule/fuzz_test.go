@@ -141,4 +141,3 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 		require.True(t, reflect.DeepEqual(back.Clone(), back), "Clone differs from the checkpoint")
 	})
 }
-
