@@ -3,6 +3,8 @@ package capsule
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -44,21 +46,49 @@ type Event struct {
 	At        time.Time `json:"at"`
 }
 
+// ErrInvalidEvents is wrapped by every error of [DecodeEvents].
+var ErrInvalidEvents = errors.New("invalid events message")
+
 // DecodeEvents reads one message of a capsule's event stream. sagad writes
 // the events of one transition together, as a JSON array, so that a
-// transition costs one message; a single JSON object is one event.
+// transition costs one message; a single JSON object is one event. Anyone
+// who may publish on the events subjects can put bytes there, so each event
+// must be an object with a kind; errors wrap [ErrInvalidEvents].
 func DecodeEvents(data []byte) ([]Event, error) {
 	data = bytes.TrimSpace(data)
+	var evs []Event
 	if len(data) > 0 && data[0] == '[' {
-		var evs []Event
-		if err := json.Unmarshal(data, &evs); err != nil {
-			return nil, err
+		var objs []json.RawMessage
+		if err := json.Unmarshal(data, &objs); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidEvents, err)
+		}
+		evs = make([]Event, 0, len(objs))
+		for i, o := range objs {
+			ev, err := decodeEvent(o)
+			if err != nil {
+				return nil, fmt.Errorf("%w: [%d]: %w", ErrInvalidEvents, i, err)
+			}
+			evs = append(evs, ev)
 		}
 		return evs, nil
 	}
-	var ev Event
-	if err := json.Unmarshal(data, &ev); err != nil {
-		return nil, err
+	ev, err := decodeEvent(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidEvents, err)
 	}
 	return []Event{ev}, nil
+}
+
+func decodeEvent(data []byte) (Event, error) {
+	var ev Event
+	if len(data) == 0 || data[0] != '{' {
+		return ev, errors.New("an event is a JSON object")
+	}
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return ev, err
+	}
+	if ev.Kind == "" {
+		return ev, errors.New("event without a kind")
+	}
+	return ev, nil
 }

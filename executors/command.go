@@ -60,7 +60,8 @@ const (
 //	11  needs escalation, 20 interrupted, 21 timeout, anything else: a [*FailedError]
 //
 // The program runs in its own process group, which is killed when Timeout
-// passes or stdout exceeds MaxOutput. On a non-zero exit, a stdout that
+// passes, stdout exceeds MaxOutput or ctx is cancelled; on Linux the kernel
+// also kills the program when sagad dies. On a non-zero exit, a stdout that
 // parses as a reply still contributes its usage and error message.
 type Command struct {
 	// Path of the program; a name without a slash is looked up in PATH.
@@ -238,7 +239,9 @@ func (c Command) run(ctx context.Context, body any, meta callMeta) (runOutput, e
 	cmd.WaitDelay = waitDelay
 	ownProcessGroup(cmd)
 
+	unpin := pinThread()
 	err = cmd.Run()
+	unpin()
 	out := runOutput{stdout: stdout.Bytes(), stderr: stderr.String()}
 	if ctx.Err() != nil {
 		return out, fmt.Errorf("%s: %w", who, ctx.Err())

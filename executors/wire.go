@@ -30,7 +30,8 @@ func CompletionSubject(capsuleID string, cycle int) string {
 	return CompletionPrefix + capsuleID + "." + strconv.Itoa(cycle)
 }
 
-// ParseCompletionSubject is the inverse of [CompletionSubject].
+// ParseCompletionSubject is the inverse of [CompletionSubject]: it accepts
+// exactly the subjects CompletionSubject writes.
 func ParseCompletionSubject(subject string) (capsuleID string, cycle int, err error) {
 	rest, ok := strings.CutPrefix(subject, CompletionPrefix)
 	id, n, ok2 := strings.Cut(rest, ".")
@@ -38,7 +39,9 @@ func ParseCompletionSubject(subject string) (capsuleID string, cycle int, err er
 		return "", 0, fmt.Errorf("completion subject %q: want %s<capsule_id>.<cycle>", subject, CompletionPrefix)
 	}
 	cycle, err = strconv.Atoi(n)
-	if err != nil || cycle < 1 {
+	// Only the spelling CompletionSubject writes: "01" or "+1" would be a
+	// second subject for the same (capsule, cycle).
+	if err != nil || cycle < 1 || strconv.Itoa(cycle) != n {
 		return "", 0, fmt.Errorf("completion subject %q: cycle %q is not a positive integer", subject, n)
 	}
 	return id, cycle, nil

@@ -3,6 +3,7 @@ package rules
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"path"
 	"strings"
 	"testing"
@@ -144,9 +145,7 @@ func FuzzCheckPath(f *testing.F) {
 			t.Fatalf("CheckPath(%q) = %v but CheckRef(file:…) = %v", p, err, refErr)
 		}
 		if err != nil {
-			if err.Error() == "" {
-				t.Fatalf("empty error for %q", p)
-			}
+			requireReason(t, p, err)
 			return
 		}
 		if !utf8.ValidString(p) || strings.ContainsAny(p, "\\\x00\x7f") {
@@ -189,6 +188,55 @@ func FuzzWithin(f *testing.F) {
 		}
 		if CheckPath(child) == nil && CheckPath(parent) == nil && !Within(".", child) {
 			t.Fatalf("safe child %q not in the workspace", child)
+		}
+	})
+}
+
+// requireReason: err is a *PathError naming p and wrapping exactly one of
+// the documented reasons.
+func requireReason(t *testing.T, p string, err error) {
+	t.Helper()
+	var pe *PathError
+	if !errors.As(err, &pe) || pe.Path != p {
+		t.Fatalf("CheckPath(%q) = %#v, want a *PathError for it", p, err)
+	}
+	n := 0
+	for _, reason := range []error{ErrEmptyPath, ErrInvalidUTF8, ErrControlChar, ErrBackslash, ErrDriveLetter, ErrAbsolute, ErrTraversal} {
+		if errors.Is(err, reason) {
+			n++
+		}
+	}
+	if n != 1 || err.Error() == "" {
+		t.Fatalf("CheckPath(%q) = %v: %d reasons", p, err, n)
+	}
+}
+
+// FuzzCheckRef: the ref parser and check agree: a ref is safe exactly when
+// the part after its scheme (the whole ref without one) is a safe path;
+// FilePath finds a path in "file:" refs only, the same part; refusals are
+// typed. Seeds: below and testdata/fuzz/FuzzCheckRef.
+func FuzzCheckRef(f *testing.F) {
+	for _, s := range []string{"file:src/a.go", "file:../x", "kv:/abs", "artifact:c/1", "FILE:x", "file:", "a+b-c.d:x", "1x:y", ":x", "file:a:b", "C:\\x", "file:a\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ref string) {
+		err := CheckRef(ref)
+		scheme, rest, ok := SplitRef(ref)
+		if err != nil {
+			requireReason(t, rest, err)
+		}
+		if (err == nil) != (CheckPath(rest) == nil) {
+			t.Fatalf("CheckRef(%q) = %v, but CheckPath(%q) = %v", ref, err, rest, CheckPath(rest))
+		}
+		p, isFile := FilePath(ref)
+		if isFile != (ok && scheme == "file") {
+			t.Fatalf("FilePath(%q) = %q, %v with scheme %q, %v", ref, p, isFile, scheme, ok)
+		}
+		if isFile && p != rest {
+			t.Fatalf("FilePath(%q) = %q, want %q", ref, p, rest)
+		}
+		if err == nil && isFile && !Within(".", p) {
+			t.Fatalf("safe file ref %q is outside the workspace", ref)
 		}
 	})
 }

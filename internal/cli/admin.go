@@ -229,7 +229,7 @@ func newPending(g *globals) *cobra.Command {
 			tw := table(out)
 			fmt.Fprintln(tw, "CAPSULE_ID\tSTATE\tTRIGGER\tPHASE\tCYCLE\tAGE\tREASON")
 			for _, it := range items {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%s\t%s\n", dash(it.CapsuleID), it.State, it.Trigger, it.Phase, it.PhaseName,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%s\t%s\n", dash(it.CapsuleID), pf(it.State), pf(it.Trigger), it.Phase, printable(it.PhaseName),
 					it.Cycle, (time.Duration(it.AgeSecs) * time.Second).String(), dash(it.Reason))
 			}
 			return tw.Flush()
@@ -299,7 +299,7 @@ func printPhases(cmd *cobra.Command, g *globals, list []admin.PhaseState) error 
 	tw := table(out)
 	fmt.Fprintln(tw, "PHASE\tCONSUMER\tPAUSED\tQUEUED\tIN_FLIGHT")
 	for _, p := range list {
-		fmt.Fprintf(tw, "%d %s\t%s\t%t\t%d\t%d\n", p.Phase, p.PhaseName, p.Consumer, p.Paused, p.Pending, p.AckPending)
+		fmt.Fprintf(tw, "%d %s\t%s\t%t\t%d\t%d\n", p.Phase, printable(p.PhaseName), printable(p.Consumer), p.Paused, p.Pending, p.AckPending)
 	}
 	return tw.Flush()
 }

@@ -100,11 +100,11 @@ Exit 0 only if clean, 1 with findings, 2 if the file cannot be read.`,
 				if rep.OK {
 					fmt.Fprintln(out, "ok: no findings")
 				} else {
-					fmt.Fprintf(out, "would halt: %s\n", rep.HaltReason)
+					fmt.Fprintf(out, "would halt: %s\n", printable(rep.HaltReason))
 					printFindings(out, rep.Findings)
 				}
 				for _, n := range rep.NotEvaluated {
-					fmt.Fprintf(out, "not evaluated: %s\n", n)
+					fmt.Fprintf(out, "not evaluated: %s\n", printable(n))
 				}
 			}
 			if !rep.OK {

@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
@@ -27,32 +30,84 @@ func ts(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
+// dash is [printable] s, or "-" when s is empty.
 func dash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return printable(s)
 }
+
+// printable escapes what capsule data must not put on an operator's
+// terminal: C0 and C1 control characters and DEL (escape sequences can
+// recolour, retitle or rewrite the screen, newlines and tabs forge table
+// rows and columns), Unicode bidirectional overrides and isolates (text that
+// displays as something else, "Trojan Source") and invalid UTF-8. They are
+// written as Go escapes (\x1b, \n, \u202e, \xff); everything else is kept.
+// Every table and text output passes each string that came from a capsule, a
+// checkpoint or an event through it; -o json needs no such care (the JSON
+// encoder escapes control characters).
+func printable(s string) string {
+	if strings.IndexFunc(s, unprintable) < 0 && utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for len(s) > 0 {
+		r, size := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b.WriteString(`\x`)
+			b.WriteString(strconv.FormatUint(uint64(s[0])>>4, 16))
+			b.WriteString(strconv.FormatUint(uint64(s[0])&0xf, 16))
+		case unprintable(r):
+			q := strconv.QuoteRuneToASCII(r) // '\x1b', '\n', '\u202e'
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[:size])
+		}
+		s = s[size:]
+	}
+	return b.String()
+}
+
+// unprintable reports the runes [printable] escapes (as rules.CheckPath
+// refuses them in paths).
+func unprintable(r rune) bool {
+	return unicode.IsControl(r) || '\u202a' <= r && r <= '\u202e' || '\u2066' <= r && r <= '\u2069'
+}
+
+// printables is [printable] of each of list.
+func printables(list []string) []string {
+	out := make([]string, len(list))
+	for i, s := range list {
+		out[i] = printable(s)
+	}
+	return out
+}
+
+// pf is [printable] of a string-typed value (state, trigger, event kind).
+func pf[S ~string](s S) string { return printable(string(s)) }
 
 // printStatus prints one capsule's status for people.
 func printStatus(w io.Writer, s client.Status) error {
 	tw := table(w)
 	fmt.Fprintf(tw, "capsule_id:\t%s\n", dash(s.CapsuleID))
 	if s.Key != s.CapsuleID {
-		fmt.Fprintf(tw, "key:\t%s\n", s.Key)
+		fmt.Fprintf(tw, "key:\t%s\n", printable(s.Key))
 	}
-	fmt.Fprintf(tw, "state:\t%s\n", s.State)
-	fmt.Fprintf(tw, "phase:\t%d %s\n", s.Phase, s.PhaseName)
+	fmt.Fprintf(tw, "state:\t%s\n", pf(s.State))
+	fmt.Fprintf(tw, "phase:\t%d %s\n", s.Phase, printable(s.PhaseName))
 	fmt.Fprintf(tw, "cycles_used:\t%d\n", s.CyclesUsed)
 	fmt.Fprintf(tw, "progress:\t%d%%\n", s.Progress)
 	if s.HaltReason != "" {
-		fmt.Fprintf(tw, "halt_reason:\t%s\n", s.HaltReason)
+		fmt.Fprintf(tw, "halt_reason:\t%s\n", printable(s.HaltReason))
 	}
 	fmt.Fprintf(tw, "budget_used:\t%d tokens, $%.4f\n", s.BudgetUsed.Tokens, s.BudgetUsed.Dollars)
 	if len(s.ArtifactRefs) > 0 {
-		fmt.Fprintf(tw, "artifacts:\t%s\n", strings.Join(s.ArtifactRefs, ", "))
+		fmt.Fprintf(tw, "artifacts:\t%s\n", strings.Join(printables(s.ArtifactRefs), ", "))
 	}
-	fmt.Fprintf(tw, "trace_id:\t%s\n", s.TraceID)
+	fmt.Fprintf(tw, "trace_id:\t%s\n", printable(s.TraceID))
 	fmt.Fprintf(tw, "updated_at:\t%s\n", ts(s.UpdatedAt))
 	if err := tw.Flush(); err != nil {
 		return err
@@ -65,7 +120,7 @@ func printStatus(w io.Writer, s client.Status) error {
 	tw = table(w)
 	fmt.Fprintln(tw, "  AT\tPHASE\tCYCLE\tOUTCOME\tDETAIL")
 	for _, h := range s.History {
-		fmt.Fprintf(tw, "  %s\t%d %s\t%d\t%s\t%s\n", ts(h.At), h.Phase, h.PhaseName, h.Cycle, h.Outcome, h.Detail)
+		fmt.Fprintf(tw, "  %s\t%d %s\t%d\t%s\t%s\n", ts(h.At), h.Phase, printable(h.PhaseName), h.Cycle, printable(h.Outcome), printable(h.Detail))
 	}
 	return tw.Flush()
 }
@@ -78,7 +133,7 @@ func printFindings(w io.Writer, fs []capsule.Finding) {
 		if f.Rule != 0 {
 			rule = fmt.Sprint(f.Rule)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", rule, dash(f.Field), f.Message)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", rule, dash(f.Field), printable(f.Message))
 	}
 	_ = tw.Flush()
 }

@@ -68,7 +68,7 @@ sequence instead of an id).`,
 				fmt.Fprintf(out, "published raw bytes as intake message %d (see: sagactl list --state halted)\n", seq)
 				return nil
 			}
-			fmt.Fprintln(out, id)
+			fmt.Fprintln(out, printable(id))
 			return nil
 		},
 	}

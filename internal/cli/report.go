@@ -121,21 +121,22 @@ func (m *mdw) row(cells ...string) {
 	m.f("| %s |\n", strings.Join(cells, " | "))
 }
 
-// mdCell makes s safe inside a Markdown table cell.
+// mdCell makes s safe inside a Markdown table cell: no pipe or line break
+// splits it, no control character reaches a terminal ([printable]).
 func mdCell(s string) string {
-	s = strings.NewReplacer("|", `\|`, "\r\n", " ", "\n", " ", "\r", " ").Replace(s)
+	s = printable(strings.NewReplacer("|", `\|`, "\r\n", " ", "\n", " ", "\r", " ").Replace(s))
 	if s == "" {
 		return "-"
 	}
 	return s
 }
 
-// mdCode renders s as inline code, or "-".
+// mdCode renders s as inline code, [printable], or "-".
 func mdCode(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return "`" + strings.ReplaceAll(s, "`", "'") + "`"
+	return "`" + printable(strings.ReplaceAll(s, "`", "'")) + "`"
 }
 
 func mdTime(t time.Time) string {
@@ -250,10 +251,10 @@ func reportOutcome(cp *capsule.Checkpoint) string {
 		return "**halted**: " + mdCode(st.HaltReason)
 	case capsule.Paused, capsule.WaitingForOperator:
 		if st.Pause != nil {
-			return fmt.Sprintf("**%s** (%s)", st.Status, st.Pause.Trigger)
+			return fmt.Sprintf("**%s** (%s)", pf(st.Status), pf(st.Pause.Trigger))
 		}
 	}
-	return "**" + string(st.Status) + "**"
+	return "**" + pf(st.Status) + "**"
 }
 
 // reportOutcomeSentence says how the journey ended, or where it stands.
@@ -323,7 +324,7 @@ func writeReviews(m *mdw, reviews []capsule.ReviewEntry) {
 		if i > 0 {
 			m.f("\n")
 		}
-		m.f("### Cycle %d: %s\n\n", r.Cycle, r.Verdict)
+		m.f("### Cycle %d: %s\n\n", r.Cycle, pf(r.Verdict))
 		m.f("Reviewer %s at %s; usage %s.\n\n", mdCode(r.ReviewerID), mdTime(r.At), mdUsage(r.Usage))
 		if len(r.Findings) == 0 {
 			m.f("No findings.\n")
@@ -419,12 +420,12 @@ func mdCodes(list []string) string {
 func writeContinuations(m *mdw, d *ReportData) {
 	m.f("\n## Continuations\n\n")
 	if c := d.Continuation; c != nil {
-		m.f("Current: paused with trigger %s at %d %s (cycle %d) since %s", mdCode(string(c.Trigger)), c.Phase, c.PhaseName, c.Cycle, mdTime(c.CreatedAt))
+		m.f("Current: paused with trigger %s at %d %s (cycle %d) since %s", mdCode(string(c.Trigger)), c.Phase, printable(c.PhaseName), c.Cycle, mdTime(c.CreatedAt))
 		if c.By != "" {
 			m.f(" by %s", mdCode(c.By))
 		}
 		if c.Reason != "" {
-			m.f(": %s", c.Reason)
+			m.f(": %s", printable(c.Reason))
 		}
 		m.f(".\n\n")
 	} else {

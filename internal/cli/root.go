@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/phases"
 	"github.com/sagad/sagad/store"
 )
 
@@ -157,7 +158,13 @@ func Main(args []string, out, errOut io.Writer) int {
 }
 
 func printError(errOut io.Writer, err error) {
-	fmt.Fprintln(errOut, "sagactl:", err)
+	// Errors can quote capsule data (a schema finding, a state): each line is
+	// made printable, the lines kept.
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		lines[i] = printable(l)
+	}
+	fmt.Fprintln(errOut, "sagactl:", strings.Join(lines, "\n"))
 	if errors.Is(err, store.ErrNotFound) {
 		// The common surprise: sagad forgets ended capsules after its retention.
 		fmt.Fprintln(errOut, "sagactl: (never published here, or ended longer ago than sagad's --retention)")
@@ -175,17 +182,47 @@ func isUsage(err error) bool {
 	return false
 }
 
-// readInput reads FILE or "-" (stdin).
+// MaxInputBytes bounds what sagactl reads from a file or stdin: sagad's
+// intake limit (phases.DefaultMaxIntakeBytes, past which a capsule halts
+// capsule_too_large) with as much again as slack, so that --raw can still
+// show the daemon's refusal of an oversized capsule. It is also NATS's
+// default max_payload, past which no publish succeeds anyway.
+const MaxInputBytes = 2 * phases.DefaultMaxIntakeBytes
+
+// ErrInputTooLarge is wrapped by the error of a command whose input exceeds
+// [MaxInputBytes].
+var ErrInputTooLarge = fmt.Errorf("input exceeds %d bytes", MaxInputBytes)
+
+// readInput reads FILE or "-" (stdin), at most [MaxInputBytes]: reading
+// stops one byte past the limit, so /dev/zero or an endless pipe fails at
+// once instead of filling memory.
 func readInput(cmd *cobra.Command, name string) ([]byte, error) {
-	var b []byte
-	var err error
-	if name == "-" {
-		b, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 16<<20))
-	} else {
-		b, err = os.ReadFile(name)
-	}
+	b, err := readLimited(cmd.InOrStdin(), name, MaxInputBytes)
 	if err != nil {
 		return nil, exit(ExitUsage, fmt.Errorf("read %s: %w", name, err))
+	}
+	return b, nil
+}
+
+func readLimited(stdin io.Reader, name string, limit int64) ([]byte, error) {
+	r := stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > limit {
+			return nil, ErrInputTooLarge
+		}
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, ErrInputTooLarge
 	}
 	return b, nil
 }

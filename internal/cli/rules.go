@@ -64,7 +64,7 @@ func (c *rulesCmd) Run(out io.Writer) error {
 	tw := table(out)
 	fmt.Fprintln(tw, "NUMBER\tTITLE\tKIND\tENFORCED_AT\tPARAMS")
 	for _, r := range rep.Rules {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.Number, r.Title, r.Kind, dash(r.EnforcedAt), dash(formatParams(r.Params)))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.Number, printable(r.Title), printable(r.Kind), dash(r.EnforcedAt), dash(formatParams(r.Params)))
 	}
 	return tw.Flush()
 }

@@ -80,7 +80,7 @@ func newWait(g *globals) *cobra.Command {
 			if errors.Is(err, context.DeadlineExceeded) {
 				if cur, serr := client.Status(cmd.Context(), args[0]); serr == nil {
 					_ = render(cmd, g, cur)
-					return exit(ExitTimeout, fmt.Errorf("timed out after %s: capsule still %s", timeout, cur.State))
+					return exit(ExitTimeout, fmt.Errorf("timed out after %s: capsule still %s", timeout, pf(cur.State)))
 				}
 				return exit(ExitNotFound, fmt.Errorf("timed out after %s: capsule %s not found", timeout, args[0]))
 			}
@@ -140,7 +140,7 @@ func newList(g *globals) *cobra.Command {
 			tw := table(out)
 			fmt.Fprintln(tw, "CAPSULE_ID\tKEY\tSTATE\tPHASE\tCYCLES\tHALT_REASON\tUPDATED_AT")
 			for _, s := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%s\t%s\n", dash(s.CapsuleID), s.Key, s.State, s.Phase, s.PhaseName, s.CyclesUsed, dash(s.HaltReason), ts(s.UpdatedAt))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%s\t%s\n", dash(s.CapsuleID), printable(s.Key), pf(s.State), s.Phase, printable(s.PhaseName), s.CyclesUsed, dash(s.HaltReason), ts(s.UpdatedAt))
 			}
 			return tw.Flush()
 		},
@@ -178,7 +178,7 @@ func newHistory(g *globals) *cobra.Command {
 				if e.By != "" {
 					detail += " (by " + e.By + ")"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d %s\t%d\t%s\n", ts(e.At), e.Kind, e.Phase, e.PhaseName, e.Cycle, dash(detail))
+				fmt.Fprintf(tw, "%s\t%s\t%d %s\t%d\t%s\n", ts(e.At), pf(e.Kind), e.Phase, printable(e.PhaseName), e.Cycle, dash(detail))
 			}
 			return tw.Flush()
 		},

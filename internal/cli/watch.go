@@ -238,9 +238,9 @@ func printWatchEvent(out io.Writer, ev capsule.Event) error {
 	if ev.By != "" {
 		detail = strings.TrimSpace(detail + " (by " + ev.By + ")")
 	}
-	phase := fmt.Sprintf("%d %s", ev.Phase, ev.PhaseName)
+	phase := fmt.Sprintf("%d %s", ev.Phase, printable(ev.PhaseName))
 	if _, err := fmt.Fprintf(out, "%-24s  %-36s  %-20s  %-18s  %-5d  %s\n",
-		ev.At.UTC().Format("2006-01-02T15:04:05.000Z"), dash(id), ev.Kind, phase, ev.Cycle, dash(detail)); err != nil {
+		ev.At.UTC().Format("2006-01-02T15:04:05.000Z"), dash(id), pf(ev.Kind), phase, ev.Cycle, dash(detail)); err != nil {
 		return err
 	}
 	for _, f := range ev.Findings {
@@ -248,7 +248,7 @@ func printWatchEvent(out io.Writer, ev capsule.Event) error {
 		if f.Rule != 0 {
 			rule = fmt.Sprint(f.Rule)
 		}
-		if _, err := fmt.Fprintf(out, "    rule %s  %s  %s\n", rule, dash(f.Field), f.Message); err != nil {
+		if _, err := fmt.Fprintf(out, "    rule %s  %s  %s\n", rule, dash(f.Field), printable(f.Message)); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -97,6 +98,27 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return err
 }
 
+// MarshalJSON writes d as UnmarshalJSON reads it ("1m30s"), so a Config
+// encodes to a config file that decodes to the same Config.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// decodeConfigFile reads a config file's bytes: one JSON object of Config's
+// members, nothing unknown, nothing after it.
+func decodeConfigFile(b []byte) (Config, error) {
+	var cfg Config
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return Config{}, err
+	}
+	if err := dec.Decode(&struct{}{}); err != io.EOF {
+		return Config{}, errors.New("data after the JSON object")
+	}
+	return cfg, nil
+}
+
 func (c *Config) withDefaults() {
 	if c.NATSListen == "" {
 		c.NATSListen = "127.0.0.1:4222"
@@ -179,13 +201,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		if err != nil {
 			return Config{}, fmt.Errorf("config file: %w", err)
 		}
-		dec := json.NewDecoder(strings.NewReader(string(b)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&cfg); err != nil {
+		if cfg, err = decodeConfigFile(b); err != nil {
 			return Config{}, fmt.Errorf("config file %s: %w", file, err)
-		}
-		if err := dec.Decode(&struct{}{}); err != io.EOF {
-			return Config{}, fmt.Errorf("config file %s: data after the JSON object", file)
 		}
 	}
 	// Environment over file.
