@@ -203,6 +203,7 @@ func TestRegistry(t *testing.T) {
 		t.Parallel()
 		r := executors.NewRegistry()
 		require.Equal(t, []string{"stub"}, r.Kinds())
+		require.Equal(t, []string{"stub-reviewer"}, r.ReviewerIDs())
 		e, err := r.Executor(executors.StubKind)
 		require.NoError(t, err)
 		require.Equal(t, executors.Stub{}, e)
@@ -259,6 +260,7 @@ func TestRegistry(t *testing.T) {
 		r.RegisterExecutor("stub", namedExecutor("replaced"))
 		r.RegisterReviewer("agent-reviewer-1", namedReviewer("one"))
 		require.Equal(t, []string{"alpha", "stub", "zeta"}, r.Kinds())
+		require.Equal(t, []string{"agent-reviewer-1", "stub-reviewer"}, r.ReviewerIDs())
 
 		e, err := r.Executor("stub")
 		require.NoError(t, err)

@@ -1183,6 +1183,7 @@ func TestReviewRun(t *testing.T) {
 func TestAutomatedGatesAndHandoff(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.env.Rules.ReviewerIDs = []string{"agent-coder-1"}
 	raw := newDoc().Set("review.reviewer_agent_id", "agent-coder-1").Set("review.max_cycles", 4).Sealed(t)
 	in := &phases.Input{Capsule: decode(t, raw), Raw: raw}
 	d := phases.AutomatedGates{}.Run(context.Background(), b.env, in)

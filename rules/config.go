@@ -69,6 +69,12 @@ type Config struct {
 	// ExecutorKinds are the task kinds an executor is configured for
 	// (Rule 22). Defaults to ["stub"].
 	ExecutorKinds []string
+
+	// ReviewerIDs are the reviewer agent ids a reviewer is configured for
+	// (Rule 22), so a capsule naming nobody's reviewer halts at
+	// AUTOMATED_GATES before its executor spends anything. Defaults to
+	// ["stub-reviewer"].
+	ReviewerIDs []string
 }
 
 // Defaults of [Config].
@@ -89,6 +95,7 @@ var (
 	defaultDestructiveKinds = []string{"delete", "migrate", "deploy"}
 	defaultAllowedSchemes   = []string{"artifact", "file", "kv"}
 	defaultExecutorKinds    = []string{"stub"}
+	defaultReviewerIDs      = []string{"stub-reviewer"}
 )
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -110,6 +117,7 @@ func (c Config) WithDefaults() Config {
 	c.DestructiveKinds = orDefault(c.DestructiveKinds, defaultDestructiveKinds)
 	c.AllowedSchemes = orDefault(c.AllowedSchemes, defaultAllowedSchemes)
 	c.ExecutorKinds = orDefault(c.ExecutorKinds, defaultExecutorKinds)
+	c.ReviewerIDs = orDefault(c.ReviewerIDs, defaultReviewerIDs)
 	if c.MaxCapsuleBytes == 0 {
 		c.MaxCapsuleBytes = defaultMaxCapsuleBytes
 	}
@@ -212,6 +220,14 @@ func (c Config) Validate() error {
 	for i, k := range c.ExecutorKinds {
 		if strings.TrimSpace(k) == "" {
 			bad("executor kinds[%d]: blank", i)
+		}
+	}
+	if len(c.ReviewerIDs) == 0 {
+		bad("reviewer ids: at least one is required")
+	}
+	for i, id := range c.ReviewerIDs {
+		if strings.TrimSpace(id) == "" {
+			bad("reviewer ids[%d]: blank", i)
 		}
 	}
 	return errors.Join(errs...)

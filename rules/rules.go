@@ -15,7 +15,7 @@ import (
 
 // Version is the version of the constitution this package implements. It
 // changes whenever a rule is added, removed or changes meaning.
-const Version = "2026.11.1"
+const Version = "2026.11.2"
 
 // Kind says who enforces a rule.
 type Kind string
@@ -205,7 +205,9 @@ var Constitution = []Rule{
 	{Number: 21, Title: "Cycle limit respected", Kind: Absolute, Check: checkCycleLimit,
 		Params: params(func(Config) map[string]any { return map[string]any{"min": 1, "max": capsule.MaxCycles} })},
 	{Number: 22, Title: "Executor exists", Kind: Absolute, Check: checkExecutor,
-		Params: params(func(c Config) map[string]any { return map[string]any{"executor_kinds": c.ExecutorKinds} })},
+		Params: params(func(c Config) map[string]any {
+			return map[string]any{"executor_kinds": c.ExecutorKinds, "reviewer_ids": c.ReviewerIDs}
+		})},
 	{Number: 23, Title: "Allowed ref schemes", Kind: Absolute, Check: checkSchemes,
 		Params: params(func(c Config) map[string]any { return map[string]any{"allowed_schemes": c.AllowedSchemes} })},
 	{Number: 24, Title: "Dependencies done", Kind: Absolute, Check: checkDependencies, NeedsFacts: true},
