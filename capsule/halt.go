@@ -18,7 +18,10 @@ const (
 	CodeIntegrityMismatch       HaltCode = "integrity_mismatch"
 	CodeDeadlineInPast          HaltCode = "deadline_in_past"
 	CodeBudgetTokensNonPositive HaltCode = "budget_tokens_non_positive"
-	CodeLockUnavailable         HaltCode = "lock_unavailable"
+	// CodeBudgetDollarsNonPositive is budget_tokens_non_positive's twin for
+	// budget.dollars (Rule 16's positivity, not in PIPELINE §3's table).
+	CodeBudgetDollarsNonPositive HaltCode = "budget_dollars_non_positive"
+	CodeLockUnavailable          HaltCode = "lock_unavailable"
 	// Intake, before a capsule could be read (also RECEPTION).
 	CodeNotJSON                  HaltCode = "not_json"
 	CodeCapsuleTooLarge          HaltCode = "capsule_too_large"
@@ -42,7 +45,7 @@ const (
 // HaltCodes lists every halt code, the closed set metrics may label with.
 var HaltCodes = []HaltCode{
 	CodeSchemaInvalid, CodeIntegrityMismatch, CodeDeadlineInPast, CodeBudgetTokensNonPositive,
-	CodeLockUnavailable, CodeNotJSON, CodeCapsuleTooLarge, CodeUnsupportedSchemaVersion,
+	CodeBudgetDollarsNonPositive, CodeLockUnavailable, CodeNotJSON, CodeCapsuleTooLarge, CodeUnsupportedSchemaVersion,
 	CodeContextRefMissing, CodeTargetMissing, CodeSpecNotApproved,
 	CodeAbsoluteRulesViolated, CodeLockAcquisitionFailed, CodeBudgetExceeded, CodeExecutorFailed,
 	CodeReviewRejectedTerminal, CodeMaxCyclesExceeded,
@@ -102,6 +105,10 @@ func DeadlineInPast() HaltReason { return HaltReason{Code: CodeDeadlineInPast} }
 
 // BudgetTokensNonPositive: budget.tokens ≤ 0.
 func BudgetTokensNonPositive() HaltReason { return HaltReason{Code: CodeBudgetTokensNonPositive} }
+
+// BudgetDollarsNonPositive: budget.dollars ≤ 0. A capsule with no money to
+// spend could only halt budget_exceeded after its first call had spent some.
+func BudgetDollarsNonPositive() HaltReason { return HaltReason{Code: CodeBudgetDollarsNonPositive} }
 
 // LockUnavailable: a required lock is held by another capsule at reception.
 func LockUnavailable(path string) HaltReason { return HaltReason{CodeLockUnavailable, path} }

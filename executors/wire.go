@@ -3,7 +3,6 @@ package executors
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 
@@ -340,9 +339,12 @@ func checkStatus(s *Status, acceptedOK bool) error {
 	return nil
 }
 
+// checkUsage refuses usage that is negative or not finite: it would give
+// budget back or slip past every cap, so the reply is malformed and the
+// call fails ("… malformed reply: invalid usage: …") with nothing recorded.
 func checkUsage(u capsule.Usage) error {
-	if u.Tokens < 0 || u.Dollars < 0 || math.IsInf(u.Dollars, 0) {
-		return malformed("usage %d tokens / %v dollars: must not be negative", u.Tokens, u.Dollars)
+	if err := u.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformedReply, err)
 	}
 	return nil
 }

@@ -30,7 +30,11 @@ func TestDecodeExecutorReply(t *testing.T) {
 		{name: "unknown status", in: `{"status":"done","content":1}`, err: `malformed reply: status "done": want ok, accepted or failed`},
 		{name: "ok without content", in: `{"status":"ok"}`, err: `malformed reply: status "ok" without content`},
 		{name: "null content", in: `{"content":null}`, err: `malformed reply: status "ok" without content`},
-		{name: "negative usage", in: `{"content":1,"usage":{"tokens":-1}}`, err: "malformed reply: usage -1 tokens / 0 dollars: must not be negative"},
+		{name: "negative usage", in: `{"content":1,"usage":{"tokens":-1}}`, err: "malformed reply: invalid usage: -1 tokens / 0 dollars: tokens must not be negative"},
+		{name: "negative dollars", in: `{"content":1,"usage":{"tokens":1,"dollars":-0.01}}`, err: "malformed reply: invalid usage: 1 tokens / -0.01 dollars: dollars must not be negative"},
+		{name: "negative usage of a failure", in: `{"status":"failed","error":"x","usage":{"tokens":-9}}`, err: "malformed reply: invalid usage: -9 tokens"},
+		{name: "negative usage of an acceptance", in: `{"status":"accepted","usage":{"dollars":-1}}`, err: "malformed reply: invalid usage: 0 tokens / -1 dollars"},
+		{name: "overflowing dollars", in: `{"content":1,"usage":{"dollars":1e999}}`, err: "malformed reply: json: cannot unmarshal number 1e999"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,6 +70,7 @@ func TestDecodeReviewerReply(t *testing.T) {
 		{name: "missing verdict", in: `{}`, err: `malformed reply: verdict "": want APPROVED, CHANGES_REQUESTED or REJECTED`},
 		{name: "unknown verdict", in: `{"verdict":"approved"}`, err: `malformed reply: verdict "approved"`},
 		{name: "finding without message", in: `{"verdict":"APPROVED","findings":[{"field":"x"}]}`, err: "malformed reply: findings[0]: message is required"},
+		{name: "negative review usage", in: `{"verdict":"APPROVED","usage":{"tokens":-3}}`, err: "malformed reply: invalid usage: -3 tokens / 0 dollars: tokens must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,10 +127,12 @@ func TestDecodeCompletion(t *testing.T) {
 	require.ErrorContains(t, err, "gave up")
 
 	for in, msg := range map[string]string{
-		`{"status":"ok","content":1}`:                     `kind "": want execute or review`,
-		`{"kind":"execute","status":"accepted"}`:          `status "accepted" in a completion`,
-		`{"kind":"review","verdict":"LGTM"}`:              `verdict "LGTM"`,
-		`{"kind":"execute","status":"ok","content":null}`: `without content`,
+		`{"status":"ok","content":1}`:                                   `kind "": want execute or review`,
+		`{"kind":"execute","status":"accepted"}`:                        `status "accepted" in a completion`,
+		`{"kind":"review","verdict":"LGTM"}`:                            `verdict "LGTM"`,
+		`{"kind":"execute","status":"ok","content":null}`:               `without content`,
+		`{"kind":"execute","content":1,"usage":{"tokens":-1}}`:          `invalid usage: -1 tokens`,
+		`{"kind":"review","verdict":"APPROVED","usage":{"dollars":-2}}`: `invalid usage: 0 tokens / -2 dollars`,
 	} {
 		_, err := executors.DecodeCompletion([]byte(in))
 		require.ErrorIs(t, err, executors.ErrMalformedReply, in)

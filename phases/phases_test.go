@@ -408,6 +408,16 @@ func TestReceive(t *testing.T) {
 			name: "tokens negative", raw: newDoc().Set("budget.tokens", -5).Sealed(t), want: "budget_tokens_non_positive",
 			findings: []capsule.Finding{{Field: "budget.tokens", Message: "budget.tokens is -5"}},
 		},
+		{
+			name: "dollars zero", raw: newDoc().Set("budget.dollars", 0).Sealed(t), want: "budget_dollars_non_positive",
+			findings: []capsule.Finding{{Field: "budget.dollars", Message: "budget.dollars is 0"}},
+		},
+		{
+			name: "dollars negative", raw: newDoc().Set("budget.dollars", -0.25).Sealed(t), want: "budget_dollars_non_positive",
+			findings: []capsule.Finding{{Field: "budget.dollars", Message: "budget.dollars is -0.25"}},
+		},
+		{name: "tokens are checked first", raw: newDoc().Set("budget.tokens", 0).Set("budget.dollars", 0).Sealed(t), want: "budget_tokens_non_positive"},
+		{name: "a cent is positive", raw: newDoc().Set("budget.dollars", 0.01).Sealed(t), want: ""},
 		{name: "lock held", raw: newDoc().Sealed(t), held: []string{"README.md"}, want: "lock_unavailable:README.md"},
 		{
 			name: "second lock held", raw: newDoc().Set("constraints.resource_locks_required", []any{"README.md", "docs/a.md", "docs/b.md"}).Sealed(t),

@@ -30,8 +30,8 @@ type Received struct {
 }
 
 // Receive runs RECEPTION: size, JSON, schema version, schema, integrity,
-// deadline, budget positivity and lock availability, in that order; the first
-// failure halts. holder is the checkpoint key the capsule will use.
+// deadline, budget positivity (tokens, then dollars) and lock availability,
+// in that order; the first failure halts. holder is the checkpoint key the capsule will use.
 func Receive(ctx context.Context, env *Env, raw []byte, holder func(id string) string) Received {
 	var r Received
 	limit := env.MaxIntakeBytes
@@ -118,6 +118,14 @@ func Receive(ctx context.Context, env *Env, raw []byte, holder func(id string) s
 	if c.Budget.Tokens <= 0 {
 		r.Decision = HaltWith(capsule.BudgetTokensNonPositive(), capsule.Finding{
 			Field: "budget.tokens", Message: "budget.tokens is " + strconv.FormatInt(c.Budget.Tokens, 10),
+		})
+		return r
+	}
+	// budget.dollars is a JSON number, so never NaN or infinite here; the
+	// negated test keeps even those out.
+	if !(c.Budget.Dollars > 0) {
+		r.Decision = HaltWith(capsule.BudgetDollarsNonPositive(), capsule.Finding{
+			Field: "budget.dollars", Message: "budget.dollars is " + strconv.FormatFloat(c.Budget.Dollars, 'g', -1, 64),
 		})
 		return r
 	}
