@@ -55,7 +55,7 @@ var pipelineHaltCodes = []capsule.HaltCode{
 
 // extraHaltCodes are RECEPTION's reasons beyond PIPELINE §3's table, from
 // hardening the intake against untrusted producers (README's halt reasons).
-var extraHaltCodes = []capsule.HaltCode{capsule.CodeBudgetDollarsNonPositive}
+var extraHaltCodes = []capsule.HaltCode{capsule.CodeBudgetDollarsNonPositive, capsule.CodeCapsuleLimitsExceeded}
 
 // intakeHaltCodes are the intake reasons (bytes that never became a capsule)
 // that have an example.
@@ -70,6 +70,7 @@ var expected = map[string]string{
 	"halt-deadline_in_past.json":            "deadline_in_past",
 	"halt-budget_tokens_non_positive.json":  "budget_tokens_non_positive",
 	"halt-budget_dollars_non_positive.json": "budget_dollars_non_positive",
+	"halt-capsule_limits_exceeded.json":     "capsule_limits_exceeded:constraints.network.allow_hosts",
 	"halt-lock_unavailable.json":            "lock_unavailable:" + lockPath,
 	"halt-context_ref_missing.json":         "context_ref_missing:file:examples/capsules/does-not-exist.md",
 	"halt-target_missing.json":              "target_missing:file:examples/capsules/does-not-exist.md",

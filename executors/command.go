@@ -141,7 +141,7 @@ func (c Command) Review(ctx context.Context, req ReviewRequest) (ReviewResult, e
 			// charged, so it must be sane.
 			return ReviewResult{}, &FailedError{Detail: fmt.Sprintf("%s: stdout: %v", who, err)}
 		}
-		res := ReviewResult{Verdict: capsule.ChangesRequested, Findings: partial.Findings, Usage: partial.Usage}
+		res := ReviewResult{Verdict: capsule.ChangesRequested, Findings: capsule.CapFindings(partial.Findings, capsule.MaxFindings), Usage: partial.Usage}
 		if len(res.Findings) == 0 {
 			res.Findings = []capsule.Finding{{Message: "needs refinement" + suffix(cmp.Or(partial.Error, out.stderr))}}
 		}

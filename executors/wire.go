@@ -252,7 +252,7 @@ func DecodeReviewerReply(data []byte) (ReviewerReply, error) {
 }
 
 // Result maps a decoded reply to what a [Reviewer] returns, like
-// [ExecutorReply.Result].
+// [ExecutorReply.Result]; its findings are capped (capsule.CapFindings).
 func (r ReviewerReply) Result() (ReviewResult, error) {
 	switch r.Status {
 	case StatusFailed:
@@ -260,7 +260,9 @@ func (r ReviewerReply) Result() (ReviewResult, error) {
 	case StatusAccepted:
 		return ReviewResult{Usage: r.Usage}, &AcceptedError{Usage: r.Usage}
 	}
-	return ReviewResult{Verdict: r.Verdict, Findings: r.Findings, Usage: r.Usage}, nil
+	// A worker's findings go into the checkpoint: capped, so it stays one
+	// NATS message.
+	return ReviewResult{Verdict: r.Verdict, Findings: capsule.CapFindings(r.Findings, capsule.MaxFindings), Usage: r.Usage}, nil
 }
 
 // Completion is the message a worker publishes on

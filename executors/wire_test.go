@@ -1,6 +1,8 @@
 package executors_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,4 +170,25 @@ func TestRetryPolicyBackoff(t *testing.T) {
 	// Defaults.
 	require.LessOrEqual(t, executors.RetryPolicy{}.Backoff(1), 500*time.Millisecond)
 	require.LessOrEqual(t, executors.RetryPolicy{}.Backoff(100), 30*time.Second)
+}
+
+func TestReviewerFindingsAreCapped(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString(`{"verdict":"CHANGES_REQUESTED","findings":[`)
+	for i := range 5000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"field":"f%d","message":"%s"}`, i, strings.Repeat("m", 3000))
+	}
+	b.WriteString(`]}`)
+	r, err := executors.DecodeReviewerReply([]byte(b.String()))
+	require.NoError(t, err)
+	res, err := r.Result()
+	require.NoError(t, err)
+	require.Len(t, res.Findings, capsule.MaxFindings)
+	require.Equal(t, "f0", res.Findings[0].Field)
+	require.LessOrEqual(t, len(res.Findings[0].Message), capsule.MaxFindingMessage)
+	require.Equal(t, "… and 4,901 more findings", res.Findings[capsule.MaxFindings-1].Message)
 }

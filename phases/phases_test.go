@@ -1249,3 +1249,69 @@ func TestReceptionParsesOnce(t *testing.T) {
 		require.Equal(t, byBytes.Error(), byDoc.Error(), f)
 	}
 }
+
+// Lists over their hard limit halt at RECEPTION, naming the first such list.
+func TestReceiveListLimits(t *testing.T) {
+	t.Parallel()
+	strs := func(n int, f func(i int) string) []any {
+		out := make([]any, n)
+		for i := range out {
+			out[i] = f(i)
+		}
+		return out
+	}
+	tests := []struct {
+		path string
+		max  int
+		item func(i int) string
+	}{
+		{"spec.acceptance_criteria", capsule.MaxAcceptanceCriteria, func(i int) string { return fmt.Sprint("criterion ", i) }},
+		{"context_refs", capsule.MaxContextRefs, func(i int) string { return fmt.Sprint("file:docs/", i) }},
+		{"constraints.resource_locks_required", capsule.MaxResourceLocks, func(i int) string { return fmt.Sprint("docs/", i) }},
+		{"constraints.allowed_paths", capsule.MaxAllowedPaths, func(i int) string { return fmt.Sprint("docs/", i) }},
+		{"constraints.forbidden_paths", capsule.MaxForbiddenPaths, func(i int) string { return fmt.Sprint("docs/", i) }},
+		{"constraints.network.allow_hosts", capsule.MaxAllowHosts, func(i int) string { return fmt.Sprint("h", i, ".example.com") }},
+		{"depends_on", capsule.MaxDependsOn, func(int) string { return capsuletest.NewID() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			at := newDoc().Set(tt.path, strs(tt.max, tt.item)).Sealed(t)
+			r := phases.Receive(context.Background(), b.env, at, func(id string) string { return id })
+			require.NotEqual(t, capsule.CodeCapsuleLimitsExceeded, r.Decision.Halt.Code, "%d entries are allowed", tt.max)
+
+			over := newDoc().Set(tt.path, strs(tt.max+1, tt.item)).Sealed(t)
+			r = phases.Receive(context.Background(), b.env, over, func(id string) string { return id })
+			require.Equal(t, phases.Halt, r.Decision.Action)
+			require.Equal(t, "capsule_limits_exceeded:"+tt.path, r.Decision.Halt.String())
+			require.Equal(t, []capsule.Finding{{Field: tt.path,
+				Message: fmt.Sprintf("%s has %d entries, over the limit of %d", tt.path, tt.max+1, tt.max)}}, r.Decision.Findings)
+			require.NotNil(t, r.Capsule, "the capsule was read; only its size is refused")
+		})
+	}
+}
+
+// A capsule whose every list entry breaks the schema halts with a bounded
+// reason and bounded findings: the checkpoint must stay one NATS message.
+func TestReceiveSchemaFloodIsBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bad := make([]any, 40_000)
+	for i := range bad {
+		bad[i] = i // depends_on wants strings
+	}
+	raw := newDoc().Set("depends_on", bad).Set(strings.Repeat("k", 20_000), 1).Sealed(t)
+	require.Less(t, len(raw), phases.DefaultMaxIntakeBytes)
+	r := phases.Receive(context.Background(), b.env, raw, func(id string) string { return id })
+	require.Equal(t, phases.Halt, r.Decision.Action)
+	require.Equal(t, capsule.CodeSchemaInvalid, r.Decision.Halt.Code)
+	require.Len(t, r.Decision.Findings, capsule.MaxFindings)
+	require.Regexp(t, `^… and [0-9,]+ more findings$`, r.Decision.Findings[capsule.MaxFindings-1].Message)
+	require.True(t, strings.HasSuffix(r.Decision.Halt.Detail, " more"), r.Decision.Halt.Detail[:200])
+	size := len(r.Decision.Halt.String())
+	for _, f := range r.Decision.Findings {
+		size += len(f.Field) + len(f.Message) + len(f.Title)
+	}
+	require.Less(t, size, 256<<10, "halt reason and findings of a flood stay far below NATS's 1 MiB")
+}

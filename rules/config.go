@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sagad/sagad/capsule"
 )
 
 // Config holds the parameters of the absolute rules. The zero value is the
@@ -190,6 +192,21 @@ func (c Config) Validate() error {
 	for _, p := range positive {
 		if p.v <= 0 {
 			bad("%s: %d must be positive", p.name, p.v)
+		}
+	}
+	// RECEPTION halts capsule_limits_exceeded above these whatever Rule 10
+	// says, so a higher Rule 10 limit would be a promise never kept.
+	hard := []struct {
+		name   string
+		v, max int
+	}{
+		{"max context refs", c.MaxContextRefs, capsule.MaxContextRefs},
+		{"max acceptance criteria", c.MaxAcceptanceCriteria, capsule.MaxAcceptanceCriteria},
+		{"max locks", c.MaxLocks, capsule.MaxResourceLocks},
+	}
+	for _, h := range hard {
+		if h.v > h.max {
+			bad("%s: %d is above RECEPTION's hard limit of %d", h.name, h.v, h.max)
 		}
 	}
 	for i, k := range c.DestructiveKinds {

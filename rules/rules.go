@@ -112,8 +112,9 @@ type WaveInfo struct {
 type Result struct {
 	// Violated lists the violated rule numbers, ascending and unique.
 	Violated []int
-	// Findings holds every finding, sorted by rule, then field (array
-	// indices compare numerically).
+	// Findings holds the findings, sorted by rule, then field (array
+	// indices compare numerically): at most [MaxFindingsPerRule] per rule,
+	// the last one counting the rest, and at most capsule.MaxFindings in all.
 	Findings []capsule.Finding
 	// NotEvaluated lists, ascending, the rules that could not be decided:
 	// their live part was skipped (Facts == nil) or a fact lookup failed, and
@@ -248,13 +249,20 @@ func (r Rule) Run(ctx context.Context, in Input) ([]capsule.Finding, error) {
 	return r.run(ctx, in)
 }
 
+// MaxFindingsPerRule bounds one rule's findings: a capsule with ten
+// thousand bad entries gets the first few and a count (capsule.CapFindings),
+// and one noisy rule cannot crowd the others out of [Result.Findings].
+const MaxFindingsPerRule = 10
+
 // run is Run without the input preparation Evaluate does once for all rules.
+// Findings are sorted, then capped, so the count comes last.
 func (r Rule) run(ctx context.Context, in Input) ([]capsule.Finding, error) {
 	fs, err := r.Check(ctx, in)
+	sortFindings(fs)
+	fs = capsule.CapFindings(fs, MaxFindingsPerRule)
 	for i := range fs {
 		fs[i].Rule, fs[i].Title = r.Number, r.Title
 	}
-	sortFindings(fs)
 	return fs, err
 }
 
@@ -319,7 +327,9 @@ func Evaluate(ctx context.Context, in Input) Result {
 	res.Violated = slices.Compact(res.Violated)
 	slices.Sort(res.NotEvaluated)
 	res.NotEvaluated = slices.Compact(res.NotEvaluated)
-	sortFindings(res.Findings)
+	// Rules ran in ascending order and each sorted its own findings, so
+	// res.Findings is already by rule, then field, each rule's count last.
+	res.Findings = capsule.CapFindings(res.Findings, capsule.MaxFindings)
 	return res
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -765,6 +766,7 @@ func TestConfigValidate(t *testing.T) {
 		{"bad scheme", func(c *Config) { c.AllowedSchemes = []string{"1x"} }, "allowed schemes[0]"},
 		{"no executors", func(c *Config) { c.ExecutorKinds = []string{} }, "executor kinds"},
 		{"no reviewers", func(c *Config) { c.ReviewerIDs = []string{} }, "reviewer ids"},
+		{"rule 10 above reception's limit", func(c *Config) { c.MaxLocks = capsule.MaxResourceLocks + 1 }, "max locks: 257 is above RECEPTION's hard limit of 256"},
 		{"blank reviewer", func(c *Config) { c.ReviewerIDs = []string{" "} }, "reviewer ids[0]: blank"},
 		{"blank destructive kind", func(c *Config) { c.DestructiveKinds = []string{" "} }, "destructive kinds[0]"},
 	}
@@ -844,4 +846,33 @@ func TestCycleLimitExplicitZero(t *testing.T) {
 			require.Equal(t, []capsule.Finding{{Field: "review.max_cycles", Message: "review.max_cycles 0 is outside 1..3"}}, fs)
 		})
 	}
+}
+
+// Ten thousand bad entries give a few findings and a count, per rule and in
+// all, so the halt's findings fit in a checkpoint.
+func TestFindingsAreCapped(t *testing.T) {
+	t.Parallel()
+	c := validCapsule()
+	c.Spec.AcceptanceCriteria = make([]string, 10_000) // every one blank: Rule 13
+	for i := range 5000 {
+		c.ContextRefs = append(c.ContextRefs, fmt.Sprintf("file:../x%d", i)) // Rules 7 and 10
+	}
+	res := Evaluate(t.Context(), input(t, c, Config{}, newFacts()))
+	require.Equal(t, []int{7, 10, 13}, res.Violated)
+	per := map[int][]capsule.Finding{}
+	for _, f := range res.Findings {
+		per[f.Rule] = append(per[f.Rule], f)
+	}
+	require.Len(t, per[13], MaxFindingsPerRule)
+	require.Equal(t, capsule.Finding{Rule: 13, Title: "Testable acceptance", Message: "… and 9,991 more findings"}, per[13][MaxFindingsPerRule-1])
+	require.Equal(t, "spec.acceptance_criteria[0]", per[13][0].Field, "the first ones are kept, in order")
+	require.Equal(t, "spec.acceptance_criteria[8]", per[13][8].Field)
+	require.Len(t, per[7], MaxFindingsPerRule)
+	require.Equal(t, "… and 4,991 more findings", per[7][MaxFindingsPerRule-1].Message)
+	require.LessOrEqual(t, len(res.Findings), capsule.MaxFindings)
+
+	// Rule.Run caps the same way.
+	fs, err := Constitution[slices.IndexFunc(Constitution, func(r Rule) bool { return r.Number == 13 })].Run(t.Context(), input(t, c, Config{}, nil))
+	require.NoError(t, err)
+	require.Equal(t, per[13], fs)
 }
