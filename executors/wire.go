@@ -29,7 +29,8 @@ func CompletionSubject(capsuleID string, cycle int) string {
 	return CompletionPrefix + capsuleID + "." + strconv.Itoa(cycle)
 }
 
-// ParseCompletionSubject is the inverse of [CompletionSubject].
+// ParseCompletionSubject is the inverse of [CompletionSubject]; a capsule id
+// comes back in canonical form (capsule.CanonicalID).
 func ParseCompletionSubject(subject string) (capsuleID string, cycle int, err error) {
 	rest, ok := strings.CutPrefix(subject, CompletionPrefix)
 	id, n, ok2 := strings.Cut(rest, ".")
@@ -40,6 +41,9 @@ func ParseCompletionSubject(subject string) (capsuleID string, cycle int, err er
 	if err != nil || cycle < 1 {
 		return "", 0, fmt.Errorf("completion subject %q: cycle %q is not a positive integer", subject, n)
 	}
+	// A worker may write the id in either case; the checkpoint is keyed by
+	// the canonical one.
+	id, _ = capsule.CanonicalID(id)
 	return id, cycle, nil
 }
 

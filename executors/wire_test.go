@@ -150,6 +150,12 @@ func TestCompletionSubject(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "0190f3a4-7b1c-4d2e-9f00-123456789abc", id)
 	require.Equal(t, 2, cycle)
+	id, _, err = executors.ParseCompletionSubject("saga.complete.0190F3A4-7B1C-4D2E-9F00-123456789ABC.1")
+	require.NoError(t, err)
+	require.Equal(t, "0190f3a4-7b1c-4d2e-9f00-123456789abc", id, "canonical, like the checkpoint key")
+	id, _, err = executors.ParseCompletionSubject("saga.complete.not-a-capsule-id.1")
+	require.NoError(t, err)
+	require.Equal(t, "not-a-capsule-id", id)
 
 	for _, bad := range []string{"saga.complete.x", "saga.complete..1", "saga.complete.x.0", "saga.complete.x.y", "saga.complete.x.1.2", "other.x.1"} {
 		_, _, err := executors.ParseCompletionSubject(bad)

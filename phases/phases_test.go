@@ -1315,3 +1315,22 @@ func TestReceiveSchemaFloodIsBounded(t *testing.T) {
 	}
 	require.Less(t, size, 256<<10, "halt reason and findings of a flood stay far below NATS's 1 MiB")
 }
+
+// RECEPTION keys a capsule by its canonical id: an upper-case UUID is the
+// lower-case one, and its dependencies are canonical too.
+func TestReceiveCanonicalID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id, dep := capsuletest.NewID(), "01hzy8j6q4w3v0d7t1n9k2m5pc"
+	raw := newDoc().Set("capsule_id", strings.ToUpper(id)).Set("depends_on", []any{dep}).Sealed(t)
+	var holders []string
+	r := phases.Receive(context.Background(), b.env, raw, func(id string) string { holders = append(holders, id); return id })
+	require.Equal(t, phases.Advance, r.Decision.Action, "%s %v", r.Decision.Halt, r.Decision.Findings)
+	require.Equal(t, id, r.Capsule.CapsuleID)
+	require.Equal(t, []string{"01HZY8J6Q4W3V0D7T1N9K2M5PC"}, r.Capsule.DependsOn)
+	require.Equal(t, []string{id}, holders, "locks are checked for the canonical key")
+	require.Equal(t, strings.ToUpper(id), r.ClaimedID, "the bytes' claim is reported as written")
+	want, err := capsule.Digest(raw)
+	require.NoError(t, err)
+	require.Equal(t, want, r.Digest, "the digest is the bytes' own")
+}

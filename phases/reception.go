@@ -105,6 +105,7 @@ func Receive(ctx context.Context, env *Env, raw []byte, holder func(id string) s
 		r.Decision = HaltWith(capsule.SchemaInvalid([]string{"/"}), capsule.Finding{Message: err.Error()})
 		return r
 	}
+	c.Canonicalize() // one id whatever its case: the key below and every later phase
 	r.Capsule = c
 	if l, over := c.ExceededLimit(); over {
 		r.Decision = HaltWith(capsule.CapsuleLimitsExceeded(l.Field), capsule.Finding{

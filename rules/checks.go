@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,18 +37,12 @@ func checkSchemaVersion(_ context.Context, in Input) ([]capsule.Finding, error) 
 	return nil, nil
 }
 
-var (
-	uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-	// A ULID is 26 Crockford base32 characters (no I, L, O, U); the first is
-	// at most 7 so the 128-bit value does not overflow.
-	ulidPattern = regexp.MustCompile(`^[0-7][0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{25}$`)
-)
-
 // ValidCapsuleID reports whether id is a UUID (8-4-4-4-12 hex digits, any
 // case) or a ULID (26 Crockford base32 characters, any case), the forms
-// Rule 2 accepts.
+// Rule 2 accepts; capsule.CanonicalID gives the form sagad compares.
 func ValidCapsuleID(id string) bool {
-	return uuidPattern.MatchString(id) || ulidPattern.MatchString(id)
+	_, ok := capsule.CanonicalID(id)
+	return ok
 }
 
 // Rule 2: capsule_id is a UUID or ULID and not already used by a different
@@ -62,7 +55,8 @@ func checkIdentity(ctx context.Context, in Input) ([]capsule.Finding, error) {
 	if in.Facts == nil {
 		return nil, ErrNoFacts
 	}
-	conflict, err := in.Facts.IDConflict(ctx, c.CapsuleID, c.Integrity.SHA256)
+	id, _ := capsule.CanonicalID(c.CapsuleID) // the checkpoint key
+	conflict, err := in.Facts.IDConflict(ctx, id, c.Integrity.SHA256)
 	if err != nil {
 		return nil, fmt.Errorf("look up capsule id %q: %w", c.CapsuleID, err)
 	}
@@ -303,19 +297,24 @@ func checkExecutor(_ context.Context, in Input) ([]capsule.Finding, error) {
 }
 
 // Rule 24: every dependency completed HANDOFF. A malformed id or the capsule
-// itself can never complete, so those are findings even offline.
+// itself (in any case) can never complete, so those are findings even
+// offline. Dependencies are looked up by canonical id, the checkpoint key.
 func checkDependencies(ctx context.Context, in Input) ([]capsule.Finding, error) {
 	c := in.Capsule
 	var (
 		fs   []capsule.Finding
 		live []int // indices that need a fact lookup
 	)
+	// Ids compare in canonical form: a decoded capsule has them so already,
+	// one built in Go may not.
+	self, _ := capsule.CanonicalID(c.CapsuleID)
 	for i, id := range c.DependsOn {
 		field := index("depends_on", i)
+		cid, ok := capsule.CanonicalID(id)
 		switch {
-		case !ValidCapsuleID(id):
+		case !ok:
 			fs = append(fs, finding(field, "dependency %q is not a capsule id", id))
-		case id == c.CapsuleID:
+		case cid == self:
 			fs = append(fs, finding(field, "capsule depends on itself (%q)", id))
 		default:
 			live = append(live, i)
@@ -330,7 +329,7 @@ func checkDependencies(ctx context.Context, in Input) ([]capsule.Finding, error)
 	var errs []error
 	done := make(map[string]bool, len(live))
 	for _, i := range live {
-		id := c.DependsOn[i]
+		id, _ := capsule.CanonicalID(c.DependsOn[i])
 		ok, known := done[id]
 		if !known {
 			var err error

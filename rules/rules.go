@@ -275,6 +275,7 @@ func decode(raw []byte) (*capsule.Capsule, error) {
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoCapsule, err)
 	}
+	c.Canonicalize()
 	return &c, nil
 }
 

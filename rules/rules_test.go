@@ -332,6 +332,12 @@ var ruleCases = []ruleCase{
 		c.ContextRefs = append(c.ContextRefs, "KV:config/greeting")
 	}, want: []int{23}},
 	// Rule 24.
+	{name: "24 depends on itself in upper case", mutate: func(c *capsule.Capsule) {
+		c.DependsOn = []string{strings.ToUpper(testCapsuleID)}
+	}, want: []int{24}},
+	{name: "24 dependency looked up by canonical id", mutate: func(c *capsule.Capsule) {
+		c.DependsOn = []string{strings.ToLower(testDepID)}
+	}, facts: func(f *fakeFacts) { f.notDone[strings.ToLower(testDepID)] = true }},
 	{name: "24 dependency not done", facts: func(f *fakeFacts) { f.notDone[testDepID] = true }, want: []int{24}},
 	{name: "24 depends on itself", mutate: func(c *capsule.Capsule) { c.DependsOn = []string{testCapsuleID} }, want: []int{24}},
 	{name: "24 malformed dependency", mutate: func(c *capsule.Capsule) { c.DependsOn = []string{"yesterday"} }, want: []int{24}},
