@@ -2,6 +2,9 @@ package capsule
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
 	"time"
 )
 
@@ -99,6 +102,32 @@ type Usage struct {
 	Tokens  int64   `json:"tokens"`
 	Dollars float64 `json:"dollars"`
 }
+
+// ErrInvalidUsage is wrapped by the error [Usage.Validate] returns.
+var ErrInvalidUsage = errors.New("invalid usage")
+
+// Validate returns an error wrapping [ErrInvalidUsage], whose text starts
+// "invalid usage: ", when u has negative tokens or dollars that are
+// negative, NaN or infinite. Usage reported by an executor, a reviewer or a
+// completion must pass it before it is charged or recorded: a negative
+// amount would give budget back, and NaN compares false against every cap.
+func (u Usage) Validate() error {
+	var why string
+	switch {
+	case u.Tokens < 0:
+		why = "tokens must not be negative"
+	case math.IsNaN(u.Dollars) || math.IsInf(u.Dollars, 0):
+		why = "dollars must be a finite number"
+	case u.Dollars < 0:
+		why = "dollars must not be negative"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %d tokens / %v dollars: %s", ErrInvalidUsage, u.Tokens, u.Dollars, why)
+}
+
+// Valid reports whether [Usage.Validate] accepts u.
+func (u Usage) Valid() bool { return u.Validate() == nil }
 
 // Add returns the sum of u and o.
 func (u Usage) Add(o Usage) Usage {

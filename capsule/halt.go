@@ -18,7 +18,13 @@ const (
 	CodeIntegrityMismatch       HaltCode = "integrity_mismatch"
 	CodeDeadlineInPast          HaltCode = "deadline_in_past"
 	CodeBudgetTokensNonPositive HaltCode = "budget_tokens_non_positive"
-	CodeLockUnavailable         HaltCode = "lock_unavailable"
+	// CodeBudgetDollarsNonPositive is budget_tokens_non_positive's twin for
+	// budget.dollars (Rule 16's positivity, not in PIPELINE §3's table).
+	CodeBudgetDollarsNonPositive HaltCode = "budget_dollars_non_positive"
+	CodeLockUnavailable          HaltCode = "lock_unavailable"
+	// CodeCapsuleLimitsExceeded: a list of the capsule is longer than its
+	// hard limit (see [Capsule.ListLimits]); not in PIPELINE §3's table.
+	CodeCapsuleLimitsExceeded HaltCode = "capsule_limits_exceeded"
 	// Intake, before a capsule could be read (also RECEPTION).
 	CodeNotJSON                  HaltCode = "not_json"
 	CodeCapsuleTooLarge          HaltCode = "capsule_too_large"
@@ -42,7 +48,7 @@ const (
 // HaltCodes lists every halt code, the closed set metrics may label with.
 var HaltCodes = []HaltCode{
 	CodeSchemaInvalid, CodeIntegrityMismatch, CodeDeadlineInPast, CodeBudgetTokensNonPositive,
-	CodeLockUnavailable, CodeNotJSON, CodeCapsuleTooLarge, CodeUnsupportedSchemaVersion,
+	CodeBudgetDollarsNonPositive, CodeLockUnavailable, CodeCapsuleLimitsExceeded, CodeNotJSON, CodeCapsuleTooLarge, CodeUnsupportedSchemaVersion,
 	CodeContextRefMissing, CodeTargetMissing, CodeSpecNotApproved,
 	CodeAbsoluteRulesViolated, CodeLockAcquisitionFailed, CodeBudgetExceeded, CodeExecutorFailed,
 	CodeReviewRejectedTerminal, CodeMaxCyclesExceeded,
@@ -77,7 +83,16 @@ func bracketList(items []string) string {
 	return "[" + strings.Join(items, ", ") + "]"
 }
 
-// SchemaInvalid names the JSON pointers at fault, sorted and de-duplicated.
+// MaxSchemaPointers is the most JSON pointers a schema_invalid reason names.
+const MaxSchemaPointers = 32
+
+// maxPointer bounds one pointer of a schema_invalid reason, in bytes (a
+// member name can be as long as the capsule).
+const maxPointer = 256
+
+// SchemaInvalid names the JSON pointers at fault, sorted and de-duplicated:
+// the first [MaxSchemaPointers], each cut to 256 bytes, then "+N more" when
+// there are others ("/a,/b,+3 more").
 func SchemaInvalid(pointers []string) HaltReason {
 	p := append([]string(nil), pointers...)
 	sort.Strings(p)
@@ -91,6 +106,16 @@ func SchemaInvalid(pointers []string) HaltReason {
 		}
 		out = append(out, s)
 	}
+	more := 0
+	if len(out) > MaxSchemaPointers {
+		more, out = len(out)-MaxSchemaPointers, out[:MaxSchemaPointers]
+	}
+	for i := range out {
+		out[i] = Truncate(out[i], maxPointer)
+	}
+	if more > 0 {
+		out = append(out, "+"+strconv.Itoa(more)+" more")
+	}
 	return HaltReason{CodeSchemaInvalid, strings.Join(out, ",")}
 }
 
@@ -103,8 +128,14 @@ func DeadlineInPast() HaltReason { return HaltReason{Code: CodeDeadlineInPast} }
 // BudgetTokensNonPositive: budget.tokens ≤ 0.
 func BudgetTokensNonPositive() HaltReason { return HaltReason{Code: CodeBudgetTokensNonPositive} }
 
+// BudgetDollarsNonPositive: budget.dollars ≤ 0. A capsule with no money to
+// spend could only halt budget_exceeded after its first call had spent some.
+func BudgetDollarsNonPositive() HaltReason { return HaltReason{Code: CodeBudgetDollarsNonPositive} }
+
 // LockUnavailable: a required lock is held by another capsule at reception.
-func LockUnavailable(path string) HaltReason { return HaltReason{CodeLockUnavailable, path} }
+func LockUnavailable(path string) HaltReason {
+	return HaltReason{CodeLockUnavailable, Truncate(path, MaxReasonDetail)}
+}
 
 // NotJSON: the intake bytes are not a JSON object.
 func NotJSON() HaltReason { return HaltReason{Code: CodeNotJSON} }
@@ -116,14 +147,24 @@ func CapsuleTooLarge(size int) HaltReason {
 
 // UnsupportedSchemaVersion: schema_version's major is not supported.
 func UnsupportedSchemaVersion(v string) HaltReason {
-	return HaltReason{CodeUnsupportedSchemaVersion, v}
+	return HaltReason{CodeUnsupportedSchemaVersion, Truncate(v, MaxReasonDetail)}
+}
+
+// CapsuleLimitsExceeded names the first list over its hard limit, e.g.
+// "capsule_limits_exceeded:depends_on".
+func CapsuleLimitsExceeded(field string) HaltReason {
+	return HaltReason{CodeCapsuleLimitsExceeded, field}
 }
 
 // ContextRefMissing names the first context ref that does not resolve.
-func ContextRefMissing(ref string) HaltReason { return HaltReason{CodeContextRefMissing, ref} }
+func ContextRefMissing(ref string) HaltReason {
+	return HaltReason{CodeContextRefMissing, Truncate(ref, MaxReasonDetail)}
+}
 
 // TargetMissing names the target that does not resolve.
-func TargetMissing(ref string) HaltReason { return HaltReason{CodeTargetMissing, ref} }
+func TargetMissing(ref string) HaltReason {
+	return HaltReason{CodeTargetMissing, Truncate(ref, MaxReasonDetail)}
+}
 
 // SpecNotApproved lists every missing or unsatisfied spec field.
 func SpecNotApproved(missing []string) HaltReason {
@@ -146,7 +187,7 @@ func AbsoluteRulesViolated(rules []int) HaltReason {
 
 // LockAcquisitionFailed names the lock path EXECUTION could not take.
 func LockAcquisitionFailed(path string) HaltReason {
-	return HaltReason{CodeLockAcquisitionFailed, path}
+	return HaltReason{CodeLockAcquisitionFailed, Truncate(path, MaxReasonDetail)}
 }
 
 // Budget exceeded reasons (Rule 16).
@@ -160,8 +201,11 @@ const (
 // BudgetExceeded names the cap that was crossed: tokens, dollars, wave_tokens or wave_dollars.
 func BudgetExceeded(which string) HaltReason { return HaltReason{CodeBudgetExceeded, which} }
 
-// ExecutorFailed carries the executor's failure detail.
-func ExecutorFailed(detail string) HaltReason { return HaltReason{CodeExecutorFailed, detail} }
+// ExecutorFailed carries the executor's failure detail, cut to
+// [MaxReasonDetail] bytes: it is a worker's text.
+func ExecutorFailed(detail string) HaltReason {
+	return HaltReason{CodeExecutorFailed, Truncate(detail, MaxReasonDetail)}
+}
 
 // ReviewRejectedTerminal: the reviewer (or Rule 15) rejected the artifact.
 func ReviewRejectedTerminal() HaltReason { return HaltReason{Code: CodeReviewRejectedTerminal} }

@@ -55,6 +55,10 @@ var pipelineHaltCodes = []capsule.HaltCode{
 	"review_rejected_terminal", "max_cycles_exceeded",
 }
 
+// extraHaltCodes are RECEPTION's reasons beyond PIPELINE §3's table, from
+// hardening the intake against untrusted producers (README's halt reasons).
+var extraHaltCodes = []capsule.HaltCode{capsule.CodeBudgetDollarsNonPositive, capsule.CodeCapsuleLimitsExceeded}
+
 // intakeHaltCodes are the intake reasons (bytes that never became a capsule)
 // that have an example.
 var intakeHaltCodes = []capsule.HaltCode{capsule.CodeNotJSON, capsule.CodeUnsupportedSchemaVersion}
@@ -62,23 +66,25 @@ var intakeHaltCodes = []capsule.HaltCode{capsule.CodeNotJSON, capsule.CodeUnsupp
 // expected is the exact outcome of every example file: "" for completed,
 // the halt reason otherwise. README.md's table says the same to people.
 var expected = map[string]string{
-	"valid.json":                           "",
-	"halt-schema_invalid.json":             "schema_invalid:/budget/tokens",
-	"halt-integrity_mismatch.json":         "integrity_mismatch",
-	"halt-deadline_in_past.json":           "deadline_in_past",
-	"halt-budget_tokens_non_positive.json": "budget_tokens_non_positive",
-	"halt-lock_unavailable.json":           "lock_unavailable:" + lockPath,
-	"halt-context_ref_missing.json":        "context_ref_missing:file:examples/capsules/does-not-exist.md",
-	"halt-target_missing.json":             "target_missing:file:examples/capsules/does-not-exist.md",
-	"halt-spec_not_approved.json":          "spec_not_approved:[approved, approved_by, approved_at]",
-	"halt-absolute_rules_violated.json":    "absolute_rules_violated:[4, 11, 25]",
-	"halt-lock_acquisition_failed.json":    "lock_acquisition_failed:" + lockPath,
-	"halt-budget_exceeded.json":            "budget_exceeded:tokens",
-	"halt-executor_failed.json":            "executor_failed:model refused",
-	"halt-review_rejected_terminal.json":   "review_rejected_terminal",
-	"halt-max_cycles_exceeded.json":        "max_cycles_exceeded:3",
-	"halt-not_json.txt":                    "not_json",
-	"halt-unsupported_schema_version.json": "unsupported_schema_version:2.0",
+	"valid.json":                            "",
+	"halt-schema_invalid.json":              "schema_invalid:/budget/tokens",
+	"halt-integrity_mismatch.json":          "integrity_mismatch",
+	"halt-deadline_in_past.json":            "deadline_in_past",
+	"halt-budget_tokens_non_positive.json":  "budget_tokens_non_positive",
+	"halt-budget_dollars_non_positive.json": "budget_dollars_non_positive",
+	"halt-capsule_limits_exceeded.json":     "capsule_limits_exceeded:constraints.network.allow_hosts",
+	"halt-lock_unavailable.json":            "lock_unavailable:" + lockPath,
+	"halt-context_ref_missing.json":         "context_ref_missing:file:examples/capsules/does-not-exist.md",
+	"halt-target_missing.json":              "target_missing:file:examples/capsules/does-not-exist.md",
+	"halt-spec_not_approved.json":           "spec_not_approved:[approved, approved_by, approved_at]",
+	"halt-absolute_rules_violated.json":     "absolute_rules_violated:[4, 11, 25]",
+	"halt-lock_acquisition_failed.json":     "lock_acquisition_failed:" + lockPath,
+	"halt-budget_exceeded.json":             "budget_exceeded:tokens",
+	"halt-executor_failed.json":             "executor_failed:model refused",
+	"halt-review_rejected_terminal.json":    "review_rejected_terminal",
+	"halt-max_cycles_exceeded.json":         "max_cycles_exceeded:3",
+	"halt-not_json.txt":                     "not_json",
+	"halt-unsupported_schema_version.json":  "unsupported_schema_version:2.0",
 }
 
 // Intentionally broken examples: not capsules by the schema, and not sealed.
@@ -158,7 +164,7 @@ func TestHaltReasonsCovered(t *testing.T) {
 			covered = append(covered, code)
 		}
 	}
-	want := append(slices.Clone(pipelineHaltCodes), intakeHaltCodes...)
+	want := append(append(slices.Clone(pipelineHaltCodes), extraHaltCodes...), intakeHaltCodes...)
 	require.ElementsMatch(t, want, covered)
 
 	// PIPELINE §3 and the shared vocabulary agree: every code is one or the

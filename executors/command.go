@@ -137,7 +137,12 @@ func (c Command) Review(ctx context.Context, req ReviewRequest) (ReviewResult, e
 		// The work needs another cycle: a CHANGES_REQUESTED verdict, whatever
 		// verdict stdout carries.
 		partial := partialReply(out.stdout)
-		res := ReviewResult{Verdict: capsule.ChangesRequested, Findings: partial.Findings, Usage: partial.Usage}
+		if err := usageOf(out.stdout); err != nil {
+			// This exit is a verdict, not a failure: its usage would be
+			// charged, so it must be sane.
+			return ReviewResult{}, &FailedError{Detail: fmt.Sprintf("%s: stdout: %v", who, err)}
+		}
+		res := ReviewResult{Verdict: capsule.ChangesRequested, Findings: capsule.CapFindings(partial.Findings, capsule.MaxFindings), Usage: partial.Usage}
 		if len(res.Findings) == 0 {
 			res.Findings = []capsule.Finding{{Message: "needs refinement" + suffix(cmp.Or(partial.Error, out.stderr))}}
 		}
@@ -158,6 +163,18 @@ func partialReply(stdout []byte) ReviewerReply {
 	}
 	r.Findings = slices.DeleteFunc(r.Findings, func(f capsule.Finding) bool { return strings.TrimSpace(f.Message) == "" })
 	return r
+}
+
+// usageOf returns the error of an invalid usage in stdout, which
+// [partialReply] replaces with zero; nil when stdout has none or no reply.
+func usageOf(stdout []byte) error {
+	var r struct {
+		Usage capsule.Usage `json:"usage"`
+	}
+	if json.Unmarshal(stdout, &r) != nil {
+		return nil
+	}
+	return r.Usage.Validate()
 }
 
 func (c Command) who() string { return fmt.Sprintf("command %q", cmp.Or(c.Name, c.Path)) }

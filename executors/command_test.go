@@ -188,12 +188,45 @@ func TestCommandExitCodes(t *testing.T) {
 		{
 			name:   "10 with findings but no verdict on stdout",
 			review: true,
-			body:   `echo '{"findings":[{"message":"add a test"},{"field":"no message"}],"usage":{"tokens":-5}}'` + "\nexit 10",
+			body:   `echo '{"findings":[{"message":"add a test"},{"field":"no message"}],"usage":{"tokens":5}}'` + "\nexit 10",
 			check: func(t *testing.T, res executors.ReviewResult, _ capsule.Usage, err error) {
 				require.NoError(t, err)
 				require.Equal(t, capsule.ChangesRequested, res.Verdict)
 				require.Equal(t, []capsule.Finding{{Message: "add a test"}}, res.Findings)
-				require.Zero(t, res.Usage, "a negative usage is not charged")
+				require.Equal(t, capsule.Usage{Tokens: 5}, res.Usage)
+			},
+		},
+		{
+			name:   "10 with a negative usage fails the call",
+			review: true,
+			body:   `echo '{"findings":[{"message":"add a test"}],"usage":{"tokens":-5}}'` + "\nexit 10",
+			check: func(t *testing.T, res executors.ReviewResult, _ capsule.Usage, err error) {
+				var failed *executors.FailedError
+				require.ErrorAs(t, err, &failed)
+				require.Contains(t, failed.Detail, "stdout: invalid usage: -5 tokens / 0 dollars: tokens must not be negative")
+				require.Zero(t, failed.Usage, "a negative usage is never charged")
+				require.Zero(t, res.Usage)
+			},
+		},
+		{
+			name:   "0 with a negative usage fails the call",
+			review: true,
+			body:   `echo '{"verdict":"APPROVED","usage":{"dollars":-0.5}}'`,
+			check: func(t *testing.T, res executors.ReviewResult, _ capsule.Usage, err error) {
+				var failed *executors.FailedError
+				require.ErrorAs(t, err, &failed)
+				require.Contains(t, failed.Detail, "malformed reply: invalid usage: 0 tokens / -0.5 dollars")
+				require.Zero(t, failed.Usage)
+			},
+		},
+		{
+			name:   "1 with a negative usage is not charged",
+			review: true,
+			body:   `echo '{"status":"failed","error":"quota","usage":{"tokens":-9}}'` + "\nexit 1",
+			check: func(t *testing.T, _ executors.ReviewResult, usage capsule.Usage, err error) {
+				var failed *executors.FailedError
+				require.ErrorAs(t, err, &failed)
+				require.Zero(t, failed.Usage)
 			},
 		},
 		{

@@ -132,3 +132,15 @@ func (r *Registry) Kinds() []string {
 	sort.Strings(out)
 	return out
 }
+
+// ReviewerIDs lists the reviewer ids with a reviewer, sorted (Rule 22).
+func (r *Registry) ReviewerIDs() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.reviewers))
+	for id := range r.reviewers {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}

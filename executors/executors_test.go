@@ -89,6 +89,33 @@ func TestStubExecute(t *testing.T) {
 	}
 }
 
+// A capsule cannot script its stub into giving budget back.
+func TestStubInvalidUsage(t *testing.T) {
+	t.Parallel()
+	for metadata, want := range map[string]string{
+		`{"stub":{"usage":{"tokens":-1000}}}`:                 "metadata.stub.usage: invalid usage: -1000 tokens / 0 dollars: tokens must not be negative",
+		`{"stub":{"usage":{"tokens":1,"dollars":-5}}}`:        "metadata.stub.usage: invalid usage: 1 tokens / -5 dollars: dollars must not be negative",
+		`{"stub":{"fail":true,"usage":{"tokens":-1}}}`:        "metadata.stub.usage: invalid usage: -1 tokens / 0 dollars: tokens must not be negative",
+		`{"stub":{"review_usage":{"tokens":0,"dollars":-1}}}`: "metadata.stub.review_usage: invalid usage: 0 tokens / -1 dollars: dollars must not be negative",
+	} {
+		t.Run(metadata, func(t *testing.T) {
+			t.Parallel()
+			c := withMetadata(t, metadata)
+			res, err := executors.Stub{}.Execute(context.Background(), executors.Request{Capsule: c, Cycle: 1})
+			var failed *executors.FailedError
+			require.ErrorAs(t, err, &failed)
+			require.Equal(t, want, failed.Detail)
+			require.Zero(t, failed.Usage)
+			require.Zero(t, res.Usage)
+
+			rr, err := executors.StubReviewer{}.Review(context.Background(), executors.ReviewRequest{Capsule: c, Cycle: 1})
+			require.ErrorAs(t, err, &failed)
+			require.Equal(t, want, failed.Detail)
+			require.Zero(t, rr.Usage)
+		})
+	}
+}
+
 func TestStubMalformedScript(t *testing.T) {
 	t.Parallel()
 	for _, metadata := range []string{`{"stub":"approve everything"}`, `{"stub":{"reviews":"APPROVED"}}`, `{"stub":{"usage":{"tokens":"many"}}}`} {
@@ -203,6 +230,7 @@ func TestRegistry(t *testing.T) {
 		t.Parallel()
 		r := executors.NewRegistry()
 		require.Equal(t, []string{"stub"}, r.Kinds())
+		require.Equal(t, []string{"stub-reviewer"}, r.ReviewerIDs())
 		e, err := r.Executor(executors.StubKind)
 		require.NoError(t, err)
 		require.Equal(t, executors.Stub{}, e)
@@ -259,6 +287,7 @@ func TestRegistry(t *testing.T) {
 		r.RegisterExecutor("stub", namedExecutor("replaced"))
 		r.RegisterReviewer("agent-reviewer-1", namedReviewer("one"))
 		require.Equal(t, []string{"alpha", "stub", "zeta"}, r.Kinds())
+		require.Equal(t, []string{"agent-reviewer-1", "stub-reviewer"}, r.ReviewerIDs())
 
 		e, err := r.Executor("stub")
 		require.NoError(t, err)

@@ -37,6 +37,18 @@ func ParseStubScript(c *capsule.Capsule) (StubScript, error) {
 	if err := json.Unmarshal(c.Metadata, &meta); err != nil {
 		return StubScript{}, fmt.Errorf("metadata.stub: %w", err)
 	}
+	// The script is the capsule's, so untrusted: usage it would report is
+	// held to the rule every executor's is.
+	if u := meta.Stub.Usage; u != nil {
+		if err := u.Validate(); err != nil {
+			return StubScript{}, fmt.Errorf("metadata.stub.usage: %w", err)
+		}
+	}
+	if u := meta.Stub.ReviewUsage; u != nil {
+		if err := u.Validate(); err != nil {
+			return StubScript{}, fmt.Errorf("metadata.stub.review_usage: %w", err)
+		}
+	}
 	for i, v := range meta.Stub.Reviews {
 		if !v.Valid() {
 			return StubScript{}, fmt.Errorf("metadata.stub.reviews[%d]: unknown verdict %q", i, v)

@@ -3,7 +3,6 @@ package executors
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 
@@ -31,7 +30,8 @@ func CompletionSubject(capsuleID string, cycle int) string {
 }
 
 // ParseCompletionSubject is the inverse of [CompletionSubject]: it accepts
-// exactly the subjects CompletionSubject writes.
+// exactly the subjects CompletionSubject writes, and a capsule id comes back
+// in canonical form (capsule.CanonicalID).
 func ParseCompletionSubject(subject string) (capsuleID string, cycle int, err error) {
 	rest, ok := strings.CutPrefix(subject, CompletionPrefix)
 	id, n, ok2 := strings.Cut(rest, ".")
@@ -44,6 +44,9 @@ func ParseCompletionSubject(subject string) (capsuleID string, cycle int, err er
 	if err != nil || cycle < 1 || strconv.Itoa(cycle) != n {
 		return "", 0, fmt.Errorf("completion subject %q: cycle %q is not a positive integer", subject, n)
 	}
+	// A worker may write the id in either case; the checkpoint is keyed by
+	// the canonical one.
+	id, _ = capsule.CanonicalID(id)
 	return id, cycle, nil
 }
 
@@ -256,7 +259,7 @@ func DecodeReviewerReply(data []byte) (ReviewerReply, error) {
 }
 
 // Result maps a decoded reply to what a [Reviewer] returns, like
-// [ExecutorReply.Result].
+// [ExecutorReply.Result]; its findings are capped (capsule.CapFindings).
 func (r ReviewerReply) Result() (ReviewResult, error) {
 	switch r.Status {
 	case StatusFailed:
@@ -264,7 +267,9 @@ func (r ReviewerReply) Result() (ReviewResult, error) {
 	case StatusAccepted:
 		return ReviewResult{Usage: r.Usage}, &AcceptedError{Usage: r.Usage}
 	}
-	return ReviewResult{Verdict: r.Verdict, Findings: r.Findings, Usage: r.Usage}, nil
+	// A worker's findings go into the checkpoint: capped, so it stays one
+	// NATS message.
+	return ReviewResult{Verdict: r.Verdict, Findings: capsule.CapFindings(r.Findings, capsule.MaxFindings), Usage: r.Usage}, nil
 }
 
 // Completion is the message a worker publishes on
@@ -343,9 +348,12 @@ func checkStatus(s *Status, acceptedOK bool) error {
 	return nil
 }
 
+// checkUsage refuses usage that is negative or not finite: it would give
+// budget back or slip past every cap, so the reply is malformed and the
+// call fails ("… malformed reply: invalid usage: …") with nothing recorded.
 func checkUsage(u capsule.Usage) error {
-	if u.Tokens < 0 || u.Dollars < 0 || math.IsInf(u.Dollars, 0) {
-		return malformed("usage %d tokens / %v dollars: must not be negative", u.Tokens, u.Dollars)
+	if err := u.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformedReply, err)
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package executors_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +32,11 @@ func TestDecodeExecutorReply(t *testing.T) {
 		{name: "unknown status", in: `{"status":"done","content":1}`, err: `malformed reply: status "done": want ok, accepted or failed`},
 		{name: "ok without content", in: `{"status":"ok"}`, err: `malformed reply: status "ok" without content`},
 		{name: "null content", in: `{"content":null}`, err: `malformed reply: status "ok" without content`},
-		{name: "negative usage", in: `{"content":1,"usage":{"tokens":-1}}`, err: "malformed reply: usage -1 tokens / 0 dollars: must not be negative"},
+		{name: "negative usage", in: `{"content":1,"usage":{"tokens":-1}}`, err: "malformed reply: invalid usage: -1 tokens / 0 dollars: tokens must not be negative"},
+		{name: "negative dollars", in: `{"content":1,"usage":{"tokens":1,"dollars":-0.01}}`, err: "malformed reply: invalid usage: 1 tokens / -0.01 dollars: dollars must not be negative"},
+		{name: "negative usage of a failure", in: `{"status":"failed","error":"x","usage":{"tokens":-9}}`, err: "malformed reply: invalid usage: -9 tokens"},
+		{name: "negative usage of an acceptance", in: `{"status":"accepted","usage":{"dollars":-1}}`, err: "malformed reply: invalid usage: 0 tokens / -1 dollars"},
+		{name: "overflowing dollars", in: `{"content":1,"usage":{"dollars":1e999}}`, err: "malformed reply: json: cannot unmarshal number 1e999"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,6 +72,7 @@ func TestDecodeReviewerReply(t *testing.T) {
 		{name: "missing verdict", in: `{}`, err: `malformed reply: verdict "": want APPROVED, CHANGES_REQUESTED or REJECTED`},
 		{name: "unknown verdict", in: `{"verdict":"approved"}`, err: `malformed reply: verdict "approved"`},
 		{name: "finding without message", in: `{"verdict":"APPROVED","findings":[{"field":"x"}]}`, err: "malformed reply: findings[0]: message is required"},
+		{name: "negative review usage", in: `{"verdict":"APPROVED","usage":{"tokens":-3}}`, err: "malformed reply: invalid usage: -3 tokens / 0 dollars: tokens must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,10 +129,12 @@ func TestDecodeCompletion(t *testing.T) {
 	require.ErrorContains(t, err, "gave up")
 
 	for in, msg := range map[string]string{
-		`{"status":"ok","content":1}`:                     `kind "": want execute or review`,
-		`{"kind":"execute","status":"accepted"}`:          `status "accepted" in a completion`,
-		`{"kind":"review","verdict":"LGTM"}`:              `verdict "LGTM"`,
-		`{"kind":"execute","status":"ok","content":null}`: `without content`,
+		`{"status":"ok","content":1}`:                                   `kind "": want execute or review`,
+		`{"kind":"execute","status":"accepted"}`:                        `status "accepted" in a completion`,
+		`{"kind":"review","verdict":"LGTM"}`:                            `verdict "LGTM"`,
+		`{"kind":"execute","status":"ok","content":null}`:               `without content`,
+		`{"kind":"execute","content":1,"usage":{"tokens":-1}}`:          `invalid usage: -1 tokens`,
+		`{"kind":"review","verdict":"APPROVED","usage":{"dollars":-2}}`: `invalid usage: 0 tokens / -2 dollars`,
 	} {
 		_, err := executors.DecodeCompletion([]byte(in))
 		require.ErrorIs(t, err, executors.ErrMalformedReply, in)
@@ -141,6 +150,12 @@ func TestCompletionSubject(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "0190f3a4-7b1c-4d2e-9f00-123456789abc", id)
 	require.Equal(t, 2, cycle)
+	id, _, err = executors.ParseCompletionSubject("saga.complete.0190F3A4-7B1C-4D2E-9F00-123456789ABC.1")
+	require.NoError(t, err)
+	require.Equal(t, "0190f3a4-7b1c-4d2e-9f00-123456789abc", id, "canonical, like the checkpoint key")
+	id, _, err = executors.ParseCompletionSubject("saga.complete.not-a-capsule-id.1")
+	require.NoError(t, err)
+	require.Equal(t, "not-a-capsule-id", id)
 
 	for _, bad := range []string{"saga.complete.x", "saga.complete..1", "saga.complete.x.0", "saga.complete.x.y", "saga.complete.x.1.2", "other.x.1"} {
 		_, _, err := executors.ParseCompletionSubject(bad)
@@ -161,4 +176,25 @@ func TestRetryPolicyBackoff(t *testing.T) {
 	// Defaults.
 	require.LessOrEqual(t, executors.RetryPolicy{}.Backoff(1), 500*time.Millisecond)
 	require.LessOrEqual(t, executors.RetryPolicy{}.Backoff(100), 30*time.Second)
+}
+
+func TestReviewerFindingsAreCapped(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString(`{"verdict":"CHANGES_REQUESTED","findings":[`)
+	for i := range 5000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"field":"f%d","message":"%s"}`, i, strings.Repeat("m", 3000))
+	}
+	b.WriteString(`]}`)
+	r, err := executors.DecodeReviewerReply([]byte(b.String()))
+	require.NoError(t, err)
+	res, err := r.Result()
+	require.NoError(t, err)
+	require.Len(t, res.Findings, capsule.MaxFindings)
+	require.Equal(t, "f0", res.Findings[0].Field)
+	require.LessOrEqual(t, len(res.Findings[0].Message), capsule.MaxFindingMessage)
+	require.Equal(t, "… and 4,901 more findings", res.Findings[capsule.MaxFindings-1].Message)
 }

@@ -108,7 +108,9 @@ func (r *Record) ApplyTo(st *capsule.CheckpointState) {
 		st.AwaitingUntil = nil
 	}
 	if r.Review != nil && !hasReview(st.Reviews, r.Review.Cycle) {
-		st.Reviews = append(st.Reviews, *r.Review)
+		rv := *r.Review
+		rv.Findings = capsule.CapFindings(rv.Findings, capsule.MaxFindings)
+		st.Reviews = append(st.Reviews, rv)
 	}
 	if r.AwaitingCycle != 0 {
 		st.AwaitingCycle = r.AwaitingCycle

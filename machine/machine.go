@@ -328,7 +328,9 @@ func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decisio
 	st := &cp.State
 	d.Record.ApplyTo(st)
 	if len(d.Findings) > 0 {
-		st.Findings = d.Findings
+		// Whatever a phase or an agent found, the checkpoint stays one
+		// NATS message.
+		st.Findings = capsule.CapFindings(d.Findings, capsule.MaxFindings)
 	}
 	st.Execution = nil
 	if d.Action == Park {

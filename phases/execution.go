@@ -119,6 +119,17 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 			case err != nil:
 				failed = &executors.FailedError{Detail: err.Error()}
 			}
+			if uerr := res.Usage.Validate(); uerr != nil {
+				// Never recorded or charged: negative usage would give
+				// budget back (executors written in Go are not checked by
+				// the wire decoders).
+				res.Usage = capsule.Usage{}
+				if failed == nil {
+					failed = &executors.FailedError{Detail: "executor reported " + uerr.Error()}
+				} else {
+					failed.Usage = capsule.Usage{}
+				}
+			}
 		}
 	}
 	// What the executor did is recorded even if the phase's time ran out.

@@ -408,6 +408,16 @@ func TestReceive(t *testing.T) {
 			name: "tokens negative", raw: newDoc().Set("budget.tokens", -5).Sealed(t), want: "budget_tokens_non_positive",
 			findings: []capsule.Finding{{Field: "budget.tokens", Message: "budget.tokens is -5"}},
 		},
+		{
+			name: "dollars zero", raw: newDoc().Set("budget.dollars", 0).Sealed(t), want: "budget_dollars_non_positive",
+			findings: []capsule.Finding{{Field: "budget.dollars", Message: "budget.dollars is 0"}},
+		},
+		{
+			name: "dollars negative", raw: newDoc().Set("budget.dollars", -0.25).Sealed(t), want: "budget_dollars_non_positive",
+			findings: []capsule.Finding{{Field: "budget.dollars", Message: "budget.dollars is -0.25"}},
+		},
+		{name: "tokens are checked first", raw: newDoc().Set("budget.tokens", 0).Set("budget.dollars", 0).Sealed(t), want: "budget_tokens_non_positive"},
+		{name: "a cent is positive", raw: newDoc().Set("budget.dollars", 0.01).Sealed(t), want: ""},
 		{name: "lock held", raw: newDoc().Sealed(t), held: []string{"README.md"}, want: "lock_unavailable:README.md"},
 		{
 			name: "second lock held", raw: newDoc().Set("constraints.resource_locks_required", []any{"README.md", "docs/a.md", "docs/b.md"}).Sealed(t),
@@ -1183,6 +1193,7 @@ func TestReviewRun(t *testing.T) {
 func TestAutomatedGatesAndHandoff(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.env.Rules.ReviewerIDs = []string{"agent-coder-1"}
 	raw := newDoc().Set("review.reviewer_agent_id", "agent-coder-1").Set("review.max_cycles", 4).Sealed(t)
 	in := &phases.Input{Capsule: decode(t, raw), Raw: raw}
 	d := phases.AutomatedGates{}.Run(context.Background(), b.env, in)
@@ -1237,4 +1248,89 @@ func TestReceptionParsesOnce(t *testing.T) {
 		require.Error(t, byDoc, f)
 		require.Equal(t, byBytes.Error(), byDoc.Error(), f)
 	}
+}
+
+// Lists over their hard limit halt at RECEPTION, naming the first such list.
+func TestReceiveListLimits(t *testing.T) {
+	t.Parallel()
+	strs := func(n int, f func(i int) string) []any {
+		out := make([]any, n)
+		for i := range out {
+			out[i] = f(i)
+		}
+		return out
+	}
+	tests := []struct {
+		path string
+		max  int
+		item func(i int) string
+	}{
+		{"spec.acceptance_criteria", capsule.MaxAcceptanceCriteria, func(i int) string { return fmt.Sprint("criterion ", i) }},
+		{"context_refs", capsule.MaxContextRefs, func(i int) string { return fmt.Sprint("file:docs/", i) }},
+		{"constraints.resource_locks_required", capsule.MaxResourceLocks, func(i int) string { return fmt.Sprint("docs/", i) }},
+		{"constraints.allowed_paths", capsule.MaxAllowedPaths, func(i int) string { return fmt.Sprint("docs/", i) }},
+		{"constraints.forbidden_paths", capsule.MaxForbiddenPaths, func(i int) string { return fmt.Sprint("docs/", i) }},
+		{"constraints.network.allow_hosts", capsule.MaxAllowHosts, func(i int) string { return fmt.Sprint("h", i, ".example.com") }},
+		{"depends_on", capsule.MaxDependsOn, func(int) string { return capsuletest.NewID() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			at := newDoc().Set(tt.path, strs(tt.max, tt.item)).Sealed(t)
+			r := phases.Receive(context.Background(), b.env, at, func(id string) string { return id })
+			require.NotEqual(t, capsule.CodeCapsuleLimitsExceeded, r.Decision.Halt.Code, "%d entries are allowed", tt.max)
+
+			over := newDoc().Set(tt.path, strs(tt.max+1, tt.item)).Sealed(t)
+			r = phases.Receive(context.Background(), b.env, over, func(id string) string { return id })
+			require.Equal(t, phases.Halt, r.Decision.Action)
+			require.Equal(t, "capsule_limits_exceeded:"+tt.path, r.Decision.Halt.String())
+			require.Equal(t, []capsule.Finding{{Field: tt.path,
+				Message: fmt.Sprintf("%s has %d entries, over the limit of %d", tt.path, tt.max+1, tt.max)}}, r.Decision.Findings)
+			require.NotNil(t, r.Capsule, "the capsule was read; only its size is refused")
+		})
+	}
+}
+
+// A capsule whose every list entry breaks the schema halts with a bounded
+// reason and bounded findings: the checkpoint must stay one NATS message.
+func TestReceiveSchemaFloodIsBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bad := make([]any, 40_000)
+	for i := range bad {
+		bad[i] = i // depends_on wants strings
+	}
+	raw := newDoc().Set("depends_on", bad).Set(strings.Repeat("k", 20_000), 1).Sealed(t)
+	require.Less(t, len(raw), phases.DefaultMaxIntakeBytes)
+	r := phases.Receive(context.Background(), b.env, raw, func(id string) string { return id })
+	require.Equal(t, phases.Halt, r.Decision.Action)
+	require.Equal(t, capsule.CodeSchemaInvalid, r.Decision.Halt.Code)
+	require.Len(t, r.Decision.Findings, capsule.MaxFindings)
+	require.Regexp(t, `^… and [0-9,]+ more findings$`, r.Decision.Findings[capsule.MaxFindings-1].Message)
+	require.True(t, strings.HasSuffix(r.Decision.Halt.Detail, " more"), r.Decision.Halt.Detail[:200])
+	size := len(r.Decision.Halt.String())
+	for _, f := range r.Decision.Findings {
+		size += len(f.Field) + len(f.Message) + len(f.Title)
+	}
+	require.Less(t, size, 256<<10, "halt reason and findings of a flood stay far below NATS's 1 MiB")
+}
+
+// RECEPTION keys a capsule by its canonical id: an upper-case UUID is the
+// lower-case one, and its dependencies are canonical too.
+func TestReceiveCanonicalID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id, dep := capsuletest.NewID(), "01hzy8j6q4w3v0d7t1n9k2m5pc"
+	raw := newDoc().Set("capsule_id", strings.ToUpper(id)).Set("depends_on", []any{dep}).Sealed(t)
+	var holders []string
+	r := phases.Receive(context.Background(), b.env, raw, func(id string) string { holders = append(holders, id); return id })
+	require.Equal(t, phases.Advance, r.Decision.Action, "%s %v", r.Decision.Halt, r.Decision.Findings)
+	require.Equal(t, id, r.Capsule.CapsuleID)
+	require.Equal(t, []string{"01HZY8J6Q4W3V0D7T1N9K2M5PC"}, r.Capsule.DependsOn)
+	require.Equal(t, []string{id}, holders, "locks are checked for the canonical key")
+	require.Equal(t, strings.ToUpper(id), r.ClaimedID, "the bytes' claim is reported as written")
+	want, err := capsule.Digest(raw)
+	require.NoError(t, err)
+	require.Equal(t, want, r.Digest, "the digest is the bytes' own")
 }

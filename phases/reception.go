@@ -29,9 +29,9 @@ type Received struct {
 	Decision Decision
 }
 
-// Receive runs RECEPTION: size, JSON, schema version, schema, integrity,
-// deadline, budget positivity and lock availability, in that order; the first
-// failure halts. holder is the checkpoint key the capsule will use.
+// Receive runs RECEPTION: size, JSON, schema version, schema, list limits
+// (capsule.ListLimits), integrity, deadline, budget positivity (tokens, then
+// dollars) and lock availability, in that order; the first failure halts. holder is the checkpoint key the capsule will use.
 func Receive(ctx context.Context, env *Env, raw []byte, holder func(id string) string) Received {
 	var r Received
 	limit := env.MaxIntakeBytes
@@ -85,7 +85,10 @@ func Receive(ctx context.Context, env *Env, raw []byte, holder func(id string) s
 	if err := verr; err != nil {
 		var verr *schemas.ValidationError
 		if errors.As(err, &verr) {
-			r.Decision = HaltWith(capsule.SchemaInvalid(verr.Pointers), detailsToFindings(verr.Details)...)
+			// Every bad entry of a long list is a detail: capped, so the
+			// checkpoint stays one NATS message.
+			r.Decision = HaltWith(capsule.SchemaInvalid(verr.Pointers),
+				capsule.CapFindings(detailsToFindings(verr.Details), capsule.MaxFindings)...)
 			return r
 		}
 		if errors.Is(err, schemas.ErrNotJSON) {
@@ -102,7 +105,14 @@ func Receive(ctx context.Context, env *Env, raw []byte, holder func(id string) s
 		r.Decision = HaltWith(capsule.SchemaInvalid([]string{"/"}), capsule.Finding{Message: err.Error()})
 		return r
 	}
+	c.Canonicalize() // one id whatever its case: the key below and every later phase
 	r.Capsule = c
+	if l, over := c.ExceededLimit(); over {
+		r.Decision = HaltWith(capsule.CapsuleLimitsExceeded(l.Field), capsule.Finding{
+			Field: l.Field, Message: fmt.Sprintf("%s has %d entries, over the limit of %d", l.Field, l.Len, l.Max),
+		})
+		return r
+	}
 	if r.Digest == "" || c.Integrity.SHA256 != r.Digest {
 		r.Decision = HaltWith(capsule.IntegrityMismatch(), capsule.Finding{
 			Field: "integrity.sha256", Message: fmt.Sprintf("declared %q, computed %q", c.Integrity.SHA256, r.Digest),
@@ -118,6 +128,14 @@ func Receive(ctx context.Context, env *Env, raw []byte, holder func(id string) s
 	if c.Budget.Tokens <= 0 {
 		r.Decision = HaltWith(capsule.BudgetTokensNonPositive(), capsule.Finding{
 			Field: "budget.tokens", Message: "budget.tokens is " + strconv.FormatInt(c.Budget.Tokens, 10),
+		})
+		return r
+	}
+	// budget.dollars is a JSON number, so never NaN or infinite here; the
+	// negated test keeps even those out.
+	if !(c.Budget.Dollars > 0) {
+		r.Decision = HaltWith(capsule.BudgetDollarsNonPositive(), capsule.Finding{
+			Field: "budget.dollars", Message: "budget.dollars is " + strconv.FormatFloat(c.Budget.Dollars, 'g', -1, 64),
 		})
 		return r
 	}

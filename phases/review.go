@@ -53,6 +53,14 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	})
 	env.record().Call("reviewer", callResult(err, ctx), time.Since(callStart))
 	var failed *executors.FailedError
+	if errors.As(err, &failed) && !failed.Usage.Valid() {
+		failed.Usage = capsule.Usage{} // never charged: it would give budget back
+	}
+	if err == nil {
+		if uerr := res.Usage.Validate(); uerr != nil {
+			return HaltWith(capsule.ExecutorFailed("reviewer reported " + uerr.Error()))
+		}
+	}
 	switch {
 	case errors.Is(err, executors.ErrAccepted), errors.Is(err, executors.ErrHumanInput):
 		return ParkWith(capsule.TriggerBlockedExternal, "the reviewer needs time or a human: "+err.Error())

@@ -55,7 +55,7 @@ type Config struct {
 	// MaxIntakeBytes is the hard size limit of intake messages. Defaults to 512 KiB.
 	MaxIntakeBytes int
 	// Rules is the constitution's configuration. Defaults to rules defaults,
-	// with ExecutorKinds filled from Executors.
+	// with ExecutorKinds and ReviewerIDs filled from Executors.
 	Rules rules.Config
 	// Executors serves task kinds and reviewer ids. Defaults to the built-in stubs.
 	Executors *executors.Registry
@@ -141,6 +141,9 @@ func (c Config) withDefaults() Config {
 	}
 	if len(c.Rules.ExecutorKinds) == 0 {
 		c.Rules.ExecutorKinds = c.Executors.Kinds()
+	}
+	if len(c.Rules.ReviewerIDs) == 0 {
+		c.Rules.ReviewerIDs = c.Executors.ReviewerIDs()
 	}
 	c.Rules = c.Rules.WithDefaults()
 	if c.Now == nil {

@@ -1,12 +1,12 @@
 package rules
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,18 +37,12 @@ func checkSchemaVersion(_ context.Context, in Input) ([]capsule.Finding, error) 
 	return nil, nil
 }
 
-var (
-	uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-	// A ULID is 26 Crockford base32 characters (no I, L, O, U); the first is
-	// at most 7 so the 128-bit value does not overflow.
-	ulidPattern = regexp.MustCompile(`^[0-7][0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{25}$`)
-)
-
 // ValidCapsuleID reports whether id is a UUID (8-4-4-4-12 hex digits, any
 // case) or a ULID (26 Crockford base32 characters, any case), the forms
-// Rule 2 accepts.
+// Rule 2 accepts; capsule.CanonicalID gives the form sagad compares.
 func ValidCapsuleID(id string) bool {
-	return uuidPattern.MatchString(id) || ulidPattern.MatchString(id)
+	_, ok := capsule.CanonicalID(id)
+	return ok
 }
 
 // Rule 2: capsule_id is a UUID or ULID and not already used by a different
@@ -61,7 +55,8 @@ func checkIdentity(ctx context.Context, in Input) ([]capsule.Finding, error) {
 	if in.Facts == nil {
 		return nil, ErrNoFacts
 	}
-	conflict, err := in.Facts.IDConflict(ctx, c.CapsuleID, c.Integrity.SHA256)
+	id, _ := capsule.CanonicalID(c.CapsuleID) // the checkpoint key
+	conflict, err := in.Facts.IDConflict(ctx, id, c.Integrity.SHA256)
 	if err != nil {
 		return nil, fmt.Errorf("look up capsule id %q: %w", c.CapsuleID, err)
 	}
@@ -247,40 +242,79 @@ func checkReviewer(_ context.Context, in Input) ([]capsule.Finding, error) {
 	return nil, nil
 }
 
-// Rule 21: review.max_cycles, when present, is within 1..3. Zero is the Go
-// form of "absent" and means the default (see capsule.CycleLimit).
+// Rule 21: review.max_cycles, when present, is within 1..3. The decoded
+// capsule cannot tell an explicit 0 from an absent member (both are Go's 0,
+// which means the default, see capsule.CycleLimit), so a 0 is looked up in
+// the raw bytes: "max_cycles": 0 is below 1 and refused. Without raw bytes
+// (a capsule built in Go) 0 means absent.
 func checkCycleLimit(_ context.Context, in Input) ([]capsule.Finding, error) {
 	n := in.Capsule.Review.MaxCycles
-	if n != 0 && (n < 1 || n > capsule.MaxCycles) {
-		return []capsule.Finding{finding("review.max_cycles",
-			"review.max_cycles %d is outside 1..%d", n, capsule.MaxCycles)}, nil
+	if n == 0 {
+		if !explicitMaxCycles(in.Raw) {
+			return nil, nil
+		}
+	} else if n >= 1 && n <= capsule.MaxCycles {
+		return nil, nil
 	}
-	return nil, nil
+	return []capsule.Finding{finding("review.max_cycles",
+		"review.max_cycles %d is outside 1..%d", n, capsule.MaxCycles)}, nil
 }
 
-// Rule 22: an executor is configured for task.kind.
-func checkExecutor(_ context.Context, in Input) ([]capsule.Finding, error) {
-	k := in.Capsule.Task.Kind
-	if !slices.Contains(in.Config.ExecutorKinds, k) {
-		return []capsule.Finding{finding("task.kind", "no executor is configured for task.kind %q", k)}, nil
+// explicitMaxCycles reports whether raw holds a review.max_cycles member
+// (whatever its value). It decodes with encoding/json, the decoder that made
+// the capsule, so both agree on duplicate members and on escapes. Bytes
+// with neither "max_cycles" nor an escape cannot name the member (a member
+// name can only be spelt differently with \u escapes) and are not decoded.
+func explicitMaxCycles(raw []byte) bool {
+	if !bytes.Contains(raw, []byte("max_cycles")) && !bytes.Contains(raw, []byte(`\u`)) {
+		return false
 	}
-	return nil, nil
+	var probe struct {
+		Review struct {
+			MaxCycles *json.RawMessage `json:"max_cycles"`
+		} `json:"review"`
+	}
+	if json.Unmarshal(raw, &probe) != nil {
+		return false
+	}
+	return probe.Review.MaxCycles != nil && string(*probe.Review.MaxCycles) != "null"
+}
+
+// Rule 22: an executor is configured for task.kind and a reviewer for
+// review.reviewer_agent_id, so that a capsule nobody can review is refused
+// before EXECUTION spends its budget. A blank reviewer id is Rule 20's.
+// Both are compared exactly, the way the executors registry looks them up.
+func checkExecutor(_ context.Context, in Input) ([]capsule.Finding, error) {
+	var fs []capsule.Finding
+	if k := in.Capsule.Task.Kind; !slices.Contains(in.Config.ExecutorKinds, k) {
+		fs = append(fs, finding("task.kind", "no executor is configured for task.kind %q", k))
+	}
+	r := in.Capsule.Review.ReviewerAgentID
+	if strings.TrimSpace(r) != "" && !slices.Contains(in.Config.ReviewerIDs, r) {
+		fs = append(fs, finding("review.reviewer_agent_id", "no reviewer is configured for review.reviewer_agent_id %q", r))
+	}
+	return fs, nil
 }
 
 // Rule 24: every dependency completed HANDOFF. A malformed id or the capsule
-// itself can never complete, so those are findings even offline.
+// itself (in any case) can never complete, so those are findings even
+// offline. Dependencies are looked up by canonical id, the checkpoint key.
 func checkDependencies(ctx context.Context, in Input) ([]capsule.Finding, error) {
 	c := in.Capsule
 	var (
 		fs   []capsule.Finding
 		live []int // indices that need a fact lookup
 	)
+	// Ids compare in canonical form: a decoded capsule has them so already,
+	// one built in Go may not.
+	self, _ := capsule.CanonicalID(c.CapsuleID)
 	for i, id := range c.DependsOn {
 		field := index("depends_on", i)
+		cid, ok := capsule.CanonicalID(id)
 		switch {
-		case !ValidCapsuleID(id):
+		case !ok:
 			fs = append(fs, finding(field, "dependency %q is not a capsule id", id))
-		case id == c.CapsuleID:
+		case cid == self:
 			fs = append(fs, finding(field, "capsule depends on itself (%q)", id))
 		default:
 			live = append(live, i)
@@ -295,7 +329,7 @@ func checkDependencies(ctx context.Context, in Input) ([]capsule.Finding, error)
 	var errs []error
 	done := make(map[string]bool, len(live))
 	for _, i := range live {
-		id := c.DependsOn[i]
+		id, _ := capsule.CanonicalID(c.DependsOn[i])
 		ok, known := done[id]
 		if !known {
 			var err error

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sagad/sagad/capsule"
 )
 
 // Config holds the parameters of the absolute rules. The zero value is the
@@ -69,6 +71,12 @@ type Config struct {
 	// ExecutorKinds are the task kinds an executor is configured for
 	// (Rule 22). Defaults to ["stub"].
 	ExecutorKinds []string
+
+	// ReviewerIDs are the reviewer agent ids a reviewer is configured for
+	// (Rule 22), so a capsule naming nobody's reviewer halts at
+	// AUTOMATED_GATES before its executor spends anything. Defaults to
+	// ["stub-reviewer"].
+	ReviewerIDs []string
 }
 
 // Defaults of [Config].
@@ -89,6 +97,7 @@ var (
 	defaultDestructiveKinds = []string{"delete", "migrate", "deploy"}
 	defaultAllowedSchemes   = []string{"artifact", "file", "kv"}
 	defaultExecutorKinds    = []string{"stub"}
+	defaultReviewerIDs      = []string{"stub-reviewer"}
 )
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -110,6 +119,7 @@ func (c Config) WithDefaults() Config {
 	c.DestructiveKinds = orDefault(c.DestructiveKinds, defaultDestructiveKinds)
 	c.AllowedSchemes = orDefault(c.AllowedSchemes, defaultAllowedSchemes)
 	c.ExecutorKinds = orDefault(c.ExecutorKinds, defaultExecutorKinds)
+	c.ReviewerIDs = orDefault(c.ReviewerIDs, defaultReviewerIDs)
 	if c.MaxCapsuleBytes == 0 {
 		c.MaxCapsuleBytes = defaultMaxCapsuleBytes
 	}
@@ -184,6 +194,21 @@ func (c Config) Validate() error {
 			bad("%s: %d must be positive", p.name, p.v)
 		}
 	}
+	// RECEPTION halts capsule_limits_exceeded above these whatever Rule 10
+	// says, so a higher Rule 10 limit would be a promise never kept.
+	hard := []struct {
+		name   string
+		v, max int
+	}{
+		{"max context refs", c.MaxContextRefs, capsule.MaxContextRefs},
+		{"max acceptance criteria", c.MaxAcceptanceCriteria, capsule.MaxAcceptanceCriteria},
+		{"max locks", c.MaxLocks, capsule.MaxResourceLocks},
+	}
+	for _, h := range hard {
+		if h.v > h.max {
+			bad("%s: %d is above RECEPTION's hard limit of %d", h.name, h.v, h.max)
+		}
+	}
 	for i, k := range c.DestructiveKinds {
 		if strings.TrimSpace(k) == "" {
 			bad("destructive kinds[%d]: blank", i)
@@ -212,6 +237,14 @@ func (c Config) Validate() error {
 	for i, k := range c.ExecutorKinds {
 		if strings.TrimSpace(k) == "" {
 			bad("executor kinds[%d]: blank", i)
+		}
+	}
+	if len(c.ReviewerIDs) == 0 {
+		bad("reviewer ids: at least one is required")
+	}
+	for i, id := range c.ReviewerIDs {
+		if strings.TrimSpace(id) == "" {
+			bad("reviewer ids[%d]: blank", i)
 		}
 	}
 	return errors.Join(errs...)

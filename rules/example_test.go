@@ -29,7 +29,7 @@ func ExampleEvaluate() {
 			Network:               capsule.Network{Mode: "none"},
 		},
 		Budget:    capsule.Budget{Tokens: 1000, Dollars: 1},
-		Review:    capsule.ReviewPolicy{ReviewerAgentID: "agent.reviewer"},
+		Review:    capsule.ReviewPolicy{ReviewerAgentID: "stub-reviewer"},
 		DependsOn: []string{"0f8fad5b-d9cb-469f-a165-70867728950e"},
 	}
 	res := rules.Evaluate(context.Background(), rules.Input{Capsule: c})

@@ -15,7 +15,7 @@ import (
 
 // Version is the version of the constitution this package implements. It
 // changes whenever a rule is added, removed or changes meaning.
-const Version = "2026.11.1"
+const Version = "2026.11.2"
 
 // Kind says who enforces a rule.
 type Kind string
@@ -112,8 +112,9 @@ type WaveInfo struct {
 type Result struct {
 	// Violated lists the violated rule numbers, ascending and unique.
 	Violated []int
-	// Findings holds every finding, sorted by rule, then field (array
-	// indices compare numerically).
+	// Findings holds the findings, sorted by rule, then field (array
+	// indices compare numerically): at most [MaxFindingsPerRule] per rule,
+	// the last one counting the rest, and at most capsule.MaxFindings in all.
 	Findings []capsule.Finding
 	// NotEvaluated lists, ascending, the rules that could not be decided:
 	// their live part was skipped (Facts == nil) or a fact lookup failed, and
@@ -205,7 +206,9 @@ var Constitution = []Rule{
 	{Number: 21, Title: "Cycle limit respected", Kind: Absolute, Check: checkCycleLimit,
 		Params: params(func(Config) map[string]any { return map[string]any{"min": 1, "max": capsule.MaxCycles} })},
 	{Number: 22, Title: "Executor exists", Kind: Absolute, Check: checkExecutor,
-		Params: params(func(c Config) map[string]any { return map[string]any{"executor_kinds": c.ExecutorKinds} })},
+		Params: params(func(c Config) map[string]any {
+			return map[string]any{"executor_kinds": c.ExecutorKinds, "reviewer_ids": c.ReviewerIDs}
+		})},
 	{Number: 23, Title: "Allowed ref schemes", Kind: Absolute, Check: checkSchemes,
 		Params: params(func(c Config) map[string]any { return map[string]any{"allowed_schemes": c.AllowedSchemes} })},
 	{Number: 24, Title: "Dependencies done", Kind: Absolute, Check: checkDependencies, NeedsFacts: true},
@@ -246,13 +249,20 @@ func (r Rule) Run(ctx context.Context, in Input) ([]capsule.Finding, error) {
 	return r.run(ctx, in)
 }
 
+// MaxFindingsPerRule bounds one rule's findings: a capsule with ten
+// thousand bad entries gets the first few and a count (capsule.CapFindings),
+// and one noisy rule cannot crowd the others out of [Result.Findings].
+const MaxFindingsPerRule = 10
+
 // run is Run without the input preparation Evaluate does once for all rules.
+// Findings are sorted, then capped, so the count comes last.
 func (r Rule) run(ctx context.Context, in Input) ([]capsule.Finding, error) {
 	fs, err := r.Check(ctx, in)
+	sortFindings(fs)
+	fs = capsule.CapFindings(fs, MaxFindingsPerRule)
 	for i := range fs {
 		fs[i].Rule, fs[i].Title = r.Number, r.Title
 	}
-	sortFindings(fs)
 	return fs, err
 }
 
@@ -265,6 +275,7 @@ func decode(raw []byte) (*capsule.Capsule, error) {
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoCapsule, err)
 	}
+	c.Canonicalize()
 	return &c, nil
 }
 
@@ -317,7 +328,9 @@ func Evaluate(ctx context.Context, in Input) Result {
 	res.Violated = slices.Compact(res.Violated)
 	slices.Sort(res.NotEvaluated)
 	res.NotEvaluated = slices.Compact(res.NotEvaluated)
-	sortFindings(res.Findings)
+	// Rules ran in ascending order and each sorted its own findings, so
+	// res.Findings is already by rule, then field, each rule's count last.
+	res.Findings = capsule.CapFindings(res.Findings, capsule.MaxFindings)
 	return res
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,7 +58,7 @@ func validCapsule() *capsule.Capsule {
 			Network:               capsule.Network{Mode: "none"},
 		},
 		Budget:    capsule.Budget{Tokens: 50_000, Dollars: 2.5},
-		Review:    capsule.ReviewPolicy{ReviewerAgentID: "agent.reviewer", MaxCycles: 3},
+		Review:    capsule.ReviewPolicy{ReviewerAgentID: testReviewer, MaxCycles: 3},
 		DependsOn: []string{testDepID},
 		Metadata:  json.RawMessage(`{"team":"platform"}`),
 		Integrity: capsule.Integrity{SHA256: strings.Repeat("ab", 32)},
@@ -100,11 +101,17 @@ func (f *fakeFacts) DependencyDone(_ context.Context, id string) (bool, error) {
 	return !f.notDone[id], f.depErr
 }
 
+// testReviewer is the valid capsule's reviewer, configured by [input].
+const testReviewer = "agent.reviewer"
+
 // input encodes c as the raw bytes a producer would have sent.
 func input(t *testing.T, c *capsule.Capsule, cfg Config, facts Facts) Input {
 	t.Helper()
 	raw, err := json.Marshal(c)
 	require.NoError(t, err)
+	if cfg.ReviewerIDs == nil {
+		cfg.ReviewerIDs = []string{testReviewer}
+	}
 	return Input{Capsule: c, Raw: raw, Config: cfg, Facts: facts, Now: testCreated}
 }
 
@@ -240,6 +247,18 @@ var ruleCases = []ruleCase{
 	{name: "9 secret hidden by duplicate member", mutate: func(c *capsule.Capsule) {
 		c.Metadata = json.RawMessage(`{"n":"AKIAIOSFODNN7EXAMPLE","n":"harmless"}`)
 	}, want: []int{9}, absent: "AKIAIOSFODNN7EXAMPLE"},
+	{name: "9 aws secret access key", mutate: func(c *capsule.Capsule) {
+		c.Task.Description = "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+	}, want: []int{9}, absent: "wJalrXUtnFEMI"},
+	{name: "9 aws secret key member", mutate: func(c *capsule.Capsule) {
+		c.Metadata = json.RawMessage(`{"aws":{"aws_secret_access_key":"wJalrXUtnFEMI"}}`)
+	}, want: []int{9}, absent: "wJalrXUtnFEMI"},
+	{name: "9 password in a database url", mutate: func(c *capsule.Capsule) {
+		c.Spec.DefinitionOfDone = "migrations run against mongodb+srv://admin:Pa55w0rd@cluster0.example.net/app"
+	}, want: []int{9}, absent: "Pa55w0rd"},
+	{name: "9 database url without password passes", mutate: func(c *capsule.Capsule) {
+		c.Spec.DefinitionOfDone = "migrations run against postgres://app@db/app and postgres://db:5432/app; password_policy=strict"
+	}},
 	{name: "9 blank credential member passes", mutate: func(c *capsule.Capsule) {
 		c.Metadata = json.RawMessage(`{"next_token":""}`)
 	}},
@@ -287,7 +306,8 @@ var ruleCases = []ruleCase{
 	}},
 	// Rule 20.
 	{name: "20 no reviewer", mutate: func(c *capsule.Capsule) { c.Review.ReviewerAgentID = "  " }, want: []int{20}},
-	{name: "20 reviewer is producer", mutate: func(c *capsule.Capsule) { c.Review.ReviewerAgentID = "agent.writer" }, want: []int{20}},
+	{name: "20 reviewer is producer", mutate: func(c *capsule.Capsule) { c.Review.ReviewerAgentID = "agent.writer" },
+		config: func(cfg *Config) { cfg.ReviewerIDs = []string{"agent.writer"} }, want: []int{20}},
 	// Rule 21.
 	{name: "21 above 3", mutate: func(c *capsule.Capsule) { c.Review.MaxCycles = 4 }, want: []int{21}},
 	{name: "21 below 1", mutate: func(c *capsule.Capsule) { c.Review.MaxCycles = -1 }, want: []int{21}},
@@ -295,6 +315,11 @@ var ruleCases = []ruleCase{
 	{name: "21 one passes", mutate: func(c *capsule.Capsule) { c.Review.MaxCycles = 1 }},
 	// Rule 22.
 	{name: "22 no executor", mutate: func(c *capsule.Capsule) { c.Task.Kind = "shell" }, want: []int{22}},
+	{name: "22 unknown reviewer", mutate: func(c *capsule.Capsule) { c.Review.ReviewerAgentID = "agent.nobody" }, want: []int{22}},
+	{name: "22 reviewer ids compared exactly", mutate: func(c *capsule.Capsule) { c.Review.ReviewerAgentID = "Agent.Reviewer" }, want: []int{22}},
+	{name: "22 stub reviewer by default", mutate: func(c *capsule.Capsule) { c.Review.ReviewerAgentID = "stub-reviewer" },
+		config: func(cfg *Config) { cfg.ReviewerIDs = nil; *cfg = cfg.WithDefaults() }},
+	{name: "22 blank reviewer is rule 20's alone", mutate: func(c *capsule.Capsule) { c.Review.ReviewerAgentID = " " }, want: []int{20}},
 	// Rule 23.
 	{name: "23 https context ref", mutate: func(c *capsule.Capsule) {
 		c.ContextRefs = append(c.ContextRefs, "https:example.com/spec")
@@ -307,6 +332,12 @@ var ruleCases = []ruleCase{
 		c.ContextRefs = append(c.ContextRefs, "KV:config/greeting")
 	}, want: []int{23}},
 	// Rule 24.
+	{name: "24 depends on itself in upper case", mutate: func(c *capsule.Capsule) {
+		c.DependsOn = []string{strings.ToUpper(testCapsuleID)}
+	}, want: []int{24}},
+	{name: "24 dependency looked up by canonical id", mutate: func(c *capsule.Capsule) {
+		c.DependsOn = []string{strings.ToLower(testDepID)}
+	}, facts: func(f *fakeFacts) { f.notDone[strings.ToLower(testDepID)] = true }},
 	{name: "24 dependency not done", facts: func(f *fakeFacts) { f.notDone[testDepID] = true }, want: []int{24}},
 	{name: "24 depends on itself", mutate: func(c *capsule.Capsule) { c.DependsOn = []string{testCapsuleID} }, want: []int{24}},
 	{name: "24 malformed dependency", mutate: func(c *capsule.Capsule) { c.DependsOn = []string{"yesterday"} }, want: []int{24}},
@@ -666,7 +697,7 @@ func TestConstitutionTable(t *testing.T) {
 	}
 	_, ok := Lookup(26)
 	require.False(t, ok)
-	require.Equal(t, "2026.11.1", Version)
+	require.Equal(t, "2026.11.2", Version)
 }
 
 func TestParams(t *testing.T) {
@@ -684,10 +715,11 @@ func TestParams(t *testing.T) {
 	require.Equal(t, map[string]any{"allowed_schemes": []string{"artifact", "file", "kv"}}, param(23, Config{}))
 	require.Equal(t, map[string]any{"deny_paths": []string{".git", ".env", "secrets"}}, param(6, Config{}))
 	require.Equal(t, map[string]any{"patterns": []string{
-		"private_key_block", "aws_access_key_id", "bearer_token", "credential_assignment",
-		"github_token", "slack_token", "credential_member",
+		"private_key_block", "aws_access_key_id", "bearer_token", "aws_secret_access_key",
+		"credential_assignment", "url_password", "github_token", "slack_token", "credential_member",
 	}}, param(9, Config{}))
 	require.Equal(t, 131072, param(10, Config{})["max_capsule_bytes"])
+	require.Equal(t, map[string]any{"executor_kinds": []string{"stub"}, "reviewer_ids": []string{"stub-reviewer"}}, param(22, Config{}))
 }
 
 func TestConfigDefaults(t *testing.T) {
@@ -706,6 +738,7 @@ func TestConfigDefaults(t *testing.T) {
 		MaxDollars:            1000,
 		AllowedSchemes:        []string{"artifact", "file", "kv"},
 		ExecutorKinds:         []string{"stub"},
+		ReviewerIDs:           []string{"stub-reviewer"},
 	}, cfg)
 	require.NoError(t, cfg.Validate())
 	require.Equal(t, cfg, cfg.WithDefaults(), "idempotent")
@@ -738,6 +771,9 @@ func TestConfigValidate(t *testing.T) {
 		{"negative dollars", func(c *Config) { c.MaxDollars = -1 }, "max dollars"},
 		{"bad scheme", func(c *Config) { c.AllowedSchemes = []string{"1x"} }, "allowed schemes[0]"},
 		{"no executors", func(c *Config) { c.ExecutorKinds = []string{} }, "executor kinds"},
+		{"no reviewers", func(c *Config) { c.ReviewerIDs = []string{} }, "reviewer ids"},
+		{"rule 10 above reception's limit", func(c *Config) { c.MaxLocks = capsule.MaxResourceLocks + 1 }, "max locks: 257 is above RECEPTION's hard limit of 256"},
+		{"blank reviewer", func(c *Config) { c.ReviewerIDs = []string{" "} }, "reviewer ids[0]: blank"},
 		{"blank destructive kind", func(c *Config) { c.DestructiveKinds = []string{" "} }, "destructive kinds[0]"},
 	}
 	for _, tc := range tests {
@@ -774,4 +810,75 @@ func TestCompareFields(t *testing.T) {
 	fields := []string{"context_refs[10]", "target", "context_refs[2]", "", "context_refs[02]", "budget.tokens"}
 	slices.SortStableFunc(fields, compareFields)
 	require.Equal(t, []string{"", "budget.tokens", "context_refs[2]", "context_refs[02]", "context_refs[10]", "target"}, fields)
+}
+
+// An explicit "max_cycles": 0 is below 1 (Rule 21), though it decodes like
+// an absent member; the raw bytes tell them apart however they are spelt.
+func TestCycleLimitExplicitZero(t *testing.T) {
+	t.Parallel()
+	c0 := validCapsule()
+	c0.Review.MaxCycles = 0
+	raw, err := json.Marshal(c0)
+	require.NoError(t, err)
+	base := string(raw)
+	require.Contains(t, base, `"review":{"reviewer_agent_id":"agent.reviewer"`)
+	withReview := func(members string) string {
+		return strings.Replace(base, `"review":{`, `"review":{`+members+`,`, 1)
+	}
+	tests := []struct {
+		name     string
+		raw      string
+		violated bool
+	}{
+		{"absent", base, false},
+		{"explicit zero", withReview(`"max_cycles":0`), true},
+		{"escaped member name", withReview(`"max\u005fcycles":0`), true},
+		{"last duplicate wins like the decoder", withReview(`"max_cycles":2,"max_cycles":0`), true},
+		{"zero overridden by a later member", withReview(`"max_cycles":0,"max_cycles":2`), false},
+		{"max_cycles elsewhere is not the member", strings.Replace(base, `{"team":"platform"}`, `{"max_cycles":0}`, 1), false},
+		{"explicit two", withReview(`"max_cycles":2`), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := new(capsule.Capsule)
+			require.NoError(t, json.Unmarshal([]byte(tt.raw), c))
+			fs, err := checkCycleLimit(t.Context(), Input{Capsule: c, Raw: []byte(tt.raw)})
+			require.NoError(t, err)
+			if !tt.violated {
+				require.Empty(t, fs)
+				return
+			}
+			require.Equal(t, []capsule.Finding{{Field: "review.max_cycles", Message: "review.max_cycles 0 is outside 1..3"}}, fs)
+		})
+	}
+}
+
+// Ten thousand bad entries give a few findings and a count, per rule and in
+// all, so the halt's findings fit in a checkpoint.
+func TestFindingsAreCapped(t *testing.T) {
+	t.Parallel()
+	c := validCapsule()
+	c.Spec.AcceptanceCriteria = make([]string, 10_000) // every one blank: Rule 13
+	for i := range 5000 {
+		c.ContextRefs = append(c.ContextRefs, fmt.Sprintf("file:../x%d", i)) // Rules 7 and 10
+	}
+	res := Evaluate(t.Context(), input(t, c, Config{}, newFacts()))
+	require.Equal(t, []int{7, 10, 13}, res.Violated)
+	per := map[int][]capsule.Finding{}
+	for _, f := range res.Findings {
+		per[f.Rule] = append(per[f.Rule], f)
+	}
+	require.Len(t, per[13], MaxFindingsPerRule)
+	require.Equal(t, capsule.Finding{Rule: 13, Title: "Testable acceptance", Message: "… and 9,991 more findings"}, per[13][MaxFindingsPerRule-1])
+	require.Equal(t, "spec.acceptance_criteria[0]", per[13][0].Field, "the first ones are kept, in order")
+	require.Equal(t, "spec.acceptance_criteria[8]", per[13][8].Field)
+	require.Len(t, per[7], MaxFindingsPerRule)
+	require.Equal(t, "… and 4,991 more findings", per[7][MaxFindingsPerRule-1].Message)
+	require.LessOrEqual(t, len(res.Findings), capsule.MaxFindings)
+
+	// Rule.Run caps the same way.
+	fs, err := Constitution[slices.IndexFunc(Constitution, func(r Rule) bool { return r.Number == 13 })].Run(t.Context(), input(t, c, Config{}, nil))
+	require.NoError(t, err)
+	require.Equal(t, per[13], fs)
 }

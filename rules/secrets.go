@@ -27,8 +27,21 @@ var secretPatterns = []secretPattern{
 		regexp.MustCompile(`(?:AKIA|ASIA)[0-9A-Z]{16}`)},
 	{"bearer_token", "a bearer token",
 		regexp.MustCompile(`(?i)\bbearer[ \t]+[A-Za-z0-9._~+/=-]{20,}`)},
-	{"credential_assignment", "a password=/secret=/token=/api_key= assignment",
-		regexp.MustCompile(`(?i)(?:password|passwd|secret|api[_-]?key|token)[ \t]*=[ \t]*[^\s&"',;]`)},
+	// The AWS secret key forms of credentials files, environments and YAML,
+	// which also use ':' ("aws_secret_access_key: wJalr…").
+	{"aws_secret_access_key", "an AWS secret access key",
+		regexp.MustCompile(`(?i)aws[_-]?secret(?:[_-]?access)?[_-]?key["']?[ \t]*[:=][ \t]*["']?[A-Za-z0-9/+]{16}`)},
+	// A name ending in a credential word, then '=' and a value, with optional
+	// quotes ("AWS_SECRET_ACCESS_KEY=…", `secret_key = "…"`, "token=…"). The
+	// word must end the name, so "password_policy=strict" is no finding; a
+	// placeholder value ("<your key>", "${TOKEN}") is none either.
+	{"credential_assignment", "a password=/secret=/token=/api_key=/secret_key= assignment",
+		regexp.MustCompile(`(?i)(?:password|passwd|secret|api[_-]?key|token|access[_-]?key|secret[_-]?key|private[_-]?key)["']?[ \t]*=[ \t]*["']?[^\s&"',;<$]`)},
+	// A URL whose user info carries a password: "postgres://user:pass@host",
+	// mysql, mongodb+srv, redis ("redis://:pass@host"), amqp, https… A
+	// placeholder password ("${DB_PASSWORD}", "<password>") is no finding.
+	{"url_password", "a password in a URL",
+		regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]*://[^\s/:@]*:[^\s/@${<][^\s/@]*@`)},
 	{"github_token", "a GitHub token",
 		regexp.MustCompile(`gh[pousr]_[A-Za-z0-9]{36}`)},
 	{"slack_token", "a Slack token",
@@ -41,7 +54,7 @@ const credentialMember = "credential_member"
 
 // credentialNames are member-name endings (lower case, '_' and '-' removed)
 // whose non-blank string values count as credentials.
-var credentialNames = []string{"password", "passwd", "secret", "apikey", "token"}
+var credentialNames = []string{"password", "passwd", "secret", "apikey", "token", "accesskey", "secretkey", "privatekey"}
 
 func secretPatternNames() []string {
 	names := make([]string, 0, len(secretPatterns)+1)
@@ -67,15 +80,23 @@ func secretKind(s string) string {
 // maySecret is a cheap filter before the patterns: every pattern needs one
 // of these substrings, and almost no capsule string holds any of them.
 func maySecret(s string) bool {
-	for _, sub := range []string{"-----BEGIN", "AKIA", "ASIA", "=", "gh", "xox"} {
+	for _, sub := range []string{"-----BEGIN", "AKIA", "ASIA", "=", "gh", "xox", "://"} {
 		if strings.Contains(s, sub) {
 			return true
 		}
 	}
-	// "bearer", any case, without allocating a lowered copy.
+	// "bearer" and "secret" (aws_secret_access_key: …), any case, without
+	// allocating a lowered copy.
 	for i := 0; i+6 <= len(s); i++ {
-		if (s[i]|0x20) == 'b' && strings.EqualFold(s[i:i+6], "bearer") {
-			return true
+		switch s[i] | 0x20 {
+		case 'b':
+			if strings.EqualFold(s[i:i+6], "bearer") {
+				return true
+			}
+		case 's':
+			if strings.EqualFold(s[i:i+6], "secret") {
+				return true
+			}
 		}
 	}
 	return false

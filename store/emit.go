@@ -211,5 +211,6 @@ func DecodeCapsule(raw []byte) (*capsule.Capsule, error) {
 	if err := json.Unmarshal(raw, c); err != nil {
 		return nil, err
 	}
+	c.Canonicalize() // as RECEPTION did: ids compare in one form
 	return c, nil
 }

@@ -72,7 +72,7 @@ func Check(raw []byte, cfg rules.Config, now time.Time) CheckReport {
 }
 
 func newCheck(g *globals) *cobra.Command {
-	var kinds []string
+	var kinds, reviewers []string
 	cmd := &cobra.Command{
 		Use:   "check FILE|-",
 		Short: "Dry-run a capsule locally (no NATS): schema, integrity, deadline, budget, spec, absolute rules",
@@ -89,7 +89,7 @@ Exit 0 only if clean, 1 with findings, 2 if the file cannot be read.`,
 			if err != nil {
 				return err
 			}
-			cfg := rules.Config{ExecutorKinds: kinds}
+			cfg := rules.Config{ExecutorKinds: kinds, ReviewerIDs: reviewers}
 			rep := Check(b, cfg, time.Now())
 			out := cmd.OutOrStdout()
 			if g.json() {
@@ -114,5 +114,6 @@ Exit 0 only if clean, 1 with findings, 2 if the file cannot be read.`,
 		},
 	}
 	cmd.Flags().StringSliceVar(&kinds, "executor-kinds", []string{executors.StubKind}, "task kinds sagad has executors for (Rule 22)")
+	cmd.Flags().StringSliceVar(&reviewers, "reviewer-ids", []string{executors.StubReviewerID}, "reviewer ids sagad has reviewers for (Rule 22)")
 	return cmd
 }

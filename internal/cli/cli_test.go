@@ -159,6 +159,7 @@ func TestCheck(t *testing.T) {
 			raw: func(t *testing.T) []byte {
 				return capsuletest.New().Set("review.reviewer_agent_id", "agent-coder-1").Set("review.max_cycles", 4).Sealed(t)
 			},
+			flags:    []string{"--reviewer-ids", "stub-reviewer,agent-coder-1"},
 			wantCode: 1, wantHalt: "absolute_rules_violated:[20, 21]", wantRules: []int{20, 21},
 			wantNotEvaluated: liveNotEvaluated,
 		},
@@ -167,6 +168,7 @@ func TestCheck(t *testing.T) {
 			raw: func(t *testing.T) []byte {
 				return capsuletest.New().Set("budget.tokens", 0).Set("review.reviewer_agent_id", "agent-coder-1").Sealed(t)
 			},
+			flags:    []string{"--reviewer-ids", "agent-coder-1"},
 			wantCode: 1, wantHalt: "budget_tokens_non_positive", wantRules: []int{0, 20},
 			wantNotEvaluated: liveNotEvaluated,
 		},
@@ -201,6 +203,22 @@ func TestCheck(t *testing.T) {
 			name:  "executor kinds flag",
 			raw:   func(t *testing.T) []byte { return capsuletest.New().Set("task.kind", "poetry").Sealed(t) },
 			flags: []string{"--executor-kinds", "stub,poetry"}, wantCode: 0, wantRules: []int{},
+			wantNotEvaluated: liveNotEvaluated,
+		},
+		{
+			name: "unknown reviewer",
+			raw: func(t *testing.T) []byte {
+				return capsuletest.New().Set("review.reviewer_agent_id", "agent-review-9").Sealed(t)
+			},
+			wantCode: 1, wantHalt: "absolute_rules_violated:[22]", wantRules: []int{22},
+			wantNotEvaluated: liveNotEvaluated,
+		},
+		{
+			name: "reviewer ids flag",
+			raw: func(t *testing.T) []byte {
+				return capsuletest.New().Set("review.reviewer_agent_id", "agent-review-9").Sealed(t)
+			},
+			flags: []string{"--reviewer-ids", "agent-review-9"}, wantCode: 0, wantRules: []int{},
 			wantNotEvaluated: liveNotEvaluated,
 		},
 		{

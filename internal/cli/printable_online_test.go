@@ -66,7 +66,12 @@ func TestReadCommandsEscapeControlCharacters(t *testing.T) {
 		st, err := f.client.Status(ctx, held.ID())
 		return err == nil && st.Phase == int(capsule.Execution)
 	}, "capsule never reached EXECUTION")
+	// sagad's admin service refuses an operator name with control
+	// characters; a reason may carry anything and is escaped on output.
 	r = f.run("pause", held.ID(), "--reason", evil, "--by", evil)
+	require.Equal(t, cli.ExitUsage, r.code, r.errOut)
+	require.NotContains(t, r.errOut, "\x1b[2J")
+	r = f.run("pause", held.ID(), "--reason", evil, "--by", "mallory")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
 	require.NotContains(t, r.out, "\x1b")
 	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {

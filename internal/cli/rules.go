@@ -96,9 +96,9 @@ func formatValue(v any) string {
 }
 
 func newRules(g *globals) *cobra.Command {
-	var kinds []string
+	var kinds, reviewers []string
 	cmd := &cobra.Command{
-		Use:   "rules [--executor-kinds K,…]",
+		Use:   "rules [--executor-kinds K,…] [--reviewer-ids R,…]",
 		Short: "Print the constitution in force: number, title, kind, where enforced, parameters, version",
 		Long: `Print every rule of the constitution with its number, title, kind
 (structural or absolute), where a structural rule is enforced, and its
@@ -106,15 +106,16 @@ parameters, headed by the constitution's version; -o json prints
 {"version": …, "rules": [{number, title, kind, enforced_at, params}, …]}.
 
 Works offline (no NATS): parameters are sagad's defaults, with the task kinds
-of --executor-kinds for Rule 22.
+of --executor-kinds and the reviewer ids of --reviewer-ids for Rule 22.
 
 Exit codes: 0 printed, 2 usage.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := &rulesCmd{cfg: rules.Config{ExecutorKinds: kinds}, json: g.json()}
+			c := &rulesCmd{cfg: rules.Config{ExecutorKinds: kinds, ReviewerIDs: reviewers}, json: g.json()}
 			return c.Run(cmd.OutOrStdout())
 		},
 	}
 	cmd.Flags().StringSliceVar(&kinds, "executor-kinds", []string{executors.StubKind}, "task kinds sagad has executors for (Rule 22)")
+	cmd.Flags().StringSliceVar(&reviewers, "reviewer-ids", []string{executors.StubReviewerID}, "reviewer ids sagad has reviewers for (Rule 22)")
 	return cmd
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/capsuletest"
@@ -40,7 +41,7 @@ func (w obsLog) Write(b []byte) (int, error) {
 func obsSetup(t *testing.T) *obsFixture {
 	t.Helper()
 	s := natstest.RunServer(t)
-	_, js := natstest.Connect(t, s)
+	nc, js := natstest.Connect(t, s)
 	ctx := context.Background()
 	p, err := pipeline.New(ctx, js, pipeline.Config{
 		Logger:     slog.New(slog.NewTextHandler(obsLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -57,6 +58,10 @@ func obsSetup(t *testing.T) *obsFixture {
 		defer cancel()
 		p.Stop(ctx)
 	})
+	// Admin commands need a sagad to answer them.
+	svc, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, svc.Stop(context.Background())) })
 	client, err := client.NewClient(ctx, js)
 	require.NoError(t, err)
 	return &obsFixture{url: s.ClientURL(), js: js, client: client}
