@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -37,13 +36,9 @@ func operator(by string) string {
 
 // admin connects and binds an Admin.
 func (g *globals) admin(ctx context.Context) (*pipeline.Admin, func(), error) {
-	opts := []nats.Option{nats.Name("sagactl"), nats.Timeout(5 * time.Second)}
-	if g.creds != "" {
-		opts = append(opts, nats.UserCredentials(g.creds))
-	}
-	nc, err := nats.Connect(g.natsURL, opts...)
+	nc, err := g.dialNATS()
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (is sagad running? set --nats-url or SAGA_NATS_URL)", g.natsURL, err)
+		return nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

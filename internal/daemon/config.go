@@ -12,15 +12,17 @@ import (
 	"time"
 
 	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/internal/natsconn"
 )
 
-// Config is everything sagad can be told. Precedence: flags, then SAGAD_*
-// environment variables, then the config file, then defaults.
+// Config is everything sagad can be told. Precedence: flags, then
+// environment variables (SAGAD_*, and SAGA_* for the connection settings
+// sagactl shares), then the config file, then defaults.
 type Config struct {
-	// NATSURL joins an external NATS system; empty starts the embedded server.
-	NATSURL string `json:"nats_url"`
-	// NATSCreds is a credentials file for NATSURL.
-	NATSCreds string `json:"nats_creds"`
+	// Options connect to an external NATS system (the nats_* and tls_* keys
+	// of the config file; see package natsconn). An empty URL starts the
+	// embedded server instead.
+	natsconn.Options
 	// NATSListen is the embedded server's client address. Defaults to 127.0.0.1:4222.
 	NATSListen string `json:"nats_listen"`
 	// DataDir holds the embedded server's JetStream files. Defaults to ./data.
@@ -131,11 +133,13 @@ func (c *Config) validate() error {
 	if c.Workers < 0 || c.Replicas < 0 {
 		errs = append(errs, errors.New("workers and replicas must not be negative"))
 	}
+	errs = append(errs, c.Options.Validate())
 	errs = append(errs, c.executorsConfig().Validate())
 	return errors.Join(errs...)
 }
 
-// parseConfig reads flags, SAGAD_* env vars and the optional config file.
+// parseConfig reads flags, SAGAD_* and SAGA_* env vars and the optional
+// config file.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("sagad", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -143,8 +147,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	var flags Config
 	var shutdown time.Duration
 	fs.StringVar(&file, "config", "", "JSON config file (env SAGAD_CONFIG)")
-	fs.StringVar(&flags.NATSURL, "nats-url", "", "external NATS URL; empty starts the embedded server (env SAGAD_NATS_URL)")
-	fs.StringVar(&flags.NATSCreds, "nats-creds", "", "NATS credentials file (env SAGAD_NATS_CREDS)")
+	flags.Options.Bind(fs, "external NATS URL; empty starts the embedded server (or SAGAD_NATS_URL)")
 	fs.StringVar(&flags.NATSListen, "nats-listen", "", "embedded server client address (default 127.0.0.1:4222; env SAGAD_NATS_LISTEN)")
 	fs.StringVar(&flags.DataDir, "data-dir", "", "embedded server data directory (default ./data; env SAGAD_DATA_DIR)")
 	fs.StringVar(&flags.Workspace, "workspace", "", "root of file: refs (default .; env SAGAD_WORKSPACE)")
@@ -194,8 +197,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			*dst = v
 		}
 	}
-	envStr(&cfg.NATSURL, "SAGAD_NATS_URL")
-	envStr(&cfg.NATSCreds, "SAGAD_NATS_CREDS")
+	// The connection settings sagactl shares (SAGA_*), then sagad's own
+	// older names for two of them, which win as the more specific.
+	cfg.Options = cfg.Options.Merge(natsconn.FromEnv(getenv))
+	envStr(&cfg.URL, "SAGAD_NATS_URL")
+	envStr(&cfg.Creds, "SAGAD_NATS_CREDS")
 	envStr(&cfg.NATSListen, "SAGAD_NATS_LISTEN")
 	envStr(&cfg.DataDir, "SAGAD_DATA_DIR")
 	envStr(&cfg.Workspace, "SAGAD_WORKSPACE")
@@ -252,12 +258,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		return Config{}, errors.Join(errs...)
 	}
 	// Flags over everything.
+	cfg.Options = cfg.Options.Merge(flags.Options)
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
 		case "nats-url":
-			cfg.NATSURL = flags.NATSURL
-		case "nats-creds":
-			cfg.NATSCreds = flags.NATSCreds
+			// --nats-url "" chooses the embedded server over any URL.
+			cfg.URL = flags.URL
 		case "nats-listen":
 			cfg.NATSListen = flags.NATSListen
 		case "data-dir":

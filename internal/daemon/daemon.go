@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
 )
@@ -55,9 +56,9 @@ type Ready func(natsURL string)
 // Run runs sagad until ctx is cancelled, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error {
 	log := newLogger(cfg, logOut)
-	url := cfg.NATSURL
+	conn := cfg.Options
 	var ns *server.Server
-	if url == "" {
+	if conn.URL == "" {
 		var err error
 		ns, err = startEmbedded(cfg)
 		if err != nil {
@@ -67,18 +68,22 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 			ns.Shutdown()
 			ns.WaitForShutdown()
 		}()
-		url = ns.ClientURL()
-		log.Info("embedded nats-server started", "url", url, "data_dir", cfg.DataDir, "sync_always", cfg.SyncAlways)
+		conn = natsconn.Options{URL: ns.ClientURL()}
+		log.Info("embedded nats-server started", "url", ns.ClientURL(), "data_dir", cfg.DataDir, "sync_always", cfg.SyncAlways)
 	}
-	opts := []nats.Option{nats.Name("sagad"), nats.MaxReconnects(-1)}
-	if cfg.NATSCreds != "" {
-		opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
-	}
-	nc, err := nats.Connect(url, opts...)
+	nc, err := conn.Connect(nats.Name("sagad"), nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			log.Warn("nats disconnected", "url", natsconn.Redact(nc.ConnectedUrl()), "error", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "url", natsconn.Redact(nc.ConnectedUrl()))
+		}),
+	)
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", url, err)
+		return err
 	}
 	defer nc.Close()
+	log.Info("nats connected", "url", natsconn.Redact(nc.ConnectedUrl()))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -126,7 +131,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		log.Info("http listening", "addr", ln.Addr().String())
 	}
 	if onReady != nil {
-		onReady(url)
+		onReady(conn.URL)
 	}
 	<-ctx.Done()
 

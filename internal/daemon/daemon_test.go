@@ -79,7 +79,7 @@ func TestParseConfigPrecedence(t *testing.T) {
 		c.ShutdownTimeout = Duration(5 * time.Second)
 		c.SyncAlways = true
 		c.HTTPListen = "127.0.0.1:9100"
-		c.NATSURL = "nats://file:4222"
+		c.URL = "nats://file:4222"
 	}
 	envOverFile := map[string]string{
 		"SAGAD_WORKERS":          "5",
@@ -131,7 +131,7 @@ func TestParseConfigPrecedence(t *testing.T) {
 			name: "env alone",
 			env:  map[string]string{"SAGAD_NATS_URL": "nats://env:4222", "SAGAD_WORKSPACE": "/ws", "SAGAD_LOG_FORMAT": "json", "SAGAD_REPLICAS": "3"},
 			want: func(c *Config) {
-				c.NATSURL = "nats://env:4222"
+				c.URL = "nats://env:4222"
 				c.Workspace = "/ws"
 				c.LogFormat = "json"
 				c.Replicas = 3
@@ -147,10 +147,38 @@ func TestParseConfigPrecedence(t *testing.T) {
 			args: []string{"--nats-listen", "0.0.0.0:4333", "--nats-url", "nats://flag:4222", "--nats-creds", "/c.creds", "--replicas", "3"},
 			want: func(c *Config) {
 				c.NATSListen = "0.0.0.0:4333"
-				c.NATSURL = "nats://flag:4222"
-				c.NATSCreds = "/c.creds"
+				c.URL = "nats://flag:4222"
+				c.Creds = "/c.creds"
 				c.Replicas = 3
 			},
+		},
+		{
+			name: "shared connection settings from SAGA_*",
+			env: map[string]string{
+				"SAGA_NATS_URL": "nats://shared:4222", "SAGA_NATS_USER": "u", "SAGA_NATS_PASSWORD": "pw",
+				"SAGA_TLS_CA": "/ca.pem", "SAGA_TLS_CERT": "/c.pem", "SAGA_TLS_KEY": "/k.pem",
+			},
+			want: func(c *Config) {
+				c.URL, c.User, c.Password = "nats://shared:4222", "u", "pw"
+				c.TLSCA, c.TLSCert, c.TLSKey = "/ca.pem", "/c.pem", "/k.pem"
+			},
+		},
+		{
+			name: "SAGAD_ names win over SAGA_ ones, flags over both",
+			env: map[string]string{
+				"SAGA_NATS_URL": "nats://shared:4222", "SAGAD_NATS_URL": "nats://old:4222",
+				"SAGA_NATS_CREDS": "/shared.creds", "SAGAD_NATS_CREDS": "/old.creds", "SAGA_TLS_CA": "/env.pem",
+			},
+			args: []string{"--nats-creds", "/flag.creds", "--tls-ca", "/flag.pem"},
+			want: func(c *Config) { c.URL, c.Creds, c.TLSCA = "nats://old:4222", "/flag.creds", "/flag.pem" },
+		},
+		{
+			name: "connection settings by file", file: `{"nats_user":"u","nats_password_file":"/pw","tls_ca":"/ca.pem"}`,
+			want: func(c *Config) { c.User, c.PasswordFile, c.TLSCA = "u", "/pw", "/ca.pem" },
+		},
+		{
+			name: "--nats-url empty chooses the embedded server", env: map[string]string{"SAGA_NATS_URL": "nats://shared:4222"},
+			args: []string{"--nats-url", ""}, want: func(*Config) {},
 		},
 		{name: "http off by flag", args: []string{"--http-listen", "off"}, want: func(c *Config) { c.HTTPListen = "" }},
 		{name: "http off by env", env: map[string]string{"SAGAD_HTTP_LISTEN": "off"}, want: func(c *Config) { c.HTTPListen = "" }},
@@ -215,6 +243,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "bad log format by env", env: map[string]string{"SAGAD_LOG_FORMAT": "logfmt"}, wantErr: `log format "logfmt": want text or json`},
 		{name: "bad log format by file", file: `{"log_format": "yaml"}`, wantErr: `log format "yaml": want text or json`},
 		{name: "bad log level", args: []string{"--log-level", "verbose"}, wantErr: `log level "verbose": want debug, info, warn or error`},
+		{name: "no password in a config file", file: `{"nats_password": "x"}`, wantErr: `json: unknown field "nats_password"`},
+		{name: "two ways to authenticate", env: map[string]string{"SAGA_NATS_TOKEN": "t"}, args: []string{"--nats-creds", "/c"}, wantErr: "choose one way to authenticate"},
 		{name: "negative workers", args: []string{"--workers", "-1"}, wantErr: "workers and replicas must not be negative"},
 		{name: "bad SAGAD_WORKERS", env: map[string]string{"SAGAD_WORKERS": "many"}, wantErr: `SAGAD_WORKERS: strconv.Atoi: parsing "many"`},
 		{name: "bad SAGAD_SHUTDOWN_TIMEOUT", env: map[string]string{"SAGAD_SHUTDOWN_TIMEOUT": "soon"}, wantErr: "SAGAD_SHUTDOWN_TIMEOUT: "},
