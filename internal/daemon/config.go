@@ -6,10 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/natsconn"
@@ -25,6 +28,18 @@ type Config struct {
 	natsconn.Options
 	// NATSListen is the embedded server's client address. Defaults to 127.0.0.1:4222.
 	NATSListen string `json:"nats_listen"`
+	// ServerTLSCert and ServerTLSKey are the embedded server's certificate
+	// and key (PEM): with them it accepts only TLS clients. Needed to listen
+	// off loopback without Insecure.
+	ServerTLSCert string `json:"server_tls_cert"`
+	ServerTLSKey  string `json:"server_tls_key"`
+	// ServerTLSCA, if set, makes the embedded server require client
+	// certificates signed by these CAs (mutual TLS).
+	ServerTLSCA string `json:"server_tls_ca"`
+	// Insecure allows the embedded server to listen off loopback without
+	// TLS, and the HTTP listener to listen off loopback at all (it has no
+	// TLS); sagad logs a warning. Defaults to false.
+	Insecure bool `json:"insecure"`
 	// DataDir holds the embedded server's JetStream files. Defaults to ./data.
 	DataDir string `json:"data_dir"`
 	// Workspace is the root of file: refs. Defaults to the current directory.
@@ -42,9 +57,11 @@ type Config struct {
 	Replicas int `json:"replicas"`
 	// ShutdownTimeout bounds graceful shutdown. Defaults to 30s.
 	ShutdownTimeout Duration `json:"shutdown_timeout"`
-	// SyncAlways makes the embedded server fsync every write before acking
-	// (≈10× slower; see README "Durability"). Defaults to false.
-	SyncAlways bool `json:"sync_always"`
+	// Sync is the embedded server's fsync policy: "always" (every write,
+	// before its ack; ≈10× slower), a duration (an acknowledged write is on
+	// disk within it) or "default" (nats-server's 2 minutes). See README
+	// "Durability". Defaults to 1s ([DefaultSync]).
+	Sync string `json:"sync"`
 	// LockWait is how long EXECUTION retries a lock held by another capsule
 	// before parking with lock_contention; negative halts at once with
 	// lock_acquisition_failed. Defaults to 60s.
@@ -118,6 +135,9 @@ func (c *Config) withDefaults() {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = Duration(30 * time.Second)
 	}
+	if c.Sync == "" {
+		c.Sync = DefaultSync
+	}
 }
 
 func (c *Config) validate() error {
@@ -133,7 +153,11 @@ func (c *Config) validate() error {
 	if c.Workers < 0 || c.Replicas < 0 {
 		errs = append(errs, errors.New("workers and replicas must not be negative"))
 	}
-	errs = append(errs, c.Options.Validate())
+	errs = append(errs, c.Options.Validate(), c.checkExposure())
+	if (c.ServerTLSCert == "") != (c.ServerTLSKey == "") || (c.ServerTLSCA != "" && c.ServerTLSCert == "") {
+		errs = append(errs, errors.New("server TLS: a certificate needs its key (and a CA needs a certificate)"))
+	}
+	errs = append(errs, ApplySync(&server.Options{}, c.Sync))
 	errs = append(errs, c.executorsConfig().Validate())
 	return errors.Join(errs...)
 }
@@ -157,7 +181,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.IntVar(&flags.Workers, "workers", 0, "capsules worked on at once per phase (default 32; env SAGAD_WORKERS)")
 	fs.IntVar(&flags.Replicas, "replicas", 0, "stream and bucket replicas (default 1; env SAGAD_REPLICAS)")
 	fs.DurationVar(&shutdown, "shutdown-timeout", 0, "graceful shutdown bound (default 30s; env SAGAD_SHUTDOWN_TIMEOUT)")
-	fs.BoolVar(&flags.SyncAlways, "sync-always", false, "embedded server fsyncs before every ack (env SAGAD_SYNC_ALWAYS)")
+	fs.StringVar(&flags.Sync, "sync", "", "embedded server's fsync: always (before every ack), 1s (default: acknowledged writes on disk within 1s), default (the server's 2m) or another duration (env SAGAD_SYNC)")
+	fs.StringVar(&flags.ServerTLSCert, "server-tls-cert", "", "embedded server's TLS certificate (PEM); with it, clients must use TLS (env SAGAD_SERVER_TLS_CERT)")
+	fs.StringVar(&flags.ServerTLSKey, "server-tls-key", "", "embedded server's TLS key (PEM) (env SAGAD_SERVER_TLS_KEY)")
+	fs.StringVar(&flags.ServerTLSCA, "server-tls-ca", "", "embedded server requires client certificates signed by these CAs (env SAGAD_SERVER_TLS_CA)")
+	fs.BoolVar(&flags.Insecure, "insecure", false, "allow listening off loopback without TLS (embedded NATS, HTTP); logs a warning (env SAGAD_INSECURE)")
+	var syncAlways bool
+	fs.BoolVar(&syncAlways, "sync-always", false, "alias of --sync always (env SAGAD_SYNC_ALWAYS)")
 	var lockWait, deadlineWarning, externalTimeout, retention time.Duration
 	fs.DurationVar(&lockWait, "lock-wait", 0, "retry contended locks this long, then park with lock_contention; negative halts at once (default 60s; env SAGAD_LOCK_WAIT)")
 	fs.Float64Var(&flags.BudgetWarning, "budget-warning", 0, "pause with budget_warning past this fraction of a cap; negative disables (default 0.75; env SAGAD_BUDGET_WARNING)")
@@ -176,7 +206,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	if file == "" {
 		file = getenv("SAGAD_CONFIG")
 	}
-	var cfg Config
+	var fileCfg struct {
+		Config
+		// SyncAlways is the older spelling of "sync": "always".
+		SyncAlways bool `json:"sync_always"`
+	}
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
@@ -184,12 +218,16 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		}
 		dec := json.NewDecoder(strings.NewReader(string(b)))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&cfg); err != nil {
+		if err := dec.Decode(&fileCfg); err != nil {
 			return Config{}, fmt.Errorf("config file %s: %w", file, err)
 		}
 		if err := dec.Decode(&struct{}{}); err != io.EOF {
 			return Config{}, fmt.Errorf("config file %s: data after the JSON object", file)
 		}
+	}
+	cfg := fileCfg.Config
+	if fileCfg.SyncAlways && cfg.Sync == "" {
+		cfg.Sync = SyncAlways
 	}
 	// Environment over file.
 	envStr := func(dst *string, name string) {
@@ -203,6 +241,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	envStr(&cfg.URL, "SAGAD_NATS_URL")
 	envStr(&cfg.Creds, "SAGAD_NATS_CREDS")
 	envStr(&cfg.NATSListen, "SAGAD_NATS_LISTEN")
+	envStr(&cfg.ServerTLSCert, "SAGAD_SERVER_TLS_CERT")
+	envStr(&cfg.ServerTLSKey, "SAGAD_SERVER_TLS_KEY")
+	envStr(&cfg.ServerTLSCA, "SAGAD_SERVER_TLS_CA")
 	envStr(&cfg.DataDir, "SAGAD_DATA_DIR")
 	envStr(&cfg.Workspace, "SAGAD_WORKSPACE")
 	envStr(&cfg.HTTPListen, "SAGAD_HTTP_LISTEN")
@@ -252,7 +293,15 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		if err != nil {
 			errs = append(errs, fmt.Errorf("SAGAD_SYNC_ALWAYS: %w", err))
 		}
-		cfg.SyncAlways = b
+		cfg.Sync = syncAlias(cfg.Sync, b)
+	}
+	envStr(&cfg.Sync, "SAGAD_SYNC")
+	if v := getenv("SAGAD_INSECURE"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("SAGAD_INSECURE: %w", err))
+		}
+		cfg.Insecure = b
 	}
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
@@ -266,6 +315,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.URL = flags.URL
 		case "nats-listen":
 			cfg.NATSListen = flags.NATSListen
+		case "server-tls-cert":
+			cfg.ServerTLSCert = flags.ServerTLSCert
+		case "server-tls-key":
+			cfg.ServerTLSKey = flags.ServerTLSKey
+		case "server-tls-ca":
+			cfg.ServerTLSCA = flags.ServerTLSCA
+		case "insecure":
+			cfg.Insecure = flags.Insecure
 		case "data-dir":
 			cfg.DataDir = flags.DataDir
 		case "workspace":
@@ -282,8 +339,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.Replicas = flags.Replicas
 		case "shutdown-timeout":
 			cfg.ShutdownTimeout = flags.ShutdownTimeout
+		case "sync":
+			cfg.Sync = flags.Sync
 		case "sync-always":
-			cfg.SyncAlways = flags.SyncAlways
+			cfg.Sync = syncAlias(cfg.Sync, syncAlways)
 		case "lock-wait":
 			cfg.LockWait = flags.LockWait
 		case "budget-warning":
@@ -304,4 +363,64 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	}
 	cfg.withDefaults()
 	return cfg, cfg.validate()
+}
+
+// syncAlias is the sync policy after the alias sync_always = on: true means
+// always; false undoes an always from a lower layer (back to the default)
+// and leaves any other policy alone.
+func syncAlias(policy string, on bool) string {
+	switch {
+	case on:
+		return SyncAlways
+	case policy == SyncAlways:
+		return ""
+	}
+	return policy
+}
+
+// ErrInsecureListen: a listener off loopback without TLS, refused unless
+// Config.Insecure. Credentials and capsules would cross the network in
+// plain text.
+var ErrInsecureListen = errors.New("listening off loopback without TLS")
+
+// checkExposure refuses plain-text listeners off loopback unless Insecure.
+func (c *Config) checkExposure() error {
+	if c.Insecure {
+		return nil
+	}
+	var errs []error
+	if c.URL == "" && c.ServerTLSCert == "" && !loopback(c.NATSListen) {
+		errs = append(errs, fmt.Errorf("%w: nats-listen %s: give the embedded server a certificate (--server-tls-cert, --server-tls-key) or accept plain text with --insecure", ErrInsecureListen, c.NATSListen))
+	}
+	if c.HTTPListen != "" && !loopback(c.HTTPListen) {
+		errs = append(errs, fmt.Errorf("%w: http-listen %s: the HTTP listener has no TLS; keep it on loopback behind a proxy, or accept plain text with --insecure", ErrInsecureListen, c.HTTPListen))
+	}
+	return errors.Join(errs...)
+}
+
+// exposed lists the plain-text listeners off loopback (allowed by Insecure).
+func (c *Config) exposed() []string {
+	var l []string
+	if c.URL == "" && c.ServerTLSCert == "" && !loopback(c.NATSListen) {
+		l = append(l, "nats "+c.NATSListen)
+	}
+	if c.HTTPListen != "" && !loopback(c.HTTPListen) {
+		l = append(l, "http "+c.HTTPListen)
+	}
+	return l
+}
+
+// loopback reports whether a listen address (host:port) stays on this
+// machine: localhost or a loopback IP. An empty host or 0.0.0.0 listens
+// everywhere; a malformed address is left for the listener to refuse.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return true
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

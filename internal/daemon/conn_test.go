@@ -38,13 +38,17 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
-// runExternal runs sagad against an external server with conn and returns
+// runExternal runs sagad against an external server with conn (or the
+// embedded one if conn has no URL) and returns
 // what it logged and Run's error; a sagad that connects is stopped once
 // ready.
-func runExternal(t *testing.T, conn natsconn.Options) (string, error) {
+func runExternal(t *testing.T, conn natsconn.Options, configure ...func(*Config)) (string, error) {
 	t.Helper()
 	cfg := testConfig(t, t.TempDir())
 	cfg.Options = conn
+	for _, f := range configure {
+		f(&cfg)
+	}
 	cfg.LogLevel = "debug"
 	logs := &logBuffer{t: t}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -45,6 +45,7 @@ func defaults() Config {
 		LogFormat:       "text",
 		LogLevel:        "info",
 		ShutdownTimeout: Duration(30 * time.Second),
+		Sync:            "1s",
 	}
 }
 
@@ -77,7 +78,7 @@ func TestParseConfigPrecedence(t *testing.T) {
 		c.LogLevel = "debug"
 		c.DataDir = "/srv/file"
 		c.ShutdownTimeout = Duration(5 * time.Second)
-		c.SyncAlways = true
+		c.Sync = "always"
 		c.HTTPListen = "127.0.0.1:9100"
 		c.URL = "nats://file:4222"
 	}
@@ -106,7 +107,7 @@ func TestParseConfigPrecedence(t *testing.T) {
 				c.LogLevel = "warn"
 				c.DataDir = "/srv/env"
 				c.ShutdownTimeout = Duration(7 * time.Second)
-				c.SyncAlways = false
+				c.Sync = "1s"
 			},
 		},
 		{
@@ -118,7 +119,7 @@ func TestParseConfigPrecedence(t *testing.T) {
 				c.LogLevel = "error"
 				c.DataDir = "/srv/flag"
 				c.ShutdownTimeout = Duration(9 * time.Second)
-				c.SyncAlways = true
+				c.Sync = "always"
 			},
 		},
 		{
@@ -180,6 +181,11 @@ func TestParseConfigPrecedence(t *testing.T) {
 			name: "--nats-url empty chooses the embedded server", env: map[string]string{"SAGA_NATS_URL": "nats://shared:4222"},
 			args: []string{"--nats-url", ""}, want: func(*Config) {},
 		},
+		{name: "sync by flag", args: []string{"--sync", "default"}, want: func(c *Config) { c.Sync = "default" }},
+		{name: "sync by env over file", file: `{"sync":"100ms"}`, env: map[string]string{"SAGAD_SYNC": "always"}, want: func(c *Config) { c.Sync = "always" }},
+		{name: "sync by file", file: `{"sync":"100ms"}`, want: func(c *Config) { c.Sync = "100ms" }},
+		{name: "sync flag over the older sync_always", file: `{"sync_always":true}`, args: []string{"--sync", "1s"}, want: func(*Config) {}},
+		{name: "sync_always false keeps another policy", env: map[string]string{"SAGAD_SYNC": "default"}, args: []string{"--sync-always=false"}, want: func(c *Config) { c.Sync = "default" }},
 		{name: "http off by flag", args: []string{"--http-listen", "off"}, want: func(c *Config) { c.HTTPListen = "" }},
 		{name: "http off by env", env: map[string]string{"SAGAD_HTTP_LISTEN": "off"}, want: func(c *Config) { c.HTTPListen = "" }},
 		{name: "http off by file", file: `{"http_listen":"off"}`, want: func(c *Config) { c.HTTPListen = "" }},
@@ -243,6 +249,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "bad log format by env", env: map[string]string{"SAGAD_LOG_FORMAT": "logfmt"}, wantErr: `log format "logfmt": want text or json`},
 		{name: "bad log format by file", file: `{"log_format": "yaml"}`, wantErr: `log format "yaml": want text or json`},
 		{name: "bad log level", args: []string{"--log-level", "verbose"}, wantErr: `log level "verbose": want debug, info, warn or error`},
+		{name: "bad sync", args: []string{"--sync", "sometimes"}, wantErr: `sync "sometimes": want always, default or a positive duration`},
 		{name: "no password in a config file", file: `{"nats_password": "x"}`, wantErr: `json: unknown field "nats_password"`},
 		{name: "two ways to authenticate", env: map[string]string{"SAGA_NATS_TOKEN": "t"}, args: []string{"--nats-creds", "/c"}, wantErr: "choose one way to authenticate"},
 		{name: "negative workers", args: []string{"--workers", "-1"}, wantErr: "workers and replicas must not be negative"},
@@ -304,7 +311,7 @@ func TestParseConfigHelp(t *testing.T) {
 	var stderr bytes.Buffer
 	_, err := parseConfig([]string{"-h"}, envOf(nil), &stderr)
 	require.ErrorIs(t, err, flag.ErrHelp)
-	for _, f := range []string{"-config", "-nats-url", "-nats-listen", "-data-dir", "-workspace", "-http-listen", "-log-format", "-log-level", "-workers", "-replicas", "-shutdown-timeout", "-sync-always"} {
+	for _, f := range []string{"-config", "-nats-url", "-nats-listen", "-data-dir", "-workspace", "-http-listen", "-log-format", "-log-level", "-workers", "-replicas", "-shutdown-timeout", "-sync", "-sync-always", "-nats-creds", "-nats-nkey", "-nats-user", "-nats-password-file", "-nats-token-file", "-tls-ca", "-tls-cert", "-tls-key"} {
 		require.Regexp(t, `(?m)^  `+f+`( \w+)?$`, stderr.String())
 	}
 }
