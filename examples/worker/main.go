@@ -28,6 +28,9 @@ func main() {
 	if conn.URL == "" {
 		conn.URL = nats.DefaultURL
 	}
+	// Run from sagad's directory, the worker uses the worker role's seed
+	// that sagad wrote for its embedded server.
+	conn = conn.WithDefaultNKey(natsconn.DefaultSeed(natsconn.RoleWorker))
 	if err := run(conn, worker.Config{AgentID: *agentID, Async: *async}); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)

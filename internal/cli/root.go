@@ -59,7 +59,8 @@ type globals struct {
 }
 
 // options are the connection settings in force: flags over SAGA_*
-// environment variables over the embedded server's default address.
+// environment variables over the embedded server's default address and,
+// when nothing else authenticates, the operator seed ./data/creds/operator.nk.
 func (g *globals) options() natsconn.Options {
 	flags := g.conn
 	if flags.Creds == "" {
@@ -69,7 +70,9 @@ func (g *globals) options() natsconn.Options {
 	if o.URL == "" {
 		o.URL = DefaultNATSURL
 	}
-	return o
+	// Run from sagad's directory, sagactl is the operator of its embedded
+	// server without being told.
+	return o.WithDefaultNKey(natsconn.DefaultSeed(natsconn.RoleOperator))
 }
 
 // dialNATS connects to NATS. Its errors name the server with credentials

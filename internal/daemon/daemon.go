@@ -77,7 +77,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 			ns.Shutdown()
 			ns.WaitForShutdown()
 		}()
-		conn = natsconn.Options{URL: ns.ClientURL()}
+		conn = natsconn.Options{URL: ns.ClientURL(), NKey: filepath.Join(CredsDir(cfg.DataDir), RoleSagad+natsconn.SeedExt)}
 		readyURL = ns.ClientURL()
 		if cfg.ServerTLSCert != "" {
 			// sagad talks to its own server in-process: no TLS to set up
@@ -86,11 +86,14 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 			conn.URL = "nats://" + strings.TrimPrefix(ns.ClientURL(), "tls://")
 			extra = append(extra, nats.InProcessServer(ns))
 		}
-		log.Info("embedded nats-server started", "url", ns.ClientURL(), "data_dir", cfg.DataDir, "sync", cfg.Sync)
+		log.Info("embedded nats-server started", "url", ns.ClientURL(), "data_dir", cfg.DataDir, "sync", cfg.Sync,
+			"creds", CredsDir(cfg.DataDir))
 	}
 	nc, err := conn.Connect(append(extra, nats.Name("sagad"), nats.MaxReconnects(-1),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			log.Warn("nats disconnected", "url", natsconn.Redact(nc.ConnectedUrl()), "error", err)
+			if err != nil { // nil: our own Close at shutdown
+				log.Warn("nats disconnected", "url", natsconn.Redact(nc.ConnectedUrl()), "error", err)
+			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info("nats reconnected", "url", natsconn.Redact(nc.ConnectedUrl()))
@@ -192,6 +195,10 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 		NoLog:      true,
 	}
 	if err := ApplySync(opts, cfg.Sync); err != nil {
+		return nil, err
+	}
+	// Every client authenticates, with the NKey of its role.
+	if opts.Nkeys, err = ensureCreds(dir); err != nil {
 		return nil, err
 	}
 	if cfg.ServerTLSCert != "" {

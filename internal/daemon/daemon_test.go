@@ -23,6 +23,7 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/pipeline"
 )
 
@@ -391,9 +392,11 @@ func testConfig(t *testing.T, dataDir string) Config {
 	return cfg
 }
 
-func connect(t *testing.T, url string) (*nats.Conn, *pipeline.Client) {
+// connect joins sagad's embedded server as its operator (the role sagactl
+// has), with the seed sagad wrote into dataDir.
+func connect(t *testing.T, url, dataDir string) (*nats.Conn, *pipeline.Client) {
 	t.Helper()
-	nc, err := nats.Connect(url)
+	nc, err := natsconn.Options{URL: url, NKey: filepath.Join(CredsDir(dataDir), RoleOperator+natsconn.SeedExt)}.Connect()
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
@@ -411,7 +414,7 @@ func TestRunCompletesCapsule(t *testing.T) {
 	require.True(t, strings.HasPrefix(d.url, "nats://127.0.0.1:"), d.url)
 	require.NotEqual(t, "nats://127.0.0.1:4222", d.url, "a random port was asked for")
 
-	nc, client := connect(t, d.url)
+	nc, client := connect(t, d.url, dataDir)
 	doc := capsuletest.New()
 	_, err := client.Publish(context.Background(), doc.Sealed(t), "trace-daemon-test")
 	require.NoError(t, err)
@@ -428,7 +431,7 @@ func TestRunCompletesCapsule(t *testing.T) {
 
 	// Everything durable is in the data directory: a restart finds it.
 	d2 := start(t, cfg)
-	_, client2 := connect(t, d2.url)
+	_, client2 := connect(t, d2.url, dataDir)
 	s, err = client2.Status(context.Background(), doc.ID())
 	require.NoError(t, err)
 	require.Equal(t, capsule.Completed, s.State)

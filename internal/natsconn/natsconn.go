@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -23,6 +24,48 @@ const (
 	EnvTLSCert      = "SAGA_TLS_CERT"
 	EnvTLSKey       = "SAGA_TLS_KEY"
 )
+
+// The roles of sagad's embedded server, each a user with its own NKey and
+// permissions (internal/daemon says which).
+const (
+	RoleSagad    = "sagad"
+	RoleOperator = "operator"
+	RoleProducer = "producer"
+	RoleWorker   = "worker"
+)
+
+// Where sagad keeps the NKey seeds of its embedded server's roles: the
+// seed of role R is <data dir>/CredsDirName/R+SeedExt.
+const (
+	CredsDirName = "creds"
+	SeedExt      = ".nk"
+)
+
+// DefaultSeed is where a client run from sagad's working directory finds
+// role's seed when sagad runs with its default data directory:
+// ./data/creds/<role>.nk.
+func DefaultSeed(role string) string {
+	return filepath.Join("data", CredsDirName, role+SeedExt)
+}
+
+// WithDefaultNKey returns o authenticating with the NKey seed at path when
+// o has no way to authenticate of its own (no creds, nkey, user, token, or
+// user information in the URL) and the file exists; otherwise o unchanged.
+func (o Options) WithDefaultNKey(path string) Options {
+	if o.Creds != "" || o.NKey != "" || o.User != "" || o.Token != "" || o.TokenFile != "" {
+		return o
+	}
+	for _, u := range strings.Split(o.URL, ",") {
+		if _, ok := userinfo(u); ok {
+			return o
+		}
+	}
+	if _, err := os.Stat(path); err != nil {
+		return o
+	}
+	o.NKey = path
+	return o
+}
 
 // ErrInvalid wraps every contradiction among the settings (two ways to
 // authenticate, a password without a user, a certificate without its key).

@@ -160,3 +160,29 @@ func TestMissingFilesFailEarly(t *testing.T) {
 		require.Error(t, err, "%+v", o)
 	}
 }
+
+func TestWithDefaultNKey(t *testing.T) {
+	t.Parallel()
+	seed := secretFile(t, "SUAseed")
+	missing := filepath.Join(t.TempDir(), "missing.nk")
+	tests := []struct {
+		name string
+		o    natsconn.Options
+		path string
+		want string
+	}{
+		{name: "nothing given", path: seed, want: seed},
+		{name: "no such file", path: missing},
+		{name: "creds given", o: natsconn.Options{Creds: "c"}, path: seed},
+		{name: "nkey given", o: natsconn.Options{NKey: "n"}, path: seed, want: "n"},
+		{name: "user given", o: natsconn.Options{User: "u"}, path: seed},
+		{name: "token given", o: natsconn.Options{Token: "t"}, path: seed},
+		{name: "token file given", o: natsconn.Options{TokenFile: "t"}, path: seed},
+		{name: "user in the URL", o: natsconn.Options{URL: "nats://h1,nats://u:p@h2"}, path: seed},
+		{name: "plain URL", o: natsconn.Options{URL: "nats://h1:4222"}, path: seed, want: seed},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, tt.o.WithDefaultNKey(tt.path).NKey, tt.name)
+	}
+	require.Equal(t, filepath.Join("data", "creds", "operator.nk"), natsconn.DefaultSeed(natsconn.RoleOperator))
+}
