@@ -36,7 +36,9 @@ func main() {
 	fs.IntVar(&cfg.MemCheckTotal, "memcheck-total", 100_000, "second memory reading after this many capsules")
 	fs.IntVar(&cfg.RoundTripSample, "roundtrips", 50, "capsules per class for the round-trip count (-1 to skip)")
 	fs.StringVar(&cfg.DataDir, "data", "", "data directory (default: a temporary one, removed afterwards)")
-	fs.BoolVar(&cfg.SyncAlways, "sync-always", false, "fsync every JetStream write")
+	fs.StringVar(&cfg.Sync, "sync", "default", `server fsync policy, as sagad's --sync: "always", "default" (the server's 2m; every earlier figure) or a duration ("1s", sagad's default)`)
+	var syncAlways bool
+	fs.BoolVar(&syncAlways, "sync-always", false, "alias of -sync always")
 	fs.DurationVar(&cfg.DuplicateWindow, "dup-window", 0, "experiment: sagad's JetStream de-duplication window (default: sagad's, 2m)")
 	fs.DurationVar(&cfg.Retention, "retention", 0, "sagad's retention of ended capsules (default: sagad's, 168h; negative keeps them forever)")
 	fs.DurationVar(&cfg.PhaseTimeout, "phase-timeout", 0, "experiment: sagad's phase timeout (default: sagad's, 2m)")
@@ -46,6 +48,9 @@ func main() {
 	fs.StringVar(&cfg.Profile, "profile", "sagad", `the system -cpuprofile and -memprofile cover: "sagad", "floor" (with -floor) or "baseline"`)
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON on stdout (progress goes to stderr)")
 	_ = fs.Parse(os.Args[1:])
+	if syncAlways {
+		cfg.Sync = "always"
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

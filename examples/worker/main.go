@@ -15,31 +15,40 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sagad/sagad/examples/worker/worker"
+	"github.com/sagad/sagad/internal/natsconn"
 )
 
 func main() {
-	url := flag.String("nats-url", "nats://127.0.0.1:4222", "NATS server URL (sagad's embedded server by default)")
+	var conn natsconn.Options
+	conn.Bind(flag.CommandLine, "NATS server URL (default nats://127.0.0.1:4222, sagad's embedded server)")
 	agentID := flag.String("agent-id", worker.DefaultAgentID, "name the worker signs its artifacts with")
 	async := flag.Bool("async", false, `answer "accepted" and deliver results on the completion subject`)
 	flag.Parse()
-	if err := run(*url, worker.Config{AgentID: *agentID, Async: *async}); err != nil {
+	conn = natsconn.FromEnv(os.Getenv).Merge(conn)
+	if conn.URL == "" {
+		conn.URL = nats.DefaultURL
+	}
+	// Run from sagad's directory, the worker uses the worker role's seed
+	// that sagad wrote for its embedded server.
+	conn = conn.WithDefaultNKey(natsconn.DefaultSeed(natsconn.RoleWorker))
+	if err := run(conn, worker.Config{AgentID: *agentID, Async: *async}); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url string, cfg worker.Config) error {
+func run(conn natsconn.Options, cfg worker.Config) error {
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	nc, err := nats.Connect(url, nats.Name(worker.ServiceName), nats.MaxReconnects(-1))
+	nc, err := conn.Connect(nats.Name(worker.ServiceName), nats.MaxReconnects(-1))
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", url, err)
+		return err
 	}
 	defer nc.Close()
 	svc, err := worker.Serve(nc, cfg)
 	if err != nil {
 		return err
 	}
-	cfg.Logger.Info("serving", "url", url, "service", worker.ServiceName, "id", svc.Info().ID)
+	cfg.Logger.Info("serving", "url", natsconn.Redact(nc.ConnectedUrl()), "service", worker.ServiceName, "id", svc.Info().ID)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	<-ctx.Done()

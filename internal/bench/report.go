@@ -78,8 +78,11 @@ func WriteText(w io.Writer, r *Report) {
 	}
 	fmt.Fprintf(w, "\nsagabench: %s/%s, %d CPUs (%s), %s RAM, %s, nats-server %s%s\n",
 		m.OS, m.Arch, m.CPUs, m.CPUModel, mib(m.MemoryBytes), m.GoVersion, m.NATSServer, rev)
-	sync := "fsync every 2m (server default)"
-	if c.SyncAlways {
+	sync := "fsync every " + c.Sync
+	switch c.Sync {
+	case "default", "":
+		sync = "fsync every 2m (server default)"
+	case "always":
 		sync = "fsync always"
 	}
 	if r.MemCheck != nil {

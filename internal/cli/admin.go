@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/sagad/sagad/admin"
@@ -47,14 +46,10 @@ func operator(by string) string {
 // sagad carries them out (and counts them in its metrics).
 func (g *globals) dialAdmin(cmd *cobra.Command) (context.Context, *adminsvc.Client, func(), error) {
 	ctx, cancel := contextWithTimeout(cmd, g)
-	opts := []nats.Option{nats.Name("sagactl"), nats.Timeout(5 * time.Second)}
-	if g.creds != "" {
-		opts = append(opts, nats.UserCredentials(g.creds))
-	}
-	nc, err := nats.Connect(g.natsURL, opts...)
+	nc, err := g.dialNATS()
 	if err != nil {
 		cancel()
-		return nil, nil, nil, fmt.Errorf("connect to NATS at %s: %w (is sagad running? set --nats-url or SAGA_NATS_URL)", g.natsURL, err)
+		return nil, nil, nil, err
 	}
 	return ctx, adminsvc.NewClient(nc, adminsvc.ClientConfig{}), func() { nc.Close(); cancel() }, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/phases"
 	"github.com/sagad/sagad/store"
 )
@@ -50,21 +51,48 @@ func exit(code int, err error) error { return &exitError{code: code, err: err} }
 
 // globals are the flags every command shares.
 type globals struct {
-	natsURL string
-	creds   string
-	output  string
-	timeout time.Duration
+	// conn holds the connection flags; the SAGA_* environment fills in
+	// what they leave empty, at connect time.
+	conn natsconn.Options
+	// oldCreds is --creds, the earlier name of --nats-creds.
+	oldCreds string
+	output   string
+	timeout  time.Duration
+}
+
+// options are the connection settings in force: flags over SAGA_*
+// environment variables over the embedded server's default address and,
+// when nothing else authenticates, the operator seed ./data/creds/operator.nk.
+func (g *globals) options() natsconn.Options {
+	flags := g.conn
+	if flags.Creds == "" {
+		flags.Creds = g.oldCreds
+	}
+	o := natsconn.FromEnv(os.Getenv).Merge(flags)
+	if o.URL == "" {
+		o.URL = DefaultNATSURL
+	}
+	// Run from sagad's directory, sagactl is the operator of its embedded
+	// server without being told.
+	return o.WithDefaultNKey(natsconn.DefaultSeed(natsconn.RoleOperator))
+}
+
+// dialNATS connects to NATS. Its errors name the server with credentials
+// redacted.
+func (g *globals) dialNATS() (*nats.Conn, error) {
+	nc, err := g.options().Connect(nats.Name("sagactl"), nats.Timeout(5*time.Second))
+	var ce *natsconn.ConnectError
+	if errors.As(err, &ce) {
+		return nil, fmt.Errorf("%w (is sagad running? set --nats-url or %s)", err, natsconn.EnvURL)
+	}
+	return nc, err
 }
 
 // connect opens a NATS connection and binds a pipeline client.
 func (g *globals) connect(ctx context.Context) (*client.Client, jetstream.JetStream, func(), error) {
-	opts := []nats.Option{nats.Name("sagactl"), nats.Timeout(5 * time.Second)}
-	if g.creds != "" {
-		opts = append(opts, nats.UserCredentials(g.creds))
-	}
-	nc, err := nats.Connect(g.natsURL, opts...)
+	nc, err := g.dialNATS()
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("connect to NATS at %s: %w (is sagad running? set --nats-url or SAGA_NATS_URL)", g.natsURL, err)
+		return nil, nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -115,12 +143,9 @@ Exit codes:
 	}
 	root.SetOut(out)
 	root.SetErr(errOut)
-	def := os.Getenv("SAGA_NATS_URL")
-	if def == "" {
-		def = DefaultNATSURL
-	}
-	root.PersistentFlags().StringVar(&g.natsURL, "nats-url", def, "NATS URL (env SAGA_NATS_URL)")
-	root.PersistentFlags().StringVar(&g.creds, "creds", os.Getenv("SAGA_NATS_CREDS"), "NATS credentials file (env SAGA_NATS_CREDS)")
+	g.conn.Bind(root.PersistentFlags(), "NATS URL (default "+DefaultNATSURL+", sagad's embedded server)")
+	root.PersistentFlags().StringVar(&g.oldCreds, "creds", "", "NATS credentials file")
+	_ = root.PersistentFlags().MarkDeprecated("creds", "use --nats-creds")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	root.PersistentFlags().DurationVar(&g.timeout, "request-timeout", 10*time.Second, "timeout of each NATS request")
 	root.AddCommand(

@@ -19,6 +19,7 @@ import (
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/cli"
+	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/internal/natstest"
 )
 
@@ -37,7 +38,8 @@ func TestAdminActionsReachMetrics(t *testing.T) {
 	ctl := func(args ...string) (int, string) {
 		t.Helper()
 		var out, errOut bytes.Buffer
-		code := cli.Main(append([]string{"--nats-url", d.url}, args...), &out, &errOut)
+		// As the operator role sagad wrote the seed of.
+		code := cli.Main(append([]string{"--nats-url", d.url, "--nats-nkey", filepath.Join(CredsDir(cfg.DataDir), RoleOperator+natsconn.SeedExt)}, args...), &out, &errOut)
 		return code, out.String() + errOut.String()
 	}
 	publish := func(doc capsuletest.Doc) {

@@ -7,23 +7,40 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/internal/natsconn"
 )
 
-// Config is everything sagad can be told. Precedence: flags, then SAGAD_*
-// environment variables, then the config file, then defaults.
+// Config is everything sagad can be told. Precedence: flags, then
+// environment variables (SAGAD_*, and SAGA_* for the connection settings
+// sagactl shares), then the config file, then defaults.
 type Config struct {
-	// NATSURL joins an external NATS system; empty starts the embedded server.
-	NATSURL string `json:"nats_url"`
-	// NATSCreds is a credentials file for NATSURL.
-	NATSCreds string `json:"nats_creds"`
+	// Options connect to an external NATS system (the nats_* and tls_* keys
+	// of the config file; see package natsconn). An empty URL starts the
+	// embedded server instead.
+	natsconn.Options
 	// NATSListen is the embedded server's client address. Defaults to 127.0.0.1:4222.
 	NATSListen string `json:"nats_listen"`
+	// ServerTLSCert and ServerTLSKey are the embedded server's certificate
+	// and key (PEM): with them it accepts only TLS clients. Needed to listen
+	// off loopback without Insecure.
+	ServerTLSCert string `json:"server_tls_cert"`
+	ServerTLSKey  string `json:"server_tls_key"`
+	// ServerTLSCA, if set, makes the embedded server require client
+	// certificates signed by these CAs (mutual TLS).
+	ServerTLSCA string `json:"server_tls_ca"`
+	// Insecure allows the embedded server to listen off loopback without
+	// TLS, and the HTTP listener to listen off loopback at all (it has no
+	// TLS); sagad logs a warning. Defaults to false.
+	Insecure bool `json:"insecure"`
 	// DataDir holds the embedded server's JetStream files. Defaults to ./data.
 	DataDir string `json:"data_dir"`
 	// Workspace is the root of file: refs. Defaults to the current directory.
@@ -41,9 +58,11 @@ type Config struct {
 	Replicas int `json:"replicas"`
 	// ShutdownTimeout bounds graceful shutdown. Defaults to 30s.
 	ShutdownTimeout Duration `json:"shutdown_timeout"`
-	// SyncAlways makes the embedded server fsync every write before acking
-	// (≈10× slower; see README "Durability"). Defaults to false.
-	SyncAlways bool `json:"sync_always"`
+	// Sync is the embedded server's fsync policy: "always" (every write,
+	// before its ack; ≈10× slower), a duration (an acknowledged write is on
+	// disk within it) or "default" (nats-server's 2 minutes). See README
+	// "Durability". Defaults to 1s ([DefaultSync]).
+	Sync string `json:"sync"`
 	// LockWait is how long EXECUTION retries a lock held by another capsule
 	// before parking with lock_contention; negative halts at once with
 	// lock_acquisition_failed. Defaults to 60s.
@@ -107,14 +126,22 @@ func (d Duration) MarshalJSON() ([]byte, error) {
 // decodeConfigFile reads a config file's bytes: one JSON object of Config's
 // members, nothing unknown, nothing after it.
 func decodeConfigFile(b []byte) (Config, error) {
-	var cfg Config
+	var f struct {
+		Config
+		// SyncAlways is the older spelling of "sync": "always".
+		SyncAlways bool `json:"sync_always"`
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cfg); err != nil {
+	if err := dec.Decode(&f); err != nil {
 		return Config{}, err
 	}
 	if err := dec.Decode(&struct{}{}); err != io.EOF {
 		return Config{}, errors.New("data after the JSON object")
+	}
+	cfg := f.Config
+	if f.SyncAlways && cfg.Sync == "" {
+		cfg.Sync = SyncAlways
 	}
 	return cfg, nil
 }
@@ -138,6 +165,9 @@ func (c *Config) withDefaults() {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = Duration(30 * time.Second)
 	}
+	if c.Sync == "" {
+		c.Sync = DefaultSync
+	}
 }
 
 func (c *Config) validate() error {
@@ -153,11 +183,17 @@ func (c *Config) validate() error {
 	if c.Workers < 0 || c.Replicas < 0 {
 		errs = append(errs, errors.New("workers and replicas must not be negative"))
 	}
+	errs = append(errs, c.Options.Validate(), c.checkExposure())
+	if (c.ServerTLSCert == "") != (c.ServerTLSKey == "") || (c.ServerTLSCA != "" && c.ServerTLSCert == "") {
+		errs = append(errs, errors.New("server TLS: a certificate needs its key (and a CA needs a certificate)"))
+	}
+	errs = append(errs, ApplySync(&server.Options{}, c.Sync))
 	errs = append(errs, c.executorsConfig().Validate())
 	return errors.Join(errs...)
 }
 
-// parseConfig reads flags, SAGAD_* env vars and the optional config file.
+// parseConfig reads flags, SAGAD_* and SAGA_* env vars and the optional
+// config file.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("sagad", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -165,8 +201,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	var flags Config
 	var shutdown time.Duration
 	fs.StringVar(&file, "config", "", "JSON config file (env SAGAD_CONFIG)")
-	fs.StringVar(&flags.NATSURL, "nats-url", "", "external NATS URL; empty starts the embedded server (env SAGAD_NATS_URL)")
-	fs.StringVar(&flags.NATSCreds, "nats-creds", "", "NATS credentials file (env SAGAD_NATS_CREDS)")
+	flags.Options.Bind(fs, "external NATS URL; empty starts the embedded server (or SAGAD_NATS_URL)")
 	fs.StringVar(&flags.NATSListen, "nats-listen", "", "embedded server client address (default 127.0.0.1:4222; env SAGAD_NATS_LISTEN)")
 	fs.StringVar(&flags.DataDir, "data-dir", "", "embedded server data directory (default ./data; env SAGAD_DATA_DIR)")
 	fs.StringVar(&flags.Workspace, "workspace", "", "root of file: refs (default .; env SAGAD_WORKSPACE)")
@@ -176,7 +211,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.IntVar(&flags.Workers, "workers", 0, "capsules worked on at once per phase (default 32; env SAGAD_WORKERS)")
 	fs.IntVar(&flags.Replicas, "replicas", 0, "stream and bucket replicas (default 1; env SAGAD_REPLICAS)")
 	fs.DurationVar(&shutdown, "shutdown-timeout", 0, "graceful shutdown bound (default 30s; env SAGAD_SHUTDOWN_TIMEOUT)")
-	fs.BoolVar(&flags.SyncAlways, "sync-always", false, "embedded server fsyncs before every ack (env SAGAD_SYNC_ALWAYS)")
+	fs.StringVar(&flags.Sync, "sync", "", "embedded server's fsync: always (before every ack), 1s (default: acknowledged writes on disk within 1s), default (the server's 2m) or another duration (env SAGAD_SYNC)")
+	fs.StringVar(&flags.ServerTLSCert, "server-tls-cert", "", "embedded server's TLS certificate (PEM); with it, clients must use TLS (env SAGAD_SERVER_TLS_CERT)")
+	fs.StringVar(&flags.ServerTLSKey, "server-tls-key", "", "embedded server's TLS key (PEM) (env SAGAD_SERVER_TLS_KEY)")
+	fs.StringVar(&flags.ServerTLSCA, "server-tls-ca", "", "embedded server requires client certificates signed by these CAs (env SAGAD_SERVER_TLS_CA)")
+	fs.BoolVar(&flags.Insecure, "insecure", false, "allow listening off loopback without TLS (embedded NATS, HTTP); logs a warning (env SAGAD_INSECURE)")
+	var syncAlways bool
+	fs.BoolVar(&syncAlways, "sync-always", false, "alias of --sync always (env SAGAD_SYNC_ALWAYS)")
 	var lockWait, deadlineWarning, externalTimeout, retention time.Duration
 	fs.DurationVar(&lockWait, "lock-wait", 0, "retry contended locks this long, then park with lock_contention; negative halts at once (default 60s; env SAGAD_LOCK_WAIT)")
 	fs.Float64Var(&flags.BudgetWarning, "budget-warning", 0, "pause with budget_warning past this fraction of a cap; negative disables (default 0.75; env SAGAD_BUDGET_WARNING)")
@@ -211,9 +252,15 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			*dst = v
 		}
 	}
-	envStr(&cfg.NATSURL, "SAGAD_NATS_URL")
-	envStr(&cfg.NATSCreds, "SAGAD_NATS_CREDS")
+	// The connection settings sagactl shares (SAGA_*), then sagad's own
+	// older names for two of them, which win as the more specific.
+	cfg.Options = cfg.Options.Merge(natsconn.FromEnv(getenv))
+	envStr(&cfg.URL, "SAGAD_NATS_URL")
+	envStr(&cfg.Creds, "SAGAD_NATS_CREDS")
 	envStr(&cfg.NATSListen, "SAGAD_NATS_LISTEN")
+	envStr(&cfg.ServerTLSCert, "SAGAD_SERVER_TLS_CERT")
+	envStr(&cfg.ServerTLSKey, "SAGAD_SERVER_TLS_KEY")
+	envStr(&cfg.ServerTLSCA, "SAGAD_SERVER_TLS_CA")
 	envStr(&cfg.DataDir, "SAGAD_DATA_DIR")
 	envStr(&cfg.Workspace, "SAGAD_WORKSPACE")
 	envStr(&cfg.HTTPListen, "SAGAD_HTTP_LISTEN")
@@ -263,20 +310,36 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		if err != nil {
 			errs = append(errs, fmt.Errorf("SAGAD_SYNC_ALWAYS: %w", err))
 		}
-		cfg.SyncAlways = b
+		cfg.Sync = syncAlias(cfg.Sync, b)
+	}
+	envStr(&cfg.Sync, "SAGAD_SYNC")
+	if v := getenv("SAGAD_INSECURE"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("SAGAD_INSECURE: %w", err))
+		}
+		cfg.Insecure = b
 	}
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
 	// Flags over everything.
+	cfg.Options = cfg.Options.Merge(flags.Options)
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
 		case "nats-url":
-			cfg.NATSURL = flags.NATSURL
-		case "nats-creds":
-			cfg.NATSCreds = flags.NATSCreds
+			// --nats-url "" chooses the embedded server over any URL.
+			cfg.URL = flags.URL
 		case "nats-listen":
 			cfg.NATSListen = flags.NATSListen
+		case "server-tls-cert":
+			cfg.ServerTLSCert = flags.ServerTLSCert
+		case "server-tls-key":
+			cfg.ServerTLSKey = flags.ServerTLSKey
+		case "server-tls-ca":
+			cfg.ServerTLSCA = flags.ServerTLSCA
+		case "insecure":
+			cfg.Insecure = flags.Insecure
 		case "data-dir":
 			cfg.DataDir = flags.DataDir
 		case "workspace":
@@ -293,8 +356,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.Replicas = flags.Replicas
 		case "shutdown-timeout":
 			cfg.ShutdownTimeout = flags.ShutdownTimeout
+		case "sync":
+			cfg.Sync = flags.Sync
 		case "sync-always":
-			cfg.SyncAlways = flags.SyncAlways
+			cfg.Sync = syncAlias(cfg.Sync, syncAlways)
 		case "lock-wait":
 			cfg.LockWait = flags.LockWait
 		case "budget-warning":
@@ -315,4 +380,64 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	}
 	cfg.withDefaults()
 	return cfg, cfg.validate()
+}
+
+// syncAlias is the sync policy after the alias sync_always = on: true means
+// always; false undoes an always from a lower layer (back to the default)
+// and leaves any other policy alone.
+func syncAlias(policy string, on bool) string {
+	switch {
+	case on:
+		return SyncAlways
+	case policy == SyncAlways:
+		return ""
+	}
+	return policy
+}
+
+// ErrInsecureListen: a listener off loopback without TLS, refused unless
+// Config.Insecure. Credentials and capsules would cross the network in
+// plain text.
+var ErrInsecureListen = errors.New("listening off loopback without TLS")
+
+// checkExposure refuses plain-text listeners off loopback unless Insecure.
+func (c *Config) checkExposure() error {
+	if c.Insecure {
+		return nil
+	}
+	var errs []error
+	if c.URL == "" && c.ServerTLSCert == "" && !loopback(c.NATSListen) {
+		errs = append(errs, fmt.Errorf("%w: nats-listen %s: give the embedded server a certificate (--server-tls-cert, --server-tls-key) or accept plain text with --insecure", ErrInsecureListen, c.NATSListen))
+	}
+	if c.HTTPListen != "" && !loopback(c.HTTPListen) {
+		errs = append(errs, fmt.Errorf("%w: http-listen %s: the HTTP listener has no TLS; keep it on loopback behind a proxy, or accept plain text with --insecure", ErrInsecureListen, c.HTTPListen))
+	}
+	return errors.Join(errs...)
+}
+
+// exposed lists the plain-text listeners off loopback (allowed by Insecure).
+func (c *Config) exposed() []string {
+	var l []string
+	if c.URL == "" && c.ServerTLSCert == "" && !loopback(c.NATSListen) {
+		l = append(l, "nats "+c.NATSListen)
+	}
+	if c.HTTPListen != "" && !loopback(c.HTTPListen) {
+		l = append(l, "http "+c.HTTPListen)
+	}
+	return l
+}
+
+// loopback reports whether a listen address (host:port) stays on this
+// machine: localhost or a loopback IP. An empty host or 0.0.0.0 listens
+// everywhere; a malformed address is left for the listener to refuse.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return true
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

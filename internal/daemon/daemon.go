@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sagad/sagad/adminsvc"
+	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/store"
@@ -57,9 +59,17 @@ type Ready func(natsURL string)
 // Run runs sagad until ctx is cancelled, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error {
 	log := newLogger(cfg, logOut)
-	url := cfg.NATSURL
+	if err := cfg.checkExposure(); err != nil {
+		return err
+	}
+	for _, l := range cfg.exposed() {
+		log.Warn("listening off loopback without TLS (--insecure): anyone on the network can read and send what this listener carries", "listener", l)
+	}
+	conn := cfg.Options
+	var extra []nats.Option
+	readyURL := conn.URL
 	var ns *server.Server
-	if url == "" {
+	if conn.URL == "" {
 		var err error
 		ns, err = startEmbedded(cfg)
 		if err != nil {
@@ -69,18 +79,33 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 			ns.Shutdown()
 			ns.WaitForShutdown()
 		}()
-		url = ns.ClientURL()
-		log.Info("embedded nats-server started", "url", url, "data_dir", cfg.DataDir, "sync_always", cfg.SyncAlways)
+		conn = natsconn.Options{URL: ns.ClientURL(), NKey: filepath.Join(CredsDir(cfg.DataDir), RoleSagad+natsconn.SeedExt)}
+		readyURL = ns.ClientURL()
+		if cfg.ServerTLSCert != "" {
+			// sagad talks to its own server in-process: no TLS to set up
+			// for itself, and no network. The URL only names the server
+			// then; a tls:// one would make the client ask for TLS.
+			conn.URL = "nats://" + strings.TrimPrefix(ns.ClientURL(), "tls://")
+			extra = append(extra, nats.InProcessServer(ns))
+		}
+		log.Info("embedded nats-server started", "url", ns.ClientURL(), "data_dir", cfg.DataDir, "sync", cfg.Sync,
+			"creds", CredsDir(cfg.DataDir))
 	}
-	opts := []nats.Option{nats.Name("sagad"), nats.MaxReconnects(-1)}
-	if cfg.NATSCreds != "" {
-		opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
-	}
-	nc, err := nats.Connect(url, opts...)
+	nc, err := conn.Connect(append(extra, nats.Name("sagad"), nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err != nil { // nil: our own Close at shutdown
+				log.Warn("nats disconnected", "url", natsconn.Redact(nc.ConnectedUrl()), "error", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "url", natsconn.Redact(nc.ConnectedUrl()))
+		}),
+	)...)
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", url, err)
+		return err
 	}
 	defer nc.Close()
+	log.Info("nats connected", "url", natsconn.Redact(nc.ConnectedUrl()))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -136,7 +161,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		log.Info("http listening", "addr", ln.Addr().String())
 	}
 	if onReady != nil {
-		onReady(url)
+		onReady(readyURL)
 	}
 	<-ctx.Done()
 
@@ -173,7 +198,7 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	ns, err := server.NewServer(&server.Options{
+	opts := &server.Options{
 		ServerName: "sagad-embedded",
 		Host:       host,
 		Port:       port,
@@ -181,8 +206,24 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 		StoreDir:   dir,
 		NoSigs:     true,
 		NoLog:      true,
-		SyncAlways: cfg.SyncAlways,
-	})
+	}
+	if err := ApplySync(opts, cfg.Sync); err != nil {
+		return nil, err
+	}
+	// Every client authenticates, with the NKey of its role.
+	if opts.Nkeys, err = ensureCreds(dir); err != nil {
+		return nil, err
+	}
+	if cfg.ServerTLSCert != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{
+			CertFile: cfg.ServerTLSCert, KeyFile: cfg.ServerTLSKey, CaFile: cfg.ServerTLSCA, Verify: cfg.ServerTLSCA != "",
+		})
+		if err != nil {
+			return nil, fmt.Errorf("embedded server TLS: %w", err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSVerify = tc, true, cfg.ServerTLSCA != ""
+	}
+	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats-server: %w", err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natsconn"
 )
 
 func TestMain(m *testing.M) {
@@ -45,6 +46,7 @@ func defaults() Config {
 		LogFormat:       "text",
 		LogLevel:        "info",
 		ShutdownTimeout: Duration(30 * time.Second),
+		Sync:            "1s",
 	}
 }
 
@@ -77,9 +79,9 @@ func TestParseConfigPrecedence(t *testing.T) {
 		c.LogLevel = "debug"
 		c.DataDir = "/srv/file"
 		c.ShutdownTimeout = Duration(5 * time.Second)
-		c.SyncAlways = true
+		c.Sync = "always"
 		c.HTTPListen = "127.0.0.1:9100"
-		c.NATSURL = "nats://file:4222"
+		c.URL = "nats://file:4222"
 	}
 	envOverFile := map[string]string{
 		"SAGAD_WORKERS":          "5",
@@ -106,7 +108,7 @@ func TestParseConfigPrecedence(t *testing.T) {
 				c.LogLevel = "warn"
 				c.DataDir = "/srv/env"
 				c.ShutdownTimeout = Duration(7 * time.Second)
-				c.SyncAlways = false
+				c.Sync = "1s"
 			},
 		},
 		{
@@ -118,7 +120,7 @@ func TestParseConfigPrecedence(t *testing.T) {
 				c.LogLevel = "error"
 				c.DataDir = "/srv/flag"
 				c.ShutdownTimeout = Duration(9 * time.Second)
-				c.SyncAlways = true
+				c.Sync = "always"
 			},
 		},
 		{
@@ -131,7 +133,7 @@ func TestParseConfigPrecedence(t *testing.T) {
 			name: "env alone",
 			env:  map[string]string{"SAGAD_NATS_URL": "nats://env:4222", "SAGAD_WORKSPACE": "/ws", "SAGAD_LOG_FORMAT": "json", "SAGAD_REPLICAS": "3"},
 			want: func(c *Config) {
-				c.NATSURL = "nats://env:4222"
+				c.URL = "nats://env:4222"
 				c.Workspace = "/ws"
 				c.LogFormat = "json"
 				c.Replicas = 3
@@ -147,11 +149,44 @@ func TestParseConfigPrecedence(t *testing.T) {
 			args: []string{"--nats-listen", "0.0.0.0:4333", "--nats-url", "nats://flag:4222", "--nats-creds", "/c.creds", "--replicas", "3"},
 			want: func(c *Config) {
 				c.NATSListen = "0.0.0.0:4333"
-				c.NATSURL = "nats://flag:4222"
-				c.NATSCreds = "/c.creds"
+				c.URL = "nats://flag:4222"
+				c.Creds = "/c.creds"
 				c.Replicas = 3
 			},
 		},
+		{
+			name: "shared connection settings from SAGA_*",
+			env: map[string]string{
+				"SAGA_NATS_URL": "nats://shared:4222", "SAGA_NATS_USER": "u", "SAGA_NATS_PASSWORD": "pw",
+				"SAGA_TLS_CA": "/ca.pem", "SAGA_TLS_CERT": "/c.pem", "SAGA_TLS_KEY": "/k.pem",
+			},
+			want: func(c *Config) {
+				c.URL, c.User, c.Password = "nats://shared:4222", "u", "pw"
+				c.TLSCA, c.TLSCert, c.TLSKey = "/ca.pem", "/c.pem", "/k.pem"
+			},
+		},
+		{
+			name: "SAGAD_ names win over SAGA_ ones, flags over both",
+			env: map[string]string{
+				"SAGA_NATS_URL": "nats://shared:4222", "SAGAD_NATS_URL": "nats://old:4222",
+				"SAGA_NATS_CREDS": "/shared.creds", "SAGAD_NATS_CREDS": "/old.creds", "SAGA_TLS_CA": "/env.pem",
+			},
+			args: []string{"--nats-creds", "/flag.creds", "--tls-ca", "/flag.pem"},
+			want: func(c *Config) { c.URL, c.Creds, c.TLSCA = "nats://old:4222", "/flag.creds", "/flag.pem" },
+		},
+		{
+			name: "connection settings by file", file: `{"nats_user":"u","nats_password_file":"/pw","tls_ca":"/ca.pem"}`,
+			want: func(c *Config) { c.User, c.PasswordFile, c.TLSCA = "u", "/pw", "/ca.pem" },
+		},
+		{
+			name: "--nats-url empty chooses the embedded server", env: map[string]string{"SAGA_NATS_URL": "nats://shared:4222"},
+			args: []string{"--nats-url", ""}, want: func(*Config) {},
+		},
+		{name: "sync by flag", args: []string{"--sync", "default"}, want: func(c *Config) { c.Sync = "default" }},
+		{name: "sync by env over file", file: `{"sync":"100ms"}`, env: map[string]string{"SAGAD_SYNC": "always"}, want: func(c *Config) { c.Sync = "always" }},
+		{name: "sync by file", file: `{"sync":"100ms"}`, want: func(c *Config) { c.Sync = "100ms" }},
+		{name: "sync flag over the older sync_always", file: `{"sync_always":true}`, args: []string{"--sync", "1s"}, want: func(*Config) {}},
+		{name: "sync_always false keeps another policy", env: map[string]string{"SAGAD_SYNC": "default"}, args: []string{"--sync-always=false"}, want: func(c *Config) { c.Sync = "default" }},
 		{name: "http off by flag", args: []string{"--http-listen", "off"}, want: func(c *Config) { c.HTTPListen = "" }},
 		{name: "http off by env", env: map[string]string{"SAGAD_HTTP_LISTEN": "off"}, want: func(c *Config) { c.HTTPListen = "" }},
 		{name: "http off by file", file: `{"http_listen":"off"}`, want: func(c *Config) { c.HTTPListen = "" }},
@@ -215,6 +250,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "bad log format by env", env: map[string]string{"SAGAD_LOG_FORMAT": "logfmt"}, wantErr: `log format "logfmt": want text or json`},
 		{name: "bad log format by file", file: `{"log_format": "yaml"}`, wantErr: `log format "yaml": want text or json`},
 		{name: "bad log level", args: []string{"--log-level", "verbose"}, wantErr: `log level "verbose": want debug, info, warn or error`},
+		{name: "bad sync", args: []string{"--sync", "sometimes"}, wantErr: `sync "sometimes": want always, default or a positive duration`},
+		{name: "no password in a config file", file: `{"nats_password": "x"}`, wantErr: `json: unknown field "nats_password"`},
+		{name: "two ways to authenticate", env: map[string]string{"SAGA_NATS_TOKEN": "t"}, args: []string{"--nats-creds", "/c"}, wantErr: "choose one way to authenticate"},
 		{name: "negative workers", args: []string{"--workers", "-1"}, wantErr: "workers and replicas must not be negative"},
 		{name: "bad SAGAD_WORKERS", env: map[string]string{"SAGAD_WORKERS": "many"}, wantErr: `SAGAD_WORKERS: strconv.Atoi: parsing "many"`},
 		{name: "bad SAGAD_SHUTDOWN_TIMEOUT", env: map[string]string{"SAGAD_SHUTDOWN_TIMEOUT": "soon"}, wantErr: "SAGAD_SHUTDOWN_TIMEOUT: "},
@@ -274,7 +312,7 @@ func TestParseConfigHelp(t *testing.T) {
 	var stderr bytes.Buffer
 	_, err := parseConfig([]string{"-h"}, envOf(nil), &stderr)
 	require.ErrorIs(t, err, flag.ErrHelp)
-	for _, f := range []string{"-config", "-nats-url", "-nats-listen", "-data-dir", "-workspace", "-http-listen", "-log-format", "-log-level", "-workers", "-replicas", "-shutdown-timeout", "-sync-always"} {
+	for _, f := range []string{"-config", "-nats-url", "-nats-listen", "-data-dir", "-workspace", "-http-listen", "-log-format", "-log-level", "-workers", "-replicas", "-shutdown-timeout", "-sync", "-sync-always", "-nats-creds", "-nats-nkey", "-nats-user", "-nats-password-file", "-nats-token-file", "-tls-ca", "-tls-cert", "-tls-key"} {
 		require.Regexp(t, `(?m)^  `+f+`( \w+)?$`, stderr.String())
 	}
 }
@@ -354,9 +392,11 @@ func testConfig(t *testing.T, dataDir string) Config {
 	return cfg
 }
 
-func connect(t *testing.T, url string) (*nats.Conn, *client.Client) {
+// connect joins sagad's embedded server as its operator (the role sagactl
+// has), with the seed sagad wrote into dataDir.
+func connect(t *testing.T, url, dataDir string) (*nats.Conn, *client.Client) {
 	t.Helper()
-	nc, err := nats.Connect(url)
+	nc, err := natsconn.Options{URL: url, NKey: filepath.Join(CredsDir(dataDir), RoleOperator+natsconn.SeedExt)}.Connect()
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
@@ -374,7 +414,7 @@ func TestRunCompletesCapsule(t *testing.T) {
 	require.True(t, strings.HasPrefix(d.url, "nats://127.0.0.1:"), d.url)
 	require.NotEqual(t, "nats://127.0.0.1:4222", d.url, "a random port was asked for")
 
-	nc, client := connect(t, d.url)
+	nc, client := connect(t, d.url, dataDir)
 	doc := capsuletest.New()
 	_, err := client.Publish(context.Background(), doc.Sealed(t), "trace-daemon-test")
 	require.NoError(t, err)
@@ -391,7 +431,7 @@ func TestRunCompletesCapsule(t *testing.T) {
 
 	// Everything durable is in the data directory: a restart finds it.
 	d2 := start(t, cfg)
-	_, client2 := connect(t, d2.url)
+	_, client2 := connect(t, d2.url, dataDir)
 	s, err = client2.Status(context.Background(), doc.ID())
 	require.NoError(t, err)
 	require.Equal(t, capsule.Completed, s.State)

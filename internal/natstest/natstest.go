@@ -19,6 +19,13 @@ const readyTimeout = 10 * time.Second
 // server is ready for connections; the server is shut down on test cleanup.
 func RunServer(t testing.TB) *server.Server {
 	t.Helper()
+	return RunServerWith(t, nil)
+}
+
+// RunServerWith is [RunServer] with configure applied to the options before
+// the server starts (authorization, TLS); configure may be nil.
+func RunServerWith(t testing.TB, configure func(*server.Options)) *server.Server {
+	t.Helper()
 	opts := &server.Options{
 		Host:      "127.0.0.1",
 		Port:      -1,
@@ -26,6 +33,9 @@ func RunServer(t testing.TB) *server.Server {
 		StoreDir:  t.TempDir(),
 		NoLog:     true,
 		NoSigs:    true,
+	}
+	if configure != nil {
+		configure(opts)
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
