@@ -54,10 +54,18 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 	if err != nil || cycle < 0 {
 		return runner.Term(metrics.TermBadHeader, fmt.Errorf("cycle header %q", runner.PrintableKey(msg.Headers().Get(store.HeaderCycle))))
 	}
-	raw := msg.Data()
-	c, err := p.st.Cache.Capsule(key, raw)
+	// The body is not trusted either: the phase acts on the bytes RECEPTION
+	// accepted and kept, and the outcome carries them.
+	raw, c, same, err := p.st.Accepted(ctx, key, msg.Data())
+	if errors.Is(err, store.ErrNotACapsule) {
+		return runner.Term(metrics.TermUndecodable, err)
+	}
 	if err != nil {
-		return runner.Term(metrics.TermUndecodable, fmt.Errorf("capsule in phase stream: %w", err))
+		return p.unknown(ctx, key, msg, runner.NakAfter(p.cfg.RetryDelay, err))
+	}
+	if !same {
+		p.log.Warn("phase message body is not the capsule RECEPTION accepted: ignored, the kept bytes are used",
+			"phase", ph.String(), "key", key, "cycle", cycle, "subject", msg.Subject())
 	}
 	// Phases start from this process's cached checkpoint when it has one: a
 	// stale one loses its first compare-and-set (REVIEW's claim, before the
@@ -69,14 +77,26 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 		// The cached checkpoint was behind: decide again on the real one.
 		d, _ = p.attempt(ctx, ph, msg, key, cycle, raw, c, false)
 	}
-	if errors.Is(d.Err, store.ErrNotFound) {
-		// Every phase message follows the checkpoint that sent it, but a
-		// read may be served by a replica that is behind: try again for a
-		// while. Still none then means the capsule ended and was
-		// forgotten (retention), or never existed: nothing left to do.
-		if md, merr := msg.Metadata(); merr == nil && md.NumDelivered >= forgottenAfter {
-			return runner.Term(metrics.TermUnknownCapsule, fmt.Errorf("no checkpoint after %d deliveries: %w", md.NumDelivered, d.Err))
-		}
+	return p.unknown(ctx, key, msg, d)
+}
+
+// unknown turns d, the delivery of a message about a capsule sagad found no
+// checkpoint or kept bytes of, into a termination when the stream's leader
+// confirms there is none: the capsule ended and was forgotten (retention),
+// or never existed. A replica that is behind may have answered the first
+// read; the leader cannot be behind, and every phase message is published
+// after its checkpoint and bytes were written. A leader that cannot be asked
+// leaves the message to be tried again, up to a grace of deliveries.
+func (p *Pipeline) unknown(ctx context.Context, key string, msg jetstream.Msg, d runner.Delivery) runner.Delivery {
+	if !errors.Is(d.Err, store.ErrNotFound) {
+		return d
+	}
+	_, _, err := p.st.Checkpoints.GetLatest(ctx, key, nil)
+	if errors.Is(err, store.ErrNotFound) {
+		return runner.Term(metrics.TermUnknownCapsule, d.Err)
+	}
+	if md, merr := msg.Metadata(); err != nil && merr == nil && md.NumDelivered >= forgottenAfter {
+		return runner.Term(metrics.TermUnknownCapsule, fmt.Errorf("nothing known after %d deliveries: %w", md.NumDelivered, d.Err))
 	}
 	return d
 }
@@ -98,8 +118,16 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	} else if err := t.load(ctx); err != nil {
 		return runner.NakAfter(p.cfg.RetryDelay, err), false
 	}
+	token := msg.Headers().Get(store.HeaderResumeToken)
+	if !t.current(ph, cycle) && !t.resumable(ph, cycle, token) {
+		// Before taking the message for a stale one, make sure the
+		// checkpoint is not: a replica may answer with what it has so far,
+		// and this message may be the effect of a newer write.
+		if err := t.loadLatest(ctx); err != nil {
+			return runner.NakAfter(p.cfg.RetryDelay, err), false
+		}
+	}
 	if !t.current(ph, cycle) {
-		token := msg.Headers().Get(store.HeaderResumeToken)
 		if !t.resumable(ph, cycle, token) {
 			dl := p.reemitFor(ctx, t.cp, ph, cycle, raw, c.Constraints.ResourceLocksRequired)
 			return dl, false
@@ -297,6 +325,18 @@ func (t *txn) load(ctx context.Context) error {
 	return nil
 }
 
+// loadLatest reads the checkpoint from the stream's leader: what a lost
+// compare-and-set, or a message newer than a replica's answer, proves
+// exists.
+func (t *txn) loadLatest(ctx context.Context) error {
+	cp, rev, err := t.p.st.Checkpoints.GetLatest(ctx, t.key, t.p.st.Cache)
+	if err != nil {
+		return err
+	}
+	t.set(cp, rev)
+	return nil
+}
+
 // loadCached takes the checkpoint this process wrote last, if it has it.
 func (t *txn) loadCached(ctx context.Context) (cached bool, err error) {
 	if cp, rev, ok := t.p.st.Cache.Get(t.key); ok {
@@ -376,12 +416,13 @@ func (t *txn) apply(ctx context.Context, ev machine.Event, policy onConflict) (m
 				t.cacheMiss.Store(true)
 				return errCacheStale
 			case staleAfterLoad:
-				if err := t.load(ctx); err != nil {
+				if err := t.loadLatest(ctx); err != nil {
 					return err
 				}
 				return errStale
 			}
-			if err := t.load(ctx); err != nil {
+			// The conflict proves a newer write: read it where it surely is.
+			if err := t.loadLatest(ctx); err != nil {
 				return err
 			}
 			return cas.ErrConflict
