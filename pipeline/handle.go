@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
@@ -43,16 +44,9 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 	// A phase message is only a pointer to the checkpoint: its headers name
 	// the capsule and the cycle, and whatever else it says is checked
 	// against the checkpoint. Headers that cannot name one never will.
-	key := msg.Headers().Get(store.HeaderKey)
-	if key == "" {
-		return runner.Term(metrics.TermNoKey, errors.New("phase message without a capsule key"))
-	}
-	if !store.ValidKey(key) {
-		return runner.Term(metrics.TermInvalidKey, fmt.Errorf("capsule key %q is no valid KV key", runner.PrintableKey(key)))
-	}
-	cycle, err := strconv.Atoi(msg.Headers().Get(store.HeaderCycle))
-	if err != nil || cycle < 0 {
-		return runner.Term(metrics.TermBadHeader, fmt.Errorf("cycle header %q", runner.PrintableKey(msg.Headers().Get(store.HeaderCycle))))
+	key, cycle, cause, err := DecodePhaseHeaders(msg.Headers())
+	if err != nil {
+		return runner.Term(cause, err)
 	}
 	// The body is not trusted either: the phase acts on the bytes RECEPTION
 	// accepted and kept, and the outcome carries them.
@@ -78,6 +72,26 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 		d, _ = p.attempt(ctx, ph, msg, key, cycle, raw, c, false)
 	}
 	return p.unknown(ctx, key, msg, d)
+}
+
+// DecodePhaseHeaders reads what a phase message may say — the capsule key
+// and the cycle — and nothing else; a message whose headers cannot name a
+// capsule never will, so the error comes with the termination cause
+// (metrics.TermReasons).
+func DecodePhaseHeaders(h nats.Header) (key string, cycle int, cause string, err error) {
+	key = h.Get(store.HeaderKey)
+	if key == "" {
+		return "", 0, metrics.TermNoKey, errors.New("phase message without a capsule key")
+	}
+	if !store.ValidKey(key) {
+		return "", 0, metrics.TermInvalidKey, fmt.Errorf("capsule key %q is no valid KV key", runner.PrintableKey(key))
+	}
+	c := h.Get(store.HeaderCycle)
+	cycle, err = strconv.Atoi(c)
+	if err != nil || cycle < 0 || cycle > 1000 || strconv.Itoa(cycle) != c {
+		return "", 0, metrics.TermBadHeader, fmt.Errorf("cycle header %q is no cycle number", runner.PrintableKey(c))
+	}
+	return key, cycle, "", nil
 }
 
 // unknown turns d, the delivery of a message about a capsule sagad found no

@@ -264,6 +264,9 @@ func (s *Checkpoints) List(ctx context.Context) ([]*capsule.Checkpoint, error) {
 // Find returns the checkpoint of id: the key itself, or else the capsule that
 // claimed this capsule_id but was stored under an "x-" key.
 func (s *Checkpoints) Find(ctx context.Context, id string) (*capsule.Checkpoint, error) {
+	if cid, ok := capsule.CanonicalID(id); ok {
+		id = cid // an upper-case UUID names the same capsule
+	}
 	if ValidKey(id) {
 		cp, _, err := s.Get(ctx, id)
 		if !errors.Is(err, ErrNotFound) {
