@@ -210,6 +210,26 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	// A successful claim proved the cached checkpoint current at that point.
 	unverified := cached && !t.claimed.Load()
 	res, err := t.commit(ctx, ph, cycle, d, unverified)
+	for err != nil && !errors.Is(err, errStale) && t.claimed.Load() && runCtx.Err() == nil {
+		// An agent's result waits to be recorded (the server restarts, the
+		// disk is full): the heartbeat keeps the claim and the message, and
+		// recording is tried again until it lands, the claim is lost to
+		// another delivery, or sagad stops. Throwing the result away would
+		// call the agent again.
+		p.log.Warn("an agent's result is not recorded yet: keeping the claim and trying again",
+			"capsule_id", c.CapsuleID, "phase", ph.String(), "cycle", cycle, "error", err)
+		select {
+		case <-p.stopping:
+		case <-runCtx.Done():
+		case <-time.After(p.cfg.RetryDelay):
+		}
+		if isDone(p.stopping) {
+			break
+		}
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+		res, err = t.commit(wctx, ph, cycle, d, unverified)
+		cancel()
+	}
 	stopHeartbeat() // the claim ends with the transition
 	if errors.Is(err, errStale) {
 		if unverified {
@@ -229,6 +249,15 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		return runner.NakAfter(p.cfg.RetryDelay, err), false
 	}
 	return runner.Ack(), false
+}
+
+func isDone(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // recordTimeout bounds recording a phase's result and emitting its effects.
