@@ -96,8 +96,9 @@ func TestSagactlFindsOperatorSeed(t *testing.T) {
 // operator (publish on saga.admin.>) nor serve the admin service in
 // sagad's place (subscribe to it); a producer cannot call the admin service
 // or touch JetStream's API; an operator cannot forge the result of external
-// work (saga.complete.>), ack or purge sagad's messages, remove its phase
-// consumers, or listen to executor calls. TestDeployConfRoles covers the
+// work (saga.complete.>), ack or purge sagad's messages, remove or rewrite
+// sagad's consumers, create consumers beyond the checkpoints and events it
+// follows, or listen to executor calls. TestDeployConfRoles covers the
 // forgeries of sagad's own subjects (phases, checkpoints, events, outcomes).
 func TestRolesStayInTheirLane(t *testing.T) {
 	t.Parallel()
@@ -120,13 +121,26 @@ func TestRolesStayInTheirLane(t *testing.T) {
 		"$KV." + store.CapsulesBucket + ".x",
 		"$KV." + store.ContinuationsBucket + ".x",
 	}
+	// A consumer create also updates: on a phase stream it would rewrite
+	// sagad's own consumer, and a push consumer anywhere delivers to any
+	// subject it names, publish rights or not.
+	phase4 := store.PhaseStream(capsule.Execution)
+	consumers := []string{
+		"$JS.API.CONSUMER.CREATE." + phase4 + "." + store.ConsumerName(capsule.Execution),
+		"$JS.API.CONSUMER.CREATE." + phase4 + "." + store.ConsumerName(capsule.Execution) + ".saga.phase.4",
+		"$JS.API.CONSUMER.CREATE." + phase4,
+		"$JS.API.CONSUMER.DURABLE.CREATE." + phase4 + "." + store.ConsumerName(capsule.Execution),
+		"$JS.API.CONSUMER.CREATE." + store.CompletionsStream + "." + store.CompletionsConsumer,
+		"$JS.API.CONSUMER.CREATE." + store.OutcomesStream + ".x",
+		"$JS.API.CONSUMER.MSG.NEXT." + phase4 + "." + store.ConsumerName(capsule.Execution),
+	}
 	for _, tt := range []struct {
 		role          string
 		publish, subs []string
 	}{
 		{RoleWorker, admin, []string{"saga.admin.>", adminsvc.Subject(adminsvc.VerbCancel), "saga.intake", "saga.phase.>", "$KV.>"}},
 		{RoleProducer, append(append([]string{"$SRV.PING"}, admin...), jsAPI...), []string{"saga.admin.>", "agents.>", "saga.complete.>", "$KV.>"}},
-		{RoleOperator, append([]string{"saga.complete.x.1", executors.CompletionSubject(capsuletest.NewID(), 1)}, jsAPI...), []string{"agents.>", "saga.complete.>", "saga.admin.>", "$KV.>"}},
+		{RoleOperator, append(append([]string{"saga.complete.x.1", executors.CompletionSubject(capsuletest.NewID(), 1)}, jsAPI...), consumers...), []string{"agents.>", "saga.complete.>", "saga.admin.>", "$KV.>"}},
 	} {
 		for _, subject := range tt.publish {
 			requireRefused(t, as(tt.role), subject)

@@ -103,7 +103,7 @@ func TestDeployConfRoles(t *testing.T) {
 	}
 	code, out := sagactl("wait", doc.ID(), "--timeout", "30s")
 	require.Equal(t, cli.ExitOK, code, out)
-	for _, args := range [][]string{{"status", doc.ID()}, {"history", doc.ID()}, {"list"}, {"report", doc.ID()}} {
+	for _, args := range [][]string{{"status", doc.ID()}, {"history", doc.ID()}, {"list"}, {"report", doc.ID()}, {"watch", doc.ID(), "--since", "1h", "--count", "2"}} {
 		code, out := sagactl(args...)
 		require.Equal(t, cli.ExitOK, code, "%v: %s", args, out)
 	}
