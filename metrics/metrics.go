@@ -158,6 +158,7 @@ type Metrics struct {
 	resumes        *prometheus.CounterVec
 	adminActions   *prometheus.CounterVec
 	terminated     *prometheus.CounterVec
+	rescued        *prometheus.CounterVec
 }
 
 // New creates the recorder and registers its metrics on reg (nil registers
@@ -251,6 +252,10 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 			Name: "sagad_messages_terminated_total",
 			Help: "Messages sagad terminated because they can never succeed (poison), by cause.",
 		}, []string{"cause"}),
+		rescued: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sagad_capsules_rescued_total",
+			Help: "Capsules in progress whose step had no message and was sent again (the rescuer), by phase.",
+		}, []string{"phase"}),
 	}
 	m.init()
 	return m
@@ -458,4 +463,12 @@ func (m *Metrics) Terminated(reason string) {
 		return
 	}
 	m.terminated.WithLabelValues(oneOf(reason, TermReasons)).Inc()
+}
+
+// Rescued counts a capsule whose step the rescuer sent again.
+func (m *Metrics) Rescued(phase capsule.Phase) {
+	if m == nil {
+		return
+	}
+	m.rescued.WithLabelValues(PhaseLabel(phase)).Inc()
 }

@@ -87,6 +87,11 @@ type Config struct {
 	// ones resume when their locks are free, blocked_external ones have their
 	// locks renewed or time out. Defaults to 5s.
 	SweepInterval time.Duration
+	// RescueAfter is how long a capsule in progress may go without a
+	// checkpoint write, with its phase's queue empty, before the rescuer
+	// sends its step again (maintenance.Rescuer). Negative disables the
+	// rescuer. Defaults to 2m.
+	RescueAfter time.Duration
 	// ExternalTimeout is how long a capsule waits for accepted external work
 	// before it halts with executor_failed. Defaults to 1h.
 	ExternalTimeout time.Duration
@@ -160,6 +165,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SweepInterval <= 0 {
 		c.SweepInterval = 5 * time.Second
+	}
+	if c.RescueAfter == 0 {
+		c.RescueAfter = 2 * time.Minute
 	}
 	if c.ExternalTimeout <= 0 {
 		c.ExternalTimeout = time.Hour

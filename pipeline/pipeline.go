@@ -42,6 +42,7 @@ type Pipeline struct {
 	running []*runner.Consumer
 	cancel  context.CancelFunc
 	sweeper *maintenance.Sweeper
+	rescuer *maintenance.Rescuer
 }
 
 // New creates the JetStream topology (idempotently) and returns a pipeline
@@ -144,6 +145,16 @@ func (p *Pipeline) Start(ctx context.Context) error {
 		Logger: p.log, Now: p.cfg.Now, Interval: p.cfg.SweepInterval, ExternalTimeout: p.cfg.ExternalTimeout,
 	})
 	p.sweeper.Start(workCtx)
+	if p.cfg.RescueAfter > 0 {
+		p.rescuer = maintenance.NewRescuer(p.st, maintenance.RescuerConfig{
+			Logger: p.log, Metrics: p.metrics, Now: p.cfg.Now, After: p.cfg.RescueAfter,
+		})
+		if err := p.rescuer.Start(workCtx); err != nil {
+			p.sweeper.Stop()
+			stopAll()
+			return fmt.Errorf("pipeline: start the rescuer: %w", err)
+		}
+	}
 	p.log.Info("pipeline started", "instance", p.cfg.InstanceID, "workers", p.cfg.Workers, "workspace", p.cfg.Workspace)
 	return nil
 }
@@ -152,7 +163,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 // back when ctx expires first), and returns when no work is left.
 func (p *Pipeline) Stop(ctx context.Context) {
 	p.mu.Lock()
-	running, cancel, sweeper := p.running, p.cancel, p.sweeper
+	running, cancel, sweeper, rescuer := p.running, p.cancel, p.sweeper, p.rescuer
 	p.running, p.cancel = nil, nil
 	p.mu.Unlock()
 	if running == nil {
@@ -184,6 +195,9 @@ func (p *Pipeline) Stop(ctx context.Context) {
 	}
 	cancel()
 	sweeper.Stop()
+	if rescuer != nil {
+		rescuer.Stop()
+	}
 	p.log.Info("pipeline stopped", "instance", p.cfg.InstanceID)
 }
 

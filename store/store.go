@@ -38,6 +38,12 @@ type Checkpoints struct {
 // SAGA_CHECKPOINTS bucket), for clients that write nothing.
 func ReaderOf(kv jetstream.KeyValue) *Checkpoints { return &Checkpoints{kv: kv} }
 
+// WatchMeta watches every checkpoint's key and revision (no values): who
+// changed when, at the cost of a header per write.
+func (s *Checkpoints) WatchMeta(ctx context.Context) (jetstream.KeyWatcher, error) {
+	return s.kv.WatchAll(ctx, jetstream.MetaOnly())
+}
+
 // Watch watches the checkpoint of key (sagactl wait and watch).
 func (s *Checkpoints) Watch(ctx context.Context, key string) (jetstream.KeyWatcher, error) {
 	return s.kv.Watch(ctx, key)

@@ -76,6 +76,10 @@ type Config struct {
 	// ExternalTimeout halts a capsule whose accepted external work has not
 	// reported within it. Defaults to 1h.
 	ExternalTimeout Duration `json:"external_timeout"`
+	// RescueAfter is how long a capsule in progress may go unchanged, its
+	// phase's queue empty, before its step is sent again; negative disables
+	// the rescuer. Defaults to 2m.
+	RescueAfter Duration `json:"rescue_after"`
 	// Retention is how long an ended capsule's checkpoint, bytes, events and
 	// artifacts are kept after its outcome; negative keeps them forever.
 	// Defaults to 168h (7 days).
@@ -218,11 +222,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.BoolVar(&flags.Insecure, "insecure", false, "allow listening off loopback without TLS (embedded NATS, HTTP); logs a warning (env SAGAD_INSECURE)")
 	var syncAlways bool
 	fs.BoolVar(&syncAlways, "sync-always", false, "alias of --sync always (env SAGAD_SYNC_ALWAYS)")
-	var lockWait, deadlineWarning, externalTimeout, retention time.Duration
+	var lockWait, deadlineWarning, externalTimeout, retention, rescueAfter time.Duration
 	fs.DurationVar(&lockWait, "lock-wait", 0, "retry contended locks this long, then park with lock_contention; negative halts at once (default 60s; env SAGAD_LOCK_WAIT)")
 	fs.Float64Var(&flags.BudgetWarning, "budget-warning", 0, "pause with budget_warning past this fraction of a cap; negative disables (default 0.75; env SAGAD_BUDGET_WARNING)")
 	fs.DurationVar(&deadlineWarning, "deadline-warning", 0, "pause with deadline_approaching when less is left; negative disables (default 5m; env SAGAD_DEADLINE_WARNING)")
 	fs.DurationVar(&externalTimeout, "external-timeout", 0, "halt when accepted external work reports nothing for this long (default 1h; env SAGAD_EXTERNAL_TIMEOUT)")
+	fs.DurationVar(&rescueAfter, "rescue-after", 0, "send again the step of a capsule in progress unchanged this long with nothing queued for its phase; negative disables (default 2m; env SAGAD_RESCUE_AFTER)")
 	fs.DurationVar(&retention, "retention", 0, "keep ended capsules this long, then remove their state (outcomes stay); negative keeps them forever (default 168h; env SAGAD_RETENTION)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -233,6 +238,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	flags.ShutdownTimeout = Duration(shutdown)
 	flags.LockWait, flags.DeadlineWarning, flags.ExternalTimeout = Duration(lockWait), Duration(deadlineWarning), Duration(externalTimeout)
 	flags.Retention = Duration(retention)
+	flags.RescueAfter = Duration(rescueAfter)
 	if file == "" {
 		file = getenv("SAGAD_CONFIG")
 	}
@@ -298,6 +304,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	envDur(&cfg.DeadlineWarning, "SAGAD_DEADLINE_WARNING")
 	envDur(&cfg.ExternalTimeout, "SAGAD_EXTERNAL_TIMEOUT")
 	envDur(&cfg.Retention, "SAGAD_RETENTION")
+	envDur(&cfg.RescueAfter, "SAGAD_RESCUE_AFTER")
 	if v := getenv("SAGAD_BUDGET_WARNING"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
@@ -370,6 +377,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.ExternalTimeout = flags.ExternalTimeout
 		case "retention":
 			cfg.Retention = flags.Retention
+		case "rescue-after":
+			cfg.RescueAfter = flags.RescueAfter
 		}
 	})
 	if cfg.HTTPListen == "" {

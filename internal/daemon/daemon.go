@@ -131,6 +131,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		BudgetWarning:   cfg.BudgetWarning,
 		DeadlineWarning: time.Duration(cfg.DeadlineWarning),
 		ExternalTimeout: time.Duration(cfg.ExternalTimeout),
+		RescueAfter:     time.Duration(cfg.RescueAfter),
 		Retention:       cfg.retention(),
 	})
 	if err != nil {
