@@ -297,6 +297,9 @@ func (m *Metrics) init() {
 	for _, r := range TermReasons {
 		m.terminated.WithLabelValues(r)
 	}
+	for p := capsule.Phase(0); p < capsule.NumPhases; p++ {
+		m.rescued.WithLabelValues(PhaseLabel(p))
+	}
 }
 
 // Received counts a capsule RECEPTION took in for the first time.
