@@ -24,8 +24,8 @@ import (
 
 // CompletionsConfig configures [Completions].
 type CompletionsConfig struct {
-	// Logger is the service's logger (terminated completions are logged by
-	// the runner). Defaults to discarding.
+	// Logger receives a line per recorded completion (terminated ones are
+	// logged by the runner). Defaults to discarding.
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
@@ -159,6 +159,7 @@ func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Del
 		} else if err != nil {
 			return runner.NakAfter(in.cfg.RetryDelay, err)
 		}
+		in.log.Info("completion recorded", "key", key, "cycle", cycle, "status", comp.Status)
 	}
 	if operatorHold {
 		return runner.Ack()
