@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/capsuletest"
@@ -128,4 +129,47 @@ func TestForgedCompletionsAreDropped(t *testing.T) {
 	after, err := f.client.Status(ctx, doc.ID())
 	require.NoError(t, err)
 	require.Equal(t, s.History, after.History)
+}
+
+// TestCompletionTokenOfTheLatestCall: a forced resume calls the executor
+// again with a new token; the first call's completion is then dropped as
+// unauthenticated, and the second call's "failed" halts the capsule with
+// the worker's error.
+func TestCompletionTokenOfTheLatestCall(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	f := setupWith(t, func(c *pipeline.Config) { c.Metrics = metrics.New(reg, metrics.BuildInfo{}) })
+	ctx := context.Background()
+	doc := f.own(t, capsuletest.New().Set("task.kind", "accepting"))
+	f.publish(t, doc.Sealed(t))
+	f.waitState(t, doc.ID(), capsule.Paused)
+	first := f.completion(t, `{"kind":"execute","status":"ok","content":{"call":1}}`)
+
+	_, err := f.admin(t).Resume(ctx, doc.ID(), admin.ResumeOptions{By: "alice", Force: true})
+	require.NoError(t, err)
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		if f.executed.Load() != 2 {
+			return false
+		}
+		cp, err := f.client.Checkpoint(ctx, doc.ID())
+		return err == nil && cp.State.Status == capsule.Paused &&
+			cp.State.AwaitingTokenHash == executors.CompletionTokenHash(*f.acceptedToken.Load())
+	}, "the executor called again, and the capsule waiting for its completion")
+	second := f.completion(t, `{"kind":"execute","status":"failed","error":"out of quota","usage":{"tokens":3,"dollars":0}}`)
+	require.NotEqual(t, string(first), string(second))
+
+	_, err = f.js.Publish(ctx, executors.CompletionSubject(doc.ID(), 1), first)
+	require.NoError(t, err)
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		return terminated(t, reg, metrics.TermCompletionUnauthenticated) == 1
+	}, "the superseded call's completion is dropped")
+	cp, err := f.client.Checkpoint(ctx, doc.ID())
+	require.NoError(t, err)
+	require.Nil(t, cp.State.Result)
+
+	_, err = f.js.Publish(ctx, executors.CompletionSubject(doc.ID(), 1), second)
+	require.NoError(t, err)
+	s := f.waitState(t, doc.ID(), capsule.Halted)
+	require.Equal(t, "executor_failed:out of quota", s.HaltReason)
+	require.Equal(t, int64(2), f.executed.Load())
 }
