@@ -84,10 +84,23 @@ const (
 	TermUnknownCapsule   = "unknown_capsule"   // no checkpoint after the grace period
 	TermBadSubject       = "bad_subject"       // a completion subject that names no (capsule, cycle)
 	TermReviewCompletion = "review_completion" // reviewers answer synchronously
+	// TermCompletionMalformed: a completion whose body is no valid
+	// completion; it never completes nor halts its capsule.
+	TermCompletionMalformed = "completion_malformed"
+	// TermCompletionUnauthenticated: a completion without the
+	// completion_token of the call its capsule awaits (forged, or a
+	// superseded call's).
+	TermCompletionUnauthenticated = "completion_unauthenticated"
+	// TermCompletionNotAwaited: a completion for a cycle its capsule does
+	// not await (already recorded, or the capsule moved on or ended).
+	TermCompletionNotAwaited = "completion_not_awaited"
 )
 
 // TermReasons is the closed set of reason label values of terminations.
-var TermReasons = []string{TermNoKey, TermInvalidKey, TermBadHeader, TermUndecodable, TermUnknownCapsule, TermBadSubject, TermReviewCompletion}
+var TermReasons = []string{
+	TermNoKey, TermInvalidKey, TermBadHeader, TermUndecodable, TermUnknownCapsule, TermBadSubject, TermReviewCompletion,
+	TermCompletionMalformed, TermCompletionUnauthenticated, TermCompletionNotAwaited,
+}
 
 // AdminActions is the closed set of action label values.
 var AdminActions = []string{
