@@ -13,6 +13,7 @@ import (
 	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/maintenance"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
@@ -49,6 +50,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 	st, err := store.Ensure(ctx, js, store.Topology{
 		Replicas: cfg.Replicas, Storage: cfg.Storage, AckWait: cfg.AckWait, DuplicateWindow: cfg.DuplicateWindow,
 		Retention: cfg.Retention, LockLease: cfg.LockLease, Workspace: cfg.Workspace, Now: cfg.Now,
+		Writes: &jspub.Writes{Timeout: cfg.WriteTimeout, Observe: cfg.Health.ObserveWrite},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
@@ -109,7 +111,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	// Work outlives the caller's ctx on purpose: Stop drains it.
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel
-	rc := runner.Config{Workers: p.cfg.Workers, Logger: p.log, Metrics: p.metrics}
+	rc := runner.Config{Workers: p.cfg.Workers, Logger: p.log, Metrics: p.metrics, BusyDelay: p.cfg.RetryDelay, Progress: p.cfg.Health.Settled}
 	stopAll := func() {
 		cancel()
 		for _, r := range p.running {
