@@ -191,7 +191,7 @@ func Kind(err error) (kind string, failed bool) {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		switch {
-		case apiErr.ErrorCode == errCodeInsufficientResources, apiErr.ErrorCode == errCodeStorageExceeded,
+		case apiErr.ErrorCode == errCodeInsufficientResources, apiErr.ErrorCode == errCodeAccountResources, apiErr.ErrorCode == errCodeStorageExceeded,
 			apiErr.ErrorCode == errCodeMemoryExceeded, apiErr.ErrorCode == errCodeStoreFailed:
 			return metrics.WriteStorage, true
 		case apiErr.Code >= 500:
@@ -214,6 +214,7 @@ func Kind(err error) (kind string, failed bool) {
 // JetStream error codes (nats-server's errors.json) the jetstream client
 // has no constant for.
 const (
+	errCodeAccountResources      = 10002 // resource limits exceeded for account (a 400, yet no fault of the request)
 	errCodeInsufficientResources = 10023 // insufficient resources (a server or account storage limit reached)
 	errCodeMemoryExceeded        = 10028 // insufficient memory resources available
 	errCodeStorageExceeded       = 10047 // insufficient storage resources available
