@@ -267,4 +267,3 @@ func TestWritesRefusedAreNoFailure(t *testing.T) {
 	}
 	require.NoError(t, f.mon.Writes())
 }
-
