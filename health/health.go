@@ -26,8 +26,8 @@ type Config struct {
 	StallAfter time.Duration
 	// Consumers are the consumers watched for stalls. Defaults to none.
 	Consumers []Consumer
-	// Logger receives one ERROR line when writes start failing and one when
-	// they recover. Defaults to discarding.
+	// Logger receives one ERROR line when writes have failed for
+	// UnhealthyAfter and one when they succeed again. Defaults to discarding.
 	Logger *slog.Logger
 	// Metrics counts failed writes and shows whether writes are failing.
 	// Nil records nothing.
@@ -136,7 +136,8 @@ func (m *Monitor) ObserveWrite(err error) {
 		if m.unhealthy {
 			m.unhealthy = false
 			m.cfg.Metrics.WritesFailing(false)
-			m.cfg.Logger.Info("jetstream writes succeed again", "failed_for", failedFor.Round(time.Millisecond))
+			// At ERROR too: whoever follows the first line finds its end.
+			m.cfg.Logger.Error("jetstream writes succeed again", "failed_for", failedFor.Round(time.Millisecond))
 		}
 		return
 	}

@@ -191,7 +191,7 @@ func TestWritesFailingOnAFullStore(t *testing.T) {
 	require.NoError(t, f.mon.Writes())
 	require.Zero(t, gauge(t, f.reg))
 	require.Contains(t, f.logs.String(), "jetstream writes succeed again")
-	require.Equal(t, 1, strings.Count(f.logs.String(), "level=ERROR"))
+	require.Equal(t, 2, strings.Count(f.logs.String(), "level=ERROR"), "one line when failing, one when recovered")
 	require.Equal(t, 2.0, writeErrors(t, f.reg, metrics.WriteStorage))
 }
 

@@ -48,9 +48,10 @@ type Consumer struct {
 	wg      sync.WaitGroup
 
 	// inFlight holds the stream sequences of the messages this Consumer
-	// took and has not settled yet: waiting for a worker or being handled.
+	// took and has not settled yet (waiting for a worker or being handled),
+	// each with whether a redelivery of it was logged already.
 	mu       sync.Mutex
-	inFlight map[uint64]struct{}
+	inFlight map[uint64]bool
 }
 
 // Start begins consuming the durable consumer name of stream. Handlers run
@@ -70,7 +71,7 @@ func Start(ctx, workCtx context.Context, js jetstream.JetStream, stream, name st
 		return nil, err
 	}
 	c := &Consumer{name: name, log: cfg.Logger, metrics: cfg.Metrics, cfg: cfg, work: make(chan jetstream.Msg),
-		inFlight: make(map[uint64]struct{})}
+		inFlight: make(map[uint64]bool)}
 	for i := 0; i < cfg.Workers; i++ {
 		c.wg.Add(1)
 		go func() {
@@ -133,18 +134,18 @@ func (c *Consumer) take(msg jetstream.Msg) bool {
 	}
 	seq := md.Sequence.Stream
 	c.mu.Lock()
-	_, busy := c.inFlight[seq]
-	if !busy {
-		c.inFlight[seq] = struct{}{}
-	}
+	logged, busy := c.inFlight[seq]
+	c.inFlight[seq] = busy // logged once per message: it comes back every BusyDelay
 	c.mu.Unlock()
 	if !busy {
 		return true
 	}
 	c.metrics.RedeliveredInFlight()
-	c.log.Warn("redelivered while its first delivery is still being handled: handed back", "consumer", c.name,
-		"subject", msg.Subject(), "key", PrintableKey(msg.Headers().Get(HeaderKey)), "stream_seq", seq,
-		"deliveries", md.NumDelivered, "retry_in", c.cfg.BusyDelay)
+	if !logged {
+		c.log.Warn("redelivered while its first delivery is still being handled: handed back", "consumer", c.name,
+			"subject", msg.Subject(), "key", PrintableKey(msg.Headers().Get(HeaderKey)), "stream_seq", seq,
+			"deliveries", md.NumDelivered, "retry_in", c.cfg.BusyDelay)
+	}
 	_ = msg.NakWithDelay(c.cfg.BusyDelay)
 	return false
 }

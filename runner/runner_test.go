@@ -1,7 +1,11 @@
 package runner_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,10 +51,11 @@ func TestRedeliveryInFlightIsNotHandledTwice(t *testing.T) {
 		}
 		return 0
 	}
+	logs := &syncBuffer{}
 	var calls, progressed atomic.Int32
 	release := make(chan struct{})
 	c, err := runner.Start(ctx, ctx, js, "S", "C", runner.Config{
-		Workers: 4, Metrics: m, BusyDelay: 50 * time.Millisecond,
+		Workers: 4, Metrics: m, BusyDelay: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Progress: func(consumer string) {
 			require.Equal(t, "C", consumer)
 			progressed.Add(1)
@@ -69,6 +74,7 @@ func TestRedeliveryInFlightIsNotHandledTwice(t *testing.T) {
 		"the redeliveries were never seen")
 	require.EqualValues(t, 1, calls.Load(), "a second handler ran for the same message")
 	require.Zero(t, progressed.Load())
+	require.Equal(t, 1, strings.Count(logs.String(), "handed back"), "logged once per message: %s", logs.String())
 
 	close(release)
 	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
@@ -83,4 +89,22 @@ func TestRedeliveryInFlightIsNotHandledTwice(t *testing.T) {
 	n, err := testutil.GatherAndCount(reg, "sagad_redeliveries_in_flight_total")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
+}
+
+// syncBuffer is a log destination the test reads while the consumer writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
