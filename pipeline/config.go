@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/health"
+	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
 	"github.com/sagad/sagad/rules"
@@ -41,6 +43,14 @@ type Config struct {
 	RetryDelay time.Duration
 	// PhaseTimeout bounds one phase run, executor included. Defaults to 10m.
 	PhaseTimeout time.Duration
+	// WriteTimeout bounds each JetStream write on its own (a publish, a KV
+	// or object store write), whatever time the phase has left: a write
+	// JetStream cannot take fails after it as a transient failure, and the
+	// message is naked. Defaults to 5s.
+	WriteTimeout time.Duration
+	// Health is told how every JetStream write ended and when a phase
+	// consumer finished a message (package health). Nil tells no one.
+	Health *health.Monitor
 	// Heartbeat is how often a long phase renews its message, locks and
 	// execution claim. Defaults to 5s.
 	Heartbeat time.Duration
@@ -125,6 +135,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PhaseTimeout <= 0 {
 		c.PhaseTimeout = 10 * time.Minute
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = jspub.DefaultTimeout
 	}
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = 5 * time.Second

@@ -13,6 +13,7 @@ import (
 	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/maintenance"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
@@ -55,6 +56,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 	st, err := store.Ensure(ctx, js, store.Topology{
 		Replicas: cfg.Replicas, Storage: cfg.Storage, AckWait: cfg.AckWait, DuplicateWindow: cfg.DuplicateWindow,
 		Retention: cfg.Retention, LockLease: cfg.LockLease, Workspace: cfg.Workspace, Now: cfg.Now,
+		Writes: &jspub.Writes{Timeout: cfg.WriteTimeout, Observe: cfg.Health.ObserveWrite},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
@@ -116,7 +118,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel
 	p.stopping = workCtx.Done()
-	rc := runner.Config{Workers: p.cfg.Workers, Logger: p.log, Metrics: p.metrics}
+	rc := runner.Config{Workers: p.cfg.Workers, Logger: p.log, Metrics: p.metrics, BusyDelay: p.cfg.RetryDelay, Progress: p.cfg.Health.Settled}
 	stopAll := func() {
 		cancel()
 		for _, r := range p.running {
