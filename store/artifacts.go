@@ -36,6 +36,15 @@ const (
 // recentArtifacts bounds the in-process copies kept for REVIEW.
 const recentArtifacts = 1024
 
+// artifactReadTimeout bounds one object store read. The nats.go client sets
+// the read deadline of the pipe it reads chunks through to the context's
+// deadline, and that deadline's timer keeps the pipe alive until it fires,
+// read or not: under the phase's own deadline (10 minutes by default) every
+// read held about a kilobyte for that long, which grew with the read rate.
+// An artifact is at most a few MiB (an executor's output is capped), read
+// in well under this.
+const artifactReadTimeout = 30 * time.Second
+
 // Artifacts keeps artifact records in the SAGA_ARTIFACTS object store,
 // one object per (capsule, cycle); a redelivered put overwrites it with the
 // same name, so it is idempotent. It keeps the artifacts it wrote last in
@@ -47,10 +56,17 @@ type Artifacts struct {
 
 	mu     sync.Mutex
 	recent map[string]capsule.Artifact
+	// order holds recent's refs in the order they were first put, a ring
+	// whose next slot is next: the oldest is evicted first. REVIEW reads an
+	// artifact shortly after EXECUTION put it, so the newest are the ones
+	// worth keeping; a random eviction dropped a live one now and then,
+	// and each miss cost an object store read.
+	order []string
+	next  int
 }
 
 func newArtifactStore(os jetstream.ObjectStore, js jetstream.JetStream) *Artifacts {
-	return &Artifacts{os: os, js: js, recent: make(map[string]capsule.Artifact)}
+	return &Artifacts{os: os, js: js, recent: make(map[string]capsule.Artifact, recentArtifacts)}
 }
 
 // Put writes the artifact as an object store object: its chunks, then its
@@ -109,10 +125,16 @@ func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error)
 func (s *Artifacts) remember(a capsule.Artifact) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.recent[a.Ref]; !ok && len(s.recent) >= recentArtifacts {
-		for k := range s.recent {
-			delete(s.recent, k)
-			break
+	if _, ok := s.recent[a.Ref]; !ok {
+		// A new ref takes the ring's next slot, evicting its occupant once
+		// the ring is full; a ref put again (a redelivered put) keeps its
+		// slot.
+		if len(s.order) < recentArtifacts {
+			s.order = append(s.order, a.Ref)
+		} else {
+			delete(s.recent, s.order[s.next])
+			s.order[s.next] = a.Ref
+			s.next = (s.next + 1) % recentArtifacts
 		}
 	}
 	s.recent[a.Ref] = a
@@ -125,6 +147,8 @@ func (s *Artifacts) Get(ctx context.Context, ref string) (capsule.Artifact, erro
 	if ok {
 		return a, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, artifactReadTimeout)
+	defer cancel()
 	b, err := s.os.GetBytes(ctx, strings.TrimPrefix(ref, "artifact:"))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return a, fmt.Errorf("get artifact %s: %w: %w", ref, phases.ErrArtifactGone, err)

@@ -42,3 +42,26 @@ func TestArtifactPutReadsBackWithTheObjectStoreClient(t *testing.T) {
 		require.True(t, found)
 	}
 }
+
+// TestArtifactsKeepTheNewest: the in-process copies REVIEW reads are the
+// last recentArtifacts put, whatever came before; a ref put again keeps its
+// place and is not counted twice.
+func TestArtifactsKeepTheNewest(t *testing.T) {
+	t.Parallel()
+	s := newArtifactStore(nil, nil)
+	put := func(i int) {
+		s.remember(capsule.Artifact{Ref: ArtifactRef("c", i), Cycle: i})
+	}
+	const extra = 300
+	for i := range recentArtifacts + extra {
+		put(i)
+		if i == 10 {
+			put(10) // a redelivered put: same ref, same slot
+		}
+	}
+	require.Len(t, s.recent, recentArtifacts)
+	for i := range recentArtifacts + extra {
+		_, ok := s.recent[ArtifactRef("c", i)]
+		require.Equal(t, i >= extra, ok, "artifact %d kept", i)
+	}
+}
