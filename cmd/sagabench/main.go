@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 
 	"github.com/sagad/sagad/internal/bench"
 )
@@ -47,6 +48,7 @@ func main() {
 	fs.StringVar(&cfg.MemProfile, "memprofile", "", "write heap profiles after (FILE) and before (FILE.base) the measured rounds of the -profile system")
 	fs.StringVar(&cfg.Profile, "profile", "sagad", `the system -cpuprofile and -memprofile cover: "sagad", "floor" (with -floor) or "baseline"`)
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON on stdout (progress goes to stderr)")
+	fs.IntVar(&runtime.MemProfileRate, "memprofilerate", runtime.MemProfileRate, "bytes allocated per heap profile sample (smaller sees smaller holders, at some CPU)")
 	_ = fs.Parse(os.Args[1:])
 	if syncAlways {
 		cfg.Sync = "always"
