@@ -39,9 +39,36 @@
 // [HeaderCycle], [HeaderIdempotencyKey] and [HeaderTraceID]; a command gets
 // them as the environment variables SAGA_CAPSULE_ID, SAGA_CYCLE,
 // SAGA_IDEMPOTENCY_KEY and SAGA_TRACE_ID (and SAGA_CALL = execute|review).
-// A call may be delivered more than once for the same idempotency key (a
-// retry after a timeout, a restarted sagad): a worker should answer the
-// repeat with its first answer instead of doing the work again.
+//
+// # Delivery: calls are at least once, under one idempotency key
+//
+// What sagad records is exactly once: per (capsule, cycle) one execution
+// result, one artifact, one review entry, each call's usage charged once, each
+// transition once. The calls themselves are at least once. sagad calls an
+// agent for a (capsule, cycle) only under that cycle's claim (a lease in the
+// checkpoint that the running call renews), and not again once its result is
+// recorded or its artifact stored; but a call whose result was not stored yet
+// is made again, with the same idempotency key "<capsule_id>/<cycle>", when
+// the sagad making it dies or shuts down (the redelivered message takes the
+// lapsed claim over), when storing the result fails and the phase is retried,
+// when a NATS attempt times out or finds no responders and is retried
+// (Endpoint.Retries), when that sagad is cut off from NATS for longer than the
+// lease (another one takes over while the first call may still run; the first
+// result is then discarded), and when an operator resumes a capsule parked on
+// a reviewer's "accepted" or on human input, or forces the resume of one
+// waiting for accepted work.
+//
+// A worker de-duplicates by call kind and key (a cycle's executor and
+// reviewer calls carry the same key): it stores each final answer (status ok
+// or failed, with its usage, and the completion of accepted work) under the
+// key as it replies, answers a repeated key with the stored answer without
+// doing the work again (re-delivering the completion), and makes a repeat that
+// arrives while the first call still runs wait for it. The answers belong
+// where all the worker's instances find them and a restart keeps them (a KV
+// bucket keyed by kind and key, with a time to live longer than sagad may
+// retry: the capsule's deadline or sagad's retention). examples/worker keeps
+// them in memory, a demo's compromise. A worker that does not de-duplicate
+// does the work twice now and then; sagad records one of the answers.
 //
 // # Wire contract: replies
 //
