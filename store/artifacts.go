@@ -33,8 +33,14 @@ const (
 	maxChunk = 128 << 10
 )
 
-// recentArtifacts bounds the in-process copies kept for REVIEW.
-const recentArtifacts = 1024
+// recentArtifacts and recentBytes bound the in-process copies kept for
+// REVIEW, in number and in content bytes: an executor's output may be MiBs
+// (a command's is capped at 4 MiB by default), and a thousand of those
+// would be gigabytes.
+const (
+	recentArtifacts = 1024
+	recentBytes     = 64 << 20
+)
 
 // artifactReadTimeout bounds one object store read. The nats.go client sets
 // the read deadline of the pipe it reads chunks through to the context's
@@ -56,13 +62,13 @@ type Artifacts struct {
 
 	mu     sync.Mutex
 	recent map[string]capsule.Artifact
-	// order holds recent's refs in the order they were first put, a ring
-	// whose next slot is next: the oldest is evicted first. REVIEW reads an
-	// artifact shortly after EXECUTION put it, so the newest are the ones
-	// worth keeping; a random eviction dropped a live one now and then,
-	// and each miss cost an object store read.
+	// order holds recent's refs in the order they were first put: the
+	// oldest is evicted first. REVIEW reads an artifact shortly after
+	// EXECUTION put it, so the newest are the ones worth keeping; a random
+	// eviction dropped a live one now and then, and each miss cost an
+	// object store read.
 	order []string
-	next  int
+	bytes int // content bytes in recent
 }
 
 func newArtifactStore(os jetstream.ObjectStore, js jetstream.JetStream) *Artifacts {
@@ -125,19 +131,21 @@ func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error)
 func (s *Artifacts) remember(a capsule.Artifact) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.recent[a.Ref]; !ok {
-		// A new ref takes the ring's next slot, evicting its occupant once
-		// the ring is full; a ref put again (a redelivered put) keeps its
-		// slot.
-		if len(s.order) < recentArtifacts {
-			s.order = append(s.order, a.Ref)
-		} else {
-			delete(s.recent, s.order[s.next])
-			s.order[s.next] = a.Ref
-			s.next = (s.next + 1) % recentArtifacts
-		}
+	if old, ok := s.recent[a.Ref]; ok {
+		s.bytes -= len(old.Content) // a redelivered put keeps its place
+	} else {
+		s.order = append(s.order, a.Ref)
 	}
 	s.recent[a.Ref] = a
+	s.bytes += len(a.Content)
+	// The newest always stays, however large.
+	for len(s.order) > 1 && (len(s.recent) > recentArtifacts || s.bytes > recentBytes) {
+		oldest := s.order[0]
+		s.order[0] = ""
+		s.order = s.order[1:]
+		s.bytes -= len(s.recent[oldest].Content)
+		delete(s.recent, oldest)
+	}
 }
 
 func (s *Artifacts) Get(ctx context.Context, ref string) (capsule.Artifact, error) {
