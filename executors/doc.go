@@ -46,13 +46,43 @@
 // and an executor call's completion token as SAGA_COMPLETION_TOKEN. The
 // token never travels in a NATS header: headers are what tracing and
 // monitoring tools show.
-// A call may be delivered more than once for the same idempotency key (a
-// retry after a timeout, a restarted sagad): a worker should answer the
-// repeat with its first answer instead of doing the work again. Each
-// delivery carries a new completion token, and sagad then awaits only the
-// latest: a worker's completion must carry the token of the latest call it
-// was given for the idempotency key (publish the completion again with it
-// if the first went out with an older one).
+//
+// # Delivery: calls are at least once, under one idempotency key
+//
+// What sagad records is exactly once: per (capsule, cycle) one execution
+// result, one artifact, one review entry, each call's usage charged once, each
+// transition once. The calls themselves are at least once. sagad calls an
+// agent for a (capsule, cycle) only under that cycle's claim (a lease in the
+// checkpoint that the running call renews), and not again once its result is
+// recorded or its artifact stored; but a call whose result was not stored yet
+// is made again, with the same idempotency key "<capsule_id>/<cycle>", when
+// the sagad making it dies or shuts down (the redelivered message takes the
+// lapsed claim over), when storing the result keeps failing until the phase's
+// time runs out (until then a live sagad keeps the result and its claim and
+// retries the write),
+// when a NATS attempt times out or finds no responders and is retried
+// (Endpoint.Retries), when that sagad is cut off from NATS for longer than the
+// lease (another one takes over while the first call may still run; the first
+// result is then discarded), and when an operator resumes a capsule parked on
+// a reviewer's "accepted" or on human input, or forces the resume of one
+// waiting for accepted work.
+//
+// A worker de-duplicates by call kind and key (a cycle's executor and
+// reviewer calls carry the same key): it stores each final answer (status ok
+// or failed, with its usage, and the completion of accepted work) under the
+// key as it replies, answers a repeated key with the stored answer without
+// doing the work again (re-delivering the completion), and makes a repeat that
+// arrives while the first call still runs wait for it. The answers belong
+// where all the worker's instances find them and a restart keeps them (a KV
+// bucket keyed by kind and key, with a time to live longer than sagad may
+// retry: the capsule's deadline or sagad's retention). examples/worker keeps
+// them in memory, a demo's compromise. A worker that does not de-duplicate
+// does the work twice now and then; sagad records one of the answers.
+//
+// Each delivery of an executor call carries a new completion token, and sagad
+// then awaits only the latest: a completion must carry the token of the
+// latest call the worker was given for the idempotency key (publish the
+// completion again with it if the first went out with an older one).
 //
 // # Wire contract: replies
 //
