@@ -87,7 +87,7 @@ type CancelRequest struct {
 type DecideRequest struct {
 	// ID is the capsule id or key. Required.
 	ID string `json:"id"`
-	// Decision is admin.DecisionAccept or admin.DecisionRevise.
+	// Decision is admin.DecisionAccept, DecisionRevise or DecisionReject.
 	Decision string `json:"decision"`
 	// Rationale becomes the review finding of a revise (required then).
 	Rationale string `json:"rationale,omitempty"`
@@ -240,8 +240,8 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 			return nil, err
 		}
 		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("rationale", r.Rationale))
-		if err == nil && r.Decision != admin.DecisionAccept && r.Decision != admin.DecisionRevise {
-			err = badRequest("decision %q: want accept or revise", r.Decision)
+		if err == nil && r.Decision != admin.DecisionAccept && r.Decision != admin.DecisionRevise && r.Decision != admin.DecisionReject {
+			err = badRequest("decision %q: want accept, revise or reject", r.Decision)
 		}
 		if err == nil && r.Decision == admin.DecisionRevise && strings.TrimSpace(r.Rationale) == "" {
 			err = badRequest("revise needs a rationale: the executor gets it as the review's findings")

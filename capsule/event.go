@@ -25,6 +25,7 @@ const (
 	EventWaiting           EventKind = "waiting_for_operator"
 	EventRevisionTriggered EventKind = "revision_triggered"
 	EventOperatorAccepted  EventKind = "operator_accepted"
+	EventOperatorRejected  EventKind = "operator_rejected"
 	EventDuplicateIgnored  EventKind = "duplicate_ignored"
 )
 

@@ -43,6 +43,8 @@ const (
 	// REVIEW (phase 5).
 	CodeReviewRejectedTerminal HaltCode = "review_rejected_terminal"
 	CodeMaxCyclesExceeded      HaltCode = "max_cycles_exceeded"
+	// The operator gate (an operator's decision).
+	CodeOperatorRejected HaltCode = "operator_rejected"
 )
 
 // HaltCodes lists every halt code, the closed set metrics may label with.
@@ -52,6 +54,7 @@ var HaltCodes = []HaltCode{
 	CodeContextRefMissing, CodeTargetMissing, CodeSpecNotApproved,
 	CodeAbsoluteRulesViolated, CodeLockAcquisitionFailed, CodeBudgetExceeded, CodeExecutorFailed,
 	CodeReviewRejectedTerminal, CodeMaxCyclesExceeded,
+	CodeOperatorRejected,
 }
 
 // HaltReason is a typed halt reason. Its String form is the exact text of
@@ -214,3 +217,6 @@ func ReviewRejectedTerminal() HaltReason { return HaltReason{Code: CodeReviewRej
 func MaxCyclesExceeded(limit int) HaltReason {
 	return HaltReason{CodeMaxCyclesExceeded, strconv.Itoa(limit)}
 }
+
+// OperatorRejected: an operator rejected the capsule at the operator gate.
+func OperatorRejected() HaltReason { return HaltReason{Code: CodeOperatorRejected} }

@@ -101,6 +101,14 @@ type Revise struct {
 	CycleLimit int
 }
 
+// Reject is an operator's reject decision on a capsule waiting_for_operator:
+// it halts with operator_rejected, the rationale recorded as the operator's
+// review.
+type Reject struct {
+	Rationale string
+	By        string
+}
+
 // RecordResult keeps the result of accepted external work for Cycle.
 // TokenHash is the SHA-256 (lowercase hex) of the completion token the
 // result came with: it must be the awaited call's
@@ -148,6 +156,9 @@ func (Revise) Name() string { return "revise" }
 
 // Name implements Event.
 func (RecordResult) Name() string { return "record_result" }
+
+// Name implements Event.
+func (Reject) Name() string { return "reject" }
 
 // Sentinel kinds of [Refusal]; match them with errors.Is.
 var (
@@ -252,6 +263,8 @@ func Apply(cp *capsule.Checkpoint, ev Event, now time.Time) (Result, error) {
 		changed, tr, err = end(out, e, now)
 	case Revise:
 		changed, tr, err = revise(out, e, now)
+	case Reject:
+		changed, tr, err = reject(out, e, now)
 	case RecordResult:
 		changed, err = recordResult(out, e)
 	default:
@@ -385,7 +398,7 @@ func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decisio
 		st.Pause = nil
 	} else if d.Wait {
 		st.Status = capsule.WaitingForOperator
-		st.Pause = &capsule.PauseInfo{Trigger: capsule.TriggerOperatorGate, Reason: "review.operator_gate: accept or revise", By: capsule.BySagad, At: now}
+		st.Pause = &capsule.PauseInfo{Trigger: capsule.TriggerOperatorGate, Reason: "review.operator_gate: accept, revise or reject", By: capsule.BySagad, At: now}
 	} else if d.Trigger != "" && st.Status == capsule.InProgress {
 		park(st, d.Trigger, d.Reason, capsule.BySagad, now)
 	}
@@ -586,6 +599,30 @@ func revise(cp *capsule.Checkpoint, e Revise, now time.Time) (bool, *capsule.Tra
 		st.Status = capsule.InProgress
 		st.Phase, st.PhaseName, st.Cycle = capsule.Execution, capsule.Execution.String(), cycle+1
 	}
+	cp.History = append(cp.History, tr)
+	return true, &tr, nil
+}
+
+func reject(cp *capsule.Checkpoint, e Reject, now time.Time) (bool, *capsule.Transition, error) {
+	st := &cp.State
+	if st.Status != capsule.WaitingForOperator {
+		if st.Status == capsule.Halted && st.HaltReason == capsule.OperatorRejected().String() {
+			return false, nil, nil // recorded: the caller finishes its effects
+		}
+		return false, nil, refused(e, cp, "only a capsule waiting_for_operator can be decided")
+	}
+	if st.Pause != nil && st.Pause.ResumeToken != "" {
+		return false, nil, refused(e, cp, "an accept is already under way")
+	}
+	reason := capsule.OperatorRejected().String()
+	finding := capsule.Finding{Message: "operator rejection: " + e.Rationale}
+	st.Pause = nil
+	st.Reviews = append(st.Reviews, capsule.ReviewEntry{
+		Cycle: st.Cycle, ReviewerID: OperatorReviewer + e.By, Verdict: capsule.Rejected, Findings: []capsule.Finding{finding}, At: now,
+	})
+	st.Status, st.HaltReason = capsule.Halted, reason
+	st.Findings = []capsule.Finding{finding}
+	tr := capsule.Transition{Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: st.Cycle, Outcome: capsule.OutcomeHalted, Detail: reason, At: now}
 	cp.History = append(cp.History, tr)
 	return true, &tr, nil
 }

@@ -67,6 +67,7 @@ const (
 	ActionCancel      = "cancel"
 	ActionAccept      = "accept" // sagactl decide accept
 	ActionRevise      = "revise" // sagactl decide revise
+	ActionReject      = "reject" // sagactl decide reject
 	ActionPhasePause  = "phase_pause"
 	ActionPhaseResume = "phase_resume"
 	ActionPauseAll    = "pause_all"
@@ -126,7 +127,7 @@ var WriteErrorKinds = []string{WriteTimeout, WriteNoResponders, WriteStorage, Wr
 
 // AdminActions is the closed set of action label values.
 var AdminActions = []string{
-	ActionPause, ActionResume, ActionCancel, ActionAccept, ActionRevise, ActionPhasePause,
+	ActionPause, ActionResume, ActionCancel, ActionAccept, ActionRevise, ActionReject, ActionPhasePause,
 	ActionPhaseResume, ActionPauseAll, ActionResumeAll, ActionReplay,
 }
 

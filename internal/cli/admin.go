@@ -167,17 +167,19 @@ the outcome subject. Cancelling a cancelled capsule changes nothing.`,
 func newDecide(g *globals) *cobra.Command {
 	var rationale, by string
 	cmd := &cobra.Command{
-		Use:   "decide ID accept|revise [--rationale R]",
-		Short: "Decide a capsule waiting_for_operator: accept (to HANDOFF) or revise (back to EXECUTION)",
+		Use:   "decide ID accept|revise|reject [--rationale R]",
+		Short: "Decide a capsule waiting_for_operator: accept (to HANDOFF), revise (back to EXECUTION) or reject (halt)",
 		Long: `Settle the operator gate of a capsule waiting_for_operator. accept goes on to
 HANDOFF; revise sends it back to EXECUTION as a new cycle with the rationale as
 review findings (Rule 12 applies: after the last cycle it halts with
-max_cycles_exceeded). Exit 5, changing nothing, if the capsule is not waiting.`,
+max_cycles_exceeded); reject halts it with operator_rejected. With
+review.operator_gate "all" every verdict waits here (sagactl pending shows it).
+Exit 5, changing nothing, if the capsule is not waiting.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			decision := strings.ToLower(args[1])
-			if decision != admin.DecisionAccept && decision != admin.DecisionRevise {
-				return exit(ExitUsage, fmt.Errorf("decision %q: want accept or revise", args[1]))
+			if decision != admin.DecisionAccept && decision != admin.DecisionRevise && decision != admin.DecisionReject {
+				return exit(ExitUsage, fmt.Errorf("decision %q: want accept, revise or reject", args[1]))
 			}
 			if decision == admin.DecisionRevise && strings.TrimSpace(rationale) == "" {
 				return exit(ExitUsage, errors.New("revise needs --rationale: the executor gets it as the review's findings"))
@@ -222,10 +224,13 @@ func newPending(g *globals) *cobra.Command {
 				return writeJSON(out, items)
 			}
 			tw := table(out)
-			fmt.Fprintln(tw, "CAPSULE_ID\tSTATE\tTRIGGER\tPHASE\tCYCLE\tAGE\tREASON")
+			fmt.Fprintln(tw, "CAPSULE_ID\tSTATE\tTRIGGER\tPHASE\tCYCLE\tAGE\tVERDICT\tREASON")
 			for _, it := range items {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%s\t%s\n", dash(it.CapsuleID), pf(it.State), pf(it.Trigger), it.Phase, printable(it.PhaseName),
-					it.Cycle, (time.Duration(it.AgeSecs) * time.Second).String(), dash(it.Reason))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%s\t%s\t%s\n", dash(it.CapsuleID), pf(it.State), pf(it.Trigger), it.Phase, printable(it.PhaseName),
+					it.Cycle, (time.Duration(it.AgeSecs) * time.Second).String(), dash(string(it.Verdict)), dash(it.Reason))
+				for _, f := range it.Findings {
+					fmt.Fprintf(tw, "\t\t\t\t\t\t\t- %s\n", printable(f.Message))
+				}
 			}
 			return tw.Flush()
 		},
