@@ -150,6 +150,12 @@ func (a *Admin) Resume(ctx context.Context, id string, opts ResumeOptions) (clie
 	return a.resume(ctx, id, "resume", capsule.Paused, opts)
 }
 
+// ResumeWaiting takes a capsule waiting for its dependencies back to
+// AUTOMATED_GATES once they completed (the sweeper's action).
+func (a *Admin) ResumeWaiting(ctx context.Context, id string, opts ResumeOptions) (client.Status, error) {
+	return a.resume(ctx, id, "resume", capsule.Waiting, opts)
+}
+
 func (a *Admin) resume(ctx context.Context, id, action string, from capsule.State, opts ResumeOptions) (client.Status, error) {
 	res, err := a.Apply(ctx, id, machine.RequestResume{
 		Action: action, From: from, Token: nuid.Next(),

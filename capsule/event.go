@@ -26,6 +26,7 @@ const (
 	EventRevisionTriggered EventKind = "revision_triggered"
 	EventOperatorAccepted  EventKind = "operator_accepted"
 	EventOperatorRejected  EventKind = "operator_rejected"
+	EventDependencyWait    EventKind = "waiting_for_dependencies"
 	EventDuplicateIgnored  EventKind = "duplicate_ignored"
 )
 

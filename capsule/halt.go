@@ -45,6 +45,9 @@ const (
 	CodeMaxCyclesExceeded      HaltCode = "max_cycles_exceeded"
 	// The operator gate (an operator's decision).
 	CodeOperatorRejected HaltCode = "operator_rejected"
+	// Dependencies (a capsule waiting at AUTOMATED_GATES).
+	CodeDependencyFailed  HaltCode = "dependency_failed"
+	CodeDependencyMissing HaltCode = "dependency_missing"
 )
 
 // HaltCodes lists every halt code, the closed set metrics may label with.
@@ -54,7 +57,7 @@ var HaltCodes = []HaltCode{
 	CodeContextRefMissing, CodeTargetMissing, CodeSpecNotApproved,
 	CodeAbsoluteRulesViolated, CodeLockAcquisitionFailed, CodeBudgetExceeded, CodeExecutorFailed,
 	CodeReviewRejectedTerminal, CodeMaxCyclesExceeded,
-	CodeOperatorRejected,
+	CodeOperatorRejected, CodeDependencyFailed, CodeDependencyMissing,
 }
 
 // HaltReason is a typed halt reason. Its String form is the exact text of
@@ -220,3 +223,9 @@ func MaxCyclesExceeded(limit int) HaltReason {
 
 // OperatorRejected: an operator rejected the capsule at the operator gate.
 func OperatorRejected() HaltReason { return HaltReason{Code: CodeOperatorRejected} }
+
+// DependencyFailed names a dependency that halted or was cancelled.
+func DependencyFailed(id string) HaltReason { return HaltReason{CodeDependencyFailed, id} }
+
+// DependencyMissing names a dependency still unknown after the wait allowed.
+func DependencyMissing(id string) HaltReason { return HaltReason{CodeDependencyMissing, id} }

@@ -91,6 +91,9 @@ type End struct {
 	State      capsule.State
 	Detail     string
 	IfPausedAt *time.Time
+	// IfWaitingSince, when set, ends only a capsule still waiting (for its
+	// dependencies) since then.
+	IfWaitingSince *time.Time
 }
 
 // Revise is an operator's revise decision on a capsule waiting_for_operator:
@@ -304,7 +307,7 @@ func Current(cp *capsule.Checkpoint, ph capsule.Phase, cycle int) bool {
 // capsule paused (or waiting) at (ph, cycle).
 func Resumable(cp *capsule.Checkpoint, ph capsule.Phase, cycle int, token string) bool {
 	st := cp.State
-	return token != "" && (st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator) &&
+	return token != "" && (st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator || st.Status == capsule.Waiting) &&
 		st.Phase == ph && st.Cycle == cycle && st.Pause != nil && st.Pause.ResumeToken == token
 }
 
@@ -355,6 +358,14 @@ func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decisio
 		st.Findings = capsule.CapFindings(d.Findings, capsule.MaxFindings)
 	}
 	st.Execution = nil
+	if d.Action == Park && d.Trigger == capsule.TriggerDependencies {
+		// Waiting is not paused: nothing to resume by hand, the sweeper
+		// takes it on once the dependencies completed.
+		st.Status = capsule.Waiting
+		st.Pause = &capsule.PauseInfo{Trigger: d.Trigger, Reason: d.Reason, By: capsule.BySagad, At: now}
+		st.WaitingFor = append([]string(nil), d.WaitFor...)
+		return capsule.Transition{}, false
+	}
 	if d.Action == Park {
 		// An operator's pause stands over sagad's own reasons to park.
 		if st.Status != capsule.Paused || st.Pause == nil || st.Pause.Trigger != capsule.TriggerOperatorManual {
@@ -442,7 +453,7 @@ func renew(cp *capsule.Checkpoint, e Renew) error {
 
 func requestResume(cp *capsule.Checkpoint, e RequestResume) (bool, error) {
 	st := &cp.State
-	if e.From != capsule.Paused && e.From != capsule.WaitingForOperator {
+	if e.From != capsule.Paused && e.From != capsule.WaitingForOperator && e.From != capsule.Waiting {
 		return false, refuse(ErrInvalid, e, cp, "resume from "+string(e.From))
 	}
 	if st.Status != e.From || st.Pause == nil {
@@ -506,6 +517,7 @@ func resume(cp *capsule.Checkpoint, e Resume) (bool, error) {
 	}
 	st.Status = capsule.InProgress
 	st.Pause = nil
+	st.WaitingFor = nil
 	return true, nil
 }
 
@@ -525,6 +537,8 @@ func pause(cp *capsule.Checkpoint, e Pause, now time.Time) (bool, error) {
 		return false, nil
 	case capsule.WaitingForOperator:
 		return false, refused(e, cp, "it already waits for a decision: decide or cancel")
+	case capsule.Waiting:
+		return false, refused(e, cp, "it waits for its dependencies, before anything is spent: cancel it, or let them finish")
 	}
 	return false, refused(e, cp, "")
 }
@@ -548,6 +562,9 @@ func end(cp *capsule.Checkpoint, e End, now time.Time) (bool, *capsule.Transitio
 	if e.IfPausedAt != nil && !(st.Status == capsule.Paused && st.Pause != nil && st.Pause.At.Equal(*e.IfPausedAt) && st.AwaitingCycle > 0) {
 		return false, nil, refused(e, cp, "it changed meanwhile")
 	}
+	if e.IfWaitingSince != nil && !(st.Status == capsule.Waiting && st.Pause != nil && st.Pause.At.Equal(*e.IfWaitingSince)) {
+		return false, nil, refused(e, cp, "it changed meanwhile")
+	}
 	if st.Status.Terminal() {
 		return false, nil, refused(e, cp, "it has ended")
 	}
@@ -557,6 +574,7 @@ func end(cp *capsule.Checkpoint, e End, now time.Time) (bool, *capsule.Transitio
 	}
 	st.Pause = nil
 	st.Execution = nil
+	st.WaitingFor = nil
 	st.LocksHeld = []string{}
 	tr := capsule.Transition{Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: st.Cycle, Outcome: outcome, Detail: e.Detail, At: now}
 	cp.History = append(cp.History, tr)

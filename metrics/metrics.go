@@ -134,7 +134,7 @@ var AdminActions = []string{
 // Triggers is the closed set of trigger label values: the five
 // continuation triggers of PIPELINE §5 and operator_gate (a capsule
 // waiting_for_operator).
-var Triggers = append(slices.Clone(capsule.Triggers), capsule.TriggerOperatorGate)
+var Triggers = append(slices.Clone(capsule.Triggers), capsule.TriggerOperatorGate, capsule.TriggerDependencies)
 
 // Verdicts is the closed set of review verdicts.
 var Verdicts = []capsule.Verdict{capsule.Approved, capsule.ChangesRequested, capsule.Rejected}

@@ -156,10 +156,17 @@ func outcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.Sta
 func (s *Store) EmitParked(ctx context.Context, cp *capsule.Checkpoint) error {
 	st := cp.State
 	kind := capsule.EventPaused
-	if st.Status == capsule.WaitingForOperator {
+	switch st.Status {
+	case capsule.WaitingForOperator:
 		kind = capsule.EventWaiting
-	} else if err := s.Continuations.Put(ctx, cp); err != nil {
-		return err
+	case capsule.Waiting:
+		kind = capsule.EventDependencyWait
+	}
+	if st.Status != capsule.WaitingForOperator {
+		// The sweeper finds paused and waiting capsules by their records.
+		if err := s.Continuations.Put(ctx, cp); err != nil {
+			return err
+		}
 	}
 	return s.PublishEvent(ctx, capsule.Event{
 		ID:   fmt.Sprintf("%s.%d.%d.%s.%d", cp.Key, st.Phase, st.Cycle, kind, st.Pause.At.UnixNano()),

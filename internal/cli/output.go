@@ -100,6 +100,9 @@ func printStatus(w io.Writer, s client.Status) error {
 	fmt.Fprintf(tw, "phase:\t%d %s\n", s.Phase, printable(s.PhaseName))
 	fmt.Fprintf(tw, "cycles_used:\t%d\n", s.CyclesUsed)
 	fmt.Fprintf(tw, "progress:\t%d%%\n", s.Progress)
+	if s.WaitingOn != "" {
+		fmt.Fprintf(tw, "waiting_on:\t%s %s\n", printable(s.WaitingOn), printable(strings.Join(s.Pending, ", ")))
+	}
 	if s.HaltReason != "" {
 		fmt.Fprintf(tw, "halt_reason:\t%s\n", printable(s.HaltReason))
 	}

@@ -81,6 +81,9 @@ type Config struct {
 	// phase's queue empty, before its step is sent again; negative disables
 	// the rescuer. Defaults to 2m.
 	RescueAfter Duration `json:"rescue_after"`
+	// DependencyTimeout halts a capsule waiting for a dependency sagad does
+	// not know after this long (dependency_missing). Defaults to 24h.
+	DependencyTimeout Duration `json:"dependency_timeout"`
 	// Retention is how long an ended capsule's checkpoint, bytes, events and
 	// artifacts are kept after its outcome; negative keeps them forever.
 	// Defaults to 168h (7 days).
@@ -251,11 +254,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.BoolVar(&flags.Insecure, "insecure", false, "allow listening off loopback without TLS (embedded NATS, HTTP); logs a warning (env SAGAD_INSECURE)")
 	var syncAlways bool
 	fs.BoolVar(&syncAlways, "sync-always", false, "alias of --sync always (env SAGAD_SYNC_ALWAYS)")
-	var lockWait, deadlineWarning, externalTimeout, retention, rescueAfter, writeTimeout, unhealthyAfter, stallAfter time.Duration
+	var lockWait, deadlineWarning, externalTimeout, retention, rescueAfter, writeTimeout, unhealthyAfter, stallAfter, dependencyTimeout time.Duration
 	fs.DurationVar(&lockWait, "lock-wait", 0, "retry contended locks this long, then park with lock_contention; negative halts at once (default 60s; env SAGAD_LOCK_WAIT)")
 	fs.Float64Var(&flags.BudgetWarning, "budget-warning", 0, "pause with budget_warning past this fraction of a cap; negative disables (default 0.75; env SAGAD_BUDGET_WARNING)")
 	fs.DurationVar(&deadlineWarning, "deadline-warning", 0, "pause with deadline_approaching when less is left; negative disables (default 5m; env SAGAD_DEADLINE_WARNING)")
 	fs.DurationVar(&externalTimeout, "external-timeout", 0, "halt when accepted external work reports nothing for this long (default 1h; env SAGAD_EXTERNAL_TIMEOUT)")
+	fs.DurationVar(&dependencyTimeout, "dependency-timeout", 0, "halt a capsule waiting this long for a dependency sagad does not know (dependency_missing) (default 24h; env SAGAD_DEPENDENCY_TIMEOUT)")
 	fs.DurationVar(&rescueAfter, "rescue-after", 0, "send again the step of a capsule in progress unchanged this long with nothing queued for its phase; negative disables (default 2m; env SAGAD_RESCUE_AFTER)")
 	fs.DurationVar(&retention, "retention", 0, "keep ended capsules this long, then remove their state (outcomes stay); negative keeps them forever (default 168h; env SAGAD_RETENTION)")
 	fs.DurationVar(&writeTimeout, "write-timeout", 0, "bound of each JetStream write; one that times out is retried later (default 5s; env SAGAD_WRITE_TIMEOUT)")
@@ -271,6 +275,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	flags.LockWait, flags.DeadlineWarning, flags.ExternalTimeout = Duration(lockWait), Duration(deadlineWarning), Duration(externalTimeout)
 	flags.Retention = Duration(retention)
 	flags.RescueAfter = Duration(rescueAfter)
+	flags.DependencyTimeout = Duration(dependencyTimeout)
 	flags.WriteTimeout, flags.UnhealthyAfter, flags.StallAfter = Duration(writeTimeout), Duration(unhealthyAfter), Duration(stallAfter)
 	if file == "" {
 		file = getenv("SAGAD_CONFIG")
@@ -338,6 +343,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	envDur(&cfg.ExternalTimeout, "SAGAD_EXTERNAL_TIMEOUT")
 	envDur(&cfg.Retention, "SAGAD_RETENTION")
 	envDur(&cfg.RescueAfter, "SAGAD_RESCUE_AFTER")
+	envDur(&cfg.DependencyTimeout, "SAGAD_DEPENDENCY_TIMEOUT")
 	envDur(&cfg.WriteTimeout, "SAGAD_WRITE_TIMEOUT")
 	envDur(&cfg.UnhealthyAfter, "SAGAD_UNHEALTHY_AFTER")
 	envDur(&cfg.StallAfter, "SAGAD_STALL_AFTER")
@@ -415,6 +421,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.Retention = flags.Retention
 		case "rescue-after":
 			cfg.RescueAfter = flags.RescueAfter
+		case "dependency-timeout":
+			cfg.DependencyTimeout = flags.DependencyTimeout
 		case "write-timeout":
 			cfg.WriteTimeout = flags.WriteTimeout
 		case "unhealthy-after":

@@ -125,20 +125,21 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	p, err := pipeline.New(setupCtx, js, pipeline.Config{
-		Logger:          log,
-		Workspace:       cfg.Workspace,
-		Workers:         cfg.Workers,
-		Replicas:        cfg.Replicas,
-		Executors:       execs,
-		Metrics:         m,
-		LockWait:        time.Duration(cfg.LockWait),
-		BudgetWarning:   cfg.BudgetWarning,
-		DeadlineWarning: time.Duration(cfg.DeadlineWarning),
-		ExternalTimeout: time.Duration(cfg.ExternalTimeout),
-		RescueAfter:     time.Duration(cfg.RescueAfter),
-		Retention:       cfg.retention(),
-		WriteTimeout:    time.Duration(cfg.WriteTimeout),
-		Health:          mon,
+		Logger:            log,
+		Workspace:         cfg.Workspace,
+		Workers:           cfg.Workers,
+		Replicas:          cfg.Replicas,
+		Executors:         execs,
+		Metrics:           m,
+		LockWait:          time.Duration(cfg.LockWait),
+		BudgetWarning:     cfg.BudgetWarning,
+		DeadlineWarning:   time.Duration(cfg.DeadlineWarning),
+		ExternalTimeout:   time.Duration(cfg.ExternalTimeout),
+		RescueAfter:       time.Duration(cfg.RescueAfter),
+		DependencyTimeout: time.Duration(cfg.DependencyTimeout),
+		Retention:         cfg.retention(),
+		WriteTimeout:      time.Duration(cfg.WriteTimeout),
+		Health:            mon,
 	})
 	if err != nil {
 		return err
