@@ -69,30 +69,13 @@ func TestPoisonFloodDoesNotStallAPhase(t *testing.T) {
 	s := f.wait(t, doc.ID())
 	require.Equal(t, capsule.Completed, s.State, "a valid capsule behind the flood completes")
 
-	terminated := func(cause string) float64 {
-		mfs, err := reg.Gather()
-		require.NoError(t, err)
-		for _, mf := range mfs {
-			if mf.GetName() != "sagad_messages_terminated_total" {
-				continue
-			}
-			for _, s := range mf.GetMetric() {
-				for _, l := range s.GetLabel() {
-					if l.GetName() == "cause" && l.GetValue() == cause {
-						return s.GetCounter().GetValue()
-					}
-				}
-			}
-		}
-		return 0
-	}
 	natstest.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
-		return terminated(metrics.TermInvalidKey)+terminated(metrics.TermNoKey)+terminated(metrics.TermBadHeader)+terminated(metrics.TermUnknownCapsule) == flood
+		return terminated(t, reg, metrics.TermInvalidKey)+terminated(t, reg, metrics.TermNoKey)+terminated(t, reg, metrics.TermBadHeader)+terminated(t, reg, metrics.TermUnknownCapsule) == flood
 	})
-	require.Equal(t, float64(flood/4), terminated(metrics.TermInvalidKey))
-	require.Equal(t, float64(flood/4), terminated(metrics.TermNoKey))
-	require.Equal(t, float64(flood/4), terminated(metrics.TermBadHeader))
-	require.Equal(t, float64(flood/4), terminated(metrics.TermUnknownCapsule))
+	require.Equal(t, float64(flood/4), terminated(t, reg, metrics.TermInvalidKey))
+	require.Equal(t, float64(flood/4), terminated(t, reg, metrics.TermNoKey))
+	require.Equal(t, float64(flood/4), terminated(t, reg, metrics.TermBadHeader))
+	require.Equal(t, float64(flood/4), terminated(t, reg, metrics.TermUnknownCapsule))
 
 	cons, err := f.js.Consumer(ctx, store.PhaseStream(capsule.Planning), store.ConsumerName(capsule.Planning))
 	require.NoError(t, err)
