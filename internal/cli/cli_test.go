@@ -280,6 +280,14 @@ func TestCheckFindingsNameFields(t *testing.T) {
 	require.Regexp(t, `(?m)^  35\s+spec\.approved\s+spec\.approved is missing or unsatisfied$`, text.out)
 }
 
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	r := run(t, "--version")
+	require.Equal(t, 0, r.code, r.errOut)
+	require.Empty(t, r.errOut)
+	require.Regexp(t, `^sagactl \S+ \(rev [^;]+; go\S+\)\n$`, r.out)
+}
+
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	valid := func(t *testing.T) string { return file(t, capsuletest.New().Sealed(t)) }

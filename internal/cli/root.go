@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/internal/buildinfo"
 	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/phases"
 	"github.com/sagad/sagad/store"
@@ -134,6 +135,8 @@ Exit codes:
   21  wait: timed out`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// cobra adds --version (print and exit 0) when Version is set.
+		Version: buildinfo.String("sagactl"),
 		PersistentPreRunE: func(*cobra.Command, []string) error {
 			if g.output != "table" && g.output != "json" {
 				return exit(ExitUsage, fmt.Errorf("--output %q: want table or json", g.output))
@@ -141,6 +144,7 @@ Exit codes:
 			return nil
 		},
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(out)
 	root.SetErr(errOut)
 	g.conn.Bind(root.PersistentFlags(), "NATS URL (default "+DefaultNATSURL+", sagad's embedded server)")

@@ -196,6 +196,10 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
+// errVersion is parseConfig's answer to --version: Main prints the build
+// and exits 0, as with -h.
+var errVersion = errors.New("version requested")
+
 // parseConfig reads flags, SAGAD_* and SAGA_* env vars and the optional
 // config file.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
@@ -205,6 +209,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	var flags Config
 	var shutdown time.Duration
 	fs.StringVar(&file, "config", "", "JSON config file (env SAGAD_CONFIG)")
+	version := fs.Bool("version", false, "print the version, VCS revision and Go version, and exit")
 	flags.Options.Bind(fs, "external NATS URL; empty starts the embedded server (or SAGAD_NATS_URL)")
 	fs.StringVar(&flags.NATSListen, "nats-listen", "", "embedded server client address (default 127.0.0.1:4222; env SAGAD_NATS_LISTEN)")
 	fs.StringVar(&flags.DataDir, "data-dir", "", "embedded server data directory (default ./data; env SAGAD_DATA_DIR)")
@@ -231,6 +236,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&retention, "retention", 0, "keep ended capsules this long, then remove their state (outcomes stay); negative keeps them forever (default 168h; env SAGAD_RETENTION)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
+	}
+	if *version {
+		return Config{}, errVersion
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))

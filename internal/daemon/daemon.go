@@ -27,6 +27,7 @@ import (
 
 	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/internal/natsconn"
+	"github.com/sagad/sagad/internal/buildinfo"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/store"
@@ -38,6 +39,10 @@ import (
 func Main(args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseConfig(args, os.Getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if errors.Is(err, errVersion) {
+		fmt.Fprintln(stdout, buildinfo.String("sagad"))
 		return 0
 	}
 	if err != nil {

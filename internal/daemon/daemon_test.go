@@ -293,6 +293,7 @@ func TestMainExitCodes(t *testing.T) {
 		wantStderr string
 	}{
 		{"help", []string{"-h"}, 0, "Usage of sagad:"},
+		{"version", []string{"--version"}, 0, ""},
 		{"bad flag value", []string{"--log-format", "xml"}, 2, `sagad: log format "xml": want text or json`},
 		{"unknown flag", []string{"--frobnicate"}, 2, "flag provided but not defined: -frobnicate"},
 	}
@@ -302,6 +303,11 @@ func TestMainExitCodes(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			require.Equal(t, tt.wantCode, Main(tt.args, &stdout, &stderr))
 			require.Contains(t, stderr.String(), tt.wantStderr)
+			if tt.name == "version" {
+				require.Empty(t, stderr.String())
+				require.Regexp(t, `^sagad \S+ \(rev [^;]+; go\S+\)\n$`, stdout.String())
+				return
+			}
 			require.Empty(t, stdout.String())
 		})
 	}
