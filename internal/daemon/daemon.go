@@ -26,8 +26,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sagad/sagad/adminsvc"
-	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/internal/buildinfo"
+	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/store"
