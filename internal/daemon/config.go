@@ -46,7 +46,7 @@ type Config struct {
 	// Workspace is the root of file: refs. Defaults to the current directory.
 	Workspace string `json:"workspace"`
 	// HTTPListen serves /healthz, /readyz and /metrics; "" disables it.
-	// Defaults to 127.0.0.1:9090.
+	// Defaults to [DefaultHTTPListen].
 	HTTPListen string `json:"http_listen"`
 	// LogFormat is "text" or "json". Defaults to text.
 	LogFormat string `json:"log_format"`
@@ -91,6 +91,11 @@ type Config struct {
 	// "stub-reviewer" (config file only).
 	Reviewers map[string]executors.Endpoint `json:"reviewers"`
 }
+
+// DefaultHTTPListen is the HTTP listener's default address. Not 9090:
+// that is Prometheus's own port, and a Prometheus started beside sagad with
+// its defaults would find it taken (README "Observability" says why 9464).
+const DefaultHTTPListen = "127.0.0.1:9464"
 
 // DefaultRetention is how long sagad keeps an ended capsule by default.
 const DefaultRetention = 7 * 24 * time.Hour
@@ -214,7 +219,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&flags.NATSListen, "nats-listen", "", "embedded server client address (default 127.0.0.1:4222; env SAGAD_NATS_LISTEN)")
 	fs.StringVar(&flags.DataDir, "data-dir", "", "embedded server data directory (default ./data; env SAGAD_DATA_DIR)")
 	fs.StringVar(&flags.Workspace, "workspace", "", "root of file: refs (default .; env SAGAD_WORKSPACE)")
-	fs.StringVar(&flags.HTTPListen, "http-listen", "", "health and metrics address (default 127.0.0.1:9090, \"off\" disables; env SAGAD_HTTP_LISTEN)")
+	fs.StringVar(&flags.HTTPListen, "http-listen", "", "health and metrics address (default "+DefaultHTTPListen+", \"off\" disables; env SAGAD_HTTP_LISTEN)")
 	fs.StringVar(&flags.LogFormat, "log-format", "", "text or json (env SAGAD_LOG_FORMAT)")
 	fs.StringVar(&flags.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
 	fs.IntVar(&flags.Workers, "workers", 0, "capsules worked on at once per phase (default 32; env SAGAD_WORKERS)")
@@ -390,7 +395,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		}
 	})
 	if cfg.HTTPListen == "" {
-		cfg.HTTPListen = "127.0.0.1:9090"
+		cfg.HTTPListen = DefaultHTTPListen
 	}
 	if cfg.HTTPListen == "off" {
 		cfg.HTTPListen = ""

@@ -42,7 +42,7 @@ func defaults() Config {
 		NATSListen:      "127.0.0.1:4222",
 		DataDir:         "data",
 		Workspace:       ".",
-		HTTPListen:      "127.0.0.1:9090",
+		HTTPListen:      "127.0.0.1:9464",
 		LogFormat:       "text",
 		LogLevel:        "info",
 		ShutdownTimeout: Duration(30 * time.Second),
