@@ -215,11 +215,11 @@ func newPending(g *globals) *cobra.Command {
 				return adminErr(err)
 			}
 			out := cmd.OutOrStdout()
-			if g.json() {
+			if enc := g.encoder(); enc != nil {
 				if items == nil {
 					items = []admin.PendingItem{}
 				}
-				return writeJSON(out, items)
+				return enc(out, items)
 			}
 			tw := table(out)
 			fmt.Fprintln(tw, "CAPSULE_ID\tSTATE\tTRIGGER\tPHASE\tCYCLE\tAGE\tREASON")
@@ -288,8 +288,8 @@ func newPhase(g *globals) *cobra.Command {
 
 func printPhases(cmd *cobra.Command, g *globals, list []admin.PhaseState) error {
 	out := cmd.OutOrStdout()
-	if g.json() {
-		return writeJSON(out, list)
+	if enc := g.encoder(); enc != nil {
+		return enc(out, list)
 	}
 	tw := table(out)
 	fmt.Fprintln(tw, "PHASE\tCONSUMER\tPAUSED\tQUEUED\tIN_FLIGHT")

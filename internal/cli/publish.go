@@ -61,8 +61,8 @@ sequence instead of an id).`,
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if g.json() {
-				return writeJSON(out, map[string]any{"capsule_id": id, "intake_seq": seq})
+			if enc := g.encoder(); enc != nil {
+				return enc(out, map[string]any{"capsule_id": id, "intake_seq": seq})
 			}
 			if id == "" {
 				fmt.Fprintf(out, "published raw bytes as intake message %d (see: sagactl list --state halted)\n", seq)

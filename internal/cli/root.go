@@ -108,7 +108,25 @@ func (g *globals) connect(ctx context.Context) (*client.Client, jetstream.JetStr
 	return c, js, nc.Close, nil
 }
 
-func (g *globals) json() bool { return g.output == "json" }
+// Output formats of --output.
+const (
+	outputTable = "table"
+	outputWide  = "wide"
+	outputJSON  = "json"
+	outputYAML  = "yaml"
+)
+
+// encoder is the structured encoder of -o json or -o yaml, nil for the
+// tables (-o table, -o wide).
+func (g *globals) encoder() encodeFunc {
+	switch g.output {
+	case outputJSON:
+		return writeJSON
+	case outputYAML:
+		return writeYAML
+	}
+	return nil
+}
 
 // NewRoot builds the sagactl command tree writing to out and errOut.
 func NewRoot(out, errOut io.Writer) *cobra.Command {
@@ -138,10 +156,11 @@ Exit codes:
 		// cobra adds --version (print and exit 0) when Version is set.
 		Version: buildinfo.String("sagactl"),
 		PersistentPreRunE: func(*cobra.Command, []string) error {
-			if g.output != "table" && g.output != "json" {
-				return exit(ExitUsage, fmt.Errorf("--output %q: want table or json", g.output))
+			switch g.output {
+			case outputTable, outputWide, outputJSON, outputYAML:
+				return nil
 			}
-			return nil
+			return exit(ExitUsage, fmt.Errorf("--output %q: want table, wide, json or yaml", g.output))
 		},
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
@@ -150,7 +169,7 @@ Exit codes:
 	g.conn.Bind(root.PersistentFlags(), "NATS URL (default "+DefaultNATSURL+", sagad's embedded server)")
 	root.PersistentFlags().StringVar(&g.oldCreds, "creds", "", "NATS credentials file")
 	_ = root.PersistentFlags().MarkDeprecated("creds", "use --nats-creds")
-	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table, wide (list: every column), json or yaml")
 	root.PersistentFlags().DurationVar(&g.timeout, "request-timeout", 10*time.Second, "timeout of each NATS request")
 	root.AddCommand(
 		newPublish(g), newSeal(g), newCheck(g),

@@ -31,8 +31,10 @@ type watchCmd struct {
 	since time.Duration
 	// count stops after that many events; 0 follows until ctx ends.
 	count int
-	json  bool
-	now   func() time.Time
+	// output is -o: json writes one JSON object per line, yaml one YAML
+	// document per event ("---" between), anything else one text line.
+	output string
+	now    func() time.Time
 }
 
 // watchSeenLimit bounds the event ids remembered for de-duplication. JetStream
@@ -122,7 +124,7 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 
-	if !w.json {
+	if w.output != outputJSON && w.output != outputYAML {
 		fmt.Fprintf(out, "%-24s  %-36s  %-20s  %-18s  %-5s  %s\n", "AT", "CAPSULE", "EVENT", "PHASE", "CYCLE", "DETAIL")
 	}
 	enc := json.NewEncoder(out)
@@ -165,11 +167,7 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 					order = order[1:]
 				}
 			}
-			if w.json {
-				if err := enc.Encode(ev); err != nil {
-					return err
-				}
-			} else if err := printWatchEvent(out, ev); err != nil {
+			if err := w.print(out, enc, ev, n); err != nil {
 				return err
 			}
 			n++
@@ -179,6 +177,22 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 		return exit(ExitTimeout, fmt.Errorf("timed out after %d of %d events", n, w.count))
 	}
 	return nil
+}
+
+// print writes the n-th (from 0) event of the watch in its output format.
+func (w *watchCmd) print(out io.Writer, enc *json.Encoder, ev capsule.Event, n int) error {
+	switch w.output {
+	case outputJSON:
+		return enc.Encode(ev)
+	case outputYAML:
+		if n > 0 {
+			if _, err := io.WriteString(out, "---\n"); err != nil {
+				return err
+			}
+		}
+		return writeYAML(out, ev)
+	}
+	return printWatchEvent(out, ev)
 }
 
 // watchSlack: see Run.
@@ -269,7 +283,7 @@ func newWatch(g *globals) *cobra.Command {
 		Short: "Stream lifecycle events live, of every capsule or of one",
 		Long: `Print lifecycle events as sagad publishes them: time, capsule, event,
 phase, cycle and detail, one line each (findings indented below), or one
-JSON object per line with -o json. With ID, only that capsule's events.
+JSON object per line with -o json (one YAML document per event with -o yaml). With ID, only that capsule's events.
 
 Starts with the next event; --since D first replays the events of the last D.
 Runs until Ctrl-C, --count N events, or --timeout D.
@@ -278,7 +292,7 @@ Exit codes: 0 stopped (Ctrl-C, --count reached, or --timeout without
 --count), 2 usage, 21 --timeout before --count events arrived.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			w := &watchCmd{since: since, count: count, json: g.json(), now: time.Now}
+			w := &watchCmd{since: since, count: count, output: g.output, now: time.Now}
 			if len(args) == 1 {
 				if !validWatchKey(args[0]) {
 					return exit(ExitUsage, fmt.Errorf("capsule id %q: must not contain '.', '*', '>' or spaces", args[0]))
