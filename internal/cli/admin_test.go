@@ -36,7 +36,7 @@ func TestOnlineAdmin(t *testing.T) {
 
 	r = o.run(t, "pause", doc.ID())
 	require.Equal(t, cli.ExitRefused, r.code, "a waiting capsule is decided, not paused")
-	require.Equal(t, "sagactl: cannot pause "+doc.ID()+": it is waiting_for_operator (it already waits for a decision: decide or cancel)\n", r.errOut,
+	require.Equal(t, "sagactl: cannot pause "+doc.ID()+": the capsule is waiting_for_operator (it already waits for a decision: decide or cancel)\n", r.errOut,
 		"sagad's refusal reaches the operator word for word")
 
 	r = o.run(t, "decide", doc.ID(), "revise")
