@@ -69,6 +69,10 @@ type Status struct {
 	CreatedAt    time.Time         `json:"created_at"`
 	UpdatedAt    time.Time         `json:"updated_at"`
 	History      []HistoryEntry    `json:"history"`
+	// AwaitingExternal: paused on work an executor accepted, which reports
+	// by itself ([capsule.CheckpointState.AwaitsExternal]); no person is
+	// needed.
+	AwaitingExternal bool `json:"awaiting_external,omitempty"`
 }
 
 // HistoryEntry is one phase transition in a [Status].
@@ -99,6 +103,8 @@ func StatusOf(cp *capsule.Checkpoint) Status {
 		CreatedAt:    cp.CreatedAt,
 		UpdatedAt:    cp.UpdatedAt,
 		History:      make([]HistoryEntry, 0, len(cp.History)),
+
+		AwaitingExternal: cp.State.AwaitsExternal(),
 	}
 	for _, t := range cp.History {
 		s.History = append(s.History, HistoryEntry{Phase: int(t.Phase), PhaseName: t.PhaseName, Cycle: t.Cycle, Outcome: t.Outcome, Detail: t.Detail, At: t.At})
@@ -136,14 +142,16 @@ func (c *Client) List(ctx context.Context, state capsule.State) ([]Status, error
 	return out, nil
 }
 
-// Wait blocks until the capsule leaves in_progress (or ctx ends) and returns
-// its status. It watches the checkpoint key rather than polling.
+// Wait blocks until the capsule ends or needs a person (or ctx ends) and
+// returns its status; a capsule paused on accepted external work
+// ([capsule.CheckpointState.AwaitsExternal]) is still running and Wait
+// waits on. It watches the checkpoint key rather than polling.
 func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
 	id = canonical(id)
 	key := id
 	if cp, err := c.checkpoints.Find(ctx, id); err == nil {
 		key = cp.Key
-		if cp.State.Status != capsule.InProgress {
+		if settled(cp) {
 			return StatusOf(cp), nil
 		}
 	} else if !errors.Is(err, store.ErrNotFound) || !store.ValidKey(id) {
@@ -169,11 +177,17 @@ func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
 			if err := json.Unmarshal(e.Value(), cp); err != nil {
 				return Status{}, err
 			}
-			if cp.State.Status != capsule.InProgress {
+			if settled(cp) {
 				return StatusOf(cp), nil
 			}
 		}
 	}
+}
+
+// settled: the capsule has ended or needs a person, what [Client.Wait]
+// waits for.
+func settled(cp *capsule.Checkpoint) bool {
+	return cp.State.Status != capsule.InProgress && !cp.State.AwaitsExternal()
 }
 
 // History returns the lifecycle events of a capsule id (or key) in time

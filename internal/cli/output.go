@@ -140,6 +140,9 @@ func printStatus(w io.Writer, s client.Status) error {
 		fmt.Fprintf(tw, "key:\t%s\n", printable(s.Key))
 	}
 	fmt.Fprintf(tw, "state:\t%s\n", pf(s.State))
+	if s.AwaitingExternal {
+		fmt.Fprintf(tw, "awaiting:\tthe result of accepted external work (no action needed)\n")
+	}
 	fmt.Fprintf(tw, "phase:\t%d %s\n", s.Phase, printable(s.PhaseName))
 	fmt.Fprintf(tw, "cycles_used:\t%d\n", s.CyclesUsed)
 	fmt.Fprintf(tw, "progress:\t%d%%\n", s.Progress)

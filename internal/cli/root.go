@@ -145,7 +145,8 @@ Exit codes:
   0   success; wait: completed; check: clean
   1   failure; wait: halted; check: findings
   2   usage error or unreadable input
-  3   wait: the capsule needs a human (paused, waiting_for_operator)
+  3   wait: the capsule needs a human (paused, waiting_for_operator; not
+      a pause on accepted external work, which wait waits out)
   4   capsule not found
   5   refused: the capsule's state does not allow the action (nothing changed)
   6   no sagad answered an admin command: is sagad running?

@@ -66,10 +66,13 @@ func newWait(g *globals) *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "wait ID [--timeout D]",
-		Short: "Block until the capsule leaves in_progress; exit 0 only if it completed",
-		Long: `Block until the capsule leaves in_progress, print its status and exit with:
-0 completed, 1 halted, 3 paused or waiting_for_operator, 20 cancelled,
-21 still in progress at --timeout, 4 no such capsule (after --timeout).`,
+		Short: "Block until the capsule ends or needs a human; exit 0 only if it completed",
+		Long: `Block until the capsule ends or needs a human, print its status and exit with:
+0 completed, 1 halted, 3 paused or waiting_for_operator (a human must act),
+20 cancelled, 21 still running at --timeout, 4 no such capsule (after --timeout).
+
+A capsule paused while an executor works on accepted work (trigger
+blocked_external, a result awaited) is still running: wait keeps waiting.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
@@ -83,7 +86,11 @@ func newWait(g *globals) *cobra.Command {
 			if errors.Is(err, context.DeadlineExceeded) {
 				if cur, serr := client.Status(cmd.Context(), args[0]); serr == nil {
 					_ = render(cmd, g, cur)
-					return exit(ExitTimeout, fmt.Errorf("timed out after %s: capsule still %s", timeout, pf(cur.State)))
+					still := pf(cur.State)
+					if cur.AwaitingExternal {
+						still += ", awaiting the result of accepted external work"
+					}
+					return exit(ExitTimeout, fmt.Errorf("timed out after %s: capsule still %s", timeout, still))
 				}
 				return exit(ExitNotFound, fmt.Errorf("timed out after %s: capsule %s not found", timeout, args[0]))
 			}

@@ -1,0 +1,70 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/cli"
+	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/store"
+)
+
+// TestWaitTellsExternalWorkFromAHuman: a capsule paused while an executor
+// works on accepted work is still running (wait waits on, exit 21 at its
+// timeout, then 0 once it completes); one paused for a person exits 3 at once.
+func TestWaitTellsExternalWorkFromAHuman(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: store.CheckpointsBucket})
+	require.NoError(t, err)
+	put := func(id string, st capsule.CheckpointState) {
+		t.Helper()
+		b, err := json.Marshal(&capsule.Checkpoint{CapsuleID: id, Key: id, UpdatedAt: time.Now(), State: st})
+		require.NoError(t, err)
+		_, err = kv.Put(ctx, id, b)
+		require.NoError(t, err)
+	}
+	run := func(args ...string) result { return run(t, append([]string{"--nats-url", s.ClientURL()}, args...)...) }
+	paused := func(tr capsule.Trigger, awaiting int) capsule.CheckpointState {
+		return capsule.CheckpointState{Phase: capsule.Execution, Cycle: 1, Status: capsule.Paused, AwaitingCycle: awaiting,
+			Pause: &capsule.PauseInfo{Trigger: tr, At: time.Now()}}
+	}
+
+	const external = "0f8f0000-0000-4000-8000-000000000001"
+	put(external, paused(capsule.TriggerBlockedExternal, 1))
+	r := run("wait", "--timeout", "300ms", external)
+	require.Equal(t, cli.ExitTimeout, r.code, "stdout %s stderr %s", r.out, r.errOut)
+	require.Contains(t, r.errOut, "capsule still paused, awaiting the result of accepted external work")
+	require.Regexp(t, `(?m)^awaiting:\s+the result of accepted external work`, r.out)
+
+	done := make(chan result, 1)
+	go func() { done <- run("wait", "--timeout", "30s", external) }()
+	st := paused(capsule.TriggerBlockedExternal, 1)
+	st.Status, st.Pause, st.AwaitingCycle, st.Phase = capsule.Completed, nil, 0, capsule.Handoff
+	put(external, st)
+	r = <-done
+	require.Equal(t, cli.ExitOK, r.code, "stdout %s stderr %s", r.out, r.errOut)
+
+	for _, tt := range []struct {
+		name string
+		st   capsule.CheckpointState
+	}{
+		{"operator pause", paused(capsule.TriggerOperatorManual, 0)},
+		{"blocked_external with nothing awaited", paused(capsule.TriggerBlockedExternal, 0)},
+		{"budget warning", paused(capsule.TriggerBudgetWarning, 0)},
+	} {
+		const human = "0f8f0000-0000-4000-8000-000000000002"
+		put(human, tt.st)
+		r := run("wait", "--timeout", "30s", human)
+		require.Equal(t, cli.ExitHuman, r.code, "%s: stdout %s stderr %s", tt.name, r.out, r.errOut)
+		require.NotContains(t, r.out, "awaiting:", tt.name)
+	}
+}
