@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,10 +45,23 @@ const watchSeenLimit = 4096
 
 // watchItem is one message of either source a watch follows.
 type watchItem struct {
-	msg        jetstream.Msg
-	checkpoint bool // a checkpoint revision, not an events-stream message
-	err        error
+	msg        jetstream.Msg // nil in a bare caught-up marker
+	checkpoint bool          // a checkpoint revision, not an events-stream message
+	// caughtUp: the source has delivered all it held when the watch began
+	// (the --since replay); what follows is live.
+	caughtUp bool
+	err      error
 }
+
+// watchReplayLimit bounds the events a --since replay holds back to sort:
+// past it, they are printed in time order as far as held, and the rest of
+// the replay after them.
+const watchReplayLimit = 100_000
+
+// watchDeleteTimeout bounds the deletion of a watch's consumers as it
+// exits; one the deletion misses, JetStream removes after its inactivity
+// threshold (5 minutes).
+const watchDeleteTimeout = 2 * time.Second
 
 // Run prints each event as it arrives until ctx ends or count is reached.
 // It returns nil when ctx is cancelled (Ctrl-C), and an ExitTimeout error
@@ -94,23 +108,42 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", subject, err)
 		}
+		// Without --since nothing is replayed; with it, the consumer held
+		// NumPending messages when it was created.
+		caught := w.since == 0
+		if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+			caught = true
+		}
 		followers.Add(1)
 		go func() {
 			defer followers.Done()
+			defer w.deleteConsumer(stream, cons)
 			defer it.Stop()
 			stopOnDone := context.AfterFunc(ctx, it.Stop)
 			defer stopOnDone()
+			send := func(item watchItem) bool {
+				select {
+				case items <- item:
+					return true
+				case <-ctx.Done():
+					return false
+				}
+			}
+			if caught && !send(watchItem{checkpoint: checkpoint, caughtUp: true}) {
+				return
+			}
 			for {
 				msg, err := it.Next()
 				if err != nil && (ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed)) {
 					return
 				}
-				select {
-				case items <- watchItem{msg: msg, checkpoint: checkpoint, err: err}:
-				case <-ctx.Done():
-					return
+				item := watchItem{msg: msg, checkpoint: checkpoint, err: err}
+				if err == nil && !caught {
+					if md, merr := msg.Metadata(); merr == nil && md.NumPending == 0 {
+						caught, item.caughtUp = true, true
+					}
 				}
-				if err != nil {
+				if !send(item) || err != nil {
 					return
 				}
 			}
@@ -132,30 +165,11 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 	var order []string
 	printed := newPrintedHistory()
 	n := 0
-	for w.count == 0 || n < w.count {
-		var item watchItem
-		select {
-		case item = <-items:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		if item.err != nil {
-			return fmt.Errorf("watch: %w", item.err)
-		}
-		var evs []capsule.Event
-		if item.checkpoint {
-			evs = printed.events(item.msg, from)
-		} else {
-			var err error
-			if evs, err = capsule.DecodeEvents(item.msg.Data()); err != nil {
-				continue // not ours to judge; history skips it too
-			}
-		}
+	full := func() bool { return w.count != 0 && n >= w.count }
+	emit := func(evs []capsule.Event) error {
 		for _, ev := range evs {
-			if w.count != 0 && n >= w.count {
-				break
+			if full() {
+				return nil
 			}
 			if ev.ID != "" {
 				if seen[ev.ID] {
@@ -172,6 +186,61 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 			}
 			n++
 		}
+		return nil
+	}
+	// A --since replay reads two sources, each in its own order: their
+	// events are held until both have caught up, then printed in time
+	// order. Live events are printed as they come.
+	replaying := 2
+	var held []capsule.Event
+	flush := func() error {
+		slices.SortStableFunc(held, func(a, b capsule.Event) int { return a.At.Compare(b.At) })
+		err := emit(held)
+		held = nil
+		return err
+	}
+	for !full() {
+		var item watchItem
+		select {
+		case item = <-items:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if item.err != nil {
+			return fmt.Errorf("watch: %w", item.err)
+		}
+		var evs []capsule.Event
+		switch {
+		case item.msg == nil:
+		case item.checkpoint:
+			evs = printed.events(item.msg, from)
+		default:
+			var err error
+			if evs, err = capsule.DecodeEvents(item.msg.Data()); err != nil {
+				evs = nil // not ours to judge; history skips it too
+			}
+		}
+		if replaying == 0 {
+			if err := emit(evs); err != nil {
+				return err
+			}
+			continue
+		}
+		held = append(held, evs...)
+		if item.caughtUp {
+			replaying--
+		}
+		if replaying == 0 || len(held) >= watchReplayLimit {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	// Stopped mid-replay (--timeout, Ctrl-C): what was read is still shown.
+	if err := flush(); err != nil {
+		return err
 	}
 	if w.count > 0 && n < w.count && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return exit(ExitTimeout, fmt.Errorf("timed out after %d of %d events", n, w.count))
@@ -193,6 +262,19 @@ func (w *watchCmd) print(out io.Writer, enc *json.Encoder, ev capsule.Event, n i
 		return writeYAML(out, ev)
 	}
 	return printWatchEvent(out, ev)
+}
+
+// deleteConsumer removes the watch's consumer on stream as it exits, so
+// that watches started and stopped leave nothing behind. Best effort: the
+// operator role may delete consumers on the streams a watch reads.
+func (w *watchCmd) deleteConsumer(stream string, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), watchDeleteTimeout)
+	defer cancel()
+	_ = w.js.DeleteConsumer(ctx, stream, info.Name)
 }
 
 // watchSlack: see Run.
@@ -285,8 +367,9 @@ func newWatch(g *globals) *cobra.Command {
 phase, cycle and detail, one line each (findings indented below), or one
 JSON object per line with -o json (one YAML document per event with -o yaml). With ID, only that capsule's events.
 
-Starts with the next event; --since D first replays the events of the last D.
-Runs until Ctrl-C, --count N events, or --timeout D.
+Starts with the next event; --since D first replays the events of the last D,
+in time order, then goes on live. Runs until Ctrl-C, --count N events, or
+--timeout D, and deletes its JetStream consumers as it exits.
 
 Exit codes: 0 stopped (Ctrl-C, --count reached, or --timeout without
 --count), 2 usage, 21 --timeout before --count events arrived.`,
