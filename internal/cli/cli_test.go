@@ -573,6 +573,17 @@ func TestOnlineHalted(t *testing.T) {
 	require.Equal(t, "halted", kinds[len(kinds)-1])
 }
 
+// edited is a sealed capsule whose title changed after sealing.
+func edited(t *testing.T) []byte {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(capsuletest.New().Sealed(t), &m))
+	m["task"].(map[string]any)["title"] = "changed after sealing"
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	return b
+}
+
 func TestOnlinePublishRefusesNonCapsules(t *testing.T) {
 	t.Parallel()
 	o := setupOnline(t)
@@ -586,6 +597,7 @@ func TestOnlinePublishRefusesNonCapsules(t *testing.T) {
 		{"JSON but not a capsule", []byte(`{"hello":"sagad"}`), nil, "sagactl: not a capsule: invalid capsule: "},
 		{"unsealed capsule", capsuletest.New().Unsealed(t), nil, "sagactl: not a capsule: invalid capsule: /integrity: required property missing"},
 		{"seal of plain text", []byte("hello"), []string{"--seal"}, "sagactl: not a capsule: "},
+		{"edited after sealing", edited(t), nil, "sagactl: integrity_mismatch: integrity.sha256 is "},
 	}
 	for _, tt := range refused {
 		r := o.run(t, append(append([]string{"publish"}, tt.args...), file(t, tt.raw))...)
@@ -593,9 +605,11 @@ func TestOnlinePublishRefusesNonCapsules(t *testing.T) {
 		require.Empty(t, r.out, tt.name)
 		require.True(t, strings.HasPrefix(r.errOut, tt.wantErr), "%s: stderr %q", tt.name, r.errOut)
 	}
+	r := o.run(t, "publish", file(t, edited(t)))
+	require.Contains(t, r.errOut, "\nsagactl: (edited after sealing? publish --seal recomputes the digest; --raw sends it as is)\n")
 	require.Equal(t, uint64(0), o.intakeLastSeq(t), "nothing was published")
 
-	r := o.run(t, "publish", "--raw", file(t, []byte("hello, sagad")))
+	r = o.run(t, "publish", "--raw", file(t, []byte("hello, sagad")))
 	require.Equal(t, 0, r.code, r.errOut)
 	require.Equal(t, "published raw bytes as intake message 1 (see: sagactl list --state halted)\n", r.out)
 	require.Equal(t, uint64(1), o.intakeLastSeq(t))
