@@ -178,6 +178,9 @@ Exit codes:
 		newPause(g), newResume(g), newCancel(g), newDecide(g), newPending(g), newPhase(g),
 		newWatch(g), newReport(g), newRules(g),
 	)
+	// cobra adds `sagactl completion bash|zsh|fish|powershell`; capsule
+	// ids complete from the checkpoint bucket.
+	addIDCompletion(g, root)
 	return root
 }
 

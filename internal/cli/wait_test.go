@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,4 +68,47 @@ func TestWaitTellsExternalWorkFromAHuman(t *testing.T) {
 		require.Equal(t, cli.ExitHuman, r.code, "%s: stdout %s stderr %s", tt.name, r.out, r.errOut)
 		require.NotContains(t, r.out, "awaiting:", tt.name)
 	}
+}
+
+// TestCompletion: `sagactl completion` exists, and commands taking a capsule
+// id complete it from the checkpoint bucket; decide's verdict completes too.
+func TestCompletion(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: store.CheckpointsBucket})
+	require.NoError(t, err)
+	for _, id := range []string{"0f8f0000-0000-4000-8000-000000000001", "0f8f0000-0000-4000-8000-000000000002", "5a6a0000-0000-4000-8000-000000000000"} {
+		_, err := kv.Put(ctx, id, []byte(`{}`))
+		require.NoError(t, err)
+	}
+
+	r := run(t, "completion", "bash")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	require.Contains(t, r.out, "bash completion")
+
+	for _, cmd := range []string{"status", "wait", "history", "watch", "report", "pause", "resume", "cancel", "decide"} {
+		r := run(t, "--nats-url", s.ClientURL(), "__complete", cmd, "0f8f")
+		require.Equal(t, cli.ExitOK, r.code, r.errOut)
+		require.Equal(t, "0f8f0000-0000-4000-8000-000000000001\n0f8f0000-0000-4000-8000-000000000002\n:4\n", firstLines(r.out), cmd)
+	}
+	r = run(t, "--nats-url", s.ClientURL(), "__complete", "decide", "0f8f0000-0000-4000-8000-000000000001", "")
+	require.Equal(t, "accept\nrevise\n:4\n", firstLines(r.out))
+
+	// No server: no ids, and no hang.
+	r = run(t, "--nats-url", "nats://127.0.0.1:1", "__complete", "status", "")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	require.Equal(t, ":4\n", firstLines(r.out))
+}
+
+// firstLines drops cobra's trailing "Completion ended with directive" line.
+func firstLines(out string) string {
+	var keep []string
+	for _, l := range strings.SplitAfter(out, "\n") {
+		if l != "" && !strings.HasPrefix(l, "Completion ended") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "")
 }
