@@ -110,7 +110,12 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		return err
 	}
 	defer nc.Close()
-	log.Info("nats connected", "url", natsconn.Redact(nc.ConnectedUrl()))
+	log.Info("nats connected", "url", natsconn.Redact(nc.ConnectedUrl()), "server_version", nc.ConnectedServerVersion())
+	if ok, err := checkServerVersion(nc.ConnectedServerVersion()); err != nil {
+		return fmt.Errorf("%s: %w", natsconn.Redact(nc.ConnectedUrl()), err)
+	} else if !ok {
+		log.Warn("cannot read the nats-server's version; sagad needs "+MinServerVersion+" or later", "server_version", nc.ConnectedServerVersion())
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
