@@ -117,6 +117,14 @@ func (s *CheckpointState) DeadlineIn(d time.Time) time.Time {
 	return d
 }
 
+// AwaitsExternal reports a capsule paused on work an executor accepted
+// (blocked_external with an awaited cycle): it is still running, elsewhere,
+// and goes on by itself when the result comes or the wait is overdue; no
+// person needs to act.
+func (s *CheckpointState) AwaitsExternal() bool {
+	return s.Status == Paused && s.Pause != nil && s.Pause.Trigger == TriggerBlockedExternal && s.AwaitingCycle > 0
+}
+
 // HasWarned reports whether trigger t already fired for this capsule.
 func (s *CheckpointState) HasWarned(t Trigger) bool {
 	for _, w := range s.Warned {

@@ -73,6 +73,10 @@ type Status struct {
 	// Pending which of them it still waits for.
 	WaitingOn string   `json:"waiting_on,omitempty"`
 	Pending   []string `json:"pending,omitempty"`
+	// AwaitingExternal: paused on work an executor accepted, which reports
+	// by itself ([capsule.CheckpointState.AwaitsExternal]); no person is
+	// needed.
+	AwaitingExternal bool `json:"awaiting_external,omitempty"`
 }
 
 // HistoryEntry is one phase transition in a [Status].
@@ -103,6 +107,8 @@ func StatusOf(cp *capsule.Checkpoint) Status {
 		CreatedAt:    cp.CreatedAt,
 		UpdatedAt:    cp.UpdatedAt,
 		History:      make([]HistoryEntry, 0, len(cp.History)),
+
+		AwaitingExternal: cp.State.AwaitsExternal(),
 	}
 	for _, t := range cp.History {
 		s.History = append(s.History, HistoryEntry{Phase: int(t.Phase), PhaseName: t.PhaseName, Cycle: t.Cycle, Outcome: t.Outcome, Detail: t.Detail, At: t.At})
@@ -144,15 +150,17 @@ func (c *Client) List(ctx context.Context, state capsule.State) ([]Status, error
 	return out, nil
 }
 
-// Wait blocks until the capsule stops going on by itself — it leaves
-// in_progress, and is not waiting for its dependencies — (or ctx ends) and
-// returns its status. It watches the checkpoint key rather than polling.
+// Wait blocks until the capsule ends or needs a person (or ctx ends) and
+// returns its status; a capsule waiting for its dependencies, or paused on
+// accepted external work ([capsule.CheckpointState.AwaitsExternal]), goes
+// on by itself and Wait waits on. It watches the checkpoint key rather than
+// polling.
 func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
 	id = canonical(id)
 	key := id
 	if cp, err := c.checkpoints.Find(ctx, id); err == nil {
 		key = cp.Key
-		if !goesOn(cp.State.Status) {
+		if settled(cp) {
 			return StatusOf(cp), nil
 		}
 	} else if !errors.Is(err, store.ErrNotFound) || !store.ValidKey(id) {
@@ -178,11 +186,17 @@ func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
 			if err := json.Unmarshal(e.Value(), cp); err != nil {
 				return Status{}, err
 			}
-			if !goesOn(cp.State.Status) {
+			if settled(cp) {
 				return StatusOf(cp), nil
 			}
 		}
 	}
+}
+
+// settled: the capsule has ended or needs a person, what [Client.Wait]
+// waits for.
+func settled(cp *capsule.Checkpoint) bool {
+	return !goesOn(cp.State.Status) && !cp.State.AwaitsExternal()
 }
 
 // History returns the lifecycle events of a capsule id (or key) in time

@@ -192,18 +192,23 @@ type Refusal struct {
 	Detail string
 }
 
-// Error reads as a sentence, e.g. "cannot cancel k: it is completed (it has ended)".
+// Error reads as a sentence an operator can act on, e.g. "cannot cancel
+// 0f8f…: the capsule is completed (it has ended)", or for the other kinds
+// "cannot record result 0f8f…: claim on the cycle lost".
 func (r *Refusal) Error() string {
 	var b strings.Builder
-	switch r.Kind {
-	case ErrRefused:
-		fmt.Fprintf(&b, "cannot %s %s: it is %s", r.Event, r.Key, r.State)
+	b.WriteString("cannot " + strings.ReplaceAll(r.Event, "_", " "))
+	if r.Key != "" {
+		b.WriteString(" " + r.Key)
+	}
+	if r.Kind == ErrRefused {
+		fmt.Fprintf(&b, ": the capsule is %s", r.State)
 		if r.Hint != "" {
 			b.WriteString(" (" + r.Hint + ")")
 		}
 		return b.String()
 	}
-	fmt.Fprintf(&b, "%s %s: %s", r.Event, r.Key, r.Kind)
+	fmt.Fprintf(&b, ": %s", r.Kind)
 	if r.Detail != "" {
 		b.WriteString(": " + r.Detail)
 	}

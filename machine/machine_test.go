@@ -504,7 +504,26 @@ func TestReviseAndEnd(t *testing.T) {
 func TestRefusalReadsAsASentence(t *testing.T) {
 	t.Parallel()
 	_, err := machine.Apply(ended(capsule.Completed), machine.End{State: capsule.Cancelled, Detail: "x"}, t0)
-	require.EqualError(t, err, "cannot cancel k: it is completed (it has ended)")
+	require.EqualError(t, err, "cannot cancel k: the capsule is completed (it has ended)")
+	var r *machine.Refusal
+	require.ErrorAs(t, err, &r)
+	require.Equal(t, machine.ErrRefused, r.Kind)
+
+	tests := []struct {
+		name string
+		r    machine.Refusal
+		want string
+	}{
+		{"refused without hint", machine.Refusal{Kind: machine.ErrRefused, Event: "pause", Key: "k", State: capsule.Completed},
+			"cannot pause k: the capsule is completed"},
+		{"claim lost", machine.Refusal{Kind: machine.ErrClaimLost, Event: "record_result", Key: "k"},
+			"cannot record result k: claim on the cycle lost"},
+		{"invalid, no key", machine.Refusal{Kind: machine.ErrInvalid, Event: "claim", Detail: "no checkpoint"},
+			"cannot claim: invalid event: no checkpoint"},
+	}
+	for _, tt := range tests {
+		require.EqualError(t, &tt.r, tt.want, tt.name)
+	}
 }
 
 func TestReject(t *testing.T) {

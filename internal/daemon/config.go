@@ -47,7 +47,7 @@ type Config struct {
 	// Workspace is the root of file: refs. Defaults to the current directory.
 	Workspace string `json:"workspace"`
 	// HTTPListen serves /healthz, /readyz and /metrics; "" disables it.
-	// Defaults to 127.0.0.1:9090.
+	// Defaults to [DefaultHTTPListen].
 	HTTPListen string `json:"http_listen"`
 	// LogFormat is "text" or "json". Defaults to text.
 	LogFormat string `json:"log_format"`
@@ -105,6 +105,11 @@ type Config struct {
 	// "stub-reviewer" (config file only).
 	Reviewers map[string]executors.Endpoint `json:"reviewers"`
 }
+
+// DefaultHTTPListen is the HTTP listener's default address. Not 9090:
+// that is Prometheus's own port, and a Prometheus started beside sagad with
+// its defaults would find it taken (README "Observability" says why 9464).
+const DefaultHTTPListen = "127.0.0.1:9464"
 
 // DefaultRetention is how long sagad keeps an ended capsule by default.
 const DefaultRetention = 7 * 24 * time.Hour
@@ -228,6 +233,10 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
+// errVersion is parseConfig's answer to --version: Main prints the build
+// and exits 0, as with -h.
+var errVersion = errors.New("version requested")
+
 // parseConfig reads flags, SAGAD_* and SAGA_* env vars and the optional
 // config file.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
@@ -237,11 +246,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	var flags Config
 	var shutdown time.Duration
 	fs.StringVar(&file, "config", "", "JSON config file (env SAGAD_CONFIG)")
+	version := fs.Bool("version", false, "print the version, VCS revision and Go version, and exit")
 	flags.Options.Bind(fs, "external NATS URL; empty starts the embedded server (or SAGAD_NATS_URL)")
 	fs.StringVar(&flags.NATSListen, "nats-listen", "", "embedded server client address (default 127.0.0.1:4222; env SAGAD_NATS_LISTEN)")
 	fs.StringVar(&flags.DataDir, "data-dir", "", "embedded server data directory (default ./data; env SAGAD_DATA_DIR)")
 	fs.StringVar(&flags.Workspace, "workspace", "", "root of file: refs (default .; env SAGAD_WORKSPACE)")
-	fs.StringVar(&flags.HTTPListen, "http-listen", "", "health and metrics address (default 127.0.0.1:9090, \"off\" disables; env SAGAD_HTTP_LISTEN)")
+	fs.StringVar(&flags.HTTPListen, "http-listen", "", "health and metrics address (default "+DefaultHTTPListen+", \"off\" disables; env SAGAD_HTTP_LISTEN)")
 	fs.StringVar(&flags.LogFormat, "log-format", "", "text or json (env SAGAD_LOG_FORMAT)")
 	fs.StringVar(&flags.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
 	fs.IntVar(&flags.Workers, "workers", 0, "capsules worked on at once per phase (default 32; env SAGAD_WORKERS)")
@@ -267,6 +277,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&stallAfter, "stall-after", 0, "/readyz reports a phase with pending work and no progress for this long (default 2m; env SAGAD_STALL_AFTER)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
+	}
+	if *version {
+		return Config{}, errVersion
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -432,7 +445,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		}
 	})
 	if cfg.HTTPListen == "" {
-		cfg.HTTPListen = "127.0.0.1:9090"
+		cfg.HTTPListen = DefaultHTTPListen
 	}
 	if cfg.HTTPListen == "off" {
 		cfg.HTTPListen = ""
