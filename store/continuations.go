@@ -52,7 +52,10 @@ func (s *Continuations) Put(ctx context.Context, cp *capsule.Checkpoint) error {
 
 // Delete removes the continuation of key; deleting a missing one is fine.
 func (s *Continuations) Delete(ctx context.Context, key string) error {
-	if _, err := s.kv.Get(ctx, key); errors.Is(err, jetstream.ErrKeyNotFound) {
+	rctx, cancel := readCtx(ctx, s.w)
+	_, err := s.kv.Get(rctx, key)
+	cancel()
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil
 	}
 	if err := s.w.Do(ctx, func(ctx context.Context) error { return s.kv.Delete(ctx, key) }); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -64,7 +67,9 @@ func (s *Continuations) Delete(ctx context.Context, key string) error {
 // Get returns the continuation of key.
 func (s *Continuations) Get(ctx context.Context, key string) (capsule.Continuation, error) {
 	var c capsule.Continuation
-	e, err := s.kv.Get(ctx, key)
+	rctx, cancel := readCtx(ctx, s.w)
+	e, err := s.kv.Get(rctx, key)
+	cancel()
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return c, fmt.Errorf("%w: no continuation for %s", ErrNotFound, key)
 	}
@@ -97,7 +102,9 @@ func (s *Continuations) Keys(ctx context.Context) ([]string, error) {
 // again.
 func (s *Continuations) DeleteIfStale(ctx context.Context, key string, cp *capsule.Checkpoint) error {
 	err := cas.Retry(ctx, func(ctx context.Context) error {
-		e, err := s.kv.Get(ctx, key)
+		rctx, cancel := readCtx(ctx, s.w)
+	e, err := s.kv.Get(rctx, key)
+	cancel()
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil
 		}

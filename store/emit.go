@@ -74,7 +74,9 @@ func (s *Store) outcomeSent(ctx context.Context, cp *capsule.Checkpoint) (bool, 
 	if cp.OutcomeEmitted {
 		return true, nil
 	}
-	m, err := s.capsulesStream.GetLastMsgForSubject(ctx, capsuleSubject(cp.Key))
+	rctx, cancel := readCtx(ctx, s.writes())
+	m, err := s.capsulesStream.GetLastMsgForSubject(rctx, capsuleSubject(cp.Key))
+	cancel()
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
