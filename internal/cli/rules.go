@@ -15,38 +15,14 @@ import (
 
 // RulesReport is what `sagactl rules -o json` prints: the constitution in
 // force and its version.
-type RulesReport struct {
-	Version string     `json:"version"`
-	Rules   []RuleInfo `json:"rules"`
-}
+type RulesReport = rules.Report
 
 // RuleInfo is one rule of a [RulesReport].
-type RuleInfo struct {
-	Number int    `json:"number"`
-	Title  string `json:"title"`
-	Kind   string `json:"kind"`
-	// EnforcedAt names where a structural rule is enforced; empty for
-	// absolute rules, which AUTOMATED_GATES evaluates.
-	EnforcedAt string `json:"enforced_at"`
-	// Params are the rule's parameters under the configuration; {} when it
-	// has none.
-	Params map[string]any `json:"params"`
-}
+type RuleInfo = rules.RuleInfo
 
 // RulesInForce lists every rule with its parameters under cfg (defaults
 // applied), in rule-number order.
-func RulesInForce(cfg rules.Config) RulesReport {
-	rep := RulesReport{Version: rules.Version, Rules: make([]RuleInfo, 0, len(rules.Constitution))}
-	for _, r := range rules.Constitution {
-		info := RuleInfo{Number: r.Number, Title: r.Title, Kind: string(r.Kind), EnforcedAt: r.EnforcedAt, Params: map[string]any{}}
-		if r.Params != nil {
-			info.Params = r.Params(cfg)
-		}
-		rep.Rules = append(rep.Rules, info)
-	}
-	slices.SortFunc(rep.Rules, func(a, b RuleInfo) int { return a.Number - b.Number })
-	return rep
-}
+func RulesInForce(cfg rules.Config) RulesReport { return rules.InForce(cfg) }
 
 // rulesCmd is `sagactl rules`.
 type rulesCmd struct {
