@@ -17,6 +17,7 @@ import (
 
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/natsconn"
+	"github.com/sagad/sagad/rules"
 )
 
 // Config is everything sagad can be told. Precedence: flags, then
@@ -90,6 +91,16 @@ type Config struct {
 	// Reviewers serve review.reviewer_agent_id values beyond the built-in
 	// "stub-reviewer" (config file only).
 	Reviewers map[string]executors.Endpoint `json:"reviewers"`
+	// DefaultReviewer reviews the capsules that declare no
+	// review.reviewer_agent_id: a key of Reviewers or "stub-reviewer"
+	// (config file only). Defaults to none: such a capsule violates Rule 20.
+	DefaultReviewer string `json:"default_reviewer,omitempty"`
+	// Constitution sets the parameters of the rules (CONSTITUTION.md), e.g.
+	// {"deny_paths": [".git", ".env", "secrets", "infra"], "max_dollars": 50};
+	// absent members keep their defaults (config file only; see
+	// rules.Config.UnmarshalJSON and README "Configuration"). The task kinds
+	// and reviewer ids of Rule 22 follow from Executors and Reviewers.
+	Constitution rules.Config `json:"constitution"`
 }
 
 // DefaultRetention is how long sagad keeps an ended capsule by default.
@@ -193,6 +204,9 @@ func (c *Config) validate() error {
 	}
 	errs = append(errs, ApplySync(&server.Options{}, c.Sync))
 	errs = append(errs, c.executorsConfig().Validate())
+	if err := c.rulesConfig(c.executorsConfig().Names()).WithDefaults().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("constitution: %w", err))
+	}
 	return errors.Join(errs...)
 }
 

@@ -133,6 +133,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		ExternalTimeout: time.Duration(cfg.ExternalTimeout),
 		RescueAfter:     time.Duration(cfg.RescueAfter),
 		Retention:       cfg.retention(),
+		Rules:           cfg.rulesConfig(execs.Kinds(), execs.ReviewerIDs()),
 	})
 	if err != nil {
 		return err
@@ -142,7 +143,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	}
 	// Every sagad serves the admin API, so sagactl's actions run (and are
 	// counted) in whichever sagad answers.
-	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log})
+	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules()})
 	if err != nil {
 		p.Stop(ctx)
 		return err
