@@ -39,7 +39,7 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	reviewerID, _ := env.Rules.Reviewer(c)
 	rv, err := env.Executors.Reviewer(reviewerID)
 	if err != nil {
-		return HaltWith(capsule.ExecutorFailed(fmt.Sprintf("no reviewer %q", reviewerID)), capsule.Finding{Rule: 20, Field: "review.reviewer_agent_id", Message: err.Error()})
+		return HaltWith(capsule.ExecutorFailed("no reviewer "+reviewerID), capsule.Finding{Rule: 20, Field: "review.reviewer_agent_id", Message: err.Error()})
 	}
 	if in.Claim != nil {
 		// One reviewer call per cycle, however often the message is delivered.
