@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"reflect"
@@ -26,13 +27,13 @@ func RulesInForce(cfg rules.Config) RulesReport { return rules.InForce(cfg) }
 
 // rulesCmd is `sagactl rules`.
 type rulesCmd struct {
-	cfg  rules.Config
+	rep  RulesReport
 	json bool
 }
 
 // Run prints the constitution: a version line and a table, or JSON.
 func (c *rulesCmd) Run(out io.Writer) error {
-	rep := RulesInForce(c.cfg)
+	rep := c.rep
 	if c.json {
 		return writeJSON(out, rep)
 	}
@@ -73,25 +74,47 @@ func formatValue(v any) string {
 
 func newRules(g *globals) *cobra.Command {
 	var kinds, reviewers []string
+	var offline bool
 	cmd := &cobra.Command{
-		Use:   "rules [--executor-kinds K,…] [--reviewer-ids R,…]",
-		Short: "Print the constitution in force: number, title, kind, where enforced, parameters, version",
+		Use:   "rules [--offline [--executor-kinds K,…] [--reviewer-ids R,…]]",
+		Short: "Print the constitution sagad enforces: number, title, kind, where enforced, parameters, version",
 		Long: `Print every rule of the constitution with its number, title, kind
 (structural or absolute), where a structural rule is enforced, and its
 parameters, headed by the constitution's version; -o json prints
 {"version": …, "rules": [{number, title, kind, enforced_at, params}, …]}.
 
-Works offline (no NATS): parameters are sagad's defaults, with the task kinds
-of --executor-kinds and the reviewer ids of --reviewer-ids for Rule 22.
+The parameters are those the running sagad enforces (its config file's
+"constitution" and "default_reviewer", its executors and reviewers), asked of
+its admin service (saga.admin.rules).
 
-Exit codes: 0 printed, 2 usage.`,
+--offline needs no NATS and prints the built-in defaults instead, with the
+task kinds of --executor-kinds and the reviewer ids of --reviewer-ids for
+Rule 22.
+
+Exit codes: 0 printed, 1 error, 2 usage, 6 no sagad answered.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := &rulesCmd{cfg: rules.Config{ExecutorKinds: kinds, ReviewerIDs: reviewers}, json: g.json()}
-			return c.Run(cmd.OutOrStdout())
+			if !offline {
+				if cmd.Flags().Changed("executor-kinds") || cmd.Flags().Changed("reviewer-ids") {
+					return exit(ExitUsage, errors.New("--executor-kinds and --reviewer-ids need --offline: a running sagad reports its own"))
+				}
+				ctx, a, done, err := g.dialAdmin(cmd)
+				if err != nil {
+					return err
+				}
+				defer done()
+				rep, err := a.Rules(ctx)
+				if err != nil {
+					return adminErr(err)
+				}
+				return (&rulesCmd{rep: rep, json: g.json()}).Run(cmd.OutOrStdout())
+			}
+			rep := RulesInForce(rules.Config{ExecutorKinds: kinds, ReviewerIDs: reviewers})
+			return (&rulesCmd{rep: rep, json: g.json()}).Run(cmd.OutOrStdout())
 		},
 	}
-	cmd.Flags().StringSliceVar(&kinds, "executor-kinds", []string{executors.StubKind}, "task kinds sagad has executors for (Rule 22)")
-	cmd.Flags().StringSliceVar(&reviewers, "reviewer-ids", []string{executors.StubReviewerID}, "reviewer ids sagad has reviewers for (Rule 22)")
+	cmd.Flags().BoolVar(&offline, "offline", false, "print the built-in defaults without asking sagad (no NATS)")
+	cmd.Flags().StringSliceVar(&kinds, "executor-kinds", []string{executors.StubKind}, "with --offline: task kinds sagad has executors for (Rule 22)")
+	cmd.Flags().StringSliceVar(&reviewers, "reviewer-ids", []string{executors.StubReviewerID}, "with --offline: reviewer ids sagad has reviewers for (Rule 22)")
 	return cmd
 }
