@@ -15,7 +15,7 @@ import (
 
 // Version is the version of the constitution this package implements. It
 // changes whenever a rule is added, removed or changes meaning.
-const Version = "2026.11.2"
+const Version = "2026.11.3"
 
 // Kind says who enforces a rule.
 type Kind string

@@ -719,7 +719,7 @@ func TestConstitutionTable(t *testing.T) {
 	}
 	_, ok := Lookup(26)
 	require.False(t, ok)
-	require.Equal(t, "2026.11.2", Version)
+	require.Equal(t, "2026.11.3", Version)
 }
 
 func TestParams(t *testing.T) {
@@ -742,6 +742,11 @@ func TestParams(t *testing.T) {
 	}}, param(9, Config{}))
 	require.Equal(t, 131072, param(10, Config{})["max_capsule_bytes"])
 	require.Equal(t, map[string]any{"executor_kinds": []string{"stub"}, "reviewer_ids": []string{"stub-reviewer"}}, param(22, Config{}))
+	require.Equal(t, map[string]any{"default_reviewer": ""}, param(20, Config{}))
+	require.Equal(t, map[string]any{"default_reviewer": "stub-reviewer"}, param(20, Config{DefaultReviewer: "stub-reviewer"}))
+	require.Equal(t, map[string]any{"allowed_hosts": []string{}}, param(25, Config{}), "[] rather than null")
+	require.Equal(t, map[string]any{"allowed_hosts": []string{"*.example.com"}}, param(25, Config{AllowedHosts: []string{"*.example.com"}}))
+	require.Equal(t, []string{}, param(3, Config{})["agent_registry"])
 }
 
 func TestConfigDefaults(t *testing.T) {
