@@ -17,6 +17,7 @@ import (
 
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/natsconn"
+	"github.com/sagad/sagad/phases"
 	"github.com/sagad/sagad/rules"
 )
 
@@ -204,8 +205,12 @@ func (c *Config) validate() error {
 	}
 	errs = append(errs, ApplySync(&server.Options{}, c.Sync))
 	errs = append(errs, c.executorsConfig().Validate())
-	if err := c.rulesConfig(c.executorsConfig().Names()).WithDefaults().Validate(); err != nil {
+	rc := c.rulesConfig(c.executorsConfig().Names()).WithDefaults()
+	if err := rc.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("constitution: %w", err))
+	}
+	if rc.MaxCapsuleBytes > phases.DefaultMaxIntakeBytes {
+		errs = append(errs, fmt.Errorf("constitution: max_capsule_bytes: %d is above sagad's intake limit of %d bytes", rc.MaxCapsuleBytes, phases.DefaultMaxIntakeBytes))
 	}
 	return errors.Join(errs...)
 }

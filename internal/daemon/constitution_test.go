@@ -32,6 +32,7 @@ func TestConstitutionConfigErrors(t *testing.T) {
 		`{"constitution": {"allowed_hosts": ["http://x"]}}`:      `allowed_hosts[0]: "http://x" is not a host name`,
 		`{"default_reviewer": "nobody"}`:                         `default_reviewer: "nobody" is not a configured reviewer (stub-reviewer)`,
 		`{"constitution": {"max_locks": 100000}}`:                `max_locks: 100000 is above RECEPTION's hard limit`,
+		`{"constitution": {"max_capsule_bytes": 1048576}}`:       `max_capsule_bytes: 1048576 is above sagad's intake limit of 524288 bytes`,
 		`{"constitution": {"supported_majors": []}}`:             `supported_majors: at least one is required`,
 		`{"constitution": {"max_dollars": -1, "max_locks": -1}}`: `max_locks: -1 must be positive`,
 	} {
