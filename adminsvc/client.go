@@ -12,6 +12,7 @@ import (
 
 	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/rules"
 	"github.com/sagad/sagad/store"
 )
 
@@ -148,6 +149,13 @@ func (c *Client) Phases(ctx context.Context) ([]admin.PhaseState, error) {
 func (c *Client) Pending(ctx context.Context) ([]admin.PendingItem, error) {
 	var p PendingReply
 	return p.Items, c.call(ctx, VerbPending, struct{}{}, &p)
+}
+
+// Rules reports the constitution the answering sagad enforces: every rule
+// with its parameters under that sagad's configuration, and the version.
+func (c *Client) Rules(ctx context.Context) (rules.Report, error) {
+	var r rules.Report
+	return r, c.call(ctx, VerbRules, struct{}{}, &r)
 }
 
 // call sends req on verb's subject and decodes the answer into reply.

@@ -16,6 +16,7 @@ import (
 	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/rules"
 	"github.com/sagad/sagad/store"
 )
 
@@ -47,6 +48,10 @@ type Config struct {
 	// Metadata is added to the micro service's metadata (e.g. the sagad
 	// instance). Defaults to none.
 	Metadata map[string]string
+	// Rules is the constitution this sagad enforces, answered on
+	// saga.admin.rules (sagad passes its pipeline's). Defaults to the
+	// built-in defaults.
+	Rules rules.Config
 }
 
 // DefaultTimeout bounds a request's handling unless Config.Timeout says
@@ -94,7 +99,7 @@ func Start(nc *nats.Conn, a Actions, cfg Config) (*Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        Name,
 		Version:     Version,
-		Description: "sagad admin API: pause, resume, cancel, decide, phase pause/resume/list, pending",
+		Description: "sagad admin API: pause, resume, cancel, decide, phase pause/resume/list, pending, rules",
 		Metadata:    cfg.Metadata,
 	})
 	if err != nil {
@@ -221,8 +226,11 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 		s.log.Info("admin phase "+verb, "phase", ph.String(), "by", r.By, "reason", r.Reason)
 		return s.phases(ctx)
 	case listRequest:
-		if verb == VerbPhaseList {
+		switch verb {
+		case VerbPhaseList:
 			return s.phases(ctx)
+		case VerbRules:
+			return rules.InForce(s.cfg.Rules), nil
 		}
 		items, err := s.a.Pending(ctx)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/rules"
 	"github.com/sagad/sagad/store"
 )
 
@@ -61,6 +63,7 @@ func setup(t *testing.T) *fixture {
 	p, err := pipeline.New(ctx, js, pipeline.Config{
 		Logger: testLogger(t), Workspace: f.workspace, Workers: 4,
 		AckWait: 2 * time.Second, Heartbeat: 300 * time.Millisecond, RetryDelay: 50 * time.Millisecond,
+		Rules: rules.Config{DenyPaths: []string{".git", "infra"}},
 	})
 	require.NoError(t, err)
 	require.NoError(t, p.Start(ctx))
@@ -69,7 +72,7 @@ func setup(t *testing.T) *fixture {
 		defer cancel()
 		p.Stop(ctx)
 	})
-	svc, err := Start(nc, p.Admin(), Config{Logger: testLogger(t)})
+	svc, err := Start(nc, p.Admin(), Config{Logger: testLogger(t), Rules: p.Rules()})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, svc.Stop(context.Background())) })
 	f.client = NewClient(nc, ClientConfig{Timeout: 10 * time.Second})
@@ -82,6 +85,7 @@ func setup(t *testing.T) *fixture {
 var replySchema = map[string]string{
 	VerbPause: "status-reply", VerbResume: "status-reply", VerbCancel: "status-reply", VerbDecide: "status-reply",
 	VerbPhasePause: "phases-reply", VerbPhaseResume: "phases-reply", VerbPhaseList: "phases-reply", VerbPending: "pending-reply",
+	VerbRules: "rules-reply",
 }
 
 // do sends req (a value, or raw bytes) on verb's subject as any NATS client
@@ -199,6 +203,9 @@ func TestService(t *testing.T) {
 	ph = phases(t, f.do(t, VerbPhaseResume, PhaseRequest{Phase: int(capsule.Execution)}, ""))
 	require.False(t, ph[capsule.Execution].Paused)
 	require.Len(t, phases(t, f.do(t, VerbPhaseList, struct{}{}, "")), capsule.NumPhases)
+	var rep rules.Report
+	require.NoError(t, json.Unmarshal(f.do(t, VerbRules, []byte(""), ""), &rep))
+	require.Len(t, rep.Rules, len(rules.Constitution))
 
 	// Malformed requests change nothing.
 	for verb, body := range map[string]string{
@@ -207,6 +214,7 @@ func TestService(t *testing.T) {
 		VerbDecide:     `{"id":"x","decision":"maybe","by":"ann"}`,
 		VerbPhasePause: `{"phase":7}`,
 		VerbPending:    `[]`,
+		VerbRules:      `{"rule":6}`,
 	} {
 		f.do(t, verb, []byte(body), CodeBadRequest)
 	}
@@ -249,6 +257,13 @@ func TestClient(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, items)
 	require.NotNil(t, items, "an empty list, not null, for -o json")
+
+	// The constitution answered is the pipeline's, not the defaults.
+	rep, err := f.client.Rules(ctx)
+	require.NoError(t, err)
+	require.Equal(t, rules.Version, rep.Version)
+	i := slices.IndexFunc(rep.Rules, func(r rules.RuleInfo) bool { return r.Number == 6 })
+	require.Equal(t, map[string]any{"deny_paths": []any{".git", "infra"}}, rep.Rules[i].Params)
 }
 
 // TestNoSagad: with nobody serving the API, nothing is sent anywhere and

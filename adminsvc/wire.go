@@ -37,10 +37,11 @@ const (
 	VerbPhaseResume = "phase.resume"
 	VerbPhaseList   = "phase.list"
 	VerbPending     = "pending"
+	VerbRules       = "rules"
 )
 
 // Verbs lists every verb, in the order the service registers them.
-var Verbs = []string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending}
+var Verbs = []string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules}
 
 // Subject returns the subject of verb, e.g. saga.admin.phase.pause.
 func Subject(verb string) string { return SubjectPrefix + "." + verb }
@@ -159,7 +160,7 @@ func badRequest(format string, args ...any) error {
 	return &requestError{msg: fmt.Sprintf(format, args...)}
 }
 
-// listRequest is the (empty) request of phase.list and pending.
+// listRequest is the (empty) request of phase.list, pending and rules.
 type listRequest struct{}
 
 // phaseWire is PhaseRequest as decoded, telling a missing phase from 0.
@@ -262,7 +263,7 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 			return nil, badRequest("phase %d out of range 0–%d", *w.Phase, capsule.NumPhases-1)
 		}
 		return PhaseRequest{Phase: *w.Phase, By: w.By, Reason: w.Reason}, firstErr(checkBy(w.By, false), checkText("reason", w.Reason))
-	case VerbPhaseList, VerbPending:
+	case VerbPhaseList, VerbPending, VerbRules:
 		if len(bytes.TrimSpace(data)) == 0 {
 			return listRequest{}, nil
 		}

@@ -54,15 +54,19 @@ func (c *Client) Publish(ctx context.Context, raw []byte, traceID string) (uint6
 
 // Status is what `sagactl status -o json` prints for one capsule.
 type Status struct {
-	CapsuleID    string            `json:"capsule_id"`
-	Key          string            `json:"key"`
-	State        capsule.State     `json:"state"`
-	Phase        int               `json:"phase"`
-	PhaseName    string            `json:"phase_name"`
-	CyclesUsed   int               `json:"cycles_used"`
-	HaltReason   string            `json:"halt_reason"`
-	Progress     int               `json:"progress"`
-	TraceID      string            `json:"trace_id"`
+	CapsuleID  string        `json:"capsule_id"`
+	Key        string        `json:"key"`
+	State      capsule.State `json:"state"`
+	Phase      int           `json:"phase"`
+	PhaseName  string        `json:"phase_name"`
+	CyclesUsed int           `json:"cycles_used"`
+	HaltReason string        `json:"halt_reason"`
+	Progress   int           `json:"progress"`
+	TraceID    string        `json:"trace_id"`
+	// Reviewer is who reviewed the latest cycle: the capsule's declared
+	// reviewer, or sagad's default_reviewer when it declared none. Empty
+	// before the first review.
+	Reviewer     string            `json:"reviewer,omitempty"`
 	BudgetUsed   capsule.Usage     `json:"budget_used"`
 	ArtifactRefs []string          `json:"artifact_refs"`
 	Findings     []capsule.Finding `json:"findings"`
@@ -109,6 +113,9 @@ func StatusOf(cp *capsule.Checkpoint) Status {
 		History:      make([]HistoryEntry, 0, len(cp.History)),
 
 		AwaitingExternal: cp.State.AwaitsExternal(),
+	}
+	if n := len(cp.State.Reviews); n > 0 {
+		s.Reviewer = cp.State.Reviews[n-1].ReviewerID
 	}
 	for _, t := range cp.History {
 		s.History = append(s.History, HistoryEntry{Phase: int(t.Phase), PhaseName: t.PhaseName, Cycle: t.Cycle, Outcome: t.Outcome, Detail: t.Detail, At: t.At})

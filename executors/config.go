@@ -75,6 +75,18 @@ type Endpoint struct {
 	Dir string `json:"dir,omitempty"`
 }
 
+// Names lists, sorted, the task kinds and reviewer ids a registry built
+// from c serves: the configured ones and the built-in stubs, as
+// [Registry.Kinds] and [Registry.ReviewerIDs] of [Config.Build]'s registry
+// would, without building it.
+func (c Config) Names() (kinds, reviewers []string) {
+	kinds = append(sortedKeys(c.Executors), StubKind)
+	reviewers = append(sortedKeys(c.Reviewers), StubReviewerID)
+	slices.Sort(kinds)
+	slices.Sort(reviewers)
+	return slices.Compact(kinds), slices.Compact(reviewers)
+}
+
 // Validate reports every problem of c at once, each naming the offending
 // key, e.g. `executors["research"].subject: required for type "nats"`.
 func (c Config) Validate() error {

@@ -33,9 +33,13 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	if err != nil {
 		return RetryAfter(env.RetryDelay, fmt.Errorf("review: load artifact: %w", err))
 	}
-	rv, err := env.Executors.Reviewer(c.Review.ReviewerAgentID)
+	// A capsule that declares no reviewer is served by the configured
+	// default (AUTOMATED_GATES judged that one under Rules 20 and 22); the
+	// review entry records who reviewed.
+	reviewerID, _ := env.Rules.Reviewer(c)
+	rv, err := env.Executors.Reviewer(reviewerID)
 	if err != nil {
-		return HaltWith(capsule.ExecutorFailed("no reviewer "+c.Review.ReviewerAgentID), capsule.Finding{Rule: 20, Field: "review.reviewer_agent_id", Message: err.Error()})
+		return HaltWith(capsule.ExecutorFailed("no reviewer "+reviewerID), capsule.Finding{Rule: 20, Field: "review.reviewer_agent_id", Message: err.Error()})
 	}
 	if in.Claim != nil {
 		// One reviewer call per cycle, however often the message is delivered.
@@ -82,7 +86,7 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	case err != nil:
 		return HaltWith(capsule.ExecutorFailed("reviewer: " + err.Error()))
 	}
-	res = EnforceIndependence(c.Review.ReviewerAgentID, artifact.ProducerAgentID, res)
+	res = EnforceIndependence(reviewerID, artifact.ProducerAgentID, res)
 	env.record().ReviewCycle(res.Verdict)
 	env.record().BudgetConsumed(res.Usage)
 
@@ -96,7 +100,7 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 		return RetryAfter(env.RetryDelay, fmt.Errorf("review: charge budget: %w", err))
 	}
 	entry := capsule.ReviewEntry{
-		Cycle: cycle, ReviewerID: c.Review.ReviewerAgentID, Verdict: res.Verdict,
+		Cycle: cycle, ReviewerID: reviewerID, Verdict: res.Verdict,
 		Findings: res.Findings, Usage: res.Usage, At: env.Now().UTC(),
 	}
 	used := charge.Capsule

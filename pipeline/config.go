@@ -210,5 +210,11 @@ func (c Config) validate() error {
 	if err := c.Rules.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.Rules.MaxCapsuleBytes > c.MaxIntakeBytes {
+		// RECEPTION refuses larger intake (capsule_too_large) before Rule 10
+		// is ever asked: a higher limit would be a promise never kept.
+		errs = append(errs, fmt.Errorf("%w: max_capsule_bytes: %d is above the intake limit of %d bytes",
+			rules.ErrInvalidConfig, c.Rules.MaxCapsuleBytes, c.MaxIntakeBytes))
+	}
 	return errors.Join(errs...)
 }

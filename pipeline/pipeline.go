@@ -17,6 +17,7 @@ import (
 	"github.com/sagad/sagad/maintenance"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
+	"github.com/sagad/sagad/rules"
 	"github.com/sagad/sagad/runner"
 	"github.com/sagad/sagad/store"
 )
@@ -96,6 +97,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 	}
 	return p, nil
 }
+
+// Rules is the constitution this pipeline enforces (defaults applied).
+func (p *Pipeline) Rules() rules.Config { return p.cfg.Rules }
 
 // Checkpoints gives read access to the checkpoint store.
 func (p *Pipeline) Checkpoints() *store.Checkpoints { return p.st.Checkpoints }

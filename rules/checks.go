@@ -228,16 +228,21 @@ func checkWave(ctx context.Context, in Input) ([]capsule.Finding, error) {
 	return fs, nil
 }
 
-// Rule 20: a reviewer is named and is not the producer.
+// Rule 20: a reviewer is named (or a default one configured) and is not the
+// producer.
 func checkReviewer(_ context.Context, in Input) ([]capsule.Finding, error) {
 	c := in.Capsule
-	r := strings.TrimSpace(c.Review.ReviewerAgentID)
+	id, byDefault := in.Config.Reviewer(c)
+	r := strings.TrimSpace(id)
 	switch {
 	case r == "":
-		return []capsule.Finding{finding("review.reviewer_agent_id", "no reviewer declared")}, nil
+		return []capsule.Finding{finding("review.reviewer_agent_id", "no reviewer declared and no default reviewer configured")}, nil
+	case r == strings.TrimSpace(c.ProducerAgentID) && byDefault:
+		return []capsule.Finding{finding("review.reviewer_agent_id",
+			"the default reviewer %q is the producer: declare another reviewer", id)}, nil
 	case r == strings.TrimSpace(c.ProducerAgentID):
 		return []capsule.Finding{finding("review.reviewer_agent_id",
-			"reviewer %q is the producer", c.Review.ReviewerAgentID)}, nil
+			"reviewer %q is the producer", id)}, nil
 	}
 	return nil, nil
 }
@@ -289,8 +294,13 @@ func checkExecutor(_ context.Context, in Input) ([]capsule.Finding, error) {
 	if k := in.Capsule.Task.Kind; !slices.Contains(in.Config.ExecutorKinds, k) {
 		fs = append(fs, finding("task.kind", "no executor is configured for task.kind %q", k))
 	}
-	r := in.Capsule.Review.ReviewerAgentID
-	if strings.TrimSpace(r) != "" && !slices.Contains(in.Config.ReviewerIDs, r) {
+	r, byDefault := in.Config.Reviewer(in.Capsule)
+	switch {
+	case strings.TrimSpace(r) == "" || slices.Contains(in.Config.ReviewerIDs, r):
+	case byDefault:
+		// Validate refuses such a config; a Config built in Go may not.
+		fs = append(fs, finding("review.reviewer_agent_id", "no reviewer is configured for the default reviewer %q", r))
+	default:
 		fs = append(fs, finding("review.reviewer_agent_id", "no reviewer is configured for review.reviewer_agent_id %q", r))
 	}
 	return fs, nil
@@ -347,7 +357,8 @@ func checkDependencies(ctx context.Context, in Input) ([]capsule.Finding, error)
 	return fs, errors.Join(errs...)
 }
 
-// Rule 25: network access other than "none" is justified and host-limited.
+// Rule 25: network access other than "none" is justified and host-limited,
+// within the configured allowed hosts when there are any.
 func checkNetwork(_ context.Context, in Input) ([]capsule.Finding, error) {
 	n := in.Capsule.Constraints.Network
 	switch n.Mode {
@@ -366,8 +377,12 @@ func checkNetwork(_ context.Context, in Input) ([]capsule.Finding, error) {
 			"network mode %q needs an allow-list of hosts", n.Mode))
 	}
 	for i, h := range n.AllowHosts {
-		if strings.TrimSpace(h) == "" {
+		switch {
+		case strings.TrimSpace(h) == "":
 			fs = append(fs, finding(index("constraints.network.allow_hosts", i), "allowed host %q is blank", h))
+		case len(in.Config.AllowedHosts) > 0 && !hostAllowed(h, in.Config.AllowedHosts):
+			fs = append(fs, finding(index("constraints.network.allow_hosts", i),
+				"host %q is not among the configured allowed hosts", h))
 		}
 	}
 	return fs, nil

@@ -1,8 +1,11 @@
 package rules
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"regexp"
 	"slices"
@@ -17,7 +20,13 @@ import (
 // [Config.Validate] once at start-up.
 //
 // A nil slice means "use the default"; a non-nil empty slice means "none"
-// where that makes sense (DenyPaths, DestructiveKinds, AgentRegistry).
+// where that makes sense (DenyPaths, DestructiveKinds, AgentRegistry,
+// AllowedHosts).
+//
+// Config reads and writes JSON (sagad's config file, "constitution") with
+// the member names of [Config.MarshalJSON]; ExecutorKinds, ReviewerIDs and
+// DefaultReviewer are not among them: they follow from the executors and
+// reviewers sagad is configured with.
 type Config struct {
 	// SupportedMajors are the schema_version majors accepted (Rule 1).
 	// Defaults to [1].
@@ -77,6 +86,32 @@ type Config struct {
 	// AUTOMATED_GATES before its executor spends anything. Defaults to
 	// ["stub-reviewer"].
 	ReviewerIDs []string
+
+	// DefaultReviewer reviews the capsules that declare no
+	// review.reviewer_agent_id (Rules 20 and 22 judge it as if declared; see
+	// [Config.Reviewer]). It must be one of ReviewerIDs. Defaults to none:
+	// a capsule without a reviewer violates Rule 20.
+	DefaultReviewer string
+
+	// AllowedHosts, when not empty, bounds the hosts a capsule may list in
+	// constraints.network.allow_hosts (Rule 25): each must equal one of
+	// them, ignoring case, or lie under a "*.domain" entry. Defaults to
+	// empty (any host the capsule justifies).
+	AllowedHosts []string
+}
+
+// Reviewer is the reviewer agent id that serves c: its declared
+// review.reviewer_agent_id, or DefaultReviewer when it declares none (blank).
+// The boolean reports whether the default was used. An empty id means
+// nobody (Rule 20).
+func (c Config) Reviewer(cp *capsule.Capsule) (id string, byDefault bool) {
+	if strings.TrimSpace(cp.Review.ReviewerAgentID) != "" {
+		return cp.Review.ReviewerAgentID, false
+	}
+	if c.DefaultReviewer != "" {
+		return c.DefaultReviewer, true
+	}
+	return "", false
 }
 
 // Defaults of [Config].
@@ -120,6 +155,7 @@ func (c Config) WithDefaults() Config {
 	c.AllowedSchemes = orDefault(c.AllowedSchemes, defaultAllowedSchemes)
 	c.ExecutorKinds = orDefault(c.ExecutorKinds, defaultExecutorKinds)
 	c.ReviewerIDs = orDefault(c.ReviewerIDs, defaultReviewerIDs)
+	c.AllowedHosts = slices.Clone(c.AllowedHosts)
 	if c.MaxCapsuleBytes == 0 {
 		c.MaxCapsuleBytes = defaultMaxCapsuleBytes
 	}
@@ -163,31 +199,31 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
 	}
 	if len(c.SupportedMajors) == 0 {
-		bad("supported majors: at least one is required")
+		bad("supported_majors: at least one is required")
 	}
 	for i, m := range c.SupportedMajors {
 		if m < 0 {
-			bad("supported majors[%d]: %d is negative", i, m)
+			bad("supported_majors[%d]: %d is negative", i, m)
 		}
 	}
 	for i, id := range c.AgentRegistry {
 		if !ValidAgentID(id) {
-			bad("agent registry[%d]: %q is not a valid agent id", i, id)
+			bad("agent_registry[%d]: %q is not a valid agent id", i, id)
 		}
 	}
 	for i, p := range c.DenyPaths {
 		if err := CheckPath(p); err != nil {
-			bad("deny paths[%d]: %v", i, err)
+			bad("deny_paths[%d]: %v", i, err)
 		}
 	}
 	positive := []struct {
 		name string
 		v    int
 	}{
-		{"max capsule bytes", c.MaxCapsuleBytes},
-		{"max context refs", c.MaxContextRefs},
-		{"max acceptance criteria", c.MaxAcceptanceCriteria},
-		{"max locks", c.MaxLocks},
+		{"max_capsule_bytes", c.MaxCapsuleBytes},
+		{"max_context_refs", c.MaxContextRefs},
+		{"max_acceptance_criteria", c.MaxAcceptanceCriteria},
+		{"max_locks", c.MaxLocks},
 	}
 	for _, p := range positive {
 		if p.v <= 0 {
@@ -200,9 +236,9 @@ func (c Config) Validate() error {
 		name   string
 		v, max int
 	}{
-		{"max context refs", c.MaxContextRefs, capsule.MaxContextRefs},
-		{"max acceptance criteria", c.MaxAcceptanceCriteria, capsule.MaxAcceptanceCriteria},
-		{"max locks", c.MaxLocks, capsule.MaxResourceLocks},
+		{"max_context_refs", c.MaxContextRefs, capsule.MaxContextRefs},
+		{"max_acceptance_criteria", c.MaxAcceptanceCriteria, capsule.MaxAcceptanceCriteria},
+		{"max_locks", c.MaxLocks, capsule.MaxResourceLocks},
 	}
 	for _, h := range hard {
 		if h.v > h.max {
@@ -211,41 +247,148 @@ func (c Config) Validate() error {
 	}
 	for i, k := range c.DestructiveKinds {
 		if strings.TrimSpace(k) == "" {
-			bad("destructive kinds[%d]: blank", i)
+			bad("destructive_kinds[%d]: blank", i)
 		}
 	}
 	if c.Horizon <= 0 {
 		bad("horizon: %s must be positive", c.Horizon)
 	}
 	if c.MaxTokens <= 0 {
-		bad("max tokens: %d must be positive", c.MaxTokens)
+		bad("max_tokens: %d must be positive", c.MaxTokens)
 	}
 	if !(c.MaxDollars > 0) || math.IsInf(c.MaxDollars, 0) {
-		bad("max dollars: %v must be positive and finite", c.MaxDollars)
+		bad("max_dollars: %v must be positive and finite", c.MaxDollars)
 	}
 	if len(c.AllowedSchemes) == 0 {
-		bad("allowed schemes: at least one is required")
+		bad("allowed_schemes: at least one is required")
 	}
 	for i, s := range c.AllowedSchemes {
 		if !validScheme(s) {
-			bad("allowed schemes[%d]: %q is not a URI scheme", i, s)
+			bad("allowed_schemes[%d]: %q is not a URI scheme", i, s)
 		}
 	}
 	if len(c.ExecutorKinds) == 0 {
-		bad("executor kinds: at least one is required")
+		bad("executor_kinds: at least one is required")
 	}
 	for i, k := range c.ExecutorKinds {
 		if strings.TrimSpace(k) == "" {
-			bad("executor kinds[%d]: blank", i)
+			bad("executor_kinds[%d]: blank", i)
 		}
 	}
 	if len(c.ReviewerIDs) == 0 {
-		bad("reviewer ids: at least one is required")
+		bad("reviewer_ids: at least one is required")
 	}
 	for i, id := range c.ReviewerIDs {
 		if strings.TrimSpace(id) == "" {
-			bad("reviewer ids[%d]: blank", i)
+			bad("reviewer_ids[%d]: blank", i)
+		}
+	}
+	if c.DefaultReviewer != "" && !slices.Contains(c.ReviewerIDs, c.DefaultReviewer) {
+		bad("default_reviewer: %q is not a configured reviewer (%s)", c.DefaultReviewer, strings.Join(c.ReviewerIDs, ", "))
+	}
+	for i, h := range c.AllowedHosts {
+		if !validHostPattern(h) {
+			bad("allowed_hosts[%d]: %q is not a host name or *.domain", i, h)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// hostPattern is a DNS name or IP literal, optionally under "*." (Rule 25's
+// allowed hosts). Ports and schemes are not part of a host.
+var hostPattern = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.:-]{0,252}[A-Za-z0-9])?$`)
+
+func validHostPattern(h string) bool { return hostPattern.MatchString(h) }
+
+// hostAllowed reports whether host matches one of the allowed entries:
+// equal ignoring case, or under a "*.domain" entry (a proper subdomain).
+func hostAllowed(host string, allowed []string) bool {
+	host = strings.ToLower(strings.TrimSpace(host))
+	for _, a := range allowed {
+		a = strings.ToLower(a)
+		if suffix, ok := strings.CutPrefix(a, "*"); ok {
+			if len(host) > len(suffix) && strings.HasSuffix(host, suffix) {
+				return true
+			}
+			continue
+		}
+		if host == a {
+			return true
+		}
+	}
+	return false
+}
+
+// configJSON is Config's JSON form. Lists have no omitempty: null (or
+// absent) is the default, [] is "none", and both survive a round trip.
+type configJSON struct {
+	SupportedMajors       []int    `json:"supported_majors"`
+	AgentRegistry         []string `json:"agent_registry"`
+	DenyPaths             []string `json:"deny_paths"`
+	MaxCapsuleBytes       int      `json:"max_capsule_bytes,omitempty"`
+	MaxContextRefs        int      `json:"max_context_refs,omitempty"`
+	MaxAcceptanceCriteria int      `json:"max_acceptance_criteria,omitempty"`
+	MaxLocks              int      `json:"max_locks,omitempty"`
+	DestructiveKinds      []string `json:"destructive_kinds"`
+	Horizon               string   `json:"horizon,omitempty"`
+	MaxTokens             int64    `json:"max_tokens,omitempty"`
+	MaxDollars            float64  `json:"max_dollars,omitempty"`
+	AllowedSchemes        []string `json:"allowed_schemes"`
+	AllowedHosts          []string `json:"allowed_hosts"`
+}
+
+// MarshalJSON writes c as [Config.UnmarshalJSON] reads it: snake_case
+// members, the horizon as a Go duration ("168h0m0s"), zero numbers left out.
+func (c Config) MarshalJSON() ([]byte, error) {
+	j := configJSON{
+		SupportedMajors: c.SupportedMajors, AgentRegistry: c.AgentRegistry, DenyPaths: c.DenyPaths,
+		MaxCapsuleBytes: c.MaxCapsuleBytes, MaxContextRefs: c.MaxContextRefs,
+		MaxAcceptanceCriteria: c.MaxAcceptanceCriteria, MaxLocks: c.MaxLocks,
+		DestructiveKinds: c.DestructiveKinds, MaxTokens: c.MaxTokens, MaxDollars: c.MaxDollars,
+		AllowedSchemes: c.AllowedSchemes, AllowedHosts: c.AllowedHosts,
+	}
+	if c.Horizon != 0 {
+		j.Horizon = c.Horizon.String()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads the rule parameters of a JSON object, e.g.
+//
+//	{"deny_paths": [".git", ".env", "secrets", "infra"], "horizon": "72h", "max_dollars": 50}
+//
+// Absent members keep their defaults. Unknown members are refused (a
+// misspelt parameter would otherwise be silently ignored), as is a horizon
+// that is not a Go duration. Values are checked by [Config.Validate].
+func (c *Config) UnmarshalJSON(b []byte) error {
+	if string(bytes.TrimSpace(b)) == "null" {
+		return nil
+	}
+	var j configJSON
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return fmt.Errorf("constitution: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("constitution: data after the JSON object")
+	}
+	var horizon time.Duration
+	if j.Horizon != "" {
+		d, err := time.ParseDuration(j.Horizon)
+		if err != nil {
+			return fmt.Errorf("constitution: horizon: %w", err)
+		}
+		horizon = d
+	}
+	*c = Config{
+		SupportedMajors: j.SupportedMajors, AgentRegistry: j.AgentRegistry, DenyPaths: j.DenyPaths,
+		MaxCapsuleBytes: j.MaxCapsuleBytes, MaxContextRefs: j.MaxContextRefs,
+		MaxAcceptanceCriteria: j.MaxAcceptanceCriteria, MaxLocks: j.MaxLocks,
+		DestructiveKinds: j.DestructiveKinds, Horizon: horizon, MaxTokens: j.MaxTokens, MaxDollars: j.MaxDollars,
+		AllowedSchemes: j.AllowedSchemes, AllowedHosts: j.AllowedHosts,
+		// Not part of the JSON form: kept from c.
+		ExecutorKinds: c.ExecutorKinds, ReviewerIDs: c.ReviewerIDs, DefaultReviewer: c.DefaultReviewer,
+	}
+	return nil
 }

@@ -15,7 +15,7 @@ import (
 
 // Version is the version of the constitution this package implements. It
 // changes whenever a rule is added, removed or changes meaning.
-const Version = "2026.11.2"
+const Version = "2026.11.3"
 
 // Kind says who enforces a rule.
 type Kind string
@@ -166,7 +166,7 @@ var Constitution = []Rule{
 		Params: params(func(Config) map[string]any { return map[string]any{"formats": []string{"uuid", "ulid"}} })},
 	{Number: 3, Title: "Known producer", Kind: Absolute, Check: checkProducer,
 		Params: params(func(c Config) map[string]any {
-			return map[string]any{"agent_id_pattern": agentIDPattern.String(), "agent_registry": c.AgentRegistry}
+			return map[string]any{"agent_id_pattern": agentIDPattern.String(), "agent_registry": nonNil(c.AgentRegistry)}
 		})},
 	{Number: 4, Title: "Independent spec approval", Kind: Absolute, Check: checkSpecApproval},
 	{Number: 5, Title: "Scope containment", Kind: Absolute, Check: checkScope},
@@ -202,7 +202,8 @@ var Constitution = []Rule{
 			return map[string]any{"max_tokens": c.MaxTokens, "max_dollars": c.MaxDollars}
 		})},
 	{Number: 19, Title: "Wave fits", Kind: Absolute, Check: checkWave, NeedsFacts: true},
-	{Number: 20, Title: "Reviewer declared and independent", Kind: Absolute, Check: checkReviewer},
+	{Number: 20, Title: "Reviewer declared and independent", Kind: Absolute, Check: checkReviewer,
+		Params: params(func(c Config) map[string]any { return map[string]any{"default_reviewer": c.DefaultReviewer} })},
 	{Number: 21, Title: "Cycle limit respected", Kind: Absolute, Check: checkCycleLimit,
 		Params: params(func(Config) map[string]any { return map[string]any{"min": 1, "max": capsule.MaxCycles} })},
 	{Number: 22, Title: "Executor exists", Kind: Absolute, Check: checkExecutor,
@@ -212,13 +213,59 @@ var Constitution = []Rule{
 	{Number: 23, Title: "Allowed ref schemes", Kind: Absolute, Check: checkSchemes,
 		Params: params(func(c Config) map[string]any { return map[string]any{"allowed_schemes": c.AllowedSchemes} })},
 	{Number: 24, Title: "Dependencies done", Kind: Absolute, Check: checkDependencies, NeedsFacts: true},
-	{Number: 25, Title: "Network declared", Kind: Absolute, Check: checkNetwork},
+	{Number: 25, Title: "Network declared", Kind: Absolute, Check: checkNetwork,
+		Params: params(func(c Config) map[string]any { return map[string]any{"allowed_hosts": nonNil(c.AllowedHosts)} })},
 	{Number: 35, Title: "Spec approved before work (definition of ready)", Kind: Structural, EnforcedAt: "PLANNING"},
 }
 
 // params wraps a Params function so it always sees a defaulted config.
 func params(f func(Config) map[string]any) func(Config) map[string]any {
 	return func(c Config) map[string]any { return f(c.WithDefaults()) }
+}
+
+// nonNil shows an unset list as [] rather than null: for these lists both
+// mean "no restriction".
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// Report is the constitution in force under a config and its version: what
+// `sagactl rules` prints and sagad's admin service answers on
+// saga.admin.rules (schemas/admin/rules-reply.schema.json).
+type Report struct {
+	Version string     `json:"version"`
+	Rules   []RuleInfo `json:"rules"`
+}
+
+// RuleInfo is one rule of a [Report].
+type RuleInfo struct {
+	Number int    `json:"number"`
+	Title  string `json:"title"`
+	Kind   string `json:"kind"`
+	// EnforcedAt names where a structural rule is enforced; empty for
+	// absolute rules, which AUTOMATED_GATES evaluates.
+	EnforcedAt string `json:"enforced_at"`
+	// Params are the rule's parameters under the configuration; {} when it
+	// has none.
+	Params map[string]any `json:"params"`
+}
+
+// InForce lists every rule with its parameters under cfg (defaults
+// applied), in rule-number order.
+func InForce(cfg Config) Report {
+	rep := Report{Version: Version, Rules: make([]RuleInfo, 0, len(Constitution))}
+	for _, r := range Constitution {
+		info := RuleInfo{Number: r.Number, Title: r.Title, Kind: string(r.Kind), EnforcedAt: r.EnforcedAt, Params: map[string]any{}}
+		if r.Params != nil {
+			info.Params = r.Params(cfg)
+		}
+		rep.Rules = append(rep.Rules, info)
+	}
+	slices.SortFunc(rep.Rules, func(a, b RuleInfo) int { return a.Number - b.Number })
+	return rep
 }
 
 // Lookup returns the rule numbered n.

@@ -308,6 +308,14 @@ var ruleCases = []ruleCase{
 	{name: "20 no reviewer", mutate: func(c *capsule.Capsule) { c.Review.ReviewerAgentID = "  " }, want: []int{20}},
 	{name: "20 reviewer is producer", mutate: func(c *capsule.Capsule) { c.Review.ReviewerAgentID = "agent.writer" },
 		config: func(cfg *Config) { cfg.ReviewerIDs = []string{"agent.writer"} }, want: []int{20}},
+	{name: "20 default reviewer serves an undeclared one", mutate: func(c *capsule.Capsule) { c.Review.ReviewerAgentID = "" },
+		config: func(cfg *Config) { cfg.DefaultReviewer = testReviewer }},
+	{name: "20 declared reviewer wins over the default", config: func(cfg *Config) {
+		cfg.DefaultReviewer = "agent.writer"
+		cfg.ReviewerIDs = []string{testReviewer, "agent.writer"}
+	}},
+	{name: "20 default reviewer is the producer", mutate: func(c *capsule.Capsule) { c.Review.ReviewerAgentID = " " },
+		config: func(cfg *Config) { cfg.DefaultReviewer = "agent.writer"; cfg.ReviewerIDs = []string{"agent.writer"} }, want: []int{20}},
 	// Rule 21.
 	{name: "21 above 3", mutate: func(c *capsule.Capsule) { c.Review.MaxCycles = 4 }, want: []int{21}},
 	{name: "21 below 1", mutate: func(c *capsule.Capsule) { c.Review.MaxCycles = -1 }, want: []int{21}},
@@ -320,6 +328,8 @@ var ruleCases = []ruleCase{
 	{name: "22 stub reviewer by default", mutate: func(c *capsule.Capsule) { c.Review.ReviewerAgentID = "stub-reviewer" },
 		config: func(cfg *Config) { cfg.ReviewerIDs = nil; *cfg = cfg.WithDefaults() }},
 	{name: "22 blank reviewer is rule 20's alone", mutate: func(c *capsule.Capsule) { c.Review.ReviewerAgentID = " " }, want: []int{20}},
+	{name: "22 unknown default reviewer", mutate: func(c *capsule.Capsule) { c.Review.ReviewerAgentID = "" },
+		config: func(cfg *Config) { cfg.DefaultReviewer = "agent.nobody" }, want: []int{22}},
 	// Rule 23.
 	{name: "23 https context ref", mutate: func(c *capsule.Capsule) {
 		c.ContextRefs = append(c.ContextRefs, "https:example.com/spec")
@@ -353,6 +363,18 @@ var ruleCases = []ruleCase{
 		c.Constraints.Network = capsule.Network{Mode: "restricted", Justification: "fetch modules",
 			AllowHosts: []string{"proxy.golang.org"}}
 	}},
+	{name: "25 host outside the configured allowed hosts", mutate: func(c *capsule.Capsule) {
+		c.Constraints.Network = capsule.Network{Mode: "restricted", Justification: "fetch modules",
+			AllowHosts: []string{"proxy.golang.org", "evil.example"}}
+	}, config: func(cfg *Config) { cfg.AllowedHosts = []string{"proxy.golang.org"} }, want: []int{25}},
+	{name: "25 configured allowed hosts: exact ignoring case and *.domain pass", mutate: func(c *capsule.Capsule) {
+		c.Constraints.Network = capsule.Network{Mode: "restricted", Justification: "fetch modules",
+			AllowHosts: []string{"Proxy.Golang.org", "a.b.example.com"}}
+	}, config: func(cfg *Config) { cfg.AllowedHosts = []string{"proxy.golang.org", "*.example.com"} }},
+	{name: "25 *.domain does not match the domain itself", mutate: func(c *capsule.Capsule) {
+		c.Constraints.Network = capsule.Network{Mode: "restricted", Justification: "fetch modules",
+			AllowHosts: []string{"example.com"}}
+	}, config: func(cfg *Config) { cfg.AllowedHosts = []string{"*.example.com"} }, want: []int{25}},
 }
 
 func TestEachRuleAlone(t *testing.T) {
@@ -697,7 +719,7 @@ func TestConstitutionTable(t *testing.T) {
 	}
 	_, ok := Lookup(26)
 	require.False(t, ok)
-	require.Equal(t, "2026.11.2", Version)
+	require.Equal(t, "2026.11.3", Version)
 }
 
 func TestParams(t *testing.T) {
@@ -720,6 +742,11 @@ func TestParams(t *testing.T) {
 	}}, param(9, Config{}))
 	require.Equal(t, 131072, param(10, Config{})["max_capsule_bytes"])
 	require.Equal(t, map[string]any{"executor_kinds": []string{"stub"}, "reviewer_ids": []string{"stub-reviewer"}}, param(22, Config{}))
+	require.Equal(t, map[string]any{"default_reviewer": ""}, param(20, Config{}))
+	require.Equal(t, map[string]any{"default_reviewer": "stub-reviewer"}, param(20, Config{DefaultReviewer: "stub-reviewer"}))
+	require.Equal(t, map[string]any{"allowed_hosts": []string{}}, param(25, Config{}), "[] rather than null")
+	require.Equal(t, map[string]any{"allowed_hosts": []string{"*.example.com"}}, param(25, Config{AllowedHosts: []string{"*.example.com"}}))
+	require.Equal(t, []string{}, param(3, Config{})["agent_registry"])
 }
 
 func TestConfigDefaults(t *testing.T) {
@@ -762,19 +789,21 @@ func TestConfigValidate(t *testing.T) {
 		modify func(c *Config)
 		want   string
 	}{
-		{"no majors", func(c *Config) { c.SupportedMajors = []int{} }, "supported majors"},
-		{"bad registry id", func(c *Config) { c.AgentRegistry = []string{"bad id"} }, "agent registry[0]"},
-		{"unsafe deny path", func(c *Config) { c.DenyPaths = []string{"../x"} }, "deny paths[0]"},
-		{"negative size", func(c *Config) { c.MaxCapsuleBytes = -1 }, "max capsule bytes"},
+		{"no majors", func(c *Config) { c.SupportedMajors = []int{} }, "supported_majors"},
+		{"bad registry id", func(c *Config) { c.AgentRegistry = []string{"bad id"} }, "agent_registry[0]"},
+		{"unsafe deny path", func(c *Config) { c.DenyPaths = []string{"../x"} }, "deny_paths[0]"},
+		{"negative size", func(c *Config) { c.MaxCapsuleBytes = -1 }, "max_capsule_bytes"},
 		{"negative horizon", func(c *Config) { c.Horizon = -time.Hour }, "horizon"},
-		{"negative tokens", func(c *Config) { c.MaxTokens = -1 }, "max tokens"},
-		{"negative dollars", func(c *Config) { c.MaxDollars = -1 }, "max dollars"},
-		{"bad scheme", func(c *Config) { c.AllowedSchemes = []string{"1x"} }, "allowed schemes[0]"},
-		{"no executors", func(c *Config) { c.ExecutorKinds = []string{} }, "executor kinds"},
-		{"no reviewers", func(c *Config) { c.ReviewerIDs = []string{} }, "reviewer ids"},
-		{"rule 10 above reception's limit", func(c *Config) { c.MaxLocks = capsule.MaxResourceLocks + 1 }, "max locks: 257 is above RECEPTION's hard limit of 256"},
-		{"blank reviewer", func(c *Config) { c.ReviewerIDs = []string{" "} }, "reviewer ids[0]: blank"},
-		{"blank destructive kind", func(c *Config) { c.DestructiveKinds = []string{" "} }, "destructive kinds[0]"},
+		{"negative tokens", func(c *Config) { c.MaxTokens = -1 }, "max_tokens"},
+		{"negative dollars", func(c *Config) { c.MaxDollars = -1 }, "max_dollars"},
+		{"bad scheme", func(c *Config) { c.AllowedSchemes = []string{"1x"} }, "allowed_schemes[0]"},
+		{"no executors", func(c *Config) { c.ExecutorKinds = []string{} }, "executor_kinds"},
+		{"no reviewers", func(c *Config) { c.ReviewerIDs = []string{} }, "reviewer_ids"},
+		{"rule 10 above reception's limit", func(c *Config) { c.MaxLocks = capsule.MaxResourceLocks + 1 }, "max_locks: 257 is above RECEPTION's hard limit of 256"},
+		{"blank reviewer", func(c *Config) { c.ReviewerIDs = []string{" "} }, "reviewer_ids[0]: blank"},
+		{"blank destructive kind", func(c *Config) { c.DestructiveKinds = []string{" "} }, "destructive_kinds[0]"},
+		{"unknown default reviewer", func(c *Config) { c.DefaultReviewer = "agent.nobody" }, `default_reviewer: "agent.nobody" is not a configured reviewer (stub-reviewer)`},
+		{"bad allowed host", func(c *Config) { c.AllowedHosts = []string{"https://x.example"} }, "allowed_hosts[0]"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -881,4 +910,47 @@ func TestFindingsAreCapped(t *testing.T) {
 	fs, err := Constitution[slices.IndexFunc(Constitution, func(r Rule) bool { return r.Number == 13 })].Run(t.Context(), input(t, c, Config{}, nil))
 	require.NoError(t, err)
 	require.Equal(t, per[13], fs)
+}
+
+// TestConfigJSON: the config file's "constitution" object reads every
+// parameter, refuses unknown members and bad horizons, and writes what it
+// reads (null stays the default, [] stays "none").
+func TestConfigJSON(t *testing.T) {
+	t.Parallel()
+	var cfg Config
+	require.NoError(t, json.Unmarshal([]byte(`{
+		"supported_majors": [1, 2], "agent_registry": ["agent.writer"], "deny_paths": ["infra"],
+		"max_capsule_bytes": 4096, "max_context_refs": 8, "max_acceptance_criteria": 9, "max_locks": 10,
+		"destructive_kinds": [], "horizon": "72h", "max_tokens": 5000, "max_dollars": 2.5,
+		"allowed_schemes": ["file"], "allowed_hosts": ["*.example.com"]}`), &cfg))
+	want := Config{
+		SupportedMajors: []int{1, 2}, AgentRegistry: []string{"agent.writer"}, DenyPaths: []string{"infra"},
+		MaxCapsuleBytes: 4096, MaxContextRefs: 8, MaxAcceptanceCriteria: 9, MaxLocks: 10,
+		DestructiveKinds: []string{}, Horizon: 72 * time.Hour, MaxTokens: 5000, MaxDollars: 2.5,
+		AllowedSchemes: []string{"file"}, AllowedHosts: []string{"*.example.com"},
+	}
+	require.Equal(t, want, cfg)
+	require.NoError(t, cfg.WithDefaults().Validate())
+
+	b, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	var back Config
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, cfg, back)
+
+	b, err = json.Marshal(Config{})
+	require.NoError(t, err)
+	back = Config{}
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, Config{}, back, "absent stays default: %s", b)
+
+	for doc, msg := range map[string]string{
+		`{"deny_path": ["x"]}`:      `unknown field "deny_path"`,
+		`{"horizon": "a week"}`:     "horizon",
+		`{"horizon": 3600}`:         "horizon",
+		`{"max_tokens": "many"}`:    "max_tokens",
+		`{"executor_kinds": ["x"]}`: `unknown field "executor_kinds"`,
+	} {
+		require.ErrorContains(t, json.Unmarshal([]byte(doc), &back), msg, doc)
+	}
 }

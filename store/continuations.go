@@ -103,8 +103,8 @@ func (s *Continuations) Keys(ctx context.Context) ([]string, error) {
 func (s *Continuations) DeleteIfStale(ctx context.Context, key string, cp *capsule.Checkpoint) error {
 	err := cas.Retry(ctx, func(ctx context.Context) error {
 		rctx, cancel := readCtx(ctx, s.w)
-	e, err := s.kv.Get(rctx, key)
-	cancel()
+		e, err := s.kv.Get(rctx, key)
+		cancel()
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil
 		}

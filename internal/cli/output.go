@@ -152,6 +152,9 @@ func printStatus(w io.Writer, s client.Status) error {
 	if s.HaltReason != "" {
 		fmt.Fprintf(tw, "halt_reason:\t%s\n", printable(s.HaltReason))
 	}
+	if s.Reviewer != "" {
+		fmt.Fprintf(tw, "reviewer:\t%s\n", printable(s.Reviewer))
+	}
 	fmt.Fprintf(tw, "budget_used:\t%d tokens, $%.4f\n", s.BudgetUsed.Tokens, s.BudgetUsed.Dollars)
 	if len(s.ArtifactRefs) > 0 {
 		fmt.Fprintf(tw, "artifacts:\t%s\n", strings.Join(printables(s.ArtifactRefs), ", "))

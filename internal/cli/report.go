@@ -184,7 +184,15 @@ func writeReport(w io.Writer, d *ReportData) error {
 		m.row("Title", c.Task.Title)
 		m.row("Task kind", mdCode(c.Task.Kind))
 		m.row("Producer", mdCode(c.ProducerAgentID))
-		m.row("Reviewer", mdCode(c.Review.ReviewerAgentID))
+		reviewer := mdCode(c.Review.ReviewerAgentID)
+		if strings.TrimSpace(c.Review.ReviewerAgentID) == "" {
+			// Served by sagad's default_reviewer: the reviews name it.
+			reviewer = "none declared"
+			if n := len(st.Reviews); n > 0 {
+				reviewer = mdCode(st.Reviews[n-1].ReviewerID) + " (sagad's default reviewer)"
+			}
+		}
+		m.row("Reviewer", reviewer)
 		m.row("Target", mdCode(c.Target))
 		if c.WaveID != "" {
 			m.row("Wave", mdCode(c.WaveID))

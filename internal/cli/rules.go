@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"reflect"
@@ -15,49 +16,25 @@ import (
 
 // RulesReport is what `sagactl rules -o json` prints: the constitution in
 // force and its version.
-type RulesReport struct {
-	Version string     `json:"version"`
-	Rules   []RuleInfo `json:"rules"`
-}
+type RulesReport = rules.Report
 
 // RuleInfo is one rule of a [RulesReport].
-type RuleInfo struct {
-	Number int    `json:"number"`
-	Title  string `json:"title"`
-	Kind   string `json:"kind"`
-	// EnforcedAt names where a structural rule is enforced; empty for
-	// absolute rules, which AUTOMATED_GATES evaluates.
-	EnforcedAt string `json:"enforced_at"`
-	// Params are the rule's parameters under the configuration; {} when it
-	// has none.
-	Params map[string]any `json:"params"`
-}
+type RuleInfo = rules.RuleInfo
 
 // RulesInForce lists every rule with its parameters under cfg (defaults
 // applied), in rule-number order.
-func RulesInForce(cfg rules.Config) RulesReport {
-	rep := RulesReport{Version: rules.Version, Rules: make([]RuleInfo, 0, len(rules.Constitution))}
-	for _, r := range rules.Constitution {
-		info := RuleInfo{Number: r.Number, Title: r.Title, Kind: string(r.Kind), EnforcedAt: r.EnforcedAt, Params: map[string]any{}}
-		if r.Params != nil {
-			info.Params = r.Params(cfg)
-		}
-		rep.Rules = append(rep.Rules, info)
-	}
-	slices.SortFunc(rep.Rules, func(a, b RuleInfo) int { return a.Number - b.Number })
-	return rep
-}
+func RulesInForce(cfg rules.Config) RulesReport { return rules.InForce(cfg) }
 
 // rulesCmd is `sagactl rules`.
 type rulesCmd struct {
-	cfg rules.Config
+	rep RulesReport
 	// enc writes -o json or -o yaml; nil writes the table.
 	enc encodeFunc
 }
 
 // Run prints the constitution: a version line and a table, or JSON.
 func (c *rulesCmd) Run(out io.Writer) error {
-	rep := RulesInForce(c.cfg)
+	rep := c.rep
 	if c.enc != nil {
 		return c.enc(out, rep)
 	}
@@ -98,25 +75,47 @@ func formatValue(v any) string {
 
 func newRules(g *globals) *cobra.Command {
 	var kinds, reviewers []string
+	var offline bool
 	cmd := &cobra.Command{
-		Use:   "rules [--executor-kinds K,…] [--reviewer-ids R,…]",
-		Short: "Print the constitution in force: number, title, kind, where enforced, parameters, version",
+		Use:   "rules [--offline [--executor-kinds K,…] [--reviewer-ids R,…]]",
+		Short: "Print the constitution sagad enforces: number, title, kind, where enforced, parameters, version",
 		Long: `Print every rule of the constitution with its number, title, kind
 (structural or absolute), where a structural rule is enforced, and its
 parameters, headed by the constitution's version; -o json prints
 {"version": …, "rules": [{number, title, kind, enforced_at, params}, …]}.
 
-Works offline (no NATS): parameters are sagad's defaults, with the task kinds
-of --executor-kinds and the reviewer ids of --reviewer-ids for Rule 22.
+The parameters are those the running sagad enforces (its config file's
+"constitution" and "default_reviewer", its executors and reviewers), asked of
+its admin service (saga.admin.rules).
 
-Exit codes: 0 printed, 2 usage.`,
+--offline needs no NATS and prints the built-in defaults instead, with the
+task kinds of --executor-kinds and the reviewer ids of --reviewer-ids for
+Rule 22.
+
+Exit codes: 0 printed, 1 error, 2 usage, 6 no sagad answered.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := &rulesCmd{cfg: rules.Config{ExecutorKinds: kinds, ReviewerIDs: reviewers}, enc: g.encoder()}
-			return c.Run(cmd.OutOrStdout())
+			if !offline {
+				if cmd.Flags().Changed("executor-kinds") || cmd.Flags().Changed("reviewer-ids") {
+					return exit(ExitUsage, errors.New("--executor-kinds and --reviewer-ids need --offline: a running sagad reports its own"))
+				}
+				ctx, a, done, err := g.dialAdmin(cmd)
+				if err != nil {
+					return err
+				}
+				defer done()
+				rep, err := a.Rules(ctx)
+				if err != nil {
+					return adminErr(err)
+				}
+				return (&rulesCmd{rep: rep, enc: g.encoder()}).Run(cmd.OutOrStdout())
+			}
+			rep := RulesInForce(rules.Config{ExecutorKinds: kinds, ReviewerIDs: reviewers})
+			return (&rulesCmd{rep: rep, enc: g.encoder()}).Run(cmd.OutOrStdout())
 		},
 	}
-	cmd.Flags().StringSliceVar(&kinds, "executor-kinds", []string{executors.StubKind}, "task kinds sagad has executors for (Rule 22)")
-	cmd.Flags().StringSliceVar(&reviewers, "reviewer-ids", []string{executors.StubReviewerID}, "reviewer ids sagad has reviewers for (Rule 22)")
+	cmd.Flags().BoolVar(&offline, "offline", false, "print the built-in defaults without asking sagad (no NATS)")
+	cmd.Flags().StringSliceVar(&kinds, "executor-kinds", []string{executors.StubKind}, "with --offline: task kinds sagad has executors for (Rule 22)")
+	cmd.Flags().StringSliceVar(&reviewers, "reviewer-ids", []string{executors.StubReviewerID}, "with --offline: reviewer ids sagad has reviewers for (Rule 22)")
 	return cmd
 }

@@ -25,7 +25,7 @@ func offline(args ...string) obsResult {
 
 func TestRulesTable(t *testing.T) {
 	t.Parallel()
-	r := offline("rules")
+	r := offline("rules", "--offline")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
 	lines := strings.Split(strings.TrimRight(r.out, "\n"), "\n")
 	require.Equal(t, "constitution version "+rules.Version+" (26 rules)", lines[0])
@@ -47,7 +47,7 @@ func TestRulesTable(t *testing.T) {
 
 func TestRulesJSON(t *testing.T) {
 	t.Parallel()
-	r := offline("rules", "-o", "json", "--executor-kinds", "stub,codegen", "--reviewer-ids", "stub-reviewer,agent-review-2")
+	r := offline("rules", "--offline", "-o", "json", "--executor-kinds", "stub,codegen", "--reviewer-ids", "stub-reviewer,agent-review-2")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
 
 	var raw map[string]json.RawMessage
@@ -75,6 +75,20 @@ func TestRulesJSON(t *testing.T) {
 	i := slices.IndexFunc(list, func(rl map[string]any) bool { return rl["number"] == float64(22) })
 	require.Equal(t, map[string]any{"executor_kinds": []any{"stub", "codegen"}, "reviewer_ids": []any{"stub-reviewer", "agent-review-2"}},
 		list[i]["params"], "rule 22 takes --executor-kinds and --reviewer-ids")
+}
+
+// TestRulesAsksSagad: without --offline, rules is a request to sagad's
+// admin service (here no NATS answers at all); the offline-only flags are
+// refused without --offline.
+func TestRulesAsksSagad(t *testing.T) {
+	t.Parallel()
+	r := offline("rules")
+	require.Equal(t, cli.ExitFailure, r.code, r.out+r.errOut)
+	require.Contains(t, r.errOut, "is sagad running?")
+	require.Empty(t, r.out)
+	r = offline("rules", "--executor-kinds", "stub")
+	require.Equal(t, cli.ExitUsage, r.code, r.out+r.errOut)
+	require.Contains(t, r.errOut, "--offline")
 }
 
 func keys(m map[string]any) []string {

@@ -18,6 +18,8 @@ import (
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/internal/natsconn"
+	"github.com/sagad/sagad/phases"
+	"github.com/sagad/sagad/rules"
 )
 
 // Config is everything sagad can be told. Precedence: flags, then
@@ -104,6 +106,16 @@ type Config struct {
 	// Reviewers serve review.reviewer_agent_id values beyond the built-in
 	// "stub-reviewer" (config file only).
 	Reviewers map[string]executors.Endpoint `json:"reviewers"`
+	// DefaultReviewer reviews the capsules that declare no
+	// review.reviewer_agent_id: a key of Reviewers or "stub-reviewer"
+	// (config file only). Defaults to none: such a capsule violates Rule 20.
+	DefaultReviewer string `json:"default_reviewer,omitempty"`
+	// Constitution sets the parameters of the rules (CONSTITUTION.md), e.g.
+	// {"deny_paths": [".git", ".env", "secrets", "infra"], "max_dollars": 50};
+	// absent members keep their defaults (config file only; see
+	// rules.Config.UnmarshalJSON and README "Configuration"). The task kinds
+	// and reviewer ids of Rule 22 follow from Executors and Reviewers.
+	Constitution rules.Config `json:"constitution"`
 }
 
 // DefaultHTTPListen is the HTTP listener's default address. Not 9090:
@@ -230,6 +242,13 @@ func (c *Config) validate() error {
 	}
 	errs = append(errs, ApplySync(&server.Options{}, c.Sync))
 	errs = append(errs, c.executorsConfig().Validate())
+	rc := c.rulesConfig(c.executorsConfig().Names()).WithDefaults()
+	if err := rc.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("constitution: %w", err))
+	}
+	if rc.MaxCapsuleBytes > phases.DefaultMaxIntakeBytes {
+		errs = append(errs, fmt.Errorf("constitution: max_capsule_bytes: %d is above sagad's intake limit of %d bytes", rc.MaxCapsuleBytes, phases.DefaultMaxIntakeBytes))
+	}
 	return errors.Join(errs...)
 }
 

@@ -21,6 +21,8 @@ func FuzzDecodeConfigFile(f *testing.F) {
 		`{"shutdown_timeout":30}`, `{"shutdown_timeout":null}`, `{"unknown":1}`, `{} {}`, `[]`,
 		`{"executors":{"x":{"type":"command","command":[],"timeout":"-1s","retries":11,"max_output":-5}}}`,
 		`{"reviewers":{"r":{"type":"nats","subject":"a.*","backoff":"1x"}}}`,
+		`{"default_reviewer":"stub-reviewer","constitution":{"deny_paths":[],"horizon":"1h30m","max_dollars":2.5,"allowed_hosts":null}}`,
+		`{"constitution":{"horizon":"-1s","max_tokens":-1}}`, `{"constitution":null}`, `{"constitution":{"x":1}}`,
 	} {
 		f.Add([]byte(s))
 	}

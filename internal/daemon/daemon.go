@@ -150,6 +150,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		Retention:         cfg.retention(),
 		WriteTimeout:      time.Duration(cfg.WriteTimeout),
 		Health:            mon,
+		Rules:             cfg.rulesConfig(execs.Kinds(), execs.ReviewerIDs()),
 	})
 	if err != nil {
 		return err
@@ -159,7 +160,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	}
 	// Every sagad serves the admin API, so sagactl's actions run (and are
 	// counted) in whichever sagad answers.
-	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log})
+	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules()})
 	if err != nil {
 		p.Stop(ctx)
 		return err

@@ -4,6 +4,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/rules"
 )
 
 // executorsConfig is the config file's "executors" and "reviewers" sections
@@ -31,4 +32,15 @@ func inWorkspace(m map[string]executors.Endpoint, workspace string) map[string]e
 // stubs plus every configured executor and reviewer, NATS ones served over nc.
 func (c Config) buildExecutors(nc *nats.Conn) (*executors.Registry, error) {
 	return c.executorsConfig().Build(nc)
+}
+
+// rulesConfig is the constitution sagad enforces: the config file's
+// "constitution" and "default_reviewer", with Rule 22's task kinds and
+// reviewer ids those of the executors and reviewers served (names, from
+// [executors.Registry] or [executors.Config.Names]).
+func (c Config) rulesConfig(kinds, reviewers []string) rules.Config {
+	rc := c.Constitution
+	rc.ExecutorKinds, rc.ReviewerIDs = kinds, reviewers
+	rc.DefaultReviewer = c.DefaultReviewer
+	return rc
 }
