@@ -75,7 +75,7 @@ func (a *Admin) Apply(ctx context.Context, id string, ev machine.Event) (machine
 	}
 	var res machine.Result
 	err = cas.Retry(ctx, func(ctx context.Context) error {
-		cp, rev, err := a.st.Checkpoints.Get(ctx, found.Key)
+		cp, rev, err := a.st.Checkpoints.GetLatest(ctx, found.Key, nil)
 		if err != nil {
 			return err
 		}

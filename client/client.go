@@ -139,6 +139,7 @@ func (c *Client) List(ctx context.Context, state capsule.State) ([]Status, error
 // Wait blocks until the capsule leaves in_progress (or ctx ends) and returns
 // its status. It watches the checkpoint key rather than polling.
 func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
+	id = canonical(id)
 	key := id
 	if cp, err := c.checkpoints.Find(ctx, id); err == nil {
 		key = cp.Key
@@ -179,6 +180,7 @@ func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
 // order, de-duplicated by event id: the events of its transitions, derived
 // from its checkpoint, merged with those on the events stream.
 func (c *Client) History(ctx context.Context, id string) ([]capsule.Event, error) {
+	id = canonical(id)
 	key := id
 	var derived []capsule.Event
 	if cp, err := c.checkpoints.Find(ctx, id); err == nil {
@@ -260,4 +262,13 @@ func readEvents(ctx context.Context, js jetstream.JetStream, subject string) ([]
 		pending -= uint64(min(uint64(n), pending))
 	}
 	return out, nil
+}
+
+// canonical is id in the one form sagad keys capsules by (UUIDs in lower
+// case, ULIDs in upper case); anything else is left as it is.
+func canonical(id string) string {
+	if cid, ok := capsule.CanonicalID(id); ok {
+		return cid
+	}
+	return id
 }

@@ -77,7 +77,7 @@ func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Del
 	if derr == nil && comp.Kind != executors.KindExecute {
 		return runner.Term(metrics.TermReviewCompletion, errors.New("reviewers answer synchronously: review completions are not taken"))
 	}
-	cp, _, err := in.st.Checkpoints.Get(ctx, key)
+	cp, _, err := in.st.Checkpoints.GetLatest(ctx, key, nil)
 	if errors.Is(err, store.ErrNotFound) {
 		// A read may be served by a replica that is behind: try again for
 		// a while before giving up on the capsule.

@@ -133,6 +133,10 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 		}
 	}
 	// What the executor did is recorded even if the phase's time ran out.
+	// Its writes are retried while the claim holds (runCtx ends when the
+	// claim is lost or the phase's time is up): a result thrown away would
+	// call the agent again.
+	runCtx := ctx
 	ctx = context.WithoutCancel(ctx)
 
 	if failed == nil && ref == "" {
@@ -158,13 +162,17 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 			Content:         res.Content,
 		}
 		var err error
-		if ref, err = env.Artifacts.Put(ctx, artifact); err != nil {
+		if err = persist(runCtx, env, func() error { ref, err = env.Artifacts.Put(ctx, artifact); return err }); err != nil {
 			return RetryAfter(env.RetryDelay, fmt.Errorf("execution: store artifact: %w", err))
 		}
 	}
 
 	caps := st.Caps(c.Budget)
-	charge, err := env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/exec", key, cycle), caps, st.BudgetUsed, res.Usage)
+	var charge budget.ChargeResult
+	err := persist(runCtx, env, func() (err error) {
+		charge, err = env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/exec", key, cycle), caps, st.BudgetUsed, res.Usage)
+		return err
+	})
 	if err != nil {
 		return RetryAfter(env.RetryDelay, fmt.Errorf("execution: charge budget: %w", err))
 	}
@@ -295,4 +303,26 @@ func (env *Env) record() Recorder {
 		return nopRecorder{}
 	}
 	return env.Metrics
+}
+
+// persist runs write until it succeeds or runCtx ends, waiting
+// env.RetryDelay between tries: what an agent call produced is kept, and its
+// writes retried, for as long as this delivery holds the claim, so a live
+// sagad never calls an agent twice because a write failed (a full disk, a
+// server restarting). Each try has its own short deadline (the store's).
+func persist(runCtx context.Context, env *Env, write func() error) error {
+	for {
+		err := write()
+		if err == nil {
+			return nil
+		}
+		if env.Logger != nil {
+			env.Logger.Warn("a write of an agent's result failed: keeping the claim and trying again", "error", err)
+		}
+		select {
+		case <-runCtx.Done():
+			return err
+		case <-time.After(max(env.RetryDelay, 10*time.Millisecond)):
+		}
+	}
 }

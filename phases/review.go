@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
 )
@@ -86,7 +87,11 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	env.record().BudgetConsumed(res.Usage)
 
 	caps := st.Caps(c.Budget)
-	charge, err := env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/review", key, cycle), caps, st.BudgetUsed, res.Usage)
+	var charge budget.ChargeResult
+	err = persist(ctx, env, func() (err error) {
+		charge, err = env.Budgets.Charge(context.WithoutCancel(ctx), key, c.WaveID, fmt.Sprintf("%s/%d/review", key, cycle), caps, st.BudgetUsed, res.Usage)
+		return err
+	})
 	if err != nil {
 		return RetryAfter(env.RetryDelay, fmt.Errorf("review: charge budget: %w", err))
 	}

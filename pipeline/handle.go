@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
@@ -43,21 +44,22 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 	// A phase message is only a pointer to the checkpoint: its headers name
 	// the capsule and the cycle, and whatever else it says is checked
 	// against the checkpoint. Headers that cannot name one never will.
-	key := msg.Headers().Get(store.HeaderKey)
-	if key == "" {
-		return runner.Term(metrics.TermNoKey, errors.New("phase message without a capsule key"))
-	}
-	if !store.ValidKey(key) {
-		return runner.Term(metrics.TermInvalidKey, fmt.Errorf("capsule key %q is no valid KV key", runner.PrintableKey(key)))
-	}
-	cycle, err := strconv.Atoi(msg.Headers().Get(store.HeaderCycle))
-	if err != nil || cycle < 0 {
-		return runner.Term(metrics.TermBadHeader, fmt.Errorf("cycle header %q", runner.PrintableKey(msg.Headers().Get(store.HeaderCycle))))
-	}
-	raw := msg.Data()
-	c, err := p.st.Cache.Capsule(key, raw)
+	key, cycle, cause, err := DecodePhaseHeaders(msg.Headers())
 	if err != nil {
-		return runner.Term(metrics.TermUndecodable, fmt.Errorf("capsule in phase stream: %w", err))
+		return runner.Term(cause, err)
+	}
+	// The body is not trusted either: the phase acts on the bytes RECEPTION
+	// accepted and kept, and the outcome carries them.
+	raw, c, same, err := p.st.Accepted(ctx, key, msg.Data())
+	if errors.Is(err, store.ErrNotACapsule) {
+		return runner.Term(metrics.TermUndecodable, err)
+	}
+	if err != nil {
+		return p.unknown(ctx, key, msg, runner.NakAfter(p.cfg.RetryDelay, err))
+	}
+	if !same {
+		p.log.Warn("phase message body is not the capsule RECEPTION accepted: ignored, the kept bytes are used",
+			"phase", ph.String(), "key", key, "cycle", cycle, "subject", msg.Subject())
 	}
 	// Phases start from this process's cached checkpoint when it has one: a
 	// stale one loses its first compare-and-set (REVIEW's claim, before the
@@ -69,14 +71,46 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 		// The cached checkpoint was behind: decide again on the real one.
 		d, _ = p.attempt(ctx, ph, msg, key, cycle, raw, c, false)
 	}
-	if errors.Is(d.Err, store.ErrNotFound) {
-		// Every phase message follows the checkpoint that sent it, but a
-		// read may be served by a replica that is behind: try again for a
-		// while. Still none then means the capsule ended and was
-		// forgotten (retention), or never existed: nothing left to do.
-		if md, merr := msg.Metadata(); merr == nil && md.NumDelivered >= forgottenAfter {
-			return runner.Term(metrics.TermUnknownCapsule, fmt.Errorf("no checkpoint after %d deliveries: %w", md.NumDelivered, d.Err))
-		}
+	return p.unknown(ctx, key, msg, d)
+}
+
+// DecodePhaseHeaders reads what a phase message may say — the capsule key
+// and the cycle — and nothing else; a message whose headers cannot name a
+// capsule never will, so the error comes with the termination cause
+// (metrics.TermReasons).
+func DecodePhaseHeaders(h nats.Header) (key string, cycle int, cause string, err error) {
+	key = h.Get(store.HeaderKey)
+	if key == "" {
+		return "", 0, metrics.TermNoKey, errors.New("phase message without a capsule key")
+	}
+	if !store.ValidKey(key) {
+		return "", 0, metrics.TermInvalidKey, fmt.Errorf("capsule key %q is no valid KV key", runner.PrintableKey(key))
+	}
+	c := h.Get(store.HeaderCycle)
+	cycle, err = strconv.Atoi(c)
+	if err != nil || cycle < 0 || cycle > 1000 || strconv.Itoa(cycle) != c {
+		return "", 0, metrics.TermBadHeader, fmt.Errorf("cycle header %q is no cycle number", runner.PrintableKey(c))
+	}
+	return key, cycle, "", nil
+}
+
+// unknown turns d, the delivery of a message about a capsule sagad found no
+// checkpoint or kept bytes of, into a termination when the stream's leader
+// confirms there is none: the capsule ended and was forgotten (retention),
+// or never existed. A replica that is behind may have answered the first
+// read; the leader cannot be behind, and every phase message is published
+// after its checkpoint and bytes were written. A leader that cannot be asked
+// leaves the message to be tried again, up to a grace of deliveries.
+func (p *Pipeline) unknown(ctx context.Context, key string, msg jetstream.Msg, d runner.Delivery) runner.Delivery {
+	if !errors.Is(d.Err, store.ErrNotFound) {
+		return d
+	}
+	_, _, err := p.st.Checkpoints.GetLatest(ctx, key, nil)
+	if errors.Is(err, store.ErrNotFound) {
+		return runner.Term(metrics.TermUnknownCapsule, d.Err)
+	}
+	if md, merr := msg.Metadata(); err != nil && merr == nil && md.NumDelivered >= forgottenAfter {
+		return runner.Term(metrics.TermUnknownCapsule, fmt.Errorf("nothing known after %d deliveries: %w", md.NumDelivered, d.Err))
 	}
 	return d
 }
@@ -98,8 +132,16 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	} else if err := t.load(ctx); err != nil {
 		return runner.NakAfter(p.cfg.RetryDelay, err), false
 	}
+	token := msg.Headers().Get(store.HeaderResumeToken)
+	if !t.current(ph, cycle) && !t.resumable(ph, cycle, token) {
+		// Before taking the message for a stale one, make sure the
+		// checkpoint is not: a replica may answer with what it has so far,
+		// and this message may be the effect of a newer write.
+		if err := t.loadLatest(ctx); err != nil {
+			return runner.NakAfter(p.cfg.RetryDelay, err), false
+		}
+	}
 	if !t.current(ph, cycle) {
-		token := msg.Headers().Get(store.HeaderResumeToken)
 		if !t.resumable(ph, cycle, token) {
 			dl := p.reemitFor(ctx, t.cp, ph, cycle, raw, c.Constraints.ResourceLocksRequired)
 			return dl, false
@@ -168,6 +210,26 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	// A successful claim proved the cached checkpoint current at that point.
 	unverified := cached && !t.claimed.Load()
 	res, err := t.commit(ctx, ph, cycle, d, unverified)
+	for err != nil && !errors.Is(err, errStale) && t.claimed.Load() && runCtx.Err() == nil {
+		// An agent's result waits to be recorded (the server restarts, the
+		// disk is full): the heartbeat keeps the claim and the message, and
+		// recording is tried again until it lands, the claim is lost to
+		// another delivery, or sagad stops. Throwing the result away would
+		// call the agent again.
+		p.log.Warn("an agent's result is not recorded yet: keeping the claim and trying again",
+			"capsule_id", c.CapsuleID, "phase", ph.String(), "cycle", cycle, "error", err)
+		select {
+		case <-p.stopping:
+		case <-runCtx.Done():
+		case <-time.After(p.cfg.RetryDelay):
+		}
+		if isDone(p.stopping) {
+			break
+		}
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+		res, err = t.commit(wctx, ph, cycle, d, unverified)
+		cancel()
+	}
 	stopHeartbeat() // the claim ends with the transition
 	if errors.Is(err, errStale) {
 		if unverified {
@@ -187,6 +249,15 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		return runner.NakAfter(p.cfg.RetryDelay, err), false
 	}
 	return runner.Ack(), false
+}
+
+func isDone(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // recordTimeout bounds recording a phase's result and emitting its effects.
@@ -297,6 +368,18 @@ func (t *txn) load(ctx context.Context) error {
 	return nil
 }
 
+// loadLatest reads the checkpoint from the stream's leader: what a lost
+// compare-and-set, or a message newer than a replica's answer, proves
+// exists.
+func (t *txn) loadLatest(ctx context.Context) error {
+	cp, rev, err := t.p.st.Checkpoints.GetLatest(ctx, t.key, t.p.st.Cache)
+	if err != nil {
+		return err
+	}
+	t.set(cp, rev)
+	return nil
+}
+
 // loadCached takes the checkpoint this process wrote last, if it has it.
 func (t *txn) loadCached(ctx context.Context) (cached bool, err error) {
 	if cp, rev, ok := t.p.st.Cache.Get(t.key); ok {
@@ -376,12 +459,13 @@ func (t *txn) apply(ctx context.Context, ev machine.Event, policy onConflict) (m
 				t.cacheMiss.Store(true)
 				return errCacheStale
 			case staleAfterLoad:
-				if err := t.load(ctx); err != nil {
+				if err := t.loadLatest(ctx); err != nil {
 					return err
 				}
 				return errStale
 			}
-			if err := t.load(ctx); err != nil {
+			// The conflict proves a newer write: read it where it surely is.
+			if err := t.loadLatest(ctx); err != nil {
 				return err
 			}
 			return cas.ErrConflict

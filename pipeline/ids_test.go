@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -53,4 +54,40 @@ func TestCapsuleIDsAreCaseInsensitive(t *testing.T) {
 	f.publish(t, dep.Sealed(t))
 	require.Equal(t, capsule.Completed, f.wait(t, dep.ID()).State, "an upper-case dependency is the completed capsule")
 	require.Equal(t, int64(2), f.executed.Load())
+}
+
+// TestHaltedAtReceptionDoesNotOwnItsID: a capsule RECEPTION halts (here a
+// bad digest) is kept under its intake sequence, so the corrected capsule
+// runs under the id instead of being taken for a duplicate.
+func TestHaltedAtReceptionDoesNotOwnItsID(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	doc := f.own(t, capsuletest.New())
+	bad := doc.Sealed(t)
+	var tampered capsuletest.Doc
+	require.NoError(t, json.Unmarshal(bad, &tampered))
+	tampered.Set("task.title", "changed after sealing")
+	raw, err := json.Marshal(tampered)
+	require.NoError(t, err)
+	f.publish(t, raw)
+	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		list, err := f.client.List(ctx, capsule.Halted)
+		if err != nil {
+			return false
+		}
+		for _, s := range list {
+			if s.CapsuleID == doc.ID() && strings.HasPrefix(s.Key, "x-") && s.HaltReason == capsule.IntegrityMismatch().String() {
+				return true
+			}
+		}
+		return false
+	}, "the tampered capsule halts under an x- key")
+
+	f.publish(t, bad) // the original, correctly sealed bytes
+	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		cp, err := f.client.Checkpoint(ctx, doc.ID())
+		return err == nil && cp.Key == doc.ID() && cp.State.Status == capsule.Completed
+	}, "the corrected capsule runs under its id")
+	require.Equal(t, int64(1), f.executed.Load())
 }

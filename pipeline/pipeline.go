@@ -33,6 +33,11 @@ type Pipeline struct {
 	env     *phases.Env
 	phases  [capsule.NumPhases]phases.Phase
 
+	// stopping is closed when Stop stops waiting for work: a delivery that
+	// waits to record an agent's result gives up then (its claim lapses and
+	// another instance takes the cycle over).
+	stopping <-chan struct{}
+
 	mu      sync.Mutex
 	running []*runner.Consumer
 	cancel  context.CancelFunc
@@ -109,6 +114,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	// Work outlives the caller's ctx on purpose: Stop drains it.
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel
+	p.stopping = workCtx.Done()
 	rc := runner.Config{Workers: p.cfg.Workers, Logger: p.log, Metrics: p.metrics}
 	stopAll := func() {
 		cancel()

@@ -20,9 +20,11 @@ import (
 
 // TestPoisonFloodDoesNotStallAPhase floods PLANNING with 1,100 messages that
 // can never succeed — keys that are no KV key, a missing key, a cycle that
-// is no number, a body that is no capsule — and requires that each is
-// terminated once and counted by cause, that none is redelivered, and that a
-// valid capsule published behind the flood still completes.
+// is no number, and capsules sagad never received with a body that is no
+// capsule (a phase never decodes a message's body; the stream's leader
+// confirms it knows no such capsule) — and requires that each is terminated
+// at once, never redelivered, counted by cause, and that a valid capsule
+// published behind the flood completes.
 func TestPoisonFloodDoesNotStallAPhase(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
@@ -42,7 +44,7 @@ func TestPoisonFloodDoesNotStallAPhase(t *testing.T) {
 		case 2: // a cycle that is no number
 			msg.Header.Set(store.HeaderKey, "k"+strconv.Itoa(i))
 			msg.Header.Set(store.HeaderCycle, "one")
-		case 3: // a body that is no capsule
+		case 3: // a capsule sagad never received, and a body that is no capsule
 			msg.Header.Set(store.HeaderKey, "k"+strconv.Itoa(i))
 			msg.Header.Set(store.HeaderCycle, "0")
 			msg.Data = []byte("\x00not json")
@@ -85,12 +87,12 @@ func TestPoisonFloodDoesNotStallAPhase(t *testing.T) {
 		return 0
 	}
 	natstest.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
-		return terminated(metrics.TermInvalidKey)+terminated(metrics.TermNoKey)+terminated(metrics.TermBadHeader)+terminated(metrics.TermUndecodable) == flood
+		return terminated(metrics.TermInvalidKey)+terminated(metrics.TermNoKey)+terminated(metrics.TermBadHeader)+terminated(metrics.TermUnknownCapsule) == flood
 	})
 	require.Equal(t, float64(flood/4), terminated(metrics.TermInvalidKey))
 	require.Equal(t, float64(flood/4), terminated(metrics.TermNoKey))
 	require.Equal(t, float64(flood/4), terminated(metrics.TermBadHeader))
-	require.Equal(t, float64(flood/4), terminated(metrics.TermUndecodable))
+	require.Equal(t, float64(flood/4), terminated(metrics.TermUnknownCapsule))
 
 	cons, err := f.js.Consumer(ctx, store.PhaseStream(capsule.Planning), store.ConsumerName(capsule.Planning))
 	require.NoError(t, err)

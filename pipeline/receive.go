@@ -36,7 +36,10 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 
 	key := fallbackKey
 	staleEnd := false // the kept bytes are an ended, forgotten run's
-	if r.Capsule != nil {
+	// Only a capsule RECEPTION lets through owns its id: one it halts (a bad
+	// digest, a deadline in the past, …) is kept under its intake sequence,
+	// so the corrected capsule can still run under the id.
+	if r.Capsule != nil && r.Decision.Action != phases.Halt {
 		key = r.Capsule.CapsuleID
 		if !store.ValidKey(key) {
 			key = fallbackKey

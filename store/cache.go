@@ -41,25 +41,24 @@ func NewCache() *Cache {
 	return &Cache{m: make(map[string]cacheEntry), caps: make(map[string]parsedCapsule)}
 }
 
-// Capsule returns the decoded capsule of key for raw, decoding it only when
-// it is not cached with exactly these bytes. The result is shared: read only.
-func (c *Cache) Capsule(key string, raw []byte) (*capsule.Capsule, error) {
+// Trusted returns the decoded capsule of key if body is byte for byte the
+// bytes this process holds for it — bytes RECEPTION accepted, or read back
+// from what it kept. A phase message's body is never decoded on its own
+// authority: anyone who may publish on a phase subject could have written
+// it. The result is shared: read only.
+func (c *Cache) Trusted(key string, body []byte) (*capsule.Capsule, bool) {
 	c.mu.Lock()
 	pc, ok := c.caps[key]
 	c.mu.Unlock()
-	if ok && bytes.Equal(pc.raw, raw) {
-		return pc.c, nil
+	if ok && bytes.Equal(pc.raw, body) {
+		return pc.c, true
 	}
-	dec, err := DecodeCapsule(raw)
-	if err != nil {
-		return nil, err
-	}
-	c.Seed(key, raw, dec)
-	return dec, nil
+	return nil, false
 }
 
-// Seed remembers the capsule RECEPTION decoded from raw, so the next phase
-// does not decode the same bytes again. c must not change afterwards.
+// Seed remembers the capsule decoded from raw, bytes RECEPTION accepted (or
+// read back from what it kept), so the next phase neither reads nor decodes
+// them again. dec must not change afterwards.
 func (c *Cache) Seed(key string, raw []byte, dec *capsule.Capsule) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

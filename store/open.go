@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -230,3 +231,31 @@ func (s *Store) KeptBytes(ctx context.Context, key, digest string) (same, ended 
 	}
 	return d == digest, m.Header.Get(HeaderOutcomeSent) != "", nil
 }
+
+// Accepted returns the bytes RECEPTION kept for key, the capsule they decode
+// to, and whether body (a phase message's) was exactly those bytes. They come
+// from this process's cache when body matches what it holds, else from
+// SAGA_CAPSULES, which only sagad writes: whatever a message carries, a phase
+// acts on the capsule RECEPTION accepted, and its outcome carries those bytes.
+func (s *Store) Accepted(ctx context.Context, key string, body []byte) (raw []byte, c *capsule.Capsule, same bool, err error) {
+	if c, ok := s.Cache.Trusted(key, body); ok {
+		return body, c, true, nil
+	}
+	e, err := s.capsules.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil, false, fmt.Errorf("%w: no capsule bytes kept for %s", ErrNotFound, key)
+	}
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("capsule bytes of %s: %w", key, err)
+	}
+	raw = e.Value()
+	if c, err = DecodeCapsule(raw); err != nil {
+		return nil, nil, false, fmt.Errorf("%w: kept bytes of %s: %w", ErrNotACapsule, key, err)
+	}
+	s.Cache.Seed(key, raw, c)
+	return raw, c, bytes.Equal(raw, body), nil
+}
+
+// ErrNotACapsule: the bytes kept under a key are no capsule (RECEPTION kept
+// bad input, which ended there; no phase message can be about it).
+var ErrNotACapsule = errors.New("kept bytes are no capsule")

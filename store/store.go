@@ -71,6 +71,70 @@ func (s *Checkpoints) GetCached(ctx context.Context, key string, c *Cache) (*cap
 	return cp, e.Revision(), nil
 }
 
+// GetLatest is Get answered by the stream's leader, never by a replica that
+// may be behind (a KV get is a direct get, which any replica of an R3 bucket
+// may answer with what it has so far). Reads that decide after a lost
+// compare-and-set, or about a message newer than what a replica showed, use
+// it: they must see the latest write.
+func (s *Checkpoints) GetLatest(ctx context.Context, key string, c *Cache) (*capsule.Checkpoint, uint64, error) {
+	if s.js == nil {
+		return s.GetCached(ctx, key, c)
+	}
+	req, err := json.Marshal(map[string]string{"last_by_subj": "$KV." + CheckpointsBucket + "." + key})
+	if err != nil {
+		return nil, 0, err
+	}
+	m, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+CheckpointsBucket, req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("get checkpoint %s from the leader: %w", key, err)
+	}
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Hdrs []byte `json:"hdrs"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, 0, fmt.Errorf("get checkpoint %s from the leader: %w", key, err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound) {
+			return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, key)
+		}
+		return nil, 0, fmt.Errorf("get checkpoint %s from the leader: %s", key, resp.Error.Description)
+	}
+	if resp.Message == nil {
+		return nil, 0, fmt.Errorf("get checkpoint %s from the leader: empty answer", key)
+	}
+	if len(resp.Message.Hdrs) > 0 {
+		h, err := nats.DecodeHeadersMsg(resp.Message.Hdrs)
+		if err != nil {
+			return nil, 0, fmt.Errorf("get checkpoint %s from the leader: %w", key, err)
+		}
+		// A delete, a purge or the marker of an expired entry: no checkpoint.
+		if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" || h.Get("Nats-Marker-Reason") != "" {
+			return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, key)
+		}
+	}
+	rev := resp.Message.Seq
+	if c != nil {
+		if cp, crev, ok := c.Get(key); ok && crev == rev {
+			return cp, rev, nil
+		}
+	}
+	cp := new(capsule.Checkpoint)
+	if err := json.Unmarshal(resp.Message.Data, cp); err != nil {
+		return nil, 0, fmt.Errorf("decode checkpoint %s: %w", key, err)
+	}
+	return cp, rev, nil
+}
+
 // Create stores the first checkpoint of a capsule; ErrConflict if one exists.
 // A capsule that ends at once (RECEPTION halts it) gets the retention as
 // time to live.
@@ -200,6 +264,9 @@ func (s *Checkpoints) List(ctx context.Context) ([]*capsule.Checkpoint, error) {
 // Find returns the checkpoint of id: the key itself, or else the capsule that
 // claimed this capsule_id but was stored under an "x-" key.
 func (s *Checkpoints) Find(ctx context.Context, id string) (*capsule.Checkpoint, error) {
+	if cid, ok := capsule.CanonicalID(id); ok {
+		id = cid // an upper-case UUID names the same capsule
+	}
 	if ValidKey(id) {
 		cp, _, err := s.Get(ctx, id)
 		if !errors.Is(err, ErrNotFound) {

@@ -22,7 +22,7 @@ const (
 	RoleSagad = natsconn.RoleSagad
 	// RoleOperator is sagactl: publish capsules, call the admin service,
 	// read JetStream (stream and consumer info, direct gets, its own
-	// ephemeral consumers for wait, watch and lists).
+	// consumers on checkpoints and events for wait, watch and lists).
 	RoleOperator = natsconn.RoleOperator
 	// RoleProducer publishes capsules on saga.intake and nothing else.
 	RoleProducer = natsconn.RoleProducer
@@ -63,11 +63,20 @@ func RolePermissions(role string) *server.Permissions {
 			"$JS.API.CONSUMER.INFO.>",
 			"$JS.API.CONSUMER.NAMES.>",
 			"$JS.API.CONSUMER.LIST.>",
-			"$JS.API.CONSUMER.CREATE.>",
-			"$JS.API.CONSUMER.MSG.NEXT.>",
+			// Consumers only on the two streams sagactl follows (wait,
+			// watch, list, history): CONSUMER.CREATE creates or updates,
+			// so on any stream it would let an operator rewrite sagad's
+			// own consumers (a phase's filter, its max deliveries). The
+			// subject without a consumer name is the older clients'
+			// ephemeral create. sagad keeps no durable consumer on these
+			// streams, so wait and watch may remove theirs when they end.
+			"$JS.API.CONSUMER.CREATE.KV_SAGA_CHECKPOINTS",
+			"$JS.API.CONSUMER.CREATE.KV_SAGA_CHECKPOINTS.>",
+			"$JS.API.CONSUMER.CREATE.SAGA_EVENTS",
+			"$JS.API.CONSUMER.CREATE.SAGA_EVENTS.>",
+			"$JS.API.CONSUMER.MSG.NEXT.KV_SAGA_CHECKPOINTS.>",
+			"$JS.API.CONSUMER.MSG.NEXT.SAGA_EVENTS.>",
 			"$JS.FC.>",
-			// wait and watch remove their consumers when they end; sagad
-			// keeps no durable consumer on these streams to remove.
 			"$JS.API.CONSUMER.DELETE.KV_SAGA_CHECKPOINTS.>",
 			"$JS.API.CONSUMER.DELETE.SAGA_EVENTS.>",
 		}, []string{inbox})

@@ -2,16 +2,24 @@ package daemon
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/adminsvc"
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/cli"
 	"github.com/sagad/sagad/internal/natsconn"
+	"github.com/sagad/sagad/store"
 )
 
 // TestEmbeddedServerRequiresAuth: sagad writes one seed per role on first
@@ -81,4 +89,99 @@ func TestSagactlFindsOperatorSeed(t *testing.T) {
 	require.Contains(t, out, "Authorization Violation", "without the seed sagactl is refused")
 	code, out = sagactl("--nats-nkey", filepath.Join(dir, "elsewhere.nk"), "status", doc.ID())
 	require.Equal(t, cli.ExitOK, code, out)
+}
+
+// TestRolesStayInTheirLane: on sagad's embedded server, no role reaches
+// across the boundaries SECURITY.md draws. A worker cannot act as an
+// operator (publish on saga.admin.>) nor serve the admin service in
+// sagad's place (subscribe to it); a producer cannot call the admin service
+// or touch JetStream's API; an operator cannot forge the result of external
+// work (saga.complete.>), ack or purge sagad's messages, remove or rewrite
+// sagad's consumers, create consumers beyond the checkpoints and events it
+// follows, or listen to executor calls. TestDeployConfRoles covers the
+// forgeries of sagad's own subjects (phases, checkpoints, events, outcomes).
+func TestRolesStayInTheirLane(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	d := start(t, testConfig(t, dataDir))
+	as := func(role string) natsconn.Options {
+		return natsconn.Options{URL: d.url, NKey: filepath.Join(CredsDir(dataDir), role+natsconn.SeedExt)}
+	}
+	var admin []string
+	for _, verb := range adminsvc.Verbs {
+		admin = append(admin, adminsvc.Subject(verb))
+	}
+	jsAPI := []string{
+		"$JS.API.STREAM.PURGE." + store.PhaseStream(capsule.Execution),
+		"$JS.API.STREAM.DELETE." + store.IntakeStream,
+		"$JS.API.STREAM.MSG.DELETE." + store.OutcomesStream,
+		"$JS.API.CONSUMER.DELETE." + store.PhaseStream(capsule.Execution) + "." + store.ConsumerName(capsule.Execution),
+		"$JS.API.CONSUMER.DELETE." + store.CompletionsStream + "." + store.CompletionsConsumer,
+		"$JS.ACK." + store.PhaseStream(capsule.Execution) + "." + store.ConsumerName(capsule.Execution) + ".1.1.1.1.0",
+		"$KV." + store.CapsulesBucket + ".x",
+		"$KV." + store.ContinuationsBucket + ".x",
+	}
+	// A consumer create also updates: on a phase stream it would rewrite
+	// sagad's own consumer, and a push consumer anywhere delivers to any
+	// subject it names, publish rights or not.
+	phase4 := store.PhaseStream(capsule.Execution)
+	consumers := []string{
+		"$JS.API.CONSUMER.CREATE." + phase4 + "." + store.ConsumerName(capsule.Execution),
+		"$JS.API.CONSUMER.CREATE." + phase4 + "." + store.ConsumerName(capsule.Execution) + ".saga.phase.4",
+		"$JS.API.CONSUMER.CREATE." + phase4,
+		"$JS.API.CONSUMER.DURABLE.CREATE." + phase4 + "." + store.ConsumerName(capsule.Execution),
+		"$JS.API.CONSUMER.CREATE." + store.CompletionsStream + "." + store.CompletionsConsumer,
+		"$JS.API.CONSUMER.CREATE." + store.OutcomesStream + ".x",
+		"$JS.API.CONSUMER.MSG.NEXT." + phase4 + "." + store.ConsumerName(capsule.Execution),
+	}
+	for _, tt := range []struct {
+		role          string
+		publish, subs []string
+	}{
+		{RoleWorker, admin, []string{"saga.admin.>", adminsvc.Subject(adminsvc.VerbCancel), "saga.intake", "saga.phase.>", "$KV.>"}},
+		{RoleProducer, append(append([]string{"$SRV.PING"}, admin...), jsAPI...), []string{"saga.admin.>", "agents.>", "saga.complete.>", "$KV.>"}},
+		{RoleOperator, append(append([]string{"saga.complete.x.1", executors.CompletionSubject(capsuletest.NewID(), 1)}, jsAPI...), consumers...), []string{"agents.>", "saga.complete.>", "saga.admin.>", "$KV.>"}},
+	} {
+		for _, subject := range tt.publish {
+			requireRefused(t, as(tt.role), subject)
+		}
+		for _, subject := range tt.subs {
+			requireSubscribeRefused(t, as(tt.role), subject)
+		}
+	}
+
+	// The same connections still do their own work: the refusals are
+	// NATS's, not a broken login.
+	worker, err := as(RoleWorker).Connect()
+	require.NoError(t, err)
+	defer worker.Close()
+	require.NoError(t, worker.Publish(executors.CompletionSubject(capsuletest.NewID(), 1), []byte("{}")))
+	require.NoError(t, worker.Flush())
+	operator, err := as(RoleOperator).Connect()
+	require.NoError(t, err)
+	defer operator.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = adminsvc.NewClient(operator, adminsvc.ClientConfig{}).Phases(ctx)
+	require.NoError(t, err, "the operator calls the admin service")
+}
+
+// requireSubscribeRefused subscribes to subject as conn and requires NATS to
+// answer with a permissions violation for it.
+func requireSubscribeRefused(t *testing.T, conn natsconn.Options, subject string) {
+	t.Helper()
+	errs := make(chan error, 4)
+	nc, err := conn.Connect(nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	require.NoError(t, err)
+	defer nc.Close()
+	_, err = nc.SubscribeSync(subject)
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	select {
+	case err := <-errs:
+		require.True(t, errors.Is(err, nats.ErrPermissionViolation), "%s subscribing to %s: %v", who(conn), subject, err)
+		require.Contains(t, strings.ToLower(err.Error()), strings.ToLower("subscription to \""+subject+"\""))
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s subscribing to %s: no permissions violation within 10s", who(conn), subject)
+	}
 }

@@ -103,7 +103,7 @@ func TestDeployConfRoles(t *testing.T) {
 	}
 	code, out := sagactl("wait", doc.ID(), "--timeout", "30s")
 	require.Equal(t, cli.ExitOK, code, out)
-	for _, args := range [][]string{{"status", doc.ID()}, {"history", doc.ID()}, {"list"}, {"report", doc.ID()}} {
+	for _, args := range [][]string{{"status", doc.ID()}, {"history", doc.ID()}, {"list"}, {"report", doc.ID()}, {"watch", doc.ID(), "--since", "1h", "--count", "2"}} {
 		code, out := sagactl(args...)
 		require.Equal(t, cli.ExitOK, code, "%v: %s", args, out)
 	}
@@ -142,9 +142,17 @@ func requireRefused(t *testing.T, conn natsconn.Options, subject string) {
 	require.NoError(t, nc.Flush())
 	select {
 	case err := <-errs:
-		require.True(t, errors.Is(err, nats.ErrPermissionViolation), "%s publishing %s: %v", conn.User, subject, err)
+		require.True(t, errors.Is(err, nats.ErrPermissionViolation), "%s publishing %s: %v", who(conn), subject, err)
 		require.Contains(t, strings.ToLower(err.Error()), strings.ToLower(subject))
 	case <-time.After(10 * time.Second):
-		t.Fatalf("%s publishing %s: no permissions violation within 10s", conn.User, subject)
+		t.Fatalf("%s publishing %s: no permissions violation within 10s", who(conn), subject)
 	}
+}
+
+// who names the user conn connects as, for failure messages.
+func who(conn natsconn.Options) string {
+	if conn.User != "" {
+		return conn.User
+	}
+	return filepath.Base(conn.NKey)
 }
