@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -121,8 +122,9 @@ func (p *proc) stop(wait time.Duration) {
 // natsNode is one nats-server process with a config file of its own.
 type natsNode struct {
 	proc
-	port int
-	conf string
+	port     int
+	httpPort int // monitoring: /healthz
+	conf     string
 }
 
 func (n *natsNode) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
@@ -131,7 +133,7 @@ func (n *natsNode) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.po
 // a cluster whose nodes route to each other. maxFileStore is JetStream's
 // file storage limit in bytes (0: 1 GiB).
 func newNATSNodes(dir, bin string, n int, maxFileStore int64) ([]*natsNode, error) {
-	ports, err := freePorts(2 * n)
+	ports, err := freePorts(3 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -149,8 +151,8 @@ func newNATSNodes(dir, bin string, n int, maxFileStore int64) ([]*natsNode, erro
 		if err := os.MkdirAll(store, 0o750); err != nil {
 			return nil, err
 		}
-		conf := fmt.Sprintf("server_name: %s\nlisten: \"127.0.0.1:%d\"\njetstream {\n  store_dir: %q\n  max_file_store: %d\n  max_memory_store: 67108864\n}\n",
-			name, ports[i], store, maxFileStore)
+		conf := fmt.Sprintf("server_name: %s\nlisten: \"127.0.0.1:%d\"\nhttp: \"127.0.0.1:%d\"\njetstream {\n  store_dir: %q\n  max_file_store: %d\n  max_memory_store: 67108864\n}\n",
+			name, ports[i], ports[2*n+i], store, maxFileStore)
 		if n > 1 {
 			conf += fmt.Sprintf("cluster {\n  name: chaos\n  listen: \"127.0.0.1:%d\"\n  routes: [%s]\n}\n", ports[n+i], strings.Join(routes, ", "))
 		}
@@ -160,10 +162,27 @@ func newNATSNodes(dir, bin string, n int, maxFileStore int64) ([]*natsNode, erro
 		}
 		nodes[i] = &natsNode{
 			proc: proc{name: "nats-server " + name, path: bin, args: []string{"-c", file}, out: filepath.Join(dir, name+".log")},
-			port: ports[i], conf: file,
+			port: ports[i], httpPort: ports[2*n+i], conf: file,
 		}
 	}
 	return nodes, nil
+}
+
+// healthy reports whether the node's /healthz says ok: JetStream is up and
+// every stream and consumer replica it holds has caught up.
+func (n *natsNode) healthy(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/healthz", n.httpPort), nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // setMaxFileStore rewrites n's config with another file storage limit; it

@@ -42,6 +42,9 @@ type Result struct {
 	Terminal  int // completed, halted or cancelled
 	// Lost capsules were acknowledged but have no checkpoint.
 	Lost int
+	// Refused counts publishes that failed and were retried (no server,
+	// no stream leader, a full store).
+	Refused int
 	// Stuck capsules have a checkpoint but had not ended when the scenario
 	// stopped waiting.
 	Stuck int
@@ -102,7 +105,7 @@ var Scenarios = []Scenario{
 	{Name: "nats-kill", Doc: "kill -9 of nats-server, restarted after 2s", Nodes: 1, Sagads: 1, Faults: natsKill},
 	{Name: "cluster", Doc: "3 nodes, R3: kill -9 of a node sagad is not connected to and restart, then of the node sagad is connected to", Nodes: 3, Sagads: 1, Faults: clusterKill},
 	{Name: "sigterm", Doc: "SIGTERM of sagad under load, restarted once it exited", Nodes: 1, Sagads: 1, Faults: sigterm},
-	{Name: "disk-full", Doc: "max_file_store too small for the load; nats-server restarted with room", Nodes: 1, Sagads: 1, MaxFileStore: 4 << 20, Faults: diskFull},
+	{Name: "disk-full", Doc: "max_file_store too small for the load; nats-server restarted with room", Nodes: 1, Sagads: 1, MaxFileStore: 64 << 10, Faults: diskFull},
 }
 
 // Run runs the selected scenarios one after the other and returns their
@@ -167,8 +170,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 }
 
 func (r Result) String() string {
-	s := fmt.Sprintf("%-16s published %4d terminal %4d lost %d stuck %d duplicated %d | calls %4d for %4d (capsule, cycle): repeats after a crash %d, by a live sagad %d | recovery %5.1fs, %5.1fs in all",
-		r.Scenario, r.Published, r.Terminal, r.Lost, r.Stuck, r.Duplicated, r.Calls, r.Pairs, r.CrashRepeats, r.LiveRepeats,
+	s := fmt.Sprintf("%-16s published %4d (%3d refused) terminal %4d lost %d stuck %d duplicated %d | calls %4d for %4d (capsule, cycle): repeats after a crash %d, by a live sagad %d | recovery %5.1fs, %5.1fs in all",
+		r.Scenario, r.Published, r.Refused, r.Terminal, r.Lost, r.Stuck, r.Duplicated, r.Calls, r.Pairs, r.CrashRepeats, r.LiveRepeats,
 		r.Recovery.Seconds(), r.Duration.Seconds())
 	if r.Err != nil {
 		s += " | error: " + r.Err.Error()
@@ -289,7 +292,7 @@ func runScenario(ctx context.Context, s Scenario, bins Binaries, dir string, sz 
 	defer stopPub()
 	go func() {
 		defer wg.Done()
-		published = publish(pubCtx, cl, sz)
+		published, r.Refused = publish(pubCtx, cl, sz)
 	}()
 	if err := s.Faults(ctx, e, sz); err != nil {
 		r.Err = err
@@ -407,18 +410,17 @@ func retry(ctx context.Context, total time.Duration, f func(context.Context) err
 // publish publishes sz.capsules capsules spread over sz.window, each
 // retried until JetStream acknowledges it (sagad runs a capsule published
 // twice once), and returns the ids of the acknowledged ones.
-func publish(ctx context.Context, cl *client.Client, sz size) []string {
-	var ids []string
+func publish(ctx context.Context, cl *client.Client, sz size) (ids []string, refused int) {
 	every := sz.window / time.Duration(sz.capsules)
 	next := time.Now()
 	for range sz.capsules {
 		id, raw, err := newCapsule()
 		if err != nil {
-			return ids
+			return ids, refused
 		}
 		for {
 			if ctx.Err() != nil {
-				return ids
+				return ids, refused
 			}
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			_, err := cl.Publish(pctx, raw, "")
@@ -427,6 +429,7 @@ func publish(ctx context.Context, cl *client.Client, sz size) []string {
 				ids = append(ids, id)
 				break
 			}
+			refused++
 			time.Sleep(100 * time.Millisecond)
 		}
 		next = next.Add(every)
@@ -434,7 +437,7 @@ func publish(ctx context.Context, cl *client.Client, sz size) []string {
 			time.Sleep(d)
 		}
 	}
-	return ids
+	return ids, refused
 }
 
 // newCapsule is a sealed capsule run by the chaos executor, with a lock of

@@ -91,6 +91,11 @@ func clusterKill(ctx context.Context, e *env, sz size) error {
 	if err := pause(ctx, step); err != nil {
 		return err
 	}
+	// R3 survives one lost node at a time: the restarted node must have
+	// caught up before the next one goes.
+	if err := e.waitHealthy(ctx, 2, 60*time.Second); err != nil {
+		return err
+	}
 	if err := e.killNATS(0); err != nil {
 		return err
 	}
@@ -98,6 +103,21 @@ func clusterKill(ctx context.Context, e *env, sz size) error {
 		return err
 	}
 	return e.startNATS(0)
+}
+
+// waitHealthy polls node i's /healthz until it reports ok.
+func (e *env) waitHealthy(ctx context.Context, i int, total time.Duration) error {
+	deadline := time.Now().Add(total)
+	for !e.nats[i].healthy(ctx) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s not healthy after %s", errGaveUp, e.nats[i].name, total)
+		}
+		if err := pause(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	e.logf("%s healthy", e.nats[i].name)
+	return nil
 }
 
 // sigterm stops sagad with SIGTERM sz.kills times under load and starts it

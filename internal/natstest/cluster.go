@@ -165,8 +165,10 @@ func (c *Cluster) Kill(i int) {
 }
 
 // Restart starts killed node i again with the same store directory and ports
-// and waits until it is ready for connections and the cluster has a meta
-// leader. It does not wait for the node's streams to catch up.
+// and waits until it is ready for connections, the cluster has a meta
+// leader and the node is healthy: every stream and consumer it holds a
+// replica of has caught up. Only then may another node go away without
+// costing a replicated stream its quorum.
 func (c *Cluster) Restart(i int) *server.Server {
 	c.t.Helper()
 	c.mu.Lock()
@@ -180,8 +182,32 @@ func (c *Cluster) Restart(i int) *server.Server {
 	c.nodes[i] = s
 	c.mu.Unlock()
 	c.WaitForMetaLeader()
+	c.WaitHealthy(i)
 	return s
 }
+
+// WaitHealthy waits until node i reports healthy (nats-server's /healthz):
+// JetStream is current with the meta leader and every stream and consumer
+// replica on the node has caught up with its leader.
+func (c *Cluster) WaitHealthy(i int) {
+	c.t.Helper()
+	var last string
+	Eventually(c.t, clusterTimeout, 50*time.Millisecond, func() bool {
+		s := c.Node(i)
+		if s == nil {
+			last = "node is killed"
+			return false
+		}
+		h := s.Healthz(nil)
+		last = h.Error
+		return h.Status == "ok"
+	}, "cluster %s: node %d not healthy: %s", c.name, i, stringFunc(func() string { return last }))
+}
+
+// stringFunc formats as what it returns when the failure message is made.
+type stringFunc func() string
+
+func (f stringFunc) String() string { return f() }
 
 // MetaLeader returns the node that leads the JetStream meta group, or nil.
 func (c *Cluster) MetaLeader() *server.Server {
