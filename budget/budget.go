@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/internal/cas"
+	"github.com/sagad/sagad/internal/jspub"
 
 	"github.com/sagad/sagad/capsule"
 )
@@ -62,6 +63,9 @@ type Config struct {
 	Replicas int
 	// Storage is the bucket's storage. Defaults to jetstream.FileStorage.
 	Storage jetstream.StorageType
+	// Writes bounds and observes every write to the bucket. Nil bounds
+	// each by jspub.DefaultTimeout.
+	Writes *jspub.Writes
 }
 
 func (c Config) withDefaults() Config {
@@ -86,6 +90,7 @@ func (c Config) validate() error {
 // share a bucket.
 type Tracker struct {
 	kv jetstream.KeyValue
+	w  *jspub.Writes
 }
 
 // New returns a Tracker on cfg.Bucket, creating the bucket or updating its
@@ -105,7 +110,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Tracker, err
 	if err != nil {
 		return nil, fmt.Errorf("budget: bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Tracker{kv: kv}, nil
+	return &Tracker{kv: kv, w: cfg.Writes}, nil
 }
 
 // Wave is a wave's budget: its caps (0 = none), what its capsules used in
@@ -267,11 +272,14 @@ func (t *Tracker) update(ctx context.Context, key string, change func(r *record)
 		if err != nil {
 			return err
 		}
-		if rev == 0 {
-			_, err = t.kv.Create(ctx, key, b)
-		} else {
-			_, err = t.kv.Update(ctx, key, b, rev)
-		}
+		err = t.w.Do(ctx, func(ctx context.Context) (err error) {
+			if rev == 0 {
+				_, err = t.kv.Create(ctx, key, b)
+			} else {
+				_, err = t.kv.Update(ctx, key, b, rev)
+			}
+			return err
+		})
 		if err == nil {
 			out = r
 		}

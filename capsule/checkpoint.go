@@ -68,6 +68,11 @@ type CheckpointState struct {
 	// time plus the endpoint's completion_timeout. Checkpoints written
 	// before it existed use the daemon's --external-timeout.
 	AwaitingUntil *time.Time `json:"awaiting_until,omitempty"`
+	// AwaitingTokenHash is the SHA-256 (lowercase hex) of the completion
+	// token of the call that accepted the awaited work: a completion is
+	// taken only with the token that hashes to it. Only the hash is kept,
+	// so whoever reads checkpoints cannot forge a completion.
+	AwaitingTokenHash string `json:"awaiting_token_sha256,omitempty"`
 }
 
 // PauseInfo describes a pause or an operator wait.

@@ -210,6 +210,10 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if s.AwaitingTokenHash != "" {
+		b = append(b, `,"awaiting_token_sha256":`...)
+		b = appendString(b, s.AwaitingTokenHash)
+	}
 	return append(b, '}'), nil
 }
 

@@ -47,8 +47,9 @@ const (
 // started directly, never through a shell, with the wire request
 // ([ExecuteCall] or [ReviewCall]) on stdin and an environment of PATH and
 // HOME (from sagad's), Env, and SAGA_CAPSULE_ID, SAGA_CYCLE,
-// SAGA_IDEMPOTENCY_KEY, SAGA_TRACE_ID and SAGA_CALL (execute or review).
-// Nothing of the capsule reaches its arguments.
+// SAGA_IDEMPOTENCY_KEY, SAGA_TRACE_ID and SAGA_CALL (execute or review);
+// an executor call also gets SAGA_COMPLETION_TOKEN, the request's
+// completion_token. Nothing of the capsule reaches its arguments.
 //
 // The exit status decides the answer:
 //
@@ -286,20 +287,25 @@ func (c Command) run(ctx context.Context, body any, meta callMeta) (runOutput, e
 // environ is the program's whole environment: nothing of sagad's but PATH and
 // HOME. The SAGA_ variables come last so that Env cannot override them.
 func (c Command) environ(meta callMeta) []string {
-	env := make([]string, 0, len(inheritedVariables)+len(c.Env)+5)
+	env := make([]string, 0, len(inheritedVariables)+len(c.Env)+6)
 	for _, k := range inheritedVariables {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
 	}
 	env = append(env, c.Env...)
-	return append(env,
+	env = append(env,
 		"SAGA_CAPSULE_ID="+meta.capsuleID,
 		"SAGA_CYCLE="+strconv.Itoa(meta.cycle),
 		"SAGA_IDEMPOTENCY_KEY="+meta.idempotencyKey,
 		"SAGA_TRACE_ID="+meta.traceID,
 		"SAGA_CALL="+string(meta.kind),
 	)
+	if meta.kind == KindExecute {
+		// Set even when empty, so a value in Env never poses as the call's.
+		env = append(env, "SAGA_COMPLETION_TOKEN="+meta.completionToken)
+	}
+	return env
 }
 
 // limitedBuffer keeps the first limit bytes written to it and calls overflow

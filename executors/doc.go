@@ -28,20 +28,61 @@
 //	 "cycle": 1,
 //	 "idempotency_key": "<capsule_id>/<cycle>",
 //	 "trace_id": "...",
-//	 "findings": [{"rule": 0, "field": "...", "message": "..."}]}
+//	 "findings": [{"rule": 0, "field": "...", "message": "..."}],
+//	 "completion_token": "<64 hex digits>"}
 //
 // findings are the previous review's findings when the cycle is a revision
-// (an empty array on the first cycle). A reviewer call is [ReviewCall]: the
-// same without findings, with "kind": "review" and
+// (an empty array on the first cycle). completion_token is a secret sagad
+// makes for this call alone (32 random bytes, hex): a worker that answers
+// "accepted" must put it in its completion (below), and must not show it
+// to anyone else. A reviewer call is [ReviewCall]: the same without
+// findings and completion_token, with "kind": "review" and
 // "artifact": {...capsule.Artifact, content included...}.
 //
 // Over NATS the request also carries the headers [HeaderCapsuleID],
 // [HeaderCycle], [HeaderIdempotencyKey] and [HeaderTraceID]; a command gets
 // them as the environment variables SAGA_CAPSULE_ID, SAGA_CYCLE,
-// SAGA_IDEMPOTENCY_KEY and SAGA_TRACE_ID (and SAGA_CALL = execute|review).
-// A call may be delivered more than once for the same idempotency key (a
-// retry after a timeout, a restarted sagad): a worker should answer the
-// repeat with its first answer instead of doing the work again.
+// SAGA_IDEMPOTENCY_KEY and SAGA_TRACE_ID (and SAGA_CALL = execute|review),
+// and an executor call's completion token as SAGA_COMPLETION_TOKEN. The
+// token never travels in a NATS header: headers are what tracing and
+// monitoring tools show.
+//
+// # Delivery: calls are at least once, under one idempotency key
+//
+// What sagad records is exactly once: per (capsule, cycle) one execution
+// result, one artifact, one review entry, each call's usage charged once, each
+// transition once. The calls themselves are at least once. sagad calls an
+// agent for a (capsule, cycle) only under that cycle's claim (a lease in the
+// checkpoint that the running call renews), and not again once its result is
+// recorded or its artifact stored; but a call whose result was not stored yet
+// is made again, with the same idempotency key "<capsule_id>/<cycle>", when
+// the sagad making it dies or shuts down (the redelivered message takes the
+// lapsed claim over), when storing the result keeps failing until the phase's
+// time runs out (until then a live sagad keeps the result and its claim and
+// retries the write),
+// when a NATS attempt times out or finds no responders and is retried
+// (Endpoint.Retries), when that sagad is cut off from NATS for longer than the
+// lease (another one takes over while the first call may still run; the first
+// result is then discarded), and when an operator resumes a capsule parked on
+// a reviewer's "accepted" or on human input, or forces the resume of one
+// waiting for accepted work.
+//
+// A worker de-duplicates by call kind and key (a cycle's executor and
+// reviewer calls carry the same key): it stores each final answer (status ok
+// or failed, with its usage, and the completion of accepted work) under the
+// key as it replies, answers a repeated key with the stored answer without
+// doing the work again (re-delivering the completion), and makes a repeat that
+// arrives while the first call still runs wait for it. The answers belong
+// where all the worker's instances find them and a restart keeps them (a KV
+// bucket keyed by kind and key, with a time to live longer than sagad may
+// retry: the capsule's deadline or sagad's retention). examples/worker keeps
+// them in memory, a demo's compromise. A worker that does not de-duplicate
+// does the work twice now and then; sagad records one of the answers.
+//
+// Each delivery of an executor call carries a new completion token, and sagad
+// then awaits only the latest: a completion must carry the token of the
+// latest call the worker was given for the idempotency key (publish the
+// completion again with it if the first went out with an older one).
 //
 // # Wire contract: replies
 //
@@ -60,12 +101,34 @@
 // goes on asynchronously and the worker publishes a [Completion] later on
 // CompletionSubject(capsule_id, cycle), i.e. "saga.complete.<capsule_id>.<cycle>".
 // A completion is the same JSON as the synchronous reply with status "ok" or
-// "failed", plus "kind": "execute". Only executors work asynchronously:
-// reviewers answer synchronously; a reviewer's "accepted" parks the capsule
-// (blocked_external) until an operator resumes it, which asks the reviewer
-// again, and a completion with "kind": "review" is dropped and counted
-// (sagad_messages_terminated_total{reason="review_completion"}). Usage is reported with every
-// answer, failures included: it feeds the capsule's budget.
+// "failed", plus "kind": "execute" and the call's "completion_token":
+//
+//	{"kind": "execute", "status": "ok", "content": {...}, "usage": {...},
+//	 "completion_token": "<the call's token>"}
+//
+// Anyone allowed to publish on saga.complete.> could send a completion, so
+// sagad takes only one carrying the token of the call the capsule awaits
+// (it keeps only the token's SHA-256 in the checkpoint, so whoever reads
+// checkpoints cannot forge one). Every other message on the subject is
+// dropped and counted in sagad_messages_terminated_total{cause}, and never
+// completes nor halts the capsule: completion_malformed (not a valid
+// completion: not JSON, an unknown status, "ok" without content, invalid
+// usage), completion_unauthenticated (no token, or not the awaited call's)
+// and completion_not_awaited (a cycle the capsule does not await, or no
+// longer: recorded already, or the capsule moved on). A worker's own
+// failure is status "failed" with the right token, which halts the capsule
+// with executor_failed:<error>. A capsule that accepted work under a sagad
+// from before completion tokens has no token to match: it ends at its
+// completion timeout, unless an operator's "sagactl resume --force" asks
+// the executor again (with a token).
+//
+// Only executors work asynchronously: reviewers answer synchronously; a
+// reviewer's "accepted" parks the capsule (blocked_external) until an
+// operator resumes it, which asks the reviewer again, and a completion with
+// "kind": "review" is dropped and counted
+// (sagad_messages_terminated_total{cause="review_completion"}). Usage is
+// reported with every answer, failures included: it feeds the capsule's
+// budget.
 //
 // Publish a completion with a JetStream publish (sagad keeps completions in
 // the SAGA_COMPLETIONS stream) and retry until it is acknowledged: a plain

@@ -22,6 +22,11 @@ type Request struct {
 	TraceID        string
 	// Findings of the previous review when this cycle is a revision.
 	Findings []capsule.Finding
+	// CompletionToken is this call's secret (see [NewCompletionToken]): a
+	// worker that answers "accepted" puts it in its [Completion], which is
+	// dropped without it. Every call, a repeat of the same idempotency key
+	// included, carries a new one.
+	CompletionToken string
 }
 
 // Result is an executor's answer.

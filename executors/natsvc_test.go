@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -56,7 +57,8 @@ func execRequest(t *testing.T) executors.Request {
 	return executors.Request{
 		Capsule: c, Raw: raw, Cycle: 2,
 		IdempotencyKey: c.CapsuleID + "/2", TraceID: "trace-123",
-		Findings: []capsule.Finding{{Message: "add tests"}},
+		Findings:        []capsule.Finding{{Message: "add tests"}},
+		CompletionToken: strings.Repeat("5e", 32),
 	}
 }
 
@@ -102,6 +104,10 @@ func TestNATSExecutorOK(t *testing.T) {
 	require.Equal(t, req.IdempotencyKey, call.IdempotencyKey)
 	require.Equal(t, "trace-123", call.TraceID)
 	require.Equal(t, req.Findings, call.Findings)
+	require.Equal(t, req.CompletionToken, call.CompletionToken, "the body carries the completion token")
+	for k, v := range h {
+		require.NotContains(t, strings.Join(v, " "), req.CompletionToken, "header %s: the token stays out of headers", k)
+	}
 }
 
 func TestNATSExecutorAnswers(t *testing.T) {

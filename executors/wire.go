@@ -77,6 +77,9 @@ type ExecuteCall struct {
 	IdempotencyKey string            `json:"idempotency_key"`
 	TraceID        string            `json:"trace_id"`
 	Findings       []capsule.Finding `json:"findings"`
+	// CompletionToken is the call's secret, which a [Completion] of
+	// accepted work must carry back; omitted when the call has none.
+	CompletionToken string `json:"completion_token,omitempty"`
 }
 
 // NewExecuteCall builds the wire request of req.
@@ -92,6 +95,7 @@ func NewExecuteCall(req Request) (ExecuteCall, error) {
 	return ExecuteCall{
 		Kind: KindExecute, Capsule: raw, Cycle: req.Cycle,
 		IdempotencyKey: req.IdempotencyKey, TraceID: req.TraceID, Findings: findings,
+		CompletionToken: req.CompletionToken,
 	}, nil
 }
 
@@ -141,10 +145,13 @@ type callMeta struct {
 	cycle          int
 	idempotencyKey string
 	traceID        string
+	// completionToken goes to a command's environment, never into NATS
+	// headers: headers are what tracing and monitoring tools show.
+	completionToken string
 }
 
 func executeMeta(req Request) callMeta {
-	m := callMeta{kind: KindExecute, cycle: req.Cycle, idempotencyKey: req.IdempotencyKey, traceID: req.TraceID}
+	m := callMeta{kind: KindExecute, cycle: req.Cycle, idempotencyKey: req.IdempotencyKey, traceID: req.TraceID, completionToken: req.CompletionToken}
 	if req.Capsule != nil {
 		m.capsuleID = req.Capsule.CapsuleID
 	}
@@ -279,6 +286,10 @@ type Completion struct {
 	Kind CallKind `json:"kind"`
 	// IdempotencyKey optionally echoes the request's.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// CompletionToken is the completion_token of the call that was
+	// accepted (the latest call of the idempotency key, when it came more
+	// than once). sagad drops a completion without the right one.
+	CompletionToken string `json:"completion_token,omitempty"`
 	// Status is ok or failed; "accepted" is not a completion.
 	Status    Status            `json:"status"`
 	Content   json.RawMessage   `json:"content,omitempty"`

@@ -111,9 +111,18 @@ func FuzzDecodeReviewerReply(f *testing.F) {
 
 // FuzzDecodeCompletion: a completion message (anyone may publish on
 // saga.complete.>) is ok or failed, of a known kind, and passes the checks
-// of the reply of its kind.
+// of the reply of its kind; its completion_token survives a re-encoding
+// (the ingestor hashes exactly what the worker sent).
 func FuzzDecodeCompletion(f *testing.F) {
 	for _, s := range replySeeds {
+		f.Add([]byte(s))
+	}
+	for _, s := range []string{
+		`{"kind":"execute","status":"ok","content":{"a":1},"completion_token":"` + strings.Repeat("0f", 32) + `"}`,
+		`{"kind":"execute","status":"failed","error":"oom","completion_token":"\u00e9\ud800"}`,
+		`{"kind":"execute","content":1,"completion_token":null}`,
+		`{"kind":"execute","content":1,"completion_token":["x"]}`,
+	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -133,6 +142,11 @@ func FuzzDecodeCompletion(f *testing.F) {
 		}
 		require.NoError(t, err)
 		requireSaneUsage(t, c.Usage.Tokens, c.Usage.Dollars)
+		once, err := json.Marshal(c)
+		require.NoError(t, err)
+		c2, err := DecodeCompletion(once)
+		require.NoError(t, err, "%s", once)
+		require.Equal(t, c.CompletionToken, c2.CompletionToken)
 	})
 }
 

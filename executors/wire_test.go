@@ -116,6 +116,11 @@ func TestDecodeCompletion(t *testing.T) {
 	require.Equal(t, "application/json", res.MediaType)
 	require.Equal(t, int64(5), res.Usage.Tokens)
 
+	require.Empty(t, c.CompletionToken, "a completion without a token decodes: its ingestor refuses it")
+	c, err = executors.DecodeCompletion([]byte(`{"kind":"execute","status":"failed","error":"oom","completion_token":"5e5e"}`))
+	require.NoError(t, err)
+	require.Equal(t, "5e5e", c.CompletionToken)
+
 	c, err = executors.DecodeCompletion([]byte(`{"kind":"review","verdict":"CHANGES_REQUESTED","findings":[{"message":"more"}]}`))
 	require.NoError(t, err)
 	require.Equal(t, executors.StatusOK, c.Status)
@@ -135,10 +140,37 @@ func TestDecodeCompletion(t *testing.T) {
 		`{"kind":"execute","status":"ok","content":null}`:               `without content`,
 		`{"kind":"execute","content":1,"usage":{"tokens":-1}}`:          `invalid usage: -1 tokens`,
 		`{"kind":"review","verdict":"APPROVED","usage":{"dollars":-2}}`: `invalid usage: 0 tokens / -2 dollars`,
+		`{"kind":"execute","content":1,"completion_token":7}`:           `cannot unmarshal number`,
 	} {
 		_, err := executors.DecodeCompletion([]byte(in))
 		require.ErrorIs(t, err, executors.ErrMalformedReply, in)
 		require.ErrorContains(t, err, msg, in)
+	}
+}
+
+func TestCompletionToken(t *testing.T) {
+	t.Parallel()
+	a, err := executors.NewCompletionToken()
+	require.NoError(t, err)
+	b, err := executors.NewCompletionToken()
+	require.NoError(t, err)
+	require.Regexp(t, `^[0-9a-f]{64}$`, a)
+	require.NotEqual(t, a, b, "every call a new token")
+	hash := executors.CompletionTokenHash(a)
+	require.Regexp(t, `^[0-9a-f]{64}$`, hash)
+	require.NotEqual(t, a, hash)
+	// SHA-256 of "test", a known answer.
+	require.Equal(t, "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", executors.CompletionTokenHash("test"))
+	require.True(t, executors.CompletionTokenMatches(hash, a))
+	for name, tc := range map[string][2]string{
+		"another token":  {hash, b},
+		"the hash":       {hash, hash},
+		"no token":       {hash, ""},
+		"no hash":        {"", a},
+		"neither":        {"", ""},
+		"upper case hex": {hash, strings.ToUpper(a)},
+	} {
+		require.False(t, executors.CompletionTokenMatches(tc[0], tc[1]), name)
 	}
 }
 

@@ -76,6 +76,9 @@ type Config struct {
 	// Now is the clock leases are computed and checked with. Defaults to
 	// time.Now; tests set a fake one.
 	Now func() time.Time
+	// Writes bounds and observes every write to the bucket. Nil bounds
+	// each by jspub.DefaultTimeout.
+	Writes *jspub.Writes
 }
 
 func (c Config) withDefaults() Config {
@@ -162,7 +165,7 @@ func (m *Manager) forget(path string) {
 // entry), else as a new key.
 func (m *Manager) create(ctx context.Context, path string, b []byte) (uint64, error) {
 	if m.nc == nil {
-		return m.kv.Create(ctx, Key(path), b)
+		return jspub.Write(ctx, m.cfg.Writes, func(ctx context.Context) (uint64, error) { return m.kv.Create(ctx, Key(path), b) })
 	}
 	var last uint64
 	m.mu.Lock()
@@ -170,19 +173,25 @@ func (m *Manager) create(ctx context.Context, path string, b []byte) (uint64, er
 		last = h.rev
 	}
 	m.mu.Unlock()
-	return jspub.KVUpdate(ctx, m.nc, m.kv, Key(path), b, last)
+	return jspub.Write(ctx, m.cfg.Writes, func(ctx context.Context) (uint64, error) {
+		return jspub.KVUpdate(ctx, m.nc, m.kv, Key(path), b, last)
+	})
 }
 
 // purge releases path's lock at revision rev, which holder wrote.
 func (m *Manager) purge(ctx context.Context, path, holder string, rev uint64) error {
 	if m.nc == nil {
-		err := m.kv.Purge(ctx, Key(path), jetstream.LastRevision(rev), jetstream.PurgeTTL(releasedTTL))
+		err := m.cfg.Writes.Do(ctx, func(ctx context.Context) error {
+			return m.kv.Purge(ctx, Key(path), jetstream.LastRevision(rev), jetstream.PurgeTTL(releasedTTL))
+		})
 		if err == nil {
 			m.forget(path)
 		}
 		return err
 	}
-	marker, err := jspub.KVPurge(ctx, m.nc, m.kv, Key(path), rev, releasedTTL)
+	marker, err := jspub.Write(ctx, m.cfg.Writes, func(ctx context.Context) (uint64, error) {
+		return jspub.KVPurge(ctx, m.nc, m.kv, Key(path), rev, releasedTTL)
+	})
 	if err != nil {
 		return err
 	}
@@ -428,22 +437,25 @@ func (m *Manager) mutate(ctx context.Context, path string, decide func(cur *leas
 			return err
 		}
 		var newRev uint64
-		switch {
-		case next == nil:
-			err = m.kv.Delete(ctx, key, jetstream.LastRevision(rev))
-		case cur == nil:
-			var b []byte
-			if b, err = json.Marshal(next); err == nil {
-				// Create also succeeds over a delete marker, by a
-				// compare-and-set on the marker's revision.
-				newRev, err = m.kv.Create(ctx, key, b)
+		err = m.cfg.Writes.Do(ctx, func(ctx context.Context) (err error) {
+			switch {
+			case next == nil:
+				err = m.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+			case cur == nil:
+				var b []byte
+				if b, err = json.Marshal(next); err == nil {
+					// Create also succeeds over a delete marker, by a
+					// compare-and-set on the marker's revision.
+					newRev, err = m.kv.Create(ctx, key, b)
+				}
+			default:
+				var b []byte
+				if b, err = json.Marshal(next); err == nil {
+					newRev, err = m.kv.Update(ctx, key, b, rev)
+				}
 			}
-		default:
-			var b []byte
-			if b, err = json.Marshal(next); err == nil {
-				newRev, err = m.kv.Update(ctx, key, b, rev)
-			}
-		}
+			return err
+		})
 		if err == nil {
 			if next == nil {
 				m.forget(path)

@@ -85,6 +85,10 @@ type Record struct {
 	// completion_timeout after the acceptance); nil leaves it to the
 	// daemon's default.
 	AwaitingUntil *time.Time
+	// AwaitingTokenHash is the SHA-256 (lowercase hex) of the completion
+	// token the accepting call carried; with AwaitingCycle, it replaces any
+	// earlier call's (a completion must carry the latest call's token).
+	AwaitingTokenHash string
 	// Warned is a warning trigger that fired and must not fire again.
 	Warned capsule.Trigger
 }
@@ -106,6 +110,7 @@ func (r *Record) ApplyTo(st *capsule.CheckpointState) {
 		}
 		st.AwaitingCycle = 0
 		st.AwaitingUntil = nil
+		st.AwaitingTokenHash = ""
 	}
 	if r.Review != nil && !hasReview(st.Reviews, r.Review.Cycle) {
 		rv := *r.Review
@@ -114,6 +119,7 @@ func (r *Record) ApplyTo(st *capsule.CheckpointState) {
 	}
 	if r.AwaitingCycle != 0 {
 		st.AwaitingCycle = r.AwaitingCycle
+		st.AwaitingTokenHash = r.AwaitingTokenHash
 		st.AwaitingUntil = nil
 		if r.AwaitingUntil != nil {
 			u := r.AwaitingUntil.UTC()

@@ -1,6 +1,7 @@
 package machine
 
 import (
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"strings"
@@ -101,9 +102,14 @@ type Revise struct {
 }
 
 // RecordResult keeps the result of accepted external work for Cycle.
+// TokenHash is the SHA-256 (lowercase hex) of the completion token the
+// result came with: it must be the awaited call's
+// (CheckpointState.AwaitingTokenHash), else the event is refused with
+// [ErrUnauthenticated].
 type RecordResult struct {
-	Cycle  int
-	Result capsule.ExecutionResult
+	Cycle     int
+	Result    capsule.ExecutionResult
+	TokenHash string
 }
 
 // Name implements Event.
@@ -156,6 +162,9 @@ var (
 	ErrRefused = errors.New("refused by the capsule's state")
 	// ErrInvalid: the event itself is malformed (a bug or bad input).
 	ErrInvalid = errors.New("invalid event")
+	// ErrUnauthenticated: a result came without the completion token of
+	// the call the capsule awaits (a forgery, or a superseded call's).
+	ErrUnauthenticated = errors.New("completion token does not match the awaited call")
 )
 
 // Refusal is the typed error of an event that does not apply to a
@@ -603,6 +612,13 @@ func recordResult(cp *capsule.Checkpoint, e RecordResult) (bool, error) {
 	}
 	if st.Status.Terminal() || st.AwaitingCycle != e.Cycle || (st.Result != nil && st.Result.Cycle == e.Cycle) {
 		return false, nil
+	}
+	// Constant time: how much of a guess matches must not show. A
+	// checkpoint without a hash (written before tokens existed) takes no
+	// completion: its capsule ends at its external timeout, or an
+	// operator's forced resume asks the executor again.
+	if st.AwaitingTokenHash == "" || subtle.ConstantTimeCompare([]byte(st.AwaitingTokenHash), []byte(e.TokenHash)) != 1 {
+		return false, refuse(ErrUnauthenticated, e, cp, fmt.Sprintf("result of cycle %d", e.Cycle))
 	}
 	res := e.Result
 	st.Result = &res

@@ -3,6 +3,7 @@ package machine_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,9 +44,16 @@ func ended(st capsule.State) *capsule.Checkpoint {
 	return cp
 }
 
+// Hashes of completion tokens: the awaited call's, and another's.
+var (
+	rightHash = strings.Repeat("a1", 32)
+	wrongHash = strings.Repeat("b2", 32)
+)
+
 func awaiting() *capsule.Checkpoint {
 	cp := paused(capsule.TriggerBlockedExternal, "")
 	cp.State.AwaitingCycle = 1
+	cp.State.AwaitingTokenHash = rightHash
 	return cp
 }
 
@@ -77,22 +85,23 @@ func TestEveryStateAndEvent(t *testing.T) {
 		"cancel":        machine.End{State: capsule.Cancelled, Detail: "cancelled"},
 		"halt_overdue":  machine.End{State: capsule.Halted, Detail: "executor_failed:late", IfPausedAt: &pausedAt},
 		"revise":        machine.Revise{Rationale: "again", By: "op", CycleLimit: 3},
-		"record_result": machine.RecordResult{Cycle: 1, Result: capsule.ExecutionResult{Cycle: 1, ArtifactRef: "a"}},
+		"record_result": machine.RecordResult{Cycle: 1, Result: capsule.ExecutionResult{Cycle: 1, ArtifactRef: "a"}, TokenHash: rightHash},
+		"forged":        machine.RecordResult{Cycle: 1, Result: capsule.ExecutionResult{Cycle: 1, ArtifactRef: "a"}, TokenHash: wrongHash},
 	}
 	// want: "ok" (applies with a change), "noop" (applies, nothing to
 	// write), or the refusal kind.
 	const ok, noop = "ok", "noop"
-	stale, lost, ref := machine.ErrStale, machine.ErrClaimLost, machine.ErrRefused
+	stale, lost, ref, unauth := machine.ErrStale, machine.ErrClaimLost, machine.ErrRefused, machine.ErrUnauthenticated
 	want := map[string]map[string]any{
-		"in_progress@EXECUTION/1":  {"decide": ok, "claim": ok, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": noop, "pause": ok, "cancel": ok, "halt_overdue": ref, "revise": ref, "record_result": noop},
-		"paused/operator_manual":   {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": noop, "cancel": ok, "halt_overdue": ref, "revise": ref, "record_result": noop},
-		"paused/lock_contention":   {"decide": stale, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ref, "revise": ref, "record_result": noop},
-		"paused/resume_in_flight":  {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": ok, "flip_at": ok, "pause": noop, "cancel": ok, "halt_overdue": ref, "revise": ref, "record_result": noop},
-		"paused/awaiting_external": {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ok, "revise": ref, "record_result": ok},
-		"waiting_for_operator":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ok, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "revise": ok, "record_result": noop},
-		"completed":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "revise": ref, "record_result": noop},
-		"halted":                   {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "revise": ref, "record_result": noop},
-		"cancelled":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": noop, "halt_overdue": ref, "revise": ref, "record_result": noop},
+		"in_progress@EXECUTION/1":  {"decide": ok, "claim": ok, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": noop, "pause": ok, "cancel": ok, "halt_overdue": ref, "revise": ref, "record_result": noop, "forged": noop},
+		"paused/operator_manual":   {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": noop, "cancel": ok, "halt_overdue": ref, "revise": ref, "record_result": noop, "forged": noop},
+		"paused/lock_contention":   {"decide": stale, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ref, "revise": ref, "record_result": noop, "forged": noop},
+		"paused/resume_in_flight":  {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": ok, "flip_at": ok, "pause": noop, "cancel": ok, "halt_overdue": ref, "revise": ref, "record_result": noop, "forged": noop},
+		"paused/awaiting_external": {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ok, "revise": ref, "record_result": ok, "forged": unauth},
+		"waiting_for_operator":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ok, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "revise": ok, "record_result": noop, "forged": noop},
+		"completed":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "revise": ref, "record_result": noop, "forged": noop},
+		"halted":                   {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "revise": ref, "record_result": noop, "forged": noop},
+		"cancelled":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": noop, "halt_overdue": ref, "revise": ref, "record_result": noop, "forged": noop},
 	}
 	for sname, mk := range states {
 		for ename, ev := range events {
@@ -386,6 +395,81 @@ func TestResumeKeepsAResumeInFlight(t *testing.T) {
 	forced, err := machine.Apply(awaiting(), machine.RequestResume{From: capsule.Paused, Token: "x", Force: true}, t0)
 	require.NoError(t, err)
 	require.Equal(t, "x", forced.Checkpoint.State.Pause.ResumeToken)
+}
+
+// TestAwaitedCallToken: accepted work records the hash of its call's
+// completion token; a result is recorded only with that hash; the next
+// call's acceptance replaces it, EXECUTION's decision on the result clears it.
+func TestAwaitedCallToken(t *testing.T) {
+	t.Parallel()
+	accept := func(hash string) machine.Decide {
+		d := machine.ParkWith(capsule.TriggerBlockedExternal, "accepted")
+		d.Record = &machine.Record{AwaitingCycle: 1, AwaitingTokenHash: hash}
+		return machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: d}
+	}
+	result := func(hash string) machine.RecordResult {
+		return machine.RecordResult{Cycle: 1, Result: capsule.ExecutionResult{Cycle: 1, ArtifactRef: "artifact:k/1"}, TokenHash: hash}
+	}
+	noHash := func() *capsule.Checkpoint { cp := awaiting(); cp.State.AwaitingTokenHash = ""; return cp }
+	recorded := func() *capsule.Checkpoint {
+		cp := awaiting()
+		cp.State.Result = &capsule.ExecutionResult{Cycle: 1, ArtifactRef: "artifact:k/1"}
+		return cp
+	}
+	tests := []struct {
+		name    string
+		cp      func() *capsule.Checkpoint
+		ev      machine.Event
+		wantErr error
+		changed bool
+		hash    string // the awaited hash after the event
+		result  bool   // a result for cycle 1 stands after the event
+	}{
+		{name: "an acceptance records its call's hash", cp: func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.Execution, 1) },
+			ev: accept(rightHash), changed: true, hash: rightHash},
+		{name: "a later call's acceptance replaces the hash", cp: func() *capsule.Checkpoint {
+			cp := at(capsule.InProgress, capsule.Execution, 1)
+			cp.State.AwaitingCycle, cp.State.AwaitingTokenHash = 1, wrongHash
+			return cp
+		}, ev: accept(rightHash), changed: true, hash: rightHash},
+		{name: "an acceptance without a hash leaves none behind", cp: func() *capsule.Checkpoint {
+			cp := at(capsule.InProgress, capsule.Execution, 1)
+			cp.State.AwaitingCycle, cp.State.AwaitingTokenHash = 1, wrongHash
+			return cp
+		}, ev: accept(""), changed: true, hash: ""},
+		{name: "the right hash records the result", cp: awaiting, ev: result(rightHash), changed: true, hash: rightHash, result: true},
+		{name: "EXECUTION's decision on the recorded result clears the hash", cp: func() *capsule.Checkpoint {
+			cp := recorded()
+			cp.State.Status, cp.State.Pause = capsule.InProgress, nil
+			return cp
+		}, ev: machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: machine.Decision{Action: machine.Advance, Record: &machine.Record{
+			Result: &capsule.ExecutionResult{Cycle: 1, ArtifactRef: "artifact:k/1"},
+		}}}, changed: true, hash: "", result: true},
+		{name: "a wrong hash is refused", cp: awaiting, ev: result(wrongHash), wantErr: machine.ErrUnauthenticated, hash: rightHash},
+		{name: "no hash is refused", cp: awaiting, ev: result(""), wantErr: machine.ErrUnauthenticated, hash: rightHash},
+		{name: "a hash differing in its last character is refused", cp: awaiting, ev: result(rightHash[:63] + "2"), wantErr: machine.ErrUnauthenticated, hash: rightHash},
+		{name: "a checkpoint without a hash takes no result", cp: noHash, ev: result(""), wantErr: machine.ErrUnauthenticated},
+		{name: "a recorded result stands, whatever the hash", cp: recorded, ev: result(wrongHash), hash: rightHash, result: true},
+		{name: "a result of a cycle not awaited changes nothing", cp: func() *capsule.Checkpoint { return paused(capsule.TriggerBlockedExternal, "") },
+			ev: result(rightHash)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cp := tt.cp()
+			res, err := machine.Apply(cp, tt.ev, t0)
+			if tt.wantErr != nil {
+				require.ErrorIs(t, err, tt.wantErr)
+				res.Checkpoint = cp
+			} else {
+				require.NoError(t, err)
+				require.Equal(t, tt.changed, res.Changed)
+			}
+			st := res.Checkpoint.State
+			require.Equal(t, tt.hash, st.AwaitingTokenHash)
+			require.Equal(t, tt.result, st.Result != nil && st.Result.Cycle == 1)
+		})
+	}
 }
 
 func TestReviseAndEnd(t *testing.T) {

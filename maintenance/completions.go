@@ -24,7 +24,8 @@ import (
 
 // CompletionsConfig configures [Completions].
 type CompletionsConfig struct {
-	// Logger receives completions that are ignored. Defaults to discarding.
+	// Logger receives a line per recorded completion (terminated ones are
+	// logged by the runner). Defaults to discarding.
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
@@ -63,8 +64,16 @@ const unknownAfter = 10
 
 // Handle records the result of accepted work delivered on
 // saga.complete.<capsule_id>.<cycle> and resumes the capsule, which then
-// finishes EXECUTION without running the executor again. A result for a
-// cycle already recorded, or for a capsule not waiting for it, is ignored.
+// finishes EXECUTION without running the executor again.
+//
+// Anyone who may publish on the subject can send anything, so only a
+// completion that carries the completion_token of the call the capsule
+// awaits counts. Every other message is terminated and counted
+// (sagad_messages_terminated_total{cause}), never completing nor halting the
+// capsule: an undecodable body (completion_malformed), no or the wrong token
+// (completion_unauthenticated), a cycle the capsule does not await, or no
+// longer (completion_not_awaited). A worker's own failure is a completion
+// with status "failed" and the right token.
 func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Delivery {
 	key, cycle, err := executors.ParseCompletionSubject(msg.Subject())
 	if err == nil && !store.ValidKey(key) {
@@ -73,9 +82,15 @@ func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Del
 	if err != nil {
 		return runner.Term(metrics.TermBadSubject, err)
 	}
-	comp, derr := executors.DecodeCompletion(msg.Data())
-	if derr == nil && comp.Kind != executors.KindExecute {
+	comp, err := executors.DecodeCompletion(msg.Data())
+	if err != nil {
+		return runner.Term(metrics.TermCompletionMalformed, fmt.Errorf("completion for %s cycle %d: %w", key, cycle, err))
+	}
+	if comp.Kind != executors.KindExecute {
 		return runner.Term(metrics.TermReviewCompletion, errors.New("reviewers answer synchronously: review completions are not taken"))
+	}
+	if comp.CompletionToken == "" {
+		return runner.Term(metrics.TermCompletionUnauthenticated, fmt.Errorf("completion for %s cycle %d: no completion_token", key, cycle))
 	}
 	cp, _, err := in.st.Checkpoints.GetLatest(ctx, key, nil)
 	if errors.Is(err, store.ErrNotFound) {
@@ -92,14 +107,21 @@ func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Del
 	st := cp.State
 	if st.Status == capsule.InProgress && st.Phase == capsule.Execution && st.Cycle == cycle {
 		// The executor answered "accepted" and its result came back before
-		// the capsule's park was recorded: keep the result until it is.
+		// the capsule's park (and the call's token hash) was recorded: keep
+		// the result until it is.
 		return runner.NakAfter(in.cfg.RetryDelay, nil)
 	}
 	waiting := st.Status == capsule.Paused && st.Pause != nil &&
 		st.Phase == capsule.Execution && st.Cycle == cycle && st.AwaitingCycle == cycle
 	if !waiting {
-		in.log.Info("completion ignored: not awaited (already recorded, or the capsule moved on)", "key", key, "cycle", cycle, "state", st.Status)
-		return runner.Ack()
+		return runner.Term(metrics.TermCompletionNotAwaited, fmt.Errorf("completion for %s cycle %d: not awaited (already recorded, or the capsule moved on; it is %s at %s cycle %d)",
+			key, cycle, st.Status, st.Phase, st.Cycle))
+	}
+	// Before anything is stored: a forged completion must not even leave an
+	// artifact behind. The machine checks again against the checkpoint it
+	// changes, in case a newer call was accepted meanwhile.
+	if !executors.CompletionTokenMatches(st.AwaitingTokenHash, comp.CompletionToken) {
+		return runner.Term(metrics.TermCompletionUnauthenticated, unauthenticated(key, cycle))
 	}
 	// An operator who paused the capsule meanwhile keeps it paused: the
 	// result is recorded, and their resume will use it.
@@ -114,15 +136,12 @@ func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Del
 			return runner.Ack()
 		}
 		result := &capsule.ExecutionResult{Cycle: cycle, Usage: comp.Usage}
-		switch {
-		case derr != nil:
-			result.Failed = "malformed completion: " + derr.Error()
-		case comp.Status == executors.StatusFailed:
+		if comp.Status == executors.StatusFailed {
 			result.Failed = strings.TrimSpace(comp.Error)
 			if result.Failed == "" {
 				result.Failed = "the executor reported failure"
 			}
-		default:
+		} else {
 			content := comp.Content
 			ref, err := in.st.Artifacts.Put(ctx, capsule.Artifact{
 				SchemaVersion: "1.0", CapsuleID: c.CapsuleID, ProducerAgentID: c.ProducerAgentID, Cycle: cycle,
@@ -134,9 +153,13 @@ func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Del
 			}
 			result.ArtifactRef = ref
 		}
-		if _, err := act.Apply(ctx, key, machine.RecordResult{Cycle: cycle, Result: *result}); err != nil {
+		ev := machine.RecordResult{Cycle: cycle, Result: *result, TokenHash: executors.CompletionTokenHash(comp.CompletionToken)}
+		if _, err := act.Apply(ctx, key, ev); errors.Is(err, machine.ErrUnauthenticated) {
+			return runner.Term(metrics.TermCompletionUnauthenticated, unauthenticated(key, cycle))
+		} else if err != nil {
 			return runner.NakAfter(in.cfg.RetryDelay, err)
 		}
+		in.log.Info("completion recorded", "key", key, "cycle", cycle, "status", comp.Status)
 	}
 	if operatorHold {
 		return runner.Ack()
@@ -145,6 +168,11 @@ func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Del
 		return runner.NakAfter(in.cfg.RetryDelay, err)
 	}
 	return runner.Ack()
+}
+
+// unauthenticated says why a completion was refused, never with its token.
+func unauthenticated(key string, cycle int) error {
+	return fmt.Errorf("completion for %s cycle %d: its completion_token is not the awaited call's", key, cycle)
 }
 
 func sha256Hex(b []byte) string {

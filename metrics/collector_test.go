@@ -238,6 +238,9 @@ func touch(m *metrics.Metrics) {
 	m.Paused(capsule.TriggerOperatorManual)
 	m.Resumed(capsule.TriggerOperatorManual)
 	m.AdminAction(metrics.ActionPause)
+	m.WriteFailed(metrics.WriteStorage)
+	m.WritesFailing(true)
+	m.RedeliveredInFlight()
 }
 
 func TestCollectorWithoutContinuationsBucket(t *testing.T) {

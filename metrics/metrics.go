@@ -84,10 +84,45 @@ const (
 	TermUnknownCapsule   = "unknown_capsule"   // no checkpoint after the grace period
 	TermBadSubject       = "bad_subject"       // a completion subject that names no (capsule, cycle)
 	TermReviewCompletion = "review_completion" // reviewers answer synchronously
+	// TermCompletionMalformed: a completion whose body is no valid
+	// completion; it never completes nor halts its capsule.
+	TermCompletionMalformed = "completion_malformed"
+	// TermCompletionUnauthenticated: a completion without the
+	// completion_token of the call its capsule awaits (forged, or a
+	// superseded call's).
+	TermCompletionUnauthenticated = "completion_unauthenticated"
+	// TermCompletionNotAwaited: a completion for a cycle its capsule does
+	// not await (already recorded, or the capsule moved on or ended).
+	TermCompletionNotAwaited = "completion_not_awaited"
 )
 
 // TermReasons is the closed set of reason label values of terminations.
-var TermReasons = []string{TermNoKey, TermInvalidKey, TermBadHeader, TermUndecodable, TermUnknownCapsule, TermBadSubject, TermReviewCompletion}
+var TermReasons = []string{
+	TermNoKey, TermInvalidKey, TermBadHeader, TermUndecodable, TermUnknownCapsule, TermBadSubject, TermReviewCompletion,
+	TermCompletionMalformed, TermCompletionUnauthenticated, TermCompletionNotAwaited,
+}
+
+// Kinds of failed JetStream writes ([Metrics.WriteFailed]); package health
+// sorts every failed write into one.
+const (
+	// WriteTimeout: no answer within the write's deadline.
+	WriteTimeout = "timeout"
+	// WriteNoResponders: nothing answered the write's subject (no stream
+	// leader, or the server's JetStream is down).
+	WriteNoResponders = "no_responders"
+	// WriteStorage: JetStream refused the write for lack of resources (disk
+	// full, the account's or server's storage limit reached, a store failure).
+	WriteStorage = "storage"
+	// WriteUnavailable: JetStream answered that it cannot serve the write
+	// now (no quorum, JetStream disabled).
+	WriteUnavailable = "unavailable"
+	// WriteConnection: the NATS connection is closed or down.
+	WriteConnection = "connection"
+)
+
+// WriteErrorKinds is the closed set of kind label values of failed writes
+// (and [Other]).
+var WriteErrorKinds = []string{WriteTimeout, WriteNoResponders, WriteStorage, WriteUnavailable, WriteConnection, Other}
 
 // AdminActions is the closed set of action label values.
 var AdminActions = []string{
@@ -158,6 +193,10 @@ type Metrics struct {
 	resumes        *prometheus.CounterVec
 	adminActions   *prometheus.CounterVec
 	terminated     *prometheus.CounterVec
+	rescued        *prometheus.CounterVec
+	writeErrors    *prometheus.CounterVec
+	writesFailing  prometheus.Gauge
+	busyRedeliver  prometheus.Counter
 }
 
 // New creates the recorder and registers its metrics on reg (nil registers
@@ -251,6 +290,22 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 			Name: "sagad_messages_terminated_total",
 			Help: "Messages sagad terminated because they can never succeed (poison), by cause.",
 		}, []string{"cause"}),
+		rescued: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sagad_capsules_rescued_total",
+			Help: "Capsules in progress whose step had no message and was sent again (the rescuer), by phase.",
+		}, []string{"phase"}),
+		writeErrors: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sagad_jetstream_write_errors_total",
+			Help: "JetStream writes that failed (timed out, refused for lack of storage, no quorum, no connection), by kind.",
+		}, []string{"kind"}),
+		writesFailing: f.NewGauge(prometheus.GaugeOpts{
+			Name: "sagad_jetstream_writes_failing",
+			Help: "1 while JetStream writes have been failing for longer than --unhealthy-after (/readyz fails then), else 0.",
+		}),
+		busyRedeliver: f.NewCounter(prometheus.CounterOpts{
+			Name: "sagad_redeliveries_in_flight_total",
+			Help: "Redeliveries of a message whose first delivery this sagad was still handling: handed back with a nak, not handled twice.",
+		}),
 	}
 	m.init()
 	return m
@@ -291,6 +346,12 @@ func (m *Metrics) init() {
 	}
 	for _, r := range TermReasons {
 		m.terminated.WithLabelValues(r)
+	}
+	for p := capsule.Phase(0); p < capsule.NumPhases; p++ {
+		m.rescued.WithLabelValues(PhaseLabel(p))
+	}
+	for _, k := range WriteErrorKinds {
+		m.writeErrors.WithLabelValues(k)
 	}
 }
 
@@ -458,4 +519,43 @@ func (m *Metrics) Terminated(reason string) {
 		return
 	}
 	m.terminated.WithLabelValues(oneOf(reason, TermReasons)).Inc()
+}
+
+// Rescued counts a capsule whose step the rescuer sent again.
+func (m *Metrics) Rescued(phase capsule.Phase) {
+	if m == nil {
+		return
+	}
+	m.rescued.WithLabelValues(PhaseLabel(phase)).Inc()
+}
+
+// WriteFailed counts a failed JetStream write of kind, one of
+// [WriteErrorKinds].
+func (m *Metrics) WriteFailed(kind string) {
+	if m == nil {
+		return
+	}
+	m.writeErrors.WithLabelValues(oneOf(kind, WriteErrorKinds)).Inc()
+}
+
+// WritesFailing sets whether JetStream writes have been failing for longer
+// than sagad tolerates.
+func (m *Metrics) WritesFailing(failing bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if failing {
+		v = 1
+	}
+	m.writesFailing.Set(v)
+}
+
+// RedeliveredInFlight counts a redelivery that found its message's first
+// delivery still being handled in this process.
+func (m *Metrics) RedeliveredInFlight() {
+	if m == nil {
+		return
+	}
+	m.busyRedeliver.Inc()
 }

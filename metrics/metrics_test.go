@@ -338,6 +338,7 @@ func TestLabelsStayBounded(t *testing.T) {
 	m.Resumed(capsule.Trigger("saga.events." + id))
 	m.AdminAction(id)
 	m.Terminated(id)
+	m.WriteFailed(id)
 
 	ruleSet := []string{Other}
 	for _, r := range rules.Constitution {
@@ -353,7 +354,7 @@ func TestLabelsStayBounded(t *testing.T) {
 		"reason":     append([]string{Other}, strs(capsule.HaltCodes)...),
 		"verdict":    append([]string{Other}, strs(Verdicts)...),
 		"rule":       ruleSet,
-		"kind":       append([]string{Other}, CallKinds...),
+		"kind":       append(append([]string{Other}, CallKinds...), WriteErrorKinds...), // agent calls, write errors
 		"result":     append([]string{Other}, CallResults...),
 		"trigger":    append([]string{Other}, strs(Triggers)...),
 		"action":     append([]string{Other}, AdminActions...),

@@ -87,20 +87,28 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 			if err != nil {
 				return HaltWith(capsule.ExecutorFailed("no executor for task.kind "+c.Task.Kind), capsule.Finding{Rule: 22, Field: "task.kind", Message: err.Error()})
 			}
+			// A new secret per call, a repeat included: only the worker
+			// called last can complete the cycle, and the checkpoint keeps
+			// no more than its hash.
+			token, err := executors.NewCompletionToken()
+			if err != nil {
+				return RetryAfter(env.RetryDelay, fmt.Errorf("execution: %w", err))
+			}
 			callStart := time.Now()
 			res, err = e.run(ctx, env, in, ex, executors.Request{
-				Capsule:        c,
-				Raw:            in.Raw,
-				Cycle:          cycle,
-				IdempotencyKey: IdempotencyKey(c.CapsuleID, cycle),
-				TraceID:        in.Checkpoint.TraceID,
-				Findings:       in.Checkpoint.LastReviewFindings(),
+				Capsule:         c,
+				Raw:             in.Raw,
+				Cycle:           cycle,
+				IdempotencyKey:  IdempotencyKey(c.CapsuleID, cycle),
+				TraceID:         in.Checkpoint.TraceID,
+				Findings:        in.Checkpoint.LastReviewFindings(),
+				CompletionToken: token,
 			})
 			env.record().Call("executor", callResult(err, ctx), time.Since(callStart))
 			switch {
 			case errors.Is(err, executors.ErrAccepted):
 				d := ParkWith(capsule.TriggerBlockedExternal, "waiting for the executor's result: "+err.Error())
-				d.Record = &Record{AwaitingCycle: cycle}
+				d.Record = &Record{AwaitingCycle: cycle, AwaitingTokenHash: executors.CompletionTokenHash(token)}
 				var acc *executors.AcceptedError
 				if errors.As(err, &acc) && acc.Timeout > 0 {
 					// The endpoint's completion_timeout, from now.

@@ -152,6 +152,25 @@ type bundle struct {
 	artifacts *fakeArtifacts
 	registry  *executors.Registry
 	runs      *atomic.Int64 // runs of the "stub" executor
+	tokens    *tokenLog     // completion tokens of errorExecutor's calls
+}
+
+// tokenLog keeps the completion token of every call it sees.
+type tokenLog struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (l *tokenLog) add(token string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen = append(l.seen, token)
+}
+
+func (l *tokenLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.seen...)
 }
 
 func setup(t *testing.T) *bundle {
@@ -162,6 +181,7 @@ func setup(t *testing.T) *bundle {
 		artifacts: newFakeArtifacts(),
 		registry:  executors.NewRegistry(),
 		runs:      new(atomic.Int64),
+		tokens:    &tokenLog{},
 	}
 	b.registry.RegisterExecutor(executors.StubKind, countingStub{n: b.runs})
 	b.env = &phases.Env{
@@ -544,10 +564,17 @@ func (e blockingExecutor) Execute(ctx context.Context, _ executors.Request) (exe
 	return executors.Result{}, ctx.Err()
 }
 
-// errorExecutor answers with err and no result.
-type errorExecutor struct{ err error }
+// errorExecutor answers with err and no result; tokens, when set, keeps
+// the completion token of every call.
+type errorExecutor struct {
+	err    error
+	tokens *tokenLog
+}
 
-func (e errorExecutor) Execute(context.Context, executors.Request) (executors.Result, error) {
+func (e errorExecutor) Execute(_ context.Context, req executors.Request) (executors.Result, error) {
+	if e.tokens != nil {
+		e.tokens.add(req.CompletionToken)
+	}
 	return executors.Result{}, e.err
 }
 
@@ -698,7 +725,7 @@ func TestExecutionRun(t *testing.T) {
 		{
 			name: "accepted work parks",
 			prepare: func(b *bundle, _ *phases.Input) {
-				b.registry.RegisterExecutor(executors.StubKind, errorExecutor{err: &executors.AcceptedError{Subject: "saga.done.x"}})
+				b.registry.RegisterExecutor(executors.StubKind, errorExecutor{err: &executors.AcceptedError{Subject: "saga.done.x"}, tokens: b.tokens})
 			},
 			wantAction: phases.Park, wantTrigger: capsule.TriggerBlockedExternal, wantAwaiting: true,
 			wantReason: "waiting for the executor's result: executors: accepted, result follows on saga.done.x",
@@ -806,6 +833,11 @@ func TestExecutionRun(t *testing.T) {
 					st := capsule.CheckpointState{}
 					d.Record.ApplyTo(&st)
 					require.Equal(t, cycle, st.AwaitingCycle)
+					// The call's token is never recorded, only its hash.
+					tokens := b.tokens.all()
+					require.Len(t, tokens, 1)
+					require.Regexp(t, `^[0-9a-f]{64}$`, tokens[0])
+					require.Equal(t, executors.CompletionTokenHash(tokens[0]), st.AwaitingTokenHash)
 				}
 				return
 			}

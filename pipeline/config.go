@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/health"
+	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
 	"github.com/sagad/sagad/rules"
@@ -41,6 +43,14 @@ type Config struct {
 	RetryDelay time.Duration
 	// PhaseTimeout bounds one phase run, executor included. Defaults to 10m.
 	PhaseTimeout time.Duration
+	// WriteTimeout bounds each JetStream write on its own (a publish, a KV
+	// or object store write), whatever time the phase has left: a write
+	// JetStream cannot take fails after it as a transient failure, and the
+	// message is naked. Defaults to 5s.
+	WriteTimeout time.Duration
+	// Health is told how every JetStream write ended and when a phase
+	// consumer finished a message (package health). Nil tells no one.
+	Health *health.Monitor
 	// Heartbeat is how often a long phase renews its message, locks and
 	// execution claim. Defaults to 5s.
 	Heartbeat time.Duration
@@ -87,6 +97,11 @@ type Config struct {
 	// ones resume when their locks are free, blocked_external ones have their
 	// locks renewed or time out. Defaults to 5s.
 	SweepInterval time.Duration
+	// RescueAfter is how long a capsule in progress may go without a
+	// checkpoint write, with its phase's queue empty, before the rescuer
+	// sends its step again (maintenance.Rescuer). Negative disables the
+	// rescuer. Defaults to 2m.
+	RescueAfter time.Duration
 	// ExternalTimeout is how long a capsule waits for accepted external work
 	// before it halts with executor_failed. Defaults to 1h.
 	ExternalTimeout time.Duration
@@ -120,6 +135,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PhaseTimeout <= 0 {
 		c.PhaseTimeout = 10 * time.Minute
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = jspub.DefaultTimeout
 	}
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = 5 * time.Second
@@ -160,6 +178,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SweepInterval <= 0 {
 		c.SweepInterval = 5 * time.Second
+	}
+	if c.RescueAfter == 0 {
+		c.RescueAfter = 2 * time.Minute
 	}
 	if c.ExternalTimeout <= 0 {
 		c.ExternalTimeout = time.Hour

@@ -28,11 +28,41 @@ type acceptingStub struct {
 	n *atomic.Int64
 	// timeout is the endpoint's completion_timeout (zero: none configured).
 	timeout time.Duration
+	// token, when set, keeps the completion token of the latest call, as a
+	// worker must.
+	token *atomic.Pointer[string]
 }
 
-func (a acceptingStub) Execute(context.Context, executors.Request) (executors.Result, error) {
+func (a acceptingStub) Execute(_ context.Context, req executors.Request) (executors.Result, error) {
 	a.n.Add(1)
+	if a.token != nil {
+		tok := req.CompletionToken
+		a.token.Store(&tok)
+	}
 	return executors.Result{}, &executors.AcceptedError{Timeout: a.timeout}
+}
+
+// completion is an execute completion with body's members and the
+// completion token the "accepting" executor was last given.
+func (f *fixture) completion(t *testing.T, body string) []byte {
+	t.Helper()
+	var tok *string
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		tok = f.acceptedToken.Load()
+		return tok != nil
+	}, "the accepting executor was called")
+	return withToken(t, body, *tok)
+}
+
+// withToken returns body, a JSON object, with completion_token set to token.
+func withToken(t *testing.T, body, token string) []byte {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(body), &m))
+	m["completion_token"] = token
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	return b
 }
 
 func (f *fixture) admin(t *testing.T) *admin.Admin {
@@ -366,7 +396,7 @@ func TestAcceptedWorkCompletesLater(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, doc.ID(), holder, "locks stay held while the work runs elsewhere")
 
-	result := []byte(`{"kind":"execute","status":"ok","content":{"answer":42},"usage":{"tokens":5,"dollars":0.001}}`)
+	result := f.completion(t, `{"kind":"execute","status":"ok","content":{"answer":42},"usage":{"tokens":5,"dollars":0.001}}`)
 	_, err = f.js.Publish(ctx, executors.CompletionSubject(doc.ID(), 1), result)
 	require.NoError(t, err)
 	s = f.waitState(t, doc.ID(), capsule.Completed)
@@ -667,7 +697,7 @@ func TestOperatorPauseOverAcceptedWork(t *testing.T) {
 	require.Equal(t, capsule.TriggerOperatorManual, cp.State.Pause.Trigger)
 	require.Equal(t, capsule.Paused, s.State)
 
-	result := []byte(`{"kind":"execute","status":"ok","content":{"answer":7},"usage":{"tokens":5,"dollars":0.001}}`)
+	result := f.completion(t, `{"kind":"execute","status":"ok","content":{"answer":7},"usage":{"tokens":5,"dollars":0.001}}`)
 	_, err = f.js.Publish(ctx, executors.CompletionSubject(doc.ID(), 1), result)
 	require.NoError(t, err)
 	waitCompletionsDrained(t, f)

@@ -13,6 +13,7 @@ import (
 	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/maintenance"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
@@ -42,6 +43,7 @@ type Pipeline struct {
 	running []*runner.Consumer
 	cancel  context.CancelFunc
 	sweeper *maintenance.Sweeper
+	rescuer *maintenance.Rescuer
 }
 
 // New creates the JetStream topology (idempotently) and returns a pipeline
@@ -54,6 +56,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 	st, err := store.Ensure(ctx, js, store.Topology{
 		Replicas: cfg.Replicas, Storage: cfg.Storage, AckWait: cfg.AckWait, DuplicateWindow: cfg.DuplicateWindow,
 		Retention: cfg.Retention, LockLease: cfg.LockLease, Workspace: cfg.Workspace, Now: cfg.Now,
+		Writes: &jspub.Writes{Timeout: cfg.WriteTimeout, Observe: cfg.Health.ObserveWrite},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
@@ -115,7 +118,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel
 	p.stopping = workCtx.Done()
-	rc := runner.Config{Workers: p.cfg.Workers, Logger: p.log, Metrics: p.metrics}
+	rc := runner.Config{Workers: p.cfg.Workers, Logger: p.log, Metrics: p.metrics, BusyDelay: p.cfg.RetryDelay, Progress: p.cfg.Health.Settled}
 	stopAll := func() {
 		cancel()
 		for _, r := range p.running {
@@ -144,6 +147,16 @@ func (p *Pipeline) Start(ctx context.Context) error {
 		Logger: p.log, Now: p.cfg.Now, Interval: p.cfg.SweepInterval, ExternalTimeout: p.cfg.ExternalTimeout,
 	})
 	p.sweeper.Start(workCtx)
+	if p.cfg.RescueAfter > 0 {
+		p.rescuer = maintenance.NewRescuer(p.st, maintenance.RescuerConfig{
+			Logger: p.log, Metrics: p.metrics, Now: p.cfg.Now, After: p.cfg.RescueAfter,
+		})
+		if err := p.rescuer.Start(workCtx); err != nil {
+			p.sweeper.Stop()
+			stopAll()
+			return fmt.Errorf("pipeline: start the rescuer: %w", err)
+		}
+	}
 	p.log.Info("pipeline started", "instance", p.cfg.InstanceID, "workers", p.cfg.Workers, "workspace", p.cfg.Workspace)
 	return nil
 }
@@ -152,7 +165,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 // back when ctx expires first), and returns when no work is left.
 func (p *Pipeline) Stop(ctx context.Context) {
 	p.mu.Lock()
-	running, cancel, sweeper := p.running, p.cancel, p.sweeper
+	running, cancel, sweeper, rescuer := p.running, p.cancel, p.sweeper, p.rescuer
 	p.running, p.cancel = nil, nil
 	p.mu.Unlock()
 	if running == nil {
@@ -184,6 +197,9 @@ func (p *Pipeline) Stop(ctx context.Context) {
 	}
 	cancel()
 	sweeper.Stop()
+	if rescuer != nil {
+		rescuer.Stop()
+	}
 	p.log.Info("pipeline stopped", "instance", p.cfg.InstanceID)
 }
 

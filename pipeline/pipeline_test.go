@@ -34,6 +34,9 @@ type fixture struct {
 	cfg       pipeline.Config
 	executed  *atomic.Int64
 	workspace string
+	// acceptedToken is the completion token of the "accepting" executor's
+	// latest call.
+	acceptedToken *atomic.Pointer[string]
 }
 
 // countingStub counts executor runs per capsule around the stub executor.
@@ -77,11 +80,11 @@ func setupWith(t *testing.T, change func(*pipeline.Config)) *fixture {
 	t.Helper()
 	s := natstest.RunServer(t)
 	_, js := natstest.Connect(t, s)
-	f := &fixture{srv: s, js: js, executed: new(atomic.Int64), workspace: capsuletest.Workspace(t), gate: make(chan struct{})}
+	f := &fixture{srv: s, js: js, executed: new(atomic.Int64), workspace: capsuletest.Workspace(t), gate: make(chan struct{}), acceptedToken: new(atomic.Pointer[string])}
 	reg := executors.NewRegistry()
 	reg.RegisterExecutor("stub", countingStub{n: f.executed})
 	reg.RegisterExecutor("slow", countingStub{n: f.executed, gate: f.gate})
-	reg.RegisterExecutor("accepting", acceptingStub{n: f.executed})
+	reg.RegisterExecutor("accepting", acceptingStub{n: f.executed, token: f.acceptedToken})
 	f.cfg = testConfig(t, f.workspace, reg)
 	if change != nil {
 		change(&f.cfg)

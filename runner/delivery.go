@@ -65,8 +65,10 @@ func (c *Consumer) settle(msg jetstream.Msg, d Delivery) {
 			"key", PrintableKey(msg.Headers().Get(HeaderKey)), "cause", d.cause, "error", d.Err)
 		c.metrics.Terminated(d.cause)
 		_ = msg.TermWithReason(d.cause)
+		c.progressed()
 	default:
 		_ = msg.Ack()
+		c.progressed()
 	}
 }
 
@@ -77,4 +79,10 @@ func PrintableKey(k string) string {
 		k = k[:128] + "…"
 	}
 	return k
+}
+
+func (c *Consumer) progressed() {
+	if c.cfg.Progress != nil {
+		c.cfg.Progress(c.name)
+	}
 }

@@ -23,8 +23,17 @@ type Config struct {
 	Workers int
 	// Logger receives naks and terminations. Defaults to discarding.
 	Logger *slog.Logger
-	// Metrics counts terminations. Nil counts nothing.
+	// Metrics counts terminations and redeliveries found in flight. Nil
+	// counts nothing.
 	Metrics *metrics.Metrics
+	// BusyDelay is how long a redelivered message whose first delivery is
+	// still being handled in this process waits before it comes back (it
+	// is naked, not handled a second time). Defaults to 1s.
+	BusyDelay time.Duration
+	// Progress, when set, is told the consumer's name whenever a handler
+	// finished a message: acknowledged or terminated it (package health
+	// watches for stalls with it).
+	Progress func(consumer string)
 }
 
 // Consumer consumes one durable JetStream consumer with a bounded pool of
@@ -33,9 +42,16 @@ type Consumer struct {
 	name    string
 	log     *slog.Logger
 	metrics *metrics.Metrics
+	cfg     Config
 	cc      jetstream.ConsumeContext
 	work    chan jetstream.Msg
 	wg      sync.WaitGroup
+
+	// inFlight holds the stream sequences of the messages this Consumer
+	// took and has not settled yet (waiting for a worker or being handled),
+	// each with whether a redelivery of it was logged already.
+	mu       sync.Mutex
+	inFlight map[uint64]bool
 }
 
 // Start begins consuming the durable consumer name of stream. Handlers run
@@ -47,21 +63,31 @@ func Start(ctx, workCtx context.Context, js jetstream.JetStream, stream, name st
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.BusyDelay <= 0 {
+		cfg.BusyDelay = time.Second
+	}
 	cons, err := js.Consumer(ctx, stream, name)
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{name: name, log: cfg.Logger, metrics: cfg.Metrics, work: make(chan jetstream.Msg)}
+	c := &Consumer{name: name, log: cfg.Logger, metrics: cfg.Metrics, cfg: cfg, work: make(chan jetstream.Msg),
+		inFlight: make(map[uint64]bool)}
 	for i := 0; i < cfg.Workers; i++ {
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
 			for msg := range c.work {
 				c.settle(msg, handle(workCtx, msg))
+				c.done(msg)
 			}
 		}()
 	}
-	c.cc, err = cons.Consume(func(msg jetstream.Msg) { c.work <- msg },
+	c.cc, err = cons.Consume(func(msg jetstream.Msg) {
+		if !c.take(msg) {
+			return
+		}
+		c.work <- msg
+	},
 		jetstream.PullMaxMessages(cfg.Workers),
 		jetstream.PullExpiry(pullExpiry),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -104,4 +130,44 @@ func (c *Consumer) Stop() {
 	}
 	close(c.work)
 	c.wg.Wait()
+}
+
+// take records msg as in flight, unless its stream sequence is in flight
+// already: a redelivery (AckWait ran out) of a message whose first delivery
+// is still waiting for a worker or being handled, say stuck on a write. A
+// second handler would only race the first; the copy is naked to come back
+// after BusyDelay (the first's acknowledgement, meanwhile, settles both) and
+// counted.
+func (c *Consumer) take(msg jetstream.Msg) bool {
+	md, err := msg.Metadata()
+	if err != nil {
+		return true // no sequence to know it by
+	}
+	seq := md.Sequence.Stream
+	c.mu.Lock()
+	logged, busy := c.inFlight[seq]
+	c.inFlight[seq] = busy // logged once per message: it comes back every BusyDelay
+	c.mu.Unlock()
+	if !busy {
+		return true
+	}
+	c.metrics.RedeliveredInFlight()
+	if !logged {
+		c.log.Warn("redelivered while its first delivery is still being handled: handed back", "consumer", c.name,
+			"subject", msg.Subject(), "key", PrintableKey(msg.Headers().Get(HeaderKey)), "stream_seq", seq,
+			"deliveries", md.NumDelivered, "retry_in", c.cfg.BusyDelay)
+	}
+	_ = msg.NakWithDelay(c.cfg.BusyDelay)
+	return false
+}
+
+// done forgets msg as in flight once it is settled.
+func (c *Consumer) done(msg jetstream.Msg) {
+	md, err := msg.Metadata()
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	delete(c.inFlight, md.Sequence.Stream)
+	c.mu.Unlock()
 }

@@ -230,6 +230,9 @@ func records() map[string]struct {
 			}},
 			Execution: &capsule.ExecutionClaim{Cycle: 2, Holder: "sagad-1", ExpiresAt: at.Add(time.Hour)},
 			Result:    &capsule.ExecutionResult{Cycle: 2, ArtifactRef: "artifact:3f0c2a9e/2", Usage: usage, Failed: "exit 1"},
+			// Not a state a capsule reaches (a result clears it); here so
+			// the schema is checked against every member.
+			AwaitingCycle: 2, AwaitingTokenHash: strings.Repeat("cd", 32),
 		},
 		History: []capsule.Transition{
 			{Phase: capsule.Reception, PhaseName: "RECEPTION", Cycle: 0, Outcome: capsule.OutcomePassed, At: at},

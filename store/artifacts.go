@@ -33,8 +33,23 @@ const (
 	maxChunk = 128 << 10
 )
 
-// recentArtifacts bounds the in-process copies kept for REVIEW.
-const recentArtifacts = 1024
+// recentArtifacts and recentBytes bound the in-process copies kept for
+// REVIEW, in number and in content bytes: an executor's output may be MiBs
+// (a command's is capped at 4 MiB by default), and a thousand of those
+// would be gigabytes.
+const (
+	recentArtifacts = 1024
+	recentBytes     = 64 << 20
+)
+
+// artifactReadTimeout bounds one object store read. The nats.go client sets
+// the read deadline of the pipe it reads chunks through to the context's
+// deadline, and that deadline's timer keeps the pipe alive until it fires,
+// read or not: under the phase's own deadline (10 minutes by default) every
+// read held about a kilobyte for that long, which grew with the read rate.
+// An artifact is at most a few MiB (an executor's output is capped), read
+// in well under this.
+const artifactReadTimeout = 30 * time.Second
 
 // Artifacts keeps artifact records in the SAGA_ARTIFACTS object store,
 // one object per (capsule, cycle); a redelivered put overwrites it with the
@@ -44,13 +59,21 @@ const recentArtifacts = 1024
 type Artifacts struct {
 	os jetstream.ObjectStore
 	js jetstream.JetStream
+	w  *jspub.Writes // bounds and observes every write
 
 	mu     sync.Mutex
 	recent map[string]capsule.Artifact
+	// order holds recent's refs in the order they were first put: the
+	// oldest is evicted first. REVIEW reads an artifact shortly after
+	// EXECUTION put it, so the newest are the ones worth keeping; a random
+	// eviction dropped a live one now and then, and each miss cost an
+	// object store read.
+	order []string
+	bytes int // content bytes in recent
 }
 
 func newArtifactStore(os jetstream.ObjectStore, js jetstream.JetStream) *Artifacts {
-	return &Artifacts{os: os, js: js, recent: make(map[string]capsule.Artifact)}
+	return &Artifacts{os: os, js: js, recent: make(map[string]capsule.Artifact, recentArtifacts)}
 }
 
 // Put writes the artifact as an object store object: its chunks, then its
@@ -78,7 +101,7 @@ func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error)
 	chunks := len(msgs)
 	// In order: the object store reads chunks in stream order.
 	for _, m := range msgs {
-		if _, err := jspub.Publish(ctx, s.js.Conn(), m); err != nil {
+		if _, err := jspub.Write(ctx, s.w, func(ctx context.Context) (uint64, error) { return jspub.Publish(ctx, s.js.Conn(), m) }); err != nil {
 			return "", fmt.Errorf("put artifact %s: %w", name, err)
 		}
 	}
@@ -99,7 +122,7 @@ func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error)
 	m := nats.NewMsg("$O." + ArtifactsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name)))
 	m.Data = mb
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	if _, err := jspub.Publish(ctx, s.js.Conn(), m); err != nil {
+	if _, err := jspub.Write(ctx, s.w, func(ctx context.Context) (uint64, error) { return jspub.Publish(ctx, s.js.Conn(), m) }); err != nil {
 		return "", fmt.Errorf("put artifact %s: %w", name, err)
 	}
 	s.remember(a)
@@ -109,13 +132,21 @@ func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error)
 func (s *Artifacts) remember(a capsule.Artifact) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.recent[a.Ref]; !ok && len(s.recent) >= recentArtifacts {
-		for k := range s.recent {
-			delete(s.recent, k)
-			break
-		}
+	if old, ok := s.recent[a.Ref]; ok {
+		s.bytes -= len(old.Content) // a redelivered put keeps its place
+	} else {
+		s.order = append(s.order, a.Ref)
 	}
 	s.recent[a.Ref] = a
+	s.bytes += len(a.Content)
+	// The newest always stays, however large.
+	for len(s.order) > 1 && (len(s.recent) > recentArtifacts || s.bytes > recentBytes) {
+		oldest := s.order[0]
+		s.order[0] = ""
+		s.order = s.order[1:]
+		s.bytes -= len(s.recent[oldest].Content)
+		delete(s.recent, oldest)
+	}
 }
 
 func (s *Artifacts) Get(ctx context.Context, ref string) (capsule.Artifact, error) {
@@ -125,6 +156,8 @@ func (s *Artifacts) Get(ctx context.Context, ref string) (capsule.Artifact, erro
 	if ok {
 		return a, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, artifactReadTimeout)
+	defer cancel()
 	b, err := s.os.GetBytes(ctx, strings.TrimPrefix(ref, "artifact:"))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return a, fmt.Errorf("get artifact %s: %w: %w", ref, phases.ErrArtifactGone, err)

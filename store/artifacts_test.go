@@ -42,3 +42,55 @@ func TestArtifactPutReadsBackWithTheObjectStoreClient(t *testing.T) {
 		require.True(t, found)
 	}
 }
+
+// TestArtifactsKeepTheNewest: the in-process copies REVIEW reads are the
+// last recentArtifacts put, whatever came before; a ref put again keeps its
+// place and is not counted twice.
+func TestArtifactsKeepTheNewest(t *testing.T) {
+	t.Parallel()
+	s := newArtifactStore(nil, nil)
+	put := func(i int) {
+		s.remember(capsule.Artifact{Ref: ArtifactRef("c", i), Cycle: i})
+	}
+	const extra = 300
+	for i := range recentArtifacts + extra {
+		put(i)
+		if i == 10 {
+			put(10) // a redelivered put: same ref, same slot
+		}
+	}
+	require.Len(t, s.recent, recentArtifacts)
+	for i := range recentArtifacts + extra {
+		_, ok := s.recent[ArtifactRef("c", i)]
+		require.Equal(t, i >= extra, ok, "artifact %d kept", i)
+	}
+}
+
+// TestArtifactsBoundedInBytes: large artifacts are kept up to recentBytes of
+// content, the oldest dropped first; the newest stays even when it alone is
+// larger.
+func TestArtifactsBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	s := newArtifactStore(nil, nil)
+	big := func(i, size int) capsule.Artifact {
+		return capsule.Artifact{Ref: ArtifactRef("c", i), Content: make([]byte, size)}
+	}
+	const size = 4 << 20
+	n := recentBytes/size + 5
+	for i := range n {
+		s.remember(big(i, size))
+		require.LessOrEqual(t, s.bytes, recentBytes)
+	}
+	require.Len(t, s.recent, recentBytes/size)
+	_, ok := s.recent[ArtifactRef("c", 4)]
+	require.False(t, ok, "the oldest are dropped")
+	_, ok = s.recent[ArtifactRef("c", n-1)]
+	require.True(t, ok, "the newest is kept")
+
+	s.remember(big(n, recentBytes+1))
+	require.Len(t, s.recent, 1)
+	require.Equal(t, recentBytes+1, s.bytes)
+	s.remember(big(n+1, 10))
+	require.Len(t, s.recent, 1, "the huge one goes first")
+	require.Equal(t, 10, s.bytes)
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/cas"
+	"github.com/sagad/sagad/internal/jspub"
 )
 
 // Continuations keeps one continuation record per paused capsule in the
@@ -18,6 +19,7 @@ import (
 // it resumes or ends, so operators and tools can list what is paused cheaply.
 type Continuations struct {
 	kv jetstream.KeyValue
+	w  *jspub.Writes // bounds and observes every write
 }
 
 // ContinuationOf derives the continuation record of a paused checkpoint.
@@ -42,7 +44,7 @@ func (s *Continuations) Put(ctx context.Context, cp *capsule.Checkpoint) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.kv.Put(ctx, cp.Key, b); err != nil {
+	if err := s.w.Do(ctx, func(ctx context.Context) error { _, err := s.kv.Put(ctx, cp.Key, b); return err }); err != nil {
 		return fmt.Errorf("put continuation %s: %w", cp.Key, err)
 	}
 	return nil
@@ -53,7 +55,7 @@ func (s *Continuations) Delete(ctx context.Context, key string) error {
 	if _, err := s.kv.Get(ctx, key); errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil
 	}
-	if err := s.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err := s.w.Do(ctx, func(ctx context.Context) error { return s.kv.Delete(ctx, key) }); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("delete continuation %s: %w", key, err)
 	}
 	return nil
@@ -104,7 +106,7 @@ func (s *Continuations) DeleteIfStale(ctx context.Context, key string, cp *capsu
 		c.CreatedAt.Equal(cp.State.Pause.At) {
 		return nil
 	}
-	err = s.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+	err = s.w.Do(ctx, func(ctx context.Context) error { return s.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())) })
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !cas.Conflict(err) {
 		return fmt.Errorf("delete continuation %s: %w", key, err)
 	}

@@ -103,14 +103,14 @@ func (s *Store) markOutcomeSent(ctx context.Context, key string, raw []byte) err
 
 // publish publishes m and waits for its acknowledgement.
 func (s *Store) publish(ctx context.Context, m *nats.Msg) error {
-	_, err := jspub.Publish(ctx, s.js.Conn(), m)
+	_, err := jspub.Write(ctx, s.writes(), func(ctx context.Context) (uint64, error) { return jspub.Publish(ctx, s.js.Conn(), m) })
 	return err
 }
 
 // PublishPhase sends the capsule to its current phase. token marks a resume.
 func (s *Store) PublishPhase(ctx context.Context, cp *capsule.Checkpoint, raw []byte, token string) error {
 	m := phaseMsg(cp, raw, token)
-	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+	if err := s.writes().Do(ctx, func(ctx context.Context) error { _, err := s.js.PublishMsg(ctx, m); return err }); err != nil {
 		return fmt.Errorf("publish to %s: %w", m.Subject, err)
 	}
 	return nil
@@ -182,7 +182,7 @@ func (s *Store) PublishEvent(ctx context.Context, ev capsule.Event) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+	if err := s.writes().Do(ctx, func(ctx context.Context) error { _, err := s.js.PublishMsg(ctx, m); return err }); err != nil {
 		return fmt.Errorf("publish event %s: %w", ev.ID, err)
 	}
 	return nil

@@ -38,6 +38,9 @@ type Topology struct {
 	Workspace string
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// Writes bounds and observes every write to these streams and buckets.
+	// Nil bounds each by jspub.DefaultTimeout.
+	Writes *jspub.Writes
 }
 
 func (t Topology) withDefaults() Topology {
@@ -98,15 +101,17 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Topology) (*Store, 
 	if err != nil {
 		return nil, err
 	}
-	lm, err := locks.New(ctx, js, locks.Config{Lease: cfg.LockLease, Replicas: cfg.Replicas, Storage: cfg.Storage, Now: cfg.Now})
+	lm, err := locks.New(ctx, js, locks.Config{Lease: cfg.LockLease, Replicas: cfg.Replicas, Storage: cfg.Storage, Now: cfg.Now, Writes: cfg.Writes})
 	if err != nil {
 		return nil, err
 	}
-	bt, err := budget.New(ctx, js, budget.Config{Replicas: cfg.Replicas, Storage: cfg.Storage})
+	bt, err := budget.New(ctx, js, budget.Config{Replicas: cfg.Replicas, Storage: cfg.Storage, Writes: cfg.Writes})
 	if err != nil {
 		return nil, err
 	}
-	return newStore(js, st, lm, bt, cfg.Retention, cfg.Workspace), nil
+	s := newStore(js, st, lm, bt, cfg.Retention, cfg.Workspace)
+	s.setWrites(cfg.Writes)
+	return s, nil
 }
 
 // Open binds to the topology a sagad created, for operator actions and
@@ -206,7 +211,9 @@ func (s *Store) Raw(ctx context.Context, key string) ([]byte, *capsule.Capsule, 
 // (a redelivered intake message must not erase what its first delivery
 // recorded on them, the outcome mark).
 func (s *Store) KeepBytes(ctx context.Context, key string, raw []byte) error {
-	_, err := jspub.KVCreate(ctx, jspub.Conn(s.js), s.capsules, key, raw)
+	_, err := jspub.Write(ctx, s.writes(), func(ctx context.Context) (uint64, error) {
+		return jspub.KVCreate(ctx, jspub.Conn(s.js), s.capsules, key, raw)
+	})
 	return err
 }
 
@@ -214,7 +221,7 @@ func (s *Store) KeepBytes(ctx context.Context, key string, raw []byte) error {
 // earlier run ended and was forgotten must not carry that run's outcome mark
 // and time to live.
 func (s *Store) RenewBytes(ctx context.Context, key string, raw []byte) error {
-	_, err := s.capsules.Put(ctx, key, raw)
+	_, err := jspub.Write(ctx, s.writes(), func(ctx context.Context) (uint64, error) { return s.capsules.Put(ctx, key, raw) })
 	return err
 }
 

@@ -32,11 +32,19 @@ type Checkpoints struct {
 	// capsule is written with it as its time to live.
 	ttl time.Duration
 	kv  jetstream.KeyValue
+	// w bounds and observes every write (see internal/jspub.Writes).
+	w *jspub.Writes
 }
 
 // ReaderOf returns read-only access to the checkpoints in kv (the
 // SAGA_CHECKPOINTS bucket), for clients that write nothing.
 func ReaderOf(kv jetstream.KeyValue) *Checkpoints { return &Checkpoints{kv: kv} }
+
+// WatchMeta watches every checkpoint's key and revision (no values): who
+// changed when, at the cost of a header per write.
+func (s *Checkpoints) WatchMeta(ctx context.Context) (jetstream.KeyWatcher, error) {
+	return s.kv.WatchAll(ctx, jetstream.MetaOnly())
+}
 
 // Watch watches the checkpoint of key (sagactl wait and watch).
 func (s *Checkpoints) Watch(ctx context.Context, key string) (jetstream.KeyWatcher, error) {
@@ -157,7 +165,7 @@ func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (uint6
 			return rev, err
 		}
 	}
-	rev, err := s.kv.Create(ctx, cp.Key, b)
+	rev, err := jspub.Write(ctx, s.w, func(ctx context.Context) (uint64, error) { return s.kv.Create(ctx, cp.Key, b) })
 	if cas.Conflict(err) {
 		return 0, ErrConflict
 	}
@@ -194,7 +202,7 @@ func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev ui
 		}
 		return s.write(ctx, cp.Key, b, rev, ttl)
 	}
-	n, err := s.kv.Update(ctx, cp.Key, b, rev)
+	n, err := jspub.Write(ctx, s.w, func(ctx context.Context) (uint64, error) { return s.kv.Update(ctx, cp.Key, b, rev) })
 	if cas.Conflict(err) {
 		return 0, ErrConflict
 	}
@@ -213,7 +221,7 @@ func (s *Checkpoints) write(ctx context.Context, key string, b []byte, rev uint6
 	if ttl > 0 {
 		m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
 	}
-	seq, err := jspub.Publish(ctx, s.js.Conn(), m)
+	seq, err := jspub.Write(ctx, s.w, func(ctx context.Context) (uint64, error) { return jspub.Publish(ctx, s.js.Conn(), m) })
 	if cas.Conflict(err) {
 		return 0, ErrConflict
 	}

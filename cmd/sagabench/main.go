@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 
 	"github.com/sagad/sagad/internal/bench"
 )
@@ -42,12 +43,13 @@ func main() {
 	fs.BoolVar(&syncAlways, "sync-always", false, "alias of -sync always")
 	fs.DurationVar(&cfg.DuplicateWindow, "dup-window", 0, "experiment: sagad's JetStream de-duplication window (default: sagad's, 2m)")
 	fs.DurationVar(&cfg.Retention, "retention", 0, "sagad's retention of ended capsules (default: sagad's, 168h; negative keeps them forever)")
-	fs.DurationVar(&cfg.PhaseTimeout, "phase-timeout", 0, "experiment: sagad's phase timeout (default: sagad's, 2m)")
+	fs.DurationVar(&cfg.PhaseTimeout, "phase-timeout", 0, "experiment: sagad's phase timeout (default: sagad's, 10m)")
 	fs.DurationVar(&cfg.StallTimeout, "stall", 0, "give up on capsules after this long without any outcome (default 60s)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the first measured round of the -profile system (sagad by default) to this file (with -memcheck: after the first reading; FILE.first before it)")
 	fs.StringVar(&cfg.MemProfile, "memprofile", "", "write heap profiles after (FILE) and before (FILE.base) the measured rounds of the -profile system")
 	fs.StringVar(&cfg.Profile, "profile", "sagad", `the system -cpuprofile and -memprofile cover: "sagad", "floor" (with -floor) or "baseline"`)
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON on stdout (progress goes to stderr)")
+	fs.IntVar(&runtime.MemProfileRate, "memprofilerate", runtime.MemProfileRate, "bytes allocated per heap profile sample (smaller sees smaller holders, at some CPU)")
 	_ = fs.Parse(os.Args[1:])
 	if syncAlways {
 		cfg.Sync = "always"

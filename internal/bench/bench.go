@@ -247,6 +247,29 @@ type MemCheck struct {
 	RSSRatio      float64 `json:"rss_ratio"`
 	RSSAfterGC    float64 `json:"rss_after_gc_ratio"`
 	HeapRatio     float64 `json:"heap_ratio"`
+	// Unsettled, when not empty, says why the first reading came before
+	// memory could be steady (see unsettled).
+	Unsettled string `json:"unsettled,omitempty"`
+}
+
+// unsettled says why a first reading taken after first of running cannot be
+// steady, or "" when it can be. What the server keeps for a window (the
+// de-duplication ids of dupWindow, the ended capsules of a retention)
+// grows until that window has passed: a reading before it is a half-filled
+// server, and the ratio to a later one measures the filling as well. On a
+// fast machine 10 000 capsules take seconds. A retention of an hour or more
+// (sagad's default, or none) is not expected to be flat at all.
+func unsettled(first, dupWindow, retention time.Duration, capsules int) string {
+	window, what := dupWindow, fmt.Sprintf("the %s de-duplication window", dupWindow)
+	if retention > 0 && retention < time.Hour && retention > window {
+		window, what = retention, fmt.Sprintf("the %s retention", retention)
+	}
+	if retention <= 0 || retention >= time.Hour || first >= window || first <= 0 {
+		return ""
+	}
+	need := int(float64(capsules) * float64(window) / float64(first))
+	return fmt.Sprintf("the first reading came %s in, before %s had passed: the ratio includes its filling (-memcheck-first %d or more reads at steady state)",
+		first.Round(time.Second), what, need)
 }
 
 // Target is one goal of issue 6 and whether this run met it.
@@ -691,6 +714,11 @@ func memCheck(ctx context.Context, e *env, sut *contestant, progress func(string
 	mc.RSSRatio = ratio(float64(mc.AtTotal.RSS), float64(mc.AtFirst.RSS))
 	mc.RSSAfterGC = ratio(float64(mc.AtTotal.RSSAfterGC), float64(mc.AtFirst.RSSAfterGC))
 	mc.HeapRatio = ratio(float64(mc.AtTotal.HeapInuse), float64(mc.AtFirst.HeapInuse))
+	dupWindow := cfg.DuplicateWindow
+	if dupWindow <= 0 {
+		dupWindow = 2 * time.Minute // pipeline.Config's default
+	}
+	mc.Unsettled = unsettled(mc.First.Elapsed, dupWindow, cfg.Retention, cfg.MemCheckFirst)
 	sut.result.Rounds = []Batch{mc.First, mc.Rest}
 	sut.result.Median = mc.Rest
 	sut.result.Memory = mc.AtTotal

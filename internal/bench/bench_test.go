@@ -332,3 +332,34 @@ func TestMedian(t *testing.T) {
 		require.InDelta(t, tt.want, median(tt.in), 1e-9, "%v", tt.in)
 	}
 }
+
+// TestUnsettled: a first reading before the de-duplication window (or a
+// short retention, when longer) has passed is flagged, with the first
+// reading that would be steady at the same rate; long or no retention is
+// not expected to be flat and is not flagged.
+func TestUnsettled(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		first, dup time.Duration
+		retention  time.Duration
+		want       string // "" or a substring
+	}{
+		{"fast machine, 5s retention", 3 * time.Second, 2 * time.Minute, 5 * time.Second, "-memcheck-first 400000 or more"},
+		{"window passed", 3 * time.Minute, 2 * time.Minute, 5 * time.Second, ""},
+		{"a retention longer than the window", 5 * time.Minute, 2 * time.Minute, 10 * time.Minute, "the 10m0s retention"},
+		{"sagad's default retention", 3 * time.Second, 2 * time.Minute, 168 * time.Hour, ""},
+		{"the default, unset", 3 * time.Second, 2 * time.Minute, 0, ""},
+		{"kept forever", 3 * time.Second, 2 * time.Minute, -1, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := unsettled(tt.first, tt.dup, tt.retention, 10_000)
+			if tt.want == "" {
+				require.Empty(t, got)
+				return
+			}
+			require.Contains(t, got, tt.want)
+		})
+	}
+}

@@ -171,6 +171,9 @@ func WriteText(w io.Writer, r *Report) {
 			mc.FirstCapsules, mc.TotalCapsules, mib(mc.AtFirst.RSS), mib(mc.AtTotal.RSS), mc.RSSRatio,
 			mib(mc.AtFirst.RSSAfterGC), mib(mc.AtTotal.RSSAfterGC), mc.RSSAfterGC,
 			mib(mc.AtFirst.HeapInuse), mib(mc.AtTotal.HeapInuse), mc.HeapRatio)
+		if mc.Unsettled != "" {
+			fmt.Fprintf(w, "  note: %s\n", mc.Unsettled)
+		}
 	}
 
 	fmt.Fprintln(w, "\nexactly once (every capsule published in the run, warm-up and round trips included):")

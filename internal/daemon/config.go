@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/internal/natsconn"
 )
 
@@ -76,10 +77,24 @@ type Config struct {
 	// ExternalTimeout halts a capsule whose accepted external work has not
 	// reported within it. Defaults to 1h.
 	ExternalTimeout Duration `json:"external_timeout"`
+	// RescueAfter is how long a capsule in progress may go unchanged, its
+	// phase's queue empty, before its step is sent again; negative disables
+	// the rescuer. Defaults to 2m.
+	RescueAfter Duration `json:"rescue_after"`
 	// Retention is how long an ended capsule's checkpoint, bytes, events and
 	// artifacts are kept after its outcome; negative keeps them forever.
 	// Defaults to 168h (7 days).
 	Retention Duration `json:"retention"`
+	// WriteTimeout bounds each JetStream write, whatever time its phase has
+	// left; a write that times out is retried later. Defaults to 5s.
+	WriteTimeout Duration `json:"write_timeout"`
+	// UnhealthyAfter is how long JetStream writes may keep failing before
+	// sagad logs it at ERROR, raises sagad_jetstream_writes_failing and
+	// fails /readyz. Defaults to 30s.
+	UnhealthyAfter Duration `json:"unhealthy_after"`
+	// StallAfter is how long a phase with pending work may make no progress
+	// before /readyz reports it stalled. Defaults to 2m.
+	StallAfter Duration `json:"stall_after"`
 	// Executors serve task kinds beyond the built-in "stub" (config file
 	// only; see executors.Config and examples/sagad.json).
 	Executors map[string]executors.Endpoint `json:"executors"`
@@ -168,7 +183,22 @@ func (c *Config) withDefaults() {
 	if c.Sync == "" {
 		c.Sync = DefaultSync
 	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = Duration(jspub.DefaultTimeout)
+	}
+	if c.UnhealthyAfter == 0 {
+		c.UnhealthyAfter = Duration(DefaultUnhealthyAfter)
+	}
+	if c.StallAfter == 0 {
+		c.StallAfter = Duration(DefaultStallAfter)
+	}
 }
+
+// Defaults of the health settings (package health).
+const (
+	DefaultUnhealthyAfter = 30 * time.Second
+	DefaultStallAfter     = 2 * time.Minute
+)
 
 func (c *Config) validate() error {
 	var errs []error
@@ -182,6 +212,9 @@ func (c *Config) validate() error {
 	}
 	if c.Workers < 0 || c.Replicas < 0 {
 		errs = append(errs, errors.New("workers and replicas must not be negative"))
+	}
+	if c.WriteTimeout < 0 || c.UnhealthyAfter < 0 || c.StallAfter < 0 {
+		errs = append(errs, errors.New("write timeout, unhealthy after and stall after must be positive"))
 	}
 	errs = append(errs, c.Options.Validate(), c.checkExposure())
 	if (c.ServerTLSCert == "") != (c.ServerTLSKey == "") || (c.ServerTLSCA != "" && c.ServerTLSCert == "") {
@@ -218,12 +251,16 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.BoolVar(&flags.Insecure, "insecure", false, "allow listening off loopback without TLS (embedded NATS, HTTP); logs a warning (env SAGAD_INSECURE)")
 	var syncAlways bool
 	fs.BoolVar(&syncAlways, "sync-always", false, "alias of --sync always (env SAGAD_SYNC_ALWAYS)")
-	var lockWait, deadlineWarning, externalTimeout, retention time.Duration
+	var lockWait, deadlineWarning, externalTimeout, retention, rescueAfter, writeTimeout, unhealthyAfter, stallAfter time.Duration
 	fs.DurationVar(&lockWait, "lock-wait", 0, "retry contended locks this long, then park with lock_contention; negative halts at once (default 60s; env SAGAD_LOCK_WAIT)")
 	fs.Float64Var(&flags.BudgetWarning, "budget-warning", 0, "pause with budget_warning past this fraction of a cap; negative disables (default 0.75; env SAGAD_BUDGET_WARNING)")
 	fs.DurationVar(&deadlineWarning, "deadline-warning", 0, "pause with deadline_approaching when less is left; negative disables (default 5m; env SAGAD_DEADLINE_WARNING)")
 	fs.DurationVar(&externalTimeout, "external-timeout", 0, "halt when accepted external work reports nothing for this long (default 1h; env SAGAD_EXTERNAL_TIMEOUT)")
+	fs.DurationVar(&rescueAfter, "rescue-after", 0, "send again the step of a capsule in progress unchanged this long with nothing queued for its phase; negative disables (default 2m; env SAGAD_RESCUE_AFTER)")
 	fs.DurationVar(&retention, "retention", 0, "keep ended capsules this long, then remove their state (outcomes stay); negative keeps them forever (default 168h; env SAGAD_RETENTION)")
+	fs.DurationVar(&writeTimeout, "write-timeout", 0, "bound of each JetStream write; one that times out is retried later (default 5s; env SAGAD_WRITE_TIMEOUT)")
+	fs.DurationVar(&unhealthyAfter, "unhealthy-after", 0, "JetStream writes failing this long make sagad unhealthy: ERROR log, sagad_jetstream_writes_failing 1, /readyz 503 (default 30s; env SAGAD_UNHEALTHY_AFTER)")
+	fs.DurationVar(&stallAfter, "stall-after", 0, "/readyz reports a phase with pending work and no progress for this long (default 2m; env SAGAD_STALL_AFTER)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -233,6 +270,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	flags.ShutdownTimeout = Duration(shutdown)
 	flags.LockWait, flags.DeadlineWarning, flags.ExternalTimeout = Duration(lockWait), Duration(deadlineWarning), Duration(externalTimeout)
 	flags.Retention = Duration(retention)
+	flags.RescueAfter = Duration(rescueAfter)
+	flags.WriteTimeout, flags.UnhealthyAfter, flags.StallAfter = Duration(writeTimeout), Duration(unhealthyAfter), Duration(stallAfter)
 	if file == "" {
 		file = getenv("SAGAD_CONFIG")
 	}
@@ -298,6 +337,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	envDur(&cfg.DeadlineWarning, "SAGAD_DEADLINE_WARNING")
 	envDur(&cfg.ExternalTimeout, "SAGAD_EXTERNAL_TIMEOUT")
 	envDur(&cfg.Retention, "SAGAD_RETENTION")
+	envDur(&cfg.RescueAfter, "SAGAD_RESCUE_AFTER")
+	envDur(&cfg.WriteTimeout, "SAGAD_WRITE_TIMEOUT")
+	envDur(&cfg.UnhealthyAfter, "SAGAD_UNHEALTHY_AFTER")
+	envDur(&cfg.StallAfter, "SAGAD_STALL_AFTER")
 	if v := getenv("SAGAD_BUDGET_WARNING"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
@@ -370,6 +413,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.ExternalTimeout = flags.ExternalTimeout
 		case "retention":
 			cfg.Retention = flags.Retention
+		case "rescue-after":
+			cfg.RescueAfter = flags.RescueAfter
+		case "write-timeout":
+			cfg.WriteTimeout = flags.WriteTimeout
+		case "unhealthy-after":
+			cfg.UnhealthyAfter = flags.UnhealthyAfter
+		case "stall-after":
+			cfg.StallAfter = flags.StallAfter
 		}
 	})
 	if cfg.HTTPListen == "" {

@@ -26,6 +26,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sagad/sagad/adminsvc"
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/health"
 	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
@@ -118,6 +120,8 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	if err != nil {
 		return err
 	}
+	mon := newMonitor(cfg, log, m)
+	defer mon.Stop()
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	p, err := pipeline.New(setupCtx, js, pipeline.Config{
@@ -131,7 +135,10 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		BudgetWarning:   cfg.BudgetWarning,
 		DeadlineWarning: time.Duration(cfg.DeadlineWarning),
 		ExternalTimeout: time.Duration(cfg.ExternalTimeout),
+		RescueAfter:     time.Duration(cfg.RescueAfter),
 		Retention:       cfg.retention(),
+		WriteTimeout:    time.Duration(cfg.WriteTimeout),
+		Health:          mon,
 	})
 	if err != nil {
 		return err
@@ -156,7 +163,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 			p.Stop(ctx)
 			return fmt.Errorf("http listen: %w", err)
 		}
-		httpSrv = &http.Server{Handler: httpHandler(nc, js, reg, &ready), ReadHeaderTimeout: 5 * time.Second}
+		httpSrv = &http.Server{Handler: httpHandler(nc, js, reg, &ready, mon), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = httpSrv.Serve(ln) }()
 		log.Info("http listening", "addr", ln.Addr().String())
 	}
@@ -272,14 +279,14 @@ func newRegistry(js jetstream.JetStream, log *slog.Logger) (*prometheus.Registry
 // scrape's JetStream collector).
 const readyTimeout = 2 * time.Second
 
-func httpHandler(nc *nats.Conn, js jetstream.JetStream, reg *prometheus.Registry, ready *atomic.Bool) http.Handler {
+func httpHandler(nc *nats.Conn, js jetstream.JetStream, reg *prometheus.Registry, ready *atomic.Bool, mon *health.Monitor) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := checkReady(r.Context(), nc, js, ready); err != nil {
+		if err := checkReady(r.Context(), nc, js, ready, mon); err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -288,9 +295,10 @@ func httpHandler(nc *nats.Conn, js jetstream.JetStream, reg *prometheus.Registry
 	return mux
 }
 
-// checkReady: the pipeline's consumers run (ready), NATS is connected, and
-// JetStream answers for the intake stream and the checkpoint bucket.
-func checkReady(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, ready *atomic.Bool) error {
+// checkReady: the pipeline's consumers run (ready), NATS is connected,
+// JetStream answers for the intake stream and the checkpoint bucket, its
+// writes succeed and no phase is stalled (mon).
+func checkReady(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, ready *atomic.Bool, mon *health.Monitor) error {
 	if !ready.Load() {
 		return errors.New("pipeline not running")
 	}
@@ -305,5 +313,22 @@ func checkReady(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, read
 	if _, err := js.KeyValue(ctx, store.CheckpointsBucket); err != nil {
 		return fmt.Errorf("bucket %s: %w", store.CheckpointsBucket, err)
 	}
-	return nil
+	return mon.Check(ctx, js)
+}
+
+// newMonitor watches sagad's JetStream writes and its phase consumers.
+func newMonitor(cfg Config, log *slog.Logger, m *metrics.Metrics) *health.Monitor {
+	var cons []health.Consumer
+	for ph := capsule.Phase(0); ph < capsule.NumPhases; ph++ {
+		cons = append(cons, health.Consumer{
+			Stream: store.PhaseStream(ph), Name: store.ConsumerName(ph), Label: fmt.Sprintf("phase %d %s", int(ph), ph),
+		})
+	}
+	return health.New(health.Config{
+		UnhealthyAfter: time.Duration(cfg.UnhealthyAfter),
+		StallAfter:     time.Duration(cfg.StallAfter),
+		Consumers:      cons,
+		Logger:         log,
+		Metrics:        m,
+	})
 }

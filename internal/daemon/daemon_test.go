@@ -47,6 +47,9 @@ func defaults() Config {
 		LogLevel:        "info",
 		ShutdownTimeout: Duration(30 * time.Second),
 		Sync:            "1s",
+		WriteTimeout:    Duration(5 * time.Second),
+		UnhealthyAfter:  Duration(30 * time.Second),
+		StallAfter:      Duration(2 * time.Minute),
 	}
 }
 
@@ -200,6 +203,20 @@ func TestParseConfigPrecedence(t *testing.T) {
 			name: "retention flag over env", env: map[string]string{"SAGAD_RETENTION": "1h"}, args: []string{"--retention", "-1s"},
 			want: func(c *Config) { c.Retention = Duration(-time.Second) },
 		},
+		{
+			name: "health settings by file", file: `{"write_timeout":"2s","unhealthy_after":"1m","stall_after":"10m"}`,
+			want: func(c *Config) {
+				c.WriteTimeout, c.UnhealthyAfter, c.StallAfter = Duration(2*time.Second), Duration(time.Minute), Duration(10*time.Minute)
+			},
+		},
+		{
+			name: "health settings: flags over env over file", file: `{"write_timeout":"2s","unhealthy_after":"1m","stall_after":"10m"}`,
+			env:  map[string]string{"SAGAD_WRITE_TIMEOUT": "3s", "SAGAD_UNHEALTHY_AFTER": "45s", "SAGAD_STALL_AFTER": "5m"},
+			args: []string{"--write-timeout", "1s", "--stall-after", "90s"},
+			want: func(c *Config) {
+				c.WriteTimeout, c.UnhealthyAfter, c.StallAfter = Duration(time.Second), Duration(45*time.Second), Duration(90*time.Second)
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -256,6 +273,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "negative workers", args: []string{"--workers", "-1"}, wantErr: "workers and replicas must not be negative"},
 		{name: "bad SAGAD_WORKERS", env: map[string]string{"SAGAD_WORKERS": "many"}, wantErr: `SAGAD_WORKERS: strconv.Atoi: parsing "many"`},
 		{name: "bad SAGAD_SHUTDOWN_TIMEOUT", env: map[string]string{"SAGAD_SHUTDOWN_TIMEOUT": "soon"}, wantErr: "SAGAD_SHUTDOWN_TIMEOUT: "},
+		{name: "negative write timeout", args: []string{"--write-timeout", "-1s"}, wantErr: "write timeout, unhealthy after and stall after must be positive"},
+		{name: "bad SAGAD_STALL_AFTER", env: map[string]string{"SAGAD_STALL_AFTER": "later"}, wantErr: "SAGAD_STALL_AFTER: "},
 		{name: "bad SAGAD_SYNC_ALWAYS", env: map[string]string{"SAGAD_SYNC_ALWAYS": "maybe"}, wantErr: "SAGAD_SYNC_ALWAYS: "},
 		{name: "missing config file", args: []string{"--config", "/nonexistent/sagad.json"}, wantErr: "config file: open /nonexistent/sagad.json"},
 		{name: "unexpected argument", args: []string{"extra"}, wantErr: "unexpected arguments: extra"},

@@ -38,7 +38,7 @@ func TestReadyzExplainsWhatIsMissing(t *testing.T) {
 	reg, _, err := newRegistry(js, log)
 	require.NoError(t, err)
 	var ready atomic.Bool
-	h := httpHandler(nc, js, reg, &ready)
+	h := httpHandler(nc, js, reg, &ready, nil)
 
 	code, body := healthGet(t, h, "/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
@@ -93,7 +93,7 @@ func TestMetricsFromARunningPipeline(t *testing.T) {
 	})
 	var ready atomic.Bool
 	ready.Store(true)
-	h := httpHandler(nc, js, reg, &ready)
+	h := httpHandler(nc, js, reg, &ready, nil)
 
 	client, err := client.NewClient(ctx, js)
 	require.NoError(t, err)

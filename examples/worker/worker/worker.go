@@ -7,7 +7,9 @@
 // and its acceptance criteria; the reviewer approves an artifact that covers
 // every acceptance criterion, asks for changes otherwise, and refuses to
 // review its own producer's work (Rule 15). Both answer a repeated
-// idempotency key with their first answer.
+// idempotency key with their first answer. In async mode the executor's
+// completion carries the completion_token of the call it answers: the
+// latest call of the idempotency key, as sagad takes no other.
 package worker
 
 import (
@@ -137,10 +139,10 @@ type worker struct {
 }
 
 // answer is what a call was answered: the reply and, for accepted work, the
-// completion and where it goes.
+// completion (without its token: each call brings its own) and where it goes.
 type answer struct {
 	reply      []byte
-	completion []byte
+	completion *executors.Completion
 	subject    string
 }
 
@@ -170,8 +172,17 @@ func (w *worker) handle(kind executors.CallKind, do func(data []byte) any) micro
 			log.Error("respond", "error", err)
 		}
 		if a.completion != nil {
+			// A repeated call carries a new token, and sagad now awaits
+			// that one: the same result goes out again, with it.
+			c := *a.completion
+			c.CompletionToken = completionToken(req.Data())
+			body, err := json.Marshal(c)
+			if err != nil {
+				log.Error("encode completion", "error", err)
+				return
+			}
 			// After the reply, so sagad knows to wait before the result lands.
-			go w.deliver(log, a.subject, a.completion)
+			go w.deliver(log, a.subject, body)
 		}
 		log.Info("answered", "repeat", repeat, "async", a.completion != nil)
 		log.Debug("reply", "body", string(a.reply))
@@ -235,15 +246,21 @@ func (w *worker) answer(kind executors.CallKind, reply any, h micro.Headers) (an
 	if !w.cfg.Async || kind != executors.KindExecute || !ok || r.Status != executors.StatusOK || capsuleID == "" || err != nil {
 		return answer{reply: b}, nil
 	}
-	c := executors.Completion{
+	c := &executors.Completion{
 		Kind: kind, Status: r.Status, Content: r.Content, MediaType: r.MediaType, Usage: r.Usage,
 	}
-	cb, err := json.Marshal(c)
-	if err != nil {
-		return answer{}, err
-	}
 	accepted, _ := json.Marshal(executors.ExecutorReply{Status: executors.StatusAccepted})
-	return answer{reply: accepted, completion: cb, subject: executors.CompletionSubject(capsuleID, cycle)}, nil
+	return answer{reply: accepted, completion: c, subject: executors.CompletionSubject(capsuleID, cycle)}, nil
+}
+
+// completionToken is the completion_token of an executor request: the
+// secret its completion must carry back ("" when there is none).
+func completionToken(data []byte) string {
+	var call struct {
+		CompletionToken string `json:"completion_token"`
+	}
+	_ = json.Unmarshal(data, &call)
+	return call.CompletionToken
 }
 
 func (w *worker) remember(key string, a answer) {

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -56,12 +57,23 @@ func demoCapsule(t *testing.T) ([]byte, *capsule.Capsule) {
 
 // TestDemoEndToEnd is the README's demo: sagad configured like
 // examples/sagad.json, the worker beside it, the demo capsule through all
-// seven phases with the worker's artifact.
+// seven phases with the worker's artifact — answered at once, and with
+// --async, where the artifact comes back in a completion that carries the
+// call's completion token.
 func TestDemoEndToEnd(t *testing.T) {
 	t.Parallel()
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
+			t.Parallel()
+			demoEndToEnd(t, async)
+		})
+	}
+}
+
+func demoEndToEnd(t *testing.T, async bool) {
 	s := natstest.RunServer(t)
 	workerConn, _ := natstest.Connect(t, s)
-	serve(t, workerConn, worker.Config{AgentID: "demo-worker-e2e"})
+	serve(t, workerConn, worker.Config{AgentID: "demo-worker-e2e", Async: async})
 
 	nc, js := natstest.Connect(t, s)
 	b, err := os.ReadFile("../../sagad.json")
@@ -102,8 +114,9 @@ func TestDemoEndToEnd(t *testing.T) {
 	var st client.Status
 	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
 		st, err = cl.Status(ctx, c.CapsuleID)
-		return err == nil && st.State != capsule.InProgress
-	}, "capsule %s never left in_progress", c.CapsuleID)
+		// With --async, the capsule is paused while the work runs.
+		return err == nil && st.State.Terminal()
+	}, "capsule %s never ended (last %s)", c.CapsuleID, st.State)
 	require.Equal(t, capsule.Completed, st.State, "halt: %s", st.HaltReason)
 	var path []string
 	for _, h := range st.History {
@@ -159,7 +172,9 @@ func call(t *testing.T, nc *nats.Conn, subject string, body any, key string) []b
 func executeCall(t *testing.T, findings ...capsule.Finding) executors.ExecuteCall {
 	t.Helper()
 	raw, c := demoCapsule(t)
-	call, err := executors.NewExecuteCall(executors.Request{Capsule: c, Raw: raw, Cycle: 1, IdempotencyKey: c.CapsuleID + "/1", Findings: findings})
+	token, err := executors.NewCompletionToken()
+	require.NoError(t, err)
+	call, err := executors.NewExecuteCall(executors.Request{Capsule: c, Raw: raw, Cycle: 1, IdempotencyKey: c.CapsuleID + "/1", Findings: findings, CompletionToken: token})
 	require.NoError(t, err)
 	return call
 }
@@ -248,7 +263,8 @@ func TestAsyncPublishesCompletion(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
 
-	reply, err := executors.DecodeExecutorReply(call(t, nc, worker.DefaultExecuteSubject, executeCall(t), "a/1"))
+	first := executeCall(t)
+	reply, err := executors.DecodeExecutorReply(call(t, nc, worker.DefaultExecuteSubject, first, "a/1"))
 	require.NoError(t, err)
 	require.Equal(t, executors.StatusAccepted, reply.Status)
 
@@ -258,9 +274,24 @@ func TestAsyncPublishesCompletion(t *testing.T) {
 	done, err := executors.DecodeCompletion(msg.Data)
 	require.NoError(t, err)
 	require.Equal(t, executors.KindExecute, done.Kind)
+	require.Equal(t, first.CompletionToken, done.CompletionToken, "the completion carries the call's token")
 	res, err := done.ExecutorReply().Result()
 	require.NoError(t, err)
 	var a worker.Artifact
 	require.NoError(t, json.Unmarshal(res.Content, &a))
 	require.Equal(t, worker.DefaultAgentID, a.ProducedBy)
+
+	// A repeat of the call (sagad restarted, say) carries a new token: the
+	// same result goes out again, with the latest token.
+	second := executeCall(t)
+	require.NotEqual(t, first.CompletionToken, second.CompletionToken)
+	reply, err = executors.DecodeExecutorReply(call(t, nc, worker.DefaultExecuteSubject, second, "a/1"))
+	require.NoError(t, err)
+	require.Equal(t, executors.StatusAccepted, reply.Status)
+	msg, err = sub.NextMsg(5 * time.Second)
+	require.NoError(t, err)
+	again, err := executors.DecodeCompletion(msg.Data)
+	require.NoError(t, err)
+	require.Equal(t, second.CompletionToken, again.CompletionToken, "the repeat's completion carries the latest token")
+	require.Equal(t, string(done.Content), string(again.Content), "and the first answer")
 }

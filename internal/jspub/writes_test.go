@@ -1,0 +1,115 @@
+package jspub_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/internal/jspub"
+	"github.com/sagad/sagad/internal/natstest"
+)
+
+func TestWriteCtx(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		parent time.Duration // 0: no deadline
+		d      time.Duration
+		want   time.Duration
+	}{
+		{"no deadline: d", 0, time.Second, time.Second},
+		{"no deadline, no d: the default", 0, 0, jspub.DefaultTimeout},
+		{"a phase's ten minutes: d", 10 * time.Minute, 5 * time.Second, 5 * time.Second},
+		{"less left than d: the caller's", 200 * time.Millisecond, 5 * time.Second, 200 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			if tt.parent > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.parent)
+				defer cancel()
+			}
+			start := time.Now()
+			wctx, cancel := jspub.WriteCtx(ctx, tt.d)
+			defer cancel()
+			dl, ok := wctx.Deadline()
+			require.True(t, ok)
+			require.InDelta(t, tt.want.Seconds(), dl.Sub(start).Seconds(), 0.1)
+		})
+	}
+}
+
+// TestWritesDo: a write nothing answers fails after the write timeout, not
+// after its caller's minute, and is reported; one its caller gave up on is
+// not.
+func TestWritesDo(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, srv)
+	// A responder that never answers: the publish waits for its deadline.
+	sub, err := nc.SubscribeSync("silent")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+
+	var mu sync.Mutex
+	var seen []error
+	w := &jspub.Writes{Timeout: 100 * time.Millisecond, Observe: func(err error) {
+		mu.Lock()
+		seen = append(seen, err)
+		mu.Unlock()
+	}}
+	observed := func() []error {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]error(nil), seen...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err = jspub.Write(ctx, w, func(ctx context.Context) (uint64, error) {
+		return jspub.Publish(ctx, nc, &nats.Msg{Subject: "silent", Data: []byte("x")})
+	})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Len(t, observed(), 1)
+	require.ErrorIs(t, observed()[0], context.DeadlineExceeded)
+
+	require.NoError(t, w.Do(ctx, func(context.Context) error { return nil }))
+	require.Len(t, observed(), 2)
+	require.NoError(t, observed()[1])
+
+	// The caller's context ended: nothing to say about JetStream.
+	gone, stop := context.WithCancel(context.Background())
+	stop()
+	err = w.Do(gone, func(ctx context.Context) error { return ctx.Err() })
+	require.ErrorIs(t, err, context.Canceled)
+	require.Len(t, observed(), 2)
+
+	// A nil policy still bounds the write.
+	var none *jspub.Writes
+	err = none.Do(context.Background(), func(ctx context.Context) error {
+		if _, ok := ctx.Deadline(); !ok {
+			return errors.New("no deadline")
+		}
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+// BenchmarkWritesDo is what the policy adds to each write (a write of no
+// cost under a phase's deadline, observed).
+func BenchmarkWritesDo(b *testing.B) {
+	w := &jspub.Writes{Timeout: 5 * time.Second, Observe: func(error) {}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	write := func(context.Context) error { return nil }
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = w.Do(ctx, write)
+	}
+}

@@ -1,0 +1,60 @@
+package pipeline_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/metrics"
+	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/store"
+)
+
+// TestRescuerSendsALostStepAgain: a capsule waits at PLANNING and its
+// message is lost (the phase's stream is purged while the phase is paused).
+// Nothing would ever move it; the rescuer sees its checkpoint quiet with
+// nothing queued for PLANNING, sends the step again, and the capsule
+// completes — counted in sagad_capsules_rescued_total.
+func TestRescuerSendsALostStepAgain(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, metrics.BuildInfo{})
+	f := setupWith(t, func(c *pipeline.Config) {
+		c.Metrics = m
+		c.RescueAfter = 500 * time.Millisecond
+	})
+	ctx := context.Background()
+	a := f.admin(t)
+	require.NoError(t, a.PausePhase(ctx, capsule.Planning))
+	doc := f.own(t, capsuletest.New())
+	f.publish(t, doc.Sealed(t))
+	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		s, err := f.client.Status(ctx, doc.ID())
+		return err == nil && s.Phase == int(capsule.Planning)
+	}, "the capsule never reached PLANNING")
+	planning, err := f.js.Stream(ctx, store.PhaseStream(capsule.Planning))
+	require.NoError(t, err)
+	require.NoError(t, planning.Purge(ctx)) // the message is lost
+	require.NoError(t, a.ResumePhase(ctx, capsule.Planning))
+
+	s := f.wait(t, doc.ID())
+	require.Equal(t, capsule.Completed, s.State, "the rescuer sent the lost step again")
+	require.Equal(t, int64(1), f.executed.Load())
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var rescued float64
+	for _, mf := range mfs {
+		if mf.GetName() == "sagad_capsules_rescued_total" {
+			for _, s := range mf.GetMetric() {
+				rescued += s.GetCounter().GetValue()
+			}
+		}
+	}
+	require.GreaterOrEqual(t, rescued, 1.0)
+}
