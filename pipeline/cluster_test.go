@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"testing"
 	"time"
@@ -232,6 +233,9 @@ func TestClusterR3SurvivesNodeLoss(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	if resumed < 0 && os.Getenv("CLUSTER_DEBUG") != "" {
+		debugStall(t, js)
+	}
 	publish(perStage/2 - 1)
 	waitAll("connected node killed")
 	c.Restart(0)
@@ -261,4 +265,24 @@ func TestClusterR3SurvivesNodeLoss(t *testing.T) {
 	require.Equal(t, len(ids), total, "duplicate outcomes")
 	require.GreaterOrEqual(t, resumed, time.Duration(0), "no progress after the connected node was killed")
 	require.LessOrEqual(t, resumed, 10*time.Second, "progress resumed too late")
+}
+
+// debugStall logs every phase consumer's state and writes a goroutine dump
+// to $CLUSTER_DEBUG_DUMP (CLUSTER_DEBUG runs only).
+func debugStall(t *testing.T, js jetstream.JetStream) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for p := capsule.Phase(0); p <= capsule.Handoff; p++ {
+		cons, err := js.Consumer(ctx, store.PhaseStream(p), store.ConsumerName(p))
+		if err != nil {
+			t.Logf("stall: consumer of %s: %v", p, err)
+			continue
+		}
+		i := cons.CachedInfo()
+		t.Logf("stall: %s leader=%s pending=%d ack_pending=%d waiting=%d redelivered=%d", p, i.Cluster.Leader, i.NumPending, i.NumAckPending, i.NumWaiting, i.NumRedelivered)
+	}
+	if f, err := os.Create(os.Getenv("CLUSTER_DEBUG_DUMP")); err == nil {
+		_ = pprof.Lookup("goroutine").WriteTo(f, 2)
+		_ = f.Close()
+	}
 }
