@@ -381,7 +381,7 @@ func setupScenario(ctx context.Context, s Scenario, bins Binaries, dir string, l
 	for i := range s.Sagads {
 		// sagad knows the first node; the others it learns from it, as
 		// any NATS client does, and reconnects to them when it goes.
-		sp, err := newSagad(dir, bins, i, nodes[0].url(), workspace, calls, replicas, 50*time.Millisecond)
+		sp, err := newSagad(dir, bins, i, nodes[0].url(), workspace, calls, replicas, 500*time.Millisecond)
 		if err != nil {
 			return e, js, nc, err
 		}
