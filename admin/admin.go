@@ -150,6 +150,12 @@ func (a *Admin) Resume(ctx context.Context, id string, opts ResumeOptions) (clie
 	return a.resume(ctx, id, "resume", capsule.Paused, opts)
 }
 
+// ResumeWaiting takes a capsule waiting for its dependencies back to
+// AUTOMATED_GATES once they completed (the sweeper's action).
+func (a *Admin) ResumeWaiting(ctx context.Context, id string, opts ResumeOptions) (client.Status, error) {
+	return a.resume(ctx, id, "resume", capsule.Waiting, opts)
+}
+
 func (a *Admin) resume(ctx context.Context, id, action string, from capsule.State, opts ResumeOptions) (client.Status, error) {
 	res, err := a.Apply(ctx, id, machine.RequestResume{
 		Action: action, From: from, Token: nuid.Next(),
@@ -272,19 +278,23 @@ func lastOutcome(cp *capsule.Checkpoint, outcome string) (capsule.Transition, bo
 const (
 	DecisionAccept = "accept"
 	DecisionRevise = "revise"
+	DecisionReject = "reject"
 )
 
 // Decide settles the operator gate: accept goes on to HANDOFF; revise sends
 // the capsule back to EXECUTION as a new cycle with the rationale as the
 // review's findings (Rule 12 still applies: past the last cycle it halts
-// with max_cycles_exceeded). A capsule not waiting is refused, unchanged.
+// with max_cycles_exceeded); reject halts it with operator_rejected. A
+// capsule not waiting is refused, unchanged.
 func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) (client.Status, error) {
 	switch decision {
 	case DecisionAccept:
 		return a.resume(ctx, id, "accept", capsule.WaitingForOperator, ResumeOptions{By: by, Reason: rationale})
 	case DecisionRevise:
+	case DecisionReject:
+		return a.reject(ctx, id, rationale, by)
 	default:
-		return client.Status{}, fmt.Errorf("decision %q: want accept or revise", decision)
+		return client.Status{}, fmt.Errorf("decision %q: want accept, revise or reject", decision)
 	}
 	found, err := a.st.Checkpoints.Find(ctx, id)
 	if err != nil {
@@ -332,6 +342,27 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 	return client.StatusOf(cp), nil
 }
 
+// reject halts a capsule waiting_for_operator with operator_rejected and
+// emits its ending (outcome, event); running it again finishes it.
+func (a *Admin) reject(ctx context.Context, id, rationale, by string) (client.Status, error) {
+	res, err := a.Apply(ctx, id, machine.Reject{Rationale: rationale, By: by})
+	if err != nil {
+		return client.Status{}, err
+	}
+	cp := res.Checkpoint
+	if err := a.adminEvent(ctx, cp, capsule.EventOperatorRejected, "reject", rationale, by, nil); err != nil {
+		return client.StatusOf(cp), err
+	}
+	if err := a.ReemitEnd(ctx, cp); err != nil {
+		return client.StatusOf(cp), err
+	}
+	if res.Changed {
+		a.metrics.Ended(capsule.Halted, capsule.OperatorRejected())
+	}
+	a.metrics.AdminAction(metrics.ActionReject)
+	return client.StatusOf(cp), nil
+}
+
 // PendingItem is one capsule waiting for a human.
 type PendingItem struct {
 	CapsuleID string          `json:"capsule_id"`
@@ -345,6 +376,10 @@ type PendingItem struct {
 	Cycle     int             `json:"cycle"`
 	Since     time.Time       `json:"since"`
 	AgeSecs   int64           `json:"age_seconds"`
+	// Verdict and Findings are the review that waits for the operator's
+	// decision (waiting_for_operator only).
+	Verdict  capsule.Verdict   `json:"verdict,omitempty"`
+	Findings []capsule.Finding `json:"findings,omitempty"`
 }
 
 // Pending lists what waits for a human, oldest first: capsules waiting for an
@@ -366,11 +401,16 @@ func (a *Admin) Pending(ctx context.Context) ([]PendingItem, error) {
 		if st.Pause.Trigger == capsule.TriggerLockContention || (st.Pause.Trigger == capsule.TriggerBlockedExternal && st.AwaitingCycle > 0) {
 			continue
 		}
-		out = append(out, PendingItem{
+		item := PendingItem{
 			CapsuleID: cp.CapsuleID, Key: cp.Key, State: st.Status, Trigger: st.Pause.Trigger, Reason: st.Pause.Reason,
 			By: st.Pause.By, Phase: int(st.Phase), PhaseName: st.Phase.String(), Cycle: st.Cycle,
 			Since: st.Pause.At, AgeSecs: int64(now.Sub(st.Pause.At).Seconds()),
-		})
+		}
+		if st.Status == capsule.WaitingForOperator && len(st.Reviews) > 0 {
+			last := st.Reviews[len(st.Reviews)-1]
+			item.Verdict, item.Findings = last.Verdict, last.Findings
+		}
+		out = append(out, item)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Since.Before(out[j].Since) })
 	return out, nil

@@ -218,7 +218,7 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 		if err != nil {
 			return nil, err
 		}
-		s.log.Info("admin phase "+verb, "phase", ph.String(), "by", r.By)
+		s.log.Info("admin phase "+verb, "phase", ph.String(), "by", r.By, "reason", r.Reason)
 		return s.phases(ctx)
 	case listRequest:
 		if verb == VerbPhaseList {

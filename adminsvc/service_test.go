@@ -223,7 +223,7 @@ func TestClient(t *testing.T) {
 
 	_, err := f.client.Pause(ctx, PauseRequest{ID: doc.ID(), By: "ann"})
 	require.ErrorIs(t, err, admin.ErrRefused)
-	require.EqualError(t, err, "cannot pause "+doc.ID()+": it is completed")
+	require.EqualError(t, err, "cannot pause "+doc.ID()+": the capsule is completed")
 	var e *Error
 	require.ErrorAs(t, err, &e)
 	require.Equal(t, Subject(VerbPause), e.Subject)

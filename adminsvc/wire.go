@@ -87,7 +87,7 @@ type CancelRequest struct {
 type DecideRequest struct {
 	// ID is the capsule id or key. Required.
 	ID string `json:"id"`
-	// Decision is admin.DecisionAccept or admin.DecisionRevise.
+	// Decision is admin.DecisionAccept, DecisionRevise or DecisionReject.
 	Decision string `json:"decision"`
 	// Rationale becomes the review finding of a revise (required then).
 	Rationale string `json:"rationale,omitempty"`
@@ -102,6 +102,8 @@ type PhaseRequest struct {
 	// By is the operator, logged by the sagad that acts (a phase pause has
 	// no capsule to record it on).
 	By string `json:"by,omitempty"`
+	// Reason is why, logged with By (`sagactl pause --all --reason R`).
+	Reason string `json:"reason,omitempty"`
 }
 
 // PhasesReply answers phase.pause, phase.resume (the phases after the
@@ -162,8 +164,9 @@ type listRequest struct{}
 
 // phaseWire is PhaseRequest as decoded, telling a missing phase from 0.
 type phaseWire struct {
-	Phase *int   `json:"phase"`
-	By    string `json:"by,omitempty"`
+	Phase  *int   `json:"phase"`
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // resumeWire is ResumeRequest as decoded: the deadline is parsed strictly
@@ -240,8 +243,8 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 			return nil, err
 		}
 		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("rationale", r.Rationale))
-		if err == nil && r.Decision != admin.DecisionAccept && r.Decision != admin.DecisionRevise {
-			err = badRequest("decision %q: want accept or revise", r.Decision)
+		if err == nil && r.Decision != admin.DecisionAccept && r.Decision != admin.DecisionRevise && r.Decision != admin.DecisionReject {
+			err = badRequest("decision %q: want accept, revise or reject", r.Decision)
 		}
 		if err == nil && r.Decision == admin.DecisionRevise && strings.TrimSpace(r.Rationale) == "" {
 			err = badRequest("revise needs a rationale: the executor gets it as the review's findings")
@@ -258,7 +261,7 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 		if !capsule.Phase(*w.Phase).Valid() {
 			return nil, badRequest("phase %d out of range 0–%d", *w.Phase, capsule.NumPhases-1)
 		}
-		return PhaseRequest{Phase: *w.Phase, By: w.By}, checkBy(w.By, false)
+		return PhaseRequest{Phase: *w.Phase, By: w.By, Reason: w.Reason}, firstErr(checkBy(w.By, false), checkText("reason", w.Reason))
 	case VerbPhaseList, VerbPending:
 		if len(bytes.TrimSpace(data)) == 0 {
 			return listRequest{}, nil

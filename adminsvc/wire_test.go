@@ -110,6 +110,7 @@ func TestDecodeRequest(t *testing.T) {
 		{"decide other", VerbDecide, `{"id":"c1","decision":"ACCEPT","by":"ann"}`, nil, `decision "ACCEPT"`},
 		{"phase pause 0", VerbPhasePause, `{"phase":0}`, PhaseRequest{Phase: 0}, ""},
 		{"phase resume 6 by", VerbPhaseResume, `{"phase":6,"by":"ann"}`, PhaseRequest{Phase: 6, By: "ann"}, ""},
+		{"phase pause with reason", VerbPhasePause, `{"phase":1,"by":"ann","reason":"upgrade"}`, PhaseRequest{Phase: 1, By: "ann", Reason: "upgrade"}, ""},
 		{"phase missing", VerbPhasePause, `{}`, nil, "phase is required"},
 		{"phase 7", VerbPhasePause, `{"phase":7}`, nil, "out of range"},
 		{"phase -1", VerbPhaseResume, `{"phase":-1}`, nil, "out of range"},

@@ -77,7 +77,51 @@ type Budget struct {
 type ReviewPolicy struct {
 	ReviewerAgentID string `json:"reviewer_agent_id"`
 	MaxCycles       int    `json:"max_cycles,omitempty"`
-	OperatorGate    bool   `json:"operator_gate,omitempty"`
+	OperatorGate    Gate   `json:"operator_gate,omitempty"`
+}
+
+// Gate is review.operator_gate: false (no gate), true (an approval waits for
+// the operator before HANDOFF), or "all" (every verdict waits for the
+// operator, with no automatic revision or halt).
+type Gate int
+
+// Operator gates.
+const (
+	GateOff Gate = iota
+	GateApproved
+	GateAll
+)
+
+// On reports whether some verdict waits for the operator.
+func (g Gate) On() bool { return g != GateOff }
+
+// All reports whether every verdict waits for the operator.
+func (g Gate) All() bool { return g == GateAll }
+
+// UnmarshalJSON accepts true, false and "all".
+func (g *Gate) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case "true":
+		*g = GateApproved
+	case "false", "null":
+		*g = GateOff
+	case `"all"`:
+		*g = GateAll
+	default:
+		return fmt.Errorf("review.operator_gate: %s: want true, false or \"all\"", b)
+	}
+	return nil
+}
+
+// MarshalJSON writes the gate as it is written in a capsule.
+func (g Gate) MarshalJSON() ([]byte, error) {
+	switch g {
+	case GateApproved:
+		return []byte("true"), nil
+	case GateAll:
+		return []byte(`"all"`), nil
+	}
+	return []byte("false"), nil
 }
 
 // Integrity carries the capsule's digest; see [Digest].

@@ -68,6 +68,8 @@ type CheckpointState struct {
 	// time plus the endpoint's completion_timeout. Checkpoints written
 	// before it existed use the daemon's --external-timeout.
 	AwaitingUntil *time.Time `json:"awaiting_until,omitempty"`
+	// WaitingFor are the dependencies a waiting capsule still waits for.
+	WaitingFor []string `json:"waiting_for,omitempty"`
 	// AwaitingTokenHash is the SHA-256 (lowercase hex) of the completion
 	// token of the call that accepted the awaited work: a completion is
 	// taken only with the token that hashes to it. Only the hash is kept,
@@ -113,6 +115,14 @@ func (s *CheckpointState) DeadlineIn(d time.Time) time.Time {
 		return *s.Overrides.Deadline
 	}
 	return d
+}
+
+// AwaitsExternal reports a capsule paused on work an executor accepted
+// (blocked_external with an awaited cycle): it is still running, elsewhere,
+// and goes on by itself when the result comes or the wait is overdue; no
+// person needs to act.
+func (s *CheckpointState) AwaitsExternal() bool {
+	return s.Status == Paused && s.Pause != nil && s.Pause.Trigger == TriggerBlockedExternal && s.AwaitingCycle > 0
 }
 
 // HasWarned reports whether trigger t already fired for this capsule.
@@ -224,6 +234,7 @@ func (c *Checkpoint) Clone() *Checkpoint {
 	st.Pause = clonePtr(c.State.Pause)
 	st.LockWaitSince = clonePtr(c.State.LockWaitSince)
 	st.AwaitingUntil = clonePtr(c.State.AwaitingUntil)
+	st.WaitingFor = cloneStrings(c.State.WaitingFor)
 	if o := c.State.Overrides; o != nil {
 		cp := *o
 		cp.Deadline = clonePtr(o.Deadline)

@@ -210,6 +210,10 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if len(s.WaitingFor) > 0 {
+		b = append(b, `,"waiting_for":`...)
+		b = appendStrings(b, s.WaitingFor)
+	}
 	if s.AwaitingTokenHash != "" {
 		b = append(b, `,"awaiting_token_sha256":`...)
 		b = appendString(b, s.AwaitingTokenHash)

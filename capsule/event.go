@@ -25,6 +25,8 @@ const (
 	EventWaiting           EventKind = "waiting_for_operator"
 	EventRevisionTriggered EventKind = "revision_triggered"
 	EventOperatorAccepted  EventKind = "operator_accepted"
+	EventOperatorRejected  EventKind = "operator_rejected"
+	EventDependencyWait    EventKind = "waiting_for_dependencies"
 	EventDuplicateIgnored  EventKind = "duplicate_ignored"
 )
 

@@ -43,6 +43,11 @@ const (
 	// REVIEW (phase 5).
 	CodeReviewRejectedTerminal HaltCode = "review_rejected_terminal"
 	CodeMaxCyclesExceeded      HaltCode = "max_cycles_exceeded"
+	// The operator gate (an operator's decision).
+	CodeOperatorRejected HaltCode = "operator_rejected"
+	// Dependencies (a capsule waiting at AUTOMATED_GATES).
+	CodeDependencyFailed  HaltCode = "dependency_failed"
+	CodeDependencyMissing HaltCode = "dependency_missing"
 )
 
 // HaltCodes lists every halt code, the closed set metrics may label with.
@@ -52,6 +57,7 @@ var HaltCodes = []HaltCode{
 	CodeContextRefMissing, CodeTargetMissing, CodeSpecNotApproved,
 	CodeAbsoluteRulesViolated, CodeLockAcquisitionFailed, CodeBudgetExceeded, CodeExecutorFailed,
 	CodeReviewRejectedTerminal, CodeMaxCyclesExceeded,
+	CodeOperatorRejected, CodeDependencyFailed, CodeDependencyMissing,
 }
 
 // HaltReason is a typed halt reason. Its String form is the exact text of
@@ -214,3 +220,12 @@ func ReviewRejectedTerminal() HaltReason { return HaltReason{Code: CodeReviewRej
 func MaxCyclesExceeded(limit int) HaltReason {
 	return HaltReason{CodeMaxCyclesExceeded, strconv.Itoa(limit)}
 }
+
+// OperatorRejected: an operator rejected the capsule at the operator gate.
+func OperatorRejected() HaltReason { return HaltReason{Code: CodeOperatorRejected} }
+
+// DependencyFailed names a dependency that halted or was cancelled.
+func DependencyFailed(id string) HaltReason { return HaltReason{CodeDependencyFailed, id} }
+
+// DependencyMissing names a dependency still unknown after the wait allowed.
+func DependencyMissing(id string) HaltReason { return HaltReason{CodeDependencyMissing, id} }

@@ -88,9 +88,12 @@ const (
 	InProgress         State = "in_progress"
 	Paused             State = "paused"
 	WaitingForOperator State = "waiting_for_operator"
-	Completed          State = "completed"
-	Halted             State = "halted"
-	Cancelled          State = "cancelled"
+	// Waiting: the capsule waits, before anything is spent, for what it
+	// needs to go on (its dependencies to complete).
+	Waiting   State = "waiting"
+	Completed State = "completed"
+	Halted    State = "halted"
+	Cancelled State = "cancelled"
 )
 
 // Terminal reports whether no further transition can happen.
@@ -99,7 +102,7 @@ func (s State) Terminal() bool { return s == Completed || s == Halted || s == Ca
 // Valid reports whether s is one of the defined states.
 func (s State) Valid() bool {
 	switch s {
-	case InProgress, Paused, WaitingForOperator, Completed, Halted, Cancelled:
+	case InProgress, Paused, WaitingForOperator, Waiting, Completed, Halted, Cancelled:
 		return true
 	}
 	return false

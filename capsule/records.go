@@ -46,6 +46,9 @@ const (
 	// TriggerOperatorGate is not a continuation trigger: it marks a capsule
 	// waiting_for_operator after REVIEW (review.operator_gate).
 	TriggerOperatorGate Trigger = "operator_gate"
+	// TriggerDependencies marks a capsule waiting for its depends_on to
+	// complete (state waiting); its continuation lets the sweeper find it.
+	TriggerDependencies Trigger = "dependencies"
 )
 
 // Triggers lists the five continuation triggers of PIPELINE §5.

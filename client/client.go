@@ -69,6 +69,14 @@ type Status struct {
 	CreatedAt    time.Time         `json:"created_at"`
 	UpdatedAt    time.Time         `json:"updated_at"`
 	History      []HistoryEntry    `json:"history"`
+	// WaitingOn says what a waiting capsule waits for ("dependencies"), and
+	// Pending which of them it still waits for.
+	WaitingOn string   `json:"waiting_on,omitempty"`
+	Pending   []string `json:"pending,omitempty"`
+	// AwaitingExternal: paused on work an executor accepted, which reports
+	// by itself ([capsule.CheckpointState.AwaitsExternal]); no person is
+	// needed.
+	AwaitingExternal bool `json:"awaiting_external,omitempty"`
 }
 
 // HistoryEntry is one phase transition in a [Status].
@@ -99,9 +107,15 @@ func StatusOf(cp *capsule.Checkpoint) Status {
 		CreatedAt:    cp.CreatedAt,
 		UpdatedAt:    cp.UpdatedAt,
 		History:      make([]HistoryEntry, 0, len(cp.History)),
+
+		AwaitingExternal: cp.State.AwaitsExternal(),
 	}
 	for _, t := range cp.History {
 		s.History = append(s.History, HistoryEntry{Phase: int(t.Phase), PhaseName: t.PhaseName, Cycle: t.Cycle, Outcome: t.Outcome, Detail: t.Detail, At: t.At})
+	}
+	if cp.State.Status == capsule.Waiting {
+		s.WaitingOn = "dependencies"
+		s.Pending = append([]string{}, cp.State.WaitingFor...)
 	}
 	return s
 }
@@ -136,14 +150,17 @@ func (c *Client) List(ctx context.Context, state capsule.State) ([]Status, error
 	return out, nil
 }
 
-// Wait blocks until the capsule leaves in_progress (or ctx ends) and returns
-// its status. It watches the checkpoint key rather than polling.
+// Wait blocks until the capsule ends or needs a person (or ctx ends) and
+// returns its status; a capsule waiting for its dependencies, or paused on
+// accepted external work ([capsule.CheckpointState.AwaitsExternal]), goes
+// on by itself and Wait waits on. It watches the checkpoint key rather than
+// polling.
 func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
 	id = canonical(id)
 	key := id
 	if cp, err := c.checkpoints.Find(ctx, id); err == nil {
 		key = cp.Key
-		if cp.State.Status != capsule.InProgress {
+		if settled(cp) {
 			return StatusOf(cp), nil
 		}
 	} else if !errors.Is(err, store.ErrNotFound) || !store.ValidKey(id) {
@@ -169,11 +186,17 @@ func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
 			if err := json.Unmarshal(e.Value(), cp); err != nil {
 				return Status{}, err
 			}
-			if cp.State.Status != capsule.InProgress {
+			if settled(cp) {
 				return StatusOf(cp), nil
 			}
 		}
 	}
+}
+
+// settled: the capsule has ended or needs a person, what [Client.Wait]
+// waits for.
+func settled(cp *capsule.Checkpoint) bool {
+	return !goesOn(cp.State.Status) && !cp.State.AwaitsExternal()
 }
 
 // History returns the lifecycle events of a capsule id (or key) in time
@@ -272,3 +295,7 @@ func canonical(id string) string {
 	}
 	return id
 }
+
+// goesOn reports whether a capsule in state s goes on by itself: in
+// progress, or waiting for its dependencies.
+func goesOn(s capsule.State) bool { return s == capsule.InProgress || s == capsule.Waiting }

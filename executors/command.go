@@ -303,7 +303,7 @@ func (c Command) environ(meta callMeta) []string {
 	)
 	if meta.kind == KindExecute {
 		// Set even when empty, so a value in Env never poses as the call's.
-		env = append(env, "SAGA_COMPLETION_TOKEN="+meta.completionToken)
+		env = append(env, "SAGA_COMPLETION_TOKEN="+meta.completionToken, "SAGA_PRIOR_ARTIFACT_REF="+meta.priorArtifactRef)
 	}
 	return env
 }

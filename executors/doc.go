@@ -29,10 +29,13 @@
 //	 "idempotency_key": "<capsule_id>/<cycle>",
 //	 "trace_id": "...",
 //	 "findings": [{"rule": 0, "field": "...", "message": "..."}],
+//	 "prior_artifact_ref": "artifact:<capsule_id>/<cycle-1>",
 //	 "completion_token": "<64 hex digits>"}
 //
 // findings are the previous review's findings when the cycle is a revision
-// (an empty array on the first cycle). completion_token is a secret sagad
+// (an empty array on the first cycle), and prior_artifact_ref names the
+// artifact they are about (left out on a first cycle; a command gets it as
+// SAGA_PRIOR_ARTIFACT_REF). completion_token is a secret sagad
 // makes for this call alone (32 random bytes, hex): a worker that answers
 // "accepted" must put it in its completion (below), and must not show it
 // to anyone else. A reviewer call is [ReviewCall]: the same without

@@ -22,6 +22,9 @@ type Request struct {
 	TraceID        string
 	// Findings of the previous review when this cycle is a revision.
 	Findings []capsule.Finding
+	// PriorArtifactRef is the artifact the revision revises (the previous
+	// cycle's, "artifact:<capsule_id>/<cycle>"); empty on a first cycle.
+	PriorArtifactRef string
 	// CompletionToken is this call's secret (see [NewCompletionToken]): a
 	// worker that answers "accepted" puts it in its [Completion], which is
 	// dropped without it. Every call, a repeat of the same idempotency key

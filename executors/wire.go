@@ -77,6 +77,9 @@ type ExecuteCall struct {
 	IdempotencyKey string            `json:"idempotency_key"`
 	TraceID        string            `json:"trace_id"`
 	Findings       []capsule.Finding `json:"findings"`
+	// PriorArtifactRef names the artifact a revision revises (its findings
+	// are about it); omitted on a first cycle.
+	PriorArtifactRef string `json:"prior_artifact_ref,omitempty"`
 	// CompletionToken is the call's secret, which a [Completion] of
 	// accepted work must carry back; omitted when the call has none.
 	CompletionToken string `json:"completion_token,omitempty"`
@@ -95,7 +98,7 @@ func NewExecuteCall(req Request) (ExecuteCall, error) {
 	return ExecuteCall{
 		Kind: KindExecute, Capsule: raw, Cycle: req.Cycle,
 		IdempotencyKey: req.IdempotencyKey, TraceID: req.TraceID, Findings: findings,
-		CompletionToken: req.CompletionToken,
+		PriorArtifactRef: req.PriorArtifactRef, CompletionToken: req.CompletionToken,
 	}, nil
 }
 
@@ -148,10 +151,12 @@ type callMeta struct {
 	// completionToken goes to a command's environment, never into NATS
 	// headers: headers are what tracing and monitoring tools show.
 	completionToken string
+	// priorArtifactRef is the artifact a revision revises.
+	priorArtifactRef string
 }
 
 func executeMeta(req Request) callMeta {
-	m := callMeta{kind: KindExecute, cycle: req.Cycle, idempotencyKey: req.IdempotencyKey, traceID: req.TraceID, completionToken: req.CompletionToken}
+	m := callMeta{kind: KindExecute, cycle: req.Cycle, idempotencyKey: req.IdempotencyKey, traceID: req.TraceID, completionToken: req.CompletionToken, priorArtifactRef: req.PriorArtifactRef}
 	if req.Capsule != nil {
 		m.capsuleID = req.Capsule.CapsuleID
 	}

@@ -65,6 +65,9 @@ type Decision struct {
 	// Wait, with Advance from REVIEW, parks the capsule in
 	// waiting_for_operator before HANDOFF (review.operator_gate).
 	Wait bool
+	// WaitFor, with Park and capsule.TriggerDependencies, are the
+	// dependencies the capsule waits for, in state waiting.
+	WaitFor []string
 }
 
 // Record is the data a phase's work adds to the checkpoint. It is data, not

@@ -32,7 +32,8 @@ func EffectsOf(cp *capsule.Checkpoint, tr *capsule.Transition) Effects {
 			fx.Outcome = state
 		}
 	}
-	fx.Parked = (st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator) && st.Pause != nil && st.Pause.ResumeToken == ""
+	fx.Parked = (st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator || st.Status == capsule.Waiting) &&
+		st.Pause != nil && st.Pause.ResumeToken == ""
 	// A stale EXECUTION message of an earlier cycle must not release the
 	// locks the current cycle holds.
 	fx.ReleaseLocks = (tr != nil && tr.Phase == capsule.Execution && (st.Phase != capsule.Execution || st.Status.Terminal())) ||

@@ -91,6 +91,9 @@ type End struct {
 	State      capsule.State
 	Detail     string
 	IfPausedAt *time.Time
+	// IfWaitingSince, when set, ends only a capsule still waiting (for its
+	// dependencies) since then.
+	IfWaitingSince *time.Time
 }
 
 // Revise is an operator's revise decision on a capsule waiting_for_operator:
@@ -99,6 +102,14 @@ type Revise struct {
 	Rationale  string
 	By         string
 	CycleLimit int
+}
+
+// Reject is an operator's reject decision on a capsule waiting_for_operator:
+// it halts with operator_rejected, the rationale recorded as the operator's
+// review.
+type Reject struct {
+	Rationale string
+	By        string
 }
 
 // RecordResult keeps the result of accepted external work for Cycle.
@@ -149,6 +160,9 @@ func (Revise) Name() string { return "revise" }
 // Name implements Event.
 func (RecordResult) Name() string { return "record_result" }
 
+// Name implements Event.
+func (Reject) Name() string { return "reject" }
+
 // Sentinel kinds of [Refusal]; match them with errors.Is.
 var (
 	// ErrStale: the checkpoint no longer stands where the event expects it
@@ -178,18 +192,23 @@ type Refusal struct {
 	Detail string
 }
 
-// Error reads as a sentence, e.g. "cannot cancel k: it is completed (it has ended)".
+// Error reads as a sentence an operator can act on, e.g. "cannot cancel
+// 0f8f…: the capsule is completed (it has ended)", or for the other kinds
+// "cannot record result 0f8f…: claim on the cycle lost".
 func (r *Refusal) Error() string {
 	var b strings.Builder
-	switch r.Kind {
-	case ErrRefused:
-		fmt.Fprintf(&b, "cannot %s %s: it is %s", r.Event, r.Key, r.State)
+	b.WriteString("cannot " + strings.ReplaceAll(r.Event, "_", " "))
+	if r.Key != "" {
+		b.WriteString(" " + r.Key)
+	}
+	if r.Kind == ErrRefused {
+		fmt.Fprintf(&b, ": the capsule is %s", r.State)
 		if r.Hint != "" {
 			b.WriteString(" (" + r.Hint + ")")
 		}
 		return b.String()
 	}
-	fmt.Fprintf(&b, "%s %s: %s", r.Event, r.Key, r.Kind)
+	fmt.Fprintf(&b, ": %s", r.Kind)
 	if r.Detail != "" {
 		b.WriteString(": " + r.Detail)
 	}
@@ -252,6 +271,8 @@ func Apply(cp *capsule.Checkpoint, ev Event, now time.Time) (Result, error) {
 		changed, tr, err = end(out, e, now)
 	case Revise:
 		changed, tr, err = revise(out, e, now)
+	case Reject:
+		changed, tr, err = reject(out, e, now)
 	case RecordResult:
 		changed, err = recordResult(out, e)
 	default:
@@ -291,7 +312,7 @@ func Current(cp *capsule.Checkpoint, ph capsule.Phase, cycle int) bool {
 // capsule paused (or waiting) at (ph, cycle).
 func Resumable(cp *capsule.Checkpoint, ph capsule.Phase, cycle int, token string) bool {
 	st := cp.State
-	return token != "" && (st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator) &&
+	return token != "" && (st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator || st.Status == capsule.Waiting) &&
 		st.Phase == ph && st.Cycle == cycle && st.Pause != nil && st.Pause.ResumeToken == token
 }
 
@@ -342,6 +363,14 @@ func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decisio
 		st.Findings = capsule.CapFindings(d.Findings, capsule.MaxFindings)
 	}
 	st.Execution = nil
+	if d.Action == Park && d.Trigger == capsule.TriggerDependencies {
+		// Waiting is not paused: nothing to resume by hand, the sweeper
+		// takes it on once the dependencies completed.
+		st.Status = capsule.Waiting
+		st.Pause = &capsule.PauseInfo{Trigger: d.Trigger, Reason: d.Reason, By: capsule.BySagad, At: now}
+		st.WaitingFor = append([]string(nil), d.WaitFor...)
+		return capsule.Transition{}, false
+	}
 	if d.Action == Park {
 		// An operator's pause stands over sagad's own reasons to park.
 		if st.Status != capsule.Paused || st.Pause == nil || st.Pause.Trigger != capsule.TriggerOperatorManual {
@@ -385,7 +414,7 @@ func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decisio
 		st.Pause = nil
 	} else if d.Wait {
 		st.Status = capsule.WaitingForOperator
-		st.Pause = &capsule.PauseInfo{Trigger: capsule.TriggerOperatorGate, Reason: "review.operator_gate: accept or revise", By: capsule.BySagad, At: now}
+		st.Pause = &capsule.PauseInfo{Trigger: capsule.TriggerOperatorGate, Reason: "review.operator_gate: accept, revise or reject", By: capsule.BySagad, At: now}
 	} else if d.Trigger != "" && st.Status == capsule.InProgress {
 		park(st, d.Trigger, d.Reason, capsule.BySagad, now)
 	}
@@ -429,7 +458,7 @@ func renew(cp *capsule.Checkpoint, e Renew) error {
 
 func requestResume(cp *capsule.Checkpoint, e RequestResume) (bool, error) {
 	st := &cp.State
-	if e.From != capsule.Paused && e.From != capsule.WaitingForOperator {
+	if e.From != capsule.Paused && e.From != capsule.WaitingForOperator && e.From != capsule.Waiting {
 		return false, refuse(ErrInvalid, e, cp, "resume from "+string(e.From))
 	}
 	if st.Status != e.From || st.Pause == nil {
@@ -493,6 +522,7 @@ func resume(cp *capsule.Checkpoint, e Resume) (bool, error) {
 	}
 	st.Status = capsule.InProgress
 	st.Pause = nil
+	st.WaitingFor = nil
 	return true, nil
 }
 
@@ -512,6 +542,8 @@ func pause(cp *capsule.Checkpoint, e Pause, now time.Time) (bool, error) {
 		return false, nil
 	case capsule.WaitingForOperator:
 		return false, refused(e, cp, "it already waits for a decision: decide or cancel")
+	case capsule.Waiting:
+		return false, refused(e, cp, "it waits for its dependencies, before anything is spent: cancel it, or let them finish")
 	}
 	return false, refused(e, cp, "")
 }
@@ -535,6 +567,9 @@ func end(cp *capsule.Checkpoint, e End, now time.Time) (bool, *capsule.Transitio
 	if e.IfPausedAt != nil && !(st.Status == capsule.Paused && st.Pause != nil && st.Pause.At.Equal(*e.IfPausedAt) && st.AwaitingCycle > 0) {
 		return false, nil, refused(e, cp, "it changed meanwhile")
 	}
+	if e.IfWaitingSince != nil && !(st.Status == capsule.Waiting && st.Pause != nil && st.Pause.At.Equal(*e.IfWaitingSince)) {
+		return false, nil, refused(e, cp, "it changed meanwhile")
+	}
 	if st.Status.Terminal() {
 		return false, nil, refused(e, cp, "it has ended")
 	}
@@ -544,6 +579,7 @@ func end(cp *capsule.Checkpoint, e End, now time.Time) (bool, *capsule.Transitio
 	}
 	st.Pause = nil
 	st.Execution = nil
+	st.WaitingFor = nil
 	st.LocksHeld = []string{}
 	tr := capsule.Transition{Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: st.Cycle, Outcome: outcome, Detail: e.Detail, At: now}
 	cp.History = append(cp.History, tr)
@@ -586,6 +622,30 @@ func revise(cp *capsule.Checkpoint, e Revise, now time.Time) (bool, *capsule.Tra
 		st.Status = capsule.InProgress
 		st.Phase, st.PhaseName, st.Cycle = capsule.Execution, capsule.Execution.String(), cycle+1
 	}
+	cp.History = append(cp.History, tr)
+	return true, &tr, nil
+}
+
+func reject(cp *capsule.Checkpoint, e Reject, now time.Time) (bool, *capsule.Transition, error) {
+	st := &cp.State
+	if st.Status != capsule.WaitingForOperator {
+		if st.Status == capsule.Halted && st.HaltReason == capsule.OperatorRejected().String() {
+			return false, nil, nil // recorded: the caller finishes its effects
+		}
+		return false, nil, refused(e, cp, "only a capsule waiting_for_operator can be decided")
+	}
+	if st.Pause != nil && st.Pause.ResumeToken != "" {
+		return false, nil, refused(e, cp, "an accept is already under way")
+	}
+	reason := capsule.OperatorRejected().String()
+	finding := capsule.Finding{Message: "operator rejection: " + e.Rationale}
+	st.Pause = nil
+	st.Reviews = append(st.Reviews, capsule.ReviewEntry{
+		Cycle: st.Cycle, ReviewerID: OperatorReviewer + e.By, Verdict: capsule.Rejected, Findings: []capsule.Finding{finding}, At: now,
+	})
+	st.Status, st.HaltReason = capsule.Halted, reason
+	st.Findings = []capsule.Finding{finding}
+	tr := capsule.Transition{Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: st.Cycle, Outcome: capsule.OutcomeHalted, Detail: reason, At: now}
 	cp.History = append(cp.History, tr)
 	return true, &tr, nil
 }

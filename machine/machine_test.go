@@ -93,15 +93,15 @@ func TestEveryStateAndEvent(t *testing.T) {
 	const ok, noop = "ok", "noop"
 	stale, lost, ref, unauth := machine.ErrStale, machine.ErrClaimLost, machine.ErrRefused, machine.ErrUnauthenticated
 	want := map[string]map[string]any{
-		"in_progress@EXECUTION/1":  {"decide": ok, "claim": ok, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": noop, "pause": ok, "cancel": ok, "halt_overdue": ref, "revise": ref, "record_result": noop, "forged": noop},
-		"paused/operator_manual":   {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": noop, "cancel": ok, "halt_overdue": ref, "revise": ref, "record_result": noop, "forged": noop},
-		"paused/lock_contention":   {"decide": stale, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ref, "revise": ref, "record_result": noop, "forged": noop},
-		"paused/resume_in_flight":  {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": ok, "flip_at": ok, "pause": noop, "cancel": ok, "halt_overdue": ref, "revise": ref, "record_result": noop, "forged": noop},
-		"paused/awaiting_external": {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ok, "revise": ref, "record_result": ok, "forged": unauth},
-		"waiting_for_operator":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ok, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "revise": ok, "record_result": noop, "forged": noop},
-		"completed":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "revise": ref, "record_result": noop, "forged": noop},
-		"halted":                   {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "revise": ref, "record_result": noop, "forged": noop},
-		"cancelled":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": noop, "halt_overdue": ref, "revise": ref, "record_result": noop, "forged": noop},
+		"in_progress@EXECUTION/1":  {"decide": ok, "claim": ok, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": noop, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
+		"paused/operator_manual":   {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": noop, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
+		"paused/lock_contention":   {"decide": stale, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
+		"paused/resume_in_flight":  {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": ok, "flip_at": ok, "pause": noop, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
+		"paused/awaiting_external": {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ok, "reject": ref, "revise": ref, "record_result": ok, "forged": unauth},
+		"waiting_for_operator":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ok, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ok, "revise": ok, "record_result": noop, "forged": noop},
+		"completed":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
+		"halted":                   {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
+		"cancelled":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": noop, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
 	}
 	for sname, mk := range states {
 		for ename, ev := range events {
@@ -504,5 +504,39 @@ func TestReviseAndEnd(t *testing.T) {
 func TestRefusalReadsAsASentence(t *testing.T) {
 	t.Parallel()
 	_, err := machine.Apply(ended(capsule.Completed), machine.End{State: capsule.Cancelled, Detail: "x"}, t0)
-	require.EqualError(t, err, "cannot cancel k: it is completed (it has ended)")
+	require.EqualError(t, err, "cannot cancel k: the capsule is completed (it has ended)")
+	var r *machine.Refusal
+	require.ErrorAs(t, err, &r)
+	require.Equal(t, machine.ErrRefused, r.Kind)
+
+	tests := []struct {
+		name string
+		r    machine.Refusal
+		want string
+	}{
+		{"refused without hint", machine.Refusal{Kind: machine.ErrRefused, Event: "pause", Key: "k", State: capsule.Completed},
+			"cannot pause k: the capsule is completed"},
+		{"claim lost", machine.Refusal{Kind: machine.ErrClaimLost, Event: "record_result", Key: "k"},
+			"cannot record result k: claim on the cycle lost"},
+		{"invalid, no key", machine.Refusal{Kind: machine.ErrInvalid, Event: "claim", Detail: "no checkpoint"},
+			"cannot claim: invalid event: no checkpoint"},
+	}
+	for _, tt := range tests {
+		require.EqualError(t, &tt.r, tt.want, tt.name)
+	}
+}
+
+func TestReject(t *testing.T) {
+	t.Parallel()
+	res, err := machine.Apply(waiting(), machine.Reject{Rationale: "not this", By: "ann"}, t0)
+	require.NoError(t, err)
+	st := res.Checkpoint.State
+	require.Equal(t, capsule.Halted, st.Status)
+	require.Equal(t, "operator_rejected", st.HaltReason)
+	require.Equal(t, capsule.Halted, res.Effects.Outcome)
+	require.Equal(t, "operator:ann", st.Reviews[len(st.Reviews)-1].ReviewerID)
+	require.Equal(t, capsule.Rejected, st.Reviews[len(st.Reviews)-1].Verdict)
+	again, err := machine.Apply(res.Checkpoint, machine.Reject{Rationale: "not this", By: "ann"}, t0)
+	require.NoError(t, err)
+	require.False(t, again.Changed, "a recorded rejection is not recorded twice")
 }

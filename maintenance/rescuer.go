@@ -169,11 +169,14 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 			continue // gone, or try again next time
 		}
 		st := cp.State
-		if st.Status != capsule.InProgress || now.Sub(cp.UpdatedAt) <= r.cfg.After {
-			// Ended or parked (the sweeper's), or changed meanwhile: forget
-			// it until its checkpoint changes again.
+		if st.Status != capsule.InProgress {
+			// Ended, or parked (the sweeper's): forget it until its
+			// checkpoint changes again.
 			r.forget(key, cp)
 			continue
+		}
+		if now.Sub(cp.UpdatedAt) <= r.cfg.After {
+			continue // it moved meanwhile: look again later
 		}
 		ph := st.Phase
 		empty, seen := idle[ph]
@@ -201,11 +204,12 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 	}
 }
 
-// forget drops key unless its checkpoint changed after cp was read.
+// forget drops key, a capsule no longer in progress, unless its checkpoint
+// changed after cp was written.
 func (r *Rescuer) forget(key string, cp *capsule.Checkpoint) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if at, ok := r.last[key]; ok && !at.After(cp.UpdatedAt) || cp.State.Status != capsule.InProgress {
+	if at, ok := r.last[key]; ok && !at.After(cp.UpdatedAt.Add(time.Second)) {
 		delete(r.last, key)
 	}
 }

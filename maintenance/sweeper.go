@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +26,10 @@ type SweeperConfig struct {
 	// ExternalTimeout is how long accepted external work may take when its
 	// endpoint set no completion_timeout. Defaults to 1h.
 	ExternalTimeout time.Duration
+	// DependencyTimeout is how long a capsule waits for a dependency sagad
+	// does not know (never received, or forgotten after the retention)
+	// before it halts with dependency_missing. Defaults to 24h.
+	DependencyTimeout time.Duration
 }
 
 func (c SweeperConfig) withDefaults() SweeperConfig {
@@ -39,6 +44,9 @@ func (c SweeperConfig) withDefaults() SweeperConfig {
 	}
 	if c.ExternalTimeout <= 0 {
 		c.ExternalTimeout = time.Hour
+	}
+	if c.DependencyTimeout <= 0 {
+		c.DependencyTimeout = 24 * time.Hour
 	}
 	return c
 }
@@ -116,6 +124,10 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 		if err != nil {
 			continue
 		}
+		if cp.State.Status == capsule.Waiting {
+			w.dependencies(ctx, cp)
+			continue
+		}
 		if cp.State.Status != capsule.Paused {
 			// Resumed or ended meanwhile (a capsule can end while paused,
 			// when the phase it was in halts): the record is stale. An
@@ -186,4 +198,64 @@ func roundTimeout(d time.Duration) time.Duration {
 		return d.Round(100 * time.Millisecond)
 	}
 	return d.Round(time.Second)
+}
+
+// dependencies looks at a capsule waiting for its dependencies: when they all
+// completed it resumes (AUTOMATED_GATES runs again); one that halted or was
+// cancelled halts it with dependency_failed:<id>, one still unknown after
+// DependencyTimeout with dependency_missing:<id>, and one that waits for
+// this capsule in turn (a cycle) with dependency_failed:<id>.
+func (w *Sweeper) dependencies(ctx context.Context, cp *capsule.Checkpoint) {
+	st := cp.State
+	if st.Pause == nil {
+		return
+	}
+	since := st.Pause.At
+	facts, ok := w.st.Facts().(interface {
+		DependencyState(ctx context.Context, id string) (capsule.State, bool, error)
+	})
+	if !ok {
+		return
+	}
+	halt := func(reason capsule.HaltReason) {
+		if _, err := w.admin.End(ctx, cp.Key, machine.End{State: capsule.Halted, Detail: reason.String(), IfWaitingSince: &since}); err != nil && !errors.Is(err, admin.ErrRefused) {
+			w.log.Warn("sweep: halt a waiting capsule", "key", cp.Key, "error", err)
+		}
+	}
+	var waiting bool
+	for _, id := range st.WaitingFor {
+		state, known, err := facts.DependencyState(ctx, id)
+		if err != nil {
+			return // try again next sweep
+		}
+		switch {
+		case !known:
+			if w.cfg.Now().Sub(since) > w.cfg.DependencyTimeout {
+				halt(capsule.DependencyMissing(id))
+				return
+			}
+			waiting = true
+		case state == capsule.Halted || state == capsule.Cancelled:
+			halt(capsule.DependencyFailed(id))
+			return
+		case state == capsule.Completed:
+		case state == capsule.Waiting && w.waitsFor(ctx, id, cp.Key):
+			halt(capsule.DependencyFailed(id)) // a cycle: neither can ever go on
+			return
+		default:
+			waiting = true
+		}
+	}
+	if waiting {
+		return
+	}
+	if _, err := w.admin.ResumeWaiting(ctx, cp.Key, admin.ResumeOptions{By: capsule.BySagad, Reason: "its dependencies completed"}); err != nil && !errors.Is(err, admin.ErrRefused) {
+		w.log.Warn("sweep: resume a capsule whose dependencies completed", "key", cp.Key, "error", err)
+	}
+}
+
+// waitsFor reports whether the waiting capsule id waits for key.
+func (w *Sweeper) waitsFor(ctx context.Context, id, key string) bool {
+	cp, _, err := w.st.Checkpoints.Get(ctx, id)
+	return err == nil && slices.Contains(cp.State.WaitingFor, key)
 }

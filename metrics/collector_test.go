@@ -173,7 +173,7 @@ func TestCollectorCountsContinuationsByTrigger(t *testing.T) {
 	got = gauges(t, f.reg, "sagad_capsules_paused")
 	require.Equal(t, map[string]float64{
 		"budget_warning": 2, "operator_manual": 1, "blocked_external": 1,
-		"deadline_approaching": 0, "lock_contention": 0, "operator_gate": 0,
+		"deadline_approaching": 0, "lock_contention": 0, "operator_gate": 0, "dependencies": 0,
 		metrics.Other: 1,
 	}, got)
 }

@@ -67,6 +67,7 @@ const (
 	ActionCancel      = "cancel"
 	ActionAccept      = "accept" // sagactl decide accept
 	ActionRevise      = "revise" // sagactl decide revise
+	ActionReject      = "reject" // sagactl decide reject
 	ActionPhasePause  = "phase_pause"
 	ActionPhaseResume = "phase_resume"
 	ActionPauseAll    = "pause_all"
@@ -126,14 +127,14 @@ var WriteErrorKinds = []string{WriteTimeout, WriteNoResponders, WriteStorage, Wr
 
 // AdminActions is the closed set of action label values.
 var AdminActions = []string{
-	ActionPause, ActionResume, ActionCancel, ActionAccept, ActionRevise, ActionPhasePause,
+	ActionPause, ActionResume, ActionCancel, ActionAccept, ActionRevise, ActionReject, ActionPhasePause,
 	ActionPhaseResume, ActionPauseAll, ActionResumeAll, ActionReplay,
 }
 
 // Triggers is the closed set of trigger label values: the five
 // continuation triggers of PIPELINE §5 and operator_gate (a capsule
 // waiting_for_operator).
-var Triggers = append(slices.Clone(capsule.Triggers), capsule.TriggerOperatorGate)
+var Triggers = append(slices.Clone(capsule.Triggers), capsule.TriggerOperatorGate, capsule.TriggerDependencies)
 
 // Verdicts is the closed set of review verdicts.
 var Verdicts = []capsule.Verdict{capsule.Approved, capsule.ChangesRequested, capsule.Rejected}

@@ -3,6 +3,9 @@ package phases
 import (
 	"context"
 	"fmt"
+	"strings"
+
+	"github.com/sagad/sagad/capsule"
 
 	"github.com/sagad/sagad/rules"
 )
@@ -14,6 +17,9 @@ type AutomatedGates struct{}
 // Run evaluates the constitution. A fact that cannot be read is retried, never
 // counted as a pass.
 func (AutomatedGates) Run(ctx context.Context, env *Env, in *Input) Decision {
+	if d, wait := dependencies(ctx, env, in); wait {
+		return d
+	}
 	facts := env.Facts
 	if facts != nil && in.Checkpoint != nil {
 		facts = ownedID{Facts: facts, key: in.Checkpoint.Key}
@@ -49,4 +55,50 @@ func (f ownedID) IDConflict(ctx context.Context, id, digest string) (bool, error
 		return false, nil
 	}
 	return f.Facts.IDConflict(ctx, id, digest)
+}
+
+// DependencyStates is what AUTOMATED_GATES needs to wait for dependencies
+// (the store's facts provide it); without it Rule 24 alone judges them.
+type DependencyStates interface {
+	DependencyState(ctx context.Context, id string) (state capsule.State, known bool, err error)
+}
+
+// dependencies decides, before anything is spent, what the capsule's
+// depends_on mean now: a dependency that halted or was cancelled halts it
+// (dependency_failed:<id>); any not completed yet makes it wait (state
+// waiting; the sweeper resumes it once they completed, or halts it). Only
+// when every one completed do the rules run (Rule 24 then passes).
+func dependencies(ctx context.Context, env *Env, in *Input) (Decision, bool) {
+	ds, ok := env.Facts.(DependencyStates)
+	if !ok || len(in.Capsule.DependsOn) == 0 {
+		return Decision{}, false
+	}
+	self, _ := capsule.CanonicalID(in.Capsule.CapsuleID)
+	var pending []string
+	for _, dep := range in.Capsule.DependsOn {
+		id, ok := capsule.CanonicalID(dep)
+		if !ok || id == self {
+			continue // Rule 24's findings
+		}
+		state, known, err := ds.DependencyState(ctx, id)
+		if err != nil {
+			return RetryAfter(env.RetryDelay, fmt.Errorf("automated gates: dependency %s: %w", id, err)), true
+		}
+		switch {
+		case known && (state == capsule.Halted || state == capsule.Cancelled):
+			return HaltWith(capsule.DependencyFailed(id), capsule.Finding{
+				Rule: 24, Field: "depends_on", Message: fmt.Sprintf("dependency %s ended %s", id, state),
+			}), true
+		case known && state == capsule.Completed:
+		default:
+			pending = append(pending, id)
+		}
+	}
+	if len(pending) == 0 {
+		return Decision{}, false
+	}
+	return Decision{
+		Action: Park, Trigger: capsule.TriggerDependencies, WaitFor: pending,
+		Reason: fmt.Sprintf("waiting for %d of %d dependencies: %s", len(pending), len(in.Capsule.DependsOn), strings.Join(pending, ", ")),
+	}, true
 }

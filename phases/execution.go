@@ -96,13 +96,14 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 			}
 			callStart := time.Now()
 			res, err = e.run(ctx, env, in, ex, executors.Request{
-				Capsule:         c,
-				Raw:             in.Raw,
-				Cycle:           cycle,
-				IdempotencyKey:  IdempotencyKey(c.CapsuleID, cycle),
-				TraceID:         in.Checkpoint.TraceID,
-				Findings:        in.Checkpoint.LastReviewFindings(),
-				CompletionToken: token,
+				Capsule:          c,
+				Raw:              in.Raw,
+				Cycle:            cycle,
+				IdempotencyKey:   IdempotencyKey(c.CapsuleID, cycle),
+				TraceID:          in.Checkpoint.TraceID,
+				Findings:         in.Checkpoint.LastReviewFindings(),
+				PriorArtifactRef: priorArtifact(in.Checkpoint, cycle),
+				CompletionToken:  token,
 			})
 			env.record().Call("executor", callResult(err, ctx), time.Since(callStart))
 			switch {
@@ -333,4 +334,14 @@ func persist(runCtx context.Context, env *Env, write func() error) error {
 		case <-time.After(max(env.RetryDelay, 10*time.Millisecond)):
 		}
 	}
+}
+
+// priorArtifact is the artifact a revision cycle revises: the latest one
+// recorded, which is the previous cycle's (this cycle's is recorded only
+// with its result, after which the executor is not called again).
+func priorArtifact(cp *capsule.Checkpoint, cycle int) string {
+	if cycle <= 1 || len(cp.State.ArtifactRefs) == 0 {
+		return ""
+	}
+	return cp.State.ArtifactRefs[len(cp.State.ArtifactRefs)-1]
 }

@@ -811,7 +811,17 @@ func TestExecutionRun(t *testing.T) {
 			if tt.prepare != nil {
 				tt.prepare(b, in)
 			}
-			d := phases.Execution{}.Run(context.Background(), b.env, in)
+			ctx := context.Background()
+			if tt.wantAction == phases.Retry {
+				// A live delivery keeps retrying the writes of an agent's
+				// result while it holds its claim; it gives up (and the
+				// message is retried) once the claim or the phase's time
+				// ends, which this deadline stands for.
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+				defer cancel()
+			}
+			d := phases.Execution{}.Run(ctx, b.env, in)
 			require.Equal(t, tt.wantAction, d.Action, "halt %s, err %v", d.Halt, d.Err)
 			require.Equal(t, tt.wantHalt, d.Halt.String())
 			require.Equal(t, tt.wantTrigger, d.Trigger)
@@ -1179,7 +1189,15 @@ func TestReviewRun(t *testing.T) {
 			if r := in.Checkpoint.State.Result; r != nil {
 				wantHalt = strings.ReplaceAll(wantHalt, "{ref}", r.ArtifactRef)
 			}
-			d := phases.Review{}.Run(context.Background(), b.env, in)
+			ctx := context.Background()
+			if tt.wantAction == phases.Retry {
+				// See TestExecutionRun: a delivery retries the writes of a
+				// reviewer's result until its claim or time ends.
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+				defer cancel()
+			}
+			d := phases.Review{}.Run(ctx, b.env, in)
 			require.Equal(t, tt.wantAction, d.Action, "halt %s, err %v", d.Halt, d.Err)
 			require.Equal(t, wantHalt, d.Halt.String())
 			require.Equal(t, tt.wantWait, d.Wait)

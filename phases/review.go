@@ -105,12 +105,16 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	switch {
 	case charge.Exceeded != "":
 		d = HaltWith(capsule.BudgetExceeded(charge.Exceeded), budgetFinding(charge.Capsule, caps))
+	case c.Review.OperatorGate.All():
+		// Every verdict goes before the operator, who accepts, revises or
+		// rejects: nothing is revised or halted automatically.
+		d = Decision{Action: Advance, Wait: true}
 	default:
 		d = ReviewDecision(res.Verdict, cycle, c.CycleLimit())
 	}
 	d.Findings = append(d.Findings, res.Findings...)
 	d.Record = record
-	if d.Action == Advance && c.Review.OperatorGate {
+	if d.Action == Advance && c.Review.OperatorGate.On() {
 		d.Wait = true
 	}
 	if d.Action != Halt && !d.Wait {

@@ -23,21 +23,33 @@ import (
 // terminated reads sagad_messages_terminated_total{cause} from reg.
 func terminated(t *testing.T, reg *prometheus.Registry, cause string) float64 {
 	t.Helper()
+	return counter(t, reg, "sagad_messages_terminated_total", "cause", cause)
+}
+
+// counter reads the counter name from reg: the series whose label is value,
+// or the sum of every series when label is "".
+func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
+	var sum float64
 	for _, mf := range mfs {
-		if mf.GetName() != "sagad_messages_terminated_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, s := range mf.GetMetric() {
+			if label == "" {
+				sum += s.GetCounter().GetValue()
+				continue
+			}
 			for _, l := range s.GetLabel() {
-				if l.GetName() == "cause" && l.GetValue() == cause {
+				if l.GetName() == label && l.GetValue() == value {
 					return s.GetCounter().GetValue()
 				}
 			}
 		}
 	}
-	return 0
+	return sum
 }
 
 // TestForgedCompletionsAreDropped: whoever can publish on saga.complete.>

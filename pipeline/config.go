@@ -97,6 +97,10 @@ type Config struct {
 	// ones resume when their locks are free, blocked_external ones have their
 	// locks renewed or time out. Defaults to 5s.
 	SweepInterval time.Duration
+	// DependencyTimeout is how long a capsule waits for a dependency sagad
+	// does not know (never received, or forgotten after the retention)
+	// before it halts with dependency_missing. Defaults to 24h.
+	DependencyTimeout time.Duration
 	// RescueAfter is how long a capsule in progress may go without a
 	// checkpoint write, with its phase's queue empty, before the rescuer
 	// sends its step again (maintenance.Rescuer). Negative disables the

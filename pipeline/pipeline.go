@@ -145,6 +145,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	p.running = append(p.running, r)
 	p.sweeper = maintenance.NewSweeper(p.st, p.admin, maintenance.SweeperConfig{
 		Logger: p.log, Now: p.cfg.Now, Interval: p.cfg.SweepInterval, ExternalTimeout: p.cfg.ExternalTimeout,
+		DependencyTimeout: p.cfg.DependencyTimeout,
 	})
 	p.sweeper.Start(workCtx)
 	if p.cfg.RescueAfter > 0 {

@@ -124,8 +124,8 @@ func (f *fixture) wait(t *testing.T, id string) client.Status {
 	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
 		var err error
 		s, err = f.client.Status(ctx, id)
-		return err == nil && s.State != capsule.InProgress
-	}, "capsule %s never left in_progress", id)
+		return err == nil && s.State != capsule.InProgress && s.State != capsule.Waiting
+	}, "capsule %s never left in_progress (or waiting)", id)
 	return s
 }
 

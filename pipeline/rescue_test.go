@@ -46,15 +46,6 @@ func TestRescuerSendsALostStepAgain(t *testing.T) {
 	s := f.wait(t, doc.ID())
 	require.Equal(t, capsule.Completed, s.State, "the rescuer sent the lost step again")
 	require.Equal(t, int64(1), f.executed.Load())
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	var rescued float64
-	for _, mf := range mfs {
-		if mf.GetName() == "sagad_capsules_rescued_total" {
-			for _, s := range mf.GetMetric() {
-				rescued += s.GetCounter().GetValue()
-			}
-		}
-	}
+	rescued := counter(t, reg, "sagad_capsules_rescued_total", "", "")
 	require.GreaterOrEqual(t, rescued, 1.0)
 }

@@ -124,7 +124,7 @@ func checkSizes(_ context.Context, in Input) ([]capsule.Finding, error) {
 // Rule 11: destructive work needs the operator gate.
 func checkDestructive(_ context.Context, in Input) ([]capsule.Finding, error) {
 	c := in.Capsule
-	if c.Review.OperatorGate {
+	if c.Review.OperatorGate.On() {
 		return nil, nil
 	}
 	switch {

@@ -275,7 +275,7 @@ var ruleCases = []ruleCase{
 		config: func(cfg *Config) { cfg.ExecutorKinds = []string{"stub", "deploy"} }, want: []int{11}},
 	{name: "11 destructive with gate passes", mutate: func(c *capsule.Capsule) {
 		c.Constraints.Destructive = true
-		c.Review.OperatorGate = true
+		c.Review.OperatorGate = capsule.GateApproved
 	}},
 	// Rule 13.
 	{name: "13 no criteria", mutate: func(c *capsule.Capsule) { c.Spec.AcceptanceCriteria = nil }, want: []int{13}},

@@ -52,7 +52,10 @@ func (s *Continuations) Put(ctx context.Context, cp *capsule.Checkpoint) error {
 
 // Delete removes the continuation of key; deleting a missing one is fine.
 func (s *Continuations) Delete(ctx context.Context, key string) error {
-	if _, err := s.kv.Get(ctx, key); errors.Is(err, jetstream.ErrKeyNotFound) {
+	rctx, cancel := readCtx(ctx, s.w)
+	_, err := s.kv.Get(rctx, key)
+	cancel()
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil
 	}
 	if err := s.w.Do(ctx, func(ctx context.Context) error { return s.kv.Delete(ctx, key) }); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -64,7 +67,9 @@ func (s *Continuations) Delete(ctx context.Context, key string) error {
 // Get returns the continuation of key.
 func (s *Continuations) Get(ctx context.Context, key string) (capsule.Continuation, error) {
 	var c capsule.Continuation
-	e, err := s.kv.Get(ctx, key)
+	rctx, cancel := readCtx(ctx, s.w)
+	e, err := s.kv.Get(rctx, key)
+	cancel()
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return c, fmt.Errorf("%w: no continuation for %s", ErrNotFound, key)
 	}
@@ -92,22 +97,37 @@ func (s *Continuations) Keys(ctx context.Context) ([]string, error) {
 
 // DeleteIfStale removes the continuation of key unless it describes the
 // pause cp is in now: a record written by a newer pause is kept. The delete
-// is a compare-and-set on the record's revision.
+// is a compare-and-set on the record's revision under sagad's one retry
+// policy (cas.Retry): a lost delete reads the record again and judges it
+// again.
 func (s *Continuations) DeleteIfStale(ctx context.Context, key string, cp *capsule.Checkpoint) error {
-	e, err := s.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil
-	}
-	if err != nil {
+	err := cas.Retry(ctx, func(ctx context.Context) error {
+		rctx, cancel := readCtx(ctx, s.w)
+	e, err := s.kv.Get(rctx, key)
+	cancel()
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var c capsule.Continuation
+		if json.Unmarshal(e.Value(), &c) == nil {
+			st := cp.State
+			current := (st.Status == capsule.Paused || st.Status == capsule.Waiting) && st.Pause != nil && c.CreatedAt.Equal(st.Pause.At)
+			// A record written after cp was is a newer pause's: it stays
+			// (read again after a lost delete, that is what it is).
+			if current || c.CreatedAt.After(cp.UpdatedAt) {
+				return nil
+			}
+		}
+		err = s.w.Do(ctx, func(ctx context.Context) error { return s.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())) })
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil
+		}
 		return err
-	}
-	var c capsule.Continuation
-	if json.Unmarshal(e.Value(), &c) == nil && cp.State.Status == capsule.Paused && cp.State.Pause != nil &&
-		c.CreatedAt.Equal(cp.State.Pause.At) {
-		return nil
-	}
-	err = s.w.Do(ctx, func(ctx context.Context) error { return s.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())) })
-	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !cas.Conflict(err) {
+	})
+	if err != nil {
 		return fmt.Errorf("delete continuation %s: %w", key, err)
 	}
 	return nil

@@ -74,7 +74,9 @@ func (s *Store) outcomeSent(ctx context.Context, cp *capsule.Checkpoint) (bool, 
 	if cp.OutcomeEmitted {
 		return true, nil
 	}
-	m, err := s.capsulesStream.GetLastMsgForSubject(ctx, capsuleSubject(cp.Key))
+	rctx, cancel := readCtx(ctx, s.writes())
+	m, err := s.capsulesStream.GetLastMsgForSubject(rctx, capsuleSubject(cp.Key))
+	cancel()
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
@@ -156,10 +158,17 @@ func outcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.Sta
 func (s *Store) EmitParked(ctx context.Context, cp *capsule.Checkpoint) error {
 	st := cp.State
 	kind := capsule.EventPaused
-	if st.Status == capsule.WaitingForOperator {
+	switch st.Status {
+	case capsule.WaitingForOperator:
 		kind = capsule.EventWaiting
-	} else if err := s.Continuations.Put(ctx, cp); err != nil {
-		return err
+	case capsule.Waiting:
+		kind = capsule.EventDependencyWait
+	}
+	if st.Status != capsule.WaitingForOperator {
+		// The sweeper finds paused and waiting capsules by their records.
+		if err := s.Continuations.Put(ctx, cp); err != nil {
+			return err
+		}
 	}
 	return s.PublishEvent(ctx, capsule.Event{
 		ID:   fmt.Sprintf("%s.%d.%d.%s.%d", cp.Key, st.Phase, st.Cycle, kind, st.Pause.At.UnixNano()),

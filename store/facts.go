@@ -60,3 +60,21 @@ func (f *facts) DependencyDone(ctx context.Context, id string) (bool, error) {
 	}
 	return cp.State.Status == capsule.Completed, nil
 }
+
+// DependencyState reports the state of the capsule a depends_on entry
+// names, read from the stream's leader; known is false when sagad has no
+// checkpoint of it (never received, or ended and forgotten after the
+// retention).
+func (f *facts) DependencyState(ctx context.Context, id string) (state capsule.State, known bool, err error) {
+	if !ValidKey(id) {
+		return "", false, nil
+	}
+	cp, _, err := f.checkpoints.GetLatest(ctx, id, nil)
+	if errors.Is(err, ErrNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return cp.State.Status, true, nil
+}

@@ -198,7 +198,9 @@ func (s *Store) Facts() rules.Facts {
 // Raw returns the capsule's bytes as RECEPTION kept them, and the capsule
 // they decode to (nil for bytes that are no capsule).
 func (s *Store) Raw(ctx context.Context, key string) ([]byte, *capsule.Capsule, error) {
-	e, err := s.capsules.Get(ctx, key)
+	rctx, cancel := readCtx(ctx, s.writes())
+	e, err := s.capsules.Get(rctx, key)
+	cancel()
 	if err != nil {
 		return nil, nil, fmt.Errorf("capsule bytes of %s: %w", key, err)
 	}
@@ -228,7 +230,9 @@ func (s *Store) RenewBytes(ctx context.Context, key string, raw []byte) error {
 // KeptBytes compares the bytes kept under key with digest, and reports
 // whether they carry the outcome mark of a run that ended.
 func (s *Store) KeptBytes(ctx context.Context, key, digest string) (same, ended bool, err error) {
-	m, err := s.capsulesStream.GetLastMsgForSubject(ctx, capsuleSubject(key))
+	rctx, cancel := readCtx(ctx, s.writes())
+	m, err := s.capsulesStream.GetLastMsgForSubject(rctx, capsuleSubject(key))
+	cancel()
 	if err != nil {
 		return false, false, fmt.Errorf("read kept capsule %s: %w", key, err)
 	}
@@ -248,7 +252,9 @@ func (s *Store) Accepted(ctx context.Context, key string, body []byte) (raw []by
 	if c, ok := s.Cache.Trusted(key, body); ok {
 		return body, c, true, nil
 	}
-	e, err := s.capsules.Get(ctx, key)
+	rctx, cancel := readCtx(ctx, s.writes())
+	e, err := s.capsules.Get(rctx, key)
+	cancel()
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil, false, fmt.Errorf("%w: no capsule bytes kept for %s", ErrNotFound, key)
 	}

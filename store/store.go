@@ -60,7 +60,9 @@ func (s *Checkpoints) Get(ctx context.Context, key string) (*capsule.Checkpoint,
 // is known by its key and revision (its stream sequence), and cached
 // checkpoints are never changed in place.
 func (s *Checkpoints) GetCached(ctx context.Context, key string, c *Cache) (*capsule.Checkpoint, uint64, error) {
-	e, err := s.kv.Get(ctx, key)
+	rctx, cancel := readCtx(ctx, s.w)
+	e, err := s.kv.Get(rctx, key)
+	cancel()
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, key)
 	}
@@ -92,7 +94,9 @@ func (s *Checkpoints) GetLatest(ctx context.Context, key string, c *Cache) (*cap
 	if err != nil {
 		return nil, 0, err
 	}
-	m, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+CheckpointsBucket, req)
+	rctx, cancel := readCtx(ctx, s.w)
+	m, err := s.js.Conn().RequestWithContext(rctx, "$JS.API.STREAM.MSG.GET.KV_"+CheckpointsBucket, req)
+	cancel()
 	if err != nil {
 		return nil, 0, fmt.Errorf("get checkpoint %s from the leader: %w", key, err)
 	}

@@ -1,6 +1,10 @@
 package store
 
-import "github.com/sagad/sagad/internal/jspub"
+import (
+	"context"
+
+	"github.com/sagad/sagad/internal/jspub"
+)
 
 // setWrites makes w the policy of every write the store makes (see
 // internal/jspub.Writes); the locks and budget buckets get theirs through
@@ -14,3 +18,14 @@ func (s *Store) setWrites(w *jspub.Writes) {
 // writes is the policy of the store's own writes (capsule bytes, phase
 // messages, events, outcomes).
 func (s *Store) writes() *jspub.Writes { return s.Checkpoints.w }
+
+// readCtx bounds one read the way w bounds one write (its timeout, else
+// jspub.DefaultTimeout): a read whose node dies with it must end, not hold
+// its message for the phase's whole time while redeliveries are handed back.
+func readCtx(ctx context.Context, w *jspub.Writes) (context.Context, context.CancelFunc) {
+	var d = jspub.DefaultTimeout
+	if w != nil && w.Timeout > 0 {
+		d = w.Timeout
+	}
+	return jspub.WriteCtx(ctx, d)
+}

@@ -94,18 +94,81 @@ func adminCommand(g *globals, use, short, long string, flags func(*cobra.Command
 
 func newPause(g *globals) *cobra.Command {
 	var reason, by string
-	return adminCommand(g, "pause ID [--reason R]", "Pause a capsule (operator_manual); a running phase finishes its step first",
+	var all bool
+	cmd := adminCommand(g, "pause ID|--all [--reason R]", "Pause a capsule (operator_manual), or with --all stop everything",
 		`Pause a capsule with the operator_manual trigger. A queued capsule parks at
 once; one inside a phase finishes that phase's step, then parks at the next
 phase. Pausing a paused capsule changes nothing. Exit 5 if the capsule has
-ended or waits for an operator decision.`,
+ended or waits for an operator decision.
+
+--all stops everything at once instead: every phase is paused for every sagad
+(phase pause 0 to 6, intake first so nothing new enters); capsules stay where
+they are, in-flight steps finish, queued messages wait. resume --all undoes it.`,
 		func(c *cobra.Command) {
-			c.Flags().StringVar(&reason, "reason", "", "why (recorded in the event stream)")
+			c.Flags().StringVar(&reason, "reason", "", "why (recorded in the event stream; with --all, logged by sagad)")
 			c.Flags().StringVar(&by, "by", "", "who (default $SAGA_OPERATOR or the login name)")
+			c.Flags().BoolVar(&all, "all", false, "pause every phase: stop all work")
 		},
 		func(ctx context.Context, a *adminsvc.Client, id string) (client.Status, error) {
 			return a.Pause(ctx, adminsvc.PauseRequest{ID: id, Reason: reason, By: operator(by)})
 		})
+	withAll(g, cmd, &all, true, func() adminsvc.PhaseRequest { return adminsvc.PhaseRequest{By: operator(by), Reason: reason} })
+	return cmd
+}
+
+// withAll lets cmd (pause or resume) take --all instead of an ID: every
+// phase paused (in phase order, so the intake stops first) or resumed (in
+// reverse, so downstream phases drain before upstream ones feed them),
+// through the admin service's phase.pause and phase.resume. The phases
+// are printed as `phase list` prints them.
+func withAll(g *globals, cmd *cobra.Command, all *bool, pause bool, req func() adminsvc.PhaseRequest) {
+	one := cmd.RunE
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if *all {
+			if len(args) > 0 {
+				return exit(ExitUsage, errors.New("--all takes no capsule id"))
+			}
+			return nil
+		}
+		return cobra.ExactArgs(1)(cmd, args)
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if !*all {
+			return one(cmd, args)
+		}
+		var only []string
+		for _, name := range []string{"tokens", "dollars", "deadline", "extend", "force"} {
+			if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+				only = append(only, "--"+name)
+			}
+		}
+		if len(only) > 0 {
+			return exit(ExitUsage, fmt.Errorf("%s apply to one capsule, not --all", strings.Join(only, ", ")))
+		}
+		ctx, a, done, err := g.dialAdmin(cmd)
+		if err != nil {
+			return err
+		}
+		defer done()
+		r := req()
+		var list []admin.PhaseState
+		for i := range int(capsule.NumPhases) {
+			ph := i
+			if !pause {
+				ph = int(capsule.NumPhases) - 1 - i
+			}
+			r.Phase = ph
+			if pause {
+				list, err = a.PausePhase(ctx, r)
+			} else {
+				list, err = a.ResumePhase(ctx, r)
+			}
+			if err != nil {
+				return adminErr(fmt.Errorf("phase %s: %w", capsule.Phase(ph), err))
+			}
+		}
+		return printPhases(cmd, g, list)
+	}
 }
 
 func newResume(g *globals) *cobra.Command {
@@ -114,13 +177,17 @@ func newResume(g *globals) *cobra.Command {
 	var dollars float64
 	var extend time.Duration
 	var force bool
-	return adminCommand(g, "resume ID [--tokens N] [--dollars X] [--deadline T | --extend D]",
-		"Resume a paused capsule where it stopped, optionally lifting the cause",
+	var all bool
+	cmd := adminCommand(g, "resume ID|--all [--tokens N] [--dollars X] [--deadline T | --extend D]",
+		"Resume a paused capsule where it stopped, optionally lifting the cause; --all restarts every phase",
 		`Resume a paused capsule exactly where it stopped: the phase it was at runs
 (again, if it had parked before finishing); completed phases and recorded
 executor results are never re-run. --tokens/--dollars raise the capsule's caps
 (after budget_warning); --deadline (RFC 3339) or --extend moves its deadline
-(after deadline_approaching). Exit 5 if the capsule is not paused.`,
+(after deadline_approaching). Exit 5 if the capsule is not paused.
+
+--all restarts every phase paused by pause --all or phase pause (the last
+phase first); capsules paused one by one stay paused.`,
 		func(c *cobra.Command) {
 			c.Flags().StringVar(&reason, "reason", "", "why (recorded in the event stream)")
 			c.Flags().StringVar(&by, "by", "", "who (default $SAGA_OPERATOR or the login name)")
@@ -129,6 +196,7 @@ executor results are never re-run. --tokens/--dollars raise the capsule's caps
 			c.Flags().StringVar(&deadline, "deadline", "", "new deadline (RFC 3339)")
 			c.Flags().DurationVar(&extend, "extend", 0, "move the deadline to now + D")
 			c.Flags().BoolVar(&force, "force", false, "resume a capsule still waiting for accepted external work (runs its executor again)")
+			c.Flags().BoolVar(&all, "all", false, "resume every phase: restart all work")
 		},
 		func(ctx context.Context, a *adminsvc.Client, id string) (client.Status, error) {
 			opts := adminsvc.ResumeRequest{ID: id, By: operator(by), Reason: reason, Tokens: tokens, Dollars: dollars, Force: force}
@@ -147,6 +215,8 @@ executor results are never re-run. --tokens/--dollars raise the capsule's caps
 			}
 			return a.Resume(ctx, opts)
 		})
+	withAll(g, cmd, &all, false, func() adminsvc.PhaseRequest { return adminsvc.PhaseRequest{By: operator(by), Reason: reason} })
+	return cmd
 }
 
 func newCancel(g *globals) *cobra.Command {
@@ -167,17 +237,19 @@ the outcome subject. Cancelling a cancelled capsule changes nothing.`,
 func newDecide(g *globals) *cobra.Command {
 	var rationale, by string
 	cmd := &cobra.Command{
-		Use:   "decide ID accept|revise [--rationale R]",
-		Short: "Decide a capsule waiting_for_operator: accept (to HANDOFF) or revise (back to EXECUTION)",
+		Use:   "decide ID accept|revise|reject [--rationale R]",
+		Short: "Decide a capsule waiting_for_operator: accept (to HANDOFF), revise (back to EXECUTION) or reject (halt)",
 		Long: `Settle the operator gate of a capsule waiting_for_operator. accept goes on to
 HANDOFF; revise sends it back to EXECUTION as a new cycle with the rationale as
 review findings (Rule 12 applies: after the last cycle it halts with
-max_cycles_exceeded). Exit 5, changing nothing, if the capsule is not waiting.`,
+max_cycles_exceeded); reject halts it with operator_rejected. With
+review.operator_gate "all" every verdict waits here (sagactl pending shows it).
+Exit 5, changing nothing, if the capsule is not waiting.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			decision := strings.ToLower(args[1])
-			if decision != admin.DecisionAccept && decision != admin.DecisionRevise {
-				return exit(ExitUsage, fmt.Errorf("decision %q: want accept or revise", args[1]))
+			if decision != admin.DecisionAccept && decision != admin.DecisionRevise && decision != admin.DecisionReject {
+				return exit(ExitUsage, fmt.Errorf("decision %q: want accept, revise or reject", args[1]))
 			}
 			if decision == admin.DecisionRevise && strings.TrimSpace(rationale) == "" {
 				return exit(ExitUsage, errors.New("revise needs --rationale: the executor gets it as the review's findings"))
@@ -215,17 +287,20 @@ func newPending(g *globals) *cobra.Command {
 				return adminErr(err)
 			}
 			out := cmd.OutOrStdout()
-			if g.json() {
+			if enc := g.encoder(); enc != nil {
 				if items == nil {
 					items = []admin.PendingItem{}
 				}
-				return writeJSON(out, items)
+				return enc(out, items)
 			}
 			tw := table(out)
-			fmt.Fprintln(tw, "CAPSULE_ID\tSTATE\tTRIGGER\tPHASE\tCYCLE\tAGE\tREASON")
+			fmt.Fprintln(tw, "CAPSULE_ID\tSTATE\tTRIGGER\tPHASE\tCYCLE\tAGE\tVERDICT\tREASON")
 			for _, it := range items {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%s\t%s\n", dash(it.CapsuleID), pf(it.State), pf(it.Trigger), it.Phase, printable(it.PhaseName),
-					it.Cycle, (time.Duration(it.AgeSecs) * time.Second).String(), dash(it.Reason))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%s\t%s\t%s\n", dash(it.CapsuleID), pf(it.State), pf(it.Trigger), it.Phase, printable(it.PhaseName),
+					it.Cycle, (time.Duration(it.AgeSecs) * time.Second).String(), dash(string(it.Verdict)), dash(it.Reason))
+				for _, f := range it.Findings {
+					fmt.Fprintf(tw, "\t\t\t\t\t\t\t- %s\n", printable(f.Message))
+				}
 			}
 			return tw.Flush()
 		},
@@ -288,8 +363,8 @@ func newPhase(g *globals) *cobra.Command {
 
 func printPhases(cmd *cobra.Command, g *globals, list []admin.PhaseState) error {
 	out := cmd.OutOrStdout()
-	if g.json() {
-		return writeJSON(out, list)
+	if enc := g.encoder(); enc != nil {
+		return enc(out, list)
 	}
 	tw := table(out)
 	fmt.Fprintln(tw, "PHASE\tCONSUMER\tPAUSED\tQUEUED\tIN_FLIGHT")

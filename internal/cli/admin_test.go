@@ -36,7 +36,7 @@ func TestOnlineAdmin(t *testing.T) {
 
 	r = o.run(t, "pause", doc.ID())
 	require.Equal(t, cli.ExitRefused, r.code, "a waiting capsule is decided, not paused")
-	require.Equal(t, "sagactl: cannot pause "+doc.ID()+": it is waiting_for_operator (it already waits for a decision: decide or cancel)\n", r.errOut,
+	require.Equal(t, "sagactl: cannot pause "+doc.ID()+": the capsule is waiting_for_operator (it already waits for a decision: decide or cancel)\n", r.errOut,
 		"sagad's refusal reaches the operator word for word")
 
 	r = o.run(t, "decide", doc.ID(), "revise")
@@ -118,4 +118,37 @@ func TestOnlineAdminNoSagad(t *testing.T) {
 	var s client.Status
 	require.NoError(t, json.Unmarshal([]byte(r.out), &s))
 	require.Equal(t, capsule.WaitingForOperator, s.State, "nothing changed")
+}
+
+// TestOnlinePauseAll: pause --all stops every phase (a capsule published
+// then waits in RECEPTION's queue), resume --all restarts them all and the
+// capsule completes; --all refuses an id and per-capsule flags.
+func TestOnlinePauseAll(t *testing.T) {
+	t.Parallel()
+	o := setupOnline(t)
+	r := o.run(t, "pause", "--all", "--reason", "upgrade", "-o", "json")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	var phases []admin.PhaseState
+	require.NoError(t, json.Unmarshal([]byte(r.out), &phases))
+	require.Len(t, phases, int(capsule.NumPhases))
+	for _, p := range phases {
+		require.True(t, p.Paused, "phase %d", p.Phase)
+	}
+
+	doc := o.own(t, capsuletest.New())
+	r = o.run(t, "publish", file(t, doc.Sealed(t)))
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	r = o.run(t, "wait", "--timeout", "500ms", doc.ID())
+	require.Equal(t, cli.ExitNotFound, r.code, "nothing runs while everything is paused: %s", r.errOut)
+
+	r = o.run(t, "resume", "--all")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	require.Regexp(t, `(?m)^0 RECEPTION\s+\S+\s+false\s`, r.out)
+	r = o.run(t, "wait", "--timeout", "30s", doc.ID())
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+
+	for _, args := range [][]string{{"pause", "--all", doc.ID()}, {"resume", "--all", "--tokens", "5"}, {"resume"}} {
+		r = o.run(t, args...)
+		require.Equal(t, cli.ExitUsage, r.code, "%v: %s", args, r.errOut)
+	}
 }

@@ -92,8 +92,8 @@ Exit 0 only if clean, 1 with findings, 2 if the file cannot be read.`,
 			cfg := rules.Config{ExecutorKinds: kinds, ReviewerIDs: reviewers}
 			rep := Check(b, cfg, time.Now())
 			out := cmd.OutOrStdout()
-			if g.json() {
-				if err := writeJSON(out, rep); err != nil {
+			if enc := g.encoder(); enc != nil {
+				if err := enc(out, rep); err != nil {
 					return err
 				}
 			} else {

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
@@ -280,6 +281,14 @@ func TestCheckFindingsNameFields(t *testing.T) {
 	require.Regexp(t, `(?m)^  35\s+spec\.approved\s+spec\.approved is missing or unsatisfied$`, text.out)
 }
 
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	r := run(t, "--version")
+	require.Equal(t, 0, r.code, r.errOut)
+	require.Empty(t, r.errOut)
+	require.Regexp(t, `^sagactl \S+ \(rev [^;]+; go\S+\)\n$`, r.out)
+}
+
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	valid := func(t *testing.T) string { return file(t, capsuletest.New().Sealed(t)) }
@@ -290,8 +299,9 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{"check unreadable file", func(t *testing.T) []string { return []string{"check", filepath.Join(t.TempDir(), "missing.json")} }, "sagactl: read "},
 		{"check a directory", func(t *testing.T) []string { return []string{"check", t.TempDir()} }, "sagactl: read "},
-		{"bad output format", func(t *testing.T) []string { return []string{"check", "-o", "yaml", valid(t)} }, `sagactl: --output "yaml": want table or json`},
-		{"bad output format, long flag", func(t *testing.T) []string { return []string{"--output=xml", "check", valid(t)} }, `sagactl: --output "xml": want table or json`},
+		{"bad output format", func(t *testing.T) []string { return []string{"check", "-o", "toml", valid(t)} }, `sagactl: --output "toml": want table, wide, json or yaml`},
+		{"bad output format, long flag", func(t *testing.T) []string { return []string{"--output=xml", "check", valid(t)} }, `sagactl: --output "xml": want table, wide, json or yaml`},
+		{"list negative limit", func(*testing.T) []string { return []string{"list", "--limit", "-1"} }, `sagactl: --limit -1: want 0 (all) or more`},
 		{"unknown flag", func(t *testing.T) []string { return []string{"check", "--frobnicate", valid(t)} }, "sagactl: unknown flag: --frobnicate"},
 		{"unknown command", func(*testing.T) []string { return []string{"frobnicate"} }, `sagactl: unknown command "frobnicate"`},
 		{"publish seal and raw", func(t *testing.T) []string { return []string{"publish", "--seal", "--raw", valid(t)} }, "sagactl: --seal and --raw exclude each other"},
@@ -493,7 +503,30 @@ func TestOnlineCompleted(t *testing.T) {
 
 		r = o.run(t, "list")
 		require.Equal(t, 0, r.code, r.errOut)
-		require.Regexp(t, `^CAPSULE_ID\s+KEY\s+STATE\s+PHASE\s+CYCLES\s+HALT_REASON\s+UPDATED_AT\n`+doc.ID()+`\s+`+doc.ID()+`\s+completed\s+6 HANDOFF\s+1\s+-\s+\S+\n$`, r.out)
+		require.Regexp(t, `^CAPSULE_ID\s+STATE\s+PHASE\s+CYCLES\s+AGE\s+REASON\n`+doc.ID()+`\s+completed\s+6 HANDOFF\s+1\s+\S+\s+-\n$`, r.out)
+
+		r = o.run(t, "list", "-o", "wide")
+		require.Equal(t, 0, r.code, r.errOut)
+		require.Regexp(t, `^CAPSULE_ID\s+KEY\s+STATE\s+PHASE\s+CYCLES\s+PROGRESS\s+UPDATED_AT\s+HALT_REASON\n`+doc.ID()+`\s+`+doc.ID()+`\s+completed\s+6 HANDOFF\s+1\s+100%\s+\S+\s+-\n$`, r.out)
+	})
+
+	t.Run("yaml has the json keys", func(t *testing.T) {
+		for _, args := range [][]string{{"status", doc.ID()}, {"history", doc.ID()}, {"list"}} {
+			rj := o.run(t, append(args, "-o", "json")...)
+			require.Equal(t, 0, rj.code, rj.errOut)
+			ry := o.run(t, append(args, "-o", "yaml")...)
+			require.Equal(t, 0, ry.code, ry.errOut)
+			var fromJSON, fromYAML any
+			require.NoError(t, json.Unmarshal([]byte(rj.out), &fromJSON))
+			require.NoError(t, yaml.Unmarshal([]byte(ry.out), &fromYAML))
+			// Through JSON both sides compare as the same generic values
+			// (YAML reads numbers as int, timestamps as strings here).
+			b, err := json.Marshal(fromYAML)
+			require.NoError(t, err)
+			var normalised any
+			require.NoError(t, json.Unmarshal(b, &normalised))
+			require.Equal(t, fromJSON, normalised, "%v", args)
+		}
 	})
 
 	t.Run("publish json", func(t *testing.T) {
@@ -540,6 +573,17 @@ func TestOnlineHalted(t *testing.T) {
 	require.Equal(t, "halted", kinds[len(kinds)-1])
 }
 
+// edited is a sealed capsule whose title changed after sealing.
+func edited(t *testing.T) []byte {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(capsuletest.New().Sealed(t), &m))
+	m["task"].(map[string]any)["title"] = "changed after sealing"
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	return b
+}
+
 func TestOnlinePublishRefusesNonCapsules(t *testing.T) {
 	t.Parallel()
 	o := setupOnline(t)
@@ -553,6 +597,7 @@ func TestOnlinePublishRefusesNonCapsules(t *testing.T) {
 		{"JSON but not a capsule", []byte(`{"hello":"sagad"}`), nil, "sagactl: not a capsule: invalid capsule: "},
 		{"unsealed capsule", capsuletest.New().Unsealed(t), nil, "sagactl: not a capsule: invalid capsule: /integrity: required property missing"},
 		{"seal of plain text", []byte("hello"), []string{"--seal"}, "sagactl: not a capsule: "},
+		{"edited after sealing", edited(t), nil, "sagactl: integrity_mismatch: integrity.sha256 is "},
 	}
 	for _, tt := range refused {
 		r := o.run(t, append(append([]string{"publish"}, tt.args...), file(t, tt.raw))...)
@@ -560,9 +605,11 @@ func TestOnlinePublishRefusesNonCapsules(t *testing.T) {
 		require.Empty(t, r.out, tt.name)
 		require.True(t, strings.HasPrefix(r.errOut, tt.wantErr), "%s: stderr %q", tt.name, r.errOut)
 	}
+	r := o.run(t, "publish", file(t, edited(t)))
+	require.Contains(t, r.errOut, "\nsagactl: (edited after sealing? publish --seal recomputes the digest; --raw sends it as is)\n")
 	require.Equal(t, uint64(0), o.intakeLastSeq(t), "nothing was published")
 
-	r := o.run(t, "publish", "--raw", file(t, []byte("hello, sagad")))
+	r = o.run(t, "publish", "--raw", file(t, []byte("hello, sagad")))
 	require.Equal(t, 0, r.code, r.errOut)
 	require.Equal(t, "published raw bytes as intake message 1 (see: sagactl list --state halted)\n", r.out)
 	require.Equal(t, uint64(1), o.intakeLastSeq(t))

@@ -7,7 +7,8 @@
 //	0   success; `wait`: the capsule completed; `check`: no finding
 //	1   failure; `wait`: the capsule halted; `check`: findings
 //	2   usage error (bad flags or arguments, unreadable input)
-//	3   `wait`: the capsule needs a human (paused or waiting_for_operator)
+//	3   `wait`: the capsule needs a human (paused or waiting_for_operator, not
+//	    paused on accepted external work, which wait waits out)
 //	4   capsule not found
 //	5   refused: the capsule's state does not allow the action (nothing changed)
 //	20  `wait`: the capsule was cancelled

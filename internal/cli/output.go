@@ -11,14 +11,57 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
 )
+
+// encodeFunc writes v whole in one structured format (-o json, -o yaml).
+type encodeFunc func(w io.Writer, v any) error
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// writeYAML writes v as YAML with the keys, order and values of its JSON:
+// v is encoded as JSON (so json tags, omitempty and MarshalJSON apply), read
+// back as a YAML node tree (JSON is YAML) and written in block style. The
+// node keeps each scalar's tag, so a string such as "123" or "true" stays a
+// quoted string.
+func writeYAML(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return fmt.Errorf("yaml: %w", err)
+	}
+	blockStyle(&doc)
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+// blockStyle drops the flow and quoting styles a node tree read from JSON
+// carries, letting the encoder choose block style and quote only where a
+// scalar would otherwise read as another type. Empty collections stay in
+// flow style ([] and {}), the only way to write them.
+func blockStyle(n *yaml.Node) {
+	if (n.Kind == yaml.SequenceNode || n.Kind == yaml.MappingNode) && len(n.Content) == 0 {
+		n.Style = yaml.FlowStyle
+	} else {
+		n.Style = 0
+	}
+	for _, c := range n.Content {
+		blockStyle(c)
+	}
 }
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
@@ -97,9 +140,15 @@ func printStatus(w io.Writer, s client.Status) error {
 		fmt.Fprintf(tw, "key:\t%s\n", printable(s.Key))
 	}
 	fmt.Fprintf(tw, "state:\t%s\n", pf(s.State))
+	if s.AwaitingExternal {
+		fmt.Fprintf(tw, "awaiting:\tthe result of accepted external work (no action needed)\n")
+	}
 	fmt.Fprintf(tw, "phase:\t%d %s\n", s.Phase, printable(s.PhaseName))
 	fmt.Fprintf(tw, "cycles_used:\t%d\n", s.CyclesUsed)
 	fmt.Fprintf(tw, "progress:\t%d%%\n", s.Progress)
+	if s.WaitingOn != "" {
+		fmt.Fprintf(tw, "waiting_on:\t%s %s\n", printable(s.WaitingOn), printable(strings.Join(s.Pending, ", ")))
+	}
 	if s.HaltReason != "" {
 		fmt.Fprintf(tw, "halt_reason:\t%s\n", printable(s.HaltReason))
 	}

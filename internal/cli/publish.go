@@ -20,8 +20,9 @@ func newPublish(g *globals) *cobra.Command {
 		Long: `Publish a capsule to sagad's intake subject and print its capsule id.
 
 The capsule is checked against the capsule schema first and refused with the
-JSON pointers at fault if it is not one (nothing is sent). --seal fills in
-integrity.sha256 before publishing. --raw sends the bytes exactly as they are,
+JSON pointers at fault if it is not one (nothing is sent), and refused if its
+integrity.sha256 does not match its content (sagad would halt it
+integrity_mismatch). --seal fills in integrity.sha256 before publishing. --raw sends the bytes exactly as they are,
 unchecked, to see what the daemon does with them (it prints the intake
 sequence instead of an id).`,
 		Args: cobra.ExactArgs(1),
@@ -43,6 +44,11 @@ sequence instead of an id).`,
 				if err := schemas.Validate(schemas.Capsule, b); err != nil {
 					return exit(ExitUsage, fmt.Errorf("not a capsule: %w", err))
 				}
+				// sagad would halt it integrity_mismatch at once: most often
+				// a capsule edited after sealing.
+				if err := capsule.VerifyIntegrity(b); err != nil {
+					return exit(ExitUsage, fmt.Errorf("%w\nsagactl: (edited after sealing? publish --seal recomputes the digest; --raw sends it as is)", err))
+				}
 				var c capsule.Capsule
 				if err := json.Unmarshal(b, &c); err != nil {
 					return exit(ExitUsage, fmt.Errorf("not a capsule: %w", err))
@@ -61,8 +67,8 @@ sequence instead of an id).`,
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if g.json() {
-				return writeJSON(out, map[string]any{"capsule_id": id, "intake_seq": seq})
+			if enc := g.encoder(); enc != nil {
+				return enc(out, map[string]any{"capsule_id": id, "intake_seq": seq})
 			}
 			if id == "" {
 				fmt.Fprintf(out, "published raw bytes as intake message %d (see: sagactl list --state halted)\n", seq)

@@ -36,7 +36,8 @@ type reportCmd struct {
 	client *client.Client
 	js     jetstream.JetStream
 	id     string
-	json   bool
+	// enc writes -o json or -o yaml; nil writes Markdown.
+	enc encodeFunc
 }
 
 // Run loads the capsule's records and writes the report to out.
@@ -45,8 +46,8 @@ func (r *reportCmd) Run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if r.json {
-		return writeJSON(out, d)
+	if r.enc != nil {
+		return r.enc(out, d)
 	}
 	return writeReport(out, d)
 }
@@ -472,7 +473,7 @@ Exit codes: 0 written, 1 failure, 2 usage, 4 capsule not found.`,
 				return err
 			}
 			defer closeFn()
-			r := &reportCmd{client: client, js: js, id: args[0], json: g.json()}
+			r := &reportCmd{client: client, js: js, id: args[0], enc: g.encoder()}
 			if file == "" || file == "-" {
 				return r.Run(ctx, cmd.OutOrStdout())
 			}

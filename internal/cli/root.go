@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/internal/buildinfo"
 	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/phases"
 	"github.com/sagad/sagad/store"
@@ -107,7 +108,25 @@ func (g *globals) connect(ctx context.Context) (*client.Client, jetstream.JetStr
 	return c, js, nc.Close, nil
 }
 
-func (g *globals) json() bool { return g.output == "json" }
+// Output formats of --output.
+const (
+	outputTable = "table"
+	outputWide  = "wide"
+	outputJSON  = "json"
+	outputYAML  = "yaml"
+)
+
+// encoder is the structured encoder of -o json or -o yaml, nil for the
+// tables (-o table, -o wide).
+func (g *globals) encoder() encodeFunc {
+	switch g.output {
+	case outputJSON:
+		return writeJSON
+	case outputYAML:
+		return writeYAML
+	}
+	return nil
+}
 
 // NewRoot builds the sagactl command tree writing to out and errOut.
 func NewRoot(out, errOut io.Writer) *cobra.Command {
@@ -126,7 +145,8 @@ Exit codes:
   0   success; wait: completed; check: clean
   1   failure; wait: halted; check: findings
   2   usage error or unreadable input
-  3   wait: the capsule needs a human (paused, waiting_for_operator)
+  3   wait: the capsule needs a human (paused, waiting_for_operator; not
+      a pause on accepted external work, which wait waits out)
   4   capsule not found
   5   refused: the capsule's state does not allow the action (nothing changed)
   6   no sagad answered an admin command: is sagad running?
@@ -134,19 +154,23 @@ Exit codes:
   21  wait: timed out`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// cobra adds --version (print and exit 0) when Version is set.
+		Version: buildinfo.String("sagactl"),
 		PersistentPreRunE: func(*cobra.Command, []string) error {
-			if g.output != "table" && g.output != "json" {
-				return exit(ExitUsage, fmt.Errorf("--output %q: want table or json", g.output))
+			switch g.output {
+			case outputTable, outputWide, outputJSON, outputYAML:
+				return nil
 			}
-			return nil
+			return exit(ExitUsage, fmt.Errorf("--output %q: want table, wide, json or yaml", g.output))
 		},
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(out)
 	root.SetErr(errOut)
 	g.conn.Bind(root.PersistentFlags(), "NATS URL (default "+DefaultNATSURL+", sagad's embedded server)")
 	root.PersistentFlags().StringVar(&g.oldCreds, "creds", "", "NATS credentials file")
 	_ = root.PersistentFlags().MarkDeprecated("creds", "use --nats-creds")
-	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table, wide (list: every column), json or yaml")
 	root.PersistentFlags().DurationVar(&g.timeout, "request-timeout", 10*time.Second, "timeout of each NATS request")
 	root.AddCommand(
 		newPublish(g), newSeal(g), newCheck(g),
@@ -154,6 +178,9 @@ Exit codes:
 		newPause(g), newResume(g), newCancel(g), newDecide(g), newPending(g), newPhase(g),
 		newWatch(g), newReport(g), newRules(g),
 	)
+	// cobra adds `sagactl completion bash|zsh|fish|powershell`; capsule
+	// ids complete from the checkpoint bucket.
+	addIDCompletion(g, root)
 	return root
 }
 

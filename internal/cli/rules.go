@@ -50,15 +50,16 @@ func RulesInForce(cfg rules.Config) RulesReport {
 
 // rulesCmd is `sagactl rules`.
 type rulesCmd struct {
-	cfg  rules.Config
-	json bool
+	cfg rules.Config
+	// enc writes -o json or -o yaml; nil writes the table.
+	enc encodeFunc
 }
 
 // Run prints the constitution: a version line and a table, or JSON.
 func (c *rulesCmd) Run(out io.Writer) error {
 	rep := RulesInForce(c.cfg)
-	if c.json {
-		return writeJSON(out, rep)
+	if c.enc != nil {
+		return c.enc(out, rep)
 	}
 	fmt.Fprintf(out, "constitution version %s (%d rules)\n\n", rep.Version, len(rep.Rules))
 	tw := table(out)
@@ -111,7 +112,7 @@ of --executor-kinds and the reviewer ids of --reviewer-ids for Rule 22.
 Exit codes: 0 printed, 2 usage.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := &rulesCmd{cfg: rules.Config{ExecutorKinds: kinds, ReviewerIDs: reviewers}, json: g.json()}
+			c := &rulesCmd{cfg: rules.Config{ExecutorKinds: kinds, ReviewerIDs: reviewers}, enc: g.encoder()}
 			return c.Run(cmd.OutOrStdout())
 		},
 	}

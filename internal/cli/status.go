@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,8 +54,8 @@ func newStatus(g *globals) *cobra.Command {
 			if err != nil {
 				return notFound(err)
 			}
-			if g.json() {
-				return writeJSON(cmd.OutOrStdout(), s)
+			if enc := g.encoder(); enc != nil {
+				return enc(cmd.OutOrStdout(), s)
 			}
 			return printStatus(cmd.OutOrStdout(), s)
 		},
@@ -63,10 +66,13 @@ func newWait(g *globals) *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "wait ID [--timeout D]",
-		Short: "Block until the capsule leaves in_progress; exit 0 only if it completed",
-		Long: `Block until the capsule leaves in_progress, print its status and exit with:
-0 completed, 1 halted, 3 paused or waiting_for_operator, 20 cancelled,
-21 still in progress at --timeout, 4 no such capsule (after --timeout).`,
+		Short: "Block until the capsule ends or needs a human; exit 0 only if it completed",
+		Long: `Block until the capsule ends or needs a human, print its status and exit with:
+0 completed, 1 halted, 3 paused or waiting_for_operator (a human must act),
+20 cancelled, 21 still running at --timeout, 4 no such capsule (after --timeout).
+
+A capsule paused while an executor works on accepted work (trigger
+blocked_external, a result awaited) is still running: wait keeps waiting.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
@@ -80,7 +86,11 @@ func newWait(g *globals) *cobra.Command {
 			if errors.Is(err, context.DeadlineExceeded) {
 				if cur, serr := client.Status(cmd.Context(), args[0]); serr == nil {
 					_ = render(cmd, g, cur)
-					return exit(ExitTimeout, fmt.Errorf("timed out after %s: capsule still %s", timeout, pf(cur.State)))
+					still := pf(cur.State)
+					if cur.AwaitingExternal {
+						still += ", awaiting the result of accepted external work"
+					}
+					return exit(ExitTimeout, fmt.Errorf("timed out after %s: capsule still %s", timeout, still))
 				}
 				return exit(ExitNotFound, fmt.Errorf("timed out after %s: capsule %s not found", timeout, args[0]))
 			}
@@ -107,22 +117,105 @@ func newWait(g *globals) *cobra.Command {
 }
 
 func render(cmd *cobra.Command, g *globals, s client.Status) error {
-	if g.json() {
-		return writeJSON(cmd.OutOrStdout(), s)
+	if enc := g.encoder(); enc != nil {
+		return enc(cmd.OutOrStdout(), s)
 	}
 	return printStatus(cmd.OutOrStdout(), s)
 }
 
+// DefaultListLimit is `sagactl list`'s default --limit.
+const DefaultListLimit = 100
+
+// listWidth is what the default `sagactl list` table fits in: the reason
+// column is cut to it, every other column is at most as wide as its
+// longest possible value (a UUID, waiting_for_operator, 4 AUTOMATED_GATES).
+const listWidth = 120
+
+// newestFirst sorts list by update time, newest first (then by capsule id,
+// for a stable order), and keeps the first limit of them (0: all).
+func newestFirst(list []client.Status, limit int) []client.Status {
+	slices.SortStableFunc(list, func(a, b client.Status) int {
+		if c := b.UpdatedAt.Compare(a.UpdatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.CapsuleID, b.CapsuleID)
+	})
+	if limit > 0 && len(list) > limit {
+		list = list[:limit]
+	}
+	return list
+}
+
+// age is how long ago t was, to the second and in at most two units (3d4h,
+// 5m30s), as kubectl shows it.
+func age(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t).Truncate(time.Second)
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return d.String()
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// cut shortens s to at most n runes, marking the cut with "…".
+func cut(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+// printList writes the list table: the columns that fit [listWidth], or
+// every column and the whole reason when wide.
+func printList(w io.Writer, list []client.Status, wide bool, now time.Time) error {
+	tw := table(w)
+	if wide {
+		fmt.Fprintln(tw, "CAPSULE_ID\tKEY\tSTATE\tPHASE\tCYCLES\tPROGRESS\tUPDATED_AT\tHALT_REASON")
+		for _, s := range list {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%d%%\t%s\t%s\n", dash(s.CapsuleID), printable(s.Key), pf(s.State), s.Phase, printable(s.PhaseName),
+				s.CyclesUsed, s.Progress, ts(s.UpdatedAt), dash(s.HaltReason))
+		}
+		return tw.Flush()
+	}
+	// The columns before REASON take at most 36+20+17+6+6 characters and
+	// 2 of padding each: REASON gets the rest.
+	const reasonWidth = listWidth - (36 + 20 + 17 + 6 + 6 + 5*2)
+	fmt.Fprintln(tw, "CAPSULE_ID\tSTATE\tPHASE\tCYCLES\tAGE\tREASON")
+	for _, s := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%d %s\t%d\t%s\t%s\n", cut(dash(s.CapsuleID), 36), cut(pf(s.State), 20), s.Phase, cut(printable(s.PhaseName), 15),
+			s.CyclesUsed, age(now, s.UpdatedAt), cut(dash(s.HaltReason), reasonWidth))
+	}
+	return tw.Flush()
+}
+
 func newList(g *globals) *cobra.Command {
 	var state string
+	var limit int
 	cmd := &cobra.Command{
-		Use:   "list [--state S]",
-		Short: "List capsules, optionally only those in one state",
-		Args:  cobra.NoArgs,
+		Use:   "list [--state S] [--limit N]",
+		Short: "List capsules, newest first, optionally only those in one state",
+		Long: `List capsules, most recently updated first: the newest --limit N (default 100,
+0 lists all). The table fits 120 columns (AGE is since the last update; a long
+halt reason is cut with "…"); -o wide adds the key, progress and update time
+and shows the whole halt reason; -o json and -o yaml give the full records.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st := capsule.State(state)
 			if state != "" && !st.Valid() {
 				return exit(ExitUsage, fmt.Errorf("--state %q: want one of in_progress, paused, waiting_for_operator, completed, halted, cancelled", state))
+			}
+			if limit < 0 {
+				return exit(ExitUsage, fmt.Errorf("--limit %d: want 0 (all) or more", limit))
 			}
 			ctx, client, done, err := g.dial(cmd)
 			if err != nil {
@@ -133,19 +226,23 @@ func newList(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			total := len(list)
+			list = newestFirst(list, limit)
 			out := cmd.OutOrStdout()
-			if g.json() {
-				return writeJSON(out, list)
+			if enc := g.encoder(); enc != nil {
+				return enc(out, list)
 			}
-			tw := table(out)
-			fmt.Fprintln(tw, "CAPSULE_ID\tKEY\tSTATE\tPHASE\tCYCLES\tHALT_REASON\tUPDATED_AT")
-			for _, s := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%s\t%s\n", dash(s.CapsuleID), printable(s.Key), pf(s.State), s.Phase, printable(s.PhaseName), s.CyclesUsed, dash(s.HaltReason), ts(s.UpdatedAt))
+			if err := printList(out, list, g.output == outputWide, time.Now()); err != nil {
+				return err
 			}
-			return tw.Flush()
+			if len(list) < total {
+				fmt.Fprintf(cmd.ErrOrStderr(), "sagactl: showing the newest %d of %d capsules (--limit 0 for all)\n", len(list), total)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&state, "state", "", "only capsules in this state")
+	cmd.Flags().IntVar(&limit, "limit", DefaultListLimit, "list at most this many, newest first (0: all)")
 	return cmd
 }
 
@@ -168,8 +265,8 @@ func newHistory(g *globals) *cobra.Command {
 				return exit(ExitNotFound, fmt.Errorf("%w: no events for %s", store.ErrNotFound, args[0]))
 			}
 			out := cmd.OutOrStdout()
-			if g.json() {
-				return writeJSON(out, events)
+			if enc := g.encoder(); enc != nil {
+				return enc(out, events)
 			}
 			tw := table(out)
 			fmt.Fprintln(tw, "AT\tEVENT\tPHASE\tCYCLE\tDETAIL")

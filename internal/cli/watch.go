@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,8 +32,10 @@ type watchCmd struct {
 	since time.Duration
 	// count stops after that many events; 0 follows until ctx ends.
 	count int
-	json  bool
-	now   func() time.Time
+	// output is -o: json writes one JSON object per line, yaml one YAML
+	// document per event ("---" between), anything else one text line.
+	output string
+	now    func() time.Time
 }
 
 // watchSeenLimit bounds the event ids remembered for de-duplication. JetStream
@@ -42,10 +45,23 @@ const watchSeenLimit = 4096
 
 // watchItem is one message of either source a watch follows.
 type watchItem struct {
-	msg        jetstream.Msg
-	checkpoint bool // a checkpoint revision, not an events-stream message
-	err        error
+	msg        jetstream.Msg // nil in a bare caught-up marker
+	checkpoint bool          // a checkpoint revision, not an events-stream message
+	// caughtUp: the source has delivered all it held when the watch began
+	// (the --since replay); what follows is live.
+	caughtUp bool
+	err      error
 }
+
+// watchReplayLimit bounds the events a --since replay holds back to sort:
+// past it, they are printed in time order as far as held, and the rest of
+// the replay after them.
+const watchReplayLimit = 100_000
+
+// watchDeleteTimeout bounds the deletion of a watch's consumers as it
+// exits; one the deletion misses, JetStream removes after its inactivity
+// threshold (5 minutes).
+const watchDeleteTimeout = 2 * time.Second
 
 // Run prints each event as it arrives until ctx ends or count is reached.
 // It returns nil when ctx is cancelled (Ctrl-C), and an ExitTimeout error
@@ -92,23 +108,42 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("watch %s: %w", subject, err)
 		}
+		// Without --since nothing is replayed; with it, the consumer held
+		// NumPending messages when it was created.
+		caught := w.since == 0
+		if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+			caught = true
+		}
 		followers.Add(1)
 		go func() {
 			defer followers.Done()
+			defer w.deleteConsumer(stream, cons)
 			defer it.Stop()
 			stopOnDone := context.AfterFunc(ctx, it.Stop)
 			defer stopOnDone()
+			send := func(item watchItem) bool {
+				select {
+				case items <- item:
+					return true
+				case <-ctx.Done():
+					return false
+				}
+			}
+			if caught && !send(watchItem{checkpoint: checkpoint, caughtUp: true}) {
+				return
+			}
 			for {
 				msg, err := it.Next()
 				if err != nil && (ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed)) {
 					return
 				}
-				select {
-				case items <- watchItem{msg: msg, checkpoint: checkpoint, err: err}:
-				case <-ctx.Done():
-					return
+				item := watchItem{msg: msg, checkpoint: checkpoint, err: err}
+				if err == nil && !caught {
+					if md, merr := msg.Metadata(); merr == nil && md.NumPending == 0 {
+						caught, item.caughtUp = true, true
+					}
 				}
-				if err != nil {
+				if !send(item) || err != nil {
 					return
 				}
 			}
@@ -122,7 +157,7 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 
-	if !w.json {
+	if w.output != outputJSON && w.output != outputYAML {
 		fmt.Fprintf(out, "%-24s  %-36s  %-20s  %-18s  %-5s  %s\n", "AT", "CAPSULE", "EVENT", "PHASE", "CYCLE", "DETAIL")
 	}
 	enc := json.NewEncoder(out)
@@ -130,7 +165,41 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 	var order []string
 	printed := newPrintedHistory()
 	n := 0
-	for w.count == 0 || n < w.count {
+	full := func() bool { return w.count != 0 && n >= w.count }
+	emit := func(evs []capsule.Event) error {
+		for _, ev := range evs {
+			if full() {
+				return nil
+			}
+			if ev.ID != "" {
+				if seen[ev.ID] {
+					continue
+				}
+				seen[ev.ID] = true
+				if order = append(order, ev.ID); len(order) > watchSeenLimit {
+					delete(seen, order[0])
+					order = order[1:]
+				}
+			}
+			if err := w.print(out, enc, ev, n); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	}
+	// A --since replay reads two sources, each in its own order: their
+	// events are held until both have caught up, then printed in time
+	// order. Live events are printed as they come.
+	replaying := 2
+	var held []capsule.Event
+	flush := func() error {
+		slices.SortStableFunc(held, func(a, b capsule.Event) int { return a.At.Compare(b.At) })
+		err := emit(held)
+		held = nil
+		return err
+	}
+	for !full() {
 		var item watchItem
 		select {
 		case item = <-items:
@@ -143,42 +212,69 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 			return fmt.Errorf("watch: %w", item.err)
 		}
 		var evs []capsule.Event
-		if item.checkpoint {
+		switch {
+		case item.msg == nil:
+		case item.checkpoint:
 			evs = printed.events(item.msg, from)
-		} else {
+		default:
 			var err error
 			if evs, err = capsule.DecodeEvents(item.msg.Data()); err != nil {
-				continue // not ours to judge; history skips it too
+				evs = nil // not ours to judge; history skips it too
 			}
 		}
-		for _, ev := range evs {
-			if w.count != 0 && n >= w.count {
-				break
-			}
-			if ev.ID != "" {
-				if seen[ev.ID] {
-					continue
-				}
-				seen[ev.ID] = true
-				if order = append(order, ev.ID); len(order) > watchSeenLimit {
-					delete(seen, order[0])
-					order = order[1:]
-				}
-			}
-			if w.json {
-				if err := enc.Encode(ev); err != nil {
-					return err
-				}
-			} else if err := printWatchEvent(out, ev); err != nil {
+		if replaying == 0 {
+			if err := emit(evs); err != nil {
 				return err
 			}
-			n++
+			continue
 		}
+		held = append(held, evs...)
+		if item.caughtUp {
+			replaying--
+		}
+		if replaying == 0 || len(held) >= watchReplayLimit {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	// Stopped mid-replay (--timeout, Ctrl-C): what was read is still shown.
+	if err := flush(); err != nil {
+		return err
 	}
 	if w.count > 0 && n < w.count && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return exit(ExitTimeout, fmt.Errorf("timed out after %d of %d events", n, w.count))
 	}
 	return nil
+}
+
+// print writes the n-th (from 0) event of the watch in its output format.
+func (w *watchCmd) print(out io.Writer, enc *json.Encoder, ev capsule.Event, n int) error {
+	switch w.output {
+	case outputJSON:
+		return enc.Encode(ev)
+	case outputYAML:
+		if n > 0 {
+			if _, err := io.WriteString(out, "---\n"); err != nil {
+				return err
+			}
+		}
+		return writeYAML(out, ev)
+	}
+	return printWatchEvent(out, ev)
+}
+
+// deleteConsumer removes the watch's consumer on stream as it exits, so
+// that watches started and stopped leave nothing behind. Best effort: the
+// operator role may delete consumers on the streams a watch reads.
+func (w *watchCmd) deleteConsumer(stream string, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), watchDeleteTimeout)
+	defer cancel()
+	_ = w.js.DeleteConsumer(ctx, stream, info.Name)
 }
 
 // watchSlack: see Run.
@@ -269,16 +365,17 @@ func newWatch(g *globals) *cobra.Command {
 		Short: "Stream lifecycle events live, of every capsule or of one",
 		Long: `Print lifecycle events as sagad publishes them: time, capsule, event,
 phase, cycle and detail, one line each (findings indented below), or one
-JSON object per line with -o json. With ID, only that capsule's events.
+JSON object per line with -o json (one YAML document per event with -o yaml). With ID, only that capsule's events.
 
-Starts with the next event; --since D first replays the events of the last D.
-Runs until Ctrl-C, --count N events, or --timeout D.
+Starts with the next event; --since D first replays the events of the last D,
+in time order, then goes on live. Runs until Ctrl-C, --count N events, or
+--timeout D, and deletes its JetStream consumers as it exits.
 
 Exit codes: 0 stopped (Ctrl-C, --count reached, or --timeout without
 --count), 2 usage, 21 --timeout before --count events arrived.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			w := &watchCmd{since: since, count: count, json: g.json(), now: time.Now}
+			w := &watchCmd{since: since, count: count, output: g.output, now: time.Now}
 			if len(args) == 1 {
 				if !validWatchKey(args[0]) {
 					return exit(ExitUsage, fmt.Errorf("capsule id %q: must not contain '.', '*', '>' or spaces", args[0]))

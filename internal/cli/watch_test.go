@@ -210,3 +210,72 @@ func TestWatchStops(t *testing.T) {
 	r = f.run("watch", "--count", "-1")
 	require.Equal(t, cli.ExitUsage, r.code)
 }
+
+// consumers is how many consumers the stream has.
+func (f *obsFixture) consumers(t *testing.T, stream string) int {
+	t.Helper()
+	st, err := f.js.Stream(context.Background(), stream)
+	require.NoError(t, err)
+	info, err := st.Info(context.Background())
+	require.NoError(t, err)
+	return info.State.Consumers
+}
+
+// TestWatchSinceReplaysInTimeOrder: a replay merges the events stream (a
+// pause, a resume) with the events derived from checkpoints (transitions
+// before and after them) in time order, and a watch leaves no consumer
+// behind when it exits.
+func TestWatchSinceReplaysInTimeOrder(t *testing.T) {
+	t.Parallel()
+	f := obsSetup(t)
+	ctx := context.Background()
+	first := f.publish(t, capsuletest.New())
+	require.Equal(t, capsule.Completed, first.State)
+
+	// Park a capsule before EXECUTION, pause it, resume it: the pause and
+	// the resume go to the events stream between its transitions.
+	r := f.run("phase", "pause", "4")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	held := capsuletest.New().Set("target", "file:go.mod").Set("constraints.resource_locks_required", []any{"go.mod"})
+	_, err := f.client.Publish(ctx, held.Sealed(t), "")
+	require.NoError(t, err)
+	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		st, err := f.client.Status(ctx, held.ID())
+		return err == nil && st.Phase == int(capsule.Execution)
+	}, "capsule never reached EXECUTION")
+	r = f.run("pause", held.ID(), "--reason", "look first")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	require.Equal(t, cli.ExitOK, f.run("phase", "resume", "4").code)
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		st, err := f.client.Status(ctx, held.ID())
+		return err == nil && st.State == capsule.Paused
+	}, "capsule never paused")
+	r = f.run("resume", held.ID())
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	s, err := f.client.Wait(wctx, held.ID())
+	require.NoError(t, err)
+	require.Equal(t, capsule.Completed, s.State)
+
+	events := f.consumers(t, store.EventsStream)
+	checkpoints := f.consumers(t, "KV_"+store.CheckpointsBucket)
+	r = f.run("watch", "--since", "5m", "--timeout", "3s", "-o", "json")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	var prev time.Time
+	kinds := map[capsule.EventKind]int{}
+	lines := strings.Split(strings.TrimRight(r.out, "\n"), "\n")
+	for i, l := range lines {
+		var ev capsule.Event
+		require.NoError(t, json.Unmarshal([]byte(l), &ev), l)
+		require.False(t, ev.At.Before(prev), "line %d goes back in time:\n%s", i, r.out)
+		prev = ev.At
+		kinds[ev.Kind]++
+	}
+	require.Equal(t, 2, kinds[capsule.EventCompleted], r.out)
+	require.Equal(t, 1, kinds[capsule.EventPaused], r.out)
+
+	natstest.Eventually(t, 5*time.Second, 10*time.Millisecond, func() bool {
+		return f.consumers(t, store.EventsStream) <= events && f.consumers(t, "KV_"+store.CheckpointsBucket) <= checkpoints
+	}, "watch left its consumers behind")
+}

@@ -47,7 +47,7 @@ type Config struct {
 	// Workspace is the root of file: refs. Defaults to the current directory.
 	Workspace string `json:"workspace"`
 	// HTTPListen serves /healthz, /readyz and /metrics; "" disables it.
-	// Defaults to 127.0.0.1:9090.
+	// Defaults to [DefaultHTTPListen].
 	HTTPListen string `json:"http_listen"`
 	// LogFormat is "text" or "json". Defaults to text.
 	LogFormat string `json:"log_format"`
@@ -81,6 +81,9 @@ type Config struct {
 	// phase's queue empty, before its step is sent again; negative disables
 	// the rescuer. Defaults to 2m.
 	RescueAfter Duration `json:"rescue_after"`
+	// DependencyTimeout halts a capsule waiting for a dependency sagad does
+	// not know after this long (dependency_missing). Defaults to 24h.
+	DependencyTimeout Duration `json:"dependency_timeout"`
 	// Retention is how long an ended capsule's checkpoint, bytes, events and
 	// artifacts are kept after its outcome; negative keeps them forever.
 	// Defaults to 168h (7 days).
@@ -102,6 +105,11 @@ type Config struct {
 	// "stub-reviewer" (config file only).
 	Reviewers map[string]executors.Endpoint `json:"reviewers"`
 }
+
+// DefaultHTTPListen is the HTTP listener's default address. Not 9090:
+// that is Prometheus's own port, and a Prometheus started beside sagad with
+// its defaults would find it taken (README "Observability" says why 9464).
+const DefaultHTTPListen = "127.0.0.1:9464"
 
 // DefaultRetention is how long sagad keeps an ended capsule by default.
 const DefaultRetention = 7 * 24 * time.Hour
@@ -225,6 +233,10 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
+// errVersion is parseConfig's answer to --version: Main prints the build
+// and exits 0, as with -h.
+var errVersion = errors.New("version requested")
+
 // parseConfig reads flags, SAGAD_* and SAGA_* env vars and the optional
 // config file.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
@@ -234,11 +246,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	var flags Config
 	var shutdown time.Duration
 	fs.StringVar(&file, "config", "", "JSON config file (env SAGAD_CONFIG)")
+	version := fs.Bool("version", false, "print the version, VCS revision and Go version, and exit")
 	flags.Options.Bind(fs, "external NATS URL; empty starts the embedded server (or SAGAD_NATS_URL)")
 	fs.StringVar(&flags.NATSListen, "nats-listen", "", "embedded server client address (default 127.0.0.1:4222; env SAGAD_NATS_LISTEN)")
 	fs.StringVar(&flags.DataDir, "data-dir", "", "embedded server data directory (default ./data; env SAGAD_DATA_DIR)")
 	fs.StringVar(&flags.Workspace, "workspace", "", "root of file: refs (default .; env SAGAD_WORKSPACE)")
-	fs.StringVar(&flags.HTTPListen, "http-listen", "", "health and metrics address (default 127.0.0.1:9090, \"off\" disables; env SAGAD_HTTP_LISTEN)")
+	fs.StringVar(&flags.HTTPListen, "http-listen", "", "health and metrics address (default "+DefaultHTTPListen+", \"off\" disables; env SAGAD_HTTP_LISTEN)")
 	fs.StringVar(&flags.LogFormat, "log-format", "", "text or json (env SAGAD_LOG_FORMAT)")
 	fs.StringVar(&flags.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
 	fs.IntVar(&flags.Workers, "workers", 0, "capsules worked on at once per phase (default 32; env SAGAD_WORKERS)")
@@ -251,11 +264,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.BoolVar(&flags.Insecure, "insecure", false, "allow listening off loopback without TLS (embedded NATS, HTTP); logs a warning (env SAGAD_INSECURE)")
 	var syncAlways bool
 	fs.BoolVar(&syncAlways, "sync-always", false, "alias of --sync always (env SAGAD_SYNC_ALWAYS)")
-	var lockWait, deadlineWarning, externalTimeout, retention, rescueAfter, writeTimeout, unhealthyAfter, stallAfter time.Duration
+	var lockWait, deadlineWarning, externalTimeout, retention, rescueAfter, writeTimeout, unhealthyAfter, stallAfter, dependencyTimeout time.Duration
 	fs.DurationVar(&lockWait, "lock-wait", 0, "retry contended locks this long, then park with lock_contention; negative halts at once (default 60s; env SAGAD_LOCK_WAIT)")
 	fs.Float64Var(&flags.BudgetWarning, "budget-warning", 0, "pause with budget_warning past this fraction of a cap; negative disables (default 0.75; env SAGAD_BUDGET_WARNING)")
 	fs.DurationVar(&deadlineWarning, "deadline-warning", 0, "pause with deadline_approaching when less is left; negative disables (default 5m; env SAGAD_DEADLINE_WARNING)")
 	fs.DurationVar(&externalTimeout, "external-timeout", 0, "halt when accepted external work reports nothing for this long (default 1h; env SAGAD_EXTERNAL_TIMEOUT)")
+	fs.DurationVar(&dependencyTimeout, "dependency-timeout", 0, "halt a capsule waiting this long for a dependency sagad does not know (dependency_missing) (default 24h; env SAGAD_DEPENDENCY_TIMEOUT)")
 	fs.DurationVar(&rescueAfter, "rescue-after", 0, "send again the step of a capsule in progress unchanged this long with nothing queued for its phase; negative disables (default 2m; env SAGAD_RESCUE_AFTER)")
 	fs.DurationVar(&retention, "retention", 0, "keep ended capsules this long, then remove their state (outcomes stay); negative keeps them forever (default 168h; env SAGAD_RETENTION)")
 	fs.DurationVar(&writeTimeout, "write-timeout", 0, "bound of each JetStream write; one that times out is retried later (default 5s; env SAGAD_WRITE_TIMEOUT)")
@@ -264,6 +278,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
+	if *version {
+		return Config{}, errVersion
+	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
@@ -271,6 +288,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	flags.LockWait, flags.DeadlineWarning, flags.ExternalTimeout = Duration(lockWait), Duration(deadlineWarning), Duration(externalTimeout)
 	flags.Retention = Duration(retention)
 	flags.RescueAfter = Duration(rescueAfter)
+	flags.DependencyTimeout = Duration(dependencyTimeout)
 	flags.WriteTimeout, flags.UnhealthyAfter, flags.StallAfter = Duration(writeTimeout), Duration(unhealthyAfter), Duration(stallAfter)
 	if file == "" {
 		file = getenv("SAGAD_CONFIG")
@@ -338,6 +356,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	envDur(&cfg.ExternalTimeout, "SAGAD_EXTERNAL_TIMEOUT")
 	envDur(&cfg.Retention, "SAGAD_RETENTION")
 	envDur(&cfg.RescueAfter, "SAGAD_RESCUE_AFTER")
+	envDur(&cfg.DependencyTimeout, "SAGAD_DEPENDENCY_TIMEOUT")
 	envDur(&cfg.WriteTimeout, "SAGAD_WRITE_TIMEOUT")
 	envDur(&cfg.UnhealthyAfter, "SAGAD_UNHEALTHY_AFTER")
 	envDur(&cfg.StallAfter, "SAGAD_STALL_AFTER")
@@ -415,6 +434,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.Retention = flags.Retention
 		case "rescue-after":
 			cfg.RescueAfter = flags.RescueAfter
+		case "dependency-timeout":
+			cfg.DependencyTimeout = flags.DependencyTimeout
 		case "write-timeout":
 			cfg.WriteTimeout = flags.WriteTimeout
 		case "unhealthy-after":
@@ -424,7 +445,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		}
 	})
 	if cfg.HTTPListen == "" {
-		cfg.HTTPListen = "127.0.0.1:9090"
+		cfg.HTTPListen = DefaultHTTPListen
 	}
 	if cfg.HTTPListen == "off" {
 		cfg.HTTPListen = ""

@@ -28,6 +28,7 @@ import (
 	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/health"
+	"github.com/sagad/sagad/internal/buildinfo"
 	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
@@ -40,6 +41,10 @@ import (
 func Main(args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseConfig(args, os.Getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if errors.Is(err, errVersion) {
+		fmt.Fprintln(stdout, buildinfo.String("sagad"))
 		return 0
 	}
 	if err != nil {
@@ -107,7 +112,12 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		return err
 	}
 	defer nc.Close()
-	log.Info("nats connected", "url", natsconn.Redact(nc.ConnectedUrl()))
+	log.Info("nats connected", "url", natsconn.Redact(nc.ConnectedUrl()), "server_version", nc.ConnectedServerVersion())
+	if ok, err := checkServerVersion(nc.ConnectedServerVersion()); err != nil {
+		return fmt.Errorf("%s: %w", natsconn.Redact(nc.ConnectedUrl()), err)
+	} else if !ok {
+		log.Warn("cannot read the nats-server's version; sagad needs "+MinServerVersion+" or later", "server_version", nc.ConnectedServerVersion())
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -125,20 +135,21 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	p, err := pipeline.New(setupCtx, js, pipeline.Config{
-		Logger:          log,
-		Workspace:       cfg.Workspace,
-		Workers:         cfg.Workers,
-		Replicas:        cfg.Replicas,
-		Executors:       execs,
-		Metrics:         m,
-		LockWait:        time.Duration(cfg.LockWait),
-		BudgetWarning:   cfg.BudgetWarning,
-		DeadlineWarning: time.Duration(cfg.DeadlineWarning),
-		ExternalTimeout: time.Duration(cfg.ExternalTimeout),
-		RescueAfter:     time.Duration(cfg.RescueAfter),
-		Retention:       cfg.retention(),
-		WriteTimeout:    time.Duration(cfg.WriteTimeout),
-		Health:          mon,
+		Logger:            log,
+		Workspace:         cfg.Workspace,
+		Workers:           cfg.Workers,
+		Replicas:          cfg.Replicas,
+		Executors:         execs,
+		Metrics:           m,
+		LockWait:          time.Duration(cfg.LockWait),
+		BudgetWarning:     cfg.BudgetWarning,
+		DeadlineWarning:   time.Duration(cfg.DeadlineWarning),
+		ExternalTimeout:   time.Duration(cfg.ExternalTimeout),
+		RescueAfter:       time.Duration(cfg.RescueAfter),
+		DependencyTimeout: time.Duration(cfg.DependencyTimeout),
+		Retention:         cfg.retention(),
+		WriteTimeout:      time.Duration(cfg.WriteTimeout),
+		Health:            mon,
 	})
 	if err != nil {
 		return err

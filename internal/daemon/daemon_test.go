@@ -42,7 +42,7 @@ func defaults() Config {
 		NATSListen:      "127.0.0.1:4222",
 		DataDir:         "data",
 		Workspace:       ".",
-		HTTPListen:      "127.0.0.1:9090",
+		HTTPListen:      "127.0.0.1:9464",
 		LogFormat:       "text",
 		LogLevel:        "info",
 		ShutdownTimeout: Duration(30 * time.Second),
@@ -312,6 +312,7 @@ func TestMainExitCodes(t *testing.T) {
 		wantStderr string
 	}{
 		{"help", []string{"-h"}, 0, "Usage of sagad:"},
+		{"version", []string{"--version"}, 0, ""},
 		{"bad flag value", []string{"--log-format", "xml"}, 2, `sagad: log format "xml": want text or json`},
 		{"unknown flag", []string{"--frobnicate"}, 2, "flag provided but not defined: -frobnicate"},
 	}
@@ -321,6 +322,11 @@ func TestMainExitCodes(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			require.Equal(t, tt.wantCode, Main(tt.args, &stdout, &stderr))
 			require.Contains(t, stderr.String(), tt.wantStderr)
+			if tt.name == "version" {
+				require.Empty(t, stderr.String())
+				require.Regexp(t, `^sagad \S+ \(rev [^;]+; go\S+\)\n$`, stdout.String())
+				return
+			}
 			require.Empty(t, stdout.String())
 		})
 	}

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -155,4 +158,22 @@ func who(conn natsconn.Options) string {
 		return conn.User
 	}
 	return filepath.Base(conn.NKey)
+}
+
+// TestDeployFilesUseDefaultHTTPListen keeps the scrape example, the example
+// config and the READMEs on sagad's default port, and off Prometheus's own.
+func TestDeployFilesUseDefaultHTTPListen(t *testing.T) {
+	t.Parallel()
+	_, port, err := net.SplitHostPort(DefaultHTTPListen)
+	require.NoError(t, err)
+	require.NotEqual(t, "9090", port, "9090 is Prometheus's own port")
+	for _, f := range []string{"deploy/prometheus/prometheus.yml", "deploy/README.md", "README.md", "examples/sagad.json"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", f))
+		require.NoError(t, err)
+		require.Contains(t, string(b), DefaultHTTPListen, f)
+		require.NotContains(t, string(b), "127.0.0.1:9090", f)
+	}
+	cfg, err := parseConfig(nil, envOf(nil), io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, DefaultHTTPListen, cfg.HTTPListen)
 }

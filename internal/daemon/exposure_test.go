@@ -23,7 +23,7 @@ import (
 func TestLoopback(t *testing.T) {
 	t.Parallel()
 	for addr, want := range map[string]bool{
-		"127.0.0.1:4222": true, "127.1.2.3:1": true, "[::1]:4222": true, "localhost:9090": true,
+		"127.0.0.1:4222": true, "127.1.2.3:1": true, "[::1]:4222": true, "localhost:9464": true,
 		"0.0.0.0:4222": false, ":4222": false, "[::]:4222": false, "10.0.0.5:4222": false, "example.com:80": false,
 	} {
 		require.Equal(t, want, loopback(addr), addr)
@@ -39,12 +39,12 @@ func TestPlainTextOffLoopbackRefused(t *testing.T) {
 	}{
 		{name: "nats on all interfaces", args: []string{"--nats-listen", "0.0.0.0:4222"}, wantErr: "nats-listen 0.0.0.0:4222"},
 		{name: "nats with no host", args: []string{"--nats-listen", ":4222"}, wantErr: "nats-listen :4222"},
-		{name: "http on all interfaces", args: []string{"--http-listen", ":9090"}, wantErr: "http-listen :9090"},
-		{name: "http off loopback even with nats TLS", args: []string{"--http-listen", "0.0.0.0:9090", "--server-tls-cert", "c", "--server-tls-key", "k"}, wantErr: "http-listen 0.0.0.0:9090"},
-		{name: "insecure", args: []string{"--nats-listen", "0.0.0.0:4222", "--http-listen", ":9090", "--insecure"}},
+		{name: "http on all interfaces", args: []string{"--http-listen", ":9464"}, wantErr: "http-listen :9464"},
+		{name: "http off loopback even with nats TLS", args: []string{"--http-listen", "0.0.0.0:9464", "--server-tls-cert", "c", "--server-tls-key", "k"}, wantErr: "http-listen 0.0.0.0:9464"},
+		{name: "insecure", args: []string{"--nats-listen", "0.0.0.0:4222", "--http-listen", ":9464", "--insecure"}},
 		{name: "nats TLS", args: []string{"--nats-listen", "0.0.0.0:4222", "--server-tls-cert", "c", "--server-tls-key", "k"}},
 		{name: "external NATS ignores nats-listen", args: []string{"--nats-listen", "0.0.0.0:4222", "--nats-url", "nats://h:4222"}},
-		{name: "loopback", args: []string{"--nats-listen", "[::1]:4222", "--http-listen", "localhost:9090"}},
+		{name: "loopback", args: []string{"--nats-listen", "[::1]:4222", "--http-listen", "localhost:9464"}},
 	}
 	for _, tt := range tests {
 		_, err := parseConfig(tt.args, envOf(nil), &bytes.Buffer{})

@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/sagad/sagad/store"
+)
+
+// completeTimeout bounds what completing a capsule id may take: a shell
+// waits on it, so a slow or absent server yields no ids rather than a hang.
+const completeTimeout = 2 * time.Second
+
+// completeLimit bounds the ids offered: past it, the shell would only list
+// a screenful of them anyway.
+const completeLimit = 1000
+
+// completeIDs is the ValidArgsFunction of the commands whose first argument
+// is a capsule id: the keys of the checkpoint bucket starting with what was
+// typed, best effort (nothing when NATS does not answer in time).
+func completeIDs(g *globals) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			if cmd.Name() == "decide" && len(args) == 1 {
+				return []string{"accept", "revise"}, cobra.ShellCompDirectiveNoFileComp
+			}
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), completeTimeout)
+		defer cancel()
+		ids, err := g.capsuleIDs(ctx, toComplete)
+		if err != nil {
+			cobra.CompDebugln("sagactl: capsule ids: "+err.Error(), true)
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return ids, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// capsuleIDs lists the checkpoint keys that start with prefix, at most
+// [completeLimit] of them.
+func (g *globals) capsuleIDs(ctx context.Context, prefix string) ([]string, error) {
+	nc, err := g.options().Connect(nats.Name("sagactl"), nats.Timeout(completeTimeout))
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, store.CheckpointsBucket)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = keys.Stop() }()
+	var ids []string
+	for k := range keys.Keys() {
+		if strings.HasPrefix(k, prefix) && len(ids) < completeLimit {
+			ids = append(ids, k)
+		}
+	}
+	// The listing ends when every key is read or at ctx's deadline: the
+	// ids that arrived in time are offered.
+	return ids, nil
+}
+
+// addIDCompletion gives every command whose first argument is a capsule id
+// ("status ID", "watch [ID]") the capsule id completion.
+func addIDCompletion(g *globals, root *cobra.Command) {
+	for _, c := range root.Commands() {
+		f := strings.Fields(c.Use)
+		if len(f) > 1 && (strings.HasPrefix(f[1], "ID") || f[1] == "[ID]") && c.ValidArgsFunction == nil {
+			c.ValidArgsFunction = completeIDs(g)
+		}
+	}
+}
