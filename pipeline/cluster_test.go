@@ -104,13 +104,6 @@ func TestClusterR3SurvivesNodeLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test: about a minute")
 	}
-	// On main it leaves a capsule in progress now and then (1 of 600 in 1
-	// of 4 runs): a checkpoint read whose node was killed waits for its
-	// reply until the phase's own deadline (10 min), and the redelivery is
-	// handed back meanwhile. SAGAD_CLUSTER_TEST=1 runs it.
-	if os.Getenv("SAGAD_CLUSTER_TEST") == "" {
-		t.Skip("R3 node loss leaves stuck capsules, see issue 13.1 (SAGAD_CLUSTER_TEST=1 runs it)")
-	}
 	const perStage = 200
 	c := natstest.RunCluster(t, 3)
 	connect := func(first int) jetstream.JetStream {
