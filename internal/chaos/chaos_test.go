@@ -2,7 +2,6 @@ package chaos_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -31,15 +30,6 @@ func TestShortSuite(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, results, len(chaos.Scenarios))
 	for _, r := range results {
-		// Until issue 13.1 is fixed (a checkpoint read lost with its node
-		// waits for the phase's 10 min deadline), the cluster scenario can
-		// leave a capsule stuck: reported, not failed, unless
-		// SAGAD_CLUSTER_TEST=1 (as pipeline's cluster test).
-		if r.Scenario == "cluster" && !r.OK() && r.Err == nil && r.Lost == 0 && r.Duplicated == 0 && r.LiveRepeats == 0 &&
-			os.Getenv("SAGAD_CLUSTER_TEST") == "" {
-			t.Logf("known issue 13.1: %s", r)
-			continue
-		}
 		require.True(t, r.OK(), "%s", r)
 	}
 }
