@@ -129,7 +129,7 @@ type natsNode struct {
 
 func (n *natsNode) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
 
-// natsConfig writes the config files of n nodes under dir: one server, or
+// newNATSNodes writes the config files of n nodes under dir: one server, or
 // a cluster whose nodes route to each other. maxFileStore is JetStream's
 // file storage limit in bytes (0: 1 GiB).
 func newNATSNodes(dir, bin string, n int, maxFileStore int64) ([]*natsNode, error) {
