@@ -89,6 +89,7 @@ func Start(ctx, workCtx context.Context, js jetstream.JetStream, stream, name st
 		c.work <- msg
 	},
 		jetstream.PullMaxMessages(cfg.Workers),
+		jetstream.PullExpiry(pullExpiry),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 				c.log.Warn("consume", "consumer", name, "error", err)
@@ -101,6 +102,17 @@ func Start(ctx, workCtx context.Context, js jetstream.JetStream, stream, name st
 	}
 	return c, nil
 }
+
+// pullExpiry is how long the server holds one pull request; the client
+// expects an idle heartbeat every half of it and pulls again after two
+// missed ones. When the node leading a consumer goes away the client is told
+// "server shutdown", and its next pull may find no leader yet ("no
+// responders"); unless a "leadership change" follows, only the missed
+// heartbeats make it pull again: with the default 30 s expiry a phase stood
+// still for 28–30 s after a node of the cluster was lost (pipeline's
+// TestClusterR3SurvivesNodeLoss). 5 s brings that to about 5 s, at the cost
+// of one pull request per consumer every 5 s when idle.
+const pullExpiry = 5 * time.Second
 
 // drainGrace bounds how long Stop waits for a drain. A pull request the
 // server holds (an idle or just-resumed consumer) only ends at its expiry;

@@ -30,6 +30,7 @@ func main() {
 	fs.IntVar(&cfg.RelayWorkers, "relay-workers", 0, "baseline workers per stage (default -1: a goroutine per message, the floor; N: a pool of N like a sagad phase)")
 	fs.StringVar(&cfg.Mix, "mix", bench.MixMixed, `capsule mix: "mix" (80% valid, 10% two review cycles, 5% executor_failed, 5% spec_not_approved) or "valid"`)
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "alternate baseline and sagad this many times and report the median round")
+	fs.IntVar(&cfg.Cluster, "cluster", 0, "run on an in-process JetStream cluster of this many nodes with every stream and bucket replicated on all (default 0: one server, R1)")
 	fs.BoolVar(&cfg.SkipBaseline, "skip-baseline", false, "measure sagad alone")
 	fs.BoolVar(&cfg.Floor, "floor", false, "also measure the saga floor: sagad's JetStream requests for a valid capsule (same kinds, sizes, order) with none of its logic")
 	fs.BoolVar(&cfg.MemCheck, "memcheck", false, "memory flatness: sagad alone to -memcheck-first capsules, then on to -memcheck-total")

@@ -77,6 +77,11 @@ type Config struct {
 	// "default", the setting of every earlier figure in BENCHMARKS.md
 	// (sagad's own default is 1s).
 	Sync string `json:"sync"`
+	// Cluster, when above 1, runs every system on an in-process JetStream
+	// cluster of that many nodes (routes on loopback) with every stream and
+	// bucket replicated on all of them (R = Cluster); every system connects
+	// to the first node. Defaults to 0: one server, R1.
+	Cluster int `json:"cluster,omitempty"`
 	// DuplicateWindow and PhaseTimeout, when set, override sagad's
 	// pipeline defaults (10m each), for experiments: both bound memory the
 	// server or the client holds per recent capsule (see BENCHMARKS.md).
@@ -152,8 +157,14 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// replicas is the replica count of every stream and bucket.
+func (c Config) replicas() int { return max(c.Cluster, 1) }
+
 func (c Config) validate() error {
 	var errs []error
+	if c.Cluster < 0 {
+		errs = append(errs, fmt.Errorf("cluster %d: want 0 (one server) or a node count", c.Cluster))
+	}
 	if c.Mix != MixValid && c.Mix != MixMixed {
 		errs = append(errs, fmt.Errorf("mix %q: want %q or %q", c.Mix, MixValid, MixMixed))
 	}
@@ -330,32 +341,17 @@ func startEnv(cfg Config) (*env, error) {
 		e.close()
 		return nil, err
 	}
-	opts := &server.Options{
-		ServerName: "sagabench",
-		Host:       "127.0.0.1",
-		Port:       -1,
-		JetStream:  true,
-		StoreDir:   store,
-		NoSigs:     true,
-		NoLog:      true,
+	nodes, err := startServers(cfg, store)
+	for _, srv := range nodes {
+		e.cleanup = append(e.cleanup, func() { srv.Shutdown(); srv.WaitForShutdown() })
 	}
-	if err := daemon.ApplySync(opts, cfg.Sync); err != nil {
+	if err != nil {
 		e.close()
 		return nil, err
 	}
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		e.close()
-		return nil, fmt.Errorf("nats-server: %w", err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(15 * time.Second) {
-		srv.Shutdown()
-		e.close()
-		return nil, errors.New("nats-server did not become ready")
-	}
-	e.srv, e.url = srv, srv.ClientURL()
-	e.cleanup = append(e.cleanup, func() { srv.Shutdown(); srv.WaitForShutdown() })
+	// Every system connects to the first node; the stream state the
+	// driver reads from it is that node's replica's.
+	e.srv, e.url = nodes[0], nodes[0].ClientURL()
 	e.driver, err = e.connect("sagabench-driver")
 	if err != nil {
 		e.close()
@@ -443,7 +439,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	var base, fl *contestant
 	if !cfg.SkipBaseline && !cfg.MemCheck {
 		if base, err = e.contestant(ctx, "sagabench-relay", func(js jetstream.JetStream) (*system, func(), error) {
-			r, err := newRelay(ctx, js, cfg.RelayWorkers, ackWait, dupWindow)
+			r, err := newRelay(ctx, js, cfg.RelayWorkers, cfg.replicas(), ackWait, dupWindow)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -454,7 +450,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	}
 	if cfg.Floor && !cfg.MemCheck {
 		if fl, err = e.contestant(ctx, "sagabench-floor", func(js jetstream.JetStream) (*system, func(), error) {
-			f, err := newFloor(ctx, js, cfg.RelayWorkers, ackWait, dupWindow)
+			f, err := newFloor(ctx, js, cfg.RelayWorkers, cfg.replicas(), ackWait, dupWindow)
 			if err != nil {
 				return nil, nil, err
 			}

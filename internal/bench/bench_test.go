@@ -130,6 +130,23 @@ func TestSmoke(t *testing.T) {
 }
 
 // TestMemCheckSmoke runs the memory-flatness mode at toy scale.
+// TestClusterSmoke runs the relay and sagad on a 3-node in-process cluster
+// with R3 streams: both finish every capsule exactly once.
+func TestClusterSmoke(t *testing.T) {
+	t.Parallel()
+	const n = 60
+	var out bytes.Buffer
+	rep, err := Run(context.Background(), Config{
+		Capsules: n, Warmup: -1, Window: 20, Workers: 4, Cluster: 3,
+		RoundTripSample: -1, DataDir: t.TempDir(), StallTimeout: 30 * time.Second,
+	}, &out)
+	require.NoError(t, err)
+	require.True(t, rep.ExactlyOnce(), out.String())
+	require.Equal(t, n, rep.Baseline.Rounds[0].Finished)
+	require.Equal(t, n, rep.Sagad.Rounds[0].Finished)
+	require.Contains(t, out.String(), "cluster: 3 in-process nodes")
+}
+
 func TestMemCheckSmoke(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
@@ -161,6 +178,8 @@ func TestConfigValidate(t *testing.T) {
 	require.ErrorContains(t, err, `profile "relay"`)
 	_, err = Run(context.Background(), Config{MemCheck: true, Floor: true}, nil)
 	require.ErrorContains(t, err, "memcheck measures sagad alone")
+	_, err = Run(context.Background(), Config{Cluster: -1}, nil)
+	require.ErrorContains(t, err, "cluster -1")
 }
 
 func TestGeneratorSealedIsValid(t *testing.T) {

@@ -70,8 +70,8 @@ type floor struct {
 // newFloor creates the floor's streams, consumers and buckets with the
 // settings sagad uses for its own (file storage, work queues, history 1,
 // per-message TTLs with 1 s markers).
-func newFloor(ctx context.Context, js jetstream.JetStream, workers int, ackWait, dupWindow time.Duration) (*floor, error) {
-	if err := createStages(ctx, js, floorStream, floorSubject, ackWait, dupWindow); err != nil {
+func newFloor(ctx context.Context, js jetstream.JetStream, workers, replicas int, ackWait, dupWindow time.Duration) (*floor, error) {
+	if err := createStages(ctx, js, floorStream, floorSubject, replicas, ackWait, dupWindow); err != nil {
 		return nil, fmt.Errorf("floor: %w", err)
 	}
 	for _, sc := range []jetstream.StreamConfig{
@@ -79,6 +79,7 @@ func newFloor(ctx context.Context, js jetstream.JetStream, workers int, ackWait,
 		// Like an object store: chunks and metadata, the metadata rolled up.
 		{Name: floorObjects, Subjects: []string{floorObjSubj + ">"}, Storage: jetstream.FileStorage, AllowRollup: true, AllowDirect: true},
 	} {
+		sc.Replicas = replicas
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return nil, fmt.Errorf("floor: stream %s: %w", sc.Name, err)
 		}
@@ -88,7 +89,7 @@ func newFloor(ctx context.Context, js jetstream.JetStream, workers int, ackWait,
 		kv   *jetstream.KeyValue
 		name string
 	}{{&f.capsules, floorCapsules}, {&f.cps, floorCP}, {&f.locks, floorLocks}, {&f.targets, floorTargets}} {
-		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b.name, Storage: jetstream.FileStorage, LimitMarkerTTL: time.Second})
+		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b.name, Storage: jetstream.FileStorage, LimitMarkerTTL: time.Second, Replicas: replicas})
 		if err != nil {
 			return nil, fmt.Errorf("floor: bucket %s: %w", b.name, err)
 		}

@@ -47,17 +47,17 @@ type relay struct {
 // newRelay creates the relay's streams, consumers and bucket with the same
 // settings sagad uses for its own (file storage, work-queue retention,
 // explicit acks, 1024 unacknowledged messages per consumer, history 1).
-func newRelay(ctx context.Context, js jetstream.JetStream, workers int, ackWait, dupWindow time.Duration) (*relay, error) {
-	if err := createStages(ctx, js, relayStream, relaySubject, ackWait, dupWindow); err != nil {
+func newRelay(ctx context.Context, js jetstream.JetStream, workers, replicas int, ackWait, dupWindow time.Duration) (*relay, error) {
+	if err := createStages(ctx, js, relayStream, relaySubject, replicas, ackWait, dupWindow); err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: relayOutStream, Subjects: []string{relayOutSubj},
-		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Duplicates: dupWindow,
+		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Duplicates: dupWindow, Replicas: replicas,
 	}); err != nil {
 		return nil, fmt.Errorf("relay: stream %s: %w", relayOutStream, err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: relayKV, Storage: jetstream.FileStorage})
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: relayKV, Storage: jetstream.FileStorage, Replicas: replicas})
 	if err != nil {
 		return nil, fmt.Errorf("relay: bucket %s: %w", relayKV, err)
 	}
@@ -67,11 +67,11 @@ func newRelay(ctx context.Context, js jetstream.JetStream, workers int, ackWait,
 // createStages creates seven work-queue streams, stream(i) on subject(i),
 // each with the durable pull consumer relayConsumer(i), with the settings
 // sagad's phases use.
-func createStages(ctx context.Context, js jetstream.JetStream, stream, subject func(int) string, ackWait, dupWindow time.Duration) error {
+func createStages(ctx context.Context, js jetstream.JetStream, stream, subject func(int) string, replicas int, ackWait, dupWindow time.Duration) error {
 	for i := range relayStages {
 		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name: stream(i), Subjects: []string{subject(i)},
-			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: dupWindow,
+			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: dupWindow, Replicas: replicas,
 		}); err != nil {
 			return fmt.Errorf("stream %s: %w", stream(i), err)
 		}

@@ -96,6 +96,9 @@ func WriteText(w io.Writer, r *Report) {
 		fmt.Fprintf(w, "settings: %d capsules per system and round (+%d warm-up), %d round(s), window %d in flight, sagad workers %d/phase, relay workers %s, mix %s, file storage (%s), loopback TCP\n",
 			c.Capsules, c.Warmup, c.Rounds, c.Window, c.Workers, relay, c.Mix, sync)
 	}
+	if c.Cluster > 1 {
+		fmt.Fprintf(w, "cluster: %d in-process nodes on loopback, every stream and bucket R%d, every system connected to the first node\n", c.Cluster, c.replicas())
+	}
 	if c.Rate > 0 {
 		fmt.Fprintf(w, "offered load: %.0f capsules/s to each system (open loop; window %d caps what is in flight)\n", c.Rate, c.Window)
 	}

@@ -42,7 +42,7 @@ func newSagad(ctx context.Context, js jetstream.JetStream, cfg Config, workspace
 			return nil, fmt.Errorf("sagad: workspace: %w", err)
 		}
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: TargetsBucket, Storage: jetstream.FileStorage})
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: TargetsBucket, Storage: jetstream.FileStorage, Replicas: cfg.replicas()})
 	if err != nil {
 		return nil, fmt.Errorf("sagad: bucket %s: %w", TargetsBucket, err)
 	}
@@ -54,6 +54,7 @@ func newSagad(ctx context.Context, js jetstream.JetStream, cfg Config, workspace
 		Logger:          slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Workspace:       workspace,
 		Workers:         cfg.Workers,
+		Replicas:        cfg.replicas(),
 		Metrics:         metrics.New(s.reg, metrics.BuildInfo{}),
 		DuplicateWindow: cfg.DuplicateWindow,
 		PhaseTimeout:    cfg.PhaseTimeout,

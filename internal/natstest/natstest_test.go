@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -67,4 +68,45 @@ func TestEventuallyFailsWithMessage(t *testing.T) {
 	ft := &fakeTB{TB: t}
 	natstest.Eventually(ft, 20*time.Millisecond, time.Millisecond, func() bool { return false }, "lock %s still held", "a")
 	require.Contains(t, ft.failure, "lock a still held")
+}
+
+func TestClusterKillRestart(t *testing.T) {
+	t.Parallel()
+	c := natstest.RunCluster(t, 3)
+	require.NotNil(t, c.MetaLeader())
+
+	nc, err := nats.Connect(c.URLs(0))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}, Replicas: 3})
+	require.NoError(t, err)
+	leader := c.WaitForStreamLeader("S")
+	follower := c.Follower("S")
+	require.NotEqual(t, -1, follower)
+	require.NotEqual(t, leader, follower)
+
+	// A follower goes away and comes back at the same address with its data.
+	c.Kill(follower)
+	require.Nil(t, c.Node(follower))
+	_, err = js.Publish(ctx, "s", []byte("1"))
+	require.NoError(t, err)
+	c.Restart(follower)
+	require.Equal(t, follower, c.Index(c.Node(follower)))
+
+	// The stream leader goes away: another node takes the stream over.
+	c.Kill(leader)
+	next := c.WaitForStreamLeader("S")
+	require.NotEqual(t, leader, next)
+	natstest.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
+		_, err := js.Publish(ctx, "s", []byte("2"), jetstream.WithMsgID("2"))
+		return err == nil
+	}, "no publish after the leader was killed")
+	c.Restart(leader)
+	s, err := js.Stream(ctx, "S")
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), s.CachedInfo().State.Msgs)
 }

@@ -1,0 +1,40 @@
+package chaos_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/internal/chaos"
+)
+
+type tlogWriter struct{ t testing.TB }
+
+func (w tlogWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// TestShortSuite runs `sagachaos -short`: every scenario, side by side,
+// with real sagad and nats-server processes. It takes about 40 s.
+func TestShortSuite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos suite: builds sagad and nats-server and runs them for about 40 s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	results, err := chaos.Run(ctx, chaos.Config{Short: true, Dir: t.TempDir(), Log: tlogWriter{t}})
+	require.NoError(t, err)
+	require.Len(t, results, len(chaos.Scenarios))
+	for _, r := range results {
+		require.True(t, r.OK(), "%s", r)
+	}
+}
+
+func TestUnknownScenario(t *testing.T) {
+	_, err := chaos.Run(context.Background(), chaos.Config{Scenario: "nope"})
+	require.ErrorContains(t, err, `unknown scenario "nope"`)
+}
