@@ -80,7 +80,7 @@ func TestClusterKillRestart(t *testing.T) {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}, Replicas: 3})
 	require.NoError(t, err)
@@ -92,8 +92,15 @@ func TestClusterKillRestart(t *testing.T) {
 	// A follower goes away and comes back at the same address with its data.
 	c.Kill(follower)
 	require.Nil(t, c.Node(follower))
-	_, err = js.Publish(ctx, "s", []byte("1"))
-	require.NoError(t, err)
+	// The client may have been connected to the killed node: it reconnects,
+	// and a publish whose answer was lost with the node is tried again (its
+	// message id keeps it single).
+	natstest.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := js.Publish(pctx, "s", []byte("1"), jetstream.WithMsgID("1"))
+		return err == nil
+	}, "no publish after a follower was killed")
 	c.Restart(follower)
 	require.Equal(t, follower, c.Index(c.Node(follower)))
 
@@ -102,7 +109,9 @@ func TestClusterKillRestart(t *testing.T) {
 	next := c.WaitForStreamLeader("S")
 	require.NotEqual(t, leader, next)
 	natstest.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
-		_, err := js.Publish(ctx, "s", []byte("2"), jetstream.WithMsgID("2"))
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := js.Publish(pctx, "s", []byte("2"), jetstream.WithMsgID("2"))
 		return err == nil
 	}, "no publish after the leader was killed")
 	c.Restart(leader)
