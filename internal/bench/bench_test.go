@@ -112,7 +112,16 @@ func TestSmoke(t *testing.T) {
 			}
 		}
 	}
-	require.InDelta(t, valid.PerCapsule, floorReqs, 0.2, "floor %v\nsagad %v", floor.Ops, valid.Ops)
+	// What sagad's maintenance does meanwhile (the sweeper listing
+	// continuations: a consumer made and deleted every few seconds) is no
+	// request of the capsule's.
+	sagadReqs := valid.PerCapsule
+	for op, n := range valid.Ops {
+		if strings.HasPrefix(op, "api ") && strings.Contains(op, "SAGA_CONTINUATIONS") {
+			sagadReqs -= n
+		}
+	}
+	require.InDelta(t, sagadReqs, floorReqs, 0.2, "floor %v\nsagad %v", floor.Ops, valid.Ops)
 	for p := 1; p < capsule.NumPhases; p++ {
 		require.InDelta(t, 1, valid.Ops["publish saga.phase."+string(rune('0'+p))], 0.001, "%v", valid.Ops)
 	}
