@@ -67,10 +67,16 @@ func TestEveryStateAndEvent(t *testing.T) {
 		"paused/lock_contention":   func() *capsule.Checkpoint { return paused(capsule.TriggerLockContention, "") },
 		"paused/resume_in_flight":  func() *capsule.Checkpoint { return paused(capsule.TriggerOperatorManual, "tok") },
 		"paused/awaiting_external": awaiting,
-		"waiting_for_operator":     waiting,
-		"completed":                func() *capsule.Checkpoint { return ended(capsule.Completed) },
-		"halted":                   func() *capsule.Checkpoint { return ended(capsule.Halted) },
-		"cancelled":                func() *capsule.Checkpoint { return ended(capsule.Cancelled) },
+		"waiting/dependencies": func() *capsule.Checkpoint {
+			cp := at(capsule.Waiting, capsule.AutomatedGates, 0)
+			cp.State.Pause = &capsule.PauseInfo{Trigger: capsule.TriggerDependencies, At: t0}
+			cp.State.WaitingFor = []string{"dep"}
+			return cp
+		},
+		"waiting_for_operator": waiting,
+		"completed":            func() *capsule.Checkpoint { return ended(capsule.Completed) },
+		"halted":               func() *capsule.Checkpoint { return ended(capsule.Halted) },
+		"cancelled":            func() *capsule.Checkpoint { return ended(capsule.Cancelled) },
 	}
 	pausedAt := t0
 	events := map[string]machine.Event{
@@ -97,6 +103,7 @@ func TestEveryStateAndEvent(t *testing.T) {
 		"paused/operator_manual":   {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": noop, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
 		"paused/lock_contention":   {"decide": stale, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
 		"paused/resume_in_flight":  {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": ok, "flip_at": ok, "pause": noop, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
+		"waiting/dependencies":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
 		"paused/awaiting_external": {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ok, "reject": ref, "revise": ref, "record_result": ok, "forged": unauth},
 		"waiting_for_operator":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ok, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ok, "revise": ok, "record_result": noop, "forged": noop},
 		"completed":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
@@ -539,4 +546,33 @@ func TestReject(t *testing.T) {
 	again, err := machine.Apply(res.Checkpoint, machine.Reject{Rationale: "not this", By: "ann"}, t0)
 	require.NoError(t, err)
 	require.False(t, again.Changed, "a recorded rejection is not recorded twice")
+}
+
+func TestWaitForDependencies(t *testing.T) {
+	t.Parallel()
+	cp := at(capsule.InProgress, capsule.AutomatedGates, 0)
+	res, err := machine.Apply(cp, machine.Decide{Phase: capsule.AutomatedGates, Decision: machine.Decision{
+		Action: machine.Park, Trigger: capsule.TriggerDependencies, Reason: "waiting for 1 of 1", WaitFor: []string{"dep"},
+	}}, t0)
+	require.NoError(t, err)
+	st := res.Checkpoint.State
+	require.Equal(t, capsule.Waiting, st.Status, "waiting, not paused")
+	require.Equal(t, []string{"dep"}, st.WaitingFor)
+	require.Nil(t, res.Transition, "nothing recorded in the history")
+	require.True(t, res.Effects.Parked, "its record lets the sweeper find it")
+
+	marked, err := machine.Apply(res.Checkpoint, machine.RequestResume{From: capsule.Waiting, Token: "tok"}, t0)
+	require.NoError(t, err)
+	flipped, err := machine.Apply(marked.Checkpoint, machine.Resume{Token: "tok", At: &machine.Position{Phase: capsule.AutomatedGates}}, t0)
+	require.NoError(t, err)
+	require.Equal(t, capsule.InProgress, flipped.Checkpoint.State.Status)
+	require.Empty(t, flipped.Checkpoint.State.WaitingFor)
+
+	since := t0
+	halted, err := machine.Apply(res.Checkpoint, machine.End{State: capsule.Halted, Detail: "dependency_failed:dep", IfWaitingSince: &since}, t0)
+	require.NoError(t, err)
+	require.Equal(t, capsule.Halted, halted.Effects.Outcome)
+	later := t0.Add(time.Hour)
+	_, err = machine.Apply(res.Checkpoint, machine.End{State: capsule.Halted, Detail: "dependency_failed:dep", IfWaitingSince: &later}, t0)
+	require.ErrorIs(t, err, machine.ErrRefused, "a newer wait is not ended by an older judgement")
 }
