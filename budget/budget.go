@@ -294,7 +294,9 @@ func (t *Tracker) update(ctx context.Context, key string, change func(r *record)
 // get reads key's record and revision; a missing key is a zero record at
 // revision 0.
 func (t *Tracker) get(ctx context.Context, key string) (record, uint64, error) {
-	e, err := t.kv.Get(ctx, key)
+	rctx, cancel := jspub.ReadCtx(ctx, t.w)
+	e, err := t.kv.Get(rctx, key)
+	cancel()
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return record{}, 0, nil
 	}

@@ -469,7 +469,9 @@ func (m *Manager) mutate(ctx context.Context, path string, decide func(cur *leas
 
 // get reads path's lock and its revision; a free lock is (nil, 0, nil).
 func (m *Manager) get(ctx context.Context, path string) (*lease, uint64, error) {
-	e, err := m.kv.Get(ctx, Key(path))
+	rctx, cancel := jspub.ReadCtx(ctx, m.cfg.Writes)
+	e, err := m.kv.Get(rctx, Key(path))
+	cancel()
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, nil
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/rules"
 )
 
@@ -25,7 +26,9 @@ func (f *facts) IDConflict(ctx context.Context, id, digest string) (bool, error)
 	if !ValidKey(id) {
 		return false, nil
 	}
-	e, err := f.capsules.Get(ctx, id)
+	rctx, cancel := jspub.ReadCtx(ctx, nil)
+	e, err := f.capsules.Get(rctx, id)
+	cancel()
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, nil
 	}

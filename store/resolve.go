@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/internal/jspub"
 )
 
 // Resolver answers REALITY_ANCHOR's question "does this ref exist?":
@@ -70,7 +72,9 @@ func (r *Resolver) Exists(ctx context.Context, ref string) (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("kv bucket %s: %w", bucket, err)
 		}
-		_, err = kv.Get(ctx, key)
+		rctx, cancel := jspub.ReadCtx(ctx, nil)
+		_, err = kv.Get(rctx, key)
+		cancel()
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
 			return false, nil
 		}

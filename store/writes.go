@@ -19,13 +19,7 @@ func (s *Store) setWrites(w *jspub.Writes) {
 // messages, events, outcomes).
 func (s *Store) writes() *jspub.Writes { return s.Checkpoints.w }
 
-// readCtx bounds one read the way w bounds one write (its timeout, else
-// jspub.DefaultTimeout): a read whose node dies with it must end, not hold
-// its message for the phase's whole time while redeliveries are handed back.
+// readCtx bounds one read (jspub.ReadCtx).
 func readCtx(ctx context.Context, w *jspub.Writes) (context.Context, context.CancelFunc) {
-	var d = jspub.DefaultTimeout
-	if w != nil && w.Timeout > 0 {
-		d = w.Timeout
-	}
-	return jspub.WriteCtx(ctx, d)
+	return jspub.ReadCtx(ctx, w)
 }

@@ -65,3 +65,16 @@ func Write[T any](ctx context.Context, w *Writes, write func(ctx context.Context
 	})
 	return v, err
 }
+
+// ReadCtx bounds one read the way w bounds one write (its timeout, else
+// DefaultTimeout): a request in flight when its server dies gets no answer,
+// and nats.go does not fail it on reconnect, so a read without a deadline of
+// its own would hold its caller — and its message — for as long as the
+// caller's context lasts.
+func ReadCtx(ctx context.Context, w *Writes) (context.Context, context.CancelFunc) {
+	d := DefaultTimeout
+	if w != nil && w.Timeout > 0 {
+		d = w.Timeout
+	}
+	return WriteCtx(ctx, d)
+}
