@@ -2,7 +2,6 @@ package chaos_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -30,15 +29,8 @@ func TestShortSuite(t *testing.T) {
 	results, err := chaos.Run(ctx, chaos.Config{Short: true, Dir: t.TempDir(), Log: tlogWriter{t}})
 	require.NoError(t, err)
 	require.Len(t, results, len(chaos.Scenarios))
-	strict := os.Getenv("SAGAD_CHAOS_STRICT") != ""
 	for _, r := range results {
 		if r.OK() {
-			continue
-		}
-		if knownIssue[r.Scenario] && !strict {
-			// Issue 13 stays open on this: see knownIssue. Reported loudly,
-			// not failed, so CI keeps running every other scenario strictly.
-			t.Logf("chaos: KNOWN ISSUE (issue 13, open), not failing CI: %s", r)
 			continue
 		}
 		// Six scenarios side by side on two cores, beside the rest of the
@@ -52,13 +44,6 @@ func TestShortSuite(t *testing.T) {
 		require.True(t, again[0].OK(), "%s (alone, after %s side by side)", again[0], r)
 	}
 }
-
-// knownIssue are the scenarios that kill a nats-server: in some runs beside
-// the whole test suite (never alone so far) one capsule acknowledged around
-// the kill was still without a checkpoint when the run ended. Until its cause
-// is found, CI reports them instead of failing; SAGAD_CHAOS_STRICT=1 fails on
-// them, and `go run ./cmd/sagachaos` always does.
-var knownIssue = map[string]bool{"nats-kill": true, "cluster": true}
 
 func TestUnknownScenario(t *testing.T) {
 	_, err := chaos.Run(context.Background(), chaos.Config{Scenario: "nope"})
