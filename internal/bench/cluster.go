@@ -3,7 +3,6 @@ package bench
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"path/filepath"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/sagad/sagad/internal/daemon"
+	"github.com/sagad/sagad/internal/loopback"
 )
 
 // startServers starts the embedded server, the way sagad's embedded mode
@@ -24,7 +24,7 @@ func startServers(cfg Config, dir string) ([]*server.Server, error) {
 	var routes []*url.URL
 	var routePorts []int
 	if n > 1 {
-		ports, err := freePorts(n)
+		ports, err := loopback.FreePorts(n)
 		if err != nil {
 			return nil, err
 		}
@@ -82,24 +82,4 @@ func startServers(cfg Config, dir string) ([]*server.Server, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	ports := make([]int, n)
-	for i := range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
 }

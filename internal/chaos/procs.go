@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sagad/sagad/internal/loopback"
 )
 
 // Binaries are the programs a run starts, built once per run.
@@ -133,7 +134,7 @@ func (n *natsNode) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.po
 // a cluster whose nodes route to each other. maxFileStore is JetStream's
 // file storage limit in bytes (0: 1 GiB).
 func newNATSNodes(dir, bin string, n int, maxFileStore int64) ([]*natsNode, error) {
-	ports, err := freePorts(3 * n)
+	ports, err := loopback.FreePorts(3 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -237,26 +238,6 @@ func newSagad(dir string, bins Binaries, i int, url, workspace, calls string, re
 		args: []string{"--config", file, "--nats-url", url, "--shutdown-timeout", "20s"},
 		out:  filepath.Join(dir, name+".log"),
 	}}, nil
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	ports := make([]int, n)
-	for i := range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("chaos: free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
 }
 
 // errGaveUp: the scenario's faults could not be injected as planned.

@@ -2,7 +2,6 @@ package natstest
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/sagad/sagad/internal/loopback"
 )
 
 // Account is the account every client of a natstest server lives in (no
@@ -288,24 +289,11 @@ func (c *Cluster) Follower(stream string) int {
 }
 
 // freePorts returns n distinct loopback ports that were free a moment ago.
-// The listeners are held until all n are picked so the kernel cannot hand
-// out one port twice.
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	ports := make([]int, n)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for i := range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("natstest: free port: %v", err)
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+	ports, err := loopback.FreePorts(n)
+	if err != nil {
+		t.Fatalf("natstest: %v", err)
 	}
 	return ports
 }
