@@ -265,15 +265,6 @@ func (a *Admin) ReemitEnd(ctx context.Context, cp *capsule.Checkpoint) error {
 	return a.st.Emit(ctx, cp, 0, &tr, raw, paths)
 }
 
-func lastOutcome(cp *capsule.Checkpoint, outcome string) (capsule.Transition, bool) {
-	for i := len(cp.History) - 1; i >= 0; i-- {
-		if cp.History[i].Outcome == outcome {
-			return cp.History[i], true
-		}
-	}
-	return capsule.Transition{}, false
-}
-
 // Decisions an operator can take on a capsule waiting_for_operator.
 const (
 	DecisionAccept = "accept"

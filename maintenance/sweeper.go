@@ -256,6 +256,6 @@ func (w *Sweeper) dependencies(ctx context.Context, cp *capsule.Checkpoint) {
 
 // waitsFor reports whether the waiting capsule id waits for key.
 func (w *Sweeper) waitsFor(ctx context.Context, id, key string) bool {
-	cp, _, err := w.st.Checkpoints.Get(ctx, id)
+	cp, _, err := w.st.Checkpoints.GetLatest(ctx, id, nil) // it decides a halt
 	return err == nil && slices.Contains(cp.State.WaitingFor, key)
 }

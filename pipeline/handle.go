@@ -264,7 +264,7 @@ func isDone(c <-chan struct{}) bool {
 const recordTimeout = 30 * time.Second
 
 // heartbeat tells JetStream the message is in progress and renews this
-// runner.Delivery's claim every Heartbeat until the returned stop is called. A lost
+// delivery's claim every Heartbeat until the returned stop is called. A lost
 // claim calls lost. Most phases end long before the first beat, so it is a
 // timer, not a goroutine per message.
 func (p *Pipeline) heartbeat(ctx context.Context, msg jetstream.Msg, t *txn, cycle int, lost func()) (stop func()) {
@@ -332,8 +332,8 @@ var errStale = machine.ErrStale
 // out of date.
 var errCacheStale = errors.New("cached checkpoint out of date")
 
-// errClaimLost: this runner.Delivery's claim on the cycle is gone (the capsule was
-// cancelled, or another runner.Delivery took the cycle over).
+// errClaimLost: this delivery's claim on the cycle is gone (the capsule was
+// cancelled, or another delivery took the cycle over).
 var errClaimLost = machine.ErrClaimLost
 
 // txn holds the checkpoint one message works on and its KV revision. Every
@@ -342,7 +342,7 @@ var errClaimLost = machine.ErrClaimLost
 type txn struct {
 	p   *Pipeline
 	key string
-	// token names this runner.Delivery in claims; claimed says it holds one,
+	// token names this delivery in claims; claimed says it holds one,
 	// taken (or last renewed) at claimedNano.
 	token       string
 	claimed     atomic.Bool
@@ -480,7 +480,7 @@ func (t *txn) apply(ctx context.Context, ev machine.Event, policy onConflict) (m
 	return res, err
 }
 
-// claim takes the claim on (ph, cycle) for this runner.Delivery: the phase is about
+// claim takes the claim on (ph, cycle) for this delivery: the phase is about
 // to call an agent, which must not happen twice for one cycle.
 func (t *txn) claim(ctx context.Context, ph capsule.Phase, cycle int, lockPaths []string) error {
 	policy := reapply
@@ -502,7 +502,7 @@ func (t *txn) claim(ctx context.Context, ph capsule.Phase, cycle int, lockPaths 
 
 func (t *txn) claimedAt() time.Time { return time.Unix(0, t.claimedNano.Load()) }
 
-// renew extends this runner.Delivery's execution claim, if it holds one.
+// renew extends this delivery's execution claim, if it holds one.
 func (t *txn) renew(ctx context.Context, cycle int) error {
 	if !t.claimed.Load() {
 		return nil
@@ -551,7 +551,7 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 		st := cp.State
 		if st.Phase == ph && st.Cycle == cycle && st.Pause != nil && st.Pause.ResumeToken == "" &&
 			(st.Status == capsule.Paused || st.Status == capsule.WaitingForOperator) {
-			// Parked here, maybe by a runner.Delivery that died before writing the
+			// Parked here, maybe by a delivery that died before writing the
 			// continuation: write it (again) before dropping the message.
 			if err := p.st.Emit(ctx, cp, 0, nil, raw, lockPaths); err != nil {
 				return runner.NakAfter(p.cfg.RetryDelay, err)

@@ -66,7 +66,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	}
 	if key == fallbackKey {
 		// Create, not Put: a redelivered intake message must not erase what
-		// its first runner.Delivery recorded on the bytes (the outcome mark).
+		// its first delivery recorded on the bytes (the outcome mark).
 		if err := p.st.KeepBytes(ctx, key, raw); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err))
 		}
