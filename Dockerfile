@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
 # sagad and sagactl as static binaries on a distroless base, run as a
-# non-root user. Build and run (README "Run it in a container"):
+# non-root user. Build and run (docs/CLUSTER.md, "The image"):
 #
 #   docker build -t sagad .
 #   docker run --rm -v sagad-data:/data sagad          # embedded NATS on the container's loopback
