@@ -261,6 +261,11 @@ var errVersion = errors.New("version requested")
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("sagad", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage of sagad:\n  sagad [flags]               run sagad\n"+
+			"  sagad healthcheck [flags]   probe the /readyz of the sagad these flags and SAGAD_* configure: exit 0 if ready, 1 if not\n")
+		fs.PrintDefaults()
+	}
 	var file string
 	var flags Config
 	var shutdown time.Duration

@@ -37,8 +37,13 @@ import (
 
 // Main runs sagad with the process's arguments and environment until SIGINT
 // or SIGTERM and returns the exit code: 0 after a clean shutdown, 1 on a
-// runtime failure, 2 on bad flags or configuration.
+// runtime failure, 2 on bad flags or configuration. `sagad healthcheck
+// [flags]` instead probes the /readyz of the sagad those flags configure
+// (0 ready, 1 not).
 func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == HealthcheckCommand {
+		return healthcheck(args[1:], os.Getenv, stdout, stderr)
+	}
 	cfg, err := parseConfig(args, os.Getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

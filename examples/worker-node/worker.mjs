@@ -1,0 +1,189 @@
+#!/usr/bin/env node
+// sagad's demo worker in Node.js: one executor (task kind "demo") and one
+// independent reviewer ("demo-reviewer"), served as a NATS micro-service on
+// the subjects examples/sagad.json points sagad at. It speaks the same wire
+// contract as the Go worker of examples/worker (whose README is the
+// contract's reference): a request per call, a JSON reply, an "accepted"
+// reply and a completion on saga.complete.<capsule_id>.<cycle> carrying the
+// call's completion_token for long work (--async), and the first answer
+// again for a repeated idempotency key.
+//
+//   npm ci && node worker.mjs [--nats-url URL] [--agent-id ID] [--async]
+//
+// Connection settings, as sagad's and sagactl's: --nats-url or SAGA_NATS_URL
+// (several separated by commas), SAGA_NATS_USER with SAGA_NATS_PASSWORD or
+// SAGA_NATS_PASSWORD_FILE, SAGA_NATS_NKEY (a seed file), SAGA_NATS_CREDS, or
+// SAGA_NATS_TOKEN; with none, ./data/creds/worker.nk (sagad's embedded
+// server, run from sagad's directory) if it exists.
+import { connect, credsAuthenticator, nkeyAuthenticator } from "nats";
+import { existsSync, readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+
+const SERVICE = "sagad-demo-worker-node";
+const EXECUTE_SUBJECT = "agents.demo.execute";
+const REVIEW_SUBJECT = "agents.demo.review";
+const REVIEWER_ID = "demo-reviewer";
+const MAX_REMEMBERED = 10000;
+
+const { values: flags } = parseArgs({
+  options: {
+    "nats-url": { type: "string" },
+    "agent-id": { type: "string", default: "demo-worker-node" },
+    async: { type: "boolean", default: false },
+  },
+});
+
+// connectOptions reads the settings sagad, sagactl and the Go worker share.
+function connectOptions(env) {
+  const secret = (file) => readFileSync(file, "utf8").replace(/[\r\n]+$/, "");
+  const opts = {
+    servers: (flags["nats-url"] || env.SAGA_NATS_URL || "nats://127.0.0.1:4222").split(","),
+    name: SERVICE,
+    maxReconnectAttempts: -1,
+  };
+  if (env.SAGA_NATS_CREDS) {
+    opts.authenticator = credsAuthenticator(readFileSync(env.SAGA_NATS_CREDS));
+  } else if (env.SAGA_NATS_USER) {
+    opts.user = env.SAGA_NATS_USER;
+    opts.pass = env.SAGA_NATS_PASSWORD_FILE ? secret(env.SAGA_NATS_PASSWORD_FILE) : env.SAGA_NATS_PASSWORD;
+  } else if (env.SAGA_NATS_TOKEN || env.SAGA_NATS_TOKEN_FILE) {
+    opts.token = env.SAGA_NATS_TOKEN_FILE ? secret(env.SAGA_NATS_TOKEN_FILE) : env.SAGA_NATS_TOKEN;
+  } else {
+    const seed = env.SAGA_NATS_NKEY || (existsSync("data/creds/worker.nk") ? "data/creds/worker.nk" : "");
+    if (seed) opts.authenticator = nkeyAuthenticator(new TextEncoder().encode(secret(seed)));
+  }
+  return opts;
+}
+
+// execute produces the artifact: the task restated, its acceptance
+// criteria, the findings of the previous review it answers.
+function execute(call) {
+  const c = call.capsule;
+  const artifact = {
+    summary: `${c.task.title}: ${c.task.description}`,
+    title: c.task.title,
+    target: c.target,
+    acceptance_criteria: c.spec?.acceptance_criteria ?? [],
+    addressed_findings: (call.findings ?? []).map((f) => f.message),
+    cycle: call.cycle,
+    produced_by: flags["agent-id"],
+  };
+  // A stand-in for a model's bill: a token per character of the task.
+  const tokens = c.task.title.length + c.task.description.length;
+  return { status: "ok", content: artifact, media_type: "application/json", usage: { tokens, dollars: tokens * 0.000002 } };
+}
+
+// review approves an artifact that covers every acceptance criterion, asks
+// for changes otherwise, and refuses its own producer's work (Rule 15).
+function review(call) {
+  const c = call.capsule;
+  const content = call.artifact?.content;
+  const tokens = Math.floor(JSON.stringify(content ?? null).length / 4) + 1;
+  const reply = (verdict, findings = []) => ({ status: "ok", verdict, findings, usage: { tokens, dollars: tokens * 0.000002 } });
+  if (c.producer_agent_id === REVIEWER_ID || call.artifact?.producer_agent_id === REVIEWER_ID) {
+    return reply("REJECTED", [{ rule: 15, field: "review.reviewer_agent_id", message: `${REVIEWER_ID} produced this artifact and cannot review it` }]);
+  }
+  if (content == null || typeof content !== "object" || Object.keys(content).length === 0) {
+    return reply("CHANGES_REQUESTED", [{ field: "artifact.content", message: "the artifact is empty" }]);
+  }
+  const covered = new Set(content.acceptance_criteria ?? []);
+  const missing = (c.spec?.acceptance_criteria ?? []).filter((want) => !covered.has(want));
+  if (missing.length > 0) {
+    return reply("CHANGES_REQUESTED", missing.map((want) => ({
+      field: "artifact.content.acceptance_criteria", message: `acceptance criterion "${want}" is not addressed`,
+    })));
+  }
+  return reply("APPROVED");
+}
+
+// seen holds each first answer by call kind and idempotency key: a repeated
+// call (a retry, a restarted sagad) gets it again, without the work being
+// done twice. In memory, a demo's compromise: a real worker keeps it where
+// every instance finds it and a restart does not lose it (README "Delivery
+// guarantees").
+const seen = new Map();
+
+const nc = await connect(connectOptions(process.env));
+const js = nc.jetstream();
+
+// deliver publishes a completion to JetStream, retrying until the server
+// acknowledges it (a plain publish while the server restarts would be lost).
+async function deliver(subject, completion) {
+  const body = JSON.stringify(completion);
+  for (let wait = 250, until = Date.now() + 10 * 60_000; Date.now() < until; wait = Math.min(2 * wait, 5000)) {
+    try {
+      await js.publish(subject, body, { timeout: 5000 });
+      return;
+    } catch (err) {
+      if (nc.isClosed()) return;
+      if (err.code === "503") { // no stream stores completions: whoever listens gets it
+        nc.publish(subject, body);
+        return;
+      }
+      console.error(`publish completion ${subject}, will retry: ${err.message}`);
+      await new Promise((r) => setTimeout(r, wait));
+    }
+  }
+  console.error(`completion ${subject} not delivered`);
+}
+
+// handle answers one call: the stored answer for a repeated key, else a new
+// one; in --async mode an executor's result goes out as a completion.
+function handle(kind, work) {
+  return (err, msg) => {
+    if (err) {
+      console.error(`${kind}: ${err.message}`);
+      return;
+    }
+    let call;
+    try {
+      call = msg.json();
+    } catch (e) {
+      msg.respond(JSON.stringify({ status: "failed", error: `bad request: ${e.message}`, usage: { tokens: 0, dollars: 0 } }));
+      return;
+    }
+    const key = `${kind} ${call.idempotency_key ?? msg.headers?.get("Saga-Idempotency-Key") ?? ""}`;
+    let answer = seen.get(key);
+    const repeat = answer !== undefined;
+    if (!repeat) {
+      let result;
+      try {
+        result = work(call);
+      } catch (e) {
+        result = { status: "failed", error: `bad call: ${e.message}`, usage: { tokens: 0, dollars: 0 } };
+      }
+      answer = { reply: result };
+      if (flags.async && kind === "execute" && result.status === "ok") {
+        answer = { reply: { status: "accepted", usage: { tokens: 0, dollars: 0 } }, completion: { kind, ...result } };
+      }
+      if (seen.size >= MAX_REMEMBERED) seen.clear();
+      seen.set(key, answer);
+    }
+    msg.respond(JSON.stringify(answer.reply));
+    if (answer.completion) {
+      // A repeated call carries a new token, and sagad awaits only that one.
+      const completion = { ...answer.completion, completion_token: call.completion_token };
+      deliver(`saga.complete.${call.capsule.capsule_id}.${call.cycle}`, completion);
+    }
+    console.log(JSON.stringify({ msg: "answered", call: kind, capsule_id: call.capsule?.capsule_id, cycle: call.cycle, trace_id: call.trace_id, repeat, async: !!answer.completion }));
+  };
+}
+
+const srv = await nc.services.add({
+  name: SERVICE,
+  version: "1.0.0",
+  description: "sagad demo executor and reviewer, in Node.js",
+  metadata: { agent_id: flags["agent-id"], reviewer_id: REVIEWER_ID },
+});
+srv.addEndpoint("execute", { subject: EXECUTE_SUBJECT, handler: handle("execute", execute) });
+srv.addEndpoint("review", { subject: REVIEW_SUBJECT, handler: handle("review", review) });
+await nc.flush();
+console.log(JSON.stringify({ msg: "serving", service: SERVICE, id: srv.info().id, server: nc.getServer() }));
+
+for (const signal of ["SIGINT", "SIGTERM"]) {
+  process.on(signal, async () => {
+    await srv.stop();
+    await nc.drain();
+    process.exit(0);
+  });
+}
