@@ -109,7 +109,7 @@ func (t *Tracer) StartCapsule(ctx context.Context, incoming, traceID string, c C
 // ctx, else the capsule's root span named by traceparent (the checkpoint's
 // trace_parent), else — a checkpoint written before sagad traced — a root
 // in the trace TraceIDOf(traceID).
-func (t *Tracer) StartPhase(ctx context.Context, traceparent, traceID string, c Capsule, phase string, cycle int) (context.Context, trace.Span) {
+func (t *Tracer) StartPhase(ctx context.Context, traceparent, traceID string, c Capsule, phase string, cycle int, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		if sc, err := ParseTraceparent(traceparent); err == nil {
 			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
@@ -122,7 +122,8 @@ func (t *Tracer) StartPhase(ctx context.Context, traceparent, traceID string, c 
 		// Nothing records: skip building the attributes.
 		return tr.Start(ctx, SpanPhase)
 	}
-	return tr.Start(ctx, SpanPhase+phase, trace.WithAttributes(c.attrs(AttrPhase.String(phase), AttrCycle.Int(cycle))...))
+	opts = append(opts, trace.WithAttributes(c.attrs(AttrPhase.String(phase), AttrCycle.Int(cycle))...))
+	return tr.Start(ctx, SpanPhase+phase, opts...)
 }
 
 // EndPhase ends a phase span with its outcome (capsule.Outcome* or parked,
