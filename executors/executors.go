@@ -122,7 +122,10 @@ func (r *Registry) Executor(kind string) (Executor, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if e, ok := r.executors[kind]; ok {
-		return tracedExecutor{e: e, kind: kind, t: r.tracer}, nil
+		if r.tracer != nil {
+			return tracedExecutor{e: e, kind: kind, t: r.tracer}, nil
+		}
+		return e, nil
 	}
 	return nil, fmt.Errorf("%w: task.kind %q", ErrUnknownKind, kind)
 }
@@ -132,7 +135,10 @@ func (r *Registry) Reviewer(id string) (Reviewer, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if rv, ok := r.reviewers[id]; ok {
-		return tracedReviewer{rv: rv, id: id, t: r.tracer}, nil
+		if r.tracer != nil {
+			return tracedReviewer{rv: rv, id: id, t: r.tracer}, nil
+		}
+		return rv, nil
 	}
 	return nil, fmt.Errorf("%w: reviewer %q", ErrUnknownKind, id)
 }

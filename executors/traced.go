@@ -11,9 +11,11 @@ import (
 // its calls: a span per call (a child of the phase's span in the call's
 // context) with the call's outcome, and the W3C traceparent of that span in
 // Request.TraceParent / ReviewRequest.TraceParent, which NATS executors send
-// as the traceparent header and command executors as TRACEPARENT. A nil
-// tracer (the default) still fills TraceParent from the context, so workers
-// get the capsule's trace when sagad itself records no spans.
+// as the traceparent header and command executors as TRACEPARENT. A no-op
+// tracer (tracing.New(nil)) still fills TraceParent from the context, so
+// workers get the capsule's trace when sagad itself records no spans; the
+// pipeline always sets one. Without SetTracer the registry hands out its
+// executors as registered.
 func (r *Registry) SetTracer(t *tracing.Tracer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
