@@ -54,9 +54,8 @@ const (
 )
 
 // ValidateEndpoint checks an --otel-endpoint value: an http or https URL
-// with a host, as OTLP/HTTP wants ("http://localhost:4318"). A path, if
-// any, is kept as the URL to post traces to; without one the exporter posts
-// to /v1/traces.
+// with a host, as OTLP/HTTP wants ("http://localhost:4318"). Like
+// OTEL_EXPORTER_OTLP_ENDPOINT it is a base URL (see [TracesURL]).
 func ValidateEndpoint(s string) error {
 	if s == "" {
 		return nil
@@ -66,6 +65,18 @@ func ValidateEndpoint(s string) error {
 		return fmt.Errorf("otel endpoint %q: want an http or https URL such as http://localhost:4318", s)
 	}
 	return nil
+}
+
+// TracesURL is where spans are posted for the --otel-endpoint value
+// endpoint: like OTEL_EXPORTER_OTLP_ENDPOINT, a base URL to which
+// /v1/traces is appended, unless it already ends so.
+func TracesURL(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || strings.HasSuffix(u.Path, "/v1/traces") {
+		return endpoint
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/traces"
+	return u.String()
 }
 
 // Enabled says whether tracing is on for the --otel-endpoint value endpoint
@@ -102,7 +113,7 @@ func Setup(ctx context.Context, endpoint, version string, getenv func(string) st
 	}
 	var opts []otlptracehttp.Option
 	if endpoint != "" {
-		opts = append(opts, otlptracehttp.WithEndpointURL(endpoint))
+		opts = append(opts, otlptracehttp.WithEndpointURL(TracesURL(endpoint)))
 	}
 	exp, err := otlptracehttp.New(ctx, opts...)
 	if err != nil {

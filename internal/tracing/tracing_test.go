@@ -30,7 +30,7 @@ func TestParseTraceparent(t *testing.T) {
 		{"", false, false},
 		{"garbage", false, false},
 		{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-", false, false}, // version 00 is exactly 55
-		{"00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01", false, false}, // upper case
+		{"00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01", false, false},  // upper case
 		{"ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", false, false},
 		{"00-00000000000000000000000000000000-b7ad6b7169203331-01", false, false},
 		{"00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01", false, false},
@@ -210,4 +210,17 @@ func TestStartCapsuleWithSDK(t *testing.T) {
 	got = spans.GetSpans()
 	require.Equal(t, "0af7651916cd43dd8448eb211c80319c", got[2].SpanContext.TraceID().String())
 	require.False(t, got[2].Parent.IsValid())
+}
+
+func TestTracesURL(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"http://localhost:4318":                "http://localhost:4318/v1/traces",
+		"http://localhost:4318/":               "http://localhost:4318/v1/traces",
+		"https://c.example.com/otlp":           "https://c.example.com/otlp/v1/traces",
+		"http://c:4318/v1/traces":              "http://c:4318/v1/traces",
+		"https://c.example.com/otlp/v1/traces": "https://c.example.com/otlp/v1/traces",
+	} {
+		require.Equal(t, want, tracing.TracesURL(in), in)
+	}
 }
