@@ -105,22 +105,24 @@ func (t *Tracer) StartCapsule(ctx context.Context, incoming, traceID string, c C
 	return ctx, span, FormatTraceparent(sc)
 }
 
-// StartPhase starts the span of one phase run. Its parent is the span in
-// ctx, else the capsule's root span named by traceparent (the checkpoint's
-// trace_parent), else — a checkpoint written before sagad traced — a root
-// in the trace TraceIDOf(traceID).
+// StartPhase starts the span of one phase run. Its parent is the capsule's
+// root span named by traceparent (the checkpoint's trace_parent), else the
+// span in ctx, else — a checkpoint written before sagad traced — a root in
+// the trace TraceIDOf(traceID).
 func (t *Tracer) StartPhase(ctx context.Context, traceparent, traceID string, c Capsule, phase string, cycle int, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		if sc, err := ParseTraceparent(traceparent); err == nil {
-			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
-		} else if tid, ok := TraceIDOf(traceID); ok {
+	// The traceparent first: finding no span in a phase's deep context
+	// would walk all of it.
+	if sc, err := ParseTraceparent(traceparent); err == nil {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	} else if !trace.SpanContextFromContext(ctx).IsValid() {
+		if tid, ok := TraceIDOf(traceID); ok {
 			ctx = WithTraceID(ctx, tid)
 		}
 	}
 	tr := t.tracer()
 	if _, off := tr.(noop.Tracer); off {
-		// Nothing records: skip building the attributes.
-		return tr.Start(ctx, SpanPhase)
+		// Nothing records: the context's span is the phase's.
+		return ctx, trace.SpanFromContext(ctx)
 	}
 	opts = append(opts, trace.WithAttributes(c.attrs(AttrPhase.String(phase), AttrCycle.Int(cycle))...))
 	return tr.Start(ctx, SpanPhase+phase, opts...)
@@ -153,7 +155,7 @@ func EndPhase(span trace.Span, outcome, haltReason, trigger string, err error) {
 func (t *Tracer) StartCall(ctx context.Context, call, agent, capsuleID string, cycle int) (context.Context, trace.Span) {
 	tr := t.tracer()
 	if _, off := tr.(noop.Tracer); off {
-		return tr.Start(ctx, SpanCallPrefix)
+		return ctx, trace.SpanFromContext(ctx)
 	}
 	return tr.Start(ctx, SpanCallPrefix+call+" "+agent, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(AttrCall.String(call), AttrAgent.String(agent), AttrCapsuleID.String(capsuleID), AttrCycle.Int(cycle)))

@@ -35,19 +35,40 @@ func ParseTraceparent(s string) (trace.SpanContext, error) {
 	var ver, flags [1]byte
 	var tid trace.TraceID
 	var sid trace.SpanID
-	if !lowerHex(s[0:2]) || !lowerHex(s[3:35]) || !lowerHex(s[36:52]) || !lowerHex(s[53:55]) {
+	if !decodeLowerHex(ver[:], s[0:2]) || !decodeLowerHex(tid[:], s[3:35]) ||
+		!decodeLowerHex(sid[:], s[36:52]) || !decodeLowerHex(flags[:], s[53:55]) {
 		return trace.SpanContext{}, ErrMalformedTraceparent
 	}
-	_, _ = hex.Decode(ver[:], []byte(s[0:2]))
-	_, _ = hex.Decode(tid[:], []byte(s[3:35]))
-	_, _ = hex.Decode(sid[:], []byte(s[36:52]))
-	_, _ = hex.Decode(flags[:], []byte(s[53:55]))
 	if ver[0] == 0xff || (ver[0] == 0 && len(s) != 55) || !tid.IsValid() || !sid.IsValid() {
 		return trace.SpanContext{}, ErrMalformedTraceparent
 	}
 	return trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags[0]) & trace.FlagsSampled, Remote: true,
 	}), nil
+}
+
+// decodeLowerHex decodes s, lower-case hex of exactly 2 × len(dst) digits,
+// into dst.
+func decodeLowerHex(dst []byte, s string) bool {
+	for i := range dst {
+		hi, ok1 := fromHex(s[2*i])
+		lo, ok2 := fromHex(s[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
+}
+
+func fromHex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }
 
 // FormatTraceparent writes sc as a version-00 traceparent; "" for an invalid
@@ -76,11 +97,8 @@ func TraceIDOf(id string) (tid trace.TraceID, ok bool) {
 	if id == "" {
 		return tid, false
 	}
-	if len(id) == 32 && lowerHex(id) {
-		_, _ = hex.Decode(tid[:], []byte(id))
-		if tid.IsValid() {
-			return tid, true
-		}
+	if len(id) == 32 && decodeLowerHex(tid[:], id) && tid.IsValid() {
+		return tid, true
 	}
 	sum := sha256.Sum256([]byte("sagad trace id\x00" + id))
 	copy(tid[:], sum[:16])
@@ -95,14 +113,4 @@ func TraceIDOfTraceparent(s string) string {
 		return ""
 	}
 	return sc.TraceID().String()
-}
-
-func lowerHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }

@@ -224,3 +224,35 @@ func TestTracesURL(t *testing.T) {
 		require.Equal(t, want, tracing.TracesURL(in), in)
 	}
 }
+
+// BenchmarkPhaseSpan is what tracing adds to one phase run with one agent
+// call: the phase span under the checkpoint's trace_parent, the call span,
+// the traceparent for the worker. off is sagad's default (no-op tracer).
+func BenchmarkPhaseSpan(b *testing.B) {
+	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	c := tracing.Capsule{ID: "de300000-0000-4000-8000-000000000001", Key: "de300000-0000-4000-8000-000000000001"}
+	run := func(b *testing.B, tr *tracing.Tracer) {
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, ps := tr.StartPhase(context.Background(), parent, "", c, "EXECUTION", 1)
+			cctx, cs := tr.StartCall(ctx, "execute", "stub", c.ID, 1)
+			if tracing.Traceparent(cctx) == "" {
+				b.Fatal("no traceparent")
+			}
+			tracing.EndCall(cs, "ok", nil)
+			tracing.EndPhase(ps, "passed", "", "", nil)
+		}
+	}
+	b.Run("off", func(b *testing.B) { run(b, tracing.New(nil)) })
+	b.Run("on", func(b *testing.B) {
+		// A batcher to an exporter that drops: the SDK's own cost.
+		tp := tracing.NewProvider(sdktrace.WithBatcher(discard{}))
+		defer func() { _ = tp.Shutdown(context.Background()) }()
+		run(b, tracing.New(tp))
+	})
+}
+
+type discard struct{}
+
+func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }
