@@ -55,6 +55,11 @@ func (t *Tracer) tracer() trace.Tracer {
 	return t.t
 }
 
+func isNoop(tr trace.Tracer) bool {
+	_, off := tr.(noop.Tracer)
+	return off
+}
+
 // Capsule is what a span says about its capsule.
 type Capsule struct {
 	ID, Key, WaveID string
@@ -86,11 +91,15 @@ func (t *Tracer) StartCapsule(ctx context.Context, incoming, traceID string, c C
 	} else if tid, ok := TraceIDOf(traceID); ok {
 		ctx = WithTraceID(ctx, tid)
 	}
-	ctx, span := t.tracer().Start(ctx, SpanCapsule, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithTimestamp(start), trace.WithAttributes(c.attrs()...))
+	var span trace.Span = noop.Span{}
+	if tr := t.tracer(); !isNoop(tr) {
+		ctx, span = tr.Start(ctx, SpanCapsule, trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithTimestamp(start), trace.WithAttributes(c.attrs()...))
+	}
 	sc := span.SpanContext()
 	if !sc.IsValid() || (perr == nil && sc.SpanID() == parent.SpanID()) {
-		// A no-op tracer: make the root span's context here.
+		// A no-op tracer (or another provider's that made no span of
+		// its own): make the root span's context here.
 		cfg := trace.SpanContextConfig{SpanID: randomSpanID(), TraceFlags: trace.FlagsSampled}
 		if perr == nil {
 			cfg.TraceID, cfg.TraceFlags = parent.TraceID(), parent.TraceFlags()
@@ -101,6 +110,7 @@ func (t *Tracer) StartCapsule(ctx context.Context, incoming, traceID string, c C
 		}
 		sc = trace.NewSpanContext(cfg)
 		ctx = trace.ContextWithSpanContext(ctx, sc)
+		span = trace.SpanFromContext(ctx)
 	}
 	return ctx, span, FormatTraceparent(sc)
 }
@@ -120,7 +130,7 @@ func (t *Tracer) StartPhase(ctx context.Context, traceparent, traceID string, c 
 		}
 	}
 	tr := t.tracer()
-	if _, off := tr.(noop.Tracer); off {
+	if isNoop(tr) {
 		// Nothing records: the context's span is the phase's.
 		return ctx, trace.SpanFromContext(ctx)
 	}
@@ -154,7 +164,7 @@ func EndPhase(span trace.Span, outcome, haltReason, trigger string, err error) {
 // agent the task kind or reviewer id), a child of the phase span in ctx.
 func (t *Tracer) StartCall(ctx context.Context, call, agent, capsuleID string, cycle int) (context.Context, trace.Span) {
 	tr := t.tracer()
-	if _, off := tr.(noop.Tracer); off {
+	if isNoop(tr) {
 		return ctx, trace.SpanFromContext(ctx)
 	}
 	return tr.Start(ctx, SpanCallPrefix+call+" "+agent, trace.WithSpanKind(trace.SpanKindClient),
