@@ -50,8 +50,9 @@ const (
 // HOME (from sagad's), Env, and SAGA_CAPSULE_ID, SAGA_CYCLE,
 // SAGA_IDEMPOTENCY_KEY, SAGA_TRACE_ID, SAGA_CALL (execute or review) and
 // TRACEPARENT (the W3C traceparent of the call's span, for the program's own
-// OpenTelemetry SDK to continue the capsule's trace); an executor call also gets SAGA_COMPLETION_TOKEN, the request's
-// completion_token. Nothing of the capsule reaches its arguments.
+// OpenTelemetry SDK to continue the capsule's trace); an executor call also
+// gets SAGA_COMPLETION_TOKEN, the request's completion_token. Nothing of the
+// capsule reaches its arguments.
 //
 // The exit status decides the answer:
 //
