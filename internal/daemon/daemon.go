@@ -149,6 +149,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		}
 	}()
 	if on, why := tracing.Enabled(cfg.OTelEndpoint, os.Getenv); on {
+		tracing.LogErrors(log)
 		log.Info("tracing on (OpenTelemetry, OTLP/HTTP)", "endpoint", cmp.Or(cfg.OTelEndpoint, os.Getenv(tracing.EnvTracesEndpoint), os.Getenv(tracing.EnvEndpoint)))
 	} else {
 		log.Debug("tracing off", "why", why)

@@ -19,12 +19,14 @@ package tracing
 
 import (
 	"context"
+	"log/slog"
 	"fmt"
 	"math/rand/v2"
 	"net/url"
 	"strconv"
 	"strings"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -131,6 +133,15 @@ func Setup(ctx context.Context, endpoint, version string, getenv func(string) st
 	}
 	sdk := NewProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return sdk, sdk.Shutdown, nil
+}
+
+// LogErrors sends the OpenTelemetry SDK's errors (an export the collector
+// refused or that timed out) to log instead of the standard logger's
+// stderr. It sets the SDK's process-wide error handler.
+func LogErrors(log *slog.Logger) {
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("tracing: export failed", "error", err)
+	}))
 }
 
 // NewProvider is an SDK tracer provider with sagad's id generator (see
