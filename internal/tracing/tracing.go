@@ -19,8 +19,8 @@ package tracing
 
 import (
 	"context"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/url"
 	"strconv"
