@@ -16,8 +16,15 @@ type Checkpoint struct {
 	CapsuleID     string `json:"capsule_id"`
 	Key           string `json:"key"`
 	TraceID       string `json:"trace_id"`
-	WaveID        string `json:"wave_id,omitempty"`
-	Digest        string `json:"digest,omitempty"`
+	// TraceParent is the W3C traceparent of the capsule's root span, made
+	// at RECEPTION (a child of the producer's span when the intake message
+	// carried one): every phase span descends from it, whichever sagad
+	// runs the phase (package internal/tracing). Its trace id is the
+	// OpenTelemetry trace id of the capsule, which equals TraceID when
+	// TraceID is one. Empty in checkpoints written before sagad traced.
+	TraceParent string `json:"trace_parent,omitempty"`
+	WaveID      string `json:"wave_id,omitempty"`
+	Digest      string `json:"digest,omitempty"`
 	// IntakeSeq is the intake stream sequence of the message that created
 	// the checkpoint.
 	IntakeSeq uint64 `json:"intake_seq,omitempty"`

@@ -28,6 +28,10 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 	b = appendString(b, c.Key)
 	b = append(b, `,"trace_id":`...)
 	b = appendString(b, c.TraceID)
+	if c.TraceParent != "" {
+		b = append(b, `,"trace_parent":`...)
+		b = appendString(b, c.TraceParent)
+	}
 	if c.WaveID != "" {
 		b = append(b, `,"wave_id":`...)
 		b = appendString(b, c.WaveID)

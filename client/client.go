@@ -63,6 +63,11 @@ type Status struct {
 	HaltReason string        `json:"halt_reason"`
 	Progress   int           `json:"progress"`
 	TraceID    string        `json:"trace_id"`
+	// TraceParent is the W3C traceparent of the capsule's root span
+	// (capsule.Checkpoint.TraceParent); its trace id is the one to look up
+	// in an OpenTelemetry backend. Empty for capsules received before
+	// sagad traced.
+	TraceParent string `json:"trace_parent,omitempty"`
 	// Reviewer is who reviewed the latest cycle: the capsule's declared
 	// reviewer, or sagad's default_reviewer when it declared none. Empty
 	// before the first review.
@@ -105,6 +110,7 @@ func StatusOf(cp *capsule.Checkpoint) Status {
 		HaltReason:   cp.State.HaltReason,
 		Progress:     cp.State.Progress,
 		TraceID:      cp.TraceID,
+		TraceParent:  cp.TraceParent,
 		BudgetUsed:   cp.State.BudgetUsed,
 		ArtifactRefs: append([]string{}, cp.State.ArtifactRefs...),
 		Findings:     append([]capsule.Finding{}, cp.State.Findings...),

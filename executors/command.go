@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/tracing"
 )
 
 // Defaults of [Command].
@@ -47,9 +48,11 @@ const (
 // started directly, never through a shell, with the wire request
 // ([ExecuteCall] or [ReviewCall]) on stdin and an environment of PATH and
 // HOME (from sagad's), Env, and SAGA_CAPSULE_ID, SAGA_CYCLE,
-// SAGA_IDEMPOTENCY_KEY, SAGA_TRACE_ID and SAGA_CALL (execute or review);
-// an executor call also gets SAGA_COMPLETION_TOKEN, the request's
-// completion_token. Nothing of the capsule reaches its arguments.
+// SAGA_IDEMPOTENCY_KEY, SAGA_TRACE_ID, SAGA_CALL (execute or review) and
+// TRACEPARENT (the W3C traceparent of the call's span, for the program's own
+// OpenTelemetry SDK to continue the capsule's trace); an executor call also
+// gets SAGA_COMPLETION_TOKEN, the request's completion_token. Nothing of the
+// capsule reaches its arguments.
 //
 // The exit status decides the answer:
 //
@@ -287,7 +290,7 @@ func (c Command) run(ctx context.Context, body any, meta callMeta) (runOutput, e
 // environ is the program's whole environment: nothing of sagad's but PATH and
 // HOME. The SAGA_ variables come last so that Env cannot override them.
 func (c Command) environ(meta callMeta) []string {
-	env := make([]string, 0, len(inheritedVariables)+len(c.Env)+6)
+	env := make([]string, 0, len(inheritedVariables)+len(c.Env)+8)
 	for _, k := range inheritedVariables {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
@@ -300,6 +303,8 @@ func (c Command) environ(meta callMeta) []string {
 		"SAGA_IDEMPOTENCY_KEY="+meta.idempotencyKey,
 		"SAGA_TRACE_ID="+meta.traceID,
 		"SAGA_CALL="+string(meta.kind),
+		// Set even when empty, so a value in Env never poses as the call's.
+		tracing.EnvTraceparent+"="+meta.traceparent,
 	)
 	if meta.kind == KindExecute {
 		// Set even when empty, so a value in Env never poses as the call's.

@@ -81,7 +81,7 @@ echo '{"content":1}'`)
 	require.Equal(t, os.Getenv("PATH"), env["PATH"])
 	require.NotContains(t, env, "SAGAD_TEST_SECRET")
 	// Nothing else of the parent's: only what the shell itself adds.
-	allowed := map[string]bool{"PATH": true, "HOME": true, "OUT": true, "EXTRA": true, "PWD": true, "SHLVL": true, "_": true, "OLDPWD": true}
+	allowed := map[string]bool{"PATH": true, "HOME": true, "OUT": true, "EXTRA": true, "PWD": true, "SHLVL": true, "_": true, "OLDPWD": true, "TRACEPARENT": true}
 	for k := range env {
 		require.True(t, allowed[k] || strings.HasPrefix(k, "SAGA_"), "unexpected variable %s in the command's environment", k)
 	}

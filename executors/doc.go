@@ -50,6 +50,15 @@
 // token never travels in a NATS header: headers are what tracing and
 // monitoring tools show.
 //
+// Every request also carries the W3C Trace Context of the call's span: the
+// header [HeaderTraceparent] ("traceparent", lower case,
+// "00-<trace id>-<span id>-<flags>") over NATS, the environment variable
+// TRACEPARENT for a command. A worker with an OpenTelemetry SDK extracts it
+// (propagation.TraceContext) and starts its own spans as its children, so
+// its work shows in the capsule's trace; one without can ignore it. It is
+// sent whether or not sagad exports spans itself (README "Tracing
+// (OpenTelemetry)").
+//
 // # Delivery: calls are at least once, under one idempotency key
 //
 // What sagad records is exactly once: per (capsule, cycle) one execution

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/tracing"
 )
 
 // Request is one executor call: produce the artifact for cycle Cycle.
@@ -20,6 +21,10 @@ type Request struct {
 	// should return its first answer.
 	IdempotencyKey string
 	TraceID        string
+	// TraceParent is the W3C traceparent of the call's span (filled by the
+	// registry's executors, see [Registry.SetTracer]): NATS executors send it
+	// as the traceparent header, command executors as TRACEPARENT.
+	TraceParent string
 	// Findings of the previous review when this cycle is a revision.
 	Findings []capsule.Finding
 	// PriorArtifactRef is the artifact the revision revises (the previous
@@ -52,6 +57,8 @@ type ReviewRequest struct {
 	Artifact       capsule.Artifact
 	IdempotencyKey string
 	TraceID        string
+	// TraceParent is the W3C traceparent of the call's span, as in Request.
+	TraceParent string
 }
 
 // ReviewResult is a reviewer's answer.
@@ -84,6 +91,7 @@ type Registry struct {
 	mu        sync.RWMutex
 	executors map[string]Executor
 	reviewers map[string]Reviewer
+	tracer    *tracing.Tracer
 }
 
 // NewRegistry returns a registry with the built-in stubs registered: the
@@ -114,6 +122,9 @@ func (r *Registry) Executor(kind string) (Executor, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if e, ok := r.executors[kind]; ok {
+		if r.tracer != nil {
+			return tracedExecutor{e: e, kind: kind, t: r.tracer}, nil
+		}
 		return e, nil
 	}
 	return nil, fmt.Errorf("%w: task.kind %q", ErrUnknownKind, kind)
@@ -124,6 +135,9 @@ func (r *Registry) Reviewer(id string) (Reviewer, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if rv, ok := r.reviewers[id]; ok {
+		if r.tracer != nil {
+			return tracedReviewer{rv: rv, id: id, t: r.tracer}, nil
+		}
 		return rv, nil
 	}
 	return nil, fmt.Errorf("%w: reviewer %q", ErrUnknownKind, id)

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/tracing"
 )
 
 // NATS headers every executor and reviewer request carries.
@@ -17,6 +18,8 @@ const (
 	HeaderCycle          = "Saga-Cycle"
 	HeaderIdempotencyKey = "Saga-Idempotency-Key"
 	HeaderTraceID        = "Saga-Trace-Id"
+	// HeaderTraceparent is the W3C traceparent of the call's span.
+	HeaderTraceparent = tracing.HeaderTraceparent
 )
 
 // CompletionPrefix starts every completion subject; sagad subscribes to
@@ -148,6 +151,8 @@ type callMeta struct {
 	cycle          int
 	idempotencyKey string
 	traceID        string
+	// traceparent is the call span's W3C traceparent.
+	traceparent string
 	// completionToken goes to a command's environment, never into NATS
 	// headers: headers are what tracing and monitoring tools show.
 	completionToken string
@@ -156,7 +161,7 @@ type callMeta struct {
 }
 
 func executeMeta(req Request) callMeta {
-	m := callMeta{kind: KindExecute, cycle: req.Cycle, idempotencyKey: req.IdempotencyKey, traceID: req.TraceID, completionToken: req.CompletionToken, priorArtifactRef: req.PriorArtifactRef}
+	m := callMeta{kind: KindExecute, cycle: req.Cycle, idempotencyKey: req.IdempotencyKey, traceID: req.TraceID, traceparent: req.TraceParent, completionToken: req.CompletionToken, priorArtifactRef: req.PriorArtifactRef}
 	if req.Capsule != nil {
 		m.capsuleID = req.Capsule.CapsuleID
 	}
@@ -164,7 +169,7 @@ func executeMeta(req Request) callMeta {
 }
 
 func reviewMeta(req ReviewRequest) callMeta {
-	m := callMeta{kind: KindReview, cycle: req.Cycle, idempotencyKey: req.IdempotencyKey, traceID: req.TraceID}
+	m := callMeta{kind: KindReview, cycle: req.Cycle, idempotencyKey: req.IdempotencyKey, traceID: req.TraceID, traceparent: req.TraceParent}
 	if req.Capsule != nil {
 		m.capsuleID = req.Capsule.CapsuleID
 	}
@@ -178,6 +183,11 @@ func (m callMeta) header() nats.Header {
 	h.Set(HeaderIdempotencyKey, m.idempotencyKey)
 	if m.traceID != "" {
 		h.Set(HeaderTraceID, m.traceID)
+	}
+	if m.traceparent != "" {
+		// Lower case, as W3C Trace Context spells it: NATS headers are
+		// case-sensitive, and OpenTelemetry's propagators look for this.
+		h[HeaderTraceparent] = []string{m.traceparent}
 	}
 	return h
 }

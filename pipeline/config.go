@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/health"
@@ -73,6 +74,10 @@ type Config struct {
 	Now func() time.Time
 	// Metrics records what the pipeline does. Defaults to none (nil is safe).
 	Metrics *metrics.Metrics
+	// TracerProvider receives a span per capsule, per phase run and per
+	// agent call (package internal/tracing; it is also set on Executors).
+	// Nil records none, but workers still get each capsule's traceparent.
+	TracerProvider trace.TracerProvider
 	// LockWait is how long EXECUTION retries locks held by other capsules
 	// before the capsule parks with lock_contention (PIPELINE §5). Negative
 	// halts at once with lock_acquisition_failed. Defaults to 60s.

@@ -190,7 +190,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 			in.Entered = md.Timestamp
 			in.Redelivered = md.NumDelivered > 1
 		}
-		d = p.phases[ph].Run(runCtx, p.env, in)
+		d = p.runTraced(runCtx, ph, cycle, view, in)
 	}
 	if t.cacheMiss.Load() {
 		// The claim found the cached checkpoint stale before any agent

@@ -14,6 +14,7 @@ import (
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/jspub"
+	"github.com/sagad/sagad/internal/tracing"
 	"github.com/sagad/sagad/maintenance"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
@@ -34,6 +35,7 @@ type Pipeline struct {
 	metrics *metrics.Metrics
 	env     *phases.Env
 	phases  [capsule.NumPhases]phases.Phase
+	tracer  *tracing.Tracer
 
 	// stopping is closed when Stop stops waiting for work: a delivery that
 	// waits to record an agent's result gives up then (its claim lapses and
@@ -69,7 +71,11 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		st:      st,
 		admin:   admin.New(st, admin.Config{Now: cfg.Now, Metrics: cfg.Metrics}),
 		metrics: cfg.Metrics,
+		tracer:  tracing.New(cfg.TracerProvider),
 	}
+	// Agent calls become spans under their phase's, and carry its
+	// traceparent to the workers.
+	cfg.Executors.SetTracer(p.tracer)
 	p.env = &phases.Env{
 		Locks:          st.Locks,
 		Budgets:        budgets{st.Budgets},

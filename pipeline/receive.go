@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/tracing"
 	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/phases"
 	"github.com/sagad/sagad/runner"
@@ -27,6 +27,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	if err != nil {
 		return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: metadata: %w", err))
 	}
+	start := p.cfg.Now()
 	raw := msg.Data()
 	fallbackKey := "x-" + strconv.FormatUint(meta.Sequence.Stream, 10)
 	r := phases.Receive(ctx, p.env, raw, func(id string) string { return id })
@@ -75,6 +76,8 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	now := p.cfg.Now().UTC()
 	fresh := store.NewCheckpoint(key, claimedID(r), traceID(r.Capsule, msg), waveID(r.Capsule), r.Digest, now)
 	fresh.IntakeSeq = meta.Sequence.Stream
+	tctx, root := p.traceReception(ctx, msg.Headers(), fresh, start)
+	defer p.endReception(tctx, root, fresh, r.Decision, start)
 	res, err := machine.Apply(fresh, machine.Decide{Phase: capsule.Reception, Decision: r.Decision}, now)
 	if err != nil || res.Transition == nil {
 		// RECEPTION decides advance or halt; anything else is a bug that
@@ -170,9 +173,9 @@ func traceID(c *capsule.Capsule, msg jetstream.Msg) string {
 	if h := msg.Headers().Get(store.HeaderTraceID); h != "" && len(h) <= 128 {
 		return h
 	}
-	// W3C trace context: version-traceid-parentid-flags.
-	if parts := strings.Split(msg.Headers().Get("traceparent"), "-"); len(parts) == 4 && len(parts[1]) == 32 {
-		return parts[1]
+	// W3C trace context, validated: a malformed header is ignored.
+	if tid := tracing.TraceIDOfTraceparent(incomingTraceparent(msg.Headers())); tid != "" {
+		return tid
 	}
 	var b [16]byte
 	_, _ = rand.Read(b[:])

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/internal/tracing"
 )
 
 // encodeFunc writes v whole in one structured format (-o json, -o yaml).
@@ -160,6 +161,11 @@ func printStatus(w io.Writer, s client.Status) error {
 		fmt.Fprintf(tw, "artifacts:\t%s\n", strings.Join(printables(s.ArtifactRefs), ", "))
 	}
 	fmt.Fprintf(tw, "trace_id:\t%s\n", printable(s.TraceID))
+	if tid := tracing.TraceIDOfTraceparent(s.TraceParent); tid != "" && tid != s.TraceID {
+		// The producer's trace_id is no W3C trace id, or its traceparent
+		// header named another trace: say which one the spans are in.
+		fmt.Fprintf(tw, "otel_trace_id:\t%s\n", tid)
+	}
 	fmt.Fprintf(tw, "updated_at:\t%s\n", ts(s.UpdatedAt))
 	if err := tw.Flush(); err != nil {
 		return err

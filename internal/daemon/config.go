@@ -18,6 +18,7 @@ import (
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/internal/natsconn"
+	"github.com/sagad/sagad/internal/tracing"
 	"github.com/sagad/sagad/phases"
 	"github.com/sagad/sagad/rules"
 )
@@ -100,6 +101,11 @@ type Config struct {
 	// StallAfter is how long a phase with pending work may make no progress
 	// before /readyz reports it stalled. Defaults to 2m.
 	StallAfter Duration `json:"stall_after"`
+	// OTelEndpoint turns OpenTelemetry tracing on: spans go to this OTLP/HTTP
+	// endpoint ("http://localhost:4318"). Without it tracing is on only when
+	// OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) is set, and off
+	// whenever OTEL_SDK_DISABLED=true (README "Tracing (OpenTelemetry)").
+	OTelEndpoint string `json:"otel_endpoint,omitempty"`
 	// Executors serve task kinds beyond the built-in "stub" (config file
 	// only; see executors.Config and examples/sagad.json).
 	Executors map[string]executors.Endpoint `json:"executors"`
@@ -230,6 +236,9 @@ func (c *Config) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("log level %q: want debug, info, warn or error", c.LogLevel))
 	}
+	if err := tracing.ValidateEndpoint(c.OTelEndpoint); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Workers < 0 || c.Replicas < 0 {
 		errs = append(errs, errors.New("workers and replicas must not be negative"))
 	}
@@ -299,6 +308,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&writeTimeout, "write-timeout", 0, "bound of each JetStream write; one that times out is retried later (default 5s; env SAGAD_WRITE_TIMEOUT)")
 	fs.DurationVar(&unhealthyAfter, "unhealthy-after", 0, "JetStream writes failing this long make sagad unhealthy: ERROR log, sagad_jetstream_writes_failing 1, /readyz 503 (default 30s; env SAGAD_UNHEALTHY_AFTER)")
 	fs.DurationVar(&stallAfter, "stall-after", 0, "/readyz reports a phase with pending work and no progress for this long (default 2m; env SAGAD_STALL_AFTER)")
+	fs.StringVar(&flags.OTelEndpoint, "otel-endpoint", "", "send OpenTelemetry traces to this OTLP/HTTP endpoint, e.g. http://localhost:4318 (default off, or OTEL_EXPORTER_OTLP_ENDPOINT; env SAGAD_OTEL_ENDPOINT)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -347,6 +357,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	envStr(&cfg.HTTPListen, "SAGAD_HTTP_LISTEN")
 	envStr(&cfg.LogFormat, "SAGAD_LOG_FORMAT")
 	envStr(&cfg.LogLevel, "SAGAD_LOG_LEVEL")
+	envStr(&cfg.OTelEndpoint, "SAGAD_OTEL_ENDPOINT")
 	var errs []error
 	envInt := func(dst *int, name string) {
 		if v := getenv(name); v != "" {
@@ -466,6 +477,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.UnhealthyAfter = flags.UnhealthyAfter
 		case "stall-after":
 			cfg.StallAfter = flags.StallAfter
+		case "otel-endpoint":
+			cfg.OTelEndpoint = flags.OTelEndpoint
 		}
 	})
 	if cfg.HTTPListen == "" {

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -30,6 +32,7 @@ import (
 	"github.com/sagad/sagad/health"
 	"github.com/sagad/sagad/internal/buildinfo"
 	"github.com/sagad/sagad/internal/natsconn"
+	"github.com/sagad/sagad/internal/tracing"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/store"
@@ -137,6 +140,25 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	}
 	mon := newMonitor(cfg, log, m)
 	defer mon.Stop()
+	tp, stopTracing, err := tracing.Setup(ctx, cfg.OTelEndpoint, mainVersion(), os.Getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Flush the spans still batched, within a bound of their own: the
+		// shutdown's may be spent.
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(fctx); err != nil {
+			log.Warn("tracing: flush on shutdown", "error", err)
+		}
+	}()
+	if on, why := tracing.Enabled(cfg.OTelEndpoint, os.Getenv); on {
+		tracing.LogErrors(log)
+		log.Info("tracing on (OpenTelemetry, OTLP/HTTP)", "endpoint", cmp.Or(cfg.OTelEndpoint, os.Getenv(tracing.EnvTracesEndpoint), os.Getenv(tracing.EnvEndpoint)))
+	} else {
+		log.Debug("tracing off", "why", why)
+	}
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	p, err := pipeline.New(setupCtx, js, pipeline.Config{
@@ -146,6 +168,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		Replicas:          cfg.Replicas,
 		Executors:         execs,
 		Metrics:           m,
+		TracerProvider:    tp,
 		LockWait:          time.Duration(cfg.LockWait),
 		BudgetWarning:     cfg.BudgetWarning,
 		DeadlineWarning:   time.Duration(cfg.DeadlineWarning),
@@ -348,4 +371,13 @@ func newMonitor(cfg Config, log *slog.Logger, m *metrics.Metrics) *health.Monito
 		Logger:         log,
 		Metrics:        m,
 	})
+}
+
+// mainVersion is sagad's module version for the service.version of its
+// spans; "" in a build from a checkout.
+func mainVersion() string {
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "(devel)" {
+		return info.Main.Version
+	}
+	return ""
 }

@@ -152,8 +152,12 @@ func (w *worker) handle(kind executors.CallKind, do func(data []byte) any) micro
 	return func(req micro.Request) {
 		key := req.Headers().Get(executors.HeaderIdempotencyKey)
 		h := req.Headers()
+		// traceparent is the W3C context of sagad's span for this call: a
+		// worker with an OpenTelemetry SDK would start its spans as its
+		// children; this one logs it and forwards it with its completion.
+		traceparent := h.Get(executors.HeaderTraceparent)
 		log := w.cfg.Logger.With("call", kind, "capsule_id", h.Get(executors.HeaderCapsuleID),
-			"cycle", h.Get(executors.HeaderCycle), "trace_id", h.Get(executors.HeaderTraceID))
+			"cycle", h.Get(executors.HeaderCycle), "trace_id", h.Get(executors.HeaderTraceID), "traceparent", traceparent)
 		w.mu.Lock()
 		a, repeat := w.seen[string(kind)+" "+key]
 		w.mu.Unlock()
@@ -182,7 +186,7 @@ func (w *worker) handle(kind executors.CallKind, do func(data []byte) any) micro
 				return
 			}
 			// After the reply, so sagad knows to wait before the result lands.
-			go w.deliver(log, a.subject, body)
+			go w.deliver(log, a.subject, body, traceparent)
 		}
 		log.Info("answered", "repeat", repeat, "async", a.completion != nil)
 		log.Debug("reply", "body", string(a.reply))
@@ -194,8 +198,10 @@ const completionDeadline = 10 * time.Minute
 
 // deliver publishes a completion to JetStream and retries until the server
 // acknowledges it: a result published with plain NATS while sagad's server
-// restarts would be lost, and the capsule would wait for it in vain.
-func (w *worker) deliver(log *slog.Logger, subject string, completion []byte) {
+// restarts would be lost, and the capsule would wait for it in vain. The
+// call's traceparent goes along, so the completion stays in the capsule's
+// trace for whatever traces NATS messages.
+func (w *worker) deliver(log *slog.Logger, subject string, completion []byte, traceparent string) {
 	js, err := jetstream.New(w.nc)
 	if err != nil {
 		log.Error("publish completion", "subject", subject, "error", err)
@@ -206,7 +212,11 @@ func (w *worker) deliver(log *slog.Logger, subject string, completion []byte) {
 	backoff := 250 * time.Millisecond
 	for {
 		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := js.Publish(pctx, subject, completion)
+		msg := &nats.Msg{Subject: subject, Data: completion, Header: nats.Header{}}
+		if traceparent != "" {
+			msg.Header[executors.HeaderTraceparent] = []string{traceparent}
+		}
+		_, err := js.PublishMsg(pctx, msg)
 		pcancel()
 		if err == nil {
 			return

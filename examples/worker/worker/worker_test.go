@@ -164,10 +164,14 @@ func call(t *testing.T, nc *nats.Conn, subject string, body any, key string) []b
 	msg.Header.Set(executors.HeaderIdempotencyKey, key)
 	msg.Header.Set(executors.HeaderCapsuleID, "de300000-0000-4000-8000-000000000001")
 	msg.Header.Set(executors.HeaderCycle, "1")
+	msg.Header[executors.HeaderTraceparent] = []string{callTraceparent}
 	resp, err := nc.RequestMsg(msg, 5*time.Second)
 	require.NoError(t, err)
 	return resp.Data
 }
+
+// callTraceparent is the W3C trace context test calls carry, as sagad's do.
+const callTraceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 func executeCall(t *testing.T, findings ...capsule.Finding) executors.ExecuteCall {
 	t.Helper()
@@ -275,6 +279,7 @@ func TestAsyncPublishesCompletion(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, executors.KindExecute, done.Kind)
 	require.Equal(t, first.CompletionToken, done.CompletionToken, "the completion carries the call's token")
+	require.Equal(t, callTraceparent, msg.Header.Get(executors.HeaderTraceparent), "and its trace context")
 	res, err := done.ExecutorReply().Result()
 	require.NoError(t, err)
 	var a worker.Artifact

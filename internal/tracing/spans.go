@@ -1,0 +1,191 @@
+package tracing
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// Attribute keys of sagad's spans.
+const (
+	AttrCapsuleID  = attribute.Key("saga.capsule_id")
+	AttrCapsuleKey = attribute.Key("saga.capsule_key")
+	AttrWaveID     = attribute.Key("saga.wave_id")
+	AttrPhase      = attribute.Key("saga.phase")
+	AttrCycle      = attribute.Key("saga.cycle")
+	// AttrOutcome is a phase's outcome (passed, looped_back, halted,
+	// completed, parked, retry) or an agent call's (ok, accepted, failed,
+	// human_input, error).
+	AttrOutcome    = attribute.Key("saga.outcome")
+	AttrHaltReason = attribute.Key("saga.halt_reason")
+	AttrTrigger    = attribute.Key("saga.pause_trigger")
+	// AttrCall is execute or review; AttrAgent the task kind or reviewer id.
+	AttrCall  = attribute.Key("saga.call")
+	AttrAgent = attribute.Key("saga.agent")
+)
+
+// Span names.
+const (
+	SpanCapsule    = "capsule"
+	SpanPhase      = "phase " // + the phase's name: "phase EXECUTION"
+	SpanCallPrefix = "agent " // + call kind and agent: "agent execute stub"
+)
+
+// Tracer starts sagad's spans. The zero value and nil are no-ops.
+type Tracer struct {
+	t trace.Tracer
+}
+
+// New returns the tracer of tp; nil tp is a no-op tracer.
+func New(tp trace.TracerProvider) *Tracer {
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	return &Tracer{t: tp.Tracer(InstrumentationName)}
+}
+
+func (t *Tracer) tracer() trace.Tracer {
+	if t == nil || t.t == nil {
+		return noop.Tracer{}
+	}
+	return t.t
+}
+
+func isNoop(tr trace.Tracer) bool {
+	_, off := tr.(noop.Tracer)
+	return off
+}
+
+// Capsule is what a span says about its capsule.
+type Capsule struct {
+	ID, Key, WaveID string
+}
+
+func (c Capsule) attrs(extra ...attribute.KeyValue) []attribute.KeyValue {
+	a := make([]attribute.KeyValue, 0, 3+len(extra))
+	a = append(a, AttrCapsuleID.String(c.ID), AttrCapsuleKey.String(c.Key))
+	if c.WaveID != "" {
+		a = append(a, AttrWaveID.String(c.WaveID))
+	}
+	return append(a, extra...)
+}
+
+// StartCapsule starts a capsule's root span at RECEPTION and returns it with
+// its context and its traceparent, which the checkpoint keeps (trace_parent)
+// for every later phase span to descend from.
+//
+// incoming is the intake message's traceparent header: when it is valid the
+// capsule's trace continues the producer's (the root span is a child of the
+// producer's span); a malformed one is ignored. Otherwise the trace id is
+// TraceIDOf(traceID), the checkpoint's trace_id. With a no-op provider (or a
+// span the sampler dropped) the span context is still made, so the
+// traceparent sent to workers names the capsule's trace all the same.
+func (t *Tracer) StartCapsule(ctx context.Context, incoming, traceID string, c Capsule, start time.Time) (context.Context, trace.Span, string) {
+	parent, perr := ParseTraceparent(incoming)
+	if perr == nil {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
+	} else if tid, ok := TraceIDOf(traceID); ok {
+		ctx = WithTraceID(ctx, tid)
+	}
+	var span trace.Span = noop.Span{}
+	if tr := t.tracer(); !isNoop(tr) {
+		ctx, span = tr.Start(ctx, SpanCapsule, trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithTimestamp(start), trace.WithAttributes(c.attrs()...))
+	}
+	sc := span.SpanContext()
+	if !sc.IsValid() || (perr == nil && sc.SpanID() == parent.SpanID()) {
+		// A no-op tracer (or another provider's that made no span of
+		// its own): make the root span's context here.
+		cfg := trace.SpanContextConfig{SpanID: randomSpanID(), TraceFlags: trace.FlagsSampled}
+		if perr == nil {
+			cfg.TraceID, cfg.TraceFlags = parent.TraceID(), parent.TraceFlags()
+		} else if tid, ok := TraceIDOf(traceID); ok {
+			cfg.TraceID = tid
+		} else {
+			cfg.TraceID = randomTraceID()
+		}
+		sc = trace.NewSpanContext(cfg)
+		ctx = trace.ContextWithSpanContext(ctx, sc)
+		span = trace.SpanFromContext(ctx)
+	}
+	return ctx, span, FormatTraceparent(sc)
+}
+
+// StartPhase starts the span of one phase run. Its parent is the capsule's
+// root span named by traceparent (the checkpoint's trace_parent), else the
+// span in ctx, else — a checkpoint written before sagad traced — a root in
+// the trace TraceIDOf(traceID).
+func (t *Tracer) StartPhase(ctx context.Context, traceparent, traceID string, c Capsule, phase string, cycle int, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	// The traceparent first: finding no span in a phase's deep context
+	// would walk all of it.
+	if sc, err := ParseTraceparent(traceparent); err == nil {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	} else if !trace.SpanContextFromContext(ctx).IsValid() {
+		if tid, ok := TraceIDOf(traceID); ok {
+			ctx = WithTraceID(ctx, tid)
+		}
+	}
+	tr := t.tracer()
+	if isNoop(tr) {
+		// Nothing records: the context's span is the phase's.
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	opts = append(opts, trace.WithAttributes(c.attrs(AttrPhase.String(phase), AttrCycle.Int(cycle))...))
+	return tr.Start(ctx, SpanPhase+phase, opts...)
+}
+
+// EndPhase ends a phase span with its outcome (capsule.Outcome* or parked,
+// retry), the halt reason and pause trigger if any, and the error that made
+// the phase retry.
+func EndPhase(span trace.Span, outcome, haltReason, trigger string, err error) {
+	if span.IsRecording() {
+		span.SetAttributes(AttrOutcome.String(outcome))
+		if haltReason != "" {
+			span.SetAttributes(AttrHaltReason.String(haltReason))
+		}
+		if trigger != "" {
+			span.SetAttributes(AttrTrigger.String(trigger))
+		}
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		} else if haltReason != "" {
+			span.SetStatus(codes.Error, haltReason)
+		}
+	}
+	span.End()
+}
+
+// StartCall starts the span of one agent call (call is execute or review,
+// agent the task kind or reviewer id), a child of the phase span in ctx.
+func (t *Tracer) StartCall(ctx context.Context, call, agent, capsuleID string, cycle int) (context.Context, trace.Span) {
+	tr := t.tracer()
+	if isNoop(tr) {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	return tr.Start(ctx, SpanCallPrefix+call+" "+agent, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(AttrCall.String(call), AttrAgent.String(agent), AttrCapsuleID.String(capsuleID), AttrCycle.Int(cycle)))
+}
+
+// EndCall ends an agent call's span with its outcome; err, if any, is
+// recorded when the outcome is a failure.
+func EndCall(span trace.Span, outcome string, err error) {
+	if span.IsRecording() {
+		span.SetAttributes(AttrOutcome.String(outcome))
+		if err != nil && outcome != "accepted" {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
+}
+
+// Traceparent is the traceparent of the span in ctx, "" when there is none:
+// what a worker gets in the traceparent header or TRACEPARENT.
+func Traceparent(ctx context.Context) string {
+	return FormatTraceparent(trace.SpanContextFromContext(ctx))
+}

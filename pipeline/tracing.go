@@ -1,0 +1,83 @@
+package pipeline
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/tracing"
+	"github.com/sagad/sagad/phases"
+)
+
+// runTraced runs phase ph inside its span: a child of the capsule's root
+// span recorded in the checkpoint, so a capsule's phases form one trace
+// whichever sagad runs them. The agent calls the phase makes are the span's
+// children (executors.Registry.SetTracer).
+func (p *Pipeline) runTraced(ctx context.Context, ph capsule.Phase, cycle int, cp *capsule.Checkpoint, in *phases.Input) phases.Decision {
+	ctx, span := p.tracer.StartPhase(ctx, cp.TraceParent, cp.TraceID, spanCapsule(cp), ph.String(), cycle)
+	d := p.phases[ph].Run(ctx, p.env, in)
+	if span.IsRecording() {
+		tracing.EndPhase(span, decisionOutcome(ph, d), d.Halt.String(), string(d.Trigger), d.Err)
+	} else {
+		span.End()
+	}
+	return d
+}
+
+// traceReception starts the capsule's root span at RECEPTION and records its
+// traceparent in the fresh checkpoint; see tracing.Tracer.StartCapsule for
+// what an intake message's traceparent header may do (place the capsule in
+// the producer's trace, nothing else).
+func (p *Pipeline) traceReception(ctx context.Context, h nats.Header, fresh *capsule.Checkpoint, start time.Time) (context.Context, trace.Span) {
+	ctx, root, tp := p.tracer.StartCapsule(ctx, incomingTraceparent(h), fresh.TraceID, spanCapsule(fresh), start)
+	fresh.TraceParent = tp
+	return ctx, root
+}
+
+// endReception records RECEPTION's span, from start to now, under the root
+// span in ctx, and ends the root span.
+func (p *Pipeline) endReception(ctx context.Context, root trace.Span, cp *capsule.Checkpoint, d phases.Decision, start time.Time) {
+	if root.IsRecording() {
+		_, span := p.tracer.StartPhase(ctx, "", "", spanCapsule(cp), capsule.Reception.String(), 0, trace.WithTimestamp(start))
+		tracing.EndPhase(span, decisionOutcome(capsule.Reception, d), d.Halt.String(), string(d.Trigger), d.Err)
+		root.SetAttributes(tracing.AttrOutcome.String(decisionOutcome(capsule.Reception, d)))
+	}
+	root.End()
+}
+
+// incomingTraceparent is the intake message's traceparent header, looked up
+// as W3C spells it and as Go's canonical header form.
+func incomingTraceparent(h nats.Header) string {
+	if v := h.Get(tracing.HeaderTraceparent); v != "" {
+		return v
+	}
+	return h.Get("Traceparent")
+}
+
+func spanCapsule(cp *capsule.Checkpoint) tracing.Capsule {
+	return tracing.Capsule{ID: cp.CapsuleID, Key: cp.Key, WaveID: cp.WaveID}
+}
+
+// decisionOutcome names a phase's decision in the transitions' vocabulary
+// (capsule.Outcome*), plus parked and retry, which record no transition.
+func decisionOutcome(ph capsule.Phase, d phases.Decision) string {
+	switch d.Action {
+	case phases.Advance:
+		if ph == capsule.Handoff {
+			return capsule.OutcomeCompleted
+		}
+		return capsule.OutcomePassed
+	case phases.LoopBack:
+		return capsule.OutcomeLoopedBack
+	case phases.Halt:
+		return capsule.OutcomeHalted
+	case phases.Park:
+		return "parked"
+	case phases.Retry:
+		return "retry"
+	}
+	return d.Action.String()
+}
