@@ -118,6 +118,10 @@ func (a *Admin) replayOne(ctx context.Context, found *capsule.Checkpoint, opts R
 	if cp.ReplayToken != opts.Token {
 		return nil, fmt.Errorf("replay %s: the checkpoint does not record this replay", found.Key) // a bug
 	}
+	if cp.Terminal() {
+		// The same replay again, after its run ended: nothing to finish.
+		return cp, nil
+	}
 	if raw != nil && cp.Digest == ev.Digest {
 		err = a.st.KeepRunBytes(ctx, cp, raw)
 	} else {

@@ -71,7 +71,9 @@ func (s *Store) RunBytes(ctx context.Context, cp *capsule.Checkpoint) ([]byte, *
 	if err == nil {
 		c, derr := DecodeCapsule(m.Data)
 		if derr == nil && (cp.Digest == "" || c.Integrity.SHA256 == cp.Digest) {
-			if bytesRun(m.Header) != cp.RunNumber() || m.Header.Get(HeaderOutcomeSent) != "" {
+			if bytesRun(m.Header) != cp.RunNumber() {
+				// An earlier run's (with its outcome mark and time to
+				// live): kept again as this run's.
 				if err := s.KeepRunBytes(ctx, cp, m.Data); err != nil {
 					return nil, nil, err
 				}
