@@ -25,7 +25,7 @@ type Checkpoint struct {
 	// acknowledged. Only checkpoints of earlier versions carry it: sagad now
 	// marks the capsule's bytes in SAGA_CAPSULES instead, which saves a
 	// checkpoint write per capsule.
-	OutcomeEmitted bool            `json:"outcome_emitted,omitempty"`
+	OutcomeEmitted bool `json:"outcome_emitted,omitempty"`
 	// Run numbers the capsule's runs: 0 (written as absent) is the first,
 	// and each replay of a halted or cancelled capsule starts the next
 	// (see [Checkpoint.RunNumber] and machine.Replay).
@@ -37,11 +37,11 @@ type Checkpoint struct {
 	CycleBase int `json:"cycle_base,omitempty"`
 	// ReplayToken is the token of the replay that started this run: the
 	// same replay tried again finds its run started and finishes it.
-	ReplayToken string `json:"replay_token,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
-	State          CheckpointState `json:"state"`
-	History        []Transition    `json:"history"`
+	ReplayToken string          `json:"replay_token,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+	State       CheckpointState `json:"state"`
+	History     []Transition    `json:"history"`
 }
 
 // CheckpointState is the nested state block of a checkpoint.
@@ -191,11 +191,11 @@ const BySagad = "sagad"
 // Transition is one entry of the phase history: phase p of cycle c ended with
 // outcome at time at. It is appended exactly once per transition.
 type Transition struct {
-	Phase     Phase     `json:"phase"`
-	PhaseName string    `json:"phase_name"`
-	Cycle     int       `json:"cycle"`
-	Outcome   string    `json:"outcome"`
-	Detail    string    `json:"detail,omitempty"`
+	Phase     Phase  `json:"phase"`
+	PhaseName string `json:"phase_name"`
+	Cycle     int    `json:"cycle"`
+	Outcome   string `json:"outcome"`
+	Detail    string `json:"detail,omitempty"`
 	// Run is the run the transition belongs to; 0 (absent) is the first.
 	Run int       `json:"run,omitempty"`
 	At  time.Time `json:"at"`
