@@ -159,10 +159,15 @@ func replayDetail(cp *capsule.Checkpoint) string {
 // that they are a capsule of found's id; it returns their digest. A replay
 // found's state refuses is refused before the bytes are looked at.
 func (a *Admin) checkCorrected(ctx context.Context, found *capsule.Checkpoint, ev machine.Replay, raw []byte) (string, error) {
-	// The state first: nothing is staged for a replay that is refused.
+	// The state first, as the stream's leader has it: nothing is staged
+	// for a replay that is refused.
+	latest, _, err := a.st.Checkpoints.GetLatest(ctx, found.Key, nil)
+	if err != nil {
+		return "", err
+	}
 	probe := ev
 	probe.Digest = "probe"
-	if _, err := machine.Apply(found, probe, a.now()); err != nil {
+	if _, err := machine.Apply(latest, probe, a.now()); err != nil {
 		return "", err
 	}
 	r := phases.Receive(ctx, a.env, raw, func(string) string { return found.Key })
