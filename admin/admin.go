@@ -17,6 +17,7 @@ import (
 	"github.com/sagad/sagad/internal/cas"
 	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/metrics"
+	"github.com/sagad/sagad/phases"
 	"github.com/sagad/sagad/store"
 )
 
@@ -36,6 +37,7 @@ type Admin struct {
 	st      *store.Store
 	now     func() time.Time
 	metrics *metrics.Metrics
+	env     *phases.Env
 }
 
 // Config configures an [Admin].
@@ -44,6 +46,10 @@ type Config struct {
 	Now func() time.Time
 	// Metrics counts the actions. Nil counts nothing.
 	Metrics *metrics.Metrics
+	// Env is the phases' environment, with which a replay's corrected
+	// capsule is checked as RECEPTION checks an intake. Nil: the store's
+	// locks and the built-in rules.
+	Env *phases.Env
 }
 
 // New returns an Admin working on st.
@@ -51,7 +57,10 @@ func New(st *store.Store, cfg Config) *Admin {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Admin{st: st, now: cfg.Now, metrics: cfg.Metrics}
+	if cfg.Env == nil {
+		cfg.Env = &phases.Env{Locks: st.Locks, Now: cfg.Now, RetryDelay: time.Second}
+	}
+	return &Admin{st: st, now: cfg.Now, metrics: cfg.Metrics, env: cfg.Env}
 }
 
 // Open binds an Admin to the topology a sagad created (tests and tools;
@@ -299,7 +308,7 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 		return client.Status{}, fmt.Errorf("capsule bytes of %s are unreadable", found.Key)
 	}
 	token := nuid.Next()
-	res, err := a.Apply(ctx, found.Key, machine.Revise{Rationale: rationale, By: by, CycleLimit: c.CycleLimit()})
+	res, err := a.Apply(ctx, found.Key, machine.Revise{Rationale: rationale, By: by, CycleLimit: c.CycleLimit() + found.CycleBase})
 	if err != nil {
 		return client.Status{}, err
 	}

@@ -127,6 +127,12 @@ func (c *Client) Decide(ctx context.Context, r DecideRequest) (client.Status, er
 	return s, c.call(ctx, VerbDecide, r, &s)
 }
 
+// Replay runs a halted or cancelled capsule again as a new run.
+func (c *Client) Replay(ctx context.Context, r ReplayRequest) (ReplayReply, error) {
+	var out ReplayReply
+	return out, c.call(ctx, VerbReplay, r, &out)
+}
+
 // PausePhase stops every sagad consuming a phase and returns the phases.
 func (c *Client) PausePhase(ctx context.Context, r PhaseRequest) ([]admin.PhaseState, error) {
 	var p PhasesReply

@@ -32,6 +32,7 @@ type Actions interface {
 	ResumePhase(ctx context.Context, ph capsule.Phase) error
 	Phases(ctx context.Context) ([]admin.PhaseState, error)
 	Pending(ctx context.Context) ([]admin.PendingItem, error)
+	Replay(ctx context.Context, id string, opts admin.ReplayOptions) (admin.ReplayResult, error)
 }
 
 var _ Actions = (*admin.Admin)(nil)
@@ -99,7 +100,7 @@ func Start(nc *nats.Conn, a Actions, cfg Config) (*Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        Name,
 		Version:     Version,
-		Description: "sagad admin API: pause, resume, cancel, decide, phase pause/resume/list, pending, rules",
+		Description: "sagad admin API: pause, resume, cancel, decide, replay, phase pause/resume/list, pending, rules",
 		Metadata:    cfg.Metadata,
 	})
 	if err != nil {
@@ -213,6 +214,16 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 		return s.a.Cancel(ctx, r.ID, r.Reason, r.By)
 	case DecideRequest:
 		return s.a.Decide(ctx, r.ID, r.Decision, r.Rationale, r.By)
+	case ReplayRequest:
+		opts := admin.ReplayOptions{By: r.By, Reason: r.Reason, Dependents: r.Dependents == nil || *r.Dependents}
+		if r.FromPhase != nil {
+			ph := capsule.Phase(*r.FromPhase)
+			opts.From = &ph
+		}
+		if r.Capsule != nil {
+			opts.Capsule = []byte(r.Capsule)
+		}
+		return s.a.Replay(ctx, r.ID, opts)
 	case PhaseRequest:
 		ph := capsule.Phase(r.Phase)
 		if verb == VerbPhasePause {

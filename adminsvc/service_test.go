@@ -85,7 +85,7 @@ func setup(t *testing.T) *fixture {
 var replySchema = map[string]string{
 	VerbPause: "status-reply", VerbResume: "status-reply", VerbCancel: "status-reply", VerbDecide: "status-reply",
 	VerbPhasePause: "phases-reply", VerbPhaseResume: "phases-reply", VerbPhaseList: "phases-reply", VerbPending: "pending-reply",
-	VerbRules: "rules-reply",
+	VerbRules: "rules-reply", VerbReplay: "replay-reply",
 }
 
 // do sends req (a value, or raw bytes) on verb's subject as any NATS client
@@ -301,6 +301,9 @@ func (f *fake) PausePhase(context.Context, capsule.Phase) error      { return er
 func (f *fake) ResumePhase(context.Context, capsule.Phase) error     { return errUnscripted }
 func (f *fake) Phases(context.Context) ([]admin.PhaseState, error)   { return nil, errUnscripted }
 func (f *fake) Pending(context.Context) ([]admin.PendingItem, error) { return nil, nil }
+func (f *fake) Replay(context.Context, string, admin.ReplayOptions) (admin.ReplayResult, error) {
+	return admin.ReplayResult{}, errUnscripted
+}
 
 // TestServiceFailures covers what a real pipeline rarely does on cue:
 // an internal error, a handler past its timeout, a timed-out client, and

@@ -38,10 +38,11 @@ const (
 	VerbPhaseList   = "phase.list"
 	VerbPending     = "pending"
 	VerbRules       = "rules"
+	VerbReplay      = "replay"
 )
 
 // Verbs lists every verb, in the order the service registers them.
-var Verbs = []string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules}
+var Verbs = []string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}
 
 // Subject returns the subject of verb, e.g. saga.admin.phase.pause.
 func Subject(verb string) string { return SubjectPrefix + "." + verb }
@@ -95,6 +96,35 @@ type DecideRequest struct {
 	// By is the operator. Required.
 	By string `json:"by"`
 }
+
+// ReplayRequest asks sagad to run a halted or cancelled capsule again as a
+// new run of the same id (see [admin.Admin.Replay]).
+type ReplayRequest struct {
+	// ID is the capsule id or key. Required.
+	ID string `json:"id"`
+	// FromPhase is the phase (0–6) the run starts at; absent: where the
+	// capsule halted or was cancelled. 0 (RECEPTION) only with Capsule.
+	FromPhase *int `json:"from_phase,omitempty"`
+	// Capsule is a corrected capsule of the same id (a JSON object, kept
+	// byte for byte), checked as RECEPTION checks an intake; the run
+	// starts at RECEPTION on it.
+	Capsule json.RawMessage `json:"capsule,omitempty"`
+	// Dependents, absent or true, also replays the capsules halted
+	// dependency_failed on this one (transitively) from AUTOMATED_GATES.
+	Dependents *bool `json:"dependents,omitempty"`
+	// Reason is recorded in the history and the event stream.
+	Reason string `json:"reason,omitempty"`
+	// By is the operator. Required.
+	By string `json:"by"`
+}
+
+// ReplayReply answers replay: the capsule in its new run, and the
+// dependents replayed with it.
+type ReplayReply = admin.ReplayResult
+
+// DefaultMaxReplayBytes bounds a replay request, which may carry a capsule
+// (RECEPTION's own limit is 512 KiB).
+const DefaultMaxReplayBytes = 640 << 10
 
 // PhaseRequest names the phase to pause or resume for every sagad.
 type PhaseRequest struct {
@@ -205,6 +235,9 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxRequestBytes
 	}
+	if verb == VerbReplay {
+		maxBytes = max(maxBytes, DefaultMaxReplayBytes)
+	}
 	if len(data) > maxBytes {
 		return nil, badRequest("request of %d bytes exceeds %d", len(data), maxBytes)
 	}
@@ -249,6 +282,23 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 		}
 		if err == nil && r.Decision == admin.DecisionRevise && strings.TrimSpace(r.Rationale) == "" {
 			err = badRequest("revise needs a rationale: the executor gets it as the review's findings")
+		}
+		return r, err
+	case VerbReplay:
+		var r ReplayRequest
+		if err := strict(data, &r); err != nil {
+			return nil, err
+		}
+		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
+		if err == nil && r.FromPhase != nil && !capsule.Phase(*r.FromPhase).Valid() {
+			err = badRequest("from_phase %d out of range 0–%d", *r.FromPhase, capsule.NumPhases-1)
+		}
+		if err == nil && r.Capsule != nil {
+			if t := bytes.TrimSpace(r.Capsule); len(t) == 0 || t[0] != '{' {
+				err = badRequest("capsule: want the corrected capsule, a JSON object")
+			} else if r.FromPhase != nil && *r.FromPhase != int(capsule.Reception) {
+				err = badRequest("a corrected capsule runs from RECEPTION (phase 0), not phase %d", *r.FromPhase)
+			}
 		}
 		return r, err
 	case VerbPhasePause, VerbPhaseResume:

@@ -18,7 +18,7 @@ import (
 var schemaFor = map[string]string{
 	VerbPause: "pause-request", VerbResume: "resume-request", VerbCancel: "cancel-request", VerbDecide: "decide-request",
 	VerbPhasePause: "phase-request", VerbPhaseResume: "phase-request", VerbPhaseList: "list-request", VerbPending: "list-request",
-	VerbRules: "list-request",
+	VerbRules: "list-request", VerbReplay: "replay-request",
 }
 
 var (
@@ -40,19 +40,28 @@ func adminSchemas(t testing.TB) map[string]*jsonschema.Schema {
 			return
 		}
 		schemaSet = map[string]*jsonschema.Schema{}
-		for _, f := range files {
+		url := func(f string) (string, string) {
 			name := strings.TrimSuffix(filepath.Base(f), ".schema.json")
+			return name, "https://sagad.dev/schemas/admin/" + name + ".schema.json"
+		}
+		// Every resource first: a schema may refer to another (replay-reply
+		// to status-reply).
+		for _, f := range files {
 			b, err := os.ReadFile(f)
 			if err != nil {
 				schemaErr = err
 				return
 			}
-			url := "https://sagad.dev/schemas/admin/" + name + ".schema.json"
-			if err := c.AddResource(url, strings.NewReader(string(b))); err != nil {
+			_, u := url(f)
+			if err := c.AddResource(u, strings.NewReader(string(b))); err != nil {
 				schemaErr = err
 				return
 			}
-			if schemaSet[name], err = c.Compile(url); err != nil {
+		}
+		for _, f := range files {
+			name, u := url(f)
+			var err error
+			if schemaSet[name], err = c.Compile(u); err != nil {
 				schemaErr = err
 				return
 			}

@@ -32,11 +32,23 @@ type Checkpoint struct {
 	// acknowledged. Only checkpoints of earlier versions carry it: sagad now
 	// marks the capsule's bytes in SAGA_CAPSULES instead, which saves a
 	// checkpoint write per capsule.
-	OutcomeEmitted bool            `json:"outcome_emitted,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
-	State          CheckpointState `json:"state"`
-	History        []Transition    `json:"history"`
+	OutcomeEmitted bool `json:"outcome_emitted,omitempty"`
+	// Run numbers the capsule's runs: 0 (written as absent) is the first,
+	// and each replay of a halted or cancelled capsule starts the next
+	// (see [Checkpoint.RunNumber] and machine.Replay).
+	Run int `json:"run,omitempty"`
+	// CycleBase is the last cycle of the runs before this one: cycles
+	// number on across runs (so every run's transitions, events,
+	// artifacts, budget charges and agent idempotency keys are its own),
+	// and Rule 12 counts this run's cycles, Cycle - CycleBase.
+	CycleBase int `json:"cycle_base,omitempty"`
+	// ReplayToken is the token of the replay that started this run: the
+	// same replay tried again finds its run started and finishes it.
+	ReplayToken string          `json:"replay_token,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+	State       CheckpointState `json:"state"`
+	History     []Transition    `json:"history"`
 }
 
 // CheckpointState is the nested state block of a checkpoint.
@@ -174,6 +186,10 @@ const (
 	OutcomeHalted     = "halted"
 	OutcomeCompleted  = "completed"
 	OutcomeCancelled  = "cancelled"
+	// OutcomeReplayed marks a run boundary: the entry records, at the
+	// position where the previous run ended, that a replay started the
+	// next run (its Run) and from where (its Detail).
+	OutcomeReplayed = "replayed"
 )
 
 // Who acted, in events and pauses, when it was sagad itself.
@@ -182,12 +198,14 @@ const BySagad = "sagad"
 // Transition is one entry of the phase history: phase p of cycle c ended with
 // outcome at time at. It is appended exactly once per transition.
 type Transition struct {
-	Phase     Phase     `json:"phase"`
-	PhaseName string    `json:"phase_name"`
-	Cycle     int       `json:"cycle"`
-	Outcome   string    `json:"outcome"`
-	Detail    string    `json:"detail,omitempty"`
-	At        time.Time `json:"at"`
+	Phase     Phase  `json:"phase"`
+	PhaseName string `json:"phase_name"`
+	Cycle     int    `json:"cycle"`
+	Outcome   string `json:"outcome"`
+	Detail    string `json:"detail,omitempty"`
+	// Run is the run the transition belongs to; 0 (absent) is the first.
+	Run int       `json:"run,omitempty"`
+	At  time.Time `json:"at"`
 }
 
 // LastReviewFindings returns a copy of the findings of the latest review: what
@@ -198,6 +216,12 @@ func (c *Checkpoint) LastReviewFindings() []Finding {
 	}
 	return nil
 }
+
+// RunNumber is the capsule's run, counted from 1.
+func (c *Checkpoint) RunNumber() int { return max(c.Run, 1) }
+
+// RunCycle is cycle counted within the current run (Rule 12's count).
+func (c *Checkpoint) RunCycle(cycle int) int { return cycle - c.CycleBase }
 
 // Terminal reports whether the checkpoint's capsule has finished.
 func (c *Checkpoint) Terminal() bool { return c.State.Status.Terminal() }

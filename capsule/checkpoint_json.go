@@ -47,6 +47,18 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 	if c.OutcomeEmitted {
 		b = append(b, `,"outcome_emitted":true`...)
 	}
+	if c.Run != 0 {
+		b = append(b, `,"run":`...)
+		b = strconv.AppendInt(b, int64(c.Run), 10)
+	}
+	if c.CycleBase != 0 {
+		b = append(b, `,"cycle_base":`...)
+		b = strconv.AppendInt(b, int64(c.CycleBase), 10)
+	}
+	if c.ReplayToken != "" {
+		b = append(b, `,"replay_token":`...)
+		b = appendString(b, c.ReplayToken)
+	}
 	b = append(b, `,"created_at":`...)
 	if b, err = appendTime(b, c.CreatedAt); err != nil {
 		return nil, err
@@ -89,6 +101,10 @@ func (t *Transition) appendJSON(b []byte) ([]byte, error) {
 	if t.Detail != "" {
 		b = append(b, `,"detail":`...)
 		b = appendString(b, t.Detail)
+	}
+	if t.Run != 0 {
+		b = append(b, `,"run":`...)
+		b = strconv.AppendInt(b, int64(t.Run), 10)
 	}
 	b = append(b, `,"at":`...)
 	b, err := appendTime(b, t.At)

@@ -28,6 +28,8 @@ const (
 	EventOperatorRejected  EventKind = "operator_rejected"
 	EventDependencyWait    EventKind = "waiting_for_dependencies"
 	EventDuplicateIgnored  EventKind = "duplicate_ignored"
+	// EventReplayed: sagactl replay started a new run of the capsule.
+	EventReplayed EventKind = "replayed"
 )
 
 // Event is one entry of a capsule's append-only lifecycle stream. ID is

@@ -54,8 +54,10 @@ func (c *Client) Publish(ctx context.Context, raw []byte, traceID string) (uint6
 
 // Status is what `sagactl status -o json` prints for one capsule.
 type Status struct {
-	CapsuleID  string        `json:"capsule_id"`
-	Key        string        `json:"key"`
+	CapsuleID string `json:"capsule_id"`
+	Key       string `json:"key"`
+	// Run is the capsule's run: 1, then 2, 3, … for each replay.
+	Run        int           `json:"run"`
 	State      capsule.State `json:"state"`
 	Phase      int           `json:"phase"`
 	PhaseName  string        `json:"phase_name"`
@@ -90,12 +92,14 @@ type Status struct {
 
 // HistoryEntry is one phase transition in a [Status].
 type HistoryEntry struct {
-	Phase     int       `json:"phase"`
-	PhaseName string    `json:"phase_name"`
-	Cycle     int       `json:"cycle"`
-	Outcome   string    `json:"outcome"`
-	Detail    string    `json:"detail,omitempty"`
-	At        time.Time `json:"at"`
+	Phase     int    `json:"phase"`
+	PhaseName string `json:"phase_name"`
+	Cycle     int    `json:"cycle"`
+	Outcome   string `json:"outcome"`
+	Detail    string `json:"detail,omitempty"`
+	// Run is the run the transition belongs to (1, 2, …).
+	Run int       `json:"run"`
+	At  time.Time `json:"at"`
 }
 
 // StatusOf renders a checkpoint as a [Status].
@@ -103,6 +107,7 @@ func StatusOf(cp *capsule.Checkpoint) Status {
 	s := Status{
 		CapsuleID:    cp.CapsuleID,
 		Key:          cp.Key,
+		Run:          cp.RunNumber(),
 		State:        cp.State.Status,
 		Phase:        int(cp.State.Phase),
 		PhaseName:    cp.State.Phase.String(),
@@ -124,7 +129,7 @@ func StatusOf(cp *capsule.Checkpoint) Status {
 		s.Reviewer = cp.State.Reviews[n-1].ReviewerID
 	}
 	for _, t := range cp.History {
-		s.History = append(s.History, HistoryEntry{Phase: int(t.Phase), PhaseName: t.PhaseName, Cycle: t.Cycle, Outcome: t.Outcome, Detail: t.Detail, At: t.At})
+		s.History = append(s.History, HistoryEntry{Phase: int(t.Phase), PhaseName: t.PhaseName, Cycle: t.Cycle, Outcome: t.Outcome, Detail: t.Detail, Run: max(t.Run, 1), At: t.At})
 	}
 	if cp.State.Status == capsule.Waiting {
 		s.WaitingOn = "dependencies"

@@ -48,7 +48,7 @@ func Next(tr capsule.Transition) (p capsule.Phase, cycle int, ok bool) {
 	switch tr.Outcome {
 	case capsule.OutcomePassed:
 		if tr.Phase == capsule.AutomatedGates {
-			return capsule.Execution, 1, true
+			return capsule.Execution, max(tr.Cycle, 1), true
 		}
 		if tr.Phase >= capsule.Handoff {
 			return 0, 0, false

@@ -275,6 +275,8 @@ func Apply(cp *capsule.Checkpoint, ev Event, now time.Time) (Result, error) {
 		changed, tr, err = reject(out, e, now)
 	case RecordResult:
 		changed, err = recordResult(out, e)
+	case Replay:
+		changed, tr, err = replay(out, e, now)
 	default:
 		return Result{}, &Refusal{Kind: ErrInvalid, Event: fmt.Sprintf("%T", ev), Key: cp.Key, Detail: "unknown event"}
 	}
@@ -283,6 +285,11 @@ func Apply(cp *capsule.Checkpoint, ev Event, now time.Time) (Result, error) {
 	}
 	if !changed {
 		return Result{Checkpoint: cp, Effects: EffectsOf(cp, nil)}, nil
+	}
+	if tr != nil && out.Run > 1 {
+		// Every transition of a later run says which run it belongs to.
+		tr.Run = out.Run
+		out.History[len(out.History)-1].Run = out.Run
 	}
 	switch ev.(type) {
 	case Claim, Renew:
@@ -393,7 +400,7 @@ func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decisio
 		tr.Outcome = capsule.OutcomePassed
 		st.Phase = p + 1
 		if p == capsule.AutomatedGates {
-			st.Cycle = 1
+			st.Cycle = max(cycle, 1) // a replayed run's gates stand at its first cycle
 		}
 		st.Progress = p.Progress()
 	case LoopBack:

@@ -93,22 +93,23 @@ func TestEveryStateAndEvent(t *testing.T) {
 		"revise":        machine.Revise{Rationale: "again", By: "op", CycleLimit: 3},
 		"record_result": machine.RecordResult{Cycle: 1, Result: capsule.ExecutionResult{Cycle: 1, ArtifactRef: "a"}, TokenHash: rightHash},
 		"forged":        machine.RecordResult{Cycle: 1, Result: capsule.ExecutionResult{Cycle: 1, ArtifactRef: "a"}, TokenHash: wrongHash},
+		"replay":        machine.Replay{Token: "rp", By: "op"},
 	}
 	// want: "ok" (applies with a change), "noop" (applies, nothing to
 	// write), or the refusal kind.
 	const ok, noop = "ok", "noop"
 	stale, lost, ref, unauth := machine.ErrStale, machine.ErrClaimLost, machine.ErrRefused, machine.ErrUnauthenticated
 	want := map[string]map[string]any{
-		"in_progress@EXECUTION/1":  {"decide": ok, "claim": ok, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": noop, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
-		"paused/operator_manual":   {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": noop, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
-		"paused/lock_contention":   {"decide": stale, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
-		"paused/resume_in_flight":  {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": ok, "flip_at": ok, "pause": noop, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
-		"waiting/dependencies":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
-		"paused/awaiting_external": {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ok, "reject": ref, "revise": ref, "record_result": ok, "forged": unauth},
-		"waiting_for_operator":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ok, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ok, "revise": ok, "record_result": noop, "forged": noop},
-		"completed":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
-		"halted":                   {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
-		"cancelled":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": noop, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop},
+		"in_progress@EXECUTION/1":  {"decide": ok, "claim": ok, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": noop, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "replay": ref},
+		"paused/operator_manual":   {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": noop, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "replay": ref},
+		"paused/lock_contention":   {"decide": stale, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "replay": ref},
+		"paused/resume_in_flight":  {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": ok, "flip_at": ok, "pause": noop, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "replay": ref},
+		"waiting/dependencies":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "replay": ref},
+		"paused/awaiting_external": {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ok, "reject": ref, "revise": ref, "record_result": ok, "forged": unauth, "replay": ref},
+		"waiting_for_operator":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ok, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ok, "revise": ok, "record_result": noop, "forged": noop, "replay": ref},
+		"completed":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "replay": ref},
+		"halted":                   {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "replay": ok},
+		"cancelled":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": noop, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "replay": ok},
 	}
 	for sname, mk := range states {
 		for ename, ev := range events {

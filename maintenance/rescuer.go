@@ -188,6 +188,11 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 			continue // its message may be queued or in flight: not stuck
 		}
 		raw, _, err := r.st.Raw(ctx, key)
+		if cp.Run > 1 {
+			// A replayed run: its own bytes, kept again if the replay died
+			// before it kept them.
+			raw, _, err = r.st.RunBytes(ctx, cp)
+		}
 		if err != nil {
 			continue
 		}

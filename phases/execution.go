@@ -101,7 +101,7 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 				Cycle:            cycle,
 				IdempotencyKey:   IdempotencyKey(c.CapsuleID, cycle),
 				TraceID:          in.Checkpoint.TraceID,
-				Findings:         in.Checkpoint.LastReviewFindings(),
+				Findings:         runFindings(in.Checkpoint, cycle),
 				PriorArtifactRef: priorArtifact(in.Checkpoint, cycle),
 				CompletionToken:  token,
 			})
@@ -340,8 +340,18 @@ func persist(runCtx context.Context, env *Env, write func() error) error {
 // recorded, which is the previous cycle's (this cycle's is recorded only
 // with its result, after which the executor is not called again).
 func priorArtifact(cp *capsule.Checkpoint, cycle int) string {
-	if cycle <= 1 || len(cp.State.ArtifactRefs) == 0 {
+	if cp.RunCycle(cycle) <= 1 || len(cp.State.ArtifactRefs) == 0 {
 		return ""
 	}
 	return cp.State.ArtifactRefs[len(cp.State.ArtifactRefs)-1]
+}
+
+// runFindings are the findings a cycle addresses: the last review's, on a
+// revision cycle of the current run. A replayed run's first cycle starts
+// afresh, like a first run's.
+func runFindings(cp *capsule.Checkpoint, cycle int) []capsule.Finding {
+	if cp.RunCycle(cycle) <= 1 {
+		return nil
+	}
+	return cp.LastReviewFindings()
 }

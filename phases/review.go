@@ -114,7 +114,8 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 		// rejects: nothing is revised or halted automatically.
 		d = Decision{Action: Advance, Wait: true}
 	default:
-		d = ReviewDecision(res.Verdict, cycle, c.CycleLimit())
+		// Rule 12 counts the cycles of this run (a replay starts afresh).
+		d = ReviewDecision(res.Verdict, in.Checkpoint.RunCycle(cycle), c.CycleLimit())
 	}
 	d.Findings = append(d.Findings, res.Findings...)
 	d.Record = record

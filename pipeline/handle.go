@@ -155,6 +155,16 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 			return runner.NakAfter(p.cfg.RetryDelay, err), false
 		}
 	}
+	if cp := t.view(); cp.Run > 1 && c.Integrity.SHA256 != cp.Digest {
+		// A replayed run acts on the bytes its checkpoint names (a
+		// corrected capsule's), which a replay that died half-way may not
+		// have kept yet: RunBytes finishes that.
+		r, rc, err := p.st.RunBytes(ctx, cp)
+		if err != nil {
+			return runner.NakAfter(p.cfg.RetryDelay, err), false
+		}
+		raw, c = r, rc
+	}
 	md, mdErr := msg.Metadata()
 	if mdErr == nil && md.NumDelivered > 1 {
 		p.metrics.Redelivered(ph)

@@ -69,7 +69,6 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		js:      js,
 		log:     cfg.Logger,
 		st:      st,
-		admin:   admin.New(st, admin.Config{Now: cfg.Now, Metrics: cfg.Metrics}),
 		metrics: cfg.Metrics,
 		tracer:  tracing.New(cfg.TracerProvider),
 	}
@@ -92,6 +91,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		LockWait:       cfg.LockWait,
 		BudgetWarning:  max(cfg.BudgetWarning, 0),
 	}
+	// The admin validates a replay's corrected capsule as RECEPTION does.
+	p.admin = admin.New(st, admin.Config{Now: cfg.Now, Metrics: cfg.Metrics, Env: p.env})
 	p.phases = [capsule.NumPhases]phases.Phase{
 		nil, // RECEPTION has its own entry point, phases.Receive.
 		phases.RealityAnchor{},

@@ -47,7 +47,7 @@ func (s *Store) Emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr
 			if err := s.publish(ctx, outcomeMsg(cp, *tr, fx.Outcome, raw)); err != nil {
 				return err
 			}
-			if err := s.markOutcomeSent(ctx, cp.Key, raw); err != nil {
+			if err := s.markOutcomeSent(ctx, cp.Key, cp.RunNumber(), raw); err != nil {
 				return err
 			}
 		}
@@ -83,17 +83,31 @@ func (s *Store) outcomeSent(ctx context.Context, cp *capsule.Checkpoint) (bool, 
 	if err != nil {
 		return false, fmt.Errorf("outcome of %s: %w", cp.Key, err)
 	}
-	return m.Header.Get(HeaderOutcomeSent) != "", nil
+	// The mark is a run's: a replayed capsule's bytes may still carry the
+	// mark of the run before, whose outcome is not this run's.
+	return m.Header.Get(HeaderOutcomeSent) != "" && bytesRun(m.Header) == cp.RunNumber(), nil
+}
+
+// bytesRun is the run kept capsule bytes belong to (HeaderRun; absent: 1).
+func bytesRun(h nats.Header) int {
+	n, err := strconv.Atoi(h.Get(HeaderRun))
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
 }
 
 // markOutcomeSent rewrites an ended capsule's bytes in SAGA_CAPSULES, after
 // its outcome was acknowledged, marked so (outcomeSent) and with the
 // retention as their time to live. It is the last write of the capsule's
 // saga; the checkpoint got the same time to live when it recorded the end.
-func (s *Store) markOutcomeSent(ctx context.Context, key string, raw []byte) error {
+func (s *Store) markOutcomeSent(ctx context.Context, key string, run int, raw []byte) error {
 	m := nats.NewMsg(capsuleSubject(key))
 	m.Data = raw
 	m.Header.Set(HeaderOutcomeSent, "true")
+	if run > 1 {
+		m.Header.Set(HeaderRun, strconv.Itoa(run))
+	}
 	if s.retention > 0 {
 		m.Header.Set(jetstream.MsgTTLHeader, s.retention.String())
 	}
@@ -149,8 +163,21 @@ func outcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.Sta
 	if len(cp.State.ArtifactRefs) > 0 {
 		m.Header.Set(HeaderArtifacts, strings.Join(cp.State.ArtifactRefs, ","))
 	}
-	m.Header.Set(jetstream.MsgIDHeader, cp.Key+".outcome")
+	m.Header.Set(jetstream.MsgIDHeader, OutcomeMsgID(cp))
+	if run := cp.RunNumber(); run > 1 {
+		m.Header.Set(HeaderRun, strconv.Itoa(run))
+	}
 	return m
+}
+
+// OutcomeMsgID is the de-duplication id of cp's outcome message: one outcome
+// per run, "<key>.outcome" for the first and "<key>.run<N>.outcome" for a
+// replay's run N.
+func OutcomeMsgID(cp *capsule.Checkpoint) string {
+	if run := cp.RunNumber(); run > 1 {
+		return cp.Key + ".run" + strconv.Itoa(run) + ".outcome"
+	}
+	return cp.Key + ".outcome"
 }
 
 // EmitParked records a pause: the continuation (for the five triggers) and the

@@ -36,12 +36,15 @@ const (
 	// HeaderOutcomeSent marks an ended capsule's bytes in SAGA_CAPSULES once
 	// its outcome was acknowledged.
 	HeaderOutcomeSent = "Saga-Outcome-Sent"
-	HeaderPhase       = "Saga-Phase"
-	HeaderCycle       = "Saga-Cycle"
-	HeaderTraceID     = "Saga-Trace-Id"
-	HeaderHaltReason  = "Saga-Halt-Reason"
-	HeaderState       = "Saga-State"
-	HeaderArtifacts   = "Saga-Artifact-Refs"
+	// HeaderRun names the run of a replayed capsule (2, 3, …) on its kept
+	// bytes and its outcome; absent, the first.
+	HeaderRun        = "Saga-Run"
+	HeaderPhase      = "Saga-Phase"
+	HeaderCycle      = "Saga-Cycle"
+	HeaderTraceID    = "Saga-Trace-Id"
+	HeaderHaltReason = "Saga-Halt-Reason"
+	HeaderState      = "Saga-State"
+	HeaderArtifacts  = "Saga-Artifact-Refs"
 	// HeaderEventID carries an event's deterministic id; a reader seeing
 	// it twice drops the repeat.
 	HeaderEventID = "Saga-Event-Id"

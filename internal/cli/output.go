@@ -141,6 +141,7 @@ func printStatus(w io.Writer, s client.Status) error {
 		fmt.Fprintf(tw, "key:\t%s\n", printable(s.Key))
 	}
 	fmt.Fprintf(tw, "state:\t%s\n", pf(s.State))
+	fmt.Fprintf(tw, "run:\t%d\n", max(s.Run, 1))
 	if s.AwaitingExternal {
 		fmt.Fprintf(tw, "awaiting:\tthe result of accepted external work (no action needed)\n")
 	}
@@ -176,6 +177,14 @@ func printStatus(w io.Writer, s client.Status) error {
 	}
 	fmt.Fprintln(w, "\nhistory:")
 	tw = table(w)
+	if s.Run > 1 {
+		// A replayed capsule: every run's transitions, each with its run.
+		fmt.Fprintln(tw, "  AT\tRUN\tPHASE\tCYCLE\tOUTCOME\tDETAIL")
+		for _, h := range s.History {
+			fmt.Fprintf(tw, "  %s\t%d\t%d %s\t%d\t%s\t%s\n", ts(h.At), max(h.Run, 1), h.Phase, printable(h.PhaseName), h.Cycle, printable(h.Outcome), printable(h.Detail))
+		}
+		return tw.Flush()
+	}
 	fmt.Fprintln(tw, "  AT\tPHASE\tCYCLE\tOUTCOME\tDETAIL")
 	for _, h := range s.History {
 		fmt.Fprintf(tw, "  %s\t%d %s\t%d\t%s\t%s\n", ts(h.At), h.Phase, printable(h.PhaseName), h.Cycle, printable(h.Outcome), printable(h.Detail))

@@ -136,7 +136,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 		Short: "Admin CLI for sagad, the capsule saga daemon",
 		Long: `sagactl publishes capsules to sagad and inspects them.
 
-Admin commands (pause, resume, cancel, decide, pending, phase) are requests to
+Admin commands (pause, resume, cancel, decide, replay, pending, phase) are requests to
 sagad's admin service (saga.admin.<verb>, docs/ADMIN.md): they need a running
 sagad, which carries them out. Read commands (status, list, history, watch,
 report, wait) read JetStream directly.
@@ -175,7 +175,7 @@ Exit codes:
 	root.AddCommand(
 		newPublish(g), newSeal(g), newCheck(g),
 		newStatus(g), newWait(g), newList(g), newHistory(g),
-		newPause(g), newResume(g), newCancel(g), newDecide(g), newPending(g), newPhase(g),
+		newPause(g), newResume(g), newCancel(g), newDecide(g), newReplay(g), newPending(g), newPhase(g),
 		newWatch(g), newReport(g), newRules(g),
 	)
 	// cobra adds `sagactl completion bash|zsh|fish|powershell`; capsule
