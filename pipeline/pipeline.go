@@ -73,6 +73,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 	p.env = &phases.Env{
 		Locks:          st.Locks,
 		Budgets:        budgets{st.Budgets},
+		Waves:          st.Budgets,
 		Resolver:       st.Resolver(),
 		Artifacts:      st.Artifacts,
 		Executors:      cfg.Executors,
