@@ -110,7 +110,9 @@ func (w *Sweeper) Stop() {
 
 // Sweep looks at every parked capsule once: lock_contention capsules resume
 // when all their locks are free; capsules waiting for accepted external work
-// keep their locks alive, and halt when the result is overdue. Every sagad
+// keep their locks alive, and halt when the result is overdue; capsules
+// waiting for dependencies or for their wave's capacity go on or halt (see
+// dependencies and waves). Every sagad
 // sweeps; the actions are compare-and-sets, so they never double up.
 func (w *Sweeper) Sweep(ctx context.Context) {
 	keys, err := w.st.Continuations.Keys(ctx)
@@ -119,9 +121,14 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 		return
 	}
 	act := w.admin
+	var waveWaiters []*capsule.Checkpoint
 	for _, key := range keys {
 		cp, _, err := w.st.Checkpoints.Get(ctx, key)
 		if err != nil {
+			continue
+		}
+		if waveWaiting(cp) {
+			waveWaiters = append(waveWaiters, cp) // one wave at a time, after the loop
 			continue
 		}
 		if cp.State.Status == capsule.Waiting {
@@ -188,6 +195,7 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 			}
 		}
 	}
+	w.waves(ctx, waveWaiters)
 }
 
 // roundTimeout rounds an endpoint's completion timeout as measured from the

@@ -1,0 +1,26 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+// releaseWave releases what is left of an ended wave capsule's reservation
+// in its wave (budget.Tracker.Release), part of the effects of its end.
+// Every ending goes through Emit — a phase's halt or HANDOFF's completion,
+// an operator's cancel, the sweeper's halts — and re-emitting it is
+// harmless: the reservation is released once. It is tried even when the
+// checkpoint records no reservation: a delivery of AUTOMATED_GATES that
+// reserved and then lost to the end (a cancel, a closed wave's Rule 19) left
+// one there, unrecorded.
+func (s *Store) releaseWave(ctx context.Context, cp *capsule.Checkpoint) error {
+	if cp.WaveID == "" || s.Budgets == nil {
+		return nil
+	}
+	if _, _, err := s.Budgets.Release(ctx, cp.WaveID, cp.Key); err != nil {
+		return fmt.Errorf("release the wave reservation of %s: %w", cp.Key, err)
+	}
+	return nil
+}
