@@ -99,7 +99,7 @@ func Start(nc *nats.Conn, a Actions, cfg Config) (*Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        Name,
 		Version:     Version,
-		Description: "sagad admin API: pause, resume, cancel, decide, phase pause/resume/list, pending, rules",
+		Description: "sagad admin API: pause, resume, cancel, decide, phase pause/resume/list, pending, rules, wave set/show/list/close",
 		Metadata:    cfg.Metadata,
 	})
 	if err != nil {
@@ -202,6 +202,9 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 	if err != nil {
 		return nil, err
 	}
+	if reply, ok, err := s.serveWave(ctx, r); ok {
+		return reply, err
+	}
 	switch r := r.(type) {
 	case PauseRequest:
 		return s.a.Pause(ctx, r.ID, r.Reason, r.By)
@@ -265,6 +268,8 @@ func (s *Service) classify(ctx context.Context, err error) ErrorReply {
 		return ErrorReply{Code: CodeRefused, Message: err.Error()}
 	case errors.Is(err, store.ErrNotFound):
 		return ErrorReply{Code: CodeNotFound, Message: err.Error()}
+	case errors.Is(err, admin.ErrInvalidWave):
+		return ErrorReply{Code: CodeBadRequest, Message: err.Error()}
 	case s.base.Err() != nil:
 		return ErrorReply{Code: CodeInternal, Message: "sagad is shutting down: " + err.Error()}
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
