@@ -57,6 +57,7 @@ func (a *Admin) SetWave(ctx context.Context, waveID string, tokens *int64, dolla
 	if err != nil {
 		return WaveInfo{}, err
 	}
+	a.st.WaveChanged()
 	a.metrics.AdminAction(metrics.ActionWaveSet)
 	return a.waveInfo(ctx, waveID, w)
 }
@@ -70,6 +71,7 @@ func (a *Admin) CloseWave(ctx context.Context, waveID string) (WaveInfo, error) 
 	if err != nil {
 		return WaveInfo{}, err
 	}
+	a.st.WaveChanged()
 	a.metrics.AdminAction(metrics.ActionWaveClose)
 	return a.waveInfo(ctx, waveID, w)
 }

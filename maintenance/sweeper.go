@@ -63,12 +63,14 @@ type Sweeper struct {
 	mu   sync.Mutex
 	stop context.CancelFunc
 	done chan struct{}
+	// wake asks for a sweep now (Wake).
+	wake chan struct{}
 }
 
 // NewSweeper returns a sweeper over st that acts through a.
 func NewSweeper(st *store.Store, a *admin.Admin, cfg SweeperConfig) *Sweeper {
 	cfg = cfg.withDefaults()
-	return &Sweeper{st: st, admin: a, cfg: cfg, log: cfg.Logger}
+	return &Sweeper{st: st, admin: a, cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1)}
 }
 
 // Start sweeps every Interval until Stop (or ctx ends).
@@ -90,6 +92,15 @@ func (w *Sweeper) Start(ctx context.Context) {
 				return
 			case <-t.C:
 				w.Sweep(ctx)
+			case <-w.wake:
+				w.Sweep(ctx)
+				// Every release of a wave reservation wakes: at most one
+				// woken sweep per gap, whatever the rate of endings.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(min(w.cfg.Interval, 200*time.Millisecond)):
+				}
 			}
 		}
 	}(w.done)

@@ -10,6 +10,16 @@ import (
 	"github.com/sagad/sagad/machine"
 )
 
+// Wake asks for a sweep as soon as the one in progress, if any, ended;
+// wakes that come meanwhile make one sweep. It never blocks: the store
+// calls it when a wave changed (store.Store.OnWaveChange).
+func (w *Sweeper) Wake() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
 // waveWaiting reports whether cp waits for its wave's capacity.
 func waveWaiting(cp *capsule.Checkpoint) bool {
 	return cp.State.Status == capsule.Waiting && cp.State.Pause != nil && cp.State.Pause.Trigger == capsule.TriggerWaveCapacity

@@ -153,6 +153,8 @@ func (p *Pipeline) Start(ctx context.Context) error {
 		DependencyTimeout: p.cfg.DependencyTimeout,
 	})
 	p.sweeper.Start(workCtx)
+	// A released reservation or a changed wave lets waiting capsules on now.
+	p.st.OnWaveChange(p.sweeper.Wake)
 	if p.cfg.RescueAfter > 0 {
 		p.rescuer = maintenance.NewRescuer(p.st, maintenance.RescuerConfig{
 			Logger: p.log, Metrics: p.metrics, Now: p.cfg.Now, After: p.cfg.RescueAfter,

@@ -19,8 +19,26 @@ func (s *Store) releaseWave(ctx context.Context, cp *capsule.Checkpoint) error {
 	if cp.WaveID == "" || s.Budgets == nil {
 		return nil
 	}
-	if _, _, err := s.Budgets.Release(ctx, cp.WaveID, cp.Key); err != nil {
+	_, released, err := s.Budgets.Release(ctx, cp.WaveID, cp.Key)
+	if err != nil {
 		return fmt.Errorf("release the wave reservation of %s: %w", cp.Key, err)
 	}
+	if released {
+		s.WaveChanged()
+	}
 	return nil
+}
+
+// OnWaveChange sets f to be called (without blocking the caller for long)
+// whenever this process released a wave reservation or changed a wave:
+// sagad wakes its sweeper with it, so a capsule waiting for room goes on at
+// once rather than at the next sweep. Other processes' changes are seen at
+// their sweeps.
+func (s *Store) OnWaveChange(f func()) { s.waveHook.Store(&f) }
+
+// WaveChanged calls the function set by OnWaveChange, if any.
+func (s *Store) WaveChanged() {
+	if f := s.waveHook.Load(); f != nil && *f != nil {
+		(*f)()
+	}
 }
