@@ -116,6 +116,13 @@ func Start(nc *nats.Conn, a Actions, cfg Config) (*Service, error) {
 		}
 	}
 	s.svc = svc
+	// Return once the server has the endpoints' subscriptions: a request
+	// sent right after Start (from any connection) finds a responder.
+	if err := nc.Flush(); err != nil {
+		_ = svc.Stop()
+		s.cancel()
+		return nil, fmt.Errorf("adminsvc: flush the endpoints' subscriptions: %w", err)
+	}
 	return s, nil
 }
 
