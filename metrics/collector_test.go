@@ -167,7 +167,7 @@ func TestCollectorCountsContinuationsByTrigger(t *testing.T) {
 	require.NoError(t, kv.Delete(ctx, "d")) // resumed
 	put("e", capsule.TriggerOperatorManual)
 	put("e", capsule.TriggerBlockedExternal) // overwritten: counts once, by its latest value
-	put("g", capsule.TriggerWaveCapacity) // state waiting, for room in its wave
+	put("g", capsule.TriggerWaveCapacity)    // state waiting, for room in its wave
 	_, err = kv.Put(ctx, "f", []byte("not json"))
 	require.NoError(t, err)
 
