@@ -166,7 +166,9 @@ func waveState(w admin.WaveInfo) string {
 	return "open"
 }
 
-func money(d float64) string { return strconv.FormatFloat(d, 'f', -1, 64) }
+// money shows a dollar amount to the micro-dollar: sums of float charges
+// carry binary residue (0.1 + 0.2) that is no information.
+func money(d float64) string { return strconv.FormatFloat(math.Round(d*1e6)/1e6, 'f', -1, 64) }
 
 // capText is a cap as shown: "none" for 0.
 func capText(v float64, dollars bool) string {
