@@ -289,3 +289,17 @@ func decodeRecord(e jetstream.KeyValueEntry) (record, error) {
 	}
 	return r, nil
 }
+
+// Holders returns the holders of the wave's reservations, sorted.
+func (t *Tracker) Holders(ctx context.Context, waveID string) ([]string, error) {
+	r, _, err := t.get(ctx, waveKey(waveID))
+	if err != nil {
+		return nil, fmt.Errorf("budget: holders of wave %s: %w", waveID, err)
+	}
+	out := make([]string, 0, len(r.Holds))
+	for h := range r.Holds {
+		out = append(out, h)
+	}
+	sort.Strings(out)
+	return out, nil
+}

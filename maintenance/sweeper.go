@@ -65,6 +65,10 @@ type Sweeper struct {
 	done chan struct{}
 	// wake asks for a sweep now (Wake).
 	wake chan struct{}
+	// holdChecked is when each wave's reservations were last checked
+	// (releaseEnded).
+	holdMu      sync.Mutex
+	holdChecked map[string]time.Time
 }
 
 // NewSweeper returns a sweeper over st that acts through a.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"time"
 
 	"github.com/sagad/sagad/admin"
+	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/machine"
+	"github.com/sagad/sagad/store"
 )
 
 // Wake asks for a sweep as soon as the one in progress, if any, ended;
@@ -63,6 +66,12 @@ func (w *Sweeper) wave(ctx context.Context, id string, list []*capsule.Checkpoin
 		w.log.Warn("sweep: read a wave", "wave", id, "error", err)
 		return
 	}
+	if w.releaseEnded(ctx, id, wv) {
+		if wv, _, err = w.st.Budgets.Wave(ctx, id); err != nil {
+			w.log.Warn("sweep: read a wave", "wave", id, "error", err)
+			return
+		}
+	}
 	if wv.Closed {
 		for _, cp := range list {
 			since := cp.State.Pause.At
@@ -102,4 +111,57 @@ func (w *Sweeper) wave(ctx context.Context, id string, list []*capsule.Checkpoin
 		}
 		room.Reserved = room.Reserved.Add(capsule.Usage{Tokens: caps.Tokens, Dollars: caps.Dollars})
 	}
+}
+
+// holdCheckEvery is how often the reservations of a wave that has capsules
+// waiting are checked for capsules that ended without releasing theirs.
+const holdCheckEvery = time.Minute
+
+// releaseEnded releases the reservations of wave id whose capsules have
+// ended or are forgotten, at most once per holdCheckEvery and only for a
+// wave someone waits for, and reports whether it released any. Every
+// ending releases its capsule's reservation itself (store.Emit); what
+// this catches is an AUTOMATED_GATES delivery that reserved for a capsule
+// after its end had been emitted (a cancel racing the admission), which
+// would otherwise hold capacity for ever.
+func (w *Sweeper) releaseEnded(ctx context.Context, id string, wv budget.Wave) bool {
+	if wv.Holders == 0 {
+		return false
+	}
+	w.holdMu.Lock()
+	if w.holdChecked == nil {
+		w.holdChecked = map[string]time.Time{}
+	}
+	now := w.cfg.Now()
+	if last, ok := w.holdChecked[id]; ok && now.Sub(last) < holdCheckEvery {
+		w.holdMu.Unlock()
+		return false
+	}
+	w.holdChecked[id] = now
+	w.holdMu.Unlock()
+	holders, err := w.st.Budgets.Holders(ctx, id)
+	if err != nil {
+		w.log.Warn("sweep: read a wave's reservations", "wave", id, "error", err)
+		return false
+	}
+	released := false
+	for _, key := range holders {
+		// The leader's answer: an end read from a lagging replica would
+		// still be an end, but a missing checkpoint must really be missing.
+		cp, _, err := w.st.Checkpoints.GetLatest(ctx, key, nil)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			continue
+		case !cp.State.Status.Terminal():
+			continue
+		}
+		if _, ok, err := w.st.Budgets.Release(ctx, id, key); err != nil {
+			w.log.Warn("sweep: release the reservation of an ended capsule", "wave", id, "key", key, "error", err)
+		} else if ok {
+			w.log.Info("sweep: released the reservation of an ended capsule", "wave", id, "key", key)
+			released = true
+		}
+	}
+	return released
 }

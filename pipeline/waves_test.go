@@ -245,3 +245,28 @@ func TestWaveReservationRedelivered(t *testing.T) {
 	require.Equal(t, int64(500), w.Used.Tokens)
 	require.Equal(t, capsule.Usage{}, w.Reserved)
 }
+
+// TestWaveLeakedReservationReleased: a reservation left by a capsule that
+// had already ended (an admission racing a cancel) or that sagad does not
+// know is released by the sweeper once a capsule waits for the wave.
+func TestWaveLeakedReservationReleased(t *testing.T) {
+	t.Parallel()
+	f := waveSetup(t)
+	ctx := context.Background()
+	tr := f.pipe.Store().Budgets
+	done := capsuletest.New()
+	f.publish(t, done.Sealed(t))
+	require.Equal(t, capsule.Completed, f.wait(t, done.ID()).State)
+	_, err := tr.ChangeWave(ctx, "wl", budget.WaveChange{Tokens: ptr(int64(2000))})
+	require.NoError(t, err)
+	for _, holder := range []string{done.ID(), capsuletest.NewID()} {
+		a, err := tr.Reserve(ctx, "wl", holder, capsule.Budget{Tokens: 1000, Dollars: 1})
+		require.NoError(t, err)
+		require.True(t, a.Admitted)
+	}
+	d := waveDoc(t, f, "wl", "stub")
+	f.publish(t, d.Sealed(t))
+	s := f.wait(t, d.ID())
+	require.Equal(t, capsule.Completed, s.State, "halt: %s", s.HaltReason)
+	natstest.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { return f.waveOf(t, "wl").Holders == 0 }, "all released")
+}
