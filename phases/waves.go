@@ -26,10 +26,12 @@ func admitToWave(ctx context.Context, env *Env, in *Input, next Decision) Decisi
 	if c.WaveID == "" || env.Waves == nil {
 		return next
 	}
-	caps := c.Budget
-	if in.Checkpoint != nil {
-		caps = in.Checkpoint.State.Caps(caps)
+	if in.Checkpoint == nil {
+		return RetryAfter(env.RetryDelay, fmt.Errorf("automated gates: wave %s: no checkpoint to reserve for", c.WaveID))
 	}
+	// The holder is the checkpoint key: the same for every delivery of
+	// this capsule, so a repeated admission finds its reservation.
+	caps := in.Checkpoint.State.Caps(c.Budget)
 	a, err := env.Waves.Reserve(ctx, c.WaveID, in.Key(), caps)
 	if err != nil {
 		return RetryAfter(env.RetryDelay, fmt.Errorf("automated gates: wave %s: %w", c.WaveID, err))
