@@ -270,3 +270,56 @@ func TestWaveLeakedReservationReleased(t *testing.T) {
 	require.Equal(t, capsule.Completed, s.State, "halt: %s", s.HaltReason)
 	natstest.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { return f.waveOf(t, "wl").Holders == 0 }, "all released")
 }
+
+// TestWaveTwoSagads: two sagads admit the capsules of one wave at once;
+// the wave never holds more than its cap (used + reserved), every capsule
+// completes, and in the end nothing stays reserved and the total is exact.
+func TestWaveTwoSagads(t *testing.T) {
+	t.Parallel()
+	f := waveSetup(t)
+	ctx := context.Background()
+	_, js := natstest.Connect(t, f.srv)
+	other, err := pipeline.New(ctx, js, f.cfg)
+	require.NoError(t, err)
+	require.NoError(t, other.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		other.Stop(ctx)
+	})
+	tr := f.pipe.Store().Budgets
+	_, err = tr.ChangeWave(ctx, "w2", budget.WaveChange{Tokens: ptr(int64(3000))})
+	require.NoError(t, err)
+
+	stop := make(chan struct{})
+	sampled := make(chan int64, 1)
+	go func() {
+		var most int64
+		defer func() { sampled <- most }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if w, ok, err := tr.Wave(ctx, "w2"); err == nil && ok {
+				most = max(most, w.Used.Tokens+w.Reserved.Tokens)
+			}
+		}
+	}()
+	docs := make([]capsuletest.Doc, 4)
+	for i := range docs {
+		docs[i] = waveDoc(t, f, "w2", "stub")
+		f.publish(t, docs[i].Sealed(t))
+	}
+	for _, d := range docs {
+		s := f.wait(t, d.ID())
+		require.Equal(t, capsule.Completed, s.State, "halt: %s", s.HaltReason)
+	}
+	close(stop)
+	require.LessOrEqual(t, <-sampled, int64(3000), "used + reserved never above the cap")
+	natstest.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { return f.waveOf(t, "w2").Holders == 0 }, "all released")
+	w := f.waveOf(t, "w2")
+	require.Equal(t, int64(2000), w.Used.Tokens, "four capsules of 500 tokens, each counted once")
+	require.Equal(t, capsule.Usage{}, w.Reserved)
+}
