@@ -91,6 +91,10 @@ func TestOnlineWave(t *testing.T) {
 	var s client.Status
 	require.NoError(t, json.Unmarshal([]byte(r.out), &s))
 	require.Equal(t, "wave_closed:w1", s.HaltReason)
+	r = o.run(t, "report", huge.ID())
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	require.Contains(t, r.out, "waiting_for_wave_capacity", "the report shows the wait")
+	require.Contains(t, r.out, "wave_closed:w1")
 
 	r = o.run(t, "wave", "set", "w1", "--tokens", "1")
 	require.Equal(t, cli.ExitRefused, r.code, r.errOut)
