@@ -87,7 +87,12 @@ func TestWaveVerbs(t *testing.T) {
 	f.publish(t, big)
 	s := f.waitState(t, big.ID(), capsule.Waiting)
 	require.Equal(t, "wave_capacity", s.WaitingOn)
-	w = wave(t, f.do(t, VerbWaveShow, WaveShowRequest{WaveID: "w1"}, ""))
+	// The continuation that lists a waiting capsule is written right after
+	// its checkpoint.
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		w = wave(t, f.do(t, VerbWaveShow, WaveShowRequest{WaveID: "w1"}, ""))
+		return len(w.Waiting) == 1
+	}, "wave.show lists the waiting capsule")
 	require.Equal(t, []string{big.ID()}, w.Waiting)
 	require.Zero(t, w.Running)
 
@@ -95,8 +100,13 @@ func TestWaveVerbs(t *testing.T) {
 	w = wave(t, f.do(t, VerbWaveSet, WaveSetRequest{WaveID: "w1", Tokens: i64(5000), Dollars: &dollars, By: "ann"}, ""))
 	require.Equal(t, 50.0, w.DollarsCap)
 	s = f.waitState(t, big.ID(), capsule.Completed)
-	w, err := f.client.Wave(ctx, "w1")
-	require.NoError(t, err)
+	// The reservation is released with the end's effects, right after
+	// the checkpoint records the end.
+	var err error
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		w, err = f.client.Wave(ctx, "w1")
+		return err == nil && w.Running == 0
+	}, "released")
 	require.Equal(t, s.BudgetUsed, w.Used)
 	require.Equal(t, capsule.Usage{}, w.Reserved)
 	require.Equal(t, i64(5000-s.BudgetUsed.Tokens), w.TokensLeft)

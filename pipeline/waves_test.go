@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -90,7 +91,10 @@ func TestWaveAdmission(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, schemas.ValidateValue(schemas.Checkpoint, cp))
 		require.Nil(t, cp.State.WaveReserved)
-		require.Contains(t, eventKinds(t, f, d.ID()), capsule.EventWaveWait)
+		// The wait's event goes out right after the checkpoint records it.
+		natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+			return slices.Contains(eventKinds(t, f, d.ID()), capsule.EventWaveWait)
+		}, "the waiting_for_wave_capacity event")
 	}
 	// The waiters do not move while the wave is full (several sweeps).
 	time.Sleep(300 * time.Millisecond) //nolint:forbidigo // asserting that nothing happens needs time to pass

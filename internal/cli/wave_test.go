@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,8 +65,12 @@ func TestOnlineWave(t *testing.T) {
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
 	require.Regexp(t, `waiting_on: +wave_capacity w1\n`, r.out)
 
-	r = o.run(t, "wave", "show", "w1")
-	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	// The continuation that lists a waiting capsule is written right after
+	// its checkpoint.
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		r = o.run(t, "wave", "show", "w1")
+		return r.code == cli.ExitOK && strings.Contains(r.out, big.ID())
+	}, "wave show lists the waiting capsule")
 	require.Contains(t, r.out, "tokens:   cap 3000, used 0, reserved 0, left 3000")
 	require.Contains(t, r.out, "waiting:  "+big.ID())
 	r = o.run(t, "wave", "show", "w1", "-o", "yaml")
