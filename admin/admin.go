@@ -159,8 +159,9 @@ func (a *Admin) Resume(ctx context.Context, id string, opts ResumeOptions) (clie
 	return a.resume(ctx, id, "resume", capsule.Paused, opts)
 }
 
-// ResumeWaiting takes a capsule waiting for its dependencies back to
-// AUTOMATED_GATES once they completed (the sweeper's action).
+// ResumeWaiting takes a capsule waiting for its dependencies, or for its
+// wave's capacity, back to AUTOMATED_GATES once they completed or the wave
+// has room (the sweeper's action).
 func (a *Admin) ResumeWaiting(ctx context.Context, id string, opts ResumeOptions) (client.Status, error) {
 	return a.resume(ctx, id, "resume", capsule.Waiting, opts)
 }

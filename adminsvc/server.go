@@ -100,7 +100,7 @@ func Start(nc *nats.Conn, a Actions, cfg Config) (*Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        Name,
 		Version:     Version,
-		Description: "sagad admin API: pause, resume, cancel, decide, replay, phase pause/resume/list, pending, rules",
+		Description: "sagad admin API: pause, resume, cancel, decide, replay, phase pause/resume/list, pending, rules, wave set/show/list/close",
 		Metadata:    cfg.Metadata,
 	})
 	if err != nil {
@@ -117,6 +117,13 @@ func Start(nc *nats.Conn, a Actions, cfg Config) (*Service, error) {
 		}
 	}
 	s.svc = svc
+	// Return once the server has the endpoints' subscriptions: a request
+	// sent right after Start (from any connection) finds a responder.
+	if err := nc.Flush(); err != nil {
+		_ = svc.Stop()
+		s.cancel()
+		return nil, fmt.Errorf("adminsvc: flush the endpoints' subscriptions: %w", err)
+	}
 	return s, nil
 }
 
@@ -203,6 +210,9 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 	if err != nil {
 		return nil, err
 	}
+	if reply, ok, err := s.serveWave(ctx, r); ok {
+		return reply, err
+	}
 	switch r := r.(type) {
 	case PauseRequest:
 		return s.a.Pause(ctx, r.ID, r.Reason, r.By)
@@ -276,6 +286,8 @@ func (s *Service) classify(ctx context.Context, err error) ErrorReply {
 		return ErrorReply{Code: CodeRefused, Message: err.Error()}
 	case errors.Is(err, store.ErrNotFound):
 		return ErrorReply{Code: CodeNotFound, Message: err.Error()}
+	case errors.Is(err, admin.ErrInvalidWave):
+		return ErrorReply{Code: CodeBadRequest, Message: err.Error()}
 	case s.base.Err() != nil:
 		return ErrorReply{Code: CodeInternal, Message: "sagad is shutting down: " + err.Error()}
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):

@@ -120,6 +120,11 @@ type Wave struct {
 	DollarsCap float64
 	Used       capsule.Usage
 	Closed     bool
+	// Reserved is what the wave's running capsules reserved at admission
+	// and have not used (yet): capacity no new capsule may take.
+	Reserved capsule.Usage
+	// Holders counts the capsules holding a reservation.
+	Holders int
 }
 
 // ChargeResult is the outcome of [Tracker.Charge].
@@ -140,10 +145,14 @@ type record struct {
 	Used       capsule.Usage `json:"used"`
 	Closed     bool          `json:"closed"`
 	Applied    []string      `json:"applied,omitempty"`
+	// Reserved and Holds are a wave's reservations (see wave.go): their
+	// sum, and each holder's (a capsule key) remaining part.
+	Reserved capsule.Usage            `json:"reserved,omitzero"`
+	Holds    map[string]capsule.Usage `json:"holds,omitempty"`
 }
 
 func (r record) wave() Wave {
-	return Wave{TokensCap: r.TokensCap, DollarsCap: r.DollarsCap, Used: r.Used, Closed: r.Closed}
+	return Wave{TokensCap: r.TokensCap, DollarsCap: r.DollarsCap, Used: r.Used, Closed: r.Closed, Reserved: r.Reserved, Holders: len(r.Holds)}
 }
 
 // appliedWindow is how many charge ids a record remembers.
@@ -192,7 +201,13 @@ func (t *Tracker) Charge(ctx context.Context, capsuleID, waveID, chargeID string
 			return ChargeResult{}, fmt.Errorf("budget: charge %s: capsule %s: %w", chargeID, capsuleID, err)
 		}
 		// A replay skips the wave write but still reports the wave's total.
-		change := func(r *record) bool { return r.apply(chargeID, u) }
+		change := func(r *record) bool {
+			if !r.apply(chargeID, u) {
+				return false
+			}
+			r.consumeHold(capsuleID, u) // in the same write: exactly once
+			return true
+		}
 		if slices.Contains(done.Applied, chargeID) {
 			change = func(*record) bool { return false }
 		}

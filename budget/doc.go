@@ -20,10 +20,25 @@
 //	{"tokens_cap": 1000, "dollars_cap": 2.5, "used": {"tokens": 120, "dollars": 0.3},
 //	 "closed": false, "applied": ["<charge id>", ...]}
 //
+// A wave's record also holds its reservations (see wave.go):
+//
+//	"reserved": {"tokens": 2000, "dollars": 1.0},
+//	"holds": {"<capsule key>": {"tokens": 1000, "dollars": 0.5}, ...}
+//
 // A cap of 0 means no cap. A capsule record's caps are those of the capsule,
-// rewritten by every charge; a wave's are set by [Tracker.SetWave] (a wave
-// charged before it was set has no caps). closed marks a wave that takes no
-// new capsules (Rule 19); charges to it are still recorded.
+// rewritten by every charge; a wave's are set by [Tracker.SetWave] or
+// [Tracker.ChangeWave] (sagactl wave set; a wave charged before it was set
+// has no caps). closed marks a wave that takes no new capsules (Rule 19, and
+// wave_closed for those waiting for its capacity); charges to it are still
+// recorded.
+//
+// # Wave admission
+//
+// AUTOMATED_GATES reserves a wave capsule's caps ([Tracker.Reserve]) before
+// anything is spent: a capsule whose caps do not fit in cap − used −
+// reserved waits. Each charge moves what the capsule used from its
+// reservation to the wave's total, and its end releases the rest
+// ([Tracker.Release]).
 //
 // # Atomicity and idempotency
 //

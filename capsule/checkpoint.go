@@ -87,13 +87,19 @@ type CheckpointState struct {
 	// time plus the endpoint's completion_timeout. Checkpoints written
 	// before it existed use the daemon's --external-timeout.
 	AwaitingUntil *time.Time `json:"awaiting_until,omitempty"`
-	// WaitingFor are the dependencies a waiting capsule still waits for.
+	// WaitingFor are the dependencies a waiting capsule still waits for,
+	// or its wave's id while it waits for the wave's capacity.
 	WaitingFor []string `json:"waiting_for,omitempty"`
 	// AwaitingTokenHash is the SHA-256 (lowercase hex) of the completion
 	// token of the call that accepted the awaited work: a completion is
 	// taken only with the token that hashes to it. Only the hash is kept,
 	// so whoever reads checkpoints cannot forge a completion.
 	AwaitingTokenHash string `json:"awaiting_token_sha256,omitempty"`
+	// WaveReserved is what AUTOMATED_GATES reserved of the capsule's wave
+	// (its caps): recorded with the transition that admitted it. The
+	// reservation is held in the wave's budget record until the capsule
+	// ends, when what it did not use is released (package budget).
+	WaveReserved *Usage `json:"wave_reserved,omitempty"`
 }
 
 // PauseInfo describes a pause or an operator wait.
@@ -266,6 +272,7 @@ func (c *Checkpoint) Clone() *Checkpoint {
 	st.LockWaitSince = clonePtr(c.State.LockWaitSince)
 	st.AwaitingUntil = clonePtr(c.State.AwaitingUntil)
 	st.WaitingFor = cloneStrings(c.State.WaitingFor)
+	st.WaveReserved = clonePtr(c.State.WaveReserved)
 	if o := c.State.Overrides; o != nil {
 		cp := *o
 		cp.Deadline = clonePtr(o.Deadline)

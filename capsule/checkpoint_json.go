@@ -238,6 +238,12 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"awaiting_token_sha256":`...)
 		b = appendString(b, s.AwaitingTokenHash)
 	}
+	if s.WaveReserved != nil {
+		b = append(b, `,"wave_reserved":`...)
+		if b, err = appendUsage(b, *s.WaveReserved); err != nil {
+			return nil, err
+		}
+	}
 	return append(b, '}'), nil
 }
 

@@ -29,6 +29,7 @@ func fullCheckpoint() *capsule.Checkpoint {
 			Warned:        []capsule.Trigger{capsule.TriggerBudgetWarning},
 			LockWaitSince: &at, AwaitingCycle: 2,
 			AwaitingTokenHash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+			WaveReserved:      &capsule.Usage{Tokens: 1000, Dollars: 0.5},
 		},
 		History: []capsule.Transition{{Phase: capsule.Reception, PhaseName: "RECEPTION", Outcome: "passed", At: at}},
 	}

@@ -27,7 +27,9 @@ const (
 	EventOperatorAccepted  EventKind = "operator_accepted"
 	EventOperatorRejected  EventKind = "operator_rejected"
 	EventDependencyWait    EventKind = "waiting_for_dependencies"
-	EventDuplicateIgnored  EventKind = "duplicate_ignored"
+	// EventWaveWait: the capsule waits for its wave's capacity.
+	EventWaveWait         EventKind = "waiting_for_wave_capacity"
+	EventDuplicateIgnored EventKind = "duplicate_ignored"
 	// EventReplayed: sagactl replay started a new run of the capsule.
 	EventReplayed EventKind = "replayed"
 )

@@ -48,6 +48,8 @@ const (
 	// Dependencies (a capsule waiting at AUTOMATED_GATES).
 	CodeDependencyFailed  HaltCode = "dependency_failed"
 	CodeDependencyMissing HaltCode = "dependency_missing"
+	// Waves (a capsule waiting for its wave's capacity at AUTOMATED_GATES).
+	CodeWaveClosed HaltCode = "wave_closed"
 )
 
 // HaltCodes lists every halt code, the closed set metrics may label with.
@@ -57,7 +59,7 @@ var HaltCodes = []HaltCode{
 	CodeContextRefMissing, CodeTargetMissing, CodeSpecNotApproved,
 	CodeAbsoluteRulesViolated, CodeLockAcquisitionFailed, CodeBudgetExceeded, CodeExecutorFailed,
 	CodeReviewRejectedTerminal, CodeMaxCyclesExceeded,
-	CodeOperatorRejected, CodeDependencyFailed, CodeDependencyMissing,
+	CodeOperatorRejected, CodeDependencyFailed, CodeDependencyMissing, CodeWaveClosed,
 }
 
 // HaltReason is a typed halt reason. Its String form is the exact text of
@@ -229,3 +231,9 @@ func DependencyFailed(id string) HaltReason { return HaltReason{CodeDependencyFa
 
 // DependencyMissing names a dependency still unknown after the wait allowed.
 func DependencyMissing(id string) HaltReason { return HaltReason{CodeDependencyMissing, id} }
+
+// WaveClosed names the wave that was closed while the capsule waited for
+// (or was being admitted to) its capacity.
+func WaveClosed(waveID string) HaltReason {
+	return HaltReason{CodeWaveClosed, Truncate(waveID, MaxReasonDetail)}
+}

@@ -49,6 +49,10 @@ const (
 	// TriggerDependencies marks a capsule waiting for its depends_on to
 	// complete (state waiting); its continuation lets the sweeper find it.
 	TriggerDependencies Trigger = "dependencies"
+	// TriggerWaveCapacity marks a capsule waiting, at AUTOMATED_GATES, for
+	// its wave to have room for its caps (state waiting); the sweeper
+	// resumes it when capacity frees or the wave's cap is raised.
+	TriggerWaveCapacity Trigger = "wave_capacity"
 )
 
 // Triggers lists the five continuation triggers of PIPELINE §5.

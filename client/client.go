@@ -80,8 +80,9 @@ type Status struct {
 	CreatedAt    time.Time         `json:"created_at"`
 	UpdatedAt    time.Time         `json:"updated_at"`
 	History      []HistoryEntry    `json:"history"`
-	// WaitingOn says what a waiting capsule waits for ("dependencies"), and
-	// Pending which of them it still waits for.
+	// WaitingOn says what a waiting capsule waits for ("dependencies" or
+	// "wave_capacity"), and Pending which of them it still waits for (the
+	// dependency ids, or the wave id).
 	WaitingOn string   `json:"waiting_on,omitempty"`
 	Pending   []string `json:"pending,omitempty"`
 	// AwaitingExternal: paused on work an executor accepted, which reports
@@ -132,7 +133,10 @@ func StatusOf(cp *capsule.Checkpoint) Status {
 		s.History = append(s.History, HistoryEntry{Phase: int(t.Phase), PhaseName: t.PhaseName, Cycle: t.Cycle, Outcome: t.Outcome, Detail: t.Detail, Run: max(t.Run, 1), At: t.At})
 	}
 	if cp.State.Status == capsule.Waiting {
-		s.WaitingOn = "dependencies"
+		s.WaitingOn = string(capsule.TriggerDependencies)
+		if p := cp.State.Pause; p != nil && p.Trigger == capsule.TriggerWaveCapacity {
+			s.WaitingOn = string(capsule.TriggerWaveCapacity)
+		}
 		s.Pending = append([]string{}, cp.State.WaitingFor...)
 	}
 	return s

@@ -65,10 +65,12 @@ var intakeHaltCodes = []capsule.HaltCode{capsule.CodeNotJSON, capsule.CodeUnsupp
 
 // noExampleHaltCodes take more than one capsule to show: an operator's
 // decision (operator_rejected), another capsule that halts
-// (dependency_failed), or a dependency's wait running out
-// (dependency_missing). The pipeline's tests (TestOperatorGateAll,
-// TestDependenciesWait) show each; README's table lists them.
-var noExampleHaltCodes = []capsule.HaltCode{capsule.CodeCapsuleTooLarge, capsule.CodeOperatorRejected, capsule.CodeDependencyFailed, capsule.CodeDependencyMissing}
+// (dependency_failed), a dependency's wait running out
+// (dependency_missing), or a wave closed while a capsule waits for its
+// capacity (wave_closed, shown by examples/wave/run.sh). The pipeline's
+// tests (TestOperatorGateAll, TestDependenciesWait,
+// TestWaveClosedHaltsWaiters) show each; README's table lists them.
+var noExampleHaltCodes = []capsule.HaltCode{capsule.CodeCapsuleTooLarge, capsule.CodeOperatorRejected, capsule.CodeDependencyFailed, capsule.CodeDependencyMissing, capsule.CodeWaveClosed}
 
 // expected is the exact outcome of every example file: "" for completed,
 // the halt reason otherwise. README.md's table says the same to people.

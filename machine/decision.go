@@ -66,7 +66,8 @@ type Decision struct {
 	// waiting_for_operator before HANDOFF (review.operator_gate).
 	Wait bool
 	// WaitFor, with Park and capsule.TriggerDependencies, are the
-	// dependencies the capsule waits for, in state waiting.
+	// dependencies the capsule waits for, in state waiting; with
+	// capsule.TriggerWaveCapacity, its wave.
 	WaitFor []string
 }
 
@@ -94,6 +95,8 @@ type Record struct {
 	AwaitingTokenHash string
 	// Warned is a warning trigger that fired and must not fire again.
 	Warned capsule.Trigger
+	// WaveReserved is what AUTOMATED_GATES reserved of the capsule's wave.
+	WaveReserved *capsule.Usage
 }
 
 // ApplyTo changes st as the record says. It is idempotent: applying a
@@ -131,6 +134,10 @@ func (r *Record) ApplyTo(st *capsule.CheckpointState) {
 	}
 	if r.Warned != "" && !st.HasWarned(r.Warned) {
 		st.Warned = append(st.Warned, r.Warned)
+	}
+	if r.WaveReserved != nil {
+		u := *r.WaveReserved
+		st.WaveReserved = &u
 	}
 }
 

@@ -92,7 +92,7 @@ type End struct {
 	Detail     string
 	IfPausedAt *time.Time
 	// IfWaitingSince, when set, ends only a capsule still waiting (for its
-	// dependencies) since then.
+	// dependencies, or its wave's capacity) since then.
 	IfWaitingSince *time.Time
 }
 
@@ -370,9 +370,10 @@ func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decisio
 		st.Findings = capsule.CapFindings(d.Findings, capsule.MaxFindings)
 	}
 	st.Execution = nil
-	if d.Action == Park && d.Trigger == capsule.TriggerDependencies {
+	if d.Action == Park && (d.Trigger == capsule.TriggerDependencies || d.Trigger == capsule.TriggerWaveCapacity) {
 		// Waiting is not paused: nothing to resume by hand, the sweeper
-		// takes it on once the dependencies completed.
+		// takes it on once the dependencies completed (or the wave has
+		// room).
 		st.Status = capsule.Waiting
 		st.Pause = &capsule.PauseInfo{Trigger: d.Trigger, Reason: d.Reason, By: capsule.BySagad, At: now}
 		st.WaitingFor = append([]string(nil), d.WaitFor...)
@@ -550,6 +551,9 @@ func pause(cp *capsule.Checkpoint, e Pause, now time.Time) (bool, error) {
 	case capsule.WaitingForOperator:
 		return false, refused(e, cp, "it already waits for a decision: decide or cancel")
 	case capsule.Waiting:
+		if st.Pause != nil && st.Pause.Trigger == capsule.TriggerWaveCapacity {
+			return false, refused(e, cp, "it waits for room in its wave, before anything is spent: cancel it, or raise the wave's cap")
+		}
 		return false, refused(e, cp, "it waits for its dependencies, before anything is spent: cancel it, or let them finish")
 	}
 	return false, refused(e, cp, "")

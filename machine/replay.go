@@ -117,6 +117,9 @@ func replay(cp *capsule.Checkpoint, e Replay, now time.Time) (bool, *capsule.Tra
 	st.AwaitingCycle, st.AwaitingUntil, st.AwaitingTokenHash = 0, nil, ""
 	st.WaitingFor, st.LockWaitSince = nil, nil
 	st.Findings = nil
+	// The ended run's wave reservation was released when it ended; a run
+	// from AUTOMATED_GATES or earlier reserves anew.
+	st.WaveReserved = nil
 	st.LocksHeld = []string{}
 	// Budget used, raised caps, fired warnings, artifacts and reviews carry
 	// over: spend accumulates across runs and the caps hold for all of them.

@@ -63,12 +63,18 @@ type Sweeper struct {
 	mu   sync.Mutex
 	stop context.CancelFunc
 	done chan struct{}
+	// wake asks for a sweep now (Wake).
+	wake chan struct{}
+	// holdChecked is when each wave's reservations were last checked
+	// (releaseEnded).
+	holdMu      sync.Mutex
+	holdChecked map[string]time.Time
 }
 
 // NewSweeper returns a sweeper over st that acts through a.
 func NewSweeper(st *store.Store, a *admin.Admin, cfg SweeperConfig) *Sweeper {
 	cfg = cfg.withDefaults()
-	return &Sweeper{st: st, admin: a, cfg: cfg, log: cfg.Logger}
+	return &Sweeper{st: st, admin: a, cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1)}
 }
 
 // Start sweeps every Interval until Stop (or ctx ends).
@@ -90,6 +96,15 @@ func (w *Sweeper) Start(ctx context.Context) {
 				return
 			case <-t.C:
 				w.Sweep(ctx)
+			case <-w.wake:
+				w.Sweep(ctx)
+				// Every release of a wave reservation wakes: at most one
+				// woken sweep per gap, whatever the rate of endings.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(min(w.cfg.Interval, 200*time.Millisecond)):
+				}
 			}
 		}
 	}(w.done)
@@ -110,7 +125,9 @@ func (w *Sweeper) Stop() {
 
 // Sweep looks at every parked capsule once: lock_contention capsules resume
 // when all their locks are free; capsules waiting for accepted external work
-// keep their locks alive, and halt when the result is overdue. Every sagad
+// keep their locks alive, and halt when the result is overdue; capsules
+// waiting for dependencies or for their wave's capacity go on or halt (see
+// dependencies and waves). Every sagad
 // sweeps; the actions are compare-and-sets, so they never double up.
 func (w *Sweeper) Sweep(ctx context.Context) {
 	keys, err := w.st.Continuations.Keys(ctx)
@@ -119,9 +136,14 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 		return
 	}
 	act := w.admin
+	var waveWaiters []*capsule.Checkpoint
 	for _, key := range keys {
 		cp, _, err := w.st.Checkpoints.Get(ctx, key)
 		if err != nil {
+			continue
+		}
+		if waveWaiting(cp) {
+			waveWaiters = append(waveWaiters, cp) // one wave at a time, after the loop
 			continue
 		}
 		if cp.State.Status == capsule.Waiting {
@@ -188,6 +210,7 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 			}
 		}
 	}
+	w.waves(ctx, waveWaiters)
 }
 
 // roundTimeout rounds an endpoint's completion timeout as measured from the

@@ -167,6 +167,7 @@ func TestCollectorCountsContinuationsByTrigger(t *testing.T) {
 	require.NoError(t, kv.Delete(ctx, "d")) // resumed
 	put("e", capsule.TriggerOperatorManual)
 	put("e", capsule.TriggerBlockedExternal) // overwritten: counts once, by its latest value
+	put("g", capsule.TriggerWaveCapacity)    // state waiting, for room in its wave
 	_, err = kv.Put(ctx, "f", []byte("not json"))
 	require.NoError(t, err)
 
@@ -174,7 +175,7 @@ func TestCollectorCountsContinuationsByTrigger(t *testing.T) {
 	require.Equal(t, map[string]float64{
 		"budget_warning": 2, "operator_manual": 1, "blocked_external": 1,
 		"deadline_approaching": 0, "lock_contention": 0, "operator_gate": 0, "dependencies": 0,
-		metrics.Other: 1,
+		"wave_capacity": 1, metrics.Other: 1,
 	}, got)
 }
 

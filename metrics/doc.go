@@ -59,7 +59,9 @@
 // walking checkpoints, so a scrape costs one request per phase whatever the
 // number of capsules. Paused capsules are counted on their own, as
 // sagad_capsules_paused by trigger: one per entry of the continuations
-// bucket (zero while that bucket does not exist).
+// bucket (zero while that bucket does not exist). Capsules in state
+// waiting are there too, under the triggers dependencies and
+// wave_capacity.
 //
 // The values are the same from every sagad instance, since they describe the
 // shared JetStream state; aggregate them with max(), not sum(). A failed

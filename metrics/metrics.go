@@ -73,6 +73,8 @@ const (
 	ActionPauseAll    = "pause_all"
 	ActionResumeAll   = "resume_all"
 	ActionReplay      = "replay"
+	ActionWaveSet     = "wave_set"   // sagactl wave set
+	ActionWaveClose   = "wave_close" // sagactl wave close
 )
 
 // Reasons a message is terminated ([Metrics.Terminated]): it can never
@@ -128,13 +130,14 @@ var WriteErrorKinds = []string{WriteTimeout, WriteNoResponders, WriteStorage, Wr
 // AdminActions is the closed set of action label values.
 var AdminActions = []string{
 	ActionPause, ActionResume, ActionCancel, ActionAccept, ActionRevise, ActionReject, ActionPhasePause,
-	ActionPhaseResume, ActionPauseAll, ActionResumeAll, ActionReplay,
+	ActionPhaseResume, ActionPauseAll, ActionResumeAll, ActionReplay, ActionWaveSet, ActionWaveClose,
 }
 
 // Triggers is the closed set of trigger label values: the five
-// continuation triggers of PIPELINE §5 and operator_gate (a capsule
-// waiting_for_operator).
-var Triggers = append(slices.Clone(capsule.Triggers), capsule.TriggerOperatorGate, capsule.TriggerDependencies)
+// continuation triggers of PIPELINE §5, operator_gate (a capsule
+// waiting_for_operator), and the two of state waiting: dependencies and
+// wave_capacity.
+var Triggers = append(slices.Clone(capsule.Triggers), capsule.TriggerOperatorGate, capsule.TriggerDependencies, capsule.TriggerWaveCapacity)
 
 // Verdicts is the closed set of review verdicts.
 var Verdicts = []capsule.Verdict{capsule.Approved, capsule.ChangesRequested, capsule.Rejected}

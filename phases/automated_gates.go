@@ -11,7 +11,8 @@ import (
 )
 
 // AutomatedGates is phase 3: every absolute rule of the constitution, all
-// evaluated, every violation listed.
+// evaluated, every violation listed; then a wave capsule's admission to its
+// wave (admitToWave).
 type AutomatedGates struct{}
 
 // Run evaluates the constitution. A fact that cannot be read is retried, never
@@ -39,7 +40,7 @@ func (AutomatedGates) Run(ctx context.Context, env *Env, in *Input) Decision {
 	if len(res.Violated) > 0 {
 		return HaltWith(res.Halt(), res.Findings...)
 	}
-	return AdvanceWith()
+	return admitToWave(ctx, env, in, AdvanceWith())
 }
 
 // ownedID answers Rule 2's question without a lookup when the capsule runs

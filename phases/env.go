@@ -58,8 +58,11 @@ type Recorder interface {
 
 // Env is what phases may touch. Every member is safe for concurrent use.
 type Env struct {
-	Locks     Locks
-	Budgets   Budgets
+	Locks   Locks
+	Budgets Budgets
+	// Waves admits wave capsules at AUTOMATED_GATES; nil admits every one
+	// (Rule 19 alone judges the wave).
+	Waves     WaveAdmission
 	Resolver  Resolver
 	Artifacts Artifacts
 	Executors *executors.Registry

@@ -100,7 +100,9 @@ type Config struct {
 
 	// SweepInterval is how often parked capsules are looked at: lock_contention
 	// ones resume when their locks are free, blocked_external ones have their
-	// locks renewed or time out. Defaults to 5s.
+	// locks renewed or time out, waiting ones go on when their dependencies
+	// completed or their wave has room (a wave change made by this process
+	// wakes the sweeper at once). Defaults to 5s.
 	SweepInterval time.Duration
 	// DependencyTimeout is how long a capsule waits for a dependency sagad
 	// does not know (never received, or forgotten after the retention)

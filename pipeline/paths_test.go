@@ -241,10 +241,11 @@ func TestWaveBudget(t *testing.T) {
 	ctx := context.Background()
 	bt, err := budget.New(ctx, f.js, budget.Config{})
 	require.NoError(t, err)
-	require.NoError(t, bt.SetWave(ctx, "wave-a", 1500, 0, false))
+	require.NoError(t, bt.SetWave(ctx, "wave-a", 3000, 0, false))
 	a := f.admin(t)
-	// Both pass AUTOMATED_GATES (Rule 19: each fits what the wave has left)
-	// before either runs its executor.
+	// Both pass AUTOMATED_GATES (each reserves its 1,200 tokens of the
+	// 3,000) before either runs its executor; the cap is then lowered
+	// below what they reserved, so their charges cross it.
 	require.NoError(t, a.PausePhase(ctx, capsule.Execution))
 	usage := map[string]any{"usage": map[string]any{"tokens": 800, "dollars": 0.01}}
 	var ids []string
@@ -262,6 +263,7 @@ func TestWaveBudget(t *testing.T) {
 		}
 		return true
 	}, "both queued at EXECUTION")
+	require.NoError(t, bt.SetWave(ctx, "wave-a", 1500, 0, false))
 	require.NoError(t, a.ResumePhase(ctx, capsule.Execution))
 	var reasons []string
 	for _, id := range ids {

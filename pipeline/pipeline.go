@@ -78,6 +78,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 	p.env = &phases.Env{
 		Locks:          st.Locks,
 		Budgets:        budgets{st.Budgets},
+		Waves:          st.Budgets,
 		Resolver:       st.Resolver(),
 		Artifacts:      st.Artifacts,
 		Executors:      cfg.Executors,
@@ -159,6 +160,8 @@ func (p *Pipeline) Start(ctx context.Context) error {
 		DependencyTimeout: p.cfg.DependencyTimeout,
 	})
 	p.sweeper.Start(workCtx)
+	// A released reservation or a changed wave lets waiting capsules on now.
+	p.st.OnWaveChange(p.sweeper.Wake)
 	if p.cfg.RescueAfter > 0 {
 		p.rescuer = maintenance.NewRescuer(p.st, maintenance.RescuerConfig{
 			Logger: p.log, Metrics: p.metrics, Now: p.cfg.Now, After: p.cfg.RescueAfter,

@@ -16,8 +16,9 @@
 // # Offline and live evaluation
 //
 // Three rules need live facts (NeedsFacts): 2 (capsule id already used), 19
-// (wave open with room) and 24 (dependencies done). With [Input.Facts] nil,
-// as in `sagactl check`, their static parts still run (a malformed id is a
+// (wave open; its room is reserved after the rules, by AUTOMATED_GATES, and
+// a capsule without room waits) and 24 (dependencies done). With
+// [Input.Facts] nil, as in `sagactl check`, their static parts still run (a malformed id is a
 // Rule 2 violation offline too) and their live parts are reported in
 // [Result.NotEvaluated]. A failed fact lookup lands in [Result.Errors] and
 // NotEvaluated as well: a rule that could not be decided never counts as

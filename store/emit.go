@@ -19,7 +19,8 @@ import (
 // Emit publishes what a recorded change of cp means for the world: the
 // events of transition tr (nil when the capsule parked without one), the
 // next phase's message while the capsule is in progress, the outcome when it
-// ended, its continuation while paused, and the release of its locks.
+// ended (and the release of its wave reservation), its continuation while
+// paused, and the release of its locks.
 // Emitting twice is harmless (see the package doc). rev is cp's KV revision
 // when the caller just wrote it, 0 when unknown.
 func (s *Store) Emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr *capsule.Transition, raw []byte, lockPaths []string) error {
@@ -31,6 +32,9 @@ func (s *Store) Emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr
 		}
 	}
 	if fx.Outcome != "" {
+		if err := s.releaseWave(ctx, cp); err != nil {
+			return err
+		}
 		// The outcome goes out until its acknowledgement is recorded on the
 		// capsule's bytes; a repeat within the de-duplication window is
 		// dropped by its Nats-Msg-Id. rev != 0: the caller just recorded
@@ -190,6 +194,9 @@ func (s *Store) EmitParked(ctx context.Context, cp *capsule.Checkpoint) error {
 		kind = capsule.EventWaiting
 	case capsule.Waiting:
 		kind = capsule.EventDependencyWait
+		if st.Pause.Trigger == capsule.TriggerWaveCapacity {
+			kind = capsule.EventWaveWait
+		}
 	}
 	if st.Status != capsule.WaitingForOperator {
 		// The sweeper finds paused and waiting capsules by their records.

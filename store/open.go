@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -87,6 +88,9 @@ type Store struct {
 	artifacts      jetstream.ObjectStore
 	retention      time.Duration
 	workspace      string
+	// waveHook is called when a wave may have room for a waiting capsule
+	// (see OnWaveChange).
+	waveHook atomic.Pointer[func()]
 }
 
 // Ensure creates (idempotently) every stream, consumer and bucket sagad needs

@@ -444,7 +444,8 @@ func writeContinuations(m *mdw, d *ReportData) {
 	for _, ev := range d.Events {
 		switch ev.Kind {
 		case capsule.EventPaused, capsule.EventResumed, capsule.EventWaiting,
-			capsule.EventOperatorAccepted, capsule.EventRevisionTriggered:
+			capsule.EventOperatorAccepted, capsule.EventRevisionTriggered,
+			capsule.EventDependencyWait, capsule.EventWaveWait:
 			rows = append(rows, ev)
 		}
 	}

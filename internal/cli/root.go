@@ -136,7 +136,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 		Short: "Admin CLI for sagad, the capsule saga daemon",
 		Long: `sagactl publishes capsules to sagad and inspects them.
 
-Admin commands (pause, resume, cancel, decide, replay, pending, phase) are requests to
+Admin commands (pause, resume, cancel, decide, replay, pending, phase, wave) are requests to
 sagad's admin service (saga.admin.<verb>, docs/ADMIN.md): they need a running
 sagad, which carries them out. Read commands (status, list, history, watch,
 report, wait) read JetStream directly.
@@ -148,7 +148,8 @@ Exit codes:
   3   wait: the capsule needs a human (paused, waiting_for_operator; not
       a pause on accepted external work, which wait waits out)
   4   capsule not found
-  5   refused: the capsule's state does not allow the action (nothing changed)
+  5   refused: the capsule's (or wave's) state does not allow the action
+      (nothing changed)
   6   no sagad answered an admin command: is sagad running?
   20  wait: cancelled
   21  wait: timed out`,
@@ -175,7 +176,7 @@ Exit codes:
 	root.AddCommand(
 		newPublish(g), newSeal(g), newCheck(g),
 		newStatus(g), newWait(g), newList(g), newHistory(g),
-		newPause(g), newResume(g), newCancel(g), newDecide(g), newReplay(g), newPending(g), newPhase(g),
+		newPause(g), newResume(g), newCancel(g), newDecide(g), newReplay(g), newPending(g), newPhase(g), newWave(g),
 		newWatch(g), newReport(g), newRules(g),
 	)
 	// cobra adds `sagactl completion bash|zsh|fish|powershell`; capsule

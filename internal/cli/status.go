@@ -212,7 +212,7 @@ and shows the whole halt reason; -o json and -o yaml give the full records.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st := capsule.State(state)
 			if state != "" && !st.Valid() {
-				return exit(ExitUsage, fmt.Errorf("--state %q: want one of in_progress, paused, waiting_for_operator, completed, halted, cancelled", state))
+				return exit(ExitUsage, fmt.Errorf("--state %q: want one of in_progress, paused, waiting_for_operator, waiting, completed, halted, cancelled", state))
 			}
 			if limit < 0 {
 				return exit(ExitUsage, fmt.Errorf("--limit %d: want 0 (all) or more", limit))
