@@ -179,7 +179,15 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("/ui/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint")
 	})
-	mux.Handle("GET /ui/", http.StripPrefix("/ui", c.static))
+	static := http.StripPrefix("/ui", c.static)
+	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, "method not allowed")
+			return
+		}
+		static.ServeHTTP(w, r)
+	})
 	return c.secure(mux)
 }
 

@@ -20,7 +20,7 @@ function el(tag, attrs, ...children) {
     else if (k === "href") e.setAttribute("href", safeHref(v));
     else e.setAttribute(k, v);
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === undefined || c === null || c === false) continue;
     e.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
