@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -468,13 +467,6 @@ func parsePhase(s string) (int, bool) {
 	if s == "" {
 		return -1, true
 	}
-	if n, err := strconv.Atoi(s); err == nil {
-		return n, capsule.Phase(n).Valid()
-	}
-	for p := capsule.Phase(0); p < capsule.NumPhases; p++ {
-		if strings.EqualFold(p.String(), s) {
-			return int(p), true
-		}
-	}
-	return 0, false
+	p, err := capsule.ParsePhase(s)
+	return int(p), err == nil
 }

@@ -1,11 +1,11 @@
 // sagad console: framework-free. Every capsule field is untrusted input, so
-// the DOM is built with createElement and textContent only — never
-// innerHTML — and the Content-Security-Policy runs nothing but this file.
+// the DOM is built with createElement and textContent only — never from
+// HTML strings — and the Content-Security-Policy runs nothing but this file.
 "use strict";
 
 const API = "/ui/api";
 const STATES = ["in_progress", "waiting", "paused", "waiting_for_operator", "completed", "halted", "cancelled"];
-const PHASES = ["RECEPTION", "PLANNING", "AUTOMATED_GATES", "EXECUTION", "REVIEW", "REALITY_CHECK", "ACCOUNTING"];
+const PHASES = ["RECEPTION", "REALITY_ANCHOR", "PLANNING", "AUTOMATED_GATES", "EXECUTION", "REVIEW", "HANDOFF"];
 
 // el builds an element: attrs set properties (on*: listeners, dataset,
 // class); children are nodes or strings (text nodes, so never parsed).
@@ -128,8 +128,8 @@ function capsuleActions(r) {
   const b = (label, cls, fn) => el("button", { class: cls, onclick: fn, dataset: { key: id } }, label);
   const out = [];
   if (r.state === "waiting_for_operator") {
-    out.push(b("Accept", "act-accept primary", () => confirmAction("Accept " + who, "The reviewed work is accepted and the capsule goes on to REALITY_CHECK.", "decide", { id, decision: "accept" })));
-    out.push(b("Revise", "act-revise", () => confirmAction("Revise " + who, "EXECUTION runs again with your rationale as the review's finding.", "decide", { id, decision: "revise" }, ["rationale"])));
+    out.push(b("Accept", "act-accept primary", () => confirmAction("Accept " + who, "The operator gate opens: the reviewed work is accepted and the capsule goes on.", "decide", { id, decision: "accept" })));
+    out.push(b("Revise", "act-revise", () => confirmAction("Revise " + who, "EXECUTION runs again, with your rationale as the review's finding.", "decide", { id, decision: "revise" }, ["rationale"])));
     out.push(b("Reject", "act-reject danger", () => confirmAction("Reject " + who, "The capsule halts: the operator rejected the work.", "decide", { id, decision: "reject" }, ["rationale"])));
   }
   if (r.state === "paused") {
