@@ -279,7 +279,9 @@ func TestConsoleEndToEnd(t *testing.T) {
 	}, "capsule never reached EXECUTION")
 	code, body = f.act(t, "pause", ActionRequest{ID: held, By: "dora", Reason: "check"}, nil)
 	require.Equal(t, http.StatusOK, code, body)
-	live.until(t, func(r Row) bool { return r.CapsuleID == held && r.NeedsYou && r.Trigger == capsule.TriggerOperatorManual })
+	live.until(t, func(r Row) bool {
+		return r.CapsuleID == held && r.NeedsYou && r.Trigger == capsule.TriggerOperatorManual
+	})
 	require.Equal(t, http.StatusOK, f.get(t, "/ui/api/inbox", &in))
 	require.Len(t, in.Paused, 1)
 	require.Equal(t, "dora", in.Paused[0].By)

@@ -57,6 +57,10 @@ type Row struct {
 	// Deleted is set on the change that removed the checkpoint (retention,
 	// purge); such a row is no longer listed.
 	Deleted bool `json:"deleted,omitempty"`
+
+	// search is the capsule id and key in lower case, what a search by id
+	// looks in.
+	search string
 }
 
 // rowOf summarises a checkpoint.
@@ -76,7 +80,33 @@ func rowOf(cp *capsule.Checkpoint, rev uint64, now time.Time) *Row {
 		r.NeedsYou = true
 		r.Verdict, r.Findings = item.Verdict, item.Findings
 	}
+	r.search = strings.ToLower(cp.CapsuleID + " " + cp.Key)
 	return r
+}
+
+// sinceOf is when a row's wait began: its pause, else its last update.
+func sinceOf(r *Row) time.Time {
+	if r.Since != nil {
+		return *r.Since
+	}
+	return r.UpdatedAt
+}
+
+// older orders inbox rows by how long they have waited, longest first,
+// then by key.
+func older(a, b *Row) int {
+	if c := sinceOf(a).Compare(sinceOf(b)); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Key, b.Key)
+}
+
+// newer orders rows by update time, newest first, then by key.
+func newer(a, b *Row) int {
+	if c := b.UpdatedAt.Compare(a.UpdatedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Key, b.Key)
 }
 
 // Change is one checkpoint written or removed, as the index saw it.
@@ -94,12 +124,17 @@ type Index struct {
 	log *slog.Logger
 	now func() time.Time
 
-	mu    sync.RWMutex
-	rows  map[string]*Row   // by key
-	byID  map[string]string // capsule_id → key, for ids stored under another key
-	order []*Row            // by UpdatedAt, newest first; nil when stale
-	ready bool
-	subs  map[chan Change]struct{}
+	mu   sync.RWMutex
+	rows map[string]*Row   // by key
+	byID map[string]string // capsule_id → key, for ids stored under another key
+	// order is every row by [newer], kept sorted on each change (a binary
+	// search and a move of pointers, never a sort of the whole).
+	order []*Row
+	// decide, paused and waiting are the inbox's lists, each kept in
+	// [older] order like order is.
+	decide, paused, waiting []*Row
+	ready                   bool
+	subs                    map[chan Change]struct{}
 
 	readyCh chan struct{}
 }
@@ -112,7 +147,8 @@ func NewIndex(log *slog.Logger, now func() time.Time) *Index {
 	if now == nil {
 		now = time.Now
 	}
-	return &Index{log: log, now: now, rows: map[string]*Row{}, byID: map[string]string{}, subs: map[chan Change]struct{}{}, readyCh: make(chan struct{})}
+	return &Index{log: log, now: now, rows: map[string]*Row{}, byID: map[string]string{},
+		subs: map[chan Change]struct{}{}, readyCh: make(chan struct{})}
 }
 
 // Watcher opens a watch of every checkpoint with its value (the current
@@ -215,10 +251,19 @@ func (x *Index) load(rows map[string]*Row) {
 	x.mu.Lock()
 	x.rows = rows
 	x.byID = make(map[string]string, len(rows))
+	x.order = make([]*Row, 0, len(rows))
+	x.decide, x.paused, x.waiting = nil, nil, nil
 	for k, r := range rows {
 		x.byID[r.CapsuleID] = k
+		x.order = append(x.order, r)
+		if l := x.inboxList(r); l != nil {
+			*l = append(*l, r)
+		}
 	}
-	x.order = nil
+	slices.SortFunc(x.order, newer)
+	for _, l := range []*[]*Row{&x.decide, &x.paused, &x.waiting} {
+		slices.SortFunc(*l, older)
+	}
 	wasReady := x.ready
 	x.ready = true
 	x.broadcast(Change{Resync: true})
@@ -232,23 +277,52 @@ func (x *Index) load(rows map[string]*Row) {
 func (x *Index) apply(row *Row) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if old, ok := x.rows[row.Key]; ok && old.Revision > row.Revision {
+	old, had := x.rows[row.Key]
+	if had && old.Revision > row.Revision {
 		return // an older write seen late
 	}
-	if row.Deleted {
-		if old, ok := x.rows[row.Key]; ok {
-			row.CapsuleID = old.CapsuleID
-			if x.byID[old.CapsuleID] == row.Key {
-				delete(x.byID, old.CapsuleID)
+	if had {
+		if i, ok := slices.BinarySearchFunc(x.order, old, newer); ok {
+			x.order = slices.Delete(x.order, i, i+1)
+		}
+		if l := x.inboxList(old); l != nil {
+			if i, ok := slices.BinarySearchFunc(*l, old, older); ok {
+				*l = slices.Delete(*l, i, i+1)
 			}
+		}
+		if x.byID[old.CapsuleID] == row.Key {
+			delete(x.byID, old.CapsuleID)
+		}
+	}
+	if row.Deleted {
+		if had {
+			row.CapsuleID = old.CapsuleID
 		}
 		delete(x.rows, row.Key)
 	} else {
 		x.rows[row.Key] = row
 		x.byID[row.CapsuleID] = row.Key
+		i, _ := slices.BinarySearchFunc(x.order, row, newer)
+		x.order = slices.Insert(x.order, i, row)
+		if l := x.inboxList(row); l != nil {
+			i, _ := slices.BinarySearchFunc(*l, row, older)
+			*l = slices.Insert(*l, i, row)
+		}
 	}
-	x.order = nil
 	x.broadcast(Change{Row: row})
+}
+
+// inboxList is the inbox list r belongs in, or nil. x.mu is held.
+func (x *Index) inboxList(r *Row) *[]*Row {
+	switch {
+	case r.NeedsYou && r.State == capsule.WaitingForOperator:
+		return &x.decide
+	case r.NeedsYou:
+		return &x.paused
+	case r.State == capsule.Waiting:
+		return &x.waiting
+	}
+	return nil
 }
 
 // broadcast sends c to every subscriber without blocking: one whose buffer
@@ -354,24 +428,25 @@ func (q Query) match(r *Row) bool {
 		q.Trigger != "" && r.Trigger != q.Trigger:
 		return false
 	case q.Search != "":
-		s := strings.ToLower(q.Search)
-		return strings.Contains(strings.ToLower(r.CapsuleID), s) || strings.Contains(strings.ToLower(r.Key), s)
+		return strings.Contains(r.search, q.Search)
 	}
 	return true
 }
 
-// List returns the page of rows q selects, most recently updated first.
-// The order is kept sorted between changes, so a page costs one pass over
-// the rows (to count the matches) and no sort while nothing changed.
+// List returns the page of rows q selects, most recently updated first:
+// one pass over the rows, kept in order, to count the matches and take the
+// page; no sort.
 func (x *Index) List(q Query) Page {
 	if q.Limit <= 0 {
 		q.Limit = DefaultLimit
 	}
 	q.Limit = min(q.Limit, MaxLimit)
 	q.Offset = max(q.Offset, 0)
-	order := x.sorted()
+	q.Search = strings.ToLower(q.Search)
 	p := Page{Items: []*Row{}, Offset: q.Offset, Limit: q.Limit}
-	for _, r := range order {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for _, r := range x.order {
 		if !q.match(r) {
 			continue
 		}
@@ -381,34 +456,6 @@ func (x *Index) List(q Query) Page {
 		p.Total++
 	}
 	return p
-}
-
-// sorted returns every row, newest update first (then by key), sorting
-// again only after a change.
-func (x *Index) sorted() []*Row {
-	x.mu.RLock()
-	order := x.order
-	x.mu.RUnlock()
-	if order != nil {
-		return order
-	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.order != nil {
-		return x.order
-	}
-	order = make([]*Row, 0, len(x.rows))
-	for _, r := range x.rows {
-		order = append(order, r)
-	}
-	slices.SortFunc(order, func(a, b *Row) int {
-		if c := b.UpdatedAt.Compare(a.UpdatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Key, b.Key)
-	})
-	x.order = order
-	return order
 }
 
 // Inbox is what needs the operator, and what waits.
@@ -427,38 +474,17 @@ type Inbox struct {
 
 // Inbox returns the needs-you lists, each cut at limit.
 func (x *Index) Inbox(limit int) Inbox {
-	in := Inbox{Decide: []*Row{}, Paused: []*Row{}, Waiting: []*Row{}}
 	x.mu.RLock()
-	for _, r := range x.rows {
-		switch {
-		case r.NeedsYou && r.State == capsule.WaitingForOperator:
-			in.Decide = append(in.Decide, r)
-		case r.NeedsYou:
-			in.Paused = append(in.Paused, r)
-		case r.State == capsule.Waiting:
-			in.Waiting = append(in.Waiting, r)
-		}
-	}
-	x.mu.RUnlock()
-	in.Counts = map[string]int{"decide": len(in.Decide), "paused": len(in.Paused), "waiting": len(in.Waiting)}
-	since := func(r *Row) time.Time {
-		if r.Since != nil {
-			return *r.Since
-		}
-		return r.UpdatedAt
-	}
-	for _, l := range []*[]*Row{&in.Decide, &in.Paused, &in.Waiting} {
-		slices.SortFunc(*l, func(a, b *Row) int {
-			if c := since(a).Compare(since(b)); c != 0 {
-				return c
-			}
-			return strings.Compare(a.Key, b.Key)
-		})
-		if len(*l) > limit {
-			*l = (*l)[:limit]
+	defer x.mu.RUnlock()
+	in := Inbox{Counts: map[string]int{"decide": len(x.decide), "paused": len(x.paused), "waiting": len(x.waiting)}}
+	take := func(l []*Row) []*Row {
+		if len(l) > limit {
 			in.Truncated = true
+			l = l[:limit]
 		}
+		return append([]*Row{}, l...)
 	}
+	in.Decide, in.Paused, in.Waiting = take(x.decide), take(x.paused), take(x.waiting)
 	return in
 }
 
