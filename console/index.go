@@ -80,7 +80,14 @@ func rowOf(cp *capsule.Checkpoint, rev uint64, now time.Time) *Row {
 		r.NeedsYou = true
 		r.Verdict, r.Findings = item.Verdict, item.Findings
 	}
-	r.search = strings.ToLower(cp.CapsuleID + " " + cp.Key)
+	// A row per capsule is what the console holds in memory: the key
+	// (nearly always the id) and the search text share the id's bytes.
+	r.search = strings.ToLower(cp.CapsuleID)
+	if cp.Key == cp.CapsuleID {
+		r.Key = r.CapsuleID
+	} else {
+		r.search += " " + strings.ToLower(cp.Key)
+	}
 	return r
 }
 

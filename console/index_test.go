@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"testing"
 	"time"
 
@@ -188,7 +189,13 @@ func TestParseQuery(t *testing.T) {
 // deep page, and the first page right after a change (which re-sorts).
 func BenchmarkListEndpoint(b *testing.B) {
 	const n = 100_000
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
 	x := fill(b, n)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	rowBytes := float64(after.HeapAlloc-before.HeapAlloc) / n
 	c := &Console{cfg: Config{}.withDefaults(), index: x}
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	changed, err := decodeRow(checkpointBytes(b, 7, base.Add(time.Hour)), n+1, base)
@@ -217,6 +224,7 @@ func BenchmarkListEndpoint(b *testing.B) {
 					b.Fatalf("status %d: %s", rec.Code, rec.Body)
 				}
 			}
+			b.ReportMetric(rowBytes, "index-B/capsule")
 		})
 	}
 	b.Run("inbox", func(b *testing.B) {
