@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -105,6 +106,7 @@ type Console struct {
 	static http.Handler
 
 	mu     sync.Mutex
+	reader *client.Client // bound on first use (events)
 	cancel context.CancelFunc
 	done   chan struct{}
 	// closing ends the event streams at Stop.
@@ -217,6 +219,13 @@ func (c *Console) secure(next http.Handler) http.Handler {
 // the request when it fails (or when it set the token cookie).
 func (c *Console) authorized(w http.ResponseWriter, r *http.Request) bool {
 	if c.cfg.Token == "" && c.cfg.BasicAuth == "" {
+		// Open, so on loopback only (sagad sees to it). A page of another
+		// site whose name it points at 127.0.0.1 (DNS rebinding) would be
+		// same-origin to the browser: only loopback names are answered.
+		if !loopbackHost(r.Host) {
+			writeError(w, http.StatusForbidden, "the console without authentication answers only to a loopback address (localhost, 127.0.0.1, [::1]); set a token or basic auth to reach it by another name")
+			return false
+		}
 		return true
 	}
 	if c.cfg.Token != "" {
@@ -249,6 +258,20 @@ func (c *Console) authorized(w http.ResponseWriter, r *http.Request) bool {
 	}
 	writeError(w, http.StatusUnauthorized, "authentication required: open /ui/?token=<token> once (or send Authorization: Bearer), or log in with the console's basic auth")
 	return false
+}
+
+// loopbackHost reports whether a Host header names this machine: localhost
+// or a loopback IP, with or without a port.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // equal compares secrets in constant time (of their hashes, so the length
@@ -394,7 +417,7 @@ func (c *Console) getCapsule(w http.ResponseWriter, r *http.Request) {
 		dl := cp.State.DeadlineIn(kept.Deadline)
 		v.Caps, v.Deadline = &caps, &dl
 	}
-	if cl, err := client.NewClient(ctx, c.js); err != nil {
+	if cl, err := c.client(ctx); err != nil {
 		v.EventsError = err.Error()
 	} else if evs, err := cl.History(ctx, key); err != nil {
 		v.EventsError = err.Error()
@@ -402,6 +425,20 @@ func (c *Console) getCapsule(w http.ResponseWriter, r *http.Request) {
 		v.Events = evs
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// client returns the reader of events, bound on first use.
+func (c *Console) client(ctx context.Context) (*client.Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reader == nil {
+		cl, err := client.NewClient(ctx, c.js)
+		if err != nil {
+			return nil, err
+		}
+		c.reader = cl
+	}
+	return c.reader, nil
 }
 
 func (c *Console) getArtifact(w http.ResponseWriter, r *http.Request) {

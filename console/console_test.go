@@ -358,7 +358,9 @@ func TestPageIsStaticAndLocked(t *testing.T) {
 	h := c.Handler()
 	for path, ctype := range map[string]string{"/ui/": "text/html", "/ui/app.js": "text/javascript", "/ui/app.css": "text/css"} {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		r := httptest.NewRequest(http.MethodGet, path, nil)
+		r.Host = "127.0.0.1:9464"
+		h.ServeHTTP(rec, r)
 		require.Equal(t, http.StatusOK, rec.Code, path)
 		require.Contains(t, rec.Header().Get("Content-Type"), ctype, path)
 		require.Contains(t, rec.Header().Get("Content-Security-Policy"), "script-src 'self'", path)
@@ -370,8 +372,39 @@ func TestPageIsStaticAndLocked(t *testing.T) {
 		require.NotContains(t, string(js), banned, "the page builds the DOM from text only and never polls")
 	}
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/ui/", nil))
+	r := httptest.NewRequest(http.MethodPost, "/ui/", nil)
+	r.Host = "localhost"
+	h.ServeHTTP(rec, r)
 	require.Equal(t, http.StatusMethodNotAllowed, rec.Code)
+}
+
+// TestOpenConsoleAnswersLoopbackNamesOnly: without authentication only a
+// loopback Host is answered, so a site whose name resolves to 127.0.0.1
+// (DNS rebinding) cannot use the browser to read or act.
+func TestOpenConsoleAnswersLoopbackNamesOnly(t *testing.T) {
+	t.Parallel()
+	c, err := New(&store.Store{}, nil, Config{})
+	require.NoError(t, err)
+	h := c.Handler()
+	for host, want := range map[string]int{
+		"127.0.0.1:9464": http.StatusOK, "localhost:9464": http.StatusOK, "LOCALHOST": http.StatusOK, "[::1]:9464": http.StatusOK,
+		"127.0.0.2": http.StatusOK, "evil.example:9464": http.StatusForbidden, "10.0.0.1:9464": http.StatusForbidden, "": http.StatusForbidden,
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/ui/app.css", nil)
+		r.Host = host
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		require.Equal(t, want, rec.Code, host)
+	}
+	// With a token, the name does not matter: the token does.
+	c, err = New(&store.Store{}, nil, Config{Token: "t"})
+	require.NoError(t, err)
+	r := httptest.NewRequest(http.MethodGet, "/ui/app.css", nil)
+	r.Host = "console.example"
+	r.Header.Set("Authorization", "Bearer t")
+	rec := httptest.NewRecorder()
+	c.Handler().ServeHTTP(rec, r)
+	require.Equal(t, http.StatusOK, rec.Code)
 }
 
 // TestAuth: with a token or basic auth configured, nothing is served
