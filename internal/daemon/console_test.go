@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -90,7 +91,7 @@ func TestConsoleServed(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
 	cfg.HTTPListen = freeAddr(t)
 	cfg.UIToken = "s3cret"
-	start(t, cfg)
+	d := start(t, cfg)
 	base := "http://" + cfg.HTTPListen
 	code, _ := get(base + "/")
 	require.Equal(t, http.StatusFound, code)
@@ -103,6 +104,23 @@ func TestConsoleServed(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	code, _ = get(base + "/healthz")
 	require.Equal(t, http.StatusOK, code, "the token guards the console only")
+
+	// An open event stream does not hold sagad's shutdown.
+	req, err := http.NewRequest(http.MethodGet, base+"/ui/api/stream", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	hello := make([]byte, 64)
+	n, err := resp.Body.Read(hello)
+	require.NoError(t, err)
+	require.Contains(t, string(hello[:n]), "event: hello")
+	begun := time.Now()
+	require.NoError(t, d.stop(t))
+	require.Less(t, time.Since(begun), 8*time.Second, "shutdown waited for the stream")
+	_, err = io.ReadAll(resp.Body)
+	require.NoError(t, err, "the stream ended cleanly")
 
 	cfg = testConfig(t, t.TempDir())
 	cfg.HTTPListen = freeAddr(t)
