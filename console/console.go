@@ -474,15 +474,30 @@ func (c *Console) getPhases(w http.ResponseWriter, r *http.Request) {
 
 // WavesView answers the waves endpoint.
 type WavesView struct {
-	// Available: this sagad's admin service has wave verbs.
+	// Available: a sagad serves saga.admin.wave.list.
 	Available bool   `json:"available"`
 	Message   string `json:"message,omitempty"`
+	// Waves is wave.list's list as the admin service sent it.
+	Waves json.RawMessage `json:"waves,omitempty"`
 }
 
-// getWaves: this build's admin service has no wave verbs (saga.admin.wave.*);
-// the page says so rather than guessing from checkpoints.
-func (c *Console) getWaves(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, WavesView{Message: "waves are not available in this build of sagad: its admin service has no wave verbs"})
+// getWaves forwards wave.list; without a sagad serving it (a build without
+// waves) the page says waves are not available.
+func (c *Console) getWaves(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), c.cfg.ActionTimeout)
+	defer cancel()
+	var reply struct {
+		Waves json.RawMessage `json:"waves"`
+	}
+	err := c.admin.Call(ctx, verbWaveList, struct{}{}, &reply)
+	switch {
+	case unavailable(err):
+		writeJSON(w, http.StatusOK, WavesView{Message: "waves are not available: no sagad serves " + adminsvc.Subject(verbWaveList) + " (a build without waves)"})
+	case err != nil:
+		writeAdminError(w, err)
+	default:
+		writeJSON(w, http.StatusOK, WavesView{Available: true, Waves: reply.Waves})
+	}
 }
 
 func writeAdminError(w http.ResponseWriter, err error) {
@@ -522,6 +537,31 @@ type ActionRequest struct {
 	Deadline string `json:"deadline"`
 	Force    bool   `json:"force"`
 	Phase    *int   `json:"phase"`
+	// FromPhase and Dependents are replay's: the phase the new run starts
+	// at (absent: where the capsule stopped), and whether the dependents
+	// halted dependency_failed on it go along (absent: yes).
+	FromPhase  *int  `json:"from_phase"`
+	Dependents *bool `json:"dependents"`
+	// WaveID names the wave of wave.set and wave.close; Tokens and Dollars
+	// are wave.set's new caps (absent: unchanged, 0: none).
+	WaveID string `json:"wave_id"`
+}
+
+// Verbs a newer sagad serves that this build's admin client has no method
+// for: the console forwards them as they are (adminsvc.Client.Call), and
+// says "not available" when no sagad serves them.
+const (
+	verbReplay    = "replay"
+	verbWaveList  = "wave.list"
+	verbWaveSet   = "wave.set"
+	verbWaveClose = "wave.close"
+)
+
+// unavailable reports an error that says no sagad serves the verb at all
+// (NATS answered at once that nobody listens on its subject).
+func unavailable(err error) bool {
+	var ns *adminsvc.NoSagadError
+	return errors.As(err, &ns) && ns.Waited == 0
 }
 
 // csrfHeader must be on every action: a page of another origin cannot set
@@ -609,8 +649,46 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 			phases, err = c.admin.ResumePhase(ctx, req)
 		}
 		reply = map[string]any{"phases": phases}
+	case verbReplay:
+		req := map[string]any{"id": a.ID, "by": a.By}
+		if a.Reason != "" {
+			req["reason"] = a.Reason
+		}
+		if a.FromPhase != nil {
+			req["from_phase"] = *a.FromPhase
+		}
+		if a.Dependents != nil {
+			req["dependents"] = *a.Dependents
+		}
+		var raw json.RawMessage
+		err = c.admin.Call(ctx, verb, req, &raw)
+		reply = raw
+	case verbWaveSet, verbWaveClose:
+		req := map[string]any{"wave_id": a.WaveID, "by": a.By}
+		if a.Reason != "" {
+			req["reason"] = a.Reason
+		}
+		if verb == verbWaveSet {
+			// Only what the operator typed changes: the page sends the caps
+			// it was given, and the request carries those alone.
+			var caps map[string]json.RawMessage
+			_ = json.Unmarshal(body, &caps)
+			if _, ok := caps["tokens"]; ok {
+				req["tokens"] = a.Tokens
+			}
+			if _, ok := caps["dollars"]; ok {
+				req["dollars"] = a.Dollars
+			}
+		}
+		var raw json.RawMessage
+		err = c.admin.Call(ctx, verb, req, &raw)
+		reply = raw
 	default:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no action %q: want pause, resume, cancel, decide, phase.pause or phase.resume", verb))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no action %q: want pause, resume, cancel, decide, replay, phase.pause, phase.resume, wave.set or wave.close", verb))
+		return
+	}
+	if unavailable(err) && (verb == verbReplay || verb == verbWaveSet || verb == verbWaveClose) {
+		writeError(w, http.StatusNotImplemented, fmt.Sprintf("%s is not available: no sagad serves %s (a build without it)", verb, adminsvc.Subject(verb)))
 		return
 	}
 	c.cfg.Logger.Info("console action", "verb", verb, "capsule_id", a.ID, "by", a.By, "decision", a.Decision, "phase", a.Phase, "error", err)

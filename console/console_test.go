@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -47,6 +48,7 @@ func testLogger(t testing.TB) *slog.Logger {
 // fixture is a pipeline, its admin service and a console over them, served
 // by an httptest server.
 type fixture struct {
+	nc      *nats.Conn
 	console *Console
 	srv     *httptest.Server
 	client  *client.Client
@@ -81,7 +83,7 @@ func setup(t *testing.T, cfg Config) *fixture {
 	t.Cleanup(func() { c.Stop(); srv.Close() })
 	cl, err := client.NewClient(ctx, js)
 	require.NoError(t, err)
-	return &fixture{console: c, srv: srv, client: cl, st: p.Store()}
+	return &fixture{nc: nc, console: c, srv: srv, client: cl, st: p.Store()}
 }
 
 func (f *fixture) publish(t *testing.T, doc capsuletest.Doc) string {
@@ -462,4 +464,62 @@ func TestAuth(t *testing.T) {
 	require.ErrorIs(t, err, ErrBasicAuth)
 	_, err = New(&store.Store{}, nil, Config{BasicAuth: ":pw"})
 	require.ErrorIs(t, err, ErrBasicAuth)
+}
+
+// TestForwardedVerbs: replay and the wave verbs, which this build's admin
+// service lacks, are "not available" until a sagad serves them; then the
+// console forwards the operator's request as the verb's schema has it.
+func TestForwardedVerbs(t *testing.T) {
+	t.Parallel()
+	f := setup(t, Config{})
+	var waves WavesView
+	require.Equal(t, http.StatusOK, f.get(t, "/ui/api/waves", &waves))
+	require.False(t, waves.Available)
+	require.Contains(t, waves.Message, "saga.admin.wave.list")
+	code, body := f.act(t, "replay", ActionRequest{ID: "x", By: "eve"}, nil)
+	require.Equal(t, http.StatusNotImplemented, code, body)
+	require.Contains(t, body, "saga.admin.replay")
+	code, body = f.act(t, "wave.close", ActionRequest{WaveID: "w", By: "eve"}, nil)
+	require.Equal(t, http.StatusNotImplemented, code, body)
+
+	// A sagad with the verbs (stood in for by plain responders).
+	got := make(chan string, 8)
+	for subject, reply := range map[string]string{
+		"saga.admin.wave.list":  `{"waves":[{"wave_id":"w-1","tokens_cap":3000,"dollars_cap":0,"closed":false,"used":{"tokens":1000,"dollars":0},"reserved":{"tokens":2000,"dollars":0},"running":2,"waiting":["k1"]}]}`,
+		"saga.admin.replay":     `{"capsule":{"capsule_id":"x"},"dependents":[]}`,
+		"saga.admin.wave.set":   `{"wave_id":"w-1"}`,
+		"saga.admin.wave.close": `{"wave_id":"w-1","closed":true}`,
+	} {
+		sub, err := f.nc.Subscribe(subject, func(m *nats.Msg) {
+			got <- m.Subject + " " + string(m.Data)
+			_ = m.Respond([]byte(reply))
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	require.NoError(t, f.nc.Flush())
+	require.Equal(t, http.StatusOK, f.get(t, "/ui/api/waves", &waves))
+	require.True(t, waves.Available)
+	require.Contains(t, string(waves.Waves), `"wave_id":"w-1"`)
+	<-got
+
+	from, deps := 4, false
+	tests := []struct {
+		verb string
+		body any
+		want string
+	}{
+		{verb: "replay", body: ActionRequest{ID: "x", By: "eve", Reason: "fixed", FromPhase: &from, Dependents: &deps},
+			want: `saga.admin.replay {"by":"eve","dependents":false,"from_phase":4,"id":"x","reason":"fixed"}`},
+		{verb: "replay", body: ActionRequest{ID: "x", By: "eve"}, want: `saga.admin.replay {"by":"eve","id":"x"}`},
+		{verb: "wave.set", body: map[string]any{"wave_id": "w-1", "by": "eve", "tokens": 5000},
+			want: `saga.admin.wave.set {"by":"eve","tokens":5000,"wave_id":"w-1"}`},
+		{verb: "wave.close", body: ActionRequest{WaveID: "w-1", By: "eve", Reason: "done"},
+			want: `saga.admin.wave.close {"by":"eve","reason":"done","wave_id":"w-1"}`},
+	}
+	for _, tt := range tests {
+		code, body := f.act(t, tt.verb, tt.body, nil)
+		require.Equal(t, http.StatusOK, code, body)
+		require.Equal(t, tt.want, <-got)
+	}
 }

@@ -71,10 +71,12 @@ async function post(verb, body) {
 const FIELDS = {
   reason: { label: "Reason", type: "text" },
   rationale: { label: "Rationale (becomes the review finding)", type: "textarea" },
-  tokens: { label: "Raise token cap to (0 keeps it)", type: "number" },
-  dollars: { label: "Raise dollar cap to (0 keeps it)", type: "number", step: "0.01" },
+  tokens: { label: "Token cap (empty: unchanged)", type: "number" },
+  dollars: { label: "Dollar cap (empty: unchanged)", type: "number", step: "0.01" },
   deadline: { label: "New deadline (RFC 3339, empty keeps it)", type: "text", placeholder: "2030-01-02T15:04:05Z" },
   force: { label: "Force (also resume a capsule awaiting accepted external work)", type: "checkbox" },
+  from_phase: { label: "Start at phase (0–6; empty: where it stopped)", type: "number" },
+  dependents: { label: "Also replay the capsules halted dependency_failed on it", type: "checkbox", checked: true },
 };
 
 function confirmAction(title, text, verb, base, fields) {
@@ -91,7 +93,7 @@ function confirmAction(title, text, verb, base, fields) {
   for (const f of fields || []) {
     const d = FIELDS[f];
     const input = d.type === "textarea" ? el("textarea", { name: f, rows: 3 }) :
-      el("input", { name: f, type: d.type, step: d.step, placeholder: d.placeholder, min: d.type === "number" ? "0" : undefined });
+      el("input", { name: f, type: d.type, step: d.step, placeholder: d.placeholder, min: d.type === "number" ? "0" : undefined, checked: d.checked });
     inputs[f] = input;
     box.append(el("label", {}, d.label, input));
   }
@@ -137,6 +139,9 @@ function capsuleActions(r) {
   }
   if (r.state === "in_progress" || r.state === "waiting") {
     out.push(b("Pause", "act-pause", () => confirmAction("Pause " + who, "The capsule parks with operator_manual until resumed.", "pause", { id }, ["reason"])));
+  }
+  if (r.state === "halted" || r.state === "cancelled") {
+    out.push(b("Replay", "act-replay", () => confirmAction("Replay " + who, "A new run of the capsule starts from where it stopped (or the phase you give), on the bytes RECEPTION kept.", "replay", { id }, ["reason", "from_phase", "dependents"])));
   }
   if (!["completed", "halted", "cancelled"].includes(r.state)) {
     out.push(b("Cancel", "act-cancel danger", () => confirmAction("Cancel " + who, "The capsule ends cancelled; this cannot be undone.", "cancel", { id }, ["reason"])));
@@ -319,8 +324,24 @@ async function renderPhases() {
 
 async function renderWaves() {
   const d = await getJSON("/waves");
-  if (!d.available) return el("div", { id: "waves" }, el("h1", { text: "Waves" }), el("p", { class: "muted", text: d.message }));
-  return el("div", { id: "waves" }, el("h1", { text: "Waves" }), el("pre", { text: JSON.stringify(d, null, 2) }));
+  const v = el("div", { id: "waves" }, el("h1", { text: "Waves" }));
+  if (!d.available) { v.append(el("p", { class: "muted", id: "waves-unavailable", text: d.message })); return v; }
+  const waves = d.waves || [];
+  if (!waves.length) { v.append(el("p", { class: "muted", text: "No wave has a budget." })); return v; }
+  const use = (used, reserved, cap) => [String(used), " used, ", String(reserved), " reserved of ", cap ? String(cap) : "no cap", bar(used + reserved, cap)];
+  v.append(el("table", { id: "wave-list" },
+    el("thead", {}, el("tr", {}, ["Wave", "Tokens", "Dollars", "Running", "Waiting for capacity", "State", ""].map(h => el("th", { text: h })))),
+    el("tbody", {}, waves.map(w => el("tr", { dataset: { wave: w.wave_id } },
+      el("td", {}, el("a", { href: "#/capsules?wave=" + encodeURIComponent(w.wave_id), class: "mono", text: w.wave_id })),
+      el("td", {}, use(w.used.tokens, w.reserved.tokens, w.tokens_cap)),
+      el("td", {}, use(w.used.dollars, w.reserved.dollars, w.dollars_cap)),
+      el("td", { text: w.running }),
+      el("td", { class: "mono", text: (w.waiting || []).join(", ") || "-" }),
+      el("td", {}, w.closed ? el("span", { class: "state state-halted", text: "closed" }) : "open"),
+      el("td", {}, el("div", { class: "actions" },
+        el("button", { onclick: () => confirmAction("Set the caps of wave " + w.wave_id, "New caps (0: none; empty: unchanged). Raising a cap lets the capsules waiting for it go on.", "wave.set", { wave_id: w.wave_id }, ["tokens", "dollars", "reason"]) }, "Set caps"),
+        w.closed ? null : el("button", { class: "danger", onclick: () => confirmAction("Close wave " + w.wave_id, "No capsule is admitted to the wave any more; those waiting for it halt.", "wave.close", { wave_id: w.wave_id }, ["reason"]) }, "Close")))))));
+  return v;
 }
 
 // ---- routing and live updates ----
@@ -379,6 +400,7 @@ function onChange(row) {
   if (current.name === "inbox") { soon(); return; }
   soonBadge();
   if (current.name === "capsule") { if (row.key === current.key) soon(); return; }
+  if (current.name === "waves") { if (row.wave_id) soon(); return; }
   if (current.name === "capsules") {
     const tr = document.querySelector('#capsule-list tr[data-key="' + CSS.escape(row.key) + '"]');
     if (tr && !row.deleted) { const n = rowOf(row); n.classList.add("flash"); tr.replaceWith(n); }
