@@ -340,7 +340,7 @@ async function renderWaves() {
       el("td", {}, w.closed ? el("span", { class: "state state-halted", text: "closed" }) : "open"),
       el("td", {}, el("div", { class: "actions" },
         el("button", { onclick: () => confirmAction("Set the caps of wave " + w.wave_id, "New caps (0: none; empty: unchanged). Raising a cap lets the capsules waiting for it go on.", "wave.set", { wave_id: w.wave_id }, ["tokens", "dollars", "reason"]) }, "Set caps"),
-        w.closed ? null : el("button", { class: "danger", onclick: () => confirmAction("Close wave " + w.wave_id, "No capsule is admitted to the wave any more; those waiting for it halt.", "wave.close", { wave_id: w.wave_id }, ["reason"]) }, "Close")))))));
+        w.closed ? null : el("button", { class: "danger", onclick: () => confirmAction("Close wave " + w.wave_id, "No capsule is admitted to the wave any more; those waiting for it halt.", "wave.close", { wave_id: w.wave_id }, ["reason"]) }, "Close"))))))));
   return v;
 }
 

@@ -6,9 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
@@ -83,8 +85,28 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1400, 1000))
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
 	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	// The page's uncaught exceptions fail the test, with their text: a
+	// script error otherwise shows only as an element never appearing.
+	var jsMu sync.Mutex
+	var jsErrs []string
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf), chromedp.WithListener(func(ev any) {
+		if e, ok := ev.(*runtime.EventExceptionThrown); ok && e.ExceptionDetails != nil {
+			d := e.ExceptionDetails
+			msg := d.Text
+			if d.Exception != nil {
+				msg += " " + d.Exception.Description
+			}
+			jsMu.Lock()
+			jsErrs = append(jsErrs, fmt.Sprintf("%s:%d:%d: %s", d.URL, d.LineNumber+1, d.ColumnNumber+1, msg))
+			jsMu.Unlock()
+		}
+	}))
 	defer bcancel()
+	t.Cleanup(func() {
+		jsMu.Lock()
+		defer jsMu.Unlock()
+		require.Empty(t, jsErrs, "uncaught exceptions in the console's page")
+	})
 	shot := func(name string) chromedp.Action[chromedp.Void] {
 		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			buf, err := chromedp.FullScreenshot(100)(ctx, tg)
