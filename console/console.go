@@ -699,6 +699,9 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, reply)
 }
 
+// streamWriteTimeout bounds each write of an event stream.
+const streamWriteTimeout = 30 * time.Second
+
 // stream sends the index's changes as server-sent events: "capsule" with a
 // [Row] for each checkpoint written or removed, "resync" when the page
 // should read again what it shows (it fell behind, or the index was
@@ -722,8 +725,13 @@ func (c *Console) stream(w http.ResponseWriter, r *http.Request) {
 	fl.Flush()
 	beat := time.NewTicker(c.cfg.Heartbeat)
 	defer beat.Stop()
+	rc := http.NewResponseController(w)
 	for {
 		var err error
+		// A reader that stops reading (a suspended laptop) ends its
+		// stream rather than holding this handler, and sagad's shutdown,
+		// on a full socket; the browser reconnects and reads anew.
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
 		select {
 		case <-r.Context().Done():
 			return
