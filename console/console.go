@@ -107,6 +107,9 @@ type Console struct {
 
 	mu     sync.Mutex
 	reader *client.Client // bound on first use (events)
+	// ctx lives from Start to Stop; done is closed when the watch, once
+	// begun, has ended.
+	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
 	// closing ends the event streams at Stop.
@@ -135,21 +138,33 @@ func New(st *store.Store, admin *adminsvc.Client, cfg Config) (*Console, error) 
 // Index is the console's index of checkpoints.
 func (c *Console) Index() *Index { return c.index }
 
-// Start starts the checkpoint watch that fills the index. It returns at
-// once; the list answers 503 until the index is filled.
+// Start readies the console. The checkpoint watch that fills the index
+// begins with the first request to the console's API, not here: a sagad
+// whose console nobody opens receives no checkpoint writes for it. Until
+// the index is filled the list answers 503.
 func (c *Console) Start(context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cancel != nil {
 		return errors.New("console already started")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel, c.done = cancel, make(chan struct{})
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return nil
+}
+
+// watch starts the checkpoint watch, once, if the console is started and
+// not stopped.
+func (c *Console) watch() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done != nil || c.ctx == nil || c.ctx.Err() != nil {
+		return
+	}
+	c.done = make(chan struct{})
 	go func() {
 		defer close(c.done)
-		c.index.Run(ctx, c.st.Checkpoints.WatchAll)
+		c.index.Run(c.ctx, c.st.Checkpoints.WatchAll)
 	}()
-	return nil
 }
 
 // Stop ends the event streams and the watch.
@@ -163,6 +178,8 @@ func (c *Console) Stop() {
 	}
 	if c.cancel != nil {
 		c.cancel()
+	}
+	if c.done != nil {
 		<-c.done
 	}
 }
@@ -210,6 +227,9 @@ func (c *Console) secure(next http.Handler) http.Handler {
 		h.Set("Cache-Control", "no-store")
 		if !c.authorized(w, r) {
 			return
+		}
+		if strings.HasPrefix(r.URL.Path, "/ui/api/") {
+			c.watch()
 		}
 		next.ServeHTTP(w, r)
 	})

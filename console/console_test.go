@@ -205,6 +205,12 @@ func TestConsoleEndToEnd(t *testing.T) {
 	f := setup(t, Config{})
 	gated := f.publish(t, capsuletest.New().Set("review.operator_gate", true).Set("wave_id", "w-1"))
 	f.wait(t, gated, capsule.WaitingForOperator)
+	select {
+	case <-f.console.Index().Ready():
+		t.Fatal("the index filled before anyone asked: the watch should wait for the first request")
+	default:
+	}
+	require.Zero(t, f.console.Index().Len())
 	live := f.stream(t)
 
 	var in Inbox
