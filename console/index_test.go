@@ -235,3 +235,26 @@ func BenchmarkListEndpoint(b *testing.B) {
 		}
 	})
 }
+
+// FuzzParseQuery: any query string is a query or a bad-query error, and a
+// query never selects a page beyond its bounds.
+func FuzzParseQuery(f *testing.F) {
+	for _, s := range []string{"", "state=paused&phase=4&offset=5&limit=7", "phase=EXECUTION", "limit=999999999999999999999", "q=%00", "state=%ff"} {
+		f.Add(s)
+	}
+	x := fill(f, 50)
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := url.ParseQuery(s)
+		if err != nil {
+			return
+		}
+		q, err := parseQuery(v)
+		if err != nil {
+			require.ErrorIs(t, err, errBadQuery)
+			return
+		}
+		p := x.List(q)
+		require.LessOrEqual(t, len(p.Items), MaxLimit)
+		require.LessOrEqual(t, len(p.Items), p.Total)
+	})
+}
