@@ -395,26 +395,38 @@ func (a *Admin) Pending(ctx context.Context) ([]PendingItem, error) {
 	now := a.now()
 	var out []PendingItem
 	for _, cp := range all {
-		st := cp.State
-		if st.Pause == nil || (st.Status != capsule.Paused && st.Status != capsule.WaitingForOperator) {
-			continue
+		if item, ok := PendingOf(cp, now); ok {
+			out = append(out, item)
 		}
-		if st.Pause.Trigger == capsule.TriggerLockContention || (st.Pause.Trigger == capsule.TriggerBlockedExternal && st.AwaitingCycle > 0) {
-			continue
-		}
-		item := PendingItem{
-			CapsuleID: cp.CapsuleID, Key: cp.Key, State: st.Status, Trigger: st.Pause.Trigger, Reason: st.Pause.Reason,
-			By: st.Pause.By, Phase: int(st.Phase), PhaseName: st.Phase.String(), Cycle: st.Cycle,
-			Since: st.Pause.At, AgeSecs: int64(now.Sub(st.Pause.At).Seconds()),
-		}
-		if st.Status == capsule.WaitingForOperator && len(st.Reviews) > 0 {
-			last := st.Reviews[len(st.Reviews)-1]
-			item.Verdict, item.Findings = last.Verdict, last.Findings
-		}
-		out = append(out, item)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Since.Before(out[j].Since) })
 	return out, nil
+}
+
+// PendingOf reports whether cp waits for a human, and the item [Admin.Pending]
+// lists for it then: waiting for an operator decision (with the verdict and
+// findings of the review that waits), or paused on any trigger but
+// lock_contention (it resumes by itself) and blocked_external on accepted
+// work (it resumes when its result arrives). The console's inbox uses it on
+// the checkpoints it keeps in memory.
+func PendingOf(cp *capsule.Checkpoint, now time.Time) (PendingItem, bool) {
+	st := cp.State
+	if st.Pause == nil || (st.Status != capsule.Paused && st.Status != capsule.WaitingForOperator) {
+		return PendingItem{}, false
+	}
+	if st.Pause.Trigger == capsule.TriggerLockContention || (st.Pause.Trigger == capsule.TriggerBlockedExternal && st.AwaitingCycle > 0) {
+		return PendingItem{}, false
+	}
+	item := PendingItem{
+		CapsuleID: cp.CapsuleID, Key: cp.Key, State: st.Status, Trigger: st.Pause.Trigger, Reason: st.Pause.Reason,
+		By: st.Pause.By, Phase: int(st.Phase), PhaseName: st.Phase.String(), Cycle: st.Cycle,
+		Since: st.Pause.At, AgeSecs: int64(now.Sub(st.Pause.At).Seconds()),
+	}
+	if st.Status == capsule.WaitingForOperator && len(st.Reviews) > 0 {
+		last := st.Reviews[len(st.Reviews)-1]
+		item.Verdict, item.Findings = last.Verdict, last.Findings
+	}
+	return item, true
 }
 
 // PhaseState is one phase consumer as `sagactl phase list` shows it.

@@ -164,6 +164,15 @@ func (c *Client) Rules(ctx context.Context) (rules.Report, error) {
 	return r, c.call(ctx, VerbRules, struct{}{}, &r)
 }
 
+// Call sends req on verb's subject and decodes the answer into reply, for a
+// verb this client has no method for (the console forwards the verbs a
+// newer sagad may serve, such as replay and the wave verbs). Errors are
+// those of the methods: a verb no sagad serves is a [NoSagadError] with no
+// wait.
+func (c *Client) Call(ctx context.Context, verb string, req, reply any) error {
+	return c.call(ctx, verb, req, reply)
+}
+
 // call sends req on verb's subject and decodes the answer into reply.
 func (c *Client) call(ctx context.Context, verb string, req, reply any) error {
 	subject := Subject(verb)

@@ -337,3 +337,9 @@ func NewCheckpoint(key, capsuleID, traceID, waveID, digest string, now time.Time
 		History: []capsule.Transition{},
 	}
 }
+
+// WatchAll watches every checkpoint with its value: first the current ones,
+// then a nil entry, then every change and deletion (the console's index).
+func (s *Checkpoints) WatchAll(ctx context.Context) (jetstream.KeyWatcher, error) {
+	return s.kv.WatchAll(ctx)
+}

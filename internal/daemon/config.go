@@ -52,6 +52,16 @@ type Config struct {
 	// HTTPListen serves /healthz, /readyz and /metrics; "" disables it.
 	// Defaults to [DefaultHTTPListen].
 	HTTPListen string `json:"http_listen"`
+	// NoUI turns off the web console sagad serves at /ui/ on HTTPListen.
+	// Defaults to false: the console is on.
+	NoUI bool `json:"no_ui"`
+	// UIToken, if set, is required by the console (README "The console"):
+	// open /ui/?token=<token> once, or send Authorization: Bearer <token>.
+	// Off loopback, UIToken or UIBasicAuth is required.
+	UIToken string `json:"ui_token"`
+	// UIBasicAuth, if set ("user:password"), is required by the console as
+	// HTTP basic auth.
+	UIBasicAuth string `json:"ui_basic_auth"`
 	// LogFormat is "text" or "json". Defaults to text.
 	LogFormat string `json:"log_format"`
 	// LogLevel is debug, info, warn or error. Defaults to info.
@@ -227,7 +237,7 @@ const (
 )
 
 func (c *Config) validate() error {
-	var errs []error
+	errs := []error{c.checkConsole()}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log format %q: want text or json", c.LogFormat))
 	}
@@ -285,6 +295,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&flags.DataDir, "data-dir", "", "embedded server data directory (default ./data; env SAGAD_DATA_DIR)")
 	fs.StringVar(&flags.Workspace, "workspace", "", "root of file: refs (default .; env SAGAD_WORKSPACE)")
 	fs.StringVar(&flags.HTTPListen, "http-listen", "", "health and metrics address (default "+DefaultHTTPListen+", \"off\" disables; env SAGAD_HTTP_LISTEN)")
+	fs.BoolVar(&flags.NoUI, "no-ui", false, "do not serve the web console at /ui/ (env SAGAD_NO_UI)")
+	fs.StringVar(&flags.UIToken, "ui-token", "", "token the web console requires (open /ui/?token=T once); needed off loopback unless --ui-basic-auth (env SAGA_UI_TOKEN)")
+	fs.StringVar(&flags.UIBasicAuth, "ui-basic-auth", "", "user:password the web console requires as HTTP basic auth (env SAGA_UI_BASIC_AUTH)")
 	fs.StringVar(&flags.LogFormat, "log-format", "", "text or json (env SAGAD_LOG_FORMAT)")
 	fs.StringVar(&flags.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
 	fs.IntVar(&flags.Workers, "workers", 0, "capsules worked on at once per phase (default 32; env SAGAD_WORKERS)")
@@ -355,6 +368,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	envStr(&cfg.DataDir, "SAGAD_DATA_DIR")
 	envStr(&cfg.Workspace, "SAGAD_WORKSPACE")
 	envStr(&cfg.HTTPListen, "SAGAD_HTTP_LISTEN")
+	envStr(&cfg.UIToken, "SAGA_UI_TOKEN")
+	envStr(&cfg.UIToken, "SAGAD_UI_TOKEN")
+	envStr(&cfg.UIBasicAuth, "SAGA_UI_BASIC_AUTH")
+	envStr(&cfg.UIBasicAuth, "SAGAD_UI_BASIC_AUTH")
 	envStr(&cfg.LogFormat, "SAGAD_LOG_FORMAT")
 	envStr(&cfg.LogLevel, "SAGAD_LOG_LEVEL")
 	envStr(&cfg.OTelEndpoint, "SAGAD_OTEL_ENDPOINT")
@@ -417,6 +434,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		}
 		cfg.Insecure = b
 	}
+	if v := getenv("SAGAD_NO_UI"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("SAGAD_NO_UI: %w", err))
+		}
+		cfg.NoUI = b
+	}
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
@@ -443,6 +467,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.Workspace = flags.Workspace
 		case "http-listen":
 			cfg.HTTPListen = flags.HTTPListen
+		case "no-ui":
+			cfg.NoUI = flags.NoUI
+		case "ui-token":
+			cfg.UIToken = flags.UIToken
+		case "ui-basic-auth":
+			cfg.UIBasicAuth = flags.UIBasicAuth
 		case "log-format":
 			cfg.LogFormat = flags.LogFormat
 		case "log-level":
@@ -522,6 +552,27 @@ func (c *Config) checkExposure() error {
 		errs = append(errs, fmt.Errorf("%w: http-listen %s: the HTTP listener has no TLS; keep it on loopback behind a proxy, or accept plain text with --insecure", ErrInsecureListen, c.HTTPListen))
 	}
 	return errors.Join(errs...)
+}
+
+// ErrConsoleAuth: the console would be served off loopback with no
+// authentication.
+var ErrConsoleAuth = errors.New("the web console needs authentication off loopback")
+
+// checkConsole refuses an open console off loopback, and a malformed
+// basic auth.
+func (c *Config) checkConsole() error {
+	if c.HTTPListen == "" || c.NoUI {
+		return nil
+	}
+	if c.UIBasicAuth != "" {
+		if u, p, ok := strings.Cut(c.UIBasicAuth, ":"); !ok || u == "" || p == "" {
+			return fmt.Errorf("ui-basic-auth: want user:password with a non-empty user and password")
+		}
+	}
+	if !loopback(c.HTTPListen) && c.UIToken == "" && c.UIBasicAuth == "" {
+		return fmt.Errorf("%w: http-listen %s: set --ui-token (SAGA_UI_TOKEN) or --ui-basic-auth user:password (SAGA_UI_BASIC_AUTH), or turn the console off with --no-ui", ErrConsoleAuth, c.HTTPListen)
+	}
+	return nil
 }
 
 // exposed lists the plain-text listeners off loopback (allowed by Insecure).

@@ -77,6 +77,9 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	if err := cfg.checkExposure(); err != nil {
 		return err
 	}
+	if err := cfg.checkConsole(); err != nil {
+		return err
+	}
 	for _, l := range cfg.exposed() {
 		log.Warn("listening off loopback without TLS (--insecure): anyone on the network can read and send what this listener carries", "listener", l)
 	}
@@ -196,6 +199,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	var ready atomic.Bool
 	ready.Store(true)
 	var httpSrv *http.Server
+	var ui *uiServer
 	if cfg.HTTPListen != "" {
 		ln, err := net.Listen("tcp", cfg.HTTPListen)
 		if err != nil {
@@ -203,7 +207,17 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 			p.Stop(ctx)
 			return fmt.Errorf("http listen: %w", err)
 		}
-		httpSrv = &http.Server{Handler: httpHandler(nc, js, reg, &ready, mon), ReadHeaderTimeout: 5 * time.Second}
+		handler := httpHandler(nc, js, reg, &ready, mon)
+		if !cfg.NoUI {
+			if ui, err = startConsole(ctx, cfg, log, nc, p.Store(), handler); err != nil {
+				_ = ln.Close()
+				_ = admin.Stop(ctx)
+				p.Stop(ctx)
+				return err
+			}
+			handler = ui.mux
+		}
+		httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = httpSrv.Serve(ln) }()
 		log.Info("http listening", "addr", ln.Addr().String())
 	}
@@ -220,6 +234,10 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		log.Warn("admin service stop", "error", err)
 	}
 	p.Stop(sctx)
+	if ui != nil {
+		// Ends the console's event streams, which would hold Shutdown.
+		ui.Stop()
+	}
 	if httpSrv != nil {
 		_ = httpSrv.Shutdown(sctx)
 	}
