@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/machine"
 )
 
@@ -118,7 +117,7 @@ func (s *Store) markOutcomeSent(ctx context.Context, key string, raw []byte) err
 
 // publish publishes m and waits for its acknowledgement.
 func (s *Store) publish(ctx context.Context, m *nats.Msg) error {
-	_, err := jspub.Write(ctx, s.writes(), func(ctx context.Context) (uint64, error) { return jspub.Publish(ctx, s.js.Conn(), m) })
+	_, err := s.writes().Publish(ctx, s.js.Conn(), m)
 	return err
 }
 
