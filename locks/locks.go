@@ -173,9 +173,7 @@ func (m *Manager) create(ctx context.Context, path string, b []byte) (uint64, er
 		last = h.rev
 	}
 	m.mu.Unlock()
-	return jspub.Write(ctx, m.cfg.Writes, func(ctx context.Context) (uint64, error) {
-		return jspub.KVUpdate(ctx, m.nc, m.kv, Key(path), b, last)
-	})
+	return m.cfg.Writes.KVUpdate(ctx, m.nc, m.kv, Key(path), b, last)
 }
 
 // purge releases path's lock at revision rev, which holder wrote.
@@ -189,9 +187,7 @@ func (m *Manager) purge(ctx context.Context, path, holder string, rev uint64) er
 		}
 		return err
 	}
-	marker, err := jspub.Write(ctx, m.cfg.Writes, func(ctx context.Context) (uint64, error) {
-		return jspub.KVPurge(ctx, m.nc, m.kv, Key(path), rev, releasedTTL)
-	})
+	marker, err := m.cfg.Writes.KVPurge(ctx, m.nc, m.kv, Key(path), rev, releasedTTL)
 	if err != nil {
 		return err
 	}

@@ -62,11 +62,15 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 			"phase", ph.String(), "key", key, "cycle", cycle, "subject", msg.Subject())
 	}
 	// Phases start from this process's cached checkpoint when it has one: a
-	// stale one loses its first compare-and-set (REVIEW's claim, before the
-	// reviewer is called, or the commit), and the phase then runs again on
-	// the checkpoint read from KV. EXECUTION reads it first: it takes locks
-	// before its claim, and a capsule cancelled meanwhile must not get them.
-	d, stale := p.attempt(ctx, ph, msg, key, cycle, raw, c, ph != capsule.Execution)
+	// stale one loses its first compare-and-set (a claim, before any agent
+	// is called, or the commit), and the phase then runs again on the
+	// checkpoint read from KV. EXECUTION too, though it takes its locks
+	// before its claim: a capsule cancelled (or moved on) meanwhile finds
+	// its EXECUTION transition recorded on the second run, and re-emitting
+	// that transition releases the locks (machine.EffectsOf), as it does
+	// for a stale message; an operator's pause releases them the same way.
+	// The cache saves EXECUTION a read, a sequential round trip, per cycle.
+	d, stale := p.attempt(ctx, ph, msg, key, cycle, raw, c, true)
 	if stale {
 		// The cached checkpoint was behind: decide again on the real one.
 		d, _ = p.attempt(ctx, ph, msg, key, cycle, raw, c, false)

@@ -44,7 +44,7 @@ type Consumer struct {
 	metrics *metrics.Metrics
 	cfg     Config
 	cc      jetstream.ConsumeContext
-	work    chan jetstream.Msg
+	work    chan taken
 	wg      sync.WaitGroup
 
 	// inFlight holds the stream sequences of the messages this Consumer
@@ -70,23 +70,24 @@ func Start(ctx, workCtx context.Context, js jetstream.JetStream, stream, name st
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{name: name, log: cfg.Logger, metrics: cfg.Metrics, cfg: cfg, work: make(chan jetstream.Msg),
+	c := &Consumer{name: name, log: cfg.Logger, metrics: cfg.Metrics, cfg: cfg, work: make(chan taken),
 		inFlight: make(map[uint64]bool)}
 	for i := 0; i < cfg.Workers; i++ {
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
 			for msg := range c.work {
-				c.settle(msg, handle(workCtx, msg))
+				c.settle(msg.Msg, handle(workCtx, msg.Msg))
 				c.done(msg)
 			}
 		}()
 	}
 	c.cc, err = cons.Consume(func(msg jetstream.Msg) {
-		if !c.take(msg) {
+		tk, ok := c.take(msg)
+		if !ok {
 			return
 		}
-		c.work <- msg
+		c.work <- tk
 	},
 		jetstream.PullMaxMessages(cfg.Workers),
 		jetstream.PullExpiry(pullExpiry),
@@ -139,10 +140,10 @@ func (c *Consumer) Stop() {
 // second handler would only race the first; the copy is naked to come back
 // after BusyDelay (the first's acknowledgement, meanwhile, settles both) and
 // counted.
-func (c *Consumer) take(msg jetstream.Msg) bool {
+func (c *Consumer) take(msg jetstream.Msg) (taken, bool) {
 	md, err := msg.Metadata()
 	if err != nil {
-		return true // no sequence to know it by
+		return taken{Msg: msg}, true // no sequence to know it by
 	}
 	seq := md.Sequence.Stream
 	c.mu.Lock()
@@ -150,7 +151,7 @@ func (c *Consumer) take(msg jetstream.Msg) bool {
 	c.inFlight[seq] = busy // logged once per message: it comes back every BusyDelay
 	c.mu.Unlock()
 	if !busy {
-		return true
+		return taken{Msg: msg, seq: seq, known: true}, true
 	}
 	c.metrics.RedeliveredInFlight()
 	if !logged {
@@ -159,16 +160,23 @@ func (c *Consumer) take(msg jetstream.Msg) bool {
 			"deliveries", md.NumDelivered, "retry_in", c.cfg.BusyDelay)
 	}
 	_ = msg.NakWithDelay(c.cfg.BusyDelay)
-	return false
+	return taken{}, false
+}
+
+// taken is a message handed to a worker with the stream sequence take read
+// from its metadata (known), so done need not parse the metadata again.
+type taken struct {
+	jetstream.Msg
+	seq   uint64
+	known bool
 }
 
 // done forgets msg as in flight once it is settled.
-func (c *Consumer) done(msg jetstream.Msg) {
-	md, err := msg.Metadata()
-	if err != nil {
+func (c *Consumer) done(msg taken) {
+	if !msg.known {
 		return
 	}
 	c.mu.Lock()
-	delete(c.inFlight, md.Sequence.Stream)
+	delete(c.inFlight, msg.seq)
 	c.mu.Unlock()
 }

@@ -101,7 +101,7 @@ func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error)
 	chunks := len(msgs)
 	// In order: the object store reads chunks in stream order.
 	for _, m := range msgs {
-		if _, err := jspub.Write(ctx, s.w, func(ctx context.Context) (uint64, error) { return jspub.Publish(ctx, s.js.Conn(), m) }); err != nil {
+		if _, err := s.w.Publish(ctx, s.js.Conn(), m); err != nil {
 			return "", fmt.Errorf("put artifact %s: %w", name, err)
 		}
 	}
@@ -122,7 +122,7 @@ func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error)
 	m := nats.NewMsg("$O." + ArtifactsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name)))
 	m.Data = mb
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	if _, err := jspub.Write(ctx, s.w, func(ctx context.Context) (uint64, error) { return jspub.Publish(ctx, s.js.Conn(), m) }); err != nil {
+	if _, err := s.w.Publish(ctx, s.js.Conn(), m); err != nil {
 		return "", fmt.Errorf("put artifact %s: %w", name, err)
 	}
 	s.remember(a)

@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/machine"
 )
 
@@ -25,6 +24,24 @@ import (
 // when the caller just wrote it, 0 when unknown.
 func (s *Store) Emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr *capsule.Transition, raw []byte, lockPaths []string) error {
 	fx := machine.EffectsOf(cp, tr)
+	if fx.ReleaseLocks && len(lockPaths) > 0 {
+		// The release depends on nothing below, nor they on it: it runs
+		// alongside, so EXECUTION waits for one round trip, not two. Both
+		// are awaited; either failing fails the emit, whose repeat is
+		// harmless.
+		released := make(chan error, 1)
+		go func() { released <- s.Locks.ReleaseAll(ctx, lockPaths, cp.Key) }()
+		err := s.emit(ctx, cp, rev, tr, raw, fx)
+		if rerr := <-released; rerr != nil && err == nil {
+			err = fmt.Errorf("release locks: %w", rerr)
+		}
+		return err
+	}
+	return s.emit(ctx, cp, rev, tr, raw, fx)
+}
+
+// emit is Emit without the release of the locks.
+func (s *Store) emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr *capsule.Transition, raw []byte, fx machine.Effects) error {
 	if fx.Next != nil {
 		// The transition's events are in the checkpoint (CheckpointEvents).
 		if err := s.publish(ctx, phaseMsg(cp, raw, "")); err != nil {
@@ -59,11 +76,6 @@ func (s *Store) Emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr
 	if fx.Parked {
 		if err := s.EmitParked(ctx, cp); err != nil {
 			return err
-		}
-	}
-	if fx.ReleaseLocks && len(lockPaths) > 0 {
-		if err := s.Locks.ReleaseAll(ctx, lockPaths, cp.Key); err != nil {
-			return fmt.Errorf("release locks: %w", err)
 		}
 	}
 	// A continuation left behind by a capsule that ended while paused is
@@ -123,7 +135,7 @@ func (s *Store) markOutcomeSent(ctx context.Context, key string, run int, raw []
 
 // publish publishes m and waits for its acknowledgement.
 func (s *Store) publish(ctx context.Context, m *nats.Msg) error {
-	_, err := jspub.Write(ctx, s.writes(), func(ctx context.Context) (uint64, error) { return jspub.Publish(ctx, s.js.Conn(), m) })
+	_, err := s.writes().Publish(ctx, s.js.Conn(), m)
 	return err
 }
 

@@ -225,7 +225,7 @@ func (s *Checkpoints) write(ctx context.Context, key string, b []byte, rev uint6
 	if ttl > 0 {
 		m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
 	}
-	seq, err := jspub.Write(ctx, s.w, func(ctx context.Context) (uint64, error) { return jspub.Publish(ctx, s.js.Conn(), m) })
+	seq, err := s.w.Publish(ctx, s.js.Conn(), m)
 	if cas.Conflict(err) {
 		return 0, ErrConflict
 	}

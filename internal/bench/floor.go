@@ -49,7 +49,7 @@ const (
 )
 
 // floor is the saga floor: the relay's seven stages making, per stage, the
-// JetStream requests sagad makes for a valid capsule in that phase (25 in
+// JetStream requests sagad makes for a valid capsule in that phase (24 in
 // all, the same kinds, sizes, headers and order, through the same
 // internal/jspub writes), with none of its logic — no decoding, schema,
 // rules, claims' decisions or logs. Its throughput is the most any
@@ -147,11 +147,7 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 		if rev, err = cp(stage, rev, 0); err != nil {
 			return err
 		}
-	case 4: // EXECUTION: read, lock, claim, artifact, checkpoint; lock release after the next message
-		e, err := f.cps.Get(ctx, id)
-		if err != nil {
-			return err
-		}
+	case 4: // EXECUTION: lock, claim (on the cached revision), artifact, checkpoint; lock release alongside the next message
 		if lockRev, err = jspub.KVUpdate(ctx, f.nc, f.locks, "l-"+id, pad(floorLockSize, id), 0); cas.Conflict(err) {
 			// A redelivery after a partial stage: the lock is ours.
 			e, gerr := f.locks.Get(ctx, "l-"+id)
@@ -163,7 +159,7 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 		if err != nil {
 			return err
 		}
-		if rev, err = cp(4, e.Revision(), 0); err != nil {
+		if rev, err = cp(4, rev, 0); err != nil {
 			return err
 		}
 		// The chunk, then the metadata, as sagad writes them.
@@ -202,13 +198,19 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 		_, err = jspub.Publish(ctx, f.nc, mark)
 		return err
 	}
-	if _, err := jspub.Publish(ctx, f.nc, f.message(floorSubject(stage+1), id, msg.Data(), rev)); err != nil {
-		return err
-	}
+	var released chan error
 	if stage == 4 {
-		if _, err := jspub.KVPurge(ctx, f.nc, f.locks, "l-"+id, lockRev, time.Second); err != nil {
-			return err
+		released = make(chan error, 1)
+		go func() { _, err := jspub.KVPurge(ctx, f.nc, f.locks, "l-"+id, lockRev, time.Second); released <- err }()
+	}
+	_, err = jspub.Publish(ctx, f.nc, f.message(floorSubject(stage+1), id, msg.Data(), rev))
+	if released != nil {
+		if rerr := <-released; err == nil {
+			err = rerr
 		}
+	}
+	if err != nil {
+		return err
 	}
 	return nil
 }

@@ -126,16 +126,24 @@ func KVCreate(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key str
 // (a value or a marker) is still revision last, 0 for none; otherwise it
 // fails with a conflict (see internal/cas).
 func KVUpdate(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key string, value []byte, last uint64) (uint64, error) {
+	return Publish(ctx, nc, kvUpdateMsg(kv, key, value, last))
+}
+
+func kvUpdateMsg(kv jetstream.KeyValue, key string, value []byte, last uint64) *nats.Msg {
 	m := nats.NewMsg(kvSubject(kv, key))
 	m.Data = value
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
-	return Publish(ctx, nc, m)
+	return m
 }
 
 // KVPurge purges key in bucket kv if its revision is still rev, leaving a
 // purge marker that expires after ttl (the bucket must allow message TTLs).
 // It returns the marker's revision.
 func KVPurge(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key string, rev uint64, ttl time.Duration) (uint64, error) {
+	return Publish(ctx, nc, kvPurgeMsg(kv, key, rev, ttl))
+}
+
+func kvPurgeMsg(kv jetstream.KeyValue, key string, rev uint64, ttl time.Duration) *nats.Msg {
 	m := nats.NewMsg(kvSubject(kv, key))
 	m.Header.Set("KV-Operation", "PURGE")
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
@@ -143,7 +151,7 @@ func KVPurge(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key stri
 	if ttl > 0 {
 		m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
 	}
-	return Publish(ctx, nc, m)
+	return m
 }
 
 func kvSubject(kv jetstream.KeyValue, key string) string { return "$KV." + kv.Bucket() + "." + key }

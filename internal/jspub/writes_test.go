@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/internal/cas"
 	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/internal/natstest"
 )
@@ -112,4 +114,108 @@ func BenchmarkWritesDo(b *testing.B) {
 	for b.Loop() {
 		_ = w.Do(ctx, write)
 	}
+}
+
+// TestWritesPublish: the hot path's write, without a context of its own,
+// keeps Do's contract: bounded by the write timeout (or the caller's
+// sooner deadline), failing with context.DeadlineExceeded, reported unless
+// the caller gave up, never sent once the caller has; refusals and
+// sequences as Publish.
+func TestWritesPublish(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, srv)
+	sub, err := nc.SubscribeSync("silent")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	var mu sync.Mutex
+	var seen []error
+	w := &jspub.Writes{Timeout: 100 * time.Millisecond, Observe: func(err error) {
+		mu.Lock()
+		seen = append(seen, err)
+		mu.Unlock()
+	}}
+	observed := func() []error {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]error(nil), seen...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	start := time.Now()
+	_, err = w.Publish(ctx, nc, &nats.Msg{Subject: "silent", Data: []byte("x")})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "publish silent")
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Len(t, observed(), 1)
+	require.ErrorIs(t, observed()[0], context.DeadlineExceeded)
+
+	// The caller's deadline, sooner than the write timeout, bounds it.
+	slow := &jspub.Writes{Timeout: time.Hour}
+	short, stopShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer stopShort()
+	_, err = slow.Publish(short, nc, &nats.Msg{Subject: "silent", Data: []byte("x")})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	// A stream's sequence, and a refused compare-and-set (a success for
+	// the observer: the server answered).
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "W", Subjects: []string{"w.>"}, Storage: jetstream.FileStorage})
+	require.NoError(t, err)
+	seq, err := w.Publish(ctx, nc, &nats.Msg{Subject: "w.a", Data: []byte("1")})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, seq)
+	m := nats.NewMsg("w.a")
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "7")
+	_, err = w.Publish(ctx, nc, m)
+	require.True(t, cas.Conflict(err), "%v", err)
+	require.Len(t, observed(), 3)
+	require.NoError(t, observed()[1])
+
+	// The caller gave up: not sent, not reported.
+	gone, stop := context.WithCancel(context.Background())
+	stop()
+	_, err = w.Publish(gone, nc, &nats.Msg{Subject: "w.a", Data: []byte("2")})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Len(t, observed(), 3)
+	info, err := js.Stream(ctx, "W")
+	require.NoError(t, err)
+	_, err = info.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, info.CachedInfo().State.Msgs)
+
+	// A nil policy bounds it by the default.
+	var none *jspub.Writes
+	seq, err = none.Publish(ctx, nc, &nats.Msg{Subject: "w.b", Data: []byte("3")})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, seq)
+}
+
+// BenchmarkWritesPublish is a publish through the policy against one
+// through Do with jspub.Publish (a context per write), both to a stream.
+func BenchmarkWritesPublish(b *testing.B) {
+	srv := natstest.RunServer(b)
+	nc, js := natstest.Connect(b, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "B", Subjects: []string{"b.>"}, Storage: jetstream.MemoryStorage})
+	require.NoError(b, err)
+	w := &jspub.Writes{Timeout: 5 * time.Second, Observe: func(error) {}}
+	m := &nats.Msg{Subject: "b.x", Data: []byte("x")}
+	b.Run("context per write", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := jspub.Write(ctx, w, func(ctx context.Context) (uint64, error) { return jspub.Publish(ctx, nc, m) }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Writes.Publish", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := w.Publish(ctx, nc, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
