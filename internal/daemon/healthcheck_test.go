@@ -51,7 +51,7 @@ func TestHealthcheckReady(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Equal(t, "ready\n", out)
 
-	code, out, errOut = runHealthcheck(map[string]string{"SAGAD_HTTP_LISTEN": "0.0.0.0:" + port, "SAGAD_INSECURE": "true"})
+	code, out, errOut = runHealthcheck(map[string]string{"SAGAD_HTTP_LISTEN": "0.0.0.0:" + port, "SAGAD_INSECURE": "true", "SAGAD_NO_UI": "true"})
 	require.Equal(t, 0, code, errOut)
 	require.Equal(t, "ready\n", out)
 }
