@@ -50,7 +50,14 @@ func transitionEvents(cp *capsule.Checkpoint, tr capsule.Transition, findings []
 	}
 	var out []capsule.Event
 	if tr.Phase == capsule.Reception {
-		out = append(out, ev(capsule.EventReceived, capsule.Reception, 0, "", nil))
+		// Run 1's received event keeps cycle 0 (its id is older than
+		// replay); a later run's RECEPTION has a cycle of its own, so its
+		// event is not taken for a duplicate of run 1's.
+		cycle := 0
+		if tr.Run > 1 {
+			cycle = tr.Cycle
+		}
+		out = append(out, ev(capsule.EventReceived, capsule.Reception, cycle, "", nil))
 	}
 	switch tr.Outcome {
 	case capsule.OutcomePassed:

@@ -259,3 +259,25 @@ func TestReplayedRunTransitions(t *testing.T) {
 	require.Equal(t, 1, res.Checkpoint.RunCycle(5))
 	require.Equal(t, 2, res.Checkpoint.RunCycle(6))
 }
+
+// TestReplayedReceptionHasItsOwnEvent: a corrected capsule's run passes
+// RECEPTION again; its received event must not share run 1's id, or the
+// events stream drops it as a duplicate.
+func TestReplayedReceptionHasItsOwnEvent(t *testing.T) {
+	cp := &capsule.Checkpoint{Key: "k", CapsuleID: "k", History: []capsule.Transition{
+		{Phase: capsule.Reception, Outcome: capsule.OutcomePassed},
+		{Phase: capsule.Reception, Cycle: 3, Run: 2, Outcome: capsule.OutcomePassed},
+	}}
+	var ids []string
+	for _, e := range machine.CheckpointEvents(cp) {
+		if e.Kind == capsule.EventReceived {
+			ids = append(ids, e.ID)
+		}
+	}
+	if len(ids) != 2 || ids[0] == ids[1] {
+		t.Fatalf("received event ids %v: want two distinct", ids)
+	}
+	if ids[0] != "k.0.0.received" {
+		t.Fatalf("run 1's received event id %q changed", ids[0])
+	}
+}
