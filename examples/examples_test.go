@@ -427,3 +427,26 @@ func TestExamples(t *testing.T) {
 		})
 	}
 }
+
+// TestDependencyExample runs examples/dependencies as its README does: the
+// dependent capsule, published first, waits in state waiting for the other,
+// and both complete once that one is published.
+func TestDependencyExample(t *testing.T) {
+	f := setup(t)
+	read := func(name string) []byte {
+		raw, err := os.ReadFile(filepath.Join("dependencies", name))
+		require.NoError(t, err)
+		return raw
+	}
+	second := f.publish(t, read("second.json"))
+	const first = "d1a00000-0000-4000-8000-000000000001"
+	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		s, ok := f.find(t, second)
+		return ok && s.State == capsule.Waiting && s.WaitingOn == "dependencies" && slices.Equal(s.Pending, []string{first})
+	}, "the dependent capsule never waited for %s", first)
+
+	firstKeys := f.publish(t, read("first.json"))
+	require.Equal(t, capsule.Completed, f.wait(t, firstKeys).State)
+	s := f.wait(t, second)
+	require.Equal(t, capsule.Completed, s.State, "halt reason %q", s.HaltReason)
+}
