@@ -181,6 +181,26 @@ func TestOnlineChain(t *testing.T) {
 
 	r = o.run(t, "chain", "no-such-chain")
 	require.Equal(t, cli.ExitNotFound, r.code, r.errOut)
+
+	// Outside a chain: a final ref to a completed capsule resolves at
+	// REALITY_ANCHOR and reaches the executor; one to an unknown capsule
+	// halts context_ref_missing.
+	reader := o.own(t, capsuletest.New().Set("task.kind", "validate").
+		Set("context_refs", []any{"artifact:" + last + "/final"}))
+	r = o.run(t, "publish", file(t, reader.Sealed(t)))
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	r = o.run(t, "wait", reader.ID(), "--timeout", "30s")
+	require.Equal(t, cli.ExitOK, r.code, "%s%s", r.out, r.errOut)
+	require.Equal(t, last, rec.inputsOf(reader.ID())[0].CapsuleID)
+	ghost := "artifact:" + capsuletest.NewID() + "/final"
+	lost := o.own(t, capsuletest.New().Set("context_refs", []any{ghost}))
+	r = o.run(t, "publish", file(t, lost.Sealed(t)))
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	r = o.run(t, "wait", lost.ID(), "--timeout", "30s", "-o", "json")
+	require.Equal(t, cli.ExitFailure, r.code, r.errOut)
+	var s client.Status
+	require.NoError(t, json.Unmarshal([]byte(r.out), &s))
+	require.Equal(t, capsule.ContextRefMissing(ghost).String(), s.HaltReason)
 }
 
 func checkpointOf(t *testing.T, o *online, id string) *capsule.Checkpoint {
