@@ -139,7 +139,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 Admin commands (pause, resume, cancel, decide, replay, pending, phase, wave) are requests to
 sagad's admin service (saga.admin.<verb>, docs/ADMIN.md): they need a running
 sagad, which carries them out. Read commands (status, list, history, watch,
-report, wait) read JetStream directly.
+report, wait, chain) read JetStream directly.
 
 Exit codes:
   0   success; wait: completed; check: clean
