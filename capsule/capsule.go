@@ -27,8 +27,17 @@ type Capsule struct {
 	Budget          Budget          `json:"budget"`
 	Review          ReviewPolicy    `json:"review"`
 	DependsOn       []string        `json:"depends_on,omitempty"`
+	Chain           *ChainStep      `json:"chain,omitempty"`
 	Metadata        json.RawMessage `json:"metadata,omitempty"`
 	Integrity       Integrity       `json:"integrity"`
+}
+
+// ChainStep places a capsule in a chain (sagactl publish --chain): the
+// chain's id and the step's index, from 0. Informational: the order is
+// enforced by depends_on, the data flow by an artifact:<id>/final context ref.
+type ChainStep struct {
+	ID   string `json:"id"`
+	Step int    `json:"step"`
 }
 
 // Task says what to do; Kind selects the executor.

@@ -24,7 +24,10 @@ type Checkpoint struct {
 	// TraceID is one. Empty in checkpoints written before sagad traced.
 	TraceParent string `json:"trace_parent,omitempty"`
 	WaveID      string `json:"wave_id,omitempty"`
-	Digest      string `json:"digest,omitempty"`
+	// Chain is the capsule's chain and step (its chain member), so that
+	// lists can filter by chain. Absent outside a chain.
+	Chain  *ChainStep `json:"chain,omitempty"`
+	Digest string     `json:"digest,omitempty"`
 	// IntakeSeq is the intake stream sequence of the message that created
 	// the checkpoint.
 	IntakeSeq uint64 `json:"intake_seq,omitempty"`

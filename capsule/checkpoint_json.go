@@ -36,6 +36,13 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"wave_id":`...)
 		b = appendString(b, c.WaveID)
 	}
+	if c.Chain != nil {
+		b = append(b, `,"chain":{"id":`...)
+		b = appendString(b, c.Chain.ID)
+		b = append(b, `,"step":`...)
+		b = strconv.AppendInt(b, int64(c.Chain.Step), 10)
+		b = append(b, '}')
+	}
 	if c.Digest != "" {
 		b = append(b, `,"digest":`...)
 		b = appendString(b, c.Digest)

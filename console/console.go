@@ -349,11 +349,11 @@ func (c *Console) getInbox(w http.ResponseWriter, r *http.Request) {
 var errBadQuery = errors.New("bad query")
 
 // parseQuery reads the list's filters: state, phase (0–6 or a name), wave,
-// halt (a halt reason or its prefix), trigger, q (part of an id), offset
+// chain, halt (a halt reason or its prefix), trigger, q (part of an id), offset
 // and limit.
 func parseQuery(v url.Values) (Query, error) {
 	q := Query{
-		State: capsule.State(v.Get("state")), Wave: v.Get("wave"), Halt: v.Get("halt"),
+		State: capsule.State(v.Get("state")), Wave: v.Get("wave"), Chain: v.Get("chain"), Halt: v.Get("halt"),
 		Trigger: capsule.Trigger(v.Get("trigger")), Search: strings.TrimSpace(v.Get("q")),
 	}
 	if q.State != "" && !q.State.Valid() {

@@ -21,18 +21,20 @@ import (
 // filter, page and fill the inbox without reading the bucket again. A
 // capsule's page reads its whole checkpoint.
 type Row struct {
-	CapsuleID  string        `json:"capsule_id"`
-	Key        string        `json:"key"`
-	State      capsule.State `json:"state"`
-	Phase      int           `json:"phase"`
-	PhaseName  string        `json:"phase_name"`
-	Cycle      int           `json:"cycle"`
-	Progress   int           `json:"progress"`
-	WaveID     string        `json:"wave_id,omitempty"`
-	HaltReason string        `json:"halt_reason,omitempty"`
-	TraceID    string        `json:"trace_id,omitempty"`
-	CreatedAt  time.Time     `json:"created_at"`
-	UpdatedAt  time.Time     `json:"updated_at"`
+	CapsuleID string        `json:"capsule_id"`
+	Key       string        `json:"key"`
+	State     capsule.State `json:"state"`
+	Phase     int           `json:"phase"`
+	PhaseName string        `json:"phase_name"`
+	Cycle     int           `json:"cycle"`
+	Progress  int           `json:"progress"`
+	WaveID    string        `json:"wave_id,omitempty"`
+	// Chain is the capsule's chain and step, when it is a chain's step.
+	Chain      *capsule.ChainStep `json:"chain,omitempty"`
+	HaltReason string             `json:"halt_reason,omitempty"`
+	TraceID    string             `json:"trace_id,omitempty"`
+	CreatedAt  time.Time          `json:"created_at"`
+	UpdatedAt  time.Time          `json:"updated_at"`
 	// Trigger, Reason, By and Since describe the pause or the operator
 	// wait of a paused or waiting_for_operator capsule.
 	Trigger capsule.Trigger `json:"trigger,omitempty"`
@@ -68,7 +70,7 @@ func rowOf(cp *capsule.Checkpoint, rev uint64, now time.Time) *Row {
 	s := client.StatusOf(cp)
 	r := &Row{
 		CapsuleID: cp.CapsuleID, Key: cp.Key, State: cp.State.Status, Phase: int(cp.State.Phase), PhaseName: cp.State.Phase.String(),
-		Cycle: cp.State.Cycle, Progress: cp.State.Progress, WaveID: cp.WaveID, HaltReason: cp.State.HaltReason, TraceID: cp.TraceID,
+		Cycle: cp.State.Cycle, Progress: cp.State.Progress, WaveID: cp.WaveID, Chain: cp.Chain, HaltReason: cp.State.HaltReason, TraceID: cp.TraceID,
 		CreatedAt: cp.CreatedAt, UpdatedAt: cp.UpdatedAt, AwaitingExternal: s.AwaitingExternal,
 		WaitingOn: s.WaitingOn, Pending: s.Pending, Revision: rev,
 	}
@@ -402,6 +404,8 @@ type Query struct {
 	Phase int
 	// Wave is a wave id.
 	Wave string
+	// Chain is a chain id.
+	Chain string
 	// Halt is a halt reason, or a prefix of one.
 	Halt string
 	// Trigger is a pause trigger.
@@ -431,6 +435,7 @@ func (q Query) match(r *Row) bool {
 	case q.State != "" && r.State != q.State,
 		q.Phase >= 0 && r.Phase != q.Phase,
 		q.Wave != "" && r.WaveID != q.Wave,
+		q.Chain != "" && (r.Chain == nil || r.Chain.ID != q.Chain),
 		q.Halt != "" && !strings.HasPrefix(r.HaltReason, q.Halt),
 		q.Trigger != "" && r.Trigger != q.Trigger:
 		return false

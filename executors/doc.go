@@ -30,9 +30,13 @@
 //	 "trace_id": "...",
 //	 "findings": [{"rule": 0, "field": "...", "message": "..."}],
 //	 "prior_artifact_ref": "artifact:<capsule_id>/<cycle-1>",
-//	 "completion_token": "<64 hex digits>"}
+//	 "completion_token": "<64 hex digits>",
+//	 "context_artifacts": [{...capsule.Artifact, content included...}]}
 //
-// findings are the previous review's findings when the cycle is a revision
+// context_artifacts are the artifacts the capsule's artifact: context refs
+// name, in order (left out when there are none): a chain step's is the
+// previous step's final artifact, artifact:<capsule_id>/final resolving to
+// the artifact of that capsule's last approved cycle. findings are the previous review's findings when the cycle is a revision
 // (an empty array on the first cycle), and prior_artifact_ref names the
 // artifact they are about (left out on a first cycle; a command gets it as
 // SAGA_PRIOR_ARTIFACT_REF). completion_token is a secret sagad

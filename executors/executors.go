@@ -35,6 +35,10 @@ type Request struct {
 	// dropped without it. Every call, a repeat of the same idempotency key
 	// included, carries a new one.
 	CompletionToken string
+	// ContextArtifacts are the artifacts the capsule's artifact: context
+	// refs name, in their order; artifact:<capsule_id>/final (a chain
+	// step's input) is resolved to that capsule's final artifact.
+	ContextArtifacts []capsule.Artifact
 }
 
 // Result is an executor's answer.

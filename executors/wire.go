@@ -86,6 +86,10 @@ type ExecuteCall struct {
 	// CompletionToken is the call's secret, which a [Completion] of
 	// accepted work must carry back; omitted when the call has none.
 	CompletionToken string `json:"completion_token,omitempty"`
+	// ContextArtifacts are the artifacts the capsule's artifact: context
+	// refs name (a chain step's: the previous step's final artifact);
+	// omitted when there are none.
+	ContextArtifacts []capsule.Artifact `json:"context_artifacts,omitempty"`
 }
 
 // NewExecuteCall builds the wire request of req.
@@ -102,6 +106,7 @@ func NewExecuteCall(req Request) (ExecuteCall, error) {
 		Kind: KindExecute, Capsule: raw, Cycle: req.Cycle,
 		IdempotencyKey: req.IdempotencyKey, TraceID: req.TraceID, Findings: findings,
 		PriorArtifactRef: req.PriorArtifactRef, CompletionToken: req.CompletionToken,
+		ContextArtifacts: req.ContextArtifacts,
 	}, nil
 }
 

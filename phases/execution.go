@@ -87,6 +87,10 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 			if err != nil {
 				return HaltWith(capsule.ExecutorFailed("no executor for task.kind "+c.Task.Kind), capsule.Finding{Rule: 22, Field: "task.kind", Message: err.Error()})
 			}
+			inputs, stop := contextArtifacts(ctx, env, c)
+			if stop != nil {
+				return *stop
+			}
 			// A new secret per call, a repeat included: only the worker
 			// called last can complete the cycle, and the checkpoint keeps
 			// no more than its hash.
@@ -104,6 +108,7 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 				Findings:         runFindings(in.Checkpoint, cycle),
 				PriorArtifactRef: priorArtifact(in.Checkpoint, cycle),
 				CompletionToken:  token,
+				ContextArtifacts: inputs,
 			})
 			env.record().Call("executor", callResult(err, ctx), time.Since(callStart))
 			switch {

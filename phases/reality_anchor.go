@@ -3,6 +3,7 @@ package phases
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/sagad/sagad/capsule"
 )
@@ -11,9 +12,16 @@ import (
 // (the truthfulness baseline), resolved by [Env.Resolver].
 type RealityAnchor struct{}
 
-// Run checks context refs in order, then the target.
+// Run checks context refs in order, then the target. A ref to the final
+// artifact of one of the capsule's own dependencies (artifact:<id>/final
+// with <id> in depends_on: a chain step's input) cannot resolve yet, since
+// the capsule waits for its dependencies after this phase: EXECUTION
+// resolves it, and halts context_ref_missing if it does not.
 func (RealityAnchor) Run(ctx context.Context, env *Env, in *Input) Decision {
 	for i, ref := range in.Capsule.ContextRefs {
+		if dependencyFinal(in.Capsule, ref) {
+			continue
+		}
 		ok, err := env.Resolver.Exists(ctx, ref)
 		if err != nil {
 			return RetryAfter(env.RetryDelay, fmt.Errorf("reality anchor: resolve %q: %w", ref, err))
@@ -34,4 +42,29 @@ func (RealityAnchor) Run(ctx context.Context, env *Env, in *Input) Decision {
 		})
 	}
 	return AdvanceWith()
+}
+
+// dependencyFinal reports whether ref is artifact:<id>/final for an <id> in
+// c.DependsOn.
+func dependencyFinal(c *capsule.Capsule, ref string) bool {
+	rest, ok := strings.CutPrefix(ref, "artifact:")
+	if !ok {
+		return false
+	}
+	id, ok := strings.CutSuffix(rest, "/final")
+	if !ok {
+		return false
+	}
+	if cid, ok := capsule.CanonicalID(id); ok {
+		id = cid
+	}
+	for _, d := range c.DependsOn {
+		if cd, ok := capsule.CanonicalID(d); ok {
+			d = cd
+		}
+		if d == id {
+			return true
+		}
+	}
+	return false
 }

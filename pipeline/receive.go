@@ -75,6 +75,9 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 
 	now := p.cfg.Now().UTC()
 	fresh := store.NewCheckpoint(key, claimedID(r), traceID(r.Capsule, msg), waveID(r.Capsule), r.Digest, now)
+	if r.Capsule != nil {
+		fresh.Chain = r.Capsule.Chain
+	}
 	fresh.IntakeSeq = meta.Sequence.Stream
 	tctx, root := p.traceReception(ctx, msg.Headers(), fresh, start)
 	defer p.endReception(tctx, root, fresh, r.Decision, start)

@@ -32,10 +32,12 @@ const (
 	Artifact     Name = "artifact"
 	Review       Name = "review"
 	Continuation Name = "continuation"
+	// Chain is the document of sagactl publish --chain.
+	Chain Name = "chain"
 )
 
 // Names returns every embedded schema name.
-func Names() []Name { return []Name{Capsule, Checkpoint, Artifact, Review, Continuation} }
+func Names() []Name { return []Name{Capsule, Checkpoint, Artifact, Review, Continuation, Chain} }
 
 func (n Name) file() string { return string(n) + ".schema.json" }
 

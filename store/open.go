@@ -191,7 +191,13 @@ func (s *Store) Retention() time.Duration { return s.retention }
 // Resolver tells whether context refs and targets exist (REALITY_ANCHOR),
 // under workspace for file: refs.
 func (s *Store) Resolver() *Resolver {
-	return &Resolver{workspace: s.workspace, js: s.js, artifacts: s.artifacts}
+	return &Resolver{checkpoints: s.Checkpoints, workspace: s.workspace, js: s.js, artifacts: s.artifacts}
+}
+
+// ResolveFinal turns artifact:<capsule_id>/final into the ref of that
+// capsule's final artifact (see [Checkpoints.ResolveFinal]).
+func (s *Store) ResolveFinal(ctx context.Context, ref string) (string, bool, error) {
+	return s.Checkpoints.ResolveFinal(ctx, ref)
 }
 
 // Facts answers the constitution's questions about other capsules (rules.Facts).

@@ -21,10 +21,13 @@ import (
 //	                       outside it (no "..", no absolute paths, no symlink escape)
 //	kv:<bucket>/<key>      a key in a JetStream KV bucket
 //	artifact:<name>        an object in the SAGA_ARTIFACTS object store
+//	artifact:<id>/final    the final artifact of capsule <id> (the one its
+//	                       reviewer approved last, once it completed)
 type Resolver struct {
-	workspace string
-	js        jetstream.JetStream
-	artifacts jetstream.ObjectStore
+	checkpoints *Checkpoints
+	workspace   string
+	js          jetstream.JetStream
+	artifacts   jetstream.ObjectStore
 
 	mu      sync.Mutex
 	buckets map[string]jetstream.KeyValue // bound once: binding is a round trip
@@ -52,6 +55,7 @@ func (r *Resolver) bucket(ctx context.Context, name string) (jetstream.KeyValue,
 	return kv, nil
 }
 
+// Exists reports whether ref resolves; an error is a failure to find out.
 func (r *Resolver) Exists(ctx context.Context, ref string) (bool, error) {
 	scheme, rest, ok := strings.Cut(ref, ":")
 	if !ok || rest == "" {
@@ -80,6 +84,13 @@ func (r *Resolver) Exists(ctx context.Context, ref string) (bool, error) {
 		}
 		return err == nil, err
 	case "artifact":
+		if strings.HasSuffix(rest, FinalSuffix) && r.checkpoints != nil {
+			final, ok, err := r.checkpoints.ResolveFinal(ctx, ref)
+			if err != nil || !ok {
+				return false, err
+			}
+			rest = strings.TrimPrefix(final, "artifact:")
+		}
 		_, err := r.artifacts.GetInfo(ctx, rest)
 		if errors.Is(err, jetstream.ErrObjectNotFound) {
 			return false, nil
@@ -113,4 +124,13 @@ func (r *Resolver) fileExists(rel string) bool {
 	}
 	_, err = os.Stat(real)
 	return err == nil
+}
+
+// ResolveFinal turns artifact:<capsule_id>/final into the ref of that
+// capsule's final artifact; other refs come back as they are.
+func (r *Resolver) ResolveFinal(ctx context.Context, ref string) (string, bool, error) {
+	if r.checkpoints == nil {
+		return ref, true, nil
+	}
+	return r.checkpoints.ResolveFinal(ctx, ref)
 }

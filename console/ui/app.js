@@ -210,7 +210,7 @@ async function renderCapsules() {
   el("label", {}, "Phase", sel("phase", PHASES.map((_, i) => i), PHASES.map((p, i) => i + " " + p))),
   el("label", {}, "Wave", input("wave", "wave id")),
   el("label", {}, "Halt reason", input("halt", "reason or prefix")),
-  el("label", {}, "Chain", el("input", { name: "chain", disabled: "disabled", placeholder: "not in this build", title: "checkpoints of this build carry no chain" })),
+  el("label", {}, "Chain", input("chain", "chain id")),
   el("button", { type: "submit", class: "primary", id: "filter-apply" }, "Filter"));
   const rows = data.items.map(r => rowOf(r));
   const table = el("table", { id: "capsule-list" },

@@ -13,9 +13,9 @@ import (
 
 func newPublish(g *globals) *cobra.Command {
 	var seal, raw bool
-	var traceID string
+	var traceID, chainFile string
 	cmd := &cobra.Command{
-		Use:   "publish [--seal] [--raw] FILE|-",
+		Use:   "publish [--seal] [--raw] FILE|- | publish --chain FILE|-",
 		Short: "Publish a capsule to sagad's intake and print its capsule id",
 		Long: `Publish a capsule to sagad's intake subject and print its capsule id.
 
@@ -24,9 +24,31 @@ JSON pointers at fault if it is not one (nothing is sent), and refused if its
 integrity.sha256 does not match its content (sagad would halt it
 integrity_mismatch). --seal fills in integrity.sha256 before publishing. --raw sends the bytes exactly as they are,
 unchecked, to see what the daemon does with them (it prints the intake
-sequence instead of an id).`,
-		Args: cobra.ExactArgs(1),
+sequence instead of an id).
+
+--chain FILE publishes a chain document (schemas/chain.schema.json): each
+step becomes a sealed capsule with a deterministic id (from chain_id and the
+step's index), depending on the step before and reading its final artifact
+(context ref artifact:<previous capsule_id>/final), and carrying chain
+{id, step}; it prints the steps' ids in order. Publishing the same document
+again publishes the same capsules (sagad ignores the repeats).`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if chainFile != "" {
+				return cobra.NoArgs(cmd, args)
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if chainFile != "" {
+				if seal || raw || traceID != "" {
+					return exit(ExitUsage, errors.New("--chain excludes --seal, --raw and --trace-id (steps are always sealed)"))
+				}
+				b, err := readInput(cmd, chainFile)
+				if err != nil {
+					return err
+				}
+				return publishChain(cmd, g, b)
+			}
 			if seal && raw {
 				return exit(ExitUsage, errors.New("--seal and --raw exclude each other"))
 			}
@@ -81,6 +103,7 @@ sequence instead of an id).`,
 	cmd.Flags().BoolVar(&seal, "seal", false, "compute and fill integrity.sha256 before publishing")
 	cmd.Flags().BoolVar(&raw, "raw", false, "send the bytes exactly as they are, unchecked")
 	cmd.Flags().StringVar(&traceID, "trace-id", "", "trace id header for a capsule without trace_id")
+	cmd.Flags().StringVar(&chainFile, "chain", "", "publish the steps of a chain document (FILE or - for stdin)")
 	return cmd
 }
 

@@ -139,7 +139,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 Admin commands (pause, resume, cancel, decide, replay, pending, phase, wave) are requests to
 sagad's admin service (saga.admin.<verb>, docs/ADMIN.md): they need a running
 sagad, which carries them out. Read commands (status, list, history, watch,
-report, wait) read JetStream directly.
+report, wait, chain) read JetStream directly.
 
 Exit codes:
   0   success; wait: completed; check: clean
@@ -174,7 +174,7 @@ Exit codes:
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table, wide (list: every column), json or yaml")
 	root.PersistentFlags().DurationVar(&g.timeout, "request-timeout", 10*time.Second, "timeout of each NATS request")
 	root.AddCommand(
-		newPublish(g), newSeal(g), newCheck(g),
+		newPublish(g), newSeal(g), newCheck(g), newChain(g),
 		newStatus(g), newWait(g), newList(g), newHistory(g),
 		newPause(g), newResume(g), newCancel(g), newDecide(g), newReplay(g), newPending(g), newPhase(g), newWave(g),
 		newWatch(g), newReport(g), newRules(g),
