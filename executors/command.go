@@ -207,7 +207,7 @@ func (c Command) exitError(out runOutput, partial ReviewerReply) error {
 	default:
 		what = out.status
 	}
-	return &FailedError{Detail: c.who() + ": " + what + suffix(detail), Usage: usage}
+	return &FailedError{Detail: c.who() + ": " + what + suffix(detail), Usage: usage, ExitCode: out.code, Stderr: out.stderr}
 }
 
 // suffix formats a detail for a one-line failure: ": line; line", or "".
@@ -271,7 +271,7 @@ func (c Command) run(ctx context.Context, body any, meta callMeta) (runOutput, e
 	case stdout.exceeded():
 		return out, &FailedError{Detail: fmt.Sprintf("%s: output exceeds %d bytes", who, limit)}
 	case err != nil && errors.Is(cause, errCommandTimeout):
-		return out, &FailedError{Detail: fmt.Sprintf("%s: timeout after %s", who, timeout) + suffix(out.stderr)}
+		return out, &FailedError{Detail: fmt.Sprintf("%s: timeout after %s", who, timeout) + suffix(out.stderr), Timeout: true, Stderr: out.stderr}
 	}
 	var exitErr *exec.ExitError
 	switch {
