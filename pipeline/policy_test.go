@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/store"
 )
 
 // flakyCommand is a command executor that fails its first `fails` calls
@@ -188,4 +190,65 @@ type lazyExecutor struct{ p *atomic.Pointer[executors.NATSExecutor] }
 
 func (l lazyExecutor) Execute(ctx context.Context, req executors.Request) (executors.Result, error) {
 	return l.p.Load().Execute(ctx, req)
+}
+
+// failThenBlock fails its first call with exit status 1 and blocks its
+// later ones on gate; it keeps every call's idempotency key.
+type failThenBlock struct {
+	n    *atomic.Int64
+	keys *sync.Map
+	gate chan struct{}
+}
+
+func (e failThenBlock) Execute(ctx context.Context, req executors.Request) (executors.Result, error) {
+	n := e.n.Add(1)
+	e.keys.Store(n, req.IdempotencyKey)
+	if n == 1 {
+		return executors.Result{}, &executors.FailedError{Detail: "exit 1", ExitCode: executors.ExitFailure}
+	}
+	select {
+	case <-e.gate:
+	case <-ctx.Done():
+		return executors.Result{}, ctx.Err()
+	}
+	return executors.Stub{}.Execute(ctx, req)
+}
+
+// TestDuplicateDeliveryDuringRetry: the EXECUTION message delivered again
+// while the policy's retry runs: the claim refuses the duplicate, the
+// executor runs twice in all (the failure and its retry), never a third time.
+func TestDuplicateDeliveryDuringRetry(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	var keys sync.Map
+	gate := make(chan struct{})
+	f := setupWith(t, func(c *pipeline.Config) {
+		c.Executors.RegisterExecutor("retrying", failThenBlock{n: &n, keys: &keys, gate: gate})
+	})
+	doc := f.own(t, capsuletest.New().Set("task.kind", "retrying"))
+	raw := doc.Sealed(t)
+	f.publish(t, raw)
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool { return n.Load() == 2 }, "the retry runs")
+
+	m := nats.NewMsg("saga.phase.4")
+	m.Data = raw
+	m.Header.Set(store.HeaderKey, doc.ID())
+	m.Header.Set(store.HeaderCycle, "1")
+	_, err := f.js.PublishMsg(context.Background(), m)
+	require.NoError(t, err)
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		return consumerDelivered(t, f, 4) >= 2
+	}, "duplicate delivered")
+	gate <- struct{}{}
+	s := f.wait(t, doc.ID())
+	require.Equal(t, capsule.Completed, s.State, s.HaltReason)
+	waitDrained(t, f)
+	require.Equal(t, int64(2), n.Load())
+	k1, _ := keys.Load(int64(1))
+	k2, _ := keys.Load(int64(2))
+	require.Equal(t, doc.ID()+"/1", k1)
+	require.Equal(t, doc.ID()+"/1/a2", k2)
+	cp, err := f.client.Checkpoint(context.Background(), doc.ID())
+	require.NoError(t, err)
+	require.Equal(t, 1, cp.State.Attempts.Failed)
 }
