@@ -252,3 +252,19 @@ func TestDuplicateDeliveryDuringRetry(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, cp.State.Attempts.Failed)
 }
+
+// TestFailurePolicyRetryOverBudget: a failed attempt whose usage crosses a
+// cap halts budget_exceeded instead of retrying.
+func TestFailurePolicyRetryOverBudget(t *testing.T) {
+	t.Parallel()
+	f, dir := setupFlaky(t, executors.ExitFailure, 1)
+	doc := policyDoc(t, f).Set("budget.tokens", 4)
+	f.publish(t, doc.Sealed(t))
+	s := f.wait(t, doc.ID())
+	require.Equal(t, capsule.Halted, s.State)
+	require.True(t, strings.HasPrefix(s.HaltReason, "budget_exceeded"), s.HaltReason)
+	require.Len(t, calls(t, dir), 1)
+	cp, err := f.client.Checkpoint(context.Background(), doc.ID())
+	require.NoError(t, err)
+	require.Equal(t, int64(5), cp.State.BudgetUsed.Tokens)
+}
