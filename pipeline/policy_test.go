@@ -21,6 +21,7 @@ import (
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/schemas"
 	"github.com/sagad/sagad/store"
 )
 
@@ -135,6 +136,7 @@ func TestFailurePolicyPausesForAPerson(t *testing.T) {
 	require.Contains(t, cp.State.Pause.Reason, "needs escalation (exit status 11)")
 	require.Contains(t, cp.State.Pause.Reason, "try again")
 	require.NotNil(t, cp.State.Attempts, "the failed attempt is recorded")
+	require.NoError(t, schemas.ValidateValue(schemas.Checkpoint, cp))
 	require.Len(t, calls(t, dir), 1)
 
 	_, err = f.admin(t).Resume(ctx, doc.ID(), admin.ResumeOptions{By: "alice"})
