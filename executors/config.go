@@ -104,8 +104,13 @@ func (c Config) Validate() error {
 		m    map[string]Endpoint
 	}{{"executors", c.Executors}, {"reviewers", c.Reviewers}} {
 		for _, key := range sortedKeys(role.m) {
-			_, err := role.m[key].settings(fmt.Sprintf("%s[%q]", role.name, key), key)
+			at := fmt.Sprintf("%s[%q]", role.name, key)
+			_, err := role.m[key].settings(at, key)
 			errs = append(errs, err)
+			if ep := role.m[key]; role.name == "reviewers" && (ep.FailureRetries != nil || ep.SelfHeal != nil) {
+				// Only executors follow the failure policy (README "Failure policy").
+				errs = append(errs, fmt.Errorf("%s: failure_retries and self_heal apply to executors only", at))
+			}
 		}
 	}
 	return errors.Join(errs...)

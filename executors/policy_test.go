@@ -1,6 +1,7 @@
 package executors
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -106,6 +107,14 @@ func TestConfigPolicyKnobs(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `executors["a"].failure_retries: -1: want 0 to 5`) ||
 		!strings.Contains(err.Error(), `executors["a"].self_heal: 6: want 0 to 5`) {
 		t.Fatalf("err = %v", err)
+	}
+	c = Config{Reviewers: map[string]Endpoint{"r": {Type: EndpointStub, SelfHeal: n(1)}}}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `reviewers["r"]: failure_retries and self_heal apply to executors only`) {
+		t.Fatalf("err = %v", err)
+	}
+	var ep Endpoint
+	if err := json.Unmarshal([]byte(`{"type":"stub","failure_retries":0,"self_heal":4}`), &ep); err != nil || *ep.FailureRetries != 0 || *ep.SelfHeal != 4 {
+		t.Fatalf("decode: %v %+v", err, ep)
 	}
 	c = Config{Executors: map[string]Endpoint{"a": {Type: EndpointStub, FailureRetries: n(3)}}}
 	r, err := c.Build(nil)
