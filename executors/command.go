@@ -62,6 +62,8 @@ const (
 //	10  needs refinement: a reviewer's CHANGES_REQUESTED (findings from stdout when it
 //	    is a reply), an executor's failure
 //	11  needs escalation, 20 interrupted, 21 timeout, anything else: a [*FailedError]
+//	    whose ExitCode the failure policy reads ([Policy.Decide]: 1, 12 and 21 are
+//	    retried, 11 pauses for a person)
 //
 // The program runs in its own process group, which is killed when Timeout
 // passes, stdout exceeds MaxOutput or ctx is cancelled; on Linux the kernel
