@@ -188,7 +188,9 @@ func TestFailurePolicyNATSRetryable(t *testing.T) {
 }
 
 // lazyExecutor serves a kind known at start with an executor made later.
-type lazyExecutor struct{ p *atomic.Pointer[executors.NATSExecutor] }
+type lazyExecutor struct {
+	p *atomic.Pointer[executors.NATSExecutor]
+}
 
 func (l lazyExecutor) Execute(ctx context.Context, req executors.Request) (executors.Result, error) {
 	return l.p.Load().Execute(ctx, req)
