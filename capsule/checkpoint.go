@@ -73,6 +73,9 @@ type CheckpointState struct {
 	// Result is the executor result recorded for the current cycle, so a
 	// redelivery never runs the executor again for it.
 	Result *ExecutionResult `json:"result,omitempty"`
+	// Attempts counts the current cycle's failed executor calls (failure
+	// policy, attempts.go).
+	Attempts *ExecutionAttempts `json:"attempts,omitempty"`
 	// Pause says why the capsule is paused or waiting, and carries the token
 	// of a resume in flight.
 	Pause *PauseInfo `json:"pause,omitempty"`
@@ -271,6 +274,7 @@ func (c *Checkpoint) Clone() *Checkpoint {
 	}
 	st.Execution = clonePtr(c.State.Execution)
 	st.Result = clonePtr(c.State.Result)
+	st.Attempts = clonePtr(c.State.Attempts)
 	st.Pause = clonePtr(c.State.Pause)
 	st.LockWaitSince = clonePtr(c.State.LockWaitSince)
 	st.AwaitingUntil = clonePtr(c.State.AwaitingUntil)

@@ -206,6 +206,12 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 		}
 		b = append(b, '}')
 	}
+	if s.Attempts != nil {
+		// Rare (only after a failed call the failure policy retries).
+		if b, err = appendMarshaled(b, `,"attempts":`, s.Attempts); err != nil {
+			return nil, err
+		}
+	}
 	if s.Pause != nil {
 		if b, err = appendMarshaled(b, `,"pause":`, s.Pause); err != nil {
 			return nil, err

@@ -24,6 +24,7 @@ func fullCheckpoint() *Checkpoint {
 			Reviews:   []ReviewEntry{{Cycle: 1, ReviewerID: "r", Verdict: ChangesRequested, Findings: []Finding{{Message: "fix"}}, At: at}},
 			Execution: &ExecutionClaim{Cycle: 2, Holder: "h/1", ExpiresAt: at},
 			Result:    &ExecutionResult{Cycle: 2, ArtifactRef: "artifact:x/2", Usage: Usage{Tokens: 1, Dollars: 1e-7}, Failed: "boom"},
+			Attempts:  &ExecutionAttempts{Cycle: 2, Failed: 1, LastFailure: AttemptFailure{ExitCode: 12, Error: "e", StderrTail: "t"}},
 			Pause:     &PauseInfo{Trigger: TriggerOperatorManual, Reason: "r", By: "me", At: at, ResumeToken: "tok"},
 			Overrides: &Overrides{Tokens: 5, Dollars: 2.5, Deadline: &deadline},
 			Warned:    []Trigger{TriggerBudgetWarning}, LockWaitSince: &since, AwaitingCycle: 2,

@@ -62,6 +62,8 @@ const (
 //	10  needs refinement: a reviewer's CHANGES_REQUESTED (findings from stdout when it
 //	    is a reply), an executor's failure
 //	11  needs escalation, 20 interrupted, 21 timeout, anything else: a [*FailedError]
+//	    whose ExitCode the failure policy reads ([Policy.Decide]: 1, 12 and 21 are
+//	    retried, 11 pauses for a person)
 //
 // The program runs in its own process group, which is killed when Timeout
 // passes, stdout exceeds MaxOutput or ctx is cancelled; on Linux the kernel
@@ -207,7 +209,7 @@ func (c Command) exitError(out runOutput, partial ReviewerReply) error {
 	default:
 		what = out.status
 	}
-	return &FailedError{Detail: c.who() + ": " + what + suffix(detail), Usage: usage}
+	return &FailedError{Detail: c.who() + ": " + what + suffix(detail), Usage: usage, ExitCode: out.code, Stderr: out.stderr}
 }
 
 // suffix formats a detail for a one-line failure: ": line; line", or "".
@@ -271,7 +273,7 @@ func (c Command) run(ctx context.Context, body any, meta callMeta) (runOutput, e
 	case stdout.exceeded():
 		return out, &FailedError{Detail: fmt.Sprintf("%s: output exceeds %d bytes", who, limit)}
 	case err != nil && errors.Is(cause, errCommandTimeout):
-		return out, &FailedError{Detail: fmt.Sprintf("%s: timeout after %s", who, timeout) + suffix(out.stderr)}
+		return out, &FailedError{Detail: fmt.Sprintf("%s: timeout after %s", who, timeout) + suffix(out.stderr), Timeout: true, Stderr: out.stderr}
 	}
 	var exitErr *exec.ExitError
 	switch {

@@ -73,6 +73,14 @@ type Endpoint struct {
 	// Dir is a command's working directory (type command). Defaults to
 	// sagad's.
 	Dir string `json:"dir,omitempty"`
+	// FailureRetries is how often the failure policy retries a command's
+	// exit 1, exit 21 or timeout, 0 to [MaxFailureRetries]. Defaults to
+	// [DefaultFailureRetries]. Not the same as Retries (NATS transport).
+	FailureRetries *int `json:"failure_retries,omitempty"`
+	// SelfHeal is how often the failure policy retries a command's exit 12
+	// or a NATS reply with retryable: true, 0 to [MaxFailureRetries].
+	// Defaults to [DefaultSelfHeal].
+	SelfHeal *int `json:"self_heal,omitempty"`
 }
 
 // Names lists, sorted, the task kinds and reviewer ids a registry built
@@ -96,8 +104,13 @@ func (c Config) Validate() error {
 		m    map[string]Endpoint
 	}{{"executors", c.Executors}, {"reviewers", c.Reviewers}} {
 		for _, key := range sortedKeys(role.m) {
-			_, err := role.m[key].settings(fmt.Sprintf("%s[%q]", role.name, key), key)
+			at := fmt.Sprintf("%s[%q]", role.name, key)
+			_, err := role.m[key].settings(at, key)
 			errs = append(errs, err)
+			if ep := role.m[key]; role.name == "reviewers" && (ep.FailureRetries != nil || ep.SelfHeal != nil) {
+				// Only executors follow the failure policy (README "Failure policy").
+				errs = append(errs, fmt.Errorf("%s: failure_retries and self_heal apply to executors only", at))
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -116,6 +129,7 @@ func (c Config) Build(nc *nats.Conn) (*Registry, error) {
 		if ep.Type == EndpointNATS && nc == nil {
 			return nil, fmt.Errorf("executors[%q]: type nats needs a NATS connection", key)
 		}
+		r.SetPolicy(key, s.policy)
 		switch ep.Type {
 		case EndpointNATS:
 			r.RegisterExecutor(key, NATSExecutor{Conn: nc, Subject: ep.Subject, Name: key, Timeout: s.timeout, Retry: s.retry, CompletionTimeout: s.completion})
@@ -148,6 +162,7 @@ type settings struct {
 	completion time.Duration
 	retry      RetryPolicy
 	command    Command
+	policy     Policy
 }
 
 // settings parses and checks ep; at prefixes every error.
@@ -225,6 +240,19 @@ func (ep Endpoint) settings(at, key string) (settings, error) {
 		only(".max_output", ep.MaxOutput != 0, EndpointCommand)
 		only(".env", len(ep.Env) > 0, EndpointCommand)
 		only(".dir", ep.Dir != "", EndpointCommand)
+	}
+	if err := checkPolicyKnob(ep.FailureRetries); err != nil {
+		bad(".failure_retries", "%v", err)
+	}
+	if err := checkPolicyKnob(ep.SelfHeal); err != nil {
+		bad(".self_heal", "%v", err)
+	}
+	s.policy = DefaultPolicy
+	if ep.FailureRetries != nil {
+		s.policy.FailureRetries = *ep.FailureRetries
+	}
+	if ep.SelfHeal != nil {
+		s.policy.SelfHeal = *ep.SelfHeal
 	}
 	if ep.Retries != nil && (*ep.Retries < 0 || *ep.Retries > MaxRetries) {
 		bad(".retries", "%d: want 0 to %d", *ep.Retries, MaxRetries)

@@ -113,7 +113,8 @@
 //	 "findings": [{"message": "..."}], "usage": {"tokens": 10, "dollars": 0}}
 //
 // status is "ok" (the default when omitted), "failed" (with "error": "why";
-// the capsule halts with executor_failed:<error>) or "accepted": the work
+// the capsule halts with executor_failed:<error>, unless "retryable": true
+// asks for a retry, see the failure policy below) or "accepted": the work
 // goes on asynchronously and the worker publishes a [Completion] later on
 // CompletionSubject(capsule_id, cycle), i.e. "saga.complete.<capsule_id>.<cycle>".
 // A completion is the same JSON as the synchronous reply with status "ok" or
@@ -153,4 +154,15 @@
 //
 // A NATS micro-service error (the Nats-Service-Error headers) counts as
 // "failed" with the service's code and description.
+//
+// # Failure policy
+//
+// [Policy.Decide] maps a failed executor call to an [Action]: a command's
+// exit 1, exit 21 or timeout is retried up to the endpoint's
+// failure_retries (default 1); exit 12 and a NATS reply with "retryable":
+// true up to self_heal (default 2); exit 11 pauses the capsule for a person
+// (blocked_external); anything else halts executor_failed. A retry is
+// attempt n of the cycle, with idempotency key "<capsule_id>/<cycle>/a<n>"
+// and "previous_failure" ([PreviousFailure]) in its [ExecuteCall].
+// Reviewers and completions of accepted work do not follow the policy.
 package executors

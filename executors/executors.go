@@ -39,6 +39,9 @@ type Request struct {
 	// refs name, in their order; artifact:<capsule_id>/final (a chain
 	// step's input) is resolved to that capsule's final artifact.
 	ContextArtifacts []capsule.Artifact
+	// PreviousFailure is set on a retry by the failure policy (the
+	// self-heal): what the attempt before this one failed with.
+	PreviousFailure *PreviousFailure
 }
 
 // Result is an executor's answer.
@@ -83,6 +86,16 @@ type Reviewer interface {
 type FailedError struct {
 	Detail string
 	Usage  capsule.Usage
+	// ExitCode is a command's non-zero exit status; 0 when the failure is
+	// not an exit status (a NATS reply, a timeout, a start failure).
+	ExitCode int
+	// Timeout says a command ran out of its Timeout (killed by sagad).
+	Timeout bool
+	// Retryable is a NATS worker's "retryable": true on a failed reply.
+	Retryable bool
+	// Stderr is the bounded tail of a command's stderr, for the
+	// previous_failure of a self-heal retry.
+	Stderr string
 }
 
 func (e *FailedError) Error() string { return "executor failed: " + e.Detail }
@@ -96,6 +109,8 @@ type Registry struct {
 	executors map[string]Executor
 	reviewers map[string]Reviewer
 	tracer    *tracing.Tracer
+	// policies are the executors' failure policies (policy.go).
+	policies map[string]Policy
 }
 
 // NewRegistry returns a registry with the built-in stubs registered: the

@@ -90,6 +90,9 @@ type ExecuteCall struct {
 	// refs name (a chain step's: the previous step's final artifact);
 	// omitted when there are none.
 	ContextArtifacts []capsule.Artifact `json:"context_artifacts,omitempty"`
+	// PreviousFailure is what the previous attempt of this cycle failed
+	// with, on a retry of the failure policy; omitted on a first attempt.
+	PreviousFailure *PreviousFailure `json:"previous_failure,omitempty"`
 }
 
 // NewExecuteCall builds the wire request of req.
@@ -107,6 +110,7 @@ func NewExecuteCall(req Request) (ExecuteCall, error) {
 		IdempotencyKey: req.IdempotencyKey, TraceID: req.TraceID, Findings: findings,
 		PriorArtifactRef: req.PriorArtifactRef, CompletionToken: req.CompletionToken,
 		ContextArtifacts: req.ContextArtifacts,
+		PreviousFailure:  req.PreviousFailure,
 	}, nil
 }
 
@@ -209,6 +213,9 @@ type ExecutorReply struct {
 	Usage     capsule.Usage `json:"usage"`
 	// Error says why, when Status is failed.
 	Error string `json:"error,omitempty"`
+	// Retryable, on a failed reply, asks sagad to call again (the failure
+	// policy's retry); false or omitted halts the capsule.
+	Retryable bool `json:"retryable,omitempty"`
 }
 
 // DecodeExecutorReply parses and checks an executor's reply. Errors wrap
@@ -241,7 +248,7 @@ func DecodeExecutorReply(data []byte) (ExecutorReply, error) {
 func (r ExecutorReply) Result() (Result, error) {
 	switch r.Status {
 	case StatusFailed:
-		return Result{Usage: r.Usage}, &FailedError{Detail: failureText(r.Error), Usage: r.Usage}
+		return Result{Usage: r.Usage}, &FailedError{Detail: failureText(r.Error), Usage: r.Usage, Retryable: r.Retryable}
 	case StatusAccepted:
 		return Result{Usage: r.Usage}, &AcceptedError{Usage: r.Usage}
 	}
@@ -318,6 +325,8 @@ type Completion struct {
 	Findings  []capsule.Finding `json:"findings,omitempty"`
 	Usage     capsule.Usage     `json:"usage"`
 	Error     string            `json:"error,omitempty"`
+	// Retryable, on a failed execute completion, is [ExecutorReply.Retryable].
+	Retryable bool `json:"retryable,omitempty"`
 }
 
 // DecodeCompletion parses and checks a completion message by the rules of
@@ -346,7 +355,7 @@ func DecodeCompletion(data []byte) (Completion, error) {
 
 // ExecutorReply is the completion as an executor's reply.
 func (c Completion) ExecutorReply() ExecutorReply {
-	return ExecutorReply{Status: c.Status, Content: c.Content, MediaType: c.MediaType, Usage: c.Usage, Error: c.Error}
+	return ExecutorReply{Status: c.Status, Content: c.Content, MediaType: c.MediaType, Usage: c.Usage, Error: c.Error, Retryable: c.Retryable}
 }
 
 // ReviewerReply is the completion as a reviewer's reply.

@@ -275,6 +275,8 @@ func Apply(cp *capsule.Checkpoint, ev Event, now time.Time) (Result, error) {
 		changed, tr, err = reject(out, e, now)
 	case RecordResult:
 		changed, err = recordResult(out, e)
+	case RecordAttempt:
+		changed, err = recordAttempt(out, e)
 	case Replay:
 		changed, tr, err = replay(out, e, now)
 	default:

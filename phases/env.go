@@ -9,6 +9,7 @@ import (
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/rules"
 )
 
@@ -108,6 +109,10 @@ type Input struct {
 	// Revalidate confirms this delivery still holds its claim before it
 	// writes what a long agent call produced; nil means nothing to check.
 	Revalidate func(ctx context.Context) error
+	// RecordAttempt records a failed executor call through the machine
+	// (with this delivery's claim as holder) before the failure policy
+	// calls again or pauses; nil means the policy never retries or pauses.
+	RecordAttempt func(ctx context.Context, ev machine.RecordAttempt) error
 }
 
 // Key is the checkpoint key of the input's capsule.

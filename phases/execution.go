@@ -33,6 +33,32 @@ func IdempotencyKey(capsuleID string, cycle int) string {
 	return fmt.Sprintf("%s/%d", capsuleID, cycle)
 }
 
+// AttemptKey is the idempotency key of attempt n of a cycle: the first keeps
+// [IdempotencyKey], a retry of the failure policy gets "<key>/a<n>", so a
+// worker that deduplicates by key runs it afresh.
+func AttemptKey(capsuleID string, cycle, n int) string {
+	if n <= 1 {
+		return IdempotencyKey(capsuleID, cycle)
+	}
+	return fmt.Sprintf("%s/a%d", IdempotencyKey(capsuleID, cycle), n)
+}
+
+// execChargeID is the budget charge id of attempt n's usage.
+func execChargeID(key string, cycle, n int) string {
+	if n <= 1 {
+		return fmt.Sprintf("%s/%d/exec", key, cycle)
+	}
+	return fmt.Sprintf("%s/%d/exec/a%d", key, cycle, n)
+}
+
+// previousFailure is a retry's previous_failure: nil on a first attempt.
+func previousFailure(done int, last *capsule.AttemptFailure) *executors.PreviousFailure {
+	if done == 0 || last == nil {
+		return nil
+	}
+	return &executors.PreviousFailure{Attempt: done, ExitCode: last.ExitCode, Timeout: last.Timeout, Error: last.Error, StderrTail: last.StderrTail}
+}
+
 // Run takes the locks, claims the cycle, runs the executor (unless its
 // result is already recorded) and charges the budget.
 func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
@@ -55,6 +81,12 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 	var res executors.Result
 	var failed *executors.FailedError
 	ref := ""
+	// Failed attempts of this cycle the failure policy already recorded:
+	// the next call is attempt done+1, charged under its own id.
+	done, last := st.FailedAttempts(cycle)
+	used := st.BudgetUsed
+	caps := st.Caps(c.Budget)
+	chargeID := execChargeID(key, cycle, done+1)
 	if r := st.Result; r != nil && r.Cycle == cycle {
 		// Recorded already (accepted work that completed later): never run
 		// the executor again for this cycle.
@@ -91,59 +123,98 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 			if stop != nil {
 				return *stop
 			}
-			// A new secret per call, a repeat included: only the worker
-			// called last can complete the cycle, and the checkpoint keeps
-			// no more than its hash.
-			token, err := executors.NewCompletionToken()
-			if err != nil {
-				return RetryAfter(env.RetryDelay, fmt.Errorf("execution: %w", err))
-			}
-			callStart := time.Now()
-			res, err = e.run(ctx, env, in, ex, executors.Request{
-				Capsule:          c,
-				Raw:              in.Raw,
-				Cycle:            cycle,
-				IdempotencyKey:   IdempotencyKey(c.CapsuleID, cycle),
-				TraceID:          in.Checkpoint.TraceID,
-				Findings:         runFindings(in.Checkpoint, cycle),
-				PriorArtifactRef: priorArtifact(in.Checkpoint, cycle),
-				CompletionToken:  token,
-				ContextArtifacts: inputs,
-			})
-			env.record().Call("executor", callResult(err, ctx), time.Since(callStart))
-			switch {
-			case errors.Is(err, executors.ErrAccepted):
-				d := ParkWith(capsule.TriggerBlockedExternal, "waiting for the executor's result: "+err.Error())
-				d.Record = &Record{AwaitingCycle: cycle, AwaitingTokenHash: executors.CompletionTokenHash(token)}
-				var acc *executors.AcceptedError
-				if errors.As(err, &acc) && acc.Timeout > 0 {
-					// The endpoint's completion_timeout, from now.
-					until := env.Now().Add(acc.Timeout)
-					d.Record.AwaitingUntil = &until
+			policy := env.Executors.Policy(c.Task.Kind)
+			for {
+				attempt := done + 1
+				// A new secret per call, a repeat included: only the worker
+				// called last can complete the cycle, and the checkpoint keeps
+				// no more than its hash.
+				token, err := executors.NewCompletionToken()
+				if err != nil {
+					return RetryAfter(env.RetryDelay, fmt.Errorf("execution: %w", err))
 				}
-				return d
-			case errors.Is(err, executors.ErrHumanInput):
-				return ParkWith(capsule.TriggerBlockedExternal, "the executor needs human input: "+err.Error())
-			case errors.As(err, &failed):
-				res.Usage = failed.Usage
-			case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
-				failed = &executors.FailedError{Detail: "timed out: " + err.Error()}
-			case err != nil && ctx.Err() != nil:
-				return RetryAfter(env.RetryDelay, fmt.Errorf("execution: interrupted: %w", err))
-			case err != nil:
-				failed = &executors.FailedError{Detail: err.Error()}
-			}
-			if uerr := res.Usage.Validate(); uerr != nil {
-				// Never recorded or charged: negative usage would give
-				// budget back (executors written in Go are not checked by
-				// the wire decoders).
-				res.Usage = capsule.Usage{}
-				if failed == nil {
-					failed = &executors.FailedError{Detail: "executor reported " + uerr.Error()}
-				} else {
-					failed.Usage = capsule.Usage{}
+				callStart := time.Now()
+				res, err = e.run(ctx, env, in, ex, executors.Request{
+					Capsule:          c,
+					Raw:              in.Raw,
+					Cycle:            cycle,
+					IdempotencyKey:   AttemptKey(c.CapsuleID, cycle, attempt),
+					TraceID:          in.Checkpoint.TraceID,
+					Findings:         runFindings(in.Checkpoint, cycle),
+					PriorArtifactRef: priorArtifact(in.Checkpoint, cycle),
+					CompletionToken:  token,
+					PreviousFailure:  previousFailure(done, last),
+					ContextArtifacts: inputs,
+				})
+				env.record().Call("executor", callResult(err, ctx), time.Since(callStart))
+				switch {
+				case errors.Is(err, executors.ErrAccepted):
+					d := ParkWith(capsule.TriggerBlockedExternal, "waiting for the executor's result: "+err.Error())
+					d.Record = &Record{AwaitingCycle: cycle, AwaitingTokenHash: executors.CompletionTokenHash(token)}
+					var acc *executors.AcceptedError
+					if errors.As(err, &acc) && acc.Timeout > 0 {
+						// The endpoint's completion_timeout, from now.
+						until := env.Now().Add(acc.Timeout)
+						d.Record.AwaitingUntil = &until
+					}
+					return d
+				case errors.Is(err, executors.ErrHumanInput):
+					return ParkWith(capsule.TriggerBlockedExternal, "the executor needs human input: "+err.Error())
+				case errors.As(err, &failed):
+					res.Usage = failed.Usage
+				case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+					failed = &executors.FailedError{Detail: "timed out: " + err.Error()}
+				case err != nil && ctx.Err() != nil:
+					return RetryAfter(env.RetryDelay, fmt.Errorf("execution: interrupted: %w", err))
+				case err != nil:
+					failed = &executors.FailedError{Detail: err.Error()}
 				}
+				if uerr := res.Usage.Validate(); uerr != nil {
+					// Never recorded or charged: negative usage would give
+					// budget back (executors written in Go are not checked by
+					// the wire decoders).
+					res.Usage = capsule.Usage{}
+					if failed == nil {
+						failed = &executors.FailedError{Detail: "executor reported " + uerr.Error()}
+					} else {
+						failed.Usage = capsule.Usage{}
+					}
+				}
+				if failed == nil || in.RecordAttempt == nil {
+					break
+				}
+				action := policy.Decide(failed, done)
+				if action == executors.ActionHalt {
+					break
+				}
+				// Retry or pause: this attempt's usage is charged under its
+				// own id, then the attempt is recorded before the next call,
+				// so a redelivery goes on with the next attempt's key.
+				var charge budget.ChargeResult
+				if err := persist(ctx, env, func() (err error) {
+					charge, err = env.Budgets.Charge(context.WithoutCancel(ctx), key, c.WaveID, execChargeID(key, cycle, attempt), caps, used, failed.Usage)
+					return err
+				}); err != nil {
+					return RetryAfter(env.RetryDelay, fmt.Errorf("execution: charge budget: %w", err))
+				}
+				env.record().BudgetConsumed(failed.Usage)
+				used = charge.Capsule
+				if charge.Exceeded != "" {
+					d := HaltWith(capsule.BudgetExceeded(charge.Exceeded), budgetFinding(used, caps))
+					d.Record = &Record{BudgetUsed: &used}
+					return d
+				}
+				pf := executors.NewPreviousFailure(attempt, failed)
+				lf := capsule.AttemptFailure{ExitCode: pf.ExitCode, Timeout: pf.Timeout, Error: pf.Error, StderrTail: pf.StderrTail}
+				if err := in.RecordAttempt(ctx, machine.RecordAttempt{Cycle: cycle, Attempt: attempt, Failure: lf, BudgetUsed: used}); err != nil {
+					return RetryAfter(env.RetryDelay, fmt.Errorf("execution: record attempt %d: %w", attempt, err))
+				}
+				if action == executors.ActionPause {
+					return ParkWith(capsule.TriggerBlockedExternal, "the executor asks for a person: "+failed.Detail)
+				}
+				done, last, failed, res = attempt, &lf, nil, executors.Result{}
 			}
+			chargeID = execChargeID(key, cycle, done+1)
 		}
 	}
 	// What the executor did is recorded even if the phase's time ran out.
@@ -181,17 +252,16 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 		}
 	}
 
-	caps := st.Caps(c.Budget)
 	var charge budget.ChargeResult
 	err := persist(runCtx, env, func() (err error) {
-		charge, err = env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/exec", key, cycle), caps, st.BudgetUsed, res.Usage)
+		charge, err = env.Budgets.Charge(ctx, key, c.WaveID, chargeID, caps, used, res.Usage)
 		return err
 	})
 	if err != nil {
 		return RetryAfter(env.RetryDelay, fmt.Errorf("execution: charge budget: %w", err))
 	}
 	env.record().BudgetConsumed(res.Usage)
-	used := charge.Capsule
+	used = charge.Capsule
 	if failed != nil {
 		d := HaltWith(capsule.ExecutorFailed(failed.Detail))
 		d.Record = &Record{BudgetUsed: &used}

@@ -199,6 +199,11 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 				}
 				return t.renew(ctx, cycle)
 			},
+			RecordAttempt: func(ctx context.Context, ev machine.RecordAttempt) error {
+				ev.Holder = t.token
+				_, err := t.apply(ctx, ev, reapply)
+				return err
+			},
 		}
 		if mdErr == nil {
 			in.Entered = md.Timestamp

@@ -98,6 +98,21 @@ type Artifact struct {
 	AddressedFindings []string `json:"addressed_findings,omitempty"`
 	Cycle             int      `json:"cycle"`
 	ProducedBy        string   `json:"produced_by"`
+	// HealedFrom is the previous attempt's error, on a retry of sagad's
+	// failure policy (the request's previous_failure).
+	HealedFrom string `json:"healed_from,omitempty"`
+}
+
+// failFirst reports whether the capsule asks the demo to fail its first
+// attempt retryably (metadata {"worker": {"fail_first": true}}), to show
+// sagad's failure policy: the retry carries previous_failure.
+func failFirst(c capsule.Capsule) bool {
+	var m struct {
+		Worker struct {
+			FailFirst bool `json:"fail_first"`
+		} `json:"worker"`
+	}
+	return len(c.Metadata) > 0 && json.Unmarshal(c.Metadata, &m) == nil && m.Worker.FailFirst
 }
 
 // Serve registers the demo worker's micro service on nc: endpoint "execute"
@@ -292,6 +307,9 @@ func (w *worker) execute(data []byte) any {
 	if err := json.Unmarshal(call.Capsule, &c); err != nil {
 		return executors.ExecutorReply{Status: executors.StatusFailed, Error: "bad capsule: " + err.Error()}
 	}
+	if call.PreviousFailure == nil && failFirst(c) {
+		return executors.ExecutorReply{Status: executors.StatusFailed, Retryable: true, Error: "demo: a transient failure (metadata.worker.fail_first)"}
+	}
 	a := Artifact{
 		Summary:            fmt.Sprintf("%s: %s", c.Task.Title, c.Task.Description),
 		Title:              c.Task.Title,
@@ -299,6 +317,9 @@ func (w *worker) execute(data []byte) any {
 		AcceptanceCriteria: c.Spec.AcceptanceCriteria,
 		Cycle:              call.Cycle,
 		ProducedBy:         w.cfg.AgentID,
+	}
+	if pf := call.PreviousFailure; pf != nil {
+		a.HealedFrom = pf.Error
 	}
 	for _, f := range call.Findings {
 		a.AddressedFindings = append(a.AddressedFindings, f.Message)

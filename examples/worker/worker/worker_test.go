@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -299,4 +300,30 @@ func TestAsyncPublishesCompletion(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, second.CompletionToken, again.CompletionToken, "the repeat's completion carries the latest token")
 	require.Equal(t, string(done.Content), string(again.Content), "and the first answer")
+}
+
+// TestFailFirstIsRetryable: metadata.worker.fail_first fails the first
+// attempt with retryable: true; the retry (previous_failure set, its own
+// key) succeeds and says what it healed from.
+func TestFailFirstIsRetryable(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, s)
+	serve(t, nc, worker.Config{})
+
+	call1 := executeCall(t)
+	call1.Capsule = json.RawMessage(strings.Replace(string(call1.Capsule), "{", `{"metadata":{"worker":{"fail_first":true}},`, 1))
+	reply, err := executors.DecodeExecutorReply(call(t, nc, worker.DefaultExecuteSubject, call1, "k/1"))
+	require.NoError(t, err)
+	require.Equal(t, executors.StatusFailed, reply.Status)
+	require.True(t, reply.Retryable)
+
+	call2 := call1
+	call2.PreviousFailure = &executors.PreviousFailure{Attempt: 1, Error: reply.Error}
+	reply, err = executors.DecodeExecutorReply(call(t, nc, worker.DefaultExecuteSubject, call2, "k/1/a2"))
+	require.NoError(t, err)
+	require.Equal(t, executors.StatusOK, reply.Status)
+	var a worker.Artifact
+	require.NoError(t, json.Unmarshal(reply.Content, &a))
+	require.Contains(t, a.HealedFrom, "transient failure")
 }

@@ -1,0 +1,50 @@
+package machine_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/machine"
+)
+
+func TestRecordAttempt(t *testing.T) {
+	t.Parallel()
+	claimed, err := machine.Apply(at(capsule.InProgress, capsule.Execution, 1), machine.Claim{Phase: capsule.Execution, Cycle: 1, Holder: "a", ExpiresAt: t0.Add(time.Minute)}, t0)
+	require.NoError(t, err)
+	cp := claimed.Checkpoint
+	ev := machine.RecordAttempt{Cycle: 1, Holder: "a", Attempt: 1, Failure: capsule.AttemptFailure{ExitCode: 1, Error: "boom"}, BudgetUsed: capsule.Usage{Tokens: 5}}
+
+	res, err := machine.Apply(cp, ev, t0.Add(time.Second))
+	require.NoError(t, err)
+	require.True(t, res.Changed)
+	n, last := res.Checkpoint.State.FailedAttempts(1)
+	require.Equal(t, 1, n)
+	require.Equal(t, "boom", last.Error)
+	require.Equal(t, int64(5), res.Checkpoint.State.BudgetUsed.Tokens)
+	require.Nil(t, cp.State.Attempts, "Apply never changes its input")
+	n, _ = res.Checkpoint.State.FailedAttempts(2)
+	require.Zero(t, n, "attempts count per cycle")
+
+	again, err := machine.Apply(res.Checkpoint, ev, t0.Add(2*time.Second))
+	require.NoError(t, err)
+	require.False(t, again.Changed, "recording an attempt twice changes nothing")
+
+	for name, tc := range map[string]struct {
+		cp   *capsule.Checkpoint
+		ev   machine.RecordAttempt
+		kind error
+	}{
+		"other holder": {cp, machine.RecordAttempt{Cycle: 1, Holder: "b", Attempt: 1}, machine.ErrClaimLost},
+		"no claim":     {at(capsule.InProgress, capsule.Execution, 1), machine.RecordAttempt{Cycle: 1, Holder: "a", Attempt: 1}, machine.ErrClaimLost},
+		"other cycle":  {cp, machine.RecordAttempt{Cycle: 2, Holder: "a", Attempt: 1}, machine.ErrStale},
+		"other phase":  {at(capsule.InProgress, capsule.AutomatedGates, 1), machine.RecordAttempt{Cycle: 1, Holder: "a", Attempt: 1}, machine.ErrStale},
+		"halted":       {ended(capsule.Halted), machine.RecordAttempt{Cycle: 1, Holder: "a", Attempt: 1}, machine.ErrStale},
+		"attempt zero": {cp, machine.RecordAttempt{Cycle: 1, Holder: "a"}, machine.ErrInvalid},
+	} {
+		_, err := machine.Apply(tc.cp, tc.ev, t0)
+		require.ErrorIs(t, err, tc.kind, name)
+	}
+}

@@ -1,0 +1,274 @@
+package pipeline_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/admin"
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/schemas"
+	"github.com/sagad/sagad/store"
+)
+
+// flakyCommand is a command executor that fails its first `fails` calls
+// with exit status code (a reply with 5 tokens of usage on stdout and
+// "diag <n>" on stderr), then answers ok with 7 tokens. Every request and
+// idempotency key is kept in dir.
+func flakyCommand(dir string, code, fails int) executors.Command {
+	script := fmt.Sprintf(`d=%q
+n=$(( $(cat "$d/n" 2>/dev/null || echo 0) + 1 )); echo $n > "$d/n"
+cat > "$d/req.$n"
+echo "$SAGA_IDEMPOTENCY_KEY" >> "$d/keys"
+if [ $n -le %d ]; then echo '{"status":"failed","error":"try again","usage":{"tokens":5,"dollars":0}}'; echo "diag $n" >&2; exit %d; fi
+echo '{"status":"ok","content":{"ok":true},"usage":{"tokens":7,"dollars":0}}'
+`, dir, fails, code)
+	return executors.Command{Path: "/bin/sh", Args: []string{"-c", script}, Name: "flaky"}
+}
+
+func calls(t *testing.T, dir string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "keys"))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	require.NoError(t, err)
+	return strings.Fields(string(b))
+}
+
+func request(t *testing.T, dir string, n int) executors.ExecuteCall {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("req.%d", n)))
+	require.NoError(t, err)
+	var call executors.ExecuteCall
+	require.NoError(t, json.Unmarshal(b, &call))
+	return call
+}
+
+// policyDoc is a capsule of task kind "flaky" whose review costs nothing, so
+// its budget_used is the executor's usage alone.
+func policyDoc(t *testing.T, f *fixture) capsuletest.Doc {
+	return f.own(t, capsuletest.New().Set("task.kind", "flaky").Set("metadata.stub.review_usage", map[string]any{"tokens": 0, "dollars": 0}))
+}
+
+func setupFlaky(t *testing.T, code, fails int) (*fixture, string) {
+	dir := t.TempDir()
+	f := setupWith(t, func(c *pipeline.Config) { c.Executors.RegisterExecutor("flaky", flakyCommand(dir, code, fails)) })
+	return f, dir
+}
+
+// TestFailurePolicyRetries: exit 1, 12 and 21 are retried once with a key of
+// their own and the previous failure's diagnostics; both attempts are
+// charged.
+func TestFailurePolicyRetries(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{executors.ExitFailure, executors.ExitPartialSuccess, executors.ExitTimeout} {
+		t.Run(fmt.Sprint("exit ", code), func(t *testing.T) {
+			t.Parallel()
+			f, dir := setupFlaky(t, code, 1)
+			doc := policyDoc(t, f)
+			f.publish(t, doc.Sealed(t))
+			s := f.wait(t, doc.ID())
+			require.Equal(t, capsule.Completed, s.State, s.HaltReason)
+			require.Equal(t, []string{doc.ID() + "/1", doc.ID() + "/1/a2"}, calls(t, dir))
+			require.Nil(t, request(t, dir, 1).PreviousFailure)
+			pf := request(t, dir, 2).PreviousFailure
+			require.NotNil(t, pf)
+			require.Equal(t, 1, pf.Attempt)
+			require.Equal(t, code, pf.ExitCode)
+			require.Contains(t, pf.Error, "try again")
+			require.Contains(t, pf.StderrTail, "diag 1")
+			cp, err := f.client.Checkpoint(context.Background(), doc.ID())
+			require.NoError(t, err)
+			require.Equal(t, int64(12), cp.State.BudgetUsed.Tokens, "both attempts charged")
+		})
+	}
+}
+
+// TestFailurePolicyExhausted: exit 1 twice halts executor_failed after the
+// one retry; exit 2 halts at once.
+func TestFailurePolicyExhausted(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ code, calls int }{{executors.ExitFailure, 2}, {executors.ExitDepthExceeded, 1}} {
+		t.Run(fmt.Sprint("exit ", tc.code), func(t *testing.T) {
+			t.Parallel()
+			f, dir := setupFlaky(t, tc.code, 5)
+			doc := policyDoc(t, f)
+			f.publish(t, doc.Sealed(t))
+			s := f.wait(t, doc.ID())
+			require.Equal(t, capsule.Halted, s.State)
+			require.True(t, strings.HasPrefix(s.HaltReason, "executor_failed:"), s.HaltReason)
+			require.Len(t, calls(t, dir), tc.calls)
+			cp, err := f.client.Checkpoint(context.Background(), doc.ID())
+			require.NoError(t, err)
+			require.Equal(t, int64(5*tc.calls), cp.State.BudgetUsed.Tokens)
+		})
+	}
+}
+
+// TestFailurePolicyPausesForAPerson: exit 11 pauses blocked_external with the
+// failure; resume calls again (attempt 2, with previous_failure) and
+// completes.
+func TestFailurePolicyPausesForAPerson(t *testing.T) {
+	t.Parallel()
+	f, dir := setupFlaky(t, executors.ExitNeedsEscalation, 1)
+	ctx := context.Background()
+	doc := policyDoc(t, f)
+	f.publish(t, doc.Sealed(t))
+	f.waitState(t, doc.ID(), capsule.Paused)
+	cp, err := f.client.Checkpoint(ctx, doc.ID())
+	require.NoError(t, err)
+	require.Equal(t, capsule.TriggerBlockedExternal, cp.State.Pause.Trigger)
+	require.Contains(t, cp.State.Pause.Reason, "needs escalation (exit status 11)")
+	require.Contains(t, cp.State.Pause.Reason, "try again")
+	require.NotNil(t, cp.State.Attempts, "the failed attempt is recorded")
+	require.NoError(t, schemas.ValidateValue(schemas.Checkpoint, cp))
+	require.Len(t, calls(t, dir), 1)
+
+	_, err = f.admin(t).Resume(ctx, doc.ID(), admin.ResumeOptions{By: "alice"})
+	require.NoError(t, err)
+	s := f.wait(t, doc.ID())
+	require.Equal(t, capsule.Completed, s.State, s.HaltReason)
+	require.Equal(t, []string{doc.ID() + "/1", doc.ID() + "/1/a2"}, calls(t, dir))
+	require.Equal(t, executors.ExitNeedsEscalation, request(t, dir, 2).PreviousFailure.ExitCode)
+}
+
+// TestFailurePolicyNATSRetryable: a NATS worker's failed reply with
+// retryable: true is retried once; retryable: false halts.
+func TestFailurePolicyNATSRetryable(t *testing.T) {
+	t.Parallel()
+	for _, retryable := range []bool{true, false} {
+		t.Run(fmt.Sprint("retryable ", retryable), func(t *testing.T) {
+			t.Parallel()
+			var n atomic.Int64
+			var keys atomic.Value
+			keys.Store([]string{})
+			var ex atomic.Pointer[executors.NATSExecutor]
+			f := setupWith(t, func(c *pipeline.Config) { c.Executors.RegisterExecutor("flaky", lazyExecutor{&ex}) })
+			nc, _ := natstest.Connect(t, f.srv)
+			sub, err := nc.Subscribe("agents.flaky", func(m *nats.Msg) {
+				keys.Store(append(keys.Load().([]string), m.Header.Get(executors.HeaderIdempotencyKey)))
+				if n.Add(1) == 1 {
+					_ = m.Respond([]byte(fmt.Sprintf(`{"status":"failed","error":"rate limited","retryable":%v,"usage":{"tokens":5,"dollars":0}}`, retryable)))
+					return
+				}
+				_ = m.Respond([]byte(`{"status":"ok","content":{"ok":true},"usage":{"tokens":7,"dollars":0}}`))
+			})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = sub.Unsubscribe() })
+			require.NoError(t, nc.Flush())
+			ex.Store(&executors.NATSExecutor{Conn: nc, Subject: "agents.flaky", Name: "flaky", Timeout: 5 * time.Second})
+			doc := policyDoc(t, f)
+			f.publish(t, doc.Sealed(t))
+			s := f.wait(t, doc.ID())
+			if !retryable {
+				require.Equal(t, capsule.Halted, s.State)
+				require.Equal(t, `executor_failed:nats executor "flaky": rate limited`, s.HaltReason)
+				require.Equal(t, int64(1), n.Load())
+				return
+			}
+			require.Equal(t, capsule.Completed, s.State, s.HaltReason)
+			require.Equal(t, []string{doc.ID() + "/1", doc.ID() + "/1/a2"}, keys.Load())
+		})
+	}
+}
+
+// lazyExecutor serves a kind known at start with an executor made later.
+type lazyExecutor struct {
+	p *atomic.Pointer[executors.NATSExecutor]
+}
+
+func (l lazyExecutor) Execute(ctx context.Context, req executors.Request) (executors.Result, error) {
+	return l.p.Load().Execute(ctx, req)
+}
+
+// failThenBlock fails its first call with exit status 1 and blocks its
+// later ones on gate; it keeps every call's idempotency key.
+type failThenBlock struct {
+	n    *atomic.Int64
+	keys *sync.Map
+	gate chan struct{}
+}
+
+func (e failThenBlock) Execute(ctx context.Context, req executors.Request) (executors.Result, error) {
+	n := e.n.Add(1)
+	e.keys.Store(n, req.IdempotencyKey)
+	if n == 1 {
+		return executors.Result{}, &executors.FailedError{Detail: "exit 1", ExitCode: executors.ExitFailure}
+	}
+	select {
+	case <-e.gate:
+	case <-ctx.Done():
+		return executors.Result{}, ctx.Err()
+	}
+	return executors.Stub{}.Execute(ctx, req)
+}
+
+// TestDuplicateDeliveryDuringRetry: the EXECUTION message delivered again
+// while the policy's retry runs: the claim refuses the duplicate, the
+// executor runs twice in all (the failure and its retry), never a third time.
+func TestDuplicateDeliveryDuringRetry(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	var keys sync.Map
+	gate := make(chan struct{})
+	f := setupWith(t, func(c *pipeline.Config) {
+		c.Executors.RegisterExecutor("retrying", failThenBlock{n: &n, keys: &keys, gate: gate})
+	})
+	doc := f.own(t, capsuletest.New().Set("task.kind", "retrying"))
+	raw := doc.Sealed(t)
+	f.publish(t, raw)
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool { return n.Load() == 2 }, "the retry runs")
+
+	m := nats.NewMsg("saga.phase.4")
+	m.Data = raw
+	m.Header.Set(store.HeaderKey, doc.ID())
+	m.Header.Set(store.HeaderCycle, "1")
+	_, err := f.js.PublishMsg(context.Background(), m)
+	require.NoError(t, err)
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		return consumerDelivered(t, f, 4) >= 2
+	}, "duplicate delivered")
+	gate <- struct{}{}
+	s := f.wait(t, doc.ID())
+	require.Equal(t, capsule.Completed, s.State, s.HaltReason)
+	waitDrained(t, f)
+	require.Equal(t, int64(2), n.Load())
+	k1, _ := keys.Load(int64(1))
+	k2, _ := keys.Load(int64(2))
+	require.Equal(t, doc.ID()+"/1", k1)
+	require.Equal(t, doc.ID()+"/1/a2", k2)
+	cp, err := f.client.Checkpoint(context.Background(), doc.ID())
+	require.NoError(t, err)
+	require.Equal(t, 1, cp.State.Attempts.Failed)
+}
+
+// TestFailurePolicyRetryOverBudget: a failed attempt whose usage crosses a
+// cap halts budget_exceeded instead of retrying.
+func TestFailurePolicyRetryOverBudget(t *testing.T) {
+	t.Parallel()
+	f, dir := setupFlaky(t, executors.ExitFailure, 1)
+	doc := policyDoc(t, f).Set("budget.tokens", 4)
+	f.publish(t, doc.Sealed(t))
+	s := f.wait(t, doc.ID())
+	require.Equal(t, capsule.Halted, s.State)
+	require.True(t, strings.HasPrefix(s.HaltReason, "budget_exceeded"), s.HaltReason)
+	require.Len(t, calls(t, dir), 1)
+	cp, err := f.client.Checkpoint(context.Background(), doc.ID())
+	require.NoError(t, err)
+	require.Equal(t, int64(5), cp.State.BudgetUsed.Tokens)
+}
