@@ -223,7 +223,8 @@ func (c *Cluster) MetaLeader() *server.Server {
 }
 
 // WaitForMetaLeader waits until every running node is routed to every other
-// running one and a meta leader is elected that the running nodes agree on.
+// running one, a meta leader is elected that the running nodes agree on, and
+// the leader has every running peer's JetStream stats (placement needs them).
 func (c *Cluster) WaitForMetaLeader() {
 	c.t.Helper()
 	Eventually(c.t, clusterTimeout, 20*time.Millisecond, func() bool {
@@ -245,6 +246,12 @@ func (c *Cluster) WaitForMetaLeader() {
 			}
 			if s.JetStreamIsLeader() {
 				leaders++
+				// Placement needs every running peer's stats at the
+				// leader; until then an R3 stream is refused with "no
+				// suitable peers for placement, peer offline".
+				if len(s.JetStreamClusterPeers()) < running {
+					return false
+				}
 			}
 		}
 		return leaders == 1
