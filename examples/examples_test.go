@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sagad/sagad/admin"
+	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/natstest"
@@ -63,14 +65,28 @@ var extraHaltCodes = []capsule.HaltCode{capsule.CodeBudgetDollarsNonPositive, ca
 // that have an example.
 var intakeHaltCodes = []capsule.HaltCode{capsule.CodeNotJSON, capsule.CodeUnsupportedSchemaVersion}
 
-// noExampleHaltCodes take more than one capsule to show: an operator's
-// decision (operator_rejected), another capsule that halts
-// (dependency_failed), a dependency's wait running out
-// (dependency_missing), or a wave closed while a capsule waits for its
-// capacity (wave_closed, shown by examples/wave/run.sh). The pipeline's
-// tests (TestOperatorGateAll, TestDependenciesWait,
-// TestWaveClosedHaltsWaiters) show each; README's table lists them.
-var noExampleHaltCodes = []capsule.HaltCode{capsule.CodeCapsuleTooLarge, capsule.CodeOperatorRejected, capsule.CodeDependencyFailed, capsule.CodeDependencyMissing, capsule.CodeWaveClosed}
+// coordinatorHaltCodes are the reasons of the layer above one capsule
+// (issue 14): each example needs a step besides its publish — an operator's
+// decision, a dependency that halts first, a dependency's wait running out
+// (sagad's --dependency-timeout), a wave closed while the capsule waits for
+// its capacity.
+var coordinatorHaltCodes = []capsule.HaltCode{capsule.CodeOperatorRejected, capsule.CodeDependencyFailed, capsule.CodeDependencyMissing, capsule.CodeWaveClosed}
+
+// noExampleHaltCodes have no example file: capsule_too_large needs bytes
+// over the intake's size limit, which a repository file should not carry
+// (the intake tests send them).
+var noExampleHaltCodes = []capsule.HaltCode{capsule.CodeCapsuleTooLarge}
+
+// Names the coordinator examples rely on.
+const (
+	// dependencyOfFailed is the capsule halt-dependency_failed.json
+	// depends on: halt-executor_failed.json's.
+	dependencyOfFailed = "halt-executor_failed.json"
+	// closedWave is halt-wave_closed.json's wave_id.
+	closedWave = "example-closed-wave"
+	// dependencyTimeout is the --dependency-timeout TestExamples runs with.
+	dependencyTimeout = time.Second
+)
 
 // expected is the exact outcome of every example file: "" for completed,
 // the halt reason otherwise. README.md's table says the same to people.
@@ -94,6 +110,10 @@ var expected = map[string]string{
 	"halt-max_cycles_exceeded.json":         "max_cycles_exceeded:3",
 	"halt-not_json.txt":                     "not_json",
 	"halt-unsupported_schema_version.json":  "unsupported_schema_version:2.0",
+	"halt-operator_rejected.json":           "operator_rejected",
+	"halt-dependency_failed.json":           "dependency_failed:5a6a0000-0000-4000-8000-000000000012",
+	"halt-dependency_missing.json":          "dependency_missing:5a6a0000-0000-4000-8000-00000000dead",
+	"halt-wave_closed.json":                 "wave_closed:" + closedWave,
 }
 
 // Intentionally broken examples: not capsules by the schema, and not sealed.
@@ -173,7 +193,7 @@ func TestHaltReasonsCovered(t *testing.T) {
 			covered = append(covered, code)
 		}
 	}
-	want := append(append(slices.Clone(pipelineHaltCodes), extraHaltCodes...), intakeHaltCodes...)
+	want := append(append(append(slices.Clone(pipelineHaltCodes), extraHaltCodes...), intakeHaltCodes...), coordinatorHaltCodes...)
 	require.ElementsMatch(t, want, covered)
 
 	// PIPELINE §3 and the shared vocabulary agree: every code is one or the
@@ -225,6 +245,7 @@ type fixture struct {
 	js     jetstream.JetStream
 	client *client.Client
 	locks  *locks.Manager
+	pipe   *pipeline.Pipeline
 }
 
 type tlogWriter struct{ t testing.TB }
@@ -234,14 +255,14 @@ func (w tlogWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func setup(t *testing.T) *fixture {
+func setup(t *testing.T, opts ...func(*pipeline.Config)) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	s := natstest.RunServer(t)
 	_, js := natstest.Connect(t, s)
 	root, err := filepath.Abs("..")
 	require.NoError(t, err)
-	p, err := pipeline.New(ctx, js, pipeline.Config{
+	cfg := pipeline.Config{
 		Logger:     slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Workspace:  root,
 		Workers:    4,
@@ -251,7 +272,11 @@ func setup(t *testing.T) *fixture {
 		// A lock held by another capsule halts EXECUTION at once, rather
 		// than after a minute of retries and a lock_contention pause.
 		LockWait: -1,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	p, err := pipeline.New(ctx, js, cfg)
 	require.NoError(t, err)
 	require.NoError(t, p.Start(ctx))
 	t.Cleanup(func() {
@@ -263,7 +288,7 @@ func setup(t *testing.T) *fixture {
 	require.NoError(t, err)
 	lm, err := locks.New(ctx, js, locks.Config{})
 	require.NoError(t, err)
-	return &fixture{js: js, client: client, locks: lm}
+	return &fixture{js: js, client: client, locks: lm, pipe: p}
 }
 
 // holdLock takes lockPath as another capsule would, until release is called
@@ -387,7 +412,11 @@ func (f *fixture) waitAtExecution(t *testing.T, keys []string) {
 // lock, and checks its exact outcome.
 func TestExamples(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	f := setup(t, func(c *pipeline.Config) {
+		// dependency_missing's wait runs out in a second, not a day.
+		c.DependencyTimeout = dependencyTimeout
+		c.SweepInterval = 100 * time.Millisecond
+	})
 	for _, name := range examples(t) {
 		want, ok := expected[name]
 		require.True(t, ok, "no expected outcome for %s", name)
@@ -408,6 +437,31 @@ func TestExamples(t *testing.T) {
 				f.waitAtExecution(t, keys)
 				release = f.holdLock(t)
 				resume()
+			case capsule.CodeOperatorRejected:
+				// Approved by the reviewer, it waits at the operator gate;
+				// the operator rejects it (sagactl decide ID reject).
+				keys = f.publish(t, raw)
+				f.waitState(t, keys, capsule.WaitingForOperator)
+				_, err := f.pipe.Admin().Decide(context.Background(), keys[len(keys)-1], admin.DecisionReject, "not this one", "example-operator")
+				require.NoError(t, err)
+			case capsule.CodeDependencyFailed:
+				// Its dependency halts (executor_failed), before or after
+				// it is published: published first here, it waits.
+				keys = f.publish(t, raw)
+				f.waitState(t, keys, capsule.Waiting)
+				dep := f.publish(t, read(t, dependencyOfFailed))
+				require.Equal(t, capsule.Halted, f.wait(t, dep).State)
+			case capsule.CodeWaveClosed:
+				// sagactl wave set example-closed-wave --tokens 1000: the
+				// capsule's 10,000 tokens do not fit, it waits; then
+				// sagactl wave close example-closed-wave. (A wave closed
+				// before admission is Rule 19: absolute_rules_violated:[19].)
+				_, err := f.pipe.Store().Budgets.ChangeWave(context.Background(), closedWave, budget.WaveChange{Tokens: ptr(int64(1000))})
+				require.NoError(t, err)
+				keys = f.publish(t, raw)
+				f.waitState(t, keys, capsule.Waiting)
+				_, err = f.pipe.Store().Budgets.ChangeWave(context.Background(), closedWave, budget.WaveChange{Close: true})
+				require.NoError(t, err)
 			default:
 				keys = f.publish(t, raw)
 			}
@@ -427,6 +481,20 @@ func TestExamples(t *testing.T) {
 		})
 	}
 }
+
+// waitState polls until the capsule under keys is in state st.
+func (f *fixture) waitState(t *testing.T, keys []string, st capsule.State) {
+	t.Helper()
+	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		s, ok := f.find(t, keys)
+		if ok && s.State.Terminal() {
+			t.Fatalf("capsule %v ended (%s %s) before it was %s", keys, s.State, s.HaltReason, st)
+		}
+		return ok && s.State == st
+	}, "capsule %v never was %s", keys, st)
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // TestDependencyExample runs examples/dependencies as its README does: the
 // dependent capsule, published first, waits in state waiting for the other,
