@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,24 +18,27 @@ func fullCheckpoint() *Checkpoint {
 	deadline := at.Add(time.Hour).In(time.FixedZone("X", 3600))
 	return &Checkpoint{
 		SchemaVersion: "1.0", CapsuleID: "01J00000000000000000000000", Key: "k", TraceID: "t<&>",
-		WaveID: "w", Chain: &ChainStep{ID: "c\"1", Step: 2}, Digest: "d", IntakeSeq: 42, OutcomeEmitted: true, CreatedAt: at, UpdatedAt: at.Add(time.Second),
+		TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		Run:         2, CycleBase: 3, ReplayToken: "rt",
+		WaveID:      "w", Chain: &ChainStep{ID: "c\"1", Step: 2}, Digest: "d", IntakeSeq: 42, OutcomeEmitted: true, CreatedAt: at, UpdatedAt: at.Add(time.Second),
 		State: CheckpointState{
 			Phase: ReviewPhase, PhaseName: "REVIEW", Progress: 71, Cycle: 2, Status: Halted, HaltReason: "max_cycles_exceeded:3",
-			BudgetUsed: Usage{Tokens: 12, Dollars: 0.1}, LocksHeld: []string{"a", "b\"c"}, ArtifactRefs: []string{},
+			BudgetUsed: Usage{Tokens: 12, Dollars: 0.1}, LocksHeld: []string{"a", "b\"c"}, ArtifactRefs: []string{"artifact:x/1"},
 			Findings:  []Finding{{Rule: 9, Title: "x", Field: "f", Message: "m\n"}},
-			Reviews:   []ReviewEntry{{Cycle: 1, ReviewerID: "r", Verdict: ChangesRequested, Findings: []Finding{{Message: "fix"}}, At: at}},
+			Reviews:   []ReviewEntry{{Cycle: 1, ReviewerID: "r", Verdict: ChangesRequested, Findings: []Finding{{Rule: 20, Title: "t", Field: "g", Message: "fix"}}, Usage: Usage{Tokens: 3, Dollars: 0.02}, At: at}},
 			Execution: &ExecutionClaim{Cycle: 2, Holder: "h/1", ExpiresAt: at},
 			Result:    &ExecutionResult{Cycle: 2, ArtifactRef: "artifact:x/2", Usage: Usage{Tokens: 1, Dollars: 1e-7}, Failed: "boom"},
-			Attempts:  &ExecutionAttempts{Cycle: 2, Failed: 1, LastFailure: AttemptFailure{ExitCode: 12, Error: "e", StderrTail: "t"}},
+			Attempts:  &ExecutionAttempts{Cycle: 2, Failed: 1, LastFailure: AttemptFailure{ExitCode: 12, Timeout: true, Error: "e", StderrTail: "t"}},
 			Pause:     &PauseInfo{Trigger: TriggerOperatorManual, Reason: "r", By: "me", At: at, ResumeToken: "tok"},
 			Overrides: &Overrides{Tokens: 5, Dollars: 2.5, Deadline: &deadline},
 			Warned:    []Trigger{TriggerBudgetWarning}, LockWaitSince: &since, AwaitingCycle: 2,
 			AwaitingTokenHash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
 			WaveReserved:      &Usage{Tokens: 1000, Dollars: 0.5},
+			AwaitingUntil:     &deadline, WaitingFor: []string{"dep-1", "wave\"2"},
 		},
 		History: []Transition{
 			{Phase: Reception, PhaseName: "RECEPTION", Cycle: 0, Outcome: OutcomePassed, At: at},
-			{Phase: Execution, PhaseName: "EXECUTION", Cycle: 1, Outcome: OutcomeHalted, Detail: "executor_failed:\u2028\x01", At: at.Add(time.Nanosecond)},
+			{Phase: Execution, PhaseName: "EXECUTION", Cycle: 1, Outcome: OutcomeHalted, Detail: "executor_failed:\u2028\x01", Run: 2, At: at.Add(time.Nanosecond)},
 		},
 	}
 }
@@ -112,4 +117,83 @@ func BenchmarkCheckpointEncode(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestFullCheckpointSetsEveryField guards the hand-written encoder: a field
+// added to Checkpoint that the encoder does not know would be dropped
+// silently, and TestCheckpointAppendJSON sees that only if fullCheckpoint sets
+// the field. So fullCheckpoint must set every field, nested ones included.
+func TestFullCheckpointSetsEveryField(t *testing.T) {
+	t.Parallel()
+	var walk func(path string, v reflect.Value)
+	walk = func(path string, v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Pointer:
+			require.False(t, v.IsNil(), "fullCheckpoint leaves %s unset: set it (and teach AppendJSON if needed)", path)
+			walk(path, v.Elem())
+		case reflect.Struct:
+			if v.Type() == reflect.TypeFor[time.Time]() {
+				require.False(t, v.Interface().(time.Time).IsZero(), "fullCheckpoint leaves %s unset", path)
+				return
+			}
+			for i := range v.NumField() {
+				f := v.Type().Field(i)
+				if !f.IsExported() || f.Tag.Get("json") == "-" {
+					continue
+				}
+				walk(path+"."+f.Name, v.Field(i))
+			}
+		case reflect.Slice:
+			require.NotZero(t, v.Len(), "fullCheckpoint leaves %s empty: give it an element", path)
+			found := false
+			for i := range v.Len() {
+				// One fully set element is enough; elements may differ.
+				if allSet(v.Index(i)) {
+					found = true
+				}
+			}
+			require.True(t, found, "no element of %s sets every field", path)
+		default:
+			if path == "Checkpoint.State.Phase" || strings.HasSuffix(path, ".Cycle") && v.Kind() == reflect.Int {
+				return // 0 is a real value (RECEPTION, cycle 0)
+			}
+			require.False(t, v.IsZero(), "fullCheckpoint leaves %s zero: set it (and teach AppendJSON if needed)", path)
+		}
+	}
+	walk("Checkpoint", reflect.ValueOf(fullCheckpoint()))
+}
+
+// allSet reports whether v and everything in it is non-zero (cycles and
+// phases excepted, where 0 is a real value).
+func allSet(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Pointer:
+		return !v.IsNil() && allSet(v.Elem())
+	case reflect.Struct:
+		if v.Type() == reflect.TypeFor[time.Time]() {
+			return !v.Interface().(time.Time).IsZero()
+		}
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			if !f.IsExported() || f.Tag.Get("json") == "-" || f.Name == "Cycle" || f.Name == "Phase" {
+				continue
+			}
+			if !allSet(v.Field(i)) {
+				return false
+			}
+		}
+		return true
+	case reflect.Slice:
+		if v.Len() == 0 {
+			return false
+		}
+		for i := range v.Len() {
+			if allSet(v.Index(i)) {
+				return true
+			}
+		}
+		return false
+	default:
+		return !v.IsZero()
+	}
 }
