@@ -28,7 +28,7 @@ func fullCheckpoint() *Checkpoint {
 			Reviews:   []ReviewEntry{{Cycle: 1, ReviewerID: "r", Verdict: ChangesRequested, Findings: []Finding{{Rule: 20, Title: "t", Field: "g", Message: "fix"}}, Usage: Usage{Tokens: 3, Dollars: 0.02}, At: at}},
 			Execution: &ExecutionClaim{Cycle: 2, Holder: "h/1", ExpiresAt: at},
 			Result:    &ExecutionResult{Cycle: 2, ArtifactRef: "artifact:x/2", Usage: Usage{Tokens: 1, Dollars: 1e-7}, Failed: "boom"},
-			Attempts:  &ExecutionAttempts{Cycle: 2, Failed: 1, LastFailure: AttemptFailure{ExitCode: 12, Timeout: true, Error: "e", StderrTail: "t"}},
+			Attempts:  &ExecutionAttempts{Cycle: 2, Phase: ReviewPhase, Failed: 1, LastFailure: AttemptFailure{ExitCode: 12, Timeout: true, Error: "e", StderrTail: "t"}},
 			Pause:     &PauseInfo{Trigger: TriggerOperatorManual, Reason: "r", By: "me", At: at, ResumeToken: "tok"},
 			Overrides: &Overrides{Tokens: 5, Dollars: 2.5, Deadline: &deadline},
 			Warned:    []Trigger{TriggerBudgetWarning}, LockWaitSince: &since, AwaitingCycle: 2,

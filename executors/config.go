@@ -74,8 +74,9 @@ type Endpoint struct {
 	// sagad's.
 	Dir string `json:"dir,omitempty"`
 	// FailureRetries is how often the failure policy retries a command's
-	// exit 1, exit 21 or timeout, 0 to [MaxFailureRetries]. Defaults to
-	// [DefaultFailureRetries]. Not the same as Retries (NATS transport).
+	// exit 1, exit 21 or timeout, 0 to [MaxFailureRetries]; for executors
+	// and reviewers alike. Defaults to [DefaultFailureRetries]. Not the
+	// same as Retries (NATS transport).
 	FailureRetries *int `json:"failure_retries,omitempty"`
 	// SelfHeal is how often the failure policy retries a command's exit 12
 	// or a NATS reply with retryable: true, 0 to [MaxFailureRetries].
@@ -107,10 +108,6 @@ func (c Config) Validate() error {
 			at := fmt.Sprintf("%s[%q]", role.name, key)
 			_, err := role.m[key].settings(at, key)
 			errs = append(errs, err)
-			if ep := role.m[key]; role.name == "reviewers" && (ep.FailureRetries != nil || ep.SelfHeal != nil) {
-				// Only executors follow the failure policy (README "Failure policy").
-				errs = append(errs, fmt.Errorf("%s: failure_retries and self_heal apply to executors only", at))
-			}
 		}
 	}
 	return errors.Join(errs...)
@@ -144,6 +141,7 @@ func (c Config) Build(nc *nats.Conn) (*Registry, error) {
 		if ep.Type == EndpointNATS && nc == nil {
 			return nil, fmt.Errorf("reviewers[%q]: type nats needs a NATS connection", key)
 		}
+		r.SetReviewerPolicy(key, s.policy)
 		switch ep.Type {
 		case EndpointNATS:
 			r.RegisterReviewer(key, NATSReviewer{Conn: nc, Subject: ep.Subject, Name: key, Timeout: s.timeout, Retry: s.retry, CompletionTimeout: s.completion})

@@ -157,12 +157,14 @@
 //
 // # Failure policy
 //
-// [Policy.Decide] maps a failed executor call to an [Action]: a command's
-// exit 1, exit 21 or timeout is retried up to the endpoint's
+// [Policy.Decide] maps a failed executor or reviewer call to an [Action]: a
+// command's exit 1, exit 21 or timeout is retried up to the endpoint's
 // failure_retries (default 1); exit 12 and a NATS reply with "retryable":
 // true up to self_heal (default 2); exit 11 pauses the capsule for a person
-// (blocked_external); anything else halts executor_failed. A retry is
-// attempt n of the cycle, with idempotency key "<capsule_id>/<cycle>/a<n>"
-// and "previous_failure" ([PreviousFailure]) in its [ExecuteCall].
-// Reviewers and completions of accepted work do not follow the policy.
+// (blocked_external); anything else halts executor_failed (a reviewer's:
+// executor_failed:reviewer: …). A retry is attempt n of the cycle's step,
+// with idempotency key "<capsule_id>/<cycle>/a<n>" and "previous_failure"
+// ([PreviousFailure]) in its [ExecuteCall] or [ReviewCall]. A reviewer's
+// exit 10 is its CHANGES_REQUESTED verdict, not a failure. Completions of
+// accepted work do not follow the policy.
 package executors

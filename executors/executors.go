@@ -66,6 +66,9 @@ type ReviewRequest struct {
 	TraceID        string
 	// TraceParent is the W3C traceparent of the call's span, as in Request.
 	TraceParent string
+	// PreviousFailure is set on a retry by the failure policy: what the
+	// reviewer's attempt before this one failed with.
+	PreviousFailure *PreviousFailure
 }
 
 // ReviewResult is a reviewer's answer.
@@ -109,8 +112,10 @@ type Registry struct {
 	executors map[string]Executor
 	reviewers map[string]Reviewer
 	tracer    *tracing.Tracer
-	// policies are the executors' failure policies (policy.go).
-	policies map[string]Policy
+	// policies and reviewerPolicies are the executors' and reviewers'
+	// failure policies (policy.go).
+	policies         map[string]Policy
+	reviewerPolicies map[string]Policy
 }
 
 // NewRegistry returns a registry with the built-in stubs registered: the

@@ -25,13 +25,15 @@ type Action string
 
 // Actions.
 const (
-	// ActionRetry calls the executor again, with previous_failure.
+	// ActionRetry calls the executor (or reviewer) again, with
+	// previous_failure.
 	ActionRetry Action = "retry"
 	// ActionPause pauses the capsule for a person (trigger
 	// blocked_external, with the failure's message); resume runs the step
 	// again.
 	ActionPause Action = "pause"
-	// ActionHalt halts the capsule executor_failed, as without a policy.
+	// ActionHalt halts the capsule executor_failed, as without a policy
+	// (a reviewer's failure: executor_failed:reviewer: …).
 	ActionHalt Action = "halt"
 )
 
@@ -147,6 +149,28 @@ func (r *Registry) Policy(kind string) Policy {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if p, ok := r.policies[kind]; ok {
+		return p
+	}
+	return DefaultPolicy
+}
+
+// SetReviewerPolicy sets the failure policy of reviewer id.
+func (r *Registry) SetReviewerPolicy(id string, p Policy) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.reviewerPolicies == nil {
+		r.reviewerPolicies = map[string]Policy{}
+	}
+	r.reviewerPolicies[id] = p
+}
+
+// ReviewerPolicy is the failure policy of reviewer id: the one set with
+// [Registry.SetReviewerPolicy], else [DefaultPolicy]. A reviewer's exit 10
+// is a verdict (CHANGES_REQUESTED), never a failure.
+func (r *Registry) ReviewerPolicy(id string) Policy {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if p, ok := r.reviewerPolicies[id]; ok {
 		return p
 	}
 	return DefaultPolicy

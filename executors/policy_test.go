@@ -108,8 +108,8 @@ func TestConfigPolicyKnobs(t *testing.T) {
 		!strings.Contains(err.Error(), `executors["a"].self_heal: 6: want 0 to 5`) {
 		t.Fatalf("err = %v", err)
 	}
-	c = Config{Reviewers: map[string]Endpoint{"r": {Type: EndpointStub, SelfHeal: n(1)}}}
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `reviewers["r"]: failure_retries and self_heal apply to executors only`) {
+	c = Config{Reviewers: map[string]Endpoint{"r": {Type: EndpointStub, SelfHeal: n(9)}}}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `reviewers["r"].self_heal: 9: want 0 to 5`) {
 		t.Fatalf("err = %v", err)
 	}
 	var ep Endpoint
@@ -126,5 +126,30 @@ func TestConfigPolicyKnobs(t *testing.T) {
 	}
 	if got := r.Policy("other"); got != DefaultPolicy {
 		t.Fatalf("default policy = %+v", got)
+	}
+	c = Config{Reviewers: map[string]Endpoint{"r": {Type: EndpointStub, SelfHeal: n(0)}}}
+	if r, err = c.Build(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.ReviewerPolicy("r"); got != (Policy{FailureRetries: DefaultFailureRetries, SelfHeal: 0}) {
+		t.Fatalf("reviewer policy = %+v", got)
+	}
+	if got := r.ReviewerPolicy("other"); got != DefaultPolicy {
+		t.Fatalf("default reviewer policy = %+v", got)
+	}
+}
+
+func TestReviewCallPreviousFailure(t *testing.T) {
+	call, err := NewReviewCall(ReviewRequest{Raw: []byte(`{}`), Cycle: 1, PreviousFailure: &PreviousFailure{Attempt: 2, ExitCode: 12, Error: "e"}})
+	if err != nil || call.PreviousFailure == nil || call.PreviousFailure.Attempt != 2 {
+		t.Fatalf("%v %+v", err, call)
+	}
+	b, err := json.Marshal(call)
+	if err != nil || !strings.Contains(string(b), `"previous_failure":{"attempt":2,"exit_code":12,"error":"e"}`) {
+		t.Fatalf("%v %s", err, b)
+	}
+	call, _ = NewReviewCall(ReviewRequest{Raw: []byte(`{}`), Cycle: 1})
+	if b, _ := json.Marshal(call); strings.Contains(string(b), "previous_failure") {
+		t.Fatalf("a first attempt carries no previous_failure: %s", b)
 	}
 }

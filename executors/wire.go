@@ -122,6 +122,10 @@ type ReviewCall struct {
 	IdempotencyKey string           `json:"idempotency_key"`
 	TraceID        string           `json:"trace_id"`
 	Artifact       capsule.Artifact `json:"artifact"`
+	// PreviousFailure is what the reviewer's previous attempt of this cycle
+	// failed with, on a retry of the failure policy; omitted on a first
+	// attempt.
+	PreviousFailure *PreviousFailure `json:"previous_failure,omitempty"`
 }
 
 // NewReviewCall builds the wire request of req.
@@ -133,6 +137,7 @@ func NewReviewCall(req ReviewRequest) (ReviewCall, error) {
 	return ReviewCall{
 		Kind: KindReview, Capsule: raw, Cycle: req.Cycle,
 		IdempotencyKey: req.IdempotencyKey, TraceID: req.TraceID, Artifact: req.Artifact,
+		PreviousFailure: req.PreviousFailure,
 	}, nil
 }
 

@@ -6,12 +6,15 @@ import (
 	"github.com/sagad/sagad/capsule"
 )
 
-// RecordAttempt records, before the failure policy calls the executor again
-// (or pauses for a person), that attempt Attempt of Cycle failed with
-// Failure and what the capsule has spent so far. Only the holder of the
-// cycle's claim may record it; recording an attempt already recorded
-// changes nothing, so a CAS retry or a redelivery is harmless.
+// RecordAttempt records, before the failure policy calls the executor (or
+// reviewer) again or pauses for a person, that attempt Attempt of Cycle
+// failed with Failure and what the capsule has spent so far. Only the
+// holder of the cycle's claim may record it; recording an attempt already
+// recorded changes nothing, so a CAS retry or a redelivery is harmless.
 type RecordAttempt struct {
+	// Phase is the step that called: EXECUTION (the zero value means it
+	// too) or REVIEW.
+	Phase      capsule.Phase
 	Cycle      int
 	Holder     string
 	Attempt    int
@@ -26,16 +29,27 @@ func recordAttempt(cp *capsule.Checkpoint, e RecordAttempt) (bool, error) {
 	if e.Attempt < 1 {
 		return false, refuse(ErrInvalid, e, cp, fmt.Sprintf("attempt %d", e.Attempt))
 	}
-	if !Current(cp, capsule.Execution, e.Cycle) {
-		return false, refuse(ErrStale, e, cp, fmt.Sprintf("%s cycle %d", capsule.Execution, e.Cycle))
+	step := e.Phase
+	if step == 0 {
+		step = capsule.Execution
+	}
+	if step != capsule.Execution && step != capsule.ReviewPhase {
+		return false, refuse(ErrInvalid, e, cp, fmt.Sprintf("only EXECUTION and REVIEW call agents, not %s", step))
+	}
+	if !Current(cp, step, e.Cycle) {
+		return false, refuse(ErrStale, e, cp, fmt.Sprintf("%s cycle %d", step, e.Cycle))
 	}
 	if ex := cp.State.Execution; ex == nil || ex.Cycle != e.Cycle || ex.Holder != e.Holder {
 		return false, refuse(ErrClaimLost, e, cp, "")
 	}
-	if done, _ := cp.State.FailedAttempts(e.Cycle); done >= e.Attempt {
+	if done, _ := cp.State.FailedAttemptsAt(step, e.Cycle); done >= e.Attempt {
 		return false, nil
 	}
-	cp.State.Attempts = &capsule.ExecutionAttempts{Cycle: e.Cycle, Failed: e.Attempt, LastFailure: e.Failure}
+	rec := &capsule.ExecutionAttempts{Cycle: e.Cycle, Failed: e.Attempt, LastFailure: e.Failure}
+	if step == capsule.ReviewPhase {
+		rec.Phase = step // EXECUTION's records keep the bytes they had
+	}
+	cp.State.Attempts = rec
 	cp.State.BudgetUsed = e.BudgetUsed
 	return true, nil
 }

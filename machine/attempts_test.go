@@ -48,3 +48,43 @@ func TestRecordAttempt(t *testing.T) {
 		require.ErrorIs(t, err, tc.kind, name)
 	}
 }
+
+// TestRecordReviewAttempt: a reviewer's failed attempts are counted apart
+// from the executor's of the same cycle, and only at REVIEW.
+func TestRecordReviewAttempt(t *testing.T) {
+	t.Parallel()
+	claimed, err := machine.Apply(at(capsule.InProgress, capsule.ReviewPhase, 1), machine.Claim{Phase: capsule.ReviewPhase, Cycle: 1, Holder: "a", ExpiresAt: t0.Add(time.Minute)}, t0)
+	require.NoError(t, err)
+	cp := claimed.Checkpoint
+	// EXECUTION of cycle 1 failed once before it succeeded.
+	cp.State.Attempts = &capsule.ExecutionAttempts{Cycle: 1, Failed: 1, LastFailure: capsule.AttemptFailure{Error: "exec"}}
+	n, _ := cp.State.FailedAttemptsAt(capsule.ReviewPhase, 1)
+	require.Zero(t, n, "the executor's attempts are not the reviewer's")
+
+	ev := machine.RecordAttempt{Phase: capsule.ReviewPhase, Cycle: 1, Holder: "a", Attempt: 1, Failure: capsule.AttemptFailure{ExitCode: 12, Error: "boom"}}
+	res, err := machine.Apply(cp, ev, t0.Add(time.Second))
+	require.NoError(t, err)
+	require.True(t, res.Changed)
+	n, last := res.Checkpoint.State.FailedAttemptsAt(capsule.ReviewPhase, 1)
+	require.Equal(t, 1, n)
+	require.Equal(t, "boom", last.Error)
+	n, _ = res.Checkpoint.State.FailedAttempts(1)
+	require.Zero(t, n, "the reviewer's attempts are not the executor's")
+	again, err := machine.Apply(res.Checkpoint, ev, t0.Add(2*time.Second))
+	require.NoError(t, err)
+	require.False(t, again.Changed)
+
+	for name, tc := range map[string]struct {
+		cp   *capsule.Checkpoint
+		ev   machine.RecordAttempt
+		kind error
+	}{
+		"at EXECUTION":  {cp, machine.RecordAttempt{Cycle: 1, Holder: "a", Attempt: 1}, machine.ErrStale},
+		"at HANDOFF":    {cp, machine.RecordAttempt{Phase: capsule.Handoff, Cycle: 1, Holder: "a", Attempt: 1}, machine.ErrInvalid},
+		"other holder":  {cp, machine.RecordAttempt{Phase: capsule.ReviewPhase, Cycle: 1, Holder: "b", Attempt: 1}, machine.ErrClaimLost},
+		"review halted": {ended(capsule.Halted), machine.RecordAttempt{Phase: capsule.ReviewPhase, Cycle: 1, Holder: "a", Attempt: 1}, machine.ErrStale},
+	} {
+		_, err := machine.Apply(tc.cp, tc.ev, t0)
+		require.ErrorIs(t, err, tc.kind, name)
+	}
+}

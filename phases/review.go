@@ -9,6 +9,7 @@ import (
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/machine"
 )
 
 // Review is phase 5 (Rules 12, 15, 16): the independent reviewer judges the
@@ -47,53 +48,88 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 			return RetryAfter(env.RetryDelay, fmt.Errorf("review: claim cycle %d: %w", cycle, err))
 		}
 	}
-	callStart := time.Now()
-	res, err := rv.Review(ctx, executors.ReviewRequest{
-		Capsule:        c,
-		Raw:            in.Raw,
-		Cycle:          cycle,
-		Artifact:       artifact,
-		IdempotencyKey: IdempotencyKey(c.CapsuleID, cycle),
-		TraceID:        in.Checkpoint.TraceID,
-	})
-	env.record().Call("reviewer", callResult(err, ctx), time.Since(callStart))
-	var failed *executors.FailedError
-	if errors.As(err, &failed) && !failed.Usage.Valid() {
-		failed.Usage = capsule.Usage{} // never charged: it would give budget back
-	}
-	if err == nil {
-		if uerr := res.Usage.Validate(); uerr != nil {
-			return HaltWith(capsule.ExecutorFailed("reviewer reported " + uerr.Error()))
+	// Failed attempts of this cycle's review the failure policy already
+	// recorded: the next call is attempt done+1, charged under its own id.
+	done, last := st.FailedAttemptsAt(capsule.ReviewPhase, cycle)
+	used := st.BudgetUsed
+	caps := st.Caps(c.Budget)
+	policy := env.Executors.ReviewerPolicy(reviewerID)
+	var res executors.ReviewResult
+	for {
+		attempt := done + 1
+		callStart := time.Now()
+		res, err = rv.Review(ctx, executors.ReviewRequest{
+			Capsule:         c,
+			Raw:             in.Raw,
+			Cycle:           cycle,
+			Artifact:        artifact,
+			IdempotencyKey:  AttemptKey(c.CapsuleID, cycle, attempt),
+			TraceID:         in.Checkpoint.TraceID,
+			PreviousFailure: previousFailure(done, last),
+		})
+		env.record().Call("reviewer", callResult(err, ctx), time.Since(callStart))
+		var failed *executors.FailedError
+		if errors.As(err, &failed) && !failed.Usage.Valid() {
+			failed.Usage = capsule.Usage{} // never charged: it would give budget back
 		}
-	}
-	switch {
-	case errors.Is(err, executors.ErrAccepted), errors.Is(err, executors.ErrHumanInput):
-		return ParkWith(capsule.TriggerBlockedExternal, "the reviewer needs time or a human: "+err.Error())
-	case errors.As(err, &failed):
-		// The failed call still consumed what it consumed (Rule 16).
-		caps := st.Caps(c.Budget)
-		charge, cerr := env.Budgets.Charge(ctx, key, c.WaveID, fmt.Sprintf("%s/%d/review", key, cycle), caps, st.BudgetUsed, failed.Usage)
-		if cerr != nil {
-			return RetryAfter(env.RetryDelay, fmt.Errorf("review: charge budget: %w", cerr))
+		if err == nil {
+			if uerr := res.Usage.Validate(); uerr != nil {
+				return HaltWith(capsule.ExecutorFailed("reviewer reported " + uerr.Error()))
+			}
 		}
-		env.record().BudgetConsumed(failed.Usage)
-		d := HaltWith(capsule.ExecutorFailed("reviewer: " + failed.Detail))
-		used := charge.Capsule
-		d.Record = &Record{BudgetUsed: &used}
-		return d
-	case err != nil && ctx.Err() != nil:
-		return RetryAfter(env.RetryDelay, fmt.Errorf("review: interrupted: %w", err))
-	case err != nil:
-		return HaltWith(capsule.ExecutorFailed("reviewer: " + err.Error()))
+		switch {
+		case errors.Is(err, executors.ErrAccepted), errors.Is(err, executors.ErrHumanInput):
+			return ParkWith(capsule.TriggerBlockedExternal, "the reviewer needs time or a human: "+err.Error())
+		case errors.As(err, &failed):
+			// The failed call still consumed what it consumed (Rule 16),
+			// under this attempt's own charge id.
+			var charge budget.ChargeResult
+			if cerr := persist(ctx, env, func() (err error) {
+				charge, err = env.Budgets.Charge(context.WithoutCancel(ctx), key, c.WaveID, reviewChargeID(key, cycle, attempt), caps, used, failed.Usage)
+				return err
+			}); cerr != nil {
+				return RetryAfter(env.RetryDelay, fmt.Errorf("review: charge budget: %w", cerr))
+			}
+			env.record().BudgetConsumed(failed.Usage)
+			used = charge.Capsule
+			action := policy.Decide(failed, done)
+			if charge.Exceeded != "" && action != executors.ActionHalt {
+				d := HaltWith(capsule.BudgetExceeded(charge.Exceeded), budgetFinding(used, caps))
+				d.Record = &Record{BudgetUsed: &used}
+				return d
+			}
+			if action == executors.ActionHalt || in.RecordAttempt == nil {
+				d := HaltWith(capsule.ExecutorFailed("reviewer: " + failed.Detail))
+				d.Record = &Record{BudgetUsed: &used}
+				return d
+			}
+			// Retry or pause: recorded before the next call, so a
+			// redelivery goes on with the next attempt's key.
+			pf := executors.NewPreviousFailure(attempt, failed)
+			lf := capsule.AttemptFailure{ExitCode: pf.ExitCode, Timeout: pf.Timeout, Error: pf.Error, StderrTail: pf.StderrTail}
+			if err := in.RecordAttempt(ctx, machine.RecordAttempt{Phase: capsule.ReviewPhase, Cycle: cycle, Attempt: attempt, Failure: lf, BudgetUsed: used}); err != nil {
+				return RetryAfter(env.RetryDelay, fmt.Errorf("review: record attempt %d: %w", attempt, err))
+			}
+			if action == executors.ActionPause {
+				return ParkWith(capsule.TriggerBlockedExternal, "the reviewer asks for a person: "+failed.Detail)
+			}
+			done, last = attempt, &lf
+			continue
+		case err != nil && ctx.Err() != nil:
+			return RetryAfter(env.RetryDelay, fmt.Errorf("review: interrupted: %w", err))
+		case err != nil:
+			return HaltWith(capsule.ExecutorFailed("reviewer: " + err.Error()))
+		}
+		break
 	}
+	chargeID := reviewChargeID(key, cycle, done+1)
 	res = EnforceIndependence(reviewerID, artifact.ProducerAgentID, res)
 	env.record().ReviewCycle(res.Verdict)
 	env.record().BudgetConsumed(res.Usage)
 
-	caps := st.Caps(c.Budget)
 	var charge budget.ChargeResult
 	err = persist(ctx, env, func() (err error) {
-		charge, err = env.Budgets.Charge(context.WithoutCancel(ctx), key, c.WaveID, fmt.Sprintf("%s/%d/review", key, cycle), caps, st.BudgetUsed, res.Usage)
+		charge, err = env.Budgets.Charge(context.WithoutCancel(ctx), key, c.WaveID, chargeID, caps, used, res.Usage)
 		return err
 	})
 	if err != nil {
@@ -103,7 +139,7 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 		Cycle: cycle, ReviewerID: reviewerID, Verdict: res.Verdict,
 		Findings: res.Findings, Usage: res.Usage, At: env.Now().UTC(),
 	}
-	used := charge.Capsule
+	used = charge.Capsule
 	record := &Record{BudgetUsed: &used, Review: &entry}
 	var d Decision
 	switch {
@@ -126,6 +162,14 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 		warnBudget(env, &d, st, charge.Capsule, caps)
 	}
 	return d
+}
+
+// reviewChargeID is the budget charge id of the review's attempt n.
+func reviewChargeID(key string, cycle, n int) string {
+	if n <= 1 {
+		return fmt.Sprintf("%s/%d/review", key, cycle)
+	}
+	return fmt.Sprintf("%s/%d/review/a%d", key, cycle, n)
 }
 
 // ReviewDecision maps a verdict on cycle `cycle` to a decision under Rule 12.

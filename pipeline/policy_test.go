@@ -272,3 +272,106 @@ func TestFailurePolicyRetryOverBudget(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(5), cp.State.BudgetUsed.Tokens)
 }
+
+// flakyReviewer is a command reviewer that fails its first `fails` calls
+// with exit status code (5 tokens of usage, "diag <n>" on stderr), then
+// approves with 3 tokens. Every request and idempotency key is kept in dir.
+func flakyReviewer(dir string, code, fails int) executors.Command {
+	script := fmt.Sprintf(`d=%q
+n=$(( $(cat "$d/n" 2>/dev/null || echo 0) + 1 )); echo $n > "$d/n"
+cat > "$d/req.$n"
+echo "$SAGA_IDEMPOTENCY_KEY" >> "$d/keys"
+if [ $n -le %d ]; then echo '{"status":"failed","error":"reviewer down","usage":{"tokens":5,"dollars":0}}'; echo "diag $n" >&2; exit %d; fi
+echo '{"verdict":"APPROVED","usage":{"tokens":3,"dollars":0}}'
+`, dir, fails, code)
+	return executors.Command{Path: "/bin/sh", Args: []string{"-c", script}, Name: "flaky-reviewer"}
+}
+
+func reviewRequest(t *testing.T, dir string, n int) executors.ReviewCall {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("req.%d", n)))
+	require.NoError(t, err)
+	var call executors.ReviewCall
+	require.NoError(t, json.Unmarshal(b, &call))
+	return call
+}
+
+// reviewerPolicyDoc is a capsule reviewed by "flaky-reviewer" whose
+// executor costs nothing, so its budget_used is the reviewer's usage alone.
+func reviewerPolicyDoc(t *testing.T, f *fixture) capsuletest.Doc {
+	return f.own(t, capsuletest.New().Set("review.reviewer_agent_id", "flaky-reviewer").Set("metadata.stub.usage", map[string]any{"tokens": 0, "dollars": 0}))
+}
+
+// TestReviewerFailurePolicy: a reviewer's failures follow the same table as
+// an executor's: exit 1 and 12 are retried (attempt 2 with its own key and
+// previous_failure, every attempt charged), exit 2 halts at once, and
+// exit 11 pauses blocked_external until resume runs attempt 2.
+func TestReviewerFailurePolicy(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		code, fails int
+		calls       int
+		state       capsule.State
+	}{
+		{executors.ExitFailure, 1, 2, capsule.Completed},
+		{executors.ExitPartialSuccess, 2, 3, capsule.Completed},
+		{executors.ExitFailure, 5, 2, capsule.Halted}, // one retry, then halt
+		{executors.ExitDepthExceeded, 5, 1, capsule.Halted},
+		{executors.ExitNeedsEscalation, 1, 2, capsule.Completed},
+	} {
+		t.Run(fmt.Sprintf("exit %d fails %d", tc.code, tc.fails), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			dir := t.TempDir()
+			f := setupWith(t, func(c *pipeline.Config) { c.Executors.RegisterReviewer("flaky-reviewer", flakyReviewer(dir, tc.code, tc.fails)) })
+			doc := reviewerPolicyDoc(t, f)
+			f.publish(t, doc.Sealed(t))
+			if tc.code == executors.ExitNeedsEscalation {
+				f.waitState(t, doc.ID(), capsule.Paused)
+				cp, err := f.client.Checkpoint(ctx, doc.ID())
+				require.NoError(t, err)
+				require.Equal(t, capsule.ReviewPhase, cp.State.Phase)
+				require.Equal(t, capsule.TriggerBlockedExternal, cp.State.Pause.Trigger)
+				require.Contains(t, cp.State.Pause.Reason, "reviewer down")
+				n, _ := cp.State.FailedAttemptsAt(capsule.ReviewPhase, 1)
+				require.Equal(t, 1, n, "the failed review is recorded")
+				require.NoError(t, schemas.ValidateValue(schemas.Checkpoint, cp))
+				_, err = f.admin(t).Resume(ctx, doc.ID(), admin.ResumeOptions{By: "alice"})
+				require.NoError(t, err)
+			}
+			s := f.wait(t, doc.ID())
+			require.Equal(t, tc.state, s.State, s.HaltReason)
+			keys := calls(t, dir)
+			require.Len(t, keys, tc.calls)
+			for i, k := range keys {
+				want := doc.ID() + "/1"
+				if i > 0 {
+					want += fmt.Sprintf("/a%d", i+1)
+				}
+				require.Equal(t, want, k)
+				pf := reviewRequest(t, dir, i+1).PreviousFailure
+				if i == 0 {
+					require.Nil(t, pf)
+					continue
+				}
+				require.NotNil(t, pf)
+				require.Equal(t, i, pf.Attempt)
+				require.Equal(t, tc.code, pf.ExitCode)
+				require.Contains(t, pf.Error, "reviewer down")
+				require.Contains(t, pf.StderrTail, fmt.Sprintf("diag %d", i))
+			}
+			cp, err := f.client.Checkpoint(ctx, doc.ID())
+			require.NoError(t, err)
+			failedCalls := min(tc.fails, tc.calls)
+			want := int64(5 * failedCalls)
+			if tc.state == capsule.Completed {
+				want += 3
+				require.Len(t, cp.State.Reviews, 1)
+				require.Equal(t, capsule.Approved, cp.State.Reviews[0].Verdict)
+			} else {
+				require.True(t, strings.HasPrefix(s.HaltReason, `executor_failed:reviewer: command "flaky-reviewer"`), s.HaltReason)
+			}
+			require.Equal(t, want, cp.State.BudgetUsed.Tokens, "every attempt charged once")
+		})
+	}
+}

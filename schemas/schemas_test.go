@@ -230,7 +230,7 @@ func records() map[string]struct {
 			}},
 			Execution: &capsule.ExecutionClaim{Cycle: 2, Holder: "sagad-1", ExpiresAt: at.Add(time.Hour)},
 			Result:    &capsule.ExecutionResult{Cycle: 2, ArtifactRef: "artifact:3f0c2a9e/2", Usage: usage, Failed: "exit 1"},
-			Attempts:  &capsule.ExecutionAttempts{Cycle: 2, Failed: 1, LastFailure: capsule.AttemptFailure{ExitCode: 1, Timeout: true, Error: "e", StderrTail: "t"}},
+			Attempts:  &capsule.ExecutionAttempts{Cycle: 2, Phase: capsule.ReviewPhase, Failed: 1, LastFailure: capsule.AttemptFailure{ExitCode: 1, Timeout: true, Error: "e", StderrTail: "t"}},
 			// Not a state a capsule reaches (a result clears it); here so
 			// the schema is checked against every member.
 			AwaitingCycle: 2, AwaitingTokenHash: strings.Repeat("cd", 32),
