@@ -323,7 +323,9 @@ func TestReviewerFailurePolicy(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			dir := t.TempDir()
-			f := setupWith(t, func(c *pipeline.Config) { c.Executors.RegisterReviewer("flaky-reviewer", flakyReviewer(dir, tc.code, tc.fails)) })
+			f := setupWith(t, func(c *pipeline.Config) {
+				c.Executors.RegisterReviewer("flaky-reviewer", flakyReviewer(dir, tc.code, tc.fails))
+			})
 			doc := reviewerPolicyDoc(t, f)
 			f.publish(t, doc.Sealed(t))
 			if tc.code == executors.ExitNeedsEscalation {
