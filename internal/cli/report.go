@@ -200,12 +200,23 @@ func writeReport(w io.Writer, d *ReportData) error {
 		m.row("Deadline", mdTime(st.DeadlineIn(c.Deadline)))
 	}
 	m.row("Outcome", reportOutcome(cp))
+	if cp.RunNumber() > 1 {
+		// Cycles number on across runs; Rule 12 counts this run's.
+		m.row("Run", fmt.Sprintf("%d (replayed; this run's cycles start after cycle %d)", cp.RunNumber(), cp.CycleBase))
+	}
 	m.row("Phase", fmt.Sprintf("%d %s (progress %d %%)", st.Phase, st.Phase, st.Progress))
-	cycles := fmt.Sprint(st.Cycle)
+	cycles := fmt.Sprint(cp.RunCycle(st.Cycle))
 	if c != nil {
 		cycles += fmt.Sprintf(" of %d", c.CycleLimit())
 	}
 	m.row("Cycles used", cycles)
+	if a := st.Attempts; a != nil {
+		step := capsule.Execution
+		if a.Phase != 0 {
+			step = a.Phase
+		}
+		m.row("Failed attempts", fmt.Sprintf("%d of %s cycle %d (failure policy); last: %s", a.Failed, step, a.Cycle, a.LastFailure.Error))
+	}
 	m.row("Trace id", mdCode(cp.TraceID))
 	m.row("Created", mdTime(cp.CreatedAt))
 	m.row("Updated", mdTime(cp.UpdatedAt))

@@ -36,3 +36,25 @@ func TestReportNamesTheDefaultReviewer(t *testing.T) {
 		})
 	}
 }
+
+// TestReportRunAndAttempts: a replayed capsule's report names its run and
+// counts this run's cycles; the failure policy's recorded attempts show.
+func TestReportRunAndAttempts(t *testing.T) {
+	t.Parallel()
+	cp := &capsule.Checkpoint{CapsuleID: "c1", Key: "c1", Run: 2, CycleBase: 1}
+	cp.State.Cycle = 2
+	cp.State.Attempts = &capsule.ExecutionAttempts{Cycle: 2, Phase: capsule.ReviewPhase, Failed: 1, LastFailure: capsule.AttemptFailure{Error: "reviewer down"}}
+	c := &capsule.Capsule{CapsuleID: "c1"}
+	var out bytes.Buffer
+	require.NoError(t, writeReport(&out, &ReportData{Checkpoint: cp, Capsule: c}))
+	require.Contains(t, out.String(), "| Run | 2 (replayed; this run's cycles start after cycle 1) |")
+	require.Contains(t, out.String(), "| Cycles used | 1 of 3 |")
+	require.Contains(t, out.String(), "| Failed attempts | 1 of REVIEW cycle 2 (failure policy); last: reviewer down |")
+
+	out.Reset()
+	cp = &capsule.Checkpoint{CapsuleID: "c1", Key: "c1"}
+	cp.State.Cycle = 1
+	require.NoError(t, writeReport(&out, &ReportData{Checkpoint: cp, Capsule: c}))
+	require.NotContains(t, out.String(), "| Run |")
+	require.NotContains(t, out.String(), "| Failed attempts |")
+}
