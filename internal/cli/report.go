@@ -202,7 +202,11 @@ func writeReport(w io.Writer, d *ReportData) error {
 	m.row("Outcome", reportOutcome(cp))
 	if cp.RunNumber() > 1 {
 		// Cycles number on across runs; Rule 12 counts this run's.
-		m.row("Run", fmt.Sprintf("%d (replayed; this run's cycles start after cycle %d)", cp.RunNumber(), cp.CycleBase))
+		run := fmt.Sprintf("%d (replayed)", cp.RunNumber())
+		if cp.CycleBase > 0 {
+			run = fmt.Sprintf("%d (replayed; its cycles count on from cycle %d)", cp.RunNumber(), cp.CycleBase+1)
+		}
+		m.row("Run", run)
 	}
 	m.row("Phase", fmt.Sprintf("%d %s (progress %d %%)", st.Phase, st.Phase, st.Progress))
 	cycles := fmt.Sprint(cp.RunCycle(st.Cycle))
