@@ -377,3 +377,67 @@ func TestReviewerFailurePolicy(t *testing.T) {
 		})
 	}
 }
+
+// reviewFailThenBlock fails its first review with exit status 1 and blocks
+// its later ones on gate; it keeps every call's idempotency key.
+type reviewFailThenBlock struct {
+	n    *atomic.Int64
+	keys *sync.Map
+	gate chan struct{}
+}
+
+func (r reviewFailThenBlock) Review(ctx context.Context, req executors.ReviewRequest) (executors.ReviewResult, error) {
+	n := r.n.Add(1)
+	r.keys.Store(n, req.IdempotencyKey)
+	if n == 1 {
+		return executors.ReviewResult{}, &executors.FailedError{Detail: "exit 1", ExitCode: executors.ExitFailure}
+	}
+	select {
+	case <-r.gate:
+	case <-ctx.Done():
+		return executors.ReviewResult{}, ctx.Err()
+	}
+	return executors.StubReviewer{}.Review(ctx, req)
+}
+
+// TestDuplicateDeliveryDuringReviewRetry: the REVIEW message delivered
+// again while the reviewer's retry runs: the claim refuses the duplicate,
+// the reviewer runs twice in all (the failure and its retry), never a third
+// time, and the capsule is reviewed once.
+func TestDuplicateDeliveryDuringReviewRetry(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	var keys sync.Map
+	gate := make(chan struct{})
+	f := setupWith(t, func(c *pipeline.Config) {
+		c.Executors.RegisterReviewer("retrying-reviewer", reviewFailThenBlock{n: &n, keys: &keys, gate: gate})
+	})
+	doc := f.own(t, capsuletest.New().Set("review.reviewer_agent_id", "retrying-reviewer"))
+	raw := doc.Sealed(t)
+	f.publish(t, raw)
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool { return n.Load() == 2 }, "the retry runs")
+
+	m := nats.NewMsg(store.PhaseSubject(capsule.ReviewPhase))
+	m.Data = raw
+	m.Header.Set(store.HeaderKey, doc.ID())
+	m.Header.Set(store.HeaderCycle, "1")
+	_, err := f.js.PublishMsg(context.Background(), m)
+	require.NoError(t, err)
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		return consumerDelivered(t, f, int(capsule.ReviewPhase)) >= 2
+	}, "duplicate delivered")
+	gate <- struct{}{}
+	s := f.wait(t, doc.ID())
+	require.Equal(t, capsule.Completed, s.State, s.HaltReason)
+	waitDrained(t, f)
+	require.Equal(t, int64(2), n.Load())
+	k1, _ := keys.Load(int64(1))
+	k2, _ := keys.Load(int64(2))
+	require.Equal(t, doc.ID()+"/1", k1)
+	require.Equal(t, doc.ID()+"/1/a2", k2)
+	cp, err := f.client.Checkpoint(context.Background(), doc.ID())
+	require.NoError(t, err)
+	require.Len(t, cp.State.Reviews, 1)
+	got, _ := cp.State.FailedAttemptsAt(capsule.ReviewPhase, 1)
+	require.Equal(t, 1, got)
+}
