@@ -213,6 +213,10 @@ func writeReport(w io.Writer, d *ReportData) error {
 	if c != nil {
 		cycles += fmt.Sprintf(" of %d", c.CycleLimit())
 	}
+	if cp.CycleBase > 0 {
+		// status's cycles_used and the idempotency keys count every run's.
+		cycles += fmt.Sprintf(" in this run (cycle %d overall)", st.Cycle)
+	}
 	m.row("Cycles used", cycles)
 	if a := st.Attempts; a != nil {
 		step := capsule.Execution

@@ -48,7 +48,7 @@ func TestReportRunAndAttempts(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, writeReport(&out, &ReportData{Checkpoint: cp, Capsule: c}))
 	require.Contains(t, out.String(), "| Run | 2 (replayed; its cycles count on from cycle 2) |")
-	require.Contains(t, out.String(), "| Cycles used | 1 of 3 |")
+	require.Contains(t, out.String(), "| Cycles used | 1 of 3 in this run (cycle 2 overall) |")
 	require.Contains(t, out.String(), "| Failed attempts | 1 of REVIEW cycle 2 (failure policy); last: reviewer down |")
 
 	out.Reset()
