@@ -178,11 +178,7 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 	// The token in the checkpoint: ours, or that of a resume in flight,
 	// which this one finishes.
 	token, trigger := cp.State.Pause.ResumeToken, cp.State.Pause.Trigger
-	raw, _, err := a.st.Raw(ctx, cp.Key)
-	if err != nil {
-		return client.StatusOf(cp), err
-	}
-	if err := a.st.PublishPhase(ctx, cp, raw, token); err != nil {
+	if err := a.st.PublishPhase(ctx, cp, token); err != nil {
 		return client.StatusOf(cp), err
 	}
 	sentPhase, sentCycle := cp.State.Phase, cp.State.Cycle
@@ -194,7 +190,7 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 	if flipped && (cp.State.Phase != sentPhase || cp.State.Cycle != sentCycle) {
 		// A phase that was running when the capsule was paused finished
 		// meanwhile and moved it on: the message sent above is stale.
-		if err := a.st.PublishPhase(ctx, cp, raw, ""); err != nil {
+		if err := a.st.PublishPhase(ctx, cp, ""); err != nil {
 			return client.StatusOf(cp), err
 		}
 	}

@@ -134,7 +134,7 @@ func (a *Admin) replayOne(ctx context.Context, found *capsule.Checkpoint, opts R
 		return cp, err
 	}
 	if cp.State.Status == capsule.InProgress {
-		if err := a.st.PublishPhase(ctx, cp, raw, ""); err != nil {
+		if err := a.st.PublishPhase(ctx, cp, ""); err != nil {
 			return cp, err
 		}
 	}

@@ -187,16 +187,14 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 		if !empty {
 			continue // its message may be queued or in flight: not stuck
 		}
-		raw, _, err := r.st.Raw(ctx, key)
 		if cp.Run > 1 {
 			// A replayed run: its own bytes, kept again if the replay died
 			// before it kept them.
-			raw, _, err = r.st.RunBytes(ctx, cp)
+			if _, _, err := r.st.RunBytes(ctx, cp); err != nil {
+				continue
+			}
 		}
-		if err != nil {
-			continue
-		}
-		if err := r.st.PublishPhase(ctx, cp, raw, ""); err != nil {
+		if err := r.st.PublishPhase(ctx, cp, ""); err != nil {
 			r.log.Warn("rescue: send the step again", "key", key, "error", err)
 			continue
 		}

@@ -168,6 +168,25 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 			return runner.NakAfter(p.cfg.RetryDelay, err), false
 		}
 		raw, c = r, rc
+	} else if cp.Run <= 1 && (cp.Digest == "" || c.Integrity.SHA256 != cp.Digest) {
+		// The capsule came from the cache by key, and a key can be
+		// forgotten (retention) and accepted again with other bytes: the
+		// checkpoint's digest says which capsule this run is (RECEPTION
+		// let none through whose declared digest was not its own). A
+		// checkpoint of an earlier version has no digest: read the bytes.
+		r, rc, err := p.st.Kept(ctx, key)
+		if err != nil {
+			return runner.NakAfter(p.cfg.RetryDelay, err), false
+		}
+		if cp.Digest != "" && rc.Integrity.SHA256 != cp.Digest {
+			if t.fromCache {
+				// The cached checkpoint is the forgotten capsule's.
+				return runner.Ack(), true
+			}
+			// A replica behind may still hold the forgotten capsule's.
+			return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("the bytes kept for %s are not the capsule its checkpoint names (digest %s): try again", key, cp.Digest)), false
+		}
+		raw, c = r, rc
 	}
 	md, mdErr := msg.Metadata()
 	if mdErr == nil && md.NumDelivered > 1 {

@@ -56,6 +56,18 @@ func (c *Cache) Trusted(key string, body []byte) (*capsule.Capsule, bool) {
 	return nil, false
 }
 
+// Capsule returns the bytes this process holds for key and their decoded
+// capsule: bytes RECEPTION accepted, or read back from what it kept. A key
+// may be forgotten (retention) and accepted again with other bytes, so the
+// caller checks the capsule's digest against the checkpoint's. The result is
+// shared: read only.
+func (c *Cache) Capsule(key string) ([]byte, *capsule.Capsule, bool) {
+	c.mu.Lock()
+	pc, ok := c.caps[key]
+	c.mu.Unlock()
+	return pc.raw, pc.c, ok
+}
+
 // Seed remembers the capsule decoded from raw, bytes RECEPTION accepted (or
 // read back from what it kept), so the next phase neither reads nor decodes
 // them again. dec must not change afterwards.

@@ -254,29 +254,49 @@ func (s *Store) KeptBytes(ctx context.Context, key, digest string) (same, ended 
 }
 
 // Accepted returns the bytes RECEPTION kept for key, the capsule they decode
-// to, and whether body (a phase message's) was exactly those bytes. They come
-// from this process's cache when body matches what it holds, else from
-// SAGA_CAPSULES, which only sagad writes: whatever a message carries, a phase
-// acts on the capsule RECEPTION accepted, and its outcome carries those bytes.
+// to, and whether body (a phase message's) was exactly those bytes. sagad's
+// phase messages carry no body (an empty body is "the same"): their headers
+// name the capsule, and what it is comes from this process's cache or from
+// SAGA_CAPSULES, which only sagad writes. A body (from an earlier version, or
+// a forger) only decides whether the cache may answer: whatever a message
+// carries, a phase acts on the capsule RECEPTION accepted, and its outcome
+// carries those bytes. The cache is keyed by capsule key alone, so the
+// caller checks the capsule against its checkpoint's digest (a key forgotten
+// and accepted again is another capsule) and reads again with [Store.Kept]
+// when they differ.
 func (s *Store) Accepted(ctx context.Context, key string, body []byte) (raw []byte, c *capsule.Capsule, same bool, err error) {
-	if c, ok := s.Cache.Trusted(key, body); ok {
+	if len(body) == 0 {
+		if raw, c, ok := s.Cache.Capsule(key); ok {
+			return raw, c, true, nil
+		}
+	} else if c, ok := s.Cache.Trusted(key, body); ok {
 		return body, c, true, nil
 	}
+	raw, c, err = s.Kept(ctx, key)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	return raw, c, len(body) == 0 || bytes.Equal(raw, body), nil
+}
+
+// Kept reads the bytes kept for key from SAGA_CAPSULES, not the cache,
+// decodes them and remembers them in the cache.
+func (s *Store) Kept(ctx context.Context, key string) (raw []byte, c *capsule.Capsule, err error) {
 	rctx, cancel := readCtx(ctx, s.writes())
 	e, err := s.capsules.Get(rctx, key)
 	cancel()
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil, false, fmt.Errorf("%w: no capsule bytes kept for %s", ErrNotFound, key)
+		return nil, nil, fmt.Errorf("%w: no capsule bytes kept for %s", ErrNotFound, key)
 	}
 	if err != nil {
-		return nil, nil, false, fmt.Errorf("capsule bytes of %s: %w", key, err)
+		return nil, nil, fmt.Errorf("capsule bytes of %s: %w", key, err)
 	}
 	raw = e.Value()
 	if c, err = DecodeCapsule(raw); err != nil {
-		return nil, nil, false, fmt.Errorf("%w: kept bytes of %s: %w", ErrNotACapsule, key, err)
+		return nil, nil, fmt.Errorf("%w: kept bytes of %s: %w", ErrNotACapsule, key, err)
 	}
 	s.Cache.Seed(key, raw, c)
-	return raw, c, bytes.Equal(raw, body), nil
+	return raw, c, nil
 }
 
 // ErrNotACapsule: the bytes kept under a key are no capsule (RECEPTION kept
