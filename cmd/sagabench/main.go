@@ -26,7 +26,7 @@ func main() {
 	fs.IntVar(&cfg.Warmup, "warmup", 0, "warm-up capsules per system, not measured (default n/10, at most 1000; -1 for none)")
 	fs.IntVar(&cfg.Window, "window", 200, "capsules in flight at most (the offered load, the same for both systems)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "publish this many capsules per second to both systems (open loop; default 0: a new one as each finishes, up to -window)")
-	fs.IntVar(&cfg.Workers, "workers", 32, "sagad workers per phase")
+	fs.IntVar(&cfg.Workers, "workers", 0, "sagad workers per phase (default sagad's, 64)")
 	fs.IntVar(&cfg.RelayWorkers, "relay-workers", 0, "baseline workers per stage (default -1: a goroutine per message, the floor; N: a pool of N like a sagad phase)")
 	fs.StringVar(&cfg.Mix, "mix", bench.MixMixed, `capsule mix: "mix" (80% valid, 10% two review cycles, 5% executor_failed, 5% spec_not_approved) or "valid"`)
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "alternate baseline and sagad this many times and report the median round")

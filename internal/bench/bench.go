@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sagad/sagad/pipeline"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,7 +40,7 @@ type Config struct {
 	// open loop: the same arrival rate for both systems) instead of one per
 	// finished capsule; Window still caps what is in flight.
 	Rate float64 `json:"rate,omitempty"`
-	// Workers is sagad's workers per phase. Defaults to 32 (sagad's default).
+	// Workers is sagad's workers per phase. Defaults to sagad's default.
 	Workers int `json:"workers"`
 	// RelayWorkers is the baseline's workers per stage: > 0 a fixed pool
 	// like sagad's phase runner, < 0 a goroutine per message, so that every
@@ -125,7 +127,7 @@ func (c Config) withDefaults() Config {
 		c.Window = 200
 	}
 	if c.Workers <= 0 {
-		c.Workers = 32
+		c.Workers = pipeline.DefaultWorkers
 	}
 	if c.RelayWorkers == 0 {
 		c.RelayWorkers = -1
