@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -57,6 +58,9 @@ const (
 // the saga's storage costs, apart from what its logic costs. A goroutine
 // per message, like the baseline relay.
 type floor struct {
+	// raw holds each capsule's bytes from stage 0 to the outcome, as
+	// sagad's process cache does: its phase messages carry no body.
+	raw      sync.Map
 	js       jetstream.JetStream
 	nc       *nats.Conn
 	capsules jetstream.KeyValue
@@ -133,6 +137,7 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 		if _, err = jspub.KVCreate(ctx, f.nc, f.capsules, id, msg.Data()); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return err
 		}
+		f.raw.Store(id, msg.Data())
 		if rev, err = cp(0, 0, 0); err != nil {
 			return err
 		}
@@ -186,16 +191,26 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 		if _, err = cp(8, rev, floorRetention); err != nil {
 			return err
 		}
-		out := f.message(floorOutSubj, id, msg.Data(), 0)
+		raw, ok := f.raw.Load(id)
+		if !ok {
+			e, err := f.capsules.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			raw = e.Value()
+		}
+		out := f.message(floorOutSubj, id, raw.([]byte), 0)
 		out.Header.Set(jetstream.MsgIDHeader, id+".outcome")
 		if _, err := jspub.Publish(ctx, f.nc, out); err != nil {
 			return err
 		}
 		mark := nats.NewMsg("$KV." + floorCapsules + "." + id)
-		mark.Data = msg.Data()
+		mark.Data = raw.([]byte)
 		mark.Header.Set("Saga-Outcome-Sent", "true")
 		mark.Header.Set(jetstream.MsgTTLHeader, floorRetention.String())
-		_, err = jspub.Publish(ctx, f.nc, mark)
+		if _, err = jspub.Publish(ctx, f.nc, mark); err == nil {
+			f.raw.Delete(id)
+		}
 		return err
 	}
 	var released chan error
@@ -203,7 +218,7 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 		released = make(chan error, 1)
 		go func() { _, err := jspub.KVPurge(ctx, f.nc, f.locks, "l-"+id, lockRev, time.Second); released <- err }()
 	}
-	_, err = jspub.Publish(ctx, f.nc, f.message(floorSubject(stage+1), id, msg.Data(), rev))
+	_, err = jspub.Publish(ctx, f.nc, f.message(floorSubject(stage+1), id, nil, rev))
 	if released != nil {
 		if rerr := <-released; err == nil {
 			err = rerr
@@ -236,8 +251,8 @@ func (f *floor) checkpoint(ctx context.Context, id string, i int, rev uint64, tt
 	return n, err
 }
 
-// message is a phase message as sagad sends it: the capsule's bytes with
-// headers of about the same size as sagad's.
+// message is a phase message as sagad sends it (no body, headers of about
+// the same size as sagad's), or with data the outcome.
 func (f *floor) message(subject, id string, data []byte, rev uint64) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Data = data
