@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"sync"
+	"time"
 
 	"github.com/sagad/sagad/capsule"
 )
@@ -10,6 +11,14 @@ import (
 // cacheSize bounds the checkpoint cache. It only has to hold the capsules in
 // flight in this process.
 const cacheSize = 8192
+
+// cacheMaxAge bounds how long an entry is trusted. A key can be forgotten
+// (retention) and accepted again as another capsule; an entry younger than
+// the retention cannot be of an earlier one (that one ended after the
+// entry was written, and was kept for the retention after that). A quiet
+// process would otherwise hold an entry for ever: a chain published again
+// a week later reuses its steps' ids.
+const cacheMaxAge = 10 * time.Minute
 
 // Cache remembers the checkpoints this process wrote last, with their KV
 // revision, so the next phase can compare-and-set without reading first. It
@@ -20,9 +29,11 @@ const cacheSize = 8192
 // Checkpoints in the cache are shared and never changed in place: every
 // change is made on a Clone and then stored as a new value.
 type Cache struct {
-	mu   sync.Mutex
-	m    map[string]cacheEntry
-	caps map[string]parsedCapsule
+	mu     sync.Mutex
+	m      map[string]cacheEntry
+	caps   map[string]parsedCapsule
+	maxAge time.Duration
+	now    func() time.Time
 }
 
 // parsedCapsule is a capsule decoded once per process: every phase gets the
@@ -30,16 +41,31 @@ type Cache struct {
 type parsedCapsule struct {
 	raw []byte
 	c   *capsule.Capsule
+	at  time.Time
 }
 
 type cacheEntry struct {
 	cp  *capsule.Checkpoint
 	rev uint64
+	at  time.Time
 }
 
-func NewCache() *Cache {
-	return &Cache{m: make(map[string]cacheEntry), caps: make(map[string]parsedCapsule)}
+// NewCache returns an empty cache whose entries are trusted for 10 minutes.
+func NewCache() *Cache { return newCache(0, time.Now) }
+
+// newCache returns a cache for a store whose ended capsules are kept for
+// retention (0: for ever): entries are trusted for the shorter of the
+// retention and 10 minutes.
+func newCache(retention time.Duration, now func() time.Time) *Cache {
+	maxAge := cacheMaxAge
+	if retention > 0 && retention < maxAge {
+		maxAge = retention
+	}
+	return &Cache{m: make(map[string]cacheEntry), caps: make(map[string]parsedCapsule), maxAge: maxAge, now: now}
 }
+
+// fresh says whether an entry written at at may still be trusted.
+func (c *Cache) fresh(at time.Time) bool { return c.now().Sub(at) < c.maxAge }
 
 // Trusted returns the decoded capsule of key if body is byte for byte the
 // bytes this process holds for it — bytes RECEPTION accepted, or read back
@@ -50,7 +76,7 @@ func (c *Cache) Trusted(key string, body []byte) (*capsule.Capsule, bool) {
 	c.mu.Lock()
 	pc, ok := c.caps[key]
 	c.mu.Unlock()
-	if ok && bytes.Equal(pc.raw, body) {
+	if ok && c.fresh(pc.at) && bytes.Equal(pc.raw, body) {
 		return pc.c, true
 	}
 	return nil, false
@@ -65,7 +91,10 @@ func (c *Cache) Capsule(key string) ([]byte, *capsule.Capsule, bool) {
 	c.mu.Lock()
 	pc, ok := c.caps[key]
 	c.mu.Unlock()
-	return pc.raw, pc.c, ok
+	if !ok || !c.fresh(pc.at) {
+		return nil, nil, false
+	}
+	return pc.raw, pc.c, true
 }
 
 // Seed remembers the capsule decoded from raw, bytes RECEPTION accepted (or
@@ -80,7 +109,7 @@ func (c *Cache) Seed(key string, raw []byte, dec *capsule.Capsule) {
 			break
 		}
 	}
-	c.caps[key] = parsedCapsule{raw: append([]byte(nil), raw...), c: dec}
+	c.caps[key] = parsedCapsule{raw: append([]byte(nil), raw...), c: dec, at: c.now()}
 }
 
 // Get returns the checkpoint this process wrote last for key, if it has it.
@@ -88,7 +117,7 @@ func (c *Cache) Get(key string) (*capsule.Checkpoint, uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[key]
-	if !ok {
+	if !ok || !c.fresh(e.at) {
 		return nil, 0, false
 	}
 	return e.cp, e.rev, true
@@ -109,5 +138,5 @@ func (c *Cache) Put(cp *capsule.Checkpoint, rev uint64) {
 			break
 		}
 	}
-	c.m[cp.Key] = cacheEntry{cp: cp, rev: rev}
+	c.m[cp.Key] = cacheEntry{cp: cp, rev: rev, at: c.now()}
 }

@@ -172,7 +172,7 @@ func newStore(js jetstream.JetStream, st *stores, lm *locks.Manager, bt *budget.
 		Artifacts:      newArtifactStore(st.artifacts, js),
 		Locks:          lm,
 		Budgets:        bt,
-		Cache:          NewCache(),
+		Cache:          newCache(retention, time.Now),
 		capsules:       st.capsules,
 		capsulesStream: st.capsulesStream,
 		artifacts:      st.artifacts,

@@ -1,0 +1,62 @@
+package store
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+// TestCacheTrustsEntriesForLessThanTheRetention: a key can be forgotten and
+// accepted again as another capsule once the retention has passed since the
+// first one ended, so an entry is trusted for less than the retention (and
+// never longer than 10 minutes): after that, a phase reads again.
+func TestCacheTrustsEntriesForLessThanTheRetention(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		retention time.Duration
+		maxAge    time.Duration
+	}{
+		{"short retention", 5 * time.Second, 5 * time.Second},
+		{"default retention", 168 * time.Hour, cacheMaxAge},
+		{"kept for ever", 0, cacheMaxAge},
+		{"negative", -time.Second, cacheMaxAge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			now := time.Date(2026, 11, 25, 4, 0, 0, 0, time.UTC)
+			c := newCache(tc.retention, func() time.Time { return now })
+			raw := []byte(`{"capsule_id":"a"}`)
+			dec := &capsule.Capsule{CapsuleID: "a"}
+			c.Seed("a", raw, dec)
+			c.Put(&capsule.Checkpoint{Key: "a", State: capsule.CheckpointState{Status: capsule.InProgress}}, 7)
+
+			now = now.Add(tc.maxAge - time.Nanosecond)
+			_, rev, ok := c.Get("a")
+			require.True(t, ok)
+			require.Equal(t, uint64(7), rev)
+			_, got, ok := c.Capsule("a")
+			require.True(t, ok)
+			require.Same(t, dec, got)
+			_, ok = c.Trusted("a", raw)
+			require.True(t, ok)
+
+			now = now.Add(time.Nanosecond)
+			_, _, ok = c.Get("a")
+			require.False(t, ok, "a checkpoint as old as %v is not trusted", tc.maxAge)
+			_, _, ok = c.Capsule("a")
+			require.False(t, ok)
+			_, ok = c.Trusted("a", raw)
+			require.False(t, ok)
+
+			// Writing again makes it fresh again.
+			c.Put(&capsule.Checkpoint{Key: "a", State: capsule.CheckpointState{Status: capsule.InProgress}}, 8)
+			_, rev, ok = c.Get("a")
+			require.True(t, ok)
+			require.Equal(t, uint64(8), rev)
+		})
+	}
+}
