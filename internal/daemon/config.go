@@ -122,6 +122,10 @@ type Config struct {
 	// Reviewers serve review.reviewer_agent_id values beyond the built-in
 	// "stub-reviewer" (config file only).
 	Reviewers map[string]executors.Endpoint `json:"reviewers"`
+	// Producers names the producers beyond the default one ("producer"),
+	// each a NATS account and seed file of its own on the embedded server
+	// (producer-<name>.nk) and in `sagad nats-config` (config file only).
+	Producers []string `json:"producers,omitempty"`
 	// DefaultReviewer reviews the capsules that declare no
 	// review.reviewer_agent_id: a key of Reviewers or "stub-reviewer"
 	// (config file only). Defaults to none: such a capsule violates Rule 20.
