@@ -164,6 +164,14 @@ func TestComposeSagadArgs(t *testing.T) {
 // three nodes. Not parallel: it sets environment variables.
 func TestComposeNATSConf(t *testing.T) {
 	services := readComposeFile(t)
+	cfg, err := parseConfig([]string{"--config", exampleConfig}, envOf(nil), io.Discard)
+	require.NoError(t, err)
+	accounts, err := Accounts(cfg.accountSpec())
+	require.NoError(t, err)
+	accountOf := map[string]string{}
+	for _, u := range UsersOf(accounts) {
+		accountOf[u.Role] = u.Account
+	}
 	var names []string
 	for _, node := range []string{"nats-1", "nats-2", "nats-3"} {
 		for k, v := range natsConfEnv(t, services[node]) {
@@ -188,7 +196,7 @@ func TestComposeNATSConf(t *testing.T) {
 		require.Len(t, opts.Users, len(deployRoles))
 		for _, u := range opts.Users {
 			require.Equal(t, resolve(services[node].Environment[PasswordEnv(u.Username)]), u.Password)
-			require.Equal(t, accountName(u.Username), u.Account.Name, "%s's account", u.Username)
+			require.Equal(t, accountOf[u.Username], u.Account.Name, "%s's account", u.Username)
 		}
 	}
 	require.Equal(t, []string{"nats-1", "nats-2", "nats-3"}, names)
