@@ -61,32 +61,41 @@ func TestEmbeddedServerRequiresAuth(t *testing.T) {
 }
 
 // TestSagactlFindsOperatorSeed: run from sagad's directory, sagactl
-// publishes and waits with no credentials flag (README's commands). Not
-// parallel: it changes the working directory.
+// publishes with no credentials flag (README's commands), into the
+// operator's account, whose intake reaches sagad's. Not parallel: it
+// changes the working directory.
 func TestSagactlFindsOperatorSeed(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(t, filepath.Join(dir, "data"))
 	d := start(t, cfg)
 	t.Chdir(dir)
 
-	doc := capsuletest.New()
-	capsuleFile := filepath.Join(dir, "capsule.json")
-	require.NoError(t, os.WriteFile(capsuleFile, doc.Sealed(t), 0o600))
+	capsuleFile := func(doc capsuletest.Doc) string {
+		p := filepath.Join(dir, doc.ID()+".json")
+		require.NoError(t, os.WriteFile(p, doc.Sealed(t), 0o600))
+		return p
+	}
 	sagactl := func(args ...string) (int, string) {
 		var out, errOut bytes.Buffer
 		code := cli.Main(append([]string{"--nats-url", d.url}, args...), &out, &errOut)
 		return code, out.String() + errOut.String()
 	}
-	code, out := sagactl("publish", capsuleFile)
+	doc := capsuletest.New()
+	code, out := sagactl("publish", capsuleFile(doc))
 	require.Equal(t, cli.ExitOK, code, out)
-	code, out = sagactl("wait", doc.ID(), "--timeout", "30s")
-	require.Equal(t, cli.ExitOK, code, out)
+	_, c := connect(t, d.url, filepath.Join(dir, "data"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := c.Wait(ctx, doc.ID())
+	require.NoError(t, err)
+	require.Equal(t, capsule.Completed, s.State, "halt: %s", s.HaltReason)
 
 	require.NoError(t, os.Rename(filepath.Join(dir, "data", "creds", "operator.nk"), filepath.Join(dir, "elsewhere.nk")))
-	code, out = sagactl("status", doc.ID())
+	other := capsuletest.New()
+	code, out = sagactl("publish", capsuleFile(other))
 	require.Equal(t, cli.ExitFailure, code)
 	require.Contains(t, out, "Authorization Violation", "without the seed sagactl is refused")
-	code, out = sagactl("--nats-nkey", filepath.Join(dir, "elsewhere.nk"), "status", doc.ID())
+	code, out = sagactl("--nats-nkey", filepath.Join(dir, "elsewhere.nk"), "publish", capsuleFile(other))
 	require.Equal(t, cli.ExitOK, code, out)
 }
 
