@@ -159,20 +159,34 @@ func (a *arena) lastOn(stream, subject string) *jetstream.RawStreamMsg {
 
 // redirect publishes on subject as nc with the reply set to target and a
 // header that makes the JetStream publish fail (so the stream answers at
-// once and stores nothing), and returns once the answer has arrived on
-// target in nc's own account: where it lands is the whole point.
-func redirect(t *testing.T, nc *nats.Conn, subject, target string) {
+// once and stores nothing). It returns a subscription on target in nc's
+// own account, where the answer must land, and returns once the stream has
+// answered a second such publish (a stream answers in order, so the first
+// answer has gone wherever it went).
+func redirect(t *testing.T, nc *nats.Conn, subject, target string) *nats.Subscription {
 	t.Helper()
 	sub, err := nc.SubscribeSync(target)
 	require.NoError(t, err)
-	defer func() { _ = sub.Unsubscribe() }()
-	m := nats.NewMsg(subject)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	forged := func() *nats.Msg {
+		m := nats.NewMsg(subject)
+		m.Header.Set(jetstream.ExpectedLastSeqHeader, "999999")
+		m.Data = []byte(`{"forged":true}`)
+		return m
+	}
+	m := forged()
 	m.Reply = target
-	m.Header.Set(jetstream.ExpectedLastSeqHeader, "999999")
-	m.Data = []byte(`{"forged":true}`)
 	require.NoError(t, nc.PublishMsg(m))
+	_, err = nc.RequestMsg(forged(), 10*time.Second)
+	require.NoError(t, err, "the stream answers")
+	return sub
+}
+
+// requireLanded requires the stream's refusal on sub, the attacker's own.
+func requireLanded(t *testing.T, sub *nats.Subscription) {
+	t.Helper()
 	got, err := sub.NextMsg(10 * time.Second)
-	require.NoError(t, err, "the stream's answer comes back to the attacker's own account")
+	require.NoError(t, err, "the stream's answer comes back to the attacker's own account, on %s", sub.Subject)
 	require.Contains(t, string(got.Data), "wrong last sequence", "the answer is the stream's refusal")
 }
 
@@ -195,9 +209,11 @@ func TestAttackAckRedirect(t *testing.T) {
 		{"KV_SAGA_LOCKS", "$KV.SAGA_LOCKS.README-md"},
 		{"OBJ_" + store.ArtifactsBucket, "$O." + store.ArtifactsBucket + ".M.eA"},
 	}
+	var subs []*nats.Subscription
 	for _, tt := range targets {
-		redirect(t, producer, store.IntakeSubject, tt.subject)
-		redirect(t, worker, "saga.complete."+doc.ID()+".1", tt.subject)
+		subs = append(subs,
+			redirect(t, producer, store.IntakeSubject, tt.subject),
+			redirect(t, worker, "saga.complete."+doc.ID()+".1", tt.subject))
 	}
 	after := a.checkpoint(doc.ID())
 	require.Equal(t, before.Revision(), after.Revision(), "the checkpoint is sagad's")
@@ -207,6 +223,9 @@ func TestAttackAckRedirect(t *testing.T) {
 			continue // no such bucket yet: nothing could land in it
 		}
 		require.Nil(t, a.lastOn(tt.stream, tt.subject), "nothing written on %s", tt.subject)
+	}
+	for _, sub := range subs {
+		requireLanded(t, sub)
 	}
 }
 
