@@ -202,8 +202,8 @@ func Accounts(spec AccountSpec) ([]Account, error) {
 			continue
 		}
 		roles[role] = who
-		if !server.IsValidSubject(ep.subject) {
-			errs = append(errs, fmt.Errorf("%s: subject %q is no valid NATS subject", who, ep.subject))
+		if !configSafeSubject(ep.subject) {
+			errs = append(errs, fmt.Errorf("%s: subject %q: want a valid NATS subject of printable ASCII, without quotes or backslashes", who, ep.subject))
 			continue
 		}
 		if owned := collides(ep.subject, sagaOwned); owned != "" {
@@ -249,6 +249,17 @@ func Accounts(spec AccountSpec) ([]Account, error) {
 		return nil, fmt.Errorf("nats accounts: %w", err)
 	}
 	return out, nil
+}
+
+// configSafeSubject reports whether subject is a valid NATS subject that
+// can stand quoted in a nats-server configuration as it is.
+func configSafeSubject(subject string) bool {
+	for _, c := range []byte(subject) {
+		if c < 0x21 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return server.IsValidSubject(subject)
 }
 
 // collides returns the first of spaces that subject overlaps, or "".

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/executors"
@@ -81,4 +82,39 @@ func TestRunRefusesSharedSubject(t *testing.T) {
 	require.NoError(t, err)
 	err = Run(context.Background(), cfg, io.Discard, nil)
 	require.ErrorContains(t, err, "needs a subject of its own")
+}
+
+// FuzzAccountsConf: whatever executor kinds, reviewer ids, subjects and
+// producer names a config holds, the generator refuses them or writes a
+// configuration nats-server reads back with one user per role, each in
+// its own account (a name or subject cannot inject configuration).
+func FuzzAccountsConf(f *testing.F) {
+	f.Add("demo", "agents.demo.execute", "demo-reviewer", "agents.demo.review", "alice")
+	f.Add("a b", "x.>", "r", "x.*", "bob")
+	f.Add(`k"}`, `s"} ] }`, "r", "t", "p")
+	f.Add("k", "s.*.t", "R#1", "u.v", "saga")
+	f.Add("k", "$X.y", "r", "$Y", "p")
+	f.Fuzz(func(t *testing.T, kind, subject, reviewer, rsubject, producer string) {
+		spec := AccountSpec{
+			Executors: map[string]executors.Endpoint{kind: natsEP(subject)},
+			Reviewers: map[string]executors.Endpoint{reviewer: natsEP(rsubject)},
+			Producers: []string{producer},
+		}
+		accounts, err := Accounts(spec)
+		if err != nil {
+			return
+		}
+		text := AccountsConf(accounts, PasswordCredential)
+		for _, u := range UsersOf(accounts) {
+			t.Setenv(PasswordEnv(u.Role), "pw")
+		}
+		var opts server.Options
+		require.NoError(t, opts.ProcessConfigString(text), "%s", text)
+		require.Len(t, opts.Users, len(UsersOf(accounts)))
+		seen := map[string]bool{}
+		for _, u := range opts.Users {
+			require.False(t, seen[u.Account.Name], "two users in %s", u.Account.Name)
+			seen[u.Account.Name] = true
+		}
+	})
 }
