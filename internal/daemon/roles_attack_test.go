@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -55,12 +57,17 @@ type arena struct {
 
 func newArena(t *testing.T) *arena {
 	t.Helper()
-	dataDir := t.TempDir()
+	dataDir, workspace := t.TempDir(), capsuletest.Workspace(t)
+	// A target of its own for each capsule that must not wait for
+	// another's lock.
+	for i := range 3 {
+		require.NoError(t, os.WriteFile(filepath.Join(workspace, fmt.Sprintf("t%d.md", i)), []byte("x\n"), 0o600))
+	}
 	cfg, err := parseConfig([]string{
 		"--config", writeConfig(t, attackConfig),
 		"--nats-listen", "127.0.0.1:-1",
 		"--data-dir", dataDir,
-		"--workspace", capsuletest.Workspace(t),
+		"--workspace", workspace,
 		"--http-listen", "off",
 		"--log-level", "warn",
 		"--shutdown-timeout", "10s",
@@ -278,19 +285,36 @@ func sniff(t *testing.T, nc *nats.Conn, needle string) *sniffer {
 		_, err := nc.Subscribe(subject, func(m *nats.Msg) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			if bytes.Contains(m.Data, s.needle) || bytes.Contains([]byte(m.Subject), s.needle) {
+			if s.carries(m) {
 				s.seen = append(s.seen, m.Subject)
 			}
-			// A thief answers whatever it can: +NXT takes the next
-			// message of a pull consumer away from sagad.
+			// A thief answers whatever it can: +NXT with a reply of its
+			// own acks a pull consumer's delivery and has the next one
+			// delivered to the thief instead of sagad.
 			if m.Reply != "" {
-				_ = m.Respond([]byte("+NXT"))
+				_ = nc.PublishMsg(&nats.Msg{Subject: m.Reply, Reply: nc.NewRespInbox(), Data: []byte("+NXT")})
 			}
 		})
 		require.NoError(t, err)
 	}
 	require.NoError(t, nc.Flush())
 	return s
+}
+
+// carries reports whether m names the needle: in its subject, body or
+// headers (a phase message is headers only).
+func (s *sniffer) carries(m *nats.Msg) bool {
+	if bytes.Contains(m.Data, s.needle) || bytes.Contains([]byte(m.Subject), s.needle) {
+		return true
+	}
+	for _, vs := range m.Header {
+		for _, v := range vs {
+			if bytes.Contains([]byte(v), s.needle) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (s *sniffer) caught(t *testing.T) []string {
@@ -314,8 +338,10 @@ func TestAttackInboxSniffingAndNextTheft(t *testing.T) {
 	a := newArena(t)
 	a.serveDemo()
 	var docs []capsuletest.Doc
-	for range 3 {
-		docs = append(docs, capsuletest.New().Set("task.kind", "demo").Set("review.reviewer_agent_id", "demo-reviewer"))
+	for i := range 3 {
+		// A lock each: the capsules run side by side.
+		docs = append(docs, capsuletest.New().Set("task.kind", "demo").Set("review.reviewer_agent_id", "demo-reviewer").
+			Set("target", fmt.Sprintf("file:t%d.md", i)).Set("constraints.resource_locks_required", []any{fmt.Sprintf("t%d.md", i)}))
 	}
 	// Every capsule id shares no prefix with another; the sniffers look
 	// for any of them, in subjects and bodies.
