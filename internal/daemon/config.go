@@ -286,7 +286,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage of sagad:\n  sagad [flags]               run sagad\n"+
-			"  sagad healthcheck [flags]   probe the /readyz of the sagad these flags and SAGAD_* configure: exit 0 if ready, 1 if not\n")
+			"  sagad healthcheck [flags]   probe the /readyz of the sagad these flags and SAGAD_* configure: exit 0 if ready, 1 if not\n"+
+			"  sagad nats-config --config FILE --out DIR   write the NATS accounts of the roles for an external nats-server\n")
 		fs.PrintDefaults()
 	}
 	var file string
