@@ -421,3 +421,27 @@ func TestAttackExecutorAnswersReviewerCalls(t *testing.T) {
 	require.Positive(t, real.Load(), "the real reviewer was called")
 	require.Zero(t, forged.Load(), "no reviewer call reached the executor's credentials")
 }
+
+// TestIntakeNamesTheProducer: a capsule a producer publishes on saga.intake
+// in its own account reaches sagad's account on saga.intake.<producer>,
+// whoever the capsule claims to be, and the operator's on
+// saga.intake.operator: the producer's identity is the subject, which no
+// producer chooses.
+func TestIntakeNamesTheProducer(t *testing.T) {
+	t.Parallel()
+	a := newArena(t)
+	sub, err := a.sagad.SubscribeSync(store.IntakeSubject + ".>")
+	require.NoError(t, err)
+	require.NoError(t, a.sagad.Flush())
+	for role, want := range map[string]string{RoleProducer: "saga.intake.producer", "producer-bob": "saga.intake.bob", RoleOperator: "saga.intake.operator"} {
+		doc := capsuletest.New()
+		a.publish(role, doc)
+		m, err := sub.NextMsg(10 * time.Second)
+		require.NoError(t, err)
+		require.Equal(t, want, m.Subject, role)
+		require.Contains(t, string(m.Data), doc.ID())
+		require.Equal(t, capsule.Completed, a.awaitEnd(doc.ID()), "a capsule from %s runs", role)
+	}
+	// A producer cannot name another's intake subject: it is not imported.
+	requireUnreached(t, a.conn(RoleProducer), RoleProducer, "saga.intake.bob")
+}
