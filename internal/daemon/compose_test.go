@@ -179,6 +179,8 @@ func TestComposeNATSConf(t *testing.T) {
 		}
 		opts, err := server.ProcessConfigFile(composeNATSConf)
 		require.NoError(t, err)
+		// The file nats.conf includes is mounted beside it.
+		require.Contains(t, services[node].Volumes, "./nats/"+NATSAccountsFile+":/etc/nats/"+NATSAccountsFile+":ro", node)
 		names = append(names, opts.ServerName)
 		require.True(t, opts.JetStream)
 		require.Equal(t, "/data", opts.StoreDir, "the volume compose mounts")
