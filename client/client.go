@@ -34,6 +34,11 @@ func NewClient(ctx context.Context, js jetstream.JetStream) (*Client, error) {
 	return &Client{js: js, checkpoints: store.ReaderOf(kv)}, nil
 }
 
+// NewPublisher returns a Client for [Client.Publish] only: it binds no
+// bucket, so it works from an account that reaches sagad's intake and
+// nothing else of its JetStream (a producer's or the operator's).
+func NewPublisher(js jetstream.JetStream) *Client { return &Client{js: js} }
+
 // Publish puts raw bytes on the intake subject, exactly as given, and returns
 // the intake stream sequence.
 func (c *Client) Publish(ctx context.Context, raw []byte, traceID string) (uint64, error) {

@@ -287,7 +287,7 @@ func mounts(t *testing.T, volumes []string) map[string]string {
 func TestComposeServices(t *testing.T) {
 	t.Parallel()
 	c := readCompose(t)
-	for _, s := range []string{"nats-1", "nats-2", "nats-3", "sagad-1", "sagad-2", "worker", "prometheus", "grafana", "sagactl"} {
+	for _, s := range []string{"nats-1", "nats-2", "nats-3", "sagad-1", "sagad-2", "worker-execute", "worker-review", "prometheus", "grafana", "sagactl"} {
 		require.Contains(t, c.Services, s)
 	}
 	for name, s := range c.Services {
@@ -309,8 +309,9 @@ func TestComposeServices(t *testing.T) {
 			require.NoError(t, err, "%s mounts %s on %s", name, src, target)
 		}
 	}
-	// The worker is the Dockerfile's demo-worker target.
-	require.Equal(t, "demo-worker", c.Services["worker"].Build.Target)
+	// The workers are the Dockerfile's demo-worker target.
+	require.Equal(t, "demo-worker", c.Services["worker-execute"].Build.Target)
+	require.Equal(t, "demo-worker", c.Services["worker-review"].Build.Target)
 	df, err := os.ReadFile("../Dockerfile")
 	require.NoError(t, err)
 	require.Contains(t, string(df), " AS demo-worker\n")

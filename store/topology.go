@@ -20,10 +20,16 @@ const markerTTL = time.Second
 // needs. It is idempotent, so every sagad instance runs it at start.
 func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Topology) (*stores, error) {
 	for p := capsule.Phase(0); p < capsule.NumPhases; p++ {
+		subjects := []string{PhaseSubject(p)}
+		if p == capsule.Reception {
+			// A producer's capsules arrive from its own NATS account on
+			// saga.intake.<producer> (the service import of its account).
+			subjects = append(subjects, IntakeSubject+".*")
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        PhaseStream(p),
 			Description: "sagad: capsules waiting for phase " + p.String(),
-			Subjects:    []string{PhaseSubject(p)},
+			Subjects:    subjects,
 			Retention:   jetstream.WorkQueuePolicy,
 			Storage:     cfg.Storage,
 			Replicas:    cfg.Replicas,

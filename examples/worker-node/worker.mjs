@@ -8,13 +8,17 @@
 // call's completion_token for long work (--async), and the first answer
 // again for a repeated idempotency key.
 //
-//   npm ci && node worker.mjs [--nats-url URL] [--agent-id ID] [--async]
+//   npm ci && node worker.mjs [--nats-url URL] [--agent-id ID] [--async] [--serve execute|review|both]
 //
 // Connection settings, as sagad's and sagactl's: --nats-url or SAGA_NATS_URL
 // (several separated by commas), SAGA_NATS_USER with SAGA_NATS_PASSWORD or
 // SAGA_NATS_PASSWORD_FILE, SAGA_NATS_NKEY (a seed file), SAGA_NATS_CREDS, or
-// SAGA_NATS_TOKEN; with none, ./data/creds/worker.nk (sagad's embedded
-// server, run from sagad's directory) if it exists.
+// SAGA_NATS_TOKEN. With none, each endpoint logs in with its own seed, as
+// sagad's embedded server wants (each executor and reviewer is a NATS
+// account of its own): SAGA_EXECUTOR_NKEY or ./data/creds/executor-demo.nk
+// for "execute", SAGA_REVIEWER_NKEY or ./data/creds/reviewer-demo-reviewer.nk
+// for "review" (run from sagad's directory). Each endpoint served has a
+// connection of its own.
 import { connect, credsAuthenticator, nkeyAuthenticator } from "nats";
 import { existsSync, readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
@@ -30,15 +34,23 @@ const { values: flags } = parseArgs({
     "nats-url": { type: "string" },
     "agent-id": { type: "string", default: "demo-worker-node" },
     async: { type: "boolean", default: false },
+    serve: { type: "string", default: "both" },
   },
 });
 
-// connectOptions reads the settings sagad, sagactl and the Go worker share.
-function connectOptions(env) {
+// The default seed of each endpoint's credentials.
+const SEEDS = {
+  execute: { env: "SAGA_EXECUTOR_NKEY", file: "data/creds/executor-demo.nk" },
+  review: { env: "SAGA_REVIEWER_NKEY", file: "data/creds/reviewer-demo-reviewer.nk" },
+};
+
+// connectOptions reads the settings sagad, sagactl and the Go worker share,
+// for the endpoint ep.
+function connectOptions(env, ep) {
   const secret = (file) => readFileSync(file, "utf8").replace(/[\r\n]+$/, "");
   const opts = {
     servers: (flags["nats-url"] || env.SAGA_NATS_URL || "nats://127.0.0.1:4222").split(","),
-    name: SERVICE,
+    name: `${SERVICE}-${ep}`,
     maxReconnectAttempts: -1,
   };
   if (env.SAGA_NATS_CREDS) {
@@ -49,7 +61,8 @@ function connectOptions(env) {
   } else if (env.SAGA_NATS_TOKEN || env.SAGA_NATS_TOKEN_FILE) {
     opts.token = env.SAGA_NATS_TOKEN_FILE ? secret(env.SAGA_NATS_TOKEN_FILE) : env.SAGA_NATS_TOKEN;
   } else {
-    const seed = env.SAGA_NATS_NKEY || (existsSync("data/creds/worker.nk") ? "data/creds/worker.nk" : "");
+    const own = env[SEEDS[ep].env] || (existsSync(SEEDS[ep].file) ? SEEDS[ep].file : "");
+    const seed = env.SAGA_NATS_NKEY || own;
     if (seed) opts.authenticator = nkeyAuthenticator(new TextEncoder().encode(secret(seed)));
   }
   return opts;
@@ -103,12 +116,11 @@ function review(call) {
 // guarantees").
 const seen = new Map();
 
-const nc = await connect(connectOptions(process.env));
-const js = nc.jetstream();
-
-// deliver publishes a completion to JetStream, retrying until the server
-// acknowledges it (a plain publish while the server restarts would be lost).
-async function deliver(subject, completion) {
+// deliver publishes a completion to JetStream over nc, retrying until the
+// server acknowledges it (a plain publish while the server restarts would
+// be lost).
+async function deliver(nc, subject, completion) {
+  const js = nc.jetstream();
   const body = JSON.stringify(completion);
   for (let wait = 250, until = Date.now() + 10 * 60_000; Date.now() < until; wait = Math.min(2 * wait, 5000)) {
     try {
@@ -129,7 +141,7 @@ async function deliver(subject, completion) {
 
 // handle answers one call: the stored answer for a repeated key, else a new
 // one; in --async mode an executor's result goes out as a completion.
-function handle(kind, work) {
+function handle(nc, kind, work) {
   return (err, msg) => {
     if (err) {
       console.error(`${kind}: ${err.message}`);
@@ -163,27 +175,42 @@ function handle(kind, work) {
     if (answer.completion) {
       // A repeated call carries a new token, and sagad awaits only that one.
       const completion = { ...answer.completion, completion_token: call.completion_token };
-      deliver(`saga.complete.${call.capsule.capsule_id}.${call.cycle}`, completion);
+      deliver(nc, `saga.complete.${call.capsule.capsule_id}.${call.cycle}`, completion);
     }
     console.log(JSON.stringify({ msg: "answered", call: kind, capsule_id: call.capsule?.capsule_id, cycle: call.cycle, trace_id: call.trace_id, repeat, async: !!answer.completion }));
   };
 }
 
-const srv = await nc.services.add({
-  name: SERVICE,
-  version: "1.0.0",
-  description: "sagad demo executor and reviewer, in Node.js",
-  metadata: { agent_id: flags["agent-id"], reviewer_id: REVIEWER_ID },
-});
-srv.addEndpoint("execute", { subject: EXECUTE_SUBJECT, handler: handle("execute", execute) });
-srv.addEndpoint("review", { subject: REVIEW_SUBJECT, handler: handle("review", review) });
-await nc.flush();
-console.log(JSON.stringify({ msg: "serving", service: SERVICE, id: srv.info().id, server: nc.getServer() }));
+const serve = flags.serve === "both" ? ["execute", "review"] : [flags.serve];
+if (!serve.every((ep) => ep in SEEDS)) {
+  console.error(`--serve ${flags.serve}: want execute, review or both`);
+  process.exit(2);
+}
+const ENDPOINTS = {
+  execute: { subject: EXECUTE_SUBJECT, work: execute },
+  review: { subject: REVIEW_SUBJECT, work: review },
+};
+const running = [];
+for (const ep of serve) {
+  const nc = await connect(connectOptions(process.env, ep));
+  const srv = await nc.services.add({
+    name: SERVICE,
+    version: "1.0.0",
+    description: "sagad demo executor and reviewer, in Node.js",
+    metadata: { agent_id: flags["agent-id"], reviewer_id: REVIEWER_ID },
+  });
+  srv.addEndpoint(ep, { subject: ENDPOINTS[ep].subject, handler: handle(nc, ep, ENDPOINTS[ep].work) });
+  await nc.flush();
+  running.push({ nc, srv });
+  console.log(JSON.stringify({ msg: "serving", service: SERVICE, endpoint: ep, id: srv.info().id, server: nc.getServer() }));
+}
 
 for (const signal of ["SIGINT", "SIGTERM"]) {
   process.on(signal, async () => {
-    await srv.stop();
-    await nc.drain();
+    for (const { nc, srv } of running) {
+      await srv.stop();
+      await nc.drain();
+    }
     process.exit(0);
   });
 }

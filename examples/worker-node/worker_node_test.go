@@ -108,7 +108,8 @@ func startWorker(t *testing.T, node, dir, url string, args ...string) {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			line := sc.Text()
-			if strings.Contains(line, `"msg":"serving"`) {
+			// One line per endpoint served; the test needs both.
+			if strings.Contains(line, `"msg":"serving"`) && strings.Contains(line, `"endpoint":"review"`) {
 				close(serving)
 			}
 			t.Log("worker: " + line)

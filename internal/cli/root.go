@@ -108,6 +108,21 @@ func (g *globals) connect(ctx context.Context) (*client.Client, jetstream.JetStr
 	return c, js, nc.Close, nil
 }
 
+// publisher opens a NATS connection for publishing capsules only: the
+// operator's account reaches sagad's intake, not its buckets.
+func (g *globals) publisher() (*client.Client, func(), error) {
+	nc, err := g.dialNATS()
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return client.NewPublisher(js), nc.Close, nil
+}
+
 // Output formats of --output.
 const (
 	outputTable = "table"

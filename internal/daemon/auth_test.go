@@ -3,14 +3,13 @@ package daemon
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/adminsvc"
@@ -39,7 +38,7 @@ func TestEmbeddedServerRequiresAuth(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o700), info.Mode().Perm())
 	seeds := map[string][]byte{}
-	for _, role := range Roles {
+	for _, role := range baseRoles {
 		p := filepath.Join(dir, role+natsconn.SeedExt)
 		info, err := os.Stat(p)
 		require.NoError(t, err, role)
@@ -53,7 +52,7 @@ func TestEmbeddedServerRequiresAuth(t *testing.T) {
 	require.NoError(t, d.stop(t))
 
 	d2 := start(t, cfg)
-	for _, role := range Roles {
+	for _, role := range baseRoles {
 		b, err := os.ReadFile(filepath.Join(dir, role+natsconn.SeedExt))
 		require.NoError(t, err)
 		require.Equal(t, seeds[role], b, "%s's seed survives a restart", role)
@@ -62,126 +61,112 @@ func TestEmbeddedServerRequiresAuth(t *testing.T) {
 }
 
 // TestSagactlFindsOperatorSeed: run from sagad's directory, sagactl
-// publishes and waits with no credentials flag (README's commands). Not
-// parallel: it changes the working directory.
+// publishes with no credentials flag (README's commands), into the
+// operator's account, whose intake reaches sagad's. Not parallel: it
+// changes the working directory.
 func TestSagactlFindsOperatorSeed(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(t, filepath.Join(dir, "data"))
 	d := start(t, cfg)
 	t.Chdir(dir)
 
-	doc := capsuletest.New()
-	capsuleFile := filepath.Join(dir, "capsule.json")
-	require.NoError(t, os.WriteFile(capsuleFile, doc.Sealed(t), 0o600))
+	capsuleFile := func(doc capsuletest.Doc) string {
+		p := filepath.Join(dir, doc.ID()+".json")
+		require.NoError(t, os.WriteFile(p, doc.Sealed(t), 0o600))
+		return p
+	}
 	sagactl := func(args ...string) (int, string) {
 		var out, errOut bytes.Buffer
 		code := cli.Main(append([]string{"--nats-url", d.url}, args...), &out, &errOut)
 		return code, out.String() + errOut.String()
 	}
-	code, out := sagactl("publish", capsuleFile)
+	doc := capsuletest.New()
+	code, out := sagactl("publish", capsuleFile(doc))
 	require.Equal(t, cli.ExitOK, code, out)
-	code, out = sagactl("wait", doc.ID(), "--timeout", "30s")
-	require.Equal(t, cli.ExitOK, code, out)
+	_, c := connect(t, d.url, filepath.Join(dir, "data"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := c.Wait(ctx, doc.ID())
+	require.NoError(t, err)
+	require.Equal(t, capsule.Completed, s.State, "halt: %s", s.HaltReason)
 
 	require.NoError(t, os.Rename(filepath.Join(dir, "data", "creds", "operator.nk"), filepath.Join(dir, "elsewhere.nk")))
-	code, out = sagactl("status", doc.ID())
+	other := capsuletest.New()
+	code, out = sagactl("publish", capsuleFile(other))
 	require.Equal(t, cli.ExitFailure, code)
 	require.Contains(t, out, "Authorization Violation", "without the seed sagactl is refused")
-	code, out = sagactl("--nats-nkey", filepath.Join(dir, "elsewhere.nk"), "status", doc.ID())
+	code, out = sagactl("--nats-nkey", filepath.Join(dir, "elsewhere.nk"), "publish", capsuleFile(other))
 	require.Equal(t, cli.ExitOK, code, out)
 }
 
-// TestRolesStayInTheirLane: on sagad's embedded server, no role reaches
-// across the boundaries SECURITY.md draws. A worker cannot act as an
-// operator (publish on saga.admin.>) nor serve the admin service in
-// sagad's place (subscribe to it); a producer cannot call the admin service
-// or touch JetStream's API; an operator cannot forge the result of external
-// work (saga.complete.>), ack or purge sagad's messages, remove or rewrite
-// sagad's consumers, create consumers beyond the checkpoints and events it
-// follows, or listen to executor calls. TestDeployConfRoles covers the
-// forgeries of sagad's own subjects (phases, checkpoints, events, outcomes).
+// baseRoles are the users of a configuration without NATS executors,
+// reviewers or named producers.
+var baseRoles = []string{RoleSagad, RoleOperator, RoleProducer}
+
+// TestRolesStayInTheirLane: on sagad's embedded server each role is an
+// account of its own, so sagad's subjects are not there to reach: nothing
+// answers a producer calling the admin service or JetStream's API, a
+// worker calling the admin service or publishing intake, or an operator
+// forging the result of external work (saga.complete.>), acking, purging or
+// rewriting sagad's consumers. roles_attack_test.go plays the attacks the
+// review found.
 func TestRolesStayInTheirLane(t *testing.T) {
 	t.Parallel()
-	dataDir := t.TempDir()
-	d := start(t, testConfig(t, dataDir))
-	as := func(role string) natsconn.Options {
-		return natsconn.Options{URL: d.url, NKey: filepath.Join(CredsDir(dataDir), role+natsconn.SeedExt)}
-	}
+	a := newArena(t)
 	var admin []string
 	for _, verb := range adminsvc.Verbs {
 		admin = append(admin, adminsvc.Subject(verb))
 	}
+	phase4 := store.PhaseStream(capsule.Execution)
 	jsAPI := []string{
-		"$JS.API.STREAM.PURGE." + store.PhaseStream(capsule.Execution),
+		"$JS.API.INFO",
+		"$JS.API.STREAM.PURGE." + phase4,
 		"$JS.API.STREAM.DELETE." + store.IntakeStream,
 		"$JS.API.STREAM.MSG.DELETE." + store.OutcomesStream,
-		"$JS.API.CONSUMER.DELETE." + store.PhaseStream(capsule.Execution) + "." + store.ConsumerName(capsule.Execution),
-		"$JS.API.CONSUMER.DELETE." + store.CompletionsStream + "." + store.CompletionsConsumer,
-		"$JS.ACK." + store.PhaseStream(capsule.Execution) + "." + store.ConsumerName(capsule.Execution) + ".1.1.1.1.0",
-		"$KV." + store.CapsulesBucket + ".x",
-		"$KV." + store.ContinuationsBucket + ".x",
-	}
-	// A consumer create also updates: on a phase stream it would rewrite
-	// sagad's own consumer, and a push consumer anywhere delivers to any
-	// subject it names, publish rights or not.
-	phase4 := store.PhaseStream(capsule.Execution)
-	consumers := []string{
+		"$JS.API.DIRECT.GET.KV_" + store.CapsulesBucket,
+		"$JS.API.CONSUMER.DELETE." + phase4 + "." + store.ConsumerName(capsule.Execution),
 		"$JS.API.CONSUMER.CREATE." + phase4 + "." + store.ConsumerName(capsule.Execution),
-		"$JS.API.CONSUMER.CREATE." + phase4 + "." + store.ConsumerName(capsule.Execution) + ".saga.phase.4",
-		"$JS.API.CONSUMER.CREATE." + phase4,
-		"$JS.API.CONSUMER.DURABLE.CREATE." + phase4 + "." + store.ConsumerName(capsule.Execution),
-		"$JS.API.CONSUMER.CREATE." + store.CompletionsStream + "." + store.CompletionsConsumer,
-		"$JS.API.CONSUMER.CREATE." + store.OutcomesStream + ".x",
 		"$JS.API.CONSUMER.MSG.NEXT." + phase4 + "." + store.ConsumerName(capsule.Execution),
+		"$JS.ACK." + phase4 + "." + store.ConsumerName(capsule.Execution) + ".1.1.1.1.0",
+		"$KV." + store.CheckpointsBucket + ".x",
+		"$KV." + store.CapsulesBucket + ".x",
+		"saga.phase.4", "saga.events.x", "saga.outcome.completed",
 	}
 	for _, tt := range []struct {
-		role          string
-		publish, subs []string
+		role     string
+		subjects []string
 	}{
-		{RoleWorker, admin, []string{"saga.admin.>", adminsvc.Subject(adminsvc.VerbCancel), "saga.intake", "saga.phase.>", "$KV.>"}},
-		{RoleProducer, append(append([]string{"$SRV.PING"}, admin...), jsAPI...), []string{"saga.admin.>", "agents.>", "saga.complete.>", "$KV.>"}},
-		{RoleOperator, append(append([]string{"saga.complete.x.1", executors.CompletionSubject(capsuletest.NewID(), 1)}, jsAPI...), consumers...), []string{"agents.>", "saga.complete.>", "saga.admin.>", "$KV.>"}},
+		{"executor-demo", append(append([]string{store.IntakeSubject, "saga.intake.producer", "agents.demo.review"}, admin...), jsAPI...)},
+		{RoleProducer, append(append([]string{"saga.complete.x.1", "saga.intake.operator", "agents.demo.execute"}, admin...), jsAPI...)},
+		{RoleOperator, append([]string{"saga.complete.x.1", executors.CompletionSubject(capsuletest.NewID(), 1), "agents.demo.execute", "saga.intake.producer"}, jsAPI...)},
 	} {
-		for _, subject := range tt.publish {
-			requireRefused(t, as(tt.role), subject)
-		}
-		for _, subject := range tt.subs {
-			requireSubscribeRefused(t, as(tt.role), subject)
+		nc := a.conn(tt.role)
+		for _, subject := range tt.subjects {
+			requireUnreached(t, nc, tt.role, subject)
 		}
 	}
 
-	// The same connections still do their own work: the refusals are
-	// NATS's, not a broken login.
-	worker, err := as(RoleWorker).Connect()
+	// The same connections still do their own work.
+	worker := a.conn("executor-demo")
+	wjs, err := jetstream.New(worker)
 	require.NoError(t, err)
-	defer worker.Close()
-	require.NoError(t, worker.Publish(executors.CompletionSubject(capsuletest.NewID(), 1), []byte("{}")))
-	require.NoError(t, worker.Flush())
-	operator, err := as(RoleOperator).Connect()
-	require.NoError(t, err)
-	defer operator.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err = adminsvc.NewClient(operator, adminsvc.ClientConfig{}).Phases(ctx)
+	_, err = wjs.Publish(ctx, executors.CompletionSubject(capsuletest.NewID(), 1), []byte("{}"))
+	require.NoError(t, err, "a worker publishes a completion and gets its acknowledgement")
+	_, err = adminsvc.NewClient(a.conn(RoleOperator), adminsvc.ClientConfig{}).Phases(ctx)
 	require.NoError(t, err, "the operator calls the admin service")
 }
 
-// requireSubscribeRefused subscribes to subject as conn and requires NATS to
-// answer with a permissions violation for it.
-func requireSubscribeRefused(t *testing.T, conn natsconn.Options, subject string) {
+// requireUnreached requires a request on subject from nc's account to reach
+// nothing of sagad's: no responder, or, on JetStream's API, the server
+// saying the account has no JetStream.
+func requireUnreached(t *testing.T, nc *nats.Conn, role, subject string) {
 	t.Helper()
-	errs := make(chan error, 4)
-	nc, err := conn.Connect(nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
-	require.NoError(t, err)
-	defer nc.Close()
-	_, err = nc.SubscribeSync(subject)
-	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
-	select {
-	case err := <-errs:
-		require.True(t, errors.Is(err, nats.ErrPermissionViolation), "%s subscribing to %s: %v", who(conn), subject, err)
-		require.Contains(t, strings.ToLower(err.Error()), strings.ToLower("subscription to \""+subject+"\""))
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s subscribing to %s: no permissions violation within 10s", who(conn), subject)
+	m, err := nc.Request(subject, []byte("{}"), 5*time.Second)
+	if err == nil {
+		require.Contains(t, string(m.Data), "not enabled for account", "%s reaches %s: %s", role, subject, m.Data)
+		return
 	}
+	require.ErrorIs(t, err, nats.ErrNoResponders, "%s reaches %s", role, subject)
 }

@@ -20,7 +20,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sagad/sagad/internal/capsuletest"
-	"github.com/sagad/sagad/internal/cli"
 	freeports "github.com/sagad/sagad/internal/loopback"
 	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/internal/natstest"
@@ -108,8 +107,8 @@ func natsConfEnv(t *testing.T, svc composeService) map[string]string {
 	for k, v := range svc.Environment {
 		env[k] = resolve(v)
 	}
-	for _, role := range Roles {
-		require.NotEmpty(t, env[deployPasswords[role]], "no %s", deployPasswords[role])
+	for _, role := range deployRoles {
+		require.NotEmpty(t, env[PasswordEnv(role)], "no %s", PasswordEnv(role))
 	}
 	require.NotEmpty(t, env["SERVER_NAME"])
 	return env
@@ -140,7 +139,7 @@ func TestComposeSagadArgs(t *testing.T) {
 		}
 		require.Equal(t, []string{"nats-1", "nats-2", "nats-3"}, hosts, name)
 		require.Equal(t, RoleSagad, cfg.User, name)
-		require.Equal(t, natsEnv[deployPasswords[RoleSagad]], cfg.Password, "%s's password is the nats servers' sagad password", name)
+		require.Equal(t, natsEnv[PasswordEnv(RoleSagad)], cfg.Password, "%s's password is the nats servers' sagad password", name)
 		require.Equal(t, "0.0.0.0:9464", cfg.HTTPListen, name)
 		require.True(t, cfg.Insecure, "%s: an HTTP listener off loopback needs --insecure", name)
 		require.NoError(t, cfg.checkExposure())
@@ -152,18 +151,27 @@ func TestComposeSagadArgs(t *testing.T) {
 
 	// The worker and sagactl connect as their roles, with the servers'
 	// passwords.
-	for name, role := range map[string]string{"worker": RoleWorker, "sagactl": RoleOperator} {
+	for name, role := range map[string]string{"worker-execute": "executor-demo", "worker-review": "reviewer-demo-reviewer", "sagactl": RoleOperator} {
 		env := services[name].Environment
 		require.Equal(t, role, env[natsconn.EnvUser], name)
-		require.Equal(t, natsEnv[deployPasswords[role]], resolve(env[natsconn.EnvPassword]), name)
+		require.Equal(t, natsEnv[PasswordEnv(role)], resolve(env[natsconn.EnvPassword]), name)
 	}
 }
 
-// TestComposeNATSConf: the compose nodes' configuration grants each role
-// exactly what the embedded server does and makes one JetStream cluster of
-// the three nodes. Not parallel: it sets environment variables.
+// TestComposeNATSConf: the compose nodes' configuration puts each role in
+// the account sagad nats-config gives it (TestDeployAccountsGenerated keeps
+// the accounts file the generator's) and makes one JetStream cluster of the
+// three nodes. Not parallel: it sets environment variables.
 func TestComposeNATSConf(t *testing.T) {
 	services := readComposeFile(t)
+	cfg, err := parseConfig([]string{"--config", exampleConfig}, envOf(nil), io.Discard)
+	require.NoError(t, err)
+	accounts, err := Accounts(cfg.accountSpec())
+	require.NoError(t, err)
+	accountOf := map[string]string{}
+	for _, u := range UsersOf(accounts) {
+		accountOf[u.Role] = u.Account
+	}
 	var names []string
 	for _, node := range []string{"nats-1", "nats-2", "nats-3"} {
 		for k, v := range natsConfEnv(t, services[node]) {
@@ -171,6 +179,8 @@ func TestComposeNATSConf(t *testing.T) {
 		}
 		opts, err := server.ProcessConfigFile(composeNATSConf)
 		require.NoError(t, err)
+		// The file nats.conf includes is mounted beside it.
+		require.Contains(t, services[node].Volumes, "./nats/"+NATSAccountsFile+":/etc/nats/"+NATSAccountsFile+":ro", node)
 		names = append(names, opts.ServerName)
 		require.True(t, opts.JetStream)
 		require.Equal(t, "/data", opts.StoreDir, "the volume compose mounts")
@@ -185,18 +195,10 @@ func TestComposeNATSConf(t *testing.T) {
 		require.Equal(t, 4222, opts.Port)
 		require.Equal(t, 8222, opts.HTTPPort, "the compose health check asks :8222/healthz")
 
-		require.Len(t, opts.Users, len(Roles))
+		require.Len(t, opts.Users, len(deployRoles))
 		for _, u := range opts.Users {
-			require.Equal(t, resolve(services[node].Environment[deployPasswords[u.Username]]), u.Password)
-			want := RolePermissions(u.Username)
-			if want == nil {
-				require.Nil(t, u.Permissions, u.Username)
-				continue
-			}
-			require.NotNil(t, u.Permissions, u.Username)
-			require.ElementsMatch(t, want.Publish.Allow, u.Permissions.Publish.Allow, "%s publish", u.Username)
-			require.ElementsMatch(t, want.Subscribe.Allow, u.Permissions.Subscribe.Allow, "%s subscribe", u.Username)
-			require.Equal(t, want.Response, u.Permissions.Response, "%s responses", u.Username)
+			require.Equal(t, resolve(services[node].Environment[PasswordEnv(u.Username)]), u.Password)
+			require.Equal(t, accountOf[u.Username], u.Account.Name, "%s's account", u.Username)
 		}
 	}
 	require.Equal(t, []string{"nats-1", "nats-2", "nats-3"}, names)
@@ -205,8 +207,8 @@ func TestComposeNATSConf(t *testing.T) {
 // TestComposeClusterRunsCapsule runs the compose topology in-process: three
 // nats-servers from deploy/compose/nats/nats.conf (addresses moved to free
 // loopback ports), the two sagads from the compose file's arguments, a
-// producer publishing as the producer role and sagactl waiting as the
-// operator. The capsule completes and the streams have 3 replicas. Not
+// producer publishing as the producer role, sagad's own connection
+// watching its checkpoint. The capsule completes and the streams have 3 replicas. Not
 // parallel: it sets environment variables.
 func TestComposeClusterRunsCapsule(t *testing.T) {
 	if testing.Short() {
@@ -263,7 +265,7 @@ func TestComposeClusterRunsCapsule(t *testing.T) {
 	}
 
 	as := func(role string) natsconn.Options {
-		return natsconn.Options{URL: strings.Join(urls, ","), User: role, Password: os.Getenv(deployPasswords[role])}
+		return natsconn.Options{URL: strings.Join(urls, ","), User: role, Password: os.Getenv(PasswordEnv(role))}
 	}
 	producer, err := as(RoleProducer).Connect()
 	require.NoError(t, err)
@@ -276,12 +278,6 @@ func TestComposeClusterRunsCapsule(t *testing.T) {
 	_, err = pjs.Publish(ctx, "saga.intake", doc.Sealed(t))
 	require.NoError(t, err)
 
-	pwFile := secretFile(t, as(RoleOperator).Password)
-	var out, errOut bytes.Buffer
-	code := cli.Main([]string{"--nats-url", strings.Join(urls, ","), "--nats-user", RoleOperator, "--nats-password-file", pwFile,
-		"wait", doc.ID(), "--timeout", "60s"}, &out, &errOut)
-	require.Equal(t, cli.ExitOK, code, out.String()+errOut.String())
-
 	// sagad made its streams with 3 replicas, as told.
 	sagadConn, err := as(RoleSagad).Connect()
 	require.NoError(t, err)
@@ -293,6 +289,10 @@ func TestComposeClusterRunsCapsule(t *testing.T) {
 	require.Equal(t, 3, st.CachedInfo().Config.Replicas)
 	kv, err := sjs.KeyValue(ctx, store.CheckpointsBucket)
 	require.NoError(t, err)
+	natstest.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool {
+		e, err := kv.Get(ctx, doc.ID())
+		return err == nil && bytes.Contains(e.Value(), []byte(`"status":"completed"`))
+	}, "capsule %s never completed", doc.ID())
 	status, err := kv.Status(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 3, status.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas)

@@ -122,6 +122,10 @@ type Config struct {
 	// Reviewers serve review.reviewer_agent_id values beyond the built-in
 	// "stub-reviewer" (config file only).
 	Reviewers map[string]executors.Endpoint `json:"reviewers"`
+	// Producers names the producers beyond the default one ("producer"),
+	// each a NATS account and seed file of its own on the embedded server
+	// (producer-<name>.nk) and in `sagad nats-config` (config file only).
+	Producers []string `json:"producers,omitempty"`
 	// DefaultReviewer reviews the capsules that declare no
 	// review.reviewer_agent_id: a key of Reviewers or "stub-reviewer"
 	// (config file only). Defaults to none: such a capsule violates Rule 20.
@@ -282,7 +286,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage of sagad:\n  sagad [flags]               run sagad\n"+
-			"  sagad healthcheck [flags]   probe the /readyz of the sagad these flags and SAGAD_* configure: exit 0 if ready, 1 if not\n")
+			"  sagad healthcheck [flags]   probe the /readyz of the sagad these flags and SAGAD_* configure: exit 0 if ready, 1 if not\n"+
+			"  sagad nats-config --config FILE --out DIR   write the NATS accounts of the roles for an external nats-server\n")
 		fs.PrintDefaults()
 	}
 	var file string

@@ -47,6 +47,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == HealthcheckCommand {
 		return healthcheck(args[1:], os.Getenv, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == NATSConfigCommand {
+		return natsConfig(args[1:], os.Getenv, stdout, stderr)
+	}
 	cfg, err := parseConfig(args, os.Getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -263,20 +266,21 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	opts := &server.Options{
-		ServerName: "sagad-embedded",
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   dir,
-		NoSigs:     true,
-		NoLog:      true,
-	}
-	if err := ApplySync(opts, cfg.Sync); err != nil {
+	// Every client authenticates, with the NKey of its role, into the
+	// account of its role (accounts.go).
+	conf, _, err := GenerateAccounts(cfg.accountSpec(), CredsDir(dir))
+	if err != nil {
 		return nil, err
 	}
-	// Every client authenticates, with the NKey of its role.
-	if opts.Nkeys, err = ensureCreds(dir); err != nil {
+	opts := &server.Options{}
+	if err := opts.ProcessConfigString(conf); err != nil {
+		return nil, fmt.Errorf("embedded nats-server accounts: %w", err)
+	}
+	opts.ServerName = "sagad-embedded"
+	opts.Host, opts.Port = host, port
+	opts.JetStream, opts.StoreDir = true, dir
+	opts.NoSigs, opts.NoLog = true, true
+	if err := ApplySync(opts, cfg.Sync); err != nil {
 		return nil, err
 	}
 	if cfg.ServerTLSCert != "" {

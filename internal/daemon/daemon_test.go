@@ -417,11 +417,12 @@ func testConfig(t *testing.T, dataDir string) Config {
 	return cfg
 }
 
-// connect joins sagad's embedded server as its operator (the role sagactl
-// has), with the seed sagad wrote into dataDir.
+// connect joins sagad's embedded server as sagad, with the seed sagad
+// wrote into dataDir: the client package reads JetStream, which only
+// sagad's account has (the operator reads through the admin service).
 func connect(t *testing.T, url, dataDir string) (*nats.Conn, *client.Client) {
 	t.Helper()
-	nc, err := natsconn.Options{URL: url, NKey: filepath.Join(CredsDir(dataDir), RoleOperator+natsconn.SeedExt)}.Connect()
+	nc, err := natsconn.Options{URL: url, NKey: filepath.Join(CredsDir(dataDir), RoleSagad+natsconn.SeedExt)}.Connect()
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)

@@ -3,12 +3,10 @@ package daemon
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,147 +15,158 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/adminsvc"
+	"github.com/sagad/sagad/examples/worker/worker"
 	"github.com/sagad/sagad/internal/capsuletest"
-	"github.com/sagad/sagad/internal/cli"
 	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/store"
 )
 
-// deployConf is the permissions example for an external server.
-var deployConf = filepath.Join("..", "..", "deploy", "nats", "permissions.conf")
+// deployConf is the nats-server configuration for an external server; it
+// includes deployAccounts, `sagad nats-config --passwords` of
+// examples/sagad.json.
+var (
+	deployConf      = filepath.Join("..", "..", "deploy", "nats", "nats.conf")
+	deployAccounts  = filepath.Join("..", "..", "deploy", "nats", NATSAccountsFile)
+	composeAccounts = filepath.Join("..", "..", "deploy", "compose", "nats", NATSAccountsFile)
+	exampleConfig   = filepath.Join("..", "..", "examples", "sagad.json")
+)
 
-// deployPasswords are the environment variables deployConf reads.
-var deployPasswords = map[string]string{
-	RoleSagad: "SAGA_SAGAD_PASSWORD", RoleOperator: "SAGA_OPERATOR_PASSWORD",
-	RoleProducer: "SAGA_PRODUCER_PASSWORD", RoleWorker: "SAGA_WORKER_PASSWORD",
-}
+// deployRoles are the users of examples/sagad.json's accounts.
+var deployRoles = []string{RoleSagad, RoleOperator, RoleProducer, "executor-demo", "reviewer-demo-reviewer"}
+
+// deployPassword is the password the deploy tests give role.
+func deployPassword(role string) string { return "pw-" + role + "-0123456789" }
 
 // loadDeployConf reads deployConf with a password per role set in the
 // environment (so its callers cannot be parallel).
 func loadDeployConf(t *testing.T) *server.Options {
 	t.Helper()
-	for role, env := range deployPasswords {
-		t.Setenv(env, "pw-"+role+"-0123456789")
+	for _, role := range deployRoles {
+		t.Setenv(PasswordEnv(role), deployPassword(role))
 	}
 	opts, err := server.ProcessConfigFile(deployConf)
 	require.NoError(t, err)
 	return opts
 }
 
-// TestDeployConfMatchesEmbedded: the example file grants each role exactly
-// what the embedded server does.
-func TestDeployConfMatchesEmbedded(t *testing.T) {
-	opts := loadDeployConf(t)
-	require.Len(t, opts.Users, len(Roles))
-	for _, u := range opts.Users {
-		want := RolePermissions(u.Username)
-		require.Equal(t, "pw-"+u.Username+"-0123456789", u.Password)
-		if want == nil {
-			require.Nil(t, u.Permissions, u.Username)
-			continue
-		}
-		got := u.Permissions
-		require.NotNil(t, got, u.Username)
-		require.ElementsMatch(t, want.Publish.Allow, got.Publish.Allow, "%s publish", u.Username)
-		require.Empty(t, got.Publish.Deny, u.Username)
-		require.ElementsMatch(t, want.Subscribe.Allow, got.Subscribe.Allow, "%s subscribe", u.Username)
-		require.Empty(t, got.Subscribe.Deny, u.Username)
-		require.Equal(t, want.Response, got.Response, "%s responses", u.Username)
+// TestDeployAccountsGenerated: the committed accounts files are what `sagad
+// nats-config --passwords` writes for examples/sagad.json (regenerate them
+// with it when the accounts change).
+func TestDeployAccountsGenerated(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig([]string{"--config", exampleConfig}, envOf(nil), io.Discard)
+	require.NoError(t, err)
+	want, err := natsConfigText(cfg.accountSpec(), "", true)
+	require.NoError(t, err)
+	for _, f := range []string{deployAccounts, composeAccounts} {
+		got, err := os.ReadFile(f)
+		require.NoError(t, err)
+		require.Equal(t, want, string(got), "%s: run sagad nats-config --config examples/sagad.json --passwords --out %s", f, filepath.Dir(f))
 	}
 }
 
-// TestDeployConfRoles: on a server configured from the example file, sagad,
-// a producer and sagactl each with only their own rights run a capsule to
-// completion, and a producer or worker forging sagad's messages is refused
-// by NATS. Not parallel: it sets environment variables.
+// TestNATSConfigCommand: `sagad nats-config` writes the accounts with a
+// seed per role, keeps the seeds on a second run, and a server configured
+// from its output lets each seed in.
+func TestNATSConfigCommand(t *testing.T) {
+	t.Parallel()
+	out := t.TempDir()
+	run := func() string {
+		var stdout, stderr bytes.Buffer
+		code := natsConfig([]string{"--config", exampleConfig, "--out", out}, envOf(nil), &stdout, &stderr)
+		require.Equal(t, 0, code, stderr.String())
+		b, err := os.ReadFile(filepath.Join(out, NATSAccountsFile))
+		require.NoError(t, err)
+		return string(b)
+	}
+	first := run()
+	require.Equal(t, first, run(), "existing seeds are kept")
+	s := natstest.RunServerWith(t, func(o *server.Options) {
+		require.NoError(t, o.ProcessConfigString(first))
+		o.Host, o.Port, o.JetStream, o.StoreDir = "127.0.0.1", -1, true, t.TempDir()
+	})
+	for _, role := range deployRoles {
+		nc, err := natsconn.Options{URL: s.ClientURL(), NKey: filepath.Join(CredsDir(out), role+natsconn.SeedExt)}.Connect(nats.MaxReconnects(0))
+		require.NoError(t, err, role)
+		nc.Close()
+	}
+	var stderr bytes.Buffer
+	bad := writeConfig(t, `{"producers": ["operator"]}`)
+	require.Equal(t, 1, natsConfig([]string{"--config", bad, "--out", t.TempDir()}, envOf(nil), io.Discard, &stderr))
+	require.Contains(t, stderr.String(), "a role of its own")
+}
+
+// TestDeployConfRoles: on a server configured from the example files, sagad,
+// a producer, the demo worker and the operator each with only their own
+// credentials run a capsule to completion, and nothing of sagad's account
+// answers the others. Not parallel: it sets environment variables.
 func TestDeployConfRoles(t *testing.T) {
 	fileOpts := loadDeployConf(t)
 	s := natstest.RunServerWith(t, func(o *server.Options) {
-		o.Users = fileOpts.Users
-		o.NoAuthUser = ""
+		o.Accounts, o.Users, o.NoAuthUser = fileOpts.Accounts, fileOpts.Users, ""
 	})
 	as := func(role string) natsconn.Options {
-		return natsconn.Options{URL: s.ClientURL(), User: role, Password: "pw-" + role + "-0123456789"}
+		return natsconn.Options{URL: s.ClientURL(), User: role, Password: deployPassword(role)}
 	}
 
-	// sagad.
-	cfg := testConfig(t, t.TempDir())
+	// sagad, with the demo worker's executor and reviewer.
+	cfg, err := parseConfig([]string{
+		"--config", exampleConfig, "--data-dir", t.TempDir(), "--workspace", capsuletest.Workspace(t),
+		"--http-listen", "off", "--log-level", "warn", "--shutdown-timeout", "10s",
+	}, envOf(nil), io.Discard)
+	require.NoError(t, err)
 	cfg.Options = as(RoleSagad)
 	start(t, cfg)
+	for role, only := range map[string]string{"executor-demo": "execute", "reviewer-demo-reviewer": "review"} {
+		nc, err := as(role).Connect()
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		svc, err := worker.Serve(nc, worker.Config{Only: only})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = svc.Stop() })
+	}
 
-	// A producer publishes a capsule.
+	// A producer publishes a capsule for the demo worker.
 	producer, err := as(RoleProducer).Connect()
 	require.NoError(t, err)
 	t.Cleanup(producer.Close)
 	pjs, err := jetstream.New(producer)
 	require.NoError(t, err)
-	doc := capsuletest.New()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	doc := capsuletest.New().Set("task.kind", "demo").Set("review.reviewer_agent_id", "demo-reviewer")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err = pjs.Publish(ctx, "saga.intake", doc.Sealed(t))
+	_, err = pjs.Publish(ctx, store.IntakeSubject, doc.Sealed(t))
 	require.NoError(t, err)
 
-	// sagactl, as the operator, waits for it and reads it.
-	pwFile := secretFile(t, as(RoleOperator).Password)
-	sagactl := func(args ...string) (int, string) {
-		var out, errOut bytes.Buffer
-		code := cli.Main(append([]string{"--nats-url", s.ClientURL(), "--nats-user", RoleOperator, "--nats-password-file", pwFile}, args...), &out, &errOut)
-		return code, out.String() + errOut.String()
-	}
-	code, out := sagactl("wait", doc.ID(), "--timeout", "30s")
-	require.Equal(t, cli.ExitOK, code, out)
-	for _, args := range [][]string{{"status", doc.ID()}, {"history", doc.ID()}, {"list"}, {"report", doc.ID()}, {"watch", doc.ID(), "--since", "1h", "--count", "2"}} {
-		code, out := sagactl(args...)
-		require.Equal(t, cli.ExitOK, code, "%v: %s", args, out)
-	}
-
-	// Forgeries.
-	worker, err := as(RoleWorker).Connect()
+	// sagad's own connection sees it complete.
+	sagad, err := as(RoleSagad).Connect()
 	require.NoError(t, err)
-	t.Cleanup(worker.Close)
-	forged := []string{"saga.phase.4", "$KV.SAGA_CHECKPOINTS.x", "saga.events.x", "saga.outcome.completed"}
-	for _, tt := range []struct {
-		role     string
-		subjects []string
-	}{
-		{RoleProducer, append(forged, "saga.complete.x.1")},
-		{RoleWorker, forged},
-		{RoleOperator, forged},
-	} {
-		for _, subject := range tt.subjects {
-			requireRefused(t, as(tt.role), subject)
+	t.Cleanup(sagad.Close)
+	sjs, err := jetstream.New(sagad)
+	require.NoError(t, err)
+	kv, err := sjs.KeyValue(ctx, store.CheckpointsBucket)
+	require.NoError(t, err)
+	natstest.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
+		e, err := kv.Get(ctx, doc.ID())
+		return err == nil && bytes.Contains(e.Value(), []byte(`"status":"completed"`))
+	}, "capsule %s never completed", doc.ID())
+
+	// The operator reaches the admin service, and nothing else of sagad's.
+	op, err := as(RoleOperator).Connect()
+	require.NoError(t, err)
+	t.Cleanup(op.Close)
+	_, err = adminsvc.NewClient(op, adminsvc.ClientConfig{}).Phases(ctx)
+	require.NoError(t, err)
+	for _, role := range []string{RoleProducer, RoleOperator, "executor-demo"} {
+		nc, err := as(role).Connect()
+		require.NoError(t, err)
+		for _, subject := range []string{"saga.phase.4", "$KV.SAGA_CHECKPOINTS.x", "saga.events.x", "saga.outcome.completed", "$JS.API.INFO"} {
+			requireUnreached(t, nc, role, subject)
 		}
+		nc.Close()
 	}
-	// What the roles may do still works after the refusals.
-	require.NoError(t, worker.Publish("saga.complete.x.1", []byte("{}")))
-	require.NoError(t, worker.Flush())
-}
-
-// requireRefused publishes on subject as conn and requires NATS to answer
-// with a permissions violation for it.
-func requireRefused(t *testing.T, conn natsconn.Options, subject string) {
-	t.Helper()
-	errs := make(chan error, 4)
-	nc, err := conn.Connect(nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
-	require.NoError(t, err)
-	defer nc.Close()
-	require.NoError(t, nc.Publish(subject, []byte("forged")))
-	require.NoError(t, nc.Flush())
-	select {
-	case err := <-errs:
-		require.True(t, errors.Is(err, nats.ErrPermissionViolation), "%s publishing %s: %v", who(conn), subject, err)
-		require.Contains(t, strings.ToLower(err.Error()), strings.ToLower(subject))
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s publishing %s: no permissions violation within 10s", who(conn), subject)
-	}
-}
-
-// who names the user conn connects as, for failure messages.
-func who(conn natsconn.Options) string {
-	if conn.User != "" {
-		return conn.User
-	}
-	return filepath.Base(conn.NKey)
 }
 
 // TestDeployFilesUseDefaultHTTPListen keeps the scrape example, the example

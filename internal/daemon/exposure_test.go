@@ -88,7 +88,7 @@ func TestEmbeddedServerTLS(t *testing.T) {
 	_, err = natsconn.Options{URL: "nats://127.0.0.1:" + port}.Connect(nats.MaxReconnects(0))
 	require.Error(t, err, "plain text is refused")
 
-	nc, err := natsconn.Options{URL: url, TLSCA: files.CA, NKey: filepath.Join(CredsDir(cfg.DataDir), RoleOperator+natsconn.SeedExt)}.Connect()
+	nc, err := natsconn.Options{URL: url, TLSCA: files.CA, NKey: filepath.Join(CredsDir(cfg.DataDir), RoleSagad+natsconn.SeedExt)}.Connect()
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)

@@ -25,13 +25,13 @@ const (
 	EnvTLSKey       = "SAGA_TLS_KEY"
 )
 
-// The roles of sagad's embedded server, each a user with its own NKey and
-// permissions (internal/daemon says which).
+// The roles of sagad's embedded server, each a user with its own NKey in a
+// NATS account of its own (internal/daemon's accounts.go). A worker's role
+// is executor-<kind> or reviewer-<id>, a named producer's producer-<name>.
 const (
 	RoleSagad    = "sagad"
 	RoleOperator = "operator"
 	RoleProducer = "producer"
-	RoleWorker   = "worker"
 )
 
 // Where sagad keeps the NKey seeds of its embedded server's roles: the

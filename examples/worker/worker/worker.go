@@ -67,6 +67,11 @@ type Config struct {
 	Async bool
 	// Logger gets a line per call. Defaults to discarding.
 	Logger *slog.Logger
+	// Only serves one endpoint, "execute" or "review"; empty serves both.
+	// On sagad's embedded server each endpoint has credentials of its own
+	// (an executor's cannot serve a reviewer's subject), so the demo serves
+	// each on its own connection.
+	Only string
 }
 
 func (c Config) withDefaults() Config {
@@ -120,6 +125,9 @@ func failFirst(c capsule.Capsule) bool {
 // service to stop serving.
 func Serve(nc *nats.Conn, cfg Config) (micro.Service, error) {
 	cfg = cfg.withDefaults()
+	if cfg.Only != "" && cfg.Only != "execute" && cfg.Only != "review" {
+		return nil, fmt.Errorf("worker: only %q: want execute or review", cfg.Only)
+	}
 	w := &worker{cfg: cfg, nc: nc, seen: map[string]answer{}}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
@@ -137,6 +145,9 @@ func Serve(nc *nats.Conn, cfg Config) (micro.Service, error) {
 		{"execute", cfg.ExecuteSubject, w.handle(executors.KindExecute, w.execute)},
 		{"review", cfg.ReviewSubject, w.handle(executors.KindReview, w.review)},
 	} {
+		if cfg.Only != "" && cfg.Only != ep.name {
+			continue
+		}
 		if err := svc.AddEndpoint(ep.name, ep.h, micro.WithEndpointSubject(ep.subject)); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("worker: add endpoint %s: %w", ep.name, err)

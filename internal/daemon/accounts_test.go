@@ -1,0 +1,120 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/executors"
+)
+
+func natsEP(subject string) executors.Endpoint {
+	return executors.Endpoint{Type: executors.EndpointNATS, Subject: subject}
+}
+
+// TestAccountsRefuse: names that would share credentials or an account,
+// subjects two endpoints share or sagad owns, and producer names that are
+// a role already are refused with a sentence naming them.
+func TestAccountsRefuse(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		spec AccountSpec
+		want string
+	}{
+		{"same credentials", AccountSpec{Executors: map[string]executors.Endpoint{"a.b": natsEP("x.1"), "a-b": natsEP("x.2")}}, "would share the credentials executor-a-b.nk"},
+		{"shared subject", AccountSpec{Executors: map[string]executors.Endpoint{"demo": natsEP("agents.demo")}, Reviewers: map[string]executors.Endpoint{"r": natsEP("agents.demo")}}, "needs a subject of its own"},
+		{"overlapping subject", AccountSpec{Executors: map[string]executors.Endpoint{"demo": natsEP("agents.>")}, Reviewers: map[string]executors.Endpoint{"r": natsEP("agents.demo.review")}}, "needs a subject of its own"},
+		{"sagad's subject", AccountSpec{Executors: map[string]executors.Endpoint{"demo": natsEP("saga.phase.4")}}, "sagad's own"},
+		{"inbox", AccountSpec{Reviewers: map[string]executors.Endpoint{"r": natsEP("_INBOX.*")}}, "sagad's own"},
+		{"reserved producer", AccountSpec{Producers: []string{"operator"}}, "a role of its own"},
+		{"bad producer", AccountSpec{Producers: []string{"Alice.B"}}, "a producer name is"},
+		{"twice", AccountSpec{Producers: []string{"bob", "bob"}}, "listed twice"},
+	} {
+		_, err := Accounts(tt.spec)
+		require.ErrorContains(t, err, tt.want, tt.name)
+	}
+}
+
+// TestAccountsShape: each producer and endpoint is an account of its own
+// with only its imports; only SAGA has JetStream; non-nats endpoints get
+// none.
+func TestAccountsShape(t *testing.T) {
+	t.Parallel()
+	accounts, err := Accounts(AccountSpec{
+		Producers: []string{"alice"},
+		Executors: map[string]executors.Endpoint{"demo": natsEP("agents.demo.execute"), "cmd": {Type: executors.EndpointCommand, Command: []string{"true"}}},
+		Reviewers: map[string]executors.Endpoint{"Demo Reviewer": natsEP("agents.demo.review")},
+	})
+	require.NoError(t, err)
+	byName := map[string]Account{}
+	for _, a := range accounts {
+		byName[a.Name] = a
+		require.Equal(t, a.Name == AccountSaga, a.JetStream, a.Name)
+		require.Len(t, a.Users, 1, a.Name)
+	}
+	require.Len(t, accounts, 6)
+	require.Equal(t, "reviewer-demo-reviewer", byName["REVIEWER_DEMO_REVIEWER"].Users[0].Role)
+	require.Equal(t, []Import{
+		{From: AccountSaga, Subject: "saga.intake.alice", To: "saga.intake"},
+		{From: AccountSaga, Subject: "saga.compose.alice", To: "saga.compose"},
+	}, byName["PRODUCER_ALICE"].Imports)
+	require.Equal(t, []Export{{Subject: "agents.demo.execute", To: []string{AccountSaga}, Response: "singleton"}}, byName["EXECUTOR_DEMO"].Exports)
+	for _, e := range byName[AccountSaga].Exports {
+		if strings.HasPrefix(e.Subject, "saga.intake.") {
+			require.Len(t, e.To, 1, "%s is one producer's", e.Subject)
+		}
+	}
+}
+
+// TestRunRefusesSharedSubject: the embedded server does not start on a
+// config whose executor and reviewer share a subject.
+func TestRunRefusesSharedSubject(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig([]string{
+		"--config", writeConfig(t, `{"executors": {"demo": {"type": "nats", "subject": "agents.demo"}}, "reviewers": {"r": {"type": "nats", "subject": "agents.demo"}}}`),
+		"--nats-listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--http-listen", "off",
+	}, envOf(nil), io.Discard)
+	require.NoError(t, err)
+	err = Run(context.Background(), cfg, io.Discard, nil)
+	require.ErrorContains(t, err, "needs a subject of its own")
+}
+
+// FuzzAccountsConf: whatever executor kinds, reviewer ids, subjects and
+// producer names a config holds, the generator refuses them or writes a
+// configuration nats-server reads back with one user per role, each in
+// its own account (a name or subject cannot inject configuration).
+func FuzzAccountsConf(f *testing.F) {
+	f.Add("demo", "agents.demo.execute", "demo-reviewer", "agents.demo.review", "alice")
+	f.Add("a b", "x.>", "r", "x.*", "bob")
+	f.Add(`k"}`, `s"} ] }`, "r", "t", "p")
+	f.Add("k", "s.*.t", "R#1", "u.v", "saga")
+	f.Add("k", "$X.y", "r", "$Y", "p")
+	f.Fuzz(func(t *testing.T, kind, subject, reviewer, rsubject, producer string) {
+		spec := AccountSpec{
+			Executors: map[string]executors.Endpoint{kind: natsEP(subject)},
+			Reviewers: map[string]executors.Endpoint{reviewer: natsEP(rsubject)},
+			Producers: []string{producer},
+		}
+		accounts, err := Accounts(spec)
+		if err != nil {
+			return
+		}
+		text := AccountsConf(accounts, PasswordCredential)
+		for _, u := range UsersOf(accounts) {
+			t.Setenv(PasswordEnv(u.Role), "pw")
+		}
+		var opts server.Options
+		require.NoError(t, opts.ProcessConfigString(text), "%s", text)
+		require.Len(t, opts.Users, len(UsersOf(accounts)))
+		seen := map[string]bool{}
+		for _, u := range opts.Users {
+			require.False(t, seen[u.Account.Name], "two users in %s", u.Account.Name)
+			seen[u.Account.Name] = true
+		}
+	})
+}
