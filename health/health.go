@@ -225,7 +225,7 @@ func (m *Monitor) Writes() error {
 	var parts []string
 	for t, r := range m.runs {
 		if r.expired {
-			parts = append(parts, fmt.Sprintf("%s for %s: %s (%s): %v", t, time.Since(r.since).Round(time.Second), r.cause, r.kind, r.err))
+			parts = append(parts, fmt.Sprintf("%s for %s: %s (%s): %v", t, time.Since(r.since).Round(100*time.Millisecond), r.cause, r.kind, r.err))
 		}
 	}
 	sort.Strings(parts)
