@@ -40,9 +40,9 @@ type CollectorConfig struct {
 	// AwaitingOperator returns the capsules waiting for an operator
 	// decision, and whether they have been counted (see
 	// [Metrics.AwaitingOperatorCount]): the operator gate keeps no
-	// continuation, so the continuations bucket cannot say. Nil, or not
-	// counted yet: the operator_gate series reads the continuations like
-	// the others (0).
+	// continuation, so the continuations bucket cannot say. Not counted
+	// (yet): the operator_gate series is left out rather than read 0. Nil:
+	// it reads the continuations like the others.
 	AwaitingOperator func() (n int, ok bool)
 }
 
@@ -163,12 +163,16 @@ func (c *JetStreamCollector) collectPaused(ctx context.Context, ch chan<- promet
 		c.fail("continuations", err, "bucket", bucket)
 		return
 	}
+	gateKnown := true
 	if f := c.cfg.AwaitingOperator; f != nil {
-		if n, ok := f(); ok {
-			counts[string(capsule.TriggerOperatorGate)] = n
-		}
+		var n int
+		n, gateKnown = f()
+		counts[string(capsule.TriggerOperatorGate)] = n
 	}
 	for _, t := range Triggers {
+		if t == capsule.TriggerOperatorGate && !gateKnown {
+			continue // not counted (yet): no series rather than a false 0
+		}
 		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, float64(counts[string(t)]), string(t))
 	}
 	if n := counts[Other]; n > 0 {

@@ -64,7 +64,9 @@
 // wave_capacity. The operator gate keeps no continuation: operator_gate
 // counts the checkpoints in state waiting_for_operator, as the rescuer
 // read them (a checkpoint quiet for --rescue-after; a capsule appears in
-// the count that long after it began waiting, plus the rescuer's interval).
+// the count that long after it began waiting, plus the rescuer's interval;
+// the series is left out until the rescuer first looked, and with the
+// rescuer disabled).
 //
 // The values are the same from every sagad instance, since they describe the
 // shared JetStream state; aggregate them with max(), not sum(). A failed
