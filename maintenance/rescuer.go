@@ -237,14 +237,6 @@ func (r *Rescuer) countGate() {
 	r.cfg.Metrics.AwaitingOperator(n)
 }
 
-// AwaitingOperator returns the capsules whose checkpoint waited for an
-// operator decision when the rescuer last read it, unchanged since.
-func (r *Rescuer) AwaitingOperator() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.gate)
-}
-
 // phaseIdle reports whether phase ph's consumer has nothing queued, nothing
 // in flight and is not paused: a capsule waiting there has no message.
 func (r *Rescuer) phaseIdle(ctx context.Context, ph capsule.Phase) bool {

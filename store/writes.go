@@ -16,13 +16,14 @@ func (s *Store) setWrites(w *jspub.Writes) {
 	s.Checkpoints.w = w.On(CheckpointsBucket)
 	s.Continuations.w = w.On(ContinuationsBucket)
 	s.Artifacts.w = w.On(ArtifactsBucket)
+	// By target name, and by the exact subjects of the phase streams: a
+	// phase message's policy is found without building a name per write.
 	s.to = map[string]*jspub.Writes{"": w}
-	targets := []string{IntakeStream, EventsStream, OutcomesStream, CapsulesBucket}
-	for p := capsule.Phase(0); p < capsule.NumPhases; p++ {
-		targets = append(targets, PhaseStream(p))
-	}
-	for _, t := range targets {
+	for _, t := range []string{EventsStream, OutcomesStream, CapsulesBucket} {
 		s.to[t] = w.On(t)
+	}
+	for p := capsule.Phase(0); p < capsule.NumPhases; p++ {
+		s.to[PhaseSubject(p)] = w.On(PhaseStream(p))
 	}
 }
 
@@ -37,20 +38,21 @@ func (s *Store) writesTo(target string) *jspub.Writes {
 	return s.to[""]
 }
 
-// streamOf names the stream or bucket a subject sagad publishes to lands
-// in ("" for none it knows).
-func streamOf(subject string) string {
-	switch {
-	case subject == IntakeSubject:
-		return IntakeStream
-	case strings.HasPrefix(subject, EventsPrefix):
-		return EventsStream
-	case strings.HasPrefix(subject, OutcomePrefix):
-		return OutcomesStream
-	case strings.HasPrefix(subject, "saga.phase."):
-		return "SAGA_PHASE_" + strings.TrimPrefix(subject, "saga.phase.")
+// writesFor is the policy of a publish on subject: that of the stream or
+// bucket it lands in.
+func (s *Store) writesFor(subject string) *jspub.Writes {
+	if w, ok := s.to[subject]; ok {
+		return w // a phase's
 	}
-	return jspub.TargetOf(subject)
+	switch {
+	case strings.HasPrefix(subject, EventsPrefix):
+		return s.writesTo(EventsStream)
+	case strings.HasPrefix(subject, OutcomePrefix):
+		return s.writesTo(OutcomesStream)
+	case strings.HasPrefix(subject, "$KV."+CapsulesBucket+"."):
+		return s.writesTo(CapsulesBucket)
+	}
+	return s.to[""]
 }
 
 // readCtx bounds one read (jspub.ReadCtx).
