@@ -205,6 +205,12 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 		}
 		if err := r.st.PublishPhase(ctx, cp, ""); err != nil {
 			r.log.Warn("rescue: send the step again", "key", key, "error", err)
+			// Not again at the next look but after After, as after a
+			// rescue: while JetStream refuses writes, every quiet capsule
+			// would otherwise be tried, and logged, every Interval.
+			r.mu.Lock()
+			r.last[key] = now
+			r.mu.Unlock()
 			continue
 		}
 		r.cfg.Metrics.Rescued(ph)
