@@ -335,13 +335,14 @@ func TestWritesFailingOnOneStreamWhileOthersSucceed(t *testing.T) {
 // long after space came back).
 func TestWritesFailingTargetForgotten(t *testing.T) {
 	t.Parallel()
-	const window = 100 * time.Millisecond
+	const window = 200 * time.Millisecond
 	f := newMonitor(t, health.Config{UnhealthyAfter: window})
 	full := &jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"}
 	f.mon.ObserveWrite("RARE", full)
 	natstest.Eventually(t, 5*time.Second, 10*time.Millisecond, func() bool { return f.mon.Writes() != nil }, "never unhealthy")
 	require.ErrorContains(t, f.mon.Writes(), "RARE")
 	require.ErrorContains(t, f.mon.Writes(), "insufficient resources")
+	f.mon.ObserveWrite("RARE", full) // retried: its run goes on
 	f.mon.ObserveWrite("OTHER", nil)
 	require.Error(t, f.mon.Writes(), "failed within twice the window: still failing")
 	natstest.Eventually(t, 5*time.Second, 10*time.Millisecond, func() bool {
