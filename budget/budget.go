@@ -72,6 +72,9 @@ func (c Config) withDefaults() Config {
 	if c.Bucket == "" {
 		c.Bucket = "SAGA_BUDGETS"
 	}
+	if c.Writes != nil && c.Writes.Target == "" {
+		c.Writes = c.Writes.On(c.Bucket) // its failures are told apart (package health)
+	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}

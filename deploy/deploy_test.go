@@ -25,6 +25,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sagad/sagad/internal/daemon"
+	"github.com/sagad/sagad/internal/testreq"
 )
 
 const (
@@ -35,15 +36,11 @@ const (
 	operateDoc     = "../docs/OPERATE.md"
 )
 
-// promtool finds promtool or fails: CI installs it, and a check skipped
-// for want of it would pass without checking anything.
+// promtool finds promtool, or skips the test saying what to install (fails
+// where every test must run: internal/testreq).
 func promtool(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool not found on PATH: install Debian's prometheus package (apt-get install -y prometheus), which ships /usr/bin/promtool: %v", err)
-	}
-	return p
+	return testreq.Program(t, "apt-get install prometheus (it ships promtool)", "promtool")
 }
 
 // runPromtool runs promtool with args in dir and fails with its output

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,9 +19,9 @@ import (
 
 // Config configures a [Monitor].
 type Config struct {
-	// UnhealthyAfter is how long JetStream writes must keep failing (no
-	// write succeeding meanwhile) before sagad reports itself unhealthy.
-	// Defaults to 30s.
+	// UnhealthyAfter is how long writes to one stream or bucket must keep
+	// failing (none to it succeeding meanwhile) before sagad reports itself
+	// unhealthy. Defaults to 30s.
 	UnhealthyAfter time.Duration
 	// StallAfter is how long a consumer with pending work may go without
 	// progress before it counts as stalled. Defaults to 2m.
@@ -27,7 +29,8 @@ type Config struct {
 	// Consumers are the consumers watched for stalls. Defaults to none.
 	Consumers []Consumer
 	// Logger receives one ERROR line when writes have failed for
-	// UnhealthyAfter and one when they succeed again. Defaults to discarding.
+	// UnhealthyAfter (naming the stream or bucket and the cause) and one
+	// when they succeed again. Defaults to discarding.
 	Logger *slog.Logger
 	// Metrics counts failed writes and shows whether writes are failing.
 	// Nil records nothing.
@@ -69,15 +72,24 @@ type Monitor struct {
 	cfg Config
 
 	mu sync.Mutex
-	// failingSince is when the current run of failed writes began (zero:
-	// the last write succeeded); lastKind and lastErr describe its latest.
-	failingSince time.Time
-	lastKind     string
-	lastErr      error
-	// unhealthy: the run has lasted UnhealthyAfter; timer fires then.
+	// runs are the targets (streams, buckets) whose writes fail: a run
+	// begins with a failed write and ends with a write to the same target
+	// that succeeds. Successes elsewhere do not end it: a stream at its
+	// store limit refuses writes while the others take theirs, and the
+	// capsules it holds cannot advance.
+	runs map[string]*run
+	// unhealthy: some run has lasted UnhealthyAfter.
 	unhealthy bool
-	timer     *time.Timer
 	progress  map[string]*progress
+}
+
+// run is one target's unbroken run of failed writes.
+type run struct {
+	since, last time.Time // its first and latest failure
+	kind, cause string
+	err         error
+	expired     bool        // it has lasted UnhealthyAfter
+	timer       *time.Timer // fires when it has
 }
 
 // progress is what a consumer last did: when this process last finished one
@@ -92,28 +104,29 @@ type progress struct {
 func New(cfg Config) *Monitor {
 	cfg = cfg.withDefaults()
 	cfg.Metrics.WritesFailing(false)
-	return &Monitor{cfg: cfg, progress: make(map[string]*progress)}
+	return &Monitor{cfg: cfg, runs: make(map[string]*run), progress: make(map[string]*progress)}
 }
 
-// Stop stops the timer of a run of failures in progress.
+// Stop stops the timers of the runs of failures in progress.
 func (m *Monitor) Stop() {
 	if m == nil {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.timer != nil {
-		m.timer.Stop()
-		m.timer = nil
+	for _, r := range m.runs {
+		r.timer.Stop()
 	}
 }
 
-// ObserveWrite takes the result of one JetStream write: nil, or its error.
-// A refusal of the request itself (a lost compare-and-set, a missing key, a
-// bad request) proves JetStream works and counts as a success; timeouts,
-// storage and availability refusals and a lost connection count as
-// failures (see [Kind]).
-func (m *Monitor) ObserveWrite(err error) {
+// ObserveWrite takes the target (a stream or bucket name) and result of one
+// JetStream write: nil, or its error. A refusal of the request itself (a
+// lost compare-and-set, a missing key, a bad request) proves JetStream works
+// and counts as a success; timeouts, storage and availability refusals and a
+// lost connection count as failures (see [Kind]). Writes turn unhealthy
+// when one target's writes have failed for UnhealthyAfter with none of its
+// own succeeding meanwhile, whatever the other targets do.
+func (m *Monitor) ObserveWrite(target string, err error) {
 	if m == nil {
 		return
 	}
@@ -121,56 +134,85 @@ func (m *Monitor) ObserveWrite(err error) {
 	if failed {
 		m.cfg.Metrics.WriteFailed(kind)
 	}
+	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !failed {
-		if m.failingSince.IsZero() {
+		if len(m.runs) == 0 {
 			return
 		}
-		failedFor := time.Since(m.failingSince)
-		m.failingSince, m.lastErr, m.lastKind = time.Time{}, nil, ""
-		if m.timer != nil {
-			m.timer.Stop()
-			m.timer = nil
+		if r := m.runs[target]; r != nil {
+			m.end(target, r)
 		}
-		if m.unhealthy {
+		// A target not written for twice the window while another takes
+		// its writes says nothing any more (no capsule waits on it: a
+		// failed write is retried within the retry delay); without this a
+		// bucket written rarely (continuations) would keep sagad
+		// unhealthy long after the space came back.
+		for t, r := range m.runs {
+			if now.Sub(r.last) > 2*m.cfg.UnhealthyAfter {
+				m.end(t, r)
+			}
+		}
+		if m.unhealthy && !m.anyExpired() {
 			m.unhealthy = false
 			m.cfg.Metrics.WritesFailing(false)
 			// At ERROR too: whoever follows the first line finds its end.
-			m.cfg.Logger.Error("jetstream writes succeed again", "failed_for", failedFor.Round(time.Millisecond))
+			m.cfg.Logger.Error("jetstream writes succeed again", "target", target)
 		}
 		return
 	}
-	m.lastErr, m.lastKind = err, kind
-	if !m.failingSince.IsZero() {
-		return
+	r := m.runs[target]
+	if r == nil {
+		r = &run{since: now}
+		r.timer = time.AfterFunc(m.cfg.UnhealthyAfter, func() { m.expire(target, r) })
+		m.runs[target] = r
 	}
-	since := time.Now()
-	m.failingSince = since
-	m.timer = time.AfterFunc(m.cfg.UnhealthyAfter, func() { m.expire(since) })
+	r.last, r.kind, r.cause, r.err = now, kind, Cause(err), err
 }
 
-// expire turns the run of failures that began at since unhealthy, unless a
-// write succeeded meanwhile.
-func (m *Monitor) expire(since time.Time) {
+// end ends target's run r.
+func (m *Monitor) end(target string, r *run) {
+	r.timer.Stop()
+	delete(m.runs, target)
+}
+
+func (m *Monitor) anyExpired() bool {
+	for _, r := range m.runs {
+		if r.expired {
+			return true
+		}
+	}
+	return false
+}
+
+// expire marks target's run r as having lasted UnhealthyAfter, unless it
+// ended meanwhile, and turns writes unhealthy with one ERROR line.
+func (m *Monitor) expire(target string, r *run) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.unhealthy || !m.failingSince.Equal(since) {
+	if m.runs[target] != r {
+		return
+	}
+	r.expired = true
+	attrs := []any{"target", target, "cause", r.cause, "kind", r.kind,
+		"failing_for", time.Since(r.since).Round(time.Millisecond), "error", r.err}
+	if m.unhealthy {
+		m.cfg.Logger.Warn("jetstream writes are failing on another target too", attrs...)
 		return
 	}
 	m.unhealthy = true
-	m.timer = nil
 	m.cfg.Metrics.WritesFailing(true)
-	m.cfg.Logger.Error("jetstream writes are failing: capsules cannot advance until they succeed",
-		"failing_for", time.Since(since).Round(time.Millisecond), "kind", m.lastKind, "error", m.lastErr)
+	m.cfg.Logger.Error("jetstream writes are failing: capsules cannot advance until they succeed", attrs...)
 }
 
 // ErrWritesFailing is wrapped by [Monitor.Writes] while writes fail.
 var ErrWritesFailing = errors.New("jetstream writes failing")
 
-// Writes returns nil unless JetStream writes have been failing for longer
-// than UnhealthyAfter; then an error wrapping [ErrWritesFailing] that says
-// for how long, of what kind and the latest error.
+// Writes returns nil unless some target's JetStream writes have been
+// failing for longer than UnhealthyAfter; then an error wrapping
+// [ErrWritesFailing] that says, per such target, for how long, the cause,
+// the kind and the latest error.
 func (m *Monitor) Writes() error {
 	if m == nil {
 		return nil
@@ -180,7 +222,53 @@ func (m *Monitor) Writes() error {
 	if !m.unhealthy {
 		return nil
 	}
-	return fmt.Errorf("%w for %s (%s): %v", ErrWritesFailing, time.Since(m.failingSince).Round(time.Second), m.lastKind, m.lastErr)
+	var parts []string
+	for t, r := range m.runs {
+		if r.expired {
+			parts = append(parts, fmt.Sprintf("%s for %s: %s (%s): %v", t, time.Since(r.since).Round(100*time.Millisecond), r.cause, r.kind, r.err))
+		}
+	}
+	sort.Strings(parts)
+	return fmt.Errorf("%w: %s", ErrWritesFailing, strings.Join(parts, "; "))
+}
+
+// Causes of failed writes named by [Cause], in the ERROR line and /readyz.
+const (
+	CauseInsufficientResources = "insufficient resources"
+	CauseStoreLimit            = "store limit"
+	CauseTimeouts              = "timeouts"
+	CauseNoResponders          = "no responders"
+	CauseUnavailable           = "jetstream unavailable"
+	CauseConnection            = "connection lost"
+	CauseOther                 = "other"
+)
+
+// Cause names what a failed write says about the server, for people: its
+// disk or a storage limit is full (insufficient resources), a stream's own
+// limit is reached or its store cannot write (store limit), or no answer
+// came (timeouts: nats-server does not answer a write its disk refused).
+func Cause(err error) string {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case errCodeInsufficientResources, errCodeAccountResources, errCodeStorageExceeded, errCodeMemoryExceeded:
+			return CauseInsufficientResources
+		case errCodeStoreFailed:
+			return CauseStoreLimit
+		}
+		return CauseUnavailable
+	}
+	switch kind, _ := Kind(err); kind {
+	case metrics.WriteTimeout:
+		return CauseTimeouts
+	case metrics.WriteNoResponders:
+		return CauseNoResponders
+	case metrics.WriteUnavailable:
+		return CauseUnavailable
+	case metrics.WriteConnection:
+		return CauseConnection
+	}
+	return CauseOther
 }
 
 // Kind sorts a write's result: failed reports whether it says JetStream

@@ -259,11 +259,114 @@ func TestWritesFailingWhileTheServerIsGone(t *testing.T) {
 func TestWritesRefusedAreNoFailure(t *testing.T) {
 	t.Parallel()
 	f := newMonitor(t, health.Config{UnhealthyAfter: time.Hour})
-	f.mon.ObserveWrite(&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence})
-	f.mon.ObserveWrite(jetstream.ErrKeyExists)
-	f.mon.ObserveWrite(nil)
+	f.mon.ObserveWrite("W", &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence})
+	f.mon.ObserveWrite("W", jetstream.ErrKeyExists)
+	f.mon.ObserveWrite("W", nil)
 	for _, k := range metrics.WriteErrorKinds {
 		require.Zero(t, writeErrors(t, f.reg, k), k)
 	}
 	require.NoError(t, f.mon.Writes())
+}
+
+// TestWritesFailingOnOneStreamWhileOthersSucceed: a stream at its store
+// limit refuses every write while another stream takes its own. The
+// successes elsewhere must not hide it (they reset a single failure clock
+// before): within UnhealthyAfter one ERROR line names the stream and the
+// cause, the gauge is 1 and Writes fails; a write to the stream that
+// succeeds after space is freed recovers all of it.
+func TestWritesFailingOnOneStreamWhileOthersSucceed(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	lim, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LIMITED", Subjects: []string{"limited"}, MaxBytes: 4 << 10, Discard: jetstream.DiscardNew})
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "OK", Subjects: []string{"ok"}})
+	require.NoError(t, err)
+
+	const window = 300 * time.Millisecond
+	f := newMonitor(t, health.Config{UnhealthyAfter: window})
+	w := &jspub.Writes{Timeout: 2 * time.Second, Observe: f.mon.ObserveWrite}
+	limited, ok := w.On("LIMITED"), w.On("OK")
+	write := func(w *jspub.Writes, subject string) error {
+		_, err := w.Publish(ctx, nc, &nats.Msg{Subject: subject, Data: make([]byte, 1<<10)})
+		return err
+	}
+	var err2 error
+	for i := 0; err2 == nil; i++ {
+		require.Less(t, i, 100, "the stream never reached its limit")
+		err2 = write(limited, "limited")
+	}
+	require.ErrorContains(t, err2, "maximum bytes exceeded")
+	require.Equal(t, health.CauseStoreLimit, health.Cause(err2))
+
+	// The other stream keeps taking writes, faster than the window.
+	start := time.Now()
+	natstest.Eventually(t, 5*time.Second, 20*time.Millisecond, func() bool {
+		require.NoError(t, write(ok, "ok"))
+		require.Error(t, write(limited, "limited"))
+		return f.mon.Writes() != nil
+	}, "never unhealthy while one stream refuses every write")
+	require.Less(t, time.Since(start), window+2*time.Second)
+	err = f.mon.Writes()
+	require.ErrorIs(t, err, health.ErrWritesFailing)
+	require.ErrorContains(t, err, "LIMITED")
+	require.ErrorContains(t, err, "store limit")
+	require.Equal(t, 1.0, gauge(t, f.reg))
+	logs := f.logs.String()
+	require.Equal(t, 1, strings.Count(logs, "level=ERROR"), logs)
+	require.Contains(t, logs, "target=LIMITED")
+	require.Contains(t, logs, `cause="store limit"`)
+
+	// Space freed: the next write to the stream recovers everything.
+	require.NoError(t, lim.Purge(ctx))
+	require.NoError(t, write(ok, "ok"))
+	require.Error(t, f.mon.Writes(), "a success elsewhere is no recovery")
+	require.NoError(t, write(limited, "limited"))
+	require.NoError(t, f.mon.Writes())
+	require.Zero(t, gauge(t, f.reg))
+	require.Equal(t, 2, strings.Count(f.logs.String(), "level=ERROR"), f.logs.String())
+	require.Contains(t, f.logs.String(), "jetstream writes succeed again")
+}
+
+// TestWritesFailingTargetForgotten: a target nothing writes to any more for
+// twice the window, while others take their writes, no longer keeps sagad
+// unhealthy (a rarely written bucket would otherwise hold /readyz at 503
+// long after space came back).
+func TestWritesFailingTargetForgotten(t *testing.T) {
+	t.Parallel()
+	const window = 200 * time.Millisecond
+	f := newMonitor(t, health.Config{UnhealthyAfter: window})
+	full := &jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"}
+	f.mon.ObserveWrite("RARE", full)
+	natstest.Eventually(t, 5*time.Second, 10*time.Millisecond, func() bool { return f.mon.Writes() != nil }, "never unhealthy")
+	require.ErrorContains(t, f.mon.Writes(), "RARE")
+	require.ErrorContains(t, f.mon.Writes(), "insufficient resources")
+	f.mon.ObserveWrite("RARE", full) // retried: its run goes on
+	f.mon.ObserveWrite("OTHER", nil)
+	require.Error(t, f.mon.Writes(), "failed within twice the window: still failing")
+	natstest.Eventually(t, 5*time.Second, 10*time.Millisecond, func() bool {
+		f.mon.ObserveWrite("OTHER", nil)
+		return f.mon.Writes() == nil
+	}, "a target written no more kept sagad unhealthy")
+	require.Zero(t, gauge(t, f.reg))
+}
+
+func TestCause(t *testing.T) {
+	t.Parallel()
+	api := func(code int, errCode jetstream.ErrorCode) error {
+		return fmt.Errorf("publish x: %w", &jetstream.APIError{Code: code, ErrorCode: errCode, Description: "x"})
+	}
+	for err, want := range map[error]string{
+		api(503, 10023): health.CauseInsufficientResources,
+		api(500, 10047): health.CauseInsufficientResources,
+		api(503, 10077): health.CauseStoreLimit,
+		api(503, 10008): health.CauseUnavailable,
+		fmt.Errorf("x: %w", context.DeadlineExceeded): health.CauseTimeouts,
+		nats.ErrNoResponders:                          health.CauseNoResponders,
+		nats.ErrConnectionClosed:                      health.CauseConnection,
+		errors.New("boom"):                            health.CauseOther,
+	} {
+		require.Equal(t, want, health.Cause(err), "%v", err)
+	}
 }

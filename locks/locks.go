@@ -85,6 +85,9 @@ func (c Config) withDefaults() Config {
 	if c.Bucket == "" {
 		c.Bucket = "SAGA_LOCKS"
 	}
+	if c.Writes != nil && c.Writes.Target == "" {
+		c.Writes = c.Writes.On(c.Bucket) // its failures are told apart (package health)
+	}
 	if c.Lease == 0 {
 		c.Lease = 30 * time.Second
 	}

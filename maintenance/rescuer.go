@@ -17,7 +17,9 @@ import (
 type RescuerConfig struct {
 	// Logger receives every rescue. Defaults to discarding.
 	Logger *slog.Logger
-	// Metrics counts rescues. Nil counts nothing.
+	// Metrics counts rescues and receives the count of capsules waiting
+	// for an operator decision ([metrics.Metrics.AwaitingOperator]). Nil
+	// counts nothing.
 	Metrics *metrics.Metrics
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
@@ -68,6 +70,11 @@ type Rescuer struct {
 
 	mu   sync.Mutex
 	last map[string]time.Time // key → when its checkpoint last changed
+	// gate holds the capsules whose checkpoint, when last read, waited
+	// for an operator decision and has not changed since: the operator
+	// gate's count (it keeps no continuation to count). A read costs
+	// nothing more: the rescuer reads every quiet checkpoint once anyway.
+	gate map[string]struct{}
 	stop context.CancelFunc
 	done chan struct{}
 }
@@ -75,7 +82,7 @@ type Rescuer struct {
 // NewRescuer returns a rescuer over st.
 func NewRescuer(st *store.Store, cfg RescuerConfig) *Rescuer {
 	cfg = cfg.withDefaults()
-	return &Rescuer{st: st, cfg: cfg, log: cfg.Logger, last: make(map[string]time.Time)}
+	return &Rescuer{st: st, cfg: cfg, log: cfg.Logger, last: make(map[string]time.Time), gate: make(map[string]struct{})}
 }
 
 // Start follows the checkpoints and looks at quiet ones every Interval until
@@ -134,6 +141,7 @@ func (r *Rescuer) observe(e jetstream.KeyValueEntry) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	delete(r.gate, e.Key()) // changed: read again once quiet
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(r.last, e.Key())
 		return
@@ -147,6 +155,7 @@ func (r *Rescuer) observe(e jetstream.KeyValueEntry) {
 // longer than After (at most MaxChecks of them) and sends the step of each
 // one still in progress with nothing queued for its phase.
 func (r *Rescuer) Rescue(ctx context.Context) {
+	defer r.countGate()
 	now := r.cfg.Now()
 	r.mu.Lock()
 	var quiet []string
@@ -196,6 +205,12 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 		}
 		if err := r.st.PublishPhase(ctx, cp, ""); err != nil {
 			r.log.Warn("rescue: send the step again", "key", key, "error", err)
+			// Not again at the next look but after After, as after a
+			// rescue: while JetStream refuses writes, every quiet capsule
+			// would otherwise be tried, and logged, every Interval.
+			r.mu.Lock()
+			r.last[key] = now
+			r.mu.Unlock()
 			continue
 		}
 		r.cfg.Metrics.Rescued(ph)
@@ -214,7 +229,18 @@ func (r *Rescuer) forget(key string, cp *capsule.Checkpoint) {
 	defer r.mu.Unlock()
 	if at, ok := r.last[key]; ok && !at.After(cp.UpdatedAt.Add(time.Second)) {
 		delete(r.last, key)
+		if cp.State.Status == capsule.WaitingForOperator {
+			r.gate[key] = struct{}{}
+		}
 	}
+}
+
+// countGate reports the capsules known to wait for an operator decision.
+func (r *Rescuer) countGate() {
+	r.mu.Lock()
+	n := len(r.gate)
+	r.mu.Unlock()
+	r.cfg.Metrics.AwaitingOperator(n)
 }
 
 // phaseIdle reports whether phase ph's consumer has nothing queued, nothing

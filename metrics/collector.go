@@ -37,6 +37,13 @@ type CollectorConfig struct {
 	Timeout time.Duration
 	// Logger receives a line per failed read. Defaults to discarding.
 	Logger *slog.Logger
+	// AwaitingOperator returns the capsules waiting for an operator
+	// decision, and whether they have been counted (see
+	// [Metrics.AwaitingOperatorCount]): the operator gate keeps no
+	// continuation, so the continuations bucket cannot say. Not counted
+	// (yet): the operator_gate series is left out rather than read 0. Nil:
+	// it reads the continuations like the others.
+	AwaitingOperator func() (n int, ok bool)
 }
 
 func (c CollectorConfig) withDefaults() CollectorConfig {
@@ -95,7 +102,7 @@ func NewJetStreamCollector(js jetstream.JetStream, cfg CollectorConfig) (*JetStr
 		inPhase: prometheus.NewDesc("sagad_capsules_in_phase",
 			"Capsules queued for or being worked on by the phase: its consumer's pending plus ack-pending messages.", phase, nil),
 		paused: prometheus.NewDesc("sagad_capsules_paused",
-			"Paused capsules (continuations), by trigger.", []string{"trigger"}, nil),
+			"Paused and waiting capsules, by trigger: continuations, and capsules waiting for an operator decision (operator_gate).", []string{"trigger"}, nil),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sagad_jetstream_scrape_errors_total",
 			Help: "JetStream reads that failed during a scrape; their series were left out of that scrape.",
@@ -156,7 +163,16 @@ func (c *JetStreamCollector) collectPaused(ctx context.Context, ch chan<- promet
 		c.fail("continuations", err, "bucket", bucket)
 		return
 	}
+	gateKnown := true
+	if f := c.cfg.AwaitingOperator; f != nil {
+		var n int
+		n, gateKnown = f()
+		counts[string(capsule.TriggerOperatorGate)] = n
+	}
 	for _, t := range Triggers {
+		if t == capsule.TriggerOperatorGate && !gateKnown {
+			continue // not counted (yet): no series rather than a false 0
+		}
 		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, float64(counts[string(t)]), string(t))
 	}
 	if n := counts[Other]; n > 0 {

@@ -256,3 +256,40 @@ func TestCollectorWithoutContinuationsBucket(t *testing.T) {
 	}
 	require.Zero(t, scrapeErrors(t, f.reg))
 }
+
+// TestCollectorOperatorGate: the operator_gate series is what
+// AwaitingOperator says, and left out while it has not counted.
+func TestCollectorOperatorGate(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	_, js := natstest.Connect(t, srv)
+	m := metrics.New(nil, metrics.BuildInfo{})
+	col, err := metrics.NewJetStreamCollector(js, metrics.CollectorConfig{
+		Names:            metrics.Names{PhaseStream: func(capsule.Phase) string { return "NONE" }, ConsumerName: func(capsule.Phase) string { return "none" }, ContinuationsBucket: "NO_BUCKET"},
+		Timeout:          5 * time.Second,
+		AwaitingOperator: m.AwaitingOperatorCount,
+	})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(col)
+	gate := func() (float64, bool) {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			for _, s := range mf.GetMetric() {
+				for _, l := range s.GetLabel() {
+					if mf.GetName() == "sagad_capsules_paused" && l.GetValue() == "operator_gate" {
+						return s.GetGauge().GetValue(), true
+					}
+				}
+			}
+		}
+		return 0, false
+	}
+	_, found := gate()
+	require.False(t, found, "not counted yet: no series")
+	m.AwaitingOperator(4)
+	v, found := gate()
+	require.True(t, found)
+	require.Equal(t, 4.0, v)
+}

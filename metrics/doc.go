@@ -61,7 +61,12 @@
 // sagad_capsules_paused by trigger: one per entry of the continuations
 // bucket (zero while that bucket does not exist). Capsules in state
 // waiting are there too, under the triggers dependencies and
-// wave_capacity.
+// wave_capacity. The operator gate keeps no continuation: operator_gate
+// counts the checkpoints in state waiting_for_operator, as the rescuer
+// read them (a checkpoint quiet for --rescue-after; a capsule appears in
+// the count that long after it began waiting, plus the rescuer's interval;
+// the series is left out until the rescuer first looked, and with the
+// rescuer disabled).
 //
 // The values are the same from every sagad instance, since they describe the
 // shared JetStream state; aggregate them with max(), not sum(). A failed

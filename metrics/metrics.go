@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -201,6 +202,10 @@ type Metrics struct {
 	writeErrors    *prometheus.CounterVec
 	writesFailing  prometheus.Gauge
 	busyRedeliver  prometheus.Counter
+	// awaitingOperator is the count of capsules waiting for an operator
+	// decision the rescuer last made, -1 before its first (see
+	// [Metrics.AwaitingOperator]).
+	awaitingOperator atomic.Int64
 }
 
 // New creates the recorder and registers its metrics on reg (nil registers
@@ -312,6 +317,7 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 		}),
 	}
 	m.init()
+	m.awaitingOperator.Store(-1)
 	return m
 }
 
@@ -531,6 +537,29 @@ func (m *Metrics) Rescued(phase capsule.Phase) {
 		return
 	}
 	m.rescued.WithLabelValues(PhaseLabel(phase)).Inc()
+}
+
+// AwaitingOperator records n, the capsules waiting for an operator decision
+// (state waiting_for_operator, the operator gate after REVIEW) as the
+// rescuer (package maintenance) last counted them from the checkpoints.
+// The JetStream collector reports it as
+// sagad_capsules_paused{trigger="operator_gate"}.
+func (m *Metrics) AwaitingOperator(n int) {
+	if m == nil {
+		return
+	}
+	m.awaitingOperator.Store(int64(n))
+}
+
+// AwaitingOperatorCount returns what [Metrics.AwaitingOperator] last
+// recorded; ok is false before it first did (no rescuer runs, or it has not
+// looked yet).
+func (m *Metrics) AwaitingOperatorCount() (n int, ok bool) {
+	if m == nil {
+		return 0, false
+	}
+	v := m.awaitingOperator.Load()
+	return int(v), v >= 0
 }
 
 // WriteFailed counts a failed JetStream write of kind, one of

@@ -135,14 +135,14 @@ func (s *Store) markOutcomeSent(ctx context.Context, key string, run int, raw []
 
 // publish publishes m and waits for its acknowledgement.
 func (s *Store) publish(ctx context.Context, m *nats.Msg) error {
-	_, err := s.writes().Publish(ctx, s.js.Conn(), m)
+	_, err := s.writesFor(m.Subject).Publish(ctx, s.js.Conn(), m)
 	return err
 }
 
 // PublishPhase sends the capsule to its current phase. token marks a resume.
 func (s *Store) PublishPhase(ctx context.Context, cp *capsule.Checkpoint, token string) error {
 	m := phaseMsg(cp, token)
-	if err := s.writes().Do(ctx, func(ctx context.Context) error { _, err := s.js.PublishMsg(ctx, m); return err }); err != nil {
+	if err := s.writesFor(m.Subject).Do(ctx, func(ctx context.Context) error { _, err := s.js.PublishMsg(ctx, m); return err }); err != nil {
 		return fmt.Errorf("publish to %s: %w", m.Subject, err)
 	}
 	return nil
@@ -241,7 +241,7 @@ func (s *Store) PublishEvent(ctx context.Context, ev capsule.Event) error {
 	if err != nil {
 		return err
 	}
-	if err := s.writes().Do(ctx, func(ctx context.Context) error { _, err := s.js.PublishMsg(ctx, m); return err }); err != nil {
+	if err := s.writesTo(EventsStream).Do(ctx, func(ctx context.Context) error { _, err := s.js.PublishMsg(ctx, m); return err }); err != nil {
 		return fmt.Errorf("publish event %s: %w", ev.ID, err)
 	}
 	return nil

@@ -91,6 +91,8 @@ type Store struct {
 	// waveHook is called when a wave may have room for a waiting capsule
 	// (see OnWaveChange).
 	waveHook atomic.Pointer[func()]
+	// to is the write policy per stream and bucket written (setWrites).
+	to map[string]*jspub.Writes
 }
 
 // Ensure creates (idempotently) every stream, consumer and bucket sagad needs
@@ -223,7 +225,7 @@ func (s *Store) Raw(ctx context.Context, key string) ([]byte, *capsule.Capsule, 
 // (a redelivered intake message must not erase what its first delivery
 // recorded on them, the outcome mark).
 func (s *Store) KeepBytes(ctx context.Context, key string, raw []byte) error {
-	_, err := jspub.Write(ctx, s.writes(), func(ctx context.Context) (uint64, error) {
+	_, err := jspub.Write(ctx, s.writesTo(CapsulesBucket), func(ctx context.Context) (uint64, error) {
 		return jspub.KVCreate(ctx, jspub.Conn(s.js), s.capsules, key, raw)
 	})
 	return err
@@ -233,7 +235,7 @@ func (s *Store) KeepBytes(ctx context.Context, key string, raw []byte) error {
 // earlier run ended and was forgotten must not carry that run's outcome mark
 // and time to live.
 func (s *Store) RenewBytes(ctx context.Context, key string, raw []byte) error {
-	_, err := jspub.Write(ctx, s.writes(), func(ctx context.Context) (uint64, error) { return s.capsules.Put(ctx, key, raw) })
+	_, err := jspub.Write(ctx, s.writesTo(CapsulesBucket), func(ctx context.Context) (uint64, error) { return s.capsules.Put(ctx, key, raw) })
 	return err
 }
 

@@ -29,31 +29,26 @@ import (
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/internal/testreq"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/schemas"
 	"github.com/sagad/sagad/store"
 )
 
-// requireNode finds node (18 or later, for util.parseArgs) and npm, or fails:
-// CI installs them, and a skipped test would pass without testing the
-// worker.
+// requireNode finds node (18 or later, for util.parseArgs) and npm, or
+// skips the test saying what to install (fails where every test must run:
+// internal/testreq).
 func requireNode(t *testing.T) (node, npm string) {
 	t.Helper()
-	const hint = "install Debian's nodejs and npm packages (apt-get install -y nodejs npm)"
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node not found on PATH, needed to test examples/worker-node: %s", hint)
-	}
-	npm, err = exec.LookPath("npm")
-	if err != nil {
-		t.Fatalf("npm not found on PATH, needed to test examples/worker-node: %s", hint)
-	}
+	const hint = "apt-get install nodejs npm"
+	node = testreq.Program(t, hint, "node")
+	npm = testreq.Program(t, hint, "npm")
 	out, err := exec.Command(node, "--version").Output()
 	require.NoError(t, err)
 	major, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(strings.TrimSpace(string(out)), "v"), ".", 2)[0])
 	require.NoError(t, err, "node --version: %s", out)
 	if major < 18 {
-		t.Fatalf("node %s is too old for examples/worker-node (18 or later): %s", strings.TrimSpace(string(out)), hint)
+		testreq.Missing(t, "node 18 or later (found "+strings.TrimSpace(string(out))+")", hint)
 	}
 	return node, npm
 }

@@ -235,10 +235,14 @@ func newSagad(dir string, bins Binaries, i int, url, workspace, calls string, re
 	}
 	return &sagadProc{proc{
 		name: name, path: bins.Sagad,
-		args: []string{"--config", file, "--nats-url", url, "--shutdown-timeout", "20s"},
+		args: []string{"--config", file, "--nats-url", url, "--shutdown-timeout", "20s", "--unhealthy-after", unhealthyAfter.String()},
 		out:  filepath.Join(dir, name+".log"),
 	}}, nil
 }
+
+// unhealthyAfter is the sagads' --unhealthy-after: short, so that the
+// disk-full scenario sees sagad report the full store within its window.
+const unhealthyAfter = 3 * time.Second
 
 // errGaveUp: the scenario's faults could not be injected as planned.
 var errGaveUp = errors.New("chaos: scenario gave up")

@@ -1,9 +1,11 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
+	"os"
 	"syscall"
 	"time"
 )
@@ -143,8 +145,15 @@ func sigterm(ctx context.Context, e *env, sz size) error {
 // diskFull runs with a file store too small for the load: writes are
 // refused once it is full. Half way, nats-server is restarted with room
 // (the disk freed), and every acknowledged capsule must then end.
+//
+// sagad must say so: its ERROR line naming the cause within
+// --unhealthy-after of the store filling, and the line of its recovery
+// once nats-server has room (the fault run before saw neither).
 func diskFull(ctx context.Context, e *env, sz size) error {
 	if err := pause(ctx, sz.window/2); err != nil {
+		return err
+	}
+	if err := e.waitLog(ctx, 0, "jetstream writes are failing", unhealthyAfter+30*time.Second); err != nil {
 		return err
 	}
 	if err := e.killNATS(0); err != nil {
@@ -156,5 +165,29 @@ func diskFull(ctx context.Context, e *env, sz size) error {
 	if err := e.startNATS(0); err != nil {
 		return err
 	}
+	if err := e.waitLog(ctx, 0, "jetstream writes succeed again", 60*time.Second); err != nil {
+		return err
+	}
 	return pause(ctx, sz.window/2)
+}
+
+// waitLog polls sagad i's log until it holds line, for at most total.
+func (e *env) waitLog(ctx context.Context, i int, line string, total time.Duration) error {
+	deadline := time.Now().Add(total)
+	for {
+		b, err := os.ReadFile(e.sagads[i].out)
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(b, []byte(line)) {
+			e.logf("%s logged %q", e.sagads[i].name, line)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("chaos: %s did not log %q within %s", e.sagads[i].name, line, total)
+		}
+		if err := pause(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/testreq"
 )
 
 // chromiumEnv names a Chrome or Chromium binary for the browser test.
@@ -26,17 +26,16 @@ const chromiumEnv = "SAGA_CHROMIUM"
 const screenshotsEnv = "SAGA_UI_SCREENSHOTS"
 
 // findChromium returns the browser the console test drives: $SAGA_CHROMIUM,
-// else the first of the usual names on PATH.
-func findChromium() (string, error) {
+// else the first of the usual names on PATH; without one it skips the test
+// saying what to install (fails where every test must run:
+// internal/testreq).
+func findChromium(t *testing.T) string {
+	t.Helper()
 	if p := os.Getenv(chromiumEnv); p != "" {
-		return p, nil
+		return p
 	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("no Chromium found on PATH: the web console's browser test needs one — install Debian's package (apt-get install -y chromium) or set %s to a Chrome binary", chromiumEnv)
+	return testreq.Program(t, "apt-get install chromium (or set "+chromiumEnv+" to a Chrome binary)",
+		"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell")
 }
 
 // TestConsoleInBrowser drives the web console in headless Chromium against
@@ -47,10 +46,7 @@ func findChromium() (string, error) {
 // every change carried by the page's event stream, not by reloading.
 func TestConsoleInBrowser(t *testing.T) {
 	t.Parallel()
-	browser, err := findChromium()
-	if err != nil {
-		t.Fatal(err) // CI must have a browser: a skip would hide the console untested.
-	}
+	browser := findChromium(t)
 	shots := os.Getenv(screenshotsEnv)
 	if shots == "" {
 		shots = t.TempDir()

@@ -327,8 +327,9 @@ func newRegistry(js jetstream.JetStream, log *slog.Logger) (*prometheus.Registry
 			ConsumerName:        store.ConsumerName,
 			ContinuationsBucket: store.ContinuationsBucket,
 		},
-		Timeout: readyTimeout,
-		Logger:  log,
+		Timeout:          readyTimeout,
+		Logger:           log,
+		AwaitingOperator: m.AwaitingOperatorCount,
 	})
 	if err != nil {
 		return nil, nil, err

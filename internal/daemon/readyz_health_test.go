@@ -108,7 +108,7 @@ func TestReadyzWhileJetStreamRefusesWrites(t *testing.T) {
 	}, "/readyz never failed")
 	code, body = healthGet(t, f.h, "/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.True(t, strings.HasPrefix(body, "not ready: jetstream writes failing for "), body)
+	require.True(t, strings.HasPrefix(body, "not ready: jetstream writes failing: SAGA_CAPSULES for "), body)
 	require.Contains(t, body, "(storage)")
 	require.Contains(t, body, "insufficient resources")
 	_, metricsBody := healthGet(t, f.h, "/metrics")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -34,12 +35,53 @@ func WriteCtx(ctx context.Context, d time.Duration) (context.Context, context.Ca
 type Writes struct {
 	// Timeout bounds one write (see [WriteCtx]). Defaults to DefaultTimeout.
 	Timeout time.Duration
-	// Observe, when set, is told the result of every write whose caller's
-	// context was still live when it ended: nil for success, or the error,
-	// a refusal of the request (a lost compare-and-set) included — the
-	// observer decides what counts as JetStream failing (package health).
-	// It must be quick and safe for concurrent use.
-	Observe func(err error)
+	// Target names the stream or bucket these writes go to, for Observe.
+	// Defaults to the bucket of a KV or object store subject published to
+	// ([TargetOf]), else "jetstream".
+	Target string
+	// Observe, when set, is told the target and result of every write whose
+	// caller's context was still live when it ended: nil for success, or
+	// the error, a refusal of the request (a lost compare-and-set) included
+	// — the observer decides what counts as JetStream failing (package
+	// health). A target is told apart because a stream can refuse writes
+	// (its store limit, its own write error) while others take theirs. It
+	// must be quick and safe for concurrent use.
+	Observe func(target string, err error)
+}
+
+// On returns a copy of w whose writes go to target (see [Writes.Target]);
+// nil for a nil w. Make it once per target, not per write.
+func (w *Writes) On(target string) *Writes {
+	if w == nil {
+		return nil
+	}
+	c := *w
+	c.Target = target
+	return &c
+}
+
+// TargetOf names what a write to subject goes to: the bucket of a KV
+// ("$KV.<bucket>.…") or object store ("$O.<bucket>.…") subject, else "".
+func TargetOf(subject string) string {
+	for _, p := range [...]string{"$KV.", "$O."} {
+		if rest, ok := strings.CutPrefix(subject, p); ok {
+			if i := strings.IndexByte(rest, '.'); i > 0 {
+				return rest[:i]
+			}
+		}
+	}
+	return ""
+}
+
+// target is what a write to subject ("" for none known) reports to Observe.
+func (w *Writes) target(subject string) string {
+	if w.Target != "" {
+		return w.Target
+	}
+	if t := TargetOf(subject); t != "" {
+		return t
+	}
+	return "jetstream"
 }
 
 // Do runs write with a context bounded by the write timeout and reports its
@@ -54,7 +96,7 @@ func (w *Writes) Do(ctx context.Context, write func(ctx context.Context) error) 
 	err := write(wctx)
 	cancel()
 	if w != nil && w.Observe != nil && ctx.Err() == nil {
-		w.Observe(err)
+		w.Observe(w.target(""), err)
 	}
 	return err
 }
@@ -109,7 +151,7 @@ func (w *Writes) Publish(ctx context.Context, nc *nats.Conn, m *nats.Msg) (uint6
 	}
 	seq, err := publishBy(ctx, nc, m, deadline)
 	if w != nil && w.Observe != nil && ctx.Err() == nil {
-		w.Observe(err)
+		w.Observe(w.target(m.Subject), err)
 	}
 	return seq, err
 }

@@ -60,7 +60,7 @@ func TestWritesDo(t *testing.T) {
 
 	var mu sync.Mutex
 	var seen []error
-	w := &jspub.Writes{Timeout: 100 * time.Millisecond, Observe: func(err error) {
+	w := &jspub.Writes{Timeout: 100 * time.Millisecond, Observe: func(_ string, err error) {
 		mu.Lock()
 		seen = append(seen, err)
 		mu.Unlock()
@@ -106,7 +106,7 @@ func TestWritesDo(t *testing.T) {
 // BenchmarkWritesDo is what the policy adds to each write (a write of no
 // cost under a phase's deadline, observed).
 func BenchmarkWritesDo(b *testing.B) {
-	w := &jspub.Writes{Timeout: 5 * time.Second, Observe: func(error) {}}
+	w := &jspub.Writes{Timeout: 5 * time.Second, Observe: func(string, error) {}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	write := func(context.Context) error { return nil }
@@ -130,7 +130,7 @@ func TestWritesPublish(t *testing.T) {
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	var mu sync.Mutex
 	var seen []error
-	w := &jspub.Writes{Timeout: 100 * time.Millisecond, Observe: func(err error) {
+	w := &jspub.Writes{Timeout: 100 * time.Millisecond, Observe: func(_ string, err error) {
 		mu.Lock()
 		seen = append(seen, err)
 		mu.Unlock()
@@ -200,7 +200,7 @@ func BenchmarkWritesPublish(b *testing.B) {
 	defer cancel()
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "B", Subjects: []string{"b.>"}, Storage: jetstream.MemoryStorage})
 	require.NoError(b, err)
-	w := &jspub.Writes{Timeout: 5 * time.Second, Observe: func(error) {}}
+	w := &jspub.Writes{Timeout: 5 * time.Second, Observe: func(string, error) {}}
 	m := &nats.Msg{Subject: "b.x", Data: []byte("x")}
 	b.Run("context per write", func(b *testing.B) {
 		b.ReportAllocs()
@@ -218,4 +218,20 @@ func BenchmarkWritesPublish(b *testing.B) {
 			}
 		}
 	})
+}
+
+func TestTargetOf(t *testing.T) {
+	t.Parallel()
+	for subject, want := range map[string]string{
+		"$KV.SAGA_CHECKPOINTS.k.1": "SAGA_CHECKPOINTS",
+		"$O.SAGA_ARTIFACTS.C.x":    "SAGA_ARTIFACTS",
+		"$KV.B":                    "",
+		"saga.phase.3":             "",
+	} {
+		require.Equal(t, want, jspub.TargetOf(subject), subject)
+	}
+	require.Nil(t, (*jspub.Writes)(nil).On("X"))
+	w := &jspub.Writes{Timeout: time.Second}
+	require.Equal(t, "X", w.On("X").Target)
+	require.Empty(t, w.Target, "On copies")
 }
