@@ -39,8 +39,19 @@ type Cluster struct {
 // leader is elected. Nodes are shut down on test cleanup.
 func RunCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	if n < 1 {
-		t.Fatalf("natstest: cluster of %d nodes", n)
+	c := FormingCluster(t, n, n)
+	c.WaitForMetaLeader()
+	return c
+}
+
+// FormingCluster prepares n nodes of one JetStream cluster and starts only
+// the first up of them, without waiting for a meta leader: a cluster still
+// forming, as when its nodes are started one by one. [Cluster.Restart]
+// starts each of the others. Nodes are shut down on test cleanup.
+func FormingCluster(t testing.TB, n, up int) *Cluster {
+	t.Helper()
+	if n < 1 || up < 0 || up > n {
+		t.Fatalf("natstest: cluster of %d nodes, %d up", n, up)
 	}
 	c := &Cluster{t: t, name: "natstest-" + fmt.Sprint(time.Now().UnixNano()%1e6)}
 	ports := freePorts(t, 2*n)
@@ -70,10 +81,9 @@ func RunCluster(t testing.TB, n int) *Cluster {
 	// Cleanups run LIFO: connections made later close first, nodes shut
 	// down before their store directories (registered above) are removed.
 	t.Cleanup(c.shutdown)
-	for i := range n {
+	for i := range up {
 		c.nodes[i] = c.start(i)
 	}
-	c.WaitForMetaLeader()
 	return c
 }
 
@@ -165,7 +175,7 @@ func (c *Cluster) Kill(i int) {
 	s.WaitForShutdown()
 }
 
-// Restart starts killed node i again with the same store directory and ports
+// Restart starts killed (or not yet started) node i again with the same store directory and ports
 // and waits until it is ready for connections, the cluster has a meta
 // leader and the node is healthy: every stream and consumer it holds a
 // replica of has caught up. Only then may another node go away without
