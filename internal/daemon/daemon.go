@@ -217,8 +217,13 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	}
 	var p *pipeline.Pipeline
 	err = st.retry(startCtx, "JetStream topology", func(ctx context.Context) error {
-		actx, cancel := context.WithTimeout(ctx, topologyAttemptTimeout)
+		// No deadline of its own: each JetStream request is then bounded
+		// by the client's default (5s), so a cluster that cannot answer
+		// yet is told at once rather than at the end of a long bound;
+		// shutdown and the start timeout still cancel it.
+		actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		defer cancel()
+		defer context.AfterFunc(ctx, cancel)()
 		var err error
 		if p, err = pipeline.New(actx, js, pcfg); err != nil {
 			return err

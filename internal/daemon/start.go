@@ -25,9 +25,6 @@ import (
 const (
 	startRetryMin = time.Second
 	startRetryMax = 30 * time.Second
-	// topologyAttemptTimeout bounds one attempt to create the topology and
-	// start the consumers; a forming cluster may leave a request unanswered.
-	topologyAttemptTimeout = 30 * time.Second
 )
 
 // startGate is the HTTP handler while sagad starts: the listener is bound

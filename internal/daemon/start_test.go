@@ -224,8 +224,7 @@ func TestStartOnFormingClusterThenReplicas(t *testing.T) {
 	cfg.LogLevel = "debug"
 	b := runBackground(t, cfg)
 	waitReadyz(t, cfg.HTTPListen, http.StatusServiceUnavailable, "not ready: starting: JetStream topology: ")
-	c.Restart(1)
-	c.Restart(2)
+	c.Start(1, 2)
 	b.waitReady(t, 120*time.Second)
 	waitReadyz(t, cfg.HTTPListen, http.StatusOK, "ready")
 	require.Contains(t, b.logs.String(), `level=INFO msg="waiting for JetStream topology"`)

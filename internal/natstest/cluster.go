@@ -46,8 +46,10 @@ func RunCluster(t testing.TB, n int) *Cluster {
 
 // FormingCluster prepares n nodes of one JetStream cluster and starts only
 // the first up of them, without waiting for a meta leader: a cluster still
-// forming, as when its nodes are started one by one. [Cluster.Restart]
-// starts each of the others. Nodes are shut down on test cleanup.
+// forming. [Cluster.Start] starts the others. A new cluster elects no meta
+// leader before every node it was configured with has joined once
+// (nats-server counts no vote of a peer it has not met), so JetStream does
+// not answer requests until then. Nodes are shut down on test cleanup.
 func FormingCluster(t testing.TB, n, up int) *Cluster {
 	t.Helper()
 	if n < 1 || up < 0 || up > n {
@@ -175,7 +177,29 @@ func (c *Cluster) Kill(i int) {
 	s.WaitForShutdown()
 }
 
-// Restart starts killed (or not yet started) node i again with the same store directory and ports
+// Start starts the given nodes of a [FormingCluster] that are not running
+// and waits as [Cluster.Restart] does: a meta leader, every started node
+// healthy.
+func (c *Cluster) Start(nodes ...int) {
+	c.t.Helper()
+	for _, i := range nodes {
+		s := c.start(i)
+		c.mu.Lock()
+		if c.nodes[i] != nil {
+			c.mu.Unlock()
+			s.Shutdown()
+			c.t.Fatalf("natstest: node %d is running", i)
+		}
+		c.nodes[i] = s
+		c.mu.Unlock()
+	}
+	c.WaitForMetaLeader()
+	for _, i := range nodes {
+		c.WaitHealthy(i)
+	}
+}
+
+// Restart starts killed node i again with the same store directory and ports
 // and waits until it is ready for connections, the cluster has a meta
 // leader and the node is healthy: every stream and consumer it holds a
 // replica of has caught up. Only then may another node go away without
