@@ -40,7 +40,8 @@ import (
 
 // Main runs sagad with the process's arguments and environment until SIGINT
 // or SIGTERM and returns the exit code: 0 after a clean shutdown, 1 on a
-// runtime failure, 2 on bad flags or configuration. `sagad healthcheck
+// runtime failure, 2 on bad flags or configuration (also existing streams
+// and buckets whose settings differ from the flags). `sagad healthcheck
 // [flags]` instead probes the /readyz of the sagad those flags configure
 // (0 ready, 1 not).
 func Main(args []string, stdout, stderr io.Writer) int {
@@ -63,6 +64,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if err := Run(ctx, cfg, stderr, nil); err != nil {
 		fmt.Fprintln(stderr, "sagad:", err)
+		// Streams that differ from the flags are a configuration to
+		// change, as a bad flag is: a restart (systemd's
+		// RestartPreventExitStatus=2) would not mend it.
+		var drift *store.DriftError
+		if errors.As(err, &drift) {
+			return 2
+		}
 		return 1
 	}
 	return 0

@@ -267,3 +267,51 @@ func TestStartOnFormingClusterThenReplicas(t *testing.T) {
 		require.Equal(t, 1, r, name)
 	}
 }
+
+// TestMainRefusesDrift: a sagad asking for another retention than the
+// streams were made with exits 2, a configuration error, naming the flag
+// that matches.
+func TestMainRefusesDrift(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := store.Ensure(ctx, js, store.Topology{Retention: time.Hour})
+	require.NoError(t, err)
+	var stderr strings.Builder
+	code := Main([]string{"--nats-url", s.ClientURL(), "--http-listen", "off", "--workspace", t.TempDir(), "--log-level", "warn",
+		"--retention", "2h"}, io.Discard, &stderr)
+	require.Equal(t, 2, code, stderr.String())
+	require.Contains(t, stderr.String(), "stream SAGA_EVENTS: max age 1h0m0s, asked 2h0m0s (start with --retention 1h0m0s, or --migrate to change it)")
+	events, err := js.Stream(ctx, store.EventsStream)
+	require.NoError(t, err)
+	require.Equal(t, time.Hour, events.CachedInfo().Config.MaxAge, "nothing changed")
+}
+
+func TestParseStartConfig(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig([]string{"--migrate", "--start-timeout", "5m"}, envOf(nil), io.Discard)
+	require.NoError(t, err)
+	require.True(t, cfg.Migrate)
+	require.Equal(t, Duration(5*time.Minute), cfg.StartTimeout)
+
+	cfg, err = parseConfig(nil, envOf(map[string]string{"SAGAD_MIGRATE": "true", "SAGAD_START_TIMEOUT": "1m"}), io.Discard)
+	require.NoError(t, err)
+	require.True(t, cfg.Migrate)
+	require.Equal(t, Duration(time.Minute), cfg.StartTimeout)
+
+	file := writeConfig(t, `{"migrate": true, "start_timeout": "2m"}`)
+	cfg, err = parseConfig([]string{"--config", file}, envOf(nil), io.Discard)
+	require.NoError(t, err)
+	require.True(t, cfg.Migrate)
+	require.Equal(t, Duration(2*time.Minute), cfg.StartTimeout)
+
+	cfg, err = parseConfig([]string{"--config", file, "--migrate=false"}, envOf(nil), io.Discard)
+	require.NoError(t, err)
+	require.False(t, cfg.Migrate, "the flag wins")
+	require.Equal(t, Duration(0), defaults().StartTimeout, "waits as long as it takes by default")
+
+	_, err = parseConfig([]string{"--start-timeout", "-1s"}, envOf(nil), io.Discard)
+	require.ErrorContains(t, err, "start timeout must not be negative")
+}
