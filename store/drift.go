@@ -94,20 +94,24 @@ type planJS struct {
 	changes   []Change
 }
 
-func (p *planJS) stream(ctx context.Context, kind, name string, asked jetstream.StreamConfig, ttlName string) error {
+// stream compares the stream asked for with the one that exists and
+// returns that one, or nil when it does not exist (it would be created:
+// nothing that exists changes). The topology code must not use what a
+// creation returns before the creations are done.
+func (p *planJS) stream(ctx context.Context, kind, name string, asked jetstream.StreamConfig, ttlName string) (jetstream.Stream, error) {
 	s, err := p.JetStream.Stream(ctx, asked.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil // created: nothing that exists changes
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p.changes = append(p.changes, compareStream(kind, name, s.CachedInfo().Config, asked, p.retention, ttlName)...)
-	return nil
+	return s, nil
 }
 
 func (p *planJS) CreateOrUpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	return nil, p.stream(ctx, "stream", cfg.Name, cfg, "max age")
+	return p.stream(ctx, "stream", cfg.Name, cfg, "max age")
 }
 
 func (p *planJS) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
@@ -129,7 +133,10 @@ func (p *planJS) Stream(ctx context.Context, name string) (jetstream.Stream, err
 }
 
 func (p *planJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	return nil, p.stream(ctx, "bucket", cfg.Bucket, kvStreamConfig(cfg), "ttl")
+	if s, err := p.stream(ctx, "bucket", cfg.Bucket, kvStreamConfig(cfg), "ttl"); s == nil || err != nil {
+		return nil, err
+	}
+	return p.JetStream.KeyValue(ctx, cfg.Bucket)
 }
 
 func (p *planJS) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
@@ -141,9 +148,12 @@ func (p *planJS) UpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfi
 }
 
 func (p *planJS) CreateOrUpdateObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
-	return nil, p.stream(ctx, "object store", cfg.Bucket, jetstream.StreamConfig{
+	if s, err := p.stream(ctx, "object store", cfg.Bucket, jetstream.StreamConfig{
 		Name: "OBJ_" + cfg.Bucket, Storage: cfg.Storage, Replicas: cfg.Replicas, MaxAge: cfg.TTL,
-	}, "ttl")
+	}, "ttl"); s == nil || err != nil {
+		return nil, err
+	}
+	return p.JetStream.ObjectStore(ctx, cfg.Bucket)
 }
 
 func (p *planJS) CreateObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
@@ -199,10 +209,11 @@ func compareStream(kind, name string, found, asked jetstream.StreamConfig, reten
 	if found.Retention != asked.Retention {
 		add("retention", found.Retention.String(), asked.Retention.String(), "", false)
 	}
-	if len(asked.Subjects) > 0 && !sameSet(found.Subjects, asked.Subjects) {
-		// Adding subjects is how a newer sagad grows a stream; dropping one
-		// would strand what older publishers still send.
-		add("subjects", fmt.Sprint(found.Subjects), fmt.Sprint(asked.Subjects), "", subset(found.Subjects, asked.Subjects))
+	if !subset(asked.Subjects, found.Subjects) {
+		// Adding subjects is how a newer sagad grows a stream. Subjects
+		// found and not asked for are kept (see keepSubjects): an older
+		// sagad started beside a newer one must not take them away.
+		add("subjects", fmt.Sprint(found.Subjects), fmt.Sprint(unionSubjects(found.Subjects, asked.Subjects)), "", true)
 	}
 	if found.MaxAge != asked.MaxAge {
 		flag := ""
@@ -242,8 +253,50 @@ func retentionFlag(d time.Duration) string {
 	return d.String()
 }
 
-func sameSet(a, b []string) bool {
-	return subset(a, b) && subset(b, a)
+// unionSubjects is found followed by the subjects of asked it lacks.
+func unionSubjects(found, asked []string) []string {
+	out := append([]string(nil), found...)
+	for _, s := range asked {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// keepSubjects is a JetStream whose stream updates keep the subjects the
+// stream has beyond those asked for: the streams sagad creates only ever
+// gain subjects (see compareStream).
+type keepSubjects struct {
+	jetstream.JetStream
+}
+
+func (k keepSubjects) withKept(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.StreamConfig, error) {
+	s, err := k.JetStream.Stream(ctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return cfg, nil
+	}
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Subjects = unionSubjects(s.CachedInfo().Config.Subjects, cfg.Subjects)
+	return cfg, nil
+}
+
+func (k keepSubjects) CreateOrUpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	cfg, err := k.withKept(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return k.JetStream.CreateOrUpdateStream(ctx, cfg)
+}
+
+func (k keepSubjects) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	cfg, err := k.withKept(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return k.JetStream.UpdateStream(ctx, cfg)
 }
 
 // subset: every element of a is in b.

@@ -46,7 +46,8 @@ func TestEnsureRefusesDrift(t *testing.T) {
 
 // TestEnsureAppliesUpgrades: a subject added to a stream and limit markers
 // on a bucket that had none are what a newer sagad needs; they are applied
-// without Migrate. Dropping a subject is not.
+// without Migrate. A subject the stream has beyond those asked for (a newer
+// sagad added it) is kept: an older sagad neither refuses nor drops it.
 func TestEnsureAppliesUpgrades(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunServer(t))
@@ -54,32 +55,36 @@ func TestEnsureAppliesUpgrades(t *testing.T) {
 	defer cancel()
 	_, err := Ensure(ctx, js, Topology{})
 	require.NoError(t, err)
-	// An older topology: the intake stream without a subject, the
-	// checkpoints bucket without markers.
 	intake, err := js.Stream(ctx, IntakeStream)
 	require.NoError(t, err)
-	old := intake.CachedInfo().Config
-	old.Subjects = append([]string(nil), old.Subjects...)
-	full := old.Subjects
-	_, err = js.UpdateStream(ctx, withSubjects(old, append(full, "saga.older.only")))
-	require.NoError(t, err)
+	cfg := intake.CachedInfo().Config
+	asked := append([]string(nil), cfg.Subjects...)
 
+	// A newer sagad's subject: kept, and no difference.
+	_, err = js.UpdateStream(ctx, withSubjects(cfg, append(asked, "saga.newer.only")))
+	require.NoError(t, err)
 	changes, err := PlanTopology(ctx, js, Topology{})
 	require.NoError(t, err)
-	require.Len(t, changes, 1)
-	require.False(t, changes[0].Upgrade, "dropping a subject is not an upgrade: %s", changes[0])
-	require.Equal(t, "subjects", changes[0].Setting)
-
-	_, err = js.UpdateStream(ctx, withSubjects(old, full))
+	require.Empty(t, changes)
+	_, err = Ensure(ctx, js, Topology{})
 	require.NoError(t, err)
-	if len(full) > 1 {
-		_, err = js.UpdateStream(ctx, withSubjects(old, full[:1]))
-		require.NoError(t, err)
-		changes, err = PlanTopology(ctx, js, Topology{})
-		require.NoError(t, err)
-		require.Len(t, changes, 1)
-		require.True(t, changes[0].Upgrade, "adding a subject is: %s", changes[0])
-	}
+	intake, err = js.Stream(ctx, IntakeStream)
+	require.NoError(t, err)
+	require.Contains(t, intake.CachedInfo().Config.Subjects, "saga.newer.only", "kept")
+
+	// An older topology without one of the subjects asked for: an upgrade.
+	_, err = js.UpdateStream(ctx, withSubjects(cfg, []string{"saga.older.only"}))
+	require.NoError(t, err)
+	changes, err = PlanTopology(ctx, js, Topology{})
+	require.NoError(t, err)
+	require.Len(t, changes, 1)
+	require.True(t, changes[0].Upgrade, "adding a subject is an upgrade: %s", changes[0])
+	require.Equal(t, "subjects", changes[0].Setting)
+	_, err = Ensure(ctx, js, Topology{})
+	require.NoError(t, err)
+	intake, err = js.Stream(ctx, IntakeStream)
+	require.NoError(t, err)
+	require.ElementsMatch(t, append([]string{"saga.older.only"}, asked...), intake.CachedInfo().Config.Subjects)
 
 	cmp := compareStream("bucket", CheckpointsBucket,
 		jetstream.StreamConfig{Replicas: 1, MaxMsgsPerSubject: 1},
@@ -87,9 +92,6 @@ func TestEnsureAppliesUpgrades(t *testing.T) {
 	require.Len(t, cmp, 1)
 	require.True(t, cmp[0].Upgrade, "markers where there were none: %s", cmp[0])
 	require.Equal(t, "bucket SAGA_CHECKPOINTS: marker ttl none, asked 1s (an upgrade: applied)", cmp[0].String())
-
-	_, err = Ensure(ctx, js, Topology{})
-	require.NoError(t, err)
 }
 
 func withSubjects(c jetstream.StreamConfig, subjects []string) jetstream.StreamConfig {

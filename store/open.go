@@ -119,7 +119,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Topology) (*Store, 
 	if err := cfg.allow(changes); err != nil {
 		return nil, err
 	}
-	st, err := ensureTopology(ctx, js, cfg)
+	st, err := ensureTopology(ctx, keepSubjects{js}, cfg)
 	if err != nil {
 		return nil, err
 	}
