@@ -36,6 +36,10 @@ type Config struct {
 	Replicas int
 	// Storage of every stream and bucket. Defaults to file storage.
 	Storage jetstream.StorageType
+	// Migrate lets New change settings of existing streams and buckets that
+	// differ from this configuration; without it New refuses with a
+	// *store.DriftError and changes nothing (see store.Topology).
+	Migrate bool
 	// Workers is the number of capsules each phase works on at once in this
 	// process, and so the most agent calls EXECUTION (or REVIEW) makes at
 	// once. Defaults to 64: a worker mostly waits on JetStream round trips,

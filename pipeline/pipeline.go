@@ -59,7 +59,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 	st, err := store.Ensure(ctx, js, store.Topology{
 		Replicas: cfg.Replicas, Storage: cfg.Storage, AckWait: cfg.AckWait, DuplicateWindow: cfg.DuplicateWindow,
 		Retention: cfg.Retention, LockLease: cfg.LockLease, Workspace: cfg.Workspace, Now: cfg.Now,
-		Writes: &jspub.Writes{Timeout: cfg.WriteTimeout, Observe: cfg.Health.ObserveWrite},
+		Writes:  &jspub.Writes{Timeout: cfg.WriteTimeout, Observe: cfg.Health.ObserveWrite},
+		Migrate: cfg.Migrate, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,14 @@ type Topology struct {
 	// Writes bounds and observes every write to these streams and buckets.
 	// Nil bounds each by jspub.DefaultTimeout.
 	Writes *jspub.Writes
+	// Migrate lets [Ensure] change settings of existing streams and buckets
+	// that differ from these (replicas, retention...). Without it Ensure
+	// refuses with a [*DriftError] and changes nothing; upgrades (see
+	// [Change.Upgrade]) and creations are made either way.
+	Migrate bool
+	// Logger receives one line per change Ensure makes to what exists.
+	// Defaults to discarding.
+	Logger *slog.Logger
 }
 
 func (t Topology) withDefaults() Topology {
@@ -103,7 +112,16 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Topology) (*Store, 
 		// The hot path writes to the buckets' own subjects (internal/jspub).
 		return nil, errors.New("JetStream domains are not supported: connect without one")
 	}
-	st, err := ensureTopology(ctx, js, cfg)
+	// Compare before any write: a sagad started with other flags must not
+	// weaken what the others run on (fewer replicas, shorter retention).
+	changes, err := PlanTopology(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.allow(changes); err != nil {
+		return nil, err
+	}
+	st, err := ensureTopology(ctx, keepSubjects{js}, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +136,33 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Topology) (*Store, 
 	s := newStore(js, st, lm, bt, cfg.Retention, cfg.Workspace)
 	s.setWrites(cfg.Writes)
 	return s, nil
+}
+
+// allow returns a [*DriftError] unless every change is an upgrade or
+// Migrate asks for them, and logs each change it lets through.
+func (t Topology) allow(changes []Change) error {
+	var refused []Change
+	for _, c := range changes {
+		if !c.Upgrade && !t.Migrate {
+			refused = append(refused, c)
+		}
+	}
+	if len(refused) > 0 {
+		return &DriftError{Changes: refused}
+	}
+	log := t.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	for _, c := range changes {
+		attrs := []any{"kind", c.Kind, "name", c.Name, "setting", c.Setting, "from", c.Found, "to", c.Asked}
+		if c.Upgrade {
+			log.Info("topology upgrade", attrs...)
+		} else {
+			log.Warn("topology changed (--migrate)", attrs...)
+		}
+	}
+	return nil
 }
 
 // Open binds to the topology a sagad created, for operator actions and

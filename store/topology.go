@@ -17,7 +17,9 @@ import (
 const markerTTL = time.Second
 
 // ensureTopology creates or updates every stream, consumer and bucket sagad
-// needs. It is idempotent, so every sagad instance runs it at start.
+// needs. It is idempotent, so every sagad instance runs it at start. It
+// also runs first over a JetStream that only compares (PlanTopology), where
+// a creation returns nil for what does not exist yet.
 func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Topology) (*stores, error) {
 	for p := capsule.Phase(0); p < capsule.NumPhases; p++ {
 		subjects := []string{PhaseSubject(p)}

@@ -19,10 +19,11 @@ func (w tlogWriter) Write(b []byte) (int, error) {
 }
 
 // TestShortSuite runs `sagachaos -short`: every scenario, side by side,
-// with real sagad and nats-server processes. It takes about 40 s.
+// with real sagad and nats-server processes. It takes about 75 s (the
+// forming cluster waits 35 s for its nodes).
 func TestShortSuite(t *testing.T) {
 	if testing.Short() {
-		t.Skip("chaos suite: builds sagad and nats-server and runs them for about 40 s")
+		t.Skip("chaos suite: builds sagad and nats-server and runs them for about 75 s")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()

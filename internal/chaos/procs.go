@@ -113,6 +113,22 @@ func (p *proc) running() bool {
 	return p.cmd != nil
 }
 
+// exited reports whether the process was started and has exited on its
+// own (not stopped by the suite).
+func (p *proc) exited() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // stop ends the process if it runs: SIGTERM, then SIGKILL after wait.
 func (p *proc) stop(wait time.Duration) {
 	if p.running() {

@@ -94,6 +94,11 @@ type Scenario struct {
 	Sagads int
 	// MaxFileStore is the nats-servers' file storage limit (0: 1 GiB).
 	MaxFileStore int64
+	// Late is how many nats-servers (the last ones) are not up when the
+	// sagads start: Arrive starts them, before any capsule is published.
+	Late int
+	// Arrive starts the Late nats-servers; nil when Late is 0.
+	Arrive func(ctx context.Context, e *env) error
 	// Faults runs while capsules are being published, for about sz.window.
 	Faults func(ctx context.Context, e *env, sz size) error
 }
@@ -106,6 +111,11 @@ var Scenarios = []Scenario{
 	{Name: "cluster", Doc: "3 nodes, R3: kill -9 of a node sagad is not connected to and restart, then of the node sagad is connected to", Nodes: 3, Sagads: 1, Faults: clusterKill},
 	{Name: "sigterm", Doc: "SIGTERM of sagad under load, restarted once it exited", Nodes: 1, Sagads: 1, Faults: sigterm},
 	{Name: "disk-full", Doc: "max_file_store too small for the load; nats-server restarted with room", Nodes: 1, Sagads: 1, MaxFileStore: 64 << 10, Faults: diskFull},
+	// A sagad that did not wait exited at once without a server, and after
+	// 30 s when the cluster could not hold its streams: the cluster comes
+	// later than that.
+	{Name: "late-nats", Doc: "sagad started before its nats-server, which comes 6s later", Nodes: 1, Sagads: 1, Late: 1, Arrive: arriveAfter(6 * time.Second), Faults: steady},
+	{Name: "forming-cluster", Doc: "3 nodes, R3: sagad started with one node up, the other two come 35s later", Nodes: 3, Sagads: 1, Late: 2, Arrive: arriveAfter(35 * time.Second), Faults: steady},
 }
 
 // Run runs the selected scenarios one after the other and returns their
@@ -350,10 +360,13 @@ func setupScenario(ctx context.Context, s Scenario, bins Binaries, dir string, l
 	e := &env{name: s.Name, dir: dir, log: log, nats: nodes}
 	var urls []string
 	for i := range nodes {
+		urls = append(urls, nodes[i].url())
+		if i >= len(nodes)-s.Late {
+			continue // Arrive starts it
+		}
 		if err := e.nats[i].start(); err != nil {
 			return e, nil, nil, err
 		}
-		urls = append(urls, nodes[i].url())
 	}
 	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
 		nats.RetryOnFailedConnect(true))
@@ -364,7 +377,32 @@ func setupScenario(ctx context.Context, s Scenario, bins Binaries, dir string, l
 	if err != nil {
 		return e, nil, nc, err
 	}
+	startSagads := func() error {
+		calls := filepath.Join(dir, "calls.log")
+		for i := range s.Sagads {
+			// sagad knows the first node; the others it learns from it, as
+			// any NATS client does, and reconnects to them when it goes.
+			sp, err := newSagad(dir, bins, i, nodes[0].url(), workspace, calls, s.Nodes, 500*time.Millisecond)
+			if err != nil {
+				return err
+			}
+			e.sagads = append(e.sagads, sp)
+			if err := e.startSagad(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	replicas := s.Nodes
+	if s.Late > 0 {
+		// sagad first: it must wait for what is missing, not exit.
+		if err := startSagads(); err != nil {
+			return e, js, nc, err
+		}
+		if err := s.Arrive(ctx, e); err != nil {
+			return e, js, nc, err
+		}
+	}
 	// The cluster forms and elects a meta leader; until then creating the
 	// bucket fails.
 	if err := retry(ctx, 60*time.Second, func(ctx context.Context) error {
@@ -377,16 +415,8 @@ func setupScenario(ctx context.Context, s Scenario, bins Binaries, dir string, l
 	}); err != nil {
 		return e, js, nc, fmt.Errorf("chaos: target bucket: %w", err)
 	}
-	calls := filepath.Join(dir, "calls.log")
-	for i := range s.Sagads {
-		// sagad knows the first node; the others it learns from it, as
-		// any NATS client does, and reconnects to them when it goes.
-		sp, err := newSagad(dir, bins, i, nodes[0].url(), workspace, calls, replicas, 500*time.Millisecond)
-		if err != nil {
-			return e, js, nc, err
-		}
-		e.sagads = append(e.sagads, sp)
-		if err := e.startSagad(i); err != nil {
+	if s.Late == 0 {
+		if err := startSagads(); err != nil {
 			return e, js, nc, err
 		}
 	}

@@ -191,3 +191,35 @@ func (e *env) waitLog(ctx context.Context, i int, line string, total time.Durati
 		}
 	}
 }
+
+// arriveAfter starts the scenario's late nats-servers once the sagads have
+// waited d for them, and fails if a sagad exited meanwhile: sagad waits for
+// its NATS, it does not exit (an exited sagad would leave every capsule
+// stuck, as nothing here starts it again).
+func arriveAfter(d time.Duration) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		return arrive(ctx, e, d)
+	}
+}
+
+func arrive(ctx context.Context, e *env, d time.Duration) error {
+	if err := pause(ctx, d); err != nil {
+		return err
+	}
+	for _, s := range e.sagads {
+		if s.exited() {
+			return fmt.Errorf("chaos: %s exited while its NATS was not up (see %s)", s.name, s.out)
+		}
+	}
+	for i := len(e.nats) - 1; i >= 0 && !e.nats[i].running(); i-- {
+		if err := e.startNATS(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// steady injects no fault: the scenario's fault was at the start.
+func steady(ctx context.Context, _ *env, sz size) error {
+	return pause(ctx, sz.window)
+}

@@ -70,6 +70,15 @@ type Config struct {
 	Workers int `json:"workers"`
 	// Replicas of streams and buckets (3 on a JetStream cluster). Defaults to 1.
 	Replicas int `json:"replicas"`
+	// Migrate lets sagad change existing streams and buckets whose settings
+	// (replicas, retention...) differ from this configuration. Without it
+	// sagad refuses to start, naming each difference and the flag that
+	// would match, and changes nothing. Defaults to false.
+	Migrate bool `json:"migrate"`
+	// StartTimeout bounds how long sagad waits at start for its NATS to
+	// answer and for a cluster able to hold its streams, then exits with
+	// the last cause. Defaults to 0: wait as long as it takes.
+	StartTimeout Duration `json:"start_timeout"`
 	// ShutdownTimeout bounds graceful shutdown. Defaults to 30s.
 	ShutdownTimeout Duration `json:"shutdown_timeout"`
 	// Sync is the embedded server's fsync policy: "always" (every write,
@@ -256,6 +265,9 @@ func (c *Config) validate() error {
 	if c.Workers < 0 || c.Replicas < 0 {
 		errs = append(errs, errors.New("workers and replicas must not be negative"))
 	}
+	if c.StartTimeout < 0 {
+		errs = append(errs, errors.New("start timeout must not be negative (0 waits as long as it takes)"))
+	}
 	if c.WriteTimeout < 0 || c.UnhealthyAfter < 0 || c.StallAfter < 0 {
 		errs = append(errs, errors.New("write timeout, unhealthy after and stall after must be positive"))
 	}
@@ -307,6 +319,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&flags.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
 	fs.IntVar(&flags.Workers, "workers", 0, "capsules worked on at once per phase (default 64, which is also the most agent calls a phase makes at once; env SAGAD_WORKERS)")
 	fs.IntVar(&flags.Replicas, "replicas", 0, "stream and bucket replicas (default 1; env SAGAD_REPLICAS)")
+	fs.BoolVar(&flags.Migrate, "migrate", false, "change existing streams and buckets whose settings (replicas, retention...) differ from these flags; without it sagad refuses to start and changes nothing (env SAGAD_MIGRATE)")
+	var startTimeout time.Duration
+	fs.DurationVar(&startTimeout, "start-timeout", 0, "exit if NATS or a cluster able to hold the streams is not there within this long (default 0: wait as long as it takes; env SAGAD_START_TIMEOUT)")
 	fs.DurationVar(&shutdown, "shutdown-timeout", 0, "graceful shutdown bound (default 30s; env SAGAD_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&flags.Sync, "sync", "", "embedded server's fsync: always (before every ack), 1s (default: acknowledged writes on disk within 1s), default (the server's 2m) or another duration (env SAGAD_SYNC)")
 	fs.StringVar(&flags.ServerTLSCert, "server-tls-cert", "", "embedded server's TLS certificate (PEM); with it, clients must use TLS (env SAGAD_SERVER_TLS_CERT)")
@@ -337,6 +352,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		return Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	flags.ShutdownTimeout = Duration(shutdown)
+	flags.StartTimeout = Duration(startTimeout)
 	flags.LockWait, flags.DeadlineWarning, flags.ExternalTimeout = Duration(lockWait), Duration(deadlineWarning), Duration(externalTimeout)
 	flags.Retention = Duration(retention)
 	flags.RescueAfter = Duration(rescueAfter)
@@ -417,6 +433,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	envDur(&cfg.WriteTimeout, "SAGAD_WRITE_TIMEOUT")
 	envDur(&cfg.UnhealthyAfter, "SAGAD_UNHEALTHY_AFTER")
 	envDur(&cfg.StallAfter, "SAGAD_STALL_AFTER")
+	envDur(&cfg.StartTimeout, "SAGAD_START_TIMEOUT")
 	if v := getenv("SAGAD_BUDGET_WARNING"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
@@ -438,6 +455,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			errs = append(errs, fmt.Errorf("SAGAD_INSECURE: %w", err))
 		}
 		cfg.Insecure = b
+	}
+	if v := getenv("SAGAD_MIGRATE"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("SAGAD_MIGRATE: %w", err))
+		}
+		cfg.Migrate = b
 	}
 	if v := getenv("SAGAD_NO_UI"); v != "" {
 		b, err := strconv.ParseBool(v)
@@ -488,6 +512,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.Replicas = flags.Replicas
 		case "shutdown-timeout":
 			cfg.ShutdownTimeout = flags.ShutdownTimeout
+		case "start-timeout":
+			cfg.StartTimeout = flags.StartTimeout
+		case "migrate":
+			cfg.Migrate = flags.Migrate
 		case "sync":
 			cfg.Sync = flags.Sync
 		case "sync-always":

@@ -40,7 +40,8 @@ import (
 
 // Main runs sagad with the process's arguments and environment until SIGINT
 // or SIGTERM and returns the exit code: 0 after a clean shutdown, 1 on a
-// runtime failure, 2 on bad flags or configuration. `sagad healthcheck
+// runtime failure, 2 on bad flags or configuration (also existing streams
+// and buckets whose settings differ from the flags). `sagad healthcheck
 // [flags]` instead probes the /readyz of the sagad those flags configure
 // (0 ready, 1 not).
 func Main(args []string, stdout, stderr io.Writer) int {
@@ -66,6 +67,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if err := Run(ctx, cfg, stderr, nil); err != nil {
 		fmt.Fprintln(stderr, "sagad:", err)
+		// Streams that differ from the flags are a configuration to
+		// change, as a bad flag is: a restart (systemd's
+		// RestartPreventExitStatus=2) would not mend it.
+		var drift *store.DriftError
+		if errors.As(err, &drift) {
+			return 2
+		}
 		return 1
 	}
 	return 0
@@ -85,6 +93,23 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	}
 	for _, l := range cfg.exposed() {
 		log.Warn("listening off loopback without TLS (--insecure): anyone on the network can read and send what this listener carries", "listener", l)
+	}
+	// Everything that can make sagad exit on its own configuration is
+	// checked before anything in NATS is changed: the HTTP listener is
+	// bound first (it also answers /readyz while sagad waits for NATS).
+	var httpSrv *http.Server
+	var gate *startGate
+	if cfg.HTTPListen != "" {
+		ln, err := net.Listen("tcp", cfg.HTTPListen)
+		if err != nil {
+			return fmt.Errorf("http listen: %w", err)
+		}
+		gate = newStartGate()
+		httpSrv = &http.Server{Handler: gate, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = httpSrv.Serve(ln) }()
+		// On a failed start; after a clean one Shutdown has run already.
+		defer httpSrv.Close()
+		log.Info("http listening", "addr", ln.Addr().String())
 	}
 	conn := cfg.Options
 	var extra []nats.Option
@@ -112,18 +137,31 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		log.Info("embedded nats-server started", "url", ns.ClientURL(), "data_dir", cfg.DataDir, "sync", cfg.Sync,
 			"creds", CredsDir(cfg.DataDir))
 	}
-	nc, err := conn.Connect(append(extra, nats.Name("sagad"), nats.MaxReconnects(-1),
-		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			if err != nil { // nil: our own Close at shutdown
-				log.Warn("nats disconnected", "url", natsconn.Redact(nc.ConnectedUrl()), "error", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info("nats reconnected", "url", natsconn.Redact(nc.ConnectedUrl()))
-		}),
-	)...)
-	if err != nil {
+	// Until sagad serves, it waits for NATS and for a cluster able to hold
+	// its streams, bounded by --start-timeout if set.
+	startCtx, cancelStart := ctx, context.CancelFunc(func() {})
+	if cfg.StartTimeout > 0 {
+		startCtx, cancelStart = context.WithTimeoutCause(ctx, time.Duration(cfg.StartTimeout), errStartTimeout)
+	}
+	defer cancelStart()
+	st := &starter{log: log, gate: gate, timeout: time.Duration(cfg.StartTimeout)}
+	var nc *nats.Conn
+	err := st.retry(startCtx, "NATS", func(context.Context) error {
+		var err error
+		nc, err = conn.Connect(append(extra, nats.Name("sagad"), nats.MaxReconnects(-1),
+			nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+				if err != nil { // nil: our own Close at shutdown
+					log.Warn("nats disconnected", "url", natsconn.Redact(nc.ConnectedUrl()), "error", err)
+				}
+			}),
+			nats.ReconnectHandler(func(nc *nats.Conn) {
+				log.Info("nats reconnected", "url", natsconn.Redact(nc.ConnectedUrl()))
+			}),
+		)...)
 		return err
+	})
+	if err != nil {
+		return startErr(ctx, err)
 	}
 	defer nc.Close()
 	log.Info("nats connected", "url", natsconn.Redact(nc.ConnectedUrl()), "server_version", nc.ConnectedServerVersion())
@@ -165,13 +203,12 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	} else {
 		log.Debug("tracing off", "why", why)
 	}
-	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	p, err := pipeline.New(setupCtx, js, pipeline.Config{
+	pcfg := pipeline.Config{
 		Logger:            log,
 		Workspace:         cfg.Workspace,
 		Workers:           cfg.Workers,
 		Replicas:          cfg.Replicas,
+		Migrate:           cfg.Migrate,
 		Executors:         execs,
 		Metrics:           m,
 		TracerProvider:    tp,
@@ -185,12 +222,30 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		WriteTimeout:      time.Duration(cfg.WriteTimeout),
 		Health:            mon,
 		Rules:             cfg.rulesConfig(execs.Kinds(), execs.ReviewerIDs()),
+	}
+	if gate != nil {
+		gate.wait("creating the JetStream streams and buckets")
+	}
+	var p *pipeline.Pipeline
+	err = st.retry(startCtx, "JetStream topology", func(ctx context.Context) error {
+		// No deadline of its own: each JetStream request is then bounded
+		// by the client's default (5s), so a cluster that cannot answer
+		// yet is told at once rather than at the end of a long bound;
+		// shutdown and the start timeout still cancel it.
+		actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		defer context.AfterFunc(ctx, cancel)()
+		var err error
+		if p, err = pipeline.New(actx, js, pcfg); err != nil {
+			return err
+		}
+		if err = p.Start(actx); err != nil {
+			p.Stop(actx)
+		}
+		return err
 	})
 	if err != nil {
-		return err
-	}
-	if err := p.Start(setupCtx); err != nil {
-		return err
+		return startErr(ctx, err)
 	}
 	// Every sagad serves the admin API, so sagactl's actions run (and are
 	// counted) in whichever sagad answers.
@@ -201,28 +256,18 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	}
 	var ready atomic.Bool
 	ready.Store(true)
-	var httpSrv *http.Server
 	var ui *uiServer
-	if cfg.HTTPListen != "" {
-		ln, err := net.Listen("tcp", cfg.HTTPListen)
-		if err != nil {
-			_ = admin.Stop(ctx)
-			p.Stop(ctx)
-			return fmt.Errorf("http listen: %w", err)
-		}
+	if gate != nil {
 		handler := httpHandler(nc, js, reg, &ready, mon)
 		if !cfg.NoUI {
 			if ui, err = startConsole(ctx, cfg, log, nc, p.Store(), handler); err != nil {
-				_ = ln.Close()
 				_ = admin.Stop(ctx)
 				p.Stop(ctx)
 				return err
 			}
 			handler = ui.mux
 		}
-		httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = httpSrv.Serve(ln) }()
-		log.Info("http listening", "addr", ln.Addr().String())
+		gate.serve(handler)
 	}
 	if onReady != nil {
 		onReady(readyURL)
@@ -248,6 +293,15 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		log.Warn("flush", "error", err)
 	}
 	return nil
+}
+
+// startErr is Run's answer to a start that did not finish: nil when
+// sagad was asked to stop while it waited (a clean shutdown), else err.
+func startErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 func startEmbedded(cfg Config) (*server.Server, error) {

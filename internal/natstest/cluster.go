@@ -39,8 +39,21 @@ type Cluster struct {
 // leader is elected. Nodes are shut down on test cleanup.
 func RunCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	if n < 1 {
-		t.Fatalf("natstest: cluster of %d nodes", n)
+	c := FormingCluster(t, n, n)
+	c.WaitForMetaLeader()
+	return c
+}
+
+// FormingCluster prepares n nodes of one JetStream cluster and starts only
+// the first up of them, without waiting for a meta leader: a cluster still
+// forming. [Cluster.Start] starts the others. A new cluster elects no meta
+// leader before every node it was configured with has joined once
+// (nats-server counts no vote of a peer it has not met), so JetStream does
+// not answer requests until then. Nodes are shut down on test cleanup.
+func FormingCluster(t testing.TB, n, up int) *Cluster {
+	t.Helper()
+	if n < 1 || up < 0 || up > n {
+		t.Fatalf("natstest: cluster of %d nodes, %d up", n, up)
 	}
 	c := &Cluster{t: t, name: "natstest-" + fmt.Sprint(time.Now().UnixNano()%1e6)}
 	ports := freePorts(t, 2*n)
@@ -70,10 +83,9 @@ func RunCluster(t testing.TB, n int) *Cluster {
 	// Cleanups run LIFO: connections made later close first, nodes shut
 	// down before their store directories (registered above) are removed.
 	t.Cleanup(c.shutdown)
-	for i := range n {
+	for i := range up {
 		c.nodes[i] = c.start(i)
 	}
-	c.WaitForMetaLeader()
 	return c
 }
 
@@ -163,6 +175,28 @@ func (c *Cluster) Kill(i int) {
 	}
 	s.Shutdown()
 	s.WaitForShutdown()
+}
+
+// Start starts the given nodes of a [FormingCluster] that are not running
+// and waits as [Cluster.Restart] does: a meta leader, every started node
+// healthy.
+func (c *Cluster) Start(nodes ...int) {
+	c.t.Helper()
+	for _, i := range nodes {
+		s := c.start(i)
+		c.mu.Lock()
+		if c.nodes[i] != nil {
+			c.mu.Unlock()
+			s.Shutdown()
+			c.t.Fatalf("natstest: node %d is running", i)
+		}
+		c.nodes[i] = s
+		c.mu.Unlock()
+	}
+	c.WaitForMetaLeader()
+	for _, i := range nodes {
+		c.WaitHealthy(i)
+	}
 }
 
 // Restart starts killed node i again with the same store directory and ports

@@ -119,3 +119,15 @@ func TestClusterKillRestart(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), s.CachedInfo().State.Msgs)
 }
+
+// TestFormingCluster: a new cluster started with one node of three has no
+// meta leader; it elects one once the others join.
+func TestFormingCluster(t *testing.T) {
+	t.Parallel()
+	c := natstest.FormingCluster(t, 3, 1)
+	require.Nil(t, c.Node(1))
+	require.Nil(t, c.MetaLeader(), "one node of three has no quorum")
+	c.Start(1, 2)
+	require.NotNil(t, c.MetaLeader())
+	require.NotNil(t, c.Node(2))
+}
