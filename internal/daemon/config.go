@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/sagad/sagad/console"
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/internal/natsconn"
@@ -568,6 +569,9 @@ func (c *Config) checkConsole() error {
 		if u, p, ok := strings.Cut(c.UIBasicAuth, ":"); !ok || u == "" || p == "" {
 			return fmt.Errorf("ui-basic-auth: want user:password with a non-empty user and password")
 		}
+	}
+	if c.UIToken != "" && len(c.UIToken) < console.MinTokenLen {
+		return fmt.Errorf("ui-token: %d bytes is short enough to guess; use at least %d (e.g. the output of openssl rand -hex 32)", len(c.UIToken), console.MinTokenLen)
 	}
 	if !loopback(c.HTTPListen) && c.UIToken == "" && c.UIBasicAuth == "" {
 		return fmt.Errorf("%w: http-listen %s: set --ui-token (SAGA_UI_TOKEN) or --ui-basic-auth user:password (SAGA_UI_BASIC_AUTH), or turn the console off with --no-ui", ErrConsoleAuth, c.HTTPListen)
