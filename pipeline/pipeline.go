@@ -58,7 +58,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 	}
 	st, err := store.Ensure(ctx, js, store.Topology{
 		Replicas: cfg.Replicas, Storage: cfg.Storage, AckWait: cfg.AckWait, DuplicateWindow: cfg.DuplicateWindow,
-		Retention: cfg.Retention, LockLease: cfg.LockLease, Workspace: cfg.Workspace, Now: cfg.Now,
+		Retention: cfg.Retention, LockLease: cfg.LockLease, Workspace: cfg.Workspace, KVBuckets: cfg.KVBuckets, Now: cfg.Now,
 		Writes: &jspub.Writes{Timeout: cfg.WriteTimeout, Observe: cfg.Health.ObserveWrite},
 	})
 	if err != nil {

@@ -37,6 +37,9 @@ type Topology struct {
 	LockLease time.Duration
 	// Workspace is the root under which file: refs resolve. Defaults to ".".
 	Workspace string
+	// KVBuckets lists the KV buckets kv: refs may name (see [Resolver]).
+	// Defaults to none: no kv: ref resolves.
+	KVBuckets []string
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 	// Writes bounds and observes every write to these streams and buckets.
@@ -88,6 +91,7 @@ type Store struct {
 	artifacts      jetstream.ObjectStore
 	retention      time.Duration
 	workspace      string
+	kvBuckets      map[string]bool
 	// waveHook is called when a wave may have room for a waiting capsule
 	// (see OnWaveChange).
 	waveHook atomic.Pointer[func()]
@@ -114,6 +118,10 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Topology) (*Store, 
 		return nil, err
 	}
 	s := newStore(js, st, lm, bt, cfg.Retention, cfg.Workspace)
+	s.kvBuckets = make(map[string]bool, len(cfg.KVBuckets))
+	for _, b := range cfg.KVBuckets {
+		s.kvBuckets[b] = true
+	}
 	s.setWrites(cfg.Writes)
 	return s, nil
 }
@@ -191,7 +199,7 @@ func (s *Store) Retention() time.Duration { return s.retention }
 // Resolver tells whether context refs and targets exist (REALITY_ANCHOR),
 // under workspace for file: refs.
 func (s *Store) Resolver() *Resolver {
-	return &Resolver{checkpoints: s.Checkpoints, workspace: s.workspace, js: s.js, artifacts: s.artifacts}
+	return &Resolver{checkpoints: s.Checkpoints, workspace: s.workspace, js: s.js, artifacts: s.artifacts, allowed: s.kvBuckets}
 }
 
 // ResolveFinal turns artifact:<capsule_id>/final into the ref of that

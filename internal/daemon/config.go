@@ -21,6 +21,7 @@ import (
 	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/internal/tracing"
 	"github.com/sagad/sagad/phases"
+	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/rules"
 )
 
@@ -50,6 +51,9 @@ type Config struct {
 	DataDir string `json:"data_dir"`
 	// Workspace is the root of file: refs. Defaults to the current directory.
 	Workspace string `json:"workspace"`
+	// KVBuckets lists the KV buckets kv: refs may name (config file only);
+	// a ref to any other bucket never resolves. Defaults to none.
+	KVBuckets []string `json:"kv_buckets"`
 	// HTTPListen serves /healthz, /readyz and /metrics; "" disables it.
 	// Defaults to [DefaultHTTPListen].
 	HTTPListen string `json:"http_listen"`
@@ -238,7 +242,7 @@ const (
 )
 
 func (c *Config) validate() error {
-	errs := []error{c.checkConsole()}
+	errs := []error{c.checkConsole(), pipeline.ValidateKVBuckets(c.KVBuckets)}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log format %q: want text or json", c.LogFormat))
 	}

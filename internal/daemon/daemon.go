@@ -167,6 +167,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	p, err := pipeline.New(setupCtx, js, pipeline.Config{
 		Logger:            log,
 		Workspace:         cfg.Workspace,
+		KVBuckets:         cfg.KVBuckets,
 		Workers:           cfg.Workers,
 		Replicas:          cfg.Replicas,
 		Executors:         execs,
