@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/locks"
 	"github.com/sagad/sagad/rules"
@@ -45,6 +47,10 @@ type Topology struct {
 	// Writes bounds and observes every write to these streams and buckets.
 	// Nil bounds each by jspub.DefaultTimeout.
 	Writes *jspub.Writes
+	// Corrupt reports the values of sagad's buckets that sagad did not
+	// write, met where no error can carry them (a list, a lock taken over).
+	// Nil reports nothing.
+	Corrupt *corrupt.Reporter
 }
 
 func (t Topology) withDefaults() Topology {
@@ -109,11 +115,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Topology) (*Store, 
 	if err != nil {
 		return nil, err
 	}
-	lm, err := locks.New(ctx, js, locks.Config{Lease: cfg.LockLease, Replicas: cfg.Replicas, Storage: cfg.Storage, Now: cfg.Now, Writes: cfg.Writes})
+	lm, err := locks.New(ctx, js, locks.Config{Lease: cfg.LockLease, Replicas: cfg.Replicas, Storage: cfg.Storage, Now: cfg.Now, Writes: cfg.Writes, Corrupt: cfg.Corrupt})
 	if err != nil {
 		return nil, err
 	}
-	bt, err := budget.New(ctx, js, budget.Config{Replicas: cfg.Replicas, Storage: cfg.Storage, Writes: cfg.Writes})
+	bt, err := budget.New(ctx, js, budget.Config{Replicas: cfg.Replicas, Storage: cfg.Storage, Writes: cfg.Writes, Corrupt: cfg.Corrupt})
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +129,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Topology) (*Store, 
 		s.kvBuckets[b] = true
 	}
 	s.setWrites(cfg.Writes)
+	s.Checkpoints.Corrupt = cfg.Corrupt
 	return s, nil
 }
 
@@ -301,7 +308,12 @@ func (s *Store) Kept(ctx context.Context, key string) (raw []byte, c *capsule.Ca
 	}
 	raw = e.Value()
 	if c, err = DecodeCapsule(raw); err != nil {
-		return nil, nil, fmt.Errorf("%w: kept bytes of %s: %w", ErrNotACapsule, key, err)
+		if strings.HasPrefix(key, "x-") {
+			// Bad input RECEPTION kept verbatim, as sagad does.
+			return nil, nil, fmt.Errorf("%w: kept bytes of %s: %w", ErrNotACapsule, key, err)
+		}
+		// Under a capsule's own key, RECEPTION keeps only a capsule.
+		return nil, nil, fmt.Errorf("%w: %w", ErrNotACapsule, corrupt.New(corrupt.Capsules, key, e.Revision(), err))
 	}
 	s.Cache.Seed(key, raw, c)
 	return raw, c, nil
