@@ -288,15 +288,24 @@ func (t *Tracker) Waves(ctx context.Context) ([]NamedWave, error) {
 // an empty record (a wave without caps, open again). Bytes that are no
 // record are a [corrupt.Error]: reading them again will not change them.
 func (t *Tracker) decodeRecord(e jetstream.KeyValueEntry) (record, error) {
+	r, err := decodeRecordBytes(e.Value())
+	if err != nil {
+		return record{}, corrupt.New(t.bucket, e.Key(), e.Revision(), err)
+	}
+	return r, nil
+}
+
+// decodeRecordBytes decodes b strictly (see decodeRecord).
+func decodeRecordBytes(b []byte) (record, error) {
 	var r record
-	dec := json.NewDecoder(bytes.NewReader(e.Value()))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(&r)
 	if err == nil && dec.More() {
 		err = errors.New("more than one JSON value")
 	}
 	if err != nil {
-		return record{}, corrupt.New(t.bucket, e.Key(), e.Revision(), fmt.Errorf("not a budget record: %w", err))
+		return record{}, fmt.Errorf("not a budget record: %w", err)
 	}
 	return r, nil
 }
