@@ -6,6 +6,17 @@
 // ([Reporter]) and ends what it was doing (the capsule halts
 // state_corrupt:<bucket>, the message is terminated, the lock is taken
 // over, the entry is skipped) instead of retrying.
+//
+// The decoders are strict (every member known, the key's own checkpoint or
+// lease), which refuses JetStream's answers redirected onto a key and any
+// bytes that are not what sagad writes; they do not authenticate. A MAC
+// under a deployment secret was weighed and left out: the account that
+// holds these buckets is sagad's alone (other roles reach sagad only
+// through imports), so whoever can write a value there holds sagad's
+// credentials, and with them any secret sagad could keep (a KV value of
+// that account, or a file beside its seed in the data dir); and values
+// written before an upgrade would need a marker of where MACs begin, on
+// every checkpoint read of the hot path.
 package corrupt
 
 import (
