@@ -228,3 +228,19 @@ func TestCorruptWaveRecordHalts(t *testing.T) {
 		})
 	}
 }
+
+// TestCorruptDependencyFails: a dependency whose checkpoint sagad did not
+// write will never complete: its dependents halt dependency_failed instead
+// of waiting forever.
+func TestCorruptDependencyFails(t *testing.T) {
+	t.Parallel()
+	f := corruptSetup(t)
+	dep := capsuletest.New()
+	f.redirectAck(t, store.CheckpointsBucket, dep.ID())
+	waiter := f.own(t, capsuletest.New().Set("depends_on", []any{dep.ID()}))
+	f.publish(t, waiter.Sealed(t))
+	s := f.wait(t, waiter.ID())
+	require.Equal(t, capsule.Halted, s.State)
+	require.Equal(t, "dependency_failed:"+dep.ID(), s.HaltReason)
+	f.requireReportedOnce(t, corrupt.Checkpoints, dep.ID())
+}
