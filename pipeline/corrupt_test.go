@@ -244,3 +244,20 @@ func TestCorruptDependencyFails(t *testing.T) {
 	require.Equal(t, "dependency_failed:"+dep.ID(), s.HaltReason)
 	f.requireReportedOnce(t, corrupt.Checkpoints, dep.ID())
 }
+
+// TestCorruptBudgetRecordHalts: a wave capsule's budget record replaced by
+// an acknowledgement (which would read as nothing spent) halts the capsule
+// state_corrupt:SAGA_BUDGETS when it is charged, instead of retrying.
+func TestCorruptBudgetRecordHalts(t *testing.T) {
+	t.Parallel()
+	f := corruptSetup(t)
+	_, err := f.pipe.Store().Budgets.ChangeWave(context.Background(), "wb", budget.WaveChange{Tokens: ptr(int64(5000))})
+	require.NoError(t, err)
+	doc := waveDoc(t, f.fixture, "wb", "stub") // a wave's capsule: its spending is kept in SAGA_BUDGETS
+	f.redirectAck(t, "SAGA_BUDGETS", "capsule."+doc.ID())
+	f.publish(t, doc.Sealed(t))
+	s := f.wait(t, doc.ID())
+	require.Equal(t, capsule.Halted, s.State)
+	require.Equal(t, "state_corrupt:SAGA_BUDGETS", s.HaltReason)
+	f.requireReportedOnce(t, corrupt.Budgets, "capsule."+doc.ID())
+}
