@@ -16,6 +16,7 @@ import (
 
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/internal/natstest"
@@ -260,4 +261,23 @@ func TestCorruptBudgetRecordHalts(t *testing.T) {
 	require.Equal(t, capsule.Halted, s.State)
 	require.Equal(t, "state_corrupt:SAGA_BUDGETS", s.HaltReason)
 	f.requireReportedOnce(t, corrupt.Budgets, "capsule."+doc.ID())
+}
+
+// TestCompletionForCorruptCheckpointEnds: a worker's completion for a
+// capsule whose checkpoint was replaced by a value sagad did not write is
+// terminated (state_corrupt), not redelivered forever.
+func TestCompletionForCorruptCheckpointEnds(t *testing.T) {
+	t.Parallel()
+	f := corruptSetup(t)
+	doc := f.own(t, capsuletest.New().Set("task.kind", "accepting"))
+	f.publish(t, doc.Sealed(t))
+	f.waitState(t, doc.ID(), capsule.Paused)
+	right := f.completion(t, `{"kind":"execute","status":"ok","content":{"answer":42},"usage":{"tokens":5,"dollars":0.001}}`)
+	f.putGarbage(t, store.CheckpointsBucket, doc.ID())
+	_, err := f.js.Publish(context.Background(), executors.CompletionSubject(doc.ID(), 1), right)
+	require.NoError(t, err)
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		return terminated(t, f.reg, metrics.TermStateCorrupt) == 1
+	}, "the completion is terminated")
+	f.requireReportedOnce(t, corrupt.Checkpoints, doc.ID())
 }
