@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/internal/cas"
+	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/internal/jspub"
 
 	"github.com/sagad/sagad/capsule"
@@ -66,6 +67,9 @@ type Config struct {
 	// Writes bounds and observes every write to the bucket. Nil bounds
 	// each by jspub.DefaultTimeout.
 	Writes *jspub.Writes
+	// Corrupt reports the records sagad did not write that a list leaves
+	// out (a read returns them as a [corrupt.Error]). Nil reports nothing.
+	Corrupt *corrupt.Reporter
 }
 
 func (c Config) withDefaults() Config {
@@ -92,8 +96,10 @@ func (c Config) validate() error {
 // concurrent use, and any number of Trackers (in any number of processes) may
 // share a bucket.
 type Tracker struct {
-	kv jetstream.KeyValue
-	w  *jspub.Writes
+	kv      jetstream.KeyValue
+	w       *jspub.Writes
+	bucket  string
+	corrupt *corrupt.Reporter
 }
 
 // New returns a Tracker on cfg.Bucket, creating the bucket or updating its
@@ -113,7 +119,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Tracker, err
 	if err != nil {
 		return nil, fmt.Errorf("budget: bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Tracker{kv: kv, w: cfg.Writes}, nil
+	return &Tracker{kv: kv, w: cfg.Writes, bucket: cfg.Bucket, corrupt: cfg.Corrupt}, nil
 }
 
 // Wave is a wave's budget: its caps (0 = none), what its capsules used in
@@ -321,9 +327,9 @@ func (t *Tracker) get(ctx context.Context, key string) (record, uint64, error) {
 	if err != nil {
 		return record{}, 0, err
 	}
-	var r record
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return record{}, 0, fmt.Errorf("decode %s at revision %d: %w", key, e.Revision(), err)
+	r, err := t.decodeRecord(e)
+	if err != nil {
+		return record{}, 0, err
 	}
 	return r, e.Revision(), nil
 }

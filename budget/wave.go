@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/internal/jspub"
 )
 
@@ -269,19 +271,41 @@ func (t *Tracker) Waves(ctx context.Context) ([]NamedWave, error) {
 				sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 				return out, nil
 			}
-			r, err := decodeRecord(e)
+			r, err := t.decodeRecord(e)
 			if err != nil {
-				return nil, fmt.Errorf("budget: list waves: %w", err)
+				// One record sagad did not write must not hide the others.
+				t.corrupt.Report(err, "left out of the list of waves")
+				continue
 			}
 			out = append(out, NamedWave{ID: strings.TrimPrefix(e.Key(), "wave."), Wave: r.wave()})
 		}
 	}
 }
 
-func decodeRecord(e jetstream.KeyValueEntry) (record, error) {
+// decodeRecord is the one decoder of a budget record. Every member must be
+// one sagad writes: JetStream's answer to a publish, sent onto a key by a
+// client that named it as its reply subject, would otherwise decode into
+// an empty record (a wave without caps, open again). Bytes that are no
+// record are a [corrupt.Error]: reading them again will not change them.
+func (t *Tracker) decodeRecord(e jetstream.KeyValueEntry) (record, error) {
+	r, err := decodeRecordBytes(e.Value())
+	if err != nil {
+		return record{}, corrupt.New(t.bucket, e.Key(), e.Revision(), err)
+	}
+	return r, nil
+}
+
+// decodeRecordBytes decodes b strictly (see decodeRecord).
+func decodeRecordBytes(b []byte) (record, error) {
 	var r record
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return record{}, fmt.Errorf("decode %s at revision %d: %w", e.Key(), e.Revision(), err)
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&r)
+	if err == nil && dec.More() {
+		err = errors.New("more than one JSON value")
+	}
+	if err != nil {
+		return record{}, fmt.Errorf("not a budget record: %w", err)
 	}
 	return r, nil
 }

@@ -50,6 +50,10 @@ const (
 	CodeDependencyMissing HaltCode = "dependency_missing"
 	// Waves (a capsule waiting for its wave's capacity at AUTOMATED_GATES).
 	CodeWaveClosed HaltCode = "wave_closed"
+	// Any phase: a value of the capsule's state in one of sagad's buckets
+	// (its checkpoint, kept bytes, budget or wave record) is not one sagad
+	// wrote. The detail names the bucket.
+	CodeStateCorrupt HaltCode = "state_corrupt"
 )
 
 // HaltCodes lists every halt code, the closed set metrics may label with.
@@ -59,7 +63,7 @@ var HaltCodes = []HaltCode{
 	CodeContextRefMissing, CodeTargetMissing, CodeSpecNotApproved,
 	CodeAbsoluteRulesViolated, CodeLockAcquisitionFailed, CodeBudgetExceeded, CodeExecutorFailed,
 	CodeReviewRejectedTerminal, CodeMaxCyclesExceeded,
-	CodeOperatorRejected, CodeDependencyFailed, CodeDependencyMissing, CodeWaveClosed,
+	CodeOperatorRejected, CodeDependencyFailed, CodeDependencyMissing, CodeWaveClosed, CodeStateCorrupt,
 }
 
 // HaltReason is a typed halt reason. Its String form is the exact text of
@@ -237,3 +241,7 @@ func DependencyMissing(id string) HaltReason { return HaltReason{CodeDependencyM
 func WaveClosed(waveID string) HaltReason {
 	return HaltReason{CodeWaveClosed, Truncate(waveID, MaxReasonDetail)}
 }
+
+// StateCorrupt names the bucket holding a value of the capsule's state that
+// sagad did not write (e.g. "state_corrupt:SAGA_CHECKPOINTS").
+func StateCorrupt(bucket string) HaltReason { return HaltReason{CodeStateCorrupt, bucket} }

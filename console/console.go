@@ -37,13 +37,17 @@ const Prefix = "/ui/"
 // ErrBasicAuth: Config.BasicAuth is not "user:password".
 var ErrBasicAuth = errors.New("console basic auth: want user:password with a non-empty user and password")
 
+// ErrTokenTooShort: Config.Token is shorter than [MinTokenLen] bytes.
+var ErrTokenTooShort = errors.New("console token too short")
+
 // Config configures a [Console].
 type Config struct {
 	// Logger logs the console's failures and every action. Defaults to
 	// discarding.
 	Logger *slog.Logger
 	// Token, if set, is required: as "Authorization: Bearer <token>", or the
-	// cookie the console sets after /ui/?token=<token> is opened once.
+	// cookie the console sets after /ui/?token=<token> is opened once. It
+	// must be at least [MinTokenLen] bytes.
 	Token string
 	// BasicAuth, if set ("user:password"), is required as HTTP basic auth.
 	// With Token too, either is accepted.
@@ -85,6 +89,9 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
+	if c.Token != "" && len(c.Token) < MinTokenLen {
+		return fmt.Errorf("%w: %d bytes, want at least %d (e.g. openssl rand -hex 32)", ErrTokenTooShort, len(c.Token), MinTokenLen)
+	}
 	if c.BasicAuth != "" {
 		u, p, ok := strings.Cut(c.BasicAuth, ":")
 		if !ok || u == "" || p == "" {
@@ -104,6 +111,8 @@ type Console struct {
 	admin  *adminsvc.Client
 	index  *Index
 	static http.Handler
+	// failed rate limits wrong tokens and passwords per client address.
+	failed *failures
 
 	mu     sync.Mutex
 	reader *client.Client // bound on first use (events)
@@ -131,6 +140,7 @@ func New(st *store.Store, admin *adminsvc.Client, cfg Config) (*Console, error) 
 		cfg: cfg, st: st, js: st.JetStream(), admin: admin,
 		index:   NewIndex(cfg.Logger, cfg.Now),
 		static:  http.FileServerFS(sub),
+		failed:  newFailures(cfg.Now),
 		closing: make(chan struct{}),
 	}, nil
 }
@@ -248,9 +258,15 @@ func (c *Console) authorized(w http.ResponseWriter, r *http.Request) bool {
 		}
 		return true
 	}
+	addr := clientAddr(r)
+	if wait, ok := c.failed.blocked(addr); ok {
+		tooMany(w, wait)
+		return false
+	}
 	if c.cfg.Token != "" {
 		if t := r.URL.Query().Get("token"); t != "" && r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, "/ui/api/") {
 			if !equal(t, c.cfg.Token) {
+				c.failed.fail(addr)
 				writeError(w, http.StatusUnauthorized, "wrong token")
 				return false
 			}
@@ -276,8 +292,22 @@ func (c *Console) authorized(w http.ResponseWriter, r *http.Request) bool {
 		}
 		w.Header().Set("WWW-Authenticate", `Basic realm="sagad console", charset="UTF-8"`)
 	}
+	if presented(r) {
+		// A request without credentials (a first visit) is no guess.
+		c.failed.fail(addr)
+	}
 	writeError(w, http.StatusUnauthorized, "authentication required: open /ui/?token=<token> once (or send Authorization: Bearer), or log in with the console's basic auth")
 	return false
+}
+
+// presented reports whether r carries credentials of any kind: a bearer or
+// basic Authorization header or the token cookie.
+func presented(r *http.Request) bool {
+	if r.Header.Get("Authorization") != "" {
+		return true
+	}
+	_, err := r.Cookie(cookieName)
+	return err == nil
 }
 
 // loopbackHost reports whether a Host header names this machine: localhost

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -411,11 +412,11 @@ func TestOpenConsoleAnswersLoopbackNamesOnly(t *testing.T) {
 		require.Equal(t, want, rec.Code, host)
 	}
 	// With a token, the name does not matter: the token does.
-	c, err = New(&store.Store{}, nil, Config{Token: "t"})
+	c, err = New(&store.Store{}, nil, Config{Token: testToken})
 	require.NoError(t, err)
 	r := httptest.NewRequest(http.MethodGet, "/ui/app.css", nil)
 	r.Host = "console.example"
-	r.Header.Set("Authorization", "Bearer t")
+	r.Header.Set("Authorization", "Bearer "+testToken)
 	rec := httptest.NewRecorder()
 	c.Handler().ServeHTTP(rec, r)
 	require.Equal(t, http.StatusOK, rec.Code)
@@ -426,7 +427,7 @@ func TestOpenConsoleAnswersLoopbackNamesOnly(t *testing.T) {
 // HttpOnly cookie.
 func TestAuth(t *testing.T) {
 	t.Parallel()
-	c, err := New(&store.Store{}, nil, Config{Token: "s3cret", BasicAuth: "ops:pa55"})
+	c, err := New(&store.Store{}, nil, Config{Token: testToken, BasicAuth: "ops:pa55"})
 	require.NoError(t, err)
 	h := c.Handler()
 	serve := func(r *http.Request) *httptest.ResponseRecorder {
@@ -443,7 +444,7 @@ func TestAuth(t *testing.T) {
 	rec = serve(get("/ui/?token=wrong"))
 	require.Equal(t, http.StatusUnauthorized, rec.Code)
 
-	rec = serve(get("/ui/?token=s3cret"))
+	rec = serve(get("/ui/?token=" + testToken))
 	require.Equal(t, http.StatusSeeOther, rec.Code)
 	require.Equal(t, "/ui/", rec.Header().Get("Location"), "the token leaves the address bar")
 	cookies := rec.Result().Cookies()
@@ -456,7 +457,7 @@ func TestAuth(t *testing.T) {
 	require.Equal(t, http.StatusOK, serve(r).Code)
 
 	r = get("/ui/app.js")
-	r.Header.Set("Authorization", "Bearer s3cret")
+	r.Header.Set("Authorization", "Bearer "+testToken)
 	require.Equal(t, http.StatusOK, serve(r).Code)
 	r = get("/ui/app.js")
 	r.Header.Set("Authorization", "Bearer s3cre")
@@ -470,7 +471,7 @@ func TestAuth(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, serve(r).Code)
 
 	// The token is not taken from an API address (it would sit in logs).
-	require.Equal(t, http.StatusUnauthorized, serve(get("/ui/api/inbox?token=s3cret")).Code)
+	require.Equal(t, http.StatusUnauthorized, serve(get("/ui/api/inbox?token="+testToken)).Code)
 
 	_, err = New(&store.Store{}, nil, Config{BasicAuth: "nopassword"})
 	require.ErrorIs(t, err, ErrBasicAuth)
@@ -534,4 +535,65 @@ func TestForwardedVerbs(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, body)
 		require.Equal(t, tt.want, <-got)
 	}
+}
+
+// testToken is a token long enough for the console (MinTokenLen).
+const testToken = "s3cret-s3cret-s3cret-s3cret-s3cret"
+
+// TestTokenTooShort: a token a guesser could find is refused at start.
+func TestTokenTooShort(t *testing.T) {
+	t.Parallel()
+	_, err := New(&store.Store{}, nil, Config{Token: strings.Repeat("x", MinTokenLen-1)})
+	require.ErrorIs(t, err, ErrTokenTooShort)
+	_, err = New(&store.Store{}, nil, Config{Token: strings.Repeat("x", MinTokenLen)})
+	require.NoError(t, err)
+}
+
+// TestAuthRateLimited plays a guesser: wrong tokens, cookies and passwords
+// from one address are answered 429 with Retry-After once its allowance is
+// spent, even the right token then; another address is not held up, and
+// the allowance comes back with time.
+func TestAuthRateLimited(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	c, err := New(&store.Store{}, nil, Config{Token: testToken, BasicAuth: "ops:pa55", Now: clock})
+	require.NoError(t, err)
+	h := c.Handler()
+	serve := func(addr string, set func(r *http.Request)) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, "/ui/app.js", nil)
+		r.RemoteAddr = addr
+		set(r)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		return rec
+	}
+	bearer := func(tok string) func(r *http.Request) {
+		return func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+tok) }
+	}
+	guesses := []func(r *http.Request){
+		bearer("guess"),
+		func(r *http.Request) { r.SetBasicAuth("ops", "guess") },
+		func(r *http.Request) { r.AddCookie(&http.Cookie{Name: cookieName, Value: "guess"}) },
+	}
+	// A first visit without credentials costs nothing.
+	for range 3 * failureBurst {
+		require.Equal(t, http.StatusUnauthorized, serve("198.51.100.7:1", func(*http.Request) {}).Code)
+	}
+	for i := range failureBurst {
+		require.Equal(t, http.StatusUnauthorized, serve("198.51.100.7:1", guesses[i%len(guesses)]).Code, "guess %d", i)
+	}
+	rec := serve("198.51.100.7:2", bearer("guess"))
+	require.Equal(t, http.StatusTooManyRequests, rec.Code)
+	require.Equal(t, "1", rec.Header().Get("Retry-After"))
+	require.Equal(t, http.StatusTooManyRequests, serve("198.51.100.7:3", bearer(testToken)).Code, "no guess is looked at while blocked")
+	require.Equal(t, http.StatusOK, serve("203.0.113.9:1", bearer(testToken)).Code, "another address is not held up")
+
+	mu.Lock()
+	now = now.Add(failureEvery)
+	mu.Unlock()
+	require.Equal(t, http.StatusOK, serve("198.51.100.7:1", bearer(testToken)).Code)
+	require.Equal(t, http.StatusUnauthorized, serve("198.51.100.7:1", bearer("guess")).Code)
+	require.Equal(t, http.StatusTooManyRequests, serve("198.51.100.7:1", bearer("guess")).Code)
 }

@@ -74,8 +74,9 @@ var coordinatorHaltCodes = []capsule.HaltCode{capsule.CodeOperatorRejected, caps
 
 // noExampleHaltCodes have no example file: capsule_too_large needs bytes
 // over the intake's size limit, which a repository file should not carry
-// (the intake tests send them).
-var noExampleHaltCodes = []capsule.HaltCode{capsule.CodeCapsuleTooLarge}
+// (the intake tests send them); state_corrupt needs a write into sagad's
+// buckets that sagad did not make (pipeline's corrupt tests make them).
+var noExampleHaltCodes = []capsule.HaltCode{capsule.CodeCapsuleTooLarge, capsule.CodeStateCorrupt}
 
 // Names the coordinator examples rely on.
 const (

@@ -1,6 +1,7 @@
 package locks
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/internal/cas"
+	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/internal/jspub"
 )
 
@@ -79,6 +81,9 @@ type Config struct {
 	// Writes bounds and observes every write to the bucket. Nil bounds
 	// each by jspub.DefaultTimeout.
 	Writes *jspub.Writes
+	// Corrupt reports the lock values sagad did not write, which are taken
+	// over as free locks. Nil reports nothing.
+	Corrupt *corrupt.Reporter
 }
 
 func (c Config) withDefaults() Config {
@@ -440,6 +445,12 @@ func (m *Manager) mutate(ctx context.Context, path string, decide func(cur *leas
 			switch {
 			case next == nil:
 				err = m.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+			case cur == nil && rev != 0:
+				// A value sagad did not write (see get) is replaced.
+				var b []byte
+				if b, err = json.Marshal(next); err == nil {
+					newRev, err = m.kv.Update(ctx, key, b, rev)
+				}
 			case cur == nil:
 				var b []byte
 				if b, err = json.Marshal(next); err == nil {
@@ -466,7 +477,13 @@ func (m *Manager) mutate(ctx context.Context, path string, decide func(cur *leas
 	})
 }
 
-// get reads path's lock and its revision; a free lock is (nil, 0, nil).
+// get reads path's lock and its revision; a free lock is (nil, 0, nil). A
+// value sagad did not write there (not a lease, or the lease of another
+// path: a JetStream publish acknowledgement sent onto the key by a client
+// that named it as its reply subject is one) holds nothing: it is reported
+// once and read as a free lock at its revision (nil, rev, nil), which the
+// next acquisition replaces. Taking it for held would let whoever wrote it
+// stall every capsule that needs the path; failing would retry forever.
 func (m *Manager) get(ctx context.Context, path string) (*lease, uint64, error) {
 	rctx, cancel := jspub.ReadCtx(ctx, m.cfg.Writes)
 	e, err := m.kv.Get(rctx, Key(path))
@@ -477,14 +494,12 @@ func (m *Manager) get(ctx context.Context, path string) (*lease, uint64, error) 
 	if err != nil {
 		return nil, 0, err
 	}
-	var l lease
-	if err := json.Unmarshal(e.Value(), &l); err != nil {
-		return nil, 0, fmt.Errorf("decode lock at revision %d: %w", e.Revision(), err)
+	l, err := decodeLease(path, e.Value())
+	if err != nil {
+		m.cfg.Corrupt.Report(corrupt.New(m.cfg.Bucket, e.Key(), e.Revision(), err), "the lock is taken for free and replaced by the next acquisition")
+		return nil, e.Revision(), nil
 	}
-	if l.Path != path {
-		return nil, 0, fmt.Errorf("key %s holds the lock of %q", e.Key(), l.Path)
-	}
-	return &l, e.Revision(), nil
+	return l, e.Revision(), nil
 }
 
 func checkArgs(path, holder string) error {
@@ -509,4 +524,25 @@ const releasedTTL = time.Second
 // lease, so a live lock is never dropped.
 func bucketTTL(lease time.Duration) time.Duration {
 	return max(10*lease, 10*time.Minute)
+}
+
+// decodeLease is the one decoder of a lock value: the lease of path, as
+// sagad writes it (every member known, a holder and an owner).
+func decodeLease(path string, b []byte) (*lease, error) {
+	var l lease
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&l); err != nil {
+		return nil, fmt.Errorf("not a lease: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("not a lease: more than one JSON value")
+	}
+	if l.Path != path {
+		return nil, fmt.Errorf("the lease of %q, not of %q", l.Path, path)
+	}
+	if l.Holder == "" || l.Owner == "" || l.ExpiresAt.IsZero() {
+		return nil, errors.New("a lease without holder, owner or expiry")
+	}
+	return &l, nil
 }

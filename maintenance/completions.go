@@ -101,6 +101,11 @@ func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Del
 		}
 		return runner.NakAfter(in.cfg.RetryDelay, err)
 	}
+	if in.st.Checkpoints.Corrupt.Report(err, "the completion is terminated") {
+		// The checkpoint is no value sagad wrote: it reads the same on
+		// every redelivery, and awaits no completion.
+		return runner.Term(metrics.TermStateCorrupt, fmt.Errorf("completion: %w", err))
+	}
 	if err != nil {
 		return runner.NakAfter(in.cfg.RetryDelay, err)
 	}
@@ -156,6 +161,8 @@ func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Del
 		ev := machine.RecordResult{Cycle: cycle, Result: *result, TokenHash: executors.CompletionTokenHash(comp.CompletionToken)}
 		if _, err := act.Apply(ctx, key, ev); errors.Is(err, machine.ErrUnauthenticated) {
 			return runner.Term(metrics.TermCompletionUnauthenticated, unauthenticated(key, cycle))
+		} else if in.st.Checkpoints.Corrupt.Report(err, "the completion is terminated") {
+			return runner.Term(metrics.TermStateCorrupt, fmt.Errorf("completion: %w", err))
 		} else if err != nil {
 			return runner.NakAfter(in.cfg.RetryDelay, err)
 		}

@@ -174,6 +174,15 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 			return
 		}
 		cp, _, err := r.st.Checkpoints.GetLatest(ctx, key, nil)
+		if r.st.Checkpoints.Corrupt.Report(err, "not rescued: a message about the capsule halts it") {
+			// A value sagad did not write reads the same next time: looking
+			// again every pass would only crowd out the capsules that can
+			// be rescued (MaxChecks).
+			r.mu.Lock()
+			delete(r.last, key)
+			r.mu.Unlock()
+			continue
+		}
 		if err != nil {
 			continue // gone, or try again next time
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/store"
 )
@@ -62,25 +63,22 @@ func (w *Sweeper) wave(ctx context.Context, id string, list []*capsule.Checkpoin
 	// Closing is final, so a replica that shows the wave closed is right;
 	// one behind on room only delays a resume to the next sweep.
 	wv, _, err := w.st.Budgets.Wave(ctx, id)
+	if err == nil && w.releaseEnded(ctx, id, wv) {
+		wv, _, err = w.st.Budgets.Wave(ctx, id)
+	}
+	if e, ok := corrupt.As(err); ok {
+		// A wave record sagad did not write says nothing of the wave's
+		// room: its capsules would wait forever.
+		w.st.Checkpoints.Corrupt.Report(err, "the capsules waiting for the wave halt state_corrupt")
+		w.haltWaiting(ctx, id, list, capsule.StateCorrupt(e.Bucket))
+		return
+	}
 	if err != nil {
 		w.log.Warn("sweep: read a wave", "wave", id, "error", err)
 		return
 	}
-	if w.releaseEnded(ctx, id, wv) {
-		if wv, _, err = w.st.Budgets.Wave(ctx, id); err != nil {
-			w.log.Warn("sweep: read a wave", "wave", id, "error", err)
-			return
-		}
-	}
 	if wv.Closed {
-		for _, cp := range list {
-			since := cp.State.Pause.At
-			if _, err := w.admin.End(ctx, cp.Key, machine.End{
-				State: capsule.Halted, Detail: capsule.WaveClosed(id).String(), IfWaitingSince: &since,
-			}); err != nil && !errors.Is(err, admin.ErrRefused) {
-				w.log.Warn("sweep: halt a capsule waiting for a closed wave", "key", cp.Key, "wave", id, "error", err)
-			}
-		}
+		w.haltWaiting(ctx, id, list, capsule.WaveClosed(id))
 		return
 	}
 	sort.Slice(list, func(i, j int) bool {
@@ -164,4 +162,17 @@ func (w *Sweeper) releaseEnded(ctx context.Context, id string, wv budget.Wave) b
 		}
 	}
 	return released
+}
+
+// haltWaiting halts the capsules of list, waiting for wave id's capacity,
+// for reason; one that moved meanwhile is left alone.
+func (w *Sweeper) haltWaiting(ctx context.Context, id string, list []*capsule.Checkpoint, reason capsule.HaltReason) {
+	for _, cp := range list {
+		since := cp.State.Pause.At
+		if _, err := w.admin.End(ctx, cp.Key, machine.End{
+			State: capsule.Halted, Detail: reason.String(), IfWaitingSince: &since,
+		}); err != nil && !errors.Is(err, admin.ErrRefused) {
+			w.log.Warn("sweep: halt a capsule waiting for its wave", "key", cp.Key, "wave", id, "reason", reason.String(), "error", err)
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/rules"
 )
 
@@ -98,12 +99,15 @@ const (
 	// TermCompletionNotAwaited: a completion for a cycle its capsule does
 	// not await (already recorded, or the capsule moved on or ended).
 	TermCompletionNotAwaited = "completion_not_awaited"
+	// TermStateCorrupt: the message is about a capsule whose state in
+	// sagad's buckets sagad did not write (see package internal/corrupt).
+	TermStateCorrupt = "state_corrupt"
 )
 
 // TermReasons is the closed set of reason label values of terminations.
 var TermReasons = []string{
 	TermNoKey, TermInvalidKey, TermBadHeader, TermUndecodable, TermUnknownCapsule, TermBadSubject, TermReviewCompletion,
-	TermCompletionMalformed, TermCompletionUnauthenticated, TermCompletionNotAwaited,
+	TermCompletionMalformed, TermCompletionUnauthenticated, TermCompletionNotAwaited, TermStateCorrupt,
 }
 
 // Kinds of failed JetStream writes ([Metrics.WriteFailed]); package health
@@ -198,6 +202,7 @@ type Metrics struct {
 	resumes        *prometheus.CounterVec
 	adminActions   *prometheus.CounterVec
 	terminated     *prometheus.CounterVec
+	corrupt        *prometheus.CounterVec
 	rescued        *prometheus.CounterVec
 	writeErrors    *prometheus.CounterVec
 	writesFailing  prometheus.Gauge
@@ -299,6 +304,10 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 			Name: "sagad_messages_terminated_total",
 			Help: "Messages sagad terminated because they can never succeed (poison), by cause.",
 		}, []string{"cause"}),
+		corrupt: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sagad_corrupt_values_total",
+			Help: "Values in sagad's buckets that sagad did not write (undecodable, or not what sagad writes under their key), each counted once, by bucket.",
+		}, []string{"bucket"}),
 		rescued: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "sagad_capsules_rescued_total",
 			Help: "Capsules in progress whose step had no message and was sent again (the rescuer), by phase.",
@@ -356,6 +365,9 @@ func (m *Metrics) init() {
 	}
 	for _, r := range TermReasons {
 		m.terminated.WithLabelValues(r)
+	}
+	for _, b := range corrupt.Buckets {
+		m.corrupt.WithLabelValues(b)
 	}
 	for p := capsule.Phase(0); p < capsule.NumPhases; p++ {
 		m.rescued.WithLabelValues(PhaseLabel(p))
@@ -529,6 +541,15 @@ func (m *Metrics) Terminated(reason string) {
 		return
 	}
 	m.terminated.WithLabelValues(oneOf(reason, TermReasons)).Inc()
+}
+
+// Corrupt counts a value of bucket (one of [corrupt.Buckets]) that sagad
+// did not write; [corrupt.Reporter] calls it once per value.
+func (m *Metrics) Corrupt(bucket string) {
+	if m == nil {
+		return
+	}
+	m.corrupt.WithLabelValues(oneOf(bucket, corrupt.Buckets)).Inc()
 }
 
 // Rescued counts a capsule whose step the rescuer sent again.

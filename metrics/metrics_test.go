@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/rules"
 )
 
@@ -339,6 +340,7 @@ func TestLabelsStayBounded(t *testing.T) {
 	m.AdminAction(id)
 	m.Terminated(id)
 	m.WriteFailed(id)
+	m.Corrupt(id)
 
 	ruleSet := []string{Other}
 	for _, r := range rules.Constitution {
@@ -359,6 +361,7 @@ func TestLabelsStayBounded(t *testing.T) {
 		"trigger":    append([]string{Other}, strs(Triggers)...),
 		"action":     append([]string{Other}, AdminActions...),
 		"cause":      append([]string{Other}, TermReasons...),
+		"bucket":     append([]string{Other}, corrupt.Buckets...),
 		"version":    {"v1.2.3"},
 		"go_version": {"go1.26.8"},
 	}

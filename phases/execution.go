@@ -11,6 +11,7 @@ import (
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/locks"
 	"github.com/sagad/sagad/machine"
 )
@@ -399,6 +400,11 @@ func persist(runCtx context.Context, env *Env, write func() error) error {
 		err := write()
 		if err == nil {
 			return nil
+		}
+		if errors.Is(err, corrupt.ErrCorrupt) {
+			// A value sagad did not write (a budget record) reads the same
+			// every time: the capsule halts state_corrupt instead.
+			return err
 		}
 		if env.Logger != nil {
 			env.Logger.Warn("a write of an agent's result failed: keeping the claim and trying again", "error", err)

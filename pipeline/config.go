@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,6 +33,10 @@ type Config struct {
 	InstanceID string
 	// Workspace is the root under which file: refs resolve. Defaults to ".".
 	Workspace string
+	// KVBuckets lists the KV buckets kv: refs may name; a ref to another
+	// bucket never resolves. Defaults to none. sagad's own buckets
+	// (SAGA_*) cannot be listed.
+	KVBuckets []string
 	// Replicas of every stream and bucket. Defaults to 1 (3 on a cluster).
 	Replicas int
 	// Storage of every stream and bucket. Defaults to file storage.
@@ -212,6 +217,9 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	var errs []error
+	if err := ValidateKVBuckets(c.KVBuckets); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Heartbeat >= c.AckWait {
 		errs = append(errs, fmt.Errorf("heartbeat %s must be shorter than ack wait %s", c.Heartbeat, c.AckWait))
 	}
@@ -235,4 +243,33 @@ func (c Config) validate() error {
 			rules.ErrInvalidConfig, c.Rules.MaxCapsuleBytes, c.MaxIntakeBytes))
 	}
 	return errors.Join(errs...)
+}
+
+// ValidateKVBuckets refuses a list of kv: ref buckets that names sagad's own
+// state (a SAGA_ bucket: a capsule could then probe other capsules'
+// checkpoints, locks and waves) or no valid bucket name.
+func ValidateKVBuckets(buckets []string) error {
+	var errs []error
+	for _, b := range buckets {
+		switch {
+		case strings.HasPrefix(strings.ToUpper(b), "SAGA_"):
+			errs = append(errs, fmt.Errorf("kv_buckets: %s is sagad's own bucket and cannot be named by kv: refs", b))
+		case !validBucket(b):
+			errs = append(errs, fmt.Errorf("kv_buckets: %q is no KV bucket name (letters, digits, - and _)", b))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// validBucket reports whether s is a KV bucket name.
+func validBucket(s string) bool {
+	if s == "" || len(s) > 255 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/cas"
+	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
@@ -51,6 +52,9 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 	// The body is not trusted either: the phase acts on the bytes RECEPTION
 	// accepted and kept, and the outcome carries them.
 	raw, c, same, err := p.st.Accepted(ctx, key, msg.Data())
+	if errors.Is(err, corrupt.ErrCorrupt) {
+		return p.corrupted(ctx, key, nil, nil, err)
+	}
 	if errors.Is(err, store.ErrNotACapsule) {
 		return runner.Term(metrics.TermUndecodable, err)
 	}
@@ -74,6 +78,9 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 	if stale {
 		// The cached checkpoint was behind: decide again on the real one.
 		d, _ = p.attempt(ctx, ph, msg, key, cycle, raw, c, false)
+	}
+	if errors.Is(d.Err, corrupt.ErrCorrupt) {
+		return p.corrupted(ctx, key, raw, c, d.Err)
 	}
 	return p.unknown(ctx, key, msg, d)
 }
@@ -183,8 +190,14 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 				// The cached checkpoint is the forgotten capsule's.
 				return runner.Ack(), true
 			}
-			// A replica behind may still hold the forgotten capsule's.
-			return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("the bytes kept for %s are not the capsule its checkpoint names (digest %s): try again", key, cp.Digest)), false
+			// A replica behind may still hold the forgotten capsule's; after
+			// forgottenAfter deliveries, none is that far behind: the bytes
+			// are not the ones sagad kept.
+			err := fmt.Errorf("the bytes kept for %s are not the capsule its checkpoint names (digest %s)", key, cp.Digest)
+			if md, merr := msg.Metadata(); merr == nil && md.NumDelivered >= forgottenAfter {
+				return runner.NakAfter(p.cfg.RetryDelay, corrupt.New(corrupt.Capsules, key, 0, err)), false
+			}
+			return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("%w: try again", err)), false
 		}
 		raw, c = r, rc
 	}
@@ -230,6 +243,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		}
 		d = p.runTraced(runCtx, ph, cycle, view, in)
 	}
+	d = p.corruptDecision(d)
 	if t.cacheMiss.Load() {
 		// The claim found the cached checkpoint stale before any agent
 		// was called: decide again on the real one.
@@ -248,7 +262,9 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	// A successful claim proved the cached checkpoint current at that point.
 	unverified := cached && !t.claimed.Load()
 	res, err := t.commit(ctx, ph, cycle, d, unverified)
-	for err != nil && !errors.Is(err, errStale) && t.claimed.Load() && runCtx.Err() == nil {
+	// A checkpoint sagad did not write in its place will not change by
+	// trying again: the capsule halts (see corrupted).
+	for err != nil && !errors.Is(err, errStale) && !errors.Is(err, corrupt.ErrCorrupt) && t.claimed.Load() && runCtx.Err() == nil {
 		// An agent's result waits to be recorded (the server restarts, the
 		// disk is full): the heartbeat keeps the claim and the message, and
 		// recording is tried again until it lands, the claim is lost to
@@ -324,6 +340,11 @@ func (p *Pipeline) heartbeat(ctx context.Context, msg jetstream.Msg, t *txn, cyc
 		_ = msg.InProgress()
 		if err := t.renew(ctx, cycle); errors.Is(err, errClaimLost) {
 			p.log.Warn("claim lost: stopping the phase", "key", t.key, "cycle", cycle)
+			lost()
+			return
+		} else if errors.Is(err, corrupt.ErrCorrupt) {
+			// The checkpoint was replaced by a value sagad did not
+			// write: no claim is left to keep (the capsule halts).
 			lost()
 			return
 		} else if err != nil {

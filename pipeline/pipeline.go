@@ -13,6 +13,7 @@ import (
 	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/internal/tracing"
 	"github.com/sagad/sagad/maintenance"
@@ -27,11 +28,13 @@ import (
 // pipelines (processes) may share one NATS system: they share the durable
 // consumers and coordinate through checkpoint compare-and-set.
 type Pipeline struct {
-	cfg     Config
-	js      jetstream.JetStream
-	log     *slog.Logger
-	st      *store.Store
-	admin   *admin.Admin
+	cfg   Config
+	js    jetstream.JetStream
+	log   *slog.Logger
+	st    *store.Store
+	admin *admin.Admin
+	// corrupt reports the values of sagad's buckets sagad did not write.
+	corrupt *corrupt.Reporter
 	metrics *metrics.Metrics
 	env     *phases.Env
 	phases  [capsule.NumPhases]phases.Phase
@@ -56,11 +59,12 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("pipeline: config: %w", err)
 	}
+	rep := corrupt.NewReporter(cfg.Logger, cfg.Metrics.Corrupt)
 	st, err := store.Ensure(ctx, js, store.Topology{
 		Replicas: cfg.Replicas, Storage: cfg.Storage, AckWait: cfg.AckWait, DuplicateWindow: cfg.DuplicateWindow,
-		Retention: cfg.Retention, LockLease: cfg.LockLease, Workspace: cfg.Workspace, Now: cfg.Now,
+		Retention: cfg.Retention, LockLease: cfg.LockLease, Workspace: cfg.Workspace, KVBuckets: cfg.KVBuckets, Now: cfg.Now,
 		Writes:  &jspub.Writes{Timeout: cfg.WriteTimeout, Observe: cfg.Health.ObserveWrite},
-		Migrate: cfg.Migrate, Logger: cfg.Logger,
+		Corrupt: rep, Migrate: cfg.Migrate, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
@@ -72,6 +76,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		st:      st,
 		metrics: cfg.Metrics,
 		tracer:  tracing.New(cfg.TracerProvider),
+		corrupt: rep,
 	}
 	// Agent calls become spans under their phase's, and carry its
 	// traceparent to the workers.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/internal/tracing"
 	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/phases"
@@ -31,12 +32,14 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	raw := msg.Data()
 	fallbackKey := "x-" + strconv.FormatUint(meta.Sequence.Stream, 10)
 	r := phases.Receive(ctx, p.env, raw, func(id string) string { return id })
+	r.Decision = p.corruptDecision(r.Decision)
 	if r.Decision.Action == phases.Retry {
 		return runner.NakAfter(p.cfg.RetryDelay+r.Decision.Delay, r.Decision.Err)
 	}
 
 	key := fallbackKey
 	staleEnd := false // the kept bytes are an ended, forgotten run's
+	keptNow := false  // this delivery kept the bytes: no earlier run had them
 	// Only a capsule RECEPTION lets through owns its id: one it halts (a bad
 	// digest, a deadline in the past, …) is kept under its intake sequence,
 	// so the corrected capsule can still run under the id.
@@ -52,6 +55,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 		// taken id are a different capsule, kept under its own key so that
 		// AUTOMATED_GATES can refuse it (Rule 2) without touching the first.
 		err := p.st.KeepBytes(ctx, key, raw)
+		keptNow = err == nil
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			same, ended, err := p.st.KeptBytes(ctx, key, r.Digest)
 			if err != nil {
@@ -68,9 +72,11 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	if key == fallbackKey {
 		// Create, not Put: a redelivered intake message must not erase what
 		// its first delivery recorded on the bytes (the outcome mark).
-		if err := p.st.KeepBytes(ctx, key, raw); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		err := p.st.KeepBytes(ctx, key, raw)
+		if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err))
 		}
+		keptNow = err == nil
 	}
 
 	now := p.cfg.Now().UTC()
@@ -89,6 +95,12 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	}
 	cp, tr := res.Checkpoint, *res.Transition
 	rev, err := p.st.Checkpoints.Create(ctx, cp)
+	if errors.Is(err, store.ErrConflict) {
+		rev, err = p.receivedOverCorrupt(ctx, key, cp, raw, r.Capsule, keptNow)
+	}
+	if errors.Is(err, errCorruptHalted) {
+		return runner.Ack() // halted state_corrupt, its end emitted
+	}
 	if errors.Is(err, store.ErrConflict) {
 		existing, _, err := p.st.Checkpoints.Get(ctx, key)
 		if err != nil {
@@ -183,4 +195,34 @@ func traceID(c *capsule.Capsule, msg jetstream.Msg) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// errCorruptHalted: RECEPTION found a checkpoint sagad did not write under
+// a key whose bytes an earlier delivery kept, and halted the capsule.
+var errCorruptHalted = errors.New("reception: the checkpoint under the key is corrupt: halted")
+
+// receivedOverCorrupt decides, after cp's create found key taken, whether
+// what holds it is a checkpoint sagad did not write (JetStream's answer to
+// a publish, sent onto a future key by a client naming it as its reply
+// subject, is one). If not, it returns store.ErrConflict: the key is
+// another delivery's. If it is, the value is reported once and replaced:
+// by cp when this delivery kept the capsule's bytes (no run of it can have
+// begun, so the capsule runs as if the key had been free), else by a
+// checkpoint halted state_corrupt (errCorruptHalted): an earlier run's
+// state is lost, and running again could repeat its work.
+func (p *Pipeline) receivedOverCorrupt(ctx context.Context, key string, cp *capsule.Checkpoint, raw []byte, c *capsule.Capsule, keptNow bool) (uint64, error) {
+	_, _, err := p.st.Checkpoints.GetLatest(ctx, key, nil)
+	e, ok := corrupt.As(err)
+	if !ok {
+		return 0, store.ErrConflict
+	}
+	if !keptNow {
+		p.corrupt.Report(err, "the capsule halts state_corrupt")
+		if _, err := p.replaceCorrupt(ctx, key, raw, c, e.Revision, capsule.StateCorrupt(e.Bucket)); err != nil {
+			return 0, err
+		}
+		return 0, errCorruptHalted
+	}
+	p.corrupt.Report(err, "replaced by the capsule received under its key")
+	return p.st.Checkpoints.Update(ctx, cp, e.Revision)
 }

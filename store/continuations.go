@@ -10,6 +10,7 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/cas"
+	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/internal/jspub"
 )
 
@@ -76,7 +77,10 @@ func (s *Continuations) Get(ctx context.Context, key string) (capsule.Continuati
 	if err != nil {
 		return c, err
 	}
-	return c, json.Unmarshal(e.Value(), &c)
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		return c, corrupt.New(corrupt.Continuations, key, e.Revision(), err)
+	}
+	return c, nil
 }
 
 // Keys lists the keys of paused capsules.

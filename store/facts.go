@@ -76,6 +76,11 @@ func (f *facts) DependencyState(ctx context.Context, id string) (state capsule.S
 	if errors.Is(err, ErrNotFound) {
 		return "", false, nil
 	}
+	if f.checkpoints.Corrupt.Report(err, "its dependents halt dependency_failed") {
+		// Its state is lost, and it halts state_corrupt when next touched:
+		// waiting for it would be waiting forever.
+		return capsule.Halted, true, nil
+	}
 	if err != nil {
 		return "", false, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/locks"
 	"github.com/sagad/sagad/rules"
@@ -38,6 +40,9 @@ type Topology struct {
 	LockLease time.Duration
 	// Workspace is the root under which file: refs resolve. Defaults to ".".
 	Workspace string
+	// KVBuckets lists the KV buckets kv: refs may name (see [Resolver]).
+	// Defaults to none: no kv: ref resolves.
+	KVBuckets []string
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 	// Writes bounds and observes every write to these streams and buckets.
@@ -51,6 +56,10 @@ type Topology struct {
 	// Logger receives one line per change Ensure makes to what exists.
 	// Defaults to discarding.
 	Logger *slog.Logger
+	// Corrupt reports the values of sagad's buckets that sagad did not
+	// write, met where no error can carry them (a list, a lock taken over).
+	// Nil reports nothing.
+	Corrupt *corrupt.Reporter
 }
 
 func (t Topology) withDefaults() Topology {
@@ -97,6 +106,7 @@ type Store struct {
 	artifacts      jetstream.ObjectStore
 	retention      time.Duration
 	workspace      string
+	kvBuckets      map[string]bool
 	// waveHook is called when a wave may have room for a waiting capsule
 	// (see OnWaveChange).
 	waveHook atomic.Pointer[func()]
@@ -125,16 +135,21 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Topology) (*Store, 
 	if err != nil {
 		return nil, err
 	}
-	lm, err := locks.New(ctx, js, locks.Config{Lease: cfg.LockLease, Replicas: cfg.Replicas, Storage: cfg.Storage, Now: cfg.Now, Writes: cfg.Writes})
+	lm, err := locks.New(ctx, js, locks.Config{Lease: cfg.LockLease, Replicas: cfg.Replicas, Storage: cfg.Storage, Now: cfg.Now, Writes: cfg.Writes, Corrupt: cfg.Corrupt})
 	if err != nil {
 		return nil, err
 	}
-	bt, err := budget.New(ctx, js, budget.Config{Replicas: cfg.Replicas, Storage: cfg.Storage, Writes: cfg.Writes})
+	bt, err := budget.New(ctx, js, budget.Config{Replicas: cfg.Replicas, Storage: cfg.Storage, Writes: cfg.Writes, Corrupt: cfg.Corrupt})
 	if err != nil {
 		return nil, err
 	}
 	s := newStore(js, st, lm, bt, cfg.Retention, cfg.Workspace)
+	s.kvBuckets = make(map[string]bool, len(cfg.KVBuckets))
+	for _, b := range cfg.KVBuckets {
+		s.kvBuckets[b] = true
+	}
 	s.setWrites(cfg.Writes)
+	s.Checkpoints.Corrupt = cfg.Corrupt
 	return s, nil
 }
 
@@ -238,7 +253,7 @@ func (s *Store) Retention() time.Duration { return s.retention }
 // Resolver tells whether context refs and targets exist (REALITY_ANCHOR),
 // under workspace for file: refs.
 func (s *Store) Resolver() *Resolver {
-	return &Resolver{checkpoints: s.Checkpoints, workspace: s.workspace, js: s.js, artifacts: s.artifacts}
+	return &Resolver{checkpoints: s.Checkpoints, workspace: s.workspace, js: s.js, artifacts: s.artifacts, allowed: s.kvBuckets}
 }
 
 // ResolveFinal turns artifact:<capsule_id>/final into the ref of that
@@ -340,7 +355,12 @@ func (s *Store) Kept(ctx context.Context, key string) (raw []byte, c *capsule.Ca
 	}
 	raw = e.Value()
 	if c, err = DecodeCapsule(raw); err != nil {
-		return nil, nil, fmt.Errorf("%w: kept bytes of %s: %w", ErrNotACapsule, key, err)
+		if strings.HasPrefix(key, "x-") {
+			// Bad input RECEPTION kept verbatim, as sagad does.
+			return nil, nil, fmt.Errorf("%w: kept bytes of %s: %w", ErrNotACapsule, key, err)
+		}
+		// Under a capsule's own key, RECEPTION keeps only a capsule.
+		return nil, nil, fmt.Errorf("%w: %w", ErrNotACapsule, corrupt.New(corrupt.Capsules, key, e.Revision(), err))
 	}
 	s.Cache.Seed(key, raw, c)
 	return raw, c, nil

@@ -19,7 +19,11 @@ import (
 //
 //	file:<relative path>   a file or directory under the workspace root; never
 //	                       outside it (no "..", no absolute paths, no symlink escape)
-//	kv:<bucket>/<key>      a key in a JetStream KV bucket
+//	kv:<bucket>/<key>      a key in a JetStream KV bucket the configuration
+//	                       lists (Topology.KVBuckets); a ref to any other
+//	                       bucket does not resolve, and is not looked up: a
+//	                       capsule must not learn which keys exist in
+//	                       buckets it was not given (sagad's own included)
 //	artifact:<name>        an object in the SAGA_ARTIFACTS object store
 //	artifact:<id>/final    the final artifact of capsule <id> (the one its
 //	                       reviewer approved last, once it completed)
@@ -28,6 +32,8 @@ type Resolver struct {
 	workspace   string
 	js          jetstream.JetStream
 	artifacts   jetstream.ObjectStore
+	// allowed lists the buckets kv: refs may name.
+	allowed map[string]bool
 
 	mu      sync.Mutex
 	buckets map[string]jetstream.KeyValue // bound once: binding is a round trip
@@ -66,7 +72,7 @@ func (r *Resolver) Exists(ctx context.Context, ref string) (bool, error) {
 		return r.fileExists(rest), nil
 	case "kv":
 		bucket, key, ok := strings.Cut(rest, "/")
-		if !ok || bucket == "" || key == "" {
+		if !ok || bucket == "" || key == "" || !r.allowed[bucket] {
 			return false, nil
 		}
 		kv, err := r.bucket(ctx, bucket)

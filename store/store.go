@@ -16,6 +16,7 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/cas"
+	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/internal/jspub"
 )
 
@@ -34,6 +35,33 @@ type Checkpoints struct {
 	kv  jetstream.KeyValue
 	// w bounds and observes every write (see internal/jspub.Writes).
 	w *jspub.Writes
+	// Corrupt reports checkpoints sagad did not write. Nil reports nothing.
+	Corrupt *corrupt.Reporter
+}
+
+// DecodeCheckpoint is the one decoder of a SAGA_CHECKPOINTS value: the
+// checkpoint stored under key at revision rev. Bytes that are no
+// checkpoint sagad wrote under key — not JSON, or JSON that is not one
+// (JetStream's answer to a publish, sent onto the key by a client that
+// named it as its reply subject, decodes into an empty checkpoint) — are a
+// [corrupt.Error]: reading them again will not change them.
+func DecodeCheckpoint(key string, rev uint64, b []byte) (*capsule.Checkpoint, error) {
+	cp := new(capsule.Checkpoint)
+	var err error
+	switch {
+	case json.Unmarshal(b, cp) != nil:
+		err = errors.New("not a JSON checkpoint")
+	case cp.SchemaVersion == "":
+		// (capsule_id may be empty: bad input kept under its intake
+		// sequence claims none.)
+		err = errors.New("no schema_version: not a checkpoint")
+	case cp.Key != key:
+		err = fmt.Errorf("the checkpoint of key %q", cp.Key)
+	}
+	if err != nil {
+		return nil, corrupt.New(corrupt.Checkpoints, key, rev, err)
+	}
+	return cp, nil
 }
 
 // ReaderOf returns read-only access to the checkpoints in kv (the
@@ -74,9 +102,9 @@ func (s *Checkpoints) GetCached(ctx context.Context, key string, c *Cache) (*cap
 			return cp, rev, nil
 		}
 	}
-	cp := new(capsule.Checkpoint)
-	if err := json.Unmarshal(e.Value(), cp); err != nil {
-		return nil, 0, fmt.Errorf("decode checkpoint %s: %w", key, err)
+	cp, err := DecodeCheckpoint(key, e.Revision(), e.Value())
+	if err != nil {
+		return nil, 0, err
 	}
 	return cp, e.Revision(), nil
 }
@@ -140,9 +168,9 @@ func (s *Checkpoints) GetLatest(ctx context.Context, key string, c *Cache) (*cap
 			return cp, rev, nil
 		}
 	}
-	cp := new(capsule.Checkpoint)
-	if err := json.Unmarshal(resp.Message.Data, cp); err != nil {
-		return nil, 0, fmt.Errorf("decode checkpoint %s: %w", key, err)
+	cp, err := DecodeCheckpoint(key, rev, resp.Message.Data)
+	if err != nil {
+		return nil, 0, err
 	}
 	return cp, rev, nil
 }
@@ -264,9 +292,11 @@ func (s *Checkpoints) List(ctx context.Context) ([]*capsule.Checkpoint, error) {
 			if e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			cp := new(capsule.Checkpoint)
-			if err := json.Unmarshal(e.Value(), cp); err != nil {
-				return nil, fmt.Errorf("decode checkpoint %s: %w", e.Key(), err)
+			cp, err := DecodeCheckpoint(e.Key(), e.Revision(), e.Value())
+			if err != nil {
+				// One value sagad did not write must not hide the others.
+				s.Corrupt.Report(err, "left out of the list")
+				continue
 			}
 			out = append(out, cp)
 		}

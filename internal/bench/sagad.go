@@ -53,6 +53,7 @@ func newSagad(ctx context.Context, js jetstream.JetStream, cfg Config, workspace
 	s.pipe, err = pipeline.New(ctx, js, pipeline.Config{
 		Logger:          slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Workspace:       workspace,
+		KVBuckets:       []string{TargetsBucket},
 		Workers:         cfg.Workers,
 		Replicas:        cfg.replicas(),
 		Metrics:         metrics.New(s.reg, metrics.BuildInfo{}),

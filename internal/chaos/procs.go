@@ -228,6 +228,7 @@ type sagadProc struct {
 func newSagad(dir string, bins Binaries, i int, url, workspace, calls string, replicas int, delay time.Duration) (*sagadProc, error) {
 	cfg := map[string]any{
 		"workspace":   workspace,
+		"kv_buckets":  []string{targetBucket},
 		"http_listen": "off",
 		"log_level":   "warn",
 		"replicas":    replicas,

@@ -15,11 +15,13 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/sagad/sagad/console"
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/internal/tracing"
 	"github.com/sagad/sagad/phases"
+	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/rules"
 )
 
@@ -49,6 +51,9 @@ type Config struct {
 	DataDir string `json:"data_dir"`
 	// Workspace is the root of file: refs. Defaults to the current directory.
 	Workspace string `json:"workspace"`
+	// KVBuckets lists the KV buckets kv: refs may name (config file only);
+	// a ref to any other bucket never resolves. Defaults to none.
+	KVBuckets []string `json:"kv_buckets"`
 	// HTTPListen serves /healthz, /readyz and /metrics; "" disables it.
 	// Defaults to [DefaultHTTPListen].
 	HTTPListen string `json:"http_listen"`
@@ -250,7 +255,7 @@ const (
 )
 
 func (c *Config) validate() error {
-	errs := []error{c.checkConsole()}
+	errs := []error{c.checkConsole(), pipeline.ValidateKVBuckets(c.KVBuckets)}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log format %q: want text or json", c.LogFormat))
 	}
@@ -601,6 +606,9 @@ func (c *Config) checkConsole() error {
 		if u, p, ok := strings.Cut(c.UIBasicAuth, ":"); !ok || u == "" || p == "" {
 			return fmt.Errorf("ui-basic-auth: want user:password with a non-empty user and password")
 		}
+	}
+	if c.UIToken != "" && len(c.UIToken) < console.MinTokenLen {
+		return fmt.Errorf("ui-token: %d bytes is short enough to guess; use at least %d (e.g. the output of openssl rand -hex 32)", len(c.UIToken), console.MinTokenLen)
 	}
 	if !loopback(c.HTTPListen) && c.UIToken == "" && c.UIBasicAuth == "" {
 		return fmt.Errorf("%w: http-listen %s: set --ui-token (SAGA_UI_TOKEN) or --ui-basic-auth user:password (SAGA_UI_BASIC_AUTH), or turn the console off with --no-ui", ErrConsoleAuth, c.HTTPListen)

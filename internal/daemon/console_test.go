@@ -4,10 +4,13 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/console"
 )
 
 func TestConsoleConfig(t *testing.T) {
@@ -25,18 +28,19 @@ func TestConsoleConfig(t *testing.T) {
 		{name: "off by env", env: map[string]string{"SAGAD_NO_UI": "true"}, want: func(c *Config) { c.NoUI = true }},
 		{name: "off by file", file: `{"no_ui": true}`, want: func(c *Config) { c.NoUI = true }},
 		{name: "bad env bool", env: map[string]string{"SAGAD_NO_UI": "maybe"}, wantErr: "SAGAD_NO_UI"},
-		{name: "token by flag", args: []string{"--ui-token", "t1"}, want: func(c *Config) { c.UIToken = "t1" }},
-		{name: "token by shared env", env: map[string]string{"SAGA_UI_TOKEN": "t2"}, want: func(c *Config) { c.UIToken = "t2" }},
-		{name: "sagad's env wins", env: map[string]string{"SAGA_UI_TOKEN": "t2", "SAGAD_UI_TOKEN": "t3"}, want: func(c *Config) { c.UIToken = "t3" }},
-		{name: "flag over env", args: []string{"--ui-token", "t1"}, env: map[string]string{"SAGA_UI_TOKEN": "t2"}, want: func(c *Config) { c.UIToken = "t1" }},
-		{name: "token by file", file: `{"ui_token": "t4", "ui_basic_auth": "a:b"}`, want: func(c *Config) { c.UIToken, c.UIBasicAuth = "t4", "a:b" }},
+		{name: "token by flag", args: []string{"--ui-token", tok("t1")}, want: func(c *Config) { c.UIToken = tok("t1") }},
+		{name: "token by shared env", env: map[string]string{"SAGA_UI_TOKEN": tok("t2")}, want: func(c *Config) { c.UIToken = tok("t2") }},
+		{name: "sagad's env wins", env: map[string]string{"SAGA_UI_TOKEN": tok("t2"), "SAGAD_UI_TOKEN": tok("t3")}, want: func(c *Config) { c.UIToken = tok("t3") }},
+		{name: "flag over env", args: []string{"--ui-token", tok("t1")}, env: map[string]string{"SAGA_UI_TOKEN": tok("t2")}, want: func(c *Config) { c.UIToken = tok("t1") }},
+		{name: "token by file", file: `{"ui_token": "` + tok("t4") + `", "ui_basic_auth": "a:b"}`, want: func(c *Config) { c.UIToken, c.UIBasicAuth = tok("t4"), "a:b" }},
 		{name: "basic by flag", args: []string{"--ui-basic-auth", "ops:pw"}, want: func(c *Config) { c.UIBasicAuth = "ops:pw" }},
 		{name: "basic by env", env: map[string]string{"SAGA_UI_BASIC_AUTH": "ops:pw"}, want: func(c *Config) { c.UIBasicAuth = "ops:pw" }},
 		{name: "basic without password", args: []string{"--ui-basic-auth", "ops"}, wantErr: "ui-basic-auth: want user:password"},
 		{name: "basic without user", args: []string{"--ui-basic-auth", ":pw"}, wantErr: "ui-basic-auth: want user:password"},
+		{name: "short token", args: []string{"--ui-token", "s3cret"}, wantErr: "ui-token: 6 bytes is short enough to guess; use at least 32"},
 		{name: "off loopback without auth", args: []string{"--http-listen", "0.0.0.0:9464", "--insecure"}, wantErr: "set --ui-token"},
-		{name: "off loopback with token", args: []string{"--http-listen", "0.0.0.0:9464", "--insecure", "--ui-token", "t"},
-			want: func(c *Config) { c.HTTPListen, c.Insecure, c.UIToken = "0.0.0.0:9464", true, "t" }},
+		{name: "off loopback with token", args: []string{"--http-listen", "0.0.0.0:9464", "--insecure", "--ui-token", tok("t")},
+			want: func(c *Config) { c.HTTPListen, c.Insecure, c.UIToken = "0.0.0.0:9464", true, tok("t") }},
 		{name: "off loopback with basic", args: []string{"--http-listen", "0.0.0.0:9464", "--insecure", "--ui-basic-auth", "a:b"},
 			want: func(c *Config) { c.HTTPListen, c.Insecure, c.UIBasicAuth = "0.0.0.0:9464", true, "a:b" }},
 		{name: "off loopback without console", args: []string{"--http-listen", "0.0.0.0:9464", "--insecure", "--no-ui"},
@@ -90,17 +94,17 @@ func TestConsoleServed(t *testing.T) {
 
 	cfg := testConfig(t, t.TempDir())
 	cfg.HTTPListen = freeAddr(t)
-	cfg.UIToken = "s3cret"
+	cfg.UIToken = tok("s3cret")
 	d := start(t, cfg)
 	base := "http://" + cfg.HTTPListen
 	code, _ := get(base + "/")
 	require.Equal(t, http.StatusFound, code)
 	code, _ = get(base + "/ui/")
 	require.Equal(t, http.StatusUnauthorized, code)
-	code, body := get(base+"/ui/", "Authorization", "Bearer s3cret")
+	code, body := get(base+"/ui/", "Authorization", "Bearer "+tok("s3cret"))
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "sagad console")
-	code, _ = get(base+"/ui/api/inbox", "Authorization", "Bearer s3cret")
+	code, _ = get(base+"/ui/api/inbox", "Authorization", "Bearer "+tok("s3cret"))
 	require.Equal(t, http.StatusOK, code)
 	code, _ = get(base + "/healthz")
 	require.Equal(t, http.StatusOK, code, "the token guards the console only")
@@ -108,7 +112,7 @@ func TestConsoleServed(t *testing.T) {
 	// An open event stream does not hold sagad's shutdown.
 	req, err := http.NewRequest(http.MethodGet, base+"/ui/api/stream", nil)
 	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer s3cret")
+	req.Header.Set("Authorization", "Bearer "+tok("s3cret"))
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -131,3 +135,6 @@ func TestConsoleServed(t *testing.T) {
 	code, _ = get("http://" + cfg.HTTPListen + "/metrics")
 	require.Equal(t, http.StatusOK, code)
 }
+
+// tok pads s to a token long enough for the console.
+func tok(s string) string { return s + strings.Repeat("-", console.MinTokenLen) }

@@ -206,6 +206,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	pcfg := pipeline.Config{
 		Logger:            log,
 		Workspace:         cfg.Workspace,
+		KVBuckets:         cfg.KVBuckets,
 		Workers:           cfg.Workers,
 		Replicas:          cfg.Replicas,
 		Migrate:           cfg.Migrate,

@@ -41,7 +41,7 @@ func TestPlainTextOffLoopbackRefused(t *testing.T) {
 		{name: "nats with no host", args: []string{"--nats-listen", ":4222"}, wantErr: "nats-listen :4222"},
 		{name: "http on all interfaces", args: []string{"--http-listen", ":9464"}, wantErr: "http-listen :9464"},
 		{name: "http off loopback even with nats TLS", args: []string{"--http-listen", "0.0.0.0:9464", "--server-tls-cert", "c", "--server-tls-key", "k"}, wantErr: "http-listen 0.0.0.0:9464"},
-		{name: "insecure", args: []string{"--nats-listen", "0.0.0.0:4222", "--http-listen", ":9464", "--insecure", "--ui-token", "t"}},
+		{name: "insecure", args: []string{"--nats-listen", "0.0.0.0:4222", "--http-listen", ":9464", "--insecure", "--ui-token", tok("t")}},
 		{name: "nats TLS", args: []string{"--nats-listen", "0.0.0.0:4222", "--server-tls-cert", "c", "--server-tls-key", "k"}},
 		{name: "external NATS ignores nats-listen", args: []string{"--nats-listen", "0.0.0.0:4222", "--nats-url", "nats://h:4222"}},
 		{name: "loopback", args: []string{"--nats-listen", "[::1]:4222", "--http-listen", "localhost:9464"}},
