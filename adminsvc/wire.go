@@ -42,7 +42,7 @@ const (
 )
 
 // Verbs lists every verb, in the order the service registers them.
-var Verbs = append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...)
+var Verbs = append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), ReadVerbs...)
 
 // Subject returns the subject of verb, e.g. saga.admin.phase.pause.
 func Subject(verb string) string { return SubjectPrefix + "." + verb }
@@ -242,6 +242,9 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 		return nil, badRequest("request of %d bytes exceeds %d", len(data), maxBytes)
 	}
 	if r, ok, err := decodeWaveRequest(verb, data); ok {
+		return r, err
+	}
+	if r, ok, err := decodeReadRequest(verb, data); ok {
 		return r, err
 	}
 	switch verb {

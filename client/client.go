@@ -321,3 +321,15 @@ func canonical(id string) string {
 // goesOn reports whether a capsule in state s goes on by itself: in
 // progress, or waiting for its dependencies.
 func goesOn(s capsule.State) bool { return s == capsule.InProgress || s == capsule.Waiting }
+
+// Of returns a client reading checkpoints through cps on js: sagad's own
+// reads, served to operators by its admin service.
+func Of(js jetstream.JetStream, cps *store.Checkpoints) *Client {
+	return &Client{js: js, checkpoints: cps}
+}
+
+// Settled reports whether the capsule of s has ended or needs a person,
+// what [Client.Wait] waits for.
+func Settled(s Status) bool {
+	return !goesOn(s.State) && !s.AwaitingExternal
+}
