@@ -130,9 +130,9 @@ func (a *Admin) Events(ctx context.Context, q EventsQuery) (EventsPage, error) {
 	}
 	js := a.st.JetStream()
 	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var followers sync.WaitGroup
 	defer followers.Wait() // after cancel (deferred below, so run first)
+	defer cancel()
 	items := make(chan eventsItem)
 	caught := [2]bool{}
 	follow := func(i int, stream, subject string, seq uint64) error {

@@ -212,7 +212,6 @@ func (s *Service) refuseBusy(verb string, req micro.Request) {
 // answer answers one request of verb; the caller holds s.running.
 func (s *Service) answer(verb string) func(micro.Request) {
 	return func(req micro.Request) {
-		defer s.running.RUnlock()
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(s.base, s.cfg.Timeout)
 		defer cancel()

@@ -34,6 +34,11 @@ func NewClient(ctx context.Context, js jetstream.JetStream) (*Client, error) {
 	return &Client{js: js, checkpoints: store.ReaderOf(kv)}, nil
 }
 
+// NewPublisher returns a client that only publishes: it binds to nothing,
+// so it needs no JetStream API rights (the intake's acknowledgement comes
+// back on the publish's reply subject).
+func NewPublisher(js jetstream.JetStream) *Client { return &Client{js: js} }
+
 // Publish puts raw bytes on the intake subject, exactly as given, and returns
 // the intake stream sequence.
 func (c *Client) Publish(ctx context.Context, raw []byte, traceID string) (uint64, error) {

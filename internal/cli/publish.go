@@ -79,7 +79,7 @@ again publishes the same capsules (sagad ignores the repeats).`,
 			}
 			ctx, cancel := contextWithTimeout(cmd, g)
 			defer cancel()
-			client, _, closeFn, err := g.connect(ctx)
+			client, closeFn, err := g.publisher()
 			if err != nil {
 				return err
 			}
