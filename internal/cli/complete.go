@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,6 +59,7 @@ func (g *globals) capsuleIDs(ctx context.Context, prefix string) ([]string, erro
 	for _, s := range page.Items {
 		ids = append(ids, s.Key)
 	}
+	slices.Sort(ids)
 	return ids, nil
 }
 

@@ -51,14 +51,14 @@ func (r *reportCmd) Run(ctx context.Context, out io.Writer) error {
 func (r *reportCmd) load(ctx context.Context) (*ReportData, error) {
 	rec, err := r.admin.Report(ctx, r.id)
 	if err != nil {
-		return nil, adminErr(err)
+		return nil, readErr(err)
 	}
 	if rec.Checkpoint == nil {
 		return nil, fmt.Errorf("report %s: sagad sent no checkpoint", r.id)
 	}
 	d := &ReportData{Checkpoint: rec.Checkpoint, Capsule: rec.Capsule, Continuation: rec.Continuation}
 	if d.Events, err = r.admin.AllHistory(ctx, rec.Checkpoint.Key); err != nil {
-		return nil, adminErr(err)
+		return nil, readErr(err)
 	}
 	return d, nil
 }

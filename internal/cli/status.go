@@ -53,7 +53,7 @@ func newStatus(g *globals) *cobra.Command {
 			defer done()
 			s, err := a.Status(ctx, args[0])
 			if err != nil {
-				return adminErr(err)
+				return readErr(err)
 			}
 			if enc := g.encoder(); enc != nil {
 				return enc(cmd.OutOrStdout(), s)
@@ -99,7 +99,7 @@ blocked_external, a result awaited) is still running: wait keeps waiting.`,
 				return exit(ExitNotFound, fmt.Errorf("timed out after %s: capsule %s not found", timeout, args[0]))
 			}
 			if err != nil {
-				return adminErr(err)
+				return readErr(err)
 			}
 			if err := render(cmd, g, s); err != nil {
 				return err
@@ -259,7 +259,7 @@ and shows the whole halt reason; -o json and -o yaml give the full records.`,
 			defer done()
 			list, total, err := listPages(ctx, a, adminsvc.ListRequest{State: state}, limit)
 			if err != nil {
-				return adminErr(err)
+				return readErr(err)
 			}
 			list = newestFirst(list, limit)
 			out := cmd.OutOrStdout()
@@ -318,7 +318,7 @@ func newHistory(g *globals) *cobra.Command {
 			defer done()
 			events, err := a.AllHistory(ctx, args[0])
 			if err != nil {
-				return adminErr(err)
+				return readErr(err)
 			}
 			if len(events) == 0 {
 				return exit(ExitNotFound, fmt.Errorf("%w: no events for %s", store.ErrNotFound, args[0]))
