@@ -253,18 +253,21 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 		if err := strict(data, &r); err != nil {
 			return nil, err
 		}
+		r.By = cleanBy(r.By)
 		return r, firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
 	case VerbCancel:
 		var r CancelRequest
 		if err := strict(data, &r); err != nil {
 			return nil, err
 		}
+		r.By = cleanBy(r.By)
 		return r, firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
 	case VerbResume:
 		var w resumeWire
 		if err := strict(data, &w); err != nil {
 			return nil, err
 		}
+		w.By = cleanBy(w.By)
 		r := ResumeRequest{ID: w.ID, Reason: w.Reason, By: w.By, Tokens: w.Tokens, Dollars: w.Dollars, Force: w.Force}
 		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
 		if err == nil && w.Deadline != nil {
@@ -282,6 +285,7 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 		if err := strict(data, &r); err != nil {
 			return nil, err
 		}
+		r.By = cleanBy(r.By)
 		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("rationale", r.Rationale))
 		if err == nil && r.Decision != admin.DecisionAccept && r.Decision != admin.DecisionRevise && r.Decision != admin.DecisionReject {
 			err = badRequest("decision %q: want accept, revise or reject", r.Decision)
@@ -295,6 +299,7 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 		if err := strict(data, &r); err != nil {
 			return nil, err
 		}
+		r.By = cleanBy(r.By)
 		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
 		if err == nil && r.FromPhase != nil && !capsule.Phase(*r.FromPhase).Valid() {
 			err = badRequest("from_phase %d out of range 0–%d", *r.FromPhase, capsule.NumPhases-1)
@@ -312,6 +317,7 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 		if err := strict(data, &w); err != nil {
 			return nil, err
 		}
+		w.By = cleanBy(w.By)
 		if w.Phase == nil {
 			return nil, badRequest("phase is required")
 		}
@@ -336,6 +342,9 @@ func strict(data []byte, v any) error {
 	}
 	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return badRequest("request: want a JSON object")
+	}
+	if err := checkMembers(data); err != nil {
+		return err
 	}
 	// encoding/json matches member names case-insensitively; the schemas
 	// (and every other reader) do not, so names are checked exactly first.
