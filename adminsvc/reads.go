@@ -185,11 +185,18 @@ func decodeReadRequest(verb string, data []byte) (r any, ok bool, err error) {
 		}
 		return w, true, firstErr(checkID(w.ID), checkWait(w.MaxWaitMS))
 	case VerbEvents:
-		var w EventsRequest
-		if err := strict(data, &w); err != nil {
+		var e eventsWire
+		if err := strict(data, &e); err != nil {
 			return nil, true, err
 		}
+		w := EventsRequest{ID: e.ID, Cursor: e.Cursor, MaxWaitMS: e.MaxWaitMS, Limit: e.Limit}
 		err := firstErr(checkCursor(w.Cursor), checkLimit(w.Limit, admin.MaxEventsLimit), checkWait(w.MaxWaitMS))
+		if err == nil && e.Since != nil {
+			w.Since, err = parseTime("since", *e.Since)
+		}
+		if err == nil && e.From != nil {
+			w.From, err = parseTime("from", *e.From)
+		}
 		if err == nil && w.ID != "" {
 			if err = checkID(w.ID); err == nil && strings.ContainsAny(w.ID, ".*>") {
 				err = badRequest("id %q: must not contain '.', '*' or '>'", w.ID)
@@ -198,6 +205,25 @@ func decodeReadRequest(verb string, data []byte) (r any, ok bool, err error) {
 		return w, true, err
 	}
 	return nil, false, nil
+}
+
+// eventsWire is EventsRequest as decoded: times are parsed strictly, as
+// resume's deadline is.
+type eventsWire struct {
+	ID        string  `json:"id,omitempty"`
+	Since     *string `json:"since,omitempty"`
+	Cursor    string  `json:"cursor,omitempty"`
+	From      *string `json:"from,omitempty"`
+	MaxWaitMS int64   `json:"max_wait_ms,omitempty"`
+	Limit     int     `json:"limit,omitempty"`
+}
+
+func parseTime(name, s string) (*time.Time, error) {
+	t, err := parseDeadline(s)
+	if err != nil {
+		return nil, badRequest("%s %q: want an RFC 3339 date-time", name, s)
+	}
+	return t, nil
 }
 
 // reportRequest tells report's request from status's.

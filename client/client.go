@@ -281,6 +281,15 @@ func readEvents(ctx context.Context, js jetstream.JetStream, subject string) ([]
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}
+	// sagad reads histories for every operator who asks: each read's
+	// consumer goes when the read ends, not after its inactivity threshold.
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if ci := cons.CachedInfo(); ci != nil {
+			_ = js.DeleteConsumer(dctx, store.EventsStream, ci.Name)
+		}
+	}()
 	pending := info.NumPending
 	var out []capsule.Event
 	seen := map[string]bool{}
