@@ -146,3 +146,38 @@ func TestLongPollsDoNotQueue(t *testing.T) {
 	require.NoError(t, <-slow)
 	_ = admin.MaxEventsWait
 }
+
+// TestReplayRequestIDOnce: a replay sent again with its request_id after
+// the run it started ended answers that run: no second run starts. A new
+// request id does start one.
+func TestReplayRequestIDOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	d := capsuletest.New().Stub(map[string]any{"fail": "worker out of disk"})
+	f.publish(t, d)
+	f.waitState(t, d.ID(), capsule.Halted)
+
+	no := false
+	req := ReplayRequest{ID: d.ID(), By: "ann", RequestID: "req-1", Dependents: &no}
+	var first ReplayReply
+	require.NoError(t, json.Unmarshal(f.do(t, VerbReplay, req, ""), &first))
+	require.Equal(t, 2, first.Capsule.Run)
+	ended := f.waitState(t, d.ID(), capsule.Halted)
+	require.Equal(t, 2, ended.Run)
+
+	var again ReplayReply
+	require.NoError(t, json.Unmarshal(f.do(t, VerbReplay, req, ""), &again))
+	require.Equal(t, 2, again.Capsule.Run, "the same request: the same run")
+	require.Equal(t, capsule.Halted, again.Capsule.State)
+	s, err := f.pipeline.Status(t.Context(), d.ID())
+	require.NoError(t, err)
+	require.Equal(t, 2, s.Run, "no second run started")
+
+	req.RequestID = "req-2"
+	var other ReplayReply
+	require.NoError(t, json.Unmarshal(f.do(t, VerbReplay, req, ""), &other))
+	require.Equal(t, 3, other.Capsule.Run)
+
+	req.RequestID = "no.dots"
+	f.do(t, VerbReplay, req, CodeBadRequest)
+}

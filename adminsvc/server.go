@@ -267,7 +267,7 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 	case DecideRequest:
 		return s.a.Decide(ctx, r.ID, r.Decision, r.Rationale, r.By)
 	case ReplayRequest:
-		opts := admin.ReplayOptions{By: r.By, Reason: r.Reason, Dependents: r.Dependents == nil || *r.Dependents}
+		opts := admin.ReplayOptions{By: r.By, Reason: r.Reason, Dependents: r.Dependents == nil || *r.Dependents, Token: r.RequestID}
 		if r.FromPhase != nil {
 			ph := capsule.Phase(*r.FromPhase)
 			opts.From = &ph

@@ -116,6 +116,11 @@ type ReplayRequest struct {
 	Reason string `json:"reason,omitempty"`
 	// By is the operator. Required.
 	By string `json:"by"`
+	// RequestID names this replay (1 to 64 of [A-Za-z0-9_-]): sent again,
+	// the same request finishes or answers the run it started instead of
+	// starting another, even after that run ended. sagad records it as
+	// the checkpoint's replay_token; absent, sagad draws one.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // ReplayReply answers replay: the capsule in its new run, and the
@@ -213,6 +218,9 @@ type resumeWire struct {
 	Force    bool    `json:"force,omitempty"`
 }
 
+// requestIDPattern is the shape of a replay's request_id.
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
 // rfc3339 is the shape of an RFC 3339 date-time (section 5.6).
 var rfc3339 = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$`)
 
@@ -301,6 +309,9 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 		}
 		r.By = cleanBy(r.By)
 		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
+		if err == nil && r.RequestID != "" && !requestIDPattern.MatchString(r.RequestID) {
+			err = badRequest("request_id %q: want 1 to 64 of [A-Za-z0-9_-]", r.RequestID)
+		}
 		if err == nil && r.FromPhase != nil && !capsule.Phase(*r.FromPhase).Valid() {
 			err = badRequest("from_phase %d out of range 0–%d", *r.FromPhase, capsule.NumPhases-1)
 		}
