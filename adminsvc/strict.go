@@ -72,20 +72,22 @@ func checkMembers(data []byte) error {
 	}
 }
 
-// cleanBy strips from by what a terminal or a log reader would not show
-// as written: control characters and Unicode format characters (category
-// Cf: bidirectional overrides such as U+202E, zero-width spaces and
-// joiners), so the operator recorded is the one a person reads.
+// cleanBy strips from by the Unicode format characters (category Cf:
+// bidirectional overrides such as U+202E, zero-width spaces and joiners,
+// soft hyphens), which a terminal or a log reader does not show as
+// written, so the operator recorded is the one a person reads. Control
+// characters are not stripped but refused ([checkBy]): a by with an
+// escape sequence is no operator name to guess at.
 func cleanBy(by string) string {
-	if strings.IndexFunc(by, hidden) < 0 {
+	if strings.IndexFunc(by, isFormat) < 0 {
 		return by
 	}
 	return strings.Map(func(r rune) rune {
-		if hidden(r) {
+		if isFormat(r) {
 			return -1
 		}
 		return r
 	}, by)
 }
 
-func hidden(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }
+func isFormat(r rune) bool { return unicode.Is(unicode.Cf, r) }

@@ -34,11 +34,11 @@ func TestDuplicateMembersRefused(t *testing.T) {
 }
 
 // TestByStripsHiddenCharacters: by is recorded as a person reads it:
-// bidirectional overrides, zero-width characters and controls are removed;
-// a by made of nothing else is no by.
+// bidirectional overrides and zero-width characters are removed, a by made
+// of nothing else is no by, and one with control characters is refused.
 func TestByStripsHiddenCharacters(t *testing.T) {
 	t.Parallel()
-	got, err := decodeRequest(VerbPause, []byte(`{"id":"c1","by":"\u202eann\u200b\u2066\u0007"}`), 0)
+	got, err := decodeRequest(VerbPause, []byte(`{"id":"c1","by":"\u202eann\u200b\u2066\ufeff"}`), 0)
 	require.NoError(t, err)
 	require.Equal(t, "ann", got.(PauseRequest).By)
 	got, err = decodeRequest(VerbPhasePause, []byte(`{"phase":1,"by":"b\u200dob\u00ad"}`), 0)
@@ -46,6 +46,8 @@ func TestByStripsHiddenCharacters(t *testing.T) {
 	require.Equal(t, "bob", got.(PhaseRequest).By)
 	_, err = decodeRequest(VerbCancel, []byte(`{"id":"c1","by":"\u200b\u202e"}`), 0)
 	require.ErrorContains(t, err, "by is required")
+	_, err = decodeRequest(VerbCancel, []byte(`{"id":"c1","by":"ann\u001b[2J"}`), 0)
+	require.ErrorContains(t, err, "by contains control characters")
 }
 
 // FuzzCheckMembers: the duplicate check never panics, refuses only with
