@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,7 +91,7 @@ func parseEventsCursor(s string) (eventsCursor, error) {
 	e, err1 := strconv.ParseUint(f[0], 10, 64)
 	c, err2 := strconv.ParseUint(f[1], 10, 64)
 	t, err3 := strconv.ParseInt(f[2], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
+	if err1 != nil || err2 != nil || err3 != nil || e == math.MaxUint64 || c == math.MaxUint64 {
 		return eventsCursor{}, bad
 	}
 	return eventsCursor{events: e, checkpoints: c, since: time.Unix(0, t)}, nil
