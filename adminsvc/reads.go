@@ -254,10 +254,10 @@ func (s *Service) serveRead(ctx context.Context, r any) (reply any, ok bool, err
 		page, err := rd.History(ctx, r.ID, r.Cursor, r.Limit)
 		return page, true, err
 	case WaitRequest:
-		w, err := rd.Wait(ctx, r.ID, time.Duration(r.MaxWaitMS)*time.Millisecond)
+		w, err := rd.Wait(ctx, r.ID, s.maxWait(r.MaxWaitMS))
 		return w, true, err
 	case EventsRequest:
-		q := admin.EventsQuery{Key: r.ID, Cursor: r.Cursor, MaxWait: time.Duration(r.MaxWaitMS) * time.Millisecond, Limit: r.Limit}
+		q := admin.EventsQuery{Key: r.ID, Cursor: r.Cursor, MaxWait: s.maxWait(r.MaxWaitMS), Limit: r.Limit}
 		if r.Since != nil {
 			q.Since = *r.Since
 		}
@@ -268,6 +268,13 @@ func (s *Service) serveRead(ctx context.Context, r any) (reply any, ok bool, err
 		return page, true, err
 	}
 	return nil, true, nil
+}
+
+// maxWait is how long a waiting request may wait: what it asks, but
+// within the service's own handling timeout (with a margin to answer).
+func (s *Service) maxWait(ms int64) time.Duration {
+	d := time.Duration(ms) * time.Millisecond
+	return max(min(d, s.cfg.Timeout-s.cfg.Timeout/5), 0)
 }
 
 // Status returns a capsule's status.
