@@ -1,6 +1,7 @@
 package adminsvc
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/store"
 )
 
 func init() {
@@ -180,4 +183,54 @@ func TestReplayRequestIDOnce(t *testing.T) {
 
 	req.RequestID = "no.dots"
 	f.do(t, VerbReplay, req, CodeBadRequest)
+}
+
+// TestReadRepliesStayBounded: however large the checkpoints, a list page
+// stays under NATS's max payload (1 MiB) and paging still reaches every
+// capsule.
+func TestReadRepliesStayBounded(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, s)
+	ctx := t.Context()
+	st, err := store.Ensure(ctx, js, store.Topology{})
+	require.NoError(t, err)
+	svc, err := Start(nc, admin.New(st, admin.Config{}), Config{Logger: testLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, svc.Stop(context.Background())) })
+	kv, err := js.KeyValue(ctx, store.CheckpointsBucket)
+	require.NoError(t, err)
+	big := strings.Repeat("x", 200<<10)
+	const n = 12 // 12 × 200 KiB: several pages' worth
+	for i := range n {
+		id := capsuletest.NewID()
+		b, err := json.Marshal(&capsule.Checkpoint{CapsuleID: id, Key: id, UpdatedAt: time.Now().Add(time.Duration(i) * time.Second),
+			State: capsule.CheckpointState{Status: capsule.Halted, HaltReason: "big", Findings: []capsule.Finding{{Message: big}}}})
+		require.NoError(t, err)
+		_, err = kv.Put(ctx, id, b)
+		require.NoError(t, err)
+	}
+	seen := map[string]bool{}
+	req := ListRequest{Limit: admin.MaxListLimit}
+	pages := 0
+	for {
+		body, err := json.Marshal(req)
+		require.NoError(t, err)
+		msg, err := nc.Request(Subject(VerbList), body, 10*time.Second)
+		require.NoError(t, err)
+		require.Less(t, len(msg.Data), 1<<20, "a page fits NATS's max payload")
+		var page ListReply
+		require.NoError(t, json.Unmarshal(msg.Data, &page))
+		pages++
+		for _, s := range page.Items {
+			require.False(t, seen[s.CapsuleID], "each capsule once")
+			seen[s.CapsuleID] = true
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		req.Cursor = page.NextCursor
+	}
+	require.Len(t, seen, n)
+	require.Greater(t, pages, 1)
 }
