@@ -98,7 +98,16 @@ func TestOperatorReadsThroughSagadOnly(t *testing.T) {
 	}
 	id := ids[0]
 
-	r := op("status", id, "-o", "json")
+	// publish --wait: the status, and wait's exit code.
+	halting := own(capsuletest.New().Stub(map[string]any{"fail": "worker out of disk"}))
+	r := op("publish", "--wait", "--timeout", "30s", file(t, halting.Sealed(t)), "-o", "json")
+	require.Equal(t, cli.ExitFailure, r.code, "halted: %s", r.errOut)
+	var hs map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.out), &hs))
+	require.Equal(t, "halted", hs["state"])
+	require.Equal(t, halting.ID(), hs["capsule_id"])
+
+	r = op("status", id, "-o", "json")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
 	var st map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.out), &st))
@@ -112,10 +121,10 @@ func TestOperatorReadsThroughSagadOnly(t *testing.T) {
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
 	var list []map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.out), &list))
-	require.Len(t, list, 3)
+	require.Len(t, list, 4)
 	r = op("list", "--limit", "2")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
-	require.Contains(t, r.errOut, "showing the newest 2 of 3 capsules")
+	require.Contains(t, r.errOut, "showing the newest 2 of 4 capsules")
 
 	// Paging: one capsule a page, newest first, every capsule once.
 	a := adminsvc.NewClient(onc, adminsvc.ClientConfig{})

@@ -76,48 +76,54 @@ A capsule paused while an executor works on accepted work (trigger
 blocked_external, a result awaited) is still running: wait keeps waiting.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			nc, err := g.dialNATS()
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			a := adminsvc.NewClient(nc, adminsvc.ClientConfig{})
-			s, err := waitSettled(ctx, a, args[0])
-			if errors.Is(err, context.DeadlineExceeded) {
-				sctx, scancel := contextWithTimeout(cmd, g)
-				defer scancel()
-				if cur, serr := a.Status(sctx, args[0]); serr == nil {
-					_ = render(cmd, g, cur)
-					still := pf(cur.State)
-					if cur.AwaitingExternal {
-						still += ", awaiting the result of accepted external work"
-					}
-					return exit(ExitTimeout, fmt.Errorf("timed out after %s: capsule still %s", timeout, still))
-				}
-				return exit(ExitNotFound, fmt.Errorf("timed out after %s: capsule %s not found", timeout, args[0]))
-			}
-			if err != nil {
-				return readErr(err)
-			}
-			if err := render(cmd, g, s); err != nil {
-				return err
-			}
-			switch s.State {
-			case capsule.Completed:
-				return nil
-			case capsule.Halted:
-				return exit(ExitFailure, nil)
-			case capsule.Cancelled:
-				return exit(ExitCancelled, nil)
-			default:
-				return exit(ExitHuman, nil)
-			}
+			return waitFor(cmd, g, args[0], timeout)
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long")
 	return cmd
+}
+
+// waitFor is `sagactl wait ID`: it waits for the capsule to end or need a
+// human, prints its status and returns the exit wait documents.
+func waitFor(cmd *cobra.Command, g *globals, id string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	nc, err := g.dialNATS()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	a := adminsvc.NewClient(nc, adminsvc.ClientConfig{})
+	s, err := waitSettled(ctx, a, id)
+	if errors.Is(err, context.DeadlineExceeded) {
+		sctx, scancel := contextWithTimeout(cmd, g)
+		defer scancel()
+		if cur, serr := a.Status(sctx, id); serr == nil {
+			_ = render(cmd, g, cur)
+			still := pf(cur.State)
+			if cur.AwaitingExternal {
+				still += ", awaiting the result of accepted external work"
+			}
+			return exit(ExitTimeout, fmt.Errorf("timed out after %s: capsule still %s", timeout, still))
+		}
+		return exit(ExitNotFound, fmt.Errorf("timed out after %s: capsule %s not found", timeout, id))
+	}
+	if err != nil {
+		return readErr(err)
+	}
+	if err := render(cmd, g, s); err != nil {
+		return err
+	}
+	switch s.State {
+	case capsule.Completed:
+		return nil
+	case capsule.Halted:
+		return exit(ExitFailure, nil)
+	case capsule.Cancelled:
+		return exit(ExitCancelled, nil)
+	default:
+		return exit(ExitHuman, nil)
+	}
 }
 
 // waitPoll is how long one wait request asks sagad to wait; a wait of
