@@ -86,6 +86,8 @@ type Service struct {
 	// running is read-held by every request in progress, so Stop can wait
 	// for them by taking it.
 	running sync.RWMutex
+	// polls holds a token per waiting request in progress (maxLongPolls).
+	polls chan struct{}
 }
 
 // Start registers the service on nc and answers requests until Stop (or
@@ -95,12 +97,12 @@ func Start(nc *nats.Conn, a Actions, cfg Config) (*Service, error) {
 		return nil, errors.New("adminsvc: a connection and actions are required")
 	}
 	cfg = cfg.withDefaults()
-	s := &Service{a: a, cfg: cfg, log: cfg.Logger}
+	s := &Service{a: a, cfg: cfg, log: cfg.Logger, polls: make(chan struct{}, maxLongPolls)}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        Name,
 		Version:     Version,
-		Description: "sagad admin API: pause, resume, cancel, decide, replay, phase pause/resume/list, pending, rules, wave set/show/list/close",
+		Description: "sagad admin API: pause, resume, cancel, decide, replay, phase pause/resume/list, pending, rules, wave set/show/list/close, status, list, history, report, wait, events",
 		Metadata:    cfg.Metadata,
 	})
 	if err != nil {
@@ -170,9 +172,46 @@ func (s *Service) Stop(ctx context.Context) error {
 // subscription goroutine, so one sagad handles one request per verb at a
 // time; the queue group spreads requests over the sagads.
 func (s *Service) handler(verb string) micro.Handler {
+	if longPoll[verb] {
+		// A waiting request is answered on a goroutine of its own: micro
+		// hands an endpoint's requests over one at a time.
+		inner := s.answer(verb)
+		return micro.HandlerFunc(func(req micro.Request) {
+			select {
+			case s.polls <- struct{}{}:
+			default:
+				s.refuseBusy(verb, req)
+				return
+			}
+			s.running.RLock()
+			go func() {
+				defer func() { <-s.polls }()
+				defer s.running.RUnlock()
+				inner(req)
+			}()
+		})
+	}
+	inner := s.answer(verb)
 	return micro.HandlerFunc(func(req micro.Request) {
 		s.running.RLock()
 		defer s.running.RUnlock()
+		inner(req)
+	})
+}
+
+// refuseBusy answers a waiting request past [maxLongPolls].
+func (s *Service) refuseBusy(verb string, req micro.Request) {
+	e := ErrorReply{Code: CodeInternal, Message: fmt.Sprintf("this sagad holds %d waiting requests already: ask again", maxLongPolls)}
+	body, _ := json.Marshal(e)
+	if err := req.Error(headerCodes[e.Code], e.Message, body); err != nil {
+		s.log.Warn("admin reply", "subject", req.Subject(), "error", err)
+	}
+	s.log.Warn("admin request refused", "verb", verb, "code", e.Code, "error", e.Message)
+}
+
+// answer answers one request of verb; the caller holds s.running.
+func (s *Service) answer(verb string) func(micro.Request) {
+	return func(req micro.Request) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(s.base, s.cfg.Timeout)
 		defer cancel()
@@ -201,7 +240,7 @@ func (s *Service) handler(verb string) micro.Handler {
 			level = slog.LevelWarn
 		}
 		s.log.Log(ctx, level, "admin request refused", "verb", verb, "code", e.Code, "error", e.Message, "took", time.Since(start))
-	})
+	}
 }
 
 // serve decodes and carries out one request.
@@ -211,6 +250,9 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 		return nil, err
 	}
 	if reply, ok, err := s.serveWave(ctx, r); ok {
+		return reply, err
+	}
+	if reply, ok, err := s.serveRead(ctx, r); ok {
 		return reply, err
 	}
 	switch r := r.(type) {
@@ -225,7 +267,7 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 	case DecideRequest:
 		return s.a.Decide(ctx, r.ID, r.Decision, r.Rationale, r.By)
 	case ReplayRequest:
-		opts := admin.ReplayOptions{By: r.By, Reason: r.Reason, Dependents: r.Dependents == nil || *r.Dependents}
+		opts := admin.ReplayOptions{By: r.By, Reason: r.Reason, Dependents: r.Dependents == nil || *r.Dependents, Token: r.RequestID}
 		if r.FromPhase != nil {
 			ph := capsule.Phase(*r.FromPhase)
 			opts.From = &ph
@@ -286,7 +328,7 @@ func (s *Service) classify(ctx context.Context, err error) ErrorReply {
 		return ErrorReply{Code: CodeRefused, Message: err.Error()}
 	case errors.Is(err, store.ErrNotFound):
 		return ErrorReply{Code: CodeNotFound, Message: err.Error()}
-	case errors.Is(err, admin.ErrInvalidWave):
+	case errors.Is(err, admin.ErrInvalidWave), errors.Is(err, admin.ErrInvalidQuery):
 		return ErrorReply{Code: CodeBadRequest, Message: err.Error()}
 	case s.base.Err() != nil:
 		return ErrorReply{Code: CodeInternal, Message: "sagad is shutting down: " + err.Error()}

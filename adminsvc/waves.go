@@ -81,6 +81,7 @@ func decodeWaveRequest(verb string, data []byte) (r any, ok bool, err error) {
 		if err := strict(data, &w); err != nil {
 			return nil, true, err
 		}
+		w.By = cleanBy(w.By)
 		err := firstErr(checkWaveID(w.WaveID), checkBy(w.By, true), checkText("reason", w.Reason))
 		if err == nil && w.Tokens != nil && *w.Tokens < 0 {
 			err = badRequest("tokens %d: want a cap of 0 (none) or more", *w.Tokens)
@@ -94,6 +95,7 @@ func decodeWaveRequest(verb string, data []byte) (r any, ok bool, err error) {
 		if err := strict(data, &w); err != nil {
 			return nil, true, err
 		}
+		w.By = cleanBy(w.By)
 		return w, true, firstErr(checkWaveID(w.WaveID), checkBy(w.By, true), checkText("reason", w.Reason))
 	case VerbWaveShow:
 		var w WaveShowRequest

@@ -42,7 +42,7 @@ const (
 )
 
 // Verbs lists every verb, in the order the service registers them.
-var Verbs = append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...)
+var Verbs = append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), ReadVerbs...)
 
 // Subject returns the subject of verb, e.g. saga.admin.phase.pause.
 func Subject(verb string) string { return SubjectPrefix + "." + verb }
@@ -116,6 +116,11 @@ type ReplayRequest struct {
 	Reason string `json:"reason,omitempty"`
 	// By is the operator. Required.
 	By string `json:"by"`
+	// RequestID names this replay (1 to 64 of [A-Za-z0-9_-]): sent again,
+	// the same request finishes or answers the run it started instead of
+	// starting another, even after that run ended. sagad records it as
+	// the checkpoint's replay_token; absent, sagad draws one.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // ReplayReply answers replay: the capsule in its new run, and the
@@ -213,6 +218,9 @@ type resumeWire struct {
 	Force    bool    `json:"force,omitempty"`
 }
 
+// requestIDPattern is the shape of a replay's request_id.
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
 // rfc3339 is the shape of an RFC 3339 date-time (section 5.6).
 var rfc3339 = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$`)
 
@@ -244,24 +252,30 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 	if r, ok, err := decodeWaveRequest(verb, data); ok {
 		return r, err
 	}
+	if r, ok, err := decodeReadRequest(verb, data); ok {
+		return r, err
+	}
 	switch verb {
 	case VerbPause:
 		var r PauseRequest
 		if err := strict(data, &r); err != nil {
 			return nil, err
 		}
+		r.By = cleanBy(r.By)
 		return r, firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
 	case VerbCancel:
 		var r CancelRequest
 		if err := strict(data, &r); err != nil {
 			return nil, err
 		}
+		r.By = cleanBy(r.By)
 		return r, firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
 	case VerbResume:
 		var w resumeWire
 		if err := strict(data, &w); err != nil {
 			return nil, err
 		}
+		w.By = cleanBy(w.By)
 		r := ResumeRequest{ID: w.ID, Reason: w.Reason, By: w.By, Tokens: w.Tokens, Dollars: w.Dollars, Force: w.Force}
 		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
 		if err == nil && w.Deadline != nil {
@@ -279,6 +293,7 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 		if err := strict(data, &r); err != nil {
 			return nil, err
 		}
+		r.By = cleanBy(r.By)
 		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("rationale", r.Rationale))
 		if err == nil && r.Decision != admin.DecisionAccept && r.Decision != admin.DecisionRevise && r.Decision != admin.DecisionReject {
 			err = badRequest("decision %q: want accept, revise or reject", r.Decision)
@@ -292,7 +307,11 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 		if err := strict(data, &r); err != nil {
 			return nil, err
 		}
+		r.By = cleanBy(r.By)
 		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
+		if err == nil && r.RequestID != "" && !requestIDPattern.MatchString(r.RequestID) {
+			err = badRequest("request_id %q: want 1 to 64 of [A-Za-z0-9_-]", r.RequestID)
+		}
 		if err == nil && r.FromPhase != nil && !capsule.Phase(*r.FromPhase).Valid() {
 			err = badRequest("from_phase %d out of range 0–%d", *r.FromPhase, capsule.NumPhases-1)
 		}
@@ -309,6 +328,7 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 		if err := strict(data, &w); err != nil {
 			return nil, err
 		}
+		w.By = cleanBy(w.By)
 		if w.Phase == nil {
 			return nil, badRequest("phase is required")
 		}
@@ -333,6 +353,9 @@ func strict(data []byte, v any) error {
 	}
 	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return badRequest("request: want a JSON object")
+	}
+	if err := checkMembers(data); err != nil {
+		return err
 	}
 	// encoding/json matches member names case-insensitively; the schemas
 	// (and every other reader) do not, so names are checked exactly first.

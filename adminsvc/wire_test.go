@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -176,6 +177,14 @@ func FuzzDecodeRequest(f *testing.F) {
 		{7, `{}`},
 	} {
 		f.Add(s.verb, []byte(s.data))
+	}
+	for verb, data := range map[string]string{
+		VerbStatus: `{"id":"c1"}`, VerbList: `{"state":"halted","prefix":"0f","cursor":"x","limit":10}`,
+		VerbHistory: `{"id":"c1","cursor":"4","limit":4}`, VerbReport: `{"id":"c1"}`, VerbWait: `{"id":"c1","max_wait_ms":100}`,
+		VerbEvents: `{"id":"c1","since":"2030-01-02T03:04:05Z","from":"2030-01-02T03:04:00Z","max_wait_ms":100,"limit":5}`,
+		VerbReplay: `{"id":"c1","by":"ann","request_id":"r-1"}`,
+	} {
+		f.Add(byte(slices.Index(Verbs, verb)), []byte(data))
 	}
 	f.Fuzz(func(t *testing.T, v byte, data []byte) {
 		verb := Verbs[int(v)%len(Verbs)]

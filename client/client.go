@@ -34,9 +34,9 @@ func NewClient(ctx context.Context, js jetstream.JetStream) (*Client, error) {
 	return &Client{js: js, checkpoints: store.ReaderOf(kv)}, nil
 }
 
-// NewPublisher returns a Client for [Client.Publish] only: it binds no
-// bucket, so it works from an account that reaches sagad's intake and
-// nothing else of its JetStream (a producer's or the operator's).
+// NewPublisher returns a client that only publishes: it binds to nothing,
+// so it needs no JetStream API rights (the intake's acknowledgement comes
+// back on the publish's reply subject).
 func NewPublisher(js jetstream.JetStream) *Client { return &Client{js: js} }
 
 // Publish puts raw bytes on the intake subject, exactly as given, and returns
@@ -281,6 +281,15 @@ func readEvents(ctx context.Context, js jetstream.JetStream, subject string) ([]
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}
+	// sagad reads histories for every operator who asks: each read's
+	// consumer goes when the read ends, not after its inactivity threshold.
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if ci := cons.CachedInfo(); ci != nil {
+			_ = js.DeleteConsumer(dctx, store.EventsStream, ci.Name)
+		}
+	}()
 	pending := info.NumPending
 	var out []capsule.Event
 	seen := map[string]bool{}
@@ -326,3 +335,15 @@ func canonical(id string) string {
 // goesOn reports whether a capsule in state s goes on by itself: in
 // progress, or waiting for its dependencies.
 func goesOn(s capsule.State) bool { return s == capsule.InProgress || s == capsule.Waiting }
+
+// Of returns a client reading checkpoints through cps on js: sagad's own
+// reads, served to operators by its admin service.
+func Of(js jetstream.JetStream, cps *store.Checkpoints) *Client {
+	return &Client{js: js, checkpoints: cps}
+}
+
+// Settled reports whether the capsule of s has ended or needs a person,
+// what [Client.Wait] waits for.
+func Settled(s Status) bool {
+	return !goesOn(s.State) && !s.AwaitingExternal
+}

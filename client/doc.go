@@ -1,4 +1,5 @@
-// Package client is the read and publish side of sagad for sagactl and Go
-// producers: publish capsules, read a capsule's status, list, history and
-// wait, with read-only rights on JetStream.
+// Package client is the publish side of sagad for sagactl and Go
+// producers (publish capsules), and the JetStream reads of a capsule's
+// status, list, history and wait that sagad serves operators on its admin
+// service (admin, adminsvc): sagactl itself reads nothing from JetStream.
 package client

@@ -69,6 +69,24 @@ func adminErr(err error) error {
 	return err
 }
 
+// readErr maps the errors of a read command to exit codes: a read finding
+// no sagad is the failure it was when reads went to JetStream directly
+// (exit 1), a missing capsule exit 4.
+func readErr(err error) error {
+	var ns *adminsvc.NoSagadError
+	switch {
+	case errors.As(err, &ns) && ns.Waited == 0:
+		return exit(ExitFailure, store.ErrNoTopology)
+	case errors.Is(err, adminsvc.ErrNoSagad):
+		return exit(ExitFailure, err)
+	case errors.Is(err, store.ErrNotFound):
+		return exit(ExitNotFound, err)
+	case errors.Is(err, adminsvc.ErrBadRequest):
+		return exit(ExitUsage, err)
+	}
+	return err
+}
+
 // adminCommand builds `sagactl <use>` running act and printing the status.
 func adminCommand(g *globals, use, short, long string, flags func(*cobra.Command), act func(ctx context.Context, a *adminsvc.Client, id string) (client.Status, error)) *cobra.Command {
 	cmd := &cobra.Command{

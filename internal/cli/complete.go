@@ -2,14 +2,14 @@ package cli
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/sagad/sagad/store"
+	"github.com/sagad/sagad/adminsvc"
 )
 
 // completeTimeout bounds what completing a capsule id may take: a shell
@@ -42,35 +42,24 @@ func completeIDs(g *globals) cobra.CompletionFunc {
 	}
 }
 
-// capsuleIDs lists the checkpoint keys that start with prefix, at most
-// [completeLimit] of them.
+// capsuleIDs lists the capsule keys that start with prefix, at most
+// [completeLimit] of them, newest first, as sagad's admin service lists them.
 func (g *globals) capsuleIDs(ctx context.Context, prefix string) ([]string, error) {
 	nc, err := g.options().Connect(nats.Name("sagactl"), nats.Timeout(completeTimeout))
 	if err != nil {
 		return nil, err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	a := adminsvc.NewClient(nc, adminsvc.ClientConfig{})
+	page, err := a.List(ctx, adminsvc.ListRequest{Prefix: prefix, Limit: completeLimit})
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, store.CheckpointsBucket)
-	if err != nil {
-		return nil, err
+	ids := make([]string, 0, len(page.Items))
+	for _, s := range page.Items {
+		ids = append(ids, s.Key)
 	}
-	keys, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = keys.Stop() }()
-	var ids []string
-	for k := range keys.Keys() {
-		if strings.HasPrefix(k, prefix) && len(ids) < completeLimit {
-			ids = append(ids, k)
-		}
-	}
-	// The listing ends when every key is read or at ctx's deadline: the
-	// ids that arrived in time are offered.
+	slices.Sort(ids)
 	return ids, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -12,7 +13,8 @@ import (
 )
 
 func newPublish(g *globals) *cobra.Command {
-	var seal, raw bool
+	var seal, raw, wait bool
+	var waitTimeout time.Duration
 	var traceID, chainFile string
 	cmd := &cobra.Command{
 		Use:   "publish [--seal] [--raw] FILE|- | publish --chain FILE|-",
@@ -31,7 +33,11 @@ step becomes a sealed capsule with a deterministic id (from chain_id and the
 step's index), depending on the step before and reading its final artifact
 (context ref artifact:<previous capsule_id>/final), and carrying chain
 {id, step}; it prints the steps' ids in order. Publishing the same document
-again publishes the same capsules (sagad ignores the repeats).`,
+again publishes the same capsules (sagad ignores the repeats).
+
+--wait then waits for the capsule as 'sagactl wait' does (--timeout, default
+5m), prints its status instead of the id, and exits as wait does (0 only
+if it completed).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if chainFile != "" {
 				return cobra.NoArgs(cmd, args)
@@ -40,8 +46,8 @@ again publishes the same capsules (sagad ignores the repeats).`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if chainFile != "" {
-				if seal || raw || traceID != "" {
-					return exit(ExitUsage, errors.New("--chain excludes --seal, --raw and --trace-id (steps are always sealed)"))
+				if seal || raw || traceID != "" || wait {
+					return exit(ExitUsage, errors.New("--chain excludes --seal, --raw, --trace-id and --wait (steps are always sealed)"))
 				}
 				b, err := readInput(cmd, chainFile)
 				if err != nil {
@@ -51,6 +57,12 @@ again publishes the same capsules (sagad ignores the repeats).`,
 			}
 			if seal && raw {
 				return exit(ExitUsage, errors.New("--seal and --raw exclude each other"))
+			}
+			if !wait && cmd.Flags().Changed("timeout") {
+				return exit(ExitUsage, errors.New("--timeout is --wait's: add --wait"))
+			}
+			if wait && raw {
+				return exit(ExitUsage, errors.New("--wait needs a capsule id: it excludes --raw"))
 			}
 			b, err := readInput(cmd, args[0])
 			if err != nil {
@@ -88,6 +100,10 @@ again publishes the same capsules (sagad ignores the repeats).`,
 			if err != nil {
 				return err
 			}
+			if wait {
+				closeFn()
+				return waitFor(cmd, g, id, waitTimeout)
+			}
 			out := cmd.OutOrStdout()
 			if enc := g.encoder(); enc != nil {
 				return enc(out, map[string]any{"capsule_id": id, "intake_seq": seq})
@@ -104,6 +120,8 @@ again publishes the same capsules (sagad ignores the repeats).`,
 	cmd.Flags().BoolVar(&raw, "raw", false, "send the bytes exactly as they are, unchecked")
 	cmd.Flags().StringVar(&traceID, "trace-id", "", "trace id header for a capsule without trace_id")
 	cmd.Flags().StringVar(&chainFile, "chain", "", "publish the steps of a chain document (FILE or - for stdin)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "then wait for the capsule to end or need a human, as 'sagactl wait' does")
+	cmd.Flags().DurationVar(&waitTimeout, "timeout", 5*time.Minute, "with --wait: give up waiting after this long")
 	return cmd
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nats-io/nuid"
 	"github.com/spf13/cobra"
 
 	"github.com/sagad/sagad/admin"
@@ -43,7 +44,9 @@ phase later than where it ended). Two replays racing make one run: the other
 is refused.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := adminsvc.ReplayRequest{ID: args[0], Reason: reason, By: operator(by), Dependents: &dependents}
+			// One request id per invocation: the retry below, or the same
+			// request sent again, finds the run it started.
+			req := adminsvc.ReplayRequest{ID: args[0], Reason: reason, By: operator(by), Dependents: &dependents, RequestID: nuid.Next()}
 			if fromPhase != "" {
 				ph, err := capsule.ParsePhase(fromPhase)
 				if err != nil {
@@ -72,6 +75,15 @@ is refused.`,
 			}
 			defer done()
 			r, err := a.Replay(ctx, req)
+			var ns *adminsvc.NoSagadError
+			if errors.As(err, &ns) && ns.Waited > 0 {
+				// No answer in time: sagad may have started the run. Asked
+				// again with the same request id, it answers that run
+				// rather than starting a second.
+				rctx, cancel := contextWithTimeout(cmd, g)
+				r, err = a.Replay(rctx, req)
+				cancel()
+			}
 			if err != nil {
 				return replayErr(err)
 			}

@@ -2,20 +2,16 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/client"
-	"github.com/sagad/sagad/store"
 )
 
 // ReportData is everything `sagactl report` knows about one capsule; -o json
@@ -33,9 +29,8 @@ type ReportData struct {
 
 // reportCmd is `sagactl report`.
 type reportCmd struct {
-	client *client.Client
-	js     jetstream.JetStream
-	id     string
+	admin *adminsvc.Client
+	id    string
 	// enc writes -o json or -o yaml; nil writes Markdown.
 	enc encodeFunc
 }
@@ -52,54 +47,20 @@ func (r *reportCmd) Run(ctx context.Context, out io.Writer) error {
 	return writeReport(out, d)
 }
 
+// load asks sagad for the records, then pages through the events.
 func (r *reportCmd) load(ctx context.Context) (*ReportData, error) {
-	cp, err := r.client.Checkpoint(ctx, r.id)
+	rec, err := r.admin.Report(ctx, r.id)
 	if err != nil {
-		return nil, notFound(err)
+		return nil, readErr(err)
 	}
-	d := &ReportData{Checkpoint: cp}
-	if d.Events, err = r.client.History(ctx, cp.Key); err != nil {
-		return nil, err
+	if rec.Checkpoint == nil {
+		return nil, fmt.Errorf("report %s: sagad sent no checkpoint", r.id)
 	}
-	if d.Events == nil {
-		d.Events = []capsule.Event{}
-	}
-	// The capsule's own bytes and the continuation enrich the report; a
-	// missing bucket or key leaves their parts out rather than failing it.
-	if raw, err := reportKVGet(ctx, r.js, store.CapsulesBucket, cp.Key); err == nil {
-		c := new(capsule.Capsule)
-		if json.Unmarshal(raw, c) == nil && c.CapsuleID != "" {
-			d.Capsule = c
-		}
-	} else if !reportMissing(err) {
-		return nil, err
-	}
-	if raw, err := reportKVGet(ctx, r.js, store.ContinuationsBucket, cp.Key); err == nil {
-		c := new(capsule.Continuation)
-		if err := json.Unmarshal(raw, c); err != nil {
-			return nil, fmt.Errorf("continuation %s: %w", cp.Key, err)
-		}
-		d.Continuation = c
-	} else if !reportMissing(err) {
-		return nil, err
+	d := &ReportData{Checkpoint: rec.Checkpoint, Capsule: rec.Capsule, Continuation: rec.Continuation}
+	if d.Events, err = r.admin.AllHistory(ctx, rec.Checkpoint.Key); err != nil {
+		return nil, readErr(err)
 	}
 	return d, nil
-}
-
-func reportKVGet(ctx context.Context, js jetstream.JetStream, bucket, key string) ([]byte, error) {
-	kv, err := js.KeyValue(ctx, bucket)
-	if err != nil {
-		return nil, err
-	}
-	e, err := kv.Get(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	return e.Value(), nil
-}
-
-func reportMissing(err error) bool {
-	return errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrKeyNotFound)
 }
 
 // mdw writes Markdown and remembers the first write error.
@@ -496,12 +457,12 @@ Exit codes: 0 written, 1 failure, 2 usage, 4 capsule not found.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := contextWithTimeout(cmd, g)
 			defer cancel()
-			client, js, closeFn, err := g.connect(ctx)
+			nc, err := g.dialNATS()
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			r := &reportCmd{client: client, js: js, id: args[0], enc: g.encoder()}
+			defer nc.Close()
+			r := &reportCmd{admin: adminsvc.NewClient(nc, adminsvc.ClientConfig{}), id: args[0], enc: g.encoder()}
 			if file == "" || file == "-" {
 				return r.Run(ctx, cmd.OutOrStdout())
 			}

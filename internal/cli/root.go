@@ -108,8 +108,8 @@ func (g *globals) connect(ctx context.Context) (*client.Client, jetstream.JetStr
 	return c, js, nc.Close, nil
 }
 
-// publisher opens a NATS connection for publishing capsules only: the
-// operator's account reaches sagad's intake, not its buckets.
+// publisher opens a NATS connection for publishing capsules: a plain
+// publish on the intake subject, which needs no JetStream API rights.
 func (g *globals) publisher() (*client.Client, func(), error) {
 	nc, err := g.dialNATS()
 	if err != nil {
@@ -154,7 +154,8 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 Admin commands (pause, resume, cancel, decide, replay, pending, phase, wave) are requests to
 sagad's admin service (saga.admin.<verb>, docs/ADMIN.md): they need a running
 sagad, which carries them out. Read commands (status, list, history, watch,
-report, wait, chain) read JetStream directly.
+report, wait) are requests to the same service: sagactl needs no JetStream
+rights, only to publish on saga.intake and to call saga.admin.>.
 
 Exit codes:
   0   success; wait: completed; check: clean

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/store"
@@ -21,7 +22,7 @@ func contextWithTimeout(cmd *cobra.Command, g *globals) (context.Context, contex
 }
 
 // dial connects for one command, under the request timeout; done closes the
-// connection and the context.
+// connection and the context. Only `sagactl chain` still reads JetStream.
 func (g *globals) dial(cmd *cobra.Command) (context.Context, *client.Client, func(), error) {
 	ctx, cancel := contextWithTimeout(cmd, g)
 	client, _, closeFn, err := g.connect(ctx)
@@ -45,14 +46,14 @@ func newStatus(g *globals) *cobra.Command {
 		Short: "Show a capsule's state, phase, cycles, halt reason and history",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, client, done, err := g.dial(cmd)
+			ctx, a, done, err := g.dialAdmin(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			s, err := client.Status(ctx, args[0])
+			s, err := a.Status(ctx, args[0])
 			if err != nil {
-				return notFound(err)
+				return readErr(err)
 			}
 			if enc := g.encoder(); enc != nil {
 				return enc(cmd.OutOrStdout(), s)
@@ -75,45 +76,85 @@ A capsule paused while an executor works on accepted work (trigger
 blocked_external, a result awaited) is still running: wait keeps waiting.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			client, _, closeFn, err := g.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			s, err := client.Wait(ctx, args[0])
-			if errors.Is(err, context.DeadlineExceeded) {
-				if cur, serr := client.Status(cmd.Context(), args[0]); serr == nil {
-					_ = render(cmd, g, cur)
-					still := pf(cur.State)
-					if cur.AwaitingExternal {
-						still += ", awaiting the result of accepted external work"
-					}
-					return exit(ExitTimeout, fmt.Errorf("timed out after %s: capsule still %s", timeout, still))
-				}
-				return exit(ExitNotFound, fmt.Errorf("timed out after %s: capsule %s not found", timeout, args[0]))
-			}
-			if err != nil {
-				return notFound(err)
-			}
-			if err := render(cmd, g, s); err != nil {
-				return err
-			}
-			switch s.State {
-			case capsule.Completed:
-				return nil
-			case capsule.Halted:
-				return exit(ExitFailure, nil)
-			case capsule.Cancelled:
-				return exit(ExitCancelled, nil)
-			default:
-				return exit(ExitHuman, nil)
-			}
+			return waitFor(cmd, g, args[0], timeout)
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long")
 	return cmd
+}
+
+// waitFor is `sagactl wait ID`: it waits for the capsule to end or need a
+// human, prints its status and returns the exit wait documents.
+func waitFor(cmd *cobra.Command, g *globals, id string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	nc, err := g.dialNATS()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	a := adminsvc.NewClient(nc, adminsvc.ClientConfig{})
+	s, err := waitSettled(ctx, a, id)
+	if errors.Is(err, context.DeadlineExceeded) {
+		sctx, scancel := contextWithTimeout(cmd, g)
+		defer scancel()
+		if cur, serr := a.Status(sctx, id); serr == nil {
+			_ = render(cmd, g, cur)
+			still := pf(cur.State)
+			if cur.AwaitingExternal {
+				still += ", awaiting the result of accepted external work"
+			}
+			return exit(ExitTimeout, fmt.Errorf("timed out after %s: capsule still %s", timeout, still))
+		}
+		return exit(ExitNotFound, fmt.Errorf("timed out after %s: capsule %s not found", timeout, id))
+	}
+	if err != nil {
+		return readErr(err)
+	}
+	if err := render(cmd, g, s); err != nil {
+		return err
+	}
+	switch s.State {
+	case capsule.Completed:
+		return nil
+	case capsule.Halted:
+		return exit(ExitFailure, nil)
+	case capsule.Cancelled:
+		return exit(ExitCancelled, nil)
+	default:
+		return exit(ExitHuman, nil)
+	}
+}
+
+// waitPoll is how long one wait request asks sagad to wait; a wait of
+// longer asks again, each answer under --request-timeout's margin.
+const waitPoll = 20 * time.Second
+
+// waitSettled asks sagad, one bounded wait after another, until the
+// capsule ends or needs a person, or ctx ends (context.DeadlineExceeded).
+func waitSettled(ctx context.Context, a *adminsvc.Client, id string) (client.Status, error) {
+	for {
+		d := waitPoll
+		if dl, ok := ctx.Deadline(); ok {
+			d = min(d, time.Until(dl))
+		}
+		if d <= 0 {
+			return client.Status{}, context.DeadlineExceeded
+		}
+		r, err := a.Wait(ctx, id, d)
+		if err != nil {
+			if ctx.Err() != nil {
+				return client.Status{}, ctx.Err()
+			}
+			return client.Status{}, err
+		}
+		if r.Status != nil && r.Settled {
+			return *r.Status, nil
+		}
+		if ctx.Err() != nil {
+			return client.Status{}, ctx.Err()
+		}
+	}
 }
 
 func render(cmd *cobra.Command, g *globals, s client.Status) error {
@@ -217,16 +258,15 @@ and shows the whole halt reason; -o json and -o yaml give the full records.`,
 			if limit < 0 {
 				return exit(ExitUsage, fmt.Errorf("--limit %d: want 0 (all) or more", limit))
 			}
-			ctx, client, done, err := g.dial(cmd)
+			ctx, a, done, err := g.dialAdmin(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			list, err := client.List(ctx, st)
+			list, total, err := listPages(ctx, a, adminsvc.ListRequest{State: state}, limit)
 			if err != nil {
-				return err
+				return readErr(err)
 			}
-			total := len(list)
 			list = newestFirst(list, limit)
 			out := cmd.OutOrStdout()
 			if enc := g.encoder(); enc != nil {
@@ -246,20 +286,45 @@ and shows the whole halt reason; -o json and -o yaml give the full records.`,
 	return cmd
 }
 
+// listPages reads the newest limit capsules (0: all) page by page, and
+// how many there are in all.
+func listPages(ctx context.Context, a *adminsvc.Client, r adminsvc.ListRequest, limit int) ([]client.Status, int, error) {
+	list := []client.Status{}
+	total := 0
+	for {
+		r.Limit = 1000
+		if limit > 0 {
+			r.Limit = min(1000, limit-len(list))
+		}
+		p, err := a.List(ctx, r)
+		if err != nil {
+			return nil, 0, err
+		}
+		if r.Cursor == "" {
+			total = p.Total
+		}
+		list = append(list, p.Items...)
+		if p.NextCursor == "" || len(p.Items) == 0 || (limit > 0 && len(list) >= limit) {
+			return list, max(total, len(list)), nil
+		}
+		r.Cursor = p.NextCursor
+	}
+}
+
 func newHistory(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "history ID",
 		Short: "Show a capsule's lifecycle events, oldest first",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, client, done, err := g.dial(cmd)
+			ctx, a, done, err := g.dialAdmin(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			events, err := client.History(ctx, args[0])
+			events, err := a.AllHistory(ctx, args[0])
 			if err != nil {
-				return notFound(err)
+				return readErr(err)
 			}
 			if len(events) == 0 {
 				return exit(ExitNotFound, fmt.Errorf("%w: no events for %s", store.ErrNotFound, args[0]))

@@ -7,9 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/admin"
+	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/cli"
 	"github.com/sagad/sagad/internal/natstest"
@@ -22,10 +25,8 @@ import (
 func TestWaitTellsExternalWorkFromAHuman(t *testing.T) {
 	t.Parallel()
 	s := natstest.RunServer(t)
-	_, js := natstest.Connect(t, s)
 	ctx := context.Background()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: store.CheckpointsBucket})
-	require.NoError(t, err)
+	kv := readsOnly(t, s)
 	put := func(id string, st capsule.CheckpointState) {
 		t.Helper()
 		b, err := json.Marshal(&capsule.Checkpoint{CapsuleID: id, Key: id, UpdatedAt: time.Now(), State: st})
@@ -75,12 +76,10 @@ func TestWaitTellsExternalWorkFromAHuman(t *testing.T) {
 func TestCompletion(t *testing.T) {
 	t.Parallel()
 	s := natstest.RunServer(t)
-	_, js := natstest.Connect(t, s)
 	ctx := context.Background()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: store.CheckpointsBucket})
-	require.NoError(t, err)
+	kv := readsOnly(t, s)
 	for _, id := range []string{"0f8f0000-0000-4000-8000-000000000001", "0f8f0000-0000-4000-8000-000000000002", "5a6a0000-0000-4000-8000-000000000000"} {
-		_, err := kv.Put(ctx, id, []byte(`{}`))
+		_, err := kv.Put(ctx, id, []byte(`{"key":"`+id+`","capsule_id":"`+id+`"}`))
 		require.NoError(t, err)
 	}
 
@@ -111,4 +110,21 @@ func firstLines(out string) string {
 		}
 	}
 	return strings.Join(keep, "")
+}
+
+// readsOnly creates sagad's topology on s and serves its admin service
+// (the reads) with no pipeline, and returns the checkpoint bucket to write
+// checkpoints into directly.
+func readsOnly(t *testing.T, s *server.Server) jetstream.KeyValue {
+	t.Helper()
+	nc, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	st, err := store.Ensure(ctx, js, store.Topology{})
+	require.NoError(t, err)
+	svc, err := adminsvc.Start(nc, admin.New(st, admin.Config{}), adminsvc.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, svc.Stop(context.Background())) })
+	kv, err := js.KeyValue(ctx, store.CheckpointsBucket)
+	require.NoError(t, err)
+	return kv
 }

@@ -10,21 +10,21 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/sagad/sagad/admin"
+	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/store"
 )
 
-// watchCmd is `sagactl watch`: it follows the lifecycle event stream live.
+// watchCmd is `sagactl watch`: it follows the lifecycle events live,
+// through sagad's admin service (saga.admin.events, a long poll).
 type watchCmd struct {
-	js jetstream.JetStream
+	admin *adminsvc.Client
 	// key is one capsule's key (its capsule_id); empty follows every capsule.
 	key string
 	// since replays the events of that long ago first; 0 starts with the
@@ -43,40 +43,24 @@ type watchCmd struct {
 // the rare one re-emitted later without growing forever.
 const watchSeenLimit = 4096
 
-// watchItem is one message of either source a watch follows.
-type watchItem struct {
-	msg        jetstream.Msg // nil in a bare caught-up marker
-	checkpoint bool          // a checkpoint revision, not an events-stream message
-	// caughtUp: the source has delivered all it held when the watch began
-	// (the --since replay); what follows is live.
-	caughtUp bool
-	err      error
-}
-
 // watchReplayLimit bounds the events a --since replay holds back to sort:
 // past it, they are printed in time order as far as held, and the rest of
 // the replay after them.
 const watchReplayLimit = 100_000
 
-// watchDeleteTimeout bounds the deletion of a watch's consumers as it
-// exits; one the deletion misses, JetStream removes after its inactivity
-// threshold (5 minutes).
-const watchDeleteTimeout = 2 * time.Second
+// watchPoll is how long one events request asks sagad to wait for news.
+const watchPoll = 20 * time.Second
 
 // Run prints each event as it arrives until ctx ends or count is reached.
 // It returns nil when ctx is cancelled (Ctrl-C), and an ExitTimeout error
 // when ctx's deadline passes before count events arrived.
 //
 // A transition's events are derived from the checkpoint revision that
-// records it (KV bucket SAGA_CHECKPOINTS); pauses, operator actions and
-// duplicates are on the events stream. Run follows both.
+// records it; pauses, operator actions and duplicates are on the events
+// stream. sagad reads both and answers each request with what is new after
+// the request's cursor; the consumers it reads with are its own, and gone
+// when it has answered.
 func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
-	evSubject := store.EventsPrefix + ">"
-	cpSubject := "$KV." + store.CheckpointsBucket + ".>"
-	if w.key != "" {
-		evSubject = store.EventSubject(w.key)
-		cpSubject = "$KV." + store.CheckpointsBucket + "." + w.key
-	}
 	start := w.now()
 	// A transition is stamped a moment before its checkpoint revision is
 	// stored: without --since, transitions stamped this much before the
@@ -86,77 +70,7 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 		start = start.Add(-w.since)
 		from = start
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	var followers sync.WaitGroup
-	defer followers.Wait() // after cancel (deferred below, so run first)
-	defer cancel()
-	items := make(chan watchItem)
-	follow := func(stream, subject string, checkpoint bool) error {
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverNewPolicy}
-		if w.since > 0 {
-			cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
-			cfg.OptStartTime = &start
-		}
-		cons, err := w.js.OrderedConsumer(ctx, stream, cfg)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return store.ErrNoTopology
-		}
-		if err != nil {
-			return fmt.Errorf("watch %s: %w", subject, err)
-		}
-		it, err := cons.Messages()
-		if err != nil {
-			return fmt.Errorf("watch %s: %w", subject, err)
-		}
-		// Without --since nothing is replayed; with it, the consumer held
-		// NumPending messages when it was created.
-		caught := w.since == 0
-		if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
-			caught = true
-		}
-		followers.Add(1)
-		go func() {
-			defer followers.Done()
-			defer w.deleteConsumer(stream, cons)
-			defer it.Stop()
-			stopOnDone := context.AfterFunc(ctx, it.Stop)
-			defer stopOnDone()
-			send := func(item watchItem) bool {
-				select {
-				case items <- item:
-					return true
-				case <-ctx.Done():
-					return false
-				}
-			}
-			if caught && !send(watchItem{checkpoint: checkpoint, caughtUp: true}) {
-				return
-			}
-			for {
-				msg, err := it.Next()
-				if err != nil && (ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed)) {
-					return
-				}
-				item := watchItem{msg: msg, checkpoint: checkpoint, err: err}
-				if err == nil && !caught {
-					if md, merr := msg.Metadata(); merr == nil && md.NumPending == 0 {
-						caught, item.caughtUp = true, true
-					}
-				}
-				if !send(item) || err != nil {
-					return
-				}
-			}
-		}()
-		return nil
-	}
-	if err := follow(store.EventsStream, evSubject, false); err != nil {
-		return err
-	}
-	if err := follow("KV_"+store.CheckpointsBucket, cpSubject, true); err != nil {
-		return err
-	}
-
+	req := adminsvc.EventsRequest{ID: w.key, Since: &start, From: &from}
 	if w.output != outputJSON && w.output != outputYAML {
 		fmt.Fprintf(out, "%-24s  %-36s  %-20s  %-18s  %-5s  %s\n", "AT", "CAPSULE", "EVENT", "PHASE", "CYCLE", "DETAIL")
 	}
@@ -188,10 +102,10 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 		}
 		return nil
 	}
-	// A --since replay reads two sources, each in its own order: their
-	// events are held until both have caught up, then printed in time
-	// order. Live events are printed as they come.
-	replaying := 2
+	// A --since replay is held until sagad says both sources caught up,
+	// then printed in time order. Live events are printed as they come,
+	// each reply's in time order.
+	replaying := w.since > 0
 	var held []capsule.Event
 	flush := func() error {
 		slices.SortStableFunc(held, func(a, b capsule.Event) int { return a.At.Compare(b.At) })
@@ -199,40 +113,37 @@ func (w *watchCmd) Run(ctx context.Context, out io.Writer) error {
 		held = nil
 		return err
 	}
-	for !full() {
-		var item watchItem
-		select {
-		case item = <-items:
-		case <-ctx.Done():
+	for !full() && ctx.Err() == nil {
+		wait := watchPoll
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl)*9/10)
 		}
+		req.MaxWaitMS = max(wait.Milliseconds(), 0)
+		page, err := w.admin.Events(ctx, req)
 		if ctx.Err() != nil {
 			break
 		}
-		if item.err != nil {
-			return fmt.Errorf("watch: %w", item.err)
+		if errors.Is(err, store.ErrNoTopology) {
+			return store.ErrNoTopology
 		}
-		var evs []capsule.Event
-		switch {
-		case item.msg == nil:
-		case item.checkpoint:
-			evs = printed.events(item.msg, from)
-		default:
-			var err error
-			if evs, err = capsule.DecodeEvents(item.msg.Data()); err != nil {
-				evs = nil // not ours to judge; history skips it too
-			}
+		if err != nil {
+			return fmt.Errorf("watch: %w", err)
 		}
-		if replaying == 0 {
+		req.Cursor, req.Since = page.NextCursor, nil
+		evs := page.Events
+		for _, r := range page.Revisions {
+			evs = append(evs, printed.events(r)...)
+		}
+		slices.SortStableFunc(evs, func(a, b capsule.Event) int { return a.At.Compare(b.At) })
+		if !replaying {
 			if err := emit(evs); err != nil {
 				return err
 			}
 			continue
 		}
 		held = append(held, evs...)
-		if item.caughtUp {
-			replaying--
-		}
-		if replaying == 0 || len(held) >= watchReplayLimit {
+		if page.CaughtUp || len(held) >= watchReplayLimit {
+			replaying = !page.CaughtUp
 			if err := flush(); err != nil {
 				return err
 			}
@@ -264,19 +175,6 @@ func (w *watchCmd) print(out io.Writer, enc *json.Encoder, ev capsule.Event, n i
 	return printWatchEvent(out, ev)
 }
 
-// deleteConsumer removes the watch's consumer on stream as it exits, so
-// that watches started and stopped leave nothing behind. Best effort: the
-// operator role may delete consumers on the streams a watch reads.
-func (w *watchCmd) deleteConsumer(stream string, cons jetstream.Consumer) {
-	info := cons.CachedInfo()
-	if info == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), watchDeleteTimeout)
-	defer cancel()
-	_ = w.js.DeleteConsumer(ctx, stream, info.Name)
-}
-
 // watchSlack: see Run.
 const watchSlack = 5 * time.Second
 
@@ -292,35 +190,22 @@ type printedHistory struct {
 
 func newPrintedHistory() *printedHistory { return &printedHistory{n: make(map[string]int)} }
 
-// events are the events of the transitions a checkpoint revision adds to
-// what was shown of its capsule, made at or after from.
-func (p *printedHistory) events(msg jetstream.Msg, from time.Time) []capsule.Event {
-	if len(msg.Data()) == 0 {
-		return nil // a delete or purge marker
-	}
-	cp := new(capsule.Checkpoint)
-	if json.Unmarshal(msg.Data(), cp) != nil {
-		return nil
-	}
-	done, known := p.n[cp.Key]
-	if done > len(cp.History) {
+// events are the events of a checkpoint revision past those shown of its
+// capsule: sagad sends a revision's events from the watch's start on, so
+// each revision repeats the one before and adds to it.
+func (p *printedHistory) events(r admin.Revision) []capsule.Event {
+	done, known := p.n[r.Key]
+	if done > len(r.Events) {
 		done = 0 // the key was reused
 	}
-	var evs []capsule.Event
-	fresh := *cp
-	fresh.History = cp.History[done:]
-	for _, ev := range machine.CheckpointEvents(&fresh) {
-		if !ev.At.Before(from) {
-			evs = append(evs, ev)
-		}
-	}
+	evs := r.Events[done:]
 	if !known {
-		if p.order = append(p.order, cp.Key); len(p.order) > watchKeyLimit {
+		if p.order = append(p.order, r.Key); len(p.order) > watchKeyLimit {
 			delete(p.n, p.order[0])
 			p.order = p.order[1:]
 		}
 	}
-	p.n[cp.Key] = len(cp.History)
+	p.n[r.Key] = len(r.Events)
 	return evs
 }
 
@@ -369,7 +254,8 @@ JSON object per line with -o json (one YAML document per event with -o yaml). Wi
 
 Starts with the next event; --since D first replays the events of the last D,
 in time order, then goes on live. Runs until Ctrl-C, --count N events, or
---timeout D, and deletes its JetStream consumers as it exits.
+--timeout D. sagad reads the events for it (saga.admin.events): a watch
+leaves no consumer behind.
 
 Exit codes: 0 stopped (Ctrl-C, --count reached, or --timeout without
 --count), 2 usage, 21 --timeout before --count events arrived.`,
@@ -392,14 +278,12 @@ Exit codes: 0 stopped (Ctrl-C, --count reached, or --timeout without
 				ctx, cancel = context.WithTimeout(ctx, timeout)
 				defer cancel()
 			}
-			cctx, cancel := contextWithTimeout(cmd, g)
-			defer cancel()
-			_, js, closeFn, err := g.connect(cctx)
+			nc, err := g.dialNATS()
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			w.js = js
+			defer nc.Close()
+			w.admin = adminsvc.NewClient(nc, adminsvc.ClientConfig{})
 			return w.Run(ctx, cmd.OutOrStdout())
 		},
 	}
