@@ -42,6 +42,55 @@ type Topology struct {
 	// Writes bounds and observes every write to these streams and buckets.
 	// Nil bounds each by jspub.DefaultTimeout.
 	Writes *jspub.Writes
+	// Quota bounds what each producer may have waiting in SAGA_INTAKE.
+	// Zero fields take [IntakeQuota]'s defaults.
+	Quota IntakeQuota
+}
+
+// IntakeQuota is the intake a producer may have waiting for RECEPTION.
+// JetStream enforces it on SAGA_INTAKE itself: a publish over it gets an
+// error acknowledgement and nothing is stored. Every producer publishes on
+// its own subject (saga.intake.<producer>), so a per-subject limit is a
+// per-producer one.
+type IntakeQuota struct {
+	// MaxPending is how many intake messages one producer may have waiting
+	// (MaxMsgsPerSubject with DiscardNewPerSubject). Defaults to
+	// [DefaultIntakeMaxPending].
+	MaxPending int64
+	// MaxMsgBytes bounds one intake message, headers included. Defaults to
+	// [DefaultIntakeMaxMsgBytes].
+	MaxMsgBytes int32
+	// MaxBytes bounds everything waiting in SAGA_INTAKE, all producers
+	// together (DiscardNew); negative: unbounded. Defaults to
+	// [DefaultIntakeMaxBytes].
+	MaxBytes int64
+}
+
+// Intake quota defaults: a producer may queue 4096 capsules (above the
+// phase consumers' 1024 acks pending, so a steady producer never meets it),
+// each at most 1 MiB (twice RECEPTION's 512 KiB limit, as sagactl's input
+// bound: larger capsules still halt capsule_too_large, with their bytes
+// kept), and the intake holds at most 1 GiB.
+const (
+	DefaultIntakeMaxPending  = 4096
+	DefaultIntakeMaxMsgBytes = 1 << 20
+	DefaultIntakeMaxBytes    = 1 << 30
+)
+
+func (q IntakeQuota) withDefaults() IntakeQuota {
+	if q.MaxPending <= 0 {
+		q.MaxPending = DefaultIntakeMaxPending
+	}
+	if q.MaxMsgBytes <= 0 {
+		q.MaxMsgBytes = DefaultIntakeMaxMsgBytes
+	}
+	if q.MaxBytes == 0 {
+		q.MaxBytes = DefaultIntakeMaxBytes
+	}
+	if q.MaxBytes < 0 {
+		q.MaxBytes = -1
+	}
+	return q
 }
 
 func (t Topology) withDefaults() Topology {
@@ -60,6 +109,7 @@ func (t Topology) withDefaults() Topology {
 	if t.Now == nil {
 		t.Now = time.Now
 	}
+	t.Quota = t.Quota.withDefaults()
 	return t
 }
 
@@ -78,6 +128,9 @@ type Store struct {
 	Locks *locks.Manager
 	// Budgets are the wave budgets (Rule 16).
 	Budgets *budget.Tracker
+	// Chains holds the compositions sagad assigned (nil on a store opened
+	// before the bucket existed).
+	Chains *Chains
 	// Cache holds what this process wrote and decoded last.
 	Cache *Cache
 
@@ -146,6 +199,9 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if st.artifacts, err = js.ObjectStore(ctx, ArtifactsBucket); err != nil {
 		return nil, fmt.Errorf("object store %s: %w", ArtifactsBucket, err)
 	}
+	if st.chains, err = js.KeyValue(ctx, ChainsBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("bucket %s: %w", ChainsBucket, err)
+	}
 	lm, err := locks.New(ctx, js, locks.Config{})
 	if err != nil {
 		return nil, err
@@ -178,6 +234,9 @@ func newStore(js jetstream.JetStream, st *stores, lm *locks.Manager, bt *budget.
 		artifacts:      st.artifacts,
 		retention:      retention,
 		workspace:      workspace,
+	}
+	if st.chains != nil {
+		s.Chains = &Chains{kv: st.chains}
 	}
 	return s
 }
