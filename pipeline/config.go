@@ -19,6 +19,7 @@ import (
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
 	"github.com/sagad/sagad/rules"
+	"github.com/sagad/sagad/store"
 )
 
 // DefaultWorkers is [Config.Workers]'s default.
@@ -72,6 +73,9 @@ type Config struct {
 	DuplicateWindow time.Duration
 	// MaxIntakeBytes is the hard size limit of intake messages. Defaults to 512 KiB.
 	MaxIntakeBytes int
+	// IntakeQuota bounds each producer's waiting intake (store.IntakeQuota).
+	// Zero fields default.
+	IntakeQuota store.IntakeQuota
 	// Rules is the constitution's configuration. Defaults to rules defaults,
 	// with ExecutorKinds and ReviewerIDs filled from Executors.
 	Rules rules.Config

@@ -60,6 +60,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		Replicas: cfg.Replicas, Storage: cfg.Storage, AckWait: cfg.AckWait, DuplicateWindow: cfg.DuplicateWindow,
 		Retention: cfg.Retention, LockLease: cfg.LockLease, Workspace: cfg.Workspace, Now: cfg.Now,
 		Writes: &jspub.Writes{Timeout: cfg.WriteTimeout, Observe: cfg.Health.ObserveWrite},
+		Quota:  cfg.IntakeQuota,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)

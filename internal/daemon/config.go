@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -68,6 +69,15 @@ type Config struct {
 	LogLevel string `json:"log_level"`
 	// Workers per phase. Defaults to 32.
 	Workers int `json:"workers"`
+	// IntakeMaxPending is how many intake messages one producer may have
+	// waiting for RECEPTION; past it JetStream refuses its publishes.
+	// Defaults to 4096 (store.DefaultIntakeMaxPending).
+	IntakeMaxPending int64 `json:"intake_max_pending,omitempty"`
+	// IntakeMaxMsgBytes bounds one intake message. Defaults to 1 MiB.
+	IntakeMaxMsgBytes int32 `json:"intake_max_msg_bytes,omitempty"`
+	// IntakeMaxBytes bounds everything waiting in the intake, all
+	// producers together; negative: unbounded. Defaults to 1 GiB.
+	IntakeMaxBytes int64 `json:"intake_max_bytes,omitempty"`
 	// Replicas of streams and buckets (3 on a JetStream cluster). Defaults to 1.
 	Replicas int `json:"replicas"`
 	// ShutdownTimeout bounds graceful shutdown. Defaults to 30s.
@@ -301,6 +311,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&flags.LogFormat, "log-format", "", "text or json (env SAGAD_LOG_FORMAT)")
 	fs.StringVar(&flags.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
 	fs.IntVar(&flags.Workers, "workers", 0, "capsules worked on at once per phase (default 64, which is also the most agent calls a phase makes at once; env SAGAD_WORKERS)")
+	fs.Int64Var(&flags.IntakeMaxPending, "intake-max-pending", 0, "intake messages one producer may have waiting; past it its publishes are refused (default 4096; env SAGAD_INTAKE_MAX_PENDING)")
+	var intakeMaxMsgBytes int
+	fs.IntVar(&intakeMaxMsgBytes, "intake-max-msg-bytes", 0, "largest intake message, headers included (default 1048576; env SAGAD_INTAKE_MAX_MSG_BYTES)")
+	fs.Int64Var(&flags.IntakeMaxBytes, "intake-max-bytes", 0, "bytes waiting in the intake, all producers together; negative: unbounded (default 1073741824; env SAGAD_INTAKE_MAX_BYTES)")
 	fs.IntVar(&flags.Replicas, "replicas", 0, "stream and bucket replicas (default 1; env SAGAD_REPLICAS)")
 	fs.DurationVar(&shutdown, "shutdown-timeout", 0, "graceful shutdown bound (default 30s; env SAGAD_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&flags.Sync, "sync", "", "embedded server's fsync: always (before every ack), 1s (default: acknowledged writes on disk within 1s), default (the server's 2m) or another duration (env SAGAD_SYNC)")
@@ -332,6 +346,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		return Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	flags.ShutdownTimeout = Duration(shutdown)
+	if intakeMaxMsgBytes > math.MaxInt32 || intakeMaxMsgBytes < 0 {
+		return Config{}, fmt.Errorf("--intake-max-msg-bytes %d: out of range", intakeMaxMsgBytes)
+	}
+	flags.IntakeMaxMsgBytes = int32(intakeMaxMsgBytes)
 	flags.LockWait, flags.DeadlineWarning, flags.ExternalTimeout = Duration(lockWait), Duration(deadlineWarning), Duration(externalTimeout)
 	flags.Retention = Duration(retention)
 	flags.RescueAfter = Duration(rescueAfter)
@@ -387,6 +405,24 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	}
 	envInt(&cfg.Workers, "SAGAD_WORKERS")
 	envInt(&cfg.Replicas, "SAGAD_REPLICAS")
+	envInt64 := func(dst *int64, name string, bits int) {
+		if v := getenv(name); v != "" {
+			n, err := strconv.ParseInt(v, 10, bits)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+			*dst = n
+		}
+	}
+	envInt64(&cfg.IntakeMaxPending, "SAGAD_INTAKE_MAX_PENDING", 64)
+	envInt64(&cfg.IntakeMaxBytes, "SAGAD_INTAKE_MAX_BYTES", 64)
+	if v := getenv("SAGAD_INTAKE_MAX_MSG_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("SAGAD_INTAKE_MAX_MSG_BYTES: %w", err))
+		}
+		cfg.IntakeMaxMsgBytes = int32(n)
+	}
 	if v := getenv("SAGAD_SHUTDOWN_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -481,6 +517,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.Workers = flags.Workers
 		case "replicas":
 			cfg.Replicas = flags.Replicas
+		case "intake-max-pending":
+			cfg.IntakeMaxPending = flags.IntakeMaxPending
+		case "intake-max-msg-bytes":
+			cfg.IntakeMaxMsgBytes = flags.IntakeMaxMsgBytes
+		case "intake-max-bytes":
+			cfg.IntakeMaxBytes = flags.IntakeMaxBytes
 		case "shutdown-timeout":
 			cfg.ShutdownTimeout = flags.ShutdownTimeout
 		case "sync":

@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sagad/sagad/adminsvc"
+	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/health"
 	"github.com/sagad/sagad/internal/buildinfo"
@@ -182,6 +183,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		WriteTimeout:      time.Duration(cfg.WriteTimeout),
 		Health:            mon,
 		Rules:             cfg.rulesConfig(execs.Kinds(), execs.ReviewerIDs()),
+		IntakeQuota:       store.IntakeQuota{MaxPending: cfg.IntakeMaxPending, MaxMsgBytes: cfg.IntakeMaxMsgBytes, MaxBytes: cfg.IntakeMaxBytes},
 	})
 	if err != nil {
 		return err
@@ -191,11 +193,23 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	}
 	// Every sagad serves the admin API, so sagactl's actions run (and are
 	// counted) in whichever sagad answers.
-	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules()})
+	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules(), Chains: adminsvc.StoreChains(p.Store())})
 	if err != nil {
 		p.Stop(ctx)
 		return err
 	}
+	// Every sagad composes chains too: the steps' ids are sagad's to give.
+	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: log})
+	if err != nil {
+		_ = admin.Stop(ctx)
+		p.Stop(ctx)
+		return err
+	}
+	defer func() {
+		if err := composer.Stop(); err != nil {
+			log.Warn("compose service stop", "error", err)
+		}
+	}()
 	var ready atomic.Bool
 	ready.Store(true)
 	var httpSrv *http.Server
