@@ -22,6 +22,5 @@ type Chain struct {
 	// Producer is the producer whose chain it is (chain ids are per
 	// producer); absent for a chain sagad's own account composed.
 	Producer string      `json:"producer,omitempty"`
-	Steps   []ChainStep `json:"steps"`
+	Steps    []ChainStep `json:"steps"`
 }
-

@@ -28,8 +28,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sagad/sagad/adminsvc"
-	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/health"
 	"github.com/sagad/sagad/internal/buildinfo"
 	"github.com/sagad/sagad/internal/natsconn"
