@@ -76,6 +76,9 @@ type Config struct {
 	// IntakeQuota bounds each producer's waiting intake (store.IntakeQuota).
 	// Zero fields default.
 	IntakeQuota store.IntakeQuota
+	// IntakeRate is how fast RECEPTION takes each producer's intake.
+	// Zero fields default ([IntakeRate]).
+	IntakeRate IntakeRate
 	// Rules is the constitution's configuration. Defaults to rules defaults,
 	// with ExecutorKinds and ReviewerIDs filled from Executors.
 	Rules rules.Config

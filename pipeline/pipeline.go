@@ -34,6 +34,7 @@ type Pipeline struct {
 	admin   *admin.Admin
 	metrics *metrics.Metrics
 	env     *phases.Env
+	rate    *limiter
 	phases  [capsule.NumPhases]phases.Phase
 	tracer  *tracing.Tracer
 
@@ -72,6 +73,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		st:      st,
 		metrics: cfg.Metrics,
 		tracer:  tracing.New(cfg.TracerProvider),
+		rate:    newLimiter(cfg.IntakeRate, cfg.Now),
 	}
 	// Agent calls become spans under their phase's, and carry its
 	// traceparent to the workers.

@@ -30,12 +30,17 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	}
 	start := p.cfg.Now()
 	raw := msg.Data()
+	producer := intakeProducer(msg)
+	if wait := p.rate.take(producer, len(raw)); wait > 0 {
+		// Over its rate: the message waits in the intake (bounded by the
+		// producer's quota there), nothing of it is kept yet.
+		return runner.NakAfter(wait, nil)
+	}
 	fallbackKey := "x-" + strconv.FormatUint(meta.Sequence.Stream, 10)
 	r := phases.Receive(ctx, p.env, raw, func(id string) string { return id })
 	if r.Decision.Action == phases.Retry {
 		return runner.NakAfter(p.cfg.RetryDelay+r.Decision.Delay, r.Decision.Err)
 	}
-	producer := intakeProducer(msg)
 	if r.Capsule != nil && r.Capsule.Chain != nil && r.Decision.Action != phases.Halt {
 		// Chain membership is sagad's to assign (package compose): a
 		// capsule declaring a step sagad did not give it is refused, and

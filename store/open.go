@@ -66,13 +66,15 @@ type IntakeQuota struct {
 	MaxBytes int64
 }
 
-// Intake quota defaults: a producer may queue 4096 capsules (above the
-// phase consumers' 1024 acks pending, so a steady producer never meets it),
-// each at most 1 MiB (twice RECEPTION's 512 KiB limit, as sagactl's input
-// bound: larger capsules still halt capsule_too_large, with their bytes
-// kept), and the intake holds at most 1 GiB.
+// Intake quota defaults: a producer may queue 1000 capsules, each at most
+// 1 MiB (twice RECEPTION's 512 KiB limit, as sagactl's input bound: larger
+// capsules still halt capsule_too_large, with their bytes kept), and the
+// intake holds at most 1 GiB. 1000 is below RECEPTION's 1024 acks pending:
+// a producer whose backlog RECEPTION delays (pipeline.IntakeRate) holds at
+// most that many deliveries, and the others' capsules are delivered past
+// them.
 const (
-	DefaultIntakeMaxPending  = 4096
+	DefaultIntakeMaxPending  = 1000
 	DefaultIntakeMaxMsgBytes = 1 << 20
 	DefaultIntakeMaxBytes    = 1 << 30
 )

@@ -71,13 +71,20 @@ type Config struct {
 	Workers int `json:"workers"`
 	// IntakeMaxPending is how many intake messages one producer may have
 	// waiting for RECEPTION; past it JetStream refuses its publishes.
-	// Defaults to 4096 (store.DefaultIntakeMaxPending).
+	// Defaults to 1000 (store.DefaultIntakeMaxPending).
 	IntakeMaxPending int64 `json:"intake_max_pending,omitempty"`
 	// IntakeMaxMsgBytes bounds one intake message. Defaults to 1 MiB.
 	IntakeMaxMsgBytes int32 `json:"intake_max_msg_bytes,omitempty"`
 	// IntakeMaxBytes bounds everything waiting in the intake, all
 	// producers together; negative: unbounded. Defaults to 1 GiB.
 	IntakeMaxBytes int64 `json:"intake_max_bytes,omitempty"`
+	// IntakeRateMsgs is how many capsules a second RECEPTION takes from one
+	// producer (per sagad); more wait in the intake. Negative: unlimited.
+	// Defaults to 200.
+	IntakeRateMsgs float64 `json:"intake_rate_msgs,omitempty"`
+	// IntakeRateBytes is how many intake bytes a second RECEPTION takes
+	// from one producer (per sagad). Negative: unlimited. Defaults to 4 MiB.
+	IntakeRateBytes float64 `json:"intake_rate_bytes,omitempty"`
 	// Replicas of streams and buckets (3 on a JetStream cluster). Defaults to 1.
 	Replicas int `json:"replicas"`
 	// ShutdownTimeout bounds graceful shutdown. Defaults to 30s.
@@ -311,10 +318,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&flags.LogFormat, "log-format", "", "text or json (env SAGAD_LOG_FORMAT)")
 	fs.StringVar(&flags.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
 	fs.IntVar(&flags.Workers, "workers", 0, "capsules worked on at once per phase (default 64, which is also the most agent calls a phase makes at once; env SAGAD_WORKERS)")
-	fs.Int64Var(&flags.IntakeMaxPending, "intake-max-pending", 0, "intake messages one producer may have waiting; past it its publishes are refused (default 4096; env SAGAD_INTAKE_MAX_PENDING)")
+	fs.Int64Var(&flags.IntakeMaxPending, "intake-max-pending", 0, "intake messages one producer may have waiting; past it its publishes are refused (default 1000; env SAGAD_INTAKE_MAX_PENDING)")
 	var intakeMaxMsgBytes int
 	fs.IntVar(&intakeMaxMsgBytes, "intake-max-msg-bytes", 0, "largest intake message, headers included (default 1048576; env SAGAD_INTAKE_MAX_MSG_BYTES)")
 	fs.Int64Var(&flags.IntakeMaxBytes, "intake-max-bytes", 0, "bytes waiting in the intake, all producers together; negative: unbounded (default 1073741824; env SAGAD_INTAKE_MAX_BYTES)")
+	fs.Float64Var(&flags.IntakeRateMsgs, "intake-rate-msgs", 0, "capsules a second RECEPTION takes from one producer; more wait in the intake; negative: unlimited (default 200; env SAGAD_INTAKE_RATE_MSGS)")
+	fs.Float64Var(&flags.IntakeRateBytes, "intake-rate-bytes", 0, "intake bytes a second RECEPTION takes from one producer; negative: unlimited (default 4194304; env SAGAD_INTAKE_RATE_BYTES)")
 	fs.IntVar(&flags.Replicas, "replicas", 0, "stream and bucket replicas (default 1; env SAGAD_REPLICAS)")
 	fs.DurationVar(&shutdown, "shutdown-timeout", 0, "graceful shutdown bound (default 30s; env SAGAD_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&flags.Sync, "sync", "", "embedded server's fsync: always (before every ack), 1s (default: acknowledged writes on disk within 1s), default (the server's 2m) or another duration (env SAGAD_SYNC)")
@@ -448,6 +457,17 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	envDur(&cfg.WriteTimeout, "SAGAD_WRITE_TIMEOUT")
 	envDur(&cfg.UnhealthyAfter, "SAGAD_UNHEALTHY_AFTER")
 	envDur(&cfg.StallAfter, "SAGAD_STALL_AFTER")
+	envFloat := func(dst *float64, name string) {
+		if v := getenv(name); v != "" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+			*dst = f
+		}
+	}
+	envFloat(&cfg.IntakeRateMsgs, "SAGAD_INTAKE_RATE_MSGS")
+	envFloat(&cfg.IntakeRateBytes, "SAGAD_INTAKE_RATE_BYTES")
 	if v := getenv("SAGAD_BUDGET_WARNING"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
@@ -523,6 +543,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.IntakeMaxMsgBytes = flags.IntakeMaxMsgBytes
 		case "intake-max-bytes":
 			cfg.IntakeMaxBytes = flags.IntakeMaxBytes
+		case "intake-rate-msgs":
+			cfg.IntakeRateMsgs = flags.IntakeRateMsgs
+		case "intake-rate-bytes":
+			cfg.IntakeRateBytes = flags.IntakeRateBytes
 		case "shutdown-timeout":
 			cfg.ShutdownTimeout = flags.ShutdownTimeout
 		case "sync":

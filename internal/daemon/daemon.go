@@ -184,6 +184,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		Health:            mon,
 		Rules:             cfg.rulesConfig(execs.Kinds(), execs.ReviewerIDs()),
 		IntakeQuota:       store.IntakeQuota{MaxPending: cfg.IntakeMaxPending, MaxMsgBytes: cfg.IntakeMaxMsgBytes, MaxBytes: cfg.IntakeMaxBytes},
+		IntakeRate:        pipeline.IntakeRate{Msgs: cfg.IntakeRateMsgs, Bytes: cfg.IntakeRateBytes},
 	})
 	if err != nil {
 		return err
