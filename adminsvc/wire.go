@@ -42,7 +42,7 @@ const (
 )
 
 // Verbs lists every verb, in the order the service registers them.
-var Verbs = append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay, VerbChain}, WaveVerbs...)
+var Verbs = append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), VerbChain)
 
 // Subject returns the subject of verb, e.g. saga.admin.phase.pause.
 func Subject(verb string) string { return SubjectPrefix + "." + verb }
