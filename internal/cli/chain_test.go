@@ -2,6 +2,8 @@ package cli_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -23,6 +25,7 @@ import (
 	"github.com/sagad/sagad/internal/cli"
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/store"
 )
 
 // recorder is the executor of every chain step kind: the stub's artifact,
@@ -288,4 +291,42 @@ func TestChainDocumentErrors(t *testing.T) {
 	require.Equal(t, cli.ExitUsage, r.code, r.errOut)
 	r = run(t, "publish", "--chain", "x.json", "--seal")
 	require.Equal(t, cli.ExitUsage, r.code, r.errOut)
+}
+
+// TestPublishChainForeignStep: when a step's id holds a capsule that is not
+// the one sagad published for the chain, publish --chain says so and exits
+// 5. Step ids are random, so the test makes the situation itself: the
+// chain's record names an id another capsule took first.
+func TestPublishChainForeignStep(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{inputs: map[string][]capsule.Artifact{}}
+	o := startChainOnline(t, rec)
+	ctx := context.Background()
+	b := chainDoc(t, o.workspace, "report-44")
+
+	squatter := o.own(t, capsuletest.New())
+	r := o.run(t, "publish", file(t, squatter.Sealed(t)))
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	r = o.run(t, "wait", squatter.ID(), "--timeout", "30s")
+	require.Equal(t, cli.ExitOK, r.code, "%s%s", r.out, r.errOut)
+
+	doc, err := compose.Parse(b)
+	require.NoError(t, err)
+	ids, err := compose.NewStepIDs(doc.Steps())
+	require.NoError(t, err)
+	ids[1] = squatter.ID()
+	_, digests, err := doc.Build(ids)
+	require.NoError(t, err)
+	st, err := store.Open(ctx, o.js)
+	require.NoError(t, err)
+	sum := sha256.Sum256(b)
+	require.NoError(t, st.Chains.Create(ctx, store.ChainRecord{
+		ChainID: "report-44", Digest: hex.EncodeToString(sum[:]), Steps: ids, StepDigests: digests, CreatedAt: time.Now().UTC(),
+	}))
+
+	r = o.run(t, "publish", "--chain", file(t, b))
+	require.Equal(t, cli.ExitRefused, r.code, "%s%s", r.out, r.errOut)
+	require.Contains(t, r.errOut, "step 1 ("+squatter.ID()+") is not the one sagad published")
+	ch := chainOf(t, o, "report-44")
+	require.Equal(t, "foreign", string(ch.Steps[1].State))
 }
