@@ -61,22 +61,22 @@ type IntakeQuota struct {
 	// [DefaultIntakeMaxMsgBytes].
 	MaxMsgBytes int32
 	// MaxBytes bounds everything waiting in SAGA_INTAKE, all producers
-	// together (DiscardNew); negative: unbounded. Defaults to
-	// [DefaultIntakeMaxBytes].
+	// together (DiscardNew). Defaults to unbounded: JetStream reserves a
+	// stream's MaxBytes from the server's storage when the stream is
+	// created, so a default would refuse to start on a small server.
 	MaxBytes int64
 }
 
 // Intake quota defaults: a producer may queue 1000 capsules, each at most
 // 1 MiB (twice RECEPTION's 512 KiB limit, as sagactl's input bound: larger
-// capsules still halt capsule_too_large, with their bytes kept), and the
-// intake holds at most 1 GiB. 1000 is below RECEPTION's 1024 acks pending:
+// capsules still halt capsule_too_large, with their bytes kept): a
+// producer's waiting intake is at most 1000 MiB. 1000 is below RECEPTION's 1024 acks pending:
 // a producer whose backlog RECEPTION delays (pipeline.IntakeRate) holds at
 // most that many deliveries, and the others' capsules are delivered past
 // them.
 const (
 	DefaultIntakeMaxPending  = 1000
 	DefaultIntakeMaxMsgBytes = 1 << 20
-	DefaultIntakeMaxBytes    = 1 << 30
 )
 
 func (q IntakeQuota) withDefaults() IntakeQuota {
@@ -86,10 +86,7 @@ func (q IntakeQuota) withDefaults() IntakeQuota {
 	if q.MaxMsgBytes <= 0 {
 		q.MaxMsgBytes = DefaultIntakeMaxMsgBytes
 	}
-	if q.MaxBytes == 0 {
-		q.MaxBytes = DefaultIntakeMaxBytes
-	}
-	if q.MaxBytes < 0 {
+	if q.MaxBytes <= 0 {
 		q.MaxBytes = -1
 	}
 	return q

@@ -76,7 +76,8 @@ type Config struct {
 	// IntakeMaxMsgBytes bounds one intake message. Defaults to 1 MiB.
 	IntakeMaxMsgBytes int32 `json:"intake_max_msg_bytes,omitempty"`
 	// IntakeMaxBytes bounds everything waiting in the intake, all
-	// producers together; negative: unbounded. Defaults to 1 GiB.
+	// producers together. Defaults to unbounded (JetStream reserves it
+	// from the server's storage).
 	IntakeMaxBytes int64 `json:"intake_max_bytes,omitempty"`
 	// IntakeRateMsgs is how many capsules a second RECEPTION takes from one
 	// producer (per sagad); more wait in the intake. Negative: unlimited.
@@ -321,7 +322,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.Int64Var(&flags.IntakeMaxPending, "intake-max-pending", 0, "intake messages one producer may have waiting; past it its publishes are refused (default 1000; env SAGAD_INTAKE_MAX_PENDING)")
 	var intakeMaxMsgBytes int
 	fs.IntVar(&intakeMaxMsgBytes, "intake-max-msg-bytes", 0, "largest intake message, headers included (default 1048576; env SAGAD_INTAKE_MAX_MSG_BYTES)")
-	fs.Int64Var(&flags.IntakeMaxBytes, "intake-max-bytes", 0, "bytes waiting in the intake, all producers together; negative: unbounded (default 1073741824; env SAGAD_INTAKE_MAX_BYTES)")
+	fs.Int64Var(&flags.IntakeMaxBytes, "intake-max-bytes", 0, "bytes waiting in the intake, all producers together, reserved from JetStream's storage (default unbounded; env SAGAD_INTAKE_MAX_BYTES)")
 	fs.Float64Var(&flags.IntakeRateMsgs, "intake-rate-msgs", 0, "capsules a second RECEPTION takes from one producer; more wait in the intake; negative: unlimited (default 200; env SAGAD_INTAKE_RATE_MSGS)")
 	fs.Float64Var(&flags.IntakeRateBytes, "intake-rate-bytes", 0, "intake bytes a second RECEPTION takes from one producer; negative: unlimited (default 4194304; env SAGAD_INTAKE_RATE_BYTES)")
 	fs.IntVar(&flags.Replicas, "replicas", 0, "stream and bucket replicas (default 1; env SAGAD_REPLICAS)")
