@@ -67,15 +67,16 @@ type IntakeQuota struct {
 	MaxBytes int64
 }
 
-// Intake quota defaults: a producer may queue 1000 capsules, each at most
+// Intake quota defaults: a producer may queue 256 capsules, each at most
 // 1 MiB (twice RECEPTION's 512 KiB limit, as sagactl's input bound: larger
-// capsules still halt capsule_too_large, with their bytes kept): a
-// producer's waiting intake is at most 1000 MiB. 1000 is below RECEPTION's 1024 acks pending:
-// a producer whose backlog RECEPTION delays (pipeline.IntakeRate) holds at
-// most that many deliveries, and the others' capsules are delivered past
-// them.
+// capsules still halt capsule_too_large, with their bytes kept), so its
+// waiting intake is at most 256 MiB; past it, the producer goes at the
+// rate RECEPTION takes its intake (pipeline.IntakeRate). 256 is well below
+// RECEPTION's 1024 acks pending: a producer whose backlog RECEPTION delays
+// holds at most that many deliveries, and the others' capsules are
+// delivered past them.
 const (
-	DefaultIntakeMaxPending  = 1000
+	DefaultIntakeMaxPending  = 256
 	DefaultIntakeMaxMsgBytes = 1 << 20
 )
 

@@ -71,7 +71,7 @@ type Config struct {
 	Workers int `json:"workers"`
 	// IntakeMaxPending is how many intake messages one producer may have
 	// waiting for RECEPTION; past it JetStream refuses its publishes.
-	// Defaults to 1000 (store.DefaultIntakeMaxPending).
+	// Defaults to 256 (store.DefaultIntakeMaxPending).
 	IntakeMaxPending int64 `json:"intake_max_pending,omitempty"`
 	// IntakeMaxMsgBytes bounds one intake message. Defaults to 1 MiB.
 	IntakeMaxMsgBytes int32 `json:"intake_max_msg_bytes,omitempty"`
@@ -319,7 +319,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&flags.LogFormat, "log-format", "", "text or json (env SAGAD_LOG_FORMAT)")
 	fs.StringVar(&flags.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
 	fs.IntVar(&flags.Workers, "workers", 0, "capsules worked on at once per phase (default 64, which is also the most agent calls a phase makes at once; env SAGAD_WORKERS)")
-	fs.Int64Var(&flags.IntakeMaxPending, "intake-max-pending", 0, "intake messages one producer may have waiting; past it its publishes are refused (default 1000; env SAGAD_INTAKE_MAX_PENDING)")
+	fs.Int64Var(&flags.IntakeMaxPending, "intake-max-pending", 0, "intake messages one producer may have waiting; past it its publishes are refused (default 256; env SAGAD_INTAKE_MAX_PENDING)")
 	var intakeMaxMsgBytes int
 	fs.IntVar(&intakeMaxMsgBytes, "intake-max-msg-bytes", 0, "largest intake message, headers included (default 1048576; env SAGAD_INTAKE_MAX_MSG_BYTES)")
 	fs.Int64Var(&flags.IntakeMaxBytes, "intake-max-bytes", 0, "bytes waiting in the intake, all producers together, reserved from JetStream's storage (default unbounded; env SAGAD_INTAKE_MAX_BYTES)")
