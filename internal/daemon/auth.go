@@ -24,7 +24,8 @@ const (
 	// read JetStream (stream and consumer info, direct gets, its own
 	// consumers on checkpoints and events for wait, watch and lists).
 	RoleOperator = natsconn.RoleOperator
-	// RoleProducer publishes capsules on saga.intake and nothing else.
+	// RoleProducer publishes capsules on saga.intake and chain documents
+	// on saga.compose, and nothing else.
 	RoleProducer = natsconn.RoleProducer
 	// RoleWorker serves executor and reviewer calls (NATS micro services
 	// on agents.>) and publishes results on saga.complete.>.
@@ -52,6 +53,7 @@ func RolePermissions(role string) *server.Permissions {
 	case RoleOperator:
 		return allow([]string{
 			"saga.intake",
+			"saga.compose",
 			"saga.admin.>",
 			"$SRV.>",
 			"$JS.API.INFO",
@@ -81,7 +83,7 @@ func RolePermissions(role string) *server.Permissions {
 			"$JS.API.CONSUMER.DELETE.SAGA_EVENTS.>",
 		}, []string{inbox})
 	case RoleProducer:
-		return allow([]string{"saga.intake"}, []string{inbox})
+		return allow([]string{"saga.intake", "saga.compose"}, []string{inbox})
 	case RoleWorker:
 		p := allow([]string{"saga.complete.>"}, []string{"$SRV.>", "agents.>", inbox})
 		// Replies to the requests it serves (sagad's calls, $SRV pings).
