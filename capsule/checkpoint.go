@@ -26,9 +26,8 @@ type Checkpoint struct {
 	WaveID      string `json:"wave_id,omitempty"`
 	// Producer is the producer account the capsule came from: the last
 	// token of its intake subject (saga.intake.<producer>), which the
-	// producer's account import fixes, or the producer sagad recorded when
-	// it published the capsule itself (a composition's steps). Empty for
-	// sagad's own intake publishes.
+	// producer's account import fixes (sagad publishes a composition's
+	// steps on the producer's subject too). Empty for sagad's own intake.
 	Producer string `json:"producer,omitempty"`
 	// Chain is the capsule's chain and step (its chain member), so that
 	// lists can filter by chain. Absent outside a chain.

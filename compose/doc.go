@@ -3,8 +3,9 @@
 // not the producer, makes its steps' capsules. Each step gets a random
 // capsule id nobody can guess or claim first; the assignment is recorded
 // once per producer and chain id in SAGA_CHAINS (store.Chains), and sagad
-// publishes the steps itself on its own intake subject with the producer
-// recorded (store.HeaderProducer). RECEPTION refuses any capsule declaring
+// publishes the steps itself on the producer's intake subject
+// (saga.intake.<producer>), so they are the producer's capsules, under its
+// quota. RECEPTION refuses any capsule declaring
 // a chain step the record does not name (chain_membership_refused).
 //
 // The same document sent again by the same producer gets the same ids and

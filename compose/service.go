@@ -91,6 +91,8 @@ type Config struct {
 	Wait time.Duration
 	// MaxRequestBytes bounds a chain document. Defaults to 1 MiB.
 	MaxRequestBytes int
+	// MaxConcurrent bounds the requests served at once. Defaults to 16.
+	MaxConcurrent int
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
@@ -108,6 +110,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxRequestBytes <= 0 {
 		c.MaxRequestBytes = 1 << 20
 	}
+	if c.MaxConcurrent <= 0 {
+		c.MaxConcurrent = 16
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -124,6 +129,7 @@ type Service struct {
 	base    context.Context
 	cancel  context.CancelFunc
 	running sync.WaitGroup
+	slots   chan struct{}
 }
 
 // Start serves chain documents on nc until Stop. st must have its Chains
@@ -133,7 +139,7 @@ func Start(nc *nats.Conn, st *store.Store, cfg Config) (*Service, error) {
 		return nil, errors.New("compose: a connection and a store with chains are required")
 	}
 	cfg = cfg.withDefaults()
-	s := &Service{js: st.JetStream(), st: st, cfg: cfg}
+	s := &Service{js: st.JetStream(), st: st, cfg: cfg, slots: make(chan struct{}, cfg.MaxConcurrent)}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	svc, err := micro.AddService(nc, micro.Config{
 		Name: Name, Version: Version,
@@ -180,9 +186,25 @@ func producerOf(subject string) (string, bool) {
 	return p, true
 }
 
+// handle serves req on a goroutine of its own, at most MaxConcurrent at
+// once: a request waits for RECEPTION (Config.Wait), and one producer's
+// slow requests must not hold up everyone's.
 func (s *Service) handle(req micro.Request) {
 	s.running.Add(1)
-	defer s.running.Done()
+	select {
+	case s.slots <- struct{}{}:
+	case <-s.base.Done():
+		s.running.Done()
+		return
+	}
+	go func() {
+		defer s.running.Done()
+		defer func() { <-s.slots }()
+		s.serveRequest(req)
+	}()
+}
+
+func (s *Service) serveRequest(req micro.Request) {
 	ctx, cancel := context.WithTimeout(s.base, s.cfg.Timeout)
 	defer cancel()
 	start := s.cfg.Now()
@@ -246,11 +268,11 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 	}
 	out := Reply{ChainID: doc.ChainID, Producer: producer, Created: created, Steps: make([]Step, len(capsules))}
 	for i, raw := range capsules {
-		m := nats.NewMsg(store.IntakeSubject)
+		// On the producer's own intake subject, as if it had published
+		// the step: RECEPTION reads the producer from the subject, and the
+		// step counts against the producer's quota, not everyone's.
+		m := nats.NewMsg(store.IntakeSubjectOf(producer))
 		m.Data = raw
-		if producer != "" {
-			m.Header.Set(store.HeaderProducer, producer)
-		}
 		// The same step again within the intake's duplicate window is
 		// not even stored.
 		m.Header.Set(jetstream.MsgIDHeader, "compose."+rec.Steps[i]+"."+digests[i][:16])

@@ -156,24 +156,17 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 }
 
 // intakeProducer is the producer an intake message came from. A producer's
-// account maps its saga.intake onto saga.intake.<producer>, so the
-// subject names it and it cannot name another; the plain subject is
-// sagad's own account, where the producer header sagad sets on a
-// composition's steps is trusted. A name that is no producer name is
-// recorded as "?" (a misconfigured mapping, never a real producer).
+// account maps its saga.intake onto saga.intake.<producer>, so the subject
+// names it and it cannot name another; the plain subject is sagad's own
+// account (""). A name that is no producer name is recorded as "?" (a
+// misconfigured mapping, never a real producer).
 func intakeProducer(msg jetstream.Msg) string {
 	subj := msg.Subject()
-	var p string
-	switch {
-	case subj == store.IntakeSubject:
-		p = msg.Headers().Get(store.HeaderProducer)
-	case strings.HasPrefix(subj, store.IntakeProducerPrefix):
-		p = subj[len(store.IntakeProducerPrefix):]
-		if p == "" {
-			p = "?"
-		}
+	if subj == store.IntakeSubject {
+		return ""
 	}
-	if !store.ValidProducer(p) {
+	p, ok := strings.CutPrefix(subj, store.IntakeProducerPrefix)
+	if !ok || p == "" || !store.ValidProducer(p) {
 		return "?"
 	}
 	return p

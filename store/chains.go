@@ -19,15 +19,19 @@ import (
 // RECEPTION.
 const ChainsBucket = "SAGA_CHAINS"
 
-// HeaderProducer names, on a capsule sagad itself publishes on the plain
-// intake subject (a composition's steps), the producer it publishes for.
-// Only sagad's own account reaches the plain subject: a producer's intake
-// arrives on saga.intake.<producer>, where the header is ignored.
-const HeaderProducer = "Saga-Producer"
-
 // IntakeProducerPrefix is the intake subject a producer account's import
-// maps its saga.intake onto: saga.intake.<producer>.
+// maps its saga.intake onto: saga.intake.<producer>. The subject is the
+// producer's identity: a producer cannot publish on another's.
 const IntakeProducerPrefix = IntakeSubject + "."
+
+// IntakeSubjectOf is producer's intake subject; sagad's own ("") is the
+// plain saga.intake.
+func IntakeSubjectOf(producer string) string {
+	if producer == "" {
+		return IntakeSubject
+	}
+	return IntakeProducerPrefix + producer
+}
 
 // ErrChainExists is returned by [Chains.Create] when the producer already
 // has a chain of that id.
