@@ -272,3 +272,19 @@ func TestComposeRefusesBadRequests(t *testing.T) {
 	require.Equal(t, compose.CodeBadRequest, re.Code)
 	require.True(t, strings.Contains(re.Message, "names no producer"), re.Message)
 }
+
+// TestComposeReportsRefusedSteps: a step RECEPTION halts (its deadline has
+// passed) is reported refused, with the reason, in the reply.
+func TestComposeReportsRefusedSteps(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	past := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
+	step := capsuletest.New().Delete("capsule_id").
+		Set("created_at", past.Add(-time.Hour).Format(time.RFC3339)).Set("deadline", past.Format(time.RFC3339))
+	doc, err := json.Marshal(map[string]any{"chain_id": "late", "steps": []any{map[string]any(step)}})
+	require.NoError(t, err)
+	r, err := f.composeAs(t, "alice", doc)
+	require.NoError(t, err)
+	require.Equal(t, compose.StepRefused, r.Steps[0].State)
+	require.Equal(t, capsule.DeadlineInPast().String(), r.Steps[0].HaltReason)
+}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,9 @@ const (
 	// one sagad published for this producer. Ids are random, so this
 	// should never be seen; sagactl fails loudly if it is.
 	StepForeign = "foreign"
+	// StepRefused: RECEPTION halted the step (e.g. deadline_in_past); it
+	// is kept under its intake sequence, and HaltReason says why.
+	StepRefused = "refused"
 )
 
 // Error codes of an error reply.
@@ -61,6 +65,8 @@ type Step struct {
 	// intake recognised it as a duplicate of an earlier one).
 	IntakeSeq uint64 `json:"intake_seq,omitempty"`
 	State     string `json:"state"`
+	// HaltReason is RECEPTION's, for a refused step.
+	HaltReason string `json:"halt_reason,omitempty"`
 }
 
 // Reply answers a chain document.
@@ -344,11 +350,19 @@ func (s *Service) await(ctx context.Context, producer string, steps []Step) {
 			switch {
 			case err == nil && cp.Digest == steps[i].Digest && cp.Producer == producer:
 				steps[i].State = StepReceived
+				continue
 			case err == nil:
 				steps[i].State = StepForeign
-			default:
-				left++
+				continue
 			}
+			// A step RECEPTION halted is kept under its intake sequence.
+			if seq := steps[i].IntakeSeq; seq != 0 {
+				if cp, _, err := s.st.Checkpoints.Get(ctx, "x-"+strconv.FormatUint(seq, 10)); err == nil && cp.Producer == producer {
+					steps[i].State, steps[i].HaltReason = StepRefused, cp.State.HaltReason
+					continue
+				}
+			}
+			left++
 		}
 		if left == 0 {
 			return

@@ -69,6 +69,11 @@ func publishChain(cmd *cobra.Command, g *globals, b []byte) error {
 			fmt.Fprintln(out, s.CapsuleID)
 		}
 	}
+	for _, s := range r.Steps {
+		if s.State == compose.StepRefused {
+			fmt.Fprintf(cmd.ErrOrStderr(), "step %d (%s) halted at RECEPTION: %s\n", s.Step, s.CapsuleID, printable(s.HaltReason))
+		}
+	}
 	if len(foreign) > 0 {
 		return exit(ExitRefused, fmt.Errorf("chain %s: the capsule accepted as %s is not the one sagad published for this chain: do not trust this chain's results", r.ChainID, strings.Join(foreign, ", ")))
 	}
