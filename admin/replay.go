@@ -185,7 +185,19 @@ func (a *Admin) checkCorrected(ctx context.Context, found *capsule.Checkpoint, e
 	if r.Capsule.CapsuleID != found.CapsuleID {
 		return "", replayRefusal(found, fmt.Sprintf("the corrected capsule's id is %q, not %q", r.Capsule.CapsuleID, found.CapsuleID))
 	}
+	// Chain membership is sagad's to give (RECEPTION's
+	// chain_membership_refused): a correction keeps the capsule's.
+	if !sameChain(r.Capsule.Chain, found.Chain) {
+		return "", replayRefusal(found, "the corrected capsule's chain differs from the capsule's: only sagad assigns chain steps")
+	}
 	return r.Digest, nil
+}
+
+func sameChain(a, b *capsule.ChainStep) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 func replayRefusal(cp *capsule.Checkpoint, hint string) error {

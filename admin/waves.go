@@ -32,6 +32,12 @@ type WaveInfo struct {
 	// Waiting lists the keys of the capsules waiting for the wave's
 	// capacity, oldest first.
 	Waiting []string `json:"waiting"`
+	// Producers are the producers the wave admits; absent: any.
+	Producers []string `json:"producers,omitempty"`
+	// Holders says who holds the wave's reservations: per producer ("-"
+	// for sagad's own intake), its capsules holding one and what they
+	// hold. Absent when no capsule holds one.
+	Holders map[string]budget.ProducerHold `json:"holders,omitempty"`
 }
 
 // waveRefusal refuses a wave action the wave's state does not allow (exit 5
@@ -49,8 +55,11 @@ var ErrInvalidWave = budget.ErrInvalidWave
 // go on (the sweeper resumes them, oldest first); lowering it below what is
 // used and reserved admits no one until enough is released. A closed wave's
 // caps cannot change (refused).
-func (a *Admin) SetWave(ctx context.Context, waveID string, tokens *int64, dollars *float64) (WaveInfo, error) {
-	w, err := a.st.Budgets.ChangeWave(ctx, waveID, budget.WaveChange{Tokens: tokens, Dollars: dollars})
+//
+// producers, when not nil, is the wave's new admit list: only capsules of
+// these producers may join it from now on (empty: any).
+func (a *Admin) SetWave(ctx context.Context, waveID string, tokens *int64, dollars *float64, producers *[]string) (WaveInfo, error) {
+	w, err := a.st.Budgets.ChangeWave(ctx, waveID, budget.WaveChange{Tokens: tokens, Dollars: dollars, Producers: producers})
 	if errors.Is(err, budget.ErrWaveClosed) {
 		return WaveInfo{}, &waveRefusal{msg: fmt.Sprintf("cannot set wave %s: it is closed (closing is final)", waveID)}
 	}
@@ -121,6 +130,7 @@ func waveInfoOf(id string, w budget.Wave, waiting []string) WaveInfo {
 	info := WaveInfo{
 		WaveID: id, TokensCap: w.TokensCap, DollarsCap: w.DollarsCap, Closed: w.Closed,
 		Used: w.Used, Reserved: w.Reserved, Running: w.Holders, Waiting: waiting,
+		Producers: w.Producers, Holders: w.ByProducer,
 	}
 	if info.Waiting == nil {
 		info.Waiting = []string{}

@@ -16,6 +16,7 @@ import (
 	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/rules"
 	"github.com/sagad/sagad/store"
 )
@@ -53,6 +54,9 @@ type Config struct {
 	// saga.admin.rules (sagad passes its pipeline's). Defaults to the
 	// built-in defaults.
 	Rules rules.Config
+	// Chains answers saga.admin.chain (sagad passes [StoreChains]).
+	// Defaults to none: the verb is answered internal.
+	Chains ChainReader
 }
 
 // DefaultTimeout bounds a request's handling unless Config.Timeout says
@@ -256,6 +260,8 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 		return reply, err
 	}
 	switch r := r.(type) {
+	case ChainRequest:
+		return s.serveChain(ctx, r)
 	case PauseRequest:
 		return s.a.Pause(ctx, r.ID, r.Reason, r.By)
 	case ResumeRequest:
@@ -328,6 +334,8 @@ func (s *Service) classify(ctx context.Context, err error) ErrorReply {
 		return ErrorReply{Code: CodeRefused, Message: err.Error()}
 	case errors.Is(err, store.ErrNotFound):
 		return ErrorReply{Code: CodeNotFound, Message: err.Error()}
+	case errors.Is(err, compose.ErrAmbiguous):
+		return ErrorReply{Code: CodeBadRequest, Message: err.Error()}
 	case errors.Is(err, admin.ErrInvalidWave), errors.Is(err, admin.ErrInvalidQuery):
 		return ErrorReply{Code: CodeBadRequest, Message: err.Error()}
 	case s.base.Err() != nil:

@@ -24,7 +24,7 @@ var WaveVerbs = []string{VerbWaveSet, VerbWaveShow, VerbWaveList, VerbWaveClose}
 // implements them. Actions that do not are answered internal on the wave
 // verbs.
 type WaveActions interface {
-	SetWave(ctx context.Context, waveID string, tokens *int64, dollars *float64) (admin.WaveInfo, error)
+	SetWave(ctx context.Context, waveID string, tokens *int64, dollars *float64, producers *[]string) (admin.WaveInfo, error)
 	CloseWave(ctx context.Context, waveID string) (admin.WaveInfo, error)
 	Wave(ctx context.Context, waveID string) (admin.WaveInfo, error)
 	Waves(ctx context.Context) ([]admin.WaveInfo, error)
@@ -39,6 +39,9 @@ type WaveSetRequest struct {
 	// Tokens and Dollars are the new caps (0 = none); absent ones stay.
 	Tokens  *int64   `json:"tokens,omitempty"`
 	Dollars *float64 `json:"dollars,omitempty"`
+	// Producers, when present, is the new admit list: only these
+	// producers' capsules may join the wave ([] : any). Absent keeps it.
+	Producers *[]string `json:"producers,omitempty"`
 	// By is the operator, logged by the sagad that acts. Required.
 	By string `json:"by"`
 	// Reason is logged with By.
@@ -89,6 +92,16 @@ func decodeWaveRequest(verb string, data []byte) (r any, ok bool, err error) {
 		if err == nil && w.Dollars != nil && !(*w.Dollars >= 0 && *w.Dollars <= maxDollarsCap) {
 			err = badRequest("dollars %v: want a cap of 0 (none) to %g", *w.Dollars, float64(maxDollarsCap))
 		}
+		if err == nil && w.Producers != nil {
+			if len(*w.Producers) > budget.MaxWaveProducers {
+				err = badRequest("producers: at most %d", budget.MaxWaveProducers)
+			}
+			for _, p := range *w.Producers {
+				if err == nil && !budget.ValidWaveID(p) {
+					err = badRequest("producer %q: want 1 to 64 of [A-Za-z0-9_-]", p)
+				}
+			}
+		}
 		return w, true, err
 	case VerbWaveClose:
 		var w WaveCloseRequest
@@ -133,9 +146,10 @@ func (s *Service) serveWave(ctx context.Context, r any) (reply any, ok bool, err
 	}
 	switch r := r.(type) {
 	case WaveSetRequest:
-		info, err := wa.SetWave(ctx, r.WaveID, r.Tokens, r.Dollars)
+		info, err := wa.SetWave(ctx, r.WaveID, r.Tokens, r.Dollars, r.Producers)
 		if err == nil {
-			s.log.Info("admin wave set", "wave", r.WaveID, "tokens_cap", info.TokensCap, "dollars_cap", info.DollarsCap, "by", r.By, "reason", r.Reason)
+			s.log.Info("admin wave set", "wave", r.WaveID, "tokens_cap", info.TokensCap, "dollars_cap", info.DollarsCap,
+				"producers", info.Producers, "by", r.By, "reason", r.Reason)
 		}
 		return info, true, err
 	case WaveCloseRequest:

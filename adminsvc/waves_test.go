@@ -184,3 +184,30 @@ func TestDecodeWaveRequest(t *testing.T) {
 		})
 	}
 }
+
+// TestWaveProducers: wave.set's admit list and who holds the reservations,
+// in wave.set, wave.show and wave.list replies checked against
+// schemas/admin.
+func TestWaveProducers(t *testing.T) {
+	t.Parallel()
+	f := waveSetup(t)
+	w := wave(t, f.do(t, VerbWaveSet, WaveSetRequest{WaveID: "w3", Producers: &[]string{"bob", "alice", "bob"}, By: "ann"}, ""))
+	require.Equal(t, []string{"alice", "bob"}, w.Producers)
+
+	// A capsule of sagad's own intake waits for the operator, holding its
+	// reservation.
+	held := capsuletest.New().Set("wave_id", "w3").Set("review.operator_gate", true)
+	f.publish(t, held)
+	f.waitState(t, held.ID(), capsule.WaitingForOperator)
+	w = wave(t, f.do(t, VerbWaveShow, WaveShowRequest{WaveID: "w3"}, ""))
+	require.Equal(t, 1, w.Holders["-"].Capsules)
+	require.Equal(t, w.Reserved, w.Holders["-"].Reserved, "what it holds is all the wave holds")
+	var list WaveListReply
+	require.NoError(t, json.Unmarshal(f.do(t, VerbWaveList, []byte(""), ""), &list))
+	require.Len(t, list.Waves, 1)
+	require.Equal(t, w.Holders, list.Waves[0].Holders)
+
+	w = wave(t, f.do(t, VerbWaveSet, WaveSetRequest{WaveID: "w3", Producers: &[]string{}, By: "ann"}, ""))
+	require.Empty(t, w.Producers, "[] admits any again")
+	f.do(t, VerbWaveSet, []byte(`{"wave_id":"w3","producers":["a.b"],"by":"ann"}`), CodeBadRequest)
+}

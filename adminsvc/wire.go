@@ -42,7 +42,7 @@ const (
 )
 
 // Verbs lists every verb, in the order the service registers them.
-var Verbs = append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), ReadVerbs...)
+var Verbs = append(append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), VerbChain), ReadVerbs...)
 
 // Subject returns the subject of verb, e.g. saga.admin.phase.pause.
 func Subject(verb string) string { return SubjectPrefix + "." + verb }
@@ -251,6 +251,9 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 	}
 	if r, ok, err := decodeWaveRequest(verb, data); ok {
 		return r, err
+	}
+	if verb == VerbChain {
+		return decodeChainRequest(data)
 	}
 	if r, ok, err := decodeReadRequest(verb, data); ok {
 		return r, err

@@ -175,6 +175,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		{5, `{"phase":0}`},
 		{6, ``},
 		{7, `{}`},
+		{14, `{"chain_id":"c-1","producer":"alice"}`},
+		{14, `{"chain_id":"c-1","producer":""}`},
 	} {
 		f.Add(s.verb, []byte(s.data))
 	}

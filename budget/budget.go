@@ -134,6 +134,18 @@ type Wave struct {
 	Reserved capsule.Usage
 	// Holders counts the capsules holding a reservation.
 	Holders int
+	// Producers are the producers the wave admits; empty: any.
+	Producers []string
+	// ByProducer is who holds the wave's reservations: per producer ("-"
+	// for sagad's own intake), its capsules holding one and what they
+	// hold.
+	ByProducer map[string]ProducerHold
+}
+
+// ProducerHold is one producer's share of a wave's reservations.
+type ProducerHold struct {
+	Capsules int           `json:"capsules"`
+	Reserved capsule.Usage `json:"reserved"`
 }
 
 // ChargeResult is the outcome of [Tracker.Charge].
@@ -158,10 +170,30 @@ type record struct {
 	// sum, and each holder's (a capsule key) remaining part.
 	Reserved capsule.Usage            `json:"reserved,omitzero"`
 	Holds    map[string]capsule.Usage `json:"holds,omitempty"`
+	// Producers is the wave's admit list (empty: any producer).
+	Producers []string `json:"producers,omitempty"`
+	// HoldBy names the producer of each holder with a producer (a holder
+	// absent from it came from sagad's own intake).
+	HoldBy map[string]string `json:"hold_by,omitempty"`
 }
 
 func (r record) wave() Wave {
-	return Wave{TokensCap: r.TokensCap, DollarsCap: r.DollarsCap, Used: r.Used, Closed: r.Closed, Reserved: r.Reserved, Holders: len(r.Holds)}
+	w := Wave{TokensCap: r.TokensCap, DollarsCap: r.DollarsCap, Used: r.Used, Closed: r.Closed, Reserved: r.Reserved, Holders: len(r.Holds),
+		Producers: slices.Clone(r.Producers)}
+	if len(r.Holds) > 0 {
+		w.ByProducer = make(map[string]ProducerHold)
+		for h, u := range r.Holds {
+			p := r.HoldBy[h]
+			if p == "" {
+				p = "-"
+			}
+			ph := w.ByProducer[p]
+			ph.Capsules++
+			ph.Reserved = ph.Reserved.Add(u)
+			w.ByProducer[p] = ph
+		}
+	}
+	return w
 }
 
 // appliedWindow is how many charge ids a record remembers.

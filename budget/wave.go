@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -39,6 +40,9 @@ import (
 
 // ErrWaveClosed refuses changing the caps of a closed wave: closing is final.
 var ErrWaveClosed = errors.New("the wave is closed")
+
+// MaxWaveProducers bounds a wave's admit list.
+const MaxWaveProducers = 256
 
 // ErrInvalidWave is an invalid wave id or cap.
 var ErrInvalidWave = errors.New("invalid wave")
@@ -84,6 +88,9 @@ type Admission struct {
 	Admitted bool
 	// Closed: the wave is closed and the holder holds no reservation.
 	Closed bool
+	// NotAdmitted: the wave admits a list of producers, and not the
+	// holder's (and the holder holds no reservation).
+	NotAdmitted bool
 	// Wave is the wave as the decision saw it.
 	Wave Wave
 }
@@ -109,6 +116,14 @@ func ValidWaveID(id string) bool {
 // again without a change (a redelivery, or a racing sagad), even if the wave
 // was closed since. Nothing is written unless a reservation is made.
 func (t *Tracker) Reserve(ctx context.Context, waveID, holder string, caps capsule.Budget) (Admission, error) {
+	return t.ReserveFor(ctx, waveID, holder, "", caps)
+}
+
+// ReserveFor is [Tracker.Reserve] for a capsule of producer: a wave whose
+// admit list does not name producer refuses it (NotAdmitted). Producer ""
+// is sagad's own intake, which every wave admits (a producer's capsules
+// never arrive there: their subject names them).
+func (t *Tracker) ReserveFor(ctx context.Context, waveID, holder, producer string, caps capsule.Budget) (Admission, error) {
 	if !ValidWaveID(waveID) || holder == "" || caps.Tokens < 0 || !(caps.Dollars >= 0) {
 		return Admission{}, fmt.Errorf("budget: reserve %q for %q: %w", waveID, holder, ErrInvalidWave)
 	}
@@ -123,6 +138,10 @@ func (t *Tracker) Reserve(ctx context.Context, waveID, holder string, caps capsu
 			a.Closed = true
 			return false
 		}
+		if producer != "" && len(r.Producers) > 0 && !slices.Contains(r.Producers, producer) {
+			a.NotAdmitted = true
+			return false
+		}
 		if !r.wave().Fits(caps) {
 			return false
 		}
@@ -131,6 +150,12 @@ func (t *Tracker) Reserve(ctx context.Context, waveID, holder string, caps capsu
 		}
 		hold := capsule.Usage{Tokens: caps.Tokens, Dollars: caps.Dollars}
 		r.Holds[holder] = hold
+		if producer != "" {
+			if r.HoldBy == nil {
+				r.HoldBy = map[string]string{}
+			}
+			r.HoldBy[holder] = producer
+		}
 		r.Reserved = r.Reserved.Add(hold)
 		a.Admitted = true
 		return true
@@ -159,9 +184,13 @@ func (t *Tracker) Release(ctx context.Context, waveID, holder string) (released 
 			return false
 		}
 		delete(r.Holds, holder)
+		delete(r.HoldBy, holder)
 		r.Reserved = subFloor(r.Reserved, h)
 		if len(r.Holds) == 0 {
 			r.Holds, r.Reserved = nil, capsule.Usage{} // no float residue
+		}
+		if len(r.HoldBy) == 0 {
+			r.HoldBy = nil
 		}
 		return true
 	})
@@ -196,6 +225,10 @@ type WaveChange struct {
 	// Close closes the wave: no capsule is admitted any more, and those
 	// waiting for its capacity halt with wave_closed. It is final.
 	Close bool
+	// Producers, when set, is the new admit list: only these producers'
+	// capsules may join the wave (empty: any). Reservations already held
+	// stay.
+	Producers *[]string
 }
 
 // ChangeWave creates the wave or changes its caps, or closes it, keeping
@@ -211,6 +244,15 @@ func (t *Tracker) ChangeWave(ctx context.Context, waveID string, ch WaveChange) 
 		return Wave{}, fmt.Errorf("budget: wave %s: %w: tokens %d is negative", waveID, ErrInvalidWave, *ch.Tokens)
 	case ch.Dollars != nil && !(*ch.Dollars >= 0 && *ch.Dollars < 1e15):
 		return Wave{}, fmt.Errorf("budget: wave %s: %w: dollars %v is not a non-negative amount", waveID, ErrInvalidWave, *ch.Dollars)
+	case ch.Producers != nil && len(*ch.Producers) > MaxWaveProducers:
+		return Wave{}, fmt.Errorf("budget: wave %s: %w: more than %d producers", waveID, ErrInvalidWave, MaxWaveProducers)
+	}
+	if ch.Producers != nil {
+		for _, p := range *ch.Producers {
+			if !ValidWaveID(p) { // a producer name has a wave id's form
+				return Wave{}, fmt.Errorf("budget: wave %s: %w: producer %q: want 1 to 64 of [A-Za-z0-9_-]", waveID, ErrInvalidWave, p)
+			}
+		}
 	}
 	var refused bool
 	r, err := t.update(ctx, waveKey(waveID), func(r *record) bool {
@@ -230,6 +272,17 @@ func (t *Tracker) ChangeWave(ctx context.Context, waveID string, ch WaveChange) 
 		}
 		if ch.Close && !r.Closed {
 			r.Closed, changed = true, true
+		}
+		if ch.Producers != nil {
+			list := slices.Clone(*ch.Producers)
+			slices.Sort(list)
+			list = slices.Compact(list)
+			if len(list) == 0 {
+				list = nil
+			}
+			if !slices.Equal(list, r.Producers) {
+				r.Producers, changed = list, true
+			}
 		}
 		return changed
 	})

@@ -194,3 +194,47 @@ func TestChangeWave(t *testing.T) {
 	require.Equal(t, "w", list[1].ID)
 	require.True(t, list[1].Closed)
 }
+
+// TestReserveForAdmitList: a wave admitting alice refuses mallory (nothing
+// reserved), admits alice and sagad's own intake, and names who holds what;
+// a holder admitted before the list changed stays admitted; releasing
+// forgets the holder's producer.
+func TestReserveForAdmitList(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	_, err := f.tr.ChangeWave(f.ctx, "w", budget.WaveChange{Tokens: i64(3000), Producers: &[]string{"alice"}})
+	require.NoError(t, err)
+	a, err := f.tr.ReserveFor(f.ctx, "w", "m1", "mallory", tokens(1000))
+	require.NoError(t, err)
+	require.True(t, a.NotAdmitted)
+	require.False(t, a.Admitted)
+	a, err = f.tr.ReserveFor(f.ctx, "w", "a1", "alice", tokens(1000))
+	require.NoError(t, err)
+	require.True(t, a.Admitted)
+	a, err = f.tr.Reserve(f.ctx, "w", "own", tokens(500))
+	require.NoError(t, err)
+	require.True(t, a.Admitted, "sagad's own intake is admitted by every wave")
+	w, _, err := f.tr.Wave(f.ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, []string{"alice"}, w.Producers)
+	require.Equal(t, map[string]budget.ProducerHold{
+		"alice": {Capsules: 1, Reserved: capsule.Usage{Tokens: 1000, Dollars: 1}},
+		"-":     {Capsules: 1, Reserved: capsule.Usage{Tokens: 500, Dollars: 1}},
+	}, w.ByProducer)
+
+	// Alice is no longer admitted: her held reservation stays hers.
+	_, err = f.tr.ChangeWave(f.ctx, "w", budget.WaveChange{Producers: &[]string{"bob"}})
+	require.NoError(t, err)
+	a, err = f.tr.ReserveFor(f.ctx, "w", "a1", "alice", tokens(1000))
+	require.NoError(t, err)
+	require.True(t, a.Admitted)
+	_, ok, err := f.tr.Release(f.ctx, "w", "a1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	w, _, err = f.tr.Wave(f.ctx, "w")
+	require.NoError(t, err)
+	require.NotContains(t, w.ByProducer, "alice")
+
+	_, err = f.tr.ChangeWave(f.ctx, "w", budget.WaveChange{Producers: &[]string{"a.b"}})
+	require.ErrorIs(t, err, budget.ErrInvalidWave)
+}

@@ -24,6 +24,11 @@ type Checkpoint struct {
 	// TraceID is one. Empty in checkpoints written before sagad traced.
 	TraceParent string `json:"trace_parent,omitempty"`
 	WaveID      string `json:"wave_id,omitempty"`
+	// Producer is the producer account the capsule came from: the last
+	// token of its intake subject (saga.intake.<producer>), which the
+	// producer's account import fixes (sagad publishes a composition's
+	// steps on the producer's subject too). Empty for sagad's own intake.
+	Producer string `json:"producer,omitempty"`
 	// Chain is the capsule's chain and step (its chain member), so that
 	// lists can filter by chain. Absent outside a chain.
 	Chain  *ChainStep `json:"chain,omitempty"`

@@ -36,6 +36,10 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"wave_id":`...)
 		b = appendString(b, c.WaveID)
 	}
+	if c.Producer != "" {
+		b = append(b, `,"producer":`...)
+		b = appendString(b, c.Producer)
+	}
 	if c.Chain != nil {
 		b = append(b, `,"chain":{"id":`...)
 		b = appendString(b, c.Chain.ID)

@@ -25,6 +25,10 @@ const (
 	// CodeCapsuleLimitsExceeded: a list of the capsule is longer than its
 	// hard limit (see [Capsule.ListLimits]); not in PIPELINE §3's table.
 	CodeCapsuleLimitsExceeded HaltCode = "capsule_limits_exceeded"
+	// CodeChainMembershipRefused: the capsule declares a chain step sagad
+	// did not assign it (sagactl publish --chain); not in PIPELINE §3's
+	// table.
+	CodeChainMembershipRefused HaltCode = "chain_membership_refused"
 	// Intake, before a capsule could be read (also RECEPTION).
 	CodeNotJSON                  HaltCode = "not_json"
 	CodeCapsuleTooLarge          HaltCode = "capsule_too_large"
@@ -54,6 +58,9 @@ const (
 	// (its checkpoint, kept bytes, budget or wave record) is not one sagad
 	// wrote. The detail names the bucket.
 	CodeStateCorrupt HaltCode = "state_corrupt"
+	// CodeWaveNotAdmitted: the capsule's producer is not one its wave
+	// admits (sagactl wave set --producers), at AUTOMATED_GATES.
+	CodeWaveNotAdmitted HaltCode = "wave_not_admitted"
 )
 
 // HaltCodes lists every halt code, the closed set metrics may label with.
@@ -64,6 +71,7 @@ var HaltCodes = []HaltCode{
 	CodeAbsoluteRulesViolated, CodeLockAcquisitionFailed, CodeBudgetExceeded, CodeExecutorFailed,
 	CodeReviewRejectedTerminal, CodeMaxCyclesExceeded,
 	CodeOperatorRejected, CodeDependencyFailed, CodeDependencyMissing, CodeWaveClosed, CodeStateCorrupt,
+	CodeChainMembershipRefused, CodeWaveNotAdmitted,
 }
 
 // HaltReason is a typed halt reason. Its String form is the exact text of
@@ -147,6 +155,19 @@ func BudgetDollarsNonPositive() HaltReason { return HaltReason{Code: CodeBudgetD
 // LockUnavailable: a required lock is held by another capsule at reception.
 func LockUnavailable(path string) HaltReason {
 	return HaltReason{CodeLockUnavailable, Truncate(path, MaxReasonDetail)}
+}
+
+// ChainMembershipRefused names the chain and step a capsule declared
+// without sagad having assigned it that step: "chain_membership_refused:
+// <chain id>/<step>".
+func ChainMembershipRefused(chainID string, step int) HaltReason {
+	return HaltReason{CodeChainMembershipRefused, Truncate(chainID, MaxReasonDetail-12) + "/" + strconv.Itoa(step)}
+}
+
+// WaveNotAdmitted names the wave that does not admit the capsule's
+// producer.
+func WaveNotAdmitted(waveID string) HaltReason {
+	return HaltReason{CodeWaveNotAdmitted, Truncate(waveID, MaxReasonDetail)}
 }
 
 // NotJSON: the intake bytes are not a JSON object.

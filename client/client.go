@@ -75,6 +75,9 @@ type Status struct {
 	// in an OpenTelemetry backend. Empty for capsules received before
 	// sagad traced.
 	TraceParent string `json:"trace_parent,omitempty"`
+	// Producer is the producer account the capsule came from
+	// ([capsule.Checkpoint.Producer]); absent for sagad's own intake.
+	Producer string `json:"producer,omitempty"`
 	// Reviewer is who reviewed the latest cycle: the capsule's declared
 	// reviewer, or sagad's default_reviewer when it declared none. Empty
 	// before the first review.
@@ -122,6 +125,7 @@ func StatusOf(cp *capsule.Checkpoint) Status {
 		Progress:     cp.State.Progress,
 		TraceID:      cp.TraceID,
 		TraceParent:  cp.TraceParent,
+		Producer:     cp.Producer,
 		BudgetUsed:   cp.State.BudgetUsed,
 		ArtifactRefs: append([]string{}, cp.State.ArtifactRefs...),
 		Findings:     append([]capsule.Finding{}, cp.State.Findings...),

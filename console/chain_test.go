@@ -1,12 +1,15 @@
 package console
 
 import (
+	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/internal/capsuletest"
 )
 
@@ -15,7 +18,16 @@ import (
 func TestConsoleChainFilter(t *testing.T) {
 	t.Parallel()
 	f := setup(t, Config{})
-	step := f.publish(t, capsuletest.New().Set("chain", map[string]any{"id": "c-1", "step": 0}))
+	composer, err := compose.Start(f.nc, f.st, compose.Config{Logger: testLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, composer.Stop()) })
+	doc, err := json.Marshal(map[string]any{"chain_id": "c-1", "steps": []any{map[string]any(capsuletest.New().Delete("capsule_id"))}})
+	require.NoError(t, err)
+	msg, err := f.nc.Request(compose.Subject, doc, 10*time.Second)
+	require.NoError(t, err)
+	r, err := compose.DecodeReply(msg)
+	require.NoError(t, err)
+	step := r.Steps[0].CapsuleID
 	other := f.publish(t, capsuletest.New().Set("target", "file:go.mod").Set("constraints.resource_locks_required", []any{"go.mod"}))
 	f.wait(t, step, capsule.Completed)
 	f.wait(t, other, capsule.Completed)

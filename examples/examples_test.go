@@ -59,7 +59,7 @@ var pipelineHaltCodes = []capsule.HaltCode{
 
 // extraHaltCodes are RECEPTION's reasons beyond PIPELINE §3's table, from
 // hardening the intake against untrusted producers (README's halt reasons).
-var extraHaltCodes = []capsule.HaltCode{capsule.CodeBudgetDollarsNonPositive, capsule.CodeCapsuleLimitsExceeded}
+var extraHaltCodes = []capsule.HaltCode{capsule.CodeBudgetDollarsNonPositive, capsule.CodeCapsuleLimitsExceeded, capsule.CodeChainMembershipRefused}
 
 // intakeHaltCodes are the intake reasons (bytes that never became a capsule)
 // that have an example.
@@ -70,7 +70,7 @@ var intakeHaltCodes = []capsule.HaltCode{capsule.CodeNotJSON, capsule.CodeUnsupp
 // decision, a dependency that halts first, a dependency's wait running out
 // (sagad's --dependency-timeout), a wave closed while the capsule waits for
 // its capacity.
-var coordinatorHaltCodes = []capsule.HaltCode{capsule.CodeOperatorRejected, capsule.CodeDependencyFailed, capsule.CodeDependencyMissing, capsule.CodeWaveClosed}
+var coordinatorHaltCodes = []capsule.HaltCode{capsule.CodeOperatorRejected, capsule.CodeDependencyFailed, capsule.CodeDependencyMissing, capsule.CodeWaveClosed, capsule.CodeWaveNotAdmitted}
 
 // noExampleHaltCodes have no example file: capsule_too_large needs bytes
 // over the intake's size limit, which a repository file should not carry
@@ -85,6 +85,9 @@ const (
 	dependencyOfFailed = "halt-executor_failed.json"
 	// closedWave is halt-wave_closed.json's wave_id.
 	closedWave = "example-closed-wave"
+	// producersWave is halt-wave_not_admitted.json's wave_id: a wave that
+	// admits producer alice only; the example comes from mallory.
+	producersWave = "example-closed-producers"
 	// dependencyTimeout is the --dependency-timeout TestExamples runs with.
 	dependencyTimeout = time.Second
 )
@@ -115,6 +118,8 @@ var expected = map[string]string{
 	"halt-dependency_failed.json":           "dependency_failed:5a6a0000-0000-4000-8000-000000000012",
 	"halt-dependency_missing.json":          "dependency_missing:5a6a0000-0000-4000-8000-00000000dead",
 	"halt-wave_closed.json":                 "wave_closed:" + closedWave,
+	"halt-chain_membership_refused.json":    "chain_membership_refused:example-chain/0",
+	"halt-wave_not_admitted.json":           "wave_not_admitted:" + producersWave,
 }
 
 // Intentionally broken examples: not capsules by the schema, and not sealed.
@@ -463,6 +468,15 @@ func TestExamples(t *testing.T) {
 				f.waitState(t, keys, capsule.Waiting)
 				_, err = f.pipe.Store().Budgets.ChangeWave(context.Background(), closedWave, budget.WaveChange{Close: true})
 				require.NoError(t, err)
+			case capsule.CodeWaveNotAdmitted:
+				// sagactl wave set example-closed-producers --producers
+				// alice; the capsule comes from producer mallory (on
+				// saga.intake.mallory, where her account's import puts it).
+				_, err := f.pipe.Store().Budgets.ChangeWave(context.Background(), producersWave, budget.WaveChange{Producers: &[]string{"alice"}})
+				require.NoError(t, err)
+				ack, err := f.js.Publish(context.Background(), store.IntakeProducerPrefix+"mallory", raw)
+				require.NoError(t, err)
+				keys = []string{"x-" + strconv.FormatUint(ack.Sequence, 10), "5a6a0000-0000-4000-8000-000000000023"}
 			default:
 				keys = f.publish(t, raw)
 			}

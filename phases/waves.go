@@ -12,7 +12,7 @@ import (
 // implements it). Reserve must be idempotent per holder: AUTOMATED_GATES
 // may run again for the same capsule after a crash or a redelivery.
 type WaveAdmission interface {
-	Reserve(ctx context.Context, waveID, holder string, caps capsule.Budget) (budget.Admission, error)
+	ReserveFor(ctx context.Context, waveID, holder, producer string, caps capsule.Budget) (budget.Admission, error)
 }
 
 // admitToWave is the last step of AUTOMATED_GATES for a capsule of a wave,
@@ -20,7 +20,8 @@ type WaveAdmission interface {
 // any override) are reserved against what the wave has left, and next goes
 // on recording the reservation in the checkpoint. A capsule that does not
 // fit waits (state waiting, trigger wave_capacity) until the sweeper finds
-// room for it; one whose wave was closed halts with wave_closed:<wave>.
+// room for it; one whose wave was closed halts with wave_closed:<wave>, one
+// whose producer the wave does not admit with wave_not_admitted:<wave>.
 func admitToWave(ctx context.Context, env *Env, in *Input, next Decision) Decision {
 	c := in.Capsule
 	if c.WaveID == "" || env.Waves == nil {
@@ -32,7 +33,7 @@ func admitToWave(ctx context.Context, env *Env, in *Input, next Decision) Decisi
 	// The holder is the checkpoint key: the same for every delivery of
 	// this capsule, so a repeated admission finds its reservation.
 	caps := in.Checkpoint.State.Caps(c.Budget)
-	a, err := env.Waves.Reserve(ctx, c.WaveID, in.Key(), caps)
+	a, err := env.Waves.ReserveFor(ctx, c.WaveID, in.Key(), in.Checkpoint.Producer, caps)
 	if err != nil {
 		return RetryAfter(env.RetryDelay, fmt.Errorf("automated gates: wave %s: %w", c.WaveID, err))
 	}
@@ -44,6 +45,10 @@ func admitToWave(ctx context.Context, env *Env, in *Input, next Decision) Decisi
 		}
 		next.Record.WaveReserved = &reserved
 		return next
+	case a.NotAdmitted:
+		return HaltWith(capsule.WaveNotAdmitted(c.WaveID), capsule.Finding{
+			Field: "wave_id", Message: fmt.Sprintf("wave %q admits other producers than %q (sagactl wave set --producers)", c.WaveID, in.Checkpoint.Producer),
+		})
 	case a.Closed:
 		return HaltWith(capsule.WaveClosed(c.WaveID), capsule.Finding{
 			Rule: 19, Field: "wave_id", Message: fmt.Sprintf("wave %q was closed before the capsule was admitted", c.WaveID),

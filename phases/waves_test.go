@@ -17,11 +17,13 @@ type fakeWaves struct {
 	admission budget.Admission
 	err       error
 	calls     []string // holder/wave
+	producers []string
 	caps      []capsule.Budget
 }
 
-func (w *fakeWaves) Reserve(_ context.Context, waveID, holder string, caps capsule.Budget) (budget.Admission, error) {
+func (w *fakeWaves) ReserveFor(_ context.Context, waveID, holder, producer string, caps capsule.Budget) (budget.Admission, error) {
 	w.calls = append(w.calls, holder+"/"+waveID)
+	w.producers = append(w.producers, producer)
 	w.caps = append(w.caps, caps)
 	return w.admission, w.err
 }
@@ -63,6 +65,11 @@ func TestAdmitToWave(t *testing.T) {
 				require.Equal(t, "wave_closed:w", d.Halt.String())
 				require.Equal(t, 19, d.Findings[0].Rule)
 			}},
+		{name: "producer not admitted", wave: "w", admission: budget.Admission{NotAdmitted: true}, want: phases.Halt,
+			check: func(t *testing.T, d phases.Decision) {
+				require.Equal(t, "wave_not_admitted:w", d.Halt.String())
+				require.Contains(t, d.Findings[0].Message, `"mallory"`)
+			}},
 		{name: "reservation fails", wave: "w", err: errors.New("kv down"), want: phases.Retry},
 		{name: "no wave", want: phases.Advance, check: func(t *testing.T, d phases.Decision) { require.Nil(t, d.Record) }},
 	}
@@ -77,7 +84,7 @@ func TestAdmitToWave(t *testing.T) {
 				doc = doc.Set("wave_id", tt.wave)
 			}
 			raw := doc.Sealed(t)
-			cp := &capsule.Checkpoint{Key: doc.ID(), State: capsule.CheckpointState{Phase: capsule.AutomatedGates}}
+			cp := &capsule.Checkpoint{Key: doc.ID(), Producer: "mallory", State: capsule.CheckpointState{Phase: capsule.AutomatedGates}}
 			if tt.override > 0 {
 				cp.State.Overrides = &capsule.Overrides{Tokens: tt.override}
 			}
@@ -88,6 +95,7 @@ func TestAdmitToWave(t *testing.T) {
 				require.Empty(t, w.calls)
 			} else {
 				require.Equal(t, []string{doc.ID() + "/" + tt.wave}, w.calls, "reserved under the checkpoint key")
+				require.Equal(t, []string{"mallory"}, w.producers, "for the checkpoint's producer")
 			}
 			if tt.check != nil {
 				tt.check(t, d)

@@ -20,6 +20,7 @@ import (
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
 	"github.com/sagad/sagad/rules"
+	"github.com/sagad/sagad/store"
 )
 
 // DefaultWorkers is [Config.Workers]'s default.
@@ -81,6 +82,12 @@ type Config struct {
 	DuplicateWindow time.Duration
 	// MaxIntakeBytes is the hard size limit of intake messages. Defaults to 512 KiB.
 	MaxIntakeBytes int
+	// IntakeQuota bounds each producer's waiting intake (store.IntakeQuota).
+	// Zero fields default.
+	IntakeQuota store.IntakeQuota
+	// IntakeRate is how fast RECEPTION takes each producer's intake.
+	// Zero fields default ([IntakeRate]).
+	IntakeRate IntakeRate
 	// Rules is the constitution's configuration. Defaults to rules defaults,
 	// with ExecutorKinds and ReviewerIDs filled from Executors.
 	Rules rules.Config

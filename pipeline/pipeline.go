@@ -37,6 +37,7 @@ type Pipeline struct {
 	corrupt *corrupt.Reporter
 	metrics *metrics.Metrics
 	env     *phases.Env
+	rate    *limiter
 	phases  [capsule.NumPhases]phases.Phase
 	tracer  *tracing.Tracer
 
@@ -64,7 +65,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		Replicas: cfg.Replicas, Storage: cfg.Storage, AckWait: cfg.AckWait, DuplicateWindow: cfg.DuplicateWindow,
 		Retention: cfg.Retention, LockLease: cfg.LockLease, Workspace: cfg.Workspace, KVBuckets: cfg.KVBuckets, Now: cfg.Now,
 		Writes:  &jspub.Writes{Timeout: cfg.WriteTimeout, Observe: cfg.Health.ObserveWrite},
-		Corrupt: rep, Migrate: cfg.Migrate, Logger: cfg.Logger,
+		Corrupt: rep, Migrate: cfg.Migrate, Logger: cfg.Logger, Quota: cfg.IntakeQuota,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
@@ -77,6 +78,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		metrics: cfg.Metrics,
 		tracer:  tracing.New(cfg.TracerProvider),
 		corrupt: rep,
+		rate:    newLimiter(cfg.IntakeRate, cfg.Now),
 	}
 	// Agent calls become spans under their phase's, and carry its
 	// traceparent to the workers.

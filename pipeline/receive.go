@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,11 +31,32 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	}
 	start := p.cfg.Now()
 	raw := msg.Data()
+	producer := intakeProducer(msg)
+	if wait := p.rate.take(producer, len(raw)); wait > 0 {
+		// Over its rate: the message waits in the intake (bounded by the
+		// producer's quota there), nothing of it is kept yet.
+		return runner.NakAfter(wait, nil)
+	}
 	fallbackKey := "x-" + strconv.FormatUint(meta.Sequence.Stream, 10)
 	r := phases.Receive(ctx, p.env, raw, func(id string) string { return id })
 	r.Decision = p.corruptDecision(r.Decision)
 	if r.Decision.Action == phases.Retry {
 		return runner.NakAfter(p.cfg.RetryDelay+r.Decision.Delay, r.Decision.Err)
+	}
+	if r.Capsule != nil && r.Capsule.Chain != nil && r.Decision.Action != phases.Halt {
+		// Chain membership is sagad's to assign (package compose): a
+		// capsule declaring a step sagad did not give it is refused, and
+		// kept under its intake sequence, so it never takes the id.
+		ok, err := p.chainMember(ctx, producer, r.Capsule)
+		if err != nil {
+			return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: chain %q: %w", r.Capsule.Chain.ID, err))
+		}
+		if !ok {
+			r.Decision = phases.HaltWith(capsule.ChainMembershipRefused(r.Capsule.Chain.ID, r.Capsule.Chain.Step), capsule.Finding{
+				Field: "chain", Message: "sagad did not assign this capsule to step " + strconv.Itoa(r.Capsule.Chain.Step) +
+					" of chain " + strconv.Quote(r.Capsule.Chain.ID) + " (chains are published with sagactl publish --chain)",
+			})
+		}
 	}
 
 	key := fallbackKey
@@ -85,6 +107,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 		fresh.Chain = r.Capsule.Chain
 	}
 	fresh.IntakeSeq = meta.Sequence.Stream
+	fresh.Producer = producer
 	tctx, root := p.traceReception(ctx, msg.Headers(), fresh, start)
 	defer p.endReception(tctx, root, fresh, r.Decision, start)
 	res, err := machine.Apply(fresh, machine.Decide{Phase: capsule.Reception, Decision: r.Decision}, now)
@@ -142,6 +165,32 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 		return runner.NakAfter(p.cfg.RetryDelay, err)
 	}
 	return runner.Ack()
+}
+
+// intakeProducer is the producer an intake message came from. A producer's
+// account maps its saga.intake onto saga.intake.<producer>, so the subject
+// names it and it cannot name another; the plain subject is sagad's own
+// account (""). A name that is no producer name is recorded as "?" (a
+// misconfigured mapping, never a real producer).
+func intakeProducer(msg jetstream.Msg) string {
+	subj := msg.Subject()
+	if subj == store.IntakeSubject {
+		return ""
+	}
+	p, ok := strings.CutPrefix(subj, store.IntakeProducerPrefix)
+	if !ok || p == "" || !store.ValidProducer(p) {
+		return "?"
+	}
+	return p
+}
+
+// chainMember reports whether sagad assigned c its declared chain step for
+// producer.
+func (p *Pipeline) chainMember(ctx context.Context, producer string, c *capsule.Capsule) (bool, error) {
+	if p.st.Chains == nil {
+		return false, nil
+	}
+	return p.st.Chains.IsMember(ctx, producer, c.Chain.ID, c.Chain.Step, c.CapsuleID)
 }
 
 // duplicateIgnored records, once per intake message, that a capsule was

@@ -207,6 +207,12 @@ func TestReplayCorrectedCapsule(t *testing.T) {
 	_, err = a.Replay(ctx, doc.ID(), admin.ReplayOptions{By: "op", Capsule: doc.Unsealed(t)})
 	require.ErrorIs(t, err, admin.ErrRefused)
 	require.Contains(t, err.Error(), "would halt at RECEPTION")
+	// A correction cannot join a chain: only sagad assigns chain steps.
+	joined := f.own(t, doc).Set("chain", map[string]any{"id": "c-1", "step": 0})
+	_, err = a.Replay(ctx, doc.ID(), admin.ReplayOptions{By: "op", Capsule: joined.Sealed(t)})
+	require.ErrorIs(t, err, admin.ErrRefused)
+	require.Contains(t, err.Error(), "only sagad assigns chain steps")
+	joined.Delete("chain")
 	after, err := f.client.Checkpoint(ctx, doc.ID())
 	require.NoError(t, err)
 	require.Equal(t, before, after, "refused replays change nothing")

@@ -7,7 +7,8 @@
 // # Names
 //
 //	what                      name                  subjects / keys
-//	intake (phase 0)          stream SAGA_INTAKE    saga.intake            (anyone publishes capsules here)
+//	intake (phase 0)          stream SAGA_INTAKE    saga.intake            (sagad's own account)
+//	                                                saga.intake.<producer> (a producer account's saga.intake; quota per subject)
 //	phase N, 1 ≤ N ≤ 6        stream SAGA_PHASE_N   saga.phase.N
 //	phase consumers           durable "phase-N"     (phase 0: "phase-0" on SAGA_INTAKE)
 //	events without transition stream SAGA_EVENTS    saga.events.<key>      (pauses, operator actions, duplicates)
@@ -15,6 +16,7 @@
 //	checkpoints               KV SAGA_CHECKPOINTS   <key>
 //	capsules as received      KV SAGA_CAPSULES      <key>
 //	locks, budgets            KV SAGA_LOCKS, SAGA_BUDGETS (packages locks, budget)
+//	compositions              KV SAGA_CHAINS        <sha256(chain_id)[:20] hex>.<producer or "-"> (package compose)
 //	artifacts                 object store SAGA_ARTIFACTS  <capsule_id>/<cycle>, ref "artifact:<capsule_id>/<cycle>"
 //
 // The key of a capsule is its capsule_id. Bytes that cannot be read as a

@@ -60,6 +60,55 @@ type Topology struct {
 	// write, met where no error can carry them (a list, a lock taken over).
 	// Nil reports nothing.
 	Corrupt *corrupt.Reporter
+	// Quota bounds what each producer may have waiting in SAGA_INTAKE.
+	// Zero fields take [IntakeQuota]'s defaults.
+	Quota IntakeQuota
+}
+
+// IntakeQuota is the intake a producer may have waiting for RECEPTION.
+// JetStream enforces it on SAGA_INTAKE itself: a publish over it gets an
+// error acknowledgement and nothing is stored. Every producer publishes on
+// its own subject (saga.intake.<producer>), so a per-subject limit is a
+// per-producer one.
+type IntakeQuota struct {
+	// MaxPending is how many intake messages one producer may have waiting
+	// (MaxMsgsPerSubject with DiscardNewPerSubject). Defaults to
+	// [DefaultIntakeMaxPending].
+	MaxPending int64
+	// MaxMsgBytes bounds one intake message, headers included. Defaults to
+	// [DefaultIntakeMaxMsgBytes].
+	MaxMsgBytes int32
+	// MaxBytes bounds everything waiting in SAGA_INTAKE, all producers
+	// together (DiscardNew). Defaults to unbounded: JetStream reserves a
+	// stream's MaxBytes from the server's storage when the stream is
+	// created, so a default would refuse to start on a small server.
+	MaxBytes int64
+}
+
+// Intake quota defaults: a producer may queue 256 capsules, each at most
+// 1 MiB (twice RECEPTION's 512 KiB limit, as sagactl's input bound: larger
+// capsules still halt capsule_too_large, with their bytes kept), so its
+// waiting intake is at most 256 MiB; past it, the producer goes at the
+// rate RECEPTION takes its intake (pipeline.IntakeRate). 256 is well below
+// RECEPTION's 1024 acks pending: a producer whose backlog RECEPTION delays
+// holds at most that many deliveries, and the others' capsules are
+// delivered past them.
+const (
+	DefaultIntakeMaxPending  = 256
+	DefaultIntakeMaxMsgBytes = 1 << 20
+)
+
+func (q IntakeQuota) withDefaults() IntakeQuota {
+	if q.MaxPending <= 0 {
+		q.MaxPending = DefaultIntakeMaxPending
+	}
+	if q.MaxMsgBytes <= 0 {
+		q.MaxMsgBytes = DefaultIntakeMaxMsgBytes
+	}
+	if q.MaxBytes <= 0 {
+		q.MaxBytes = -1
+	}
+	return q
 }
 
 func (t Topology) withDefaults() Topology {
@@ -78,6 +127,7 @@ func (t Topology) withDefaults() Topology {
 	if t.Now == nil {
 		t.Now = time.Now
 	}
+	t.Quota = t.Quota.withDefaults()
 	return t
 }
 
@@ -96,6 +146,9 @@ type Store struct {
 	Locks *locks.Manager
 	// Budgets are the wave budgets (Rule 16).
 	Budgets *budget.Tracker
+	// Chains holds the compositions sagad assigned (nil on a store opened
+	// before the bucket existed).
+	Chains *Chains
 	// Cache holds what this process wrote and decoded last.
 	Cache *Cache
 
@@ -208,6 +261,9 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if st.artifacts, err = js.ObjectStore(ctx, ArtifactsBucket); err != nil {
 		return nil, fmt.Errorf("object store %s: %w", ArtifactsBucket, err)
 	}
+	if st.chains, err = js.KeyValue(ctx, ChainsBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("bucket %s: %w", ChainsBucket, err)
+	}
 	lm, err := locks.New(ctx, js, locks.Config{})
 	if err != nil {
 		return nil, err
@@ -240,6 +296,9 @@ func newStore(js jetstream.JetStream, st *stores, lm *locks.Manager, bt *budget.
 		artifacts:      st.artifacts,
 		retention:      retention,
 		workspace:      workspace,
+	}
+	if st.chains != nil {
+		s.Chains = &Chains{kv: st.chains}
 	}
 	return s
 }

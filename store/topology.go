@@ -22,21 +22,26 @@ const markerTTL = time.Second
 // a creation returns nil for what does not exist yet.
 func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Topology) (*stores, error) {
 	for p := capsule.Phase(0); p < capsule.NumPhases; p++ {
-		subjects := []string{PhaseSubject(p)}
-		if p == capsule.Reception {
-			// A producer's capsules arrive from its own NATS account on
-			// saga.intake.<producer> (the service import of its account).
-			subjects = append(subjects, IntakeSubject+".*")
-		}
-		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		sc := jetstream.StreamConfig{
 			Name:        PhaseStream(p),
 			Description: "sagad: capsules waiting for phase " + p.String(),
-			Subjects:    subjects,
+			Subjects:    []string{PhaseSubject(p)},
 			Retention:   jetstream.WorkQueuePolicy,
 			Storage:     cfg.Storage,
 			Replicas:    cfg.Replicas,
 			Duplicates:  cfg.DuplicateWindow,
-		}); err != nil {
+		}
+		if p == capsule.Reception {
+			// Producers' intake arrives on saga.intake.<producer>; the
+			// quota is per subject, so per producer (IntakeQuota).
+			sc.Subjects = append(sc.Subjects, IntakeProducerPrefix+"*")
+			sc.Discard = jetstream.DiscardNew
+			sc.DiscardNewPerSubject = true
+			sc.MaxMsgsPerSubject = cfg.Quota.MaxPending
+			sc.MaxMsgSize = cfg.Quota.MaxMsgBytes
+			sc.MaxBytes = cfg.Quota.MaxBytes
+		}
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return nil, fmt.Errorf("stream %s: %w", PhaseStream(p), err)
 		}
 		cc := jetstream.ConsumerConfig{
@@ -110,6 +115,9 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Topology) (
 	}); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", ContinuationsBucket, err)
 	}
+	if s.chains, err = ensureChains(ctx, js, cfg); err != nil {
+		return nil, err
+	}
 	if s.artifacts, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket: ArtifactsBucket, Description: "sagad: artifacts per capsule and cycle", Storage: cfg.Storage, Replicas: cfg.Replicas,
 		TTL: cfg.Retention, // kept for the retention after they were written
@@ -127,4 +135,5 @@ type stores struct {
 	capsulesStream jetstream.Stream
 	continuations  jetstream.KeyValue
 	artifacts      jetstream.ObjectStore
+	chains         jetstream.KeyValue
 }

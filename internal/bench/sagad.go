@@ -60,6 +60,9 @@ func newSagad(ctx context.Context, js jetstream.JetStream, cfg Config, workspace
 		DuplicateWindow: cfg.DuplicateWindow,
 		PhaseTimeout:    cfg.PhaseTimeout,
 		Retention:       retention(cfg.Retention),
+		// An open-loop run may queue more than a producer's default
+		// backlog; the benchmark measures sagad, not the quota.
+		IntakeQuota: store.IntakeQuota{MaxPending: 1 << 20},
 	})
 	if err != nil {
 		return nil, err

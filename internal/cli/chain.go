@@ -1,135 +1,114 @@
 package cli
 
 import (
-	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
-	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/client"
-	"github.com/sagad/sagad/schemas"
+	"github.com/sagad/sagad/compose"
 )
 
-// chainDoc is a chain document (schemas/chain.schema.json).
-type chainDoc struct {
-	ChainID string            `json:"chain_id"`
-	Steps   []json.RawMessage `json:"steps"`
-}
-
-// buildChain turns a chain document into its steps' sealed capsules, in
-// order: each gets its deterministic id, depends on the step before and reads
-// its final artifact (context ref artifact:<previous id>/final), and carries
-// chain {id, step}. The same document always builds the same bytes, so
-// publishing it again is idempotent.
-func buildChain(b []byte) (chainID string, ids []string, capsules [][]byte, err error) {
-	if err := schemas.Validate(schemas.Chain, b); err != nil {
-		return "", nil, nil, fmt.Errorf("not a chain: %w", err)
-	}
-	var doc chainDoc
-	if err := json.Unmarshal(b, &doc); err != nil {
-		return "", nil, nil, fmt.Errorf("not a chain: %w", err)
-	}
-	prev := ""
-	for i, raw := range doc.Steps {
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.UseNumber() // numbers stay as written: they are digested
-		var step map[string]any
-		if err := dec.Decode(&step); err != nil {
-			return "", nil, nil, fmt.Errorf("step %d: %w", i, err)
-		}
-		id := capsule.ChainStepID(doc.ChainID, i)
-		step["capsule_id"] = id
-		step["chain"] = map[string]any{"id": doc.ChainID, "step": i}
-		refs, _ := step["context_refs"].([]any)
-		if refs == nil {
-			refs = []any{}
-		}
-		if prev != "" {
-			step["depends_on"] = []any{prev}
-			final := "artifact:" + prev + "/final"
-			if !slices.Contains(refs, any(final)) {
-				refs = append(refs, final)
-			}
-		}
-		step["context_refs"] = refs
-		delete(step, "integrity")
-		unsealed, err := json.Marshal(step)
-		if err != nil {
-			return "", nil, nil, fmt.Errorf("step %d: %w", i, err)
-		}
-		sealed, err := capsule.Seal(unsealed)
-		if err != nil {
-			return "", nil, nil, fmt.Errorf("step %d: %w", i, err)
-		}
-		if err := schemas.Validate(schemas.Capsule, sealed); err != nil {
-			return "", nil, nil, fmt.Errorf("step %d: not a capsule: %w", i, err)
-		}
-		ids = append(ids, id)
-		capsules = append(capsules, sealed)
-		prev = id
-	}
-	return doc.ChainID, ids, capsules, nil
-}
-
-// publishChain publishes every step of the chain document b, in order.
+// publishChain sends the chain document b to sagad's compose service,
+// which assigns the steps' ids and publishes them, and prints the ids. It
+// fails (ExitRefused) when a step's capsule id holds a capsule that is not
+// the one sagad published for this producer, and when the chain id was
+// already used with another document.
 func publishChain(cmd *cobra.Command, g *globals, b []byte) error {
-	chainID, ids, capsules, err := buildChain(b)
+	// Refused before dialling, in the schema's words: the document, then
+	// its steps as capsules (built under throwaway ids; sagad assigns the
+	// real ones).
+	doc, err := compose.Parse(b)
 	if err != nil {
+		return exit(ExitUsage, err)
+	}
+	ids, err := compose.NewStepIDs(doc.Steps())
+	if err != nil {
+		return err
+	}
+	if _, _, err := doc.Build(ids); err != nil {
 		return exit(ExitUsage, err)
 	}
 	ctx, cancel := contextWithTimeout(cmd, g)
 	defer cancel()
-	c, _, closeFn, err := g.connect(ctx)
+	nc, err := g.dialNATS()
 	if err != nil {
 		return err
 	}
-	defer closeFn()
-	type published struct {
-		Step      int    `json:"step"`
-		CapsuleID string `json:"capsule_id"`
-		IntakeSeq uint64 `json:"intake_seq"`
+	defer nc.Close()
+	r, err := compose.Publish(ctx, nc, b)
+	var re *compose.RequestError
+	switch {
+	case errors.Is(err, compose.ErrNoSagad):
+		return exit(ExitNoSagad, err)
+	case errors.As(err, &re) && re.Code == compose.CodeBadRequest:
+		return exit(ExitUsage, err)
+	case errors.As(err, &re) && re.Code == compose.CodeChainExists:
+		return exit(ExitRefused, err)
+	case err != nil:
+		return err
 	}
-	steps := make([]published, 0, len(ids))
-	for i, raw := range capsules {
-		seq, err := c.Publish(ctx, raw, "")
-		if err != nil {
-			return fmt.Errorf("step %d (%s): %w", i, ids[i], err)
+	var foreign []string
+	for _, s := range r.Steps {
+		if s.State == compose.StepForeign {
+			foreign = append(foreign, fmt.Sprintf("step %d (%s)", s.Step, s.CapsuleID))
 		}
-		steps = append(steps, published{Step: i, CapsuleID: ids[i], IntakeSeq: seq})
 	}
 	out := cmd.OutOrStdout()
 	if enc := g.encoder(); enc != nil {
-		return enc(out, map[string]any{"chain_id": chainID, "steps": steps})
+		if err := enc(out, r); err != nil {
+			return err
+		}
+	} else {
+		for _, s := range r.Steps {
+			fmt.Fprintln(out, s.CapsuleID)
+		}
 	}
-	for _, id := range ids {
-		fmt.Fprintln(out, id)
+	for _, s := range r.Steps {
+		if s.State == compose.StepRefused {
+			fmt.Fprintf(cmd.ErrOrStderr(), "step %d (%s) halted at RECEPTION: %s\n", s.Step, s.CapsuleID, printable(s.HaltReason))
+		}
+	}
+	if len(foreign) > 0 {
+		return exit(ExitRefused, fmt.Errorf("chain %s: the capsule accepted as %s is not the one sagad published for this chain: do not trust this chain's results", r.ChainID, strings.Join(foreign, ", ")))
 	}
 	return nil
 }
 
 func newChain(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var producer string
+	cmd := &cobra.Command{
 		Use:   "chain CHAIN_ID",
 		Short: "Show every step of a chain: id, index, kind, state, phase, halt reason",
 		Long: `Show every step of a chain published with sagactl publish --chain, in order:
 its capsule id, index, task.kind, state, phase and halt reason (or what it
-waits for). Steps are found by their deterministic ids, so no admin service
-is needed; a step sagad has not received yet ends the list.`,
+waits for). Read through sagad's admin service (saga.admin.chain). Chain ids
+are per producer: when several producers used CHAIN_ID, name one with
+--producer. A step RECEPTION has not received yet shows state pending; a
+step whose id holds a capsule sagad did not publish for it shows foreign.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, c, done, err := g.dial(cmd)
+			ctx, a, done, err := g.dialAdmin(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			ch, err := c.Chain(ctx, args[0])
+			req := adminsvc.ChainRequest{ChainID: args[0]}
+			if cmd.Flags().Changed("producer") {
+				p := producer
+				if p == "-" {
+					p = ""
+				}
+				req.Producer = &p
+			}
+			ch, err := a.Chain(ctx, req)
 			if err != nil {
-				return notFound(err)
+				return adminErr(err)
 			}
 			if enc := g.encoder(); enc != nil {
 				return enc(cmd.OutOrStdout(), ch)
@@ -137,6 +116,8 @@ is needed; a step sagad has not received yet ends the list.`,
 			return printChain(cmd.OutOrStdout(), ch)
 		},
 	}
+	cmd.Flags().StringVar(&producer, "producer", "", "whose chain, when several producers used the id (- for sagad's own)")
+	return cmd
 }
 
 func printChain(w io.Writer, ch client.Chain) error {

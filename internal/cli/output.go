@@ -154,6 +154,9 @@ func printStatus(w io.Writer, s client.Status) error {
 	if s.HaltReason != "" {
 		fmt.Fprintf(tw, "halt_reason:\t%s\n", printable(s.HaltReason))
 	}
+	if s.Producer != "" {
+		fmt.Fprintf(tw, "producer:\t%s\n", printable(s.Producer))
+	}
 	if s.Reviewer != "" {
 		fmt.Fprintf(tw, "reviewer:\t%s\n", printable(s.Reviewer))
 	}

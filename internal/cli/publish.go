@@ -28,12 +28,14 @@ integrity_mismatch). --seal fills in integrity.sha256 before publishing. --raw s
 unchecked, to see what the daemon does with them (it prints the intake
 sequence instead of an id).
 
---chain FILE publishes a chain document (schemas/chain.schema.json): each
-step becomes a sealed capsule with a deterministic id (from chain_id and the
-step's index), depending on the step before and reading its final artifact
+--chain FILE sends a chain document (schemas/chain.schema.json) to sagad
+(saga.compose), which makes each step a sealed capsule with an id of its
+own choosing, depending on the step before and reading its final artifact
 (context ref artifact:<previous capsule_id>/final), and carrying chain
-{id, step}; it prints the steps' ids in order. Publishing the same document
-again publishes the same capsules (sagad ignores the repeats).
+{id, step}, and publishes them; it prints the steps' ids in order. The same
+document again gets the same ids and starts nothing new; another document
+under the same chain_id is refused (exit 5), and so is a step whose id
+holds a capsule sagad did not publish for it.
 
 --wait then waits for the capsule as 'sagactl wait' does (--timeout, default
 5m), prints its status instead of the id, and exits as wait does (0 only

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -33,13 +34,17 @@ Exit 5 (refused) for a cap change on a closed wave, 4 for an unknown wave,
 	var by, reason string
 	var tokens int64
 	var dollars float64
+	var producers string
 	set := &cobra.Command{
-		Use:   "set WAVE [--tokens N] [--dollars X]",
-		Short: "Create a wave or change its caps (0 is no cap; a cap left out stays)",
+		Use:   "set WAVE [--tokens N] [--dollars X] [--producers a,b]",
+		Short: "Create a wave or change its caps (0 is no cap; a cap left out stays) or who may join it",
 		Long: `Create a wave or change its caps. --tokens and --dollars set the caps (0 is
 no cap); a flag left out keeps the cap as it is. Raising a cap lets waiting
 capsules go on at once; lowering it below what is used and reserved admits
-no one until enough is released. Exit 5 if the wave is closed.`,
+no one until enough is released. --producers a,b admits only those
+producers' capsules from now on (others halt wave_not_admitted:<wave> at
+AUTOMATED_GATES); --producers '' admits any again. Exit 5 if the wave is
+closed.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkWaveArg(args[0]); err != nil {
@@ -58,6 +63,19 @@ no one until enough is released. Exit 5 if the wave is closed.`,
 				}
 				req.Dollars = &dollars
 			}
+			if cmd.Flags().Changed("producers") {
+				list := []string{}
+				for _, p := range strings.Split(producers, ",") {
+					if p = strings.TrimSpace(p); p == "" {
+						continue
+					}
+					if !budget.ValidWaveID(p) {
+						return exit(ExitUsage, fmt.Errorf("--producers: %q: want 1 to 64 of [A-Za-z0-9_-]", printable(p)))
+					}
+					list = append(list, p)
+				}
+				req.Producers = &list
+			}
 			ctx, a, done, err := g.dialAdmin(cmd)
 			if err != nil {
 				return err
@@ -72,6 +90,7 @@ no one until enough is released. Exit 5 if the wave is closed.`,
 	}
 	set.Flags().Int64Var(&tokens, "tokens", 0, "the wave's token cap (0: none)")
 	set.Flags().Float64Var(&dollars, "dollars", 0, "the wave's dollar cap (0: none)")
+	set.Flags().StringVar(&producers, "producers", "", "comma-separated producers whose capsules may join the wave ('': any)")
 	closeCmd := &cobra.Command{
 		Use:   "close WAVE",
 		Short: "Close a wave for good: its waiting capsules halt wave_closed:<wave>, running ones finish",
@@ -204,6 +223,20 @@ func printWave(cmd *cobra.Command, g *globals, w admin.WaveInfo) error {
 	}
 	fmt.Fprintf(tw, "dollars:\tcap %s, used %s, reserved %s, left %s\n", capText(w.DollarsCap, true), money(w.Used.Dollars), money(w.Reserved.Dollars), dleft)
 	fmt.Fprintf(tw, "running:\t%d\n", w.Running)
+	admits := "any producer"
+	if len(w.Producers) > 0 {
+		admits = strings.Join(printables(w.Producers), ", ")
+	}
+	fmt.Fprintf(tw, "admits:\t%s\n", admits)
+	names := make([]string, 0, len(w.Holders))
+	for p := range w.Holders {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	for _, p := range names {
+		h := w.Holders[p]
+		fmt.Fprintf(tw, "held by %s:\t%d capsules, %d tokens, %s dollars reserved\n", printable(p), h.Capsules, h.Reserved.Tokens, money(h.Reserved.Dollars))
+	}
 	waiting := "-"
 	if len(w.Waiting) > 0 {
 		waiting = strings.Join(printables(w.Waiting), ", ")

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -73,6 +74,23 @@ type Config struct {
 	LogLevel string `json:"log_level"`
 	// Workers per phase. Defaults to 32.
 	Workers int `json:"workers"`
+	// IntakeMaxPending is how many intake messages one producer may have
+	// waiting for RECEPTION; past it JetStream refuses its publishes.
+	// Defaults to 256 (store.DefaultIntakeMaxPending).
+	IntakeMaxPending int64 `json:"intake_max_pending,omitempty"`
+	// IntakeMaxMsgBytes bounds one intake message. Defaults to 1 MiB.
+	IntakeMaxMsgBytes int32 `json:"intake_max_msg_bytes,omitempty"`
+	// IntakeMaxBytes bounds everything waiting in the intake, all
+	// producers together. Defaults to unbounded (JetStream reserves it
+	// from the server's storage).
+	IntakeMaxBytes int64 `json:"intake_max_bytes,omitempty"`
+	// IntakeRateMsgs is how many capsules a second RECEPTION takes from one
+	// producer (per sagad); more wait in the intake. Negative: unlimited.
+	// Defaults to 200.
+	IntakeRateMsgs float64 `json:"intake_rate_msgs,omitempty"`
+	// IntakeRateBytes is how many intake bytes a second RECEPTION takes
+	// from one producer (per sagad). Negative: unlimited. Defaults to 4 MiB.
+	IntakeRateBytes float64 `json:"intake_rate_bytes,omitempty"`
 	// Replicas of streams and buckets (3 on a JetStream cluster). Defaults to 1.
 	Replicas int `json:"replicas"`
 	// Migrate lets sagad change existing streams and buckets whose settings
@@ -323,6 +341,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&flags.LogFormat, "log-format", "", "text or json (env SAGAD_LOG_FORMAT)")
 	fs.StringVar(&flags.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
 	fs.IntVar(&flags.Workers, "workers", 0, "capsules worked on at once per phase (default 64, which is also the most agent calls a phase makes at once; env SAGAD_WORKERS)")
+	fs.Int64Var(&flags.IntakeMaxPending, "intake-max-pending", 0, "intake messages one producer may have waiting; past it its publishes are refused (default 256; env SAGAD_INTAKE_MAX_PENDING)")
+	var intakeMaxMsgBytes int
+	fs.IntVar(&intakeMaxMsgBytes, "intake-max-msg-bytes", 0, "largest intake message, headers included (default 1048576; env SAGAD_INTAKE_MAX_MSG_BYTES)")
+	fs.Int64Var(&flags.IntakeMaxBytes, "intake-max-bytes", 0, "bytes waiting in the intake, all producers together, reserved from JetStream's storage (default unbounded; env SAGAD_INTAKE_MAX_BYTES)")
+	fs.Float64Var(&flags.IntakeRateMsgs, "intake-rate-msgs", 0, "capsules a second RECEPTION takes from one producer; more wait in the intake; negative: unlimited (default 200; env SAGAD_INTAKE_RATE_MSGS)")
+	fs.Float64Var(&flags.IntakeRateBytes, "intake-rate-bytes", 0, "intake bytes a second RECEPTION takes from one producer; negative: unlimited (default 4194304; env SAGAD_INTAKE_RATE_BYTES)")
 	fs.IntVar(&flags.Replicas, "replicas", 0, "stream and bucket replicas (default 1; env SAGAD_REPLICAS)")
 	fs.BoolVar(&flags.Migrate, "migrate", false, "change existing streams and buckets whose settings (replicas, retention...) differ from these flags; without it sagad refuses to start and changes nothing (env SAGAD_MIGRATE)")
 	var startTimeout time.Duration
@@ -358,6 +382,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	}
 	flags.ShutdownTimeout = Duration(shutdown)
 	flags.StartTimeout = Duration(startTimeout)
+	if intakeMaxMsgBytes > math.MaxInt32 || intakeMaxMsgBytes < 0 {
+		return Config{}, fmt.Errorf("--intake-max-msg-bytes %d: out of range", intakeMaxMsgBytes)
+	}
+	flags.IntakeMaxMsgBytes = int32(intakeMaxMsgBytes)
 	flags.LockWait, flags.DeadlineWarning, flags.ExternalTimeout = Duration(lockWait), Duration(deadlineWarning), Duration(externalTimeout)
 	flags.Retention = Duration(retention)
 	flags.RescueAfter = Duration(rescueAfter)
@@ -413,6 +441,24 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	}
 	envInt(&cfg.Workers, "SAGAD_WORKERS")
 	envInt(&cfg.Replicas, "SAGAD_REPLICAS")
+	envInt64 := func(dst *int64, name string, bits int) {
+		if v := getenv(name); v != "" {
+			n, err := strconv.ParseInt(v, 10, bits)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+			*dst = n
+		}
+	}
+	envInt64(&cfg.IntakeMaxPending, "SAGAD_INTAKE_MAX_PENDING", 64)
+	envInt64(&cfg.IntakeMaxBytes, "SAGAD_INTAKE_MAX_BYTES", 64)
+	if v := getenv("SAGAD_INTAKE_MAX_MSG_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("SAGAD_INTAKE_MAX_MSG_BYTES: %w", err))
+		}
+		cfg.IntakeMaxMsgBytes = int32(n)
+	}
 	if v := getenv("SAGAD_SHUTDOWN_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -439,6 +485,17 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	envDur(&cfg.UnhealthyAfter, "SAGAD_UNHEALTHY_AFTER")
 	envDur(&cfg.StallAfter, "SAGAD_STALL_AFTER")
 	envDur(&cfg.StartTimeout, "SAGAD_START_TIMEOUT")
+	envFloat := func(dst *float64, name string) {
+		if v := getenv(name); v != "" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+			*dst = f
+		}
+	}
+	envFloat(&cfg.IntakeRateMsgs, "SAGAD_INTAKE_RATE_MSGS")
+	envFloat(&cfg.IntakeRateBytes, "SAGAD_INTAKE_RATE_BYTES")
 	if v := getenv("SAGAD_BUDGET_WARNING"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
@@ -515,6 +572,16 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.Workers = flags.Workers
 		case "replicas":
 			cfg.Replicas = flags.Replicas
+		case "intake-max-pending":
+			cfg.IntakeMaxPending = flags.IntakeMaxPending
+		case "intake-max-msg-bytes":
+			cfg.IntakeMaxMsgBytes = flags.IntakeMaxMsgBytes
+		case "intake-max-bytes":
+			cfg.IntakeMaxBytes = flags.IntakeMaxBytes
+		case "intake-rate-msgs":
+			cfg.IntakeRateMsgs = flags.IntakeRateMsgs
+		case "intake-rate-bytes":
+			cfg.IntakeRateBytes = flags.IntakeRateBytes
 		case "shutdown-timeout":
 			cfg.ShutdownTimeout = flags.ShutdownTimeout
 		case "start-timeout":

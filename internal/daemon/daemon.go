@@ -29,6 +29,7 @@ import (
 
 	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/health"
 	"github.com/sagad/sagad/internal/buildinfo"
 	"github.com/sagad/sagad/internal/natsconn"
@@ -223,6 +224,8 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		WriteTimeout:      time.Duration(cfg.WriteTimeout),
 		Health:            mon,
 		Rules:             cfg.rulesConfig(execs.Kinds(), execs.ReviewerIDs()),
+		IntakeQuota:       store.IntakeQuota{MaxPending: cfg.IntakeMaxPending, MaxMsgBytes: cfg.IntakeMaxMsgBytes, MaxBytes: cfg.IntakeMaxBytes},
+		IntakeRate:        pipeline.IntakeRate{Msgs: cfg.IntakeRateMsgs, Bytes: cfg.IntakeRateBytes},
 	}
 	if gate != nil {
 		gate.wait("creating the JetStream streams and buckets")
@@ -250,11 +253,23 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	}
 	// Every sagad serves the admin API, so sagactl's actions run (and are
 	// counted) in whichever sagad answers.
-	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules()})
+	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules(), Chains: adminsvc.StoreChains(p.Store())})
 	if err != nil {
 		p.Stop(ctx)
 		return err
 	}
+	// Every sagad composes chains too: the steps' ids are sagad's to give.
+	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: log})
+	if err != nil {
+		_ = admin.Stop(ctx)
+		p.Stop(ctx)
+		return err
+	}
+	defer func() {
+		if err := composer.Stop(); err != nil {
+			log.Warn("compose service stop", "error", err)
+		}
+	}()
 	var ready atomic.Bool
 	ready.Store(true)
 	var ui *uiServer

@@ -1,4 +1,4 @@
-package cli
+package compose_test
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/executors"
 )
 
@@ -16,14 +17,18 @@ import (
 // its sagad config serves every step kind.
 func TestChainExample(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../../examples/chain/chain.json")
+	b, err := os.ReadFile("../examples/chain/chain.json")
 	require.NoError(t, err)
-	chainID, ids, raws, err := buildChain(b)
+	doc, err := compose.Parse(b)
 	require.NoError(t, err)
-	require.Equal(t, "contract-fr-2030", chainID)
+	require.Equal(t, "contract-fr-2030", doc.ChainID)
+	ids, err := compose.NewStepIDs(doc.Steps())
+	require.NoError(t, err)
+	raws, digests, err := doc.Build(ids)
+	require.NoError(t, err)
 	require.Len(t, raws, 3)
 
-	cfgBytes, err := os.ReadFile("../../examples/chain/sagad.json")
+	cfgBytes, err := os.ReadFile("../examples/chain/sagad.json")
 	require.NoError(t, err)
 	var cfg executors.Config
 	require.NoError(t, json.Unmarshal(cfgBytes, &cfg))
@@ -34,9 +39,9 @@ func TestChainExample(t *testing.T) {
 		require.NoError(t, capsule.VerifyIntegrity(raw))
 		var c capsule.Capsule
 		require.NoError(t, json.Unmarshal(raw, &c))
-		require.Equal(t, capsule.ChainStepID(chainID, i), c.CapsuleID)
 		require.Equal(t, ids[i], c.CapsuleID)
-		require.Equal(t, &capsule.ChainStep{ID: chainID, Step: i}, c.Chain)
+		require.Equal(t, digests[i], c.Integrity.SHA256)
+		require.Equal(t, &capsule.ChainStep{ID: doc.ChainID, Step: i}, c.Chain)
 		require.Contains(t, kinds, c.Task.Kind)
 		if i == 0 {
 			require.Empty(t, c.DependsOn)
@@ -47,8 +52,27 @@ func TestChainExample(t *testing.T) {
 		require.Equal(t, []string{"file:examples/chain/README.md", "artifact:" + ids[i-1] + "/final"}, c.ContextRefs)
 	}
 
-	// The same document builds the same bytes: publishing again is idempotent.
-	_, _, again, err := buildChain(b)
+	// The same document and ids build the same bytes: composing again is
+	// idempotent.
+	again, _, err := doc.Build(ids)
 	require.NoError(t, err)
 	require.Equal(t, raws, again)
+}
+
+// TestStepIDsUnguessable: step ids are canonical UUIDs, never the same
+// twice, whatever the chain.
+func TestStepIDsUnguessable(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for range 100 {
+		ids, err := compose.NewStepIDs(3)
+		require.NoError(t, err)
+		for _, id := range ids {
+			c, ok := capsule.CanonicalID(id)
+			require.True(t, ok, id)
+			require.Equal(t, id, c)
+			require.False(t, seen[id])
+			seen[id] = true
+		}
+	}
 }

@@ -1,0 +1,80 @@
+package compose_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/compose"
+	"github.com/sagad/sagad/store"
+)
+
+// FuzzParse: a chain document from a producer is checked or refused,
+// never a panic; one that parses builds steps that are sealed capsules, or
+// is refused naming the step.
+func FuzzParse(f *testing.F) {
+	if b, err := os.ReadFile("../examples/chain/chain.json"); err == nil {
+		f.Add(b)
+	}
+	f.Add([]byte(`{"chain_id":"c","steps":[{"task":{"kind":"produce"}}]}`))
+	f.Add([]byte(`{"chain_id":"c","steps":[]}`))
+	f.Add([]byte(`{`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		doc, err := compose.Parse(b)
+		if err != nil {
+			return
+		}
+		require.NotEmpty(t, doc.ChainID)
+		ids, err := compose.NewStepIDs(doc.Steps())
+		require.NoError(t, err)
+		raws, digests, err := doc.Build(ids)
+		if err != nil {
+			return
+		}
+		require.Len(t, raws, doc.Steps())
+		require.Len(t, digests, doc.Steps())
+	})
+}
+
+// FuzzDecodeReply: whatever answers on saga.compose, the client gets a
+// well-formed reply or an error.
+func FuzzDecodeReply(f *testing.F) {
+	f.Add([]byte(`{"chain_id":"c","producer":"alice","created":true,"steps":[{"step":0,"capsule_id":"x","digest":"d","state":"received"}]}`), "")
+	f.Add([]byte(`{"code":"chain_exists","message":"no"}`), "409")
+	f.Add([]byte(`{"chain_id":"c","steps":[{"step":1,"capsule_id":"x"}]}`), "")
+	f.Fuzz(func(t *testing.T, body []byte, code string) {
+		msg := &nats.Msg{Data: body, Header: nats.Header{}}
+		if code != "" {
+			msg.Header.Set(micro.ErrorCodeHeader, code)
+		}
+		r, err := compose.DecodeReply(msg)
+		if err != nil {
+			return
+		}
+		require.NotEmpty(t, r.ChainID)
+		for i, s := range r.Steps {
+			require.Equal(t, i, s.Step)
+			require.NotEmpty(t, s.CapsuleID)
+		}
+	})
+}
+
+// FuzzDecodeChainRecord: a SAGA_CHAINS value is a record that holds
+// together or an error.
+func FuzzDecodeChainRecord(f *testing.F) {
+	f.Add([]byte(`{"chain_id":"c","producer":"alice","digest":"d","steps":["a"],"step_digests":["x"],"created_at":"2030-01-01T00:00:00Z"}`))
+	f.Add([]byte(`{"chain_id":"c","producer":"a.b","steps":["a"],"step_digests":["x"]}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := store.DecodeChainRecord(b)
+		if err != nil {
+			return
+		}
+		require.NotEmpty(t, r.ChainID)
+		require.Len(t, r.StepDigests, len(r.Steps))
+		require.True(t, store.ValidProducer(r.Producer))
+	})
+}

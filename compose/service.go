@@ -1,0 +1,376 @@
+package compose
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/sagad/sagad/store"
+)
+
+// Subject is the compose service's subject in sagad's own account; a
+// producer's arrives on Subject + "." + producer (its account's import).
+const Subject = "saga.compose"
+
+// Service names and versions the micro service.
+const (
+	Name    = "sagad-compose"
+	Version = "1.0.0"
+)
+
+// Step states in a [Reply].
+const (
+	// StepReceived: RECEPTION holds the step sagad published.
+	StepReceived = "received"
+	// StepPending: sagad published the step; RECEPTION had not received
+	// it when the reply was sent.
+	StepPending = "pending"
+	// StepForeign: the step's capsule id holds a capsule other than the
+	// one sagad published for this producer. Ids are random, so this
+	// should never be seen; sagactl fails loudly if it is.
+	StepForeign = "foreign"
+	// StepRefused: RECEPTION halted the step (e.g. deadline_in_past); it
+	// is kept under its intake sequence, and HaltReason says why.
+	StepRefused = "refused"
+)
+
+// Error codes of an error reply.
+const (
+	CodeBadRequest  = "bad_request"
+	CodeChainExists = "chain_exists"
+	CodeInternal    = "internal"
+)
+
+// Step is one step in a [Reply].
+type Step struct {
+	Step      int    `json:"step"`
+	CapsuleID string `json:"capsule_id"`
+	// Digest is the integrity digest of the capsule sagad published.
+	Digest string `json:"digest"`
+	// IntakeSeq is the intake sequence of sagad's publish (0 when the
+	// intake recognised it as a duplicate of an earlier one).
+	IntakeSeq uint64 `json:"intake_seq,omitempty"`
+	State     string `json:"state"`
+	// HaltReason is RECEPTION's, for a refused step.
+	HaltReason string `json:"halt_reason,omitempty"`
+}
+
+// Reply answers a chain document.
+type Reply struct {
+	ChainID  string `json:"chain_id"`
+	Producer string `json:"producer,omitempty"`
+	// Created is false when this producer had sent this document before:
+	// the steps are the same, nothing new started.
+	Created bool   `json:"created"`
+	Steps   []Step `json:"steps"`
+}
+
+// ErrorReply is the body of an error answer.
+type ErrorReply struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Config tunes the service.
+type Config struct {
+	// Logger logs every request. Defaults to discarding.
+	Logger *slog.Logger
+	// Timeout bounds each request's handling. Defaults to 30s.
+	Timeout time.Duration
+	// Wait is how long a request waits for RECEPTION to receive the steps
+	// before it answers (the steps not received by then are pending).
+	// Defaults to 5s.
+	Wait time.Duration
+	// MaxRequestBytes bounds a chain document. Defaults to 1 MiB.
+	MaxRequestBytes int
+	// MaxConcurrent bounds the requests served at once. Defaults to 16.
+	MaxConcurrent int
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 30 * time.Second
+	}
+	if c.Wait <= 0 {
+		c.Wait = 5 * time.Second
+	}
+	if c.MaxRequestBytes <= 0 {
+		c.MaxRequestBytes = 1 << 20
+	}
+	if c.MaxConcurrent <= 0 {
+		c.MaxConcurrent = 16
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Service is one sagad's instance of the compose service.
+type Service struct {
+	svc micro.Service
+	js  jetstream.JetStream
+	st  *store.Store
+	cfg Config
+
+	base    context.Context
+	cancel  context.CancelFunc
+	running sync.WaitGroup
+	slots   chan struct{}
+}
+
+// Start serves chain documents on nc until Stop. st must have its Chains
+// bucket (store.Ensure creates it).
+func Start(nc *nats.Conn, st *store.Store, cfg Config) (*Service, error) {
+	if nc == nil || st == nil || st.Chains == nil {
+		return nil, errors.New("compose: a connection and a store with chains are required")
+	}
+	cfg = cfg.withDefaults()
+	s := &Service{js: st.JetStream(), st: st, cfg: cfg, slots: make(chan struct{}, cfg.MaxConcurrent)}
+	s.base, s.cancel = context.WithCancel(context.Background())
+	svc, err := micro.AddService(nc, micro.Config{
+		Name: Name, Version: Version,
+		Description: "sagad compositions: a chain document in, its steps published with ids sagad assigned",
+	})
+	if err != nil {
+		s.cancel()
+		return nil, fmt.Errorf("compose: add service: %w", err)
+	}
+	for name, subj := range map[string]string{"compose": Subject, "compose_producer": Subject + ".*"} {
+		if err := svc.AddEndpoint(name, micro.HandlerFunc(s.handle), micro.WithEndpointSubject(subj)); err != nil {
+			_ = svc.Stop()
+			s.cancel()
+			return nil, fmt.Errorf("compose: endpoint %s: %w", subj, err)
+		}
+	}
+	s.svc = svc
+	if err := nc.Flush(); err != nil {
+		_ = svc.Stop()
+		s.cancel()
+		return nil, fmt.Errorf("compose: flush: %w", err)
+	}
+	return s, nil
+}
+
+// Stop stops taking requests and cancels those in progress.
+func (s *Service) Stop() error {
+	err := s.svc.Stop()
+	s.cancel()
+	s.running.Wait()
+	return err
+}
+
+// producerOf is the producer a request's subject names; ok is false for a
+// subject that names none.
+func producerOf(subject string) (string, bool) {
+	if subject == Subject {
+		return "", true
+	}
+	p, found := strings.CutPrefix(subject, Subject+".")
+	if !found || p == "" || !store.ValidProducer(p) {
+		return "", false
+	}
+	return p, true
+}
+
+// handle serves req on a goroutine of its own, at most MaxConcurrent at
+// once: a request waits for RECEPTION (Config.Wait), and one producer's
+// slow requests must not hold up everyone's.
+func (s *Service) handle(req micro.Request) {
+	s.running.Add(1)
+	select {
+	case s.slots <- struct{}{}:
+	case <-s.base.Done():
+		s.running.Done()
+		return
+	}
+	go func() {
+		defer s.running.Done()
+		defer func() { <-s.slots }()
+		s.serveRequest(req)
+	}()
+}
+
+func (s *Service) serveRequest(req micro.Request) {
+	ctx, cancel := context.WithTimeout(s.base, s.cfg.Timeout)
+	defer cancel()
+	start := s.cfg.Now()
+	reply, err := s.serve(ctx, req.Subject(), req.Data())
+	if err == nil {
+		if rerr := req.RespondJSON(reply); rerr != nil {
+			s.cfg.Logger.Warn("compose reply", "error", rerr)
+		}
+		s.cfg.Logger.Info("chain composed", "chain_id", reply.ChainID, "producer", reply.Producer, "created", reply.Created,
+			"steps", len(reply.Steps), "took", s.cfg.Now().Sub(start))
+		return
+	}
+	e := ErrorReply{Code: CodeInternal, Message: err.Error()}
+	status := "500"
+	var re *requestError
+	switch {
+	case errors.As(err, &re):
+		e.Code, status = CodeBadRequest, "400"
+	case errors.Is(err, store.ErrChainExists):
+		e.Code, status = CodeChainExists, "409"
+	}
+	body, _ := json.Marshal(e)
+	if rerr := req.Error(status, e.Message, body); rerr != nil {
+		s.cfg.Logger.Warn("compose reply", "error", rerr)
+	}
+	s.cfg.Logger.Info("chain refused", "code", e.Code, "error", e.Message)
+}
+
+type requestError struct{ msg string }
+
+func (e *requestError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &requestError{msg: fmt.Sprintf(format, args...)}
+}
+
+func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply, error) {
+	producer, ok := producerOf(subject)
+	if !ok {
+		return Reply{}, badRequest("subject %q names no producer", subject)
+	}
+	if len(data) > s.cfg.MaxRequestBytes {
+		return Reply{}, badRequest("chain document of %d bytes exceeds %d", len(data), s.cfg.MaxRequestBytes)
+	}
+	doc, err := Parse(data)
+	if err != nil {
+		return Reply{}, badRequest("%v", err)
+	}
+	sum := sha256.Sum256(data)
+	digest := hex.EncodeToString(sum[:])
+	rec, created, err := s.assign(ctx, doc, producer, digest)
+	if err != nil {
+		return Reply{}, err
+	}
+	capsules, digests, err := doc.Build(rec.Steps)
+	if err != nil {
+		return Reply{}, badRequest("%v", err)
+	}
+	if !created && !slices.Equal(digests, rec.StepDigests) {
+		return Reply{}, fmt.Errorf("chain %s: steps no longer build as recorded", doc.ChainID)
+	}
+	out := Reply{ChainID: doc.ChainID, Producer: producer, Created: created, Steps: make([]Step, len(capsules))}
+	for i, raw := range capsules {
+		// On the producer's own intake subject, as if it had published
+		// the step: RECEPTION reads the producer from the subject, and the
+		// step counts against the producer's quota, not everyone's.
+		m := nats.NewMsg(store.IntakeSubjectOf(producer))
+		m.Data = raw
+		// The same step again within the intake's duplicate window is
+		// not even stored.
+		m.Header.Set(jetstream.MsgIDHeader, "compose."+rec.Steps[i]+"."+digests[i][:16])
+		ack, err := s.js.PublishMsg(ctx, m)
+		if err != nil {
+			return Reply{}, fmt.Errorf("chain %s: publish step %d: %w", doc.ChainID, i, err)
+		}
+		out.Steps[i] = Step{Step: i, CapsuleID: rec.Steps[i], Digest: digests[i], State: StepPending}
+		if !ack.Duplicate {
+			out.Steps[i].IntakeSeq = ack.Sequence
+		}
+	}
+	s.await(ctx, producer, out.Steps)
+	return out, nil
+}
+
+// assign returns producer's record of doc's chain, creating it (with fresh
+// step ids) when there is none; created says it did.
+func (s *Service) assign(ctx context.Context, doc *Doc, producer, digest string) (*store.ChainRecord, bool, error) {
+	for attempt := 0; attempt < 2; attempt++ {
+		rec, err := s.st.Chains.Get(ctx, doc.ChainID, producer)
+		if err == nil {
+			if rec.Digest != digest {
+				return nil, false, fmt.Errorf("%w: chain %s was published with another document; a chain id names one document", store.ErrChainExists, doc.ChainID)
+			}
+			return rec, false, nil
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return nil, false, err
+		}
+		ids, err := NewStepIDs(doc.Steps())
+		if err != nil {
+			return nil, false, err
+		}
+		_, digests, err := doc.Build(ids)
+		if err != nil {
+			return nil, false, badRequest("%v", err)
+		}
+		rec = &store.ChainRecord{
+			ChainID: doc.ChainID, Producer: producer, Digest: digest,
+			Steps: ids, StepDigests: digests, CreatedAt: s.cfg.Now().UTC(),
+		}
+		err = s.st.Chains.Create(ctx, *rec)
+		if err == nil {
+			return rec, true, nil
+		}
+		if !errors.Is(err, store.ErrChainExists) {
+			return nil, false, err
+		}
+		// Another sagad assigned it at the same moment: take its record.
+	}
+	return nil, false, fmt.Errorf("chain %s: assignment raced twice", doc.ChainID)
+}
+
+// await waits (at most cfg.Wait) until RECEPTION holds every step, and
+// marks each received, foreign or (still) pending.
+func (s *Service) await(ctx context.Context, producer string, steps []Step) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Wait)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		left := 0
+		for i := range steps {
+			if steps[i].State != StepPending {
+				continue
+			}
+			cp, _, err := s.st.Checkpoints.Get(ctx, steps[i].CapsuleID)
+			switch {
+			case err == nil && cp.Digest == steps[i].Digest && cp.Producer == producer:
+				steps[i].State = StepReceived
+				continue
+			case err == nil:
+				steps[i].State = StepForeign
+				continue
+			}
+			// A step RECEPTION halted is kept under its intake sequence.
+			if seq := steps[i].IntakeSeq; seq != 0 {
+				if cp, _, err := s.st.Checkpoints.Get(ctx, "x-"+strconv.FormatUint(seq, 10)); err == nil && cp.Producer == producer {
+					steps[i].State, steps[i].HaltReason = StepRefused, cp.State.HaltReason
+					continue
+				}
+			}
+			left++
+		}
+		if left == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,188 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ChainsBucket holds one record per composition sagad assigned (package
+// compose): keyed by chain and producer, so a chain id is its producer's own
+// namespace and a capsule's chain membership is checked against it at
+// RECEPTION.
+const ChainsBucket = "SAGA_CHAINS"
+
+// IntakeProducerPrefix is the intake subject a producer account's import
+// maps its saga.intake onto: saga.intake.<producer>. The subject is the
+// producer's identity: a producer cannot publish on another's.
+const IntakeProducerPrefix = IntakeSubject + "."
+
+// IntakeSubjectOf is producer's intake subject; sagad's own ("") is the
+// plain saga.intake.
+func IntakeSubjectOf(producer string) string {
+	if producer == "" {
+		return IntakeSubject
+	}
+	return IntakeProducerPrefix + producer
+}
+
+// ErrChainExists is returned by [Chains.Create] when the producer already
+// has a chain of that id.
+var ErrChainExists = errors.New("chain exists")
+
+// MaxProducerLen bounds a producer name.
+const MaxProducerLen = 64
+
+var producerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidProducer reports whether p can name a producer (1 to 64 of
+// [A-Za-z0-9_-]); "" is sagad's own intake.
+func ValidProducer(p string) bool { return p == "" || producerName.MatchString(p) }
+
+// ChainRecord is what sagad assigned to one chain of one producer: the
+// document it was made of (by digest) and the capsule id of every step.
+type ChainRecord struct {
+	ChainID  string `json:"chain_id"`
+	Producer string `json:"producer"`
+	// Digest is the SHA-256 (lowercase hex) of the chain document's bytes:
+	// the same document again gets the same steps.
+	Digest string `json:"digest"`
+	// Steps are the steps' capsule ids, in order: random, so nobody can
+	// claim one before sagad publishes it.
+	Steps []string `json:"steps"`
+	// StepDigests are the integrity digests of the steps' sealed capsules
+	// sagad published, in order.
+	StepDigests []string  `json:"step_digests"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// Chains reads and creates chain records.
+type Chains struct {
+	kv jetstream.KeyValue
+}
+
+func ensureChains(ctx context.Context, js jetstream.JetStream, cfg Topology) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: ChainsBucket, Description: "sagad: composition records (chain steps sagad assigned), per chain and producer",
+		Storage: cfg.Storage, Replicas: cfg.Replicas,
+		TTL: cfg.Retention, // a chain's steps end within the retention of its creation, or are halted
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", ChainsBucket, err)
+	}
+	return kv, nil
+}
+
+// chainKey is the record's key: the chain id's digest (chain ids are free
+// text) then the producer, so every producer's chain of one id is found by
+// one prefix.
+func chainKey(chainID, producer string) string {
+	return chainPrefix(chainID) + "." + producerToken(producer)
+}
+
+func chainPrefix(chainID string) string {
+	h := sha256.Sum256([]byte(chainID))
+	return hex.EncodeToString(h[:20])
+}
+
+func producerToken(p string) string {
+	if p == "" {
+		return "-"
+	}
+	if producerName.MatchString(p) {
+		return p
+	}
+	return "x" + hex.EncodeToString([]byte(p))
+}
+
+// Create stores r unless its producer already has a chain of that id
+// ([ErrChainExists]): one compare-and-set, so two sagads composing the
+// same chain at once assign it once.
+func (c *Chains) Create(ctx context.Context, r ChainRecord) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if _, err := c.kv.Create(ctx, chainKey(r.ChainID, r.Producer), b); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("%w: %s of producer %q", ErrChainExists, r.ChainID, r.Producer)
+		}
+		return fmt.Errorf("create chain %s: %w", r.ChainID, err)
+	}
+	return nil
+}
+
+// Get returns producer's chain chainID; it wraps [ErrNotFound] when there
+// is none.
+func (c *Chains) Get(ctx context.Context, chainID, producer string) (*ChainRecord, error) {
+	e, err := c.kv.Get(ctx, chainKey(chainID, producer))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%w: chain %s of producer %q", ErrNotFound, chainID, producer)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("chain %s: %w", chainID, err)
+	}
+	return DecodeChainRecord(e.Value())
+}
+
+// Producers lists the chains of id chainID, one per producer that has one
+// (at most limit).
+func (c *Chains) Producers(ctx context.Context, chainID string, limit int) ([]*ChainRecord, error) {
+	lister, err := c.kv.ListKeysFiltered(ctx, chainPrefix(chainID)+".*")
+	if err != nil {
+		return nil, fmt.Errorf("chain %s: %w", chainID, err)
+	}
+	defer func() { _ = lister.Stop() }()
+	var out []*ChainRecord
+	for k := range lister.Keys() {
+		if len(out) >= limit {
+			break
+		}
+		e, err := c.kv.Get(ctx, k)
+		if err != nil {
+			continue // expired since listed
+		}
+		r, err := DecodeChainRecord(e.Value())
+		if err != nil {
+			return nil, fmt.Errorf("chain %s: %w", chainID, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// IsMember reports whether step of producer's chain chainID is the capsule
+// id: the only chain membership RECEPTION lets a capsule declare.
+func (c *Chains) IsMember(ctx context.Context, producer, chainID string, step int, capsuleID string) (bool, error) {
+	r, err := c.Get(ctx, chainID, producer)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return step >= 0 && step < len(r.Steps) && r.Steps[step] == capsuleID, nil
+}
+
+// maxChainRecordSteps matches chain.schema.json's maxItems.
+const maxChainRecordSteps = 64
+
+// DecodeChainRecord decodes a chain record, refusing one that does not
+// hold together (sagad wrote every record, so this is corruption).
+func DecodeChainRecord(b []byte) (*ChainRecord, error) {
+	var r ChainRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("chain record: %w", err)
+	}
+	if r.ChainID == "" || len(r.Steps) == 0 || len(r.Steps) > maxChainRecordSteps || len(r.StepDigests) != len(r.Steps) || !ValidProducer(r.Producer) {
+		return nil, errors.New("chain record: malformed")
+	}
+	return &r, nil
+}

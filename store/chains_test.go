@@ -1,0 +1,60 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/store"
+)
+
+// TestChains: a producer's chain is created once; its steps are the only
+// members; chain ids are per producer, and every producer's chain of one id
+// is found by the id.
+func TestChains(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	st, err := store.Ensure(ctx, js, store.Topology{})
+	require.NoError(t, err)
+	rec := store.ChainRecord{ChainID: "c-1", Producer: "alice", Digest: "d", Steps: []string{"s0", "s1"}, StepDigests: []string{"x", "y"}, CreatedAt: time.Now().UTC()}
+	require.NoError(t, st.Chains.Create(ctx, rec))
+	require.ErrorIs(t, st.Chains.Create(ctx, rec), store.ErrChainExists)
+	got, err := st.Chains.Get(ctx, "c-1", "alice")
+	require.NoError(t, err)
+	require.Equal(t, rec.Steps, got.Steps)
+	_, err = st.Chains.Get(ctx, "c-1", "mallory")
+	require.ErrorIs(t, err, store.ErrNotFound)
+
+	for _, tc := range []struct {
+		producer, chain string
+		step            int
+		id              string
+		want            bool
+	}{
+		{"alice", "c-1", 1, "s1", true},
+		{"alice", "c-1", 0, "s1", false},
+		{"alice", "c-1", 2, "s2", false},
+		{"alice", "c-1", -1, "s0", false},
+		{"mallory", "c-1", 0, "s0", false},
+		{"alice", "c-2", 0, "s0", false},
+	} {
+		ok, err := st.Chains.IsMember(ctx, tc.producer, tc.chain, tc.step, tc.id)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, ok, "%+v", tc)
+	}
+
+	mine := rec
+	mine.Producer, mine.Steps = "", []string{"m0", "m1"}
+	require.NoError(t, st.Chains.Create(ctx, mine))
+	all, err := st.Chains.Producers(ctx, "c-1", 10)
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+	none, err := st.Chains.Producers(ctx, "c-9", 10)
+	require.NoError(t, err)
+	require.Empty(t, none)
+}
