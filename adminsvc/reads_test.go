@@ -204,7 +204,7 @@ func TestReadRepliesStayBounded(t *testing.T) {
 	const n = 12 // 12 × 200 KiB: several pages' worth
 	for i := range n {
 		id := capsuletest.NewID()
-		b, err := json.Marshal(&capsule.Checkpoint{CapsuleID: id, Key: id, UpdatedAt: time.Now().Add(time.Duration(i) * time.Second),
+		b, err := json.Marshal(&capsule.Checkpoint{SchemaVersion: capsule.CheckpointSchemaVersion, CapsuleID: id, Key: id, UpdatedAt: time.Now().Add(time.Duration(i) * time.Second),
 			State: capsule.CheckpointState{Status: capsule.Halted, HaltReason: "big", Findings: []capsule.Finding{{Message: big}}}})
 		require.NoError(t, err)
 		_, err = kv.Put(ctx, id, b)

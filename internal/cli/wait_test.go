@@ -29,7 +29,7 @@ func TestWaitTellsExternalWorkFromAHuman(t *testing.T) {
 	kv := readsOnly(t, s)
 	put := func(id string, st capsule.CheckpointState) {
 		t.Helper()
-		b, err := json.Marshal(&capsule.Checkpoint{CapsuleID: id, Key: id, UpdatedAt: time.Now(), State: st})
+		b, err := json.Marshal(&capsule.Checkpoint{SchemaVersion: capsule.CheckpointSchemaVersion, CapsuleID: id, Key: id, UpdatedAt: time.Now(), State: st})
 		require.NoError(t, err)
 		_, err = kv.Put(ctx, id, b)
 		require.NoError(t, err)
@@ -79,7 +79,7 @@ func TestCompletion(t *testing.T) {
 	ctx := context.Background()
 	kv := readsOnly(t, s)
 	for _, id := range []string{"0f8f0000-0000-4000-8000-000000000001", "0f8f0000-0000-4000-8000-000000000002", "5a6a0000-0000-4000-8000-000000000000"} {
-		_, err := kv.Put(ctx, id, []byte(`{"key":"`+id+`","capsule_id":"`+id+`"}`))
+		_, err := kv.Put(ctx, id, []byte(`{"schema_version":"1.0","key":"`+id+`","capsule_id":"`+id+`"}`))
 		require.NoError(t, err)
 	}
 

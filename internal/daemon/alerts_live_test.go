@@ -221,10 +221,19 @@ func TestAlertsFireOnALiveSagad(t *testing.T) {
 	require.NoError(t, st.Purge(ctx))
 	_, err = js.ResumeConsumer(ctx, planning, store.ConsumerName(capsule.Planning))
 	require.NoError(t, err)
+	// A value sagad did not write waits under a capsule's key (an
+	// acknowledgement, as a redirected reply would leave it): RECEPTION
+	// reports it once and takes the key over.
+	forged := own(capsuletest.New())
+	cps, err := js.KeyValue(ctx, store.CheckpointsBucket)
+	require.NoError(t, err)
+	_, err = cps.Put(ctx, forged.ID(), []byte(`{"stream":"KV_SAGA_CHECKPOINTS","seq":1}`))
+	require.NoError(t, err)
+	publish(forged)
 	// A completion forged for the gated capsule: no token.
 	require.NoError(t, nc.Publish(executors.CompletionSubject(gated.ID(), 1), []byte(`{"kind":"execute","status":"ok","content":{"forged":true}}`)))
 
-	until("the gate counted, five halted, one rescued, a forgery terminated", func(got map[string]string) bool {
+	until("the gate counted, five halted, one rescued, a forgery terminated, a foreign value counted", func(got map[string]string) bool {
 		for _, id := range failing {
 			if status(id).State != capsule.Halted {
 				return false
@@ -233,7 +242,8 @@ func TestAlertsFireOnALiveSagad(t *testing.T) {
 		return status(lost.ID()).State == capsule.Completed &&
 			sampleOf(got, `sagad_capsules_paused{trigger="operator_gate"}`) == "1" &&
 			atLeast(got, `sagad_messages_terminated_total{cause="completion_unauthenticated"}`, 1) &&
-			atLeast(got, `sagad_capsules_rescued_total{phase="PLANNING"}`, 1)
+			atLeast(got, `sagad_capsules_rescued_total{phase="PLANNING"}`, 1) &&
+			atLeast(got, `sagad_corrupt_values_total{bucket="SAGA_CHECKPOINTS"}`, 1)
 	})
 
 	// A capsule whose worker never answers holds EXECUTION: no progress.
@@ -336,6 +346,7 @@ func TestAlertsFireOnALiveSagad(t *testing.T) {
 				firing("SagadCapsulesStuck", minute(10)),
 				firing("SagadHaltRateHigh", minute(10)),
 				firing("SagadForgedCompletions", minute(10)),
+				firing("SagadCorruptValues", minute(10)),
 				firing("SagadCapsulesAwaitingOperator", minute(live+65)),
 			}},
 			{Interval: "1m", Name: "its scrapes fail", Input: down, ExprTests: []exprTest{firing("SagadDown", minute(live+4))}},
