@@ -89,25 +89,6 @@ func (g *globals) dialNATS() (*nats.Conn, error) {
 	return nc, err
 }
 
-// connect opens a NATS connection and binds a pipeline client.
-func (g *globals) connect(ctx context.Context) (*client.Client, jetstream.JetStream, func(), error) {
-	nc, err := g.dialNATS()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, nil, err
-	}
-	c, err := client.NewClient(ctx, js)
-	if err != nil {
-		nc.Close()
-		return nil, nil, nil, err
-	}
-	return c, js, nc.Close, nil
-}
-
 // publisher opens a NATS connection for publishing capsules: a plain
 // publish on the intake subject, which needs no JetStream API rights.
 func (g *globals) publisher() (*client.Client, func(), error) {

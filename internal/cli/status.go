@@ -21,18 +21,6 @@ func contextWithTimeout(cmd *cobra.Command, g *globals) (context.Context, contex
 	return context.WithTimeout(cmd.Context(), g.timeout)
 }
 
-// dial connects for one command, under the request timeout; done closes the
-// connection and the context. Only `sagactl chain` still reads JetStream.
-func (g *globals) dial(cmd *cobra.Command) (context.Context, *client.Client, func(), error) {
-	ctx, cancel := contextWithTimeout(cmd, g)
-	client, _, closeFn, err := g.connect(ctx)
-	if err != nil {
-		cancel()
-		return nil, nil, nil, err
-	}
-	return ctx, client, func() { closeFn(); cancel() }, nil
-}
-
 func notFound(err error) error {
 	if errors.Is(err, store.ErrNotFound) {
 		return exit(ExitNotFound, err)
