@@ -52,14 +52,6 @@ func execChargeID(key string, cycle, n int) string {
 	return fmt.Sprintf("%s/%d/exec/a%d", key, cycle, n)
 }
 
-// previousFailure is a retry's previous_failure: nil on a first attempt.
-func previousFailure(done int, last *capsule.AttemptFailure) *executors.PreviousFailure {
-	if done == 0 || last == nil {
-		return nil
-	}
-	return &executors.PreviousFailure{Attempt: done, ExitCode: last.ExitCode, Timeout: last.Timeout, Error: last.Error, StderrTail: last.StderrTail}
-}
-
 // Run takes the locks, finds the cycle's outcome (running the executor under
 // the failure policy unless an earlier delivery recorded or stored it),
 // stores the artifact and charges the budget.

@@ -120,6 +120,14 @@ func (p failurePolicy) retry(env *Env, err error) *Decision {
 	return &d
 }
 
+// previousFailure is a retry's previous_failure: nil on a first attempt.
+func previousFailure(done int, last *capsule.AttemptFailure) *executors.PreviousFailure {
+	if done == 0 || last == nil {
+		return nil
+	}
+	return &executors.PreviousFailure{Attempt: done, ExitCode: last.ExitCode, Timeout: last.Timeout, Error: last.Error, StderrTail: last.StderrTail}
+}
+
 // chargeUsage charges u under id against the capsule's caps and its wave's.
 // The write is retried while runCtx lasts (persist) and each try outlives
 // runCtx's cancellation: what an agent call consumed is charged once it is
