@@ -8,4 +8,9 @@
 // Side effects a phase does make (taking locks, charging budgets, running an
 // executor) go through [Env] and are themselves idempotent, keyed by capsule
 // and cycle, so a redelivered message repeats none of them.
+//
+// EXECUTION's executor and REVIEW's reviewer are called under one failure
+// policy (policy.go, README "Failure policy"): a failed attempt is charged
+// under its own id, judged, recorded before the next call, then halts,
+// pauses or is called again, in that order in both phases.
 package phases

@@ -52,223 +52,214 @@ func execChargeID(key string, cycle, n int) string {
 	return fmt.Sprintf("%s/%d/exec/a%d", key, cycle, n)
 }
 
-// previousFailure is a retry's previous_failure: nil on a first attempt.
-func previousFailure(done int, last *capsule.AttemptFailure) *executors.PreviousFailure {
-	if done == 0 || last == nil {
-		return nil
+// Run takes the locks, finds the cycle's outcome (running the executor under
+// the failure policy unless an earlier delivery recorded or stored it),
+// stores the artifact and charges the budget.
+func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
+	if stop := e.lock(ctx, env, in); stop != nil {
+		return *stop
 	}
-	return &executors.PreviousFailure{Attempt: done, ExitCode: last.ExitCode, Timeout: last.Timeout, Error: last.Error, StderrTail: last.StderrTail}
+	o, stop := e.outcome(ctx, env, in)
+	if stop != nil {
+		return *stop
+	}
+	return e.finish(ctx, env, in, o)
 }
 
-// Run takes the locks, claims the cycle, runs the executor (unless its
-// result is already recorded) and charges the budget.
-func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
-	c, key, cycle := in.Capsule, in.Key(), in.Cycle()
-	st := in.Checkpoint.State
-	paths := c.Constraints.ResourceLocksRequired
+// outcome is what the cycle's executor did, however it is known.
+type outcome struct {
+	res executors.Result
+	// failed is a failure recorded with the result (accepted work that
+	// completed failing): it halts, the failure policy is not asked.
+	failed *executors.FailedError
+	// ref is the artifact already stored for the cycle, "" if none.
+	ref string
+	// a is where the attempts stand: the charge of res goes under attempt
+	// a.done+1's id.
+	a attempts
+}
+
+// lock takes every lock the capsule requires (Rule 17).
+func (e Execution) lock(ctx context.Context, env *Env, in *Input) *Decision {
+	paths := in.Capsule.Constraints.ResourceLocksRequired
 	lockStart := time.Now()
-	if err := env.Locks.AcquireAll(ctx, paths, key); err != nil {
+	if err := env.Locks.AcquireAll(ctx, paths, in.Key()); err != nil {
 		var aerr *locks.AcquireError
 		if !errors.As(err, &aerr) || !errors.Is(err, locks.ErrHeld) {
-			return RetryAfter(env.RetryDelay, fmt.Errorf("execution: acquire locks: %w", err))
+			d := RetryAfter(env.RetryDelay, fmt.Errorf("execution: acquire locks: %w", err))
+			return &d
 		}
 		env.record().LockWait(time.Since(lockStart), true)
-		return e.contended(env, in, aerr.Path, err)
+		d := e.contended(env, in, aerr.Path, err)
+		return &d
 	}
 	if len(paths) > 0 {
 		env.record().LockWait(time.Since(lockStart), false)
 	}
+	return nil
+}
 
-	var res executors.Result
-	var failed *executors.FailedError
-	ref := ""
-	// Failed attempts of this cycle the failure policy already recorded:
-	// the next call is attempt done+1, charged under its own id.
-	done, last := st.FailedAttempts(cycle)
-	used := st.BudgetUsed
-	caps := st.Caps(c.Budget)
-	chargeID := execChargeID(key, cycle, done+1)
+// outcome is the cycle's recorded result, else the artifact a delivery that
+// died stored, else the executor's calls: never run again what ran.
+func (e Execution) outcome(ctx context.Context, env *Env, in *Input) (outcome, *Decision) {
+	st, cycle := in.Checkpoint.State, in.Cycle()
+	o := outcome{a: startAttempts(in, capsule.Execution)}
 	if r := st.Result; r != nil && r.Cycle == cycle {
 		// Recorded already (accepted work that completed later): never run
 		// the executor again for this cycle.
-		res.Usage = r.Usage
-		ref = r.ArtifactRef
+		o.res.Usage, o.ref = r.Usage, r.ArtifactRef
 		if r.Failed != "" {
-			failed = &executors.FailedError{Detail: r.Failed, Usage: r.Usage}
+			o.failed = &executors.FailedError{Detail: r.Failed, Usage: r.Usage}
 		}
-	} else {
-		if err := in.Claim(ctx); err != nil {
-			return RetryAfter(env.RetryDelay, fmt.Errorf("execution: claim cycle %d: %w", cycle, err))
-		}
-		var stored capsule.Artifact
-		var found bool
-		// A delivery that claimed this cycle before us (the snapshot is
-		// from before our claim) may have stored the artifact and died.
-		if in.Redelivered || (st.Execution != nil && st.Execution.Cycle == cycle) {
-			var err error
-			if stored, found, err = env.Artifacts.Lookup(ctx, c.CapsuleID, cycle); err != nil {
-				return RetryAfter(env.RetryDelay, fmt.Errorf("execution: look up artifact: %w", err))
-			}
+		return o, nil
+	}
+	if err := in.Claim(ctx); err != nil {
+		d := RetryAfter(env.RetryDelay, fmt.Errorf("execution: claim cycle %d: %w", cycle, err))
+		return o, &d
+	}
+	// A delivery that claimed this cycle before us (the snapshot is from
+	// before our claim) may have stored the artifact and died.
+	if in.Redelivered || (st.Execution != nil && st.Execution.Cycle == cycle) {
+		stored, found, err := env.Artifacts.Lookup(ctx, in.Capsule.CapsuleID, cycle)
+		if err != nil {
+			d := RetryAfter(env.RetryDelay, fmt.Errorf("execution: look up artifact: %w", err))
+			return o, &d
 		}
 		if found {
-			// A delivery that died after storing the artifact but before
-			// recording it already ran the executor for this cycle.
-			res = executors.Result{Content: stored.Content, MediaType: stored.MediaType, Usage: stored.Usage}
-			ref = stored.Ref
-		} else {
-			ex, err := env.Executors.Executor(c.Task.Kind)
-			if err != nil {
-				return HaltWith(capsule.ExecutorFailed("no executor for task.kind "+c.Task.Kind), capsule.Finding{Rule: 22, Field: "task.kind", Message: err.Error()})
-			}
-			inputs, stop := contextArtifacts(ctx, env, c)
-			if stop != nil {
-				return *stop
-			}
-			policy := env.Executors.Policy(c.Task.Kind)
-			for {
-				attempt := done + 1
-				// A new secret per call, a repeat included: only the worker
-				// called last can complete the cycle, and the checkpoint keeps
-				// no more than its hash.
-				token, err := executors.NewCompletionToken()
-				if err != nil {
-					return RetryAfter(env.RetryDelay, fmt.Errorf("execution: %w", err))
-				}
-				callStart := time.Now()
-				res, err = e.run(ctx, env, in, ex, executors.Request{
-					Capsule:          c,
-					Raw:              in.Raw,
-					Cycle:            cycle,
-					IdempotencyKey:   AttemptKey(c.CapsuleID, cycle, attempt),
-					TraceID:          in.Checkpoint.TraceID,
-					Findings:         runFindings(in.Checkpoint, cycle),
-					PriorArtifactRef: priorArtifact(in.Checkpoint, cycle),
-					CompletionToken:  token,
-					PreviousFailure:  previousFailure(done, last),
-					ContextArtifacts: inputs,
-				})
-				env.record().Call("executor", callResult(err, ctx), time.Since(callStart))
-				switch {
-				case errors.Is(err, executors.ErrAccepted):
-					d := ParkWith(capsule.TriggerBlockedExternal, "waiting for the executor's result: "+err.Error())
-					d.Record = &Record{AwaitingCycle: cycle, AwaitingTokenHash: executors.CompletionTokenHash(token)}
-					var acc *executors.AcceptedError
-					if errors.As(err, &acc) && acc.Timeout > 0 {
-						// The endpoint's completion_timeout, from now.
-						until := env.Now().Add(acc.Timeout)
-						d.Record.AwaitingUntil = &until
-					}
-					return d
-				case errors.Is(err, executors.ErrHumanInput):
-					return ParkWith(capsule.TriggerBlockedExternal, "the executor needs human input: "+err.Error())
-				case errors.As(err, &failed):
-					res.Usage = failed.Usage
-				case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
-					failed = &executors.FailedError{Detail: "timed out: " + err.Error()}
-				case err != nil && ctx.Err() != nil:
-					return RetryAfter(env.RetryDelay, fmt.Errorf("execution: interrupted: %w", err))
-				case err != nil:
-					failed = &executors.FailedError{Detail: err.Error()}
-				}
-				if uerr := res.Usage.Validate(); uerr != nil {
-					// Never recorded or charged: negative usage would give
-					// budget back (executors written in Go are not checked by
-					// the wire decoders).
-					res.Usage = capsule.Usage{}
-					if failed == nil {
-						failed = &executors.FailedError{Detail: "executor reported " + uerr.Error()}
-					} else {
-						failed.Usage = capsule.Usage{}
-					}
-				}
-				if failed == nil || in.RecordAttempt == nil {
-					break
-				}
-				action := policy.Decide(failed, done)
-				if action == executors.ActionHalt {
-					break
-				}
-				// Retry or pause: this attempt's usage is charged under its
-				// own id, then the attempt is recorded before the next call,
-				// so a redelivery goes on with the next attempt's key.
-				var charge budget.ChargeResult
-				if err := persist(ctx, env, func() (err error) {
-					charge, err = env.Budgets.Charge(context.WithoutCancel(ctx), key, c.WaveID, execChargeID(key, cycle, attempt), caps, used, failed.Usage)
-					return err
-				}); err != nil {
-					return RetryAfter(env.RetryDelay, fmt.Errorf("execution: charge budget: %w", err))
-				}
-				env.record().BudgetConsumed(failed.Usage)
-				used = charge.Capsule
-				if charge.Exceeded != "" {
-					d := HaltWith(capsule.BudgetExceeded(charge.Exceeded), budgetFinding(used, caps))
-					d.Record = &Record{BudgetUsed: &used}
-					return d
-				}
-				pf := executors.NewPreviousFailure(attempt, failed)
-				lf := capsule.AttemptFailure{ExitCode: pf.ExitCode, Timeout: pf.Timeout, Error: pf.Error, StderrTail: pf.StderrTail}
-				if err := in.RecordAttempt(ctx, machine.RecordAttempt{Cycle: cycle, Attempt: attempt, Failure: lf, BudgetUsed: used}); err != nil {
-					return RetryAfter(env.RetryDelay, fmt.Errorf("execution: record attempt %d: %w", attempt, err))
-				}
-				if action == executors.ActionPause {
-					return ParkWith(capsule.TriggerBlockedExternal, "the executor asks for a person: "+failed.Detail)
-				}
-				done, last, failed, res = attempt, &lf, nil, executors.Result{}
-			}
-			chargeID = execChargeID(key, cycle, done+1)
+			// It died after storing the artifact but before recording it:
+			// the executor already ran for this cycle.
+			o.res = executors.Result{Content: stored.Content, MediaType: stored.MediaType, Usage: stored.Usage}
+			o.ref = stored.Ref
+			return o, nil
 		}
 	}
-	// What the executor did is recorded even if the phase's time ran out.
-	// Its writes are retried while the claim holds (runCtx ends when the
-	// claim is lost or the phase's time is up): a result thrown away would
-	// call the agent again.
-	runCtx := ctx
-	ctx = context.WithoutCancel(ctx)
+	return e.call(ctx, env, in, o)
+}
 
-	if failed == nil && ref == "" {
-		if in.Revalidate != nil {
-			// A delivery whose claim lapsed must not overwrite the
-			// artifact of the one that took the cycle over.
-			if err := in.Revalidate(ctx); err != nil {
-				return RetryAfter(env.RetryDelay, fmt.Errorf("execution: claim lost before storing the artifact: %w", err))
-			}
+// call runs the executor under its failure policy until an attempt
+// succeeds or the policy ends the phase.
+func (e Execution) call(ctx context.Context, env *Env, in *Input, o outcome) (outcome, *Decision) {
+	c, key, cycle := in.Capsule, in.Key(), in.Cycle()
+	ex, err := env.Executors.Executor(c.Task.Kind)
+	if err != nil {
+		d := HaltWith(capsule.ExecutorFailed("no executor for task.kind "+c.Task.Kind), capsule.Finding{Rule: 22, Field: "task.kind", Message: err.Error()})
+		return o, &d
+	}
+	inputs, stop := contextArtifacts(ctx, env, c)
+	if stop != nil {
+		return o, stop
+	}
+	p := failurePolicy{
+		phase: capsule.Execution, step: "execution", agent: "executor",
+		policy:   env.Executors.Policy(c.Task.Kind),
+		chargeID: func(n int) string { return execChargeID(key, cycle, n) },
+	}
+	o.a, stop = p.run(ctx, env, in, in.Checkpoint.State.Caps(c.Budget), o.a, func(n int, prev *executors.PreviousFailure) (*executors.FailedError, *Decision) {
+		res, failed, d := e.attempt(ctx, env, in, ex, inputs, n, prev)
+		o.res = res
+		return failed, d
+	})
+	return o, stop
+}
+
+// attempt makes attempt n's executor call and says what came of it: a
+// result, a failure for the policy, or a decision (accepted work, a human
+// wanted, an interrupted call).
+func (e Execution) attempt(ctx context.Context, env *Env, in *Input, ex executors.Executor, inputs []capsule.Artifact, n int, prev *executors.PreviousFailure) (executors.Result, *executors.FailedError, *Decision) {
+	c, cycle := in.Capsule, in.Cycle()
+	// A new secret per call, a repeat included: only the worker called last
+	// can complete the cycle, and the checkpoint keeps no more than its hash.
+	token, err := executors.NewCompletionToken()
+	if err != nil {
+		d := RetryAfter(env.RetryDelay, fmt.Errorf("execution: %w", err))
+		return executors.Result{}, nil, &d
+	}
+	callStart := time.Now()
+	res, err := e.run(ctx, env, in, ex, executors.Request{
+		Capsule:          c,
+		Raw:              in.Raw,
+		Cycle:            cycle,
+		IdempotencyKey:   AttemptKey(c.CapsuleID, cycle, n),
+		TraceID:          in.Checkpoint.TraceID,
+		Findings:         runFindings(in.Checkpoint, cycle),
+		PriorArtifactRef: priorArtifact(in.Checkpoint, cycle),
+		CompletionToken:  token,
+		PreviousFailure:  prev,
+		ContextArtifacts: inputs,
+	})
+	env.record().Call("executor", callResult(err, ctx), time.Since(callStart))
+	var failed *executors.FailedError
+	switch {
+	case errors.Is(err, executors.ErrAccepted):
+		d := e.accepted(env, cycle, token, err)
+		return res, nil, &d
+	case errors.Is(err, executors.ErrHumanInput):
+		d := ParkWith(capsule.TriggerBlockedExternal, "the executor needs human input: "+err.Error())
+		return res, nil, &d
+	case errors.As(err, &failed):
+		res.Usage = failed.Usage
+	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		failed = &executors.FailedError{Detail: "timed out: " + err.Error()}
+	case err != nil && ctx.Err() != nil:
+		d := RetryAfter(env.RetryDelay, fmt.Errorf("execution: interrupted: %w", err))
+		return res, nil, &d
+	case err != nil:
+		failed = &executors.FailedError{Detail: err.Error()}
+	}
+	if uerr := res.Usage.Validate(); uerr != nil {
+		// Never recorded or charged: negative usage would give budget back
+		// (executors written in Go are not checked by the wire decoders).
+		res.Usage = capsule.Usage{}
+		if failed == nil {
+			failed = &executors.FailedError{Detail: "executor reported " + uerr.Error()}
+		} else {
+			failed.Usage = capsule.Usage{}
 		}
+	}
+	return res, failed, nil
+}
+
+// accepted parks the capsule until the executor's result arrives on a
+// completion carrying token.
+func (e Execution) accepted(env *Env, cycle int, token string, err error) Decision {
+	d := ParkWith(capsule.TriggerBlockedExternal, "waiting for the executor's result: "+err.Error())
+	d.Record = &Record{AwaitingCycle: cycle, AwaitingTokenHash: executors.CompletionTokenHash(token)}
+	var acc *executors.AcceptedError
+	if errors.As(err, &acc) && acc.Timeout > 0 {
+		// The endpoint's completion_timeout, from now.
+		until := env.Now().Add(acc.Timeout)
+		d.Record.AwaitingUntil = &until
+	}
+	return d
+}
+
+// finish stores the artifact, charges the budget and decides. What the
+// executor did is recorded even if the phase's time ran out: its writes are
+// retried while the claim holds (ctx ends when the claim is lost or the
+// phase's time is up), since a result thrown away would call the agent again.
+func (e Execution) finish(ctx context.Context, env *Env, in *Input, o outcome) Decision {
+	st, cycle := in.Checkpoint.State, in.Cycle()
+	caps := st.Caps(in.Capsule.Budget)
+	if o.failed == nil && o.ref == "" {
 		// Stored before the budget is charged, so a crash in between finds
 		// the artifact instead of running the executor again.
-		artifact := capsule.Artifact{
-			SchemaVersion:   "1.0",
-			CapsuleID:       c.CapsuleID,
-			ProducerAgentID: c.ProducerAgentID,
-			Cycle:           cycle,
-			MediaType:       res.MediaType,
-			SHA256:          sha256Hex(res.Content),
-			Size:            int64(len(res.Content)),
-			Usage:           res.Usage,
-			CreatedAt:       env.Now().UTC(),
-			Content:         res.Content,
+		ref, stop := e.store(ctx, env, in, o.res)
+		if stop != nil {
+			return *stop
 		}
-		var err error
-		if err = persist(runCtx, env, func() error { ref, err = env.Artifacts.Put(ctx, artifact); return err }); err != nil {
-			return RetryAfter(env.RetryDelay, fmt.Errorf("execution: store artifact: %w", err))
-		}
+		o.ref = ref
 	}
-
-	var charge budget.ChargeResult
-	err := persist(runCtx, env, func() (err error) {
-		charge, err = env.Budgets.Charge(ctx, key, c.WaveID, chargeID, caps, used, res.Usage)
-		return err
-	})
+	charge, err := chargeUsage(ctx, env, in, execChargeID(in.Key(), cycle, o.a.done+1), caps, o.a.used, o.res.Usage)
 	if err != nil {
 		return RetryAfter(env.RetryDelay, fmt.Errorf("execution: charge budget: %w", err))
 	}
-	env.record().BudgetConsumed(res.Usage)
-	used = charge.Capsule
-	if failed != nil {
-		d := HaltWith(capsule.ExecutorFailed(failed.Detail))
+	used := charge.Capsule
+	if o.failed != nil {
+		d := HaltWith(capsule.ExecutorFailed(o.failed.Detail))
 		d.Record = &Record{BudgetUsed: &used}
 		return d
 	}
-	record := &Record{BudgetUsed: &used, Result: &capsule.ExecutionResult{Cycle: cycle, ArtifactRef: ref, Usage: res.Usage}}
+	record := &Record{BudgetUsed: &used, Result: &capsule.ExecutionResult{Cycle: cycle, ArtifactRef: o.ref, Usage: o.res.Usage}}
 	if charge.Exceeded != "" {
 		d := HaltWith(capsule.BudgetExceeded(charge.Exceeded), budgetFinding(charge.Capsule, caps))
 		d.Record = record
@@ -278,6 +269,39 @@ func (e Execution) Run(ctx context.Context, env *Env, in *Input) Decision {
 	d.Record = record
 	warnBudget(env, &d, st, charge.Capsule, caps)
 	return d
+}
+
+// store writes the cycle's artifact, retrying while runCtx lasts.
+func (e Execution) store(runCtx context.Context, env *Env, in *Input, res executors.Result) (string, *Decision) {
+	ctx := context.WithoutCancel(runCtx)
+	if in.Revalidate != nil {
+		// A delivery whose claim lapsed must not overwrite the artifact of
+		// the one that took the cycle over.
+		if err := in.Revalidate(ctx); err != nil {
+			d := RetryAfter(env.RetryDelay, fmt.Errorf("execution: claim lost before storing the artifact: %w", err))
+			return "", &d
+		}
+	}
+	c := in.Capsule
+	artifact := capsule.Artifact{
+		SchemaVersion:   "1.0",
+		CapsuleID:       c.CapsuleID,
+		ProducerAgentID: c.ProducerAgentID,
+		Cycle:           in.Cycle(),
+		MediaType:       res.MediaType,
+		SHA256:          sha256Hex(res.Content),
+		Size:            int64(len(res.Content)),
+		Usage:           res.Usage,
+		CreatedAt:       env.Now().UTC(),
+		Content:         res.Content,
+	}
+	var ref string
+	err := persist(runCtx, env, func() (err error) { ref, err = env.Artifacts.Put(ctx, artifact); return err })
+	if err != nil {
+		d := RetryAfter(env.RetryDelay, fmt.Errorf("execution: store artifact: %w", err))
+		return "", &d
+	}
+	return ref, nil
 }
 
 // contended decides what a lock held by another capsule means: keep

@@ -1255,8 +1255,8 @@ func TestAutomatedGatesAndHandoff(t *testing.T) {
 }
 
 // TestReviewFailureChargesUsage: Rule 16 counts the usage of every executor
-// and reviewer call. EXECUTION charges a failed executor call's usage before
-// halting; REVIEW drops a failed reviewer call's usage.
+// and reviewer call: a failed reviewer call's usage is charged under its
+// attempt's id before REVIEW halts, as a failed executor call's is.
 func TestReviewFailureChargesUsage(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

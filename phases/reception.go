@@ -34,124 +34,161 @@ type Received struct {
 // dollars) and lock availability, in that order; the first failure halts. holder is the checkpoint key the capsule will use.
 func Receive(ctx context.Context, env *Env, raw []byte, holder func(id string) string) Received {
 	var r Received
+	obj, version, stop := r.read(env, raw)
+	if stop == nil {
+		stop = validate(env, raw, obj, version)
+	}
+	if stop == nil {
+		stop = r.decode(raw)
+	}
+	if stop == nil {
+		stop = r.check(env)
+	}
+	if stop == nil {
+		stop = locksAvailable(ctx, env, r.Capsule, holder)
+	}
+	if stop != nil {
+		r.Decision = *stop
+	} else {
+		r.Decision = AdvanceWith()
+	}
+	return r
+}
+
+// read checks the size and that the bytes are a JSON object, and reads the
+// claimed id, the schema version and the digest. obj is the parsed object,
+// nil when only the lenient parse read it.
+func (r *Received) read(env *Env, raw []byte) (obj map[string]any, version string, stop *Decision) {
 	limit := env.MaxIntakeBytes
 	if limit <= 0 {
 		limit = DefaultMaxIntakeBytes
 	}
 	if len(raw) > limit {
-		r.Decision = HaltWith(capsule.CapsuleTooLarge(len(raw)))
-		return r
+		return nil, "", halt(capsule.CapsuleTooLarge(len(raw)))
 	}
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
-		r.Decision = HaltWith(capsule.NotJSON())
-		return r
+		return nil, "", halt(capsule.NotJSON())
 	}
 	// One strict parse serves the digest, the head and the schema. Bytes it
 	// refuses (duplicate keys, unpaired surrogates) take the lenient path:
 	// they get no digest, so at worst they halt integrity_mismatch.
-	var version string
 	doc, perr := capsule.ParseJSON(raw)
-	obj, _ := doc.(map[string]any)
+	obj, _ = doc.(map[string]any)
 	if perr == nil && obj != nil {
 		r.ClaimedID, _ = obj["capsule_id"].(string)
 		version, _ = obj["schema_version"].(string)
 		if d, err := capsule.DigestObject(obj); err == nil {
 			r.Digest = d
 		}
-	} else {
-		var head struct {
-			SchemaVersion json.RawMessage `json:"schema_version"`
-			CapsuleID     json.RawMessage `json:"capsule_id"`
-		}
-		if !json.Valid(trimmed) || json.Unmarshal(trimmed, &head) != nil {
-			r.Decision = HaltWith(capsule.NotJSON())
-			return r
-		}
-		_ = json.Unmarshal(head.CapsuleID, &r.ClaimedID)
-		_ = json.Unmarshal(head.SchemaVersion, &version)
-		obj = nil
+		return obj, version, nil
 	}
+	var head struct {
+		SchemaVersion json.RawMessage `json:"schema_version"`
+		CapsuleID     json.RawMessage `json:"capsule_id"`
+	}
+	if !json.Valid(trimmed) || json.Unmarshal(trimmed, &head) != nil {
+		return nil, "", halt(capsule.NotJSON())
+	}
+	_ = json.Unmarshal(head.CapsuleID, &r.ClaimedID)
+	_ = json.Unmarshal(head.SchemaVersion, &version)
+	return nil, version, nil
+}
+
+// validate checks the schema version's major, then the capsule schema.
+func validate(env *Env, raw []byte, obj map[string]any, version string) *Decision {
 	if version != "" && !supportsVersion(env.Rules.WithDefaults().SupportedMajors, version) {
-		r.Decision = HaltWith(capsule.UnsupportedSchemaVersion(version))
-		return r
+		return halt(capsule.UnsupportedSchemaVersion(version))
 	}
-	var verr error
+	var err error
 	if obj != nil {
-		verr = schemas.ValidateDoc(schemas.Capsule, obj)
+		err = schemas.ValidateDoc(schemas.Capsule, obj)
 	} else {
-		verr = schemas.Validate(schemas.Capsule, raw)
+		err = schemas.Validate(schemas.Capsule, raw)
 	}
-	if err := verr; err != nil {
-		var verr *schemas.ValidationError
-		if errors.As(err, &verr) {
-			// Every bad entry of a long list is a detail: capped, so the
-			// checkpoint stays one NATS message.
-			r.Decision = HaltWith(capsule.SchemaInvalid(verr.Pointers),
-				capsule.CapFindings(detailsToFindings(verr.Details), capsule.MaxFindings)...)
-			return r
-		}
-		if errors.Is(err, schemas.ErrNotJSON) {
-			r.Decision = HaltWith(capsule.NotJSON())
-			return r
-		}
-		r.Decision = RetryAfter(env.RetryDelay, fmt.Errorf("reception: validate: %w", err))
-		return r
+	if err == nil {
+		return nil
 	}
+	var verr *schemas.ValidationError
+	if errors.As(err, &verr) {
+		// Every bad entry of a long list is a detail: capped, so the
+		// checkpoint stays one NATS message.
+		return halt(capsule.SchemaInvalid(verr.Pointers),
+			capsule.CapFindings(detailsToFindings(verr.Details), capsule.MaxFindings)...)
+	}
+	if errors.Is(err, schemas.ErrNotJSON) {
+		return halt(capsule.NotJSON())
+	}
+	d := RetryAfter(env.RetryDelay, fmt.Errorf("reception: validate: %w", err))
+	return &d
+}
+
+// decode reads the capsule the schema accepted.
+func (r *Received) decode(raw []byte) *Decision {
 	c := new(capsule.Capsule)
 	if err := json.Unmarshal(raw, c); err != nil {
 		// The schema accepted it, so this is a schema/type mismatch of ours:
 		// still the user's bytes are kept and the reason is specific.
-		r.Decision = HaltWith(capsule.SchemaInvalid([]string{"/"}), capsule.Finding{Message: err.Error()})
-		return r
+		return halt(capsule.SchemaInvalid([]string{"/"}), capsule.Finding{Message: err.Error()})
 	}
 	c.Canonicalize() // one id whatever its case: the key below and every later phase
 	r.Capsule = c
+	return nil
+}
+
+// check applies the rules the schema cannot: list limits, integrity,
+// deadline and budget positivity.
+func (r *Received) check(env *Env) *Decision {
+	c := r.Capsule
 	if l, over := c.ExceededLimit(); over {
-		r.Decision = HaltWith(capsule.CapsuleLimitsExceeded(l.Field), capsule.Finding{
+		return halt(capsule.CapsuleLimitsExceeded(l.Field), capsule.Finding{
 			Field: l.Field, Message: fmt.Sprintf("%s has %d entries, over the limit of %d", l.Field, l.Len, l.Max),
 		})
-		return r
 	}
 	if r.Digest == "" || c.Integrity.SHA256 != r.Digest {
-		r.Decision = HaltWith(capsule.IntegrityMismatch(), capsule.Finding{
+		return halt(capsule.IntegrityMismatch(), capsule.Finding{
 			Field: "integrity.sha256", Message: fmt.Sprintf("declared %q, computed %q", c.Integrity.SHA256, r.Digest),
 		})
-		return r
 	}
 	if !c.Deadline.After(env.Now()) {
-		r.Decision = HaltWith(capsule.DeadlineInPast(), capsule.Finding{
+		return halt(capsule.DeadlineInPast(), capsule.Finding{
 			Field: "deadline", Message: "deadline " + c.Deadline.UTC().Format("2006-01-02T15:04:05Z07:00") + " has passed",
 		})
-		return r
 	}
 	if c.Budget.Tokens <= 0 {
-		r.Decision = HaltWith(capsule.BudgetTokensNonPositive(), capsule.Finding{
+		return halt(capsule.BudgetTokensNonPositive(), capsule.Finding{
 			Field: "budget.tokens", Message: "budget.tokens is " + strconv.FormatInt(c.Budget.Tokens, 10),
 		})
-		return r
 	}
 	// budget.dollars is a JSON number, so never NaN or infinite here; the
 	// negated test keeps even those out.
 	if !(c.Budget.Dollars > 0) {
-		r.Decision = HaltWith(capsule.BudgetDollarsNonPositive(), capsule.Finding{
+		return halt(capsule.BudgetDollarsNonPositive(), capsule.Finding{
 			Field: "budget.dollars", Message: "budget.dollars is " + strconv.FormatFloat(c.Budget.Dollars, 'g', -1, 64),
 		})
-		return r
 	}
+	return nil
+}
+
+// locksAvailable checks that no other capsule holds a lock c requires.
+func locksAvailable(ctx context.Context, env *Env, c *capsule.Capsule, holder func(id string) string) *Decision {
 	for _, p := range c.Constraints.ResourceLocksRequired {
 		ok, err := env.Locks.Available(ctx, p, holder(c.CapsuleID))
 		if err != nil {
-			r.Decision = RetryAfter(env.RetryDelay, fmt.Errorf("reception: lock %q: %w", p, err))
-			return r
+			d := RetryAfter(env.RetryDelay, fmt.Errorf("reception: lock %q: %w", p, err))
+			return &d
 		}
 		if !ok {
-			r.Decision = HaltWith(capsule.LockUnavailable(p))
-			return r
+			return halt(capsule.LockUnavailable(p))
 		}
 	}
-	r.Decision = AdvanceWith()
-	return r
+	return nil
+}
+
+// halt is a halt decision, for steps that return one or none.
+func halt(reason capsule.HaltReason, findings ...capsule.Finding) *Decision {
+	d := HaltWith(reason, findings...)
+	return &d
 }
 
 func detailsToFindings(details []string) []capsule.Finding {

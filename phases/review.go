@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
-	"github.com/sagad/sagad/machine"
 )
 
 // Review is phase 5 (Rules 12, 15, 16): the independent reviewer judges the
@@ -18,26 +16,17 @@ import (
 // turned into a rejection.
 type Review struct{}
 
-// Run calls the reviewer and decides.
-func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
-	c, key, cycle := in.Capsule, in.Key(), in.Cycle()
-	st := in.Checkpoint.State
-	if st.Result == nil || st.Result.Cycle != cycle || st.Result.ArtifactRef == "" {
-		return HaltWith(capsule.ExecutorFailed(fmt.Sprintf("no artifact recorded for cycle %d", cycle)))
-	}
-	artifact, err := env.Artifacts.Get(ctx, st.Result.ArtifactRef)
-	if errors.Is(err, ErrArtifactGone) {
-		// Parked longer than the retention between EXECUTION and REVIEW:
-		// the executor's result is recorded, so it is not run again.
-		return HaltWith(capsule.ExecutorFailed(fmt.Sprintf("artifact %s is gone (kept for the retention after it was written)", st.Result.ArtifactRef)))
-	}
-	if err != nil {
-		return RetryAfter(env.RetryDelay, fmt.Errorf("review: load artifact: %w", err))
+// Run loads the cycle's artifact, calls the reviewer under its failure
+// policy and decides on the verdict.
+func (r Review) Run(ctx context.Context, env *Env, in *Input) Decision {
+	artifact, stop := r.artifact(ctx, env, in)
+	if stop != nil {
+		return *stop
 	}
 	// A capsule that declares no reviewer is served by the configured
 	// default (AUTOMATED_GATES judged that one under Rules 20 and 22); the
 	// review entry records who reviewed.
-	reviewerID, _ := env.Rules.Reviewer(c)
+	reviewerID, _ := env.Rules.Reviewer(in.Capsule)
 	rv, err := env.Executors.Reviewer(reviewerID)
 	if err != nil {
 		return HaltWith(capsule.ExecutorFailed("no reviewer "+reviewerID), capsule.Finding{Rule: 20, Field: "review.reviewer_agent_id", Message: err.Error()})
@@ -45,93 +34,106 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	if in.Claim != nil {
 		// One reviewer call per cycle, however often the message is delivered.
 		if err := in.Claim(ctx); err != nil {
-			return RetryAfter(env.RetryDelay, fmt.Errorf("review: claim cycle %d: %w", cycle, err))
+			return RetryAfter(env.RetryDelay, fmt.Errorf("review: claim cycle %d: %w", in.Cycle(), err))
 		}
 	}
-	// Failed attempts of this cycle's review the failure policy already
-	// recorded: the next call is attempt done+1, charged under its own id.
-	done, last := st.FailedAttemptsAt(capsule.ReviewPhase, cycle)
-	used := st.BudgetUsed
-	caps := st.Caps(c.Budget)
-	policy := env.Executors.ReviewerPolicy(reviewerID)
-	var res executors.ReviewResult
-	for {
-		attempt := done + 1
-		callStart := time.Now()
-		res, err = rv.Review(ctx, executors.ReviewRequest{
-			Capsule:         c,
-			Raw:             in.Raw,
-			Cycle:           cycle,
-			Artifact:        artifact,
-			IdempotencyKey:  AttemptKey(c.CapsuleID, cycle, attempt),
-			TraceID:         in.Checkpoint.TraceID,
-			PreviousFailure: previousFailure(done, last),
-		})
-		env.record().Call("reviewer", callResult(err, ctx), time.Since(callStart))
-		var failed *executors.FailedError
-		if errors.As(err, &failed) && !failed.Usage.Valid() {
-			failed.Usage = capsule.Usage{} // never charged: it would give budget back
-		}
-		if err == nil {
-			if uerr := res.Usage.Validate(); uerr != nil {
-				return HaltWith(capsule.ExecutorFailed("reviewer reported " + uerr.Error()))
-			}
-		}
-		switch {
-		case errors.Is(err, executors.ErrAccepted), errors.Is(err, executors.ErrHumanInput):
-			return ParkWith(capsule.TriggerBlockedExternal, "the reviewer needs time or a human: "+err.Error())
-		case errors.As(err, &failed):
-			// The failed call still consumed what it consumed (Rule 16),
-			// under this attempt's own charge id.
-			var charge budget.ChargeResult
-			if cerr := persist(ctx, env, func() (err error) {
-				charge, err = env.Budgets.Charge(context.WithoutCancel(ctx), key, c.WaveID, reviewChargeID(key, cycle, attempt), caps, used, failed.Usage)
-				return err
-			}); cerr != nil {
-				return RetryAfter(env.RetryDelay, fmt.Errorf("review: charge budget: %w", cerr))
-			}
-			env.record().BudgetConsumed(failed.Usage)
-			used = charge.Capsule
-			action := policy.Decide(failed, done)
-			if charge.Exceeded != "" && action != executors.ActionHalt {
-				d := HaltWith(capsule.BudgetExceeded(charge.Exceeded), budgetFinding(used, caps))
-				d.Record = &Record{BudgetUsed: &used}
-				return d
-			}
-			if action == executors.ActionHalt || in.RecordAttempt == nil {
-				d := HaltWith(capsule.ExecutorFailed("reviewer: " + failed.Detail))
-				d.Record = &Record{BudgetUsed: &used}
-				return d
-			}
-			// Retry or pause: recorded before the next call, so a
-			// redelivery goes on with the next attempt's key.
-			pf := executors.NewPreviousFailure(attempt, failed)
-			lf := capsule.AttemptFailure{ExitCode: pf.ExitCode, Timeout: pf.Timeout, Error: pf.Error, StderrTail: pf.StderrTail}
-			if err := in.RecordAttempt(ctx, machine.RecordAttempt{Phase: capsule.ReviewPhase, Cycle: cycle, Attempt: attempt, Failure: lf, BudgetUsed: used}); err != nil {
-				return RetryAfter(env.RetryDelay, fmt.Errorf("review: record attempt %d: %w", attempt, err))
-			}
-			if action == executors.ActionPause {
-				return ParkWith(capsule.TriggerBlockedExternal, "the reviewer asks for a person: "+failed.Detail)
-			}
-			done, last = attempt, &lf
-			continue
-		case err != nil && ctx.Err() != nil:
-			return RetryAfter(env.RetryDelay, fmt.Errorf("review: interrupted: %w", err))
-		case err != nil:
-			return HaltWith(capsule.ExecutorFailed("reviewer: " + err.Error()))
-		}
-		break
+	res, a, stop := r.call(ctx, env, in, reviewerID, rv, artifact)
+	if stop != nil {
+		return *stop
 	}
-	chargeID := reviewChargeID(key, cycle, done+1)
 	res = EnforceIndependence(reviewerID, artifact.ProducerAgentID, res)
 	env.record().ReviewCycle(res.Verdict)
-	env.record().BudgetConsumed(res.Usage)
+	return r.decide(ctx, env, in, reviewerID, res, a)
+}
 
-	var charge budget.ChargeResult
-	err = persist(ctx, env, func() (err error) {
-		charge, err = env.Budgets.Charge(context.WithoutCancel(ctx), key, c.WaveID, chargeID, caps, used, res.Usage)
-		return err
+// artifact loads the artifact the cycle's execution recorded.
+func (Review) artifact(ctx context.Context, env *Env, in *Input) (capsule.Artifact, *Decision) {
+	st, cycle := in.Checkpoint.State, in.Cycle()
+	if st.Result == nil || st.Result.Cycle != cycle || st.Result.ArtifactRef == "" {
+		d := HaltWith(capsule.ExecutorFailed(fmt.Sprintf("no artifact recorded for cycle %d", cycle)))
+		return capsule.Artifact{}, &d
+	}
+	artifact, err := env.Artifacts.Get(ctx, st.Result.ArtifactRef)
+	if errors.Is(err, ErrArtifactGone) {
+		// Parked longer than the retention between EXECUTION and REVIEW:
+		// the executor's result is recorded, so it is not run again.
+		d := HaltWith(capsule.ExecutorFailed(fmt.Sprintf("artifact %s is gone (kept for the retention after it was written)", st.Result.ArtifactRef)))
+		return artifact, &d
+	}
+	if err != nil {
+		d := RetryAfter(env.RetryDelay, fmt.Errorf("review: load artifact: %w", err))
+		return artifact, &d
+	}
+	return artifact, nil
+}
+
+// call runs the reviewer under its failure policy until an attempt returns
+// a verdict or the policy ends the phase.
+func (r Review) call(ctx context.Context, env *Env, in *Input, reviewerID string, rv executors.Reviewer, artifact capsule.Artifact) (executors.ReviewResult, attempts, *Decision) {
+	key, cycle := in.Key(), in.Cycle()
+	p := failurePolicy{
+		phase: capsule.ReviewPhase, step: "review", agent: "reviewer", haltPrefix: "reviewer: ",
+		policy:   env.Executors.ReviewerPolicy(reviewerID),
+		chargeID: func(n int) string { return reviewChargeID(key, cycle, n) },
+	}
+	var res executors.ReviewResult
+	caps := in.Checkpoint.State.Caps(in.Capsule.Budget)
+	a, stop := p.run(ctx, env, in, caps, startAttempts(in, capsule.ReviewPhase), func(n int, prev *executors.PreviousFailure) (*executors.FailedError, *Decision) {
+		var failed *executors.FailedError
+		var d *Decision
+		res, failed, d = r.attempt(ctx, env, in, rv, artifact, n, prev)
+		return failed, d
 	})
+	return res, a, stop
+}
+
+// attempt makes attempt n's reviewer call and says what came of it: a
+// verdict, a failure for the policy, or a decision (a reviewer that needs
+// time or a human, an interrupted call, an error that is no failure of the
+// policy's table).
+func (Review) attempt(ctx context.Context, env *Env, in *Input, rv executors.Reviewer, artifact capsule.Artifact, n int, prev *executors.PreviousFailure) (executors.ReviewResult, *executors.FailedError, *Decision) {
+	c, cycle := in.Capsule, in.Cycle()
+	callStart := time.Now()
+	res, err := rv.Review(ctx, executors.ReviewRequest{
+		Capsule:         c,
+		Raw:             in.Raw,
+		Cycle:           cycle,
+		Artifact:        artifact,
+		IdempotencyKey:  AttemptKey(c.CapsuleID, cycle, n),
+		TraceID:         in.Checkpoint.TraceID,
+		PreviousFailure: prev,
+	})
+	env.record().Call("reviewer", callResult(err, ctx), time.Since(callStart))
+	var failed *executors.FailedError
+	var d Decision
+	switch {
+	case err == nil:
+		if uerr := res.Usage.Validate(); uerr != nil {
+			d = HaltWith(capsule.ExecutorFailed("reviewer reported " + uerr.Error()))
+			return res, nil, &d
+		}
+		return res, nil, nil
+	case errors.Is(err, executors.ErrAccepted), errors.Is(err, executors.ErrHumanInput):
+		d = ParkWith(capsule.TriggerBlockedExternal, "the reviewer needs time or a human: "+err.Error())
+	case errors.As(err, &failed):
+		if !failed.Usage.Valid() {
+			failed.Usage = capsule.Usage{} // never charged: it would give budget back
+		}
+		return res, failed, nil
+	case ctx.Err() != nil:
+		d = RetryAfter(env.RetryDelay, fmt.Errorf("review: interrupted: %w", err))
+	default:
+		d = HaltWith(capsule.ExecutorFailed("reviewer: " + err.Error()))
+	}
+	return res, nil, &d
+}
+
+// decide charges the verdict's usage and maps the verdict to a decision
+// (Rule 12), through the operator's gate when the capsule asks for one.
+func (Review) decide(ctx context.Context, env *Env, in *Input, reviewerID string, res executors.ReviewResult, a attempts) Decision {
+	c, st, cycle := in.Capsule, in.Checkpoint.State, in.Cycle()
+	caps := st.Caps(c.Budget)
+	charge, err := chargeUsage(ctx, env, in, reviewChargeID(in.Key(), cycle, a.done+1), caps, a.used, res.Usage)
 	if err != nil {
 		return RetryAfter(env.RetryDelay, fmt.Errorf("review: charge budget: %w", err))
 	}
@@ -139,8 +141,7 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 		Cycle: cycle, ReviewerID: reviewerID, Verdict: res.Verdict,
 		Findings: res.Findings, Usage: res.Usage, At: env.Now().UTC(),
 	}
-	used = charge.Capsule
-	record := &Record{BudgetUsed: &used, Review: &entry}
+	used := charge.Capsule
 	var d Decision
 	switch {
 	case charge.Exceeded != "":
@@ -154,7 +155,7 @@ func (Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 		d = ReviewDecision(res.Verdict, in.Checkpoint.RunCycle(cycle), c.CycleLimit())
 	}
 	d.Findings = append(d.Findings, res.Findings...)
-	d.Record = record
+	d.Record = &Record{BudgetUsed: &used, Review: &entry}
 	if d.Action == Advance && c.Review.OperatorGate.On() {
 		d.Wait = true
 	}

@@ -1,0 +1,145 @@
+package phases
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sagad/sagad/budget"
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/machine"
+)
+
+// failurePolicy runs one phase's agent calls under the endpoint's failure
+// policy (README "Failure policy"): EXECUTION's executor and REVIEW's
+// reviewer share it, so a failed attempt is handled the same way in both.
+type failurePolicy struct {
+	// phase is the step whose calls these are: Execution or ReviewPhase.
+	phase capsule.Phase
+	// step and agent name the phase and the one it calls in errors and
+	// reasons ("execution", "executor"; "review", "reviewer").
+	step, agent string
+	// haltPrefix starts the detail of executor_failed ("reviewer: " for a
+	// reviewer's failure, README's table).
+	haltPrefix string
+	policy     executors.Policy
+	// chargeID is the budget charge id of attempt n.
+	chargeID func(n int) string
+}
+
+// policyCall makes attempt n of the phase's call, prev being the failure of
+// attempt n-1 (nil on a first attempt). It returns the failure the policy
+// judges, or a decision that ends the phase at once (accepted work, a human
+// wanted, an interrupted call); neither is a success.
+type policyCall func(n int, prev *executors.PreviousFailure) (*executors.FailedError, *Decision)
+
+// attempts is where a cycle's calls stand: failed attempts recorded so far
+// (the next call is attempt done+1) and what the capsule has used.
+type attempts struct {
+	done int
+	last *capsule.AttemptFailure
+	used capsule.Usage
+}
+
+// startAttempts reads the attempts of the current cycle's step p the
+// checkpoint recorded, so a redelivery or a resume goes on with the next.
+func startAttempts(in *Input, p capsule.Phase) attempts {
+	st := in.Checkpoint.State
+	done, last := st.FailedAttemptsAt(p, in.Cycle())
+	return attempts{done: done, last: last, used: st.BudgetUsed}
+}
+
+// run calls until a call succeeds, returning where the attempts stand, or
+// until the policy or a call ends the phase, returning that decision. A
+// failed attempt goes through the same steps in the same order whatever the
+// phase: charge its usage under its own id (Rule 16: a failed call still
+// consumed what it did), decide the action, record the attempt when the
+// policy goes on (before the next call, so a redelivery takes the next
+// attempt's key), then halt, pause or call again. A cap crossed halts
+// budget_exceeded unless the policy halts anyway.
+func (p failurePolicy) run(ctx context.Context, env *Env, in *Input, caps capsule.Budget, a attempts, call policyCall) (attempts, *Decision) {
+	for {
+		n := a.done + 1
+		failed, stop := call(n, previousFailure(a.done, a.last))
+		if stop != nil {
+			return a, stop
+		}
+		if failed == nil {
+			return a, nil
+		}
+		charge, err := chargeUsage(ctx, env, in, p.chargeID(n), caps, a.used, failed.Usage)
+		if err != nil {
+			return a, p.retry(env, fmt.Errorf("charge budget: %w", err))
+		}
+		a.used = charge.Capsule
+		action := executors.ActionHalt
+		if in.RecordAttempt != nil {
+			// Without a way to record the attempt the policy never goes on.
+			action = p.policy.Decide(failed, a.done)
+		}
+		if action == executors.ActionHalt {
+			return a, p.halt(capsule.ExecutorFailed(p.haltPrefix+failed.Detail), a.used)
+		}
+		if charge.Exceeded != "" {
+			return a, p.halt(capsule.BudgetExceeded(charge.Exceeded), a.used, budgetFinding(a.used, caps))
+		}
+		lf, err := p.record(ctx, in, n, failed, a.used)
+		if err != nil {
+			return a, p.retry(env, fmt.Errorf("record attempt %d: %w", n, err))
+		}
+		if action == executors.ActionPause {
+			d := ParkWith(capsule.TriggerBlockedExternal, "the "+p.agent+" asks for a person: "+failed.Detail)
+			return a, &d
+		}
+		a.done, a.last = n, &lf
+	}
+}
+
+// record writes failed attempt n into the checkpoint through the machine.
+func (p failurePolicy) record(ctx context.Context, in *Input, n int, failed *executors.FailedError, used capsule.Usage) (capsule.AttemptFailure, error) {
+	pf := executors.NewPreviousFailure(n, failed)
+	lf := capsule.AttemptFailure{ExitCode: pf.ExitCode, Timeout: pf.Timeout, Error: pf.Error, StderrTail: pf.StderrTail}
+	ev := machine.RecordAttempt{Cycle: in.Cycle(), Attempt: n, Failure: lf, BudgetUsed: used}
+	if p.phase != capsule.Execution {
+		// EXECUTION's records keep the zero phase they were always written with.
+		ev.Phase = p.phase
+	}
+	return lf, in.RecordAttempt(ctx, ev)
+}
+
+// halt is a halt decision that records what the capsule has used.
+func (p failurePolicy) halt(reason capsule.HaltReason, used capsule.Usage, findings ...capsule.Finding) *Decision {
+	d := HaltWith(reason, findings...)
+	d.Record = &Record{BudgetUsed: &used}
+	return &d
+}
+
+// retry is a transient failure of the phase's own writes.
+func (p failurePolicy) retry(env *Env, err error) *Decision {
+	d := RetryAfter(env.RetryDelay, fmt.Errorf("%s: %w", p.step, err))
+	return &d
+}
+
+// previousFailure is a retry's previous_failure: nil on a first attempt.
+func previousFailure(done int, last *capsule.AttemptFailure) *executors.PreviousFailure {
+	if done == 0 || last == nil {
+		return nil
+	}
+	return &executors.PreviousFailure{Attempt: done, ExitCode: last.ExitCode, Timeout: last.Timeout, Error: last.Error, StderrTail: last.StderrTail}
+}
+
+// chargeUsage charges u under id against the capsule's caps and its wave's.
+// The write is retried while runCtx lasts (persist) and each try outlives
+// runCtx's cancellation: what an agent call consumed is charged once it is
+// known, however the phase's time runs.
+func chargeUsage(runCtx context.Context, env *Env, in *Input, id string, caps capsule.Budget, used, u capsule.Usage) (budget.ChargeResult, error) {
+	var charge budget.ChargeResult
+	err := persist(runCtx, env, func() (err error) {
+		charge, err = env.Budgets.Charge(context.WithoutCancel(runCtx), in.Key(), in.Capsule.WaveID, id, caps, used, u)
+		return err
+	})
+	if err == nil {
+		env.record().BudgetConsumed(u)
+	}
+	return charge, err
+}
