@@ -171,8 +171,9 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 		if cp.State.Pause == nil {
 			continue
 		}
-		switch cp.State.Pause.Trigger {
-		case capsule.TriggerLockContention:
+		// What to look at is the trigger's row of capsule.TriggerTable.
+		switch cp.State.Pause.Trigger.Info().Watch {
+		case capsule.WatchLocks:
 			_, c, err := w.st.Raw(ctx, key)
 			if err != nil || c == nil {
 				continue
@@ -189,7 +190,7 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 					w.log.Warn("sweep: resume after lock contention", "key", key, "error", err)
 				}
 			}
-		case capsule.TriggerBlockedExternal:
+		case capsule.WatchExternal:
 			if cp.State.AwaitingCycle == 0 {
 				continue
 			}

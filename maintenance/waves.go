@@ -26,7 +26,7 @@ func (w *Sweeper) Wake() {
 
 // waveWaiting reports whether cp waits for its wave's capacity.
 func waveWaiting(cp *capsule.Checkpoint) bool {
-	return cp.State.Status == capsule.Waiting && cp.State.Pause != nil && cp.State.Pause.Trigger == capsule.TriggerWaveCapacity
+	return cp.State.Status == capsule.Waiting && cp.State.Pause != nil && cp.State.Pause.Trigger.Info().Watch == capsule.WatchWave
 }
 
 // waves looks at the capsules waiting for their wave's capacity, one wave at
