@@ -163,6 +163,8 @@ func TestParseQuery(t *testing.T) {
 			want: Query{State: capsule.Paused, Phase: 4, Wave: "w", Halt: "budget", Trigger: capsule.TriggerOperatorManual, Search: "ab", Offset: 5, Limit: 7}},
 		{in: "phase=4", want: Query{Phase: 4}},
 		{in: "state=asleep", wantErr: `state "asleep"`},
+		{in: "trigger=wave_capacity", want: Query{Phase: -1, Trigger: capsule.TriggerWaveCapacity}},
+		{in: "trigger=napping", wantErr: `trigger "napping": want one of budget_warning, deadline_approaching,`},
 		{in: "phase=9", wantErr: `phase "9"`},
 		{in: "phase=NOPE", wantErr: `phase "NOPE"`},
 		{in: "offset=-1", wantErr: `offset "-1"`},
