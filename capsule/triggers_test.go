@@ -1,6 +1,10 @@
 package capsule_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,12 +16,7 @@ import (
 // that reads them assumes.
 func TestTriggerTable(t *testing.T) {
 	t.Parallel()
-	consts := []capsule.Trigger{
-		capsule.TriggerBudgetWarning, capsule.TriggerDeadlineApproaching, capsule.TriggerBlockedExternal,
-		capsule.TriggerLockContention, capsule.TriggerOperatorManual, capsule.TriggerOperatorGate,
-		capsule.TriggerDependencies, capsule.TriggerWaveCapacity,
-	}
-	require.Equal(t, consts, capsule.AllTriggers(), "every trigger constant has a row, in this order")
+	require.Equal(t, triggerConsts(t), capsule.AllTriggers(), "every Trigger constant of triggers.go has a row, in the same order")
 	seen, labels := map[capsule.Trigger]bool{}, map[string]bool{}
 	operators := 0
 	for _, i := range capsule.TriggerTable {
@@ -77,4 +76,33 @@ func TestParkedBy(t *testing.T) {
 	st.Pause.Trigger = "unknown"
 	_, ok = st.ParkedBy()
 	require.False(t, ok)
+}
+
+// triggerConsts reads the values of the Trigger constants declared in
+// triggers.go, in their order, so that a constant without a row fails.
+func triggerConsts(t *testing.T) []capsule.Trigger {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "triggers.go", nil, 0)
+	require.NoError(t, err)
+	var out []capsule.Trigger
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, s := range g.Specs {
+			v := s.(*ast.ValueSpec)
+			if id, ok := v.Type.(*ast.Ident); !ok || id.Name != "Trigger" {
+				continue
+			}
+			for _, e := range v.Values {
+				lit := e.(*ast.BasicLit)
+				val, err := strconv.Unquote(lit.Value)
+				require.NoError(t, err)
+				out = append(out, capsule.Trigger(val))
+			}
+		}
+	}
+	require.NotEmpty(t, out)
+	return out
 }
