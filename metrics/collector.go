@@ -167,7 +167,7 @@ func (c *JetStreamCollector) collectPaused(ctx context.Context, ch chan<- promet
 	if f := c.cfg.AwaitingOperator; f != nil {
 		var n int
 		n, gateKnown = f()
-		counts[string(capsule.TriggerOperatorGate)] = n
+		counts[TriggerLabel(capsule.TriggerOperatorGate)] = n
 	}
 	for _, t := range Triggers {
 		label := TriggerLabel(t)
