@@ -241,7 +241,7 @@ func BenchmarkListEndpoint(b *testing.B) {
 // FuzzParseQuery: any query string is a query or a bad-query error, and a
 // query never selects a page beyond its bounds.
 func FuzzParseQuery(f *testing.F) {
-	for _, s := range []string{"", "state=paused&phase=4&offset=5&limit=7", "phase=EXECUTION", "limit=999999999999999999999", "q=%00", "state=%ff"} {
+	for _, s := range []string{"", "state=paused&phase=4&offset=5&limit=7", "phase=EXECUTION", "limit=999999999999999999999", "q=%00", "state=%ff", "trigger=wave_capacity", "trigger=%ff"} {
 		f.Add(s)
 	}
 	x := fill(f, 50)
