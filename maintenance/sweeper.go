@@ -145,12 +145,14 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 			w.st.Checkpoints.Corrupt.Report(err, "left parked: a message about the capsule halts it")
 			continue
 		}
-		if waveWaiting(cp) {
-			waveWaiters = append(waveWaiters, cp) // one wave at a time, after the loop
-			continue
-		}
 		if cp.State.Status == capsule.Waiting {
-			w.dependencies(ctx, cp)
+			// What it waits for is its trigger's row of capsule.TriggerTable.
+			switch info, _ := cp.State.ParkedBy(); info.Watch {
+			case capsule.WatchWave:
+				waveWaiters = append(waveWaiters, cp) // one wave at a time, after the loop
+			case capsule.WatchDependencies:
+				w.dependencies(ctx, cp)
+			}
 			continue
 		}
 		if cp.State.Status != capsule.Paused {
