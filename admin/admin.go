@@ -410,7 +410,7 @@ func PendingOf(cp *capsule.Checkpoint, now time.Time) (PendingItem, bool) {
 	if st.Pause == nil || (st.Status != capsule.Paused && st.Status != capsule.WaitingForOperator) {
 		return PendingItem{}, false
 	}
-	if st.Pause.Trigger.Info().Resumer == capsule.ResumerSweeper || (st.Pause.Trigger.Info().Watch == capsule.WatchExternal && st.AwaitingCycle > 0) {
+	if st.Pause.Trigger.Info().Resumer == capsule.ResumerSweeper || st.AwaitsExternal() {
 		return PendingItem{}, false
 	}
 	item := PendingItem{
