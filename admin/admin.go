@@ -381,8 +381,8 @@ type PendingItem struct {
 
 // Pending lists what waits for a human, oldest first: capsules waiting for an
 // operator decision, and paused ones only a person can resume (every trigger
-// but lock_contention, which resumes by itself, and blocked_external on
-// accepted work, which resumes when its result arrives).
+// the sweeper does not resume, but blocked_external on accepted work, which
+// resumes when its result arrives).
 func (a *Admin) Pending(ctx context.Context) ([]PendingItem, error) {
 	all, err := a.st.Checkpoints.List(ctx)
 	if err != nil {
@@ -401,16 +401,16 @@ func (a *Admin) Pending(ctx context.Context) ([]PendingItem, error) {
 
 // PendingOf reports whether cp waits for a human, and the item [Admin.Pending]
 // lists for it then: waiting for an operator decision (with the verdict and
-// findings of the review that waits), or paused on any trigger but
-// lock_contention (it resumes by itself) and blocked_external on accepted
-// work (it resumes when its result arrives). The console's inbox uses it on
-// the checkpoints it keeps in memory.
+// findings of the review that waits), or paused on any trigger the sweeper
+// does not resume (capsule.TriggerTable's Resumer), but work an executor
+// accepted (it resumes when its result arrives). The console's inbox uses it
+// on the checkpoints it keeps in memory.
 func PendingOf(cp *capsule.Checkpoint, now time.Time) (PendingItem, bool) {
 	st := cp.State
 	if st.Pause == nil || (st.Status != capsule.Paused && st.Status != capsule.WaitingForOperator) {
 		return PendingItem{}, false
 	}
-	if st.Pause.Trigger == capsule.TriggerLockContention || (st.Pause.Trigger == capsule.TriggerBlockedExternal && st.AwaitingCycle > 0) {
+	if st.Pause.Trigger.Info().Resumer == capsule.ResumerSweeper || st.AwaitsExternal() {
 		return PendingItem{}, false
 	}
 	item := PendingItem{

@@ -160,11 +160,11 @@ func (a *Admin) waveWaiters(ctx context.Context) (map[string][]string, error) {
 	byWave := map[string][]waiter{}
 	for _, key := range keys {
 		cont, err := a.st.Continuations.Get(ctx, key)
-		if err != nil || cont.Trigger != capsule.TriggerWaveCapacity {
+		if err != nil || cont.Trigger.Info().Watch != capsule.WatchWave {
 			continue // gone meanwhile, or another wait
 		}
 		cp, _, err := a.st.Checkpoints.Get(ctx, key)
-		if err != nil || cp.State.Status != capsule.Waiting || cp.State.Pause == nil || cp.State.Pause.Trigger != capsule.TriggerWaveCapacity {
+		if err != nil || cp.State.Status != capsule.Waiting || cp.State.Pause == nil || cp.State.Pause.Trigger.Info().Watch != capsule.WatchWave {
 			continue
 		}
 		byWave[cp.WaveID] = append(byWave[cp.WaveID], waiter{key, cp})

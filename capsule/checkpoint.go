@@ -158,7 +158,7 @@ func (s *CheckpointState) DeadlineIn(d time.Time) time.Time {
 // and goes on by itself when the result comes or the wait is overdue; no
 // person needs to act.
 func (s *CheckpointState) AwaitsExternal() bool {
-	return s.Status == Paused && s.Pause != nil && s.Pause.Trigger == TriggerBlockedExternal && s.AwaitingCycle > 0
+	return s.Status == Paused && s.Pause != nil && s.Pause.Trigger.Info().Watch == WatchExternal && s.AwaitingCycle > 0
 }
 
 // HasWarned reports whether trigger t already fired for this capsule.

@@ -33,33 +33,6 @@ type Review struct {
 	At              time.Time `json:"at"`
 }
 
-// Trigger is why a continuation was written (PIPELINE §5).
-type Trigger string
-
-// Pause triggers.
-const (
-	TriggerBudgetWarning       Trigger = "budget_warning"
-	TriggerDeadlineApproaching Trigger = "deadline_approaching"
-	TriggerBlockedExternal     Trigger = "blocked_external"
-	TriggerLockContention      Trigger = "lock_contention"
-	TriggerOperatorManual      Trigger = "operator_manual"
-	// TriggerOperatorGate is not a continuation trigger: it marks a capsule
-	// waiting_for_operator after REVIEW (review.operator_gate).
-	TriggerOperatorGate Trigger = "operator_gate"
-	// TriggerDependencies marks a capsule waiting for its depends_on to
-	// complete (state waiting); its continuation lets the sweeper find it.
-	TriggerDependencies Trigger = "dependencies"
-	// TriggerWaveCapacity marks a capsule waiting, at AUTOMATED_GATES, for
-	// its wave to have room for its caps (state waiting); the sweeper
-	// resumes it when capacity frees or the wave's cap is raised.
-	TriggerWaveCapacity Trigger = "wave_capacity"
-)
-
-// Triggers lists the five continuation triggers of PIPELINE §5.
-var Triggers = []Trigger{
-	TriggerBudgetWarning, TriggerDeadlineApproaching, TriggerBlockedExternal, TriggerLockContention, TriggerOperatorManual,
-}
-
 // Continuation records why and where a capsule paused, so resume can continue
 // exactly there (continuation.schema.json).
 type Continuation struct {

@@ -143,8 +143,8 @@ func StatusOf(cp *capsule.Checkpoint) Status {
 	}
 	if cp.State.Status == capsule.Waiting {
 		s.WaitingOn = string(capsule.TriggerDependencies)
-		if p := cp.State.Pause; p != nil && p.Trigger == capsule.TriggerWaveCapacity {
-			s.WaitingOn = string(capsule.TriggerWaveCapacity)
+		if i, ok := cp.State.ParkedBy(); ok && i.State == capsule.Waiting {
+			s.WaitingOn = string(i.Trigger)
 		}
 		s.Pending = append([]string{}, cp.State.WaitingFor...)
 	}

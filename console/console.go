@@ -389,6 +389,9 @@ func parseQuery(v url.Values) (Query, error) {
 	if q.State != "" && !q.State.Valid() {
 		return q, fmt.Errorf("%w: state %q: want one of in_progress, waiting, paused, waiting_for_operator, completed, halted, cancelled", errBadQuery, q.State)
 	}
+	if q.Trigger != "" && !q.Trigger.Known() {
+		return q, fmt.Errorf("%w: trigger %q: want one of %s", errBadQuery, q.Trigger, triggerNames())
+	}
 	var ok bool
 	if q.Phase, ok = parsePhase(v.Get("phase")); !ok {
 		return q, fmt.Errorf("%w: phase %q: want 0–6 or a phase name", errBadQuery, v.Get("phase"))
@@ -806,4 +809,17 @@ func (c *Console) stream(w http.ResponseWriter, r *http.Request) {
 		}
 		fl.Flush()
 	}
+}
+
+// triggerNames lists the triggers a list query may filter by, those of
+// capsule.TriggerTable.
+func triggerNames() string {
+	var b strings.Builder
+	for i, t := range capsule.AllTriggers() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(string(t))
+	}
+	return b.String()
 }

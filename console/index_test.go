@@ -163,6 +163,8 @@ func TestParseQuery(t *testing.T) {
 			want: Query{State: capsule.Paused, Phase: 4, Wave: "w", Halt: "budget", Trigger: capsule.TriggerOperatorManual, Search: "ab", Offset: 5, Limit: 7}},
 		{in: "phase=4", want: Query{Phase: 4}},
 		{in: "state=asleep", wantErr: `state "asleep"`},
+		{in: "trigger=wave_capacity", want: Query{Phase: -1, Trigger: capsule.TriggerWaveCapacity}},
+		{in: "trigger=napping", wantErr: `trigger "napping": want one of budget_warning, deadline_approaching,`},
 		{in: "phase=9", wantErr: `phase "9"`},
 		{in: "phase=NOPE", wantErr: `phase "NOPE"`},
 		{in: "offset=-1", wantErr: `offset "-1"`},
@@ -239,7 +241,7 @@ func BenchmarkListEndpoint(b *testing.B) {
 // FuzzParseQuery: any query string is a query or a bad-query error, and a
 // query never selects a page beyond its bounds.
 func FuzzParseQuery(f *testing.F) {
-	for _, s := range []string{"", "state=paused&phase=4&offset=5&limit=7", "phase=EXECUTION", "limit=999999999999999999999", "q=%00", "state=%ff"} {
+	for _, s := range []string{"", "state=paused&phase=4&offset=5&limit=7", "phase=EXECUTION", "limit=999999999999999999999", "q=%00", "state=%ff", "trigger=wave_capacity", "trigger=%ff"} {
 		f.Add(s)
 	}
 	x := fill(f, 50)

@@ -308,7 +308,7 @@ func Apply(cp *capsule.Checkpoint, ev Event, now time.Time) (Result, error) {
 func standsAt(cp *capsule.Checkpoint, ph capsule.Phase, cycle int) bool {
 	st := cp.State
 	return st.Phase == ph && st.Cycle == cycle &&
-		(st.Status == capsule.InProgress || (st.Status == capsule.Paused && st.Pause != nil && st.Pause.Trigger == capsule.TriggerOperatorManual))
+		(st.Status == capsule.InProgress || (st.Status == capsule.Paused && st.Pause != nil && st.Pause.Trigger.Info().Operator))
 }
 
 // Current reports whether cp waits, in progress, for phase ph of cycle.
@@ -372,7 +372,7 @@ func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decisio
 		st.Findings = capsule.CapFindings(d.Findings, capsule.MaxFindings)
 	}
 	st.Execution = nil
-	if d.Action == Park && (d.Trigger == capsule.TriggerDependencies || d.Trigger == capsule.TriggerWaveCapacity) {
+	if d.Action == Park && d.Trigger.Info().State == capsule.Waiting {
 		// Waiting is not paused: nothing to resume by hand, the sweeper
 		// takes it on once the dependencies completed (or the wave has
 		// room).
@@ -383,10 +383,10 @@ func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decisio
 	}
 	if d.Action == Park {
 		// An operator's pause stands over sagad's own reasons to park.
-		if st.Status != capsule.Paused || st.Pause == nil || st.Pause.Trigger != capsule.TriggerOperatorManual {
+		if st.Status != capsule.Paused || st.Pause == nil || !st.Pause.Trigger.Info().Operator {
 			park(st, d.Trigger, d.Reason, capsule.BySagad, now)
 		}
-		if p == capsule.Execution && d.Trigger != capsule.TriggerBlockedExternal {
+		if p == capsule.Execution && !d.Trigger.Info().KeepsLocks {
 			st.LocksHeld = []string{}
 		}
 		return capsule.Transition{}, false
@@ -436,8 +436,7 @@ func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decisio
 func park(st *capsule.CheckpointState, t capsule.Trigger, reason, by string, now time.Time) {
 	st.Status = capsule.Paused
 	st.Pause = &capsule.PauseInfo{Trigger: t, Reason: reason, By: by, At: now}
-	if t != capsule.TriggerOperatorManual && !st.HasWarned(t) &&
-		(t == capsule.TriggerBudgetWarning || t == capsule.TriggerDeadlineApproaching) {
+	if t.Info().Once && !st.HasWarned(t) {
 		st.Warned = append(st.Warned, t)
 	}
 }
@@ -543,7 +542,7 @@ func pause(cp *capsule.Checkpoint, e Pause, now time.Time) (bool, error) {
 		park(st, capsule.TriggerOperatorManual, e.Reason, e.By, now)
 		return true, nil
 	case capsule.Paused:
-		if st.Pause != nil && st.Pause.Trigger != capsule.TriggerOperatorManual && st.Pause.ResumeToken == "" {
+		if st.Pause != nil && !st.Pause.Trigger.Info().Operator && st.Pause.ResumeToken == "" {
 			// Parked by sagad (it would resume by itself): the operator's
 			// pause takes over, so only an operator resumes it.
 			park(st, capsule.TriggerOperatorManual, e.Reason, e.By, now)
@@ -553,10 +552,11 @@ func pause(cp *capsule.Checkpoint, e Pause, now time.Time) (bool, error) {
 	case capsule.WaitingForOperator:
 		return false, refused(e, cp, "it already waits for a decision: decide or cancel")
 	case capsule.Waiting:
-		if st.Pause != nil && st.Pause.Trigger == capsule.TriggerWaveCapacity {
-			return false, refused(e, cp, "it waits for room in its wave, before anything is spent: cancel it, or raise the wave's cap")
+		hint := capsule.TriggerDependencies.Info().PauseRefused
+		if i, ok := st.ParkedBy(); ok && i.PauseRefused != "" {
+			hint = i.PauseRefused
 		}
-		return false, refused(e, cp, "it waits for its dependencies, before anything is spent: cancel it, or let them finish")
+		return false, refused(e, cp, hint)
 	}
 	return false, refused(e, cp, "")
 }

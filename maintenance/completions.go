@@ -130,7 +130,7 @@ func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Del
 	}
 	// An operator who paused the capsule meanwhile keeps it paused: the
 	// result is recorded, and their resume will use it.
-	operatorHold := st.Pause.Trigger == capsule.TriggerOperatorManual
+	operatorHold := st.Pause.Trigger.Info().Operator
 	act := in.admin
 	if st.Result == nil || st.Result.Cycle != cycle {
 		_, c, err := in.st.Raw(ctx, key)

@@ -145,12 +145,14 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 			w.st.Checkpoints.Corrupt.Report(err, "left parked: a message about the capsule halts it")
 			continue
 		}
-		if waveWaiting(cp) {
-			waveWaiters = append(waveWaiters, cp) // one wave at a time, after the loop
-			continue
-		}
 		if cp.State.Status == capsule.Waiting {
-			w.dependencies(ctx, cp)
+			// What it waits for is its trigger's row of capsule.TriggerTable.
+			switch info, _ := cp.State.ParkedBy(); info.Watch {
+			case capsule.WatchWave:
+				waveWaiters = append(waveWaiters, cp) // one wave at a time, after the loop
+			case capsule.WatchDependencies:
+				w.dependencies(ctx, cp)
+			}
 			continue
 		}
 		if cp.State.Status != capsule.Paused {
@@ -171,8 +173,9 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 		if cp.State.Pause == nil {
 			continue
 		}
-		switch cp.State.Pause.Trigger {
-		case capsule.TriggerLockContention:
+		// What to look at is the trigger's row of capsule.TriggerTable.
+		switch cp.State.Pause.Trigger.Info().Watch {
+		case capsule.WatchLocks:
 			_, c, err := w.st.Raw(ctx, key)
 			if err != nil || c == nil {
 				continue
@@ -189,7 +192,7 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 					w.log.Warn("sweep: resume after lock contention", "key", key, "error", err)
 				}
 			}
-		case capsule.TriggerBlockedExternal:
+		case capsule.WatchExternal:
 			if cp.State.AwaitingCycle == 0 {
 				continue
 			}

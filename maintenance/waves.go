@@ -24,11 +24,6 @@ func (w *Sweeper) Wake() {
 	}
 }
 
-// waveWaiting reports whether cp waits for its wave's capacity.
-func waveWaiting(cp *capsule.Checkpoint) bool {
-	return cp.State.Status == capsule.Waiting && cp.State.Pause != nil && cp.State.Pause.Trigger == capsule.TriggerWaveCapacity
-}
-
 // waves looks at the capsules waiting for their wave's capacity, one wave at
 // a time. A closed wave halts them with wave_closed:<wave>. Otherwise they
 // are resumed oldest first while the wave, as read, has room for each

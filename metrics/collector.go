@@ -167,13 +167,14 @@ func (c *JetStreamCollector) collectPaused(ctx context.Context, ch chan<- promet
 	if f := c.cfg.AwaitingOperator; f != nil {
 		var n int
 		n, gateKnown = f()
-		counts[string(capsule.TriggerOperatorGate)] = n
+		counts[TriggerLabel(capsule.TriggerOperatorGate)] = n
 	}
 	for _, t := range Triggers {
-		if t == capsule.TriggerOperatorGate && !gateKnown {
+		label := TriggerLabel(t)
+		if !t.Info().Continuation && !gateKnown {
 			continue // not counted (yet): no series rather than a false 0
 		}
-		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, float64(counts[string(t)]), string(t))
+		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, float64(counts[label]), label)
 	}
 	if n := counts[Other]; n > 0 {
 		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, float64(n), Other)

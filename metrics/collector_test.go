@@ -172,11 +172,20 @@ func TestCollectorCountsContinuationsByTrigger(t *testing.T) {
 	require.NoError(t, err)
 
 	got = gauges(t, f.reg, "sagad_capsules_paused")
-	require.Equal(t, map[string]float64{
-		"budget_warning": 2, "operator_manual": 1, "blocked_external": 1,
-		"deadline_approaching": 0, "lock_contention": 0, "operator_gate": 0, "dependencies": 0,
-		"wave_capacity": 1, metrics.Other: 1,
-	}, got)
+	// Every trigger of the table has its series, at 0 unless counted.
+	want := map[string]float64{metrics.Other: 1}
+	for _, tr := range metrics.Triggers {
+		want[metrics.TriggerLabel(tr)] = 0
+	}
+	for label, n := range map[string]float64{"budget_warning": 2, "operator_manual": 1, "blocked_external": 1, "wave_capacity": 1} {
+		require.Contains(t, want, label)
+		want[label] = n
+	}
+	require.Equal(t, want, got)
+	for _, label := range []string{"deadline_approaching", "lock_contention", "operator_gate", "dependencies"} {
+		require.Contains(t, got, label)
+		require.Zero(t, got[label], label)
+	}
 }
 
 func TestCollectorSkipsFailedReads(t *testing.T) {

@@ -138,11 +138,11 @@ var AdminActions = []string{
 	ActionPhaseResume, ActionPauseAll, ActionResumeAll, ActionReplay, ActionWaveSet, ActionWaveClose,
 }
 
-// Triggers is the closed set of trigger label values: the five
-// continuation triggers of PIPELINE §5, operator_gate (a capsule
-// waiting_for_operator), and the two of state waiting: dependencies and
-// wave_capacity.
-var Triggers = append(slices.Clone(capsule.Triggers), capsule.TriggerOperatorGate, capsule.TriggerDependencies, capsule.TriggerWaveCapacity)
+// Triggers is the closed set of triggers the trigger label takes the
+// value of (their Metric in capsule.TriggerTable): the five continuation
+// triggers of PIPELINE §5, operator_gate (a capsule waiting_for_operator),
+// and the two of state waiting: dependencies and wave_capacity.
+var Triggers = capsule.AllTriggers()
 
 // Verdicts is the closed set of review verdicts.
 var Verdicts = []capsule.Verdict{capsule.Approved, capsule.ChangesRequested, capsule.Rejected}
@@ -357,8 +357,8 @@ func (m *Metrics) init() {
 		m.callDuration.WithLabelValues(k)
 	}
 	for _, t := range Triggers {
-		m.pauses.WithLabelValues(string(t))
-		m.resumes.WithLabelValues(string(t))
+		m.pauses.WithLabelValues(TriggerLabel(t))
+		m.resumes.WithLabelValues(TriggerLabel(t))
 	}
 	for _, a := range AdminActions {
 		m.adminActions.WithLabelValues(a)
@@ -511,8 +511,14 @@ func PhaseLabel(p capsule.Phase) string {
 // one of capsule.HaltCodes, [Other] otherwise.
 func HaltLabel(c capsule.HaltCode) string { return oneOf(string(c), capsule.HaltCodes) }
 
-// TriggerLabel is the trigger label value of t, or [Other].
-func TriggerLabel(t capsule.Trigger) string { return oneOf(string(t), Triggers) }
+// TriggerLabel is the trigger label value of t (its Metric in
+// capsule.TriggerTable), or [Other].
+func TriggerLabel(t capsule.Trigger) string {
+	if l := t.Info().Metric; l != "" {
+		return l
+	}
+	return Other
+}
 
 // RuleLabel is the rule label value of rule number n: the number when the
 // constitution has that rule, [Other] otherwise.

@@ -200,21 +200,17 @@ func OutcomeMsgID(cp *capsule.Checkpoint) string {
 	return cp.Key + ".outcome"
 }
 
-// EmitParked records a pause: the continuation (for the five triggers) and the
-// paused or waiting event.
+// EmitParked records a pause: the continuation (for the triggers that keep
+// one) and the paused or waiting event, as the trigger's row of
+// capsule.TriggerTable says.
 func (s *Store) EmitParked(ctx context.Context, cp *capsule.Checkpoint) error {
 	st := cp.State
-	kind := capsule.EventPaused
-	switch st.Status {
-	case capsule.WaitingForOperator:
-		kind = capsule.EventWaiting
-	case capsule.Waiting:
-		kind = capsule.EventDependencyWait
-		if st.Pause.Trigger == capsule.TriggerWaveCapacity {
-			kind = capsule.EventWaveWait
-		}
+	info, known := st.ParkedBy()
+	kind := info.Event
+	if !known {
+		kind = capsule.EventPaused
 	}
-	if st.Status != capsule.WaitingForOperator {
+	if !known || info.Continuation {
 		// The sweeper finds paused and waiting capsules by their records.
 		if err := s.Continuations.Put(ctx, cp); err != nil {
 			return err
