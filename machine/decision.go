@@ -49,7 +49,8 @@ type Decision struct {
 	Halt capsule.HaltReason
 	// Findings are recorded in the checkpoint (rule findings, review findings).
 	Findings []capsule.Finding
-	// Delay is how long to wait before a Retry.
+	// Delay is how long to wait before a Retry; zero leaves it to the
+	// runner's configured retry delay.
 	Delay time.Duration
 	// Err explains a Retry (logged, never shown as a halt).
 	Err error

@@ -41,7 +41,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	r := phases.Receive(ctx, p.env, raw, func(id string) string { return id })
 	r.Decision = p.corruptDecision(r.Decision)
 	if r.Decision.Action == phases.Retry {
-		return runner.NakAfter(p.cfg.RetryDelay+r.Decision.Delay, r.Decision.Err)
+		return p.retry(r.Decision.Delay, r.Decision.Err)
 	}
 	if r.Capsule != nil && r.Capsule.Chain != nil && r.Decision.Action != phases.Halt {
 		// Chain membership is sagad's to assign (package compose): a

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/metrics"
+	"github.com/sagad/sagad/store"
 )
 
 // Handler decides what happens to one message. It must be safe to run again
@@ -156,7 +157,7 @@ func (c *Consumer) take(msg jetstream.Msg) (taken, bool) {
 	c.metrics.RedeliveredInFlight()
 	if !logged {
 		c.log.Warn("redelivered while its first delivery is still being handled: handed back", "consumer", c.name,
-			"subject", msg.Subject(), "key", PrintableKey(msg.Headers().Get(HeaderKey)), "stream_seq", seq,
+			"subject", msg.Subject(), "key", store.PrintableKey(msg.Headers().Get(store.HeaderKey)), "stream_seq", seq,
 			"deliveries", md.NumDelivered, "retry_in", c.cfg.BusyDelay)
 	}
 	_ = msg.NakWithDelay(c.cfg.BusyDelay)
