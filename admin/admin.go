@@ -73,35 +73,16 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Admin, error) {
 	return New(st, Config{}), nil
 }
 
-// Apply applies ev to the checkpoint of id (a capsule id or key) and writes
-// the result with a compare-and-set under sagad's one retry policy: on a
-// conflict the checkpoint is read again and ev applied again, so the machine
-// judges ev against the checkpoint actually written.
+// Apply applies ev to the checkpoint of id (a capsule id or key) through
+// [store.Store.Apply]: on a conflict the checkpoint is read again and ev
+// applied again, so the machine judges ev against the checkpoint actually
+// written.
 func (a *Admin) Apply(ctx context.Context, id string, ev machine.Event) (machine.Result, error) {
 	found, err := a.st.Checkpoints.Find(ctx, id)
 	if err != nil {
 		return machine.Result{}, err
 	}
-	var res machine.Result
-	err = cas.Retry(ctx, func(ctx context.Context) error {
-		cp, rev, err := a.st.Checkpoints.GetLatest(ctx, found.Key, nil)
-		if err != nil {
-			return err
-		}
-		r, err := machine.Apply(cp, ev, a.now())
-		if err != nil {
-			return err
-		}
-		if r.Changed {
-			if _, err := a.st.Checkpoints.Update(ctx, r.Checkpoint, rev); errors.Is(err, store.ErrConflict) {
-				return cas.ErrConflict
-			} else if err != nil {
-				return err
-			}
-		}
-		res = r
-		return nil
-	})
+	res, err := a.st.Apply(ctx, found.Key, ev, a.now())
 	if errors.Is(err, cas.ErrExhausted) {
 		return machine.Result{}, fmt.Errorf("%s: checkpoint keeps changing, try again: %w", id, err)
 	}

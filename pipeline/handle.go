@@ -540,24 +540,16 @@ const (
 	staleAfterLoad
 )
 
-// apply applies ev to the checkpoint and writes the result with a
-// compare-and-set under sagad's one retry policy (cas.Retry).
+// apply applies ev to the checkpoint this delivery holds through
+// store.ApplyWith; policy says what a lost compare-and-set means.
 func (t *txn) apply(ctx context.Context, ev machine.Event, policy onConflict) (machine.Result, error) {
-	var res machine.Result
-	err := cas.Retry(ctx, func(ctx context.Context) error {
-		t.mu.Lock()
-		cp, rev := t.cp, t.rev
-		t.mu.Unlock()
-		r, err := machine.Apply(cp, ev, t.p.cfg.Now())
-		if err != nil {
-			return err
-		}
-		if !r.Changed {
-			res = r
-			return nil
-		}
-		n, err := t.p.st.Checkpoints.Update(ctx, r.Checkpoint, rev)
-		if errors.Is(err, store.ErrConflict) {
+	return t.p.st.ApplyWith(ctx, t.key, ev, t.p.cfg.Now(), store.ApplyHooks{
+		Read: func(context.Context) (*capsule.Checkpoint, uint64, error) {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			return t.cp, t.rev, nil
+		},
+		Conflict: func(ctx context.Context) error {
 			switch policy {
 			case staleCache:
 				t.cacheMiss.Store(true)
@@ -573,15 +565,9 @@ func (t *txn) apply(ctx context.Context, ev machine.Event, policy onConflict) (m
 				return err
 			}
 			return cas.ErrConflict
-		}
-		if err != nil {
-			return err
-		}
-		t.set(r.Checkpoint, n)
-		res = r
-		return nil
+		},
+		Wrote: t.set,
 	})
-	return res, err
 }
 
 // claim takes the claim on (ph, cycle) for this delivery: the phase is about
