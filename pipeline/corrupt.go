@@ -31,7 +31,7 @@ func (p *Pipeline) corrupted(ctx context.Context, key string, raw []byte, c *cap
 	if herr := p.haltCorrupt(ctx, key, raw, c, e); herr != nil {
 		// The halt could not be written (JetStream is failing): try
 		// again later; the value is not reported again.
-		return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("halt %s state_corrupt: %w", key, herr))
+		return runner.Retry(fmt.Errorf("halt %s state_corrupt: %w", key, herr))
 	}
 	return runner.Term(metrics.TermStateCorrupt, err)
 }

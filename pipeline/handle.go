@@ -58,7 +58,7 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 		return runner.Term(metrics.TermUndecodable, err)
 	}
 	if err != nil {
-		return p.unknown(ctx, key, msg, p.retry(0, err))
+		return p.unknown(ctx, key, msg, runner.Retry(err))
 	}
 	if !same {
 		p.log.Warn("phase message body is not the capsule RECEPTION accepted: ignored, the kept bytes are used",
@@ -134,7 +134,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		return runner.Ack(), true
 	}
 	if d.Action == phases.Retry {
-		return p.retry(d.Delay, d.Err), false
+		return runner.NakAfter(d.Delay, d.Err), false
 	}
 	// Record what happened even if the phase's time ran out meanwhile (or
 	// is about to: a fresh bound then, not a timer per message).
@@ -151,18 +151,9 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	p.observe(res.Checkpoint, res.Transition, d, p.cfg.Now().Sub(start))
 	if err := p.st.Emit(ctx, res.Checkpoint, r.t.revision(), res.Transition, r.raw, r.c.Constraints.ResourceLocksRequired); err != nil {
 		// The transition is recorded; redelivery re-emits its effects.
-		return p.retry(0, err), false
+		return runner.Retry(err), false
 	}
 	return runner.Ack(), false
-}
-
-// retry is the delivery of a transient failure: redelivered after delay, or
-// after the configured RetryDelay when the decision asks for none.
-func (p *Pipeline) retry(delay time.Duration, err error) runner.Delivery {
-	if delay <= 0 {
-		delay = p.cfg.RetryDelay
-	}
-	return runner.NakAfter(delay, err)
 }
 
 // run is one attempt at a phase for one message: what it acts on, and the
@@ -183,25 +174,25 @@ type run struct {
 // cycle), finishing the resume that sent the message if it has not yet. ok
 // false ends the attempt with d (stale: decide again on the real checkpoint).
 func (r *run) position(ctx context.Context, token string, useCache bool) (d runner.Delivery, stale, ok bool) {
-	p, t := r.p, r.t
+	t := r.t
 	if useCache {
 		var err error
 		if r.cached, err = t.loadCached(ctx); err != nil {
-			return p.retry(0, err), false, false
+			return runner.Retry(err), false, false
 		}
 		t.fromCache = r.cached
 		if r.cached && !t.current(r.ph, r.cycle) {
 			return runner.Ack(), true, false
 		}
 	} else if err := t.load(ctx); err != nil {
-		return p.retry(0, err), false, false
+		return runner.Retry(err), false, false
 	}
 	if !t.current(r.ph, r.cycle) && !t.resumable(r.ph, r.cycle, token) {
 		// Before taking the message for a stale one, make sure the
 		// checkpoint is not: a replica may answer with what it has so far,
 		// and this message may be the effect of a newer write.
 		if err := t.loadLatest(ctx); err != nil {
-			return p.retry(0, err), false, false
+			return runner.Retry(err), false, false
 		}
 	}
 	if t.current(r.ph, r.cycle) {
@@ -215,7 +206,7 @@ func (r *run) position(ctx context.Context, token string, useCache bool) (d runn
 	if err := t.resume(ctx, r.ph, r.cycle, token); errors.Is(err, errStale) {
 		return r.reemit(ctx, t.cp), false, false
 	} else if err != nil {
-		return p.retry(0, err), false, false
+		return runner.Retry(err), false, false
 	}
 	return runner.Delivery{}, false, true
 }
@@ -237,7 +228,7 @@ func (r *run) runBytes(ctx context.Context) (d runner.Delivery, stale, ok bool) 
 		// have kept yet: RunBytes finishes that.
 		raw, c, err := p.st.RunBytes(ctx, cp)
 		if err != nil {
-			return p.retry(0, err), false, false
+			return runner.Retry(err), false, false
 		}
 		r.raw, r.c = raw, c
 		return runner.Delivery{}, false, true
@@ -252,7 +243,7 @@ func (r *run) runBytes(ctx context.Context) (d runner.Delivery, stale, ok bool) 
 	// version has no digest: read the bytes.
 	raw, c, err := p.st.Kept(ctx, t.key)
 	if err != nil {
-		return p.retry(0, err), false, false
+		return runner.Retry(err), false, false
 	}
 	if cp.Digest != "" && c.Integrity.SHA256 != cp.Digest {
 		if t.fromCache {
@@ -264,9 +255,9 @@ func (r *run) runBytes(ctx context.Context) (d runner.Delivery, stale, ok bool) 
 		// not the ones sagad kept.
 		err := fmt.Errorf("the bytes kept for %s are not the capsule its checkpoint names (digest %s)", t.key, cp.Digest)
 		if md, merr := r.msg.Metadata(); merr == nil && md.NumDelivered >= forgottenAfter {
-			return p.retry(0, corrupt.New(corrupt.Capsules, t.key, 0, err)), false, false
+			return runner.Retry(corrupt.New(corrupt.Capsules, t.key, 0, err)), false, false
 		}
-		return p.retry(0, fmt.Errorf("%w: try again", err)), false, false
+		return runner.Retry(fmt.Errorf("%w: try again", err)), false, false
 	}
 	r.raw, r.c = raw, c
 	return runner.Delivery{}, false, true
@@ -340,7 +331,7 @@ func (r *run) record(ctx, runCtx context.Context, d phases.Decision) (machine.Re
 // unrecorded is the delivery of a decision record could not commit.
 func (r *run) unrecorded(ctx context.Context, err error) (runner.Delivery, bool) {
 	if !errors.Is(err, errStale) {
-		return r.p.retry(0, err), false
+		return runner.Retry(err), false
 	}
 	if r.cached && !r.t.claimed.Load() {
 		return runner.Ack(), true
@@ -644,7 +635,7 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 			// Parked here, maybe by a delivery that died before writing the
 			// continuation: write it (again) before dropping the message.
 			if err := p.st.Emit(ctx, cp, 0, nil, raw, lockPaths); err != nil {
-				return p.retry(0, err)
+				return runner.Retry(err)
 			}
 		}
 		// Not recorded and not current: the capsule is paused or waiting
@@ -654,7 +645,7 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 		return runner.Ack()
 	}
 	if err := p.st.Emit(ctx, cp, 0, &tr, raw, lockPaths); err != nil {
-		return p.retry(0, err)
+		return runner.Retry(err)
 	}
 	return runner.Ack()
 }

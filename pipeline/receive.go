@@ -27,7 +27,7 @@ import (
 func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delivery {
 	meta, err := msg.Metadata()
 	if err != nil {
-		return p.retry(0, fmt.Errorf("reception: metadata: %w", err))
+		return runner.Retry(fmt.Errorf("reception: metadata: %w", err))
 	}
 	start := p.cfg.Now()
 	raw := msg.Data()
@@ -41,7 +41,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	r := phases.Receive(ctx, p.env, raw, func(id string) string { return id })
 	r.Decision = p.corruptDecision(r.Decision)
 	if r.Decision.Action == phases.Retry {
-		return p.retry(r.Decision.Delay, r.Decision.Err)
+		return runner.NakAfter(r.Decision.Delay, r.Decision.Err)
 	}
 	if r.Capsule != nil && r.Capsule.Chain != nil && r.Decision.Action != phases.Halt {
 		// Chain membership is sagad's to assign (package compose): a
@@ -49,7 +49,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 		// kept under its intake sequence, so it never takes the id.
 		ok, err := p.chainMember(ctx, producer, r.Capsule)
 		if err != nil {
-			return p.retry(0, fmt.Errorf("reception: chain %q: %w", r.Capsule.Chain.ID, err))
+			return runner.Retry(fmt.Errorf("reception: chain %q: %w", r.Capsule.Chain.ID, err))
 		}
 		if !ok {
 			r.Decision = phases.HaltWith(capsule.ChainMembershipRefused(r.Capsule.Chain.ID, r.Capsule.Chain.Step), capsule.Finding{
@@ -61,7 +61,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 
 	key, keptNow, staleEnd, err := p.keep(ctx, r, raw, fallbackKey)
 	if err != nil {
-		return p.retry(0, err)
+		return runner.Retry(err)
 	}
 
 	now := p.cfg.Now().UTC()
@@ -77,7 +77,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	if err != nil || res.Transition == nil {
 		// RECEPTION decides advance or halt; anything else is a bug that
 		// must not lose the bytes: they stay kept, the message is retried.
-		return p.retry(0, fmt.Errorf("reception: %s decision: %w", r.Decision.Action, err))
+		return runner.Retry(fmt.Errorf("reception: %s decision: %w", r.Decision.Action, err))
 	}
 	cp, tr := res.Checkpoint, *res.Transition
 	rev, err := p.st.Checkpoints.Create(ctx, cp)
@@ -90,7 +90,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	if errors.Is(err, store.ErrConflict) {
 		return p.receivedBefore(ctx, key, meta.Sequence.Stream, raw, r.Capsule)
 	} else if err != nil {
-		return p.retry(0, fmt.Errorf("reception: create checkpoint: %w", err))
+		return runner.Retry(fmt.Errorf("reception: create checkpoint: %w", err))
 	}
 	if staleEnd {
 		// The bytes are those of an earlier run of this capsule that ended
@@ -98,7 +98,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 		// a moment later): this is a new run, so its bytes must not carry
 		// that run's outcome mark and time to live.
 		if err := p.st.RenewBytes(ctx, key, raw); err != nil {
-			return p.retry(0, fmt.Errorf("reception: keep bytes: %w", err))
+			return runner.Retry(fmt.Errorf("reception: keep bytes: %w", err))
 		}
 	}
 	p.st.Cache.Put(cp, rev)
@@ -108,7 +108,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	p.metrics.Received()
 	p.observe(cp, &tr, r.Decision, 0)
 	if err := p.st.Emit(ctx, cp, rev, &tr, raw, lockPathsOf(r.Capsule)); err != nil {
-		return p.retry(0, err)
+		return runner.Retry(err)
 	}
 	return runner.Ack()
 }
@@ -166,11 +166,11 @@ func (p *Pipeline) keep(ctx context.Context, r phases.Received, raw []byte, fall
 func (p *Pipeline) receivedBefore(ctx context.Context, key string, intakeSeq uint64, raw []byte, c *capsule.Capsule) runner.Delivery {
 	existing, _, err := p.st.Checkpoints.Get(ctx, key)
 	if err != nil {
-		return p.retry(0, err)
+		return runner.Retry(err)
 	}
 	if existing.IntakeSeq != intakeSeq { // not our own redelivery
 		if err := p.duplicateIgnored(ctx, existing, intakeSeq); err != nil {
-			return p.retry(0, err)
+			return runner.Retry(err)
 		}
 	}
 	return p.reemitFor(ctx, existing, capsule.Reception, 0, raw, lockPathsOf(c))

@@ -32,10 +32,14 @@ const (
 // Ack: the message's work is done (or was done before).
 func Ack() Delivery { return Delivery{kind: deliverAck} }
 
-// NakAfter: a transient failure; redeliver after delay.
+// NakAfter: a transient failure; redeliver after delay, or after the
+// consumer's RetryDelay when delay is not positive.
 func NakAfter(delay time.Duration, err error) Delivery {
 	return Delivery{kind: deliverNak, delay: delay, Err: err}
 }
+
+// Retry: a transient failure; redeliver after the consumer's RetryDelay.
+func Retry(err error) Delivery { return Delivery{kind: deliverNak, Err: err} }
 
 // Term: the message can never succeed; it is not redelivered. cause is one
 // of metrics.TermReasons.
@@ -53,6 +57,9 @@ func (d Delivery) Terminated() (cause string, ok bool) { return d.cause, d.kind 
 func (c *Consumer) settle(msg jetstream.Msg, d Delivery) {
 	switch d.kind {
 	case deliverNak:
+		if d.delay <= 0 {
+			d.delay = c.cfg.RetryDelay
+		}
 		if d.Err != nil {
 			c.log.Warn("message will be retried", "consumer", c.name, "subject", msg.Subject(),
 				"key", store.PrintableKey(msg.Headers().Get(store.HeaderKey)), "retry_in", d.delay, "error", d.Err)

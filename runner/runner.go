@@ -27,6 +27,10 @@ type Config struct {
 	// Metrics counts terminations and redeliveries found in flight. Nil
 	// counts nothing.
 	Metrics *metrics.Metrics
+	// RetryDelay is how long a message waits before it comes back when its
+	// handler retries it without a delay of its own ([Retry], or
+	// [NakAfter] with no delay). Defaults to 1s.
+	RetryDelay time.Duration
 	// BusyDelay is how long a redelivered message whose first delivery is
 	// still being handled in this process waits before it comes back (it
 	// is naked, not handled a second time). Defaults to 1s.
@@ -63,6 +67,9 @@ func Start(ctx, workCtx context.Context, js jetstream.JetStream, stream, name st
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.RetryDelay <= 0 {
+		cfg.RetryDelay = time.Second
 	}
 	if cfg.BusyDelay <= 0 {
 		cfg.BusyDelay = time.Second
