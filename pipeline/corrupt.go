@@ -67,11 +67,7 @@ func (p *Pipeline) replaceCorrupt(ctx context.Context, key string, raw []byte, c
 		locks = c.Constraints.ResourceLocksRequired
 	}
 	fresh := store.NewCheckpoint(key, id, trace, wave, digest, now)
-	res, err := machine.Apply(fresh, machine.End{State: capsule.Halted, Detail: reason.String()}, now)
-	if err != nil {
-		return nil, err
-	}
-	newRev, err := p.st.Checkpoints.Update(ctx, res.Checkpoint, rev)
+	res, newRev, err := p.st.Replace(ctx, fresh, rev, machine.End{State: capsule.Halted, Detail: reason.String()}, now)
 	if errors.Is(err, store.ErrConflict) {
 		return nil, nil // written meanwhile: the new value decides
 	}

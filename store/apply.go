@@ -73,3 +73,19 @@ func (s *Store) ApplyWith(ctx context.Context, key string, ev machine.Event, now
 	})
 	return res, err
 }
+
+// Replace writes over the checkpoint of fresh's key at revision rev, one
+// sagad did not write (package corrupt), the fresh checkpoint with ev
+// applied at now. It does not retry: ErrConflict says the key was written
+// meanwhile, and that value decides.
+func (s *Store) Replace(ctx context.Context, fresh *capsule.Checkpoint, rev uint64, ev machine.Event, now time.Time) (machine.Result, uint64, error) {
+	res, err := machine.Apply(fresh, ev, now)
+	if err != nil {
+		return machine.Result{}, 0, err
+	}
+	n, err := s.Checkpoints.Update(ctx, res.Checkpoint, rev)
+	if err != nil {
+		return machine.Result{}, 0, err
+	}
+	return res, n, nil
+}
