@@ -179,3 +179,7 @@ func HaltWith(r capsule.HaltReason, findings ...capsule.Finding) Decision {
 func RetryAfter(d time.Duration, err error) Decision {
 	return Decision{Action: Retry, Delay: d, Err: err}
 }
+
+// RetryLater returns a Retry decision redelivered after the runner's
+// configured retry delay: a transient failure with no delay of its own.
+func RetryLater(err error) Decision { return Decision{Action: Retry, Err: err} }
