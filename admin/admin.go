@@ -13,11 +13,11 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/cas"
 	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
+	"github.com/sagad/sagad/status"
 	"github.com/sagad/sagad/store"
 )
 
@@ -73,35 +73,16 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Admin, error) {
 	return New(st, Config{}), nil
 }
 
-// Apply applies ev to the checkpoint of id (a capsule id or key) and writes
-// the result with a compare-and-set under sagad's one retry policy: on a
-// conflict the checkpoint is read again and ev applied again, so the machine
-// judges ev against the checkpoint actually written.
+// Apply applies ev to the checkpoint of id (a capsule id or key) through
+// [store.Store.Apply]: on a conflict the checkpoint is read again and ev
+// applied again, so the machine judges ev against the checkpoint actually
+// written.
 func (a *Admin) Apply(ctx context.Context, id string, ev machine.Event) (machine.Result, error) {
 	found, err := a.st.Checkpoints.Find(ctx, id)
 	if err != nil {
 		return machine.Result{}, err
 	}
-	var res machine.Result
-	err = cas.Retry(ctx, func(ctx context.Context) error {
-		cp, rev, err := a.st.Checkpoints.GetLatest(ctx, found.Key, nil)
-		if err != nil {
-			return err
-		}
-		r, err := machine.Apply(cp, ev, a.now())
-		if err != nil {
-			return err
-		}
-		if r.Changed {
-			if _, err := a.st.Checkpoints.Update(ctx, r.Checkpoint, rev); errors.Is(err, store.ErrConflict) {
-				return cas.ErrConflict
-			} else if err != nil {
-				return err
-			}
-		}
-		res = r
-		return nil
-	})
+	res, err := a.st.Apply(ctx, found.Key, ev, a.now())
 	if errors.Is(err, cas.ErrExhausted) {
 		return machine.Result{}, fmt.Errorf("%s: checkpoint keeps changing, try again: %w", id, err)
 	}
@@ -118,22 +99,22 @@ func (a *Admin) adminEvent(ctx context.Context, cp *capsule.Checkpoint, kind cap
 
 // Pause parks the capsule with operator_manual. A capsule inside a phase
 // finishes that phase's step first and parks at the next one.
-func (a *Admin) Pause(ctx context.Context, id, reason, by string) (client.Status, error) {
+func (a *Admin) Pause(ctx context.Context, id, reason, by string) (status.Status, error) {
 	res, err := a.Apply(ctx, id, machine.Pause{Reason: reason, By: by})
 	if err != nil {
-		return client.Status{}, err
+		return status.Status{}, err
 	}
 	cp := res.Checkpoint
 	if cp.State.Pause != nil && cp.State.Pause.ResumeToken == "" {
 		if err := a.st.EmitParked(ctx, cp); err != nil {
-			return client.StatusOf(cp), err
+			return status.Of(cp), err
 		}
 	}
 	if res.Changed {
 		a.metrics.Paused(capsule.TriggerOperatorManual)
 	}
 	a.metrics.AdminAction(metrics.ActionPause)
-	return client.StatusOf(cp), nil
+	return status.Of(cp), nil
 }
 
 // ResumeOptions lift the cause of a pause while resuming.
@@ -155,47 +136,47 @@ type ResumeOptions struct {
 // token, and flips it back to in_progress. If it dies half-way, the phase
 // message (which only the token lets through) finishes the resume, and
 // running Resume again re-sends the same token.
-func (a *Admin) Resume(ctx context.Context, id string, opts ResumeOptions) (client.Status, error) {
+func (a *Admin) Resume(ctx context.Context, id string, opts ResumeOptions) (status.Status, error) {
 	return a.resume(ctx, id, "resume", capsule.Paused, opts)
 }
 
 // ResumeWaiting takes a capsule waiting for its dependencies, or for its
 // wave's capacity, back to AUTOMATED_GATES once they completed or the wave
 // has room (the sweeper's action).
-func (a *Admin) ResumeWaiting(ctx context.Context, id string, opts ResumeOptions) (client.Status, error) {
+func (a *Admin) ResumeWaiting(ctx context.Context, id string, opts ResumeOptions) (status.Status, error) {
 	return a.resume(ctx, id, "resume", capsule.Waiting, opts)
 }
 
-func (a *Admin) resume(ctx context.Context, id, action string, from capsule.State, opts ResumeOptions) (client.Status, error) {
+func (a *Admin) resume(ctx context.Context, id, action string, from capsule.State, opts ResumeOptions) (status.Status, error) {
 	res, err := a.Apply(ctx, id, machine.RequestResume{
 		Action: action, From: from, Token: nuid.Next(),
 		Tokens: opts.Tokens, Dollars: opts.Dollars, Deadline: opts.Deadline, Force: opts.Force,
 	})
 	if err != nil {
-		return client.Status{}, err
+		return status.Status{}, err
 	}
 	cp := res.Checkpoint
 	// The token in the checkpoint: ours, or that of a resume in flight,
 	// which this one finishes.
 	token, trigger := cp.State.Pause.ResumeToken, cp.State.Pause.Trigger
 	if err := a.st.PublishPhase(ctx, cp, token); err != nil {
-		return client.StatusOf(cp), err
+		return status.Of(cp), err
 	}
 	sentPhase, sentCycle := cp.State.Phase, cp.State.Cycle
 	res, err = a.Apply(ctx, cp.Key, machine.Resume{Token: token})
 	if err != nil {
-		return client.Status{}, err
+		return status.Status{}, err
 	}
 	cp, flipped := res.Checkpoint, res.Changed
 	if flipped && (cp.State.Phase != sentPhase || cp.State.Cycle != sentCycle) {
 		// A phase that was running when the capsule was paused finished
 		// meanwhile and moved it on: the message sent above is stale.
 		if err := a.st.PublishPhase(ctx, cp, ""); err != nil {
-			return client.StatusOf(cp), err
+			return status.Of(cp), err
 		}
 	}
 	if err := a.st.Continuations.DeleteIfStale(ctx, cp.Key, cp); err != nil {
-		return client.StatusOf(cp), err
+		return status.Of(cp), err
 	}
 	detail := string(trigger)
 	if opts.Reason != "" {
@@ -206,7 +187,7 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 		kind = capsule.EventOperatorAccepted
 	}
 	if err := a.adminEvent(ctx, cp, kind, token, detail, opts.By, nil); err != nil {
-		return client.StatusOf(cp), err
+		return status.Of(cp), err
 	}
 	a.metrics.Resumed(trigger)
 	if opts.By != capsule.BySagad {
@@ -214,12 +195,12 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 		// operator's action.
 		a.metrics.AdminAction(action)
 	}
-	return client.StatusOf(cp), nil
+	return status.Of(cp), nil
 }
 
 // Cancel ends the capsule in cancelled and releases its locks, from any
 // non-terminal state. Cancelling a cancelled capsule re-emits its effects.
-func (a *Admin) Cancel(ctx context.Context, id, reason, by string) (client.Status, error) {
+func (a *Admin) Cancel(ctx context.Context, id, reason, by string) (status.Status, error) {
 	detail := "cancelled"
 	if by != "" {
 		detail += " by " + by
@@ -232,17 +213,17 @@ func (a *Admin) Cancel(ctx context.Context, id, reason, by string) (client.Statu
 
 // End ends a non-terminal capsule where it stands (machine.End), with its
 // effects.
-func (a *Admin) End(ctx context.Context, id string, ev machine.End) (client.Status, error) {
+func (a *Admin) End(ctx context.Context, id string, ev machine.End) (status.Status, error) {
 	res, err := a.Apply(ctx, id, ev)
 	if err != nil {
-		return client.Status{}, err
+		return status.Status{}, err
 	}
 	cp := res.Checkpoint
 	if err := a.ReemitEnd(ctx, cp); err != nil {
-		return client.StatusOf(cp), err
+		return status.Of(cp), err
 	}
 	if err := a.st.Continuations.Delete(ctx, cp.Key); err != nil {
-		return client.StatusOf(cp), err
+		return status.Of(cp), err
 	}
 	if res.Changed {
 		a.metrics.Ended(ev.State, capsule.ParseHaltReason(cp.State.HaltReason))
@@ -250,7 +231,7 @@ func (a *Admin) End(ctx context.Context, id string, ev machine.End) (client.Stat
 	if ev.State == capsule.Cancelled {
 		a.metrics.AdminAction(metrics.ActionCancel)
 	}
-	return client.StatusOf(cp), nil
+	return status.Of(cp), nil
 }
 
 // ReemitEnd emits the effects of an ended capsule's last transition again
@@ -283,7 +264,7 @@ const (
 // review's findings (Rule 12 still applies: past the last cycle it halts
 // with max_cycles_exceeded); reject halts it with operator_rejected. A
 // capsule not waiting is refused, unchanged.
-func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) (client.Status, error) {
+func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) (status.Status, error) {
 	switch decision {
 	case DecisionAccept:
 		return a.resume(ctx, id, "accept", capsule.WaitingForOperator, ResumeOptions{By: by, Reason: rationale})
@@ -291,23 +272,23 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 	case DecisionReject:
 		return a.reject(ctx, id, rationale, by)
 	default:
-		return client.Status{}, fmt.Errorf("decision %q: want accept, revise or reject", decision)
+		return status.Status{}, fmt.Errorf("decision %q: want accept, revise or reject", decision)
 	}
 	found, err := a.st.Checkpoints.Find(ctx, id)
 	if err != nil {
-		return client.Status{}, err
+		return status.Status{}, err
 	}
 	raw, c, err := a.st.Raw(ctx, found.Key)
 	if err != nil {
-		return client.Status{}, err
+		return status.Status{}, err
 	}
 	if c == nil {
-		return client.Status{}, fmt.Errorf("capsule bytes of %s are unreadable", found.Key)
+		return status.Status{}, fmt.Errorf("capsule bytes of %s are unreadable", found.Key)
 	}
 	token := nuid.Next()
 	res, err := a.Apply(ctx, found.Key, machine.Revise{Rationale: rationale, By: by, CycleLimit: c.CycleLimit() + found.CycleBase})
 	if err != nil {
-		return client.Status{}, err
+		return status.Status{}, err
 	}
 	cp, changed := res.Checkpoint, res.Changed
 	var review []capsule.Finding
@@ -321,7 +302,7 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 		review = append(review, cp.State.Reviews[n-1].Findings...)
 	}
 	if !changed && machine.RevisedBy(cp) == "" {
-		return client.StatusOf(cp), nil
+		return status.Of(cp), nil
 	}
 	tr := cp.History[len(cp.History)-1]
 	if !changed {
@@ -330,34 +311,34 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 		token = "rerun-" + strconv.Itoa(len(cp.History))
 	}
 	if err := a.adminEvent(ctx, cp, capsule.EventRevisionTriggered, token, rationale, by, review); err != nil {
-		return client.StatusOf(cp), err
+		return status.Of(cp), err
 	}
 	if err := a.st.Emit(ctx, cp, 0, &tr, raw, c.Constraints.ResourceLocksRequired); err != nil {
-		return client.StatusOf(cp), err
+		return status.Of(cp), err
 	}
 	a.metrics.AdminAction(metrics.ActionRevise)
-	return client.StatusOf(cp), nil
+	return status.Of(cp), nil
 }
 
 // reject halts a capsule waiting_for_operator with operator_rejected and
 // emits its ending (outcome, event); running it again finishes it.
-func (a *Admin) reject(ctx context.Context, id, rationale, by string) (client.Status, error) {
+func (a *Admin) reject(ctx context.Context, id, rationale, by string) (status.Status, error) {
 	res, err := a.Apply(ctx, id, machine.Reject{Rationale: rationale, By: by})
 	if err != nil {
-		return client.Status{}, err
+		return status.Status{}, err
 	}
 	cp := res.Checkpoint
 	if err := a.adminEvent(ctx, cp, capsule.EventOperatorRejected, "reject", rationale, by, nil); err != nil {
-		return client.StatusOf(cp), err
+		return status.Of(cp), err
 	}
 	if err := a.ReemitEnd(ctx, cp); err != nil {
-		return client.StatusOf(cp), err
+		return status.Of(cp), err
 	}
 	if res.Changed {
 		a.metrics.Ended(capsule.Halted, capsule.OperatorRejected())
 	}
 	a.metrics.AdminAction(metrics.ActionReject)
-	return client.StatusOf(cp), nil
+	return status.Of(cp), nil
 }
 
 // PendingItem is one capsule waiting for a human.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/status"
 	"github.com/sagad/sagad/store"
 )
 
@@ -43,7 +43,7 @@ type ListQuery struct {
 
 // ListPage is one page of capsules.
 type ListPage struct {
-	Items []client.Status `json:"items"`
+	Items []status.Status `json:"items"`
 	// NextCursor continues the listing; empty on the last page.
 	NextCursor string `json:"next_cursor,omitempty"`
 	// Total is how many capsules matched the filters when the page was read.
@@ -53,11 +53,11 @@ type ListPage struct {
 // listCursor is the position after an item in newest-first order: its
 // update time and capsule id, so a page boundary stays put while capsules
 // before it change.
-func listCursor(s client.Status) string {
+func listCursor(s status.Status) string {
 	return s.UpdatedAt.UTC().Format(time.RFC3339Nano) + "|" + s.CapsuleID
 }
 
-func after(s client.Status, at time.Time, id string) bool {
+func after(s status.Status, at time.Time, id string) bool {
 	if c := at.Compare(s.UpdatedAt); c != 0 {
 		return c > 0
 	}
@@ -65,10 +65,10 @@ func after(s client.Status, at time.Time, id string) bool {
 }
 
 // reads binds the read side to the store.
-func (a *Admin) reads() *client.Client { return client.Of(a.st.JetStream(), a.st.Checkpoints) }
+func (a *Admin) reads() *status.Reader { return status.NewReader(a.st.JetStream(), a.st.Checkpoints) }
 
 // Status returns the status of a capsule id (or key).
-func (a *Admin) Status(ctx context.Context, id string) (client.Status, error) {
+func (a *Admin) Status(ctx context.Context, id string) (status.Status, error) {
 	return a.reads().Status(ctx, id)
 }
 
@@ -95,15 +95,15 @@ func (a *Admin) List(ctx context.Context, q ListQuery) (ListPage, error) {
 		return ListPage{}, err
 	}
 	if q.Prefix != "" {
-		all = slices.DeleteFunc(all, func(s client.Status) bool { return !strings.HasPrefix(s.Key, q.Prefix) })
+		all = slices.DeleteFunc(all, func(s status.Status) bool { return !strings.HasPrefix(s.Key, q.Prefix) })
 	}
-	slices.SortStableFunc(all, func(x, y client.Status) int {
+	slices.SortStableFunc(all, func(x, y status.Status) int {
 		if c := y.UpdatedAt.Compare(x.UpdatedAt); c != 0 {
 			return c
 		}
 		return strings.Compare(x.CapsuleID, y.CapsuleID)
 	})
-	page := ListPage{Items: []client.Status{}, Total: len(all)}
+	page := ListPage{Items: []status.Status{}, Total: len(all)}
 	size := 0
 	for i, s := range all {
 		if q.Cursor != "" && !after(s, at, atID) {
@@ -215,7 +215,7 @@ func (a *Admin) Report(ctx context.Context, id string) (ReportRecord, error) {
 type WaitResult struct {
 	// Status is the capsule's status; nil while sagad has no capsule of
 	// that id (it may still arrive).
-	Status *client.Status `json:"status,omitempty"`
+	Status *status.Status `json:"status,omitempty"`
 	// Settled: the capsule has ended or needs a person.
 	Settled bool `json:"settled"`
 }
@@ -240,5 +240,5 @@ func (a *Admin) Wait(ctx context.Context, id string, maxWait time.Duration) (Wai
 	if err != nil {
 		return WaitResult{}, err
 	}
-	return WaitResult{Status: &s, Settled: client.Settled(s)}, nil
+	return WaitResult{Status: &s, Settled: status.Settled(s)}, nil
 }

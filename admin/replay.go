@@ -8,10 +8,10 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
+	"github.com/sagad/sagad/status"
 )
 
 // MaxDependents bounds how many capsules halted dependency_failed one replay
@@ -41,7 +41,7 @@ type ReplayOptions struct {
 // ReplayResult is what a replay did.
 type ReplayResult struct {
 	// Capsule is the replayed capsule's status, in its new run.
-	Capsule client.Status `json:"capsule"`
+	Capsule status.Status `json:"capsule"`
 	// Dependents are the capsules halted dependency_failed on it that were
 	// replayed with it (or why not), in the order replayed.
 	Dependents []DependentReplay `json:"dependents"`
@@ -80,7 +80,7 @@ func (a *Admin) Replay(ctx context.Context, id string, opts ReplayOptions) (Repl
 		return ReplayResult{}, err
 	}
 	a.metrics.AdminAction(metrics.ActionReplay)
-	out := ReplayResult{Capsule: client.StatusOf(cp), Dependents: []DependentReplay{}}
+	out := ReplayResult{Capsule: status.Of(cp), Dependents: []DependentReplay{}}
 	if opts.Dependents {
 		deps, err := a.replayDependents(ctx, cp, opts)
 		if err != nil {

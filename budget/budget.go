@@ -2,14 +2,12 @@ package budget
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sagad/sagad/internal/cas"
 	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/internal/jspub"
 
@@ -309,42 +307,20 @@ func (t *Tracker) Wave(ctx context.Context, waveID string) (w Wave, ok bool, err
 	return r.wave(), rev != 0, nil
 }
 
-// update applies change to key's record by compare-and-set (sagad's one
-// retry policy, cas.Retry), reading again and reapplying it when another
+// update applies change to key's record by compare-and-set (jspub.Mutate,
+// under sagad's one retry policy), reading again and reapplying it when another
 // writer got in between, and returns the record as stored. change reports
 // whether it changed anything; if not, nothing is written.
 func (t *Tracker) update(ctx context.Context, key string, change func(r *record) bool) (record, error) {
-	var out record
-	err := cas.Retry(ctx, func(ctx context.Context) error {
-		r, rev, err := t.get(ctx, key)
-		if err != nil {
-			return err
-		}
-		if !change(&r) {
-			out = r
-			return nil
-		}
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		err = t.w.Do(ctx, func(ctx context.Context) (err error) {
-			if rev == 0 {
-				_, err = t.kv.Create(ctx, key, b)
-			} else {
-				_, err = t.kv.Update(ctx, key, b, rev)
+	r, _, err := jspub.Mutate(ctx, t.kv, t.w, key,
+		func(ctx context.Context) (record, uint64, error) { return t.get(ctx, key) },
+		func(r record) (record, jspub.Op, error) {
+			if !change(&r) {
+				return r, jspub.Keep, nil
 			}
-			return err
+			return r, jspub.Put, nil
 		})
-		if err == nil {
-			out = r
-		}
-		return err
-	})
-	if err != nil {
-		return record{}, err
-	}
-	return out, nil
+	return r, err
 }
 
 // get reads key's record and revision; a missing key is a zero record at

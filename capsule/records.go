@@ -2,8 +2,14 @@ package capsule
 
 import (
 	"encoding/json"
+	"errors"
 	"time"
 )
+
+// ErrArtifactGone is returned (wrapped) when an artifact is not, or no
+// longer, stored: artifacts are kept for the retention after they were
+// written (pipeline.Config.Retention).
+var ErrArtifactGone = errors.New("artifact not stored")
 
 // Artifact is the record of what an executor produced for one cycle
 // (artifact.schema.json). Ref is the artifact: URI other capsules use.

@@ -2,24 +2,24 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/machine"
+	"github.com/sagad/sagad/status"
 	"github.com/sagad/sagad/store"
 )
 
 // Client is the read and publish side of the pipeline, for sagactl and
 // producers: publish capsules, read status, list, history, wait.
 type Client struct {
-	js          jetstream.JetStream
-	checkpoints *store.Checkpoints
+	js jetstream.JetStream
+	// Reader reads status, list, history and waits; nil for a
+	// [NewPublisher] client.
+	*status.Reader
 }
 
 // NewClient binds to an existing sagad topology.
@@ -31,7 +31,7 @@ func NewClient(ctx context.Context, js jetstream.JetStream) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bind %s: %w", store.CheckpointsBucket, err)
 	}
-	return &Client{js: js, checkpoints: store.ReaderOf(kv)}, nil
+	return &Client{js: js, Reader: status.NewReader(js, store.ReaderOf(kv))}, nil
 }
 
 // NewPublisher returns a client that only publishes: it binds to nothing,
@@ -58,296 +58,24 @@ func (c *Client) Publish(ctx context.Context, raw []byte, traceID string) (uint6
 }
 
 // Status is what `sagactl status -o json` prints for one capsule.
-type Status struct {
-	CapsuleID string `json:"capsule_id"`
-	Key       string `json:"key"`
-	// Run is the capsule's run: 1, then 2, 3, … for each replay.
-	Run        int           `json:"run"`
-	State      capsule.State `json:"state"`
-	Phase      int           `json:"phase"`
-	PhaseName  string        `json:"phase_name"`
-	CyclesUsed int           `json:"cycles_used"`
-	HaltReason string        `json:"halt_reason"`
-	Progress   int           `json:"progress"`
-	TraceID    string        `json:"trace_id"`
-	// TraceParent is the W3C traceparent of the capsule's root span
-	// (capsule.Checkpoint.TraceParent); its trace id is the one to look up
-	// in an OpenTelemetry backend. Empty for capsules received before
-	// sagad traced.
-	TraceParent string `json:"trace_parent,omitempty"`
-	// Producer is the producer account the capsule came from
-	// ([capsule.Checkpoint.Producer]); absent for sagad's own intake.
-	Producer string `json:"producer,omitempty"`
-	// Reviewer is who reviewed the latest cycle: the capsule's declared
-	// reviewer, or sagad's default_reviewer when it declared none. Empty
-	// before the first review.
-	Reviewer     string            `json:"reviewer,omitempty"`
-	BudgetUsed   capsule.Usage     `json:"budget_used"`
-	ArtifactRefs []string          `json:"artifact_refs"`
-	Findings     []capsule.Finding `json:"findings"`
-	CreatedAt    time.Time         `json:"created_at"`
-	UpdatedAt    time.Time         `json:"updated_at"`
-	History      []HistoryEntry    `json:"history"`
-	// WaitingOn says what a waiting capsule waits for ("dependencies" or
-	// "wave_capacity"), and Pending which of them it still waits for (the
-	// dependency ids, or the wave id).
-	WaitingOn string   `json:"waiting_on,omitempty"`
-	Pending   []string `json:"pending,omitempty"`
-	// AwaitingExternal: paused on work an executor accepted, which reports
-	// by itself ([capsule.CheckpointState.AwaitsExternal]); no person is
-	// needed.
-	AwaitingExternal bool `json:"awaiting_external,omitempty"`
-}
+type Status = status.Status
 
 // HistoryEntry is one phase transition in a [Status].
-type HistoryEntry struct {
-	Phase     int    `json:"phase"`
-	PhaseName string `json:"phase_name"`
-	Cycle     int    `json:"cycle"`
-	Outcome   string `json:"outcome"`
-	Detail    string `json:"detail,omitempty"`
-	// Run is the run the transition belongs to (1, 2, …).
-	Run int       `json:"run"`
-	At  time.Time `json:"at"`
-}
+type HistoryEntry = status.HistoryEntry
 
 // StatusOf renders a checkpoint as a [Status].
-func StatusOf(cp *capsule.Checkpoint) Status {
-	s := Status{
-		CapsuleID:    cp.CapsuleID,
-		Key:          cp.Key,
-		Run:          cp.RunNumber(),
-		State:        cp.State.Status,
-		Phase:        int(cp.State.Phase),
-		PhaseName:    cp.State.Phase.String(),
-		CyclesUsed:   cp.State.Cycle,
-		HaltReason:   cp.State.HaltReason,
-		Progress:     cp.State.Progress,
-		TraceID:      cp.TraceID,
-		TraceParent:  cp.TraceParent,
-		Producer:     cp.Producer,
-		BudgetUsed:   cp.State.BudgetUsed,
-		ArtifactRefs: append([]string{}, cp.State.ArtifactRefs...),
-		Findings:     append([]capsule.Finding{}, cp.State.Findings...),
-		CreatedAt:    cp.CreatedAt,
-		UpdatedAt:    cp.UpdatedAt,
-		History:      make([]HistoryEntry, 0, len(cp.History)),
-
-		AwaitingExternal: cp.State.AwaitsExternal(),
-	}
-	if n := len(cp.State.Reviews); n > 0 {
-		s.Reviewer = cp.State.Reviews[n-1].ReviewerID
-	}
-	for _, t := range cp.History {
-		s.History = append(s.History, HistoryEntry{Phase: int(t.Phase), PhaseName: t.PhaseName, Cycle: t.Cycle, Outcome: t.Outcome, Detail: t.Detail, Run: max(t.Run, 1), At: t.At})
-	}
-	if cp.State.Status == capsule.Waiting {
-		s.WaitingOn = string(capsule.TriggerDependencies)
-		if i, ok := cp.State.ParkedBy(); ok && i.State == capsule.Waiting {
-			s.WaitingOn = string(i.Trigger)
-		}
-		s.Pending = append([]string{}, cp.State.WaitingFor...)
-	}
-	return s
-}
-
-// Checkpoint returns the checkpoint of a capsule id (or key).
-func (c *Client) Checkpoint(ctx context.Context, id string) (*capsule.Checkpoint, error) {
-	return c.checkpoints.Find(ctx, id)
-}
-
-// Status returns the status of a capsule id (or key).
-func (c *Client) Status(ctx context.Context, id string) (Status, error) {
-	cp, err := c.checkpoints.Find(ctx, id)
-	if err != nil {
-		return Status{}, err
-	}
-	return StatusOf(cp), nil
-}
-
-// List returns the status of every capsule, oldest first; state filters when
-// non-empty.
-func (c *Client) List(ctx context.Context, state capsule.State) ([]Status, error) {
-	all, err := c.checkpoints.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Status, 0, len(all))
-	for _, cp := range all {
-		if state == "" || cp.State.Status == state {
-			out = append(out, StatusOf(cp))
-		}
-	}
-	return out, nil
-}
-
-// Wait blocks until the capsule ends or needs a person (or ctx ends) and
-// returns its status; a capsule waiting for its dependencies, or paused on
-// accepted external work ([capsule.CheckpointState.AwaitsExternal]), goes
-// on by itself and Wait waits on. It watches the checkpoint key rather than
-// polling.
-func (c *Client) Wait(ctx context.Context, id string) (Status, error) {
-	id = canonical(id)
-	key := id
-	if cp, err := c.checkpoints.Find(ctx, id); err == nil {
-		key = cp.Key
-		if settled(cp) {
-			return StatusOf(cp), nil
-		}
-	} else if !errors.Is(err, store.ErrNotFound) || !store.ValidKey(id) {
-		return Status{}, err
-	}
-	w, err := c.checkpoints.Watch(ctx, key)
-	if err != nil {
-		return Status{}, fmt.Errorf("watch %s: %w", key, err)
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return Status{}, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return Status{}, errors.New("watch closed")
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			cp := new(capsule.Checkpoint)
-			if err := json.Unmarshal(e.Value(), cp); err != nil {
-				return Status{}, err
-			}
-			if settled(cp) {
-				return StatusOf(cp), nil
-			}
-		}
-	}
-}
-
-// settled: the capsule has ended or needs a person, what [Client.Wait]
-// waits for.
-func settled(cp *capsule.Checkpoint) bool {
-	return !goesOn(cp.State.Status) && !cp.State.AwaitsExternal()
-}
-
-// History returns the lifecycle events of a capsule id (or key) in time
-// order, de-duplicated by event id: the events of its transitions, derived
-// from its checkpoint, merged with those on the events stream.
-func (c *Client) History(ctx context.Context, id string) ([]capsule.Event, error) {
-	id = canonical(id)
-	key := id
-	var derived []capsule.Event
-	if cp, err := c.checkpoints.Find(ctx, id); err == nil {
-		key = cp.Key
-		derived = machine.CheckpointEvents(cp)
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return nil, err
-	}
-	stream, err := readEvents(ctx, c.js, store.EventSubject(key))
-	if err != nil {
-		return nil, err
-	}
-	return MergeEvents(derived, stream), nil
-}
+func StatusOf(cp *capsule.Checkpoint) Status { return status.Of(cp) }
 
 // MergeEvents merges two event lists, each in order, into one ordered by
 // time (a transition's events keep their order), dropping repeated ids.
-func MergeEvents(a, b []capsule.Event) []capsule.Event {
-	out := make([]capsule.Event, 0, len(a)+len(b))
-	seen := make(map[string]bool, len(a)+len(b))
-	add := func(ev capsule.Event) {
-		if ev.ID != "" && seen[ev.ID] {
-			return
-		}
-		seen[ev.ID] = true
-		out = append(out, ev)
-	}
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
-		if j == len(b) || (i < len(a) && !b[j].At.Before(a[i].At)) {
-			add(a[i])
-			i++
-		} else {
-			add(b[j])
-			j++
-		}
-	}
-	return out
-}
-
-// readEvents reads every event on subject so far with an ordered consumer.
-func readEvents(ctx context.Context, js jetstream.JetStream, subject string) ([]capsule.Event, error) {
-	cons, err := js.OrderedConsumer(ctx, store.EventsStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
-	if err != nil {
-		return nil, fmt.Errorf("events: %w", err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("events: %w", err)
-	}
-	// sagad reads histories for every operator who asks: each read's
-	// consumer goes when the read ends, not after its inactivity threshold.
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		if ci := cons.CachedInfo(); ci != nil {
-			_ = js.DeleteConsumer(dctx, store.EventsStream, ci.Name)
-		}
-	}()
-	pending := info.NumPending
-	var out []capsule.Event
-	seen := map[string]bool{}
-	for pending > 0 {
-		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("events: %w", err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			evs, err := capsule.DecodeEvents(m.Data())
-			if err != nil {
-				continue // not ours to judge
-			}
-			for _, ev := range evs {
-				if !seen[ev.ID] {
-					seen[ev.ID] = true
-					out = append(out, ev)
-				}
-			}
-		}
-		if batch.Error() != nil {
-			return nil, fmt.Errorf("events: %w", batch.Error())
-		}
-		if n == 0 {
-			break
-		}
-		pending -= uint64(min(uint64(n), pending))
-	}
-	return out, nil
-}
-
-// canonical is id in the one form sagad keys capsules by (UUIDs in lower
-// case, ULIDs in upper case); anything else is left as it is.
-func canonical(id string) string {
-	if cid, ok := capsule.CanonicalID(id); ok {
-		return cid
-	}
-	return id
-}
-
-// goesOn reports whether a capsule in state s goes on by itself: in
-// progress, or waiting for its dependencies.
-func goesOn(s capsule.State) bool { return s == capsule.InProgress || s == capsule.Waiting }
+func MergeEvents(a, b []capsule.Event) []capsule.Event { return status.MergeEvents(a, b) }
 
 // Of returns a client reading checkpoints through cps on js: sagad's own
 // reads, served to operators by its admin service.
 func Of(js jetstream.JetStream, cps *store.Checkpoints) *Client {
-	return &Client{js: js, checkpoints: cps}
+	return &Client{js: js, Reader: status.NewReader(js, cps)}
 }
 
 // Settled reports whether the capsule of s has ended or needs a person,
 // what [Client.Wait] waits for.
-func Settled(s Status) bool {
-	return !goesOn(s.State) && !s.AwaitingExternal
-}
+func Settled(s Status) bool { return status.Settled(s) }

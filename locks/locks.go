@@ -423,58 +423,37 @@ func (m *Manager) Available(ctx context.Context, path, holder string) (bool, err
 	return h == "" || h == holder, nil
 }
 
-// mutate is the compare-and-set loop every write goes through (sagad's one
-// retry policy, cas.Retry). It reads the lock (nil if free), asks decide what
+// mutate is the compare-and-set loop every write goes through (jspub.Mutate,
+// under sagad's one retry policy). It reads the lock (nil if free), asks decide what
 // it should become and writes that only if the lock is still at the revision
 // read, reading again when another writer got in between. decide returns the
 // lease to store, nil to delete the lock, cur itself to leave it as it is, or
 // an error to stop with.
 func (m *Manager) mutate(ctx context.Context, path string, decide func(cur *lease, now time.Time) (*lease, error)) error {
-	key := Key(path)
-	return cas.Retry(ctx, func(ctx context.Context) error {
-		cur, rev, err := m.get(ctx, path)
-		if err != nil {
-			return err
-		}
-		next, err := decide(cur, m.cfg.Now())
-		if err != nil || next == cur {
-			return err
-		}
-		var newRev uint64
-		err = m.cfg.Writes.Do(ctx, func(ctx context.Context) (err error) {
+	var op jspub.Op // of the attempt that went through
+	next, rev, err := jspub.Mutate(ctx, m.kv, m.cfg.Writes, Key(path),
+		func(ctx context.Context) (*lease, uint64, error) { return m.get(ctx, path) },
+		func(cur *lease) (*lease, jspub.Op, error) {
+			next, err := decide(cur, m.cfg.Now())
 			switch {
+			case err != nil || next == cur:
+				op = jspub.Keep
 			case next == nil:
-				err = m.kv.Delete(ctx, key, jetstream.LastRevision(rev))
-			case cur == nil && rev != 0:
-				// A value sagad did not write (see get) is replaced.
-				var b []byte
-				if b, err = json.Marshal(next); err == nil {
-					newRev, err = m.kv.Update(ctx, key, b, rev)
-				}
-			case cur == nil:
-				var b []byte
-				if b, err = json.Marshal(next); err == nil {
-					// Create also succeeds over a delete marker, by a
-					// compare-and-set on the marker's revision.
-					newRev, err = m.kv.Create(ctx, key, b)
-				}
+				op = jspub.Delete
 			default:
-				var b []byte
-				if b, err = json.Marshal(next); err == nil {
-					newRev, err = m.kv.Update(ctx, key, b, rev)
-				}
+				op = jspub.Put
 			}
-			return err
+			return next, op, err
 		})
-		if err == nil {
-			if next == nil {
-				m.forget(path)
-			} else {
-				m.remember(path, next.Holder, newRev)
-			}
-		}
+	switch {
+	case err != nil:
 		return err
-	})
+	case op == jspub.Delete:
+		m.forget(path)
+	case op == jspub.Put:
+		m.remember(path, next.Holder, rev)
+	}
+	return nil
 }
 
 // get reads path's lock and its revision; a free lock is (nil, 0, nil). A

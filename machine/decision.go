@@ -49,7 +49,8 @@ type Decision struct {
 	Halt capsule.HaltReason
 	// Findings are recorded in the checkpoint (rule findings, review findings).
 	Findings []capsule.Finding
-	// Delay is how long to wait before a Retry.
+	// Delay is how long to wait before a Retry; zero leaves it to the
+	// runner's configured retry delay.
 	Delay time.Duration
 	// Err explains a Retry (logged, never shown as a halt).
 	Err error
@@ -178,3 +179,7 @@ func HaltWith(r capsule.HaltReason, findings ...capsule.Finding) Decision {
 func RetryAfter(d time.Duration, err error) Decision {
 	return Decision{Action: Retry, Delay: d, Err: err}
 }
+
+// RetryLater returns a Retry decision redelivered after the runner's
+// configured retry delay: a transient failure with no delay of its own.
+func RetryLater(err error) Decision { return Decision{Action: Retry, Err: err} }

@@ -77,7 +77,7 @@ const unknownAfter = 10
 func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Delivery {
 	key, cycle, err := executors.ParseCompletionSubject(msg.Subject())
 	if err == nil && !store.ValidKey(key) {
-		err = fmt.Errorf("capsule key %q is no valid KV key", runner.PrintableKey(key))
+		err = fmt.Errorf("capsule key %q is no valid KV key", store.PrintableKey(key))
 	}
 	if err != nil {
 		return runner.Term(metrics.TermBadSubject, err)

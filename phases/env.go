@@ -2,7 +2,6 @@ package phases
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -37,9 +36,8 @@ type Resolver interface {
 
 // Artifacts stores and loads artifact records.
 // ErrArtifactGone is returned (wrapped) by Artifacts.Get for an artifact that
-// is not, or no longer, stored: artifacts are kept for the retention after
-// they were written (pipeline.Config.Retention).
-var ErrArtifactGone = errors.New("artifact not stored")
+// is not, or no longer, stored (see [capsule.ErrArtifactGone]).
+var ErrArtifactGone = capsule.ErrArtifactGone
 
 type Artifacts interface {
 	Put(ctx context.Context, a capsule.Artifact) (ref string, err error)

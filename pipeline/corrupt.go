@@ -31,7 +31,7 @@ func (p *Pipeline) corrupted(ctx context.Context, key string, raw []byte, c *cap
 	if herr := p.haltCorrupt(ctx, key, raw, c, e); herr != nil {
 		// The halt could not be written (JetStream is failing): try
 		// again later; the value is not reported again.
-		return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("halt %s state_corrupt: %w", key, herr))
+		return runner.Retry(fmt.Errorf("halt %s state_corrupt: %w", key, herr))
 	}
 	return runner.Term(metrics.TermStateCorrupt, err)
 }
@@ -67,11 +67,7 @@ func (p *Pipeline) replaceCorrupt(ctx context.Context, key string, raw []byte, c
 		locks = c.Constraints.ResourceLocksRequired
 	}
 	fresh := store.NewCheckpoint(key, id, trace, wave, digest, now)
-	res, err := machine.Apply(fresh, machine.End{State: capsule.Halted, Detail: reason.String()}, now)
-	if err != nil {
-		return nil, err
-	}
-	newRev, err := p.st.Checkpoints.Update(ctx, res.Checkpoint, rev)
+	res, newRev, err := p.st.Replace(ctx, fresh, rev, machine.End{State: capsule.Halted, Detail: reason.String()}, now)
 	if errors.Is(err, store.ErrConflict) {
 		return nil, nil // written meanwhile: the new value decides
 	}

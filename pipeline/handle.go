@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
@@ -45,10 +43,11 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 	// A phase message is only a pointer to the checkpoint: its headers name
 	// the capsule and the cycle, and whatever else it says is checked
 	// against the checkpoint. Headers that cannot name one never will.
-	key, cycle, cause, err := DecodePhaseHeaders(msg.Headers())
+	pm, cause, err := store.DecodePhaseMsg(msg.Headers())
 	if err != nil {
 		return runner.Term(cause, err)
 	}
+	key, cycle := pm.Key, pm.Cycle
 	// The body is not trusted either: the phase acts on the bytes RECEPTION
 	// accepted and kept, and the outcome carries them.
 	raw, c, same, err := p.st.Accepted(ctx, key, msg.Data())
@@ -59,7 +58,7 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 		return runner.Term(metrics.TermUndecodable, err)
 	}
 	if err != nil {
-		return p.unknown(ctx, key, msg, runner.NakAfter(p.cfg.RetryDelay, err))
+		return p.unknown(ctx, key, msg, runner.Retry(err))
 	}
 	if !same {
 		p.log.Warn("phase message body is not the capsule RECEPTION accepted: ignored, the kept bytes are used",
@@ -74,35 +73,15 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 	// that transition releases the locks (machine.EffectsOf), as it does
 	// for a stale message; an operator's pause releases them the same way.
 	// The cache saves EXECUTION a read, a sequential round trip, per cycle.
-	d, stale := p.attempt(ctx, ph, msg, key, cycle, raw, c, true)
+	d, stale := p.attempt(ctx, ph, msg, pm, raw, c, true)
 	if stale {
 		// The cached checkpoint was behind: decide again on the real one.
-		d, _ = p.attempt(ctx, ph, msg, key, cycle, raw, c, false)
+		d, _ = p.attempt(ctx, ph, msg, pm, raw, c, false)
 	}
 	if errors.Is(d.Err, corrupt.ErrCorrupt) {
 		return p.corrupted(ctx, key, raw, c, d.Err)
 	}
 	return p.unknown(ctx, key, msg, d)
-}
-
-// DecodePhaseHeaders reads what a phase message may say — the capsule key
-// and the cycle — and nothing else; a message whose headers cannot name a
-// capsule never will, so the error comes with the termination cause
-// (metrics.TermReasons).
-func DecodePhaseHeaders(h nats.Header) (key string, cycle int, cause string, err error) {
-	key = h.Get(store.HeaderKey)
-	if key == "" {
-		return "", 0, metrics.TermNoKey, errors.New("phase message without a capsule key")
-	}
-	if !store.ValidKey(key) {
-		return "", 0, metrics.TermInvalidKey, fmt.Errorf("capsule key %q is no valid KV key", runner.PrintableKey(key))
-	}
-	c := h.Get(store.HeaderCycle)
-	cycle, err = strconv.Atoi(c)
-	if err != nil || cycle < 0 || cycle > 1000 || strconv.Itoa(cycle) != c {
-		return "", 0, metrics.TermBadHeader, fmt.Errorf("cycle header %q is no cycle number", runner.PrintableKey(c))
-	}
-	return key, cycle, "", nil
 }
 
 // unknown turns d, the delivery of a message about a capsule sagad found no
@@ -128,78 +107,14 @@ func (p *Pipeline) unknown(ctx context.Context, key string, msg jetstream.Msg, d
 
 // attempt runs phase ph once for the message. With useCache it may start
 // from a stale checkpoint; it then reports stale instead of acting on it.
-func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.Msg, key string, cycle int, raw []byte, c *capsule.Capsule, useCache bool) (runner.Delivery, bool) {
-	t := &txn{p: p, key: key, token: p.cfg.InstanceID + "/" + nuid.Next()}
-	cached := false
-	if useCache {
-		var err error
-		if cached, err = t.loadCached(ctx); err != nil {
-			return runner.NakAfter(p.cfg.RetryDelay, err), false
-		}
-		t.fromCache = cached
-		if cached && !t.current(ph, cycle) {
-			return runner.Ack(), true
-		}
-	} else if err := t.load(ctx); err != nil {
-		return runner.NakAfter(p.cfg.RetryDelay, err), false
+func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.Msg, pm store.PhaseMsg, raw []byte, c *capsule.Capsule, useCache bool) (runner.Delivery, bool) {
+	r := &run{p: p, ph: ph, cycle: pm.Cycle, msg: msg, raw: raw, c: c,
+		t: &txn{p: p, key: pm.Key, token: p.cfg.InstanceID + "/" + nuid.Next()}}
+	if d, stale, ok := r.position(ctx, pm.ResumeToken, useCache); !ok {
+		return d, stale
 	}
-	token := msg.Headers().Get(store.HeaderResumeToken)
-	if !t.current(ph, cycle) && !t.resumable(ph, cycle, token) {
-		// Before taking the message for a stale one, make sure the
-		// checkpoint is not: a replica may answer with what it has so far,
-		// and this message may be the effect of a newer write.
-		if err := t.loadLatest(ctx); err != nil {
-			return runner.NakAfter(p.cfg.RetryDelay, err), false
-		}
-	}
-	if !t.current(ph, cycle) {
-		if !t.resumable(ph, cycle, token) {
-			dl := p.reemitFor(ctx, t.cp, ph, cycle, raw, c.Constraints.ResourceLocksRequired)
-			return dl, false
-		}
-		// The resume that sent this message may not have flipped the
-		// state yet (or died before it could): finish it here.
-		if err := t.resume(ctx, ph, cycle, token); errors.Is(err, errStale) {
-			dl := p.reemitFor(ctx, t.cp, ph, cycle, raw, c.Constraints.ResourceLocksRequired)
-			return dl, false
-		} else if err != nil {
-			return runner.NakAfter(p.cfg.RetryDelay, err), false
-		}
-	}
-	if cp := t.view(); cp.Run > 1 && c.Integrity.SHA256 != cp.Digest {
-		// A replayed run acts on the bytes its checkpoint names (a
-		// corrected capsule's), which a replay that died half-way may not
-		// have kept yet: RunBytes finishes that.
-		r, rc, err := p.st.RunBytes(ctx, cp)
-		if err != nil {
-			return runner.NakAfter(p.cfg.RetryDelay, err), false
-		}
-		raw, c = r, rc
-	} else if cp.Run <= 1 && (cp.Digest == "" || c.Integrity.SHA256 != cp.Digest) {
-		// The capsule came from the cache by key, and a key can be
-		// forgotten (retention) and accepted again with other bytes: the
-		// checkpoint's digest says which capsule this run is (RECEPTION
-		// let none through whose declared digest was not its own). A
-		// checkpoint of an earlier version has no digest: read the bytes.
-		r, rc, err := p.st.Kept(ctx, key)
-		if err != nil {
-			return runner.NakAfter(p.cfg.RetryDelay, err), false
-		}
-		if cp.Digest != "" && rc.Integrity.SHA256 != cp.Digest {
-			if t.fromCache {
-				// The cached checkpoint is the forgotten capsule's.
-				return runner.Ack(), true
-			}
-			// A replica behind may still hold the forgotten capsule's; after
-			// forgottenAfter deliveries, none is that far behind: the bytes
-			// are not the ones sagad kept.
-			err := fmt.Errorf("the bytes kept for %s are not the capsule its checkpoint names (digest %s)", key, cp.Digest)
-			if md, merr := msg.Metadata(); merr == nil && md.NumDelivered >= forgottenAfter {
-				return runner.NakAfter(p.cfg.RetryDelay, corrupt.New(corrupt.Capsules, key, 0, err)), false
-			}
-			return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("%w: try again", err)), false
-		}
-		raw, c = r, rc
+	if d, stale, ok := r.runBytes(ctx); !ok {
+		return d, stale
 	}
 	md, mdErr := msg.Metadata()
 	if mdErr == nil && md.NumDelivered > 1 {
@@ -209,48 +124,17 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	// the phase runs and its result is recorded; losing the claim stops the run.
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
-	stopHeartbeat := p.heartbeat(runCtx, msg, t, cycle, stopRun)
+	stopHeartbeat := p.heartbeat(runCtx, msg, r.t, r.cycle, stopRun)
 	defer stopHeartbeat()
 	start := p.cfg.Now()
-	var d phases.Decision
-	// The phase reads the checkpoint as it is: checkpoints are never changed
-	// in place (every change is made on a clone), so no copy is needed.
-	view := t.view()
-	if w, ok := p.deadlineWarning(view, c, start); ok {
-		d = w
-	} else {
-		in := &phases.Input{
-			Capsule:    c,
-			Raw:        raw,
-			Checkpoint: view,
-			Claim:      func(ctx context.Context) error { return t.claim(ctx, ph, cycle, c.Constraints.ResourceLocksRequired) },
-			Revalidate: func(ctx context.Context) error {
-				// A claim younger than half its lease cannot have lapsed.
-				if !t.claimed.Load() || p.cfg.Now().Sub(t.claimedAt()) < p.cfg.ClaimLease/2 {
-					return nil
-				}
-				return t.renew(ctx, cycle)
-			},
-			RecordAttempt: func(ctx context.Context, ev machine.RecordAttempt) error {
-				ev.Holder = t.token
-				_, err := t.apply(ctx, ev, reapply)
-				return err
-			},
-		}
-		if mdErr == nil {
-			in.Entered = md.Timestamp
-			in.Redelivered = md.NumDelivered > 1
-		}
-		d = p.runTraced(runCtx, ph, cycle, view, in)
-	}
-	d = p.corruptDecision(d)
-	if t.cacheMiss.Load() {
+	d := p.corruptDecision(r.decide(runCtx, start, md, mdErr))
+	if r.t.cacheMiss.Load() {
 		// The claim found the cached checkpoint stale before any agent
 		// was called: decide again on the real one.
 		return runner.Ack(), true
 	}
 	if d.Action == phases.Retry {
-		return runner.NakAfter(p.cfg.RetryDelay+d.Delay, d.Err), false
+		return runner.NakAfter(d.Delay, d.Err), false
 	}
 	// Record what happened even if the phase's time ran out meanwhile (or
 	// is about to: a fresh bound then, not a timer per message).
@@ -259,19 +143,176 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 		defer cancel()
 	}
+	res, err := r.record(ctx, runCtx, d)
+	stopHeartbeat() // the claim ends with the transition
+	if err != nil {
+		return r.unrecorded(ctx, err)
+	}
+	p.observe(res.Checkpoint, res.Transition, d, p.cfg.Now().Sub(start))
+	if err := p.st.Emit(ctx, res.Checkpoint, r.t.revision(), res.Transition, r.raw, r.c.Constraints.ResourceLocksRequired); err != nil {
+		// The transition is recorded; redelivery re-emits its effects.
+		return runner.Retry(err), false
+	}
+	return runner.Ack(), false
+}
+
+// run is one attempt at a phase for one message: what it acts on, and the
+// checkpoint it works through.
+type run struct {
+	p     *Pipeline
+	ph    capsule.Phase
+	cycle int
+	msg   jetstream.Msg
+	raw   []byte
+	c     *capsule.Capsule
+	t     *txn
+	// cached says the run started from the process's cached checkpoint.
+	cached bool
+}
+
+// position loads the checkpoint and makes sure it waits for this (phase,
+// cycle), finishing the resume that sent the message if it has not yet. ok
+// false ends the attempt with d (stale: decide again on the real checkpoint).
+func (r *run) position(ctx context.Context, token string, useCache bool) (d runner.Delivery, stale, ok bool) {
+	t := r.t
+	if useCache {
+		var err error
+		if r.cached, err = t.loadCached(ctx); err != nil {
+			return runner.Retry(err), false, false
+		}
+		t.fromCache = r.cached
+		if r.cached && !t.current(r.ph, r.cycle) {
+			return runner.Ack(), true, false
+		}
+	} else if err := t.load(ctx); err != nil {
+		return runner.Retry(err), false, false
+	}
+	if !t.current(r.ph, r.cycle) && !t.resumable(r.ph, r.cycle, token) {
+		// Before taking the message for a stale one, make sure the
+		// checkpoint is not: a replica may answer with what it has so far,
+		// and this message may be the effect of a newer write.
+		if err := t.loadLatest(ctx); err != nil {
+			return runner.Retry(err), false, false
+		}
+	}
+	if t.current(r.ph, r.cycle) {
+		return runner.Delivery{}, false, true
+	}
+	if !t.resumable(r.ph, r.cycle, token) {
+		return r.reemit(ctx, t.cp), false, false
+	}
+	// The resume that sent this message may not have flipped the state yet
+	// (or died before it could): finish it here.
+	if err := t.resume(ctx, r.ph, r.cycle, token); errors.Is(err, errStale) {
+		return r.reemit(ctx, t.cp), false, false
+	} else if err != nil {
+		return runner.Retry(err), false, false
+	}
+	return runner.Delivery{}, false, true
+}
+
+// reemit re-emits the effects of the transition cp recorded for this (phase,
+// cycle), if any, and acks.
+func (r *run) reemit(ctx context.Context, cp *capsule.Checkpoint) runner.Delivery {
+	return r.p.reemitFor(ctx, cp, r.ph, r.cycle, r.raw, r.c.Constraints.ResourceLocksRequired)
+}
+
+// runBytes makes r.raw and r.c the bytes this run of the capsule acts on.
+// ok false ends the attempt with d.
+func (r *run) runBytes(ctx context.Context) (d runner.Delivery, stale, ok bool) {
+	p, t := r.p, r.t
+	cp := t.view()
+	if cp.Run > 1 && r.c.Integrity.SHA256 != cp.Digest {
+		// A replayed run acts on the bytes its checkpoint names (a
+		// corrected capsule's), which a replay that died half-way may not
+		// have kept yet: RunBytes finishes that.
+		raw, c, err := p.st.RunBytes(ctx, cp)
+		if err != nil {
+			return runner.Retry(err), false, false
+		}
+		r.raw, r.c = raw, c
+		return runner.Delivery{}, false, true
+	}
+	if cp.Run > 1 || (cp.Digest != "" && r.c.Integrity.SHA256 == cp.Digest) {
+		return runner.Delivery{}, false, true
+	}
+	// The capsule came from the cache by key, and a key can be forgotten
+	// (retention) and accepted again with other bytes: the checkpoint's
+	// digest says which capsule this run is (RECEPTION let none through
+	// whose declared digest was not its own). A checkpoint of an earlier
+	// version has no digest: read the bytes.
+	raw, c, err := p.st.Kept(ctx, t.key)
+	if err != nil {
+		return runner.Retry(err), false, false
+	}
+	if cp.Digest != "" && c.Integrity.SHA256 != cp.Digest {
+		if t.fromCache {
+			// The cached checkpoint is the forgotten capsule's.
+			return runner.Ack(), true, false
+		}
+		// A replica behind may still hold the forgotten capsule's; after
+		// forgottenAfter deliveries, none is that far behind: the bytes are
+		// not the ones sagad kept.
+		err := fmt.Errorf("the bytes kept for %s are not the capsule its checkpoint names (digest %s)", t.key, cp.Digest)
+		if md, merr := r.msg.Metadata(); merr == nil && md.NumDelivered >= forgottenAfter {
+			return runner.Retry(corrupt.New(corrupt.Capsules, t.key, 0, err)), false, false
+		}
+		return runner.Retry(fmt.Errorf("%w: try again", err)), false, false
+	}
+	r.raw, r.c = raw, c
+	return runner.Delivery{}, false, true
+}
+
+// decide runs the phase (or parks the capsule whose deadline is near) on the
+// checkpoint as it is: checkpoints are never changed in place (every change
+// is made on a clone), so no copy is needed.
+func (r *run) decide(ctx context.Context, start time.Time, md *jetstream.MsgMetadata, mdErr error) phases.Decision {
+	p, t, ph, cycle, c := r.p, r.t, r.ph, r.cycle, r.c
+	view := t.view()
+	if w, ok := p.deadlineWarning(view, c, start); ok {
+		return w
+	}
+	in := &phases.Input{
+		Capsule:    c,
+		Raw:        r.raw,
+		Checkpoint: view,
+		Claim:      func(ctx context.Context) error { return t.claim(ctx, ph, cycle, c.Constraints.ResourceLocksRequired) },
+		Revalidate: func(ctx context.Context) error {
+			// A claim younger than half its lease cannot have lapsed.
+			if !t.claimed.Load() || p.cfg.Now().Sub(t.claimedAt()) < p.cfg.ClaimLease/2 {
+				return nil
+			}
+			return t.renew(ctx, cycle)
+		},
+		RecordAttempt: func(ctx context.Context, ev machine.RecordAttempt) error {
+			ev.Holder = t.token
+			_, err := t.apply(ctx, ev, reapply)
+			return err
+		},
+	}
+	if mdErr == nil {
+		in.Entered = md.Timestamp
+		in.Redelivered = md.NumDelivered > 1
+	}
+	return p.runTraced(ctx, ph, cycle, view, in)
+}
+
+// record commits decision d as the transition of this (phase, cycle). A
+// checkpoint sagad did not write in its place will not change by trying
+// again (the capsule halts, see corrupted); any other failure is tried again
+// while the claim holds: an agent's result waits to be recorded (the server
+// restarts, the disk is full), the heartbeat keeps the claim and the
+// message, and recording is tried again until it lands, the claim is lost to
+// another delivery, or sagad stops. Throwing the result away would call the
+// agent again.
+func (r *run) record(ctx, runCtx context.Context, d phases.Decision) (machine.Result, error) {
+	p, t := r.p, r.t
 	// A successful claim proved the cached checkpoint current at that point.
-	unverified := cached && !t.claimed.Load()
-	res, err := t.commit(ctx, ph, cycle, d, unverified)
-	// A checkpoint sagad did not write in its place will not change by
-	// trying again: the capsule halts (see corrupted).
+	unverified := r.cached && !t.claimed.Load()
+	res, err := t.commit(ctx, r.ph, r.cycle, d, unverified)
 	for err != nil && !errors.Is(err, errStale) && !errors.Is(err, corrupt.ErrCorrupt) && t.claimed.Load() && runCtx.Err() == nil {
-		// An agent's result waits to be recorded (the server restarts, the
-		// disk is full): the heartbeat keeps the claim and the message, and
-		// recording is tried again until it lands, the claim is lost to
-		// another delivery, or sagad stops. Throwing the result away would
-		// call the agent again.
 		p.log.Warn("an agent's result is not recorded yet: keeping the claim and trying again",
-			"capsule_id", c.CapsuleID, "phase", ph.String(), "cycle", cycle, "error", err)
+			"capsule_id", r.c.CapsuleID, "phase", r.ph.String(), "cycle", r.cycle, "error", err)
 		select {
 		case <-p.stopping:
 		case <-runCtx.Done():
@@ -281,28 +322,23 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 			break
 		}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-		res, err = t.commit(wctx, ph, cycle, d, unverified)
+		res, err = t.commit(wctx, r.ph, r.cycle, d, unverified)
 		cancel()
 	}
-	stopHeartbeat() // the claim ends with the transition
-	if errors.Is(err, errStale) {
-		if unverified {
-			return runner.Ack(), true
-		}
-		// Someone else recorded this transition (or the capsule moved on):
-		// their outcome stands, ours is dropped.
-		dl := p.reemitFor(ctx, t.view(), ph, cycle, raw, c.Constraints.ResourceLocksRequired)
-		return dl, false
+	return res, err
+}
+
+// unrecorded is the delivery of a decision record could not commit.
+func (r *run) unrecorded(ctx context.Context, err error) (runner.Delivery, bool) {
+	if !errors.Is(err, errStale) {
+		return runner.Retry(err), false
 	}
-	if err != nil {
-		return runner.NakAfter(p.cfg.RetryDelay, err), false
+	if r.cached && !r.t.claimed.Load() {
+		return runner.Ack(), true
 	}
-	p.observe(res.Checkpoint, res.Transition, d, p.cfg.Now().Sub(start))
-	if err := p.st.Emit(ctx, res.Checkpoint, t.revision(), res.Transition, raw, c.Constraints.ResourceLocksRequired); err != nil {
-		// The transition is recorded; redelivery re-emits its effects.
-		return runner.NakAfter(p.cfg.RetryDelay, err), false
-	}
-	return runner.Ack(), false
+	// Someone else recorded this transition (or the capsule moved on):
+	// their outcome stands, ours is dropped.
+	return r.reemit(ctx, r.t.view()), false
 }
 
 func isDone(c <-chan struct{}) bool {
@@ -495,24 +531,16 @@ const (
 	staleAfterLoad
 )
 
-// apply applies ev to the checkpoint and writes the result with a
-// compare-and-set under sagad's one retry policy (cas.Retry).
+// apply applies ev to the checkpoint this delivery holds through
+// store.ApplyWith; policy says what a lost compare-and-set means.
 func (t *txn) apply(ctx context.Context, ev machine.Event, policy onConflict) (machine.Result, error) {
-	var res machine.Result
-	err := cas.Retry(ctx, func(ctx context.Context) error {
-		t.mu.Lock()
-		cp, rev := t.cp, t.rev
-		t.mu.Unlock()
-		r, err := machine.Apply(cp, ev, t.p.cfg.Now())
-		if err != nil {
-			return err
-		}
-		if !r.Changed {
-			res = r
-			return nil
-		}
-		n, err := t.p.st.Checkpoints.Update(ctx, r.Checkpoint, rev)
-		if errors.Is(err, store.ErrConflict) {
+	return t.p.st.ApplyWith(ctx, t.key, ev, t.p.cfg.Now(), store.ApplyHooks{
+		Read: func(context.Context) (*capsule.Checkpoint, uint64, error) {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			return t.cp, t.rev, nil
+		},
+		Conflict: func(ctx context.Context) error {
 			switch policy {
 			case staleCache:
 				t.cacheMiss.Store(true)
@@ -528,15 +556,9 @@ func (t *txn) apply(ctx context.Context, ev machine.Event, policy onConflict) (m
 				return err
 			}
 			return cas.ErrConflict
-		}
-		if err != nil {
-			return err
-		}
-		t.set(r.Checkpoint, n)
-		res = r
-		return nil
+		},
+		Wrote: t.set,
 	})
-	return res, err
 }
 
 // claim takes the claim on (ph, cycle) for this delivery: the phase is about
@@ -613,7 +635,7 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 			// Parked here, maybe by a delivery that died before writing the
 			// continuation: write it (again) before dropping the message.
 			if err := p.st.Emit(ctx, cp, 0, nil, raw, lockPaths); err != nil {
-				return runner.NakAfter(p.cfg.RetryDelay, err)
+				return runner.Retry(err)
 			}
 		}
 		// Not recorded and not current: the capsule is paused or waiting
@@ -623,7 +645,7 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 		return runner.Ack()
 	}
 	if err := p.st.Emit(ctx, cp, 0, &tr, raw, lockPaths); err != nil {
-		return runner.NakAfter(p.cfg.RetryDelay, err)
+		return runner.Retry(err)
 	}
 	return runner.Ack()
 }

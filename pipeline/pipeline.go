@@ -138,7 +138,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel
 	p.stopping = workCtx.Done()
-	rc := runner.Config{Workers: p.cfg.Workers, Logger: p.log, Metrics: p.metrics, BusyDelay: p.cfg.RetryDelay, Progress: p.cfg.Health.Settled}
+	rc := runner.Config{Workers: p.cfg.Workers, Logger: p.log, Metrics: p.metrics, RetryDelay: p.cfg.RetryDelay, BusyDelay: p.cfg.RetryDelay, Progress: p.cfg.Health.Settled}
 	stopAll := func() {
 		cancel()
 		for _, r := range p.running {

@@ -27,7 +27,7 @@ import (
 func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delivery {
 	meta, err := msg.Metadata()
 	if err != nil {
-		return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: metadata: %w", err))
+		return runner.Retry(fmt.Errorf("reception: metadata: %w", err))
 	}
 	start := p.cfg.Now()
 	raw := msg.Data()
@@ -41,7 +41,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	r := phases.Receive(ctx, p.env, raw, func(id string) string { return id })
 	r.Decision = p.corruptDecision(r.Decision)
 	if r.Decision.Action == phases.Retry {
-		return runner.NakAfter(p.cfg.RetryDelay+r.Decision.Delay, r.Decision.Err)
+		return runner.NakAfter(r.Decision.Delay, r.Decision.Err)
 	}
 	if r.Capsule != nil && r.Capsule.Chain != nil && r.Decision.Action != phases.Halt {
 		// Chain membership is sagad's to assign (package compose): a
@@ -49,7 +49,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 		// kept under its intake sequence, so it never takes the id.
 		ok, err := p.chainMember(ctx, producer, r.Capsule)
 		if err != nil {
-			return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: chain %q: %w", r.Capsule.Chain.ID, err))
+			return runner.Retry(fmt.Errorf("reception: chain %q: %w", r.Capsule.Chain.ID, err))
 		}
 		if !ok {
 			r.Decision = phases.HaltWith(capsule.ChainMembershipRefused(r.Capsule.Chain.ID, r.Capsule.Chain.Step), capsule.Finding{
@@ -59,9 +59,66 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 		}
 	}
 
-	key := fallbackKey
-	staleEnd := false // the kept bytes are an ended, forgotten run's
-	keptNow := false  // this delivery kept the bytes: no earlier run had them
+	key, keptNow, staleEnd, err := p.keep(ctx, r, raw, fallbackKey)
+	if err != nil {
+		return runner.Retry(err)
+	}
+
+	now := p.cfg.Now().UTC()
+	fresh := store.NewCheckpoint(key, claimedID(r), traceID(r.Capsule, msg), waveID(r.Capsule), r.Digest, now)
+	if r.Capsule != nil {
+		fresh.Chain = r.Capsule.Chain
+	}
+	fresh.IntakeSeq = meta.Sequence.Stream
+	fresh.Producer = producer
+	tctx, root := p.traceReception(ctx, msg.Headers(), fresh, start)
+	defer p.endReception(tctx, root, fresh, r.Decision, start)
+	res, err := machine.Apply(fresh, machine.Decide{Phase: capsule.Reception, Decision: r.Decision}, now)
+	if err != nil || res.Transition == nil {
+		// RECEPTION decides advance or halt; anything else is a bug that
+		// must not lose the bytes: they stay kept, the message is retried.
+		return runner.Retry(fmt.Errorf("reception: %s decision: %w", r.Decision.Action, err))
+	}
+	cp, tr := res.Checkpoint, *res.Transition
+	rev, err := p.st.Checkpoints.Create(ctx, cp)
+	if errors.Is(err, store.ErrConflict) {
+		rev, err = p.receivedOverCorrupt(ctx, key, cp, raw, r.Capsule, keptNow)
+	}
+	if errors.Is(err, errCorruptHalted) {
+		return runner.Ack() // halted state_corrupt, its end emitted
+	}
+	if errors.Is(err, store.ErrConflict) {
+		return p.receivedBefore(ctx, key, meta.Sequence.Stream, raw, r.Capsule)
+	} else if err != nil {
+		return runner.Retry(fmt.Errorf("reception: create checkpoint: %w", err))
+	}
+	if staleEnd {
+		// The bytes are those of an earlier run of this capsule that ended
+		// and whose checkpoint the retention already removed (the bytes go
+		// a moment later): this is a new run, so its bytes must not carry
+		// that run's outcome mark and time to live.
+		if err := p.st.RenewBytes(ctx, key, raw); err != nil {
+			return runner.Retry(fmt.Errorf("reception: keep bytes: %w", err))
+		}
+	}
+	p.st.Cache.Put(cp, rev)
+	if r.Capsule != nil && cp.State.Status == capsule.InProgress {
+		p.st.Cache.Seed(key, raw, r.Capsule)
+	}
+	p.metrics.Received()
+	p.observe(cp, &tr, r.Decision, 0)
+	if err := p.st.Emit(ctx, cp, rev, &tr, raw, lockPathsOf(r.Capsule)); err != nil {
+		return runner.Retry(err)
+	}
+	return runner.Ack()
+}
+
+// keep keeps the capsule's bytes and decides its key: its id when RECEPTION
+// lets it through and the id is free or holds these same bytes, else
+// fallbackKey. keptNow says this delivery kept the bytes (no earlier run had
+// them), staleEnd that the kept bytes are an ended, forgotten run's.
+func (p *Pipeline) keep(ctx context.Context, r phases.Received, raw []byte, fallbackKey string) (key string, keptNow, staleEnd bool, err error) {
+	key = fallbackKey
 	// Only a capsule RECEPTION lets through owns its id: one it halts (a bad
 	// digest, a deadline in the past, …) is kept under its intake sequence,
 	// so the corrected capsule can still run under the id.
@@ -81,14 +138,14 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			same, ended, err := p.st.KeptBytes(ctx, key, r.Digest)
 			if err != nil {
-				return runner.NakAfter(p.cfg.RetryDelay, err)
+				return "", false, false, err
 			}
 			if !same {
 				key = fallbackKey
 			}
 			staleEnd = same && ended
 		} else if err != nil {
-			return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: keep capsule: %w", err))
+			return "", false, false, fmt.Errorf("reception: keep capsule: %w", err)
 		}
 	}
 	if key == fallbackKey {
@@ -96,75 +153,35 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 		// its first delivery recorded on the bytes (the outcome mark).
 		err := p.st.KeepBytes(ctx, key, raw)
 		if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-			return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err))
+			return "", false, false, fmt.Errorf("reception: keep bytes: %w", err)
 		}
 		keptNow = err == nil
 	}
+	return key, keptNow, staleEnd, nil
+}
 
-	now := p.cfg.Now().UTC()
-	fresh := store.NewCheckpoint(key, claimedID(r), traceID(r.Capsule, msg), waveID(r.Capsule), r.Digest, now)
-	if r.Capsule != nil {
-		fresh.Chain = r.Capsule.Chain
+// receivedBefore handles an intake message whose capsule already has its
+// checkpoint under key: a duplicate publish is recorded (once), and the
+// recorded transition's effects are emitted again.
+func (p *Pipeline) receivedBefore(ctx context.Context, key string, intakeSeq uint64, raw []byte, c *capsule.Capsule) runner.Delivery {
+	existing, _, err := p.st.Checkpoints.Get(ctx, key)
+	if err != nil {
+		return runner.Retry(err)
 	}
-	fresh.IntakeSeq = meta.Sequence.Stream
-	fresh.Producer = producer
-	tctx, root := p.traceReception(ctx, msg.Headers(), fresh, start)
-	defer p.endReception(tctx, root, fresh, r.Decision, start)
-	res, err := machine.Apply(fresh, machine.Decide{Phase: capsule.Reception, Decision: r.Decision}, now)
-	if err != nil || res.Transition == nil {
-		// RECEPTION decides advance or halt; anything else is a bug that
-		// must not lose the bytes: they stay kept, the message is retried.
-		return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: %s decision: %w", r.Decision.Action, err))
-	}
-	cp, tr := res.Checkpoint, *res.Transition
-	rev, err := p.st.Checkpoints.Create(ctx, cp)
-	if errors.Is(err, store.ErrConflict) {
-		rev, err = p.receivedOverCorrupt(ctx, key, cp, raw, r.Capsule, keptNow)
-	}
-	if errors.Is(err, errCorruptHalted) {
-		return runner.Ack() // halted state_corrupt, its end emitted
-	}
-	if errors.Is(err, store.ErrConflict) {
-		existing, _, err := p.st.Checkpoints.Get(ctx, key)
-		if err != nil {
-			return runner.NakAfter(p.cfg.RetryDelay, err)
-		}
-		if existing.IntakeSeq != meta.Sequence.Stream { // not our own redelivery
-			if err := p.duplicateIgnored(ctx, existing, meta.Sequence.Stream); err != nil {
-				return runner.NakAfter(p.cfg.RetryDelay, err)
-			}
-		}
-		var lockPaths []string
-		if r.Capsule != nil {
-			lockPaths = r.Capsule.Constraints.ResourceLocksRequired
-		}
-		return p.reemitFor(ctx, existing, capsule.Reception, 0, raw, lockPaths)
-	} else if err != nil {
-		return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: create checkpoint: %w", err))
-	}
-	if staleEnd {
-		// The bytes are those of an earlier run of this capsule that ended
-		// and whose checkpoint the retention already removed (the bytes go
-		// a moment later): this is a new run, so its bytes must not carry
-		// that run's outcome mark and time to live.
-		if err := p.st.RenewBytes(ctx, key, raw); err != nil {
-			return runner.NakAfter(p.cfg.RetryDelay, fmt.Errorf("reception: keep bytes: %w", err))
+	if existing.IntakeSeq != intakeSeq { // not our own redelivery
+		if err := p.duplicateIgnored(ctx, existing, intakeSeq); err != nil {
+			return runner.Retry(err)
 		}
 	}
-	p.st.Cache.Put(cp, rev)
-	if r.Capsule != nil && cp.State.Status == capsule.InProgress {
-		p.st.Cache.Seed(key, raw, r.Capsule)
+	return p.reemitFor(ctx, existing, capsule.Reception, 0, raw, lockPathsOf(c))
+}
+
+// lockPathsOf is the locks capsule c (nil: bytes that are no capsule) needs.
+func lockPathsOf(c *capsule.Capsule) []string {
+	if c == nil {
+		return nil
 	}
-	p.metrics.Received()
-	p.observe(cp, &tr, r.Decision, 0)
-	var lockPaths []string
-	if r.Capsule != nil {
-		lockPaths = r.Capsule.Constraints.ResourceLocksRequired
-	}
-	if err := p.st.Emit(ctx, cp, rev, &tr, raw, lockPaths); err != nil {
-		return runner.NakAfter(p.cfg.RetryDelay, err)
-	}
-	return runner.Ack()
+	return c.Constraints.ResourceLocksRequired
 }
 
 // intakeProducer is the producer an intake message came from. A producer's

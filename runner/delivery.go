@@ -4,11 +4,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// HeaderKey is the header naming the capsule a message is about (the
-// store's Saga-Key), logged with every nak and termination.
-const HeaderKey = "Saga-Key"
+	"github.com/sagad/sagad/store"
+)
 
 // Delivery is what a handler decided for its message: done (ack), try again
 // after a delay (nak), or never (terminate, for a message that can never
@@ -34,10 +32,14 @@ const (
 // Ack: the message's work is done (or was done before).
 func Ack() Delivery { return Delivery{kind: deliverAck} }
 
-// NakAfter: a transient failure; redeliver after delay.
+// NakAfter: a transient failure; redeliver after delay, or after the
+// consumer's RetryDelay when delay is not positive.
 func NakAfter(delay time.Duration, err error) Delivery {
 	return Delivery{kind: deliverNak, delay: delay, Err: err}
 }
+
+// Retry: a transient failure; redeliver after the consumer's RetryDelay.
+func Retry(err error) Delivery { return Delivery{kind: deliverNak, Err: err} }
 
 // Term: the message can never succeed; it is not redelivered. cause is one
 // of metrics.TermReasons.
@@ -55,14 +57,17 @@ func (d Delivery) Terminated() (cause string, ok bool) { return d.cause, d.kind 
 func (c *Consumer) settle(msg jetstream.Msg, d Delivery) {
 	switch d.kind {
 	case deliverNak:
+		if d.delay <= 0 {
+			d.delay = c.cfg.RetryDelay
+		}
 		if d.Err != nil {
 			c.log.Warn("message will be retried", "consumer", c.name, "subject", msg.Subject(),
-				"key", PrintableKey(msg.Headers().Get(HeaderKey)), "retry_in", d.delay, "error", d.Err)
+				"key", store.PrintableKey(msg.Headers().Get(store.HeaderKey)), "retry_in", d.delay, "error", d.Err)
 		}
 		_ = msg.NakWithDelay(d.delay)
 	case deliverTerm:
 		c.log.Error("message terminated: it can never succeed", "consumer", c.name, "subject", msg.Subject(),
-			"key", PrintableKey(msg.Headers().Get(HeaderKey)), "cause", d.cause, "error", d.Err)
+			"key", store.PrintableKey(msg.Headers().Get(store.HeaderKey)), "cause", d.cause, "error", d.Err)
 		c.metrics.Terminated(d.cause)
 		_ = msg.TermWithReason(d.cause)
 		c.progressed()
@@ -70,15 +75,6 @@ func (c *Consumer) settle(msg jetstream.Msg, d Delivery) {
 		_ = msg.Ack()
 		c.progressed()
 	}
-}
-
-// PrintableKey bounds a header value from an untrusted message for logs and
-// errors.
-func PrintableKey(k string) string {
-	if len(k) > 128 {
-		k = k[:128] + "…"
-	}
-	return k
 }
 
 func (c *Consumer) progressed() {

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/metrics"
+	"github.com/sagad/sagad/store"
 )
 
 // Handler decides what happens to one message. It must be safe to run again
@@ -26,6 +27,10 @@ type Config struct {
 	// Metrics counts terminations and redeliveries found in flight. Nil
 	// counts nothing.
 	Metrics *metrics.Metrics
+	// RetryDelay is how long a message waits before it comes back when its
+	// handler retries it without a delay of its own ([Retry], or
+	// [NakAfter] with no delay). Defaults to 1s.
+	RetryDelay time.Duration
 	// BusyDelay is how long a redelivered message whose first delivery is
 	// still being handled in this process waits before it comes back (it
 	// is naked, not handled a second time). Defaults to 1s.
@@ -62,6 +67,9 @@ func Start(ctx, workCtx context.Context, js jetstream.JetStream, stream, name st
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.RetryDelay <= 0 {
+		cfg.RetryDelay = time.Second
 	}
 	if cfg.BusyDelay <= 0 {
 		cfg.BusyDelay = time.Second
@@ -156,7 +164,7 @@ func (c *Consumer) take(msg jetstream.Msg) (taken, bool) {
 	c.metrics.RedeliveredInFlight()
 	if !logged {
 		c.log.Warn("redelivered while its first delivery is still being handled: handed back", "consumer", c.name,
-			"subject", msg.Subject(), "key", PrintableKey(msg.Headers().Get(HeaderKey)), "stream_seq", seq,
+			"subject", msg.Subject(), "key", store.PrintableKey(msg.Headers().Get(store.HeaderKey)), "stream_seq", seq,
 			"deliveries", md.NumDelivered, "retry_in", c.cfg.BusyDelay)
 	}
 	_ = msg.NakWithDelay(c.cfg.BusyDelay)

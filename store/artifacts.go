@@ -18,7 +18,6 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/jspub"
-	"github.com/sagad/sagad/phases"
 )
 
 // ArtifactRef is the artifact: URI of the artifact of (capsuleID, cycle).
@@ -160,7 +159,7 @@ func (s *Artifacts) Get(ctx context.Context, ref string) (capsule.Artifact, erro
 	defer cancel()
 	b, err := s.os.GetBytes(ctx, strings.TrimPrefix(ref, "artifact:"))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return a, fmt.Errorf("get artifact %s: %w: %w", ref, phases.ErrArtifactGone, err)
+		return a, fmt.Errorf("get artifact %s: %w: %w", ref, capsule.ErrArtifactGone, err)
 	}
 	if err != nil {
 		return a, fmt.Errorf("get artifact %s: %w", ref, err)

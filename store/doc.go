@@ -4,6 +4,12 @@
 // that carry out a checkpoint's effects ([Store.Emit]: next-phase message,
 // outcome, continuation, lock release).
 //
+// It is also the one owner of two formats and one write: the phase message
+// ([EncodePhaseMsg], [DecodePhaseMsg]: a pointer to the checkpoint, the
+// capsule key, cycle and resume token in headers, no body), and every change
+// of a written checkpoint ([Store.Apply]: the machine applies an event, the
+// result is written by compare-and-set under cas.Retry).
+//
 // # Names
 //
 //	what                      name                  subjects / keys

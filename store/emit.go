@@ -44,7 +44,7 @@ func (s *Store) Emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr
 func (s *Store) emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr *capsule.Transition, raw []byte, fx machine.Effects) error {
 	if fx.Next != nil {
 		// The transition's events are in the checkpoint (CheckpointEvents).
-		if err := s.publish(ctx, phaseMsg(cp, "")); err != nil {
+		if err := s.publish(ctx, EncodePhaseMsg(cp, "")); err != nil {
 			return err
 		}
 	}
@@ -141,32 +141,11 @@ func (s *Store) publish(ctx context.Context, m *nats.Msg) error {
 
 // PublishPhase sends the capsule to its current phase. token marks a resume.
 func (s *Store) PublishPhase(ctx context.Context, cp *capsule.Checkpoint, token string) error {
-	m := phaseMsg(cp, token)
+	m := EncodePhaseMsg(cp, token)
 	if err := s.writesFor(m.Subject).Do(ctx, func(ctx context.Context) error { _, err := s.js.PublishMsg(ctx, m); return err }); err != nil {
 		return fmt.Errorf("publish to %s: %w", m.Subject, err)
 	}
 	return nil
-}
-
-// phaseMsg is the message that sends the capsule to its current phase.
-func phaseMsg(cp *capsule.Checkpoint, token string) *nats.Msg {
-	ph, cycle := cp.State.Phase, cp.State.Cycle
-	m := nats.NewMsg(PhaseSubject(ph))
-	// No body: a phase acts on the bytes RECEPTION kept, never on a
-	// message's, so carrying them would only be written (three times on
-	// R3), delivered and compared at every hop. On a 3-node cluster the
-	// capsule's bytes in each of its six phase messages were a third of
-	// what sagad wrote per capsule.
-	setCapsuleHeaders(m, cp)
-	m.Header.Set(HeaderPhase, strconv.Itoa(int(ph)))
-	m.Header.Set(HeaderCycle, strconv.Itoa(cycle))
-	// No de-duplication id: a second copy of a phase message is harmless
-	// (it finds its transition recorded, or loses the compare-and-set), and
-	// JetStream keeps every id of the window in memory.
-	if token != "" {
-		m.Header.Set(HeaderResumeToken, token)
-	}
-	return m
 }
 
 // outcomeMsg is the message that emits an ended capsule with its original bytes.

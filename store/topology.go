@@ -16,52 +16,53 @@ import (
 // entry in the server goes with it.
 const markerTTL = time.Second
 
-// ensureTopology creates or updates every stream, consumer and bucket sagad
-// needs. It is idempotent, so every sagad instance runs it at start. It
-// also runs first over a JetStream that only compares (PlanTopology), where
-// a creation returns nil for what does not exist yet.
-func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Topology) (*stores, error) {
-	for p := capsule.Phase(0); p < capsule.NumPhases; p++ {
-		sc := jetstream.StreamConfig{
-			Name:        PhaseStream(p),
-			Description: "sagad: capsules waiting for phase " + p.String(),
-			Subjects:    []string{PhaseSubject(p)},
-			Retention:   jetstream.WorkQueuePolicy,
-			Storage:     cfg.Storage,
-			Replicas:    cfg.Replicas,
-			Duplicates:  cfg.DuplicateWindow,
-		}
-		if p == capsule.Reception {
-			// Producers' intake arrives on saga.intake.<producer>; the
-			// quota is per subject, so per producer (IntakeQuota).
-			sc.Subjects = append(sc.Subjects, IntakeProducerPrefix+"*")
-			sc.Discard = jetstream.DiscardNew
-			sc.DiscardNewPerSubject = true
-			sc.MaxMsgsPerSubject = cfg.Quota.MaxPending
-			sc.MaxMsgSize = cfg.Quota.MaxMsgBytes
-			sc.MaxBytes = cfg.Quota.MaxBytes
-		}
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-			return nil, fmt.Errorf("stream %s: %w", PhaseStream(p), err)
-		}
-		cc := jetstream.ConsumerConfig{
-			Durable:       ConsumerName(p),
-			Description:   "sagad phase " + p.String(),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       cfg.AckWait,
-			MaxDeliver:    -1,
-			MaxAckPending: 1024,
-		}
-		// A phase an operator paused stays paused across sagad restarts.
-		if existing, err := js.Consumer(ctx, PhaseStream(p), ConsumerName(p)); err == nil {
-			if info := existing.CachedInfo(); info != nil && info.Config.PauseUntil != nil {
-				cc.PauseUntil = info.Config.PauseUntil
-			}
-		}
-		if _, err := js.CreateOrUpdateConsumer(ctx, PhaseStream(p), cc); err != nil {
-			return nil, fmt.Errorf("consumer %s: %w", ConsumerName(p), err)
+// ensurePhase makes phase p's work-queue stream and durable consumer.
+func ensurePhase(ctx context.Context, js jetstream.JetStream, cfg Topology, p capsule.Phase) error {
+	sc := jetstream.StreamConfig{
+		Name:        PhaseStream(p),
+		Description: "sagad: capsules waiting for phase " + p.String(),
+		Subjects:    []string{PhaseSubject(p)},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     cfg.Storage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+	}
+	if p == capsule.Reception {
+		// Producers' intake arrives on saga.intake.<producer>; the
+		// quota is per subject, so per producer (IntakeQuota).
+		sc.Subjects = append(sc.Subjects, IntakeProducerPrefix+"*")
+		sc.Discard = jetstream.DiscardNew
+		sc.DiscardNewPerSubject = true
+		sc.MaxMsgsPerSubject = cfg.Quota.MaxPending
+		sc.MaxMsgSize = cfg.Quota.MaxMsgBytes
+		sc.MaxBytes = cfg.Quota.MaxBytes
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		return fmt.Errorf("stream %s: %w", PhaseStream(p), err)
+	}
+	cc := jetstream.ConsumerConfig{
+		Durable:       ConsumerName(p),
+		Description:   "sagad phase " + p.String(),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: 1024,
+	}
+	// A phase an operator paused stays paused across sagad restarts.
+	if existing, err := js.Consumer(ctx, PhaseStream(p), ConsumerName(p)); err == nil {
+		if info := existing.CachedInfo(); info != nil && info.Config.PauseUntil != nil {
+			cc.PauseUntil = info.Config.PauseUntil
 		}
 	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, PhaseStream(p), cc); err != nil {
+		return fmt.Errorf("consumer %s: %w", ConsumerName(p), err)
+	}
+	return nil
+}
+
+// ensureRecords makes the streams sagad records into besides the phases':
+// events, outcomes and the completions of external work.
+func ensureRecords(ctx context.Context, js jetstream.JetStream, cfg Topology) error {
 	for _, sc := range []jetstream.StreamConfig{
 		{Name: EventsStream, Description: "sagad: lifecycle events per capsule", Subjects: []string{EventsPrefix + ">"}},
 		{Name: OutcomesStream, Description: "sagad: completed, halted and cancelled capsules with their original bytes", Subjects: []string{OutcomePrefix + ">"}},
@@ -75,7 +76,7 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Topology) (
 			sc.Duplicates = min(sc.Duplicates, cfg.Retention)
 		}
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-			return nil, fmt.Errorf("stream %s: %w", sc.Name, err)
+			return fmt.Errorf("stream %s: %w", sc.Name, err)
 		}
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -83,12 +84,28 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Topology) (
 		Subjects: []string{executors.CompletionPrefix + ">"}, Retention: jetstream.WorkQueuePolicy,
 		Storage: cfg.Storage, Replicas: cfg.Replicas, Duplicates: cfg.DuplicateWindow,
 	}); err != nil {
-		return nil, fmt.Errorf("stream %s: %w", CompletionsStream, err)
+		return fmt.Errorf("stream %s: %w", CompletionsStream, err)
 	}
 	if _, err := js.CreateOrUpdateConsumer(ctx, CompletionsStream, jetstream.ConsumerConfig{
 		Durable: CompletionsConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: cfg.AckWait, MaxDeliver: -1,
 	}); err != nil {
-		return nil, fmt.Errorf("consumer %s: %w", CompletionsConsumer, err)
+		return fmt.Errorf("consumer %s: %w", CompletionsConsumer, err)
+	}
+	return nil
+}
+
+// ensureTopology creates or updates every stream, consumer and bucket sagad
+// needs. It is idempotent, so every sagad instance runs it at start. It
+// also runs first over a JetStream that only compares (PlanTopology), where
+// a creation returns nil for what does not exist yet.
+func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Topology) (*stores, error) {
+	for p := capsule.Phase(0); p < capsule.NumPhases; p++ {
+		if err := ensurePhase(ctx, js, cfg, p); err != nil {
+			return nil, err
+		}
+	}
+	if err := ensureRecords(ctx, js, cfg); err != nil {
+		return nil, err
 	}
 	var s stores
 	var err error
