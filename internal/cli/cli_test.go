@@ -318,6 +318,15 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestTypoHint: cobra's suggestion for a mistyped command is indented by a
+// tab, printed as one, not as a literal \t.
+func TestTypoHint(t *testing.T) {
+	t.Parallel()
+	r := run(t, "stauts")
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Equal(t, "sagactl: unknown command \"stauts\" for \"sagactl\"\n\nDid you mean this?\n\tstatus\n\n", r.errOut)
+}
+
 // online is an embedded server with a running pipeline.
 type online struct {
 	url       string

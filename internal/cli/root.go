@@ -209,10 +209,15 @@ func Main(args []string, out, errOut io.Writer) int {
 
 func printError(errOut io.Writer, err error) {
 	// Errors can quote capsule data (a schema finding, a state): each line is
-	// made printable, the lines kept.
+	// made printable, the lines kept, and so are tabs, which move no cursor
+	// anywhere harmful and indent cobra's "Did you mean this?" suggestions.
 	lines := strings.Split(err.Error(), "\n")
 	for i, l := range lines {
-		lines[i] = printable(l)
+		cells := strings.Split(l, "\t")
+		for j, c := range cells {
+			cells[j] = printable(c)
+		}
+		lines[i] = strings.Join(cells, "\t")
 	}
 	fmt.Fprintln(errOut, "sagactl:", strings.Join(lines, "\n"))
 	if errors.Is(err, store.ErrNotFound) {
