@@ -638,6 +638,9 @@ func TestOnlinePublishRefusesNonCapsules(t *testing.T) {
 	require.Equal(t, "not_json", list[0]["halt_reason"])
 	require.Equal(t, float64(0), list[0]["phase"])
 	require.Equal(t, "RECEPTION", list[0]["phase_name"])
+	r = o.run(t, "list", "--state", "halted")
+	require.Equal(t, 0, r.code, r.errOut)
+	require.Regexp(t, `(?m)^x-1\s+halted\s+0 RECEPTION\s`, r.out, "the key names a capsule without an id")
 
 	r = o.run(t, "list", "--state", "completed", "-o", "json")
 	require.Equal(t, 0, r.code, r.errOut)
