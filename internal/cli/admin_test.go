@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -71,6 +72,19 @@ func TestOnlineAdmin(t *testing.T) {
 	require.Equal(t, cli.ExitOK, r.code)
 	require.Contains(t, r.out, "revision_triggered")
 	require.Contains(t, r.out, "(by carol)")
+	r = o.run(t, "history", doc.ID(), "-o", "json")
+	require.Equal(t, cli.ExitOK, r.code)
+	var events []capsule.Event
+	require.NoError(t, json.Unmarshal([]byte(r.out), &events))
+	var kinds []capsule.EventKind
+	for _, e := range events {
+		kinds = append(kinds, e.Kind)
+	}
+	// History in causal order: each decision before what it caused.
+	require.Equal(t, capsule.EventCompleted, kinds[len(kinds)-1], "the accept comes before the end it caused: %v", kinds)
+	require.Contains(t, kinds, capsule.EventOperatorAccepted)
+	require.Less(t, slices.Index(kinds, capsule.EventRevisionTriggered), slices.Index(kinds, capsule.EventLoopedBack),
+		"the revision comes before the loop back it caused: %v", kinds)
 
 	r = o.run(t, "phase", "pause", "EXECUTION", "-o", "json")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
