@@ -142,6 +142,8 @@ func TestCheck(t *testing.T) {
 		// wantRules are the rule numbers of the findings, in order (0: no rule).
 		wantRules        []int
 		wantNotEvaluated []string
+		// wantHint is how the hint begins; empty for no hint.
+		wantHint string
 	}{
 		{
 			name: "valid sealed capsule", raw: func(t *testing.T) []byte { return capsuletest.New().Sealed(t) },
@@ -187,7 +189,25 @@ func TestCheck(t *testing.T) {
 				return capsuletest.New().Set("integrity", map[string]any{"sha256": strings.Repeat("0", 64)}).Unsealed(t)
 			},
 			wantCode: 1, wantHalt: "integrity_mismatch", wantRules: []int{0},
-			wantNotEvaluated: liveNotEvaluated,
+			wantNotEvaluated: liveNotEvaluated, wantHint: "edited after sealing? sagactl seal ",
+		},
+		{
+			name:     "not sealed",
+			raw:      func(t *testing.T) []byte { return capsuletest.New().Unsealed(t) },
+			wantCode: 1, wantHalt: "schema_invalid:/integrity", wantRules: []int{0},
+			wantNotEvaluated: liveNotEvaluated[:2], wantHint: "not sealed: sagactl seal ",
+		},
+		{
+			name:     "executor kinds flag keeps the built-in stub",
+			raw:      func(t *testing.T) []byte { return capsuletest.New().Sealed(t) },
+			flags:    []string{"--executor-kinds", "poetry"},
+			wantCode: 0, wantRules: []int{}, wantNotEvaluated: liveNotEvaluated,
+		},
+		{
+			name:     "reviewer ids flag keeps the built-in stub reviewer",
+			raw:      func(t *testing.T) []byte { return capsuletest.New().Sealed(t) },
+			flags:    []string{"--reviewer-ids", "agent-review-9"},
+			wantCode: 0, wantRules: []int{}, wantNotEvaluated: liveNotEvaluated,
 		},
 		{
 			name: "not JSON", raw: func(*testing.T) []byte { return []byte("hello") },
@@ -250,6 +270,11 @@ func TestCheck(t *testing.T) {
 			}
 			require.Equal(t, tt.wantRules, rules, "findings %+v", rep.Findings)
 			require.Equal(t, tt.wantNotEvaluated, rep.NotEvaluated)
+			if tt.wantHint == "" {
+				require.Empty(t, rep.Hint)
+			} else {
+				require.True(t, strings.HasPrefix(rep.Hint, tt.wantHint), "hint %q", rep.Hint)
+			}
 
 			// The same verdict for people.
 			text := run(t, append(append([]string{"check"}, tt.flags...), path)...)
@@ -261,6 +286,9 @@ func TestCheck(t *testing.T) {
 			}
 			for _, n := range tt.wantNotEvaluated {
 				require.Contains(t, text.out, "not evaluated: "+n+"\n")
+			}
+			if tt.wantHint != "" {
+				require.Contains(t, text.out, "\nhint: "+tt.wantHint+path+" ", "the hint names the file")
 			}
 		})
 	}
