@@ -76,7 +76,7 @@ func readErr(err error) error {
 	var ns *adminsvc.NoSagadError
 	switch {
 	case errors.As(err, &ns) && ns.Waited == 0:
-		return exit(ExitFailure, store.ErrNoTopology)
+		return exit(ExitFailure, &noSagadRead{ns})
 	case errors.Is(err, adminsvc.ErrNoSagad):
 		return exit(ExitFailure, err)
 	case errors.Is(err, store.ErrNotFound):

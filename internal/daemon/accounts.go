@@ -29,7 +29,7 @@ const (
 	// with JetStream.
 	AccountSaga = "SAGA"
 	// AccountOperator holds sagactl: the admin service and intake.
-	AccountOperator = "OPERATOR"
+	AccountOperator = natsconn.AccountOperator
 	// AccountProducer holds the default producer; a named producer P has
 	// account PRODUCER_P.
 	AccountProducer = "PRODUCER"

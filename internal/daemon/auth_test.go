@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,8 +96,25 @@ func TestSagactlFindsOperatorSeed(t *testing.T) {
 	code, out = sagactl("publish", capsuleFile(other))
 	require.Equal(t, cli.ExitFailure, code)
 	require.Contains(t, out, "Authorization Violation", "without the seed sagactl is refused")
+	require.Contains(t, out, "no credentials: "+filepath.Join(dir, "data", "creds", "operator.nk")+", the operator's seed sagactl uses by default, does not exist here",
+		"the hint names the file it looked for")
+	require.Contains(t, out, "--nats-nkey <sagad's data dir>/creds/operator.nk (env SAGA_NATS_NKEY)")
+	require.NotContains(t, out, "is sagad running?", "sagad is running: the seed is what is missing")
 	code, out = sagactl("--nats-nkey", filepath.Join(dir, "elsewhere.nk"), "publish", capsuleFile(other))
 	require.Equal(t, cli.ExitOK, code, out)
+
+	// A seed of another role is refused by the admin service's absence
+	// from its account, not by a sagad that is not running.
+	producer := filepath.Join(dir, "data", "creds", "producer.nk")
+	const unreachable = "sagactl: this credential cannot reach sagad's admin service: it logs in to NATS account PRODUCER, and only the operator's account (OPERATOR, "
+	code, out = sagactl("--nats-nkey", producer, "status", doc.ID())
+	require.Equal(t, cli.ExitFailure, code, out)
+	require.True(t, strings.HasPrefix(out, unreachable), out)
+	code, out = sagactl("--nats-nkey", producer, "cancel", doc.ID())
+	require.Equal(t, cli.ExitNoSagad, code, out)
+	require.True(t, strings.HasPrefix(out, unreachable), out)
+	code, out = sagactl("--nats-nkey", filepath.Join(dir, "elsewhere.nk"), "status", doc.ID())
+	require.Equal(t, cli.ExitOK, code, "the operator's seed reaches it: %s", out)
 }
 
 // baseRoles are the users of a configuration without NATS executors,

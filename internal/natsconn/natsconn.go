@@ -34,6 +34,10 @@ const (
 	RoleProducer = "producer"
 )
 
+// AccountOperator is the NATS account of the operator's role on sagad's
+// embedded server, the only account that imports sagad's admin service.
+const AccountOperator = "OPERATOR"
+
 // Where sagad keeps the NKey seeds of its embedded server's roles: the
 // seed of role R is <data dir>/CredsDirName/R+SeedExt.
 const (
@@ -52,19 +56,28 @@ func DefaultSeed(role string) string {
 // o has no way to authenticate of its own (no creds, nkey, user, token, or
 // user information in the URL) and the file exists; otherwise o unchanged.
 func (o Options) WithDefaultNKey(path string) Options {
-	if o.Creds != "" || o.NKey != "" || o.User != "" || o.Token != "" || o.TokenFile != "" {
+	if o.Authenticates() {
 		return o
-	}
-	for _, u := range strings.Split(o.URL, ",") {
-		if _, ok := userinfo(u); ok {
-			return o
-		}
 	}
 	if _, err := os.Stat(path); err != nil {
 		return o
 	}
 	o.NKey = path
 	return o
+}
+
+// Authenticates reports whether o has a way to authenticate: creds, an
+// nkey, a user, a token, or user information in the URL.
+func (o Options) Authenticates() bool {
+	if o.Creds != "" || o.NKey != "" || o.User != "" || o.Token != "" || o.TokenFile != "" {
+		return true
+	}
+	for _, u := range strings.Split(o.URL, ",") {
+		if _, ok := userinfo(u); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrInvalid wraps every contradiction among the settings (two ways to
