@@ -296,6 +296,19 @@ func TestComposeServices(t *testing.T) {
 			require.NoError(t, err, "%s mounts %s on %s", name, src, target)
 		}
 	}
+	// Every service of an image built here says how to build it: `docker
+	// compose run` of one without would find no image, or a stale one.
+	for name, s := range c.Services {
+		if strings.HasSuffix(s.Image, ":local") {
+			require.NotNil(t, s.Build, "%s uses the local image %s and has no build:", name, s.Image)
+		}
+	}
+	require.Equal(t, c.Services["sagad-1"].Build, c.Services["sagactl"].Build, "sagactl runs the sagad image, built the same way")
+	// The NATS servers run the version the tests run embedded.
+	ver := natsServerVersion(t)
+	for _, name := range []string{"nats-1", "nats-2", "nats-3"} {
+		require.Equal(t, "nats:"+ver+"-alpine", c.Services[name].Image, "%s runs the nats-server of go.mod", name)
+	}
 	// The workers are the Dockerfile's demo-worker target.
 	require.Equal(t, "demo-worker", c.Services["worker-execute"].Build.Target)
 	require.Equal(t, "demo-worker", c.Services["worker-review"].Build.Target)
@@ -454,4 +467,15 @@ func keysOf(m map[string]string) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// natsServerVersion is the nats-server version of go.mod, without its v:
+// the server every test runs embedded.
+func natsServerVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../go.mod")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^\s*github\.com/nats-io/nats-server/v2 v(\d+\.\d+\.\d+)\s*$`).FindSubmatch(b)
+	require.NotNil(t, m, "go.mod requires no nats-server")
+	return string(m[1])
 }
