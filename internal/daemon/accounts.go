@@ -32,7 +32,7 @@ const (
 	AccountOperator = natsconn.AccountOperator
 	// AccountProducer holds the default producer; a named producer P has
 	// account PRODUCER_P.
-	AccountProducer = "PRODUCER"
+	AccountProducer = natsconn.AccountProducer
 )
 
 // Subjects crossing between accounts. A capsule from producer P reaches

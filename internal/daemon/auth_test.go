@@ -188,3 +188,28 @@ func requireUnreached(t *testing.T, nc *nats.Conn, role, subject string) {
 	}
 	require.ErrorIs(t, err, nats.ErrNoResponders, "%s reaches %s", role, subject)
 }
+
+// TestSagactlNamesTheWrongRole: with a worker's seed, sagactl's publish and
+// reads reach nothing of sagad's (the worker's account imports neither
+// saga.intake nor saga.admin.>), and sagactl says so instead of asking
+// whether sagad is running; a producer's seed publishes.
+func TestSagactlNamesTheWrongRole(t *testing.T) {
+	t.Parallel()
+	a := newArena(t)
+	doc := capsuletest.New()
+	p := filepath.Join(t.TempDir(), "capsule.json")
+	require.NoError(t, os.WriteFile(p, doc.Sealed(t), 0o600))
+	sagactl := func(role string, args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		code := cli.Main(append([]string{"--nats-url", a.d.url, "--nats-nkey", a.as(role).NKey}, args...), &out, &errOut)
+		return code, out.String() + errOut.String()
+	}
+	code, out := sagactl("executor-demo", "publish", p)
+	require.Equal(t, cli.ExitFailure, code, out)
+	require.True(t, strings.HasPrefix(out, "sagactl: this credential cannot publish capsules: it logs in to NATS account EXECUTOR_DEMO, which has no saga.intake; "), out)
+	code, out = sagactl("executor-demo", "list")
+	require.Equal(t, cli.ExitFailure, code, out)
+	require.True(t, strings.HasPrefix(out, "sagactl: this credential cannot reach sagad's admin service: it logs in to NATS account EXECUTOR_DEMO"), out)
+	code, out = sagactl(RoleProducer, "publish", p)
+	require.Equal(t, cli.ExitOK, code, "a producer publishes: %s", out)
+}

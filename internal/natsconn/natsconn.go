@@ -34,9 +34,16 @@ const (
 	RoleProducer = "producer"
 )
 
-// AccountOperator is the NATS account of the operator's role on sagad's
-// embedded server, the only account that imports sagad's admin service.
-const AccountOperator = "OPERATOR"
+// The NATS accounts of roles on sagad's embedded server that clients
+// reason about (internal/daemon's accounts.go has them all).
+const (
+	// AccountOperator is the operator's, the only account that imports
+	// sagad's admin service.
+	AccountOperator = "OPERATOR"
+	// AccountProducer is the default producer's; producer P's is
+	// AccountProducer_P.
+	AccountProducer = "PRODUCER"
+)
 
 // Where sagad keeps the NKey seeds of its embedded server's roles: the
 // seed of role R is <data dir>/CredsDirName/R+SeedExt.
