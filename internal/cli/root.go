@@ -86,7 +86,7 @@ func (g *globals) dialNATS() (*nats.Conn, error) {
 	nc, err := o.Connect(nats.Name("sagactl"), nats.Timeout(5*time.Second))
 	var ce *natsconn.ConnectError
 	switch {
-	case errors.Is(err, nats.ErrAuthorization) && !o.Authenticates():
+	case errors.Is(err, nats.ErrAuthorization) && !o.Authenticates() && o.TLSCert == "":
 		// The commonest cause: sagactl run outside sagad's directory,
 		// where the default seed is not.
 		return nil, fmt.Errorf("%w\nsagactl: (no credentials: %s, the operator's seed sagactl uses by default, does not exist here; "+
