@@ -347,10 +347,10 @@ func isUsageError(err error) bool {
 	return errors.As(err, &ue)
 }
 
-// usageHint is the line after a usage error: the usage itself is one -h
+// usageHint is the line after a usage error: the usage itself is one --help
 // away.
 func usageHint(cmd string) string {
-	return fmt.Sprintf("Run '%s -h' for the flags.", cmd)
+	return fmt.Sprintf("Run '%s --help' for the flags.", cmd)
 }
 
 // parseConfig reads flags, SAGAD_* and SAGA_* env vars and the optional

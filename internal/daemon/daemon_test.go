@@ -341,10 +341,10 @@ func TestUsageErrorFirst(t *testing.T) {
 		want string
 		code int
 	}{
-		{[]string{"--bogus"}, "sagad: flag provided but not defined: -bogus\nRun 'sagad -h' for the flags.\n", 2},
-		{[]string{"extra"}, "sagad: unexpected arguments: extra\nRun 'sagad -h' for the flags.\n", 2},
-		{[]string{HealthcheckCommand, "--bogus"}, "sagad healthcheck: flag provided but not defined: -bogus\nRun 'sagad healthcheck -h' for the flags.\n", 1},
-		{[]string{NATSConfigCommand, "--bogus"}, "sagad nats-config: flag provided but not defined: -bogus\nRun 'sagad nats-config -h' for the flags.\n", 2},
+		{[]string{"--bogus"}, "sagad: flag provided but not defined: -bogus\nRun 'sagad --help' for the flags.\n", 2},
+		{[]string{"extra"}, "sagad: unexpected arguments: extra\nRun 'sagad --help' for the flags.\n", 2},
+		{[]string{HealthcheckCommand, "--bogus"}, "sagad healthcheck: flag provided but not defined: -bogus\nRun 'sagad healthcheck --help' for the flags.\n", 1},
+		{[]string{NATSConfigCommand, "--bogus"}, "sagad nats-config: flag provided but not defined: -bogus\nRun 'sagad nats-config --help' for the flags.\n", 2},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			t.Parallel()
