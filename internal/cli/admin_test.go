@@ -99,6 +99,29 @@ func TestOnlineAdmin(t *testing.T) {
 	require.Equal(t, cli.ExitUsage, r.code)
 }
 
+// TestOnlineRejectInCausalOrder: a rejection reads before the halt it
+// caused in the capsule's history.
+func TestOnlineRejectInCausalOrder(t *testing.T) {
+	t.Parallel()
+	o := setupOnline(t)
+	doc := o.own(t, capsuletest.New().Set("review.operator_gate", true))
+	r := o.run(t, "publish", file(t, doc.Sealed(t)))
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	r = o.run(t, "wait", doc.ID(), "--timeout", "20s")
+	require.Equal(t, cli.ExitHuman, r.code, r.errOut)
+	r = o.run(t, "decide", doc.ID(), "reject", "--rationale", "wrong target", "--by", "carol")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	r = o.run(t, "history", doc.ID(), "-o", "json")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	var events []capsule.Event
+	require.NoError(t, json.Unmarshal([]byte(r.out), &events))
+	var kinds []capsule.EventKind
+	for _, e := range events {
+		kinds = append(kinds, e.Kind)
+	}
+	require.Equal(t, []capsule.EventKind{capsule.EventOperatorRejected, capsule.EventHalted}, kinds[len(kinds)-2:], "%v", kinds)
+}
+
 // TestOnlineAdminNoSagad: with the topology in place but no sagad serving
 // the admin API, every admin command exits 6 with the subject it asked on,
 // and the capsule is unchanged.
