@@ -644,6 +644,8 @@ func TestOnlinePublishRefusesNonCapsules(t *testing.T) {
 	}
 	r := o.run(t, "publish", file(t, edited(t)))
 	require.Contains(t, r.errOut, "\nsagactl: (edited after sealing? publish --seal recomputes the digest; --raw sends it as is)\n")
+	r = o.run(t, "publish", file(t, capsuletest.New().Unsealed(t)))
+	require.Contains(t, r.errOut, "\nsagactl: (not sealed? publish --seal fills in integrity.sha256; sagactl seal FILE prints it sealed)\n")
 	require.Equal(t, uint64(0), o.intakeLastSeq(t), "nothing was published")
 
 	r = o.run(t, "publish", "--raw", file(t, []byte("hello, sagad")))
