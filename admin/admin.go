@@ -89,11 +89,14 @@ func (a *Admin) Apply(ctx context.Context, id string, ev machine.Event) (machine
 	return res, err
 }
 
-func (a *Admin) adminEvent(ctx context.Context, cp *capsule.Checkpoint, kind capsule.EventKind, id, detail, by string, findings []capsule.Finding) error {
+// adminEvent records an operator's action on cp. at is when sagad took the
+// request, read before the transition it causes: histories merge events by
+// time, and the action must come before the transition's own events.
+func (a *Admin) adminEvent(ctx context.Context, cp *capsule.Checkpoint, at time.Time, kind capsule.EventKind, id, detail, by string, findings []capsule.Finding) error {
 	return a.st.PublishEvent(ctx, capsule.Event{
 		ID: cp.Key + ".admin." + id + "." + string(kind), Kind: kind, CapsuleID: cp.CapsuleID, Key: cp.Key,
 		Phase: cp.State.Phase, PhaseName: cp.State.Phase.String(), Cycle: cp.State.Cycle, TraceID: cp.TraceID,
-		Detail: detail, By: by, Findings: findings, At: a.now().UTC(),
+		Detail: detail, By: by, Findings: findings, At: at.UTC(),
 	})
 }
 
@@ -148,6 +151,7 @@ func (a *Admin) ResumeWaiting(ctx context.Context, id string, opts ResumeOptions
 }
 
 func (a *Admin) resume(ctx context.Context, id, action string, from capsule.State, opts ResumeOptions) (status.Status, error) {
+	at := a.now()
 	res, err := a.Apply(ctx, id, machine.RequestResume{
 		Action: action, From: from, Token: nuid.Next(),
 		Tokens: opts.Tokens, Dollars: opts.Dollars, Deadline: opts.Deadline, Force: opts.Force,
@@ -159,6 +163,22 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 	// The token in the checkpoint: ours, or that of a resume in flight,
 	// which this one finishes.
 	token, trigger := cp.State.Pause.ResumeToken, cp.State.Pause.Trigger
+	detail := string(trigger)
+	if opts.Reason != "" {
+		detail += ": " + opts.Reason
+	}
+	kind := capsule.EventResumed
+	if action == "accept" {
+		kind = capsule.EventOperatorAccepted
+	}
+	// The event goes out before the phase message: once the message is
+	// sent the capsule may run to its end, and its history must read
+	// accepted, then completed. The resume is decided (its token is in the
+	// checkpoint), and a repeat sends the same event id, which the stream
+	// drops.
+	if err := a.adminEvent(ctx, cp, at, kind, token, detail, opts.By, nil); err != nil {
+		return status.Of(cp), err
+	}
 	if err := a.st.PublishPhase(ctx, cp, token); err != nil {
 		return status.Of(cp), err
 	}
@@ -176,17 +196,6 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 		}
 	}
 	if err := a.st.Continuations.DeleteIfStale(ctx, cp.Key, cp); err != nil {
-		return status.Of(cp), err
-	}
-	detail := string(trigger)
-	if opts.Reason != "" {
-		detail += ": " + opts.Reason
-	}
-	kind := capsule.EventResumed
-	if action == "accept" {
-		kind = capsule.EventOperatorAccepted
-	}
-	if err := a.adminEvent(ctx, cp, kind, token, detail, opts.By, nil); err != nil {
 		return status.Of(cp), err
 	}
 	a.metrics.Resumed(trigger)
@@ -285,7 +294,7 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 	if c == nil {
 		return status.Status{}, fmt.Errorf("capsule bytes of %s are unreadable", found.Key)
 	}
-	token := nuid.Next()
+	token, at := nuid.Next(), a.now()
 	res, err := a.Apply(ctx, found.Key, machine.Revise{Rationale: rationale, By: by, CycleLimit: c.CycleLimit() + found.CycleBase})
 	if err != nil {
 		return status.Status{}, err
@@ -310,7 +319,7 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 		rationale = strings.TrimPrefix(review[len(review)-1].Message, "operator revision: ")
 		token = "rerun-" + strconv.Itoa(len(cp.History))
 	}
-	if err := a.adminEvent(ctx, cp, capsule.EventRevisionTriggered, token, rationale, by, review); err != nil {
+	if err := a.adminEvent(ctx, cp, at, capsule.EventRevisionTriggered, token, rationale, by, review); err != nil {
 		return status.Of(cp), err
 	}
 	if err := a.st.Emit(ctx, cp, 0, &tr, raw, c.Constraints.ResourceLocksRequired); err != nil {
@@ -323,12 +332,13 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 // reject halts a capsule waiting_for_operator with operator_rejected and
 // emits its ending (outcome, event); running it again finishes it.
 func (a *Admin) reject(ctx context.Context, id, rationale, by string) (status.Status, error) {
+	at := a.now()
 	res, err := a.Apply(ctx, id, machine.Reject{Rationale: rationale, By: by})
 	if err != nil {
 		return status.Status{}, err
 	}
 	cp := res.Checkpoint
-	if err := a.adminEvent(ctx, cp, capsule.EventOperatorRejected, "reject", rationale, by, nil); err != nil {
+	if err := a.adminEvent(ctx, cp, at, capsule.EventOperatorRejected, "reject", rationale, by, nil); err != nil {
 		return status.Of(cp), err
 	}
 	if err := a.ReemitEnd(ctx, cp); err != nil {

@@ -110,6 +110,7 @@ func (a *Admin) replayOne(ctx context.Context, found *capsule.Checkpoint, opts R
 			return nil, err
 		}
 	}
+	at := a.now()
 	res, err := a.Apply(ctx, found.Key, ev)
 	if err != nil {
 		return nil, err
@@ -133,14 +134,15 @@ func (a *Admin) replayOne(ctx context.Context, found *capsule.Checkpoint, opts R
 	if err := a.st.Continuations.DeleteIfStale(ctx, cp.Key, cp); err != nil {
 		return cp, err
 	}
+	// The event before the phase message, which may run the new run to
+	// its end: the history reads replayed, then the run.
+	if err := a.adminEvent(ctx, cp, at, capsule.EventReplayed, opts.Token, replayDetail(cp), opts.By, nil); err != nil {
+		return cp, err
+	}
 	if cp.State.Status == capsule.InProgress {
 		if err := a.st.PublishPhase(ctx, cp, ""); err != nil {
 			return cp, err
 		}
-	}
-	detail := replayDetail(cp)
-	if err := a.adminEvent(ctx, cp, capsule.EventReplayed, opts.Token, detail, opts.By, nil); err != nil {
-		return cp, err
 	}
 	return cp, nil
 }

@@ -95,26 +95,11 @@ func TestAlertRulesCheck(t *testing.T) {
 	require.Contains(t, out, "SUCCESS")
 }
 
-// TestAlertRulesUnit runs alerts_test.yml against a copy of the rules whose
-// annotations are the summaries alone (promtool compares annotations whole).
+// TestAlertRulesUnit runs alerts_test.yml exactly as an operator would,
+// from the repository root, against the real alerts.yml.
 func TestAlertRulesUnit(t *testing.T) {
 	t.Parallel()
-	var f ruleFile
-	readYAML(t, alertsFile, &f)
-	for i := range f.Groups {
-		for j := range f.Groups[i].Rules {
-			r := &f.Groups[i].Rules[j]
-			r.Annotations = map[string]string{"summary": r.Annotations["summary"]}
-		}
-	}
-	dir := t.TempDir()
-	b, err := yaml.Marshal(f)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "alerts.yml"), b, 0o600))
-	tests, err := os.ReadFile(alertTestsFile)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "alerts_test.yml"), tests, 0o600))
-	out := runPromtool(t, dir, "test", "rules", "alerts_test.yml")
+	out := runPromtool(t, "..", "test", "rules", path.Join("deploy", alertTestsFile))
 	require.Contains(t, out, "SUCCESS")
 }
 
@@ -133,9 +118,13 @@ func headingAnchor(h string) string {
 	return b.String()
 }
 
+// runbookBase is where every alert's runbook_url points: docs/OPERATE.md
+// in the repository, at the alert's section.
+const runbookBase = "https://github.com/sagad/sagad/blob/main/docs/OPERATE.md#"
+
 // TestAlertRulesDocumented: every alert has a severity, a summary, a
-// description and a runbook naming a section of docs/OPERATE.md that
-// exists, and a unit test.
+// description and a runbook_url (the annotation Alertmanager and Grafana
+// link) naming a section of docs/OPERATE.md that exists, and a unit test.
 func TestAlertRulesDocumented(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile(operateDoc)
@@ -148,19 +137,20 @@ func TestAlertRulesDocumented(t *testing.T) {
 	}
 	tests, err := os.ReadFile(alertTestsFile)
 	require.NoError(t, err)
-	link := regexp.MustCompile(`docs/OPERATE\.md#([a-z0-9_-]+)`)
+	link := regexp.MustCompile(`^` + regexp.QuoteMeta(runbookBase) + `([a-z0-9_-]+)$`)
 	seen := map[string]bool{}
 	for _, r := range alertRules(t) {
 		require.NotEmpty(t, r.Alert, "only alerts in %s: %q", alertsFile, r.Expr)
 		require.False(t, seen[r.Alert], "alert %s twice", r.Alert)
 		seen[r.Alert] = true
 		require.Contains(t, []string{"critical", "warning", "info"}, r.Labels["severity"], r.Alert)
-		for _, a := range []string{"summary", "description", "runbook"} {
+		require.ElementsMatch(t, []string{"summary", "description", "runbook_url"}, keysOf(r.Annotations), "%s's annotations", r.Alert)
+		for _, a := range []string{"summary", "description", "runbook_url"} {
 			require.NotEmpty(t, strings.TrimSpace(r.Annotations[a]), "%s has no %s", r.Alert, a)
 		}
-		m := link.FindStringSubmatch(r.Annotations["runbook"])
-		require.NotNil(t, m, "%s's runbook names no docs/OPERATE.md section", r.Alert)
-		require.True(t, anchors[m[1]], "%s's runbook points to docs/OPERATE.md#%s, which has no such heading", r.Alert, m[1])
+		m := link.FindStringSubmatch(r.Annotations["runbook_url"])
+		require.NotNil(t, m, "%s's runbook_url is no link to a docs/OPERATE.md section: %q", r.Alert, r.Annotations["runbook_url"])
+		require.True(t, anchors[m[1]], "%s's runbook_url points to docs/OPERATE.md#%s, which has no such heading", r.Alert, m[1])
 		require.Contains(t, string(tests), "alertname: "+r.Alert, "%s has no unit test in %s", r.Alert, alertTestsFile)
 	}
 }
@@ -305,6 +295,19 @@ func TestComposeServices(t *testing.T) {
 			_, err := os.Stat(src)
 			require.NoError(t, err, "%s mounts %s on %s", name, src, target)
 		}
+	}
+	// Every service of an image built here says how to build it: `docker
+	// compose run` of one without would find no image, or a stale one.
+	for name, s := range c.Services {
+		if strings.HasSuffix(s.Image, ":local") {
+			require.NotNil(t, s.Build, "%s uses the local image %s and has no build:", name, s.Image)
+		}
+	}
+	require.Equal(t, c.Services["sagad-1"].Build, c.Services["sagactl"].Build, "sagactl runs the sagad image, built the same way")
+	// The NATS servers run the version the tests run embedded.
+	ver := natsServerVersion(t)
+	for _, name := range []string{"nats-1", "nats-2", "nats-3"} {
+		require.Equal(t, "nats:"+ver+"-alpine", c.Services[name].Image, "%s runs the nats-server of go.mod", name)
 	}
 	// The workers are the Dockerfile's demo-worker target.
 	require.Equal(t, "demo-worker", c.Services["worker-execute"].Build.Target)
@@ -456,4 +459,23 @@ func TestDockerfile(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(ignore), "node_modules")
 	require.NotContains(t, string(ignore), ".git\n", "the VCS stamp needs .git")
+}
+
+func keysOf(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// natsServerVersion is the nats-server version of go.mod, without its v:
+// the server every test runs embedded.
+func natsServerVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../go.mod")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^\s*github\.com/nats-io/nats-server/v2 v(\d+\.\d+\.\d+)\s*$`).FindSubmatch(b)
+	require.NotNil(t, m, "go.mod requires no nats-server")
+	return string(m[1])
 }

@@ -76,7 +76,7 @@ func readErr(err error) error {
 	var ns *adminsvc.NoSagadError
 	switch {
 	case errors.As(err, &ns) && ns.Waited == 0:
-		return exit(ExitFailure, store.ErrNoTopology)
+		return exit(ExitFailure, &noSagadRead{ns})
 	case errors.Is(err, adminsvc.ErrNoSagad):
 		return exit(ExitFailure, err)
 	case errors.Is(err, store.ErrNotFound):
@@ -314,7 +314,7 @@ func newPending(g *globals) *cobra.Command {
 			tw := table(out)
 			fmt.Fprintln(tw, "CAPSULE_ID\tSTATE\tTRIGGER\tPHASE\tCYCLE\tAGE\tVERDICT\tREASON")
 			for _, it := range items {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%s\t%s\t%s\n", dash(it.CapsuleID), pf(it.State), pf(it.Trigger), it.Phase, printable(it.PhaseName),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%s\t%s\t%s\n", idOrKey(it.CapsuleID, it.Key), pf(it.State), pf(it.Trigger), it.Phase, printable(it.PhaseName),
 					it.Cycle, (time.Duration(it.AgeSecs) * time.Second).String(), dash(string(it.Verdict)), dash(it.Reason))
 				for _, f := range it.Findings {
 					fmt.Fprintf(tw, "\t\t\t\t\t\t\t- %s\n", printable(f.Message))

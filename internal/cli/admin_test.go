@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -71,6 +72,19 @@ func TestOnlineAdmin(t *testing.T) {
 	require.Equal(t, cli.ExitOK, r.code)
 	require.Contains(t, r.out, "revision_triggered")
 	require.Contains(t, r.out, "(by carol)")
+	r = o.run(t, "history", doc.ID(), "-o", "json")
+	require.Equal(t, cli.ExitOK, r.code)
+	var events []capsule.Event
+	require.NoError(t, json.Unmarshal([]byte(r.out), &events))
+	var kinds []capsule.EventKind
+	for _, e := range events {
+		kinds = append(kinds, e.Kind)
+	}
+	// History in causal order: each decision before what it caused.
+	require.Equal(t, capsule.EventCompleted, kinds[len(kinds)-1], "the accept comes before the end it caused: %v", kinds)
+	require.Contains(t, kinds, capsule.EventOperatorAccepted)
+	require.Less(t, slices.Index(kinds, capsule.EventRevisionTriggered), slices.Index(kinds, capsule.EventLoopedBack),
+		"the revision comes before the loop back it caused: %v", kinds)
 
 	r = o.run(t, "phase", "pause", "EXECUTION", "-o", "json")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
@@ -83,6 +97,29 @@ func TestOnlineAdmin(t *testing.T) {
 	require.False(t, phases[capsule.Execution].Paused)
 	r = o.run(t, "phase", "pause", "9")
 	require.Equal(t, cli.ExitUsage, r.code)
+}
+
+// TestOnlineRejectInCausalOrder: a rejection reads before the halt it
+// caused in the capsule's history.
+func TestOnlineRejectInCausalOrder(t *testing.T) {
+	t.Parallel()
+	o := setupOnline(t)
+	doc := o.own(t, capsuletest.New().Set("review.operator_gate", true))
+	r := o.run(t, "publish", file(t, doc.Sealed(t)))
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	r = o.run(t, "wait", doc.ID(), "--timeout", "20s")
+	require.Equal(t, cli.ExitHuman, r.code, r.errOut)
+	r = o.run(t, "decide", doc.ID(), "reject", "--rationale", "wrong target", "--by", "carol")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	r = o.run(t, "history", doc.ID(), "-o", "json")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	var events []capsule.Event
+	require.NoError(t, json.Unmarshal([]byte(r.out), &events))
+	var kinds []capsule.EventKind
+	for _, e := range events {
+		kinds = append(kinds, e.Kind)
+	}
+	require.Equal(t, []capsule.EventKind{capsule.EventOperatorRejected, capsule.EventHalted}, kinds[len(kinds)-2:], "%v", kinds)
 }
 
 // TestOnlineAdminNoSagad: with the topology in place but no sagad serving

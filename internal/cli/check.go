@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,6 +24,32 @@ type CheckReport struct {
 	Findings   []capsule.Finding `json:"findings"`
 	// NotEvaluated lists what needs live pipeline facts and was skipped.
 	NotEvaluated []string `json:"not_evaluated"`
+	// Hint says how to mend the commonest halt, a capsule not sealed or
+	// edited after sealing; empty otherwise.
+	Hint string `json:"hint,omitempty"`
+}
+
+// Hints of [CheckReport.Hint].
+const (
+	hintUnsealed = "not sealed: sagactl seal FILE prints it with integrity.sha256 filled in; or publish it with sagactl publish --seal FILE"
+	hintEdited   = "edited after sealing? sagactl seal FILE prints it with integrity.sha256 recomputed; or publish it with sagactl publish --seal FILE"
+)
+
+// sealHint is the hint for a capsule whose integrity is missing or wrong.
+func sealHint(halt string, findings []capsule.Finding) string {
+	switch capsule.ParseHaltReason(halt).Code {
+	case capsule.CodeIntegrityMismatch:
+		return hintEdited
+	case capsule.CodeSchemaInvalid:
+	default:
+		return ""
+	}
+	for _, f := range findings {
+		if f.Field == "/integrity" || strings.HasPrefix(f.Field, "/integrity/") {
+			return hintUnsealed
+		}
+	}
+	return ""
 }
 
 // offlineLocks answers "available" for every lock: availability is a live
@@ -47,6 +75,7 @@ func Check(raw []byte, cfg rules.Config, now time.Time) CheckReport {
 		}
 	}
 	if r.Capsule == nil {
+		rep.Hint = sealHint(rep.HaltReason, rep.Findings)
 		return rep
 	}
 	if missing := phases.MissingSpecFields(r.Capsule.Spec); len(missing) > 0 {
@@ -68,6 +97,7 @@ func Check(raw []byte, cfg rules.Config, now time.Time) CheckReport {
 		rep.NotEvaluated = append(rep.NotEvaluated, fmt.Sprintf("rule %d %s (live part)", n, rl.Title))
 	}
 	rep.OK = rep.HaltReason == "" && len(rep.Findings) == 0
+	rep.Hint = sealHint(rep.HaltReason, rep.Findings)
 	return rep
 }
 
@@ -82,14 +112,19 @@ definition of ready (PLANNING) and every absolute rule of the constitution
 with its default configuration. Every finding is printed with its rule
 number, field and message; what needs live pipeline facts (lock availability,
 ref existence, rules 2, 19, 24 live parts) is listed as not evaluated.
-Exit 0 only if clean, 1 with findings, 2 if the file cannot be read.`,
+A capsule not sealed, or edited after sealing, gets a hint to seal it.
+--executor-kinds and --reviewer-ids name sagad's configured executors and
+reviewers; the built-in stub executor and reviewer are always there, as in
+sagad. Exit 0 only if clean, 1 with findings, 2 if the file cannot be read.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b, err := readInput(cmd, args[0])
 			if err != nil {
 				return err
 			}
-			cfg := rules.Config{ExecutorKinds: kinds, ReviewerIDs: reviewers}
+			// sagad always has its built-in stub executor and reviewer
+			// (executors.Config.Names): the flags name the others.
+			cfg := rules.Config{ExecutorKinds: withBuiltin(kinds, executors.StubKind), ReviewerIDs: withBuiltin(reviewers, executors.StubReviewerID)}
 			rep := Check(b, cfg, time.Now())
 			out := cmd.OutOrStdout()
 			if enc := g.encoder(); enc != nil {
@@ -106,6 +141,9 @@ Exit 0 only if clean, 1 with findings, 2 if the file cannot be read.`,
 				for _, n := range rep.NotEvaluated {
 					fmt.Fprintf(out, "not evaluated: %s\n", printable(n))
 				}
+				if rep.Hint != "" {
+					fmt.Fprintf(out, "hint: %s\n", strings.ReplaceAll(rep.Hint, "FILE", printable(args[0])))
+				}
 			}
 			if !rep.OK {
 				return exit(ExitFailure, nil)
@@ -113,7 +151,14 @@ Exit 0 only if clean, 1 with findings, 2 if the file cannot be read.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringSliceVar(&kinds, "executor-kinds", []string{executors.StubKind}, "task kinds sagad has executors for (Rule 22)")
-	cmd.Flags().StringSliceVar(&reviewers, "reviewer-ids", []string{executors.StubReviewerID}, "reviewer ids sagad has reviewers for (Rule 22)")
+	cmd.Flags().StringSliceVar(&kinds, "executor-kinds", nil, "task kinds sagad has executors for besides the built-in "+executors.StubKind+" (Rule 22)")
+	cmd.Flags().StringSliceVar(&reviewers, "reviewer-ids", nil, "reviewer ids sagad has reviewers for besides the built-in "+executors.StubReviewerID+" (Rule 22)")
 	return cmd
+}
+
+// withBuiltin is names with builtin added, sorted, each once.
+func withBuiltin(names []string, builtin string) []string {
+	out := append(slices.Clone(names), builtin)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -142,6 +142,8 @@ func TestCheck(t *testing.T) {
 		// wantRules are the rule numbers of the findings, in order (0: no rule).
 		wantRules        []int
 		wantNotEvaluated []string
+		// wantHint is how the hint begins; empty for no hint.
+		wantHint string
 	}{
 		{
 			name: "valid sealed capsule", raw: func(t *testing.T) []byte { return capsuletest.New().Sealed(t) },
@@ -187,7 +189,25 @@ func TestCheck(t *testing.T) {
 				return capsuletest.New().Set("integrity", map[string]any{"sha256": strings.Repeat("0", 64)}).Unsealed(t)
 			},
 			wantCode: 1, wantHalt: "integrity_mismatch", wantRules: []int{0},
-			wantNotEvaluated: liveNotEvaluated,
+			wantNotEvaluated: liveNotEvaluated, wantHint: "edited after sealing? sagactl seal ",
+		},
+		{
+			name:     "not sealed",
+			raw:      func(t *testing.T) []byte { return capsuletest.New().Unsealed(t) },
+			wantCode: 1, wantHalt: "schema_invalid:/integrity", wantRules: []int{0},
+			wantNotEvaluated: liveNotEvaluated[:2], wantHint: "not sealed: sagactl seal ",
+		},
+		{
+			name:     "executor kinds flag keeps the built-in stub",
+			raw:      func(t *testing.T) []byte { return capsuletest.New().Sealed(t) },
+			flags:    []string{"--executor-kinds", "poetry"},
+			wantCode: 0, wantRules: []int{}, wantNotEvaluated: liveNotEvaluated,
+		},
+		{
+			name:     "reviewer ids flag keeps the built-in stub reviewer",
+			raw:      func(t *testing.T) []byte { return capsuletest.New().Sealed(t) },
+			flags:    []string{"--reviewer-ids", "agent-review-9"},
+			wantCode: 0, wantRules: []int{}, wantNotEvaluated: liveNotEvaluated,
 		},
 		{
 			name: "not JSON", raw: func(*testing.T) []byte { return []byte("hello") },
@@ -250,6 +270,11 @@ func TestCheck(t *testing.T) {
 			}
 			require.Equal(t, tt.wantRules, rules, "findings %+v", rep.Findings)
 			require.Equal(t, tt.wantNotEvaluated, rep.NotEvaluated)
+			if tt.wantHint == "" {
+				require.Empty(t, rep.Hint)
+			} else {
+				require.True(t, strings.HasPrefix(rep.Hint, tt.wantHint), "hint %q", rep.Hint)
+			}
 
 			// The same verdict for people.
 			text := run(t, append(append([]string{"check"}, tt.flags...), path)...)
@@ -261,6 +286,9 @@ func TestCheck(t *testing.T) {
 			}
 			for _, n := range tt.wantNotEvaluated {
 				require.Contains(t, text.out, "not evaluated: "+n+"\n")
+			}
+			if tt.wantHint != "" {
+				require.Contains(t, text.out, "\nhint: "+tt.wantHint+path+" ", "the hint names the file")
 			}
 		})
 	}
@@ -316,6 +344,15 @@ func TestUsageErrors(t *testing.T) {
 			require.True(t, strings.HasPrefix(r.errOut, tt.wantErr), "stderr %q", r.errOut)
 		})
 	}
+}
+
+// TestTypoHint: cobra's suggestion for a mistyped command is indented by a
+// tab, printed as one, not as a literal \t.
+func TestTypoHint(t *testing.T) {
+	t.Parallel()
+	r := run(t, "stauts")
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Equal(t, "sagactl: unknown command \"stauts\" for \"sagactl\"\n\nDid you mean this?\n\tstatus\n\n", r.errOut)
 }
 
 // online is an embedded server with a running pipeline.
@@ -607,6 +644,8 @@ func TestOnlinePublishRefusesNonCapsules(t *testing.T) {
 	}
 	r := o.run(t, "publish", file(t, edited(t)))
 	require.Contains(t, r.errOut, "\nsagactl: (edited after sealing? publish --seal recomputes the digest; --raw sends it as is)\n")
+	r = o.run(t, "publish", file(t, capsuletest.New().Unsealed(t)))
+	require.Contains(t, r.errOut, "\nsagactl: (not sealed? publish --seal fills in integrity.sha256; sagactl seal FILE prints it sealed)\n")
 	require.Equal(t, uint64(0), o.intakeLastSeq(t), "nothing was published")
 
 	r = o.run(t, "publish", "--raw", file(t, []byte("hello, sagad")))
@@ -629,6 +668,9 @@ func TestOnlinePublishRefusesNonCapsules(t *testing.T) {
 	require.Equal(t, "not_json", list[0]["halt_reason"])
 	require.Equal(t, float64(0), list[0]["phase"])
 	require.Equal(t, "RECEPTION", list[0]["phase_name"])
+	r = o.run(t, "list", "--state", "halted")
+	require.Equal(t, 0, r.code, r.errOut)
+	require.Regexp(t, `(?m)^x-1\s+halted\s+0 RECEPTION\s`, r.out, "the key names a capsule without an id")
 
 	r = o.run(t, "list", "--state", "completed", "-o", "json")
 	require.Equal(t, 0, r.code, r.errOut)

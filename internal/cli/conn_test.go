@@ -83,3 +83,26 @@ func TestMutualTLSFlags(t *testing.T) {
 	require.Equal(t, cli.ExitFailure, r.code)
 	require.Contains(t, r.errOut, "sagactl: connect to NATS at "+url)
 }
+
+// TestCredsHints: refused with no credential at all, sagactl names the
+// default seed it looked for and --nats-nkey; refused with one, it says the
+// credential was refused; neither asks whether sagad is running.
+func TestCredsHints(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServerWith(t, func(o *server.Options) { o.Username, o.Password = "operator", "right-password" })
+	id := capsuletest.NewID()
+
+	r := run(t, "--nats-url", s.ClientURL(), "status", id)
+	require.Equal(t, cli.ExitFailure, r.code)
+	seed, err := filepath.Abs(filepath.Join("data", "creds", "operator.nk"))
+	require.NoError(t, err)
+	require.Contains(t, r.errOut, "Authorization Violation")
+	require.Contains(t, r.errOut, "\nsagactl: (no credentials: "+seed+", the operator's seed sagactl uses by default, does not exist here; "+
+		"run sagactl from sagad's directory or pass --nats-nkey <sagad's data dir>/creds/operator.nk (env SAGA_NATS_NKEY))\n")
+	require.NotContains(t, r.errOut, "is sagad running?")
+
+	r = run(t, "--nats-url", s.ClientURL(), "--nats-user", "operator", "--nats-password-file", secretFile(t, "wrong-password"), "status", id)
+	require.Equal(t, cli.ExitFailure, r.code)
+	require.Contains(t, r.errOut, "\nsagactl: (NATS refused the credentials given: ")
+	require.NotContains(t, r.errOut, "is sagad running?")
+}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -78,6 +80,12 @@ if it completed).`,
 					}
 				}
 				if err := schemas.Validate(schemas.Capsule, b); err != nil {
+					var verr *schemas.ValidationError
+					if errors.As(err, &verr) && slices.ContainsFunc(verr.Pointers, func(p string) bool {
+						return p == "/integrity" || strings.HasPrefix(p, "/integrity/")
+					}) {
+						return exit(ExitUsage, fmt.Errorf("not a capsule: %w\nsagactl: (not sealed? publish --seal fills in integrity.sha256; sagactl seal FILE prints it sealed)", err))
+					}
 					return exit(ExitUsage, fmt.Errorf("not a capsule: %w", err))
 				}
 				// sagad would halt it integrity_mismatch at once: most often

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -75,6 +76,17 @@ func TestOnlineReplay(t *testing.T) {
 	require.Regexp(t, `(?m)^run:\s+2$`, r.out)
 	require.Contains(t, r.out, "AT")
 	require.True(t, strings.Contains(r.out, "replayed") && strings.Contains(r.out, "disk freed"), r.out)
+
+	r = o.run(t, "history", doc.ID(), "-o", "json")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	var events []capsule.Event
+	require.NoError(t, json.Unmarshal([]byte(r.out), &events))
+	var kinds []capsule.EventKind
+	for _, e := range events {
+		kinds = append(kinds, e.Kind)
+	}
+	require.Equal(t, capsule.EventCompleted, kinds[len(kinds)-1], "the replay comes before the run it started: %v", kinds)
+	require.Less(t, slices.Index(kinds, capsule.EventHalted), slices.Index(kinds, capsule.EventReplayed), "%v", kinds)
 
 	r = o.run(t, "replay", doc.ID())
 	require.Equal(t, cli.ExitRefused, r.code, "a completed capsule: %s", r.errOut)

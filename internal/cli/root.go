@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -81,12 +82,32 @@ func (g *globals) options() natsconn.Options {
 // dialNATS connects to NATS. Its errors name the server with credentials
 // redacted.
 func (g *globals) dialNATS() (*nats.Conn, error) {
-	nc, err := g.options().Connect(nats.Name("sagactl"), nats.Timeout(5*time.Second))
+	o := g.options()
+	nc, err := o.Connect(nats.Name("sagactl"), nats.Timeout(5*time.Second))
 	var ce *natsconn.ConnectError
-	if errors.As(err, &ce) {
+	switch {
+	case errors.Is(err, nats.ErrAuthorization) && !o.Authenticates() && o.TLSCert == "":
+		// The commonest cause: sagactl run outside sagad's directory,
+		// where the default seed is not.
+		return nil, fmt.Errorf("%w\nsagactl: (no credentials: %s, the operator's seed sagactl uses by default, does not exist here; "+
+			"run sagactl from sagad's directory or pass --nats-nkey <sagad's data dir>/%s/%s (env %s))",
+			err, absPath(natsconn.DefaultSeed(natsconn.RoleOperator)), natsconn.CredsDirName, natsconn.RoleOperator+natsconn.SeedExt, natsconn.EnvNKey)
+	case errors.Is(err, nats.ErrAuthorization):
+		return nil, fmt.Errorf("%w\nsagactl: (NATS refused the credentials given: for sagad's embedded server, --nats-nkey <sagad's data dir>/%s/%s)",
+			err, natsconn.CredsDirName, natsconn.RoleOperator+natsconn.SeedExt)
+	case errors.As(err, &ce):
 		return nil, fmt.Errorf("%w (is sagad running? set --nats-url or %s)", err, natsconn.EnvURL)
 	}
 	return nc, err
+}
+
+// absPath is p made absolute, for a message that names where a file was
+// looked for; p itself if that fails.
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
 
 // publisher opens a NATS connection for publishing capsules: a plain
@@ -126,6 +147,11 @@ func (g *globals) encoder() encodeFunc {
 
 // NewRoot builds the sagactl command tree writing to out and errOut.
 func NewRoot(out, errOut io.Writer) *cobra.Command {
+	root, _ := newRoot(out, errOut)
+	return root
+}
+
+func newRoot(out, errOut io.Writer) (*cobra.Command, *globals) {
 	g := &globals{}
 	root := &cobra.Command{
 		Use:   "sagactl",
@@ -179,17 +205,18 @@ Exit codes:
 	// cobra adds `sagactl completion bash|zsh|fish|powershell`; capsule
 	// ids complete from the checkpoint bucket.
 	addIDCompletion(g, root)
-	return root
+	return root, g
 }
 
 // Main runs sagactl and returns its exit code.
 func Main(args []string, out, errOut io.Writer) int {
-	root := NewRoot(out, errOut)
+	root, g := newRoot(out, errOut)
 	root.SetArgs(args)
 	err := root.ExecuteContext(context.Background())
 	if err == nil {
 		return ExitOK
 	}
+	err = g.explainUnreached(err)
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
@@ -209,10 +236,15 @@ func Main(args []string, out, errOut io.Writer) int {
 
 func printError(errOut io.Writer, err error) {
 	// Errors can quote capsule data (a schema finding, a state): each line is
-	// made printable, the lines kept.
+	// made printable, the lines kept, and so are tabs, which move no cursor
+	// anywhere harmful and indent cobra's "Did you mean this?" suggestions.
 	lines := strings.Split(err.Error(), "\n")
 	for i, l := range lines {
-		lines[i] = printable(l)
+		cells := strings.Split(l, "\t")
+		for j, c := range cells {
+			cells[j] = printable(c)
+		}
+		lines[i] = strings.Join(cells, "\t")
 	}
 	fmt.Fprintln(errOut, "sagactl:", strings.Join(lines, "\n"))
 	if errors.Is(err, store.ErrNotFound) {

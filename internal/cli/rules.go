@@ -110,12 +110,12 @@ Exit codes: 0 printed, 1 error, 2 usage, 6 no sagad answered.`,
 				}
 				return (&rulesCmd{rep: rep, enc: g.encoder()}).Run(cmd.OutOrStdout())
 			}
-			rep := RulesInForce(rules.Config{ExecutorKinds: kinds, ReviewerIDs: reviewers})
+			rep := RulesInForce(rules.Config{ExecutorKinds: withBuiltin(kinds, executors.StubKind), ReviewerIDs: withBuiltin(reviewers, executors.StubReviewerID)})
 			return (&rulesCmd{rep: rep, enc: g.encoder()}).Run(cmd.OutOrStdout())
 		},
 	}
 	cmd.Flags().BoolVar(&offline, "offline", false, "print the built-in defaults without asking sagad (no NATS)")
-	cmd.Flags().StringSliceVar(&kinds, "executor-kinds", []string{executors.StubKind}, "with --offline: task kinds sagad has executors for (Rule 22)")
-	cmd.Flags().StringSliceVar(&reviewers, "reviewer-ids", []string{executors.StubReviewerID}, "with --offline: reviewer ids sagad has reviewers for (Rule 22)")
+	cmd.Flags().StringSliceVar(&kinds, "executor-kinds", nil, "with --offline: task kinds sagad has executors for besides the built-in "+executors.StubKind+" (Rule 22)")
+	cmd.Flags().StringSliceVar(&reviewers, "reviewer-ids", nil, "with --offline: reviewer ids sagad has reviewers for besides the built-in "+executors.StubReviewerID+" (Rule 22)")
 	return cmd
 }

@@ -47,7 +47,7 @@ func TestRulesTable(t *testing.T) {
 
 func TestRulesJSON(t *testing.T) {
 	t.Parallel()
-	r := offline("rules", "--offline", "-o", "json", "--executor-kinds", "stub,codegen", "--reviewer-ids", "stub-reviewer,agent-review-2")
+	r := offline("rules", "--offline", "-o", "json", "--executor-kinds", "codegen", "--reviewer-ids", "agent-review-2")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
 
 	var raw map[string]json.RawMessage
@@ -73,8 +73,8 @@ func TestRulesJSON(t *testing.T) {
 	}
 	require.Equal(t, 5, structural)
 	i := slices.IndexFunc(list, func(rl map[string]any) bool { return rl["number"] == float64(22) })
-	require.Equal(t, map[string]any{"executor_kinds": []any{"stub", "codegen"}, "reviewer_ids": []any{"stub-reviewer", "agent-review-2"}},
-		list[i]["params"], "rule 22 takes --executor-kinds and --reviewer-ids")
+	require.Equal(t, map[string]any{"executor_kinds": []any{"codegen", "stub"}, "reviewer_ids": []any{"agent-review-2", "stub-reviewer"}},
+		list[i]["params"], "rule 22 takes --executor-kinds and --reviewer-ids, besides the built-in stubs, sorted as sagad lists them")
 }
 
 // TestRulesAsksSagad: without --offline, rules is a request to sagad's

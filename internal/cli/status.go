@@ -221,10 +221,20 @@ func printList(w io.Writer, list []client.Status, wide bool, now time.Time) erro
 	const reasonWidth = listWidth - (36 + 20 + 17 + 6 + 6 + 5*2)
 	fmt.Fprintln(tw, "CAPSULE_ID\tSTATE\tPHASE\tCYCLES\tAGE\tREASON")
 	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%d %s\t%d\t%s\t%s\n", cut(dash(s.CapsuleID), 36), cut(pf(s.State), 20), s.Phase, cut(printable(s.PhaseName), 15),
+		fmt.Fprintf(tw, "%s\t%s\t%d %s\t%d\t%s\t%s\n", cut(idOrKey(s.CapsuleID, s.Key), 36), cut(pf(s.State), 20), s.Phase, cut(printable(s.PhaseName), 15),
 			s.CyclesUsed, age(now, s.UpdatedAt), cut(dash(s.HaltReason), reasonWidth))
 	}
 	return tw.Flush()
+}
+
+// idOrKey is what names s in a table: its capsule id, or its key (x-N, the
+// intake sequence) when the message had no id to read — the key is what
+// status, history and replay take.
+func idOrKey(id, key string) string {
+	if id == "" && key != "" {
+		return printable(key)
+	}
+	return dash(id)
 }
 
 func newList(g *globals) *cobra.Command {

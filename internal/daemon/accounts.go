@@ -29,10 +29,10 @@ const (
 	// with JetStream.
 	AccountSaga = "SAGA"
 	// AccountOperator holds sagactl: the admin service and intake.
-	AccountOperator = "OPERATOR"
+	AccountOperator = natsconn.AccountOperator
 	// AccountProducer holds the default producer; a named producer P has
 	// account PRODUCER_P.
-	AccountProducer = "PRODUCER"
+	AccountProducer = natsconn.AccountProducer
 )
 
 // Subjects crossing between accounts. A capsule from producer P reaches

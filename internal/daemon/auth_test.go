@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,8 +96,25 @@ func TestSagactlFindsOperatorSeed(t *testing.T) {
 	code, out = sagactl("publish", capsuleFile(other))
 	require.Equal(t, cli.ExitFailure, code)
 	require.Contains(t, out, "Authorization Violation", "without the seed sagactl is refused")
+	require.Contains(t, out, "no credentials: "+filepath.Join(dir, "data", "creds", "operator.nk")+", the operator's seed sagactl uses by default, does not exist here",
+		"the hint names the file it looked for")
+	require.Contains(t, out, "--nats-nkey <sagad's data dir>/creds/operator.nk (env SAGA_NATS_NKEY)")
+	require.NotContains(t, out, "is sagad running?", "sagad is running: the seed is what is missing")
 	code, out = sagactl("--nats-nkey", filepath.Join(dir, "elsewhere.nk"), "publish", capsuleFile(other))
 	require.Equal(t, cli.ExitOK, code, out)
+
+	// A seed of another role is refused by the admin service's absence
+	// from its account, not by a sagad that is not running.
+	producer := filepath.Join(dir, "data", "creds", "producer.nk")
+	const unreachable = "sagactl: this credential cannot reach sagad's admin service: it logs in to NATS account PRODUCER, and only the operator's account (OPERATOR, "
+	code, out = sagactl("--nats-nkey", producer, "status", doc.ID())
+	require.Equal(t, cli.ExitFailure, code, out)
+	require.True(t, strings.HasPrefix(out, unreachable), out)
+	code, out = sagactl("--nats-nkey", producer, "cancel", doc.ID())
+	require.Equal(t, cli.ExitNoSagad, code, out)
+	require.True(t, strings.HasPrefix(out, unreachable), out)
+	code, out = sagactl("--nats-nkey", filepath.Join(dir, "elsewhere.nk"), "status", doc.ID())
+	require.Equal(t, cli.ExitOK, code, "the operator's seed reaches it: %s", out)
 }
 
 // baseRoles are the users of a configuration without NATS executors,
@@ -169,4 +187,29 @@ func requireUnreached(t *testing.T, nc *nats.Conn, role, subject string) {
 		return
 	}
 	require.ErrorIs(t, err, nats.ErrNoResponders, "%s reaches %s", role, subject)
+}
+
+// TestSagactlNamesTheWrongRole: with a worker's seed, sagactl's publish and
+// reads reach nothing of sagad's (the worker's account imports neither
+// saga.intake nor saga.admin.>), and sagactl says so instead of asking
+// whether sagad is running; a producer's seed publishes.
+func TestSagactlNamesTheWrongRole(t *testing.T) {
+	t.Parallel()
+	a := newArena(t)
+	doc := capsuletest.New()
+	p := filepath.Join(t.TempDir(), "capsule.json")
+	require.NoError(t, os.WriteFile(p, doc.Sealed(t), 0o600))
+	sagactl := func(role string, args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		code := cli.Main(append([]string{"--nats-url", a.d.url, "--nats-nkey", a.as(role).NKey}, args...), &out, &errOut)
+		return code, out.String() + errOut.String()
+	}
+	code, out := sagactl("executor-demo", "publish", p)
+	require.Equal(t, cli.ExitFailure, code, out)
+	require.True(t, strings.HasPrefix(out, "sagactl: this credential cannot publish capsules: it logs in to NATS account EXECUTOR_DEMO, which has no saga.intake; "), out)
+	code, out = sagactl("executor-demo", "list")
+	require.Equal(t, cli.ExitFailure, code, out)
+	require.True(t, strings.HasPrefix(out, "sagactl: this credential cannot reach sagad's admin service: it logs in to NATS account EXECUTOR_DEMO"), out)
+	code, out = sagactl(RoleProducer, "publish", p)
+	require.Equal(t, cli.ExitOK, code, "a producer publishes: %s", out)
 }

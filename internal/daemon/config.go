@@ -314,6 +314,45 @@ func (c *Config) validate() error {
 // and exits 0, as with -h.
 var errVersion = errors.New("version requested")
 
+// parseFlags parses args into fs, printing fs's usage to stderr only for
+// -h: the flag package would print a bad flag's error above sixty lines of
+// usage, where it scrolls away. The caller prints the error on one line,
+// with [usageHint] after it.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	usage := fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	case err != nil:
+		return &usageError{err}
+	}
+	return nil
+}
+
+// usageError is a bad flag or argument: Main follows it with [usageHint].
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// isUsageError reports whether err is a bad flag or argument.
+func isUsageError(err error) bool {
+	var ue *usageError
+	return errors.As(err, &ue)
+}
+
+// usageHint is the line after a usage error: the usage itself is one --help
+// away.
+func usageHint(cmd string) string {
+	return fmt.Sprintf("Run '%s --help' for the flags.", cmd)
+}
+
 // parseConfig reads flags, SAGAD_* and SAGA_* env vars and the optional
 // config file.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
@@ -371,14 +410,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&unhealthyAfter, "unhealthy-after", 0, "JetStream writes failing this long make sagad unhealthy: ERROR log, sagad_jetstream_writes_failing 1, /readyz 503 (default 30s; env SAGAD_UNHEALTHY_AFTER)")
 	fs.DurationVar(&stallAfter, "stall-after", 0, "/readyz reports a phase with pending work and no progress for this long (default 2m; env SAGAD_STALL_AFTER)")
 	fs.StringVar(&flags.OTelEndpoint, "otel-endpoint", "", "send OpenTelemetry traces to this OTLP/HTTP endpoint, e.g. http://localhost:4318 (default off, or OTEL_EXPORTER_OTLP_ENDPOINT; env SAGAD_OTEL_ENDPOINT)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stderr); err != nil {
 		return Config{}, err
 	}
 	if *version {
 		return Config{}, errVersion
 	}
 	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+		return Config{}, &usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
 	}
 	flags.ShutdownTimeout = Duration(shutdown)
 	flags.StartTimeout = Duration(startTimeout)

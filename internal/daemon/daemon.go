@@ -62,6 +62,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "sagad:", err)
+		if isUsageError(err) {
+			fmt.Fprintln(stderr, usageHint("sagad"))
+		}
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -332,6 +332,30 @@ func TestMainExitCodes(t *testing.T) {
 	}
 }
 
+// TestUsageErrorFirst: a bad flag or argument is one line of error and one
+// pointing at -h, not the error lost above sixty lines of usage.
+func TestUsageErrorFirst(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args []string
+		want string
+		code int
+	}{
+		{[]string{"--bogus"}, "sagad: flag provided but not defined: -bogus\nRun 'sagad --help' for the flags.\n", 2},
+		{[]string{"extra"}, "sagad: unexpected arguments: extra\nRun 'sagad --help' for the flags.\n", 2},
+		{[]string{HealthcheckCommand, "--bogus"}, "sagad healthcheck: flag provided but not defined: -bogus\nRun 'sagad healthcheck --help' for the flags.\n", 1},
+		{[]string{NATSConfigCommand, "--bogus"}, "sagad nats-config: flag provided but not defined: -bogus\nRun 'sagad nats-config --help' for the flags.\n", 2},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			require.Equal(t, tt.code, Main(tt.args, &stdout, &stderr))
+			require.Equal(t, tt.want, stderr.String())
+			require.Empty(t, stdout.String())
+		})
+	}
+}
+
 func TestParseConfigHelp(t *testing.T) {
 	t.Parallel()
 	var stderr bytes.Buffer

@@ -34,6 +34,9 @@ func healthcheck(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "sagad healthcheck:", err)
+		if isUsageError(err) {
+			fmt.Fprintln(stderr, usageHint("sagad "+HealthcheckCommand))
+		}
 		return 1
 	}
 	if cfg.HTTPListen == "" {

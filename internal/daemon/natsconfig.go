@@ -33,10 +33,11 @@ func natsConfig(args []string, getenv func(string) string, stdout, stderr io.Wri
 		fmt.Fprintf(stderr, "Usage: sagad %s --config sagad.json --out DIR\n\nWrites the NATS accounts of sagad's roles for an external nats-server (include %s in its configuration) and one NKey seed per role in DIR/creds/.\n\n", NATSConfigCommand, NATSAccountsFile)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintf(stderr, "sagad %s: %v\n%s\n", NATSConfigCommand, err, usageHint("sagad "+NATSConfigCommand))
 		return 2
 	}
 	if fs.NArg() > 0 {

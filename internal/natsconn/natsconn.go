@@ -34,6 +34,17 @@ const (
 	RoleProducer = "producer"
 )
 
+// The NATS accounts of roles on sagad's embedded server that clients
+// reason about (internal/daemon's accounts.go has them all).
+const (
+	// AccountOperator is the operator's, the only account that imports
+	// sagad's admin service.
+	AccountOperator = "OPERATOR"
+	// AccountProducer is the default producer's; producer P's is
+	// AccountProducer_P.
+	AccountProducer = "PRODUCER"
+)
+
 // Where sagad keeps the NKey seeds of its embedded server's roles: the
 // seed of role R is <data dir>/CredsDirName/R+SeedExt.
 const (
@@ -52,19 +63,28 @@ func DefaultSeed(role string) string {
 // o has no way to authenticate of its own (no creds, nkey, user, token, or
 // user information in the URL) and the file exists; otherwise o unchanged.
 func (o Options) WithDefaultNKey(path string) Options {
-	if o.Creds != "" || o.NKey != "" || o.User != "" || o.Token != "" || o.TokenFile != "" {
+	if o.Authenticates() {
 		return o
-	}
-	for _, u := range strings.Split(o.URL, ",") {
-		if _, ok := userinfo(u); ok {
-			return o
-		}
 	}
 	if _, err := os.Stat(path); err != nil {
 		return o
 	}
 	o.NKey = path
 	return o
+}
+
+// Authenticates reports whether o has a way to authenticate: creds, an
+// nkey, a user, a token, or user information in the URL.
+func (o Options) Authenticates() bool {
+	if o.Creds != "" || o.NKey != "" || o.User != "" || o.Token != "" || o.TokenFile != "" {
+		return true
+	}
+	for _, u := range strings.Split(o.URL, ",") {
+		if _, ok := userinfo(u); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrInvalid wraps every contradiction among the settings (two ways to

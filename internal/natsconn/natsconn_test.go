@@ -186,3 +186,24 @@ func TestWithDefaultNKey(t *testing.T) {
 	}
 	require.Equal(t, filepath.Join("data", "creds", "operator.nk"), natsconn.DefaultSeed(natsconn.RoleOperator))
 }
+
+func TestAuthenticates(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		o    natsconn.Options
+		want bool
+	}{
+		{natsconn.Options{}, false},
+		{natsconn.Options{URL: "nats://h1:4222,nats://h2:4222"}, false},
+		{natsconn.Options{TLSCA: "ca.pem", TLSCert: "c", TLSKey: "k"}, false},
+		{natsconn.Options{Creds: "c"}, true},
+		{natsconn.Options{NKey: "n"}, true},
+		{natsconn.Options{User: "u"}, true},
+		{natsconn.Options{Token: "t"}, true},
+		{natsconn.Options{TokenFile: "t"}, true},
+		{natsconn.Options{URL: "nats://h1,nats://u:p@h2"}, true},
+		{natsconn.Options{URL: "nats://token@h1"}, true},
+	} {
+		require.Equal(t, tt.want, tt.o.Authenticates(), "%+v", tt.o)
+	}
+}
