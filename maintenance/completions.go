@@ -29,8 +29,6 @@ type CompletionsConfig struct {
 	Logger *slog.Logger
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
-	// RetryDelay is how long a transient failure waits. Defaults to 1s.
-	RetryDelay time.Duration
 }
 
 // Completions is the maintenance service that ingests the results of
@@ -50,9 +48,6 @@ func NewCompletions(st *store.Store, a *admin.Admin, cfg CompletionsConfig) *Com
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
-	}
-	if cfg.RetryDelay <= 0 {
-		cfg.RetryDelay = time.Second
 	}
 	return &Completions{st: st, admin: a, cfg: cfg, log: cfg.Logger}
 }
@@ -99,7 +94,7 @@ func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Del
 		if md, merr := msg.Metadata(); merr == nil && md.NumDelivered >= unknownAfter {
 			return runner.Term(metrics.TermUnknownCapsule, fmt.Errorf("completion: %w", err))
 		}
-		return runner.NakAfter(in.cfg.RetryDelay, err)
+		return runner.Retry(err)
 	}
 	if in.st.Checkpoints.Corrupt.Report(err, "the completion is terminated") {
 		// The checkpoint is no value sagad wrote: it reads the same on
@@ -107,14 +102,14 @@ func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Del
 		return runner.Term(metrics.TermStateCorrupt, fmt.Errorf("completion: %w", err))
 	}
 	if err != nil {
-		return runner.NakAfter(in.cfg.RetryDelay, err)
+		return runner.Retry(err)
 	}
 	st := cp.State
 	if st.Status == capsule.InProgress && st.Phase == capsule.Execution && st.Cycle == cycle {
 		// The executor answered "accepted" and its result came back before
 		// the capsule's park (and the call's token hash) was recorded: keep
 		// the result until it is.
-		return runner.NakAfter(in.cfg.RetryDelay, nil)
+		return runner.Retry(nil)
 	}
 	waiting := st.Status == capsule.Paused && st.Pause != nil &&
 		st.Phase == capsule.Execution && st.Cycle == cycle && st.AwaitingCycle == cycle
@@ -135,7 +130,7 @@ func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Del
 	if st.Result == nil || st.Result.Cycle != cycle {
 		_, c, err := in.st.Raw(ctx, key)
 		if err != nil {
-			return runner.NakAfter(in.cfg.RetryDelay, fmt.Errorf("completion: %w", err))
+			return runner.Retry(fmt.Errorf("completion: %w", err))
 		}
 		if c == nil {
 			return runner.Ack()
@@ -154,7 +149,7 @@ func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Del
 				CreatedAt: in.cfg.Now().UTC(), Content: json.RawMessage(content),
 			})
 			if err != nil {
-				return runner.NakAfter(in.cfg.RetryDelay, err)
+				return runner.Retry(err)
 			}
 			result.ArtifactRef = ref
 		}
@@ -164,7 +159,7 @@ func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Del
 		} else if in.st.Checkpoints.Corrupt.Report(err, "the completion is terminated") {
 			return runner.Term(metrics.TermStateCorrupt, fmt.Errorf("completion: %w", err))
 		} else if err != nil {
-			return runner.NakAfter(in.cfg.RetryDelay, err)
+			return runner.Retry(err)
 		}
 		in.log.Info("completion recorded", "key", key, "cycle", cycle, "status", comp.Status)
 	}
@@ -172,7 +167,7 @@ func (in *Completions) Handle(ctx context.Context, msg jetstream.Msg) runner.Del
 		return runner.Ack()
 	}
 	if _, err := act.Resume(ctx, key, admin.ResumeOptions{By: capsule.BySagad, Reason: "the external result arrived", Force: true}); err != nil && !errors.Is(err, admin.ErrRefused) {
-		return runner.NakAfter(in.cfg.RetryDelay, err)
+		return runner.Retry(err)
 	}
 	return runner.Ack()
 }

@@ -34,7 +34,7 @@ func (AutomatedGates) Run(ctx context.Context, env *Env, in *Input) Decision {
 	})
 	if len(res.Errors) > 0 {
 		for n, err := range res.Errors {
-			return RetryAfter(env.RetryDelay, fmt.Errorf("automated gates: rule %d: %w", n, err))
+			return RetryLater(fmt.Errorf("automated gates: rule %d: %w", n, err))
 		}
 	}
 	if len(res.Violated) > 0 {
@@ -83,7 +83,7 @@ func dependencies(ctx context.Context, env *Env, in *Input) (Decision, bool) {
 		}
 		state, known, err := ds.DependencyState(ctx, id)
 		if err != nil {
-			return RetryAfter(env.RetryDelay, fmt.Errorf("automated gates: dependency %s: %w", id, err)), true
+			return RetryLater(fmt.Errorf("automated gates: dependency %s: %w", id, err)), true
 		}
 		switch {
 		case known && (state == capsule.Halted || state == capsule.Cancelled):

@@ -30,7 +30,7 @@ func contextArtifacts(ctx context.Context, env *Env, c *capsule.Capsule) ([]caps
 		if fr, ok := env.Resolver.(FinalResolver); ok {
 			r, found, err := fr.ResolveFinal(ctx, ref)
 			if err != nil {
-				d := RetryAfter(env.RetryDelay, fmt.Errorf("execution: resolve %q: %w", ref, err))
+				d := RetryLater(fmt.Errorf("execution: resolve %q: %w", ref, err))
 				return nil, &d
 			}
 			if !found {
@@ -49,7 +49,7 @@ func contextArtifacts(ctx context.Context, env *Env, c *capsule.Capsule) ([]caps
 			return nil, &d
 		}
 		if err != nil {
-			d := RetryAfter(env.RetryDelay, fmt.Errorf("execution: load %q: %w", ref, err))
+			d := RetryLater(fmt.Errorf("execution: load %q: %w", ref, err))
 			return nil, &d
 		}
 		out = append(out, a)

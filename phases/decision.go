@@ -32,3 +32,7 @@ var HaltWith = machine.HaltWith
 
 // RetryAfter returns a Retry decision.
 var RetryAfter = machine.RetryAfter
+
+// RetryLater returns a Retry decision redelivered after the runner's retry
+// delay: a transient failure with no delay of its own.
+var RetryLater = machine.RetryLater

@@ -86,7 +86,7 @@ func (e Execution) lock(ctx context.Context, env *Env, in *Input) *Decision {
 	if err := env.Locks.AcquireAll(ctx, paths, in.Key()); err != nil {
 		var aerr *locks.AcquireError
 		if !errors.As(err, &aerr) || !errors.Is(err, locks.ErrHeld) {
-			d := RetryAfter(env.RetryDelay, fmt.Errorf("execution: acquire locks: %w", err))
+			d := RetryLater(fmt.Errorf("execution: acquire locks: %w", err))
 			return &d
 		}
 		env.record().LockWait(time.Since(lockStart), true)
@@ -114,7 +114,7 @@ func (e Execution) outcome(ctx context.Context, env *Env, in *Input) (outcome, *
 		return o, nil
 	}
 	if err := in.Claim(ctx); err != nil {
-		d := RetryAfter(env.RetryDelay, fmt.Errorf("execution: claim cycle %d: %w", cycle, err))
+		d := RetryLater(fmt.Errorf("execution: claim cycle %d: %w", cycle, err))
 		return o, &d
 	}
 	// A delivery that claimed this cycle before us (the snapshot is from
@@ -122,7 +122,7 @@ func (e Execution) outcome(ctx context.Context, env *Env, in *Input) (outcome, *
 	if in.Redelivered || (st.Execution != nil && st.Execution.Cycle == cycle) {
 		stored, found, err := env.Artifacts.Lookup(ctx, in.Capsule.CapsuleID, cycle)
 		if err != nil {
-			d := RetryAfter(env.RetryDelay, fmt.Errorf("execution: look up artifact: %w", err))
+			d := RetryLater(fmt.Errorf("execution: look up artifact: %w", err))
 			return o, &d
 		}
 		if found {
@@ -171,7 +171,7 @@ func (e Execution) attempt(ctx context.Context, env *Env, in *Input, ex executor
 	// can complete the cycle, and the checkpoint keeps no more than its hash.
 	token, err := executors.NewCompletionToken()
 	if err != nil {
-		d := RetryAfter(env.RetryDelay, fmt.Errorf("execution: %w", err))
+		d := RetryLater(fmt.Errorf("execution: %w", err))
 		return executors.Result{}, nil, &d
 	}
 	callStart := time.Now()
@@ -201,7 +201,7 @@ func (e Execution) attempt(ctx context.Context, env *Env, in *Input, ex executor
 	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		failed = &executors.FailedError{Detail: "timed out: " + err.Error()}
 	case err != nil && ctx.Err() != nil:
-		d := RetryAfter(env.RetryDelay, fmt.Errorf("execution: interrupted: %w", err))
+		d := RetryLater(fmt.Errorf("execution: interrupted: %w", err))
 		return res, nil, &d
 	case err != nil:
 		failed = &executors.FailedError{Detail: err.Error()}
@@ -251,7 +251,7 @@ func (e Execution) finish(ctx context.Context, env *Env, in *Input, o outcome) D
 	}
 	charge, err := chargeUsage(ctx, env, in, execChargeID(in.Key(), cycle, o.a.done+1), caps, o.a.used, o.res.Usage)
 	if err != nil {
-		return RetryAfter(env.RetryDelay, fmt.Errorf("execution: charge budget: %w", err))
+		return RetryLater(fmt.Errorf("execution: charge budget: %w", err))
 	}
 	used := charge.Capsule
 	if o.failed != nil {
@@ -278,7 +278,7 @@ func (e Execution) store(runCtx context.Context, env *Env, in *Input, res execut
 		// A delivery whose claim lapsed must not overwrite the artifact of
 		// the one that took the cycle over.
 		if err := in.Revalidate(ctx); err != nil {
-			d := RetryAfter(env.RetryDelay, fmt.Errorf("execution: claim lost before storing the artifact: %w", err))
+			d := RetryLater(fmt.Errorf("execution: claim lost before storing the artifact: %w", err))
 			return "", &d
 		}
 	}
@@ -298,7 +298,7 @@ func (e Execution) store(runCtx context.Context, env *Env, in *Input, res execut
 	var ref string
 	err := persist(runCtx, env, func() (err error) { ref, err = env.Artifacts.Put(ctx, artifact); return err })
 	if err != nil {
-		d := RetryAfter(env.RetryDelay, fmt.Errorf("execution: store artifact: %w", err))
+		d := RetryLater(fmt.Errorf("execution: store artifact: %w", err))
 		return "", &d
 	}
 	return ref, nil

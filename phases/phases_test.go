@@ -494,7 +494,7 @@ func TestReceiveDetails(t *testing.T) {
 		b.locks.availErr = errors.New("kv down")
 		r := phases.Receive(context.Background(), b.env, newDoc().Sealed(t), func(id string) string { return id })
 		require.Equal(t, phases.Retry, r.Decision.Action)
-		require.Equal(t, 250*time.Millisecond, r.Decision.Delay)
+		require.Zero(t, r.Decision.Delay, "no delay of its own: the runner's retry delay")
 		require.ErrorContains(t, r.Decision.Err, `reception: lock "README.md": kv down`)
 		require.True(t, r.Decision.Halt.IsZero())
 	})
@@ -611,7 +611,7 @@ func TestExecutionRun(t *testing.T) {
 		// wantAwaiting: a park that records the cycle whose result it awaits.
 		wantAwaiting bool
 		wantReason   string
-		// wantDelay is a Retry's delay.
+		// wantDelay is a Retry's delay (0: the runner's retry delay).
 		wantDelay time.Duration
 		// wantRuns is how often the stub executor ran.
 		wantRuns int64
@@ -770,14 +770,14 @@ func TestExecutionRun(t *testing.T) {
 		{
 			name:       "lock store failure retries",
 			prepare:    func(b *bundle, _ *phases.Input) { b.locks.acquireErr = errors.New("kv timeout") },
-			wantAction: phases.Retry, wantDelay: 250 * time.Millisecond,
+			wantAction: phases.Retry, wantDelay: 0,
 		},
 		{
 			name: "claim held elsewhere retries",
 			prepare: func(_ *bundle, in *phases.Input) {
 				in.Claim = func(context.Context) error { return phases.ErrClaimHeld }
 			},
-			wantAction: phases.Retry, wantDelay: 250 * time.Millisecond,
+			wantAction: phases.Retry, wantDelay: 0,
 		},
 		{
 			name:       "no executor for the kind",
@@ -787,12 +787,12 @@ func TestExecutionRun(t *testing.T) {
 		{
 			name:       "budget store failure retries",
 			prepare:    func(b *bundle, _ *phases.Input) { b.budgets.err = errors.New("kv down") },
-			wantAction: phases.Retry, wantDelay: 250 * time.Millisecond, wantRuns: 1,
+			wantAction: phases.Retry, wantDelay: 0, wantRuns: 1,
 		},
 		{
 			name:       "artifact store failure retries",
 			prepare:    func(b *bundle, _ *phases.Input) { b.artifacts.putErr = errors.New("object store down") },
-			wantAction: phases.Retry, wantDelay: 250 * time.Millisecond, wantRuns: 1,
+			wantAction: phases.Retry, wantDelay: 0, wantRuns: 1,
 		},
 	}
 	for _, tt := range tests {

@@ -116,7 +116,7 @@ func (p failurePolicy) halt(reason capsule.HaltReason, used capsule.Usage, findi
 
 // retry is a transient failure of the phase's own writes.
 func (p failurePolicy) retry(env *Env, err error) *Decision {
-	d := RetryAfter(env.RetryDelay, fmt.Errorf("%s: %w", p.step, err))
+	d := RetryLater(fmt.Errorf("%s: %w", p.step, err))
 	return &d
 }
 

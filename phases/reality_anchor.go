@@ -24,7 +24,7 @@ func (RealityAnchor) Run(ctx context.Context, env *Env, in *Input) Decision {
 		}
 		ok, err := env.Resolver.Exists(ctx, ref)
 		if err != nil {
-			return RetryAfter(env.RetryDelay, fmt.Errorf("reality anchor: resolve %q: %w", ref, err))
+			return RetryLater(fmt.Errorf("reality anchor: resolve %q: %w", ref, err))
 		}
 		if !ok {
 			return HaltWith(capsule.ContextRefMissing(ref), capsule.Finding{
@@ -34,7 +34,7 @@ func (RealityAnchor) Run(ctx context.Context, env *Env, in *Input) Decision {
 	}
 	ok, err := env.Resolver.Exists(ctx, in.Capsule.Target)
 	if err != nil {
-		return RetryAfter(env.RetryDelay, fmt.Errorf("reality anchor: resolve target: %w", err))
+		return RetryLater(fmt.Errorf("reality anchor: resolve target: %w", err))
 	}
 	if !ok {
 		return HaltWith(capsule.TargetMissing(in.Capsule.Target), capsule.Finding{

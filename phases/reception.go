@@ -119,7 +119,7 @@ func validate(env *Env, raw []byte, obj map[string]any, version string) *Decisio
 	if errors.Is(err, schemas.ErrNotJSON) {
 		return halt(capsule.NotJSON())
 	}
-	d := RetryAfter(env.RetryDelay, fmt.Errorf("reception: validate: %w", err))
+	d := RetryLater(fmt.Errorf("reception: validate: %w", err))
 	return &d
 }
 
@@ -175,7 +175,7 @@ func locksAvailable(ctx context.Context, env *Env, c *capsule.Capsule, holder fu
 	for _, p := range c.Constraints.ResourceLocksRequired {
 		ok, err := env.Locks.Available(ctx, p, holder(c.CapsuleID))
 		if err != nil {
-			d := RetryAfter(env.RetryDelay, fmt.Errorf("reception: lock %q: %w", p, err))
+			d := RetryLater(fmt.Errorf("reception: lock %q: %w", p, err))
 			return &d
 		}
 		if !ok {

@@ -34,7 +34,7 @@ func (r Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	if in.Claim != nil {
 		// One reviewer call per cycle, however often the message is delivered.
 		if err := in.Claim(ctx); err != nil {
-			return RetryAfter(env.RetryDelay, fmt.Errorf("review: claim cycle %d: %w", in.Cycle(), err))
+			return RetryLater(fmt.Errorf("review: claim cycle %d: %w", in.Cycle(), err))
 		}
 	}
 	res, a, stop := r.call(ctx, env, in, reviewerID, rv, artifact)
@@ -61,7 +61,7 @@ func (Review) artifact(ctx context.Context, env *Env, in *Input) (capsule.Artifa
 		return artifact, &d
 	}
 	if err != nil {
-		d := RetryAfter(env.RetryDelay, fmt.Errorf("review: load artifact: %w", err))
+		d := RetryLater(fmt.Errorf("review: load artifact: %w", err))
 		return artifact, &d
 	}
 	return artifact, nil
@@ -121,7 +121,7 @@ func (Review) attempt(ctx context.Context, env *Env, in *Input, rv executors.Rev
 		}
 		return res, failed, nil
 	case ctx.Err() != nil:
-		d = RetryAfter(env.RetryDelay, fmt.Errorf("review: interrupted: %w", err))
+		d = RetryLater(fmt.Errorf("review: interrupted: %w", err))
 	default:
 		d = HaltWith(capsule.ExecutorFailed("reviewer: " + err.Error()))
 	}
@@ -135,7 +135,7 @@ func (Review) decide(ctx context.Context, env *Env, in *Input, reviewerID string
 	caps := st.Caps(c.Budget)
 	charge, err := chargeUsage(ctx, env, in, reviewChargeID(in.Key(), cycle, a.done+1), caps, a.used, res.Usage)
 	if err != nil {
-		return RetryAfter(env.RetryDelay, fmt.Errorf("review: charge budget: %w", err))
+		return RetryLater(fmt.Errorf("review: charge budget: %w", err))
 	}
 	entry := capsule.ReviewEntry{
 		Cycle: cycle, ReviewerID: reviewerID, Verdict: res.Verdict,

@@ -28,14 +28,14 @@ func admitToWave(ctx context.Context, env *Env, in *Input, next Decision) Decisi
 		return next
 	}
 	if in.Checkpoint == nil {
-		return RetryAfter(env.RetryDelay, fmt.Errorf("automated gates: wave %s: no checkpoint to reserve for", c.WaveID))
+		return RetryLater(fmt.Errorf("automated gates: wave %s: no checkpoint to reserve for", c.WaveID))
 	}
 	// The holder is the checkpoint key: the same for every delivery of
 	// this capsule, so a repeated admission finds its reservation.
 	caps := in.Checkpoint.State.Caps(c.Budget)
 	a, err := env.Waves.ReserveFor(ctx, c.WaveID, in.Key(), in.Checkpoint.Producer, caps)
 	if err != nil {
-		return RetryAfter(env.RetryDelay, fmt.Errorf("automated gates: wave %s: %w", c.WaveID, err))
+		return RetryLater(fmt.Errorf("automated gates: wave %s: %w", c.WaveID, err))
 	}
 	switch {
 	case a.Admitted:

@@ -156,7 +156,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 		}
 		p.running = append(p.running, r)
 	}
-	ingest := maintenance.NewCompletions(p.st, p.admin, maintenance.CompletionsConfig{Logger: p.log, Now: p.cfg.Now, RetryDelay: p.cfg.RetryDelay})
+	ingest := maintenance.NewCompletions(p.st, p.admin, maintenance.CompletionsConfig{Logger: p.log, Now: p.cfg.Now})
 	r, err := runner.Start(ctx, workCtx, p.js, store.CompletionsStream, store.CompletionsConsumer, rc, ingest.Handle)
 	if err != nil {
 		stopAll()
