@@ -17,30 +17,12 @@ import (
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/internal/sagatest"
 	"github.com/sagad/sagad/locks"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/schemas"
 	"github.com/sagad/sagad/store"
 )
-
-// acceptingStub answers "accepted": the result comes later on the completion subject.
-type acceptingStub struct {
-	n *atomic.Int64
-	// timeout is the endpoint's completion_timeout (zero: none configured).
-	timeout time.Duration
-	// token, when set, keeps the completion token of the latest call, as a
-	// worker must.
-	token *atomic.Pointer[string]
-}
-
-func (a acceptingStub) Execute(_ context.Context, req executors.Request) (executors.Result, error) {
-	a.n.Add(1)
-	if a.token != nil {
-		tok := req.CompletionToken
-		a.token.Store(&tok)
-	}
-	return executors.Result{}, &executors.AcceptedError{Timeout: a.timeout}
-}
 
 // completion is an execute completion with body's members and the
 // completion token the "accepting" executor was last given.
@@ -441,7 +423,7 @@ func TestEndpointCompletionTimeout(t *testing.T) {
 	f := setupWith(t, func(c *pipeline.Config) {
 		c.ExternalTimeout = time.Hour
 		c.SweepInterval = 50 * time.Millisecond
-		c.Executors.RegisterExecutor("accepting-briefly", acceptingStub{n: new(atomic.Int64), timeout: 300 * time.Millisecond})
+		c.Executors.RegisterExecutor("accepting-briefly", sagatest.AcceptingStub{N: new(atomic.Int64), Timeout: 300 * time.Millisecond})
 	})
 	doc := f.own(t, capsuletest.New().Set("task.kind", "accepting-briefly"))
 	f.publish(t, doc.Sealed(t))
