@@ -28,24 +28,10 @@ import (
 // completion token the "accepting" executor was last given.
 func (f *fixture) completion(t *testing.T, body string) []byte {
 	t.Helper()
-	var tok *string
-	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		tok = f.acceptedToken.Load()
-		return tok != nil
-	}, "the accepting executor was called")
-	return withToken(t, body, *tok)
+	return f.bundle.Completion(t, body)
 }
 
-// withToken returns body, a JSON object, with completion_token set to token.
-func withToken(t *testing.T, body, token string) []byte {
-	t.Helper()
-	var m map[string]any
-	require.NoError(t, json.Unmarshal([]byte(body), &m))
-	m["completion_token"] = token
-	b, err := json.Marshal(m)
-	require.NoError(t, err)
-	return b
-}
+func withToken(t *testing.T, body, token string) []byte { return sagatest.WithToken(t, body, token) }
 
 func (f *fixture) admin(t *testing.T) *admin.Admin {
 	t.Helper()
@@ -646,17 +632,7 @@ func TestResumeFinishedByPhaseMessage(t *testing.T) {
 	f.waitState(t, doc.ID(), capsule.Completed)
 }
 
-func waitCompletionsDrained(t *testing.T, f *fixture) {
-	t.Helper()
-	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		cons, err := f.js.Consumer(context.Background(), store.CompletionsStream, store.CompletionsConsumer)
-		if err != nil {
-			return false
-		}
-		info, err := cons.Info(context.Background())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	}, "completions drained")
-}
+func waitCompletionsDrained(t *testing.T, f *fixture) { t.Helper(); f.bundle.WaitCompletionsDrained(t) }
 
 // TestOperatorPauseOverAcceptedWork: resume refuses a capsule still waiting
 // for accepted work unless forced; an operator pause taken meanwhile keeps
