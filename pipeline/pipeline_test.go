@@ -94,13 +94,7 @@ func (f *fixture) own(t *testing.T, d capsuletest.Doc) capsuletest.Doc {
 	return d.Set("target", "file:"+name).Set("constraints.resource_locks_required", []any{name})
 }
 
-func outcomes(h []client.HistoryEntry) []string {
-	out := make([]string, len(h))
-	for i, e := range h {
-		out[i] = e.PhaseName + "/" + e.Outcome
-	}
-	return out
-}
+func outcomes(h []client.HistoryEntry) []string { return sagatest.Outcomes(h) }
 
 func TestValidCapsuleCompletes(t *testing.T) {
 	t.Parallel()
