@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
@@ -237,3 +238,10 @@ func Logger(t testing.TB) *slog.Logger {
 type tlogWriter struct{ t testing.TB }
 
 func (w tlogWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
+
+// LeakOptions are the goleak options of a package whose tests run a
+// pipeline: nats.go's ObjectStore.Put (the pipeline's artifacts) can leave
+// this goroutine blocked, an upstream race, not ours.
+func LeakOptions() []goleak.Option {
+	return []goleak.Option{goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect")}
+}
