@@ -35,56 +35,28 @@ func withToken(t *testing.T, body, token string) []byte { return sagatest.WithTo
 
 func (f *fixture) admin(t *testing.T) *admin.Admin {
 	t.Helper()
-	a, err := admin.Open(context.Background(), f.js)
-	require.NoError(t, err)
-	return a
+	return f.bundle.Admin(t)
 }
 
 // waitState polls until the capsule is in state s.
 func (f *fixture) waitState(t *testing.T, id string, s capsule.State) client.Status {
 	t.Helper()
-	var st client.Status
-	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
-		var err error
-		st, err = f.client.Status(context.Background(), id)
-		return err == nil && st.State == s
-	}, "capsule %s never reached %s (last %s at %s)", id, s, st.State, st.PhaseName)
-	return st
+	return f.bundle.WaitState(t, id, s)
 }
 
 func eventKinds(t *testing.T, f *fixture, id string) []capsule.EventKind {
 	t.Helper()
-	events, err := f.client.History(context.Background(), id)
-	require.NoError(t, err)
-	out := make([]capsule.EventKind, len(events))
-	for i, e := range events {
-		out[i] = e.Kind
-	}
-	return out
+	return f.bundle.EventKinds(t, id)
 }
 
 func requireContinuation(t *testing.T, f *fixture, key string, trigger capsule.Trigger, ph capsule.Phase) {
 	t.Helper()
-	kv, err := f.js.KeyValue(context.Background(), store.ContinuationsBucket)
-	require.NoError(t, err)
-	var e jetstream.KeyValueEntry
-	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		e, err = kv.Get(context.Background(), key)
-		return err == nil
-	}, "continuation of %s written", key)
-	require.NoError(t, schemas.Validate(schemas.Continuation, e.Value()))
-	var c capsule.Continuation
-	require.NoError(t, json.Unmarshal(e.Value(), &c))
-	require.Equal(t, trigger, c.Trigger)
-	require.Equal(t, ph, c.Phase)
+	f.bundle.RequireContinuation(t, key, trigger, ph)
 }
 
 func requireNoContinuation(t *testing.T, f *fixture, key string) {
 	t.Helper()
-	kv, err := f.js.KeyValue(context.Background(), store.ContinuationsBucket)
-	require.NoError(t, err)
-	_, err = kv.Get(context.Background(), key)
-	require.Error(t, err)
+	f.bundle.RequireNoContinuation(t, key)
 }
 
 // TestPauseQueuedThenResume: a capsule paused while queued parks at its phase
@@ -550,44 +522,26 @@ func TestPausedSurvivesRestart(t *testing.T) {
 	require.Empty(t, pendingItems(t, a))
 }
 
-// continuation reads key's continuation record as stored.
 func continuation(t *testing.T, f *fixture, key string) capsule.Continuation {
 	t.Helper()
-	kv, err := f.js.KeyValue(context.Background(), store.ContinuationsBucket)
-	require.NoError(t, err)
-	e, err := kv.Get(context.Background(), key)
-	require.NoError(t, err)
-	var c capsule.Continuation
-	require.NoError(t, json.Unmarshal(e.Value(), &c))
-	return c
+	return f.bundle.Continuation(t, key)
 }
 
 // pendingItems is Admin.Pending without the ages, which grow by themselves.
 func pendingItems(t *testing.T, a *admin.Admin) []admin.PendingItem {
 	t.Helper()
-	items, err := a.Pending(context.Background())
-	require.NoError(t, err)
-	for i := range items {
-		items[i].AgeSecs = 0
-	}
-	return items
+	return sagatest.PendingItems(t, a)
 }
 
 func history(t *testing.T, f *fixture, id string) []capsule.Event {
 	t.Helper()
-	events, err := f.client.History(context.Background(), id)
-	require.NoError(t, err)
-	return events
+	return f.bundle.History(t, id)
 }
 
 // phaseConsumer returns the info of phase ph's consumer.
 func phaseConsumer(t *testing.T, f *fixture, ph capsule.Phase) *jetstream.ConsumerInfo {
 	t.Helper()
-	cons, err := f.js.Consumer(context.Background(), store.PhaseStream(ph), store.ConsumerName(ph))
-	require.NoError(t, err)
-	info, err := cons.Info(context.Background())
-	require.NoError(t, err)
-	return info
+	return f.bundle.PhaseConsumer(t, ph)
 }
 
 // TestResumeFinishedByPhaseMessage: a resume that died after sending its

@@ -294,19 +294,7 @@ func consumerDelivered(t *testing.T, f *fixture, ph int) uint64 {
 // waitDrained waits until no phase has pending or unacknowledged messages.
 func waitDrained(t *testing.T, f *fixture) {
 	t.Helper()
-	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
-		for ph := capsule.Phase(0); ph < capsule.NumPhases; ph++ {
-			cons, err := f.js.Consumer(context.Background(), store.PhaseStream(ph), store.ConsumerName(ph))
-			if err != nil {
-				return false
-			}
-			info, err := cons.Info(context.Background())
-			if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
-				return false
-			}
-		}
-		return true
-	}, "phases drained")
+	f.bundle.WaitDrained(t)
 }
 
 func idOf(t *testing.T, raw []byte) string {

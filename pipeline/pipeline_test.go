@@ -3,11 +3,8 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,7 +14,6 @@ import (
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/capsuletest"
-	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/internal/sagatest"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/schemas"
@@ -66,32 +62,19 @@ func (f *fixture) start(t *testing.T, cfg pipeline.Config) *pipeline.Pipeline {
 	return f.bundle.Start(t, cfg)
 }
 
-func (f *fixture) publish(t *testing.T, raw []byte) {
-	t.Helper()
-	_, err := f.client.Publish(context.Background(), raw, "")
-	require.NoError(t, err)
-}
+func (f *fixture) publish(t *testing.T, raw []byte) { t.Helper(); f.bundle.Publish(t, raw) }
 
+// wait polls until the capsule has left in_progress and waiting.
 func (f *fixture) wait(t *testing.T, id string) client.Status {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var s client.Status
-	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
-		var err error
-		s, err = f.client.Status(ctx, id)
-		return err == nil && s.State != capsule.InProgress && s.State != capsule.Waiting
-	}, "capsule %s never left in_progress (or waiting)", id)
-	return s
+	return f.bundle.Wait(t, id)
 }
 
 // own gives the capsule a target and lock of its own, so capsules of one test
 // do not contend for locks.
 func (f *fixture) own(t *testing.T, d capsuletest.Doc) capsuletest.Doc {
 	t.Helper()
-	name := "own-" + d.ID() + ".txt"
-	require.NoError(t, os.WriteFile(filepath.Join(f.workspace, name), []byte("x"), 0o644))
-	return d.Set("target", "file:"+name).Set("constraints.resource_locks_required", []any{name})
+	return f.bundle.Own(t, d)
 }
 
 func outcomes(h []client.HistoryEntry) []string { return sagatest.Outcomes(h) }
