@@ -52,3 +52,10 @@ func Outcomes(h []client.HistoryEntry) []string {
 	}
 	return out
 }
+
+// EventuallyExecuted waits until the stub executors ran at least n times.
+func (b *Bundle) EventuallyExecuted(t *testing.T, n int64) {
+	t.Helper()
+	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool { return b.Executed.Load() >= n },
+		"executor ran %d times, want %d", b.Executed.Load(), n)
+}
