@@ -183,3 +183,53 @@ func TestPublishEvent(t *testing.T) {
 	require.Equal(t, "alice", events[0].By)
 	require.True(t, t0.Equal(events[0].At))
 }
+
+// TestEmitParked: a parked capsule's event says why it is parked, and every
+// park but the operator gate leaves a continuation for the sweeper to find;
+// emitting the same park again adds no event.
+func TestEmitParked(t *testing.T) {
+	t.Parallel()
+	f := sagatest.Setup(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		state        capsule.State
+		trigger      capsule.Trigger
+		kind         capsule.EventKind
+		continuation bool
+	}{
+		{capsule.Paused, capsule.TriggerBudgetWarning, capsule.EventPaused, true},
+		{capsule.Paused, capsule.TriggerDeadlineApproaching, capsule.EventPaused, true},
+		{capsule.Paused, capsule.TriggerOperatorManual, capsule.EventPaused, true},
+		{capsule.Paused, capsule.TriggerLockContention, capsule.EventPaused, true},
+		{capsule.Paused, capsule.TriggerBlockedExternal, capsule.EventPaused, true},
+		{capsule.WaitingForOperator, capsule.TriggerOperatorGate, capsule.EventWaiting, false},
+		{capsule.Waiting, capsule.TriggerDependencies, capsule.EventDependencyWait, true},
+		{capsule.Waiting, capsule.TriggerWaveCapacity, capsule.EventWaveWait, true},
+	} {
+		t.Run(string(tc.trigger), func(t *testing.T) {
+			id := capsuletest.NewID()
+			cp := store.NewCheckpoint(id, id, "trace", "", digest1, t0)
+			cp.State.Status = tc.state
+			cp.State.Phase, cp.State.PhaseName, cp.State.Cycle = capsule.Execution, capsule.Execution.String(), 1
+			cp.State.Pause = &capsule.PauseInfo{Trigger: tc.trigger, Reason: "why", By: "alice", At: t0}
+			require.NoError(t, f.Store.EmitParked(ctx, cp))
+			require.NoError(t, f.Store.EmitParked(ctx, cp))
+
+			events, err := f.Client.History(ctx, id)
+			require.NoError(t, err)
+			require.Len(t, events, 1)
+			require.Equal(t, tc.kind, events[0].Kind)
+			require.Equal(t, string(tc.trigger)+": why", events[0].Detail)
+			require.Equal(t, "alice", events[0].By)
+
+			c, err := f.Store.Continuations.Get(ctx, id)
+			if !tc.continuation {
+				require.ErrorIs(t, err, store.ErrNotFound, "the operator gate is found by its state, not a record")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.trigger, c.Trigger)
+			require.Equal(t, capsule.Execution, c.Phase)
+		})
+	}
+}
