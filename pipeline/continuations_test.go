@@ -27,8 +27,6 @@ func (f *fixture) completion(t *testing.T, body string) []byte {
 	return f.bundle.Completion(t, body)
 }
 
-func withToken(t *testing.T, body, token string) []byte { return sagatest.WithToken(t, body, token) }
-
 func (f *fixture) admin(t *testing.T) *admin.Admin {
 	t.Helper()
 	return f.bundle.Admin(t)
@@ -283,5 +281,3 @@ func TestResumeFinishedByPhaseMessage(t *testing.T) {
 	require.NoError(t, err)
 	f.waitState(t, doc.ID(), capsule.Completed)
 }
-
-func waitCompletionsDrained(t *testing.T, f *fixture) { t.Helper(); f.bundle.WaitCompletionsDrained(t) }

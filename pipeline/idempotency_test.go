@@ -27,8 +27,6 @@ func countEvents(t *testing.T, f *fixture, id string) map[capsule.EventKind]int 
 	return f.bundle.CountEvents(t, id)
 }
 
-func countOutcomes(t *testing.T, f *fixture) uint64 { t.Helper(); return f.bundle.CountOutcomes(t) }
-
 // requireOutcomes requires the outcome stream to hold exactly n outcomes.
 func requireOutcomes(t *testing.T, f *fixture, n uint64, msgAndArgs ...any) {
 	t.Helper()
