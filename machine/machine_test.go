@@ -57,12 +57,23 @@ func awaiting() *capsule.Checkpoint {
 	return cp
 }
 
+// eventTypes is how many event types [machine.Apply] knows: Decide, Claim,
+// Renew, RequestResume, Resume, Pause, End, Revise, Reject, RecordResult,
+// RecordAttempt and Replay. A new event raises it, and the table below must
+// then say what the event does in every state.
+const eventTypes = 12
+
 // TestEveryStateAndEvent applies every event to a checkpoint in every state
 // and checks whether it applies, changes nothing, or is refused — and how.
 func TestEveryStateAndEvent(t *testing.T) {
 	t.Parallel()
 	states := map[string]func() *capsule.Checkpoint{
-		"in_progress@EXECUTION/1":  func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.Execution, 1) },
+		"in_progress@EXECUTION/1": func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.Execution, 1) },
+		"in_progress/claimed": func() *capsule.Checkpoint {
+			cp := at(capsule.InProgress, capsule.Execution, 1)
+			cp.State.Execution = &capsule.ExecutionClaim{Cycle: 1, Holder: "h", ExpiresAt: t0.Add(time.Minute)}
+			return cp
+		},
 		"paused/operator_manual":   func() *capsule.Checkpoint { return paused(capsule.TriggerOperatorManual, "") },
 		"paused/lock_contention":   func() *capsule.Checkpoint { return paused(capsule.TriggerLockContention, "") },
 		"paused/resume_in_flight":  func() *capsule.Checkpoint { return paused(capsule.TriggerOperatorManual, "tok") },
@@ -94,24 +105,37 @@ func TestEveryStateAndEvent(t *testing.T) {
 		"record_result": machine.RecordResult{Cycle: 1, Result: capsule.ExecutionResult{Cycle: 1, ArtifactRef: "a"}, TokenHash: rightHash},
 		"forged":        machine.RecordResult{Cycle: 1, Result: capsule.ExecutionResult{Cycle: 1, ArtifactRef: "a"}, TokenHash: wrongHash},
 		"replay":        machine.Replay{Token: "rp", By: "op"},
+		"reject":        machine.Reject{Rationale: "no", By: "op"},
+		"record_attempt": machine.RecordAttempt{Cycle: 1, Holder: "h", Attempt: 1,
+			Failure: capsule.AttemptFailure{ExitCode: 1, Error: "exit status 1"}},
 	}
 	// want: "ok" (applies with a change), "noop" (applies, nothing to
 	// write), or the refusal kind.
 	const ok, noop = "ok", "noop"
 	stale, lost, ref, unauth := machine.ErrStale, machine.ErrClaimLost, machine.ErrRefused, machine.ErrUnauthenticated
 	want := map[string]map[string]any{
-		"in_progress@EXECUTION/1":  {"decide": ok, "claim": ok, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": noop, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "replay": ref},
-		"paused/operator_manual":   {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": noop, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "replay": ref},
-		"paused/lock_contention":   {"decide": stale, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "replay": ref},
-		"paused/resume_in_flight":  {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": ok, "flip_at": ok, "pause": noop, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "replay": ref},
-		"waiting/dependencies":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "replay": ref},
-		"paused/awaiting_external": {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ok, "reject": ref, "revise": ref, "record_result": ok, "forged": unauth, "replay": ref},
-		"waiting_for_operator":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ok, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ok, "revise": ok, "record_result": noop, "forged": noop, "replay": ref},
-		"completed":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "replay": ref},
-		"halted":                   {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "replay": ok},
-		"cancelled":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": noop, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "replay": ok},
+		// Only the claim's holder renews it or records a failed attempt;
+		// a decision from a delivery without the claim is stale.
+		"in_progress/claimed":      {"decide": stale, "claim": ok, "renew": ok, "resume": ref, "accept": ref, "flip": noop, "flip_at": noop, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": ok, "replay": ref},
+		"in_progress@EXECUTION/1":  {"decide": ok, "claim": ok, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": noop, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": lost, "replay": ref},
+		"paused/operator_manual":   {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": noop, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref},
+		"paused/lock_contention":   {"decide": stale, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref},
+		"paused/resume_in_flight":  {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": ok, "flip_at": ok, "pause": noop, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref},
+		"waiting/dependencies":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref},
+		"paused/awaiting_external": {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ok, "reject": ref, "revise": ref, "record_result": ok, "forged": unauth, "record_attempt": stale, "replay": ref},
+		"waiting_for_operator":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ok, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ok, "revise": ok, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref},
+		"completed":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref},
+		"halted":                   {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ok},
+		"cancelled":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": noop, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ok},
 	}
+	require.Len(t, want, len(states), "an expectation row per state")
+	kinds := map[string]bool{}
+	for _, ev := range events {
+		kinds[fmt.Sprintf("%T", ev)] = true
+	}
+	require.Len(t, kinds, eventTypes, "every event type of the machine is applied in every state")
 	for sname, mk := range states {
+		require.Len(t, want[sname], len(events), "an expectation per event in %s", sname)
 		for ename, ev := range events {
 			w, okw := want[sname][ename]
 			require.True(t, okw, "no expectation for %s × %s", sname, ename)

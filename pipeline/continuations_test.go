@@ -3,7 +3,6 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,303 +13,44 @@ import (
 	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
-	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
-	"github.com/sagad/sagad/locks"
+	"github.com/sagad/sagad/internal/sagatest"
 	"github.com/sagad/sagad/pipeline"
-	"github.com/sagad/sagad/schemas"
 	"github.com/sagad/sagad/store"
 )
-
-// acceptingStub answers "accepted": the result comes later on the completion subject.
-type acceptingStub struct {
-	n *atomic.Int64
-	// timeout is the endpoint's completion_timeout (zero: none configured).
-	timeout time.Duration
-	// token, when set, keeps the completion token of the latest call, as a
-	// worker must.
-	token *atomic.Pointer[string]
-}
-
-func (a acceptingStub) Execute(_ context.Context, req executors.Request) (executors.Result, error) {
-	a.n.Add(1)
-	if a.token != nil {
-		tok := req.CompletionToken
-		a.token.Store(&tok)
-	}
-	return executors.Result{}, &executors.AcceptedError{Timeout: a.timeout}
-}
 
 // completion is an execute completion with body's members and the
 // completion token the "accepting" executor was last given.
 func (f *fixture) completion(t *testing.T, body string) []byte {
 	t.Helper()
-	var tok *string
-	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		tok = f.acceptedToken.Load()
-		return tok != nil
-	}, "the accepting executor was called")
-	return withToken(t, body, *tok)
-}
-
-// withToken returns body, a JSON object, with completion_token set to token.
-func withToken(t *testing.T, body, token string) []byte {
-	t.Helper()
-	var m map[string]any
-	require.NoError(t, json.Unmarshal([]byte(body), &m))
-	m["completion_token"] = token
-	b, err := json.Marshal(m)
-	require.NoError(t, err)
-	return b
+	return f.bundle.Completion(t, body)
 }
 
 func (f *fixture) admin(t *testing.T) *admin.Admin {
 	t.Helper()
-	a, err := admin.Open(context.Background(), f.js)
-	require.NoError(t, err)
-	return a
+	return f.bundle.Admin(t)
 }
 
 // waitState polls until the capsule is in state s.
 func (f *fixture) waitState(t *testing.T, id string, s capsule.State) client.Status {
 	t.Helper()
-	var st client.Status
-	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
-		var err error
-		st, err = f.client.Status(context.Background(), id)
-		return err == nil && st.State == s
-	}, "capsule %s never reached %s (last %s at %s)", id, s, st.State, st.PhaseName)
-	return st
+	return f.bundle.WaitState(t, id, s)
 }
 
 func eventKinds(t *testing.T, f *fixture, id string) []capsule.EventKind {
 	t.Helper()
-	events, err := f.client.History(context.Background(), id)
-	require.NoError(t, err)
-	out := make([]capsule.EventKind, len(events))
-	for i, e := range events {
-		out[i] = e.Kind
-	}
-	return out
+	return f.bundle.EventKinds(t, id)
 }
 
 func requireContinuation(t *testing.T, f *fixture, key string, trigger capsule.Trigger, ph capsule.Phase) {
 	t.Helper()
-	kv, err := f.js.KeyValue(context.Background(), store.ContinuationsBucket)
-	require.NoError(t, err)
-	var e jetstream.KeyValueEntry
-	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		e, err = kv.Get(context.Background(), key)
-		return err == nil
-	}, "continuation of %s written", key)
-	require.NoError(t, schemas.Validate(schemas.Continuation, e.Value()))
-	var c capsule.Continuation
-	require.NoError(t, json.Unmarshal(e.Value(), &c))
-	require.Equal(t, trigger, c.Trigger)
-	require.Equal(t, ph, c.Phase)
+	f.bundle.RequireContinuation(t, key, trigger, ph)
 }
 
 func requireNoContinuation(t *testing.T, f *fixture, key string) {
 	t.Helper()
-	kv, err := f.js.KeyValue(context.Background(), store.ContinuationsBucket)
-	require.NoError(t, err)
-	_, err = kv.Get(context.Background(), key)
-	require.Error(t, err)
-}
-
-// TestPauseQueuedThenResume: a capsule paused while queued parks at its phase
-// and, resumed, runs every phase exactly once.
-func TestPauseQueuedThenResume(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	a := f.admin(t)
-	ctx := context.Background()
-	require.NoError(t, a.PausePhase(ctx, capsule.Planning))
-	doc := f.own(t, capsuletest.New())
-	f.publish(t, doc.Sealed(t))
-	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		s, err := f.client.Status(ctx, doc.ID())
-		return err == nil && s.Phase == int(capsule.Planning)
-	}, "queued at PLANNING")
-
-	s, err := a.Pause(ctx, doc.ID(), "look first", "alice")
-	require.NoError(t, err)
-	require.Equal(t, capsule.Paused, s.State)
-	again, err := a.Pause(ctx, doc.ID(), "twice", "alice")
-	require.NoError(t, err, "pausing a paused capsule is a no-op")
-	require.Equal(t, capsule.Paused, again.State)
-	require.NoError(t, a.ResumePhase(ctx, capsule.Planning))
-	waitDrained(t, f) // the queued message was delivered and dropped
-	s = f.waitState(t, doc.ID(), capsule.Paused)
-	require.Equal(t, int(capsule.Planning), s.Phase)
-	requireContinuation(t, f, doc.ID(), capsule.TriggerOperatorManual, capsule.Planning)
-
-	pending, err := a.Pending(ctx)
-	require.NoError(t, err)
-	require.Len(t, pending, 1)
-	require.Equal(t, capsule.TriggerOperatorManual, pending[0].Trigger)
-
-	_, err = a.Resume(ctx, doc.ID(), admin.ResumeOptions{By: "bob", Reason: "go"})
-	require.NoError(t, err)
-	s = f.wait(t, doc.ID())
-	require.Equal(t, capsule.Completed, s.State)
-	require.Len(t, s.History, 7)
-	require.Equal(t, int64(1), f.executed.Load())
-	requireNoContinuation(t, f, doc.ID())
-	kinds := eventKinds(t, f, doc.ID())
-	require.Contains(t, kinds, capsule.EventPaused)
-	require.Contains(t, kinds, capsule.EventResumed)
-	events, err := f.client.History(ctx, doc.ID())
-	require.NoError(t, err)
-	for _, e := range events {
-		if e.Kind == capsule.EventResumed {
-			require.Equal(t, "bob", e.By)
-		}
-		if e.Kind == capsule.EventPaused {
-			require.Equal(t, "alice", e.By)
-		}
-	}
-	_, err = a.Resume(ctx, doc.ID(), admin.ResumeOptions{})
-	require.ErrorIs(t, err, admin.ErrRefused)
-}
-
-// TestPauseInsidePhase: a pause while the executor runs lets EXECUTION record
-// its result, then parks at REVIEW; resume never re-runs the executor.
-func TestPauseInsidePhase(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	a := f.admin(t)
-	ctx := context.Background()
-	doc := f.own(t, capsuletest.New().Set("task.kind", "slow"))
-	f.publish(t, doc.Sealed(t))
-	eventuallyExecuted(t, f, 1)
-	_, err := a.Pause(ctx, doc.ID(), "", "alice")
-	require.NoError(t, err)
-	f.gate <- struct{}{}
-	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		s, err := f.client.Status(ctx, doc.ID())
-		return err == nil && s.State == capsule.Paused && s.Phase == int(capsule.ReviewPhase)
-	}, "parked at REVIEW")
-	cp, err := f.client.Checkpoint(ctx, doc.ID())
-	require.NoError(t, err)
-	require.NotNil(t, cp.State.Result)
-	require.NoError(t, schemas.ValidateValue(schemas.Checkpoint, cp))
-	requireContinuation(t, f, doc.ID(), capsule.TriggerOperatorManual, capsule.ReviewPhase)
-
-	_, err = a.Resume(ctx, doc.ID(), admin.ResumeOptions{By: "bob"})
-	require.NoError(t, err)
-	s := f.wait(t, doc.ID())
-	require.Equal(t, capsule.Completed, s.State)
-	require.Equal(t, int64(1), f.executed.Load())
-	require.Len(t, s.History, 7)
-}
-
-// TestCancelWhileExecuting ends the capsule cancelled and frees its locks;
-// the executor's late result changes nothing.
-func TestCancelWhileExecuting(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	a := f.admin(t)
-	ctx := context.Background()
-	doc := f.own(t, capsuletest.New().Set("task.kind", "slow"))
-	f.publish(t, doc.Sealed(t))
-	eventuallyExecuted(t, f, 1)
-	s, err := a.Cancel(ctx, doc.ID(), "not needed", "alice")
-	require.NoError(t, err)
-	require.Equal(t, capsule.Cancelled, s.State)
-	lm, err := locks.New(ctx, f.js, locks.Config{})
-	require.NoError(t, err)
-	lockPath := "own-" + doc.ID() + ".txt"
-	holder, err := lm.Holder(ctx, lockPath)
-	require.NoError(t, err)
-	require.Empty(t, holder, "cancel releases the locks")
-	// Let the executor finish, unless its run already stopped: the
-	// heartbeat that finds the claim gone cancels it, and it then never
-	// reads the gate.
-	select {
-	case f.gate <- struct{}{}:
-	case <-time.After(5 * time.Second):
-	}
-	waitDrained(t, f)
-	s, err = f.client.Status(ctx, doc.ID())
-	require.NoError(t, err)
-	require.Equal(t, capsule.Cancelled, s.State)
-	require.Equal(t, capsule.OutcomeCancelled, s.History[len(s.History)-1].Outcome)
-	requireOutcomes(t, f, 1)
-	_, err = a.Cancel(ctx, doc.ID(), "again", "alice")
-	require.NoError(t, err, "cancel is idempotent")
-	_, err = a.Pause(ctx, doc.ID(), "", "alice")
-	require.ErrorIs(t, err, admin.ErrRefused)
-}
-
-// TestOperatorGate: accept goes to HANDOFF; revise loops to EXECUTION as a new
-// cycle with the rationale; a decision on a capsule not waiting is refused.
-func TestOperatorGate(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	a := f.admin(t)
-	ctx := context.Background()
-	doc := f.own(t, capsuletest.New().Set("review.operator_gate", true))
-	f.publish(t, doc.Sealed(t))
-	s := f.waitState(t, doc.ID(), capsule.WaitingForOperator)
-	require.Equal(t, int(capsule.Handoff), s.Phase)
-	pending, err := a.Pending(ctx)
-	require.NoError(t, err)
-	require.Len(t, pending, 1)
-	require.Equal(t, capsule.WaitingForOperator, pending[0].State)
-
-	_, err = a.Resume(ctx, doc.ID(), admin.ResumeOptions{})
-	require.ErrorIs(t, err, admin.ErrRefused, "resume is not a decision")
-	_, err = a.Pause(ctx, doc.ID(), "", "x")
-	require.ErrorIs(t, err, admin.ErrRefused)
-
-	s, err = a.Decide(ctx, doc.ID(), admin.DecisionRevise, "tighten the wording", "carol")
-	require.NoError(t, err)
-	require.Equal(t, capsule.InProgress, s.State)
-	s = f.waitState(t, doc.ID(), capsule.WaitingForOperator)
-	require.Equal(t, 2, s.CyclesUsed)
-	s, err = a.Decide(ctx, doc.ID(), admin.DecisionAccept, "good now", "carol")
-	require.NoError(t, err)
-	s = f.wait(t, doc.ID())
-	require.Equal(t, capsule.Completed, s.State)
-	require.Equal(t, 2, s.CyclesUsed)
-	require.Equal(t, int64(2), f.executed.Load())
-
-	events, err := f.client.History(ctx, doc.ID())
-	require.NoError(t, err)
-	var revision *capsule.Event
-	for i, e := range events {
-		if e.Kind == capsule.EventRevisionTriggered {
-			revision = &events[i]
-		}
-	}
-	require.NotNil(t, revision)
-	require.Equal(t, "tighten the wording", revision.Detail)
-	require.Equal(t, "carol", revision.By)
-
-	before, err := f.client.Status(ctx, doc.ID())
-	require.NoError(t, err)
-	_, err = a.Decide(ctx, doc.ID(), admin.DecisionAccept, "", "carol")
-	require.ErrorIs(t, err, admin.ErrRefused)
-	after, err := f.client.Status(ctx, doc.ID())
-	require.NoError(t, err)
-	require.Equal(t, before, after, "a refused decision changes nothing")
-}
-
-// TestReviseAtLastCycleHalts: Rule 12 applies to operator revisions too.
-func TestReviseAtLastCycleHalts(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	a := f.admin(t)
-	ctx := context.Background()
-	doc := f.own(t, capsuletest.New().Set("review.operator_gate", true).Set("review.max_cycles", 1))
-	f.publish(t, doc.Sealed(t))
-	f.waitState(t, doc.ID(), capsule.WaitingForOperator)
-	s, err := a.Decide(ctx, doc.ID(), admin.DecisionRevise, "again", "carol")
-	require.NoError(t, err)
-	require.Equal(t, capsule.Halted, s.State)
-	require.Equal(t, "max_cycles_exceeded:1", s.HaltReason)
+	f.bundle.RequireNoContinuation(t, key)
 }
 
 // TestBudgetWarning pauses after 75 % of a cap; resume with a raised cap
@@ -347,110 +87,6 @@ func TestDeadlineApproaching(t *testing.T) {
 	_, err := a.Resume(ctx, doc.ID(), admin.ResumeOptions{Deadline: &later})
 	require.NoError(t, err)
 	require.Equal(t, capsule.Completed, f.wait(t, doc.ID()).State)
-}
-
-// TestLockContention: a capsule whose lock another holder keeps parks with
-// lock_contention and resumes by itself once the lock is free.
-func TestLockContention(t *testing.T) {
-	t.Parallel()
-	f := setupWith(t, func(c *pipeline.Config) {
-		c.LockWait = 300 * time.Millisecond
-		c.SweepInterval = 50 * time.Millisecond
-	})
-	a := f.admin(t)
-	ctx := context.Background()
-	require.NoError(t, a.PausePhase(ctx, capsule.Execution))
-	doc := f.own(t, capsuletest.New())
-	f.publish(t, doc.Sealed(t))
-	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		s, err := f.client.Status(ctx, doc.ID())
-		return err == nil && s.Phase == int(capsule.Execution)
-	}, "queued at EXECUTION")
-	lm, err := locks.New(ctx, f.js, locks.Config{})
-	require.NoError(t, err)
-	path := "own-" + doc.ID() + ".txt"
-	require.NoError(t, lm.TryAcquire(ctx, path, "someone-else"))
-	require.NoError(t, a.ResumePhase(ctx, capsule.Execution))
-	f.waitState(t, doc.ID(), capsule.Paused)
-	requireContinuation(t, f, doc.ID(), capsule.TriggerLockContention, capsule.Execution)
-	require.Equal(t, int64(0), f.executed.Load())
-	require.NoError(t, lm.Release(ctx, path, "someone-else"))
-	f.waitState(t, doc.ID(), capsule.Completed)
-	require.Equal(t, int64(1), f.executed.Load())
-}
-
-// TestAcceptedWorkCompletesLater: an executor that answers "accepted" parks
-// the capsule (locks kept); the result on the completion subject resumes it
-// without running the executor again; a second result is ignored.
-func TestAcceptedWorkCompletesLater(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	ctx := context.Background()
-	doc := f.own(t, capsuletest.New().Set("task.kind", "accepting"))
-	f.publish(t, doc.Sealed(t))
-	s := f.waitState(t, doc.ID(), capsule.Paused)
-	require.Equal(t, int(capsule.Execution), s.Phase)
-	lm, err := locks.New(ctx, f.js, locks.Config{})
-	require.NoError(t, err)
-	holder, err := lm.Holder(ctx, "own-"+doc.ID()+".txt")
-	require.NoError(t, err)
-	require.Equal(t, doc.ID(), holder, "locks stay held while the work runs elsewhere")
-
-	result := f.completion(t, `{"kind":"execute","status":"ok","content":{"answer":42},"usage":{"tokens":5,"dollars":0.001}}`)
-	_, err = f.js.Publish(ctx, executors.CompletionSubject(doc.ID(), 1), result)
-	require.NoError(t, err)
-	s = f.waitState(t, doc.ID(), capsule.Completed)
-	require.Equal(t, int64(1), f.executed.Load())
-	objs, err := f.js.ObjectStore(ctx, store.ArtifactsBucket)
-	require.NoError(t, err)
-	b, err := objs.GetBytes(ctx, doc.ID()+"/1")
-	require.NoError(t, err)
-	var art capsule.Artifact
-	require.NoError(t, json.Unmarshal(b, &art))
-	require.JSONEq(t, `{"answer":42}`, string(art.Content))
-
-	_, err = f.js.Publish(ctx, executors.CompletionSubject(doc.ID(), 1), result)
-	require.NoError(t, err)
-	waitCompletionsDrained(t, f)
-	after, err := f.client.Status(ctx, doc.ID())
-	require.NoError(t, err)
-	require.Equal(t, s.History, after.History)
-}
-
-// TestExternalResultOverdue halts a capsule whose accepted work never reports.
-func TestExternalResultOverdue(t *testing.T) {
-	t.Parallel()
-	f := setupWith(t, func(c *pipeline.Config) {
-		c.ExternalTimeout = 300 * time.Millisecond
-		c.SweepInterval = 50 * time.Millisecond
-	})
-	doc := f.own(t, capsuletest.New().Set("task.kind", "accepting"))
-	f.publish(t, doc.Sealed(t))
-	s := f.wait(t, doc.ID())
-	for s.State == capsule.Paused {
-		s = f.waitState(t, doc.ID(), capsule.Halted)
-	}
-	require.Equal(t, capsule.Halted, s.State)
-	require.Equal(t, "executor_failed:no result for cycle 1 within 300ms", s.HaltReason)
-}
-
-// TestEndpointCompletionTimeout: an endpoint's completion_timeout, not the
-// daemon's --external-timeout, decides when its accepted work is overdue.
-func TestEndpointCompletionTimeout(t *testing.T) {
-	t.Parallel()
-	f := setupWith(t, func(c *pipeline.Config) {
-		c.ExternalTimeout = time.Hour
-		c.SweepInterval = 50 * time.Millisecond
-		c.Executors.RegisterExecutor("accepting-briefly", acceptingStub{n: new(atomic.Int64), timeout: 300 * time.Millisecond})
-	})
-	doc := f.own(t, capsuletest.New().Set("task.kind", "accepting-briefly"))
-	f.publish(t, doc.Sealed(t))
-	s := f.wait(t, doc.ID())
-	for s.State == capsule.Paused {
-		s = f.waitState(t, doc.ID(), capsule.Halted)
-	}
-	require.Equal(t, capsule.Halted, s.State)
-	require.Equal(t, "executor_failed:no result for cycle 1 within 300ms", s.HaltReason)
 }
 
 // TestPausedSurvivesRestart: paused stays paused and waiting stays waiting
@@ -582,44 +218,26 @@ func TestPausedSurvivesRestart(t *testing.T) {
 	require.Empty(t, pendingItems(t, a))
 }
 
-// continuation reads key's continuation record as stored.
 func continuation(t *testing.T, f *fixture, key string) capsule.Continuation {
 	t.Helper()
-	kv, err := f.js.KeyValue(context.Background(), store.ContinuationsBucket)
-	require.NoError(t, err)
-	e, err := kv.Get(context.Background(), key)
-	require.NoError(t, err)
-	var c capsule.Continuation
-	require.NoError(t, json.Unmarshal(e.Value(), &c))
-	return c
+	return f.bundle.Continuation(t, key)
 }
 
 // pendingItems is Admin.Pending without the ages, which grow by themselves.
 func pendingItems(t *testing.T, a *admin.Admin) []admin.PendingItem {
 	t.Helper()
-	items, err := a.Pending(context.Background())
-	require.NoError(t, err)
-	for i := range items {
-		items[i].AgeSecs = 0
-	}
-	return items
+	return sagatest.PendingItems(t, a)
 }
 
 func history(t *testing.T, f *fixture, id string) []capsule.Event {
 	t.Helper()
-	events, err := f.client.History(context.Background(), id)
-	require.NoError(t, err)
-	return events
+	return f.bundle.History(t, id)
 }
 
 // phaseConsumer returns the info of phase ph's consumer.
 func phaseConsumer(t *testing.T, f *fixture, ph capsule.Phase) *jetstream.ConsumerInfo {
 	t.Helper()
-	cons, err := f.js.Consumer(context.Background(), store.PhaseStream(ph), store.ConsumerName(ph))
-	require.NoError(t, err)
-	info, err := cons.Info(context.Background())
-	require.NoError(t, err)
-	return info
+	return f.bundle.PhaseConsumer(t, ph)
 }
 
 // TestResumeFinishedByPhaseMessage: a resume that died after sending its
@@ -662,55 +280,4 @@ func TestResumeFinishedByPhaseMessage(t *testing.T) {
 	_, err = f.js.PublishMsg(ctx, m)
 	require.NoError(t, err)
 	f.waitState(t, doc.ID(), capsule.Completed)
-}
-
-func waitCompletionsDrained(t *testing.T, f *fixture) {
-	t.Helper()
-	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		cons, err := f.js.Consumer(context.Background(), store.CompletionsStream, store.CompletionsConsumer)
-		if err != nil {
-			return false
-		}
-		info, err := cons.Info(context.Background())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	}, "completions drained")
-}
-
-// TestOperatorPauseOverAcceptedWork: resume refuses a capsule still waiting
-// for accepted work unless forced; an operator pause taken meanwhile keeps
-// the capsule paused when the result arrives, and resume then uses it.
-func TestOperatorPauseOverAcceptedWork(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	a := f.admin(t)
-	ctx := context.Background()
-	doc := f.own(t, capsuletest.New().Set("task.kind", "accepting"))
-	f.publish(t, doc.Sealed(t))
-	f.waitState(t, doc.ID(), capsule.Paused)
-	_, err := a.Resume(ctx, doc.ID(), admin.ResumeOptions{})
-	require.ErrorIs(t, err, admin.ErrRefused)
-
-	s, err := a.Pause(ctx, doc.ID(), "hold it", "alice")
-	require.NoError(t, err)
-	cp, err := f.client.Checkpoint(ctx, doc.ID())
-	require.NoError(t, err)
-	require.Equal(t, capsule.TriggerOperatorManual, cp.State.Pause.Trigger)
-	require.Equal(t, capsule.Paused, s.State)
-
-	result := f.completion(t, `{"kind":"execute","status":"ok","content":{"answer":7},"usage":{"tokens":5,"dollars":0.001}}`)
-	_, err = f.js.Publish(ctx, executors.CompletionSubject(doc.ID(), 1), result)
-	require.NoError(t, err)
-	waitCompletionsDrained(t, f)
-	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		cp, err := f.client.Checkpoint(ctx, doc.ID())
-		return err == nil && cp.State.Result != nil && cp.State.Result.Cycle == 1
-	}, "result recorded")
-	s, err = f.client.Status(ctx, doc.ID())
-	require.NoError(t, err)
-	require.Equal(t, capsule.Paused, s.State, "the operator's pause stands")
-
-	_, err = a.Resume(ctx, doc.ID(), admin.ResumeOptions{By: "alice"})
-	require.NoError(t, err)
-	f.waitState(t, doc.ID(), capsule.Completed)
-	require.Equal(t, int64(1), f.executed.Load())
 }

@@ -24,31 +24,13 @@ import (
 
 func countEvents(t *testing.T, f *fixture, id string) map[capsule.EventKind]int {
 	t.Helper()
-	events, err := f.client.History(context.Background(), id)
-	require.NoError(t, err)
-	kinds := map[capsule.EventKind]int{}
-	for _, e := range events {
-		kinds[e.Kind]++
-	}
-	return kinds
+	return f.bundle.CountEvents(t, id)
 }
 
-func countOutcomes(t *testing.T, f *fixture) uint64 {
-	t.Helper()
-	str, err := f.js.Stream(context.Background(), store.OutcomesStream)
-	require.NoError(t, err)
-	info, err := str.Info(context.Background())
-	require.NoError(t, err)
-	return info.State.Msgs
-}
-
-// requireOutcomes requires the outcome stream to hold exactly n outcomes. A
-// capsule's end is recorded in its checkpoint before its outcome is
-// published, so it waits for n first; a repeated outcome makes it more.
+// requireOutcomes requires the outcome stream to hold exactly n outcomes.
 func requireOutcomes(t *testing.T, f *fixture, n uint64, msgAndArgs ...any) {
 	t.Helper()
-	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool { return countOutcomes(t, f) >= n }, "fewer than %d outcomes", n)
-	require.Equal(t, n, countOutcomes(t, f), msgAndArgs...)
+	f.bundle.RequireOutcomes(t, n, msgAndArgs...)
 }
 
 // TestPublishedTwiceRunsOnce: the same capsule published twice (before and
@@ -310,19 +292,7 @@ func consumerDelivered(t *testing.T, f *fixture, ph int) uint64 {
 // waitDrained waits until no phase has pending or unacknowledged messages.
 func waitDrained(t *testing.T, f *fixture) {
 	t.Helper()
-	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
-		for ph := capsule.Phase(0); ph < capsule.NumPhases; ph++ {
-			cons, err := f.js.Consumer(context.Background(), store.PhaseStream(ph), store.ConsumerName(ph))
-			if err != nil {
-				return false
-			}
-			info, err := cons.Info(context.Background())
-			if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
-				return false
-			}
-		}
-		return true
-	}, "phases drained")
+	f.bundle.WaitDrained(t)
 }
 
 func idOf(t *testing.T, raw []byte) string {

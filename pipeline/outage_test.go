@@ -11,6 +11,7 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/internal/sagatest"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/store"
 )
@@ -26,7 +27,7 @@ func TestResultKeptWhileWritesFail(t *testing.T) {
 	calls := new(atomic.Int64)
 	gate := make(chan struct{})
 	f := setupWith(t, func(c *pipeline.Config) {
-		c.Executors.RegisterExecutor("gated", countingStub{n: calls, gate: gate})
+		c.Executors.RegisterExecutor("gated", sagatest.CountingStub{N: calls, Gate: gate})
 	})
 	ctx := context.Background()
 	doc := f.own(t, capsuletest.New().Set("task.kind", "gated"))

@@ -171,8 +171,7 @@ func TestLockUnavailableAtReception(t *testing.T) {
 
 func eventuallyExecuted(t *testing.T, f *fixture, n int64) {
 	t.Helper()
-	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool { return f.executed.Load() >= n },
-		"executor ran %d times, want %d", f.executed.Load(), n)
+	f.bundle.EventuallyExecuted(t, n)
 }
 
 // TestBadInputIsKept: bytes that are no capsule end halted with a specific

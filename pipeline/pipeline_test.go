@@ -3,12 +3,8 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,13 +14,14 @@ import (
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/capsuletest"
-	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/internal/sagatest"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/schemas"
 	"github.com/sagad/sagad/store"
 )
 
-// fixture is one embedded server, one running pipeline and a client.
+// fixture is one embedded server, one running pipeline and a client: the
+// shared sagatest bundle under the names the pipeline's tests use.
 type fixture struct {
 	srv       *server.Server
 	js        jetstream.JetStream
@@ -37,24 +34,7 @@ type fixture struct {
 	// acceptedToken is the completion token of the "accepting" executor's
 	// latest call.
 	acceptedToken *atomic.Pointer[string]
-}
-
-// countingStub counts executor runs per capsule around the stub executor.
-type countingStub struct {
-	n    *atomic.Int64
-	gate chan struct{} // when non-nil, each run waits for a value
-}
-
-func (c countingStub) Execute(ctx context.Context, req executors.Request) (executors.Result, error) {
-	c.n.Add(1)
-	if c.gate != nil {
-		select {
-		case <-c.gate:
-		case <-ctx.Done():
-			return executors.Result{}, ctx.Err()
-		}
-	}
-	return executors.Stub{}.Execute(ctx, req)
+	bundle        *sagatest.Bundle
 }
 
 type tlogWriter struct{ t testing.TB }
@@ -62,15 +42,7 @@ type tlogWriter struct{ t testing.TB }
 func (w tlogWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
 
 func testConfig(t testing.TB, workspace string, reg *executors.Registry) pipeline.Config {
-	return pipeline.Config{
-		Logger:     slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Workspace:  workspace,
-		Workers:    4,
-		AckWait:    2 * time.Second,
-		Heartbeat:  300 * time.Millisecond,
-		RetryDelay: 50 * time.Millisecond,
-		Executors:  reg,
-	}
+	return sagatest.Config(t, workspace, reg)
 }
 
 func setup(t *testing.T) *fixture { t.Helper(); return setupWith(t, nil) }
@@ -78,73 +50,34 @@ func setup(t *testing.T) *fixture { t.Helper(); return setupWith(t, nil) }
 // setupWith is setup with a chance to change the pipeline's configuration.
 func setupWith(t *testing.T, change func(*pipeline.Config)) *fixture {
 	t.Helper()
-	s := natstest.RunServer(t)
-	_, js := natstest.Connect(t, s)
-	f := &fixture{srv: s, js: js, executed: new(atomic.Int64), workspace: capsuletest.Workspace(t), gate: make(chan struct{}), acceptedToken: new(atomic.Pointer[string])}
-	reg := executors.NewRegistry()
-	reg.RegisterExecutor("stub", countingStub{n: f.executed})
-	reg.RegisterExecutor("slow", countingStub{n: f.executed, gate: f.gate})
-	reg.RegisterExecutor("accepting", acceptingStub{n: f.executed, token: f.acceptedToken})
-	f.cfg = testConfig(t, f.workspace, reg)
-	if change != nil {
-		change(&f.cfg)
+	b := sagatest.Run(t, change)
+	return &fixture{
+		srv: b.Server, js: b.JS, gate: b.Gate, client: b.Client, pipe: b.Pipeline, cfg: b.Config,
+		executed: b.Executed, workspace: b.Workspace, acceptedToken: b.AcceptedToken, bundle: b,
 	}
-	f.pipe = f.start(t, f.cfg)
-	client, err := client.NewClient(context.Background(), js)
-	require.NoError(t, err)
-	f.client = client
-	return f
 }
 
 func (f *fixture) start(t *testing.T, cfg pipeline.Config) *pipeline.Pipeline {
 	t.Helper()
-	ctx := context.Background()
-	p, err := pipeline.New(ctx, f.js, cfg)
-	require.NoError(t, err)
-	require.NoError(t, p.Start(ctx))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		p.Stop(ctx)
-	})
-	return p
+	return f.bundle.Start(t, cfg)
 }
 
-func (f *fixture) publish(t *testing.T, raw []byte) {
-	t.Helper()
-	_, err := f.client.Publish(context.Background(), raw, "")
-	require.NoError(t, err)
-}
+func (f *fixture) publish(t *testing.T, raw []byte) { t.Helper(); f.bundle.Publish(t, raw) }
 
+// wait polls until the capsule has left in_progress and waiting.
 func (f *fixture) wait(t *testing.T, id string) client.Status {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var s client.Status
-	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
-		var err error
-		s, err = f.client.Status(ctx, id)
-		return err == nil && s.State != capsule.InProgress && s.State != capsule.Waiting
-	}, "capsule %s never left in_progress (or waiting)", id)
-	return s
+	return f.bundle.Wait(t, id)
 }
 
 // own gives the capsule a target and lock of its own, so capsules of one test
 // do not contend for locks.
 func (f *fixture) own(t *testing.T, d capsuletest.Doc) capsuletest.Doc {
 	t.Helper()
-	name := "own-" + d.ID() + ".txt"
-	require.NoError(t, os.WriteFile(filepath.Join(f.workspace, name), []byte("x"), 0o644))
-	return d.Set("target", "file:"+name).Set("constraints.resource_locks_required", []any{name})
+	return f.bundle.Own(t, d)
 }
 
-func outcomes(h []client.HistoryEntry) []string {
-	out := make([]string, len(h))
-	for i, e := range h {
-		out[i] = e.PhaseName + "/" + e.Outcome
-	}
-	return out
-}
+func outcomes(h []client.HistoryEntry) []string { return sagatest.Outcomes(h) }
 
 func TestValidCapsuleCompletes(t *testing.T) {
 	t.Parallel()

@@ -23,10 +23,7 @@ func ptr[T any](v T) *T { return &v }
 // "slow" waits for the fixture's gate) and reviewer use 500 tokens in all.
 func waveDoc(t *testing.T, f *fixture, wave, kind string) capsuletest.Doc {
 	t.Helper()
-	return f.own(t, capsuletest.New().Set("wave_id", wave).Set("task.kind", kind).Set("budget.tokens", 1000).Stub(map[string]any{
-		"usage":        map[string]any{"tokens": 400, "dollars": 0.01},
-		"review_usage": map[string]any{"tokens": 100, "dollars": 0.01},
-	}))
+	return f.bundle.WaveDoc(t, wave, kind)
 }
 
 func waveSetup(t *testing.T) *fixture {
@@ -248,31 +245,6 @@ func TestWaveReservationRedelivered(t *testing.T) {
 	w = f.waveOf(t, "wd")
 	require.Equal(t, int64(500), w.Used.Tokens)
 	require.Equal(t, capsule.Usage{}, w.Reserved)
-}
-
-// TestWaveLeakedReservationReleased: a reservation left by a capsule that
-// had already ended (an admission racing a cancel) or that sagad does not
-// know is released by the sweeper once a capsule waits for the wave.
-func TestWaveLeakedReservationReleased(t *testing.T) {
-	t.Parallel()
-	f := waveSetup(t)
-	ctx := context.Background()
-	tr := f.pipe.Store().Budgets
-	done := capsuletest.New()
-	f.publish(t, done.Sealed(t))
-	require.Equal(t, capsule.Completed, f.wait(t, done.ID()).State)
-	_, err := tr.ChangeWave(ctx, "wl", budget.WaveChange{Tokens: ptr(int64(2000))})
-	require.NoError(t, err)
-	for _, holder := range []string{done.ID(), capsuletest.NewID()} {
-		a, err := tr.Reserve(ctx, "wl", holder, capsule.Budget{Tokens: 1000, Dollars: 1})
-		require.NoError(t, err)
-		require.True(t, a.Admitted)
-	}
-	d := waveDoc(t, f, "wl", "stub")
-	f.publish(t, d.Sealed(t))
-	s := f.wait(t, d.ID())
-	require.Equal(t, capsule.Completed, s.State, "halt: %s", s.HaltReason)
-	natstest.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool { return f.waveOf(t, "wl").Holders == 0 }, "all released")
 }
 
 // TestWaveTwoSagads: two sagads admit the capsules of one wave at once;

@@ -1,4 +1,4 @@
-package pipeline_test
+package admin_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/internal/sagatest"
 	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/schemas"
@@ -48,11 +49,11 @@ func (f flaky) calls() []string {
 }
 
 // setupReplay is a pipeline with the "flaky" executor, down at first.
-func setupReplay(t *testing.T, change func(*pipeline.Config)) (*fixture, flaky) {
+func setupReplay(t *testing.T, change func(*pipeline.Config)) (*sagatest.Bundle, flaky) {
 	t.Helper()
 	fl := flaky{down: new(atomic.Bool), mu: new(sync.Mutex), keys: new([]string)}
 	fl.down.Store(true)
-	f := setupWith(t, func(c *pipeline.Config) {
+	f := sagatest.Run(t, func(c *pipeline.Config) {
 		c.Executors.RegisterExecutor("flaky", fl)
 		c.SweepInterval = 50 * time.Millisecond
 		if change != nil {
@@ -63,10 +64,10 @@ func setupReplay(t *testing.T, change func(*pipeline.Config)) (*fixture, flaky) 
 }
 
 // outcomeIDs are the de-duplication ids of every outcome message, in order.
-func outcomeIDs(t *testing.T, f *fixture) []string {
+func outcomeIDs(t *testing.T, f *sagatest.Bundle) []string {
 	t.Helper()
 	ctx := context.Background()
-	str, err := f.js.Stream(ctx, store.OutcomesStream)
+	str, err := f.JS.Stream(ctx, store.OutcomesStream)
 	require.NoError(t, err)
 	info, err := str.Info(ctx)
 	require.NoError(t, err)
@@ -100,21 +101,21 @@ func TestReplayFromWhereItHalted(t *testing.T) {
 	t.Parallel()
 	f, fl := setupReplay(t, nil)
 	ctx := context.Background()
-	a := f.admin(t)
-	doc := f.own(t, capsuletest.New().Set("task.kind", "flaky"))
-	f.publish(t, doc.Sealed(t))
-	s := f.wait(t, doc.ID())
+	a := f.Admin(t)
+	doc := f.Own(t, capsuletest.New().Set("task.kind", "flaky"))
+	f.Publish(t, doc.Sealed(t))
+	s := f.Wait(t, doc.ID())
 	require.Equal(t, capsule.Halted, s.State)
 	require.Equal(t, "executor_failed:worker down", s.HaltReason)
 	require.Equal(t, 1, s.Run)
-	requireOutcomes(t, f, 1)
+	f.RequireOutcomes(t, 1)
 	spent := s.BudgetUsed
 
 	later := capsule.ReviewPhase
 	_, err := a.Replay(ctx, doc.ID(), admin.ReplayOptions{By: "op", From: &later})
 	require.ErrorIs(t, err, admin.ErrRefused)
 	require.Contains(t, err.Error(), "it ended at EXECUTION (phase 4)")
-	unchanged, err := f.client.Status(ctx, doc.ID())
+	unchanged, err := f.Client.Status(ctx, doc.ID())
 	require.NoError(t, err)
 	require.Equal(t, s, unchanged, "a refused replay changes nothing")
 
@@ -126,23 +127,23 @@ func TestReplayFromWhereItHalted(t *testing.T) {
 	require.Equal(t, 2, r.Capsule.CyclesUsed, "cycles number on across runs")
 	require.Empty(t, r.Dependents)
 
-	s = f.wait(t, doc.ID())
+	s = f.Wait(t, doc.ID())
 	require.Equal(t, capsule.Completed, s.State, "halt: %s", s.HaltReason)
 	require.Equal(t, 2, s.Run)
 	require.Equal(t, []string{
 		"RECEPTION/passed", "REALITY_ANCHOR/passed", "PLANNING/passed", "AUTOMATED_GATES/passed", "EXECUTION/halted",
 		"EXECUTION/replayed", "EXECUTION/passed", "REVIEW/passed", "HANDOFF/completed",
-	}, outcomes(s.History))
+	}, sagatest.Outcomes(s.History))
 	require.Equal(t, []int{1, 1, 1, 1, 1, 2, 2, 2, 2}, runsOf(s.History))
 	require.Equal(t, []string{doc.ID() + "/1", doc.ID() + "/2"}, fl.calls(), "each run calls the agent under its own idempotency key")
 	require.Greater(t, s.BudgetUsed.Tokens, spent.Tokens, "spend accumulates across runs")
 	require.GreaterOrEqual(t, s.BudgetUsed.Tokens, spent.Tokens+executors.DefaultStubUsage.Tokens)
 
-	requireOutcomes(t, f, 2, "one outcome per run")
+	f.RequireOutcomes(t, 2, "one outcome per run")
 	require.Equal(t, []string{doc.ID() + ".outcome", doc.ID() + ".run2.outcome"}, outcomeIDs(t, f))
-	require.Equal(t, 1, countEvents(t, f, doc.ID())[capsule.EventReplayed])
+	require.Equal(t, 1, f.CountEvents(t, doc.ID())[capsule.EventReplayed])
 
-	cp, err := f.client.Checkpoint(ctx, doc.ID())
+	cp, err := f.Client.Checkpoint(ctx, doc.ID())
 	require.NoError(t, err)
 	require.NoError(t, schemas.ValidateValue(schemas.Checkpoint, cp))
 	require.Equal(t, 2, cp.Run)
@@ -151,7 +152,7 @@ func TestReplayFromWhereItHalted(t *testing.T) {
 	require.ErrorIs(t, err, admin.ErrRefused, "a completed capsule is not replayed")
 	_, err = a.Replay(ctx, "no-such-capsule", admin.ReplayOptions{By: "op"})
 	require.ErrorIs(t, err, store.ErrNotFound)
-	requireOutcomes(t, f, 2)
+	f.RequireOutcomes(t, 2)
 }
 
 // TestReplayFromAnEarlierPhase: --from-phase runs the phases from there
@@ -160,10 +161,10 @@ func TestReplayFromAnEarlierPhase(t *testing.T) {
 	t.Parallel()
 	f, fl := setupReplay(t, nil)
 	ctx := context.Background()
-	a := f.admin(t)
-	doc := f.own(t, capsuletest.New().Set("task.kind", "flaky"))
-	f.publish(t, doc.Sealed(t))
-	require.Equal(t, capsule.Halted, f.wait(t, doc.ID()).State)
+	a := f.Admin(t)
+	doc := f.Own(t, capsuletest.New().Set("task.kind", "flaky"))
+	f.Publish(t, doc.Sealed(t))
+	require.Equal(t, capsule.Halted, f.Wait(t, doc.ID()).State)
 
 	rec := capsule.Reception
 	_, err := a.Replay(ctx, doc.ID(), admin.ReplayOptions{By: "op", From: &rec})
@@ -173,14 +174,14 @@ func TestReplayFromAnEarlierPhase(t *testing.T) {
 	from := capsule.RealityAnchor
 	_, err = a.Replay(ctx, doc.ID(), admin.ReplayOptions{By: "op", From: &from})
 	require.NoError(t, err)
-	s := f.wait(t, doc.ID())
+	s := f.Wait(t, doc.ID())
 	require.Equal(t, capsule.Completed, s.State, "halt: %s", s.HaltReason)
 	require.Equal(t, []string{
 		"RECEPTION/passed", "REALITY_ANCHOR/passed", "PLANNING/passed", "AUTOMATED_GATES/passed", "EXECUTION/halted",
 		"EXECUTION/replayed", "REALITY_ANCHOR/passed", "PLANNING/passed", "AUTOMATED_GATES/passed",
 		"EXECUTION/passed", "REVIEW/passed", "HANDOFF/completed",
-	}, outcomes(s.History))
-	requireOutcomes(t, f, 2)
+	}, sagatest.Outcomes(s.History))
+	f.RequireOutcomes(t, 2)
 }
 
 // TestReplayCorrectedCapsule: a capsule halted at REALITY_ANCHOR (its
@@ -191,16 +192,16 @@ func TestReplayCorrectedCapsule(t *testing.T) {
 	t.Parallel()
 	f, _ := setupReplay(t, nil)
 	ctx := context.Background()
-	a := f.admin(t)
+	a := f.Admin(t)
 	doc := capsuletest.New().Set("target", "file:missing-"+capsuletest.NewID()+".txt")
-	f.publish(t, doc.Sealed(t))
-	s := f.wait(t, doc.ID())
+	f.Publish(t, doc.Sealed(t))
+	s := f.Wait(t, doc.ID())
 	require.Equal(t, capsule.Halted, s.State)
 	require.Equal(t, int(capsule.RealityAnchor), s.Phase, "halt: %s", s.HaltReason)
-	before, err := f.client.Checkpoint(ctx, doc.ID())
+	before, err := f.Client.Checkpoint(ctx, doc.ID())
 	require.NoError(t, err)
 
-	other := f.own(t, capsuletest.New())
+	other := f.Own(t, capsuletest.New())
 	_, err = a.Replay(ctx, doc.ID(), admin.ReplayOptions{By: "op", Capsule: other.Sealed(t)})
 	require.ErrorIs(t, err, admin.ErrRefused)
 	require.Contains(t, err.Error(), "the corrected capsule's id is")
@@ -208,28 +209,28 @@ func TestReplayCorrectedCapsule(t *testing.T) {
 	require.ErrorIs(t, err, admin.ErrRefused)
 	require.Contains(t, err.Error(), "would halt at RECEPTION")
 	// A correction cannot join a chain: only sagad assigns chain steps.
-	joined := f.own(t, doc).Set("chain", map[string]any{"id": "c-1", "step": 0})
+	joined := f.Own(t, doc).Set("chain", map[string]any{"id": "c-1", "step": 0})
 	_, err = a.Replay(ctx, doc.ID(), admin.ReplayOptions{By: "op", Capsule: joined.Sealed(t)})
 	require.ErrorIs(t, err, admin.ErrRefused)
 	require.Contains(t, err.Error(), "only sagad assigns chain steps")
 	joined.Delete("chain")
-	after, err := f.client.Checkpoint(ctx, doc.ID())
+	after, err := f.Client.Checkpoint(ctx, doc.ID())
 	require.NoError(t, err)
 	require.Equal(t, before, after, "refused replays change nothing")
 
-	fixed := f.own(t, doc).Sealed(t) // a target that exists, and its lock (Rule 8)
+	fixed := f.Own(t, doc).Sealed(t) // a target that exists, and its lock (Rule 8)
 	r, err := a.Replay(ctx, doc.ID(), admin.ReplayOptions{By: "op", Capsule: fixed})
 	require.NoError(t, err)
 	require.Equal(t, 2, r.Capsule.Run)
-	s = f.wait(t, doc.ID())
+	s = f.Wait(t, doc.ID())
 	require.Equal(t, capsule.Completed, s.State, "halt: %s", s.HaltReason)
 	require.Equal(t, []string{
 		"RECEPTION/passed", "REALITY_ANCHOR/halted",
 		"REALITY_ANCHOR/replayed", "RECEPTION/passed", "REALITY_ANCHOR/passed", "PLANNING/passed", "AUTOMATED_GATES/passed",
 		"EXECUTION/passed", "REVIEW/passed", "HANDOFF/completed",
-	}, outcomes(s.History))
-	requireOutcomes(t, f, 2)
-	str, err := f.js.Stream(ctx, store.OutcomesStream)
+	}, sagatest.Outcomes(s.History))
+	f.RequireOutcomes(t, 2)
+	str, err := f.JS.Stream(ctx, store.OutcomesStream)
 	require.NoError(t, err)
 	m, err := str.GetLastMsgForSubject(ctx, store.OutcomeSubject(capsule.Completed))
 	require.NoError(t, err)
@@ -242,16 +243,16 @@ func TestReplaysRacing(t *testing.T) {
 	t.Parallel()
 	f, fl := setupReplay(t, nil)
 	ctx := context.Background()
-	doc := f.own(t, capsuletest.New().Set("task.kind", "flaky"))
-	f.publish(t, doc.Sealed(t))
-	require.Equal(t, capsule.Halted, f.wait(t, doc.ID()).State)
+	doc := f.Own(t, capsuletest.New().Set("task.kind", "flaky"))
+	f.Publish(t, doc.Sealed(t))
+	require.Equal(t, capsule.Halted, f.Wait(t, doc.ID()).State)
 	fl.down.Store(false)
 
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	start := make(chan struct{})
 	for i := range errs {
-		a := f.admin(t) // each its own admin, as two sagads
+		a := f.Admin(t) // each its own admin, as two sagads
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -270,11 +271,11 @@ func TestReplaysRacing(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, ok, "exactly one replay starts a run: %v", errs)
-	s := f.wait(t, doc.ID())
+	s := f.Wait(t, doc.ID())
 	require.Equal(t, capsule.Completed, s.State)
 	require.Equal(t, 2, s.Run)
-	require.Equal(t, 1, countEvents(t, f, doc.ID())[capsule.EventReplayed])
-	requireOutcomes(t, f, 2)
+	require.Equal(t, 1, f.CountEvents(t, doc.ID())[capsule.EventReplayed])
+	f.RequireOutcomes(t, 2)
 }
 
 // TestReplayCrashHalfway: a replay that dies once its run is written — the
@@ -284,21 +285,21 @@ func TestReplayCrashHalfway(t *testing.T) {
 	t.Parallel()
 	f, fl := setupReplay(t, func(c *pipeline.Config) { c.RescueAfter = 500 * time.Millisecond })
 	ctx := context.Background()
-	a := f.admin(t)
-	st, err := store.Open(ctx, f.js)
+	a := f.Admin(t)
+	st, err := store.Open(ctx, f.JS)
 	require.NoError(t, err)
 
-	plain := f.own(t, capsuletest.New().Set("task.kind", "flaky"))
-	f.publish(t, plain.Sealed(t))
-	require.Equal(t, capsule.Halted, f.wait(t, plain.ID()).State)
+	plain := f.Own(t, capsuletest.New().Set("task.kind", "flaky"))
+	f.Publish(t, plain.Sealed(t))
+	require.Equal(t, capsule.Halted, f.Wait(t, plain.ID()).State)
 	fl.down.Store(false)
 	_, err = a.Apply(ctx, plain.ID(), machine.Replay{Token: "crashed", By: "op"})
 	require.NoError(t, err)
 
 	corrected := capsuletest.New().Set("target", "file:missing-"+capsuletest.NewID()+".txt")
-	f.publish(t, corrected.Sealed(t))
-	require.Equal(t, capsule.Halted, f.wait(t, corrected.ID()).State)
-	fixed := f.own(t, corrected).Sealed(t)
+	f.Publish(t, corrected.Sealed(t))
+	require.Equal(t, capsule.Halted, f.Wait(t, corrected.ID()).State)
+	fixed := f.Own(t, corrected).Sealed(t)
 	d, err := capsule.Digest(fixed)
 	require.NoError(t, err)
 	require.NoError(t, st.StageBytes(ctx, corrected.ID(), d, fixed))
@@ -306,11 +307,11 @@ func TestReplayCrashHalfway(t *testing.T) {
 	require.NoError(t, err)
 
 	for _, id := range []string{plain.ID(), corrected.ID()} {
-		s := f.wait(t, id)
+		s := f.Wait(t, id)
 		require.Equal(t, capsule.Completed, s.State, "%s: halt %s", id, s.HaltReason)
 		require.Equal(t, 2, s.Run)
 	}
-	requireOutcomes(t, f, 4, "one outcome per run of each")
+	f.RequireOutcomes(t, 4, "one outcome per run of each")
 	raw, _, err := st.Raw(ctx, corrected.ID())
 	require.NoError(t, err)
 	require.Equal(t, string(fixed), string(raw), "the rescued run kept its corrected bytes")
@@ -320,7 +321,7 @@ func TestReplayCrashHalfway(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, r.Capsule.Run)
 	require.Equal(t, capsule.Completed, r.Capsule.State)
-	natstest.Eventually(t, 5*time.Second, 20*time.Millisecond, func() bool { return countOutcomes(t, f) == 4 }, "no outcome more")
+	natstest.Eventually(t, 5*time.Second, 20*time.Millisecond, func() bool { return f.CountOutcomes(t) == 4 }, "no outcome more")
 }
 
 // TestReplayDependents: replaying a halted capsule also replays the
@@ -330,16 +331,16 @@ func TestReplayDependents(t *testing.T) {
 	t.Parallel()
 	f, fl := setupReplay(t, nil)
 	ctx := context.Background()
-	a := f.admin(t)
-	root := f.own(t, capsuletest.New().Set("task.kind", "flaky"))
-	mid := f.own(t, capsuletest.New().Set("depends_on", []any{root.ID()}))
-	leaf := f.own(t, capsuletest.New().Set("depends_on", []any{mid.ID()}))
-	f.publish(t, root.Sealed(t))
-	require.Equal(t, capsule.Halted, f.wait(t, root.ID()).State)
-	f.publish(t, mid.Sealed(t))
-	require.Equal(t, capsule.DependencyFailed(root.ID()).String(), f.wait(t, mid.ID()).HaltReason)
-	f.publish(t, leaf.Sealed(t))
-	require.Equal(t, capsule.DependencyFailed(mid.ID()).String(), f.wait(t, leaf.ID()).HaltReason)
+	a := f.Admin(t)
+	root := f.Own(t, capsuletest.New().Set("task.kind", "flaky"))
+	mid := f.Own(t, capsuletest.New().Set("depends_on", []any{root.ID()}))
+	leaf := f.Own(t, capsuletest.New().Set("depends_on", []any{mid.ID()}))
+	f.Publish(t, root.Sealed(t))
+	require.Equal(t, capsule.Halted, f.Wait(t, root.ID()).State)
+	f.Publish(t, mid.Sealed(t))
+	require.Equal(t, capsule.DependencyFailed(root.ID()).String(), f.Wait(t, mid.ID()).HaltReason)
+	f.Publish(t, leaf.Sealed(t))
+	require.Equal(t, capsule.DependencyFailed(mid.ID()).String(), f.Wait(t, leaf.ID()).HaltReason)
 
 	fl.down.Store(false)
 	r, err := a.Replay(ctx, root.ID(), admin.ReplayOptions{By: "op", Dependents: true})
@@ -352,9 +353,9 @@ func TestReplayDependents(t *testing.T) {
 		require.Equal(t, 2, d.Run)
 	}
 	for _, id := range []string{root.ID(), mid.ID(), leaf.ID()} {
-		s := f.wait(t, id)
+		s := f.Wait(t, id)
 		require.Equal(t, capsule.Completed, s.State, "%s: halt %s", id, s.HaltReason)
 		require.Equal(t, 2, s.Run)
 	}
-	requireOutcomes(t, f, 6)
+	f.RequireOutcomes(t, 6)
 }

@@ -1,4 +1,4 @@
-package pipeline_test
+package maintenance_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/internal/sagatest"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/store"
@@ -25,27 +26,27 @@ func TestRescuerSendsALostStepAgain(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, metrics.BuildInfo{})
-	f := setupWith(t, func(c *pipeline.Config) {
+	f := sagatest.Run(t, func(c *pipeline.Config) {
 		c.Metrics = m
 		c.RescueAfter = 500 * time.Millisecond
 	})
 	ctx := context.Background()
-	a := f.admin(t)
+	a := f.Admin(t)
 	require.NoError(t, a.PausePhase(ctx, capsule.Planning))
-	doc := f.own(t, capsuletest.New())
-	f.publish(t, doc.Sealed(t))
+	doc := f.Own(t, capsuletest.New())
+	f.Publish(t, doc.Sealed(t))
 	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
-		s, err := f.client.Status(ctx, doc.ID())
+		s, err := f.Client.Status(ctx, doc.ID())
 		return err == nil && s.Phase == int(capsule.Planning)
 	}, "the capsule never reached PLANNING")
-	planning, err := f.js.Stream(ctx, store.PhaseStream(capsule.Planning))
+	planning, err := f.JS.Stream(ctx, store.PhaseStream(capsule.Planning))
 	require.NoError(t, err)
 	require.NoError(t, planning.Purge(ctx)) // the message is lost
 	require.NoError(t, a.ResumePhase(ctx, capsule.Planning))
 
-	s := f.wait(t, doc.ID())
+	s := f.Wait(t, doc.ID())
 	require.Equal(t, capsule.Completed, s.State, "the rescuer sent the lost step again")
-	require.Equal(t, int64(1), f.executed.Load())
-	rescued := counter(t, reg, "sagad_capsules_rescued_total", "", "")
+	require.Equal(t, int64(1), f.Executed.Load())
+	rescued := sagatest.Counter(t, reg, "sagad_capsules_rescued_total", "", "")
 	require.GreaterOrEqual(t, rescued, 1.0)
 }

@@ -1,4 +1,4 @@
-package pipeline_test
+package maintenance_test
 
 import (
 	"context"
@@ -15,42 +15,11 @@ import (
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/internal/sagatest"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/store"
 )
-
-// terminated reads sagad_messages_terminated_total{cause} from reg.
-func terminated(t *testing.T, reg *prometheus.Registry, cause string) float64 {
-	t.Helper()
-	return counter(t, reg, "sagad_messages_terminated_total", "cause", cause)
-}
-
-// counter reads the counter name from reg: the series whose label is value,
-// or the sum of every series when label is "".
-func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, s := range mf.GetMetric() {
-			if label == "" {
-				sum += s.GetCounter().GetValue()
-				continue
-			}
-			for _, l := range s.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return s.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
-}
 
 // TestForgedCompletionsAreDropped: whoever can publish on saga.complete.>
 // but was not given the call's completion token — no token, a wrong one,
@@ -62,16 +31,16 @@ func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) 
 func TestForgedCompletionsAreDropped(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	f := setupWith(t, func(c *pipeline.Config) { c.Metrics = metrics.New(reg, metrics.BuildInfo{}) })
+	f := sagatest.Run(t, func(c *pipeline.Config) { c.Metrics = metrics.New(reg, metrics.BuildInfo{}) })
 	ctx := context.Background()
-	doc := f.own(t, capsuletest.New().Set("task.kind", "accepting"))
-	f.publish(t, doc.Sealed(t))
-	f.waitState(t, doc.ID(), capsule.Paused)
-	right := f.completion(t, `{"kind":"execute","status":"ok","content":{"answer":42},"usage":{"tokens":5,"dollars":0.001}}`)
-	token := *f.acceptedToken.Load()
+	doc := f.Own(t, capsuletest.New().Set("task.kind", "accepting"))
+	f.Publish(t, doc.Sealed(t))
+	f.WaitState(t, doc.ID(), capsule.Paused)
+	right := f.Completion(t, `{"kind":"execute","status":"ok","content":{"answer":42},"usage":{"tokens":5,"dollars":0.001}}`)
+	token := *f.AcceptedToken.Load()
 
 	// The checkpoint keeps the token's hash, never the token.
-	kv, err := f.js.KeyValue(ctx, store.CheckpointsBucket)
+	kv, err := f.JS.KeyValue(ctx, store.CheckpointsBucket)
 	require.NoError(t, err)
 	e, err := kv.Get(ctx, doc.ID())
 	require.NoError(t, err)
@@ -88,57 +57,57 @@ func TestForgedCompletionsAreDropped(t *testing.T) {
 		cause string
 	}{
 		{"no token", 1, []byte(ok), metrics.TermCompletionUnauthenticated},
-		{"a wrong token", 1, withToken(t, ok, strings.Repeat("0", 64)), metrics.TermCompletionUnauthenticated},
-		{"the checkpoint's hash as token", 1, withToken(t, ok, hash), metrics.TermCompletionUnauthenticated},
-		{"the token in upper case", 1, withToken(t, ok, strings.ToUpper(token)), metrics.TermCompletionUnauthenticated},
-		{"a forged failure", 1, withToken(t, failed, strings.Repeat("f", 64)), metrics.TermCompletionUnauthenticated},
+		{"a wrong token", 1, sagatest.WithToken(t, ok, strings.Repeat("0", 64)), metrics.TermCompletionUnauthenticated},
+		{"the checkpoint's hash as token", 1, sagatest.WithToken(t, ok, hash), metrics.TermCompletionUnauthenticated},
+		{"the token in upper case", 1, sagatest.WithToken(t, ok, strings.ToUpper(token)), metrics.TermCompletionUnauthenticated},
+		{"a forged failure", 1, sagatest.WithToken(t, failed, strings.Repeat("f", 64)), metrics.TermCompletionUnauthenticated},
 		{"garbage", 1, []byte("\x00not json"), metrics.TermCompletionMalformed},
 		{"an empty body", 1, nil, metrics.TermCompletionMalformed},
-		{"a malformed body with the right token", 1, withToken(t, `{"kind":"execute","status":"ok"}`, token), metrics.TermCompletionMalformed},
-		{"negative usage with the right token", 1, withToken(t, `{"kind":"execute","content":1,"usage":{"tokens":-5}}`, token), metrics.TermCompletionMalformed},
+		{"a malformed body with the right token", 1, sagatest.WithToken(t, `{"kind":"execute","status":"ok"}`, token), metrics.TermCompletionMalformed},
+		{"negative usage with the right token", 1, sagatest.WithToken(t, `{"kind":"execute","content":1,"usage":{"tokens":-5}}`, token), metrics.TermCompletionMalformed},
 		{"the right token for a cycle not awaited", 2, right, metrics.TermCompletionNotAwaited},
 	}
 	want := map[string]float64{}
 	for _, fc := range forged {
-		_, err := f.js.Publish(ctx, executors.CompletionSubject(doc.ID(), fc.cycle), fc.body)
+		_, err := f.JS.Publish(ctx, executors.CompletionSubject(doc.ID(), fc.cycle), fc.body)
 		require.NoError(t, err, fc.name)
 		want[fc.cause]++
 	}
 	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
 		for cause, n := range want {
-			if terminated(t, reg, cause) != n {
+			if sagatest.Terminated(t, reg, cause) != n {
 				return false
 			}
 		}
 		return true
 	}, "every forged completion terminated and counted by cause")
-	waitCompletionsDrained(t, f)
+	f.WaitCompletionsDrained(t)
 
-	cp, err := f.client.Checkpoint(ctx, doc.ID())
+	cp, err := f.Client.Checkpoint(ctx, doc.ID())
 	require.NoError(t, err)
 	require.Equal(t, capsule.Paused, cp.State.Status, "still waiting for its worker")
 	require.Equal(t, capsule.TriggerBlockedExternal, cp.State.Pause.Trigger)
 	require.Nil(t, cp.State.Result, "nothing recorded")
-	objs, err := f.js.ObjectStore(ctx, store.ArtifactsBucket)
+	objs, err := f.JS.ObjectStore(ctx, store.ArtifactsBucket)
 	require.NoError(t, err)
 	_, err = objs.GetInfo(ctx, doc.ID()+"/1")
 	require.ErrorIs(t, err, jetstream.ErrObjectNotFound, "a forged completion leaves no artifact")
 
-	_, err = f.js.Publish(ctx, executors.CompletionSubject(doc.ID(), 1), right)
+	_, err = f.JS.Publish(ctx, executors.CompletionSubject(doc.ID(), 1), right)
 	require.NoError(t, err)
-	s := f.waitState(t, doc.ID(), capsule.Completed)
-	require.Equal(t, int64(1), f.executed.Load())
+	s := f.WaitState(t, doc.ID(), capsule.Completed)
+	require.Equal(t, int64(1), f.Executed.Load())
 	b, err := objs.GetBytes(ctx, doc.ID()+"/1")
 	require.NoError(t, err)
 	require.Contains(t, string(b), `"answer":42`)
 	require.NotContains(t, string(b), "forged")
 
-	_, err = f.js.Publish(ctx, executors.CompletionSubject(doc.ID(), 1), right)
+	_, err = f.JS.Publish(ctx, executors.CompletionSubject(doc.ID(), 1), right)
 	require.NoError(t, err)
 	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		return terminated(t, reg, metrics.TermCompletionNotAwaited) == want[metrics.TermCompletionNotAwaited]+1
+		return sagatest.Terminated(t, reg, metrics.TermCompletionNotAwaited) == want[metrics.TermCompletionNotAwaited]+1
 	}, "a repeat of a recorded completion is dropped and counted")
-	after, err := f.client.Status(ctx, doc.ID())
+	after, err := f.Client.Status(ctx, doc.ID())
 	require.NoError(t, err)
 	require.Equal(t, s.History, after.History)
 }
@@ -150,38 +119,38 @@ func TestForgedCompletionsAreDropped(t *testing.T) {
 func TestCompletionTokenOfTheLatestCall(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	f := setupWith(t, func(c *pipeline.Config) { c.Metrics = metrics.New(reg, metrics.BuildInfo{}) })
+	f := sagatest.Run(t, func(c *pipeline.Config) { c.Metrics = metrics.New(reg, metrics.BuildInfo{}) })
 	ctx := context.Background()
-	doc := f.own(t, capsuletest.New().Set("task.kind", "accepting"))
-	f.publish(t, doc.Sealed(t))
-	f.waitState(t, doc.ID(), capsule.Paused)
-	first := f.completion(t, `{"kind":"execute","status":"ok","content":{"call":1}}`)
+	doc := f.Own(t, capsuletest.New().Set("task.kind", "accepting"))
+	f.Publish(t, doc.Sealed(t))
+	f.WaitState(t, doc.ID(), capsule.Paused)
+	first := f.Completion(t, `{"kind":"execute","status":"ok","content":{"call":1}}`)
 
-	_, err := f.admin(t).Resume(ctx, doc.ID(), admin.ResumeOptions{By: "alice", Force: true})
+	_, err := f.Admin(t).Resume(ctx, doc.ID(), admin.ResumeOptions{By: "alice", Force: true})
 	require.NoError(t, err)
 	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		if f.executed.Load() != 2 {
+		if f.Executed.Load() != 2 {
 			return false
 		}
-		cp, err := f.client.Checkpoint(ctx, doc.ID())
+		cp, err := f.Client.Checkpoint(ctx, doc.ID())
 		return err == nil && cp.State.Status == capsule.Paused &&
-			cp.State.AwaitingTokenHash == executors.CompletionTokenHash(*f.acceptedToken.Load())
+			cp.State.AwaitingTokenHash == executors.CompletionTokenHash(*f.AcceptedToken.Load())
 	}, "the executor called again, and the capsule waiting for its completion")
-	second := f.completion(t, `{"kind":"execute","status":"failed","error":"out of quota","usage":{"tokens":3,"dollars":0}}`)
+	second := f.Completion(t, `{"kind":"execute","status":"failed","error":"out of quota","usage":{"tokens":3,"dollars":0}}`)
 	require.NotEqual(t, string(first), string(second))
 
-	_, err = f.js.Publish(ctx, executors.CompletionSubject(doc.ID(), 1), first)
+	_, err = f.JS.Publish(ctx, executors.CompletionSubject(doc.ID(), 1), first)
 	require.NoError(t, err)
 	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		return terminated(t, reg, metrics.TermCompletionUnauthenticated) == 1
+		return sagatest.Terminated(t, reg, metrics.TermCompletionUnauthenticated) == 1
 	}, "the superseded call's completion is dropped")
-	cp, err := f.client.Checkpoint(ctx, doc.ID())
+	cp, err := f.Client.Checkpoint(ctx, doc.ID())
 	require.NoError(t, err)
 	require.Nil(t, cp.State.Result)
 
-	_, err = f.js.Publish(ctx, executors.CompletionSubject(doc.ID(), 1), second)
+	_, err = f.JS.Publish(ctx, executors.CompletionSubject(doc.ID(), 1), second)
 	require.NoError(t, err)
-	s := f.waitState(t, doc.ID(), capsule.Halted)
+	s := f.WaitState(t, doc.ID(), capsule.Halted)
 	require.Equal(t, "executor_failed:out of quota", s.HaltReason)
-	require.Equal(t, int64(2), f.executed.Load())
+	require.Equal(t, int64(2), f.Executed.Load())
 }

@@ -1,0 +1,11 @@
+package maintenance_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/sagad/sagad/internal/sagatest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, sagatest.LeakOptions()...) }
