@@ -12,8 +12,8 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
-	"github.com/sagad/sagad/internal/sagatest"
 	"github.com/sagad/sagad/machine"
+	"github.com/sagad/sagad/sagatest"
 	"github.com/sagad/sagad/store"
 )
 

@@ -17,9 +17,9 @@ import (
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
-	"github.com/sagad/sagad/internal/sagatest"
 	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/sagatest"
 	"github.com/sagad/sagad/schemas"
 	"github.com/sagad/sagad/store"
 )

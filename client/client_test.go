@@ -12,7 +12,7 @@ import (
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
-	"github.com/sagad/sagad/internal/sagatest"
+	"github.com/sagad/sagad/sagatest"
 	"github.com/sagad/sagad/store"
 )
 

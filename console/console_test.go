@@ -30,7 +30,7 @@ import (
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		// nats.go's ObjectStore.Put (the pipeline's artifacts) can leave this
-		// goroutine blocked: an upstream race, not ours (see internal/cli).
+		// goroutine blocked: an upstream race, not ours (see cmd/internal/cli).
 		goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"),
 	)
 }

@@ -3,7 +3,7 @@
 // Prometheus configurations, the compose file's wiring of Prometheus and
 // Grafana, and the Dockerfile. CI runs no Docker; what needs sagad's own
 // flag set (the compose file's and the systemd unit's sagad arguments, the
-// cluster configuration run in-process) is tested in internal/daemon.
+// cluster configuration run in-process) is tested in cmd/internal/daemon.
 package deploy_test
 
 import (
@@ -24,7 +24,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sagad/sagad/internal/daemon"
 	"github.com/sagad/sagad/internal/testreq"
 )
 
@@ -449,7 +448,7 @@ func TestDockerfile(t *testing.T) {
 	require.True(t, strings.HasPrefix(final, "gcr.io/distroless/static"), "the default target is the last stage: %s", final[:40])
 	require.Contains(t, final, "USER 65532:65532")
 	require.Contains(t, final, `ENTRYPOINT ["/usr/local/bin/sagad"]`)
-	require.Contains(t, final, `CMD ["/usr/local/bin/sagad", "`+daemon.HealthcheckCommand+`"]`)
+	require.Contains(t, final, `CMD ["/usr/local/bin/sagad", "healthcheck"]`)
 	require.Contains(t, final, `VOLUME ["/data"]`)
 	require.Contains(t, final, "EXPOSE 4222 9464")
 	require.Contains(t, final, "SAGAD_DATA_DIR=/data")

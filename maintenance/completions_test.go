@@ -15,9 +15,9 @@ import (
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
-	"github.com/sagad/sagad/internal/sagatest"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/sagatest"
 	"github.com/sagad/sagad/store"
 )
 

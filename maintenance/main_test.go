@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/sagad/sagad/internal/sagatest"
+	"github.com/sagad/sagad/sagatest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, sagatest.LeakOptions()...) }

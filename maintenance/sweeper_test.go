@@ -10,9 +10,9 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/capsuletest"
-	"github.com/sagad/sagad/internal/sagatest"
 	"github.com/sagad/sagad/maintenance"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/sagatest"
 )
 
 // clock is a settable clock for a sweeper.

@@ -11,8 +11,8 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
-	"github.com/sagad/sagad/internal/sagatest"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/sagatest"
 )
 
 // TestWaveLeakedReservationReleased: a reservation left by a capsule that

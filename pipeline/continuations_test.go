@@ -15,8 +15,8 @@ import (
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
-	"github.com/sagad/sagad/internal/sagatest"
 	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/sagatest"
 	"github.com/sagad/sagad/store"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/internal/sagatest"
+	"github.com/sagad/sagad/sagatest"
 )
 
 type jetstreamJS = jetstream.JetStream

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/capsuletest"
-	"github.com/sagad/sagad/internal/sagatest"
+	"github.com/sagad/sagad/sagatest"
 	"github.com/sagad/sagad/schemas"
 	"github.com/sagad/sagad/store"
 )

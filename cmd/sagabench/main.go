@@ -15,7 +15,7 @@ import (
 	"os/signal"
 	"runtime"
 
-	"github.com/sagad/sagad/internal/bench"
+	"github.com/sagad/sagad/cmd/internal/bench"
 )
 
 func main() {

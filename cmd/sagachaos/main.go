@@ -1,4 +1,4 @@
-// Command sagachaos runs sagad's chaos suite (package internal/chaos) on
+// Command sagachaos runs sagad's chaos suite (package cmd/internal/chaos) on
 // loopback and exits non-zero unless every scenario lost, duplicated and
 // left stuck no capsule and no live sagad repeated an agent call.
 //
@@ -10,7 +10,7 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/sagad/sagad/internal/chaos"
+	"github.com/sagad/sagad/cmd/internal/chaos"
 )
 
 func main() {

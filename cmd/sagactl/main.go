@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"github.com/sagad/sagad/internal/cli"
+	"github.com/sagad/sagad/cmd/internal/cli"
 )
 
 func main() { os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr)) }

@@ -6,7 +6,7 @@ package main
 import (
 	"os"
 
-	"github.com/sagad/sagad/internal/daemon"
+	"github.com/sagad/sagad/cmd/internal/daemon"
 )
 
 func main() { os.Exit(daemon.Main(os.Args[1:], os.Stdout, os.Stderr)) }

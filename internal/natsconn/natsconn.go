@@ -26,7 +26,7 @@ const (
 )
 
 // The roles of sagad's embedded server, each a user with its own NKey in a
-// NATS account of its own (internal/daemon's accounts.go). A worker's role
+// NATS account of its own (cmd/internal/daemon's accounts.go). A worker's role
 // is executor-<kind> or reviewer-<id>, a named producer's producer-<name>.
 const (
 	RoleSagad    = "sagad"
@@ -35,7 +35,7 @@ const (
 )
 
 // The NATS accounts of roles on sagad's embedded server that clients
-// reason about (internal/daemon's accounts.go has them all).
+// reason about (cmd/internal/daemon's accounts.go has them all).
 const (
 	// AccountOperator is the operator's, the only account that imports
 	// sagad's admin service.
