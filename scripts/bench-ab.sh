@@ -59,9 +59,12 @@ for i in range(runs):
                  fus=med(y["cpu_per_capsule_ns"] for y in f) / 1000 if f else nan,
                  rel=med(x["capsules_per_second"] / y["capsules_per_second"] for x, y in zip(s, rl)) if rl else nan)
         res[b].append(r)
-        print(f"{b} run {i}: sagad {r['sagad']:.0f}/s, {r['us']:.0f} us per capsule; sagad/floor {r['thr']:.2f} x, "
-              f"CPU per capsule / floor's {r['cpu']:.2f} x ({r['fus']:.0f} us); sagad/relay {r['rel']:.2f} x"
-              f"{'' if ok else '; DELIVERY CHECK FAILED'}")
+        out = f"{b} run {i}: sagad {r['sagad']:.0f}/s, {r['us']:.0f} us per capsule"
+        if f:
+            out += f"; sagad/floor {r['thr']:.2f} x, CPU per capsule / floor's {r['cpu']:.2f} x ({r['fus']:.0f} us)"
+        if rl:
+            out += f"; sagad/relay {r['rel']:.2f} x"
+        print(out + ("" if ok else "; DELIVERY CHECK FAILED"))
 for b in ("old", "new"):
     if not res[b]:
         continue
