@@ -329,12 +329,46 @@ func appendStrings(b []byte, ss []string) []byte {
 
 // appendTime writes t as time.Time.MarshalJSON does.
 func appendTime(b []byte, t time.Time) ([]byte, error) {
+	if t.Location() == time.UTC {
+		// sagad's own times: a checkpoint holds a dozen and is written at
+		// every transition, so they skip the general formatter.
+		return appendUTC(b, t)
+	}
 	if y := t.Year(); y < 0 || y >= 10000 {
 		return nil, fmt.Errorf("checkpoint: time %v: year outside of range [0,9999]", t)
 	}
 	b = append(b, '"')
 	b = t.AppendFormat(b, time.RFC3339Nano)
 	return append(b, '"'), nil
+}
+
+// appendUTC is appendTime of a time in UTC: RFC 3339 with the fraction of
+// a second to the nanosecond, trailing zeros (and a zero fraction) left
+// out, and "Z".
+func appendUTC(b []byte, t time.Time) ([]byte, error) {
+	y, mo, d := t.Date()
+	if y < 0 || y >= 10000 {
+		return nil, fmt.Errorf("checkpoint: time %v: year outside of range [0,9999]", t)
+	}
+	h, mi, sec := t.Clock()
+	b = append(b, '"',
+		byte('0'+y/1000), byte('0'+y/100%10), byte('0'+y/10%10), byte('0'+y%10), '-',
+		byte('0'+int(mo)/10), byte('0'+int(mo)%10), '-', byte('0'+d/10), byte('0'+d%10), 'T',
+		byte('0'+h/10), byte('0'+h%10), ':', byte('0'+mi/10), byte('0'+mi%10), ':', byte('0'+sec/10), byte('0'+sec%10))
+	if ns := t.Nanosecond(); ns != 0 {
+		var frac [9]byte
+		for i := 8; i >= 0; i-- {
+			frac[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n := 9
+		for frac[n-1] == '0' {
+			n--
+		}
+		b = append(b, '.')
+		b = append(b, frac[:n]...)
+	}
+	return append(b, 'Z', '"'), nil
 }
 
 // appendFloat writes f as encoding/json writes a float64.

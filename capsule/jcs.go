@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -131,19 +132,28 @@ func parseObject(raw []byte) (map[string]any, error) {
 }
 
 func digestObject(obj map[string]any) (string, error) {
-	rest := make(map[string]any, len(obj))
-	for k, v := range obj {
-		if k != integrityKey {
-			rest[k] = v
+	bp := canonicalBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if bp.Cap() <= maxPooledCanonical {
+			bp.Reset()
+			canonicalBufs.Put(bp)
 		}
-	}
-	var b bytes.Buffer
-	if err := writeCanonical(&b, rest); err != nil {
+	}()
+	bp.Reset()
+	// The top-level object without its integrity member, written in place
+	// rather than copied into a second map (RECEPTION digests every capsule).
+	if err := writeCanonicalObject(bp, obj, integrityKey); err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(b.Bytes())
+	sum := sha256.Sum256(bp.Bytes())
 	return hex.EncodeToString(sum[:]), nil
 }
+
+// canonicalBufs recycles digest encodings; one larger than
+// maxPooledCanonical (a capsule near its size limit) is left to the GC.
+var canonicalBufs = sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 4096)) }}
+
+const maxPooledCanonical = 64 << 10
 
 // parse decodes one JSON value into nil, bool, string, json.Number, []any and
 // map[string]any, rejecting what RFC 8785 (through I-JSON) rejects.
@@ -231,31 +241,59 @@ func writeCanonical(b *bytes.Buffer, v any) error {
 		}
 		b.WriteByte(']')
 	case map[string]any:
-		type member struct {
-			key   string
-			units []uint16
-		}
-		members := make([]member, 0, len(v))
-		for k := range v {
-			members = append(members, member{k, utf16.Encode([]rune(k))})
-		}
-		slices.SortFunc(members, func(x, y member) int { return slices.Compare(x.units, y.units) })
-		b.WriteByte('{')
-		for i, m := range members {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			writeString(b, m.key)
-			b.WriteByte(':')
-			if err := writeCanonical(b, v[m.key]); err != nil {
-				return err
-			}
-		}
-		b.WriteByte('}')
+		return writeCanonicalObject(b, v, "")
 	default:
 		return fmt.Errorf("canonicalize: unexpected %T", v)
 	}
 	return nil
+}
+
+// writeCanonicalObject writes v with its members sorted by the UTF-16 code
+// units of their names (RFC 8785 §3.2.3), leaving out the member named skip
+// ("" leaves out none).
+func writeCanonicalObject(b *bytes.Buffer, v map[string]any, skip string) error {
+	keys := make([]string, 0, len(v))
+	ascii := true
+	for k := range v {
+		if skip != "" && k == skip {
+			continue
+		}
+		keys = append(keys, k)
+		ascii = ascii && isASCII(k)
+	}
+	if ascii {
+		// For ASCII names a UTF-16 unit is the byte: byte order is the
+		// order RFC 8785 asks for, without encoding each name again.
+		slices.Sort(keys)
+	} else {
+		units := make(map[string][]uint16, len(keys))
+		for _, k := range keys {
+			units[k] = utf16.Encode([]rune(k))
+		}
+		slices.SortFunc(keys, func(x, y string) int { return slices.Compare(units[x], units[y]) })
+	}
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		writeString(b, k)
+		b.WriteByte(':')
+		if err := writeCanonical(b, v[k]); err != nil {
+			return err
+		}
+	}
+	b.WriteByte('}')
+	return nil
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // writeString writes s quoted as RFC 8785 §3.2.2.2 requires: the two-character
@@ -264,7 +302,24 @@ func writeCanonical(b *bytes.Buffer, v any) error {
 func writeString(b *bytes.Buffer, s string) {
 	const hexDigits = "0123456789abcdef"
 	b.WriteByte('"')
-	for _, r := range s {
+	// Runs of characters written as they are (printable ASCII other than
+	// '"' and '\\', and all of UTF-8 beyond) go out in one write.
+	start := 0
+	for i, r := range s {
+		if r == utf8.RuneError {
+			// Invalid UTF-8 (never from the parser) is written as U+FFFD,
+			// as a rune-by-rune write would.
+			_, w := utf8.DecodeRuneInString(s[i:])
+			b.WriteString(s[start:i])
+			b.WriteRune(r)
+			start = i + w
+			continue
+		}
+		if r >= 0x20 && r != '"' && r != '\\' {
+			continue
+		}
+		b.WriteString(s[start:i])
+		start = i + 1 // every rune escaped here is one byte
 		switch r {
 		case '"':
 			b.WriteString(`\"`)
@@ -281,15 +336,12 @@ func writeString(b *bytes.Buffer, s string) {
 		case '\t':
 			b.WriteString(`\t`)
 		default:
-			if r < 0x20 {
-				b.WriteString(`\u00`)
-				b.WriteByte(hexDigits[r>>4])
-				b.WriteByte(hexDigits[r&0xf])
-			} else {
-				b.WriteRune(r)
-			}
+			b.WriteString(`\u00`)
+			b.WriteByte(hexDigits[r>>4])
+			b.WriteByte(hexDigits[r&0xf])
 		}
 	}
+	b.WriteString(s[start:])
 	b.WriteByte('"')
 }
 

@@ -69,12 +69,66 @@ func secretKind(s string) string {
 	if !maySecret(s) {
 		return ""
 	}
-	for _, p := range secretPatterns {
+	// A string that passes the filter mostly holds one pattern's literal
+	// ("=", "://", "gh" of "through"): in ASCII text, where a
+	// case-insensitive pattern can only match ASCII letters, a pattern
+	// whose literal is absent cannot match and is not run.
+	ascii := isASCII(s)
+	for i, p := range secretPatterns {
+		if ascii && !secretGates[i](s) {
+			continue
+		}
 		if p.re.MatchString(s) {
 			return p.desc
 		}
 	}
 	return ""
+}
+
+// secretGates holds, for each of secretPatterns in order, a test that
+// every ASCII string the pattern matches passes: the literal the pattern
+// cannot match without.
+var secretGates = [...]func(string) bool{
+	func(s string) bool { return strings.Contains(s, "-----BEGIN ") },
+	func(s string) bool { return strings.Contains(s, "AKIA") || strings.Contains(s, "ASIA") },
+	func(s string) bool { return containsFoldASCII(s, "bearer") },
+	func(s string) bool { return containsFoldASCII(s, "secret") },
+	func(s string) bool { return strings.Contains(s, "=") },
+	func(s string) bool { return strings.Contains(s, "://") && strings.Contains(s, "@") },
+	func(s string) bool {
+		for i := strings.Index(s, "gh"); i >= 0 && i+3 < len(s); {
+			if strings.IndexByte("pousr", s[i+2]) >= 0 && s[i+3] == '_' {
+				return true
+			}
+			j := strings.Index(s[i+1:], "gh")
+			if j < 0 {
+				return false
+			}
+			i += 1 + j
+		}
+		return false
+	},
+	func(s string) bool { return strings.Contains(s, "xox") },
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// containsFoldASCII reports whether s holds lower (ASCII, lower case) in
+// any case.
+func containsFoldASCII(s, lower string) bool {
+	for i := 0; i+len(lower) <= len(s); i++ {
+		if s[i]|0x20 == lower[0] && strings.EqualFold(s[i:i+len(lower)], lower) {
+			return true
+		}
+	}
+	return false
 }
 
 // maySecret is a cheap filter before the patterns: every pattern needs one

@@ -344,9 +344,7 @@ func (s *Store) Raw(ctx context.Context, key string) ([]byte, *capsule.Capsule, 
 // (a redelivered intake message must not erase what its first delivery
 // recorded on them, the outcome mark).
 func (s *Store) KeepBytes(ctx context.Context, key string, raw []byte) error {
-	_, err := jspub.Write(ctx, s.writesTo(CapsulesBucket), func(ctx context.Context) (uint64, error) {
-		return jspub.KVCreate(ctx, jspub.Conn(s.js), s.capsules, key, raw)
-	})
+	_, err := s.writesTo(CapsulesBucket).KVCreate(ctx, jspub.Conn(s.js), s.capsules, key, raw)
 	return err
 }
 

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/internal/cas"
 )
 
 // WriteCtx returns ctx bounded by d, unless ctx's own deadline comes first
@@ -154,6 +156,21 @@ func (w *Writes) Publish(ctx context.Context, nc *nats.Conn, m *nats.Msg) (uint6
 		w.Observe(w.target(m.Subject), err)
 	}
 	return seq, err
+}
+
+// KVCreate is [KVCreate] through [Writes.Publish]: a key never written
+// (RECEPTION's kept bytes, once per capsule) takes one request and no
+// context of its own; only a key over a delete or purge marker takes the
+// KV client's Create, under [Writes.Do].
+func (w *Writes) KVCreate(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key string, value []byte) (uint64, error) {
+	rev, err := w.Publish(ctx, nc, kvUpdateMsg(kv, key, value, 0))
+	if err == nil || !cas.Conflict(err) {
+		return rev, err
+	}
+	if w != nil && w.Target == "" {
+		w = w.On(kv.Bucket()) // reported as the publish above was
+	}
+	return Write(ctx, w, func(ctx context.Context) (uint64, error) { return kv.Create(ctx, key, value) })
 }
 
 // KVUpdate is [KVUpdate] through [Writes.Publish].

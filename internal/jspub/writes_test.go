@@ -235,3 +235,44 @@ func TestTargetOf(t *testing.T) {
 	require.Equal(t, "X", w.On("X").Target)
 	require.Empty(t, w.Target, "On copies")
 }
+
+// TestWritesKVCreate: Writes.KVCreate keeps KVCreate's answers (a new key
+// in one request, a live key refused, a key over a purge marker taken
+// over), under a context without a deadline of its own, and every write is
+// reported to Observe under the bucket's name.
+func TestWritesKVCreate(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, srv)
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "KC", Storage: jetstream.FileStorage, LimitMarkerTTL: time.Second})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var seen []string
+	w := &jspub.Writes{Timeout: 5 * time.Second, Observe: func(target string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, target)
+	}}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(seen) }
+
+	rev, err := w.KVCreate(ctx, nc, kv, "k", []byte("v1"))
+	require.NoError(t, err)
+	require.Equal(t, 1, count(), "a key never written: one request")
+	_, err = w.KVCreate(ctx, nc, kv, "k", []byte("v2"))
+	require.ErrorIs(t, err, jetstream.ErrKeyExists)
+	require.True(t, cas.Conflict(err))
+	_, err = w.KVPurge(ctx, nc, kv, "k", rev, time.Second)
+	require.NoError(t, err)
+	rev2, err := w.KVCreate(ctx, nc, kv, "k", []byte("v3"))
+	require.NoError(t, err)
+	e, err := kv.Get(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, "v3", string(e.Value()))
+	require.Equal(t, rev2, e.Revision())
+	mu.Lock()
+	defer mu.Unlock()
+	for _, target := range seen {
+		require.Equal(t, "KC", target)
+	}
+}
