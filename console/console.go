@@ -25,6 +25,7 @@ import (
 	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/rules"
 	"github.com/sagad/sagad/store"
 )
 
@@ -428,6 +429,12 @@ type CapsuleView struct {
 	// Capsule is the capsule as RECEPTION kept it; nil when its bytes are
 	// gone (retention) or are no capsule.
 	Capsule *capsule.Capsule `json:"capsule,omitempty"`
+	// CapsuleRaw is the kept bytes themselves (when they are JSON): what
+	// the editor of a corrected replay starts from, every member kept.
+	CapsuleRaw json.RawMessage `json:"capsule_raw,omitempty"`
+	// RuleTitles names the constitution's rules by number, so a finding
+	// that carries only its rule number reads as the rule.
+	RuleTitles map[int]string `json:"rule_titles"`
 	// Caps and Deadline are those in force: the capsule's, changed by the
 	// operator's overrides.
 	Caps     *capsule.Budget `json:"caps,omitempty"`
@@ -464,8 +471,12 @@ func (c *Console) getCapsule(w http.ResponseWriter, r *http.Request) {
 	}
 	v := CapsuleView{Status: client.StatusOf(cp), Checkpoint: cp, Revision: rev, Events: []capsule.Event{}}
 	_, v.NeedsYou = admin.PendingOf(cp, c.cfg.Now())
-	if _, kept, err := c.st.Raw(ctx, key); err == nil && kept != nil {
+	v.RuleTitles = ruleTitles()
+	if raw, kept, err := c.st.Raw(ctx, key); err == nil && kept != nil {
 		v.Capsule = kept
+		if json.Valid(raw) {
+			v.CapsuleRaw = raw
+		}
 		caps := cp.State.Caps(kept.Budget)
 		dl := cp.State.DeadlineIn(kept.Deadline)
 		v.Caps, v.Deadline = &caps, &dl
@@ -598,6 +609,16 @@ type ActionRequest struct {
 	// WaveID names the wave of wave.set and wave.close; Tokens and Dollars
 	// are wave.set's new caps (absent: unchanged, 0: none).
 	WaveID string `json:"wave_id"`
+	// Capsule is replay's corrected capsule (a JSON object): the console
+	// seals it (integrity.sha256, replacing any), and sagad checks it as
+	// RECEPTION checks an intake before the new run starts at RECEPTION.
+	Capsule json.RawMessage `json:"capsule"`
+}
+
+// hasCapsule reports whether a carries a corrected capsule (JSON null is
+// none).
+func (a ActionRequest) hasCapsule() bool {
+	return len(a.Capsule) > 0 && string(a.Capsule) != "null"
 }
 
 // Verbs a newer sagad serves that this build's admin client has no method
@@ -643,8 +664,9 @@ func sameOrigin(r *http.Request) error {
 	return nil
 }
 
-// maxActionBytes bounds an action's body.
-const maxActionBytes = 64 << 10
+// maxActionBytes bounds an action's body: a replay may carry a corrected
+// capsule, up to what the admin service takes for one.
+const maxActionBytes = adminsvc.DefaultMaxReplayBytes
 
 func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 	if err := sameOrigin(r); err != nil {
@@ -713,6 +735,14 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 		if a.Dependents != nil {
 			req["dependents"] = *a.Dependents
 		}
+		if a.hasCapsule() {
+			sealed, msg := sealCorrected(a)
+			if msg != "" {
+				writeError(w, http.StatusBadRequest, msg)
+				return
+			}
+			req["capsule"] = json.RawMessage(sealed)
+		}
 		var raw json.RawMessage
 		err = c.admin.Call(ctx, verb, req, &raw)
 		reply = raw
@@ -750,6 +780,31 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, reply)
+}
+
+// sealCorrected seals a replay's corrected capsule, or says why it cannot:
+// the operator edits the capsule's JSON and cannot compute its digest by
+// hand, so the console, part of sagad, seals what was typed. What the seal
+// vouches for is only that these are the bytes the operator sent; sagad
+// still checks them as an intake.
+func sealCorrected(a ActionRequest) ([]byte, string) {
+	if a.FromPhase != nil && *a.FromPhase != int(capsule.Reception) {
+		return nil, "a corrected capsule runs from RECEPTION: leave the phase out"
+	}
+	sealed, err := capsule.Seal(a.Capsule)
+	if err != nil {
+		return nil, "the corrected capsule: " + err.Error()
+	}
+	return sealed, ""
+}
+
+// ruleTitles maps each rule of the constitution to its title.
+func ruleTitles() map[int]string {
+	m := make(map[int]string, len(rules.Constitution))
+	for _, r := range rules.Constitution {
+		m[r.Number] = r.Title
+	}
+	return m
 }
 
 // streamWriteTimeout bounds each write of an event stream.

@@ -139,11 +139,11 @@ type Index struct {
 	// order is every row by [newer], kept sorted on each change (a binary
 	// search and a move of pointers, never a sort of the whole).
 	order []*Row
-	// decide, paused and waiting are the inbox's lists, each kept in
-	// [older] order like order is.
-	decide, paused, waiting []*Row
-	ready                   bool
-	subs                    map[chan Change]struct{}
+	// decide, paused, waiting and halted are the inbox's lists, each kept
+	// in [older] order like order is.
+	decide, paused, waiting, halted []*Row
+	ready                           bool
+	subs                            map[chan Change]struct{}
 
 	readyCh chan struct{}
 }
@@ -261,7 +261,7 @@ func (x *Index) load(rows map[string]*Row) {
 	x.rows = rows
 	x.byID = make(map[string]string, len(rows))
 	x.order = make([]*Row, 0, len(rows))
-	x.decide, x.paused, x.waiting = nil, nil, nil
+	x.decide, x.paused, x.waiting, x.halted = nil, nil, nil, nil
 	for k, r := range rows {
 		x.byID[r.CapsuleID] = k
 		x.order = append(x.order, r)
@@ -270,7 +270,7 @@ func (x *Index) load(rows map[string]*Row) {
 		}
 	}
 	slices.SortFunc(x.order, newer)
-	for _, l := range []*[]*Row{&x.decide, &x.paused, &x.waiting} {
+	for _, l := range []*[]*Row{&x.decide, &x.paused, &x.waiting, &x.halted} {
 		slices.SortFunc(*l, older)
 	}
 	wasReady := x.ready
@@ -330,6 +330,10 @@ func (x *Index) inboxList(r *Row) *[]*Row {
 		return &x.paused
 	case r.State == capsule.Waiting:
 		return &x.waiting
+	case r.State == capsule.Halted:
+		// The dead letters: nothing moves a halted capsule on but an
+		// operator's replay (or its cancellation by retention).
+		return &x.halted
 	}
 	return nil
 }
@@ -479,6 +483,9 @@ type Inbox struct {
 	// Waiting are the capsules waiting (dependencies, wave capacity),
 	// oldest first.
 	Waiting []*Row `json:"waiting"`
+	// Halted are the halted capsules, the dead letters: only a replay
+	// (perhaps with a corrected capsule) runs them again. Oldest first.
+	Halted []*Row `json:"halted"`
 	// Truncated: a list was cut at the limit; Counts has the full numbers.
 	Truncated bool           `json:"truncated,omitempty"`
 	Counts    map[string]int `json:"counts"`
@@ -488,7 +495,7 @@ type Inbox struct {
 func (x *Index) Inbox(limit int) Inbox {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	in := Inbox{Counts: map[string]int{"decide": len(x.decide), "paused": len(x.paused), "waiting": len(x.waiting)}}
+	in := Inbox{Counts: map[string]int{"decide": len(x.decide), "paused": len(x.paused), "waiting": len(x.waiting), "halted": len(x.halted)}}
 	take := func(l []*Row) []*Row {
 		if len(l) > limit {
 			in.Truncated = true
@@ -496,7 +503,7 @@ func (x *Index) Inbox(limit int) Inbox {
 		}
 		return append([]*Row{}, l...)
 	}
-	in.Decide, in.Paused, in.Waiting = take(x.decide), take(x.paused), take(x.waiting)
+	in.Decide, in.Paused, in.Waiting, in.Halted = take(x.decide), take(x.paused), take(x.waiting), take(x.halted)
 	return in
 }
 

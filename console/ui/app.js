@@ -77,6 +77,7 @@ const FIELDS = {
   force: { label: "Force (also resume a capsule awaiting accepted external work)", type: "checkbox" },
   from_phase: { label: "Start at phase (0–6; empty: where it stopped)", type: "number" },
   dependents: { label: "Also replay the capsules halted dependency_failed on it", type: "checkbox", checked: true },
+  capsule: { label: "Corrected capsule (JSON of the same id; sagad seals it and checks it as an intake, the run starts at RECEPTION)", type: "json" },
 };
 
 function confirmAction(title, text, verb, base, fields) {
@@ -90,10 +91,14 @@ function confirmAction(title, text, verb, base, fields) {
   by.value = localStorage.getItem("sagad.operator") || "";
   box.replaceChildren();
   const inputs = {};
-  for (const f of fields || []) {
+  for (const spec of fields || []) {
+    // A field is its name, or [name, initial value].
+    const [f, initial] = Array.isArray(spec) ? spec : [spec, undefined];
     const d = FIELDS[f];
     const input = d.type === "textarea" ? el("textarea", { name: f, rows: 3 }) :
+      d.type === "json" ? el("textarea", { name: f, rows: 24, class: "mono editor", spellcheck: "false", dataset: { json: "1" } }) :
       el("input", { name: f, type: d.type, step: d.step, placeholder: d.placeholder, min: d.type === "number" ? "0" : undefined, checked: d.checked });
+    if (initial !== undefined) input.value = initial;
     inputs[f] = input;
     box.append(el("label", {}, d.label, input));
   }
@@ -105,7 +110,9 @@ function confirmAction(title, text, verb, base, fields) {
     if (!name) { errEl.textContent = "The operator's name is required: it is recorded with the action."; return; }
     const body = Object.assign({}, base, { by: name });
     for (const [f, input] of Object.entries(inputs)) {
-      if (input.type === "checkbox") body[f] = input.checked;
+      if (input.dataset.json) {
+        try { body[f] = JSON.parse(input.value); } catch (e) { errEl.textContent = "The capsule is not JSON: " + e.message; return; }
+      } else if (input.type === "checkbox") body[f] = input.checked;
       else if (input.type === "number") { if (input.value !== "") body[f] = Number(input.value); }
       else if (input.value.trim() !== "") body[f] = input.value.trim();
     }
@@ -137,11 +144,14 @@ function capsuleActions(r) {
   if (r.state === "paused") {
     out.push(b("Resume", "act-resume primary", () => confirmAction("Resume " + who, "The capsule resumes where it stopped; the overrides lift its cause.", "resume", { id }, ["reason", "tokens", "dollars", "deadline", "force"])));
   }
-  if (r.state === "in_progress" || r.state === "waiting") {
+  // A waiting capsule refuses a pause (capsule/triggers.go PauseRefused):
+  // it has spent nothing yet; cancel it or let what it waits for finish.
+  if (r.state === "in_progress") {
     out.push(b("Pause", "act-pause", () => confirmAction("Pause " + who, "The capsule parks with operator_manual until resumed.", "pause", { id }, ["reason"])));
   }
   if (r.state === "halted" || r.state === "cancelled") {
     out.push(b("Replay", "act-replay", () => confirmAction("Replay " + who, "A new run of the capsule starts from where it stopped (or the phase you give), on the bytes RECEPTION kept.", "replay", { id }, ["reason", "from_phase", "dependents"])));
+    out.push(b("Replay with a corrected capsule", "act-replay-corrected", () => replayCorrected(id, who)));
   }
   if (!["completed", "halted", "cancelled"].includes(r.state)) {
     out.push(b("Cancel", "act-cancel danger", () => confirmAction("Cancel " + who, "The capsule ends cancelled; this cannot be undone.", "cancel", { id }, ["reason"])));
@@ -149,9 +159,107 @@ function capsuleActions(r) {
   return el("div", { class: "actions" }, out);
 }
 
+// ruleTitles is the constitution's rule titles by number, learnt from the
+// first capsule page read (findings of older sagads carry only numbers).
+let ruleTitles = {};
+
+function ruleName(f) { return f.title || ruleTitles[f.rule] || ""; }
+
 function findingsList(fs) {
   if (!fs || !fs.length) return el("span", { class: "muted", text: "no findings" });
-  return el("ul", { class: "findings" }, fs.map(f => el("li", {}, f.rule ? "Rule " + f.rule + ": " : "", f.title ? f.title + " — " : "", f.message || "", f.field ? " (" + f.field + ")" : "")));
+  return el("ul", { class: "findings" }, fs.map(f => { const n = ruleName(f); return el("li", {}, f.rule ? "Rule " + f.rule + ": " : "", n ? n + " — " : "", f.message || "", f.field ? " (" + f.field + ")" : ""); }));
+}
+
+// findingsTable shows a halt's findings: rule number and name, field,
+// message.
+function findingsTable(fs, id) {
+  return el("table", { class: "findings", id },
+    el("thead", {}, el("tr", {}, ["Rule", "Name", "Field", "Message"].map(h => el("th", { text: h })))),
+    el("tbody", {}, fs.map(f => el("tr", {}, el("td", { text: f.rule ? String(f.rule) : "-" }), el("td", { text: ruleName(f) || "-" }),
+      el("td", { class: "mono", text: f.field || "-" }), el("td", { text: f.message || "" })))));
+}
+
+// replayCorrected opens the editor of a corrected capsule on the bytes
+// RECEPTION kept (their integrity dropped: the console seals what is sent).
+async function replayCorrected(key, who) {
+  let text = "";
+  try {
+    const d = await getJSON("/capsules/" + encodeURIComponent(key));
+    const c = d.capsule_raw || d.capsule;
+    if (c) { const o = Object.assign({}, c); delete o.integrity; text = JSON.stringify(o, null, 2); }
+  } catch (e) { toast("cannot read the capsule: " + e.message, true); }
+  confirmAction("Replay " + who + " with a corrected capsule",
+    "Edit the capsule and confirm: sagad seals it, checks it as RECEPTION checks an intake (refusing it, with why, if it would halt there) and runs it from RECEPTION as a new run.",
+    "replay", { id: key }, [["capsule", text], "reason", "dependents"]);
+}
+
+// jsonTree renders a JSON value as nested, collapsible lists (details and
+// summary), every key and value as text. Levels deeper than open start
+// folded.
+function jsonTree(v, open, depth, key) {
+  depth = depth || 0;
+  const label = key === undefined ? null : el("span", { class: "json-key", text: key + ": " });
+  if (v === null || typeof v !== "object") {
+    return el("span", {}, label, el("span", { class: "json-" + (v === null ? "null" : typeof v), text: JSON.stringify(v) }));
+  }
+  const isArr = Array.isArray(v);
+  const entries = isArr ? v.map((x, i) => [String(i), x]) : Object.entries(v);
+  if (!entries.length) return el("span", {}, label, el("span", { class: "muted", text: isArr ? "[]" : "{}" }));
+  return el("details", { class: "json", open: depth < (open === undefined ? 1 : open) ? "open" : undefined },
+    el("summary", {}, label, el("span", { class: "muted", text: isArr ? "[" + entries.length + " items]" : "{" + entries.length + " keys}" })),
+    el("ul", {}, entries.map(([k, x]) => el("li", {}, jsonTree(x, open, depth + 1, k)))));
+}
+
+// dur formats milliseconds as a short duration.
+function dur(ms) {
+  if (!(ms >= 0)) return "-";
+  if (ms < 1000) return Math.round(ms) + "ms";
+  const s = ms / 1000;
+  if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + "s";
+  if (s < 3600) return Math.floor(s / 60) + "m" + Math.round(s % 60) + "s";
+  return Math.floor(s / 3600) + "h" + Math.floor((s % 3600) / 60) + "m";
+}
+
+// timelineRows gives each transition its duration (since the previous
+// transition, or the capsule's creation) and closes each cycle with its
+// total.
+function timelineRows(cp) {
+  const out = [];
+  let prev = new Date(cp.created_at).getTime();
+  let cycle = null, cycleStart = prev;
+  const total = (c, end) => el("tr", { class: "cycle-total" }, el("td"), el("td", { text: "cycle " + c + " total" }), el("td"), el("td"), el("td", { text: dur(end - cycleStart) }), el("td"));
+  for (const t of cp.history) {
+    const at = new Date(t.at).getTime();
+    if (cycle !== null && t.cycle !== cycle) { out.push(total(cycle, prev)); cycleStart = prev; }
+    cycle = t.cycle;
+    out.push(el("tr", {}, el("td", { text: ts(t.at) }), el("td", { text: t.phase + " " + t.phase_name }),
+      el("td", { text: t.cycle }), el("td", { class: "outcome-" + t.outcome, text: t.outcome }), el("td", { class: "dur", text: dur(at - prev) }), el("td", { text: t.detail || "" })));
+    prev = at;
+  }
+  if (cycle !== null) out.push(total(cycle, prev));
+  return out;
+}
+
+// whyStopped explains a halt (or a pause on failures): the reason, the
+// findings with their rules, and the failed agent calls of the cycle.
+function whyStopped(st) {
+  const fs = st.findings || [];
+  const a = st.attempts;
+  if (!st.halt_reason && !fs.length && !(a && a.failed)) return null;
+  const box = el("div", { class: "card why", id: "why" }, el("h2", { text: st.status === "halted" ? "Why it halted" : "Findings and failures" }));
+  if (st.halt_reason) box.append(el("p", {}, "Halt reason: ", el("span", { class: "mono", id: "halt-reason", text: st.halt_reason }), " at ", st.phase + " " + (st.phase_name || PHASES[st.phase] || "")));
+  if (fs.length) box.append(findingsTable(fs, "halt-findings"));
+  if (a && a.failed) {
+    const lf = a.last_failure || {};
+    box.append(el("h2", { text: "Failed attempts" }),
+      el("dl", { id: "attempts" }, [
+        ["step", (PHASES[a.phase || 4]) + ", cycle " + a.cycle], ["failed calls", String(a.failed)],
+        ["exit code", lf.timeout ? "timed out" : (lf.exit_code !== undefined ? String(lf.exit_code) : "-")],
+        ["error", lf.error || "-"],
+      ].map(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })])),
+      lf.stderr_tail ? el("pre", { class: "stderr", id: "stderr-tail", text: lf.stderr_tail }) : null);
+  }
+  return box;
 }
 
 // ---- views ----
@@ -161,7 +269,7 @@ let current = { name: "", render: null, key: null };
 
 async function renderInbox() {
   const data = await getJSON("/inbox");
-  updateBadge(data.counts.decide + data.counts.paused);
+  updateBadge(needsYou(data.counts));
   const v = el("div", { id: "inbox" }, el("h1", { text: "Needs you" }));
   v.append(el("h2", {}, "Waiting for your decision (", String(data.counts.decide), ")"));
   v.append(data.decide.length ? el("table", { id: "inbox-decide" },
@@ -184,9 +292,28 @@ async function renderInbox() {
       el("td", {}, capLink(r)), el("td", { text: r.waiting_on || "-" }), el("td", { class: "mono", text: (r.pending || []).join(", ") || "-" }),
       el("td", { text: r.wave_id || "-" }), el("td", { text: ago(r.updated_at) }), el("td", {}, capsuleActions(r)))))) :
     el("p", { class: "muted", text: "Nothing waits for dependencies or wave capacity." }));
+  v.append(inboxHalted(data));
   if (data.truncated) v.append(el("p", { class: "muted", text: "Lists are cut at their limit; filter the capsule list for the rest." }));
   return v;
 }
+
+// inboxHalted lists the dead letters: halted capsules, which only a replay
+// runs again.
+function inboxHalted(data) {
+  const hs = data.halted || [];
+  const n = (data.counts.halted || 0);
+  return el("div", {}, el("h2", {}, "Halted — dead letters (", String(n), ")"),
+    hs.length ? el("table", { id: "inbox-halted" },
+      el("thead", {}, el("tr", {}, ["Capsule", "Phase", "Halt reason", "Since", ""].map(h => el("th", { text: h })))),
+      el("tbody", {}, hs.map(r => el("tr", { dataset: { key: r.key } },
+        el("td", {}, capLink(r)), el("td", { text: r.phase + " " + r.phase_name }), el("td", { class: "mono", text: r.halt_reason || "-" }),
+        el("td", { text: ago(r.updated_at), title: ts(r.updated_at) }), el("td", {}, capsuleActions(r)))))) :
+      el("p", { class: "muted", text: "No capsule is halted." }));
+}
+
+// needsYou is the badge's count: decisions, paused for a person, dead
+// letters.
+function needsYou(counts) { return (counts.decide || 0) + (counts.paused || 0) + (counts.halted || 0); }
 
 function listParams() {
   const q = new URLSearchParams(location.hash.split("?")[1] || "");
@@ -242,6 +369,7 @@ function bar(used, cap) {
 
 async function renderCapsule(key) {
   const d = await getJSON("/capsules/" + encodeURIComponent(key));
+  if (d.rule_titles) ruleTitles = d.rule_titles;
   const s = d.status, cp = d.checkpoint, c = d.capsule;
   const st = cp.state;
   const dl = (pairs) => el("dl", {}, pairs.map(([k, v]) => [el("dt", { text: k }), el("dd", {}, v === undefined || v === null || v === "" ? "-" : v)]));
@@ -251,6 +379,8 @@ async function renderCapsule(key) {
     el("p", {}, el("span", { id: "capsule-state" }, stateTag(st.status)), " ", c ? c.task.title : "", " ",
       el("span", { class: "muted", text: "updated " + ago(cp.updated_at) + " ago" })),
     capsuleActions(row));
+  const why = whyStopped(st);
+  if (why) v.append(why);
   const budget = d.caps || {};
   v.append(el("div", { class: "grid" },
     el("div", { class: "card" }, el("h2", { text: "State" }), dl([
@@ -265,20 +395,19 @@ async function renderCapsule(key) {
     el("div", { class: "card" }, el("h2", { text: "Budget" }), dl([
       ["tokens", [String(st.budget_used.tokens), " of ", budget.tokens ? String(budget.tokens) : "-", bar(st.budget_used.tokens, budget.tokens)]],
       ["dollars", [String(st.budget_used.dollars), " of ", budget.dollars ? String(budget.dollars) : "-", bar(st.budget_used.dollars, budget.dollars)]],
-      ["overrides", st.overrides ? JSON.stringify(st.overrides) : ""],
+      ["overrides", st.overrides ? jsonTree(st.overrides, 2) : ""],
     ])),
     el("div", { class: "card" }, el("h2", { text: "Locks held" }),
       (st.locks_held && st.locks_held.length) ? el("ul", {}, st.locks_held.map(l => el("li", { class: "mono", text: l }))) : el("p", { class: "muted", text: "none" }),
       el("h2", { text: "Artifacts" }),
       (st.artifact_refs && st.artifact_refs.length) ? el("ul", { id: "artifacts" }, st.artifact_refs.map(ref => el("li", {},
         el("button", { class: "mono", onclick: () => showArtifact(ref) }, ref)))) : el("p", { class: "muted", text: "none" }),
-      el("pre", { id: "artifact", hidden: "hidden" })),
+      el("div", { id: "artifact", class: "artifact", hidden: "hidden" })),
   ));
   v.append(el("h2", { text: "Timeline" }));
   v.append((cp.history && cp.history.length) ? el("table", { class: "timeline", id: "timeline" },
-    el("thead", {}, el("tr", {}, ["At", "Phase", "Cycle", "Outcome", "Detail"].map(h => el("th", { text: h })))),
-    el("tbody", {}, cp.history.map(t => el("tr", {}, el("td", { text: ts(t.at) }), el("td", { text: t.phase + " " + t.phase_name }),
-      el("td", { text: t.cycle }), el("td", { class: "outcome-" + t.outcome, text: t.outcome }), el("td", { text: t.detail || "" }))))) :
+    el("thead", {}, el("tr", {}, ["At", "Phase", "Cycle", "Outcome", "Took", "Detail"].map(h => el("th", { text: h })))),
+    el("tbody", {}, timelineRows(cp))) :
     el("p", { class: "muted", text: "No transition yet." }));
   v.append(el("h2", { text: "Reviews" }));
   v.append((st.reviews && st.reviews.length) ? el("table", { id: "reviews" },
@@ -289,24 +418,25 @@ async function renderCapsule(key) {
   v.append(el("h2", { text: "Events" }));
   if (d.events_error) v.append(el("p", { class: "error", text: "events: " + d.events_error }));
   v.append(d.events.length ? el("table", { id: "events" },
-    el("thead", {}, el("tr", {}, ["At", "Event", "Phase", "Cycle", "Detail", "By"].map(h => el("th", { text: h })))),
+    el("thead", {}, el("tr", {}, ["At", "Event", "Phase", "Cycle", "Detail", "Findings", "By"].map(h => el("th", { text: h })))),
     el("tbody", {}, d.events.map(e => el("tr", {}, el("td", { text: ts(e.at) }), el("td", { class: "mono", text: e.kind }),
-      el("td", { text: e.phase + " " + (e.phase_name || "") }), el("td", { text: e.cycle }), el("td", { text: e.detail || "" }), el("td", { text: e.by || "" }))))) :
+      el("td", { text: e.phase + " " + (e.phase_name || "") }), el("td", { text: e.cycle }), el("td", { text: e.detail || "" }),
+      el("td", {}, (e.findings && e.findings.length) ? findingsList(e.findings) : ""), el("td", { text: e.by || "" }))))) :
     el("p", { class: "muted", text: "No events." }));
   if (c) {
     v.append(el("h2", { text: "Capsule as received" }));
-    v.append(el("pre", { text: JSON.stringify(c, null, 2) }));
+    v.append(el("div", { class: "card", id: "capsule-json" }, jsonTree(d.capsule_raw || c, 1)));
   }
   return v;
 }
 
 async function showArtifact(ref) {
-  const pre = document.getElementById("artifact");
-  pre.hidden = false;
+  const box = document.getElementById("artifact");
+  box.hidden = false;
   try {
     const a = await getJSON("/artifact?ref=" + encodeURIComponent(ref));
-    pre.textContent = JSON.stringify(a, null, 2);
-  } catch (e) { pre.textContent = "cannot read " + ref + ": " + e.message; }
+    box.replaceChildren(el("p", { class: "mono", text: ref }), jsonTree(a, 2));
+  } catch (e) { box.replaceChildren(el("p", { class: "error", text: "cannot read " + ref + ": " + e.message })); }
 }
 
 async function renderPhases() {
@@ -392,7 +522,7 @@ let badgePending = null;
 function soonBadge() {
   if (!badgePending) badgePending = setTimeout(() => {
     badgePending = null;
-    getJSON("/inbox").then(d => updateBadge(d.counts.decide + d.counts.paused)).catch(() => {});
+    getJSON("/inbox").then(d => updateBadge(needsYou(d.counts))).catch(() => {});
   }, 500);
 }
 
@@ -423,5 +553,5 @@ document.addEventListener("DOMContentLoaded", () => {
   connect();
   route();
   // The inbox badge follows every change, whatever the view.
-  getJSON("/inbox").then(d => updateBadge(d.counts.decide + d.counts.paused)).catch(() => {});
+  getJSON("/inbox").then(d => updateBadge(needsYou(d.counts))).catch(() => {});
 });

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/testreq"
 )
@@ -195,4 +196,57 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Navigate(base+"/ui/#/waves"),
 		chromedp.WaitVisible(css(`#waves`)),
 	), "live list and phases")
+
+	haltedAndCorrected(t, bctx, cl, base, shot)
+}
+
+// haltedAndCorrected: a capsule halted at AUTOMATED_GATES is a dead letter
+// in the inbox; its page shows the findings with the rules' names; replayed
+// with a corrected capsule typed into the page's editor, it completes.
+func haltedAndCorrected(t *testing.T, bctx context.Context, cl *client.Client, base string, shot func(string) chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+	defer cancel()
+	doc := capsuletest.New().Set("spec.approved_by", "agent-coder-1").Set("constraints.destructive", true)
+	_, err := cl.Publish(ctx, doc.Sealed(t), "")
+	require.NoError(t, err)
+	id := doc.ID()
+	s, err := cl.Wait(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, capsule.Halted, s.State)
+	corrected := string(doc.Set("spec.approved_by", "human-lead").Set("constraints.destructive", false).Unsealed(t))
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	row := fmt.Sprintf(`#inbox-halted tr[data-key="%s"]`, id)
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(base+"/ui/#/inbox"),
+		chromedp.WaitVisible(css(row+` button.act-replay-corrected`)),
+		shot("9-inbox-halted"),
+		chromedp.Click(css(row+` a`)),
+		chromedp.WaitVisible(css(`#halt-findings`)),
+		shot("10-capsule-halted"),
+	), "halted capsule")
+	findings, err := chromedp.Run(bctx, chromedp.Text(css(`#halt-findings`)))
+	require.NoError(t, err)
+	require.Contains(t, findings, "Independent spec approval", "rule 4 by name")
+	require.Contains(t, findings, "11")
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Click(css(`#capsule button.act-replay-corrected`)),
+		chromedp.WaitVisible(css(`#confirm textarea.editor`)),
+		chromedp.SetValue(css(`#confirm textarea.editor`), corrected),
+		chromedp.SetValue(css(`#confirm-by`), "carol"),
+		shot("11-corrected-editor"),
+		chromedp.Click(css(`#confirm-ok`)),
+		chromedp.WaitVisible(css(`#capsule-state .state-completed`)),
+		chromedp.WaitNotPresent(css(`#halt-findings`)),
+		shot("12-corrected-completed"),
+	), "replay with a corrected capsule")
+	events, err := cl.History(ctx, id)
+	require.NoError(t, err)
+	var by string
+	for _, e := range events {
+		if e.Kind == capsule.EventReplayed {
+			by = e.By
+		}
+	}
+	require.Equal(t, "carol", by, "the replay is recorded with the operator's name")
 }

@@ -1,0 +1,72 @@
+package console
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/capsuletest"
+)
+
+// TestHaltedFindingsAndCorrectedReplay: a capsule halted at AUTOMATED_GATES
+// is a dead letter in the inbox; its page carries the findings with the
+// rules' titles and the kept bytes; a corrected capsule the operator typed
+// (unsealed) is sealed by the console and replayed from RECEPTION, and one
+// that is not the same capsule is refused with the admin service's reason.
+func TestHaltedFindingsAndCorrectedReplay(t *testing.T) {
+	t.Parallel()
+	f := setup(t, Config{})
+	doc := capsuletest.New().Set("spec.approved_by", "agent-coder-1").Set("constraints.destructive", true)
+	id := f.publish(t, doc)
+	f.wait(t, id, capsule.Halted)
+
+	var in Inbox
+	require.Equal(t, http.StatusOK, f.get(t, "/ui/api/inbox", &in))
+	require.Equal(t, 1, in.Counts["halted"])
+	require.Len(t, in.Halted, 1)
+	require.Equal(t, id, in.Halted[0].CapsuleID)
+	require.Equal(t, "absolute_rules_violated:[4, 11]", in.Halted[0].HaltReason)
+
+	var v CapsuleView
+	require.Equal(t, http.StatusOK, f.get(t, "/ui/api/capsules/"+id, &v))
+	var rulesSeen []int
+	for _, fd := range v.Checkpoint.State.Findings {
+		rulesSeen = append(rulesSeen, fd.Rule)
+		require.NotEmpty(t, fd.Message)
+	}
+	require.Contains(t, rulesSeen, 4)
+	require.Contains(t, rulesSeen, 11)
+	require.Equal(t, "Independent spec approval", v.RuleTitles[4])
+	require.NotEmpty(t, v.CapsuleRaw)
+
+	// The editor's starting point: the kept bytes, edited.
+	var edited map[string]any
+	require.NoError(t, json.Unmarshal(v.CapsuleRaw, &edited))
+	delete(edited, "integrity")
+	edited["spec"].(map[string]any)["approved_by"] = "human-lead"
+	edited["constraints"].(map[string]any)["destructive"] = false
+
+	other := capsuletest.New()
+	code, body := f.act(t, "replay", map[string]any{"id": id, "by": "dora", "capsule": other}, nil)
+	require.Equal(t, http.StatusConflict, code, body)
+	require.Contains(t, body, "the corrected capsule's id is")
+	code, body = f.act(t, "replay", map[string]any{"id": id, "by": "dora", "capsule": "[1]"}, nil)
+	require.Equal(t, http.StatusBadRequest, code, body)
+	two := 2
+	code, body = f.act(t, "replay", map[string]any{"id": id, "by": "dora", "capsule": edited, "from_phase": two}, nil)
+	require.Equal(t, http.StatusBadRequest, code, body)
+	require.Contains(t, body, "from RECEPTION")
+
+	code, body = f.act(t, "replay", map[string]any{"id": id, "by": "dora", "reason": "approved by a person", "capsule": edited}, nil)
+	require.Equal(t, http.StatusOK, code, body)
+	f.wait(t, id, capsule.Completed)
+	require.Equal(t, http.StatusOK, f.get(t, "/ui/api/capsules/"+id, &v))
+	var replayed bool
+	for _, e := range v.Events {
+		replayed = replayed || (e.Kind == capsule.EventReplayed && e.By == "dora")
+	}
+	require.True(t, replayed, "the replay is recorded with the operator's name")
+}
