@@ -114,6 +114,8 @@ type Console struct {
 	static http.Handler
 	// failed rate limits wrong tokens and passwords per client address.
 	failed *failures
+	// labels are the rows' titles and kinds, read on demand.
+	labels labels
 
 	mu     sync.Mutex
 	reader *client.Client // bound on first use (events)
@@ -373,7 +375,25 @@ func (c *Console) getInbox(w http.ResponseWriter, r *http.Request) {
 	if !c.waitReady(w, r) {
 		return
 	}
-	writeJSON(w, http.StatusOK, c.index.Inbox(c.cfg.InboxLimit))
+	in := c.index.Inbox(c.cfg.InboxLimit)
+	ctx, cancel := c.readCtx(r)
+	defer cancel()
+	writeJSON(w, http.StatusOK, InboxView{Inbox: in, Labels: c.labels.of(ctx, c.st, in.Decide, in.Paused, in.Waiting, in.Halted)})
+}
+
+// InboxView answers the inbox endpoint: the lists and their rows' labels.
+type InboxView struct {
+	Inbox
+	// Labels are the rows' titles and kinds by key.
+	Labels map[string]Label `json:"labels"`
+}
+
+// ListView answers the list endpoint: the page, its rows' labels, and how
+// many capsules are in each state (whatever the filter).
+type ListView struct {
+	Page
+	Labels map[string]Label      `json:"labels"`
+	States map[capsule.State]int `json:"states"`
 }
 
 // errBadQuery: a list query's parameter is malformed.
@@ -418,7 +438,10 @@ func (c *Console) listCapsules(w http.ResponseWriter, r *http.Request) {
 	if !c.waitReady(w, r) {
 		return
 	}
-	writeJSON(w, http.StatusOK, c.index.List(q))
+	p := c.index.List(q)
+	ctx, cancel := c.readCtx(r)
+	defer cancel()
+	writeJSON(w, http.StatusOK, ListView{Page: p, Labels: c.labels.of(ctx, c.st, p.Items), States: c.index.StateCounts()})
 }
 
 // CapsuleView is what a capsule's page shows.

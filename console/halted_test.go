@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natstest"
 )
 
 // TestHaltedFindingsAndCorrectedReplay: a capsule halted at AUTOMATED_GATES
@@ -29,6 +31,19 @@ func TestHaltedFindingsAndCorrectedReplay(t *testing.T) {
 	require.Len(t, in.Halted, 1)
 	require.Equal(t, id, in.Halted[0].CapsuleID)
 	require.Equal(t, "absolute_rules_violated:[4, 11]", in.Halted[0].HaltReason)
+
+	// Rows carry their title and kind; the list counts every state.
+	var iv InboxView
+	require.Equal(t, http.StatusOK, f.get(t, "/ui/api/inbox", &iv))
+	require.Equal(t, Label{Title: "Touch the README", Kind: "stub"}, iv.Labels[id])
+	var lv ListView
+	require.Equal(t, http.StatusOK, f.get(t, "/ui/api/capsules?state=completed", &lv))
+	require.Zero(t, lv.Total)
+	require.Equal(t, 1, lv.States[capsule.Halted])
+	require.Equal(t, 0, lv.States[capsule.Completed])
+	require.Len(t, lv.States, 7)
+	require.Equal(t, http.StatusOK, f.get(t, "/ui/api/capsules", &lv))
+	require.Equal(t, "Touch the README", lv.Labels[id].Title)
 
 	var v CapsuleView
 	require.Equal(t, http.StatusOK, f.get(t, "/ui/api/capsules/"+id, &v))
@@ -69,4 +84,14 @@ func TestHaltedFindingsAndCorrectedReplay(t *testing.T) {
 		replayed = replayed || (e.Kind == capsule.EventReplayed && e.By == "dora")
 	}
 	require.True(t, replayed, "the replay is recorded with the operator's name")
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		return f.console.Index().StateCounts()[capsule.Completed] == 1 && f.console.Index().StateCounts()[capsule.Halted] == 0
+	}, "the counts follow the replay")
+}
+
+func TestTruncate(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "abc", truncate("abc", 3))
+	require.Equal(t, "ab…", truncate("abc", 2))
+	require.Equal(t, "a…", truncate("aé", 2), "never inside a rune")
 }

@@ -28,7 +28,10 @@ type Row struct {
 	PhaseName string        `json:"phase_name"`
 	Cycle     int           `json:"cycle"`
 	Progress  int           `json:"progress"`
-	WaveID    string        `json:"wave_id,omitempty"`
+	// Run numbers the capsule's runs (absent: the first): a replay with a
+	// corrected capsule changes its bytes, so its title and kind.
+	Run    int    `json:"run,omitempty"`
+	WaveID string `json:"wave_id,omitempty"`
 	// Chain is the capsule's chain and step, when it is a chain's step.
 	Chain      *capsule.ChainStep `json:"chain,omitempty"`
 	HaltReason string             `json:"halt_reason,omitempty"`
@@ -70,7 +73,7 @@ func rowOf(cp *capsule.Checkpoint, rev uint64, now time.Time) *Row {
 	s := client.StatusOf(cp)
 	r := &Row{
 		CapsuleID: cp.CapsuleID, Key: cp.Key, State: cp.State.Status, Phase: int(cp.State.Phase), PhaseName: cp.State.Phase.String(),
-		Cycle: cp.State.Cycle, Progress: cp.State.Progress, WaveID: cp.WaveID, Chain: cp.Chain, HaltReason: cp.State.HaltReason, TraceID: cp.TraceID,
+		Cycle: cp.State.Cycle, Progress: cp.State.Progress, Run: cp.Run, WaveID: cp.WaveID, Chain: cp.Chain, HaltReason: cp.State.HaltReason, TraceID: cp.TraceID,
 		CreatedAt: cp.CreatedAt, UpdatedAt: cp.UpdatedAt, AwaitingExternal: s.AwaitingExternal,
 		WaitingOn: s.WaitingOn, Pending: s.Pending, Revision: rev,
 	}
@@ -142,8 +145,10 @@ type Index struct {
 	// decide, paused, waiting and halted are the inbox's lists, each kept
 	// in [older] order like order is.
 	decide, paused, waiting, halted []*Row
-	ready                           bool
-	subs                            map[chan Change]struct{}
+	// states counts the rows by state.
+	states map[capsule.State]int
+	ready  bool
+	subs   map[chan Change]struct{}
 
 	readyCh chan struct{}
 }
@@ -156,7 +161,7 @@ func NewIndex(log *slog.Logger, now func() time.Time) *Index {
 	if now == nil {
 		now = time.Now
 	}
-	return &Index{log: log, now: now, rows: map[string]*Row{}, byID: map[string]string{},
+	return &Index{log: log, now: now, rows: map[string]*Row{}, byID: map[string]string{}, states: map[capsule.State]int{},
 		subs: map[chan Change]struct{}{}, readyCh: make(chan struct{})}
 }
 
@@ -262,7 +267,9 @@ func (x *Index) load(rows map[string]*Row) {
 	x.byID = make(map[string]string, len(rows))
 	x.order = make([]*Row, 0, len(rows))
 	x.decide, x.paused, x.waiting, x.halted = nil, nil, nil, nil
+	x.states = map[capsule.State]int{}
 	for k, r := range rows {
+		x.states[r.State]++
 		x.byID[r.CapsuleID] = k
 		x.order = append(x.order, r)
 		if l := x.inboxList(r); l != nil {
@@ -299,6 +306,7 @@ func (x *Index) apply(row *Row) {
 				*l = slices.Delete(*l, i, i+1)
 			}
 		}
+		x.states[old.State]--
 		if x.byID[old.CapsuleID] == row.Key {
 			delete(x.byID, old.CapsuleID)
 		}
@@ -310,6 +318,7 @@ func (x *Index) apply(row *Row) {
 		delete(x.rows, row.Key)
 	} else {
 		x.rows[row.Key] = row
+		x.states[row.State]++
 		x.byID[row.CapsuleID] = row.Key
 		i, _ := slices.BinarySearchFunc(x.order, row, newer)
 		x.order = slices.Insert(x.order, i, row)
@@ -381,6 +390,22 @@ func (x *Index) Len() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return len(x.rows)
+}
+
+// allStates are the states a capsule can be in, in the order the console
+// shows their counts.
+var allStates = []capsule.State{capsule.InProgress, capsule.Waiting, capsule.Paused, capsule.WaitingForOperator, capsule.Completed, capsule.Halted, capsule.Cancelled}
+
+// StateCounts is how many capsules are in each state (every state named,
+// 0 included).
+func (x *Index) StateCounts() map[capsule.State]int {
+	m := make(map[capsule.State]int, len(allStates))
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for _, s := range allStates {
+		m[s] = x.states[s]
+	}
+	return m
 }
 
 // Lookup returns the row of a capsule key or id.

@@ -40,7 +40,54 @@ function ago(t) {
 }
 function ts(t) { return t ? new Date(t).toISOString().replace(".000Z", "Z") : "-"; }
 function stateTag(s) { return el("span", { class: "state state-" + s, text: s }); }
-function capLink(r) { return el("a", { href: "#/capsule/" + encodeURIComponent(r.key), class: "mono", text: r.capsule_id || r.key }); }
+
+// ---- recognisable rows: labels, short ids, numbers, links ----
+
+// labels are the rows' titles and kinds by key, from the latest answers.
+let labels = {};
+function keepLabels(m) {
+  if (!m) return;
+  if (Object.keys(labels).length > 5000) labels = {};
+  Object.assign(labels, m);
+}
+
+// fmtInt writes a count with thousands separators; fmtUSD dollars to the
+// cent (spend is summed in floats: 0.060000000000000005 is $0.06).
+function fmtInt(n) { return typeof n === "number" ? n.toLocaleString("en-US") : "-"; }
+function fmtUSD(x) { return typeof x === "number" ? "$" + x.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 }) : "-"; }
+
+// shortId keeps a UUID's first block: enough to tell rows apart at a
+// glance; the whole id is on hover and the copy button.
+function shortId(id) { return id && id.length > 13 ? id.slice(0, 8) + "…" : (id || ""); }
+
+function copyButton(text) {
+  return el("button", { class: "copy", type: "button", title: "Copy " + text, "aria-label": "copy " + text, onclick: (ev) => {
+    ev.preventDefault(); ev.stopPropagation();
+    if (navigator.clipboard) navigator.clipboard.writeText(text).then(() => toast("Copied " + text), () => toast("Cannot copy: select the id on the capsule's page", true));
+  } }, "copy");
+}
+
+// capLink is a capsule's cell: short id (a link; full on hover), copy
+// button, kind and title.
+function capLink(r) {
+  const id = r.capsule_id || r.key;
+  const lb = labels[r.key] || {};
+  return el("span", { class: "cap" },
+    el("a", { href: "#/capsule/" + encodeURIComponent(r.key), class: "mono id", title: id, text: shortId(id) }),
+    copyButton(id),
+    lb.kind ? el("span", { class: "kind", text: lb.kind }) : null,
+    lb.title ? el("span", { class: "title", title: lb.title, text: lb.title }) : null);
+}
+function capIdLink(id) { return el("a", { href: "#/capsule/" + encodeURIComponent(id), class: "mono id", title: id, text: shortId(id) }); }
+function phaseLink(n, name) { return el("a", { href: "#/capsules?phase=" + n, text: n + " " + (name || PHASES[n] || "") }); }
+function waveLink(w) { return w ? el("a", { href: "#/capsules?wave=" + encodeURIComponent(w), class: "mono", text: w }) : "-"; }
+function chainLink(c) { return c && c.id ? el("a", { href: "#/capsules?chain=" + encodeURIComponent(c.id), class: "mono", title: "chain " + c.id, text: shortId(c.id) + " #" + c.step }) : "-"; }
+// pendingLinks shows what a waiting capsule still waits for: its
+// dependencies (capsules) or its wave.
+function pendingLinks(waitingOn, pending) {
+  if (!pending || !pending.length) return "-";
+  return el("span", { class: "pending" }, pending.map((p, i) => [i ? ", " : "", waitingOn === "wave_capacity" ? waveLink(p) : capIdLink(p)]));
+}
 
 function toast(msg, isErr) {
   const d = el("div", { class: isErr ? "error" : "", text: msg });
@@ -232,7 +279,7 @@ function timelineRows(cp) {
     const at = new Date(t.at).getTime();
     if (cycle !== null && t.cycle !== cycle) { out.push(total(cycle, prev)); cycleStart = prev; }
     cycle = t.cycle;
-    out.push(el("tr", {}, el("td", { text: ts(t.at) }), el("td", { text: t.phase + " " + t.phase_name }),
+    out.push(el("tr", {}, el("td", { text: ts(t.at) }), el("td", {}, phaseLink(t.phase, t.phase_name)),
       el("td", { text: t.cycle }), el("td", { class: "outcome-" + t.outcome, text: t.outcome }), el("td", { class: "dur", text: dur(at - prev) }), el("td", { text: t.detail || "" })));
     prev = at;
   }
@@ -269,28 +316,29 @@ let current = { name: "", render: null, key: null };
 
 async function renderInbox() {
   const data = await getJSON("/inbox");
+  keepLabels(data.labels);
   updateBadge(needsYou(data.counts));
   const v = el("div", { id: "inbox" }, el("h1", { text: "Needs you" }));
   v.append(el("h2", {}, "Waiting for your decision (", String(data.counts.decide), ")"));
   v.append(data.decide.length ? el("table", { id: "inbox-decide" },
     el("thead", {}, el("tr", {}, ["Capsule", "Phase", "Cycle", "Verdict", "Findings", "Waiting", ""].map(h => el("th", { text: h })))),
     el("tbody", {}, data.decide.map(r => el("tr", { dataset: { key: r.key } },
-      el("td", {}, capLink(r)), el("td", { text: r.phase_name }), el("td", { text: r.cycle }),
+      el("td", {}, capLink(r)), el("td", {}, phaseLink(r.phase, r.phase_name)), el("td", { text: r.cycle }),
       el("td", { text: r.verdict || "-" }), el("td", {}, findingsList(r.findings)), el("td", { text: ago(r.since) }),
       el("td", {}, capsuleActions(r)))))) : el("p", { class: "muted", text: "Nothing waits for a decision." }));
   v.append(el("h2", {}, "Paused (", String(data.counts.paused), ")"));
   v.append(data.paused.length ? el("table", { id: "inbox-paused" },
     el("thead", {}, el("tr", {}, ["Capsule", "Phase", "Trigger", "Reason", "By", "Age", ""].map(h => el("th", { text: h })))),
     el("tbody", {}, data.paused.map(r => el("tr", { dataset: { key: r.key } },
-      el("td", {}, capLink(r)), el("td", { text: r.phase_name }), el("td", { class: "mono", text: r.trigger }),
+      el("td", {}, capLink(r)), el("td", {}, phaseLink(r.phase, r.phase_name)), el("td", { class: "mono", text: r.trigger }),
       el("td", { text: r.reason || "-" }), el("td", { text: r.by || "-" }), el("td", { text: ago(r.since) }),
       el("td", {}, capsuleActions(r)))))) : el("p", { class: "muted", text: "Nothing is paused for a person." }));
   v.append(el("h2", {}, "Waiting (", String(data.counts.waiting), ")"));
   v.append(data.waiting.length ? el("table", { id: "inbox-waiting" },
     el("thead", {}, el("tr", {}, ["Capsule", "Waiting on", "Still pending", "Wave", "Since update", ""].map(h => el("th", { text: h })))),
     el("tbody", {}, data.waiting.map(r => el("tr", { dataset: { key: r.key } },
-      el("td", {}, capLink(r)), el("td", { text: r.waiting_on || "-" }), el("td", { class: "mono", text: (r.pending || []).join(", ") || "-" }),
-      el("td", { text: r.wave_id || "-" }), el("td", { text: ago(r.updated_at) }), el("td", {}, capsuleActions(r)))))) :
+      el("td", {}, capLink(r)), el("td", { text: r.waiting_on || "-" }), el("td", {}, pendingLinks(r.waiting_on, r.pending)),
+      el("td", {}, waveLink(r.wave_id)), el("td", { text: ago(r.updated_at) }), el("td", {}, capsuleActions(r)))))) :
     el("p", { class: "muted", text: "Nothing waits for dependencies or wave capacity." }));
   v.append(inboxHalted(data));
   if (data.truncated) v.append(el("p", { class: "muted", text: "Lists are cut at their limit; filter the capsule list for the rest." }));
@@ -306,7 +354,7 @@ function inboxHalted(data) {
     hs.length ? el("table", { id: "inbox-halted" },
       el("thead", {}, el("tr", {}, ["Capsule", "Phase", "Halt reason", "Since", ""].map(h => el("th", { text: h })))),
       el("tbody", {}, hs.map(r => el("tr", { dataset: { key: r.key } },
-        el("td", {}, capLink(r)), el("td", { text: r.phase + " " + r.phase_name }), el("td", { class: "mono", text: r.halt_reason || "-" }),
+        el("td", {}, capLink(r)), el("td", {}, phaseLink(r.phase, r.phase_name)), el("td", { class: "mono", text: r.halt_reason || "-" }),
         el("td", { text: ago(r.updated_at), title: ts(r.updated_at) }), el("td", {}, capsuleActions(r)))))) :
       el("p", { class: "muted", text: "No capsule is halted." }));
 }
@@ -323,6 +371,7 @@ function listParams() {
 async function renderCapsules() {
   const q = listParams();
   const data = await getJSON("/capsules?" + q.toString());
+  keepLabels(data.labels);
   const sel = (name, opts, labels) => el("select", { name }, el("option", { value: "", text: "any" }),
     opts.map((o, i) => { const op = el("option", { value: String(o), text: labels ? labels[i] : o }); if (q.get(name) === String(o)) op.selected = true; return op; }));
   const input = (name, ph) => { const i = el("input", { name, placeholder: ph }); i.value = q.get(name) || ""; return i; };
@@ -341,7 +390,7 @@ async function renderCapsules() {
   el("button", { type: "submit", class: "primary", id: "filter-apply" }, "Filter"));
   const rows = data.items.map(r => rowOf(r));
   const table = el("table", { id: "capsule-list" },
-    el("thead", {}, el("tr", {}, ["Capsule", "State", "Phase", "Cycle", "Wave", "Halt reason", "Updated"].map(h => el("th", { text: h })))),
+    el("thead", {}, el("tr", {}, ["Capsule", "State", "Phase", "Cycle", "Wave", "Chain", "Halt reason", "Updated"].map(h => el("th", { text: h })))),
     el("tbody", {}, rows));
   const off = data.offset, lim = data.limit;
   const page = (o) => { const p = listParams(); p.set("offset", String(Math.max(0, o))); return "#/capsules?" + p.toString(); };
@@ -349,13 +398,28 @@ async function renderCapsules() {
     off > 0 ? el("a", { href: page(off - lim), id: "page-prev", text: "← newer" }) : null,
     el("span", { class: "muted", id: "list-total", text: (data.total ? (off + 1) + "–" + (off + data.items.length) : "0") + " of " + data.total }),
     off + lim < data.total ? el("a", { href: page(off + lim), id: "page-next", text: "older →" }) : null);
-  return el("div", {}, el("h1", { text: "Capsules" }), form, table, pager);
+  return el("div", {}, el("h1", { text: "Capsules" }), stateCounts(data.states, q), form, table, pager);
+}
+
+// stateCounts is the bar of counts per state over the list, each a link
+// that filters by it (keeping the other filters).
+function stateCounts(states, q) {
+  if (!states) return null;
+  const link = (st, label, n) => {
+    const p = new URLSearchParams(q); p.delete("offset");
+    if (st) p.set("state", st); else p.delete("state");
+    const on = (q.get("state") || "") === st;
+    return el("a", { href: "#/capsules?" + p.toString(), class: "count" + (on ? " active" : ""), dataset: { state: st || "any" } },
+      label, " ", el("strong", { text: fmtInt(n) }));
+  };
+  const all = STATES.reduce((a, s) => a + (states[s] || 0), 0);
+  return el("nav", { class: "counts", id: "state-counts" }, link("", "all", all), STATES.map(s => link(s, s.replace(/_/g, " "), states[s] || 0)));
 }
 
 function rowOf(r) {
   return el("tr", { dataset: { key: r.key } },
-    el("td", {}, capLink(r)), el("td", { class: "st" }, stateTag(r.state)), el("td", { text: r.phase + " " + r.phase_name }),
-    el("td", { text: r.cycle }), el("td", { text: r.wave_id || "-" }), el("td", { class: "mono", text: r.halt_reason || "-" }),
+    el("td", {}, capLink(r)), el("td", { class: "st" }, stateTag(r.state)), el("td", {}, phaseLink(r.phase, r.phase_name)),
+    el("td", { text: r.cycle }), el("td", {}, waveLink(r.wave_id)), el("td", {}, chainLink(r.chain)), el("td", { class: "mono", text: r.halt_reason || "-" }),
     el("td", { text: ago(r.updated_at), title: ts(r.updated_at) }));
 }
 
@@ -375,8 +439,8 @@ async function renderCapsule(key) {
   const dl = (pairs) => el("dl", {}, pairs.map(([k, v]) => [el("dt", { text: k }), el("dd", {}, v === undefined || v === null || v === "" ? "-" : v)]));
   const row = { key: cp.key, capsule_id: cp.capsule_id, state: st.status };
   const v = el("div", { id: "capsule", dataset: { key: cp.key } },
-    el("h1", {}, "Capsule ", el("span", { class: "mono", text: cp.capsule_id })),
-    el("p", {}, el("span", { id: "capsule-state" }, stateTag(st.status)), " ", c ? c.task.title : "", " ",
+    el("h1", {}, c ? el("span", { id: "capsule-title", text: c.task.title }) : "Capsule", " ", el("span", { class: "mono muted", text: cp.capsule_id }), copyButton(cp.capsule_id)),
+    el("p", {}, el("span", { id: "capsule-state" }, stateTag(st.status)), " ", c ? el("span", { class: "kind", text: c.task.kind }) : "", " ",
       el("span", { class: "muted", text: "updated " + ago(cp.updated_at) + " ago" })),
     capsuleActions(row));
   const why = whyStopped(st);
@@ -385,16 +449,18 @@ async function renderCapsule(key) {
   v.append(el("div", { class: "grid" },
     el("div", { class: "card" }, el("h2", { text: "State" }), dl([
       ["key", el("span", { class: "mono", text: cp.key })],
-      ["phase", st.phase + " " + (st.phase_name || PHASES[st.phase] || "")], ["cycle", String(st.cycle)],
-      ["progress", st.progress + "%"], ["halt reason", st.halt_reason], ["wave", cp.wave_id],
+      ["phase", phaseLink(st.phase, st.phase_name)], ["cycle", String(st.cycle)],
+      ["progress", st.progress + "%"], ["halt reason", st.halt_reason], ["wave", cp.wave_id ? waveLink(cp.wave_id) : ""],
+      ["chain", cp.chain ? chainLink(cp.chain) : ""], ["producer", cp.producer || ""],
       ["trace id", el("span", { class: "mono", id: "trace-id", text: cp.trace_id || "-" })],
       ["pause", st.pause ? st.pause.trigger + (st.pause.reason ? ": " + st.pause.reason : "") + (st.pause.by ? " (by " + st.pause.by + ")" : "") : ""],
-      ["waiting on", s.waiting_on ? s.waiting_on + ": " + (s.pending || []).join(", ") : ""],
+      ["waiting on", s.waiting_on ? [s.waiting_on + ": ", pendingLinks(s.waiting_on, s.pending)] : ""],
       ["created", ts(cp.created_at)], ["deadline", d.deadline ? ts(d.deadline) : ""],
     ])),
     el("div", { class: "card" }, el("h2", { text: "Budget" }), dl([
-      ["tokens", [String(st.budget_used.tokens), " of ", budget.tokens ? String(budget.tokens) : "-", bar(st.budget_used.tokens, budget.tokens)]],
-      ["dollars", [String(st.budget_used.dollars), " of ", budget.dollars ? String(budget.dollars) : "-", bar(st.budget_used.dollars, budget.dollars)]],
+      ["tokens", [fmtInt(st.budget_used.tokens), " of ", budget.tokens ? fmtInt(budget.tokens) : "-", bar(st.budget_used.tokens, budget.tokens)]],
+      ["dollars", [fmtUSD(st.budget_used.dollars), " of ", budget.dollars ? fmtUSD(budget.dollars) : "-", bar(st.budget_used.dollars, budget.dollars)]],
+      ["wave reserved", st.wave_reserved ? fmtInt(st.wave_reserved.tokens) + " tokens, " + fmtUSD(st.wave_reserved.dollars) : ""],
       ["overrides", st.overrides ? jsonTree(st.overrides, 2) : ""],
     ])),
     el("div", { class: "card" }, el("h2", { text: "Locks held" }),
@@ -445,7 +511,7 @@ async function renderPhases() {
     el("table", { id: "phases" },
       el("thead", {}, el("tr", {}, ["Phase", "Queued", "In flight", "State", ""].map(h => el("th", { text: h })))),
       el("tbody", {}, d.phases.map(p => el("tr", { dataset: { phase: p.phase } },
-        el("td", { text: p.phase + " " + p.phase_name }), el("td", { text: p.pending }), el("td", { text: p.ack_pending }),
+        el("td", {}, phaseLink(p.phase, p.phase_name)), el("td", { text: fmtInt(p.pending) }), el("td", { text: fmtInt(p.ack_pending) }),
         el("td", {}, p.paused ? el("span", { class: "state state-paused", text: "paused" }) : "consuming"),
         el("td", {}, p.paused ?
           el("button", { class: "primary", onclick: () => confirmAction("Resume phase " + p.phase_name, "Every sagad consumes this phase again.", "phase.resume", { phase: p.phase }, ["reason"]) }, "Resume phase") :
@@ -458,15 +524,15 @@ async function renderWaves() {
   if (!d.available) { v.append(el("p", { class: "muted", id: "waves-unavailable", text: d.message })); return v; }
   const waves = d.waves || [];
   if (!waves.length) { v.append(el("p", { class: "muted", text: "No wave has a budget." })); return v; }
-  const use = (used, reserved, cap) => [String(used), " used, ", String(reserved), " reserved of ", cap ? String(cap) : "no cap", bar(used + reserved, cap)];
+  const use = (used, reserved, cap, f) => [f(used), " used, ", f(reserved), " reserved of ", cap ? f(cap) : "no cap", bar(used + reserved, cap)];
   v.append(el("table", { id: "wave-list" },
     el("thead", {}, el("tr", {}, ["Wave", "Tokens", "Dollars", "Running", "Waiting for capacity", "State", ""].map(h => el("th", { text: h })))),
     el("tbody", {}, waves.map(w => el("tr", { dataset: { wave: w.wave_id } },
       el("td", {}, el("a", { href: "#/capsules?wave=" + encodeURIComponent(w.wave_id), class: "mono", text: w.wave_id })),
-      el("td", {}, use(w.used.tokens, w.reserved.tokens, w.tokens_cap)),
-      el("td", {}, use(w.used.dollars, w.reserved.dollars, w.dollars_cap)),
-      el("td", { text: w.running }),
-      el("td", { class: "mono", text: (w.waiting || []).join(", ") || "-" }),
+      el("td", {}, use(w.used.tokens, w.reserved.tokens, w.tokens_cap, fmtInt)),
+      el("td", {}, use(w.used.dollars, w.reserved.dollars, w.dollars_cap, fmtUSD)),
+      el("td", {}, w.running ? el("a", { href: "#/capsules?wave=" + encodeURIComponent(w.wave_id) + "&state=in_progress", text: fmtInt(w.running) }) : "0"),
+      el("td", {}, pendingLinks("dependencies", w.waiting)),
       el("td", {}, w.closed ? el("span", { class: "state state-halted", text: "closed" }) : "open"),
       el("td", {}, el("div", { class: "actions" },
         el("button", { onclick: () => confirmAction("Set the caps of wave " + w.wave_id, "New caps (0: none; empty: unchanged). Raising a cap lets the capsules waiting for it go on.", "wave.set", { wave_id: w.wave_id }, ["tokens", "dollars", "reason"]) }, "Set caps"),

@@ -124,6 +124,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(rowA)),
 		chromedp.WaitVisible(css(rowB)),
 		chromedp.WaitVisible(css(`#live:not(.off)`)),
+		// Rows are recognisable: the task's title, as text.
+		chromedp.WaitVisible(css(rowA+` .cap .title`)),
+		chromedp.WaitVisible(css(rowA+` .cap .kind`)),
 		shot("1-inbox"),
 		chromedp.Click(css(rowA+` button.act-accept`)),
 		chromedp.WaitVisible(css(`#confirm`)),
@@ -182,6 +185,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Navigate(base+"/ui/#/capsules?state=completed"),
 		chromedp.WaitVisible(css(fmt.Sprintf(`#capsule-list tr[data-key="%s"]`, gatedA))),
 		chromedp.WaitVisible(css(fmt.Sprintf(`#capsule-list tr[data-key="%s"]`, gatedB))),
+		// Counts per state on top, each a filter link.
+		chromedp.WaitVisible(css(`#state-counts a.count.active[data-state="completed"]`)),
 		shot("6-list-completed"),
 		chromedp.Navigate(base+"/ui/#/capsules"),
 		chromedp.WaitVisible(css(`#capsule-list`)),
