@@ -208,6 +208,7 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /ui/api/waves", c.getWaves)
 	mux.HandleFunc("GET /ui/api/stream", c.stream)
 	mux.HandleFunc("POST /ui/api/actions/{verb}", c.act)
+	mux.HandleFunc("POST /ui/api/bulk/{verb}", c.bulk)
 	mux.HandleFunc("/ui/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint")
 	})

@@ -499,6 +499,27 @@ func (x *Index) List(q Query) Page {
 	return p
 }
 
+// Keys returns the keys of the rows q selects (its offset and limit
+// ignored), most recently updated first, the first most of them, and how many
+// match in all.
+func (x *Index) Keys(q Query, most int) ([]string, int) {
+	q.Search = strings.ToLower(q.Search)
+	var keys []string
+	total := 0
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for _, r := range x.order {
+		if !q.match(r) {
+			continue
+		}
+		if total < most {
+			keys = append(keys, r.Key)
+		}
+		total++
+	}
+	return keys, total
+}
+
 // Inbox is what needs the operator, and what waits.
 type Inbox struct {
 	// Decide are the capsules waiting_for_operator, oldest first.

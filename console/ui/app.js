@@ -127,7 +127,10 @@ const FIELDS = {
   capsule: { label: "Corrected capsule (JSON of the same id; sagad seals it and checks it as an intake, the run starts at RECEPTION)", type: "json" },
 };
 
-function confirmAction(title, text, verb, base, fields) {
+// confirmAction asks for the operator's name and fields, then does verb
+// with them; send, when given, does it instead (a bulk action) and says
+// what happened.
+function confirmAction(title, text, verb, base, fields, send) {
   const dlg = document.getElementById("confirm");
   const by = document.getElementById("confirm-by");
   const box = document.getElementById("confirm-fields");
@@ -164,10 +167,10 @@ function confirmAction(title, text, verb, base, fields) {
       else if (input.value.trim() !== "") body[f] = input.value.trim();
     }
     try {
-      await post(verb, body);
+      if (send) await send(body); else await post(verb, body);
       localStorage.setItem("sagad.operator", name);
       dlg.close("done");
-      toast(title + ": done");
+      if (!send) toast(title + ": done");
       refresh();
     } catch (e) {
       errEl.textContent = e.message;
@@ -388,17 +391,23 @@ async function renderCapsules() {
   el("label", {}, "Halt reason", input("halt", "reason or prefix")),
   el("label", {}, "Chain", input("chain", "chain id")),
   el("button", { type: "submit", class: "primary", id: "filter-apply" }, "Filter"));
+  const filter = filterOf(q);
+  if (pick.filter !== filter) { pick.keys.clear(); pick.all = false; pick.filter = filter; }
   const rows = data.items.map(r => rowOf(r));
+  const pickPage = el("input", { type: "checkbox", id: "pick-page", title: "Select the capsules on this page", "aria-label": "select page",
+    onchange: (ev) => { for (const r of data.items) ev.target.checked ? pick.keys.add(r.key) : pick.keys.delete(r.key); pick.all = false; syncPicks(); } });
+  pickPage.checked = data.items.length > 0 && data.items.every(r => pick.keys.has(r.key));
   const table = el("table", { id: "capsule-list" },
-    el("thead", {}, el("tr", {}, ["Capsule", "State", "Phase", "Cycle", "Wave", "Chain", "Halt reason", "Updated"].map(h => el("th", { text: h })))),
+    el("thead", {}, el("tr", {}, el("th", {}, pickPage), ["Capsule", "State", "Phase", "Cycle", "Wave", "Chain", "Halt reason", "Updated"].map(h => el("th", { text: h })))),
     el("tbody", {}, rows));
+  pick.total = data.total;
   const off = data.offset, lim = data.limit;
   const page = (o) => { const p = listParams(); p.set("offset", String(Math.max(0, o))); return "#/capsules?" + p.toString(); };
   const pager = el("div", { class: "pager" },
     off > 0 ? el("a", { href: page(off - lim), id: "page-prev", text: "← newer" }) : null,
     el("span", { class: "muted", id: "list-total", text: (data.total ? (off + 1) + "–" + (off + data.items.length) : "0") + " of " + data.total }),
     off + lim < data.total ? el("a", { href: page(off + lim), id: "page-next", text: "older →" }) : null);
-  return el("div", {}, el("h1", { text: "Capsules" }), stateCounts(data.states, q), form, table, pager);
+  return el("div", {}, el("h1", { text: "Capsules" }), stateCounts(data.states, q), form, bulkResult(), bulkBar(), table, pager);
 }
 
 // stateCounts is the bar of counts per state over the list, each a link
@@ -416,9 +425,86 @@ function stateCounts(states, q) {
   return el("nav", { class: "counts", id: "state-counts" }, link("", "all", all), STATES.map(s => link(s, s.replace(/_/g, " "), states[s] || 0)));
 }
 
+// ---- bulk actions: select rows (or every capsule the filter matches),
+// then one confirmation for all; the console's bulk endpoint does each
+// capsule's action, recorded with the operator's name, and lists what
+// failed. ----
+
+// pick is the list's selection: keys picked by hand, or all (every
+// capsule the filter matches); it belongs to one filter.
+const pick = { keys: new Set(), all: false, filter: null, total: 0 };
+let lastBulk = null;
+const MAX_BULK = 1000;
+
+// filterOf is the list's query without its page: what "all matching"
+// sends.
+function filterOf(q) {
+  const p = new URLSearchParams(q); p.delete("offset"); p.delete("limit");
+  return p.toString();
+}
+
+function pickBox(r) {
+  const b = el("input", { type: "checkbox", class: "pick", "aria-label": "select " + (r.capsule_id || r.key), dataset: { key: r.key },
+    onchange: (ev) => { ev.target.checked ? pick.keys.add(r.key) : pick.keys.delete(r.key); pick.all = false; syncPicks(); } });
+  b.checked = pick.all || pick.keys.has(r.key);
+  return b;
+}
+
+// syncPicks redraws the bar and the boxes after the selection changed.
+function syncPicks() {
+  const bar = document.getElementById("bulk");
+  if (bar) bar.replaceWith(bulkBar());
+  for (const b of document.querySelectorAll("#capsule-list input.pick")) b.checked = pick.all || pick.keys.has(b.dataset.key);
+}
+
+function bulkBar() {
+  const n = pick.all ? pick.total : pick.keys.size;
+  const act = (verb, label, cls, text, fields) => el("button", { id: "bulk-" + verb, class: cls, disabled: n === 0 || n > MAX_BULK ? "disabled" : undefined,
+    onclick: () => confirmAction(label + " " + fmtInt(n) + " capsules", text, verb, {}, fields, (body) => sendBulk(verb, label, body)) }, label);
+  const onPage = document.querySelectorAll("#capsule-list input.pick").length;
+  return el("div", { id: "bulk", class: "bulk" + (n ? " on" : "") },
+    el("span", { id: "bulk-count", text: n ? fmtInt(n) + (pick.all ? " (all matching)" : "") + " selected" : "Select capsules for a bulk action" }),
+    !pick.all && pick.total > pick.keys.size && pick.keys.size >= onPage && onPage > 0 ?
+      el("button", { id: "bulk-all", onclick: () => { pick.all = true; pick.keys.clear(); syncPicks(); } }, "Select all " + fmtInt(pick.total) + " matching the filter") : null,
+    n > MAX_BULK ? el("span", { class: "error", text: "At most " + fmtInt(MAX_BULK) + " at once: narrow the filter." }) : null,
+    n ? el("button", { id: "bulk-clear", onclick: () => { pick.all = false; pick.keys.clear(); syncPicks(); } }, "Clear") : null,
+    el("span", { class: "actions" },
+      act("cancel", "Cancel", "danger", "Each capsule that has not ended ends cancelled; this cannot be undone. Those that cannot be cancelled are listed.", ["reason"]),
+      act("replay", "Replay", "", "Each halted or cancelled capsule runs again from where it stopped, as a new run.", ["reason"]),
+      act("accept", "Accept", "", "Each capsule waiting for your decision is accepted and goes on.", ["reason"]),
+      act("resume", "Resume", "", "Each paused capsule resumes where it stopped.", ["reason"])));
+}
+
+async function sendBulk(verb, label, body) {
+  if (pick.all) body.filter = pick.filter; else body.ids = [...pick.keys];
+  const r = await fetch(API + "/bulk/" + encodeURIComponent(verb), {
+    method: "POST", credentials: "same-origin",
+    headers: { "Content-Type": "application/json", "X-Sagad-Console": "1" },
+    body: JSON.stringify(body),
+  });
+  const reply = await r.json().catch(() => ({ error: r.statusText }));
+  if (!r.ok) throw new Error(reply.error || r.statusText);
+  lastBulk = Object.assign({ label }, reply);
+  pick.keys.clear(); pick.all = false;
+  toast(label + ": " + reply.done.length + " of " + reply.total + " done" + (reply.failed.length ? ", " + reply.failed.length + " failed" : ""), reply.failed.length > 0);
+}
+
+// bulkResult shows the last bulk action's outcome, its failures each with
+// why, until dismissed.
+function bulkResult() {
+  const r = lastBulk;
+  if (!r) return null;
+  return el("div", { class: "card bulk-result", id: "bulk-result" },
+    el("p", {}, el("strong", { text: r.label + ": " + r.done.length + " of " + r.total + " done" }),
+      r.failed.length ? ", " + r.failed.length + " failed:" : ".", " ",
+      el("button", { onclick: () => { lastBulk = null; refresh(); } }, "Dismiss")),
+    r.failed.length ? el("table", { id: "bulk-failed" }, el("tbody", {}, r.failed.map(f => el("tr", {},
+      el("td", {}, capIdLink(f.id)), el("td", { class: "mono", text: f.code || "" }), el("td", { class: "wrap", text: f.error }))))) : null);
+}
+
 function rowOf(r) {
   return el("tr", { dataset: { key: r.key } },
-    el("td", {}, capLink(r)), el("td", { class: "st" }, stateTag(r.state)), el("td", {}, phaseLink(r.phase, r.phase_name)),
+    el("td", {}, pickBox(r)), el("td", {}, capLink(r)), el("td", { class: "st" }, stateTag(r.state)), el("td", {}, phaseLink(r.phase, r.phase_name)),
     el("td", { text: r.cycle }), el("td", {}, waveLink(r.wave_id)), el("td", {}, chainLink(r.chain)), el("td", { class: "mono", text: r.halt_reason || "-" }),
     el("td", { text: ago(r.updated_at), title: ts(r.updated_at) }));
 }

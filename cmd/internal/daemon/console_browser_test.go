@@ -203,6 +203,67 @@ func TestConsoleInBrowser(t *testing.T) {
 	), "live list and phases")
 
 	haltedAndCorrected(t, bctx, cl, base, shot)
+	bulkCancel(t, bctx, cl, base, shot)
+}
+
+// bulkCancel: the capsules of a filtered list, selected at once, are
+// cancelled with one confirmation, each recorded with the operator's name.
+func bulkCancel(t *testing.T, bctx context.Context, cl *client.Client, base string, shot func(string) chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+	defer cancel()
+	var ids []string
+	for range 3 {
+		doc := capsuletest.New().Set("review.operator_gate", true).Set("wave_id", "w-bulk")
+		_, err := cl.Publish(ctx, doc.Sealed(t), "")
+		require.NoError(t, err)
+		ids = append(ids, doc.ID())
+	}
+	for _, id := range ids {
+		s, err := cl.Wait(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, capsule.WaitingForOperator, s.State, "halt: %s", s.HaltReason)
+	}
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	actions := []chromedp.Action[chromedp.Void]{
+		chromedp.Navigate(base + "/ui/#/capsules?wave=w-bulk&state=waiting_for_operator"),
+	}
+	for _, id := range ids {
+		actions = append(actions, chromedp.WaitVisible(css(fmt.Sprintf(`#capsule-list tr[data-key="%s"] input.pick`, id))))
+	}
+	actions = append(actions,
+		chromedp.Click(css(`#pick-page`)),
+		chromedp.WaitVisible(css(`#bulk.on #bulk-cancel:not([disabled])`)),
+		shot("13-bulk-selected"),
+		chromedp.Click(css(`#bulk-cancel`)),
+		chromedp.WaitVisible(css(`#confirm`)),
+		chromedp.SetValue(css(`#confirm-by`), "dave"),
+		chromedp.Click(css(`#confirm-ok`)),
+		chromedp.WaitVisible(css(`#bulk-result`)),
+	)
+	for _, id := range ids {
+		actions = append(actions, chromedp.WaitNotPresent(css(fmt.Sprintf(`#capsule-list tr[data-key="%s"]`, id))))
+	}
+	actions = append(actions, shot("14-bulk-cancelled"))
+	require.NoError(t, chromedp.Do(bctx, actions...), "bulk cancel")
+	result, err := chromedp.Run(bctx, chromedp.Text(css(`#bulk-result`)))
+	require.NoError(t, err)
+	require.Contains(t, result, "3 of 3 done")
+	for _, id := range ids {
+		s, err := cl.Wait(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, capsule.Cancelled, s.State)
+		events, err := cl.History(ctx, id)
+		require.NoError(t, err)
+		var detail string
+		for _, e := range events {
+			if e.Kind == capsule.EventCancelled {
+				detail = e.Detail
+			}
+		}
+		// A cancel names its operator in the event's detail.
+		require.Contains(t, detail, "cancelled by dave", "each cancel is recorded with the operator's name")
+	}
 }
 
 // haltedAndCorrected: a capsule halted at AUTOMATED_GATES is a dead letter
