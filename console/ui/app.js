@@ -146,7 +146,7 @@ function confirmAction(title, text, verb, base, fields, send) {
     const [f, initial] = Array.isArray(spec) ? spec : [spec, undefined];
     const d = FIELDS[f];
     const input = d.type === "textarea" ? el("textarea", { name: f, rows: 3 }) :
-      d.type === "json" ? el("textarea", { name: f, rows: 24, class: "mono editor", spellcheck: "false", dataset: { json: "1" } }) :
+      d.type === "json" ? el("textarea", { name: f, rows: 18, class: "mono editor", spellcheck: "false", dataset: { json: "1" } }) :
       el("input", { name: f, type: d.type, step: d.step, placeholder: d.placeholder, min: d.type === "number" ? "0" : undefined, checked: d.checked });
     if (initial !== undefined) input.value = initial;
     inputs[f] = input;
@@ -353,7 +353,7 @@ async function renderInbox() {
 function inboxHalted(data) {
   const hs = data.halted || [];
   const n = (data.counts.halted || 0);
-  return el("div", {}, el("h2", {}, "Halted — dead letters (", String(n), ")"),
+  return el("div", {}, el("h2", {}, "Halted — dead letters (", fmtInt(n), ")", n ? [" ", el("a", { href: "#/capsules?state=halted", class: "small", id: "halted-bulk", text: "select them in the list for a bulk replay or cancel" })] : null),
     hs.length ? el("table", { id: "inbox-halted" },
       el("thead", {}, el("tr", {}, ["Capsule", "Phase", "Halt reason", "Since", ""].map(h => el("th", { text: h })))),
       el("tbody", {}, hs.map(r => el("tr", { dataset: { key: r.key } },
