@@ -95,3 +95,22 @@ func TestTruncate(t *testing.T) {
 	require.Equal(t, "ab…", truncate("abc", 2))
 	require.Equal(t, "a…", truncate("aé", 2), "never inside a rune")
 }
+
+// TestCorrectedReplayRefusalNamesEveryFinding: a corrected capsule that
+// would halt at RECEPTION is refused with all it must fix, not the first
+// thing alone.
+func TestCorrectedReplayRefusalNamesEveryFinding(t *testing.T) {
+	t.Parallel()
+	f := setup(t, Config{})
+	doc := capsuletest.New().Set("spec.approved_by", "agent-coder-1").Set("constraints.destructive", true)
+	id := f.publish(t, doc)
+	f.wait(t, id, capsule.Halted)
+	var in Inbox
+	require.Equal(t, http.StatusOK, f.get(t, "/ui/api/inbox", &in))
+	broken := capsuletest.New().Set("capsule_id", id).Delete("target").Delete("task.title")
+	code, body := f.act(t, "replay", map[string]any{"id": id, "by": "dora", "capsule": broken}, nil)
+	require.Equal(t, http.StatusConflict, code, body)
+	require.Contains(t, body, "would halt at RECEPTION")
+	require.Contains(t, body, "/target: required property missing")
+	require.Contains(t, body, "/task/title: required property missing", "every finding, not only the first")
+}
