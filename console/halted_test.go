@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
@@ -113,4 +114,24 @@ func TestCorrectedReplayRefusalNamesEveryFinding(t *testing.T) {
 	require.Contains(t, body, "would halt at RECEPTION")
 	require.Contains(t, body, "/target: required property missing")
 	require.Contains(t, body, "/task/title: required property missing", "every finding, not only the first")
+}
+
+// TestLabelsRememberGoneBytes: a capsule whose bytes retention removed is
+// remembered as having no label, not read again on every page.
+func TestLabelsRememberGoneBytes(t *testing.T) {
+	t.Parallel()
+	f := setup(t, Config{})
+	id := f.publish(t, capsuletest.New())
+	f.wait(t, id, capsule.Completed)
+	gone := &Row{Key: capsuletest.NewID()}
+	kept := &Row{Key: id}
+	var l labels
+	got := l.of(context.Background(), f.st, []*Row{gone, kept})
+	require.Equal(t, Label{}, got[gone.Key])
+	require.Equal(t, Label{Title: "Touch the README", Kind: "stub"}, got[id])
+	require.Len(t, l.m, 2, "both remembered")
+	// A new run has its own label (a corrected capsule may change it).
+	again := l.of(context.Background(), f.st, []*Row{{Key: id, Run: 2}})
+	require.Equal(t, "Touch the README", again[id].Title)
+	require.Len(t, l.m, 3)
 }

@@ -2,8 +2,11 @@ package console
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/store"
 )
@@ -68,13 +71,19 @@ func (l *labels) of(ctx context.Context, st *store.Store, rows ...[]*Row) map[st
 			defer wg.Done()
 			defer func() { <-sem }()
 			_, c, err := st.Raw(ctx, r.Key)
-			if err != nil || c == nil {
-				return
+			var lb Label
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+				// The bytes are gone (retention): remembered as no label,
+				// so the page does not ask again each time.
+			case err != nil:
+				return // tried again on the next read
+			case c != nil:
+				lb = Label{Title: truncate(c.Task.Title, maxTitle), Kind: truncate(c.Task.Kind, maxTitle)}
+				mu.Lock()
+				out[r.Key] = lb
+				mu.Unlock()
 			}
-			lb := Label{Title: truncate(c.Task.Title, maxTitle), Kind: truncate(c.Task.Kind, maxTitle)}
-			mu.Lock()
-			out[r.Key] = lb
-			mu.Unlock()
 			l.mu.Lock()
 			if l.m == nil || len(l.m) >= maxLabels {
 				l.m = make(map[string]Label)
