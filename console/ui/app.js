@@ -278,12 +278,21 @@ function timelineRows(cp) {
   let prev = new Date(cp.created_at).getTime();
   let cycle = null, cycleStart = prev;
   const total = (c, end) => el("tr", { class: "cycle-total" }, el("td"), el("td", { text: "cycle " + c + " total" }), el("td"), el("td"), el("td", { text: dur(end - cycleStart) }), el("td"));
+  let run = null;
   for (const t of cp.history) {
     const at = new Date(t.at).getTime();
-    if (cycle !== null && t.cycle !== cycle) { out.push(total(cycle, prev)); cycleStart = prev; }
+    const r = t.run || 1;
+    // A replay starts a new run: the time between runs is the operator's,
+    // not a phase's, so the run's first transition has no duration.
+    const newRun = run !== null && r !== run;
+    if (cycle !== null && (t.cycle !== cycle || newRun)) { out.push(total(cycle, prev)); cycleStart = prev; }
+    if (newRun) out.push(el("tr", { class: "run-start" }, el("td", { colspan: "6", text: "run " + r + " (replayed)" })));
+    const took = newRun ? "-" : dur(at - prev);
+    if (newRun) cycleStart = at;
+    run = r;
     cycle = t.cycle;
     out.push(el("tr", {}, el("td", { text: ts(t.at) }), el("td", {}, phaseLink(t.phase, t.phase_name)),
-      el("td", { text: t.cycle }), el("td", { class: "outcome-" + t.outcome, text: t.outcome }), el("td", { class: "dur", text: dur(at - prev) }), el("td", { text: t.detail || "" })));
+      el("td", { text: t.cycle }), el("td", { class: "outcome-" + t.outcome, text: t.outcome }), el("td", { class: "dur", text: took }), el("td", { text: t.detail || "" })));
     prev = at;
   }
   if (cycle !== null) out.push(total(cycle, prev));
@@ -334,7 +343,7 @@ async function renderInbox() {
     el("thead", {}, el("tr", {}, ["Capsule", "Phase", "Trigger", "Reason", "By", "Age", ""].map(h => el("th", { text: h })))),
     el("tbody", {}, data.paused.map(r => el("tr", { dataset: { key: r.key } },
       el("td", {}, capLink(r)), el("td", {}, phaseLink(r.phase, r.phase_name)), el("td", { class: "mono", text: r.trigger }),
-      el("td", { text: r.reason || "-" }), el("td", { text: r.by || "-" }), el("td", { text: ago(r.since) }),
+      el("td", { class: "wrap", text: r.reason || "-" }), el("td", { text: r.by || "-" }), el("td", { text: ago(r.since) }),
       el("td", {}, capsuleActions(r)))))) : el("p", { class: "muted", text: "Nothing is paused for a person." }));
   v.append(el("h2", {}, "Waiting (", String(data.counts.waiting), ")"));
   v.append(data.waiting.length ? el("table", { id: "inbox-waiting" },
@@ -357,7 +366,7 @@ function inboxHalted(data) {
     hs.length ? el("table", { id: "inbox-halted" },
       el("thead", {}, el("tr", {}, ["Capsule", "Phase", "Halt reason", "Since", ""].map(h => el("th", { text: h })))),
       el("tbody", {}, hs.map(r => el("tr", { dataset: { key: r.key } },
-        el("td", {}, capLink(r)), el("td", {}, phaseLink(r.phase, r.phase_name)), el("td", { class: "mono", text: r.halt_reason || "-" }),
+        el("td", {}, capLink(r)), el("td", {}, phaseLink(r.phase, r.phase_name)), el("td", { class: "mono wrap", text: r.halt_reason || "-" }),
         el("td", { text: ago(r.updated_at), title: ts(r.updated_at) }), el("td", {}, capsuleActions(r)))))) :
       el("p", { class: "muted", text: "No capsule is halted." }));
 }
@@ -505,7 +514,7 @@ function bulkResult() {
 function rowOf(r) {
   return el("tr", { dataset: { key: r.key } },
     el("td", {}, pickBox(r)), el("td", {}, capLink(r)), el("td", { class: "st" }, stateTag(r.state)), el("td", {}, phaseLink(r.phase, r.phase_name)),
-    el("td", { text: r.cycle }), el("td", {}, waveLink(r.wave_id)), el("td", {}, chainLink(r.chain)), el("td", { class: "mono", text: r.halt_reason || "-" }),
+    el("td", { text: r.cycle }), el("td", {}, waveLink(r.wave_id)), el("td", {}, chainLink(r.chain)), el("td", { class: "mono wrap", text: r.halt_reason || "-" }),
     el("td", { text: ago(r.updated_at), title: ts(r.updated_at) }));
 }
 
