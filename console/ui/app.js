@@ -463,7 +463,10 @@ function pickBox(r) {
 function syncPicks() {
   const bar = document.getElementById("bulk");
   if (bar) bar.replaceWith(bulkBar());
-  for (const b of document.querySelectorAll("#capsule-list input.pick")) b.checked = pick.all || pick.keys.has(b.dataset.key);
+  const boxes = [...document.querySelectorAll("#capsule-list input.pick")];
+  for (const b of boxes) b.checked = pick.all || pick.keys.has(b.dataset.key);
+  const page = document.getElementById("pick-page");
+  if (page) page.checked = boxes.length > 0 && boxes.every(b => b.checked);
 }
 
 function bulkBar() {
