@@ -177,12 +177,7 @@ func (a *Admin) checkCorrected(ctx context.Context, found *capsule.Checkpoint, e
 	case phases.Retry:
 		return "", fmt.Errorf("check the corrected capsule: %w", r.Decision.Err)
 	case phases.Halt:
-		hint := "the corrected capsule would halt at RECEPTION: " + r.Decision.Halt.String()
-		if len(r.Decision.Findings) > 0 {
-			f := r.Decision.Findings[0]
-			hint += " (" + strings.TrimPrefix(f.Field+": "+f.Message, ": ") + ")"
-		}
-		return "", replayRefusal(found, hint)
+		return "", replayRefusal(found, "the corrected capsule would halt at RECEPTION: "+r.Decision.Halt.String()+findingsHint(r.Decision.Findings))
 	}
 	if r.Capsule.CapsuleID != found.CapsuleID {
 		return "", replayRefusal(found, fmt.Sprintf("the corrected capsule's id is %q, not %q", r.Capsule.CapsuleID, found.CapsuleID))
@@ -193,6 +188,26 @@ func (a *Admin) checkCorrected(ctx context.Context, found *capsule.Checkpoint, e
 		return "", replayRefusal(found, "the corrected capsule's chain differs from the capsule's: only sagad assigns chain steps")
 	}
 	return r.Digest, nil
+}
+
+// maxHintFindings bounds the findings a refusal names: enough to fix a
+// capsule in one go, short enough to read in a line.
+const maxHintFindings = 10
+
+// findingsHint lists a refused capsule's findings (field: message; …) so
+// the operator sees everything to fix, not only the first.
+func findingsHint(fs []capsule.Finding) string {
+	if len(fs) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, min(len(fs), maxHintFindings)+1)
+	for _, f := range fs[:min(len(fs), maxHintFindings)] {
+		parts = append(parts, strings.TrimPrefix(f.Field+": "+f.Message, ": "))
+	}
+	if n := len(fs) - maxHintFindings; n > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more", n))
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
 }
 
 func sameChain(a, b *capsule.ChainStep) bool {

@@ -25,6 +25,7 @@ import (
 	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/rules"
 	"github.com/sagad/sagad/store"
 )
 
@@ -113,6 +114,8 @@ type Console struct {
 	static http.Handler
 	// failed rate limits wrong tokens and passwords per client address.
 	failed *failures
+	// labels are the rows' titles and kinds, read on demand.
+	labels labels
 
 	mu     sync.Mutex
 	reader *client.Client // bound on first use (events)
@@ -205,6 +208,7 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /ui/api/waves", c.getWaves)
 	mux.HandleFunc("GET /ui/api/stream", c.stream)
 	mux.HandleFunc("POST /ui/api/actions/{verb}", c.act)
+	mux.HandleFunc("POST /ui/api/bulk/{verb}", c.bulk)
 	mux.HandleFunc("/ui/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint")
 	})
@@ -372,7 +376,25 @@ func (c *Console) getInbox(w http.ResponseWriter, r *http.Request) {
 	if !c.waitReady(w, r) {
 		return
 	}
-	writeJSON(w, http.StatusOK, c.index.Inbox(c.cfg.InboxLimit))
+	in := c.index.Inbox(c.cfg.InboxLimit)
+	ctx, cancel := c.readCtx(r)
+	defer cancel()
+	writeJSON(w, http.StatusOK, InboxView{Inbox: in, Labels: c.labels.of(ctx, c.st, in.Decide, in.Paused, in.Waiting, in.Halted)})
+}
+
+// InboxView answers the inbox endpoint: the lists and their rows' labels.
+type InboxView struct {
+	Inbox
+	// Labels are the rows' titles and kinds by key.
+	Labels map[string]Label `json:"labels"`
+}
+
+// ListView answers the list endpoint: the page, its rows' labels, and how
+// many capsules are in each state (whatever the filter).
+type ListView struct {
+	Page
+	Labels map[string]Label      `json:"labels"`
+	States map[capsule.State]int `json:"states"`
 }
 
 // errBadQuery: a list query's parameter is malformed.
@@ -417,7 +439,10 @@ func (c *Console) listCapsules(w http.ResponseWriter, r *http.Request) {
 	if !c.waitReady(w, r) {
 		return
 	}
-	writeJSON(w, http.StatusOK, c.index.List(q))
+	p := c.index.List(q)
+	ctx, cancel := c.readCtx(r)
+	defer cancel()
+	writeJSON(w, http.StatusOK, ListView{Page: p, Labels: c.labels.of(ctx, c.st, p.Items), States: c.index.StateCounts()})
 }
 
 // CapsuleView is what a capsule's page shows.
@@ -428,6 +453,12 @@ type CapsuleView struct {
 	// Capsule is the capsule as RECEPTION kept it; nil when its bytes are
 	// gone (retention) or are no capsule.
 	Capsule *capsule.Capsule `json:"capsule,omitempty"`
+	// CapsuleRaw is the kept bytes themselves (when they are JSON): what
+	// the editor of a corrected replay starts from, every member kept.
+	CapsuleRaw json.RawMessage `json:"capsule_raw,omitempty"`
+	// RuleTitles names the constitution's rules by number, so a finding
+	// that carries only its rule number reads as the rule.
+	RuleTitles map[int]string `json:"rule_titles"`
 	// Caps and Deadline are those in force: the capsule's, changed by the
 	// operator's overrides.
 	Caps     *capsule.Budget `json:"caps,omitempty"`
@@ -464,8 +495,12 @@ func (c *Console) getCapsule(w http.ResponseWriter, r *http.Request) {
 	}
 	v := CapsuleView{Status: client.StatusOf(cp), Checkpoint: cp, Revision: rev, Events: []capsule.Event{}}
 	_, v.NeedsYou = admin.PendingOf(cp, c.cfg.Now())
-	if _, kept, err := c.st.Raw(ctx, key); err == nil && kept != nil {
+	v.RuleTitles = ruleTitles()
+	if raw, kept, err := c.st.Raw(ctx, key); err == nil && kept != nil {
 		v.Capsule = kept
+		if json.Valid(raw) {
+			v.CapsuleRaw = raw
+		}
 		caps := cp.State.Caps(kept.Budget)
 		dl := cp.State.DeadlineIn(kept.Deadline)
 		v.Caps, v.Deadline = &caps, &dl
@@ -598,6 +633,16 @@ type ActionRequest struct {
 	// WaveID names the wave of wave.set and wave.close; Tokens and Dollars
 	// are wave.set's new caps (absent: unchanged, 0: none).
 	WaveID string `json:"wave_id"`
+	// Capsule is replay's corrected capsule (a JSON object): the console
+	// seals it (integrity.sha256, replacing any), and sagad checks it as
+	// RECEPTION checks an intake before the new run starts at RECEPTION.
+	Capsule json.RawMessage `json:"capsule"`
+}
+
+// hasCapsule reports whether a carries a corrected capsule (JSON null is
+// none).
+func (a ActionRequest) hasCapsule() bool {
+	return len(a.Capsule) > 0 && string(a.Capsule) != "null"
 }
 
 // Verbs a newer sagad serves that this build's admin client has no method
@@ -643,8 +688,9 @@ func sameOrigin(r *http.Request) error {
 	return nil
 }
 
-// maxActionBytes bounds an action's body.
-const maxActionBytes = 64 << 10
+// maxActionBytes bounds an action's body: a replay may carry a corrected
+// capsule, up to what the admin service takes for one.
+const maxActionBytes = adminsvc.DefaultMaxReplayBytes
 
 func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 	if err := sameOrigin(r); err != nil {
@@ -713,6 +759,14 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 		if a.Dependents != nil {
 			req["dependents"] = *a.Dependents
 		}
+		if a.hasCapsule() {
+			sealed, msg := sealCorrected(a)
+			if msg != "" {
+				writeError(w, http.StatusBadRequest, msg)
+				return
+			}
+			req["capsule"] = json.RawMessage(sealed)
+		}
 		var raw json.RawMessage
 		err = c.admin.Call(ctx, verb, req, &raw)
 		reply = raw
@@ -750,6 +804,31 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, reply)
+}
+
+// sealCorrected seals a replay's corrected capsule, or says why it cannot:
+// the operator edits the capsule's JSON and cannot compute its digest by
+// hand, so the console, part of sagad, seals what was typed. What the seal
+// vouches for is only that these are the bytes the operator sent; sagad
+// still checks them as an intake.
+func sealCorrected(a ActionRequest) ([]byte, string) {
+	if a.FromPhase != nil && *a.FromPhase != int(capsule.Reception) {
+		return nil, "a corrected capsule runs from RECEPTION: leave the phase out"
+	}
+	sealed, err := capsule.Seal(a.Capsule)
+	if err != nil {
+		return nil, "the corrected capsule: " + err.Error()
+	}
+	return sealed, ""
+}
+
+// ruleTitles maps each rule of the constitution to its title.
+func ruleTitles() map[int]string {
+	m := make(map[int]string, len(rules.Constitution))
+	for _, r := range rules.Constitution {
+		m[r.Number] = r.Title
+	}
+	return m
 }
 
 // streamWriteTimeout bounds each write of an event stream.

@@ -127,9 +127,16 @@ func (f *fixture) get(t *testing.T, path string, v any) int {
 // act posts an action as the console's page does.
 func (f *fixture) act(t *testing.T, verb string, body any, hdr map[string]string) (int, string) {
 	t.Helper()
+	return f.post(t, "/ui/api/actions/"+verb, body, hdr)
+}
+
+// post posts body to path as the console's page does; hdr changes the
+// headers (an empty value removes one).
+func (f *fixture) post(t *testing.T, path string, body any, hdr map[string]string) (int, string) {
+	t.Helper()
 	b, err := json.Marshal(body)
 	require.NoError(t, err)
-	req, err := http.NewRequest(http.MethodPost, f.srv.URL+"/ui/api/actions/"+verb, strings.NewReader(string(b)))
+	req, err := http.NewRequest(http.MethodPost, f.srv.URL+path, strings.NewReader(string(b)))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(csrfHeader, "1")

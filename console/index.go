@@ -28,7 +28,10 @@ type Row struct {
 	PhaseName string        `json:"phase_name"`
 	Cycle     int           `json:"cycle"`
 	Progress  int           `json:"progress"`
-	WaveID    string        `json:"wave_id,omitempty"`
+	// Run numbers the capsule's runs (absent: the first): a replay with a
+	// corrected capsule changes its bytes, so its title and kind.
+	Run    int    `json:"run,omitempty"`
+	WaveID string `json:"wave_id,omitempty"`
 	// Chain is the capsule's chain and step, when it is a chain's step.
 	Chain      *capsule.ChainStep `json:"chain,omitempty"`
 	HaltReason string             `json:"halt_reason,omitempty"`
@@ -70,7 +73,7 @@ func rowOf(cp *capsule.Checkpoint, rev uint64, now time.Time) *Row {
 	s := client.StatusOf(cp)
 	r := &Row{
 		CapsuleID: cp.CapsuleID, Key: cp.Key, State: cp.State.Status, Phase: int(cp.State.Phase), PhaseName: cp.State.Phase.String(),
-		Cycle: cp.State.Cycle, Progress: cp.State.Progress, WaveID: cp.WaveID, Chain: cp.Chain, HaltReason: cp.State.HaltReason, TraceID: cp.TraceID,
+		Cycle: cp.State.Cycle, Progress: cp.State.Progress, Run: cp.Run, WaveID: cp.WaveID, Chain: cp.Chain, HaltReason: cp.State.HaltReason, TraceID: cp.TraceID,
 		CreatedAt: cp.CreatedAt, UpdatedAt: cp.UpdatedAt, AwaitingExternal: s.AwaitingExternal,
 		WaitingOn: s.WaitingOn, Pending: s.Pending, Revision: rev,
 	}
@@ -139,11 +142,13 @@ type Index struct {
 	// order is every row by [newer], kept sorted on each change (a binary
 	// search and a move of pointers, never a sort of the whole).
 	order []*Row
-	// decide, paused and waiting are the inbox's lists, each kept in
-	// [older] order like order is.
-	decide, paused, waiting []*Row
-	ready                   bool
-	subs                    map[chan Change]struct{}
+	// decide, paused, waiting and halted are the inbox's lists, each kept
+	// in [older] order like order is.
+	decide, paused, waiting, halted []*Row
+	// states counts the rows by state.
+	states map[capsule.State]int
+	ready  bool
+	subs   map[chan Change]struct{}
 
 	readyCh chan struct{}
 }
@@ -156,7 +161,7 @@ func NewIndex(log *slog.Logger, now func() time.Time) *Index {
 	if now == nil {
 		now = time.Now
 	}
-	return &Index{log: log, now: now, rows: map[string]*Row{}, byID: map[string]string{},
+	return &Index{log: log, now: now, rows: map[string]*Row{}, byID: map[string]string{}, states: map[capsule.State]int{},
 		subs: map[chan Change]struct{}{}, readyCh: make(chan struct{})}
 }
 
@@ -261,8 +266,10 @@ func (x *Index) load(rows map[string]*Row) {
 	x.rows = rows
 	x.byID = make(map[string]string, len(rows))
 	x.order = make([]*Row, 0, len(rows))
-	x.decide, x.paused, x.waiting = nil, nil, nil
+	x.decide, x.paused, x.waiting, x.halted = nil, nil, nil, nil
+	x.states = map[capsule.State]int{}
 	for k, r := range rows {
+		x.states[r.State]++
 		x.byID[r.CapsuleID] = k
 		x.order = append(x.order, r)
 		if l := x.inboxList(r); l != nil {
@@ -270,7 +277,7 @@ func (x *Index) load(rows map[string]*Row) {
 		}
 	}
 	slices.SortFunc(x.order, newer)
-	for _, l := range []*[]*Row{&x.decide, &x.paused, &x.waiting} {
+	for _, l := range []*[]*Row{&x.decide, &x.paused, &x.waiting, &x.halted} {
 		slices.SortFunc(*l, older)
 	}
 	wasReady := x.ready
@@ -299,6 +306,7 @@ func (x *Index) apply(row *Row) {
 				*l = slices.Delete(*l, i, i+1)
 			}
 		}
+		x.states[old.State]--
 		if x.byID[old.CapsuleID] == row.Key {
 			delete(x.byID, old.CapsuleID)
 		}
@@ -310,6 +318,7 @@ func (x *Index) apply(row *Row) {
 		delete(x.rows, row.Key)
 	} else {
 		x.rows[row.Key] = row
+		x.states[row.State]++
 		x.byID[row.CapsuleID] = row.Key
 		i, _ := slices.BinarySearchFunc(x.order, row, newer)
 		x.order = slices.Insert(x.order, i, row)
@@ -330,6 +339,10 @@ func (x *Index) inboxList(r *Row) *[]*Row {
 		return &x.paused
 	case r.State == capsule.Waiting:
 		return &x.waiting
+	case r.State == capsule.Halted:
+		// The dead letters: nothing moves a halted capsule on but an
+		// operator's replay (or its cancellation by retention).
+		return &x.halted
 	}
 	return nil
 }
@@ -377,6 +390,22 @@ func (x *Index) Len() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return len(x.rows)
+}
+
+// allStates are the states a capsule can be in, in the order the console
+// shows their counts.
+var allStates = []capsule.State{capsule.InProgress, capsule.Waiting, capsule.Paused, capsule.WaitingForOperator, capsule.Completed, capsule.Halted, capsule.Cancelled}
+
+// StateCounts is how many capsules are in each state (every state named,
+// 0 included).
+func (x *Index) StateCounts() map[capsule.State]int {
+	m := make(map[capsule.State]int, len(allStates))
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for _, s := range allStates {
+		m[s] = x.states[s]
+	}
+	return m
 }
 
 // Lookup returns the row of a capsule key or id.
@@ -470,6 +499,27 @@ func (x *Index) List(q Query) Page {
 	return p
 }
 
+// Keys returns the keys of the rows q selects (its offset and limit
+// ignored), most recently updated first, the first most of them, and how many
+// match in all.
+func (x *Index) Keys(q Query, most int) ([]string, int) {
+	q.Search = strings.ToLower(q.Search)
+	var keys []string
+	total := 0
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for _, r := range x.order {
+		if !q.match(r) {
+			continue
+		}
+		if total < most {
+			keys = append(keys, r.Key)
+		}
+		total++
+	}
+	return keys, total
+}
+
 // Inbox is what needs the operator, and what waits.
 type Inbox struct {
 	// Decide are the capsules waiting_for_operator, oldest first.
@@ -479,6 +529,9 @@ type Inbox struct {
 	// Waiting are the capsules waiting (dependencies, wave capacity),
 	// oldest first.
 	Waiting []*Row `json:"waiting"`
+	// Halted are the halted capsules, the dead letters: only a replay
+	// (perhaps with a corrected capsule) runs them again. Oldest first.
+	Halted []*Row `json:"halted"`
 	// Truncated: a list was cut at the limit; Counts has the full numbers.
 	Truncated bool           `json:"truncated,omitempty"`
 	Counts    map[string]int `json:"counts"`
@@ -488,7 +541,7 @@ type Inbox struct {
 func (x *Index) Inbox(limit int) Inbox {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	in := Inbox{Counts: map[string]int{"decide": len(x.decide), "paused": len(x.paused), "waiting": len(x.waiting)}}
+	in := Inbox{Counts: map[string]int{"decide": len(x.decide), "paused": len(x.paused), "waiting": len(x.waiting), "halted": len(x.halted)}}
 	take := func(l []*Row) []*Row {
 		if len(l) > limit {
 			in.Truncated = true
@@ -496,7 +549,7 @@ func (x *Index) Inbox(limit int) Inbox {
 		}
 		return append([]*Row{}, l...)
 	}
-	in.Decide, in.Paused, in.Waiting = take(x.decide), take(x.paused), take(x.waiting)
+	in.Decide, in.Paused, in.Waiting, in.Halted = take(x.decide), take(x.paused), take(x.waiting), take(x.halted)
 	return in
 }
 

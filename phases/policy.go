@@ -78,7 +78,7 @@ func (p failurePolicy) run(ctx context.Context, env *Env, in *Input, caps capsul
 			action = p.policy.Decide(failed, a.done)
 		}
 		if action == executors.ActionHalt {
-			return a, p.halt(capsule.ExecutorFailed(p.haltPrefix+failed.Detail), a.used)
+			return a, p.halt(capsule.ExecutorFailed(p.haltPrefix+failed.Detail), a.used, p.failureFindings(n, failed)...)
 		}
 		if charge.Exceeded != "" {
 			return a, p.halt(capsule.BudgetExceeded(charge.Exceeded), a.used, budgetFinding(a.used, caps))
@@ -105,6 +105,32 @@ func (p failurePolicy) record(ctx context.Context, in *Input, n int, failed *exe
 		ev.Phase = p.phase
 	}
 	return lf, in.RecordAttempt(ctx, ev)
+}
+
+// failureFindings is the call a halt ends on as a finding: its exit code
+// (or timeout) and stderr tail, which the halt reason, the failure's detail
+// alone, does not carry; none when there is nothing more to say.
+func (p failurePolicy) failureFindings(n int, failed *executors.FailedError) []capsule.Finding {
+	pf := executors.NewPreviousFailure(n, failed)
+	if pf.ExitCode == 0 && !pf.Timeout && pf.StderrTail == "" {
+		return nil
+	}
+	msg := fmt.Sprintf("attempt %d", n)
+	switch {
+	case pf.Timeout:
+		msg += " timed out"
+	case pf.ExitCode != 0:
+		msg += fmt.Sprintf(" exited %d", pf.ExitCode)
+	default:
+		msg += " failed"
+	}
+	if pf.Error != "" {
+		msg += ": " + pf.Error
+	}
+	if pf.StderrTail != "" {
+		msg += "\nstderr (tail):\n" + pf.StderrTail
+	}
+	return []capsule.Finding{{Field: p.agent, Message: msg}}
 }
 
 // halt is a halt decision that records what the capsule has used.

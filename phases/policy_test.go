@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -146,6 +147,17 @@ func TestFailurePolicyBothPhases(t *testing.T) {
 				}
 				if tt.want == phases.Park {
 					require.Equal(t, capsule.TriggerBlockedExternal, d.Trigger)
+				}
+				if tt.want == phases.Halt && strings.HasPrefix(d.Halt.String(), "executor_failed") {
+					// The call the halt ends on is recorded with its exit
+					// code, which the halt reason does not carry.
+					agentName := "executor"
+					if review {
+						agentName = "reviewer"
+					}
+					require.Len(t, d.Findings, 1)
+					require.Equal(t, agentName, d.Findings[0].Field)
+					require.Regexp(t, `^attempt \d+ exited \d+: exit \d+$`, d.Findings[0].Message)
 				}
 				require.Empty(t, agent.script, "every scripted call is made")
 

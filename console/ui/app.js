@@ -40,7 +40,54 @@ function ago(t) {
 }
 function ts(t) { return t ? new Date(t).toISOString().replace(".000Z", "Z") : "-"; }
 function stateTag(s) { return el("span", { class: "state state-" + s, text: s }); }
-function capLink(r) { return el("a", { href: "#/capsule/" + encodeURIComponent(r.key), class: "mono", text: r.capsule_id || r.key }); }
+
+// ---- recognisable rows: labels, short ids, numbers, links ----
+
+// labels are the rows' titles and kinds by key, from the latest answers.
+let labels = {};
+function keepLabels(m) {
+  if (!m) return;
+  if (Object.keys(labels).length > 5000) labels = {};
+  Object.assign(labels, m);
+}
+
+// fmtInt writes a count with thousands separators; fmtUSD dollars to the
+// cent (spend is summed in floats: 0.060000000000000005 is $0.06).
+function fmtInt(n) { return typeof n === "number" ? n.toLocaleString("en-US") : "-"; }
+function fmtUSD(x) { return typeof x === "number" ? "$" + x.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 }) : "-"; }
+
+// shortId keeps a UUID's first block: enough to tell rows apart at a
+// glance; the whole id is on hover and the copy button.
+function shortId(id) { return id && id.length > 13 ? id.slice(0, 8) + "…" : (id || ""); }
+
+function copyButton(text) {
+  return el("button", { class: "copy", type: "button", title: "Copy " + text, "aria-label": "copy " + text, onclick: (ev) => {
+    ev.preventDefault(); ev.stopPropagation();
+    if (navigator.clipboard) navigator.clipboard.writeText(text).then(() => toast("Copied " + text), () => toast("Cannot copy: select the id on the capsule's page", true));
+  } }, "copy");
+}
+
+// capLink is a capsule's cell: short id (a link; full on hover), copy
+// button, kind and title.
+function capLink(r) {
+  const id = r.capsule_id || r.key;
+  const lb = labels[r.key] || {};
+  return el("span", { class: "cap" },
+    el("a", { href: "#/capsule/" + encodeURIComponent(r.key), class: "mono id", title: id, text: shortId(id) }),
+    copyButton(id),
+    lb.kind ? el("span", { class: "kind", text: lb.kind }) : null,
+    lb.title ? el("span", { class: "title", title: lb.title, text: lb.title }) : null);
+}
+function capIdLink(id) { return el("a", { href: "#/capsule/" + encodeURIComponent(id), class: "mono id", title: id, text: shortId(id) }); }
+function phaseLink(n, name) { return el("a", { href: "#/capsules?phase=" + n, text: n + " " + (name || PHASES[n] || "") }); }
+function waveLink(w) { return w ? el("a", { href: "#/capsules?wave=" + encodeURIComponent(w), class: "mono", text: w }) : "-"; }
+function chainLink(c) { return c && c.id ? el("a", { href: "#/capsules?chain=" + encodeURIComponent(c.id), class: "mono", title: "chain " + c.id, text: shortId(c.id) + " #" + c.step }) : "-"; }
+// pendingLinks shows what a waiting capsule still waits for: its
+// dependencies (capsules) or its wave.
+function pendingLinks(waitingOn, pending) {
+  if (!pending || !pending.length) return "-";
+  return el("span", { class: "pending" }, pending.map((p, i) => [i ? ", " : "", waitingOn === "wave_capacity" ? waveLink(p) : capIdLink(p)]));
+}
 
 function toast(msg, isErr) {
   const d = el("div", { class: isErr ? "error" : "", text: msg });
@@ -77,9 +124,13 @@ const FIELDS = {
   force: { label: "Force (also resume a capsule awaiting accepted external work)", type: "checkbox" },
   from_phase: { label: "Start at phase (0–6; empty: where it stopped)", type: "number" },
   dependents: { label: "Also replay the capsules halted dependency_failed on it", type: "checkbox", checked: true },
+  capsule: { label: "Corrected capsule (JSON of the same id; sagad seals it and checks it as an intake, the run starts at RECEPTION)", type: "json" },
 };
 
-function confirmAction(title, text, verb, base, fields) {
+// confirmAction asks for the operator's name and fields, then does verb
+// with them; send, when given, does it instead (a bulk action) and says
+// what happened.
+function confirmAction(title, text, verb, base, fields, send) {
   const dlg = document.getElementById("confirm");
   const by = document.getElementById("confirm-by");
   const box = document.getElementById("confirm-fields");
@@ -90,10 +141,14 @@ function confirmAction(title, text, verb, base, fields) {
   by.value = localStorage.getItem("sagad.operator") || "";
   box.replaceChildren();
   const inputs = {};
-  for (const f of fields || []) {
+  for (const spec of fields || []) {
+    // A field is its name, or [name, initial value].
+    const [f, initial] = Array.isArray(spec) ? spec : [spec, undefined];
     const d = FIELDS[f];
     const input = d.type === "textarea" ? el("textarea", { name: f, rows: 3 }) :
+      d.type === "json" ? el("textarea", { name: f, rows: 18, class: "mono editor", spellcheck: "false", dataset: { json: "1" } }) :
       el("input", { name: f, type: d.type, step: d.step, placeholder: d.placeholder, min: d.type === "number" ? "0" : undefined, checked: d.checked });
+    if (initial !== undefined) input.value = initial;
     inputs[f] = input;
     box.append(el("label", {}, d.label, input));
   }
@@ -105,15 +160,17 @@ function confirmAction(title, text, verb, base, fields) {
     if (!name) { errEl.textContent = "The operator's name is required: it is recorded with the action."; return; }
     const body = Object.assign({}, base, { by: name });
     for (const [f, input] of Object.entries(inputs)) {
-      if (input.type === "checkbox") body[f] = input.checked;
+      if (input.dataset.json) {
+        try { body[f] = JSON.parse(input.value); } catch (e) { errEl.textContent = "The capsule is not JSON: " + e.message; return; }
+      } else if (input.type === "checkbox") body[f] = input.checked;
       else if (input.type === "number") { if (input.value !== "") body[f] = Number(input.value); }
       else if (input.value.trim() !== "") body[f] = input.value.trim();
     }
     try {
-      await post(verb, body);
+      if (send) await send(body); else await post(verb, body);
       localStorage.setItem("sagad.operator", name);
       dlg.close("done");
-      toast(title + ": done");
+      if (!send) toast(title + ": done");
       refresh();
     } catch (e) {
       errEl.textContent = e.message;
@@ -137,11 +194,14 @@ function capsuleActions(r) {
   if (r.state === "paused") {
     out.push(b("Resume", "act-resume primary", () => confirmAction("Resume " + who, "The capsule resumes where it stopped; the overrides lift its cause.", "resume", { id }, ["reason", "tokens", "dollars", "deadline", "force"])));
   }
-  if (r.state === "in_progress" || r.state === "waiting") {
+  // A waiting capsule refuses a pause (capsule/triggers.go PauseRefused):
+  // it has spent nothing yet; cancel it or let what it waits for finish.
+  if (r.state === "in_progress") {
     out.push(b("Pause", "act-pause", () => confirmAction("Pause " + who, "The capsule parks with operator_manual until resumed.", "pause", { id }, ["reason"])));
   }
   if (r.state === "halted" || r.state === "cancelled") {
     out.push(b("Replay", "act-replay", () => confirmAction("Replay " + who, "A new run of the capsule starts from where it stopped (or the phase you give), on the bytes RECEPTION kept.", "replay", { id }, ["reason", "from_phase", "dependents"])));
+    out.push(b("Replay with a corrected capsule", "act-replay-corrected", () => replayCorrected(id, who)));
   }
   if (!["completed", "halted", "cancelled"].includes(r.state)) {
     out.push(b("Cancel", "act-cancel danger", () => confirmAction("Cancel " + who, "The capsule ends cancelled; this cannot be undone.", "cancel", { id }, ["reason"])));
@@ -149,9 +209,116 @@ function capsuleActions(r) {
   return el("div", { class: "actions" }, out);
 }
 
+// ruleTitles is the constitution's rule titles by number, learnt from the
+// first capsule page read (findings of older sagads carry only numbers).
+let ruleTitles = {};
+
+function ruleName(f) { return f.title || ruleTitles[f.rule] || ""; }
+
 function findingsList(fs) {
   if (!fs || !fs.length) return el("span", { class: "muted", text: "no findings" });
-  return el("ul", { class: "findings" }, fs.map(f => el("li", {}, f.rule ? "Rule " + f.rule + ": " : "", f.title ? f.title + " — " : "", f.message || "", f.field ? " (" + f.field + ")" : "")));
+  return el("ul", { class: "findings" }, fs.map(f => { const n = ruleName(f); return el("li", {}, f.rule ? "Rule " + f.rule + ": " : "", n ? n + " — " : "", f.message || "", f.field ? " (" + f.field + ")" : ""); }));
+}
+
+// findingsTable shows a halt's findings: rule number and name, field,
+// message.
+function findingsTable(fs, id) {
+  return el("table", { class: "findings", id },
+    el("thead", {}, el("tr", {}, ["Rule", "Name", "Field", "Message"].map(h => el("th", { text: h })))),
+    el("tbody", {}, fs.map(f => el("tr", {}, el("td", { text: f.rule ? String(f.rule) : "-" }), el("td", { text: ruleName(f) || "-" }),
+      el("td", { class: "mono", text: f.field || "-" }), el("td", { text: f.message || "" })))));
+}
+
+// replayCorrected opens the editor of a corrected capsule on the bytes
+// RECEPTION kept (their integrity dropped: the console seals what is sent).
+async function replayCorrected(key, who) {
+  let text = "";
+  try {
+    const d = await getJSON("/capsules/" + encodeURIComponent(key));
+    const c = d.capsule_raw || d.capsule;
+    if (c) { const o = Object.assign({}, c); delete o.integrity; text = JSON.stringify(o, null, 2); }
+  } catch (e) { toast("cannot read the capsule: " + e.message, true); }
+  confirmAction("Replay " + who + " with a corrected capsule",
+    "Edit the capsule and confirm: sagad seals it, checks it as RECEPTION checks an intake (refusing it, with why, if it would halt there) and runs it from RECEPTION as a new run.",
+    "replay", { id: key }, [["capsule", text], "reason", "dependents"]);
+}
+
+// jsonTree renders a JSON value as nested, collapsible lists (details and
+// summary), every key and value as text. Levels deeper than open start
+// folded.
+function jsonTree(v, open, depth, key) {
+  depth = depth || 0;
+  const label = key === undefined ? null : el("span", { class: "json-key", text: key + ": " });
+  if (v === null || typeof v !== "object") {
+    return el("span", {}, label, el("span", { class: "json-" + (v === null ? "null" : typeof v), text: JSON.stringify(v) }));
+  }
+  const isArr = Array.isArray(v);
+  const entries = isArr ? v.map((x, i) => [String(i), x]) : Object.entries(v);
+  if (!entries.length) return el("span", {}, label, el("span", { class: "muted", text: isArr ? "[]" : "{}" }));
+  return el("details", { class: "json", open: depth < (open === undefined ? 1 : open) ? "open" : undefined },
+    el("summary", {}, label, el("span", { class: "muted", text: isArr ? "[" + entries.length + " items]" : "{" + entries.length + " keys}" })),
+    el("ul", {}, entries.map(([k, x]) => el("li", {}, jsonTree(x, open, depth + 1, k)))));
+}
+
+// dur formats milliseconds as a short duration.
+function dur(ms) {
+  if (!(ms >= 0)) return "-";
+  if (ms < 1000) return Math.round(ms) + "ms";
+  const s = ms / 1000;
+  if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + "s";
+  if (s < 3600) return Math.floor(s / 60) + "m" + Math.round(s % 60) + "s";
+  return Math.floor(s / 3600) + "h" + Math.floor((s % 3600) / 60) + "m";
+}
+
+// timelineRows gives each transition its duration (since the previous
+// transition, or the capsule's creation) and closes each cycle with its
+// total.
+function timelineRows(cp) {
+  const out = [];
+  let prev = new Date(cp.created_at).getTime();
+  let cycle = null, cycleStart = prev;
+  const total = (c, end) => el("tr", { class: "cycle-total" }, el("td"), el("td", { text: "cycle " + c + " total" }), el("td"), el("td"), el("td", { text: dur(end - cycleStart) }), el("td"));
+  let run = null;
+  for (const t of cp.history) {
+    const at = new Date(t.at).getTime();
+    const r = t.run || 1;
+    // A replay starts a new run: the time between runs is the operator's,
+    // not a phase's, so the run's first transition has no duration.
+    const newRun = run !== null && r !== run;
+    if (cycle !== null && (t.cycle !== cycle || newRun)) { out.push(total(cycle, prev)); cycleStart = prev; }
+    if (newRun) out.push(el("tr", { class: "run-start" }, el("td", { colspan: "6", text: "run " + r + " (replayed)" })));
+    const took = newRun ? "-" : dur(at - prev);
+    if (newRun) cycleStart = at;
+    run = r;
+    cycle = t.cycle;
+    out.push(el("tr", {}, el("td", { text: ts(t.at) }), el("td", {}, phaseLink(t.phase, t.phase_name)),
+      el("td", { text: t.cycle }), el("td", { class: "outcome-" + t.outcome, text: t.outcome }), el("td", { class: "dur", text: took }), el("td", { text: t.detail || "" })));
+    prev = at;
+  }
+  if (cycle !== null) out.push(total(cycle, prev));
+  return out;
+}
+
+// whyStopped explains a halt (or a pause on failures): the reason, the
+// findings with their rules, and the failed agent calls of the cycle.
+function whyStopped(st) {
+  const fs = st.findings || [];
+  const a = st.attempts;
+  if (!st.halt_reason && !fs.length && !(a && a.failed)) return null;
+  const box = el("div", { class: "card why", id: "why" }, el("h2", { text: st.status === "halted" ? "Why it halted" : "Findings and failures" }));
+  if (st.halt_reason) box.append(el("p", {}, "Halt reason: ", el("span", { class: "mono", id: "halt-reason", text: st.halt_reason }), " at ", st.phase + " " + (st.phase_name || PHASES[st.phase] || "")));
+  if (fs.length) box.append(findingsTable(fs, "halt-findings"));
+  if (a && a.failed) {
+    const lf = a.last_failure || {};
+    box.append(el("h2", { text: "Failed attempts" }),
+      el("dl", { id: "attempts" }, [
+        ["step", (PHASES[a.phase || 4]) + ", cycle " + a.cycle], ["failed calls", String(a.failed)],
+        ["exit code", lf.timeout ? "timed out" : (lf.exit_code !== undefined ? String(lf.exit_code) : "-")],
+        ["error", lf.error || "-"],
+      ].map(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })])),
+      lf.stderr_tail ? el("pre", { class: "stderr", id: "stderr-tail", text: lf.stderr_tail }) : null);
+  }
+  return box;
 }
 
 // ---- views ----
@@ -161,32 +328,52 @@ let current = { name: "", render: null, key: null };
 
 async function renderInbox() {
   const data = await getJSON("/inbox");
-  updateBadge(data.counts.decide + data.counts.paused);
+  keepLabels(data.labels);
+  updateBadge(needsYou(data.counts));
   const v = el("div", { id: "inbox" }, el("h1", { text: "Needs you" }));
   v.append(el("h2", {}, "Waiting for your decision (", String(data.counts.decide), ")"));
   v.append(data.decide.length ? el("table", { id: "inbox-decide" },
     el("thead", {}, el("tr", {}, ["Capsule", "Phase", "Cycle", "Verdict", "Findings", "Waiting", ""].map(h => el("th", { text: h })))),
     el("tbody", {}, data.decide.map(r => el("tr", { dataset: { key: r.key } },
-      el("td", {}, capLink(r)), el("td", { text: r.phase_name }), el("td", { text: r.cycle }),
+      el("td", {}, capLink(r)), el("td", {}, phaseLink(r.phase, r.phase_name)), el("td", { text: r.cycle }),
       el("td", { text: r.verdict || "-" }), el("td", {}, findingsList(r.findings)), el("td", { text: ago(r.since) }),
       el("td", {}, capsuleActions(r)))))) : el("p", { class: "muted", text: "Nothing waits for a decision." }));
   v.append(el("h2", {}, "Paused (", String(data.counts.paused), ")"));
   v.append(data.paused.length ? el("table", { id: "inbox-paused" },
     el("thead", {}, el("tr", {}, ["Capsule", "Phase", "Trigger", "Reason", "By", "Age", ""].map(h => el("th", { text: h })))),
     el("tbody", {}, data.paused.map(r => el("tr", { dataset: { key: r.key } },
-      el("td", {}, capLink(r)), el("td", { text: r.phase_name }), el("td", { class: "mono", text: r.trigger }),
-      el("td", { text: r.reason || "-" }), el("td", { text: r.by || "-" }), el("td", { text: ago(r.since) }),
+      el("td", {}, capLink(r)), el("td", {}, phaseLink(r.phase, r.phase_name)), el("td", { class: "mono", text: r.trigger }),
+      el("td", { class: "wrap", text: r.reason || "-" }), el("td", { text: r.by || "-" }), el("td", { text: ago(r.since) }),
       el("td", {}, capsuleActions(r)))))) : el("p", { class: "muted", text: "Nothing is paused for a person." }));
   v.append(el("h2", {}, "Waiting (", String(data.counts.waiting), ")"));
   v.append(data.waiting.length ? el("table", { id: "inbox-waiting" },
     el("thead", {}, el("tr", {}, ["Capsule", "Waiting on", "Still pending", "Wave", "Since update", ""].map(h => el("th", { text: h })))),
     el("tbody", {}, data.waiting.map(r => el("tr", { dataset: { key: r.key } },
-      el("td", {}, capLink(r)), el("td", { text: r.waiting_on || "-" }), el("td", { class: "mono", text: (r.pending || []).join(", ") || "-" }),
-      el("td", { text: r.wave_id || "-" }), el("td", { text: ago(r.updated_at) }), el("td", {}, capsuleActions(r)))))) :
+      el("td", {}, capLink(r)), el("td", { text: r.waiting_on || "-" }), el("td", {}, pendingLinks(r.waiting_on, r.pending)),
+      el("td", {}, waveLink(r.wave_id)), el("td", { text: ago(r.updated_at) }), el("td", {}, capsuleActions(r)))))) :
     el("p", { class: "muted", text: "Nothing waits for dependencies or wave capacity." }));
+  v.append(inboxHalted(data));
   if (data.truncated) v.append(el("p", { class: "muted", text: "Lists are cut at their limit; filter the capsule list for the rest." }));
   return v;
 }
+
+// inboxHalted lists the dead letters: halted capsules, which only a replay
+// runs again.
+function inboxHalted(data) {
+  const hs = data.halted || [];
+  const n = (data.counts.halted || 0);
+  return el("div", {}, el("h2", {}, "Halted — dead letters (", fmtInt(n), ")", n ? [" ", el("a", { href: "#/capsules?state=halted", class: "small", id: "halted-bulk", text: "select them in the list for a bulk replay or cancel" })] : null),
+    hs.length ? el("table", { id: "inbox-halted" },
+      el("thead", {}, el("tr", {}, ["Capsule", "Phase", "Halt reason", "Since", ""].map(h => el("th", { text: h })))),
+      el("tbody", {}, hs.map(r => el("tr", { dataset: { key: r.key } },
+        el("td", {}, capLink(r)), el("td", {}, phaseLink(r.phase, r.phase_name)), el("td", { class: "mono wrap", text: r.halt_reason || "-" }),
+        el("td", { text: ago(r.updated_at), title: ts(r.updated_at) }), el("td", {}, capsuleActions(r)))))) :
+      el("p", { class: "muted", text: "No capsule is halted." }));
+}
+
+// needsYou is the badge's count: decisions, paused for a person, dead
+// letters.
+function needsYou(counts) { return (counts.decide || 0) + (counts.paused || 0) + (counts.halted || 0); }
 
 function listParams() {
   const q = new URLSearchParams(location.hash.split("?")[1] || "");
@@ -196,6 +383,7 @@ function listParams() {
 async function renderCapsules() {
   const q = listParams();
   const data = await getJSON("/capsules?" + q.toString());
+  keepLabels(data.labels);
   const sel = (name, opts, labels) => el("select", { name }, el("option", { value: "", text: "any" }),
     opts.map((o, i) => { const op = el("option", { value: String(o), text: labels ? labels[i] : o }); if (q.get(name) === String(o)) op.selected = true; return op; }));
   const input = (name, ph) => { const i = el("input", { name, placeholder: ph }); i.value = q.get(name) || ""; return i; };
@@ -212,23 +400,124 @@ async function renderCapsules() {
   el("label", {}, "Halt reason", input("halt", "reason or prefix")),
   el("label", {}, "Chain", input("chain", "chain id")),
   el("button", { type: "submit", class: "primary", id: "filter-apply" }, "Filter"));
+  const filter = filterOf(q);
+  if (pick.filter !== filter) { pick.keys.clear(); pick.all = false; pick.filter = filter; }
   const rows = data.items.map(r => rowOf(r));
+  const pickPage = el("input", { type: "checkbox", id: "pick-page", title: "Select the capsules on this page", "aria-label": "select page",
+    onchange: (ev) => { for (const r of data.items) ev.target.checked ? pick.keys.add(r.key) : pick.keys.delete(r.key); pick.all = false; syncPicks(); } });
+  pickPage.checked = data.items.length > 0 && data.items.every(r => pick.keys.has(r.key));
   const table = el("table", { id: "capsule-list" },
-    el("thead", {}, el("tr", {}, ["Capsule", "State", "Phase", "Cycle", "Wave", "Halt reason", "Updated"].map(h => el("th", { text: h })))),
+    el("thead", {}, el("tr", {}, el("th", {}, pickPage), ["Capsule", "State", "Phase", "Cycle", "Wave", "Chain", "Halt reason", "Updated"].map(h => el("th", { text: h })))),
     el("tbody", {}, rows));
+  pick.total = data.total;
   const off = data.offset, lim = data.limit;
   const page = (o) => { const p = listParams(); p.set("offset", String(Math.max(0, o))); return "#/capsules?" + p.toString(); };
   const pager = el("div", { class: "pager" },
     off > 0 ? el("a", { href: page(off - lim), id: "page-prev", text: "← newer" }) : null,
     el("span", { class: "muted", id: "list-total", text: (data.total ? (off + 1) + "–" + (off + data.items.length) : "0") + " of " + data.total }),
     off + lim < data.total ? el("a", { href: page(off + lim), id: "page-next", text: "older →" }) : null);
-  return el("div", {}, el("h1", { text: "Capsules" }), form, table, pager);
+  return el("div", {}, el("h1", { text: "Capsules" }), stateCounts(data.states, q), form, bulkResult(), bulkBar(), table, pager);
+}
+
+// stateCounts is the bar of counts per state over the list, each a link
+// that filters by it (keeping the other filters).
+function stateCounts(states, q) {
+  if (!states) return null;
+  const link = (st, label, n) => {
+    const p = new URLSearchParams(q); p.delete("offset");
+    if (st) p.set("state", st); else p.delete("state");
+    const on = (q.get("state") || "") === st;
+    return el("a", { href: "#/capsules?" + p.toString(), class: "count" + (on ? " active" : ""), dataset: { state: st || "any" } },
+      label, " ", el("strong", { text: fmtInt(n) }));
+  };
+  const all = STATES.reduce((a, s) => a + (states[s] || 0), 0);
+  return el("nav", { class: "counts", id: "state-counts" }, link("", "all", all), STATES.map(s => link(s, s.replace(/_/g, " "), states[s] || 0)));
+}
+
+// ---- bulk actions: select rows (or every capsule the filter matches),
+// then one confirmation for all; the console's bulk endpoint does each
+// capsule's action, recorded with the operator's name, and lists what
+// failed. ----
+
+// pick is the list's selection: keys picked by hand, or all (every
+// capsule the filter matches); it belongs to one filter.
+const pick = { keys: new Set(), all: false, filter: null, total: 0 };
+let lastBulk = null;
+const MAX_BULK = 1000;
+
+// filterOf is the list's query without its page: what "all matching"
+// sends.
+function filterOf(q) {
+  const p = new URLSearchParams(q); p.delete("offset"); p.delete("limit");
+  return p.toString();
+}
+
+function pickBox(r) {
+  const b = el("input", { type: "checkbox", class: "pick", "aria-label": "select " + (r.capsule_id || r.key), dataset: { key: r.key },
+    onchange: (ev) => { ev.target.checked ? pick.keys.add(r.key) : pick.keys.delete(r.key); pick.all = false; syncPicks(); } });
+  b.checked = pick.all || pick.keys.has(r.key);
+  return b;
+}
+
+// syncPicks redraws the bar and the boxes after the selection changed.
+function syncPicks() {
+  const bar = document.getElementById("bulk");
+  if (bar) bar.replaceWith(bulkBar());
+  const boxes = [...document.querySelectorAll("#capsule-list input.pick")];
+  for (const b of boxes) b.checked = pick.all || pick.keys.has(b.dataset.key);
+  const page = document.getElementById("pick-page");
+  if (page) page.checked = boxes.length > 0 && boxes.every(b => b.checked);
+}
+
+function bulkBar() {
+  const n = pick.all ? pick.total : pick.keys.size;
+  const act = (verb, label, cls, text, fields) => el("button", { id: "bulk-" + verb, class: cls, disabled: n === 0 || n > MAX_BULK ? "disabled" : undefined,
+    onclick: () => confirmAction(label + " " + fmtInt(n) + " capsules", text, verb, {}, fields, (body) => sendBulk(verb, label, body)) }, label);
+  const onPage = document.querySelectorAll("#capsule-list input.pick").length;
+  return el("div", { id: "bulk", class: "bulk" + (n ? " on" : "") },
+    el("span", { id: "bulk-count", text: n ? fmtInt(n) + (pick.all ? " (all matching)" : "") + " selected" : "Select capsules for a bulk action" }),
+    !pick.all && pick.total > pick.keys.size && pick.keys.size >= onPage && onPage > 0 ?
+      el("button", { id: "bulk-all", onclick: () => { pick.all = true; pick.keys.clear(); syncPicks(); } }, "Select all " + fmtInt(pick.total) + " matching the filter") : null,
+    n > MAX_BULK ? el("span", { class: "error", text: "At most " + fmtInt(MAX_BULK) + " at once: narrow the filter." }) : null,
+    n ? el("button", { id: "bulk-clear", onclick: () => { pick.all = false; pick.keys.clear(); syncPicks(); } }, "Clear") : null,
+    el("span", { class: "actions" },
+      act("cancel", "Cancel", "danger", "Each capsule that has not ended ends cancelled; this cannot be undone. Those that cannot be cancelled are listed.", ["reason"]),
+      act("replay", "Replay", "", "Each halted or cancelled capsule runs again from where it stopped, as a new run.", ["reason"]),
+      act("accept", "Accept", "", "Each capsule waiting for your decision is accepted and goes on.", ["reason"]),
+      act("resume", "Resume", "", "Each paused capsule resumes where it stopped.", ["reason"])));
+}
+
+async function sendBulk(verb, label, body) {
+  if (pick.all) body.filter = pick.filter; else body.ids = [...pick.keys];
+  const r = await fetch(API + "/bulk/" + encodeURIComponent(verb), {
+    method: "POST", credentials: "same-origin",
+    headers: { "Content-Type": "application/json", "X-Sagad-Console": "1" },
+    body: JSON.stringify(body),
+  });
+  const reply = await r.json().catch(() => ({ error: r.statusText }));
+  if (!r.ok) throw new Error(reply.error || r.statusText);
+  lastBulk = Object.assign({ label }, reply);
+  pick.keys.clear(); pick.all = false;
+  toast(label + ": " + reply.done.length + " of " + reply.total + " done" + (reply.failed.length ? ", " + reply.failed.length + " failed" : ""), reply.failed.length > 0);
+}
+
+// bulkResult shows the last bulk action's outcome, its failures each with
+// why, until dismissed.
+function bulkResult() {
+  const r = lastBulk;
+  if (!r) return null;
+  return el("div", { class: "card bulk-result", id: "bulk-result" },
+    el("p", {}, el("strong", { text: r.label + ": " + r.done.length + " of " + r.total + " done" }),
+      r.failed.length ? ", " + r.failed.length + " failed:" : ".", " ",
+      el("button", { onclick: () => { lastBulk = null; refresh(); } }, "Dismiss")),
+    r.failed.length ? el("table", { id: "bulk-failed" }, el("tbody", {}, r.failed.map(f => el("tr", {},
+      el("td", {}, capIdLink(f.id)), el("td", { class: "mono", text: f.code || "" }), el("td", { class: "wrap", text: f.error }))))) : null);
 }
 
 function rowOf(r) {
   return el("tr", { dataset: { key: r.key } },
-    el("td", {}, capLink(r)), el("td", { class: "st" }, stateTag(r.state)), el("td", { text: r.phase + " " + r.phase_name }),
-    el("td", { text: r.cycle }), el("td", { text: r.wave_id || "-" }), el("td", { class: "mono", text: r.halt_reason || "-" }),
+    el("td", {}, pickBox(r)), el("td", {}, capLink(r)), el("td", { class: "st" }, stateTag(r.state)), el("td", {}, phaseLink(r.phase, r.phase_name)),
+    el("td", { text: r.cycle }), el("td", {}, waveLink(r.wave_id)), el("td", {}, chainLink(r.chain)), el("td", { class: "mono wrap", text: r.halt_reason || "-" }),
     el("td", { text: ago(r.updated_at), title: ts(r.updated_at) }));
 }
 
@@ -242,43 +531,47 @@ function bar(used, cap) {
 
 async function renderCapsule(key) {
   const d = await getJSON("/capsules/" + encodeURIComponent(key));
+  if (d.rule_titles) ruleTitles = d.rule_titles;
   const s = d.status, cp = d.checkpoint, c = d.capsule;
   const st = cp.state;
   const dl = (pairs) => el("dl", {}, pairs.map(([k, v]) => [el("dt", { text: k }), el("dd", {}, v === undefined || v === null || v === "" ? "-" : v)]));
   const row = { key: cp.key, capsule_id: cp.capsule_id, state: st.status };
   const v = el("div", { id: "capsule", dataset: { key: cp.key } },
-    el("h1", {}, "Capsule ", el("span", { class: "mono", text: cp.capsule_id })),
-    el("p", {}, el("span", { id: "capsule-state" }, stateTag(st.status)), " ", c ? c.task.title : "", " ",
+    el("h1", {}, c ? el("span", { id: "capsule-title", text: c.task.title }) : "Capsule", " ", el("span", { class: "mono muted", text: cp.capsule_id }), copyButton(cp.capsule_id)),
+    el("p", {}, el("span", { id: "capsule-state" }, stateTag(st.status)), " ", c ? el("span", { class: "kind", text: c.task.kind }) : "", " ",
       el("span", { class: "muted", text: "updated " + ago(cp.updated_at) + " ago" })),
     capsuleActions(row));
+  const why = whyStopped(st);
+  if (why) v.append(why);
   const budget = d.caps || {};
   v.append(el("div", { class: "grid" },
     el("div", { class: "card" }, el("h2", { text: "State" }), dl([
       ["key", el("span", { class: "mono", text: cp.key })],
-      ["phase", st.phase + " " + (st.phase_name || PHASES[st.phase] || "")], ["cycle", String(st.cycle)],
-      ["progress", st.progress + "%"], ["halt reason", st.halt_reason], ["wave", cp.wave_id],
+      ["phase", phaseLink(st.phase, st.phase_name)], ["cycle", String(st.cycle)],
+      ["progress", st.progress + "%"], ["halt reason", st.halt_reason], ["wave", cp.wave_id ? waveLink(cp.wave_id) : ""],
+      ["chain", cp.chain ? chainLink(cp.chain) : ""], ["producer", cp.producer || ""],
       ["trace id", el("span", { class: "mono", id: "trace-id", text: cp.trace_id || "-" })],
       ["pause", st.pause ? st.pause.trigger + (st.pause.reason ? ": " + st.pause.reason : "") + (st.pause.by ? " (by " + st.pause.by + ")" : "") : ""],
-      ["waiting on", s.waiting_on ? s.waiting_on + ": " + (s.pending || []).join(", ") : ""],
+      ["waiting on", s.waiting_on ? [s.waiting_on + ": ", pendingLinks(s.waiting_on, s.pending)] : ""],
       ["created", ts(cp.created_at)], ["deadline", d.deadline ? ts(d.deadline) : ""],
     ])),
     el("div", { class: "card" }, el("h2", { text: "Budget" }), dl([
-      ["tokens", [String(st.budget_used.tokens), " of ", budget.tokens ? String(budget.tokens) : "-", bar(st.budget_used.tokens, budget.tokens)]],
-      ["dollars", [String(st.budget_used.dollars), " of ", budget.dollars ? String(budget.dollars) : "-", bar(st.budget_used.dollars, budget.dollars)]],
-      ["overrides", st.overrides ? JSON.stringify(st.overrides) : ""],
+      ["tokens", [fmtInt(st.budget_used.tokens), " of ", budget.tokens ? fmtInt(budget.tokens) : "-", bar(st.budget_used.tokens, budget.tokens)]],
+      ["dollars", [fmtUSD(st.budget_used.dollars), " of ", budget.dollars ? fmtUSD(budget.dollars) : "-", bar(st.budget_used.dollars, budget.dollars)]],
+      ["wave reserved", st.wave_reserved ? fmtInt(st.wave_reserved.tokens) + " tokens, " + fmtUSD(st.wave_reserved.dollars) : ""],
+      ["overrides", st.overrides ? jsonTree(st.overrides, 2) : ""],
     ])),
     el("div", { class: "card" }, el("h2", { text: "Locks held" }),
       (st.locks_held && st.locks_held.length) ? el("ul", {}, st.locks_held.map(l => el("li", { class: "mono", text: l }))) : el("p", { class: "muted", text: "none" }),
       el("h2", { text: "Artifacts" }),
       (st.artifact_refs && st.artifact_refs.length) ? el("ul", { id: "artifacts" }, st.artifact_refs.map(ref => el("li", {},
         el("button", { class: "mono", onclick: () => showArtifact(ref) }, ref)))) : el("p", { class: "muted", text: "none" }),
-      el("pre", { id: "artifact", hidden: "hidden" })),
+      el("div", { id: "artifact", class: "artifact", hidden: "hidden" })),
   ));
   v.append(el("h2", { text: "Timeline" }));
   v.append((cp.history && cp.history.length) ? el("table", { class: "timeline", id: "timeline" },
-    el("thead", {}, el("tr", {}, ["At", "Phase", "Cycle", "Outcome", "Detail"].map(h => el("th", { text: h })))),
-    el("tbody", {}, cp.history.map(t => el("tr", {}, el("td", { text: ts(t.at) }), el("td", { text: t.phase + " " + t.phase_name }),
-      el("td", { text: t.cycle }), el("td", { class: "outcome-" + t.outcome, text: t.outcome }), el("td", { text: t.detail || "" }))))) :
+    el("thead", {}, el("tr", {}, ["At", "Phase", "Cycle", "Outcome", "Took", "Detail"].map(h => el("th", { text: h })))),
+    el("tbody", {}, timelineRows(cp))) :
     el("p", { class: "muted", text: "No transition yet." }));
   v.append(el("h2", { text: "Reviews" }));
   v.append((st.reviews && st.reviews.length) ? el("table", { id: "reviews" },
@@ -289,24 +582,25 @@ async function renderCapsule(key) {
   v.append(el("h2", { text: "Events" }));
   if (d.events_error) v.append(el("p", { class: "error", text: "events: " + d.events_error }));
   v.append(d.events.length ? el("table", { id: "events" },
-    el("thead", {}, el("tr", {}, ["At", "Event", "Phase", "Cycle", "Detail", "By"].map(h => el("th", { text: h })))),
+    el("thead", {}, el("tr", {}, ["At", "Event", "Phase", "Cycle", "Detail", "Findings", "By"].map(h => el("th", { text: h })))),
     el("tbody", {}, d.events.map(e => el("tr", {}, el("td", { text: ts(e.at) }), el("td", { class: "mono", text: e.kind }),
-      el("td", { text: e.phase + " " + (e.phase_name || "") }), el("td", { text: e.cycle }), el("td", { text: e.detail || "" }), el("td", { text: e.by || "" }))))) :
+      el("td", { text: e.phase + " " + (e.phase_name || "") }), el("td", { text: e.cycle }), el("td", { text: e.detail || "" }),
+      el("td", {}, (e.findings && e.findings.length) ? findingsList(e.findings) : ""), el("td", { text: e.by || "" }))))) :
     el("p", { class: "muted", text: "No events." }));
   if (c) {
     v.append(el("h2", { text: "Capsule as received" }));
-    v.append(el("pre", { text: JSON.stringify(c, null, 2) }));
+    v.append(el("div", { class: "card", id: "capsule-json" }, jsonTree(d.capsule_raw || c, 1)));
   }
   return v;
 }
 
 async function showArtifact(ref) {
-  const pre = document.getElementById("artifact");
-  pre.hidden = false;
+  const box = document.getElementById("artifact");
+  box.hidden = false;
   try {
     const a = await getJSON("/artifact?ref=" + encodeURIComponent(ref));
-    pre.textContent = JSON.stringify(a, null, 2);
-  } catch (e) { pre.textContent = "cannot read " + ref + ": " + e.message; }
+    box.replaceChildren(el("p", { class: "mono", text: ref }), jsonTree(a, 2));
+  } catch (e) { box.replaceChildren(el("p", { class: "error", text: "cannot read " + ref + ": " + e.message })); }
 }
 
 async function renderPhases() {
@@ -315,7 +609,7 @@ async function renderPhases() {
     el("table", { id: "phases" },
       el("thead", {}, el("tr", {}, ["Phase", "Queued", "In flight", "State", ""].map(h => el("th", { text: h })))),
       el("tbody", {}, d.phases.map(p => el("tr", { dataset: { phase: p.phase } },
-        el("td", { text: p.phase + " " + p.phase_name }), el("td", { text: p.pending }), el("td", { text: p.ack_pending }),
+        el("td", {}, phaseLink(p.phase, p.phase_name)), el("td", { text: fmtInt(p.pending) }), el("td", { text: fmtInt(p.ack_pending) }),
         el("td", {}, p.paused ? el("span", { class: "state state-paused", text: "paused" }) : "consuming"),
         el("td", {}, p.paused ?
           el("button", { class: "primary", onclick: () => confirmAction("Resume phase " + p.phase_name, "Every sagad consumes this phase again.", "phase.resume", { phase: p.phase }, ["reason"]) }, "Resume phase") :
@@ -328,15 +622,15 @@ async function renderWaves() {
   if (!d.available) { v.append(el("p", { class: "muted", id: "waves-unavailable", text: d.message })); return v; }
   const waves = d.waves || [];
   if (!waves.length) { v.append(el("p", { class: "muted", text: "No wave has a budget." })); return v; }
-  const use = (used, reserved, cap) => [String(used), " used, ", String(reserved), " reserved of ", cap ? String(cap) : "no cap", bar(used + reserved, cap)];
+  const use = (used, reserved, cap, f) => [f(used), " used, ", f(reserved), " reserved of ", cap ? f(cap) : "no cap", bar(used + reserved, cap)];
   v.append(el("table", { id: "wave-list" },
     el("thead", {}, el("tr", {}, ["Wave", "Tokens", "Dollars", "Running", "Waiting for capacity", "State", ""].map(h => el("th", { text: h })))),
     el("tbody", {}, waves.map(w => el("tr", { dataset: { wave: w.wave_id } },
       el("td", {}, el("a", { href: "#/capsules?wave=" + encodeURIComponent(w.wave_id), class: "mono", text: w.wave_id })),
-      el("td", {}, use(w.used.tokens, w.reserved.tokens, w.tokens_cap)),
-      el("td", {}, use(w.used.dollars, w.reserved.dollars, w.dollars_cap)),
-      el("td", { text: w.running }),
-      el("td", { class: "mono", text: (w.waiting || []).join(", ") || "-" }),
+      el("td", {}, use(w.used.tokens, w.reserved.tokens, w.tokens_cap, fmtInt)),
+      el("td", {}, use(w.used.dollars, w.reserved.dollars, w.dollars_cap, fmtUSD)),
+      el("td", {}, w.running ? el("a", { href: "#/capsules?wave=" + encodeURIComponent(w.wave_id) + "&state=in_progress", text: fmtInt(w.running) }) : "0"),
+      el("td", {}, pendingLinks("dependencies", w.waiting)),
       el("td", {}, w.closed ? el("span", { class: "state state-halted", text: "closed" }) : "open"),
       el("td", {}, el("div", { class: "actions" },
         el("button", { onclick: () => confirmAction("Set the caps of wave " + w.wave_id, "New caps (0: none; empty: unchanged). Raising a cap lets the capsules waiting for it go on.", "wave.set", { wave_id: w.wave_id }, ["tokens", "dollars", "reason"]) }, "Set caps"),
@@ -392,7 +686,7 @@ let badgePending = null;
 function soonBadge() {
   if (!badgePending) badgePending = setTimeout(() => {
     badgePending = null;
-    getJSON("/inbox").then(d => updateBadge(d.counts.decide + d.counts.paused)).catch(() => {});
+    getJSON("/inbox").then(d => updateBadge(needsYou(d.counts))).catch(() => {});
   }, 500);
 }
 
@@ -423,5 +717,5 @@ document.addEventListener("DOMContentLoaded", () => {
   connect();
   route();
   // The inbox badge follows every change, whatever the view.
-  getJSON("/inbox").then(d => updateBadge(d.counts.decide + d.counts.paused)).catch(() => {});
+  getJSON("/inbox").then(d => updateBadge(needsYou(d.counts))).catch(() => {});
 });

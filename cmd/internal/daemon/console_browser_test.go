@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/testreq"
 )
@@ -123,6 +124,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(rowA)),
 		chromedp.WaitVisible(css(rowB)),
 		chromedp.WaitVisible(css(`#live:not(.off)`)),
+		// Rows are recognisable: the task's title, as text.
+		chromedp.WaitVisible(css(rowA+` .cap .title`)),
+		chromedp.WaitVisible(css(rowA+` .cap .kind`)),
 		shot("1-inbox"),
 		chromedp.Click(css(rowA+` button.act-accept`)),
 		chromedp.WaitVisible(css(`#confirm`)),
@@ -181,6 +185,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Navigate(base+"/ui/#/capsules?state=completed"),
 		chromedp.WaitVisible(css(fmt.Sprintf(`#capsule-list tr[data-key="%s"]`, gatedA))),
 		chromedp.WaitVisible(css(fmt.Sprintf(`#capsule-list tr[data-key="%s"]`, gatedB))),
+		// Counts per state on top, each a filter link.
+		chromedp.WaitVisible(css(`#state-counts a.count.active[data-state="completed"]`)),
 		shot("6-list-completed"),
 		chromedp.Navigate(base+"/ui/#/capsules"),
 		chromedp.WaitVisible(css(`#capsule-list`)),
@@ -195,4 +201,118 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Navigate(base+"/ui/#/waves"),
 		chromedp.WaitVisible(css(`#waves`)),
 	), "live list and phases")
+
+	haltedAndCorrected(t, bctx, cl, base, shot)
+	bulkCancel(t, bctx, cl, base, shot)
+}
+
+// bulkCancel: the capsules of a filtered list, selected at once, are
+// cancelled with one confirmation, each recorded with the operator's name.
+func bulkCancel(t *testing.T, bctx context.Context, cl *client.Client, base string, shot func(string) chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+	defer cancel()
+	var ids []string
+	for range 3 {
+		doc := capsuletest.New().Set("review.operator_gate", true).Set("wave_id", "w-bulk")
+		_, err := cl.Publish(ctx, doc.Sealed(t), "")
+		require.NoError(t, err)
+		ids = append(ids, doc.ID())
+	}
+	for _, id := range ids {
+		s, err := cl.Wait(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, capsule.WaitingForOperator, s.State, "halt: %s", s.HaltReason)
+	}
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	actions := []chromedp.Action[chromedp.Void]{
+		chromedp.Navigate(base + "/ui/#/capsules?wave=w-bulk&state=waiting_for_operator"),
+	}
+	for _, id := range ids {
+		actions = append(actions, chromedp.WaitVisible(css(fmt.Sprintf(`#capsule-list tr[data-key="%s"] input.pick`, id))))
+	}
+	actions = append(actions,
+		chromedp.Click(css(`#pick-page`)),
+		chromedp.WaitVisible(css(`#bulk.on #bulk-cancel:not([disabled])`)),
+		shot("13-bulk-selected"),
+		chromedp.Click(css(`#bulk-cancel`)),
+		chromedp.WaitVisible(css(`#confirm`)),
+		chromedp.SetValue(css(`#confirm-by`), "dave"),
+		chromedp.Click(css(`#confirm-ok`)),
+		chromedp.WaitVisible(css(`#bulk-result`)),
+	)
+	for _, id := range ids {
+		actions = append(actions, chromedp.WaitNotPresent(css(fmt.Sprintf(`#capsule-list tr[data-key="%s"]`, id))))
+	}
+	actions = append(actions, shot("14-bulk-cancelled"))
+	require.NoError(t, chromedp.Do(bctx, actions...), "bulk cancel")
+	result, err := chromedp.Run(bctx, chromedp.Text(css(`#bulk-result`)))
+	require.NoError(t, err)
+	require.Contains(t, result, "3 of 3 done")
+	for _, id := range ids {
+		s, err := cl.Wait(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, capsule.Cancelled, s.State)
+		events, err := cl.History(ctx, id)
+		require.NoError(t, err)
+		var detail string
+		for _, e := range events {
+			if e.Kind == capsule.EventCancelled {
+				detail = e.Detail
+			}
+		}
+		// A cancel names its operator in the event's detail.
+		require.Contains(t, detail, "cancelled by dave", "each cancel is recorded with the operator's name")
+	}
+}
+
+// haltedAndCorrected: a capsule halted at AUTOMATED_GATES is a dead letter
+// in the inbox; its page shows the findings with the rules' names; replayed
+// with a corrected capsule typed into the page's editor, it completes.
+func haltedAndCorrected(t *testing.T, bctx context.Context, cl *client.Client, base string, shot func(string) chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+	defer cancel()
+	doc := capsuletest.New().Set("spec.approved_by", "agent-coder-1").Set("constraints.destructive", true)
+	_, err := cl.Publish(ctx, doc.Sealed(t), "")
+	require.NoError(t, err)
+	id := doc.ID()
+	s, err := cl.Wait(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, capsule.Halted, s.State)
+	corrected := string(doc.Set("spec.approved_by", "human-lead").Set("constraints.destructive", false).Unsealed(t))
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	row := fmt.Sprintf(`#inbox-halted tr[data-key="%s"]`, id)
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(base+"/ui/#/inbox"),
+		chromedp.WaitVisible(css(row+` button.act-replay-corrected`)),
+		shot("9-inbox-halted"),
+		chromedp.Click(css(row+` a`)),
+		chromedp.WaitVisible(css(`#halt-findings`)),
+		shot("10-capsule-halted"),
+	), "halted capsule")
+	findings, err := chromedp.Run(bctx, chromedp.Text(css(`#halt-findings`)))
+	require.NoError(t, err)
+	require.Contains(t, findings, "Independent spec approval", "rule 4 by name")
+	require.Contains(t, findings, "11")
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Click(css(`#capsule button.act-replay-corrected`)),
+		chromedp.WaitVisible(css(`#confirm textarea.editor`)),
+		chromedp.SetValue(css(`#confirm textarea.editor`), corrected),
+		chromedp.SetValue(css(`#confirm-by`), "carol"),
+		shot("11-corrected-editor"),
+		chromedp.Click(css(`#confirm-ok`)),
+		chromedp.WaitVisible(css(`#capsule-state .state-completed`)),
+		chromedp.WaitNotPresent(css(`#halt-findings`)),
+		shot("12-corrected-completed"),
+	), "replay with a corrected capsule")
+	events, err := cl.History(ctx, id)
+	require.NoError(t, err)
+	var by string
+	for _, e := range events {
+		if e.Kind == capsule.EventReplayed {
+			by = e.By
+		}
+	}
+	require.Equal(t, "carol", by, "the replay is recorded with the operator's name")
 }
