@@ -81,6 +81,10 @@ type CheckpointState struct {
 	// Attempts counts the current cycle's failed executor calls (failure
 	// policy, attempts.go).
 	Attempts *ExecutionAttempts `json:"attempts,omitempty"`
+	// AttemptLog lists the failed agent calls of every cycle, oldest first
+	// (the newest [MaxAttemptLog]), with the failure policy's decision:
+	// what status and history show of retries.
+	AttemptLog []FailedAttempt `json:"attempt_log,omitempty"`
 	// Pause says why the capsule is paused or waiting, and carries the token
 	// of a resume in flight.
 	Pause *PauseInfo `json:"pause,omitempty"`
@@ -280,6 +284,7 @@ func (c *Checkpoint) Clone() *Checkpoint {
 	st.Execution = clonePtr(c.State.Execution)
 	st.Result = clonePtr(c.State.Result)
 	st.Attempts = clonePtr(c.State.Attempts)
+	st.AttemptLog = slices.Clone(c.State.AttemptLog)
 	st.Pause = clonePtr(c.State.Pause)
 	st.LockWaitSince = clonePtr(c.State.LockWaitSince)
 	st.AwaitingUntil = clonePtr(c.State.AwaitingUntil)

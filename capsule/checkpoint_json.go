@@ -216,6 +216,12 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if len(s.AttemptLog) > 0 {
+		// Rare too: only capsules whose agent calls failed.
+		if b, err = appendMarshaled(b, `,"attempt_log":`, s.AttemptLog); err != nil {
+			return nil, err
+		}
+	}
 	if s.Pause != nil {
 		if b, err = appendMarshaled(b, `,"pause":`, s.Pause); err != nil {
 			return nil, err

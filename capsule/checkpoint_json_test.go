@@ -29,6 +29,10 @@ func fullCheckpoint() *Checkpoint {
 			Execution: &ExecutionClaim{Cycle: 2, Holder: "h/1", ExpiresAt: at},
 			Result:    &ExecutionResult{Cycle: 2, ArtifactRef: "artifact:x/2", Usage: Usage{Tokens: 1, Dollars: 1e-7}, Failed: "boom"},
 			Attempts:  &ExecutionAttempts{Cycle: 2, Phase: ReviewPhase, Failed: 1, LastFailure: AttemptFailure{ExitCode: 12, Timeout: true, Error: "e", StderrTail: "t"}},
+			AttemptLog: []FailedAttempt{
+				{Phase: Execution, Cycle: 1, Attempt: 1, ExitCode: 12, Error: "e\u2028", Decision: AttemptRetried, At: at},
+				{Phase: ReviewPhase, Cycle: 2, Attempt: 1, ExitCode: 1, Timeout: true, Error: "<t>", Decision: AttemptHalted, At: at.Add(time.Millisecond)},
+			},
 			Pause:     &PauseInfo{Trigger: TriggerOperatorManual, Reason: "r", By: "me", At: at, ResumeToken: "tok"},
 			Overrides: &Overrides{Tokens: 5, Dollars: 2.5, Deadline: &deadline},
 			Warned:    []Trigger{TriggerBudgetWarning}, LockWaitSince: &since, AwaitingCycle: 2,
