@@ -1,6 +1,8 @@
 package capsule
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,4 +26,21 @@ func TestLogAttempt(t *testing.T) {
 	require.Len(t, st.AttemptLog, MaxAttemptLog)
 	require.Equal(t, 6, st.AttemptLog[0].Attempt, "the oldest go first")
 	require.Equal(t, MaxAttemptLog+5, st.AttemptLog[MaxAttemptLog-1].Attempt)
+}
+
+// TestDependencyCycleReason: the ids are sorted and de-duplicated, so every
+// member of a cycle states the same reason; a long cycle names the first
+// MaxCycleIDs and how many more.
+func TestDependencyCycleReason(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "dependency_cycle:a,b,c", DependencyCycle([]string{"c", "a", "b", "a"}).String())
+	require.Equal(t, DependencyCycle([]string{"b", "a"}), DependencyCycle([]string{"a", "b"}))
+	var ids []string
+	for i := range MaxCycleIDs + 3 {
+		ids = append(ids, fmt.Sprintf("01J%023d", i))
+	}
+	r := DependencyCycle(ids)
+	require.Equal(t, CodeDependencyCycle, r.Code)
+	require.True(t, strings.HasSuffix(r.Detail, ",+3 more"), r.Detail)
+	require.LessOrEqual(t, len(r.Detail), MaxReasonDetail)
 }
