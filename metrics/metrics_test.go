@@ -357,7 +357,7 @@ func TestLabelsStayBounded(t *testing.T) {
 		"reason":     append([]string{Other}, strs(capsule.HaltCodes)...),
 		"verdict":    append([]string{Other}, strs(Verdicts)...),
 		"rule":       ruleSet,
-		"kind":       append(append([]string{Other}, CallKinds...), WriteErrorKinds...), // agent calls, write errors
+		"kind":       append(append([]string{Other}, CallKinds...), WriteErrorKinds...),  // agent calls, write errors
 		"result":     append(append([]string{Other}, CallResults...), AttemptResults...), // calls, attempts
 		"role":       append([]string{Other}, CallKinds...),
 		"trigger":    append([]string{Other}, strs(Triggers)...),
