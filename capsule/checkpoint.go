@@ -33,6 +33,12 @@ type Checkpoint struct {
 	// lists can filter by chain. Absent outside a chain.
 	Chain  *ChainStep `json:"chain,omitempty"`
 	Digest string     `json:"digest,omitempty"`
+	// Constitution is the version of the constitution in force where the
+	// capsule was received (rules.VersionOf: the rules' version and a
+	// digest of their parameters), so a capsule's judgement can be traced
+	// to the rules it was judged by. Empty in checkpoints written before
+	// sagad recorded it.
+	Constitution string `json:"constitution,omitempty"`
 	// IntakeSeq is the intake stream sequence of the message that created
 	// the checkpoint.
 	IntakeSeq uint64 `json:"intake_seq,omitempty"`

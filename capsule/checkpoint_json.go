@@ -51,6 +51,10 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"digest":`...)
 		b = appendString(b, c.Digest)
 	}
+	if c.Constitution != "" {
+		b = append(b, `,"constitution":`...)
+		b = appendString(b, c.Constitution)
+	}
 	if c.IntakeSeq != 0 {
 		b = append(b, `,"intake_seq":`...)
 		b = strconv.AppendUint(b, c.IntakeSeq, 10)

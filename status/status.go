@@ -47,6 +47,10 @@ type Status struct {
 	// Producer is the producer account the capsule came from
 	// ([capsule.Checkpoint.Producer]); absent for sagad's own intake.
 	Producer string `json:"producer,omitempty"`
+	// Constitution is the version of the constitution in force where the
+	// capsule was received, with its parameters' digest
+	// ([capsule.Checkpoint.Constitution]).
+	Constitution string `json:"constitution,omitempty"`
 	// Reviewer is who reviewed the latest cycle: the capsule's declared
 	// reviewer, or sagad's default_reviewer when it declared none. Empty
 	// before the first review.
@@ -111,6 +115,7 @@ func Of(cp *capsule.Checkpoint) Status {
 		TraceID:      cp.TraceID,
 		TraceParent:  cp.TraceParent,
 		Producer:     cp.Producer,
+		Constitution: cp.Constitution,
 		BudgetUsed:   cp.State.BudgetUsed,
 		ArtifactRefs: append([]string{}, cp.State.ArtifactRefs...),
 		Findings:     append([]capsule.Finding{}, cp.State.Findings...),

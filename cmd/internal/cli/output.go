@@ -177,6 +177,9 @@ func printStatus(w io.Writer, s client.Status) error {
 		// header named another trace: say which one the spans are in.
 		fmt.Fprintf(tw, "otel_trace_id:\t%s\n", tid)
 	}
+	if s.Constitution != "" {
+		fmt.Fprintf(tw, "constitution:\t%s\n", printable(s.Constitution))
+	}
 	fmt.Fprintf(tw, "updated_at:\t%s\n", ts(s.UpdatedAt))
 	if err := tw.Flush(); err != nil {
 		return err
