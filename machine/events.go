@@ -27,12 +27,15 @@ func CheckpointEvents(cp *capsule.Checkpoint) []capsule.Event {
 	}
 	// Failed attempts record no transition: their events come from the
 	// attempt log, placed among the transitions' by time (a transition's
-	// events keep their order).
+	// events keep their order). An attempt comes before a transition of
+	// the same instant: the halt it led to is recorded with it.
+	all := make([]capsule.Event, 0, len(cp.State.AttemptLog)+len(out))
 	for _, a := range cp.State.AttemptLog {
-		out = append(out, attemptEvent(cp, a))
+		all = append(all, attemptEvent(cp, a))
 	}
-	slices.SortStableFunc(out, func(x, y capsule.Event) int { return x.At.Compare(y.At) })
-	return out
+	all = append(all, out...)
+	slices.SortStableFunc(all, func(x, y capsule.Event) int { return x.At.Compare(y.At) })
+	return all
 }
 
 // attemptEvent is the attempt_failed event of a logged failed attempt. Its
