@@ -77,7 +77,7 @@ type Status struct {
 	// Attempts are the failed executor and reviewer calls, oldest first
 	// (the newest [capsule.MaxAttemptLog]): attempt, exit code and what the
 	// failure policy decided. Absent when no call failed.
-	Attempts []capsule.FailedAttempt `json:"attempts,omitempty"`
+	Attempts []capsule.FailedAttempt `json:"failed_attempts,omitempty"`
 }
 
 // Pause is why a capsule is paused or waits for an operator.
