@@ -29,7 +29,9 @@ func VersionOf(cfg Config) string { return InForce(cfg).Version }
 
 // paramsDigest is the 8 hex digits of [VersionOf]: the SHA-256 of the JSON
 // of every rule's number and parameters in rule order (encoding/json sorts
-// map keys, so equal parameters give equal digests).
+// map keys, so equal parameters give equal digests). Every list parameter
+// is a set (paths, kinds, schemes, majors), so lists are sorted first: the
+// same set configured in another order is the same constitution.
 func paramsDigest(rs []RuleInfo) string {
 	type entry struct {
 		Number int            `json:"n"`
@@ -37,7 +39,17 @@ func paramsDigest(rs []RuleInfo) string {
 	}
 	list := make([]entry, len(rs))
 	for i, r := range rs {
-		list[i] = entry{r.Number, r.Params}
+		p := make(map[string]any, len(r.Params))
+		for k, v := range r.Params {
+			switch l := v.(type) {
+			case []string:
+				v = slices.Sorted(slices.Values(l))
+			case []int:
+				v = slices.Sorted(slices.Values(l))
+			}
+			p[k] = v
+		}
+		list[i] = entry{r.Number, p}
 	}
 	b, err := json.Marshal(list)
 	if err != nil {

@@ -972,4 +972,5 @@ func TestVersionOfFoldsInParameters(t *testing.T) {
 	require.NotEqual(t, def, deny)
 	require.Equal(t, deny, VersionOf(Config{DenyPaths: []string{".git", "infra"}}), "deterministic")
 	require.NotEqual(t, def, VersionOf(Config{MaxTokens: 5000}))
+	require.Equal(t, deny, VersionOf(Config{DenyPaths: []string{"infra", ".git"}}), "a list is a set: its order does not count")
 }
