@@ -33,6 +33,12 @@ type Checkpoint struct {
 	// lists can filter by chain. Absent outside a chain.
 	Chain  *ChainStep `json:"chain,omitempty"`
 	Digest string     `json:"digest,omitempty"`
+	// Constitution is the version of the constitution in force where the
+	// capsule was received (rules.VersionOf: the rules' version and a
+	// digest of their parameters), so a capsule's judgement can be traced
+	// to the rules it was judged by. Empty in checkpoints written before
+	// sagad recorded it.
+	Constitution string `json:"constitution,omitempty"`
 	// IntakeSeq is the intake stream sequence of the message that created
 	// the checkpoint.
 	IntakeSeq uint64 `json:"intake_seq,omitempty"`
@@ -81,6 +87,10 @@ type CheckpointState struct {
 	// Attempts counts the current cycle's failed executor calls (failure
 	// policy, attempts.go).
 	Attempts *ExecutionAttempts `json:"attempts,omitempty"`
+	// AttemptLog lists the failed agent calls of every cycle, oldest first
+	// (the newest [MaxAttemptLog]), with the failure policy's decision:
+	// what status and history show of retries.
+	AttemptLog []FailedAttempt `json:"attempt_log,omitempty"`
 	// Pause says why the capsule is paused or waiting, and carries the token
 	// of a resume in flight.
 	Pause *PauseInfo `json:"pause,omitempty"`
@@ -280,6 +290,7 @@ func (c *Checkpoint) Clone() *Checkpoint {
 	st.Execution = clonePtr(c.State.Execution)
 	st.Result = clonePtr(c.State.Result)
 	st.Attempts = clonePtr(c.State.Attempts)
+	st.AttemptLog = slices.Clone(c.State.AttemptLog)
 	st.Pause = clonePtr(c.State.Pause)
 	st.LockWaitSince = clonePtr(c.State.LockWaitSince)
 	st.AwaitingUntil = clonePtr(c.State.AwaitingUntil)

@@ -51,6 +51,10 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"digest":`...)
 		b = appendString(b, c.Digest)
 	}
+	if c.Constitution != "" {
+		b = append(b, `,"constitution":`...)
+		b = appendString(b, c.Constitution)
+	}
 	if c.IntakeSeq != 0 {
 		b = append(b, `,"intake_seq":`...)
 		b = strconv.AppendUint(b, c.IntakeSeq, 10)
@@ -213,6 +217,12 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 	if s.Attempts != nil {
 		// Rare (only after a failed call the failure policy retries).
 		if b, err = appendMarshaled(b, `,"attempts":`, s.Attempts); err != nil {
+			return nil, err
+		}
+	}
+	if len(s.AttemptLog) > 0 {
+		// Rare too: only capsules whose agent calls failed.
+		if b, err = appendMarshaled(b, `,"attempt_log":`, s.AttemptLog); err != nil {
 			return nil, err
 		}
 	}

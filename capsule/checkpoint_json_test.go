@@ -20,7 +20,7 @@ func fullCheckpoint() *Checkpoint {
 		SchemaVersion: "1.0", CapsuleID: "01J00000000000000000000000", Key: "k", TraceID: "t<&>",
 		TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 		Run:         2, CycleBase: 3, ReplayToken: "rt",
-		WaveID: "w", Producer: "alice", Chain: &ChainStep{ID: "c\"1", Step: 2}, Digest: "d", IntakeSeq: 42, OutcomeEmitted: true, CreatedAt: at, UpdatedAt: at.Add(time.Second),
+		WaveID: "w", Producer: "alice", Chain: &ChainStep{ID: "c\"1", Step: 2}, Digest: "d", Constitution: "2026.11.3+0123abcd", IntakeSeq: 42, OutcomeEmitted: true, CreatedAt: at, UpdatedAt: at.Add(time.Second),
 		State: CheckpointState{
 			Phase: ReviewPhase, PhaseName: "REVIEW", Progress: 71, Cycle: 2, Status: Halted, HaltReason: "max_cycles_exceeded:3",
 			BudgetUsed: Usage{Tokens: 12, Dollars: 0.1}, LocksHeld: []string{"a", "b\"c"}, ArtifactRefs: []string{"artifact:x/1"},
@@ -29,6 +29,10 @@ func fullCheckpoint() *Checkpoint {
 			Execution: &ExecutionClaim{Cycle: 2, Holder: "h/1", ExpiresAt: at},
 			Result:    &ExecutionResult{Cycle: 2, ArtifactRef: "artifact:x/2", Usage: Usage{Tokens: 1, Dollars: 1e-7}, Failed: "boom"},
 			Attempts:  &ExecutionAttempts{Cycle: 2, Phase: ReviewPhase, Failed: 1, LastFailure: AttemptFailure{ExitCode: 12, Timeout: true, Error: "e", StderrTail: "t"}},
+			AttemptLog: []FailedAttempt{
+				{Phase: Execution, Cycle: 1, Attempt: 1, ExitCode: 12, Error: "e\u2028", Decision: AttemptRetried, At: at},
+				{Phase: ReviewPhase, Cycle: 2, Attempt: 1, ExitCode: 1, Timeout: true, Error: "<t>", Decision: AttemptHalted, At: at.Add(time.Millisecond)},
+			},
 			Pause:     &PauseInfo{Trigger: TriggerOperatorManual, Reason: "r", By: "me", At: at, ResumeToken: "tok"},
 			Overrides: &Overrides{Tokens: 5, Dollars: 2.5, Deadline: &deadline},
 			Warned:    []Trigger{TriggerBudgetWarning}, LockWaitSince: &since, AwaitingCycle: 2,

@@ -32,6 +32,9 @@ const (
 	EventDuplicateIgnored EventKind = "duplicate_ignored"
 	// EventReplayed: sagactl replay started a new run of the capsule.
 	EventReplayed EventKind = "replayed"
+	// EventAttemptFailed: an executor or reviewer call failed; its detail
+	// says which attempt, how, and what the failure policy decided.
+	EventAttemptFailed EventKind = "attempt_failed"
 )
 
 // Event is one entry of a capsule's append-only lifecycle stream. ID is

@@ -1,6 +1,7 @@
 package capsule
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,6 +53,9 @@ const (
 	// Dependencies (a capsule waiting at AUTOMATED_GATES).
 	CodeDependencyFailed  HaltCode = "dependency_failed"
 	CodeDependencyMissing HaltCode = "dependency_missing"
+	// CodeDependencyCycle: the capsule's dependencies wait for it in
+	// turn; the detail lists every capsule of the cycle.
+	CodeDependencyCycle HaltCode = "dependency_cycle"
 	// Waves (a capsule waiting for its wave's capacity at AUTOMATED_GATES).
 	CodeWaveClosed HaltCode = "wave_closed"
 	// Any phase: a value of the capsule's state in one of sagad's buckets
@@ -71,7 +75,7 @@ var HaltCodes = []HaltCode{
 	CodeAbsoluteRulesViolated, CodeLockAcquisitionFailed, CodeBudgetExceeded, CodeExecutorFailed,
 	CodeReviewRejectedTerminal, CodeMaxCyclesExceeded,
 	CodeOperatorRejected, CodeDependencyFailed, CodeDependencyMissing, CodeWaveClosed, CodeStateCorrupt,
-	CodeChainMembershipRefused, CodeWaveNotAdmitted,
+	CodeChainMembershipRefused, CodeWaveNotAdmitted, CodeDependencyCycle,
 }
 
 // HaltReason is a typed halt reason. Its String form is the exact text of
@@ -256,6 +260,30 @@ func DependencyFailed(id string) HaltReason { return HaltReason{CodeDependencyFa
 
 // DependencyMissing names a dependency still unknown after the wait allowed.
 func DependencyMissing(id string) HaltReason { return HaltReason{CodeDependencyMissing, id} }
+
+// MaxCycleIDs is the most capsule ids a dependency_cycle reason names
+// (ids of 36 bytes stay within [MaxReasonDetail]).
+const MaxCycleIDs = 24
+
+// DependencyCycle names the capsules of a dependency cycle, sorted and
+// comma-separated, the first [MaxCycleIDs] then "+N more": every member
+// halts with the same reason, whichever is found first.
+func DependencyCycle(ids []string) HaltReason {
+	l := slices.Clone(ids)
+	slices.Sort(l)
+	l = slices.Compact(l)
+	more := 0
+	if len(l) > MaxCycleIDs {
+		more, l = len(l)-MaxCycleIDs, l[:MaxCycleIDs]
+	}
+	for i := range l {
+		l[i] = Truncate(l[i], 40)
+	}
+	if more > 0 {
+		l = append(l, "+"+strconv.Itoa(more)+" more")
+	}
+	return HaltReason{CodeDependencyCycle, strings.Join(l, ",")}
+}
 
 // WaveClosed names the wave that was closed while the capsule waited for
 // (or was being admitted to) its capacity.

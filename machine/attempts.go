@@ -2,6 +2,7 @@ package machine
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/sagad/sagad/capsule"
 )
@@ -20,12 +21,16 @@ type RecordAttempt struct {
 	Attempt    int
 	Failure    capsule.AttemptFailure
 	BudgetUsed capsule.Usage
+	// Decision is what the failure policy does next: capsule.AttemptRetried
+	// or capsule.AttemptPaused (a halt is recorded with the halt's
+	// decision, Record.Attempt). Empty reads as a retry.
+	Decision string
 }
 
 // Name implements Event.
 func (RecordAttempt) Name() string { return "record_attempt" }
 
-func recordAttempt(cp *capsule.Checkpoint, e RecordAttempt) (bool, error) {
+func recordAttempt(cp *capsule.Checkpoint, e RecordAttempt, now time.Time) (bool, error) {
 	if e.Attempt < 1 {
 		return false, refuse(ErrInvalid, e, cp, fmt.Sprintf("attempt %d", e.Attempt))
 	}
@@ -51,5 +56,13 @@ func recordAttempt(cp *capsule.Checkpoint, e RecordAttempt) (bool, error) {
 	}
 	cp.State.Attempts = rec
 	cp.State.BudgetUsed = e.BudgetUsed
+	decision := e.Decision
+	if decision == "" {
+		decision = capsule.AttemptRetried
+	}
+	cp.State.LogAttempt(capsule.FailedAttempt{
+		Phase: step, Cycle: e.Cycle, Attempt: e.Attempt, ExitCode: e.Failure.ExitCode,
+		Timeout: e.Failure.Timeout, Error: e.Failure.Error, Decision: decision, At: now,
+	})
 	return true, nil
 }

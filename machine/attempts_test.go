@@ -88,3 +88,43 @@ func TestRecordReviewAttempt(t *testing.T) {
 		require.ErrorIs(t, err, tc.kind, name)
 	}
 }
+
+// TestAttemptLog: every recorded attempt joins the attempt log with the
+// policy's decision and the time it was recorded; an attempt the policy
+// halts on joins it with the halt's record; the log's events are
+// attempt_failed events placed among the transitions' by time, one id per
+// attempt.
+func TestAttemptLog(t *testing.T) {
+	t.Parallel()
+	claimed, err := machine.Apply(at(capsule.InProgress, capsule.Execution, 1), machine.Claim{Phase: capsule.Execution, Cycle: 1, Holder: "a", ExpiresAt: t0.Add(time.Minute)}, t0)
+	require.NoError(t, err)
+	cp := claimed.Checkpoint
+	res, err := machine.Apply(cp, machine.RecordAttempt{Cycle: 1, Holder: "a", Attempt: 1, Failure: capsule.AttemptFailure{ExitCode: 1, Error: "boom"}}, t0.Add(time.Second))
+	require.NoError(t, err)
+	res, err = machine.Apply(res.Checkpoint, machine.RecordAttempt{Cycle: 1, Holder: "a", Attempt: 2, Failure: capsule.AttemptFailure{ExitCode: 11, Error: "ask"}, Decision: capsule.AttemptPaused}, t0.Add(2*time.Second))
+	require.NoError(t, err)
+	log := res.Checkpoint.State.AttemptLog
+	require.Len(t, log, 2)
+	require.Equal(t, capsule.FailedAttempt{Phase: capsule.Execution, Cycle: 1, Attempt: 1, ExitCode: 1, Error: "boom", Decision: capsule.AttemptRetried, At: t0.Add(time.Second).UTC()}, log[0])
+	require.Equal(t, capsule.AttemptPaused, log[1].Decision)
+
+	halt := machine.Decision{Action: machine.Halt, Halt: capsule.ExecutorFailed("x"), Record: &machine.Record{
+		Attempt: &capsule.FailedAttempt{Phase: capsule.Execution, Cycle: 1, Attempt: 3, ExitCode: 2, Error: "x", Decision: capsule.AttemptHalted, At: t0.Add(3 * time.Second)},
+	}}
+	res, err = machine.Apply(res.Checkpoint, machine.Decide{Phase: capsule.Execution, Cycle: 1, Holder: "a", Decision: halt}, t0.Add(3*time.Second))
+	require.NoError(t, err)
+	require.Len(t, res.Checkpoint.State.AttemptLog, 3)
+	require.Equal(t, capsule.AttemptHalted, res.Checkpoint.State.AttemptLog[2].Decision)
+
+	var kinds []capsule.EventKind
+	ids := map[string]bool{}
+	for _, ev := range machine.CheckpointEvents(res.Checkpoint) {
+		kinds = append(kinds, ev.Kind)
+		require.False(t, ids[ev.ID], "event ids are unique: %s", ev.ID)
+		ids[ev.ID] = true
+	}
+	n := len(kinds)
+	require.GreaterOrEqual(t, n, 4)
+	require.Equal(t, []capsule.EventKind{capsule.EventAttemptFailed, capsule.EventAttemptFailed, capsule.EventAttemptFailed, capsule.EventHalted}, kinds[n-4:],
+		"the failed attempts come before the halt they led to")
+}

@@ -98,6 +98,9 @@ type Record struct {
 	Warned capsule.Trigger
 	// WaveReserved is what AUTOMATED_GATES reserved of the capsule's wave.
 	WaveReserved *capsule.Usage
+	// Attempt is a failed agent call the failure policy halts on: logged
+	// with the halt, since no retry records it (capsule.LogAttempt).
+	Attempt *capsule.FailedAttempt
 }
 
 // ApplyTo changes st as the record says. It is idempotent: applying a
@@ -139,6 +142,9 @@ func (r *Record) ApplyTo(st *capsule.CheckpointState) {
 	if r.WaveReserved != nil {
 		u := *r.WaveReserved
 		st.WaveReserved = &u
+	}
+	if r.Attempt != nil {
+		st.LogAttempt(*r.Attempt)
 	}
 }
 

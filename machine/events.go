@@ -1,6 +1,7 @@
 package machine
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/sagad/sagad/capsule"
@@ -21,7 +22,44 @@ func CheckpointEvents(cp *capsule.Checkpoint) []capsule.Event {
 	for _, tr := range cp.History {
 		out = append(out, transitionEvents(cp, tr, transitionFindings(cp, tr))...)
 	}
-	return out
+	if len(cp.State.AttemptLog) == 0 {
+		return out
+	}
+	// Failed attempts record no transition: their events come from the
+	// attempt log, placed among the transitions' by time (a transition's
+	// events keep their order). An attempt comes before a transition of
+	// the same instant: the halt it led to is recorded with it.
+	all := make([]capsule.Event, 0, len(cp.State.AttemptLog)+len(out))
+	for _, a := range cp.State.AttemptLog {
+		all = append(all, attemptEvent(cp, a))
+	}
+	all = append(all, out...)
+	slices.SortStableFunc(all, func(x, y capsule.Event) int { return x.At.Compare(y.At) })
+	return all
+}
+
+// attemptEvent is the attempt_failed event of a logged failed attempt. Its
+// id names the attempt: a cycle may fail several times.
+func attemptEvent(cp *capsule.Checkpoint, a capsule.FailedAttempt) capsule.Event {
+	return capsule.Event{
+		ID:   eventID(cp.Key, a.Phase, a.Cycle, capsule.EventAttemptFailed) + "." + strconv.Itoa(a.Attempt),
+		Kind: capsule.EventAttemptFailed, CapsuleID: cp.CapsuleID, Key: cp.Key,
+		Phase: a.Phase, PhaseName: a.Phase.String(), Cycle: a.Cycle, TraceID: cp.TraceID,
+		Detail: AttemptDetail(a), At: a.At,
+	}
+}
+
+// AttemptDetail says in one line what a failed attempt was and what the
+// failure policy did: "attempt 2 exit 12: <error> -> retry".
+func AttemptDetail(a capsule.FailedAttempt) string {
+	how := ""
+	switch {
+	case a.Timeout:
+		how = " timed out"
+	case a.ExitCode != 0:
+		how = " exit " + strconv.Itoa(a.ExitCode)
+	}
+	return "attempt " + strconv.Itoa(a.Attempt) + how + ": " + a.Error + " -> " + a.Decision
 }
 
 // transitionFindings are the findings that explain transition tr: the review

@@ -276,7 +276,7 @@ func Apply(cp *capsule.Checkpoint, ev Event, now time.Time) (Result, error) {
 	case RecordResult:
 		changed, err = recordResult(out, e)
 	case RecordAttempt:
-		changed, err = recordAttempt(out, e)
+		changed, err = recordAttempt(out, e, now)
 	case Replay:
 		changed, tr, err = replay(out, e, now)
 	default:

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -230,10 +229,11 @@ func roundTimeout(d time.Duration) time.Duration {
 }
 
 // dependencies looks at a capsule waiting for its dependencies: when they all
-// completed it resumes (AUTOMATED_GATES runs again); one that halted or was
-// cancelled halts it with dependency_failed:<id>, one still unknown after
-// DependencyTimeout with dependency_missing:<id>, and one that waits for
-// this capsule in turn (a cycle) with dependency_failed:<id>.
+// completed it resumes (AUTOMATED_GATES runs again); one that waits for this
+// capsule in turn, directly or through others, halts every capsule of the
+// cycle with dependency_cycle:<ids>; one that halted or was cancelled halts
+// it with dependency_failed:<id>, and one still unknown after
+// DependencyTimeout with dependency_missing:<id>.
 func (w *Sweeper) dependencies(ctx context.Context, cp *capsule.Checkpoint) {
 	st := cp.State
 	if st.Pause == nil {
@@ -251,6 +251,28 @@ func (w *Sweeper) dependencies(ctx context.Context, cp *capsule.Checkpoint) {
 			w.log.Warn("sweep: halt a waiting capsule", "key", cp.Key, "error", err)
 		}
 	}
+	// A cycle is looked for once, and only when a dependency waits or
+	// halted: a cycle's first member to halt leaves the others a halted
+	// dependency, and they must halt dependency_cycle too, not
+	// dependency_failed.
+	searched := false
+	inCycle := func() bool {
+		if searched {
+			return false
+		}
+		searched = true
+		cycle, err := w.dependencyCycle(ctx, cp.Key, st.WaitingFor)
+		if err != nil {
+			w.log.Warn("sweep: look for a dependency cycle", "key", cp.Key, "error", err)
+			return false
+		}
+		if cycle == nil {
+			return false
+		}
+		w.log.Info("sweep: dependency cycle", "capsule_id", cp.CapsuleID, "cycle", cycle)
+		halt(capsule.DependencyCycle(cycle))
+		return true
+	}
 	var waiting bool
 	for _, id := range st.WaitingFor {
 		state, known, err := facts.DependencyState(ctx, id)
@@ -265,11 +287,13 @@ func (w *Sweeper) dependencies(ctx context.Context, cp *capsule.Checkpoint) {
 			}
 			waiting = true
 		case state == capsule.Halted || state == capsule.Cancelled:
+			if state == capsule.Halted && inCycle() {
+				return
+			}
 			halt(capsule.DependencyFailed(id))
 			return
 		case state == capsule.Completed:
-		case state == capsule.Waiting && w.waitsFor(ctx, id, cp.Key):
-			halt(capsule.DependencyFailed(id)) // a cycle: neither can ever go on
+		case state == capsule.Waiting && inCycle():
 			return
 		default:
 			waiting = true
@@ -281,10 +305,4 @@ func (w *Sweeper) dependencies(ctx context.Context, cp *capsule.Checkpoint) {
 	if _, err := w.admin.ResumeWaiting(ctx, cp.Key, admin.ResumeOptions{By: capsule.BySagad, Reason: "its dependencies completed"}); err != nil && !errors.Is(err, admin.ErrRefused) {
 		w.log.Warn("sweep: resume a capsule whose dependencies completed", "key", cp.Key, "error", err)
 	}
-}
-
-// waitsFor reports whether the waiting capsule id waits for key.
-func (w *Sweeper) waitsFor(ctx context.Context, id, key string) bool {
-	cp, _, err := w.st.Checkpoints.GetLatest(ctx, id, nil) // it decides a halt
-	return err == nil && slices.Contains(cp.State.WaitingFor, key)
 }

@@ -29,6 +29,7 @@
 //	sagad_budget_tokens_total             counter
 //	sagad_budget_dollars_total            counter
 //	sagad_agent_calls_total               counter    kind (executor, reviewer), result (ok, failed, transient, accepted)
+//	sagad_agent_attempts_total            counter    role (executor, reviewer), result (ok, retry, pause, halt: the failure policy's decision)
 //	sagad_agent_call_duration_seconds     histogram  kind
 //	sagad_redeliveries_total              counter    phase
 //	sagad_pauses_total                    counter    trigger

@@ -62,6 +62,20 @@ var (
 	CallResults = []string{ResultOK, ResultFailed, ResultTransient, ResultAccepted}
 )
 
+// Attempt results for [Metrics.Attempt]: a call that succeeded, or the
+// failure policy's decision on one that failed (capsule.AttemptRetried,
+// AttemptPaused, AttemptHalted).
+const (
+	AttemptOK      = "ok"
+	AttemptRetried = capsule.AttemptRetried
+	AttemptPaused  = capsule.AttemptPaused
+	AttemptHalted  = capsule.AttemptHalted
+)
+
+// AttemptResults is the closed label set of sagad_agent_attempts_total's
+// result.
+var AttemptResults = []string{AttemptOK, AttemptRetried, AttemptPaused, AttemptHalted}
+
 // Operator actions for [Metrics.AdminAction].
 const (
 	ActionPause       = "pause"
@@ -196,6 +210,7 @@ type Metrics struct {
 	budgetTokens   prometheus.Counter
 	budgetDollars  prometheus.Counter
 	calls          *prometheus.CounterVec
+	attempts       *prometheus.CounterVec
 	callDuration   *prometheus.HistogramVec
 	redeliveries   *prometheus.CounterVec
 	pauses         *prometheus.CounterVec
@@ -279,6 +294,10 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 			Name: "sagad_agent_calls_total",
 			Help: "Executor and reviewer calls, by kind and result.",
 		}, []string{"kind", "result"}),
+		attempts: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "sagad_agent_attempts_total",
+			Help: "Executor and reviewer attempts under the failure policy, by role and result (ok, or the policy's decision on a failed attempt: retry, pause, halt).",
+		}, []string{"role", "result"}),
 		callDuration: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sagad_agent_call_duration_seconds",
 			Help:    "Latency of executor and reviewer calls, by kind.",
@@ -355,6 +374,9 @@ func (m *Metrics) init() {
 			m.calls.WithLabelValues(k, r)
 		}
 		m.callDuration.WithLabelValues(k)
+		for _, r := range AttemptResults {
+			m.attempts.WithLabelValues(k, r)
+		}
 	}
 	for _, t := range Triggers {
 		m.pauses.WithLabelValues(TriggerLabel(t))
@@ -465,6 +487,15 @@ func (m *Metrics) Call(kind, result string, d time.Duration) {
 	k := oneOf(kind, CallKinds)
 	m.calls.WithLabelValues(k, oneOf(result, CallResults)).Inc()
 	m.callDuration.WithLabelValues(k).Observe(seconds(d))
+}
+
+// Attempt counts one attempt of an agent call under the failure policy:
+// role is [KindExecutor] or [KindReviewer], result one of [AttemptResults].
+func (m *Metrics) Attempt(role, result string) {
+	if m == nil {
+		return
+	}
+	m.attempts.WithLabelValues(oneOf(role, CallKinds), oneOf(result, AttemptResults)).Inc()
 }
 
 // Redelivered counts a phase message JetStream delivered again.

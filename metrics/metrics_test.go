@@ -334,6 +334,7 @@ func TestLabelsStayBounded(t *testing.T) {
 	m.ReviewCycle(capsule.Verdict("approved-ish"))
 	m.RuleViolations([]int{0, -3, 36, 1 << 30})
 	m.Call(id, id, time.Second)
+	m.Attempt(id, id)
 	m.Redelivered(capsule.Phase(100))
 	m.Paused(capsule.Trigger(id))
 	m.Resumed(capsule.Trigger("saga.events." + id))
@@ -356,8 +357,9 @@ func TestLabelsStayBounded(t *testing.T) {
 		"reason":     append([]string{Other}, strs(capsule.HaltCodes)...),
 		"verdict":    append([]string{Other}, strs(Verdicts)...),
 		"rule":       ruleSet,
-		"kind":       append(append([]string{Other}, CallKinds...), WriteErrorKinds...), // agent calls, write errors
-		"result":     append([]string{Other}, CallResults...),
+		"kind":       append(append([]string{Other}, CallKinds...), WriteErrorKinds...),  // agent calls, write errors
+		"result":     append(append([]string{Other}, CallResults...), AttemptResults...), // calls, attempts
+		"role":       append([]string{Other}, CallKinds...),
 		"trigger":    append([]string{Other}, strs(Triggers)...),
 		"action":     append([]string{Other}, AdminActions...),
 		"cause":      append([]string{Other}, TermReasons...),

@@ -52,6 +52,9 @@ type Recorder interface {
 	LockWait(d time.Duration, contended bool)
 	BudgetConsumed(u capsule.Usage)
 	Call(kind, result string, d time.Duration)
+	// Attempt counts an attempt the failure policy judged: result is "ok"
+	// or its decision on a failure (capsule.AttemptRetried, …).
+	Attempt(role, result string)
 	ReviewCycle(verdict capsule.Verdict)
 }
 

@@ -406,6 +406,7 @@ func (nopRecorder) LockWait(time.Duration, bool)       {}
 func (nopRecorder) BudgetConsumed(capsule.Usage)       {}
 func (nopRecorder) Call(string, string, time.Duration) {}
 func (nopRecorder) ReviewCycle(capsule.Verdict)        {}
+func (nopRecorder) Attempt(string, string)             {}
 
 func (env *Env) record() Recorder {
 	if env.Metrics == nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/machine"
+	"github.com/sagad/sagad/metrics"
 )
 
 // failurePolicy runs one phase's agent calls under the endpoint's failure
@@ -65,6 +66,7 @@ func (p failurePolicy) run(ctx context.Context, env *Env, in *Input, caps capsul
 			return a, stop
 		}
 		if failed == nil {
+			env.record().Attempt(p.agent, metrics.AttemptOK)
 			return a, nil
 		}
 		charge, err := chargeUsage(ctx, env, in, p.chargeID(n), caps, a.used, failed.Usage)
@@ -78,15 +80,24 @@ func (p failurePolicy) run(ctx context.Context, env *Env, in *Input, caps capsul
 			action = p.policy.Decide(failed, a.done)
 		}
 		if action == executors.ActionHalt {
-			return a, p.halt(capsule.ExecutorFailed(p.haltPrefix+failed.Detail), a.used, p.failureFindings(n, failed)...)
+			d := p.halt(capsule.ExecutorFailed(p.haltPrefix+failed.Detail), a.used, p.failureFindings(n, failed)...)
+			d.Record.Attempt = p.failedAttempt(ctx, env, in, n, failed, capsule.AttemptHalted)
+			return a, d
 		}
 		if charge.Exceeded != "" {
-			return a, p.halt(capsule.BudgetExceeded(charge.Exceeded), a.used, budgetFinding(a.used, caps))
+			d := p.halt(capsule.BudgetExceeded(charge.Exceeded), a.used, budgetFinding(a.used, caps))
+			d.Record.Attempt = p.failedAttempt(ctx, env, in, n, failed, capsule.AttemptHalted)
+			return a, d
 		}
-		lf, err := p.record(ctx, in, n, failed, a.used)
+		decision := capsule.AttemptRetried
+		if action == executors.ActionPause {
+			decision = capsule.AttemptPaused
+		}
+		lf, err := p.record(ctx, in, n, failed, a.used, decision)
 		if err != nil {
 			return a, p.retry(env, fmt.Errorf("record attempt %d: %w", n, err))
 		}
+		p.logAttempt(ctx, env, in, n, failed, decision)
 		if action == executors.ActionPause {
 			d := ParkWith(capsule.TriggerBlockedExternal, "the "+p.agent+" asks for a person: "+failed.Detail)
 			return a, &d
@@ -95,11 +106,38 @@ func (p failurePolicy) run(ctx context.Context, env *Env, in *Input, caps capsul
 	}
 }
 
+// failedAttempt is the log entry of failed attempt n that the policy halts
+// on, recorded with the halt; it is logged and counted here, the halt
+// being its only record.
+func (p failurePolicy) failedAttempt(ctx context.Context, env *Env, in *Input, n int, failed *executors.FailedError, decision string) *capsule.FailedAttempt {
+	pf := executors.NewPreviousFailure(n, failed)
+	p.logAttempt(ctx, env, in, n, failed, decision)
+	return &capsule.FailedAttempt{
+		Phase: p.phase, Cycle: in.Cycle(), Attempt: n, ExitCode: pf.ExitCode, Timeout: pf.Timeout,
+		Error: pf.Error, Decision: decision, At: env.Now().UTC(),
+	}
+}
+
+// logAttempt reports failed attempt n and the policy's decision: one INFO
+// line and the attempts counter, so retries are seen as they happen and not
+// only in a report.
+func (p failurePolicy) logAttempt(ctx context.Context, env *Env, in *Input, n int, failed *executors.FailedError, decision string) {
+	env.record().Attempt(p.agent, decision)
+	if env.Logger == nil {
+		return
+	}
+	pf := executors.NewPreviousFailure(n, failed)
+	env.Logger.InfoContext(ctx, "agent attempt failed",
+		"capsule_id", in.Capsule.CapsuleID, "phase", p.phase.String(), "cycle", in.Cycle(),
+		"trace_id", in.Checkpoint.TraceID, "role", p.agent, "attempt", n,
+		"exit_code", pf.ExitCode, "timeout", pf.Timeout, "decision", decision, "error", pf.Error)
+}
+
 // record writes failed attempt n into the checkpoint through the machine.
-func (p failurePolicy) record(ctx context.Context, in *Input, n int, failed *executors.FailedError, used capsule.Usage) (capsule.AttemptFailure, error) {
+func (p failurePolicy) record(ctx context.Context, in *Input, n int, failed *executors.FailedError, used capsule.Usage, decision string) (capsule.AttemptFailure, error) {
 	pf := executors.NewPreviousFailure(n, failed)
 	lf := capsule.AttemptFailure{ExitCode: pf.ExitCode, Timeout: pf.Timeout, Error: pf.Error, StderrTail: pf.StderrTail}
-	ev := machine.RecordAttempt{Cycle: in.Cycle(), Attempt: n, Failure: lf, BudgetUsed: used}
+	ev := machine.RecordAttempt{Cycle: in.Cycle(), Attempt: n, Failure: lf, BudgetUsed: used, Decision: decision}
 	if p.phase != capsule.Execution {
 		// EXECUTION's records keep the zero phase they were always written with.
 		ev.Phase = p.phase

@@ -40,6 +40,9 @@ type Pipeline struct {
 	rate    *limiter
 	phases  [capsule.NumPhases]phases.Phase
 	tracer  *tracing.Tracer
+	// constitution is the version of the rules in force
+	// (rules.VersionOf), recorded in every checkpoint RECEPTION creates.
+	constitution string
 
 	// stopping is closed when Stop stops waiting for work: a delivery that
 	// waits to record an agent's result gives up then (its claim lapses and
@@ -77,8 +80,10 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		st:      st,
 		metrics: cfg.Metrics,
 		tracer:  tracing.New(cfg.TracerProvider),
-		corrupt: rep,
-		rate:    newLimiter(cfg.IntakeRate, cfg.Now),
+
+		constitution: rules.VersionOf(cfg.Rules),
+		corrupt:      rep,
+		rate:         newLimiter(cfg.IntakeRate, cfg.Now),
 	}
 	// Agent calls become spans under their phase's, and carry its
 	// traceparent to the workers.

@@ -71,6 +71,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	}
 	fresh.IntakeSeq = meta.Sequence.Stream
 	fresh.Producer = producer
+	fresh.Constitution = p.constitution
 	tctx, root := p.traceReception(ctx, msg.Headers(), fresh, start)
 	defer p.endReception(tctx, root, fresh, r.Decision, start)
 	res, err := machine.Apply(fresh, machine.Decide{Phase: capsule.Reception, Decision: r.Decision}, now)

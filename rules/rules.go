@@ -3,6 +3,8 @@ package rules
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,8 +16,50 @@ import (
 )
 
 // Version is the version of the constitution this package implements. It
-// changes whenever a rule is added, removed or changes meaning.
+// changes whenever a rule is added, removed or changes meaning. The version
+// a sagad enforces folds in its parameters too ([VersionOf]).
 const Version = "2026.11.3"
+
+// VersionOf is the version of the constitution in force under cfg:
+// [Version], "+", and the first 8 hex digits of the SHA-256 of every rule's
+// parameters (defaults applied) — "2026.11.3+1a2b3c4d". Two sagads enforcing
+// the same rules with other parameters (a deny path, a cap) say different
+// versions, and a checkpoint records the one it was judged under.
+func VersionOf(cfg Config) string { return InForce(cfg).Version }
+
+// paramsDigest is the 8 hex digits of [VersionOf]: the SHA-256 of the JSON
+// of every rule's number and parameters in rule order (encoding/json sorts
+// map keys, so equal parameters give equal digests). Every list parameter
+// is a set (paths, kinds, schemes, majors), so lists are sorted first: the
+// same set configured in another order is the same constitution.
+func paramsDigest(rs []RuleInfo) string {
+	type entry struct {
+		Number int            `json:"n"`
+		Params map[string]any `json:"p"`
+	}
+	list := make([]entry, len(rs))
+	for i, r := range rs {
+		p := make(map[string]any, len(r.Params))
+		for k, v := range r.Params {
+			switch l := v.(type) {
+			case []string:
+				v = slices.Sorted(slices.Values(l))
+			case []int:
+				v = slices.Sorted(slices.Values(l))
+			}
+			p[k] = v
+		}
+		list[i] = entry{r.Number, p}
+	}
+	b, err := json.Marshal(list)
+	if err != nil {
+		// Parameters are strings, numbers and lists of them; should one
+		// ever not marshal, its printed form still tells configs apart.
+		b = fmt.Appendf(nil, "%v", list)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:4])
+}
 
 // Kind says who enforces a rule.
 type Kind string
@@ -265,6 +309,7 @@ func InForce(cfg Config) Report {
 		rep.Rules = append(rep.Rules, info)
 	}
 	slices.SortFunc(rep.Rules, func(a, b RuleInfo) int { return a.Number - b.Number })
+	rep.Version = Version + "+" + paramsDigest(rep.Rules)
 	return rep
 }
 

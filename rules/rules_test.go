@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -956,4 +957,20 @@ func TestConfigJSON(t *testing.T) {
 	} {
 		require.ErrorContains(t, json.Unmarshal([]byte(doc), &back), msg, doc)
 	}
+}
+
+// TestVersionOfFoldsInParameters: the version in force is the constant and
+// a digest of the parameters; equal configurations (defaults spelled out or
+// not) agree, and a changed parameter changes it.
+func TestVersionOfFoldsInParameters(t *testing.T) {
+	t.Parallel()
+	def := VersionOf(Config{})
+	require.Regexp(t, `^`+regexp.QuoteMeta(Version)+`\+[0-9a-f]{8}$`, def)
+	require.Equal(t, def, VersionOf(Config{}.WithDefaults()), "defaults spelled out are the same parameters")
+	require.Equal(t, def, InForce(Config{}).Version)
+	deny := VersionOf(Config{DenyPaths: []string{".git", "infra"}})
+	require.NotEqual(t, def, deny)
+	require.Equal(t, deny, VersionOf(Config{DenyPaths: []string{".git", "infra"}}), "deterministic")
+	require.NotEqual(t, def, VersionOf(Config{MaxTokens: 5000}))
+	require.Equal(t, deny, VersionOf(Config{DenyPaths: []string{"infra", ".git"}}), "a list is a set: its order does not count")
 }

@@ -47,6 +47,10 @@ type Status struct {
 	// Producer is the producer account the capsule came from
 	// ([capsule.Checkpoint.Producer]); absent for sagad's own intake.
 	Producer string `json:"producer,omitempty"`
+	// Constitution is the version of the constitution in force where the
+	// capsule was received, with its parameters' digest
+	// ([capsule.Checkpoint.Constitution]).
+	Constitution string `json:"constitution,omitempty"`
 	// Reviewer is who reviewed the latest cycle: the capsule's declared
 	// reviewer, or sagad's default_reviewer when it declared none. Empty
 	// before the first review.
@@ -66,6 +70,22 @@ type Status struct {
 	// by itself ([capsule.CheckpointState.AwaitsExternal]); no person is
 	// needed.
 	AwaitingExternal bool `json:"awaiting_external,omitempty"`
+	// Pause says why a paused capsule (or one waiting for an operator)
+	// stopped: its trigger, the reason given, who paused it and when.
+	// Absent in every other state.
+	Pause *Pause `json:"pause,omitempty"`
+	// Attempts are the failed executor and reviewer calls, oldest first
+	// (the newest [capsule.MaxAttemptLog]): attempt, exit code and what the
+	// failure policy decided. Absent when no call failed.
+	Attempts []capsule.FailedAttempt `json:"failed_attempts,omitempty"`
+}
+
+// Pause is why a capsule is paused or waits for an operator.
+type Pause struct {
+	Trigger capsule.Trigger `json:"trigger"`
+	Reason  string          `json:"reason,omitempty"`
+	By      string          `json:"by,omitempty"`
+	At      time.Time       `json:"at"`
 }
 
 // HistoryEntry is one phase transition in a [Status].
@@ -95,6 +115,7 @@ func Of(cp *capsule.Checkpoint) Status {
 		TraceID:      cp.TraceID,
 		TraceParent:  cp.TraceParent,
 		Producer:     cp.Producer,
+		Constitution: cp.Constitution,
 		BudgetUsed:   cp.State.BudgetUsed,
 		ArtifactRefs: append([]string{}, cp.State.ArtifactRefs...),
 		Findings:     append([]capsule.Finding{}, cp.State.Findings...),
@@ -109,6 +130,12 @@ func Of(cp *capsule.Checkpoint) Status {
 	}
 	for _, t := range cp.History {
 		s.History = append(s.History, HistoryEntry{Phase: int(t.Phase), PhaseName: t.PhaseName, Cycle: t.Cycle, Outcome: t.Outcome, Detail: t.Detail, Run: max(t.Run, 1), At: t.At})
+	}
+	if p := cp.State.Pause; p != nil && (cp.State.Status == capsule.Paused || cp.State.Status == capsule.WaitingForOperator) {
+		s.Pause = &Pause{Trigger: p.Trigger, Reason: p.Reason, By: p.By, At: p.At}
+	}
+	if len(cp.State.AttemptLog) > 0 {
+		s.Attempts = append([]capsule.FailedAttempt{}, cp.State.AttemptLog...)
 	}
 	if cp.State.Status == capsule.Waiting {
 		s.WaitingOn = string(capsule.TriggerDependencies)

@@ -162,6 +162,9 @@ func outcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.Sta
 	if len(cp.State.ArtifactRefs) > 0 {
 		m.Header.Set(HeaderArtifacts, strings.Join(cp.State.ArtifactRefs, ","))
 	}
+	if cp.Constitution != "" {
+		m.Header.Set(HeaderConstitution, cp.Constitution)
+	}
 	m.Header.Set(jetstream.MsgIDHeader, OutcomeMsgID(cp))
 	if run := cp.RunNumber(); run > 1 {
 		m.Header.Set(HeaderRun, strconv.Itoa(run))

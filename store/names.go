@@ -45,6 +45,9 @@ const (
 	HeaderHaltReason = "Saga-Halt-Reason"
 	HeaderState      = "Saga-State"
 	HeaderArtifacts  = "Saga-Artifact-Refs"
+	// HeaderConstitution is, on an outcome, the constitution version the
+	// capsule was received under (its checkpoint's constitution).
+	HeaderConstitution = "Saga-Constitution"
 	// HeaderEventID carries an event's deterministic id; a reader seeing
 	// it twice drops the repeat.
 	HeaderEventID = "Saga-Event-Id"

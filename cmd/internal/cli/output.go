@@ -154,6 +154,13 @@ func printStatus(w io.Writer, s client.Status) error {
 	if s.HaltReason != "" {
 		fmt.Fprintf(tw, "halt_reason:\t%s\n", printable(s.HaltReason))
 	}
+	if p := s.Pause; p != nil {
+		fmt.Fprintf(tw, "pause_trigger:\t%s\n", printable(string(p.Trigger)))
+		if p.Reason != "" {
+			fmt.Fprintf(tw, "pause_reason:\t%s\n", printable(p.Reason))
+		}
+		fmt.Fprintf(tw, "paused_by:\t%s at %s\n", dash(printable(p.By)), ts(p.At))
+	}
 	if s.Producer != "" {
 		fmt.Fprintf(tw, "producer:\t%s\n", printable(s.Producer))
 	}
@@ -170,6 +177,9 @@ func printStatus(w io.Writer, s client.Status) error {
 		// header named another trace: say which one the spans are in.
 		fmt.Fprintf(tw, "otel_trace_id:\t%s\n", tid)
 	}
+	if s.Constitution != "" {
+		fmt.Fprintf(tw, "constitution:\t%s\n", printable(s.Constitution))
+	}
 	fmt.Fprintf(tw, "updated_at:\t%s\n", ts(s.UpdatedAt))
 	if err := tw.Flush(); err != nil {
 		return err
@@ -177,6 +187,21 @@ func printStatus(w io.Writer, s client.Status) error {
 	if len(s.Findings) > 0 {
 		fmt.Fprintln(w, "\nfindings:")
 		printFindings(w, s.Findings)
+	}
+	if len(s.Attempts) > 0 {
+		fmt.Fprintln(w, "\nfailed attempts:")
+		tw = table(w)
+		fmt.Fprintln(tw, "  AT\tPHASE\tCYCLE\tATTEMPT\tEXIT\tDECISION\tERROR")
+		for _, a := range s.Attempts {
+			exit := strconv.Itoa(a.ExitCode)
+			if a.Timeout {
+				exit = "timeout"
+			}
+			fmt.Fprintf(tw, "  %s\t%d %s\t%d\t%d\t%s\t%s\t%s\n", ts(a.At), a.Phase, a.Phase, a.Cycle, a.Attempt, exit, printable(a.Decision), printable(clip(a.Error, 120)))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintln(w, "\nhistory:")
 	tw = table(w)
@@ -206,4 +231,14 @@ func printFindings(w io.Writer, fs []capsule.Finding) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", rule, dash(f.Field), printable(f.Message))
 	}
 	_ = tw.Flush()
+}
+
+// clip shortens s to at most n runes, marking the cut with an ellipsis, so
+// one long diagnostic does not stretch a table.
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
 }

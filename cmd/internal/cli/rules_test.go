@@ -28,7 +28,8 @@ func TestRulesTable(t *testing.T) {
 	r := offline("rules", "--offline")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
 	lines := strings.Split(strings.TrimRight(r.out, "\n"), "\n")
-	require.Equal(t, "constitution version "+rules.Version+" (26 rules)", lines[0])
+	require.Equal(t, "constitution version "+rules.VersionOf(rules.Config{})+" (26 rules)", lines[0])
+	require.Regexp(t, `^constitution version `+regexp.QuoteMeta(rules.Version)+`\+[0-9a-f]{8} \(26 rules\)$`, lines[0])
 	require.Empty(t, lines[1])
 	require.Regexp(t, `^NUMBER\s+TITLE\s+KIND\s+ENFORCED_AT\s+PARAMS$`, lines[2])
 	rows := lines[3:]
@@ -53,7 +54,10 @@ func TestRulesJSON(t *testing.T) {
 	var raw map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal([]byte(r.out), &raw))
 	require.Len(t, raw, 2)
-	require.JSONEq(t, `"`+rules.Version+`"`, string(raw["version"]))
+	var version string
+	require.NoError(t, json.Unmarshal(raw["version"], &version))
+	require.Regexp(t, `^`+regexp.QuoteMeta(rules.Version)+`\+[0-9a-f]{8}$`, version)
+	require.NotEqual(t, rules.VersionOf(rules.Config{}), version, "other executor kinds and reviewers are other parameters")
 
 	var list []map[string]any
 	require.NoError(t, json.Unmarshal(raw["rules"], &list))

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,6 +101,7 @@ func TestConstitutionFromConfig(t *testing.T) {
 	require.Equal(t, "stub-reviewer", reviewer)
 
 	// sagactl rules shows what this sagad enforces; --offline the defaults.
+	var versions []string // the constitution versions ctl saw, in order
 	ctl := func(args ...string) []rules.RuleInfo {
 		t.Helper()
 		var out, errOut bytes.Buffer
@@ -107,7 +109,8 @@ func TestConstitutionFromConfig(t *testing.T) {
 		require.Equal(t, cli.ExitOK, code, errOut.String())
 		var rep rules.Report
 		require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
-		require.Equal(t, rules.Version, rep.Version)
+		require.True(t, strings.HasPrefix(rep.Version, rules.Version+"+"), rep.Version)
+		versions = append(versions, rep.Version)
 		return rep.Rules
 	}
 	params := func(list []rules.RuleInfo, n int) map[string]any {
@@ -122,4 +125,7 @@ func TestConstitutionFromConfig(t *testing.T) {
 	builtin := ctl("rules", "--offline", "-o", "json")
 	require.Equal(t, []any{".git", ".env", "secrets"}, params(builtin, 6)["deny_paths"])
 	require.Equal(t, float64(10_000_000), params(builtin, 18)["max_tokens"])
+	require.Len(t, versions, 2)
+	require.Equal(t, rules.VersionOf(rules.Config{}), versions[1])
+	require.NotEqual(t, versions[1], versions[0], "this sagad's parameters are not the defaults: its version says so")
 }
