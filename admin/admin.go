@@ -152,10 +152,22 @@ func (a *Admin) ResumeWaiting(ctx context.Context, id string, opts ResumeOptions
 
 func (a *Admin) resume(ctx context.Context, id, action string, from capsule.State, opts ResumeOptions) (status.Status, error) {
 	at := a.now()
-	res, err := a.Apply(ctx, id, machine.RequestResume{
-		Action: action, From: from, Token: nuid.Next(),
+	ev := machine.RequestResume{
+		Action: action, From: from, Token: nuid.Next(), By: opts.By,
 		Tokens: opts.Tokens, Dollars: opts.Dollars, Deadline: opts.Deadline, Force: opts.Force,
-	})
+	}
+	if from != capsule.Waiting {
+		// A person's resume past the deadline is refused unless it moves
+		// the deadline: no agent call starts after it.
+		found, err := a.st.Checkpoints.Find(ctx, id)
+		if err != nil {
+			return status.Status{}, err
+		}
+		if _, c, err := a.st.Raw(ctx, found.Key); err == nil && c != nil {
+			ev.CapsuleDeadline = c.Deadline
+		}
+	}
+	res, err := a.Apply(ctx, id, ev)
 	if err != nil {
 		return status.Status{}, err
 	}
@@ -164,6 +176,9 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 	// which this one finishes.
 	token, trigger := cp.State.Pause.ResumeToken, cp.State.Pause.Trigger
 	detail := string(trigger)
+	if by, verdict, ok := machine.AcceptedOver(cp); ok && action == "accept" {
+		detail += ": accepted over " + string(verdict) + " by " + by
+	}
 	if opts.Reason != "" {
 		detail += ": " + opts.Reason
 	}

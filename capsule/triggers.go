@@ -139,7 +139,7 @@ var TriggerTable = []TriggerInfo{
 	},
 	{
 		Trigger: TriggerOperatorGate, State: WaitingForOperator, Resumer: ResumerPerson,
-		Event: EventWaiting, Metric: "operator_gate",
+		Event: EventWaiting, Continuation: true, Metric: "operator_gate",
 		Description: "`review.operator_gate`: a review's verdict waits for `sagactl decide`",
 	},
 	{

@@ -45,6 +45,9 @@ const (
 	HeaderHaltReason = "Saga-Halt-Reason"
 	HeaderState      = "Saga-State"
 	HeaderArtifacts  = "Saga-Artifact-Refs"
+	// HeaderAcceptedOver, on a completed capsule's outcome, says an operator
+	// accepted its artifact over the reviewer's verdict: "<verdict> by <who>".
+	HeaderAcceptedOver = "Saga-Accepted-Over"
 	// HeaderEventID carries an event's deterministic id; a reader seeing
 	// it twice drops the repeat.
 	HeaderEventID = "Saga-Event-Id"
