@@ -246,10 +246,13 @@ func (w *Sweeper) expired(ctx context.Context, cp *capsule.Checkpoint) bool {
 		return false
 	}
 	deadline := c.Deadline
-	if _, err := w.admin.End(ctx, cp.Key, machine.End{State: capsule.Halted, IfDeadlinePassed: &deadline}); err != nil && !errors.Is(err, admin.ErrRefused) {
+	_, err = w.admin.End(ctx, cp.Key, machine.End{State: capsule.Halted, IfDeadlinePassed: &deadline})
+	if err != nil && !errors.Is(err, admin.ErrRefused) {
 		w.log.Warn("sweep: halt a capsule past its deadline", "key", cp.Key, "error", err)
 	}
-	return true
+	// Refused: it moved on, or the machine's clock says the deadline is
+	// still ahead; what else it waits for is looked at as usual.
+	return err == nil
 }
 
 // roundTimeout rounds an endpoint's completion timeout as measured from the
