@@ -413,7 +413,7 @@ func (a *Admin) Pending(ctx context.Context) ([]PendingItem, error) {
 // on the checkpoints it keeps in memory.
 func PendingOf(cp *capsule.Checkpoint, now time.Time) (PendingItem, bool) {
 	st := cp.State
-	if st.Pause == nil || (st.Status != capsule.Paused && st.Status != capsule.WaitingForOperator) {
+	if st.Pause == nil || (st.Status != capsule.Paused && st.Status != capsule.WaitingForOperator && st.Status != capsule.Waiting) {
 		return PendingItem{}, false
 	}
 	if st.Pause.Trigger.Info().Resumer == capsule.ResumerSweeper || st.AwaitsExternal() {

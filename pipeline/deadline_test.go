@@ -30,9 +30,13 @@ func TestDeadlinePassesWhileWaitingForTheWave(t *testing.T) {
 	t.Parallel()
 	f := setupWith(t, func(c *pipeline.Config) { c.SweepInterval = 50 * time.Millisecond })
 	ctx := context.Background()
-	_, err := f.pipe.Store().Budgets.ChangeWave(ctx, "small", budget.WaveChange{Tokens: ptr(int64(500))})
+	_, err := f.pipe.Store().Budgets.ChangeWave(ctx, "full", budget.WaveChange{Tokens: ptr(int64(1000))})
 	require.NoError(t, err)
-	doc := dueIn(f.bundle.WaveDoc(t, "small", "stub"), 4*time.Second)
+	// The wave's room is held by a capsule its executor keeps busy.
+	holder := f.bundle.WaveDoc(t, "full", "slow")
+	f.publish(t, holder.Sealed(t))
+	f.bundle.EventuallyExecuted(t, 1)
+	doc := dueIn(f.bundle.WaveDoc(t, "full", "stub"), 4*time.Second)
 	f.publish(t, doc.Sealed(t))
 
 	f.waitState(t, doc.ID(), capsule.Paused)
@@ -47,8 +51,41 @@ func TestDeadlinePassesWhileWaitingForTheWave(t *testing.T) {
 	s := f.wait(t, doc.ID())
 	require.Equal(t, capsule.Halted, s.State)
 	require.Equal(t, capsule.DeadlineExceeded(capsule.AutomatedGates).String(), s.HaltReason)
-	require.Zero(t, f.executed.Load(), "no agent call after the deadline")
+	require.Equal(t, int64(1), f.executed.Load(), "no agent call after the deadline")
 	requireOutcomes(t, f, 1)
+	f.gate <- struct{}{}
+	require.Equal(t, capsule.Completed, f.wait(t, holder.ID()).State)
+}
+
+// TestWaveTooSmallNeedsAPerson: a capsule whose caps exceed its wave's
+// whole cap can never fit by waiting: it waits on wave_too_small, listed
+// in pending (and so the console's inbox) with what to do, and goes on
+// once a person raises the cap.
+func TestWaveTooSmallNeedsAPerson(t *testing.T) {
+	t.Parallel()
+	f := setupWith(t, func(c *pipeline.Config) { c.SweepInterval = 50 * time.Millisecond })
+	ctx := context.Background()
+	_, err := f.pipe.Store().Budgets.ChangeWave(ctx, "small", budget.WaveChange{Tokens: ptr(int64(500))})
+	require.NoError(t, err)
+	doc := f.bundle.WaveDoc(t, "small", "stub")
+	f.publish(t, doc.Sealed(t))
+	w := f.waitState(t, doc.ID(), capsule.Waiting)
+	require.Equal(t, string(capsule.TriggerWaveTooSmall), w.WaitingOn)
+
+	pending, err := f.admin(t).Pending(ctx)
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+	require.Equal(t, doc.ID(), pending[0].CapsuleID)
+	require.Equal(t, capsule.Waiting, pending[0].State)
+	require.Equal(t, capsule.TriggerWaveTooSmall, pending[0].Trigger)
+	require.Contains(t, pending[0].Reason, "more than the wave's whole cap")
+
+	_, err = f.admin(t).Pause(ctx, doc.ID(), "look", "dora")
+	require.ErrorIs(t, err, admin.ErrRefused)
+
+	_, err = f.pipe.Store().Budgets.ChangeWave(ctx, "small", budget.WaveChange{Tokens: ptr(int64(2000))})
+	require.NoError(t, err)
+	require.Equal(t, capsule.Completed, f.wait(t, doc.ID()).State)
 }
 
 // TestChainStepDeadlineWhileWaitingForDependency: a step's deadline is its
