@@ -129,6 +129,9 @@ type ResumeOptions struct {
 	Dollars float64
 	// Deadline moves the capsule's deadline (after deadline_approaching).
 	Deadline *time.Time
+	// Extend, when Deadline is nil, moves the deadline to now (sagad's
+	// clock) plus Extend.
+	Extend time.Duration
 	// Force resumes a capsule waiting for accepted external work, which
 	// runs its executor again for the cycle.
 	Force bool
@@ -155,6 +158,10 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 	ev := machine.RequestResume{
 		Action: action, From: from, Token: nuid.Next(), By: opts.By,
 		Tokens: opts.Tokens, Dollars: opts.Dollars, Deadline: opts.Deadline, Force: opts.Force,
+	}
+	if opts.Deadline == nil && opts.Extend > 0 {
+		d := at.Add(opts.Extend)
+		ev.Deadline = &d
 	}
 	if from != capsule.Waiting {
 		// A person's resume past the deadline is refused unless it moves

@@ -229,8 +229,8 @@ phase first); capsules paused one by one stay paused.`,
 				}
 				opts.Deadline = &t
 			case extend > 0:
-				t := time.Now().Add(extend)
-				opts.Deadline = &t
+				// sagad's clock reads it: the operator's may be off.
+				opts.Extend = extend.String()
 			}
 			return a.Resume(ctx, opts)
 		})
