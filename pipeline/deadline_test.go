@@ -146,9 +146,13 @@ func TestResumePastDeadline(t *testing.T) {
 	require.Error(t, err, "a new deadline in the past is no deadline")
 	require.ErrorContains(t, err, "is not in the future")
 
-	extended := later().Add(time.Hour)
-	_, err = late.Resume(ctx, paused.ID(), admin.ResumeOptions{By: "dora", Deadline: &extended})
+	// --extend 1h: an hour from sagad's now.
+	_, err = late.Resume(ctx, paused.ID(), admin.ResumeOptions{By: "dora", Extend: time.Hour})
 	require.NoError(t, err)
+	cp, _, err := f.pipe.Store().Checkpoints.Get(ctx, paused.ID())
+	require.NoError(t, err)
+	require.NotNil(t, cp.State.Overrides)
+	require.WithinDuration(t, later().Add(time.Hour), *cp.State.Overrides.Deadline, time.Minute)
 	s := f.wait(t, paused.ID())
 	require.Equal(t, capsule.Completed, s.State, "halt: %s", s.HaltReason)
 }
