@@ -173,6 +173,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	}{
 		{0, `{"id":"c1","reason":"r","by":"ann"}`},
 		{1, `{"id":"c1","by":"ann","tokens":5,"dollars":1.5,"deadline":"2030-01-02T03:04:05Z","force":true}`},
+		{1, `{"id":"c1","by":"ann","extend":"1h30m"}`},
+		{1, `{"id":"c1","by":"ann","extend":"+.5h"}`},
 		{2, `{"id":"x-12","by":"ann"}`},
 		{3, `{"id":"c1","decision":"revise","rationale":"why","by":"ann"}`},
 		{4, `{"phase":4,"by":"ann"}`},
