@@ -504,7 +504,7 @@ func requestResume(cp *capsule.Checkpoint, e RequestResume, now time.Time) (bool
 		return false, refused(e, cp, "its executor accepted the work and its result has not arrived; --force runs the executor again")
 	}
 	if e.Deadline != nil && !e.Deadline.After(now) {
-		return false, refuse(ErrInvalid, e, cp, "the new deadline "+e.Deadline.UTC().Format(time.RFC3339)+" is not in the future")
+		return false, refused(e, cp, "the new deadline "+e.Deadline.UTC().Format(time.RFC3339)+" is not in the future")
 	}
 	if st.Pause.ResumeToken == "" && e.From != capsule.Waiting && !e.CapsuleDeadline.IsZero() && e.Deadline == nil {
 		if dl := st.DeadlineIn(e.CapsuleDeadline); !now.Before(dl) {

@@ -143,7 +143,7 @@ func TestResumePastDeadline(t *testing.T) {
 
 	past := later().Add(-time.Minute)
 	_, err = late.Resume(ctx, paused.ID(), admin.ResumeOptions{By: "dora", Deadline: &past})
-	require.Error(t, err, "a new deadline in the past is no deadline")
+	require.ErrorIs(t, err, admin.ErrRefused, "a new deadline in the past is no deadline")
 	require.ErrorContains(t, err, "is not in the future")
 
 	// --extend 1h: an hour from sagad's now.
