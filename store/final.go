@@ -13,7 +13,9 @@ import (
 const FinalSuffix = "/final"
 
 // FinalArtifactRef returns the ref of cp's final artifact: the artifact of the
-// last cycle a reviewer approved, once the capsule completed. A capsule that
+// last cycle a reviewer approved, once the capsule completed. An operator's
+// accept over another verdict is recorded as the operator's approval of
+// that cycle (machine.AcceptedOver), so it counts the same. A capsule that
 // has not completed has no final artifact yet (a chain step waits for its
 // dependency, so by the time it asks the dependency has completed).
 func FinalArtifactRef(cp *capsule.Checkpoint) (string, bool) {
