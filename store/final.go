@@ -27,6 +27,13 @@ func FinalArtifactRef(cp *capsule.Checkpoint) (string, bool) {
 			return ArtifactRef(cp.CapsuleID, r.Cycle), true
 		}
 	}
+	if n := len(cp.State.Reviews); n > 0 {
+		// Completed with no approval: an operator accepted over the verdict
+		// before accepts were recorded as approvals. That cycle's artifact
+		// is the one accepted, so the capsule's dependents go on (a replay
+		// of one that halted context_ref_missing now resolves).
+		return ArtifactRef(cp.CapsuleID, cp.State.Reviews[n-1].Cycle), true
+	}
 	return "", false
 }
 
