@@ -33,7 +33,6 @@ func TestFinalArtifactRef(t *testing.T) {
 		{"running", capsule.InProgress, reviews(capsule.Approved), ""},
 		{"halted", capsule.Halted, reviews(capsule.Approved), ""},
 		{"completed unreviewed", capsule.Completed, nil, ""},
-		{"accepted over a verdict", capsule.Completed, reviews(capsule.ChangesRequested, capsule.Approved, capsule.Rejected), "artifact:" + id + "/2"},
 		{"accepted over a verdict, recorded before approvals", capsule.Completed, reviews(capsule.ChangesRequested, capsule.Rejected), "artifact:" + id + "/2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
