@@ -68,6 +68,7 @@ func TestResumePastDeadlineNeedsANewOne(t *testing.T) {
 	require.ErrorContains(t, err, "its deadline passed at 2026-01-02T03:03:05Z: give it a new one with --deadline TIME or --extend DURATION")
 	_, err = machine.Apply(waiting(), machine.RequestResume{Action: "accept", From: capsule.WaitingForOperator, Token: "x", CapsuleDeadline: due}, t0)
 	require.ErrorIs(t, err, machine.ErrRefused, "an accept past the deadline too")
+	require.ErrorContains(t, err, "its deadline passed at 2026-01-02T03:03:05Z: it halts deadline_exceeded")
 
 	past := t0.Add(-time.Second)
 	_, err = machine.Apply(paused(capsule.TriggerDeadlineApproaching, ""), machine.RequestResume{From: capsule.Paused, Token: "x", CapsuleDeadline: due, Deadline: &past}, t0)

@@ -508,8 +508,13 @@ func requestResume(cp *capsule.Checkpoint, e RequestResume, now time.Time) (bool
 	}
 	if st.Pause.ResumeToken == "" && e.From != capsule.Waiting && !e.CapsuleDeadline.IsZero() && e.Deadline == nil {
 		if dl := st.DeadlineIn(e.CapsuleDeadline); !now.Before(dl) {
-			return false, refused(e, cp, "its deadline passed at "+dl.UTC().Format(time.RFC3339)+
-				": give it a new one with --deadline TIME or --extend DURATION")
+			hint := "its deadline passed at " + dl.UTC().Format(time.RFC3339)
+			if e.From == capsule.WaitingForOperator {
+				hint += ": it halts deadline_exceeded"
+			} else {
+				hint += ": give it a new one with --deadline TIME or --extend DURATION"
+			}
+			return false, refused(e, cp, hint)
 		}
 	}
 	if st.Pause.ResumeToken == "" {
