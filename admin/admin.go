@@ -129,6 +129,9 @@ type ResumeOptions struct {
 	Dollars float64
 	// Deadline moves the capsule's deadline (after deadline_approaching).
 	Deadline *time.Time
+	// Extend, when Deadline is nil, moves the deadline to now (sagad's
+	// clock) plus Extend.
+	Extend time.Duration
 	// Force resumes a capsule waiting for accepted external work, which
 	// runs its executor again for the cycle.
 	Force bool
@@ -152,10 +155,26 @@ func (a *Admin) ResumeWaiting(ctx context.Context, id string, opts ResumeOptions
 
 func (a *Admin) resume(ctx context.Context, id, action string, from capsule.State, opts ResumeOptions) (status.Status, error) {
 	at := a.now()
-	res, err := a.Apply(ctx, id, machine.RequestResume{
-		Action: action, From: from, Token: nuid.Next(),
+	ev := machine.RequestResume{
+		Action: action, From: from, Token: nuid.Next(), By: opts.By,
 		Tokens: opts.Tokens, Dollars: opts.Dollars, Deadline: opts.Deadline, Force: opts.Force,
-	})
+	}
+	if opts.Deadline == nil && opts.Extend > 0 {
+		d := at.Add(opts.Extend)
+		ev.Deadline = &d
+	}
+	if from != capsule.Waiting {
+		// A person's resume past the deadline is refused unless it moves
+		// the deadline: no agent call starts after it.
+		found, err := a.st.Checkpoints.Find(ctx, id)
+		if err != nil {
+			return status.Status{}, err
+		}
+		if _, c, err := a.st.Raw(ctx, found.Key); err == nil && c != nil {
+			ev.CapsuleDeadline = c.Deadline
+		}
+	}
+	res, err := a.Apply(ctx, id, ev)
 	if err != nil {
 		return status.Status{}, err
 	}
@@ -164,6 +183,9 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 	// which this one finishes.
 	token, trigger := cp.State.Pause.ResumeToken, cp.State.Pause.Trigger
 	detail := string(trigger)
+	if by, verdict, ok := machine.AcceptedOver(cp); ok && action == "accept" {
+		detail += ": accepted over " + string(verdict) + " by " + by
+	}
 	if opts.Reason != "" {
 		detail += ": " + opts.Reason
 	}
@@ -398,7 +420,7 @@ func (a *Admin) Pending(ctx context.Context) ([]PendingItem, error) {
 // on the checkpoints it keeps in memory.
 func PendingOf(cp *capsule.Checkpoint, now time.Time) (PendingItem, bool) {
 	st := cp.State
-	if st.Pause == nil || (st.Status != capsule.Paused && st.Status != capsule.WaitingForOperator) {
+	if st.Pause == nil || (st.Status != capsule.Paused && st.Status != capsule.WaitingForOperator && st.Status != capsule.Waiting) {
 		return PendingItem{}, false
 	}
 	if st.Pause.Trigger.Info().Resumer == capsule.ResumerSweeper || st.AwaitsExternal() {

@@ -265,9 +265,17 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 	case PauseRequest:
 		return s.a.Pause(ctx, r.ID, r.Reason, r.By)
 	case ResumeRequest:
-		return s.a.Resume(ctx, r.ID, admin.ResumeOptions{
+		opts := admin.ResumeOptions{
 			By: r.By, Reason: r.Reason, Tokens: r.Tokens, Dollars: r.Dollars, Deadline: r.Deadline, Force: r.Force,
-		})
+		}
+		if r.Extend != "" {
+			d, err := ParseExtend(r.Extend) // checked when decoded
+			if err != nil {
+				return nil, err
+			}
+			opts.Extend = d
+		}
+		return s.a.Resume(ctx, r.ID, opts)
 	case CancelRequest:
 		return s.a.Cancel(ctx, r.ID, r.Reason, r.By)
 	case DecideRequest:

@@ -86,7 +86,7 @@ func TestWaveVerbs(t *testing.T) {
 	big := capsuletest.New().Set("wave_id", "w1").Set("budget.tokens", 4000)
 	f.publish(t, big)
 	s := f.waitState(t, big.ID(), capsule.Waiting)
-	require.Equal(t, "wave_capacity", s.WaitingOn)
+	require.Equal(t, "wave_too_small", s.WaitingOn, "bigger than the whole cap")
 	// The continuation that lists a waiting capsule is written right after
 	// its checkpoint.
 	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {

@@ -71,6 +71,10 @@ type ResumeRequest struct {
 	Dollars float64 `json:"dollars,omitempty"`
 	// Deadline moves the capsule's deadline (RFC 3339).
 	Deadline *time.Time `json:"deadline,omitempty"`
+	// Extend moves the capsule's deadline to sagad's now plus this Go
+	// duration (e.g. "2h"), read by sagad's clock, not the caller's.
+	// Excludes Deadline.
+	Extend string `json:"extend,omitempty"`
 	// Force also resumes a capsule still waiting for accepted external work.
 	Force bool `json:"force,omitempty"`
 }
@@ -215,7 +219,22 @@ type resumeWire struct {
 	Tokens   int64   `json:"tokens,omitempty"`
 	Dollars  float64 `json:"dollars,omitempty"`
 	Deadline *string `json:"deadline,omitempty"`
+	Extend   string  `json:"extend,omitempty"`
 	Force    bool    `json:"force,omitempty"`
+}
+
+// maxExtend bounds a resume's extend: far beyond any deadline Rule 14
+// allows, and far from time.Time's overflow.
+const maxExtend = 366 * 24 * time.Hour
+
+// ParseExtend reads a resume's extend: a positive Go duration of at most
+// a year.
+func ParseExtend(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 || d > maxExtend {
+		return 0, badRequest("extend %q: want a positive duration of at most %s, e.g. 2h", s, maxExtend)
+	}
+	return d, nil
 }
 
 // requestIDPattern is the shape of a replay's request_id.
@@ -279,10 +298,16 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 			return nil, err
 		}
 		w.By = cleanBy(w.By)
-		r := ResumeRequest{ID: w.ID, Reason: w.Reason, By: w.By, Tokens: w.Tokens, Dollars: w.Dollars, Force: w.Force}
+		r := ResumeRequest{ID: w.ID, Reason: w.Reason, By: w.By, Tokens: w.Tokens, Dollars: w.Dollars, Extend: w.Extend, Force: w.Force}
 		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
 		if err == nil && w.Deadline != nil {
 			r.Deadline, err = parseDeadline(*w.Deadline)
+		}
+		if err == nil && r.Extend != "" {
+			_, err = ParseExtend(r.Extend)
+			if err == nil && r.Deadline != nil {
+				err = badRequest("deadline and extend exclude each other")
+			}
 		}
 		if err == nil && r.Tokens < 0 {
 			err = badRequest("tokens %d: want a positive cap (or 0 to keep it)", r.Tokens)

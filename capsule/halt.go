@@ -65,6 +65,11 @@ const (
 	// CodeWaveNotAdmitted: the capsule's producer is not one its wave
 	// admits (sagactl wave set --producers), at AUTOMATED_GATES.
 	CodeWaveNotAdmitted HaltCode = "wave_not_admitted"
+	// CodeDeadlineExceeded: the capsule's deadline passed before it was
+	// done: while it waited, was paused or waited for an operator (the
+	// sweeper), or right before an agent call. The detail names the phase
+	// it stood at.
+	CodeDeadlineExceeded HaltCode = "deadline_exceeded"
 )
 
 // HaltCodes lists every halt code, the closed set metrics may label with.
@@ -75,7 +80,7 @@ var HaltCodes = []HaltCode{
 	CodeAbsoluteRulesViolated, CodeLockAcquisitionFailed, CodeBudgetExceeded, CodeExecutorFailed,
 	CodeReviewRejectedTerminal, CodeMaxCyclesExceeded,
 	CodeOperatorRejected, CodeDependencyFailed, CodeDependencyMissing, CodeWaveClosed, CodeStateCorrupt,
-	CodeChainMembershipRefused, CodeWaveNotAdmitted, CodeDependencyCycle,
+	CodeChainMembershipRefused, CodeWaveNotAdmitted, CodeDependencyCycle, CodeDeadlineExceeded,
 }
 
 // HaltReason is a typed halt reason. Its String form is the exact text of
@@ -172,6 +177,13 @@ func ChainMembershipRefused(chainID string, step int) HaltReason {
 // producer.
 func WaveNotAdmitted(waveID string) HaltReason {
 	return HaltReason{CodeWaveNotAdmitted, Truncate(waveID, MaxReasonDetail)}
+}
+
+// DeadlineExceeded names the phase the capsule stood at when its deadline
+// passed, e.g. "deadline_exceeded:EXECUTION": no agent call starts after
+// the deadline.
+func DeadlineExceeded(phase Phase) HaltReason {
+	return HaltReason{CodeDeadlineExceeded, phase.String()}
 }
 
 // NotJSON: the intake bytes are not a JSON object.

@@ -21,6 +21,11 @@ const (
 	// its wave to have room for its caps (state waiting); the sweeper
 	// resumes it when capacity frees or the wave's cap is raised.
 	TriggerWaveCapacity Trigger = "wave_capacity"
+	// TriggerWaveTooSmall marks a capsule waiting, at AUTOMATED_GATES,
+	// whose caps exceed its wave's whole cap: no capsule ending makes room
+	// for it, only a person (a raised cap, or a cancel). The sweeper still
+	// resumes it once the cap is raised.
+	TriggerWaveTooSmall Trigger = "wave_too_small"
 )
 
 // Triggers lists the five continuation triggers of PIPELINE §5.
@@ -139,7 +144,7 @@ var TriggerTable = []TriggerInfo{
 	},
 	{
 		Trigger: TriggerOperatorGate, State: WaitingForOperator, Resumer: ResumerPerson,
-		Event: EventWaiting, Metric: "operator_gate",
+		Event: EventWaiting, Continuation: true, Metric: "operator_gate",
 		Description: "`review.operator_gate`: a review's verdict waits for `sagactl decide`",
 	},
 	{
@@ -153,6 +158,12 @@ var TriggerTable = []TriggerInfo{
 		Event: EventWaveWait, Continuation: true, Metric: "wave_capacity",
 		PauseRefused: "it waits for room in its wave, before anything is spent: cancel it, or raise the wave's cap",
 		Description:  "its wave has no room for its caps",
+	},
+	{
+		Trigger: TriggerWaveTooSmall, State: Waiting, Resumer: ResumerPerson, Watch: WatchWave,
+		Event: EventWaveWait, Continuation: true, Metric: "wave_too_small",
+		PauseRefused: "its caps exceed its wave's whole cap: raise the wave's cap, or cancel it",
+		Description:  "its caps exceed its wave's whole cap: it waits for a person to raise the cap (it then goes on) or cancel it",
 	},
 }
 

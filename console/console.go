@@ -611,7 +611,7 @@ func writeAdminError(w http.ResponseWriter, err error) {
 
 // ActionRequest is the body of an action. Which members count depends on
 // the verb: pause and cancel take id, by, reason; resume also tokens,
-// dollars, deadline and force; decide takes id, by, decision, rationale;
+// dollars, deadline, extend and force; decide takes id, by, decision, rationale;
 // phase.pause and phase.resume take phase, by, reason.
 type ActionRequest struct {
 	ID        string  `json:"id"`
@@ -623,8 +623,11 @@ type ActionRequest struct {
 	Dollars   float64 `json:"dollars"`
 	// Deadline is RFC 3339, or empty to keep it.
 	Deadline string `json:"deadline"`
-	Force    bool   `json:"force"`
-	Phase    *int   `json:"phase"`
+	// Extend is resume's other way to move the deadline: a Go duration
+	// from sagad's now (e.g. "2h"), or empty.
+	Extend string `json:"extend"`
+	Force  bool   `json:"force"`
+	Phase  *int   `json:"phase"`
 	// FromPhase and Dependents are replay's: the phase the new run starts
 	// at (absent: where the capsule stopped), and whether the dependents
 	// halted dependency_failed on it go along (absent: yes).
@@ -723,7 +726,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 	case adminsvc.VerbCancel:
 		reply, err = c.admin.Cancel(ctx, adminsvc.CancelRequest{ID: a.ID, Reason: a.Reason, By: a.By})
 	case adminsvc.VerbResume:
-		req := adminsvc.ResumeRequest{ID: a.ID, Reason: a.Reason, By: a.By, Tokens: a.Tokens, Dollars: a.Dollars, Force: a.Force}
+		req := adminsvc.ResumeRequest{ID: a.ID, Reason: a.Reason, By: a.By, Tokens: a.Tokens, Dollars: a.Dollars, Extend: a.Extend, Force: a.Force}
 		if a.Deadline != "" {
 			t, perr := time.Parse(time.RFC3339, a.Deadline)
 			if perr != nil {

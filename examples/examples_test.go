@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,7 +71,7 @@ var intakeHaltCodes = []capsule.HaltCode{capsule.CodeNotJSON, capsule.CodeUnsupp
 // decision, a dependency that halts first, a dependency's wait running out
 // (sagad's --dependency-timeout), a wave closed while the capsule waits for
 // its capacity.
-var coordinatorHaltCodes = []capsule.HaltCode{capsule.CodeOperatorRejected, capsule.CodeDependencyFailed, capsule.CodeDependencyMissing, capsule.CodeWaveClosed, capsule.CodeWaveNotAdmitted, capsule.CodeDependencyCycle}
+var coordinatorHaltCodes = []capsule.HaltCode{capsule.CodeOperatorRejected, capsule.CodeDependencyFailed, capsule.CodeDependencyMissing, capsule.CodeWaveClosed, capsule.CodeWaveNotAdmitted, capsule.CodeDependencyCycle, capsule.CodeDeadlineExceeded}
 
 // noExampleHaltCodes have no example file: capsule_too_large needs bytes
 // over the intake's size limit, which a repository file should not carry
@@ -128,6 +129,7 @@ var expected = map[string]string{
 	"halt-wave_closed.json":                 "wave_closed:" + closedWave,
 	"halt-chain_membership_refused.json":    "chain_membership_refused:example-chain/0",
 	"halt-wave_not_admitted.json":           "wave_not_admitted:" + producersWave,
+	"halt-deadline_exceeded.json":           "deadline_exceeded:HANDOFF",
 }
 
 // Intentionally broken examples: not capsules by the schema, and not sealed.
@@ -438,6 +440,7 @@ func TestExamples(t *testing.T) {
 			raw := read(t, name)
 			release := func() {}
 			var keys []string
+			f := f
 			switch code, _ := haltCode(name); code {
 			case capsule.CodeLockUnavailable:
 				// RECEPTION finds the lock held by another capsule.
@@ -458,6 +461,19 @@ func TestExamples(t *testing.T) {
 				f.waitState(t, keys, capsule.WaitingForOperator)
 				_, err := f.pipe.Admin().Decide(context.Background(), keys[len(keys)-1], admin.DecisionReject, "not this one", "example-operator")
 				require.NoError(t, err)
+			case capsule.CodeDeadlineExceeded:
+				// Approved by the reviewer, it waits at the operator gate,
+				// and nobody decides before its deadline: sagad's clock,
+				// its own here, is moved past it, and the sweeper halts
+				// the capsule where it waits.
+				clk := &shiftClock{}
+				f = setup(t, func(c *pipeline.Config) {
+					c.Now = clk.now
+					c.SweepInterval = 100 * time.Millisecond
+				})
+				keys = f.publish(t, raw)
+				f.waitState(t, keys, capsule.WaitingForOperator)
+				clk.moveTo(time.Date(2030, 1, 7, 0, 0, 1, 0, time.UTC))
 			case capsule.CodeDependencyFailed:
 				// Its dependency halts (executor_failed), before or after
 				// it is published: published first here, it waits.
@@ -529,6 +545,14 @@ func (f *fixture) waitState(t *testing.T, keys []string, st capsule.State) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// shiftClock is the real clock, until it is moved to a later time from
+// which it goes on.
+type shiftClock struct{ offset atomic.Int64 }
+
+func (c *shiftClock) now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+func (c *shiftClock) moveTo(at time.Time) { c.offset.Store(int64(time.Until(at))) }
 
 // TestDependencyExample runs examples/dependencies as its README does: the
 // dependent capsule, published first, waits in state waiting for the other,

@@ -62,6 +62,15 @@ type RequestResume struct {
 	// Force resumes a capsule whose executor accepted work whose result has
 	// not arrived (its executor runs again for the cycle).
 	Force bool
+	// CapsuleDeadline is the capsule's own deadline. When set, a person's
+	// resume (From paused or waiting_for_operator) of a capsule whose
+	// deadline in force has passed is refused unless Deadline moves it
+	// into the future: no agent call starts after the deadline.
+	CapsuleDeadline time.Time
+	// By is who accepts (Action "accept"): an accept over a verdict other
+	// than APPROVED is recorded as that person's approval of the cycle's
+	// artifact, which makes it the capsule's final one.
+	By string
 }
 
 // Resume takes a capsule marked with Token back to in_progress. With At
@@ -94,6 +103,14 @@ type End struct {
 	// IfWaitingSince, when set, ends only a capsule still waiting (for its
 	// dependencies, or its wave's capacity) since then.
 	IfWaitingSince *time.Time
+	// IfDeadlinePassed, when set to the capsule's own deadline, ends only a
+	// capsule parked (paused, waiting, or waiting for an operator) whose
+	// deadline in force (an operator's override, else this one) is not
+	// after the event's time; with no Detail it halts
+	// deadline_exceeded:<the phase it stands at>. The sweeper's check is
+	// thus judged again on the checkpoint actually written: a resume that
+	// moved the deadline meanwhile wins.
+	IfDeadlinePassed *time.Time
 }
 
 // Revise is an operator's revise decision on a capsule waiting_for_operator:
@@ -262,7 +279,7 @@ func Apply(cp *capsule.Checkpoint, ev Event, now time.Time) (Result, error) {
 	case Renew:
 		err = renew(out, e)
 	case RequestResume:
-		changed, err = requestResume(out, e)
+		changed, err = requestResume(out, e, now)
 	case Resume:
 		changed, err = resume(out, e)
 	case Pause:
@@ -465,7 +482,7 @@ func renew(cp *capsule.Checkpoint, e Renew) error {
 	return nil
 }
 
-func requestResume(cp *capsule.Checkpoint, e RequestResume) (bool, error) {
+func requestResume(cp *capsule.Checkpoint, e RequestResume, now time.Time) (bool, error) {
 	st := &cp.State
 	if e.From != capsule.Paused && e.From != capsule.WaitingForOperator && e.From != capsule.Waiting {
 		return false, refuse(ErrInvalid, e, cp, "resume from "+string(e.From))
@@ -486,8 +503,25 @@ func requestResume(cp *capsule.Checkpoint, e RequestResume) (bool, error) {
 	if st.AwaitingCycle > 0 && (st.Result == nil || st.Result.Cycle != st.AwaitingCycle) && !e.Force {
 		return false, refused(e, cp, "its executor accepted the work and its result has not arrived; --force runs the executor again")
 	}
+	if e.Deadline != nil && !e.Deadline.After(now) {
+		return false, refused(e, cp, "the new deadline "+e.Deadline.UTC().Format(time.RFC3339)+" is not in the future")
+	}
+	if st.Pause.ResumeToken == "" && e.From != capsule.Waiting && !e.CapsuleDeadline.IsZero() && e.Deadline == nil {
+		if dl := st.DeadlineIn(e.CapsuleDeadline); !now.Before(dl) {
+			hint := "its deadline passed at " + dl.UTC().Format(time.RFC3339)
+			if e.From == capsule.WaitingForOperator {
+				hint += ": it halts deadline_exceeded"
+			} else {
+				hint += ": give it a new one with --deadline TIME or --extend DURATION"
+			}
+			return false, refused(e, cp, hint)
+		}
+	}
 	if st.Pause.ResumeToken == "" {
 		st.Pause.ResumeToken = e.Token // else a resume in flight: finish that one
+		if e.From == capsule.WaitingForOperator {
+			acceptOver(cp, e.By, now)
+		}
 	}
 	if e.Tokens > 0 || e.Dollars > 0 || e.Deadline != nil {
 		if st.Overrides == nil {
@@ -505,6 +539,49 @@ func requestResume(cp *capsule.Checkpoint, e RequestResume) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// OperatorAcceptance starts the finding an operator's accept over a verdict
+// other than APPROVED records.
+const OperatorAcceptance = "operator accepted over "
+
+// acceptOver records an operator's accept of the cycle under review, when
+// its verdict is not APPROVED, as the operator's approval of the cycle's
+// artifact: the capsule's final artifact is that of its last approved
+// cycle (store.FinalArtifactRef), so chains go on with it, and the reviews
+// say who accepted over what.
+func acceptOver(cp *capsule.Checkpoint, by string, now time.Time) {
+	st := &cp.State
+	n := len(st.Reviews)
+	if n == 0 {
+		return
+	}
+	last := st.Reviews[n-1]
+	if last.Verdict == capsule.Approved || last.Cycle != st.Cycle {
+		return
+	}
+	if by == "" {
+		by = "operator"
+	}
+	st.Reviews = append(st.Reviews, capsule.ReviewEntry{
+		Cycle: st.Cycle, ReviewerID: OperatorReviewer + by, Verdict: capsule.Approved, At: now,
+		Findings: []capsule.Finding{{Message: OperatorAcceptance + string(last.Verdict) + " of " + last.ReviewerID}},
+	})
+}
+
+// AcceptedOver returns who accepted cp's artifact over the reviewer's
+// verdict, and that verdict, when its last review is such an accept.
+func AcceptedOver(cp *capsule.Checkpoint) (by string, verdict capsule.Verdict, ok bool) {
+	n := len(cp.State.Reviews)
+	if n < 2 {
+		return "", "", false
+	}
+	last, prev := cp.State.Reviews[n-1], cp.State.Reviews[n-2]
+	if last.Verdict != capsule.Approved || !strings.HasPrefix(last.ReviewerID, OperatorReviewer) || prev.Cycle != last.Cycle ||
+		len(last.Findings) != 1 || !strings.HasPrefix(last.Findings[0].Message, OperatorAcceptance) {
+		return "", "", false
+	}
+	return strings.TrimPrefix(last.ReviewerID, OperatorReviewer), prev.Verdict, true
 }
 
 func without(list []capsule.Trigger, t capsule.Trigger) []capsule.Trigger {
@@ -568,7 +645,7 @@ func end(cp *capsule.Checkpoint, e End, now time.Time) (bool, *capsule.Transitio
 	case capsule.Cancelled:
 	case capsule.Halted:
 		outcome = capsule.OutcomeHalted
-		if e.Detail == "" {
+		if e.Detail == "" && e.IfDeadlinePassed == nil {
 			return false, nil, refuse(ErrInvalid, e, cp, "a halt needs a reason")
 		}
 	default:
@@ -585,6 +662,18 @@ func end(cp *capsule.Checkpoint, e End, now time.Time) (bool, *capsule.Transitio
 	}
 	if st.Status.Terminal() {
 		return false, nil, refused(e, cp, "it has ended")
+	}
+	if e.IfDeadlinePassed != nil {
+		parked := (st.Status == capsule.Paused || st.Status == capsule.Waiting || st.Status == capsule.WaitingForOperator) && st.Pause != nil
+		if !parked {
+			return false, nil, refused(e, cp, "it is no longer parked")
+		}
+		if now.Before(st.DeadlineIn(*e.IfDeadlinePassed)) {
+			return false, nil, refused(e, cp, "its deadline has not passed")
+		}
+		if e.Detail == "" {
+			e.Detail = capsule.DeadlineExceeded(st.Phase).String()
+		}
 	}
 	st.Status = e.State
 	if e.State == capsule.Halted {

@@ -61,6 +61,7 @@ func TestParkFollowsTheTriggerTable(t *testing.T) {
 		require.NoError(t, err)
 		st := res.Checkpoint.State
 		require.Equal(t, st.Pause.Trigger.Info().State, st.Status)
-		require.False(t, st.Pause.Trigger.Info().Continuation)
+		// Kept, so the sweeper finds it when its deadline passes.
+		require.True(t, st.Pause.Trigger.Info().Continuation)
 	})
 }

@@ -126,8 +126,10 @@ func (w *Sweeper) Stop() {
 // when all their locks are free; capsules waiting for accepted external work
 // keep their locks alive, and halt when the result is overdue; capsules
 // waiting for dependencies or for their wave's capacity go on or halt (see
-// dependencies and waves). Every sagad
-// sweeps; the actions are compare-and-sets, so they never double up.
+// dependencies and waves). Any parked capsule, a capsule waiting for an
+// operator too, whose deadline passed halts deadline_exceeded:<phase>.
+// Every sagad sweeps; the actions are compare-and-sets, so they never
+// double up.
 func (w *Sweeper) Sweep(ctx context.Context) {
 	keys, err := w.st.Continuations.Keys(ctx)
 	if err != nil {
@@ -143,6 +145,12 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 			// skipped at every sweep without a line.)
 			w.st.Checkpoints.Corrupt.Report(err, "left parked: a message about the capsule halts it")
 			continue
+		}
+		if w.expired(ctx, cp) {
+			continue
+		}
+		if cp.State.Status == capsule.WaitingForOperator {
+			continue // a person decides; only its deadline is the sweeper's
 		}
 		if cp.State.Status == capsule.Waiting {
 			// What it waits for is its trigger's row of capsule.TriggerTable.
@@ -216,6 +224,34 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 		}
 	}
 	w.waves(ctx, waveWaiters)
+}
+
+// expired halts cp deadline_exceeded:<phase> when it is parked (waiting,
+// paused on any trigger, or waiting for an operator) and its deadline in
+// force has passed, and reports whether the sweep is done with it. The
+// machine judges the deadline again on the checkpoint it writes, so a
+// resume that moved the deadline meanwhile wins, and a second sagad's
+// sweeper finds the capsule ended (a refusal, not an error).
+func (w *Sweeper) expired(ctx context.Context, cp *capsule.Checkpoint) bool {
+	st := cp.State
+	if st.Pause == nil || (st.Status != capsule.Paused && st.Status != capsule.Waiting && st.Status != capsule.WaitingForOperator) {
+		return false
+	}
+	_, c, err := w.st.Raw(ctx, cp.Key)
+	if err != nil || c == nil || c.Deadline.IsZero() {
+		return false
+	}
+	if w.cfg.Now().Before(st.DeadlineIn(c.Deadline)) {
+		return false
+	}
+	deadline := c.Deadline
+	_, err = w.admin.End(ctx, cp.Key, machine.End{State: capsule.Halted, IfDeadlinePassed: &deadline})
+	if err != nil && !errors.Is(err, admin.ErrRefused) {
+		w.log.Warn("sweep: halt a capsule past its deadline", "key", cp.Key, "error", err)
+	}
+	// Refused: it moved on, or the machine's clock says the deadline is
+	// still ahead; what else it waits for is looked at as usual.
+	return err == nil
 }
 
 // roundTimeout rounds an endpoint's completion timeout as measured from the

@@ -2,12 +2,14 @@ package maintenance_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/maintenance"
@@ -94,4 +96,54 @@ func TestSweeperHaltsMissingDependency(t *testing.T) {
 	require.Equal(t, capsule.DependencyMissing(ghost).String(), s.HaltReason)
 	require.Equal(t, int64(0), f.Executed.Load(), "nothing was spent on it")
 	sw.Stop()
+}
+
+// TestSweeperHaltsPastDeadline: capsules parked past their deadline — one
+// waiting for an operator's decision, one waiting for a dependency — are
+// halted deadline_exceeded:<phase> by the sweep, once, however many
+// sagads sweep at the same time; a later sweep changes nothing.
+func TestSweeperHaltsPastDeadline(t *testing.T) {
+	t.Parallel()
+	f := sagatest.Run(t, quietSweeps)
+	ctx := context.Background()
+	gated := f.Own(t, capsuletest.New().Set("review.operator_gate", true))
+	waiting := f.Own(t, capsuletest.New().Set("depends_on", []any{capsuletest.NewID()}))
+	f.Publish(t, gated.Sealed(t))
+	f.Publish(t, waiting.Sealed(t))
+	f.WaitState(t, gated.ID(), capsule.WaitingForOperator)
+	f.WaitState(t, waiting.ID(), capsule.Waiting)
+
+	clk := newClock()
+	sweepers := make([]*maintenance.Sweeper, 2)
+	for i := range sweepers {
+		a := admin.New(f.Store, admin.Config{Now: clk.now})
+		sweepers[i] = maintenance.NewSweeper(f.Store, a, maintenance.SweeperConfig{Logger: sagatest.Logger(t), Now: clk.now})
+	}
+	sweepers[0].Sweep(ctx)
+	for _, id := range []string{gated.ID(), waiting.ID()} {
+		s, err := f.Client.Status(ctx, id)
+		require.NoError(t, err)
+		require.False(t, s.State.Terminal(), "%s: its deadline is an hour away", id)
+	}
+
+	clk.add(2 * time.Hour) // capsuletest's deadline is an hour after creation
+	var wg sync.WaitGroup
+	for _, sw := range sweepers {
+		wg.Add(1)
+		go func() { defer wg.Done(); sw.Sweep(ctx) }()
+	}
+	wg.Wait()
+	for id, phase := range map[string]capsule.Phase{gated.ID(): capsule.Handoff, waiting.ID(): capsule.AutomatedGates} {
+		s := f.WaitState(t, id, capsule.Halted)
+		require.Equal(t, capsule.DeadlineExceeded(phase).String(), s.HaltReason)
+		require.Equal(t, 1, f.CountEvents(t, id)[capsule.EventHalted], "halted once")
+	}
+	f.RequireOutcomes(t, 2)
+	require.Equal(t, int64(1), f.Executed.Load(), "only the gated capsule ran, before its deadline")
+
+	sweepers[1].Sweep(ctx)
+	f.RequireOutcomes(t, 2)
+	keys, err := f.Store.Continuations.Keys(ctx)
+	require.NoError(t, err)
+	require.Empty(t, keys, "no continuation left behind")
 }

@@ -171,7 +171,7 @@ func (c *JetStreamCollector) collectPaused(ctx context.Context, ch chan<- promet
 	}
 	for _, t := range Triggers {
 		label := TriggerLabel(t)
-		if !t.Info().Continuation && !gateKnown {
+		if t == capsule.TriggerOperatorGate && !gateKnown {
 			continue // not counted (yet): no series rather than a false 0
 		}
 		ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, float64(counts[label]), label)

@@ -59,8 +59,15 @@ func startAttempts(in *Input, p capsule.Phase) attempts {
 // attempt's key), then halt, pause or call again. A cap crossed halts
 // budget_exceeded unless the policy halts anyway.
 func (p failurePolicy) run(ctx context.Context, env *Env, in *Input, caps capsule.Budget, a attempts, call policyCall) (attempts, *Decision) {
+	deadline := in.Checkpoint.State.DeadlineIn(in.Capsule.Deadline)
 	for {
 		n := a.done + 1
+		if !deadline.IsZero() && !env.Now().Before(deadline) {
+			// Every attempt passes here: none starts after the deadline,
+			// whatever kept the capsule until now (a queue, a retry's
+			// delay, a redelivery).
+			return a, p.halt(capsule.DeadlineExceeded(p.phase), a.used)
+		}
 		failed, stop := call(n, previousFailure(a.done, a.last))
 		if stop != nil {
 			return a, stop

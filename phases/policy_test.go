@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -203,4 +205,92 @@ func sumBefore(cs []charge, n int) int64 {
 		s += c.usage.Tokens
 	}
 	return s
+}
+
+// lateAgent is a scripted agent after whose calls the clock has moved on
+// by step: a call that takes longer than the time left.
+type lateAgent struct {
+	*scriptedAgent
+	clock *atomic.Pointer[time.Time]
+	step  time.Duration
+}
+
+func (a lateAgent) pass() { t := a.clock.Load().Add(a.step); a.clock.Store(&t) }
+
+func (a lateAgent) Execute(ctx context.Context, req executors.Request) (executors.Result, error) {
+	defer a.pass()
+	return a.scriptedAgent.Execute(ctx, req)
+}
+
+func (a lateAgent) Review(ctx context.Context, req executors.ReviewRequest) (executors.ReviewResult, error) {
+	defer a.pass()
+	return a.scriptedAgent.Review(ctx, req)
+}
+
+// TestNoAttemptAfterDeadline: EXECUTION and REVIEW check the capsule's
+// deadline (in force: an operator's override counts) before every attempt
+// of their failure policy: a phase that starts late halts
+// deadline_exceeded:<phase> without a call, and a retry that would start
+// after the deadline is not made.
+func TestNoAttemptAfterDeadline(t *testing.T) {
+	t.Parallel()
+	fail := &executors.FailedError{Detail: "exit 12", ExitCode: 12, Usage: capsule.Usage{Tokens: 10}}
+	for _, review := range []bool{false, true} {
+		phase := capsule.Execution
+		if review {
+			phase = capsule.ReviewPhase
+		}
+		for _, tt := range []struct {
+			name      string
+			start     time.Duration // the clock, from the fixed now
+			step      time.Duration // how long each call takes
+			override  time.Duration // an operator's deadline, from now (0: none)
+			script    []error
+			wantCalls int
+			wantHalt  bool
+		}{
+			{name: "late start", start: 2 * time.Hour, wantHalt: true},
+			{name: "retry after the deadline", step: 2 * time.Hour, script: []error{fail}, wantCalls: 1, wantHalt: true},
+			{name: "retry before the deadline", step: time.Minute, script: []error{fail, nil}, wantCalls: 2},
+			{name: "an extended deadline counts", start: 2 * time.Hour, override: 3 * time.Hour, script: []error{nil}, wantCalls: 1},
+		} {
+			t.Run(phase.String()+"/"+tt.name, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				clock := new(atomic.Pointer[time.Time])
+				start := now.Add(tt.start)
+				clock.Store(&start)
+				b.env.Now = func() time.Time { return *clock.Load() }
+				agent := lateAgent{scriptedAgent: &scriptedAgent{script: tt.script}, clock: clock, step: tt.step}
+				var in *phases.Input
+				if review {
+					b.registry.RegisterReviewer(executors.StubReviewerID, agent)
+					in = reviewInput(t, b, newDoc().Sealed(t), 1, "agent-coder-1")
+				} else {
+					b.registry.RegisterExecutor(executors.StubKind, agent)
+					in = execInput(t, newDoc().Sealed(t), 1)
+				}
+				if tt.override != 0 {
+					d := now.Add(tt.override)
+					in.Checkpoint.State.Overrides = &capsule.Overrides{Deadline: &d}
+				}
+				in.RecordAttempt = func(context.Context, machine.RecordAttempt) error { return nil }
+				var d phases.Decision
+				if review {
+					d = phases.Review{}.Run(context.Background(), b.env, in)
+				} else {
+					d = phases.Execution{}.Run(context.Background(), b.env, in)
+				}
+				require.Len(t, agent.keys, tt.wantCalls)
+				if !tt.wantHalt {
+					require.Equal(t, phases.Advance, d.Action, "%s %s", d.Halt, d.Reason)
+					return
+				}
+				require.Equal(t, phases.Halt, d.Action)
+				require.Equal(t, capsule.DeadlineExceeded(phase).String(), d.Halt.String())
+				require.NotNil(t, d.Record, "a halt records what the calls used")
+				require.Equal(t, int64(10*tt.wantCalls), d.Record.BudgetUsed.Tokens)
+			})
+		}
+	}
 }

@@ -54,10 +54,17 @@ func admitToWave(ctx context.Context, env *Env, in *Input, next Decision) Decisi
 			Rule: 19, Field: "wave_id", Message: fmt.Sprintf("wave %q was closed before the capsule was admitted", c.WaveID),
 		})
 	}
-	return Decision{
-		Action: Park, Trigger: capsule.TriggerWaveCapacity, WaitFor: []string{c.WaveID},
-		Reason: WaveWaitReason(c.WaveID, a.Wave, caps),
+	trigger := capsule.TriggerWaveCapacity
+	if !a.Wave.CouldFit(caps) {
+		// No capsule ending makes room: a person must raise the cap (or
+		// cancel), so it is in pending and the console's inbox.
+		trigger = capsule.TriggerWaveTooSmall
 	}
+	reason := WaveWaitReason(c.WaveID, a.Wave, caps)
+	if trigger == capsule.TriggerWaveTooSmall {
+		reason += fmt.Sprintf(", more than the wave's whole cap: raise it (sagactl wave set %s) or cancel the capsule", c.WaveID)
+	}
+	return Decision{Action: Park, Trigger: trigger, WaitFor: []string{c.WaveID}, Reason: reason}
 }
 
 // WaveWaitReason says why a capsule with caps waits for wave w.

@@ -30,12 +30,14 @@ func (w *fakeWaves) ReserveFor(_ context.Context, waveID, holder, producer strin
 
 // TestAdmitToWave: after the rules pass, AUTOMATED_GATES reserves a wave
 // capsule's caps (raised by overrides): admitted, it advances recording the
-// reservation; without room it waits (wave_capacity, the wave as WaitFor);
+// reservation; without room it waits (wave_capacity, the wave as WaitFor; wave_too_small
+// when its caps exceed the whole cap);
 // a closed wave halts it wave_closed:<wave>; a failed reservation is
 // retried; a capsule outside any wave reserves nothing.
 func TestAdmitToWave(t *testing.T) {
 	t.Parallel()
-	full := budget.Wave{TokensCap: 3000, Reserved: capsule.Usage{Tokens: 3000}}
+	full := budget.Wave{TokensCap: 30000, Reserved: capsule.Usage{Tokens: 30000}}
+	small := budget.Wave{TokensCap: 3000}
 	tests := []struct {
 		name      string
 		wave      string
@@ -57,8 +59,14 @@ func TestAdmitToWave(t *testing.T) {
 			check: func(t *testing.T, d phases.Decision) {
 				require.Equal(t, capsule.TriggerWaveCapacity, d.Trigger)
 				require.Equal(t, []string{"w"}, d.WaitFor)
-				require.Equal(t, "wave w has 0 of 3000 tokens left; the capsule needs 10000 tokens and 5 dollars", d.Reason)
+				require.Equal(t, "wave w has 0 of 30000 tokens left; the capsule needs 10000 tokens and 5 dollars", d.Reason)
 				require.Nil(t, d.Record)
+			}},
+		{name: "bigger than the whole cap", wave: "w", admission: budget.Admission{Wave: small}, want: phases.Park,
+			check: func(t *testing.T, d phases.Decision) {
+				require.Equal(t, capsule.TriggerWaveTooSmall, d.Trigger, "only a person raising the cap moves it")
+				require.Equal(t, []string{"w"}, d.WaitFor)
+				require.Contains(t, d.Reason, "more than the wave's whole cap: raise it (sagactl wave set w)")
 			}},
 		{name: "closed", wave: "w", admission: budget.Admission{Closed: true}, want: phases.Halt,
 			check: func(t *testing.T, d phases.Decision) {

@@ -187,7 +187,7 @@ func TestPausedSurvivesRestart(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, gatedBefore, gatedAfter)
 	require.Equal(t, contBefore, continuation(t, f, paused.ID()))
-	requireNoContinuation(t, f, gated.ID())
+	requireContinuation(t, f, gated.ID(), capsule.TriggerOperatorGate, capsule.Handoff) // the sweeper's, for its deadline
 	require.Equal(t, pendingBefore, pendingItems(t, a))
 	for id, events := range eventsBefore {
 		require.Equal(t, events, history(t, f, id), "events of %s", id)

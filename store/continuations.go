@@ -118,7 +118,7 @@ func (s *Continuations) DeleteIfStale(ctx context.Context, key string, cp *capsu
 		var c capsule.Continuation
 		if json.Unmarshal(e.Value(), &c) == nil {
 			st := cp.State
-			current := (st.Status == capsule.Paused || st.Status == capsule.Waiting) && st.Pause != nil && c.CreatedAt.Equal(st.Pause.At)
+			current := (st.Status == capsule.Paused || st.Status == capsule.Waiting || st.Status == capsule.WaitingForOperator) && st.Pause != nil && c.CreatedAt.Equal(st.Pause.At)
 			// A record written after cp was is a newer pause's: it stays
 			// (read again after a lost delete, that is what it is).
 			if current || c.CreatedAt.After(cp.UpdatedAt) {

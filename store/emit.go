@@ -159,6 +159,9 @@ func outcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.Sta
 	if tr.Detail != "" && state == capsule.Halted {
 		m.Header.Set(HeaderHaltReason, tr.Detail)
 	}
+	if by, verdict, ok := machine.AcceptedOver(cp); ok && state == capsule.Completed {
+		m.Header.Set(HeaderAcceptedOver, string(verdict)+" by "+by)
+	}
 	if len(cp.State.ArtifactRefs) > 0 {
 		m.Header.Set(HeaderArtifacts, strings.Join(cp.State.ArtifactRefs, ","))
 	}

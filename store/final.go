@@ -13,7 +13,9 @@ import (
 const FinalSuffix = "/final"
 
 // FinalArtifactRef returns the ref of cp's final artifact: the artifact of the
-// last cycle a reviewer approved, once the capsule completed. A capsule that
+// last cycle a reviewer approved, once the capsule completed. An operator's
+// accept over another verdict is recorded as the operator's approval of
+// that cycle (machine.AcceptedOver), so it counts the same. A capsule that
 // has not completed has no final artifact yet (a chain step waits for its
 // dependency, so by the time it asks the dependency has completed).
 func FinalArtifactRef(cp *capsule.Checkpoint) (string, bool) {
@@ -24,6 +26,13 @@ func FinalArtifactRef(cp *capsule.Checkpoint) (string, bool) {
 		if r := cp.State.Reviews[i]; r.Verdict == capsule.Approved {
 			return ArtifactRef(cp.CapsuleID, r.Cycle), true
 		}
+	}
+	if n := len(cp.State.Reviews); n > 0 {
+		// Completed with no approval: an operator accepted over the verdict
+		// before accepts were recorded as approvals. That cycle's artifact
+		// is the one accepted, so the capsule's dependents go on (a replay
+		// of one that halted context_ref_missing now resolves).
+		return ArtifactRef(cp.CapsuleID, cp.State.Reviews[n-1].Cycle), true
 	}
 	return "", false
 }

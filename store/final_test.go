@@ -8,8 +8,10 @@ import (
 	"github.com/sagad/sagad/capsule"
 )
 
-// TestFinalArtifactRef: the final artifact is the last approved cycle's,
-// and only a completed capsule has one.
+// TestFinalArtifactRef: the final artifact is the last approved cycle's (an
+// operator's accept over a verdict, which completed the capsule without an
+// approval, the last reviewed cycle's), and only a completed capsule has
+// one.
 func TestFinalArtifactRef(t *testing.T) {
 	t.Parallel()
 	id := "5a6a2b3c-0000-4000-8000-000000000001"
@@ -31,6 +33,7 @@ func TestFinalArtifactRef(t *testing.T) {
 		{"running", capsule.InProgress, reviews(capsule.Approved), ""},
 		{"halted", capsule.Halted, reviews(capsule.Approved), ""},
 		{"completed unreviewed", capsule.Completed, nil, ""},
+		{"accepted over a verdict, recorded before approvals", capsule.Completed, reviews(capsule.ChangesRequested, capsule.Rejected), "artifact:" + id + "/2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cp := &capsule.Checkpoint{CapsuleID: id}

@@ -48,6 +48,9 @@ const (
 	// HeaderConstitution is, on an outcome, the constitution version the
 	// capsule was received under (its checkpoint's constitution).
 	HeaderConstitution = "Saga-Constitution"
+	// HeaderAcceptedOver, on a completed capsule's outcome, says an operator
+	// accepted its artifact over the reviewer's verdict: "<verdict> by <who>".
+	HeaderAcceptedOver = "Saga-Accepted-Over"
 	// HeaderEventID carries an event's deterministic id; a reader seeing
 	// it twice drops the repeat.
 	HeaderEventID = "Saga-Event-Id"

@@ -121,6 +121,7 @@ const FIELDS = {
   tokens: { label: "Token cap (empty: unchanged)", type: "number" },
   dollars: { label: "Dollar cap (empty: unchanged)", type: "number", step: "0.01" },
   deadline: { label: "New deadline (RFC 3339, empty keeps it)", type: "text", placeholder: "2030-01-02T15:04:05Z" },
+  extend: { label: "Or extend the deadline from now by (e.g. 2h; needed past the deadline)", type: "text", placeholder: "2h" },
   force: { label: "Force (also resume a capsule awaiting accepted external work)", type: "checkbox" },
   from_phase: { label: "Start at phase (0–6; empty: where it stopped)", type: "number" },
   dependents: { label: "Also replay the capsules halted dependency_failed on it", type: "checkbox", checked: true },
@@ -192,7 +193,7 @@ function capsuleActions(r) {
     out.push(b("Reject", "act-reject danger", () => confirmAction("Reject " + who, "The capsule halts: the operator rejected the work.", "decide", { id, decision: "reject" }, ["rationale"])));
   }
   if (r.state === "paused") {
-    out.push(b("Resume", "act-resume primary", () => confirmAction("Resume " + who, "The capsule resumes where it stopped; the overrides lift its cause.", "resume", { id }, ["reason", "tokens", "dollars", "deadline", "force"])));
+    out.push(b("Resume", "act-resume primary", () => confirmAction("Resume " + who, "The capsule resumes where it stopped; the overrides lift its cause.", "resume", { id }, ["reason", "tokens", "dollars", "deadline", "extend", "force"])));
   }
   // A waiting capsule refuses a pause (capsule/triggers.go PauseRefused):
   // it has spent nothing yet; cancel it or let what it waits for finish.

@@ -202,7 +202,8 @@ func newResume(g *globals) *cobra.Command {
 (again, if it had parked before finishing); completed phases and recorded
 executor results are never re-run. --tokens/--dollars raise the capsule's caps
 (after budget_warning); --deadline (RFC 3339) or --extend moves its deadline
-(after deadline_approaching). Exit 5 if the capsule is not paused.
+(after deadline_approaching); past its deadline a resume without either is
+refused (exit 5). Exit 5 if the capsule is not paused.
 
 --all restarts every phase paused by pause --all or phase pause (the last
 phase first); capsules paused one by one stay paused.`,
@@ -228,8 +229,8 @@ phase first); capsules paused one by one stay paused.`,
 				}
 				opts.Deadline = &t
 			case extend > 0:
-				t := time.Now().Add(extend)
-				opts.Deadline = &t
+				// sagad's clock reads it: the operator's may be off.
+				opts.Extend = extend.String()
 			}
 			return a.Resume(ctx, opts)
 		})

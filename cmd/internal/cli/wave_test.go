@@ -19,7 +19,7 @@ import (
 
 // TestOnlineWave drives `sagactl wave` as an operator would: a wave is set,
 // a capsule too big for it waits (list --state waiting, status waiting_on
-// wave_capacity, wave show), goes on when the cap is raised; another waits
+// wave_too_small, wave show), goes on when the cap is raised; another waits
 // and halts wave_closed:<wave> when the wave is closed, after which its caps
 // cannot change (exit 5).
 func TestOnlineWave(t *testing.T) {
@@ -60,10 +60,10 @@ func TestOnlineWave(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(r.out), &listed))
 	require.Len(t, listed, 1)
 	require.Equal(t, big.ID(), listed[0].CapsuleID)
-	require.Equal(t, "wave_capacity", listed[0].WaitingOn)
+	require.Equal(t, "wave_too_small", listed[0].WaitingOn, "bigger than the whole cap: a person's to raise")
 	r = o.run(t, "status", big.ID())
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
-	require.Regexp(t, `waiting_on: +wave_capacity w1\n`, r.out)
+	require.Regexp(t, `waiting_on: +wave_too_small w1\n`, r.out)
 
 	// The continuation that lists a waiting capsule is written right after
 	// its checkpoint.
