@@ -90,7 +90,18 @@ func (e NATSExecutor) Execute(ctx context.Context, req Request) (Result, error) 
 		return Result{}, err
 	}
 	meta := executeMeta(req)
-	data, err := natsCall(ctx, e.Conn, e.Subject, call, meta, e.Timeout, e.Retry, who)
+	// Artifact contents are inlined only while the request fits the
+	// server's max payload; what is dropped is fetched by reference.
+	limit := 0
+	if e.Conn != nil {
+		// Headers and the subject travel beside the body.
+		limit = int(e.Conn.MaxPayload()) - 4096
+	}
+	body, err := call.Shrink(limit)
+	if err != nil {
+		return Result{}, &FailedError{Detail: fmt.Sprintf("%s: %v", who, err)}
+	}
+	data, err := natsCall(ctx, e.Conn, e.Subject, json.RawMessage(body), meta, e.Timeout, e.Retry, who)
 	if err != nil {
 		return Result{}, err
 	}
