@@ -35,7 +35,7 @@ func fullCheckpoint() *Checkpoint {
 			AwaitingTokenHash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
 			WaveReserved:      &Usage{Tokens: 1000, Dollars: 0.5},
 			AwaitingUntil:     &deadline, WaitingFor: []string{"dep-1", "wave\"2"},
-			OperatorAnswer:    &OperatorAnswer{Text: "licence is \"MIT\"", By: "ann", At: at},
+			OperatorAnswer: &OperatorAnswer{Text: "licence is \"MIT\"", By: "ann", At: at},
 		},
 		History: []Transition{
 			{Phase: Reception, PhaseName: "RECEPTION", Cycle: 0, Outcome: OutcomePassed, At: at},
