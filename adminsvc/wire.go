@@ -73,6 +73,10 @@ type ResumeRequest struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 	// Force also resumes a capsule still waiting for accepted external work.
 	Force bool `json:"force,omitempty"`
+	// Answer is a person's answer to the pause (an escalation's
+	// resolution): recorded with By in the checkpoint, it reaches the next
+	// executor call as operator_answer.
+	Answer string `json:"answer,omitempty"`
 }
 
 // CancelRequest asks sagad to end a capsule cancelled.
@@ -216,6 +220,7 @@ type resumeWire struct {
 	Dollars  float64 `json:"dollars,omitempty"`
 	Deadline *string `json:"deadline,omitempty"`
 	Force    bool    `json:"force,omitempty"`
+	Answer   string  `json:"answer,omitempty"`
 }
 
 // requestIDPattern is the shape of a replay's request_id.
@@ -279,8 +284,8 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 			return nil, err
 		}
 		w.By = cleanBy(w.By)
-		r := ResumeRequest{ID: w.ID, Reason: w.Reason, By: w.By, Tokens: w.Tokens, Dollars: w.Dollars, Force: w.Force}
-		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
+		r := ResumeRequest{ID: w.ID, Reason: w.Reason, By: w.By, Tokens: w.Tokens, Dollars: w.Dollars, Force: w.Force, Answer: w.Answer}
+		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason), checkText("answer", r.Answer))
 		if err == nil && w.Deadline != nil {
 			r.Deadline, err = parseDeadline(*w.Deadline)
 		}
