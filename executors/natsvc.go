@@ -125,7 +125,20 @@ func (r NATSReviewer) Review(ctx context.Context, req ReviewRequest) (ReviewResu
 		return ReviewResult{}, err
 	}
 	meta := reviewMeta(req)
-	data, err := natsCall(ctx, r.Conn, r.Subject, call, meta, r.Timeout, r.Retry, who)
+	var body any = call
+	if r.Conn != nil {
+		b, err := json.Marshal(call)
+		if err != nil {
+			return ReviewResult{}, err
+		}
+		if len(b) > int(r.Conn.MaxPayload())-4096 && call.CallToken != "" {
+			// Too large for one message: the reviewer fetches the
+			// artifact by ref on saga.artifacts.get with call_token.
+			call.Artifact.Content = nil
+		}
+		body = call
+	}
+	data, err := natsCall(ctx, r.Conn, r.Subject, body, meta, r.Timeout, r.Retry, who)
 	if err != nil {
 		return ReviewResult{}, err
 	}
