@@ -59,8 +59,9 @@ func TestCommandEnvironment(t *testing.T) {
 	dir := t.TempDir()
 	cmd := shellScript(t, dir, `env > "$OUT/env"
 echo '{"content":1}'`)
-	cmd.Env = append(cmd.Env, "EXTRA=yes")
+	cmd.Env = append(cmd.Env, "EXTRA=yes", "SAGA_OPERATOR_ANSWER=posing")
 	req := execRequest(t)
+	req.OperatorAnswer = &capsule.OperatorAnswer{Text: "licence is MIT", By: "dana", At: time.Now()}
 	_, err := cmd.Execute(context.Background(), req)
 	require.NoError(t, err)
 
@@ -77,6 +78,7 @@ echo '{"content":1}'`)
 	require.Equal(t, "trace-123", env["SAGA_TRACE_ID"])
 	require.Equal(t, "execute", env["SAGA_CALL"])
 	require.Equal(t, req.CompletionToken, env["SAGA_COMPLETION_TOKEN"])
+	require.Equal(t, "licence is MIT", env["SAGA_OPERATOR_ANSWER"], "the person's answer, never Env's")
 	require.Equal(t, "yes", env["EXTRA"])
 	require.Equal(t, os.Getenv("PATH"), env["PATH"])
 	require.NotContains(t, env, "SAGAD_TEST_SECRET")
