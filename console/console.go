@@ -576,7 +576,7 @@ func writeAdminError(w http.ResponseWriter, err error) {
 
 // ActionRequest is the body of an action. Which members count depends on
 // the verb: pause and cancel take id, by, reason; resume also tokens,
-// dollars, deadline and force; decide takes id, by, decision, rationale;
+// dollars, deadline, force and answer; decide takes id, by, decision, rationale;
 // phase.pause and phase.resume take phase, by, reason.
 type ActionRequest struct {
 	ID        string  `json:"id"`
@@ -589,7 +589,9 @@ type ActionRequest struct {
 	// Deadline is RFC 3339, or empty to keep it.
 	Deadline string `json:"deadline"`
 	Force    bool   `json:"force"`
-	Phase    *int   `json:"phase"`
+	// Answer is resume's: a person's answer for the executor's next call.
+	Answer string `json:"answer"`
+	Phase  *int   `json:"phase"`
 	// FromPhase and Dependents are replay's: the phase the new run starts
 	// at (absent: where the capsule stopped), and whether the dependents
 	// halted dependency_failed on it go along (absent: yes).
@@ -677,7 +679,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 	case adminsvc.VerbCancel:
 		reply, err = c.admin.Cancel(ctx, adminsvc.CancelRequest{ID: a.ID, Reason: a.Reason, By: a.By})
 	case adminsvc.VerbResume:
-		req := adminsvc.ResumeRequest{ID: a.ID, Reason: a.Reason, By: a.By, Tokens: a.Tokens, Dollars: a.Dollars, Force: a.Force}
+		req := adminsvc.ResumeRequest{ID: a.ID, Reason: a.Reason, By: a.By, Tokens: a.Tokens, Dollars: a.Dollars, Force: a.Force, Answer: a.Answer}
 		if a.Deadline != "" {
 			t, perr := time.Parse(time.RFC3339, a.Deadline)
 			if perr != nil {
