@@ -6,6 +6,8 @@
 // each answer carrying the artifact's total size and sha256.
 //
 // Grants live in the memory of the sagad that made the call, keyed by the
-// SHA-256 of the call's token (the token itself is never kept): the service
-// answers from the instance whose phase runs the call.
+// SHA-256 of the call's token (the token itself is never kept). Every sagad
+// hears every request (no queue group): the one whose phase runs the call
+// answers at once; the others refuse a token they do not know only after
+// Config.NotMineDelay, and the requester takes the first answer.
 package artifactsvc

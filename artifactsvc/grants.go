@@ -67,8 +67,10 @@ func (g *Grants) Grant(token, capsuleID string, refs []string) (revoke func()) {
 	}
 }
 
-// check says whether token may read ref now, and why not.
-func (g *Grants) check(token, ref string) (string, bool) {
+// check says whether token may read ref now, and why not; known says the
+// token is a live grant of this set (a refusal of an unknown token may be
+// another sagad's to answer).
+func (g *Grants) check(token, ref string) (why string, ok, known bool) {
 	h := tokenHash(token)
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -76,12 +78,12 @@ func (g *Grants) check(token, ref string) (string, bool) {
 	// nothing about how much of the token a guess matched.
 	found := g.grants[h]
 	if found == nil || !g.now().Before(found.expires) {
-		return "the token is no live call's (a call's token is good while that call runs)", false
+		return "the token is no live call's (a call's token is good while that call runs)", false, false
 	}
 	if !slices.Contains(found.refs, ref) {
-		return "the call does not name " + ref + " (it may fetch only its prior, context or reviewed artifacts)", false
+		return "the call does not name " + ref + " (it may fetch only its prior, context or reviewed artifacts)", false, true
 	}
-	return "", true
+	return "", true, true
 }
 
 // Len is the number of grants held (expired ones included until swept).

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -82,6 +83,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Timeout bounds each request's handling. Defaults to 30s.
 	Timeout time.Duration
+	// NotMineDelay is how long a sagad that holds no grant for a request's
+	// token waits before refusing it: every sagad of a deployment gets
+	// every request (no queue group), the one whose phase runs the call
+	// answers at once, and the requester takes the first answer. Defaults
+	// to 500ms.
+	NotMineDelay time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -91,15 +98,21 @@ func (c Config) withDefaults() Config {
 	if c.Timeout <= 0 {
 		c.Timeout = 30 * time.Second
 	}
+	if c.NotMineDelay <= 0 {
+		c.NotMineDelay = 500 * time.Millisecond
+	}
 	return c
 }
 
 // Service is one sagad's instance of the artifacts service.
 type Service struct {
-	svc    micro.Service
-	grants *Grants
-	load   Loader
-	cfg    Config
+	svc     micro.Service
+	stop    chan struct{}
+	stopped sync.Once
+	waiting sync.WaitGroup
+	grants  *Grants
+	load    Loader
+	cfg     Config
 	// page is the most content bytes one answer carries: base64 and the
 	// JSON around it must fit the server's max payload.
 	page int64
@@ -111,7 +124,7 @@ func Start(nc *nats.Conn, grants *Grants, load Loader, cfg Config) (*Service, er
 	if nc == nil || grants == nil || load == nil {
 		return nil, errors.New("artifactsvc: a connection, grants and a loader are required")
 	}
-	s := &Service{grants: grants, load: load, cfg: cfg.withDefaults()}
+	s := &Service{grants: grants, load: load, cfg: cfg.withDefaults(), stop: make(chan struct{})}
 	s.page = max((nc.MaxPayload()-2048)/4*3, 1024)
 	svc, err := micro.AddService(nc, micro.Config{
 		Name: Name, Version: Version,
@@ -120,7 +133,9 @@ func Start(nc *nats.Conn, grants *Grants, load Loader, cfg Config) (*Service, er
 	if err != nil {
 		return nil, fmt.Errorf("artifactsvc: add service: %w", err)
 	}
-	if err := svc.AddEndpoint("get", micro.HandlerFunc(s.handle), micro.WithEndpointSubject(Subject)); err != nil {
+	// No queue group: grants live in the memory of the sagad that made the
+	// call, so every sagad hears every request (see Config.NotMineDelay).
+	if err := svc.AddEndpoint("get", micro.HandlerFunc(s.handle), micro.WithEndpointSubject(Subject), micro.WithEndpointQueueGroupDisabled()); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("artifactsvc: endpoint %s: %w", Subject, err)
 	}
@@ -133,10 +148,17 @@ func Start(nc *nats.Conn, grants *Grants, load Loader, cfg Config) (*Service, er
 }
 
 // Stop stops taking requests.
-func (s *Service) Stop() error { return s.svc.Stop() }
+func (s *Service) Stop() error {
+	err := s.svc.Stop()
+	s.stopped.Do(func() { close(s.stop) })
+	s.waiting.Wait()
+	return err
+}
 
 type refusal struct {
 	code, status, msg string
+	// notMine: this sagad holds no grant of the token.
+	notMine bool
 }
 
 func (r *refusal) Error() string { return r.msg }
@@ -181,6 +203,24 @@ func (s *Service) handle(req micro.Request) {
 	if !errors.As(err, &r) {
 		r = &refusal{code: CodeInternal, status: "500", msg: err.Error()}
 	}
+	if r.notMine {
+		// Another sagad may hold the call: let it answer first, without
+		// holding up the requests behind this one.
+		s.waiting.Add(1)
+		go func() {
+			defer s.waiting.Done()
+			select {
+			case <-time.After(s.cfg.NotMineDelay):
+				s.refuse(req, r)
+			case <-s.stop:
+			}
+		}()
+		return
+	}
+	s.refuse(req, r)
+}
+
+func (s *Service) refuse(req micro.Request, r *refusal) {
 	body, _ := json.Marshal(ErrorReply{Code: r.code, Message: r.msg})
 	if rerr := req.Error(r.status, r.msg, body); rerr != nil {
 		s.cfg.Logger.Warn("artifacts reply", "error", rerr)
@@ -193,8 +233,8 @@ func (s *Service) serve(ctx context.Context, data []byte) (Reply, error) {
 	if err != nil {
 		return Reply{}, &refusal{code: CodeBadRequest, status: "400", msg: err.Error()}
 	}
-	if why, ok := s.grants.check(r.Token, r.Ref); !ok {
-		return Reply{}, &refusal{code: CodeForbidden, status: "403", msg: why}
+	if why, ok, known := s.grants.check(r.Token, r.Ref); !ok {
+		return Reply{}, &refusal{code: CodeForbidden, status: "403", msg: why, notMine: !known}
 	}
 	a, err := s.load.Get(ctx, r.Ref)
 	if errors.Is(err, capsule.ErrArtifactGone) {

@@ -166,3 +166,25 @@ func FuzzDecodeRequest(f *testing.F) {
 		require.GreaterOrEqual(t, r.Limit, int64(0))
 	})
 }
+
+// TestTwoSagads: every sagad hears every request; the one that made the
+// call answers it, another that does not know the token stays out of the
+// way, and a token nobody knows is still refused. With a queue group, half
+// of the requests went to the sagad without the grant and were refused.
+func TestTwoSagads(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	other := artifactsvc.NewGrants(0, nil)
+	svc, err := artifactsvc.Start(f.nc, other, f.st.Artifacts, artifactsvc.Config{NotMineDelay: 100 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = svc.Stop() })
+	a := f.put(t, "01JAAAAAAAAAAAAAAAAAAAAAAA", 1, 1000)
+	f.grants.Grant("secret", a.CapsuleID, []string{a.Ref})
+	for range 20 {
+		got, _ := f.fetch(t, a.Ref, "secret")
+		require.Equal(t, []byte(a.Content), got)
+	}
+	_, e := f.get(t, artifactsvc.Request{Ref: a.Ref, Token: "guess"})
+	require.NotNil(t, e)
+	require.Equal(t, artifactsvc.CodeForbidden, e.Code)
+}
