@@ -111,6 +111,9 @@ func TestDecodeRequest(t *testing.T) {
 		{"cancel long reason", VerbCancel, `{"id":"c1","by":"ann","reason":"` + strings.Repeat("r", maxTextBytes+1) + `"}`, nil, "reason of"},
 		{"resume", VerbResume, `{"id":"c1","by":"ann","tokens":5,"dollars":1.5,"deadline":"2030-01-02T03:04:05Z","force":true}`,
 			ResumeRequest{ID: "c1", By: "ann", Tokens: 5, Dollars: 1.5, Deadline: &deadline, Force: true}, ""},
+		{"resume with an answer", VerbResume, `{"id":"c1","by":"ann","answer":"licence is MIT"}`,
+			ResumeRequest{ID: "c1", By: "ann", Answer: "licence is MIT"}, ""},
+		{"resume long answer", VerbResume, `{"id":"c1","by":"ann","answer":"` + strings.Repeat("a", maxTextBytes+1) + `"}`, nil, "answer of"},
 		{"resume negative tokens", VerbResume, `{"id":"c1","by":"ann","tokens":-1}`, nil, "tokens -1"},
 		{"resume negative dollars", VerbResume, `{"id":"c1","by":"ann","dollars":-0.5}`, nil, "dollars -0.5"},
 		{"resume bad deadline", VerbResume, `{"id":"c1","by":"ann","deadline":"tomorrow"}`, nil, "want an RFC 3339"},
@@ -169,6 +172,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	}{
 		{0, `{"id":"c1","reason":"r","by":"ann"}`},
 		{1, `{"id":"c1","by":"ann","tokens":5,"dollars":1.5,"deadline":"2030-01-02T03:04:05Z","force":true}`},
+		{1, `{"id":"c1","by":"ann","answer":"licence is MIT"}`},
 		{2, `{"id":"x-12","by":"ann"}`},
 		{3, `{"id":"c1","decision":"revise","rationale":"why","by":"ann"}`},
 		{4, `{"phase":4,"by":"ann"}`},
