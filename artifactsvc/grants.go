@@ -20,6 +20,7 @@ type Grants struct {
 
 	mu     sync.Mutex
 	grants map[string]*grant // by the token's SHA-256, hex
+	swept  time.Time
 }
 
 type grant struct {
@@ -51,11 +52,14 @@ func (g *Grants) Grant(token, capsuleID string, refs []string) (revoke func()) {
 	h := tokenHash(token)
 	now := g.now()
 	g.mu.Lock()
-	for k, v := range g.grants {
-		// Expired grants go when a new one comes: the set stays as small as
-		// the calls in flight.
-		if !now.Before(v.expires) {
-			delete(g.grants, k)
+	if now.Sub(g.swept) >= time.Minute {
+		// Expired grants (of accepted work nobody revoked) go at most once
+		// a minute, so a grant costs O(1) however many are held.
+		g.swept = now
+		for k, v := range g.grants {
+			if !now.Before(v.expires) {
+				delete(g.grants, k)
+			}
 		}
 	}
 	g.grants[h] = &grant{capsuleID: capsuleID, refs: slices.Clone(refs), expires: now.Add(g.ttl)}
