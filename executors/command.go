@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"slices"
@@ -98,6 +99,9 @@ var (
 
 // Execute runs the program as an executor.
 func (c Command) Execute(ctx context.Context, req Request) (Result, error) {
+	// A program's stdin has no message limit, and a local program has no
+	// NATS connection to fetch by reference: artifacts go whole.
+	req.InlineBytes = math.MaxInt64
 	call, err := NewExecuteCall(req)
 	if err != nil {
 		return Result{}, err

@@ -368,3 +368,23 @@ func TestCommandNotFound(t *testing.T) {
 	f := requireFailed(t, err, "")
 	require.Contains(t, f.Detail, "no such file or directory")
 }
+
+// TestCommandGetsArtifactsWhole: a command has no NATS connection to fetch
+// an artifact by reference, and its stdin no message limit: a prior
+// artifact over the inline limit still reaches it whole.
+func TestCommandGetsArtifactsWhole(t *testing.T) {
+	dir := t.TempDir()
+	cmd := shellScript(t, dir, `cat > "$OUT/stdin"
+echo '{"content":1}'`)
+	req := execRequest(t)
+	big := json.RawMessage(`"` + strings.Repeat("z", 300<<10) + `"`)
+	req.PriorArtifactRef = "artifact:" + req.Capsule.CapsuleID + "/1"
+	req.PriorArtifact = &capsule.Artifact{Ref: req.PriorArtifactRef, SHA256: "s", Size: int64(len(big)), Content: big}
+	_, err := cmd.Execute(context.Background(), req)
+	require.NoError(t, err)
+	b, err := os.ReadFile(filepath.Join(dir, "stdin"))
+	require.NoError(t, err)
+	var call executors.ExecuteCall
+	require.NoError(t, json.Unmarshal(b, &call))
+	require.Equal(t, string(big), string(call.PriorArtifact.Content))
+}
