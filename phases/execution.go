@@ -214,7 +214,7 @@ func (e Execution) attempt(ctx context.Context, env *Env, in *Input, ex executor
 		CompletionToken:  token,
 		PreviousFailure:  prev,
 		ContextArtifacts: inputs,
-		OperatorAnswer:   in.Checkpoint.State.OperatorAnswer,
+		OperatorAnswer:   operatorAnswer(in.Checkpoint),
 		InlineBytes:      env.InlineArtifactBytes,
 	})
 	if !errors.Is(err, executors.ErrAccepted) {
@@ -475,6 +475,16 @@ func persist(runCtx context.Context, env *Env, write func() error) error {
 	}
 }
 
+// operatorAnswer is a copy of the checkpoint's answer: the checkpoint is
+// the pipeline's cache, and an executor must not reach into it.
+func operatorAnswer(cp *capsule.Checkpoint) *capsule.OperatorAnswer {
+	if a := cp.State.OperatorAnswer; a != nil {
+		c := *a
+		return &c
+	}
+	return nil
+}
+
 // priorArtifact is the artifact a revision cycle revises: the latest one
 // recorded, which is the previous cycle's (this cycle's is recorded only
 // with its result, after which the executor is not called again).
@@ -486,9 +496,9 @@ func priorArtifact(cp *capsule.Checkpoint, cycle int) string {
 }
 
 // runFindings are the findings a cycle addresses on a revision cycle of the
-// current run: the last review's, after an operator's revise the
-// reviewer's then the operator's (capsule.Checkpoint.RevisionFindings). A replayed run's first cycle starts
-// afresh, like a first run's.
+// current run: the last review's; after an operator's revise, the
+// reviewer's then the operator's (capsule.Checkpoint.RevisionFindings). A
+// replayed run's first cycle starts afresh, like a first run's.
 func runFindings(cp *capsule.Checkpoint, cycle int) []capsule.Finding {
 	if cp.RunCycle(cycle) <= 1 {
 		return nil
