@@ -135,6 +135,10 @@ type ResumeOptions struct {
 	// Force resumes a capsule waiting for accepted external work, which
 	// runs its executor again for the cycle.
 	Force bool
+	// Answer is a person's answer to the pause, recorded with By in the
+	// checkpoint for the next executor call (operator_answer); "" keeps
+	// the one recorded.
+	Answer string
 }
 
 // Resume continues a paused capsule exactly where it stopped: it marks a
@@ -155,9 +159,14 @@ func (a *Admin) ResumeWaiting(ctx context.Context, id string, opts ResumeOptions
 
 func (a *Admin) resume(ctx context.Context, id, action string, from capsule.State, opts ResumeOptions) (status.Status, error) {
 	at := a.now()
+	var answer *capsule.OperatorAnswer
+	if strings.TrimSpace(opts.Answer) != "" {
+		answer = &capsule.OperatorAnswer{Text: opts.Answer, By: opts.By, At: at.UTC()}
+	}
 	ev := machine.RequestResume{
 		Action: action, From: from, Token: nuid.Next(), By: opts.By,
 		Tokens: opts.Tokens, Dollars: opts.Dollars, Deadline: opts.Deadline, Force: opts.Force,
+		Answer: answer,
 	}
 	if opts.Deadline == nil && opts.Extend > 0 {
 		d := at.Add(opts.Extend)

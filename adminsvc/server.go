@@ -266,7 +266,7 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 		return s.a.Pause(ctx, r.ID, r.Reason, r.By)
 	case ResumeRequest:
 		opts := admin.ResumeOptions{
-			By: r.By, Reason: r.Reason, Tokens: r.Tokens, Dollars: r.Dollars, Deadline: r.Deadline, Force: r.Force,
+			By: r.By, Reason: r.Reason, Tokens: r.Tokens, Dollars: r.Dollars, Deadline: r.Deadline, Force: r.Force, Answer: r.Answer,
 		}
 		if r.Extend != "" {
 			d, err := ParseExtend(r.Extend) // checked when decoded

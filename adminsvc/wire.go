@@ -77,6 +77,10 @@ type ResumeRequest struct {
 	Extend string `json:"extend,omitempty"`
 	// Force also resumes a capsule still waiting for accepted external work.
 	Force bool `json:"force,omitempty"`
+	// Answer is a person's answer to the pause (an escalation's
+	// resolution): recorded with By in the checkpoint, it reaches the next
+	// executor call as operator_answer.
+	Answer string `json:"answer,omitempty"`
 }
 
 // CancelRequest asks sagad to end a capsule cancelled.
@@ -221,6 +225,7 @@ type resumeWire struct {
 	Deadline *string `json:"deadline,omitempty"`
 	Extend   string  `json:"extend,omitempty"`
 	Force    bool    `json:"force,omitempty"`
+	Answer   string  `json:"answer,omitempty"`
 }
 
 // maxExtend bounds a resume's extend: far beyond any deadline Rule 14
@@ -298,8 +303,8 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 			return nil, err
 		}
 		w.By = cleanBy(w.By)
-		r := ResumeRequest{ID: w.ID, Reason: w.Reason, By: w.By, Tokens: w.Tokens, Dollars: w.Dollars, Extend: w.Extend, Force: w.Force}
-		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
+		r := ResumeRequest{ID: w.ID, Reason: w.Reason, By: w.By, Tokens: w.Tokens, Dollars: w.Dollars, Extend: w.Extend, Force: w.Force, Answer: w.Answer}
+		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason), checkText("answer", r.Answer))
 		if err == nil && w.Deadline != nil {
 			r.Deadline, err = parseDeadline(*w.Deadline)
 		}

@@ -194,4 +194,11 @@ type Finding struct {
 	Title   string `json:"title,omitempty"`
 	Field   string `json:"field,omitempty"`
 	Message string `json:"message"`
+	// Source says who raised the finding when it was not the reviewer:
+	// "operator" for an operator's revise rationale (FindingSourceOperator).
+	Source string `json:"source,omitempty"`
 }
+
+// FindingSourceOperator marks a finding an operator gave (a revise's
+// rationale), as opposed to the reviewer's.
+const FindingSourceOperator = "operator"

@@ -2,6 +2,7 @@ package capsule
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -121,6 +122,17 @@ type CheckpointState struct {
 	// reservation is held in the wave's budget record until the capsule
 	// ends, when what it did not use is released (package budget).
 	WaveReserved *Usage `json:"wave_reserved,omitempty"`
+	// OperatorAnswer is the latest answer a person gave the capsule (a
+	// resume's --answer, a revise's rationale): every later executor call
+	// carries it, so what a human resolved reaches the agent.
+	OperatorAnswer *OperatorAnswer `json:"operator_answer,omitempty"`
+}
+
+// OperatorAnswer is what a person answered, who, and when.
+type OperatorAnswer struct {
+	Text string    `json:"text"`
+	By   string    `json:"by,omitempty"`
+	At   time.Time `json:"at"`
 }
 
 // PauseInfo describes a pause or an operator wait.
@@ -244,6 +256,43 @@ func (c *Checkpoint) LastReviewFindings() []Finding {
 	return nil
 }
 
+// OperatorReviewerPrefix starts the reviewer id of a review an operator
+// recorded (a revise, a reject): "operator:<by>".
+const OperatorReviewerPrefix = "operator:"
+
+// RevisionFindings returns a copy of what a revision cycle addresses: the
+// latest review's findings and, when that review is an operator's revise,
+// first the findings of the reviewer's review of the same cycle it
+// overrode, so a revise adds the person's word to the reviewer's instead of
+// replacing it.
+func (c *Checkpoint) RevisionFindings() []Finding {
+	n := len(c.State.Reviews)
+	if n == 0 {
+		return nil
+	}
+	last := c.State.Reviews[n-1]
+	if !strings.HasPrefix(last.ReviewerID, OperatorReviewerPrefix) {
+		return cloneFindings(last.Findings)
+	}
+	var out []Finding
+	for i := n - 2; i >= 0; i-- {
+		r := c.State.Reviews[i]
+		if r.Cycle != last.Cycle {
+			break
+		}
+		if !strings.HasPrefix(r.ReviewerID, OperatorReviewerPrefix) {
+			out = append(out, r.Findings...)
+			break
+		}
+	}
+	for _, f := range last.Findings {
+		// Checkpoints written before findings had a source.
+		f.Source = FindingSourceOperator
+		out = append(out, f)
+	}
+	return out
+}
+
 // RunNumber is the capsule's run, counted from 1.
 func (c *Checkpoint) RunNumber() int { return max(c.Run, 1) }
 
@@ -296,6 +345,7 @@ func (c *Checkpoint) Clone() *Checkpoint {
 	st.AwaitingUntil = clonePtr(c.State.AwaitingUntil)
 	st.WaitingFor = cloneStrings(c.State.WaitingFor)
 	st.WaveReserved = clonePtr(c.State.WaveReserved)
+	st.OperatorAnswer = clonePtr(c.State.OperatorAnswer)
 	if o := c.State.Overrides; o != nil {
 		cp := *o
 		cp.Deadline = clonePtr(o.Deadline)

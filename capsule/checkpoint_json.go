@@ -271,6 +271,12 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if s.OperatorAnswer != nil {
+		// Rare (after an operator answered a pause or revised).
+		if b, err = appendMarshaled(b, `,"operator_answer":`, s.OperatorAnswer); err != nil {
+			return nil, err
+		}
+	}
 	return append(b, '}'), nil
 }
 
@@ -299,6 +305,10 @@ func appendFindings(b []byte, fs []Finding) []byte {
 		}
 		b = append(b, `"message":`...)
 		b = appendString(b, f.Message)
+		if f.Source != "" {
+			b = append(b, `,"source":`...)
+			b = appendString(b, f.Source)
+		}
 		b = append(b, '}')
 	}
 	return append(b, ']')

@@ -24,8 +24,8 @@ func fullCheckpoint() *Checkpoint {
 		State: CheckpointState{
 			Phase: ReviewPhase, PhaseName: "REVIEW", Progress: 71, Cycle: 2, Status: Halted, HaltReason: "max_cycles_exceeded:3",
 			BudgetUsed: Usage{Tokens: 12, Dollars: 0.1}, LocksHeld: []string{"a", "b\"c"}, ArtifactRefs: []string{"artifact:x/1"},
-			Findings:  []Finding{{Rule: 9, Title: "x", Field: "f", Message: "m\n"}},
-			Reviews:   []ReviewEntry{{Cycle: 1, ReviewerID: "r", Verdict: ChangesRequested, Findings: []Finding{{Rule: 20, Title: "t", Field: "g", Message: "fix"}}, Usage: Usage{Tokens: 3, Dollars: 0.02}, At: at}},
+			Findings:  []Finding{{Rule: 9, Title: "x", Field: "f", Message: "m\n", Source: "operator"}},
+			Reviews:   []ReviewEntry{{Cycle: 1, ReviewerID: "r", Verdict: ChangesRequested, Findings: []Finding{{Rule: 20, Title: "t", Field: "g", Message: "fix", Source: "operator"}}, Usage: Usage{Tokens: 3, Dollars: 0.02}, At: at}},
 			Execution: &ExecutionClaim{Cycle: 2, Holder: "h/1", ExpiresAt: at},
 			Result:    &ExecutionResult{Cycle: 2, ArtifactRef: "artifact:x/2", Usage: Usage{Tokens: 1, Dollars: 1e-7}, Failed: "boom"},
 			Attempts:  &ExecutionAttempts{Cycle: 2, Phase: ReviewPhase, Failed: 1, LastFailure: AttemptFailure{ExitCode: 12, Timeout: true, Error: "e", StderrTail: "t"}},
@@ -39,6 +39,7 @@ func fullCheckpoint() *Checkpoint {
 			AwaitingTokenHash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
 			WaveReserved:      &Usage{Tokens: 1000, Dollars: 0.5},
 			AwaitingUntil:     &deadline, WaitingFor: []string{"dep-1", "wave\"2"},
+			OperatorAnswer: &OperatorAnswer{Text: "licence is \"MIT\"", By: "ann", At: at},
 		},
 		History: []Transition{
 			{Phase: Reception, PhaseName: "RECEPTION", Cycle: 0, Outcome: OutcomePassed, At: at},

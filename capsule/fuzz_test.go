@@ -115,7 +115,7 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 	full := `{"schema_version":"1.0","capsule_id":"c","key":"k","trace_id":"t<&>","wave_id":"w","digest":"d","constitution":"2026.11.3+0123abcd","intake_seq":42,"outcome_emitted":true,` +
 		`"created_at":"2026-11-22T07:08:09.123456789Z","updated_at":"2026-11-22T07:08:10+01:00",` +
 		`"state":{"phase":5,"phase_name":"REVIEW","progress":71,"cycle":2,"status":"halted","halt_reason":"max_cycles_exceeded:3",` +
-		`"budget_used":{"tokens":12,"dollars":1e-7},"locks_held":["a","b\"c"],"artifact_refs":[],"findings":[{"rule":9,"title":"x","field":"f","message":"m\n"}],` +
+		`"budget_used":{"tokens":12,"dollars":1e-7},"locks_held":["a","b\"c"],"artifact_refs":[],"findings":[{"rule":9,"title":"x","field":"f","message":"m\n","source":"operator"}],"operator_answer":{"text":"licence is MIT","by":"ann","at":"2026-11-22T07:08:09Z"},` +
 		`"pause":{"trigger":"operator_manual","reason":"r","by":"me","at":"2026-11-22T07:08:09Z","resume_token":"tok"},"warned":["budget_warning"],"awaiting_cycle":2,` +
 		`"attempt_log":[{"phase":4,"cycle":1,"attempt":1,"exit_code":12,"error":"e","decision":"retry","at":"2026-11-22T07:08:09Z"},{"phase":5,"cycle":2,"attempt":3,"timeout":true,"error":"","decision":"halt","at":"2026-11-22T07:08:09+01:00"}]},` +
 		`"history":[{"phase":0,"phase_name":"RECEPTION","cycle":0,"outcome":"passed","detail":"\u2028\u0001","at":"2026-11-22T07:08:09Z"}]}`

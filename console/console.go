@@ -611,7 +611,7 @@ func writeAdminError(w http.ResponseWriter, err error) {
 
 // ActionRequest is the body of an action. Which members count depends on
 // the verb: pause and cancel take id, by, reason; resume also tokens,
-// dollars, deadline, extend and force; decide takes id, by, decision, rationale;
+// dollars, deadline, extend, force and answer; decide takes id, by, decision, rationale;
 // phase.pause and phase.resume take phase, by, reason.
 type ActionRequest struct {
 	ID        string  `json:"id"`
@@ -627,6 +627,8 @@ type ActionRequest struct {
 	// from sagad's now (e.g. "2h"), or empty.
 	Extend string `json:"extend"`
 	Force  bool   `json:"force"`
+	// Answer is resume's: a person's answer for the executor's next call.
+	Answer string `json:"answer"`
 	Phase  *int   `json:"phase"`
 	// FromPhase and Dependents are replay's: the phase the new run starts
 	// at (absent: where the capsule stopped), and whether the dependents
@@ -726,7 +728,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 	case adminsvc.VerbCancel:
 		reply, err = c.admin.Cancel(ctx, adminsvc.CancelRequest{ID: a.ID, Reason: a.Reason, By: a.By})
 	case adminsvc.VerbResume:
-		req := adminsvc.ResumeRequest{ID: a.ID, Reason: a.Reason, By: a.By, Tokens: a.Tokens, Dollars: a.Dollars, Extend: a.Extend, Force: a.Force}
+		req := adminsvc.ResumeRequest{ID: a.ID, Reason: a.Reason, By: a.By, Tokens: a.Tokens, Dollars: a.Dollars, Extend: a.Extend, Force: a.Force, Answer: a.Answer}
 		if a.Deadline != "" {
 			t, perr := time.Parse(time.RFC3339, a.Deadline)
 			if perr != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"slices"
@@ -51,7 +52,8 @@ const (
 // SAGA_IDEMPOTENCY_KEY, SAGA_TRACE_ID, SAGA_CALL (execute or review) and
 // TRACEPARENT (the W3C traceparent of the call's span, for the program's own
 // OpenTelemetry SDK to continue the capsule's trace); an executor call also
-// gets SAGA_COMPLETION_TOKEN, the request's completion_token. Nothing of the
+// gets SAGA_COMPLETION_TOKEN, the request's completion_token, and
+// SAGA_OPERATOR_ANSWER, the text of its operator_answer. Nothing of the
 // capsule reaches its arguments.
 //
 // The exit status decides the answer:
@@ -97,6 +99,9 @@ var (
 
 // Execute runs the program as an executor.
 func (c Command) Execute(ctx context.Context, req Request) (Result, error) {
+	// A program's stdin has no message limit, and a local program has no
+	// NATS connection to fetch by reference: artifacts go whole.
+	req.InlineBytes = math.MaxInt64
 	call, err := NewExecuteCall(req)
 	if err != nil {
 		return Result{}, err
@@ -310,7 +315,8 @@ func (c Command) environ(meta callMeta) []string {
 	)
 	if meta.kind == KindExecute {
 		// Set even when empty, so a value in Env never poses as the call's.
-		env = append(env, "SAGA_COMPLETION_TOKEN="+meta.completionToken, "SAGA_PRIOR_ARTIFACT_REF="+meta.priorArtifactRef)
+		env = append(env, "SAGA_COMPLETION_TOKEN="+meta.completionToken, "SAGA_PRIOR_ARTIFACT_REF="+meta.priorArtifactRef,
+			"SAGA_OPERATOR_ANSWER="+meta.operatorAnswer)
 	}
 	return env
 }

@@ -59,8 +59,9 @@ func TestCommandEnvironment(t *testing.T) {
 	dir := t.TempDir()
 	cmd := shellScript(t, dir, `env > "$OUT/env"
 echo '{"content":1}'`)
-	cmd.Env = append(cmd.Env, "EXTRA=yes")
+	cmd.Env = append(cmd.Env, "EXTRA=yes", "SAGA_OPERATOR_ANSWER=posing")
 	req := execRequest(t)
+	req.OperatorAnswer = &capsule.OperatorAnswer{Text: "licence is MIT", By: "dana", At: time.Now()}
 	_, err := cmd.Execute(context.Background(), req)
 	require.NoError(t, err)
 
@@ -77,6 +78,7 @@ echo '{"content":1}'`)
 	require.Equal(t, "trace-123", env["SAGA_TRACE_ID"])
 	require.Equal(t, "execute", env["SAGA_CALL"])
 	require.Equal(t, req.CompletionToken, env["SAGA_COMPLETION_TOKEN"])
+	require.Equal(t, "licence is MIT", env["SAGA_OPERATOR_ANSWER"], "the person's answer, never Env's")
 	require.Equal(t, "yes", env["EXTRA"])
 	require.Equal(t, os.Getenv("PATH"), env["PATH"])
 	require.NotContains(t, env, "SAGAD_TEST_SECRET")
@@ -365,4 +367,24 @@ func TestCommandNotFound(t *testing.T) {
 	_, err := cmd.Execute(context.Background(), execRequest(t))
 	f := requireFailed(t, err, "")
 	require.Contains(t, f.Detail, "no such file or directory")
+}
+
+// TestCommandGetsArtifactsWhole: a command has no NATS connection to fetch
+// an artifact by reference, and its stdin no message limit: a prior
+// artifact over the inline limit still reaches it whole.
+func TestCommandGetsArtifactsWhole(t *testing.T) {
+	dir := t.TempDir()
+	cmd := shellScript(t, dir, `cat > "$OUT/stdin"
+echo '{"content":1}'`)
+	req := execRequest(t)
+	big := json.RawMessage(`"` + strings.Repeat("z", 300<<10) + `"`)
+	req.PriorArtifactRef = "artifact:" + req.Capsule.CapsuleID + "/1"
+	req.PriorArtifact = &capsule.Artifact{Ref: req.PriorArtifactRef, SHA256: "s", Size: int64(len(big)), Content: big}
+	_, err := cmd.Execute(context.Background(), req)
+	require.NoError(t, err)
+	b, err := os.ReadFile(filepath.Join(dir, "stdin"))
+	require.NoError(t, err)
+	var call executors.ExecuteCall
+	require.NoError(t, json.Unmarshal(b, &call))
+	require.Equal(t, string(big), string(call.PriorArtifact.Content))
 }

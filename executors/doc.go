@@ -30,21 +30,34 @@
 //	 "trace_id": "...",
 //	 "findings": [{"rule": 0, "field": "...", "message": "..."}],
 //	 "prior_artifact_ref": "artifact:<capsule_id>/<cycle-1>",
+//	 "prior_artifact": {"ref": "...", "media_type": "...", "size": 123, "sha256": "...", "content": ...},
+//	 "operator_answer": {"text": "...", "by": "...", "at": "<RFC 3339>"},
 //	 "completion_token": "<64 hex digits>",
-//	 "context_artifacts": [{...capsule.Artifact, content included...}]}
+//	 "context_artifacts": [{...capsule.Artifact, content when small...}]}
 //
 // context_artifacts are the artifacts the capsule's artifact: context refs
 // name, in order (left out when there are none): a chain step's is the
 // previous step's final artifact, artifact:<capsule_id>/final resolving to
 // the artifact of that capsule's last approved cycle. findings are the previous review's findings when the cycle is a revision
-// (an empty array on the first cycle), and prior_artifact_ref names the
-// artifact they are about (left out on a first cycle; a command gets it as
-// SAGA_PRIOR_ARTIFACT_REF). completion_token is a secret sagad
+// (an empty array on the first cycle) — after an operator's revise, the
+// reviewer's findings of that cycle, then the rationale with "source":
+// "operator" — and prior_artifact_ref names the artifact they are about
+// (left out on a first cycle; a command gets it as SAGA_PRIOR_ARTIFACT_REF).
+// prior_artifact is that artifact ([ArtifactBody]); its content, like a
+// context artifact's, is sent only when at most [Request.InlineBytes]
+// (default 256 KiB) and the request fits the server's max payload
+// ([ExecuteCall.Shrink]); without it the worker fetches the artifact by ref
+// on saga.artifacts.get with the call's completion_token (package
+// artifactsvc). operator_answer is the latest answer a person gave
+// (sagactl resume --answer, a revise's rationale; SAGA_OPERATOR_ANSWER for
+// a command), left out when none. completion_token is a secret sagad
 // makes for this call alone (32 random bytes, hex): a worker that answers
 // "accepted" must put it in its completion (below), and must not show it
 // to anyone else. A reviewer call is [ReviewCall]: the same without
-// findings and completion_token, with "kind": "review" and
-// "artifact": {...capsule.Artifact, content included...}.
+// findings and completion_token, with "kind": "review",
+// "artifact": {...capsule.Artifact, content included...} and "call_token",
+// the call's secret for saga.artifacts.get (the artifact's content is left
+// out only when the request would not fit one NATS message).
 //
 // Over NATS the request also carries the headers [HeaderCapsuleID],
 // [HeaderCycle], [HeaderIdempotencyKey] and [HeaderTraceID]; a command gets

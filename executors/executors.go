@@ -42,7 +42,21 @@ type Request struct {
 	// PreviousFailure is set on a retry by the failure policy (the
 	// self-heal): what the attempt before this one failed with.
 	PreviousFailure *PreviousFailure
+	// PriorArtifact is the artifact PriorArtifactRef names, content
+	// included; nil on a first cycle or when it is no longer stored.
+	PriorArtifact *capsule.Artifact
+	// OperatorAnswer is the latest answer a person gave the capsule (a
+	// resume's --answer, a revise's rationale); nil when none.
+	OperatorAnswer *capsule.OperatorAnswer
+	// InlineBytes is the largest artifact content sent inside the request
+	// (prior and context artifacts); a larger one goes by reference, for
+	// the worker to fetch on saga.artifacts.get. 0 means
+	// [DefaultInlineArtifactBytes].
+	InlineBytes int64
 }
+
+// DefaultInlineArtifactBytes is the default [Request.InlineBytes]: 256 KiB.
+const DefaultInlineArtifactBytes = 256 << 10
 
 // Result is an executor's answer.
 type Result struct {
@@ -69,6 +83,9 @@ type ReviewRequest struct {
 	// PreviousFailure is set on a retry by the failure policy: what the
 	// reviewer's attempt before this one failed with.
 	PreviousFailure *PreviousFailure
+	// CallToken is this call's secret: a reviewer presents it on
+	// saga.artifacts.get to fetch the artifact under review by reference.
+	CallToken string
 }
 
 // ReviewResult is a reviewer's answer.

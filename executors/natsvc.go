@@ -90,7 +90,18 @@ func (e NATSExecutor) Execute(ctx context.Context, req Request) (Result, error) 
 		return Result{}, err
 	}
 	meta := executeMeta(req)
-	data, err := natsCall(ctx, e.Conn, e.Subject, call, meta, e.Timeout, e.Retry, who)
+	// Artifact contents are inlined only while the request fits the
+	// server's max payload; what is dropped is fetched by reference.
+	limit := 0
+	if e.Conn != nil {
+		// Headers and the subject travel beside the body.
+		limit = int(e.Conn.MaxPayload()) - 4096
+	}
+	body, err := call.Shrink(limit)
+	if err != nil {
+		return Result{}, &FailedError{Detail: fmt.Sprintf("%s: %v", who, err)}
+	}
+	data, err := natsCall(ctx, e.Conn, e.Subject, json.RawMessage(body), meta, e.Timeout, e.Retry, who)
 	if err != nil {
 		return Result{}, err
 	}
@@ -114,7 +125,20 @@ func (r NATSReviewer) Review(ctx context.Context, req ReviewRequest) (ReviewResu
 		return ReviewResult{}, err
 	}
 	meta := reviewMeta(req)
-	data, err := natsCall(ctx, r.Conn, r.Subject, call, meta, r.Timeout, r.Retry, who)
+	var body any = call
+	if r.Conn != nil {
+		b, err := json.Marshal(call)
+		if err != nil {
+			return ReviewResult{}, err
+		}
+		if len(b) > int(r.Conn.MaxPayload())-4096 && call.CallToken != "" {
+			// Too large for one message: the reviewer fetches the
+			// artifact by ref on saga.artifacts.get with call_token.
+			call.Artifact.Content = nil
+		}
+		body = call
+	}
+	data, err := natsCall(ctx, r.Conn, r.Subject, body, meta, r.Timeout, r.Retry, who)
 	if err != nil {
 		return ReviewResult{}, err
 	}

@@ -93,6 +93,40 @@ type ExecuteCall struct {
 	// PreviousFailure is what the previous attempt of this cycle failed
 	// with, on a retry of the failure policy; omitted on a first attempt.
 	PreviousFailure *PreviousFailure `json:"previous_failure,omitempty"`
+	// PriorArtifact is the artifact a revision revises: its ref, size and
+	// sha256 always, its content when at most the inline limit; omitted
+	// on a first cycle.
+	PriorArtifact *ArtifactBody `json:"prior_artifact,omitempty"`
+	// OperatorAnswer is what a person answered (a resume's --answer, a
+	// revise's rationale); omitted when nobody did.
+	OperatorAnswer *capsule.OperatorAnswer `json:"operator_answer,omitempty"`
+}
+
+// ArtifactBody is an artifact in a request: always its ref, media type,
+// size and sha256; its content only when at most the inline limit. Without
+// content a worker fetches it by ref on saga.artifacts.get with the call's
+// completion_token.
+type ArtifactBody struct {
+	Ref       string          `json:"ref"`
+	MediaType string          `json:"media_type,omitempty"`
+	Size      int64           `json:"size"`
+	SHA256    string          `json:"sha256"`
+	Content   json.RawMessage `json:"content,omitempty"`
+}
+
+// inline returns a's content when it is at most limit bytes, else nil.
+func inline(content json.RawMessage, limit int64) json.RawMessage {
+	if int64(len(content)) > limit {
+		return nil
+	}
+	return content
+}
+
+func inlineLimit(n int64) int64 {
+	if n <= 0 {
+		return DefaultInlineArtifactBytes
+	}
+	return n
 }
 
 // NewExecuteCall builds the wire request of req.
@@ -105,13 +139,67 @@ func NewExecuteCall(req Request) (ExecuteCall, error) {
 	if findings == nil {
 		findings = []capsule.Finding{}
 	}
+	limit := inlineLimit(req.InlineBytes)
+	var prior *ArtifactBody
+	if a := req.PriorArtifact; a != nil {
+		prior = &ArtifactBody{Ref: cmpOr(a.Ref, req.PriorArtifactRef), MediaType: a.MediaType, Size: int64(len(a.Content)), SHA256: a.SHA256, Content: inline(a.Content, limit)}
+	}
+	var ctxArts []capsule.Artifact
+	for _, a := range req.ContextArtifacts {
+		a.Content = inline(a.Content, limit)
+		ctxArts = append(ctxArts, a)
+	}
 	return ExecuteCall{
 		Kind: KindExecute, Capsule: raw, Cycle: req.Cycle,
 		IdempotencyKey: req.IdempotencyKey, TraceID: req.TraceID, Findings: findings,
 		PriorArtifactRef: req.PriorArtifactRef, CompletionToken: req.CompletionToken,
-		ContextArtifacts: req.ContextArtifacts,
+		ContextArtifacts: ctxArts,
 		PreviousFailure:  req.PreviousFailure,
+		PriorArtifact:    prior,
+		OperatorAnswer:   req.OperatorAnswer,
 	}, nil
+}
+
+// Shrink drops the inline contents of the call's artifacts, largest
+// first, until its encoding is at most max bytes (a NATS server's max
+// payload): the worker fetches what was dropped by reference. It returns
+// the encoding, or an error when even without contents it is too large.
+func (c ExecuteCall) Shrink(max int) ([]byte, error) {
+	for {
+		b, err := json.Marshal(c)
+		if err != nil || max <= 0 || len(b) <= max {
+			return b, err
+		}
+		// The largest inline content goes first.
+		big, at := 0, -2
+		if c.PriorArtifact != nil && len(c.PriorArtifact.Content) > big {
+			big, at = len(c.PriorArtifact.Content), -1
+		}
+		for i, a := range c.ContextArtifacts {
+			if len(a.Content) > big {
+				big, at = len(a.Content), i
+			}
+		}
+		switch at {
+		case -2:
+			return nil, fmt.Errorf("executors: request of %d bytes exceeds the max payload of %d even without artifact contents", len(b), max)
+		case -1:
+			p := *c.PriorArtifact
+			p.Content = nil
+			c.PriorArtifact = &p
+		default:
+			arts := append([]capsule.Artifact(nil), c.ContextArtifacts...)
+			arts[at].Content = nil
+			c.ContextArtifacts = arts
+		}
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 // ReviewCall is the JSON body of a reviewer request.
@@ -126,6 +214,10 @@ type ReviewCall struct {
 	// failed with, on a retry of the failure policy; omitted on a first
 	// attempt.
 	PreviousFailure *PreviousFailure `json:"previous_failure,omitempty"`
+	// CallToken is the call's secret for saga.artifacts.get: the artifact
+	// under review can be fetched by ref with it when its content was
+	// dropped to fit the max payload. Omitted when the call has none.
+	CallToken string `json:"call_token,omitempty"`
 }
 
 // NewReviewCall builds the wire request of req.
@@ -137,7 +229,7 @@ func NewReviewCall(req ReviewRequest) (ReviewCall, error) {
 	return ReviewCall{
 		Kind: KindReview, Capsule: raw, Cycle: req.Cycle,
 		IdempotencyKey: req.IdempotencyKey, TraceID: req.TraceID, Artifact: req.Artifact,
-		PreviousFailure: req.PreviousFailure,
+		PreviousFailure: req.PreviousFailure, CallToken: req.CallToken,
 	}, nil
 }
 
@@ -172,10 +264,16 @@ type callMeta struct {
 	completionToken string
 	// priorArtifactRef is the artifact a revision revises.
 	priorArtifactRef string
+	// operatorAnswer is the text of the operator's answer, for a command's
+	// SAGA_OPERATOR_ANSWER.
+	operatorAnswer string
 }
 
 func executeMeta(req Request) callMeta {
 	m := callMeta{kind: KindExecute, cycle: req.Cycle, idempotencyKey: req.IdempotencyKey, traceID: req.TraceID, traceparent: req.TraceParent, completionToken: req.CompletionToken, priorArtifactRef: req.PriorArtifactRef}
+	if req.OperatorAnswer != nil {
+		m.operatorAnswer = req.OperatorAnswer.Text
+	}
 	if req.Capsule != nil {
 		m.capsuleID = req.Capsule.CapsuleID
 	}

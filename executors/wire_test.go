@@ -1,6 +1,7 @@
 package executors_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -229,4 +230,53 @@ func TestReviewerFindingsAreCapped(t *testing.T) {
 	require.Equal(t, "f0", res.Findings[0].Field)
 	require.LessOrEqual(t, len(res.Findings[0].Message), capsule.MaxFindingMessage)
 	require.Equal(t, "… and 4,901 more findings", res.Findings[capsule.MaxFindings-1].Message)
+}
+
+// TestExecuteCallInlinesSmallArtifacts: a prior or context artifact's
+// content travels inline up to the limit, else only its ref, size and
+// sha256; Shrink drops contents, largest first, until the request fits the
+// max payload.
+func TestExecuteCallInlinesSmallArtifacts(t *testing.T) {
+	t.Parallel()
+	small := json.RawMessage(`"` + strings.Repeat("s", 100) + `"`)
+	big := json.RawMessage(`"` + strings.Repeat("b", 2000) + `"`)
+	bigger := json.RawMessage(`"` + strings.Repeat("c", 3000) + `"`)
+	c := &capsule.Capsule{CapsuleID: "01JAAAAAAAAAAAAAAAAAAAAAAA"}
+	req := executors.Request{
+		Capsule: c, Cycle: 2, InlineBytes: 1000,
+		PriorArtifactRef: "artifact:01JAAAAAAAAAAAAAAAAAAAAAAA/1",
+		PriorArtifact:    &capsule.Artifact{Ref: "artifact:01JAAAAAAAAAAAAAAAAAAAAAAA/1", SHA256: "abc", Size: int64(len(big)), Content: big},
+		ContextArtifacts: []capsule.Artifact{{Ref: "artifact:x/1", Content: small}, {Ref: "artifact:y/1", Content: bigger}},
+		OperatorAnswer:   &capsule.OperatorAnswer{Text: "yes", By: "ann"},
+	}
+	call, err := executors.NewExecuteCall(req)
+	require.NoError(t, err)
+	require.Nil(t, call.PriorArtifact.Content)
+	require.Equal(t, int64(len(big)), call.PriorArtifact.Size)
+	require.Equal(t, "abc", call.PriorArtifact.SHA256)
+	require.Equal(t, string(small), string(call.ContextArtifacts[0].Content))
+	require.Nil(t, call.ContextArtifacts[1].Content)
+	require.Equal(t, bigger, req.ContextArtifacts[1].Content, "the request's artifacts are not changed")
+
+	req.InlineBytes = 1 << 20
+	call, err = executors.NewExecuteCall(req)
+	require.NoError(t, err)
+	whole, err := call.Shrink(0)
+	require.NoError(t, err)
+	b, err := call.Shrink(len(whole) - 1)
+	require.NoError(t, err)
+	require.Less(t, len(b), len(whole))
+	var got executors.ExecuteCall
+	require.NoError(t, json.Unmarshal(b, &got))
+	require.Nil(t, got.ContextArtifacts[1].Content, "the largest goes first")
+	require.NotNil(t, got.PriorArtifact.Content)
+	require.NotNil(t, call.ContextArtifacts[1].Content, "Shrink changes a copy")
+	b, err = call.Shrink(len(whole) - len(bigger) - len(big) + 10)
+	require.NoError(t, err)
+	got = executors.ExecuteCall{}
+	require.NoError(t, json.Unmarshal(b, &got))
+	require.Nil(t, got.PriorArtifact.Content)
+	require.NotNil(t, got.ContextArtifacts[0].Content)
+	_, err = call.Shrink(50)
+	require.Error(t, err, "too large even without contents")
 }

@@ -71,6 +71,11 @@ type RequestResume struct {
 	// than APPROVED is recorded as that person's approval of the cycle's
 	// artifact, which makes it the capsule's final one.
 	By string
+	// Answer is what the operator answered the pause (an exit-11
+	// escalation's resolution): recorded as the checkpoint's
+	// OperatorAnswer, which the next executor call carries. Nil keeps the
+	// one recorded.
+	Answer *capsule.OperatorAnswer
 }
 
 // Resume takes a capsule marked with Token back to in_progress. With At
@@ -523,6 +528,10 @@ func requestResume(cp *capsule.Checkpoint, e RequestResume, now time.Time) (bool
 			acceptOver(cp, e.By, now)
 		}
 	}
+	if e.Answer != nil && strings.TrimSpace(e.Answer.Text) != "" {
+		a := *e.Answer
+		st.OperatorAnswer = &a
+	}
 	if e.Tokens > 0 || e.Dollars > 0 || e.Deadline != nil {
 		if st.Overrides == nil {
 			st.Overrides = &capsule.Overrides{}
@@ -689,7 +698,7 @@ func end(cp *capsule.Checkpoint, e End, now time.Time) (bool, *capsule.Transitio
 }
 
 // OperatorReviewer prefixes the reviewer id of an operator's revision.
-const OperatorReviewer = "operator:"
+const OperatorReviewer = capsule.OperatorReviewerPrefix
 
 // RevisionPrefix starts the finding an operator's revision records.
 const RevisionPrefix = "operator revision: "
@@ -708,8 +717,11 @@ func revise(cp *capsule.Checkpoint, e Revise, now time.Time) (bool, *capsule.Tra
 	if e.CycleLimit < 1 {
 		return false, nil, refuse(ErrInvalid, e, cp, "no cycle limit")
 	}
-	finding := capsule.Finding{Message: RevisionPrefix + e.Rationale}
+	finding := capsule.Finding{Message: RevisionPrefix + e.Rationale, Source: capsule.FindingSourceOperator}
 	cycle := st.Cycle
+	// The rationale is also the person's answer, which the revision's
+	// executor calls carry as operator_answer.
+	st.OperatorAnswer = &capsule.OperatorAnswer{Text: e.Rationale, By: e.By, At: now}
 	tr := capsule.Transition{Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: cycle, At: now}
 	st.Pause = nil
 	st.Reviews = append(st.Reviews, capsule.ReviewEntry{

@@ -85,6 +85,29 @@ type Env struct {
 	// BudgetWarning is the fraction of a cap whose crossing pauses the
 	// capsule with budget_warning (once). Zero disables the trigger.
 	BudgetWarning float64
+	// InlineArtifactBytes is the largest artifact content an executor
+	// request carries inline (executors.Request.InlineBytes); 0 means the
+	// default, 256 KiB.
+	InlineArtifactBytes int64
+	// Grants lets each agent call's worker fetch the artifacts the call
+	// names by reference (saga.artifacts.get); nil grants nothing.
+	Grants ArtifactGrants
+}
+
+// ArtifactGrants records which artifacts a call's worker may fetch: Grant
+// lets the holder of token read exactly refs of capsuleID until revoke is
+// called (or the grant expires, for work a worker accepted and finishes
+// later).
+type ArtifactGrants interface {
+	Grant(token, capsuleID string, refs []string) (revoke func())
+}
+
+// grant is env.Grants.Grant, a no-op without Grants.
+func (env *Env) grant(token, capsuleID string, refs []string) func() {
+	if env.Grants == nil || token == "" || len(refs) == 0 {
+		return func() {}
+	}
+	return env.Grants.Grant(token, capsuleID, refs)
 }
 
 // Input is one capsule at one phase.

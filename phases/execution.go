@@ -174,6 +174,33 @@ func (e Execution) attempt(ctx context.Context, env *Env, in *Input, ex executor
 		d := RetryLater(fmt.Errorf("execution: %w", err))
 		return executors.Result{}, nil, &d
 	}
+	priorRef := priorArtifact(in.Checkpoint, cycle)
+	var prior *capsule.Artifact
+	if priorRef != "" && env.Artifacts != nil {
+		a, err := env.Artifacts.Get(ctx, priorRef)
+		switch {
+		case errors.Is(err, ErrArtifactGone):
+			// Expired from the store: the ref alone still says which.
+		case err != nil:
+			d := RetryLater(fmt.Errorf("execution: load prior artifact %s: %w", priorRef, err))
+			return executors.Result{}, nil, &d
+		default:
+			if a.Ref == "" {
+				a.Ref = priorRef
+			}
+			prior = &a
+		}
+	}
+	// The call's worker may fetch exactly the artifacts it names, by
+	// reference, with the call's token.
+	refs := make([]string, 0, len(inputs)+1)
+	if prior != nil {
+		refs = append(refs, prior.Ref)
+	}
+	for _, a := range inputs {
+		refs = append(refs, a.Ref)
+	}
+	revoke := env.grant(token, c.CapsuleID, refs)
 	callStart := time.Now()
 	res, err := e.run(ctx, env, in, ex, executors.Request{
 		Capsule:          c,
@@ -182,11 +209,18 @@ func (e Execution) attempt(ctx context.Context, env *Env, in *Input, ex executor
 		IdempotencyKey:   AttemptKey(c.CapsuleID, cycle, n),
 		TraceID:          in.Checkpoint.TraceID,
 		Findings:         runFindings(in.Checkpoint, cycle),
-		PriorArtifactRef: priorArtifact(in.Checkpoint, cycle),
+		PriorArtifactRef: priorRef,
+		PriorArtifact:    prior,
 		CompletionToken:  token,
 		PreviousFailure:  prev,
 		ContextArtifacts: inputs,
+		OperatorAnswer:   operatorAnswer(in.Checkpoint),
+		InlineBytes:      env.InlineArtifactBytes,
 	})
+	if !errors.Is(err, executors.ErrAccepted) {
+		// Accepted work may still fetch until the grant expires.
+		revoke()
+	}
 	env.record().Call("executor", callResult(err, ctx), time.Since(callStart))
 	var failed *executors.FailedError
 	switch {
@@ -442,6 +476,16 @@ func persist(runCtx context.Context, env *Env, write func() error) error {
 	}
 }
 
+// operatorAnswer is a copy of the checkpoint's answer: the checkpoint is
+// the pipeline's cache, and an executor must not reach into it.
+func operatorAnswer(cp *capsule.Checkpoint) *capsule.OperatorAnswer {
+	if a := cp.State.OperatorAnswer; a != nil {
+		c := *a
+		return &c
+	}
+	return nil
+}
+
 // priorArtifact is the artifact a revision cycle revises: the latest one
 // recorded, which is the previous cycle's (this cycle's is recorded only
 // with its result, after which the executor is not called again).
@@ -452,12 +496,13 @@ func priorArtifact(cp *capsule.Checkpoint, cycle int) string {
 	return cp.State.ArtifactRefs[len(cp.State.ArtifactRefs)-1]
 }
 
-// runFindings are the findings a cycle addresses: the last review's, on a
-// revision cycle of the current run. A replayed run's first cycle starts
-// afresh, like a first run's.
+// runFindings are the findings a cycle addresses on a revision cycle of the
+// current run: the last review's; after an operator's revise, the
+// reviewer's then the operator's (capsule.Checkpoint.RevisionFindings). A
+// replayed run's first cycle starts afresh, like a first run's.
 func runFindings(cp *capsule.Checkpoint, cycle int) []capsule.Finding {
 	if cp.RunCycle(cycle) <= 1 {
 		return nil
 	}
-	return cp.LastReviewFindings()
+	return cp.RevisionFindings()
 }

@@ -93,6 +93,13 @@ func (r Review) call(ctx context.Context, env *Env, in *Input, reviewerID string
 // policy's table).
 func (Review) attempt(ctx context.Context, env *Env, in *Input, rv executors.Reviewer, artifact capsule.Artifact, n int, prev *executors.PreviousFailure) (executors.ReviewResult, *executors.FailedError, *Decision) {
 	c, cycle := in.Capsule, in.Cycle()
+	// A secret per call, for fetching the artifact under review by ref.
+	token, err := executors.NewCompletionToken()
+	if err != nil {
+		d := RetryLater(fmt.Errorf("review: %w", err))
+		return executors.ReviewResult{}, nil, &d
+	}
+	revoke := env.grant(token, c.CapsuleID, []string{artifact.Ref})
 	callStart := time.Now()
 	res, err := rv.Review(ctx, executors.ReviewRequest{
 		Capsule:         c,
@@ -102,7 +109,11 @@ func (Review) attempt(ctx context.Context, env *Env, in *Input, rv executors.Rev
 		IdempotencyKey:  AttemptKey(c.CapsuleID, cycle, n),
 		TraceID:         in.Checkpoint.TraceID,
 		PreviousFailure: prev,
+		CallToken:       token,
 	})
+	if !errors.Is(err, executors.ErrAccepted) {
+		revoke()
+	}
 	env.record().Call("reviewer", callResult(err, ctx), time.Since(callStart))
 	var failed *executors.FailedError
 	var d Decision

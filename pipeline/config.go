@@ -108,6 +108,10 @@ type Config struct {
 	// BudgetWarning is the used fraction of a cap that pauses a capsule with
 	// budget_warning, once. Negative disables it. Defaults to 0.75.
 	BudgetWarning float64
+	// InlineArtifactBytes is the largest artifact content an executor
+	// request carries inline; a larger one is fetched by reference on
+	// saga.artifacts.get. Defaults to 256 KiB.
+	InlineArtifactBytes int64
 	// DeadlineWarning pauses a capsule with deadline_approaching, once, when
 	// less than this is left before its deadline. Negative disables it.
 	// Defaults to 5m.

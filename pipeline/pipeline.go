@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sagad/sagad/artifactsvc"
 	"log/slog"
 	"sync"
 	"time"
@@ -54,6 +55,10 @@ type Pipeline struct {
 	cancel  context.CancelFunc
 	sweeper *maintenance.Sweeper
 	rescuer *maintenance.Rescuer
+	// grants are the artifacts each agent call's worker may fetch, served
+	// by artifacts on saga.artifacts.get while the pipeline runs.
+	grants    *artifactsvc.Grants
+	artifacts *artifactsvc.Service
 }
 
 // New creates the JetStream topology (idempotently) and returns a pipeline
@@ -104,7 +109,11 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		RetryDelay:     cfg.RetryDelay,
 		LockWait:       cfg.LockWait,
 		BudgetWarning:  max(cfg.BudgetWarning, 0),
+
+		InlineArtifactBytes: cfg.InlineArtifactBytes,
 	}
+	p.grants = artifactsvc.NewGrants(0, cfg.Now)
+	p.env.Grants = p.grants
 	// The admin validates a replay's corrected capsule as RECEPTION does.
 	p.admin = admin.New(st, admin.Config{Now: cfg.Now, Metrics: cfg.Metrics, Env: p.env})
 	p.phases = [capsule.NumPhases]phases.Phase{
@@ -144,12 +153,20 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	p.cancel = cancel
 	p.stopping = workCtx.Done()
 	rc := runner.Config{Workers: p.cfg.Workers, Logger: p.log, Metrics: p.metrics, RetryDelay: p.cfg.RetryDelay, BusyDelay: p.cfg.RetryDelay, Progress: p.cfg.Health.Settled}
+	// Served before any call is made: a worker fetches while its call runs.
+	svc, err := artifactsvc.Start(p.js.Conn(), p.grants, p.st.Artifacts, artifactsvc.Config{Logger: p.log})
+	if err != nil {
+		cancel()
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	p.artifacts = svc
 	stopAll := func() {
 		cancel()
 		for _, r := range p.running {
 			r.Stop()
 		}
 		p.running = nil
+		_ = svc.Stop()
 	}
 	for ph := capsule.Phase(0); ph < capsule.NumPhases; ph++ {
 		r, err := runner.Start(ctx, workCtx, p.js, store.PhaseStream(ph), store.ConsumerName(ph), rc, func(ctx context.Context, msg jetstream.Msg) runner.Delivery {
@@ -193,7 +210,7 @@ func (p *Pipeline) Start(ctx context.Context) error {
 // back when ctx expires first), and returns when no work is left.
 func (p *Pipeline) Stop(ctx context.Context) {
 	p.mu.Lock()
-	running, cancel, sweeper, rescuer := p.running, p.cancel, p.sweeper, p.rescuer
+	running, cancel, sweeper, rescuer, artifacts := p.running, p.cancel, p.sweeper, p.rescuer, p.artifacts
 	p.running, p.cancel = nil, nil
 	p.mu.Unlock()
 	if running == nil {
@@ -227,6 +244,11 @@ func (p *Pipeline) Stop(ctx context.Context) {
 	sweeper.Stop()
 	if rescuer != nil {
 		rescuer.Stop()
+	}
+	if artifacts != nil {
+		if err := artifacts.Stop(); err != nil {
+			p.log.Warn("artifacts service stop", "error", err)
+		}
 	}
 	p.log.Info("pipeline stopped", "instance", p.cfg.InstanceID)
 }

@@ -117,7 +117,8 @@ async function post(verb, body) {
 
 const FIELDS = {
   reason: { label: "Reason", type: "text" },
-  rationale: { label: "Rationale (becomes the review finding)", type: "textarea" },
+  rationale: { label: "Rationale (becomes the review finding; a revise's also reaches the executor as your answer)", type: "textarea" },
+  answer: { label: "Answer for the executor (e.g. an escalation's resolution; empty: none)", type: "textarea" },
   tokens: { label: "Token cap (empty: unchanged)", type: "number" },
   dollars: { label: "Dollar cap (empty: unchanged)", type: "number", step: "0.01" },
   deadline: { label: "New deadline (RFC 3339, empty keeps it)", type: "text", placeholder: "2030-01-02T15:04:05Z" },
@@ -193,7 +194,7 @@ function capsuleActions(r) {
     out.push(b("Reject", "act-reject danger", () => confirmAction("Reject " + who, "The capsule halts: the operator rejected the work.", "decide", { id, decision: "reject" }, ["rationale"])));
   }
   if (r.state === "paused") {
-    out.push(b("Resume", "act-resume primary", () => confirmAction("Resume " + who, "The capsule resumes where it stopped; the overrides lift its cause.", "resume", { id }, ["reason", "tokens", "dollars", "deadline", "extend", "force"])));
+    out.push(b("Resume", "act-resume primary", () => confirmAction("Resume " + who, "The capsule resumes where it stopped; the overrides lift its cause.", "resume", { id }, ["reason", "answer", "tokens", "dollars", "deadline", "extend", "force"])));
   }
   // A waiting capsule refuses a pause (capsule/triggers.go PauseRefused):
   // it has spent nothing yet; cancel it or let what it waits for finish.

@@ -20,6 +20,7 @@
 // for "review" (run from sagad's directory). Each endpoint served has a
 // connection of its own.
 import { connect, credsAuthenticator, nkeyAuthenticator } from "nats";
+import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 
@@ -68,19 +69,65 @@ function connectOptions(env, ep) {
   return opts;
 }
 
+// fetchArtifact reads an artifact's content by ref from sagad's
+// saga.artifacts.get, page by page, with the current call's token (an
+// executor's completion_token, a reviewer's call_token): sagad hands a
+// call's worker exactly the artifacts that call names. It checks the size
+// and sha256 and returns the content's bytes.
+async function fetchArtifact(nc, ref, token) {
+  const chunks = [];
+  let offset = 0;
+  for (;;) {
+    const msg = await nc.request("saga.artifacts.get", JSON.stringify({ ref, token, offset }), { timeout: 10_000 });
+    if (msg.headers?.get("Nats-Service-Error-Code")) {
+      throw new Error(`saga.artifacts.get refused (${msg.headers.get("Nats-Service-Error-Code")}): ${msg.headers.get("Nats-Service-Error")}`);
+    }
+    const page = msg.json();
+    const data = Buffer.from(page.data ?? "", "base64");
+    chunks.push(data);
+    offset += data.length;
+    if (page.eof) {
+      const all = Buffer.concat(chunks);
+      const sum = createHash("sha256").update(all).digest("hex");
+      if (all.length !== page.size || sum !== page.sha256) throw new Error(`${ref}: size or sha256 does not match`);
+      return all;
+    }
+    if (data.length === 0) throw new Error(`${ref}: empty page before the end`);
+  }
+}
+
+// padding is metadata {"worker": {"pad_bytes": N}}: the demo makes its
+// artifact that long, to show a prior artifact too large to travel inline.
+const padding = (c) => "p".repeat(Math.min(Math.max(c.metadata?.worker?.pad_bytes ?? 0, 0), 8 << 20));
+
 // execute produces the artifact: the task restated, its acceptance
-// criteria, the findings of the previous review it answers.
-function execute(call) {
+// criteria, the findings it answers (the reviewer's, then an operator's
+// revise, source "operator"), the operator's answer, and which prior
+// artifact a revision read — inline, or by reference when it was larger
+// than sagad's --inline-artifact-bytes.
+async function execute(call, nc) {
   const c = call.capsule;
   const artifact = {
     summary: `${c.task.title}: ${c.task.description}`,
     title: c.task.title,
     target: c.target,
     acceptance_criteria: c.spec?.acceptance_criteria ?? [],
-    addressed_findings: (call.findings ?? []).map((f) => f.message),
+    addressed_findings: (call.findings ?? []).map((f) => (f.source ? `${f.source}: ${f.message}` : f.message)),
     cycle: call.cycle,
     produced_by: flags["agent-id"],
   };
+  if (call.operator_answer) artifact.operator_answer = call.operator_answer.text;
+  const prior = call.prior_artifact;
+  if (prior) {
+    let via = "inline";
+    if (prior.content === undefined) {
+      via = "reference";
+      JSON.parse((await fetchArtifact(nc, prior.ref, call.completion_token)).toString("utf8"));
+    }
+    artifact.revised = { ref: prior.ref, size: prior.size, sha256: prior.sha256, via };
+  }
+  const pad = padding(c);
+  if (pad) artifact.padding = pad;
   // A stand-in for a model's bill: a token per character of the task.
   const tokens = c.task.title.length + c.task.description.length;
   return { status: "ok", content: artifact, media_type: "application/json", usage: { tokens, dollars: tokens * 0.000002 } };
@@ -88,13 +135,20 @@ function execute(call) {
 
 // review approves an artifact that covers every acceptance criterion, asks
 // for changes otherwise, and refuses its own producer's work (Rule 15).
-function review(call) {
+async function review(call, nc) {
   const c = call.capsule;
-  const content = call.artifact?.content;
+  let content = call.artifact?.content;
+  if (content === undefined && call.artifact?.size > 0 && call.call_token) {
+    // Too large for the request: fetched by ref with the call's token.
+    content = JSON.parse((await fetchArtifact(nc, call.artifact.ref, call.call_token)).toString("utf8"));
+  }
   const tokens = Math.floor(JSON.stringify(content ?? null).length / 4) + 1;
   const reply = (verdict, findings = []) => ({ status: "ok", verdict, findings, usage: { tokens, dollars: tokens * 0.000002 } });
   if (c.producer_agent_id === REVIEWER_ID || call.artifact?.producer_agent_id === REVIEWER_ID) {
     return reply("REJECTED", [{ rule: 15, field: "review.reviewer_agent_id", message: `${REVIEWER_ID} produced this artifact and cannot review it` }]);
+  }
+  if (call.cycle === 1 && c.metadata?.worker?.changes_first) {
+    return reply("CHANGES_REQUESTED", [{ field: "artifact.content", message: "demo: name the licence (metadata.worker.changes_first)" }]);
   }
   if (content == null || typeof content !== "object" || Object.keys(content).length === 0) {
     return reply("CHANGES_REQUESTED", [{ field: "artifact.content", message: "the artifact is empty" }]);
@@ -142,7 +196,7 @@ async function deliver(nc, subject, completion) {
 // handle answers one call: the stored answer for a repeated key, else a new
 // one; in --async mode an executor's result goes out as a completion.
 function handle(nc, kind, work) {
-  return (err, msg) => {
+  return async (err, msg) => {
     if (err) {
       console.error(`${kind}: ${err.message}`);
       return;
@@ -160,7 +214,7 @@ function handle(nc, kind, work) {
     if (!repeat) {
       let result;
       try {
-        result = work(call);
+        result = await work(call, nc);
       } catch (e) {
         result = { status: "failed", error: `bad call: ${e.message}`, usage: { tokens: 0, dollars: 0 } };
       }

@@ -196,14 +196,18 @@ func newResume(g *globals) *cobra.Command {
 	var extend time.Duration
 	var force bool
 	var all bool
-	cmd := adminCommand(g, "resume ID|--all [--tokens N] [--dollars X] [--deadline T | --extend D]",
+	var answer string
+	cmd := adminCommand(g, "resume ID|--all [--tokens N] [--dollars X] [--deadline T | --extend D] [--answer TEXT]",
 		"Resume a paused capsule where it stopped, optionally lifting the cause; --all restarts every phase",
 		`Resume a paused capsule exactly where it stopped: the phase it was at runs
 (again, if it had parked before finishing); completed phases and recorded
 executor results are never re-run. --tokens/--dollars raise the capsule's caps
 (after budget_warning); --deadline (RFC 3339) or --extend moves its deadline
 (after deadline_approaching); past its deadline a resume without either is
-refused (exit 5). Exit 5 if the capsule is not paused.
+refused (exit 5). --answer gives the executor a person's answer (an
+escalation's resolution): recorded with --by, the next executor call carries
+it as operator_answer (SAGA_OPERATOR_ANSWER for a command). Exit 5 if the
+capsule is not paused.
 
 --all restarts every phase paused by pause --all or phase pause (the last
 phase first); capsules paused one by one stay paused.`,
@@ -216,9 +220,10 @@ phase first); capsules paused one by one stay paused.`,
 			c.Flags().DurationVar(&extend, "extend", 0, "move the deadline to now + D")
 			c.Flags().BoolVar(&force, "force", false, "resume a capsule still waiting for accepted external work (runs its executor again)")
 			c.Flags().BoolVar(&all, "all", false, "resume every phase: restart all work")
+			c.Flags().StringVar(&answer, "answer", "", "a person's answer for the executor's next call (operator_answer)")
 		},
 		func(ctx context.Context, a *adminsvc.Client, id string) (client.Status, error) {
-			opts := adminsvc.ResumeRequest{ID: id, By: operator(by), Reason: reason, Tokens: tokens, Dollars: dollars, Force: force}
+			opts := adminsvc.ResumeRequest{ID: id, By: operator(by), Reason: reason, Tokens: tokens, Dollars: dollars, Force: force, Answer: answer}
 			switch {
 			case deadline != "" && extend != 0:
 				return client.Status{}, exit(ExitUsage, errors.New("--deadline and --extend exclude each other"))

@@ -11,9 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/adminsvc"
+	"github.com/sagad/sagad/artifactsvc"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/cmd/internal/cli"
 	"github.com/sagad/sagad/executors"
@@ -155,7 +157,7 @@ func TestRolesStayInTheirLane(t *testing.T) {
 		subjects []string
 	}{
 		{"executor-demo", append(append([]string{store.IntakeSubject, "saga.intake.producer", "agents.demo.review"}, admin...), jsAPI...)},
-		{RoleProducer, append(append([]string{"saga.complete.x.1", "saga.intake.operator", "agents.demo.execute"}, admin...), jsAPI...)},
+		{RoleProducer, append(append([]string{"saga.complete.x.1", "saga.intake.operator", "agents.demo.execute", artifactsvc.Subject}, admin...), jsAPI...)},
 		{RoleOperator, append([]string{"saga.complete.x.1", executors.CompletionSubject(capsuletest.NewID(), 1), "agents.demo.execute", "saga.intake.producer"}, jsAPI...)},
 	} {
 		nc := a.conn(tt.role)
@@ -172,6 +174,12 @@ func TestRolesStayInTheirLane(t *testing.T) {
 	defer cancel()
 	_, err = wjs.Publish(ctx, executors.CompletionSubject(capsuletest.NewID(), 1), []byte("{}"))
 	require.NoError(t, err, "a worker publishes a completion and gets its acknowledgement")
+	// A worker reaches sagad's artifacts service, which hands it nothing
+	// without a live call's token.
+	m, err := worker.Request(artifactsvc.Subject, []byte(`{"ref":"artifact:`+capsuletest.NewID()+`/1","token":"guess"}`), 10*time.Second)
+	require.NoError(t, err, "a worker reaches saga.artifacts.get")
+	require.Equal(t, "403", m.Header.Get(micro.ErrorCodeHeader), "%s", m.Data)
+	require.Contains(t, string(m.Data), artifactsvc.CodeForbidden)
 	_, err = adminsvc.NewClient(a.conn(RoleOperator), adminsvc.ClientConfig{}).Phases(ctx)
 	require.NoError(t, err, "the operator calls the admin service")
 }

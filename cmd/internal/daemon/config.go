@@ -84,6 +84,11 @@ type Config struct {
 	// producers together. Defaults to unbounded (JetStream reserves it
 	// from the server's storage).
 	IntakeMaxBytes int64 `json:"intake_max_bytes,omitempty"`
+	// InlineArtifactBytes is the largest artifact content an executor
+	// request carries inline (a revision's prior artifact, context
+	// artifacts); a larger one the worker fetches by reference on
+	// saga.artifacts.get. Defaults to 256 KiB.
+	InlineArtifactBytes int64 `json:"inline_artifact_bytes,omitempty"`
 	// IntakeRateMsgs is how many capsules a second RECEPTION takes from one
 	// producer (per sagad); more wait in the intake. Negative: unlimited.
 	// Defaults to 200.
@@ -384,6 +389,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	var intakeMaxMsgBytes int
 	fs.IntVar(&intakeMaxMsgBytes, "intake-max-msg-bytes", 0, "largest intake message, headers included (default 1048576; env SAGAD_INTAKE_MAX_MSG_BYTES)")
 	fs.Int64Var(&flags.IntakeMaxBytes, "intake-max-bytes", 0, "bytes waiting in the intake, all producers together, reserved from JetStream's storage (default unbounded; env SAGAD_INTAKE_MAX_BYTES)")
+	fs.Int64Var(&flags.InlineArtifactBytes, "inline-artifact-bytes", 0, "largest artifact content sent inside an executor request; larger ones are fetched by reference on saga.artifacts.get (default 262144; env SAGAD_INLINE_ARTIFACT_BYTES)")
 	fs.Float64Var(&flags.IntakeRateMsgs, "intake-rate-msgs", 0, "capsules a second RECEPTION takes from one producer; more wait in the intake; negative: unlimited (default 200; env SAGAD_INTAKE_RATE_MSGS)")
 	fs.Float64Var(&flags.IntakeRateBytes, "intake-rate-bytes", 0, "intake bytes a second RECEPTION takes from one producer; negative: unlimited (default 4194304; env SAGAD_INTAKE_RATE_BYTES)")
 	fs.IntVar(&flags.Replicas, "replicas", 0, "stream and bucket replicas (default 1; env SAGAD_REPLICAS)")
@@ -491,6 +497,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	}
 	envInt64(&cfg.IntakeMaxPending, "SAGAD_INTAKE_MAX_PENDING", 64)
 	envInt64(&cfg.IntakeMaxBytes, "SAGAD_INTAKE_MAX_BYTES", 64)
+	envInt64(&cfg.InlineArtifactBytes, "SAGAD_INLINE_ARTIFACT_BYTES", 64)
 	if v := getenv("SAGAD_INTAKE_MAX_MSG_BYTES"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil {
@@ -617,6 +624,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.IntakeMaxMsgBytes = flags.IntakeMaxMsgBytes
 		case "intake-max-bytes":
 			cfg.IntakeMaxBytes = flags.IntakeMaxBytes
+		case "inline-artifact-bytes":
+			cfg.InlineArtifactBytes = flags.InlineArtifactBytes
 		case "intake-rate-msgs":
 			cfg.IntakeRateMsgs = flags.IntakeRateMsgs
 		case "intake-rate-bytes":

@@ -199,6 +199,12 @@ func TestParseConfigPrecedence(t *testing.T) {
 		},
 		{name: "http off by flag over file", file: fileConfig, args: []string{"--http-listen", "off"}, want: func(c *Config) { fromFile(c); c.HTTPListen = "" }},
 		{name: "retention by file", file: `{"retention":"24h"}`, want: func(c *Config) { c.Retention = Duration(24 * time.Hour) }},
+		{name: "inline artifact bytes by file", file: `{"inline_artifact_bytes":1024}`, want: func(c *Config) { c.InlineArtifactBytes = 1024 }},
+		{
+			name: "inline artifact bytes flag over env", env: map[string]string{"SAGAD_INLINE_ARTIFACT_BYTES": "2048"}, args: []string{"--inline-artifact-bytes", "4096"},
+			want: func(c *Config) { c.InlineArtifactBytes = 4096 },
+		},
+		{name: "inline artifact bytes by env", env: map[string]string{"SAGAD_INLINE_ARTIFACT_BYTES": "2048"}, want: func(c *Config) { c.InlineArtifactBytes = 2048 }},
 		{
 			name: "retention flag over env", env: map[string]string{"SAGAD_RETENTION": "1h"}, args: []string{"--retention", "-1s"},
 			want: func(c *Config) { c.Retention = Duration(-time.Second) },

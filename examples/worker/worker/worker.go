@@ -14,6 +14,8 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +31,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sagad/sagad/artifactsvc"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
 )
@@ -106,6 +109,49 @@ type Artifact struct {
 	// HealedFrom is the previous attempt's error, on a retry of sagad's
 	// failure policy (the request's previous_failure).
 	HealedFrom string `json:"healed_from,omitempty"`
+	// OperatorAnswer is what a person answered (the request's
+	// operator_answer): a resume's --answer, a revise's rationale.
+	OperatorAnswer string `json:"operator_answer,omitempty"`
+	// Revised is the prior artifact this revision read, and how.
+	Revised *Revised `json:"revised,omitempty"`
+	// Padding makes the artifact metadata.worker.pad_bytes long, to show a
+	// prior artifact too large to travel inline.
+	Padding string `json:"padding,omitempty"`
+}
+
+// Revised says which prior artifact a revision read: inline in the request,
+// or by reference through saga.artifacts.get.
+type Revised struct {
+	Ref    string `json:"ref"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// Via is "inline" or "reference".
+	Via string `json:"via"`
+}
+
+// padBytes is metadata {"worker": {"pad_bytes": N}}: how long the demo makes
+// its artifact.
+func padBytes(c capsule.Capsule) int {
+	var m struct {
+		Worker struct {
+			PadBytes int `json:"pad_bytes"`
+		} `json:"worker"`
+	}
+	if len(c.Metadata) == 0 || json.Unmarshal(c.Metadata, &m) != nil {
+		return 0
+	}
+	return min(max(m.Worker.PadBytes, 0), 8<<20)
+}
+
+// changesFirst is metadata {"worker": {"changes_first": true}}: the demo
+// reviewer asks for changes on a capsule's first cycle, to show a revision.
+func changesFirst(c capsule.Capsule) bool {
+	var m struct {
+		Worker struct {
+			ChangesFirst bool `json:"changes_first"`
+		} `json:"worker"`
+	}
+	return len(c.Metadata) > 0 && json.Unmarshal(c.Metadata, &m) == nil && m.Worker.ChangesFirst
 }
 
 // failFirst reports whether the capsule asks the demo to fail its first
@@ -289,6 +335,38 @@ func (w *worker) answer(kind executors.CallKind, reply any, h micro.Headers) (an
 	return answer{reply: accepted, completion: c, subject: executors.CompletionSubject(capsuleID, cycle)}, nil
 }
 
+// FetchArtifact reads an artifact's content by ref from sagad's
+// saga.artifacts.get, page by page, with the current call's token (an
+// executor's completion_token, a reviewer's call_token): sagad hands a call's
+// worker exactly the artifacts that call names.
+func FetchArtifact(nc *nats.Conn, ref, token string) ([]byte, error) {
+	var out []byte
+	for {
+		body, err := json.Marshal(artifactsvc.Request{Ref: ref, Token: token, Offset: int64(len(out))})
+		if err != nil {
+			return nil, err
+		}
+		msg, err := nc.Request(artifactsvc.Subject, body, 10*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", artifactsvc.Subject, err)
+		}
+		if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
+			return nil, fmt.Errorf("%s refused (%s): %s", artifactsvc.Subject, code, msg.Header.Get(micro.ErrorHeader))
+		}
+		var page artifactsvc.Reply
+		if err := json.Unmarshal(msg.Data, &page); err != nil {
+			return nil, fmt.Errorf("%s: %w", artifactsvc.Subject, err)
+		}
+		if page.Offset != int64(len(out)) || (len(page.Data) == 0 && !page.EOF) {
+			return nil, fmt.Errorf("%s: page at %d, want %d", artifactsvc.Subject, page.Offset, len(out))
+		}
+		out = append(out, page.Data...)
+		if page.EOF {
+			return out, nil
+		}
+	}
+}
+
 // completionToken is the completion_token of an executor request: the
 // secret its completion must carry back ("" when there is none).
 func completionToken(data []byte) string {
@@ -333,7 +411,36 @@ func (w *worker) execute(data []byte) any {
 		a.HealedFrom = pf.Error
 	}
 	for _, f := range call.Findings {
-		a.AddressedFindings = append(a.AddressedFindings, f.Message)
+		// The reviewer's findings come first, then an operator's revise
+		// (source "operator").
+		msg := f.Message
+		if f.Source != "" {
+			msg = f.Source + ": " + msg
+		}
+		a.AddressedFindings = append(a.AddressedFindings, msg)
+	}
+	if ans := call.OperatorAnswer; ans != nil {
+		a.OperatorAnswer = ans.Text
+	}
+	if p := call.PriorArtifact; p != nil {
+		// A revision starts from what it revises: inline when small, else
+		// fetched by ref with this call's completion_token.
+		r := &Revised{Ref: p.Ref, Size: p.Size, SHA256: p.SHA256, Via: "inline"}
+		prior := []byte(p.Content)
+		if prior == nil {
+			r.Via = "reference"
+			var err error
+			if prior, err = FetchArtifact(w.nc, p.Ref, call.CompletionToken); err != nil {
+				return executors.ExecutorReply{Status: executors.StatusFailed, Retryable: true, Error: "fetch prior artifact: " + err.Error()}
+			}
+		}
+		if sum := sha256.Sum256(prior); hex.EncodeToString(sum[:]) != p.SHA256 || int64(len(prior)) != p.Size {
+			return executors.ExecutorReply{Status: executors.StatusFailed, Error: "prior artifact: size or sha256 does not match"}
+		}
+		a.Revised = r
+	}
+	if n := padBytes(c); n > 0 {
+		a.Padding = strings.Repeat("p", n)
 	}
 	content, err := json.Marshal(a)
 	if err != nil {
@@ -358,6 +465,14 @@ func (w *worker) review(data []byte) any {
 		return executors.ReviewerReply{Status: executors.StatusFailed, Error: "bad capsule: " + err.Error()}
 	}
 	content := call.Artifact.Content
+	if len(content) == 0 && call.Artifact.Size > 0 && call.CallToken != "" {
+		// Too large for the request: fetched by ref with the call's token.
+		b, err := FetchArtifact(w.nc, call.Artifact.Ref, call.CallToken)
+		if err != nil {
+			return executors.ReviewerReply{Status: executors.StatusFailed, Error: "fetch artifact: " + err.Error()}
+		}
+		content = b
+	}
 	usage := capsule.Usage{Tokens: int64(len(content)/4 + 1)}
 	usage.Dollars = float64(usage.Tokens) * 0.000002
 	reply := func(v capsule.Verdict, findings ...capsule.Finding) any {
@@ -366,6 +481,10 @@ func (w *worker) review(data []byte) any {
 	if c.ProducerAgentID == w.cfg.ReviewerID || call.Artifact.ProducerAgentID == w.cfg.ReviewerID {
 		return reply(capsule.Rejected, capsule.Finding{Rule: 15, Field: "review.reviewer_agent_id",
 			Message: fmt.Sprintf("%s produced this artifact and cannot review it", w.cfg.ReviewerID)})
+	}
+	if call.Cycle == 1 && changesFirst(c) {
+		return reply(capsule.ChangesRequested, capsule.Finding{Field: "artifact.content",
+			Message: "demo: name the licence (metadata.worker.changes_first)"})
 	}
 	switch strings.TrimSpace(string(content)) {
 	case "", "null", "{}", "[]", `""`:
