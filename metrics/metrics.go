@@ -207,6 +207,7 @@ type Metrics struct {
 	writeErrors    *prometheus.CounterVec
 	writesFailing  prometheus.Gauge
 	busyRedeliver  prometheus.Counter
+	spend          *spend
 	// awaitingOperator is the count of capsules waiting for an operator
 	// decision the rescuer last made, -1 before its first (see
 	// [Metrics.AwaitingOperator]).
@@ -325,6 +326,7 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 			Help: "Redeliveries of a message whose first delivery this sagad was still handling: handed back with a nak, not handled twice.",
 		}),
 	}
+	m.spend = newSpend(f)
 	m.init()
 	m.awaitingOperator.Store(-1)
 	return m

@@ -51,6 +51,9 @@ type Artifacts interface {
 type Recorder interface {
 	LockWait(d time.Duration, contended bool)
 	BudgetConsumed(u capsule.Usage)
+	// Spend is what one call of a capsule of task kind in wave ("" for
+	// none) charged; failed: the call failed.
+	Spend(kind, wave string, u capsule.Usage, failed bool)
 	Call(kind, result string, d time.Duration)
 	ReviewCycle(verdict capsule.Verdict)
 }

@@ -249,7 +249,7 @@ func (e Execution) finish(ctx context.Context, env *Env, in *Input, o outcome) D
 		}
 		o.ref = ref
 	}
-	charge, err := chargeUsage(ctx, env, in, execChargeID(in.Key(), cycle, o.a.done+1), caps, o.a.used, o.res.Usage)
+	charge, err := chargeUsage(ctx, env, in, execChargeID(in.Key(), cycle, o.a.done+1), caps, o.a.used, o.res.Usage, false)
 	if err != nil {
 		return RetryLater(fmt.Errorf("execution: charge budget: %w", err))
 	}
@@ -402,10 +402,11 @@ func callResult(err error, ctx context.Context) string {
 // nopRecorder records nothing.
 type nopRecorder struct{}
 
-func (nopRecorder) LockWait(time.Duration, bool)       {}
-func (nopRecorder) BudgetConsumed(capsule.Usage)       {}
-func (nopRecorder) Call(string, string, time.Duration) {}
-func (nopRecorder) ReviewCycle(capsule.Verdict)        {}
+func (nopRecorder) LockWait(time.Duration, bool)              {}
+func (nopRecorder) BudgetConsumed(capsule.Usage)              {}
+func (nopRecorder) Spend(string, string, capsule.Usage, bool) {}
+func (nopRecorder) Call(string, string, time.Duration)        {}
+func (nopRecorder) ReviewCycle(capsule.Verdict)               {}
 
 func (env *Env) record() Recorder {
 	if env.Metrics == nil {

@@ -133,7 +133,7 @@ func (Review) attempt(ctx context.Context, env *Env, in *Input, rv executors.Rev
 func (Review) decide(ctx context.Context, env *Env, in *Input, reviewerID string, res executors.ReviewResult, a attempts) Decision {
 	c, st, cycle := in.Capsule, in.Checkpoint.State, in.Cycle()
 	caps := st.Caps(c.Budget)
-	charge, err := chargeUsage(ctx, env, in, reviewChargeID(in.Key(), cycle, a.done+1), caps, a.used, res.Usage)
+	charge, err := chargeUsage(ctx, env, in, reviewChargeID(in.Key(), cycle, a.done+1), caps, a.used, res.Usage, false)
 	if err != nil {
 		return RetryLater(fmt.Errorf("review: charge budget: %w", err))
 	}
