@@ -662,6 +662,7 @@ func (p *Pipeline) observe(cp *capsule.Checkpoint, tr *capsule.Transition, d pha
 	p.metrics.Transition(tr.Phase, tr.Outcome, took)
 	if cp.State.Status.Terminal() {
 		p.metrics.Ended(cp.State.Status, capsule.ParseHaltReason(cp.State.HaltReason))
+		p.traceEnd(cp)
 	}
 	if d.Halt.Code == capsule.CodeAbsoluteRulesViolated {
 		var rules []int

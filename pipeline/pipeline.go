@@ -101,7 +101,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		BudgetWarning:  max(cfg.BudgetWarning, 0),
 	}
 	// The admin validates a replay's corrected capsule as RECEPTION does.
-	p.admin = admin.New(st, admin.Config{Now: cfg.Now, Metrics: cfg.Metrics, Env: p.env})
+	p.admin = admin.New(st, admin.Config{Now: cfg.Now, Metrics: cfg.Metrics, Env: p.env, Ended: p.traceEnd})
 	p.phases = [capsule.NumPhases]phases.Phase{
 		nil, // RECEPTION has its own entry point, phases.Receive.
 		phases.RealityAnchor{},

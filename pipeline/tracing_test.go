@@ -143,6 +143,7 @@ func TestTraceOfACapsule(t *testing.T) {
 	require.Equal(t, root.SpanID(), roots[0].SpanContext.SpanID())
 	require.False(t, roots[0].Parent.IsValid(), "no producer trace: the capsule's span is the root")
 	require.Equal(t, doc.ID(), attrs(roots[0])[tracing.AttrCapsuleID].AsString())
+	require.Equal(t, string(capsule.Completed), attrs(roots[0])[tracing.AttrOutcome].AsString())
 
 	phaseSpan := map[string]tracetest.SpanStub{}
 	for ph := capsule.Phase(0); ph < capsule.NumPhases; ph++ {
@@ -151,6 +152,8 @@ func TestTraceOfACapsule(t *testing.T) {
 		sp := got[0]
 		phaseSpan[ph.String()] = sp
 		require.Equal(t, root.SpanID(), sp.Parent.SpanID(), "phase %s descends from the capsule's span", ph)
+		require.False(t, sp.StartTime.Before(roots[0].StartTime) || sp.EndTime.After(roots[0].EndTime),
+			"the capsule's span (%v–%v) covers phase %s (%v–%v)", roots[0].StartTime, roots[0].EndTime, ph, sp.StartTime, sp.EndTime)
 		a := attrs(sp)
 		require.Equal(t, doc.ID(), a[tracing.AttrCapsuleID].AsString())
 		require.Equal(t, ph.String(), a[tracing.AttrPhase].AsString())

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -188,7 +187,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	}
 	mon := newMonitor(cfg, log, m)
 	defer mon.Stop()
-	tp, stopTracing, err := tracing.Setup(ctx, cfg.OTelEndpoint, mainVersion(), os.Getenv)
+	tp, stopTracing, err := tracing.Setup(ctx, cfg.OTelEndpoint, buildinfo.Version(), os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -469,11 +468,3 @@ func newMonitor(cfg Config, log *slog.Logger, m *metrics.Metrics) *health.Monito
 	})
 }
 
-// mainVersion is sagad's module version for the service.version of its
-// spans; "" in a build from a checkout.
-func mainVersion() string {
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "(devel)" {
-		return info.Main.Version
-	}
-	return ""
-}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/tracing"
 )
 
 func TestParseConfigOTelEndpoint(t *testing.T) {
@@ -53,6 +54,8 @@ type otlpSink struct {
 	mu    sync.Mutex
 	reqs  []*coltracepb.ExportTraceServiceRequest
 	paths []string
+	// resource is the last resource's attributes, filled by spans.
+	resource map[string]string
 }
 
 func (s *otlpSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -88,6 +91,10 @@ func (s *otlpSink) spans() (map[string]string, []string, string) {
 				if a.Key == "service.name" {
 					service = a.GetValue().GetStringValue()
 				}
+				if s.resource == nil {
+					s.resource = map[string]string{}
+				}
+				s.resource[a.Key] = a.GetValue().GetStringValue()
 			}
 			for _, ss := range rs.ScopeSpans {
 				for _, sp := range ss.Spans {
@@ -136,6 +143,12 @@ func TestRunExportsTraces(t *testing.T) {
 		require.Equal(t, "/v1/traces", p)
 	}
 	require.Equal(t, "sagad", service)
+	sink.mu.Lock()
+	res := sink.resource
+	sink.mu.Unlock()
+	require.NotEmpty(t, res["service.version"], "resource %v", res)
+	require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, res["service.instance.id"], "resource %v", res)
+	require.Equal(t, tracing.InstanceID(), res["service.instance.id"])
 	for _, n := range []string{"capsule", "phase RECEPTION", "phase EXECUTION", "phase HANDOFF", "agent execute stub", "agent review stub-reviewer"} {
 		require.Contains(t, names, n)
 		require.Equal(t, s.TraceID, names[n], "span %s is in the capsule's trace", n)
