@@ -27,7 +27,7 @@ type Checkpoint struct {
 	// intake message's traceparent, if any: the parent of the capsule's
 	// root span, which is recorded when the capsule ends.
 	TraceProducerSpan string `json:"trace_producer_span,omitempty"`
-	WaveID      string `json:"wave_id,omitempty"`
+	WaveID            string `json:"wave_id,omitempty"`
 	// Producer is the producer account the capsule came from: the last
 	// token of its intake subject (saga.intake.<producer>), which the
 	// producer's account import fixes (sagad publishes a composition's

@@ -467,4 +467,3 @@ func newMonitor(cfg Config, log *slog.Logger, m *metrics.Metrics) *health.Monito
 		Metrics:        m,
 	})
 }
-
