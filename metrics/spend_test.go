@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
@@ -39,4 +41,42 @@ func TestSpend(t *testing.T) {
 
 	var nilM *Metrics
 	nilM.Spend("code", "w1", capsule.Usage{Tokens: 1}, false) // records nothing, does not panic
+}
+
+// TestExemplars: the phase and call latency histograms keep the trace id
+// as their observation's exemplar; an id that is not one is left out.
+func TestExemplars(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := New(reg, BuildInfo{})
+	const tid = "0af7651916cd43dd8448eb211c80319c"
+	m.TransitionTraced(capsule.Execution, capsule.OutcomePassed, time.Second, tid)
+	m.CallTraced(KindExecutor, ResultOK, time.Second, tid)
+	m.CallTraced(KindReviewer, ResultOK, time.Second, "not-a-trace-id")
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	found := map[string]string{}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			for _, b := range mt.GetHistogram().GetBucket() {
+				if ex := b.GetExemplar(); ex != nil {
+					for _, l := range ex.GetLabel() {
+						found[mf.GetName()+"/"+labelOf(mt.GetLabel(), "kind")] = l.GetName() + "=" + l.GetValue()
+					}
+				}
+			}
+		}
+	}
+	require.Equal(t, "trace_id="+tid, found["sagad_phase_duration_seconds/"])
+	require.Equal(t, "trace_id="+tid, found["sagad_agent_call_duration_seconds/executor"])
+	require.NotContains(t, found, "sagad_agent_call_duration_seconds/reviewer")
+}
+
+func labelOf(ls []*dto.LabelPair, name string) string {
+	for _, l := range ls {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }

@@ -54,7 +54,9 @@ type Recorder interface {
 	// Spend is what one call of a capsule of task kind in wave ("" for
 	// none) charged; failed: the call failed.
 	Spend(kind, wave string, u capsule.Usage, failed bool)
-	Call(kind, result string, d time.Duration)
+	// CallTraced is one agent call, with its trace id (the latency's
+	// exemplar; "" for none).
+	CallTraced(kind, result string, d time.Duration, traceID string)
 	ReviewCycle(verdict capsule.Verdict)
 }
 

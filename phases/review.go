@@ -103,7 +103,7 @@ func (Review) attempt(ctx context.Context, env *Env, in *Input, rv executors.Rev
 		TraceID:         in.Checkpoint.TraceID,
 		PreviousFailure: prev,
 	})
-	env.record().Call("reviewer", callResult(err, ctx), time.Since(callStart))
+	env.record().CallTraced("reviewer", callResult(err, ctx), time.Since(callStart), traceIDOf(ctx))
 	var failed *executors.FailedError
 	var d Decision
 	switch {

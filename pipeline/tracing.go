@@ -96,3 +96,13 @@ func decisionOutcome(ph capsule.Phase, d phases.Decision) string {
 	}
 	return d.Action.String()
 }
+
+// traceIDOf is the capsule's OpenTelemetry trace id (its root span's), the
+// exemplar of its phases' durations; "" for a checkpoint written before
+// sagad traced.
+func traceIDOf(cp *capsule.Checkpoint) string {
+	if sc, err := tracing.ParseTraceparent(cp.TraceParent); err == nil {
+		return sc.TraceID().String()
+	}
+	return ""
+}

@@ -416,7 +416,9 @@ const readyTimeout = 2 * time.Second
 
 func httpHandler(nc *nats.Conn, js jetstream.JetStream, reg *prometheus.Registry, ready *atomic.Bool, mon *health.Monitor) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// OpenMetrics when the scraper asks for it: the latency histograms'
+	// exemplars (trace ids) travel only in that format.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
