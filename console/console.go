@@ -64,6 +64,10 @@ type Config struct {
 	Heartbeat time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// TraceURL links a capsule's trace id to the tracing backend: a URL
+	// template holding {trace_id} ([ValidateTraceURL]). Defaults to none:
+	// the id shows as text.
+	TraceURL string
 }
 
 func (c Config) withDefaults() Config {
@@ -98,7 +102,7 @@ func (c Config) validate() error {
 			return ErrBasicAuth
 		}
 	}
-	return nil
+	return ValidateTraceURL(c.TraceURL)
 }
 
 // Console serves the web console. Start it, mount [Console.Handler] at
@@ -203,6 +207,7 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /ui/api/artifact", c.getArtifact)
 	mux.HandleFunc("GET /ui/api/phases", c.getPhases)
 	mux.HandleFunc("GET /ui/api/waves", c.getWaves)
+	mux.HandleFunc("GET /ui/api/costs", c.getCosts)
 	mux.HandleFunc("GET /ui/api/stream", c.stream)
 	mux.HandleFunc("POST /ui/api/actions/{verb}", c.act)
 	mux.HandleFunc("/ui/api/", func(w http.ResponseWriter, r *http.Request) {
@@ -437,6 +442,8 @@ type CapsuleView struct {
 	Events   []capsule.Event `json:"events"`
 	// EventsError says why the events could not be read.
 	EventsError string `json:"events_error,omitempty"`
+	// TraceURL links the capsule's trace (--trace-url); absent without one.
+	TraceURL string `json:"trace_url,omitempty"`
 }
 
 func (c *Console) getCapsule(w http.ResponseWriter, r *http.Request) {
@@ -462,7 +469,7 @@ func (c *Console) getCapsule(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadGateway, err.Error())
 		return
 	}
-	v := CapsuleView{Status: client.StatusOf(cp), Checkpoint: cp, Revision: rev, Events: []capsule.Event{}}
+	v := CapsuleView{Status: client.StatusOf(cp), Checkpoint: cp, Revision: rev, Events: []capsule.Event{}, TraceURL: c.traceURL(cp)}
 	_, v.NeedsYou = admin.PendingOf(cp, c.cfg.Now())
 	if _, kept, err := c.st.Raw(ctx, key); err == nil && kept != nil {
 		v.Capsule = kept
