@@ -305,3 +305,33 @@ func TestTraceOfAProducerTraceIDThatIsNoW3CID(t *testing.T) {
 	require.Equal(t, want, root.TraceID(), "derived from the producer's id: capsules sharing it share a trace")
 	tf.spansOf(t, want, 10)
 }
+
+// TestTraceRootCoversACancelledCapsule: a capsule an operator cancels while
+// it waits at the gate gets its root span then, from its arrival, covering
+// its phases, with outcome cancelled; a capsule still running has none yet.
+func TestTraceRootCoversACancelledCapsule(t *testing.T) {
+	t.Parallel()
+	tf := setupTraced(t, true)
+	doc := tf.own(t, capsuletest.New().Set("review.operator_gate", true))
+	tf.publish(t, doc.Sealed(t))
+	s := tf.waitState(t, doc.ID(), capsule.WaitingForOperator)
+	root, err := tracing.ParseTraceparent(s.TraceParent)
+	require.NoError(t, err)
+	// Every phase up to REVIEW, and no root yet.
+	phases := tf.spansOf(t, root.TraceID(), 8)
+	require.Empty(t, byName(phases, tracing.SpanCapsule), "the root is recorded at the end")
+
+	_, err = tf.pipe.Admin().Cancel(context.Background(), doc.ID(), "not needed", "ann")
+	require.NoError(t, err)
+	var roots []tracetest.SpanStub
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		roots = byName(tf.spansOf(t, root.TraceID(), 1), tracing.SpanCapsule)
+		return len(roots) == 1
+	}, "no root span after the cancel")
+	r := roots[0]
+	require.Equal(t, root.SpanID(), r.SpanContext.SpanID())
+	require.Equal(t, string(capsule.Cancelled), attrs(r)[tracing.AttrOutcome].AsString())
+	for _, sp := range phases {
+		require.False(t, sp.StartTime.Before(r.StartTime) || sp.EndTime.After(r.EndTime), "root covers %s", sp.Name)
+	}
+}
