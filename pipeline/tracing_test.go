@@ -240,6 +240,10 @@ func TestTraceContinuesTheProducersTrace(t *testing.T) {
 	require.Equal(t, "0af7651916cd43dd8448eb211c80319c", s.TraceID)
 	root, err := tracing.ParseTraceparent(s.TraceParent)
 	require.NoError(t, err)
+	cp, err := tf.client.Checkpoint(context.Background(), doc.ID())
+	require.NoError(t, err)
+	require.Equal(t, "b7ad6b7169203331", cp.TraceProducerSpan, "stored, for whichever sagad records the capsule's end")
+	require.NoError(t, schemas.ValidateValue(schemas.Checkpoint, cp))
 	require.Equal(t, "0af7651916cd43dd8448eb211c80319c", root.TraceID().String())
 	require.NotEqual(t, "b7ad6b7169203331", root.SpanID().String(), "the capsule has a span of its own")
 
