@@ -30,7 +30,7 @@ type spend struct {
 
 func newSpend(f promauto.Factory) *spend {
 	labels := []string{"kind", "wave"}
-	return &spend{
+	s := &spend{
 		tokens: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "sagad_spend_tokens_total",
 			Help: "Tokens charged by executor and reviewer calls, failed ones included, by task kind and wave (at most 50 values each, the rest \"other\").",
@@ -50,6 +50,12 @@ func newSpend(f promauto.Factory) *spend {
 		kinds: boundedLabel{max: MaxSpendLabelValues},
 		waves: boundedLabel{max: MaxSpendLabelValues},
 	}
+	// One series at zero from the start, so the metrics exist (for
+	// absent() and the dashboard) before the first charge.
+	for _, v := range []*prometheus.CounterVec{s.tokens, s.dollars, s.failedTokens, s.failedDollars} {
+		v.WithLabelValues(SpendNone, SpendNone)
+	}
+	return s
 }
 
 // Spend adds what one agent call of a capsule of task kind in wave (""
