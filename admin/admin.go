@@ -38,6 +38,13 @@ type Admin struct {
 	now     func() time.Time
 	metrics *metrics.Metrics
 	env     *phases.Env
+	ended   func(cp *capsule.Checkpoint)
+}
+
+func (a *Admin) tellEnded(cp *capsule.Checkpoint) {
+	if a.ended != nil {
+		a.ended(cp)
+	}
 }
 
 // Config configures an [Admin].
@@ -50,6 +57,9 @@ type Config struct {
 	// capsule is checked as RECEPTION checks an intake. Nil: the store's
 	// locks and the built-in rules.
 	Env *phases.Env
+	// Ended is told of every capsule an action ended (cancel, reject), once:
+	// the pipeline records the capsule's root span. Nil: nobody.
+	Ended func(cp *capsule.Checkpoint)
 }
 
 // New returns an Admin working on st.
@@ -60,7 +70,7 @@ func New(st *store.Store, cfg Config) *Admin {
 	if cfg.Env == nil {
 		cfg.Env = &phases.Env{Locks: st.Locks, Now: cfg.Now, RetryDelay: time.Second}
 	}
-	return &Admin{st: st, now: cfg.Now, metrics: cfg.Metrics, env: cfg.Env}
+	return &Admin{st: st, now: cfg.Now, metrics: cfg.Metrics, env: cfg.Env, ended: cfg.Ended}
 }
 
 // Open binds an Admin to the topology a sagad created (tests and tools;
@@ -267,6 +277,7 @@ func (a *Admin) End(ctx context.Context, id string, ev machine.End) (status.Stat
 	}
 	if res.Changed {
 		a.metrics.Ended(ev.State, capsule.ParseHaltReason(cp.State.HaltReason))
+		a.tellEnded(cp)
 	}
 	if ev.State == capsule.Cancelled {
 		a.metrics.AdminAction(metrics.ActionCancel)
@@ -377,6 +388,7 @@ func (a *Admin) reject(ctx context.Context, id, rationale, by string) (status.St
 	}
 	if res.Changed {
 		a.metrics.Ended(capsule.Halted, capsule.OperatorRejected())
+		a.tellEnded(cp)
 	}
 	a.metrics.AdminAction(metrics.ActionReject)
 	return status.Of(cp), nil

@@ -57,6 +57,9 @@ type Config struct {
 	// Chains answers saga.admin.chain (sagad passes [StoreChains]).
 	// Defaults to none: the verb is answered internal.
 	Chains ChainReader
+	// Costs answers saga.admin.cost (sagad passes [StoreCosts]). Defaults
+	// to none: the verb is answered internal.
+	Costs CostReader
 }
 
 // DefaultTimeout bounds a request's handling unless Config.Timeout says
@@ -106,7 +109,7 @@ func Start(nc *nats.Conn, a Actions, cfg Config) (*Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        Name,
 		Version:     Version,
-		Description: "sagad admin API: pause, resume, cancel, decide, replay, phase pause/resume/list, pending, rules, wave set/show/list/close, status, list, history, report, wait, events",
+		Description: "sagad admin API: pause, resume, cancel, decide, replay, phase pause/resume/list, pending, rules, wave set/show/list/close, chain, cost, status, list, history, report, wait, events",
 		Metadata:    cfg.Metadata,
 	})
 	if err != nil {
@@ -262,6 +265,8 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 	switch r := r.(type) {
 	case ChainRequest:
 		return s.serveChain(ctx, r)
+	case CostRequest:
+		return s.serveCost(ctx, r)
 	case PauseRequest:
 		return s.a.Pause(ctx, r.ID, r.Reason, r.By)
 	case ResumeRequest:

@@ -42,7 +42,7 @@ const (
 )
 
 // Verbs lists every verb, in the order the service registers them.
-var Verbs = append(append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), VerbChain), ReadVerbs...)
+var Verbs = append(append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), VerbChain, VerbCost), ReadVerbs...)
 
 // Subject returns the subject of verb, e.g. saga.admin.phase.pause.
 func Subject(verb string) string { return SubjectPrefix + "." + verb }
@@ -278,6 +278,12 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 	}
 	if verb == VerbChain {
 		return decodeChainRequest(data)
+	}
+	if verb == VerbCost {
+		if len(bytes.TrimSpace(data)) == 0 {
+			data = []byte("{}")
+		}
+		return decodeCostRequest(data)
 	}
 	if r, ok, err := decodeReadRequest(verb, data); ok {
 		return r, err

@@ -24,7 +24,11 @@ type Checkpoint struct {
 	// OpenTelemetry trace id of the capsule, which equals TraceID when
 	// TraceID is one. Empty in checkpoints written before sagad traced.
 	TraceParent string `json:"trace_parent,omitempty"`
-	WaveID      string `json:"wave_id,omitempty"`
+	// TraceProducerSpan is the span id of the producer's span named by the
+	// intake message's traceparent, if any: the parent of the capsule's
+	// root span, which is recorded when the capsule ends.
+	TraceProducerSpan string `json:"trace_producer_span,omitempty"`
+	WaveID            string `json:"wave_id,omitempty"`
 	// Producer is the producer account the capsule came from: the last
 	// token of its intake subject (saga.intake.<producer>), which the
 	// producer's account import fixes (sagad publishes a composition's

@@ -32,6 +32,10 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"trace_parent":`...)
 		b = appendString(b, c.TraceParent)
 	}
+	if c.TraceProducerSpan != "" {
+		b = append(b, `,"trace_producer_span":`...)
+		b = appendString(b, c.TraceProducerSpan)
+	}
 	if c.WaveID != "" {
 		b = append(b, `,"wave_id":`...)
 		b = appendString(b, c.WaveID)

@@ -65,6 +65,10 @@ type Config struct {
 	Heartbeat time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// TraceURL links a capsule's trace id to the tracing backend: a URL
+	// template holding {trace_id} ([ValidateTraceURL]). Defaults to none:
+	// the id shows as text.
+	TraceURL string
 }
 
 func (c Config) withDefaults() Config {
@@ -99,7 +103,7 @@ func (c Config) validate() error {
 			return ErrBasicAuth
 		}
 	}
-	return nil
+	return ValidateTraceURL(c.TraceURL)
 }
 
 // Console serves the web console. Start it, mount [Console.Handler] at
@@ -206,6 +210,7 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /ui/api/artifact", c.getArtifact)
 	mux.HandleFunc("GET /ui/api/phases", c.getPhases)
 	mux.HandleFunc("GET /ui/api/waves", c.getWaves)
+	mux.HandleFunc("GET /ui/api/costs", c.getCosts)
 	mux.HandleFunc("GET /ui/api/stream", c.stream)
 	mux.HandleFunc("POST /ui/api/actions/{verb}", c.act)
 	mux.HandleFunc("POST /ui/api/bulk/{verb}", c.bulk)
@@ -468,6 +473,8 @@ type CapsuleView struct {
 	Events   []capsule.Event `json:"events"`
 	// EventsError says why the events could not be read.
 	EventsError string `json:"events_error,omitempty"`
+	// TraceURL links the capsule's trace (--trace-url); absent without one.
+	TraceURL string `json:"trace_url,omitempty"`
 }
 
 func (c *Console) getCapsule(w http.ResponseWriter, r *http.Request) {
@@ -493,7 +500,7 @@ func (c *Console) getCapsule(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadGateway, err.Error())
 		return
 	}
-	v := CapsuleView{Status: client.StatusOf(cp), Checkpoint: cp, Revision: rev, Events: []capsule.Event{}}
+	v := CapsuleView{Status: client.StatusOf(cp), Checkpoint: cp, Revision: rev, Events: []capsule.Event{}, TraceURL: c.traceURL(cp)}
 	_, v.NeedsYou = admin.PendingOf(cp, c.cfg.Now())
 	v.RuleTitles = ruleTitles()
 	if raw, kept, err := c.st.Raw(ctx, key); err == nil && kept != nil {

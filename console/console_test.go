@@ -77,7 +77,7 @@ func setupWith(t *testing.T, cfg Config, withAdmin bool) *fixture {
 		p.Stop(ctx)
 	})
 	if withAdmin {
-		svc, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: testLogger(t), Rules: p.Rules()})
+		svc, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: testLogger(t), Rules: p.Rules(), Costs: adminsvc.StoreCosts(p.Store())})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, svc.Stop(context.Background())) })
 	}

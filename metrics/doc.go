@@ -28,6 +28,10 @@
 //	sagad_lock_contention_total           counter
 //	sagad_budget_tokens_total             counter
 //	sagad_budget_dollars_total            counter
+//	sagad_spend_tokens_total              counter    kind (task kind), wave (none without one)
+//	sagad_spend_dollars_total             counter    kind, wave
+//	sagad_spend_failed_tokens_total       counter    kind, wave (charged by calls that failed)
+//	sagad_spend_failed_dollars_total      counter    kind, wave
 //	sagad_agent_calls_total               counter    kind (executor, reviewer), result (ok, failed, transient, accepted)
 //	sagad_agent_attempts_total            counter    role (executor, reviewer), result (ok, retry, pause, halt: the failure policy's decision)
 //	sagad_agent_call_duration_seconds     histogram  kind
@@ -39,6 +43,10 @@
 // Where the label set is closed (phases × outcomes, halt codes, verdicts,
 // rules, triggers, kinds × results, actions) every series is created at zero
 // by [New], so rate() and absent() work before the first event.
+//
+// The spend labels are open sets (kinds are the config's, wave ids the
+// operators'): each keeps the first [MaxSpendLabelValues] values a sagad
+// saw and counts the rest as "other", so no id can grow the series.
 //
 // Every recorder method is safe on a nil *Metrics, so code paths that run
 // without metrics (tests, sagactl) need no nil checks.

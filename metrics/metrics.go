@@ -222,6 +222,7 @@ type Metrics struct {
 	writeErrors    *prometheus.CounterVec
 	writesFailing  prometheus.Gauge
 	busyRedeliver  prometheus.Counter
+	spend          *spend
 	// awaitingOperator is the count of capsules waiting for an operator
 	// decision the rescuer last made, -1 before its first (see
 	// [Metrics.AwaitingOperator]).
@@ -344,6 +345,7 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 			Help: "Redeliveries of a message whose first delivery this sagad was still handling: handed back with a nak, not handled twice.",
 		}),
 	}
+	m.spend = newSpend(f)
 	m.init()
 	m.awaitingOperator.Store(-1)
 	return m
@@ -410,12 +412,19 @@ func (m *Metrics) Received() {
 // Transition records that a run of phase ended with outcome after d.
 // outcome is one of [Outcomes].
 func (m *Metrics) Transition(phase capsule.Phase, outcome string, d time.Duration) {
+	m.TransitionTraced(phase, outcome, d, "")
+}
+
+// TransitionTraced is [Metrics.Transition] with the capsule's trace id (32
+// hex digits), kept as the duration's exemplar so a slow bucket links to
+// a trace. An id that is not one is left out.
+func (m *Metrics) TransitionTraced(phase capsule.Phase, outcome string, d time.Duration, traceID string) {
 	if m == nil {
 		return
 	}
 	p, o := PhaseLabel(phase), oneOf(outcome, Outcomes)
 	m.transitions.WithLabelValues(p, o).Inc()
-	m.phaseDuration.WithLabelValues(p, o).Observe(seconds(d))
+	observe(m.phaseDuration.WithLabelValues(p, o), seconds(d), traceID)
 }
 
 // Ended counts a capsule that reached a terminal state; for Halted, by the
@@ -481,12 +490,44 @@ func (m *Metrics) BudgetConsumed(u capsule.Usage) {
 // Call records one executor or reviewer call: kind is [KindExecutor] or
 // [KindReviewer], result one of [CallResults], d its latency.
 func (m *Metrics) Call(kind, result string, d time.Duration) {
+	m.CallTraced(kind, result, d, "")
+}
+
+// CallTraced is [Metrics.Call] with the trace id of the call's trace,
+// kept as the latency's exemplar.
+func (m *Metrics) CallTraced(kind, result string, d time.Duration, traceID string) {
 	if m == nil {
 		return
 	}
 	k := oneOf(kind, CallKinds)
 	m.calls.WithLabelValues(k, oneOf(result, CallResults)).Inc()
-	m.callDuration.WithLabelValues(k).Observe(seconds(d))
+	observe(m.callDuration.WithLabelValues(k), seconds(d), traceID)
+}
+
+// ExemplarTraceID is the exemplar label naming a trace, the one Grafana
+// and Prometheus look for.
+const ExemplarTraceID = "trace_id"
+
+// observe records v, with traceID as its exemplar when it is a W3C trace
+// id (32 lower-case hex digits, not all zero).
+func observe(o prometheus.Observer, v float64, traceID string) {
+	if eo, ok := o.(prometheus.ExemplarObserver); ok && validTraceID(traceID) {
+		eo.ObserveWithExemplar(v, prometheus.Labels{ExemplarTraceID: traceID})
+		return
+	}
+	o.Observe(v)
+}
+
+func validTraceID(s string) bool {
+	if len(s) != 32 || s == "00000000000000000000000000000000" {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Attempt counts one attempt of an agent call under the failure policy:

@@ -51,7 +51,12 @@ type Artifacts interface {
 type Recorder interface {
 	LockWait(d time.Duration, contended bool)
 	BudgetConsumed(u capsule.Usage)
-	Call(kind, result string, d time.Duration)
+	// Spend is what one call of a capsule of task kind in wave ("" for
+	// none) charged; failed: the call failed.
+	Spend(kind, wave string, u capsule.Usage, failed bool)
+	// CallTraced is one agent call, with its trace id (the latency's
+	// exemplar; "" for none).
+	CallTraced(kind, result string, d time.Duration, traceID string)
 	// Attempt counts an attempt the failure policy judged: result is "ok"
 	// or its decision on a failure (capsule.AttemptRetried, …).
 	Attempt(role, result string)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
@@ -221,7 +223,7 @@ func (e Execution) attempt(ctx context.Context, env *Env, in *Input, ex executor
 		// Accepted work may still fetch until the grant expires.
 		revoke()
 	}
-	env.record().Call("executor", callResult(err, ctx), time.Since(callStart))
+	env.record().CallTraced("executor", callResult(err, ctx), time.Since(callStart), traceIDOf(ctx))
 	var failed *executors.FailedError
 	switch {
 	case errors.Is(err, executors.ErrAccepted):
@@ -283,7 +285,7 @@ func (e Execution) finish(ctx context.Context, env *Env, in *Input, o outcome) D
 		}
 		o.ref = ref
 	}
-	charge, err := chargeUsage(ctx, env, in, execChargeID(in.Key(), cycle, o.a.done+1), caps, o.a.used, o.res.Usage)
+	charge, err := chargeUsage(ctx, env, in, execChargeID(in.Key(), cycle, o.a.done+1), caps, o.a.used, o.res.Usage, false)
 	if err != nil {
 		return RetryLater(fmt.Errorf("execution: charge budget: %w", err))
 	}
@@ -436,11 +438,12 @@ func callResult(err error, ctx context.Context) string {
 // nopRecorder records nothing.
 type nopRecorder struct{}
 
-func (nopRecorder) LockWait(time.Duration, bool)       {}
-func (nopRecorder) BudgetConsumed(capsule.Usage)       {}
-func (nopRecorder) Call(string, string, time.Duration) {}
-func (nopRecorder) ReviewCycle(capsule.Verdict)        {}
-func (nopRecorder) Attempt(string, string)             {}
+func (nopRecorder) LockWait(time.Duration, bool)                     {}
+func (nopRecorder) BudgetConsumed(capsule.Usage)                     {}
+func (nopRecorder) Spend(string, string, capsule.Usage, bool)        {}
+func (nopRecorder) CallTraced(string, string, time.Duration, string) {}
+func (nopRecorder) ReviewCycle(capsule.Verdict)                      {}
+func (nopRecorder) Attempt(string, string)                           {}
 
 func (env *Env) record() Recorder {
 	if env.Metrics == nil {
@@ -505,4 +508,13 @@ func runFindings(cp *capsule.Checkpoint, cycle int) []capsule.Finding {
 		return nil
 	}
 	return cp.RevisionFindings()
+}
+
+// traceIDOf is the trace id of the span in ctx (the phase's, or the
+// capsule's root context when tracing is off), "" when there is none.
+func traceIDOf(ctx context.Context) string {
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	return ""
 }

@@ -76,7 +76,7 @@ func (p failurePolicy) run(ctx context.Context, env *Env, in *Input, caps capsul
 			env.record().Attempt(p.agent, metrics.AttemptOK)
 			return a, nil
 		}
-		charge, err := chargeUsage(ctx, env, in, p.chargeID(n), caps, a.used, failed.Usage)
+		charge, err := chargeUsage(ctx, env, in, p.chargeID(n), caps, a.used, failed.Usage, true)
 		if err != nil {
 			return a, p.retry(env, fmt.Errorf("charge budget: %w", err))
 		}
@@ -203,7 +203,7 @@ func previousFailure(done int, last *capsule.AttemptFailure) *executors.Previous
 // The write is retried while runCtx lasts (persist) and each try outlives
 // runCtx's cancellation: what an agent call consumed is charged once it is
 // known, however the phase's time runs.
-func chargeUsage(runCtx context.Context, env *Env, in *Input, id string, caps capsule.Budget, used, u capsule.Usage) (budget.ChargeResult, error) {
+func chargeUsage(runCtx context.Context, env *Env, in *Input, id string, caps capsule.Budget, used, u capsule.Usage, failed bool) (budget.ChargeResult, error) {
 	var charge budget.ChargeResult
 	err := persist(runCtx, env, func() (err error) {
 		charge, err = env.Budgets.Charge(context.WithoutCancel(runCtx), in.Key(), in.Capsule.WaveID, id, caps, used, u)
@@ -211,6 +211,7 @@ func chargeUsage(runCtx context.Context, env *Env, in *Input, id string, caps ca
 	})
 	if err == nil {
 		env.record().BudgetConsumed(u)
+		env.record().Spend(in.Capsule.Task.Kind, in.Capsule.WaveID, u, failed)
 	}
 	return charge, err
 }

@@ -114,7 +114,7 @@ func (Review) attempt(ctx context.Context, env *Env, in *Input, rv executors.Rev
 	if !errors.Is(err, executors.ErrAccepted) {
 		revoke()
 	}
-	env.record().Call("reviewer", callResult(err, ctx), time.Since(callStart))
+	env.record().CallTraced("reviewer", callResult(err, ctx), time.Since(callStart), traceIDOf(ctx))
 	var failed *executors.FailedError
 	var d Decision
 	switch {
@@ -144,7 +144,7 @@ func (Review) attempt(ctx context.Context, env *Env, in *Input, rv executors.Rev
 func (Review) decide(ctx context.Context, env *Env, in *Input, reviewerID string, res executors.ReviewResult, a attempts) Decision {
 	c, st, cycle := in.Capsule, in.Checkpoint.State, in.Cycle()
 	caps := st.Caps(c.Budget)
-	charge, err := chargeUsage(ctx, env, in, reviewChargeID(in.Key(), cycle, a.done+1), caps, a.used, res.Usage)
+	charge, err := chargeUsage(ctx, env, in, reviewChargeID(in.Key(), cycle, a.done+1), caps, a.used, res.Usage, false)
 	if err != nil {
 		return RetryLater(fmt.Errorf("review: charge budget: %w", err))
 	}

@@ -659,9 +659,10 @@ func (p *Pipeline) observe(cp *capsule.Checkpoint, tr *capsule.Transition, d pha
 		return
 	}
 	p.logTransition(cp, *tr, took)
-	p.metrics.Transition(tr.Phase, tr.Outcome, took)
+	p.metrics.TransitionTraced(tr.Phase, tr.Outcome, took, traceIDOf(cp))
 	if cp.State.Status.Terminal() {
 		p.metrics.Ended(cp.State.Status, capsule.ParseHaltReason(cp.State.HaltReason))
+		p.traceEnd(cp)
 	}
 	if d.Halt.Code == capsule.CodeAbsoluteRulesViolated {
 		var rules []int

@@ -115,7 +115,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 	p.grants = artifactsvc.NewGrants(0, cfg.Now)
 	p.env.Grants = p.grants
 	// The admin validates a replay's corrected capsule as RECEPTION does.
-	p.admin = admin.New(st, admin.Config{Now: cfg.Now, Metrics: cfg.Metrics, Env: p.env})
+	p.admin = admin.New(st, admin.Config{Now: cfg.Now, Metrics: cfg.Metrics, Env: p.env, Ended: p.traceEnd})
 	p.phases = [capsule.NumPhases]phases.Phase{
 		nil, // RECEPTION has its own entry point, phases.Receive.
 		phases.RealityAnchor{},

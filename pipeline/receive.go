@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -72,8 +73,12 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	fresh.IntakeSeq = meta.Sequence.Stream
 	fresh.Producer = producer
 	fresh.Constitution = p.constitution
+	// The capsule arrived when its message was taken: its root span starts
+	// there, before RECEPTION's.
+	fresh.CreatedAt = start.UTC()
 	tctx, root := p.traceReception(ctx, msg.Headers(), fresh, start)
-	defer p.endReception(tctx, root, fresh, r.Decision, start)
+	endReception := sync.OnceFunc(func() { p.endReception(tctx, root, fresh, r.Decision, start) })
+	defer endReception()
 	res, err := machine.Apply(fresh, machine.Decide{Phase: capsule.Reception, Decision: r.Decision}, now)
 	if err != nil || res.Transition == nil {
 		// RECEPTION decides advance or halt; anything else is a bug that
@@ -107,6 +112,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 		p.st.Cache.Seed(key, raw, r.Capsule)
 	}
 	p.metrics.Received()
+	endReception() // before a capsule that ended here records its root span
 	p.observe(cp, &tr, r.Decision, 0)
 	if err := p.st.Emit(ctx, cp, rev, &tr, raw, lockPathsOf(r.Capsule)); err != nil {
 		return runner.Retry(err)

@@ -32,20 +32,35 @@ func (p *Pipeline) runTraced(ctx context.Context, ph capsule.Phase, cycle int, c
 // what an intake message's traceparent header may do (place the capsule in
 // the producer's trace, nothing else).
 func (p *Pipeline) traceReception(ctx context.Context, h nats.Header, fresh *capsule.Checkpoint, start time.Time) (context.Context, trace.Span) {
-	ctx, root, tp := p.tracer.StartCapsule(ctx, incomingTraceparent(h), fresh.TraceID, spanCapsule(fresh), start)
-	fresh.TraceParent = tp
+	in := incomingTraceparent(h)
+	ctx, root, tp := p.tracer.StartCapsule(ctx, in, fresh.TraceID, spanCapsule(fresh), start)
+	fresh.TraceParent, fresh.TraceProducerSpan = tp, tracing.ProducerSpan(in)
 	return ctx, root
 }
 
 // endReception records RECEPTION's span, from start to now, under the root
-// span in ctx, and ends the root span.
+// span context in ctx (the root span itself is recorded when the capsule
+// ends: traceEnd).
 func (p *Pipeline) endReception(ctx context.Context, root trace.Span, cp *capsule.Checkpoint, d phases.Decision, start time.Time) {
-	if root.IsRecording() {
-		_, span := p.tracer.StartPhase(ctx, "", "", spanCapsule(cp), capsule.Reception.String(), 0, trace.WithTimestamp(start))
+	_, span := p.tracer.StartPhase(ctx, "", "", spanCapsule(cp), capsule.Reception.String(), 0, trace.WithTimestamp(start))
+	if span.IsRecording() {
 		tracing.EndPhase(span, decisionOutcome(capsule.Reception, d), d.Halt.String(), string(d.Trigger), d.Err)
-		root.SetAttributes(tracing.AttrOutcome.String(decisionOutcome(capsule.Reception, d)))
 	}
-	root.End()
+	_ = root
+}
+
+// traceEnd records the capsule's root span once its first run has ended:
+// from its arrival to its end, so it covers every phase. A replay's runs
+// are recorded under it as phases, not as a second root (one span id
+// records once).
+func (p *Pipeline) traceEnd(cp *capsule.Checkpoint) {
+	if cp.Run > 0 || !cp.Terminal() {
+		return
+	}
+	// Now, not the transition's time: the last phase's span has ended, and
+	// the root must cover it.
+	p.tracer.EndCapsule(context.Background(), cp.TraceParent, cp.TraceProducerSpan, spanCapsule(cp), cp.CreatedAt, time.Now(),
+		string(cp.State.Status), cp.State.HaltReason)
 }
 
 // incomingTraceparent is the intake message's traceparent header, looked up
@@ -80,4 +95,14 @@ func decisionOutcome(ph capsule.Phase, d phases.Decision) string {
 		return "retry"
 	}
 	return d.Action.String()
+}
+
+// traceIDOf is the capsule's OpenTelemetry trace id (its root span's), the
+// exemplar of its phases' durations; "" for a checkpoint written before
+// sagad traced.
+func traceIDOf(cp *capsule.Checkpoint) string {
+	if sc, err := tracing.ParseTraceparent(cp.TraceParent); err == nil {
+		return sc.TraceID().String()
+	}
+	return ""
 }

@@ -143,6 +143,7 @@ func TestTraceOfACapsule(t *testing.T) {
 	require.Equal(t, root.SpanID(), roots[0].SpanContext.SpanID())
 	require.False(t, roots[0].Parent.IsValid(), "no producer trace: the capsule's span is the root")
 	require.Equal(t, doc.ID(), attrs(roots[0])[tracing.AttrCapsuleID].AsString())
+	require.Equal(t, string(capsule.Completed), attrs(roots[0])[tracing.AttrOutcome].AsString())
 
 	phaseSpan := map[string]tracetest.SpanStub{}
 	for ph := capsule.Phase(0); ph < capsule.NumPhases; ph++ {
@@ -151,6 +152,8 @@ func TestTraceOfACapsule(t *testing.T) {
 		sp := got[0]
 		phaseSpan[ph.String()] = sp
 		require.Equal(t, root.SpanID(), sp.Parent.SpanID(), "phase %s descends from the capsule's span", ph)
+		require.False(t, sp.StartTime.Before(roots[0].StartTime) || sp.EndTime.After(roots[0].EndTime),
+			"the capsule's span (%v–%v) covers phase %s (%v–%v)", roots[0].StartTime, roots[0].EndTime, ph, sp.StartTime, sp.EndTime)
 		a := attrs(sp)
 		require.Equal(t, doc.ID(), a[tracing.AttrCapsuleID].AsString())
 		require.Equal(t, ph.String(), a[tracing.AttrPhase].AsString())
@@ -237,6 +240,10 @@ func TestTraceContinuesTheProducersTrace(t *testing.T) {
 	require.Equal(t, "0af7651916cd43dd8448eb211c80319c", s.TraceID)
 	root, err := tracing.ParseTraceparent(s.TraceParent)
 	require.NoError(t, err)
+	cp, err := tf.client.Checkpoint(context.Background(), doc.ID())
+	require.NoError(t, err)
+	require.Equal(t, "b7ad6b7169203331", cp.TraceProducerSpan, "stored, for whichever sagad records the capsule's end")
+	require.NoError(t, schemas.ValidateValue(schemas.Checkpoint, cp))
 	require.Equal(t, "0af7651916cd43dd8448eb211c80319c", root.TraceID().String())
 	require.NotEqual(t, "b7ad6b7169203331", root.SpanID().String(), "the capsule has a span of its own")
 
@@ -301,4 +308,34 @@ func TestTraceOfAProducerTraceIDThatIsNoW3CID(t *testing.T) {
 	want, _ := tracing.TraceIDOf("ticket-4711")
 	require.Equal(t, want, root.TraceID(), "derived from the producer's id: capsules sharing it share a trace")
 	tf.spansOf(t, want, 10)
+}
+
+// TestTraceRootCoversACancelledCapsule: a capsule an operator cancels while
+// it waits at the gate gets its root span then, from its arrival, covering
+// its phases, with outcome cancelled; a capsule still running has none yet.
+func TestTraceRootCoversACancelledCapsule(t *testing.T) {
+	t.Parallel()
+	tf := setupTraced(t, true)
+	doc := tf.own(t, capsuletest.New().Set("review.operator_gate", true))
+	tf.publish(t, doc.Sealed(t))
+	s := tf.waitState(t, doc.ID(), capsule.WaitingForOperator)
+	root, err := tracing.ParseTraceparent(s.TraceParent)
+	require.NoError(t, err)
+	// Every phase up to REVIEW, and no root yet.
+	phases := tf.spansOf(t, root.TraceID(), 8)
+	require.Empty(t, byName(phases, tracing.SpanCapsule), "the root is recorded at the end")
+
+	_, err = tf.pipe.Admin().Cancel(context.Background(), doc.ID(), "not needed", "ann")
+	require.NoError(t, err)
+	var roots []tracetest.SpanStub
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		roots = byName(tf.spansOf(t, root.TraceID(), 1), tracing.SpanCapsule)
+		return len(roots) == 1
+	}, "no root span after the cancel")
+	r := roots[0]
+	require.Equal(t, root.SpanID(), r.SpanContext.SpanID())
+	require.Equal(t, string(capsule.Cancelled), attrs(r)[tracing.AttrOutcome].AsString())
+	for _, sp := range phases {
+		require.False(t, sp.StartTime.Before(r.StartTime) || sp.EndTime.After(r.EndTime), "root covers %s", sp.Name)
+	}
 }

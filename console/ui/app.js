@@ -552,7 +552,7 @@ async function renderCapsule(key) {
       ["phase", phaseLink(st.phase, st.phase_name)], ["cycle", String(st.cycle)],
       ["progress", st.progress + "%"], ["halt reason", st.halt_reason], ["wave", cp.wave_id ? waveLink(cp.wave_id) : ""],
       ["chain", cp.chain ? chainLink(cp.chain) : ""], ["producer", cp.producer || ""],
-      ["trace id", el("span", { class: "mono", id: "trace-id", text: cp.trace_id || "-" })],
+      ["trace id", d.trace_url ? traceLink(d.trace_url, cp.trace_id) : el("span", { class: "mono", id: "trace-id", text: cp.trace_id || "-" })],
       ["pause", st.pause ? st.pause.trigger + (st.pause.reason ? ": " + st.pause.reason : "") + (st.pause.by ? " (by " + st.pause.by + ")" : "") : ""],
       ["waiting on", s.waiting_on ? [s.waiting_on + ": ", pendingLinks(s.waiting_on, s.pending)] : ""],
       ["created", ts(cp.created_at)], ["deadline", d.deadline ? ts(d.deadline) : ""],
@@ -651,6 +651,7 @@ function route() {
   else if (parts[0] === "capsules") r = { name: "capsules", render: renderCapsules };
   else if (parts[0] === "phases") r = { name: "phases", render: renderPhases };
   else if (parts[0] === "waves") r = { name: "waves", render: renderWaves };
+  else if (parts[0] === "costs") r = { name: "costs", render: renderCosts };
   else r = { name: "inbox", render: renderInbox };
   current = r;
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.id === "nav-" + (r.name === "capsule" ? "capsules" : r.name));

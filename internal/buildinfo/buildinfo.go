@@ -46,3 +46,27 @@ func format(program string, info *debug.BuildInfo) string {
 	}
 	return fmt.Sprintf("%s %s (rev %s; %s)", program, version, rev, goVersion)
 }
+
+// Version is the running binary's version as OpenTelemetry's
+// service.version wants it: the module version `go install m@v` stamped,
+// else "devel" with the revision when the build knows it
+// ("devel+41287d7a1b2c").
+func Version() string {
+	info, _ := debug.ReadBuildInfo()
+	return versionOf(info)
+}
+
+func versionOf(info *debug.BuildInfo) string {
+	if info == nil {
+		return "devel"
+	}
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && s.Value != "" {
+			return "devel+" + s.Value[:min(len(s.Value), revLen)]
+		}
+	}
+	return "devel"
+}

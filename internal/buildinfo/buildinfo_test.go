@@ -40,3 +40,12 @@ func TestStringNamesGoVersion(t *testing.T) {
 	require.True(t, strings.HasPrefix(s, "sagactl "), s)
 	require.Contains(t, s, runtime.Version())
 }
+
+func TestVersionOf(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "devel", versionOf(nil))
+	require.Equal(t, "v1.2.3", versionOf(&debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}}))
+	require.Equal(t, "devel+41287d7a1b2c", versionOf(&debug.BuildInfo{Main: debug.Module{Version: "(devel)"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "41287d7a1b2c3d4e5f"}}}))
+	require.NotEmpty(t, Version())
+}

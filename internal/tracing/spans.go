@@ -74,45 +74,66 @@ func (c Capsule) attrs(extra ...attribute.KeyValue) []attribute.KeyValue {
 	return append(a, extra...)
 }
 
-// StartCapsule starts a capsule's root span at RECEPTION and returns it with
-// its context and its traceparent, which the checkpoint keeps (trace_parent)
-// for every later phase span to descend from.
+// StartCapsule chooses a capsule's root span context at RECEPTION and
+// returns a context holding it with its traceparent, which the checkpoint
+// keeps (trace_parent) for every phase span to descend from. The span is
+// recorded when the capsule ends ([Tracer.EndCapsule]), under the same id.
 //
 // incoming is the intake message's traceparent header: when it is valid the
 // capsule's trace continues the producer's (the root span is a child of the
-// producer's span); a malformed one is ignored. Otherwise the trace id is
-// TraceIDOf(traceID), the checkpoint's trace_id. With a no-op provider (or a
-// span the sampler dropped) the span context is still made, so the
-// traceparent sent to workers names the capsule's trace all the same.
+// producer's span, its sampling decision holds); a malformed one is
+// ignored. Otherwise the trace id is TraceIDOf(traceID), the checkpoint's
+// trace_id. With a no-op provider the span context is made all the same,
+// so the traceparent sent to workers names the capsule's trace.
 func (t *Tracer) StartCapsule(ctx context.Context, incoming, traceID string, c Capsule, start time.Time) (context.Context, trace.Span, string) {
-	parent, perr := ParseTraceparent(incoming)
-	if perr == nil {
-		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
+	cfg := trace.SpanContextConfig{SpanID: randomSpanID(), TraceFlags: trace.FlagsSampled}
+	if parent, err := ParseTraceparent(incoming); err == nil {
+		cfg.TraceID, cfg.TraceFlags = parent.TraceID(), parent.TraceFlags()
 	} else if tid, ok := TraceIDOf(traceID); ok {
-		ctx = WithTraceID(ctx, tid)
+		cfg.TraceID = tid
+	} else {
+		cfg.TraceID = randomTraceID()
 	}
-	var span trace.Span = noop.Span{}
-	if tr := t.tracer(); !isNoop(tr) {
-		ctx, span = tr.Start(ctx, SpanCapsule, trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithTimestamp(start), trace.WithAttributes(c.attrs()...))
+	sc := trace.NewSpanContext(cfg)
+	ctx = trace.ContextWithSpanContext(ctx, sc)
+	return ctx, trace.SpanFromContext(ctx), FormatTraceparent(sc)
+}
+
+// ProducerSpan is the span id of a valid traceparent header (the
+// producer's span), "" otherwise: what the checkpoint keeps so the
+// capsule's span, recorded at its end, is the producer span's child.
+func ProducerSpan(incoming string) string {
+	if sc, err := ParseTraceparent(incoming); err == nil {
+		return sc.SpanID().String()
 	}
-	sc := span.SpanContext()
-	if !sc.IsValid() || (perr == nil && sc.SpanID() == parent.SpanID()) {
-		// A no-op tracer (or another provider's that made no span of
-		// its own): make the root span's context here.
-		cfg := trace.SpanContextConfig{SpanID: randomSpanID(), TraceFlags: trace.FlagsSampled}
-		if perr == nil {
-			cfg.TraceID, cfg.TraceFlags = parent.TraceID(), parent.TraceFlags()
-		} else if tid, ok := TraceIDOf(traceID); ok {
-			cfg.TraceID = tid
-		} else {
-			cfg.TraceID = randomTraceID()
-		}
-		sc = trace.NewSpanContext(cfg)
-		ctx = trace.ContextWithSpanContext(ctx, sc)
-		span = trace.SpanFromContext(ctx)
+	return ""
+}
+
+// EndCapsule records the capsule's root span once it has ended: the span
+// named by traceparent (the checkpoint's trace_parent), from start (its
+// arrival) to end, a child of the producer's span producerSpan when there
+// was one, with the capsule's outcome and halt reason.
+func (t *Tracer) EndCapsule(ctx context.Context, traceparent, producerSpan string, c Capsule, start, end time.Time, outcome, haltReason string) {
+	tr := t.tracer()
+	root, err := ParseTraceparent(traceparent)
+	if isNoop(tr) || err != nil || !root.IsSampled() {
+		return
 	}
-	return ctx, span, FormatTraceparent(sc)
+	ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{}) // no parent but the producer's
+	if sid, err := trace.SpanIDFromHex(producerSpan); err == nil {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: root.TraceID(), SpanID: sid, TraceFlags: root.TraceFlags(), Remote: true}))
+	} else {
+		ctx = WithTraceID(ctx, root.TraceID())
+	}
+	ctx = withSpanID(ctx, root.SpanID())
+	_, span := tr.Start(ctx, SpanCapsule, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(start),
+		trace.WithAttributes(c.attrs(AttrOutcome.String(outcome))...))
+	if haltReason != "" {
+		span.SetAttributes(AttrHaltReason.String(haltReason))
+		span.SetStatus(codes.Error, haltReason)
+	}
+	span.End(trace.WithTimestamp(end))
 }
 
 // StartPhase starts the span of one phase run. Its parent is the capsule's

@@ -3,12 +3,16 @@
 // producers and passes to workers, and the spans of a capsule's trace.
 //
 // A capsule's phases run in different messages, maybe in different sagads,
-// so no span lives from its start to its end. RECEPTION starts the capsule's
-// root span (a child of the producer's span when the intake message carried a
-// valid traceparent) and records its span context in the checkpoint
-// (trace_parent); every later phase span is a child of that context, read
+// so no process holds a span from the capsule's start to its end. RECEPTION
+// chooses the capsule's root span context (a child of the producer's span
+// when the intake message carried a valid traceparent) and records it in the
+// checkpoint (trace_parent, and the producer's span id in
+// trace_producer_span); every phase span is a child of that context, read
 // back from the checkpoint, and every agent call is a child of its phase's
-// span. The root span's trace id is the checkpoint's trace_id when that is a
+// span. The root span itself is recorded once, by the sagad that records the
+// capsule's end ([Tracer.EndCapsule]): it takes the span id the phases
+// already name, starts at the capsule's arrival and ends with it, so it
+// covers every phase. The root span's trace id is the checkpoint's trace_id when that is a
 // W3C trace id (sagad makes one when the producer gave none), so the trace id
 // `sagactl status` shows is the one to look up in the tracing backend.
 //
@@ -19,12 +23,15 @@ package tracing
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -121,7 +128,7 @@ func Setup(ctx context.Context, endpoint, version string, getenv func(string) st
 	if err != nil {
 		return nil, off, fmt.Errorf("tracing: exporter: %w", err)
 	}
-	attrs := []attribute.KeyValue{attribute.String("service.name", ServiceName)}
+	attrs := []attribute.KeyValue{attribute.String("service.name", ServiceName), attribute.String("service.instance.id", InstanceID())}
 	if version != "" {
 		attrs = append(attrs, attribute.String("service.version", version))
 	}
@@ -134,6 +141,19 @@ func Setup(ctx context.Context, endpoint, version string, getenv func(string) st
 	sdk := NewProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return sdk, sdk.Shutdown, nil
 }
+
+// InstanceID is this process's service.instance.id: a random UUID made
+// once per process, as the OpenTelemetry conventions advise when nothing
+// stable names the instance (two sagads on one host, a restarted one, are
+// told apart). OTEL_RESOURCE_ATTRIBUTES may set another.
+var InstanceID = sync.OnceValue(func() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+})
 
 // LogErrors sends the OpenTelemetry SDK's errors (an export the collector
 // refused or that timed out) to log instead of the standard logger's
@@ -152,6 +172,22 @@ func NewProvider(opts ...sdktrace.TracerProviderOption) *sdktrace.TracerProvider
 
 type traceIDKey struct{}
 
+type spanIDKey struct{}
+
+// withSpanID makes the next span started with ctx take span id sid, on a
+// provider made by [NewProvider]: the capsule's span, recorded when the
+// capsule ends, takes the id its phases already name as their parent.
+func withSpanID(ctx context.Context, sid trace.SpanID) context.Context {
+	return context.WithValue(ctx, spanIDKey{}, sid)
+}
+
+func spanIDOf(ctx context.Context) trace.SpanID {
+	if sid, ok := ctx.Value(spanIDKey{}).(trace.SpanID); ok && sid.IsValid() {
+		return sid
+	}
+	return randomSpanID()
+}
+
 // WithTraceID makes the next root span started with ctx (one without a
 // parent) take trace id tid, on a provider made by [NewProvider]. RECEPTION
 // uses it so that a capsule's trace id is its checkpoint's trace_id.
@@ -167,10 +203,10 @@ func (idGenerator) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
 	if !ok || !tid.IsValid() {
 		tid = randomTraceID()
 	}
-	return tid, randomSpanID()
+	return tid, spanIDOf(ctx)
 }
 
-func (idGenerator) NewSpanID(context.Context, trace.TraceID) trace.SpanID { return randomSpanID() }
+func (idGenerator) NewSpanID(ctx context.Context, _ trace.TraceID) trace.SpanID { return spanIDOf(ctx) }
 
 func randomTraceID() trace.TraceID {
 	var tid trace.TraceID

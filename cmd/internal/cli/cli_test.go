@@ -399,6 +399,7 @@ func startOnline(t *testing.T, admin bool) *online {
 	if admin {
 		svc, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{
 			Logger: slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Costs:  adminsvc.StoreCosts(p.Store()),
 		})
 		require.NoError(t, err)
 		// Registered after the pipeline's cleanup, so it runs first: the

@@ -153,6 +153,10 @@ type Config struct {
 	// OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) is set, and off
 	// whenever OTEL_SDK_DISABLED=true (README "Tracing (OpenTelemetry)").
 	OTelEndpoint string `json:"otel_endpoint,omitempty"`
+	// TraceURL links a capsule's trace id in the console to the tracing
+	// backend: a URL template holding {trace_id}
+	// ("http://jaeger:16686/trace/{trace_id}"). Defaults to none.
+	TraceURL string `json:"trace_url,omitempty"`
 	// Executors serve task kinds beyond the built-in "stub" (config file
 	// only; see executors.Config and examples/sagad.json).
 	Executors map[string]executors.Endpoint `json:"executors"`
@@ -290,6 +294,9 @@ func (c *Config) validate() error {
 	if err := tracing.ValidateEndpoint(c.OTelEndpoint); err != nil {
 		errs = append(errs, err)
 	}
+	if err := console.ValidateTraceURL(c.TraceURL); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Workers < 0 || c.Replicas < 0 {
 		errs = append(errs, errors.New("workers and replicas must not be negative"))
 	}
@@ -416,6 +423,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&unhealthyAfter, "unhealthy-after", 0, "JetStream writes failing this long make sagad unhealthy: ERROR log, sagad_jetstream_writes_failing 1, /readyz 503 (default 30s; env SAGAD_UNHEALTHY_AFTER)")
 	fs.DurationVar(&stallAfter, "stall-after", 0, "/readyz reports a phase with pending work and no progress for this long (default 2m; env SAGAD_STALL_AFTER)")
 	fs.StringVar(&flags.OTelEndpoint, "otel-endpoint", "", "send OpenTelemetry traces to this OTLP/HTTP endpoint, e.g. http://localhost:4318 (default off, or OTEL_EXPORTER_OTLP_ENDPOINT; env SAGAD_OTEL_ENDPOINT)")
+	fs.StringVar(&flags.TraceURL, "trace-url", "", "link the console's trace ids to a tracing backend: a URL template holding {trace_id}, e.g. http://jaeger:16686/trace/{trace_id} (env SAGAD_TRACE_URL)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return Config{}, err
 	}
@@ -474,6 +482,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	envStr(&cfg.LogFormat, "SAGAD_LOG_FORMAT")
 	envStr(&cfg.LogLevel, "SAGAD_LOG_LEVEL")
 	envStr(&cfg.OTelEndpoint, "SAGAD_OTEL_ENDPOINT")
+	envStr(&cfg.TraceURL, "SAGAD_TRACE_URL")
 	var errs []error
 	envInt := func(dst *int, name string) {
 		if v := getenv(name); v != "" {
@@ -662,6 +671,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.StallAfter = flags.StallAfter
 		case "otel-endpoint":
 			cfg.OTelEndpoint = flags.OTelEndpoint
+		case "trace-url":
+			cfg.TraceURL = flags.TraceURL
 		}
 	})
 	if cfg.HTTPListen == "" {

@@ -24,7 +24,7 @@ type uiServer struct {
 // redirecting there) and everything else through base.
 func startConsole(ctx context.Context, cfg Config, log *slog.Logger, nc *nats.Conn, st *store.Store, base http.Handler) (*uiServer, error) {
 	c, err := console.New(st, adminsvc.NewClient(nc, adminsvc.ClientConfig{}), console.Config{
-		Logger: log, Token: cfg.UIToken, BasicAuth: cfg.UIBasicAuth,
+		Logger: log, Token: cfg.UIToken, BasicAuth: cfg.UIBasicAuth, TraceURL: cfg.TraceURL,
 	})
 	if err != nil {
 		return nil, err

@@ -58,6 +58,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	dataDir := t.TempDir()
 	cfg := testConfig(t, dataDir)
 	cfg.HTTPListen = freeAddr(t)
+	cfg.TraceURL = "http://jaeger.invalid/trace/{trace_id}"
 	d := start(t, cfg)
 	_, cl := connect(t, d.url, dataDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -159,6 +160,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(`#reviews`)),
 		chromedp.WaitVisible(css(`#events`)),
 		chromedp.WaitVisible(css(`#artifacts`)),
+		chromedp.WaitVisible(css(`a#trace-id[href^="http://jaeger.invalid/trace/"]`)),
 		shot("4-capsule-completed"),
 	), "capsule page")
 	title, err := chromedp.Run(bctx, chromedp.Title())
@@ -202,6 +204,15 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(`#waves`)),
 	), "live list and phases")
 
+	// The Costs page draws the spend per day (a bar per day, in SVG) and a
+	// row per task kind.
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(base+"/ui/#/costs?by=kind"),
+		chromedp.WaitVisible(css(`#cost-chart .cost-bar rect`)),
+		chromedp.WaitVisible(css(`#cost-groups tr[data-key="stub"]`)),
+		chromedp.WaitVisible(css(`#cost-totals`)),
+		shot("9-costs"),
+	), "costs chart")
 	haltedAndCorrected(t, bctx, cl, base, shot)
 	bulkCancel(t, bctx, cl, base, shot)
 }

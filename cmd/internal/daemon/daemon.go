@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -188,7 +187,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	}
 	mon := newMonitor(cfg, log, m)
 	defer mon.Stop()
-	tp, stopTracing, err := tracing.Setup(ctx, cfg.OTelEndpoint, mainVersion(), os.Getenv)
+	tp, stopTracing, err := tracing.Setup(ctx, cfg.OTelEndpoint, buildinfo.Version(), os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -257,7 +256,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	}
 	// Every sagad serves the admin API, so sagactl's actions run (and are
 	// counted) in whichever sagad answers.
-	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules(), Chains: adminsvc.StoreChains(p.Store())})
+	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules(), Chains: adminsvc.StoreChains(p.Store()), Costs: adminsvc.StoreCosts(p.Store())})
 	if err != nil {
 		p.Stop(ctx)
 		return err
@@ -418,7 +417,9 @@ const readyTimeout = 2 * time.Second
 
 func httpHandler(nc *nats.Conn, js jetstream.JetStream, reg *prometheus.Registry, ready *atomic.Bool, mon *health.Monitor) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// OpenMetrics when the scraper asks for it: the latency histograms'
+	// exemplars (trace ids) travel only in that format.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
@@ -468,13 +469,4 @@ func newMonitor(cfg Config, log *slog.Logger, m *metrics.Metrics) *health.Monito
 		Logger:         log,
 		Metrics:        m,
 	})
-}
-
-// mainVersion is sagad's module version for the service.version of its
-// spans; "" in a build from a checkout.
-func mainVersion() string {
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "(devel)" {
-		return info.Main.Version
-	}
-	return ""
 }

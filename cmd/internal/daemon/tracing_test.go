@@ -15,6 +15,7 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/tracing"
 )
 
 func TestParseConfigOTelEndpoint(t *testing.T) {
@@ -53,6 +54,8 @@ type otlpSink struct {
 	mu    sync.Mutex
 	reqs  []*coltracepb.ExportTraceServiceRequest
 	paths []string
+	// resource is the last resource's attributes, filled by spans.
+	resource map[string]string
 }
 
 func (s *otlpSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -88,6 +91,10 @@ func (s *otlpSink) spans() (map[string]string, []string, string) {
 				if a.Key == "service.name" {
 					service = a.GetValue().GetStringValue()
 				}
+				if s.resource == nil {
+					s.resource = map[string]string{}
+				}
+				s.resource[a.Key] = a.GetValue().GetStringValue()
 			}
 			for _, ss := range rs.ScopeSpans {
 				for _, sp := range ss.Spans {
@@ -136,8 +143,55 @@ func TestRunExportsTraces(t *testing.T) {
 		require.Equal(t, "/v1/traces", p)
 	}
 	require.Equal(t, "sagad", service)
+	sink.mu.Lock()
+	res := sink.resource
+	sink.mu.Unlock()
+	require.NotEmpty(t, res["service.version"], "resource %v", res)
+	require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, res["service.instance.id"], "resource %v", res)
+	require.Equal(t, tracing.InstanceID(), res["service.instance.id"])
 	for _, n := range []string{"capsule", "phase RECEPTION", "phase EXECUTION", "phase HANDOFF", "agent execute stub", "agent review stub-reviewer"} {
 		require.Contains(t, names, n)
 		require.Equal(t, s.TraceID, names[n], "span %s is in the capsule's trace", n)
 	}
+}
+
+// TestMetricsExemplars: a scraper asking for OpenMetrics gets the latency
+// histograms' exemplars, the capsule's trace id; a plain scrape is the
+// text format as before. Tracing is off: the trace id is the capsule's all
+// the same.
+func TestMetricsExemplars(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, t.TempDir())
+	cfg.HTTPListen = freeAddr(t)
+	d := start(t, cfg)
+	_, client := connect(t, d.url, cfg.DataDir)
+	doc := capsuletest.New()
+	_, err := client.Publish(context.Background(), doc.Sealed(t), "")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := client.Wait(ctx, doc.ID())
+	require.NoError(t, err)
+	require.Equal(t, capsule.Completed, s.State)
+
+	scrape := func(accept string) string {
+		req, err := http.NewRequest(http.MethodGet, "http://"+cfg.HTTPListen+"/metrics", nil)
+		require.NoError(t, err)
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(b)
+	}
+	om := scrape("application/openmetrics-text; version=1.0.0")
+	tid := tracing.TraceIDOfTraceparent(s.TraceParent)
+	require.NotEmpty(t, tid)
+	require.Regexp(t, `sagad_phase_duration_seconds_bucket\{[^}]*\} \d+ # \{trace_id="[0-9a-f]{32}"\}`, om)
+	require.Contains(t, om, `# {trace_id="`+tid+`"}`)
+	require.Regexp(t, `sagad_agent_call_duration_seconds_bucket\{[^}]*\} \d+ # \{trace_id="`+tid+`"\}`, om)
+	require.NotContains(t, scrape(""), "# {trace_id=", "the text format has no exemplars")
 }

@@ -1,0 +1,93 @@
+package costs
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+func cp(key, wave, producer string, st capsule.State, used capsule.Usage, at time.Time) *capsule.Checkpoint {
+	c := &capsule.Checkpoint{Key: key, CapsuleID: key, WaveID: wave, Producer: producer, CreatedAt: at, UpdatedAt: at}
+	c.State.Status = st
+	c.State.BudgetUsed = used
+	return c
+}
+
+func TestSummarise(t *testing.T) {
+	t.Parallel()
+	d1 := time.Date(2026, 11, 1, 10, 0, 0, 0, time.UTC)
+	d2 := d1.Add(24 * time.Hour)
+	running := cp("c", "w1", "", capsule.InProgress, capsule.Usage{Tokens: 100, Dollars: 0.02}, d2)
+	running.State.WaveReserved = &capsule.Usage{Tokens: 1000, Dollars: 1}
+	running.State.Attempts = &capsule.ExecutionAttempts{Cycle: 1, Failed: 2}
+	running.Chain = &capsule.ChainStep{ID: "ch", Step: 1}
+	entries := []Entry{
+		Of(cp("a", "w1", "p", capsule.Completed, capsule.Usage{Tokens: 10, Dollars: 0.01}, d1), "code"),
+		Of(cp("b", "w1", "p", capsule.Halted, capsule.Usage{Tokens: 30, Dollars: 0.05}, d1), "code"),
+		Of(running, ""),
+	}
+
+	r, err := Summarise(entries, ByWave, time.Time{}, 0)
+	require.NoError(t, err)
+	require.Len(t, r.Groups, 1)
+	g := r.Groups[0]
+	require.Equal(t, "w1", g.Key)
+	require.Equal(t, 3, g.Capsules)
+	require.Equal(t, int64(140), g.Tokens)
+	require.Equal(t, 0.08, g.Dollars, "summed, then rounded to the cent")
+	require.Equal(t, 0.05, g.FailedDollars)
+	require.Equal(t, 0.625, g.FailedShare)
+	require.Equal(t, 2, g.FailedAttempts)
+	require.Equal(t, int64(900), g.ReservedTokens)
+	require.Equal(t, 0.98, g.ReservedDollars)
+	require.Equal(t, []Day{{Day: "2026-11-01", Tokens: 40, Dollars: 0.06, FailedTokens: 30, FailedDollars: 0.05},
+		{Day: "2026-11-02", Tokens: 100, Dollars: 0.02}}, r.Days)
+
+	r, err = Summarise(entries, ByKind, d2, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{None}, keys(r.Groups), "since leaves out the older capsules")
+	require.Equal(t, 1, r.Total.Capsules)
+
+	r, err = Summarise(entries, ByProducer, time.Time{}, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"p", None}, keys(r.Groups))
+
+	r, err = Summarise(entries, ByChain, time.Time{}, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{None, "ch"}, keys(r.Groups), "most spent first")
+
+	r, err = Summarise(entries, ByComposition, time.Time{}, 0)
+	require.NoError(t, err)
+	require.Empty(t, r.Groups)
+	require.Equal(t, NoComposition, r.Note)
+	require.Equal(t, 3, r.Total.Capsules)
+
+	_, err = Summarise(entries, "capsule", time.Time{}, 0)
+	require.Error(t, err)
+}
+
+func TestSummariseFoldsPastTheLimit(t *testing.T) {
+	t.Parallel()
+	var entries []Entry
+	for i := range 10 {
+		entries = append(entries, Of(cp(fmt.Sprint(i), fmt.Sprintf("w%d", i), "", capsule.Completed,
+			capsule.Usage{Tokens: int64(i), Dollars: float64(i)}, time.Unix(0, 0)), ""))
+	}
+	r, err := Summarise(entries, ByWave, time.Time{}, 3)
+	require.NoError(t, err)
+	require.Equal(t, []string{"w9", "w8", Other}, keys(r.Groups))
+	require.Equal(t, 8, r.Groups[2].Capsules)
+	require.Equal(t, float64(28), r.Groups[2].Dollars)
+}
+
+func keys(gs []Group) []string {
+	var out []string
+	for _, g := range gs {
+		out = append(out, g.Key)
+	}
+	return out
+}
