@@ -86,6 +86,10 @@ type ExecuteCall struct {
 	// CompletionToken is the call's secret, which a [Completion] of
 	// accepted work must carry back; omitted when the call has none.
 	CompletionToken string `json:"completion_token,omitempty"`
+	// CallToken is the secret a child capsule published while serving
+	// this call presents in its Saga-Parent-Token header; omitted when the
+	// call has none.
+	CallToken string `json:"call_token,omitempty"`
 	// ContextArtifacts are the artifacts the capsule's artifact: context
 	// refs name (a chain step's: the previous step's final artifact);
 	// omitted when there are none.
@@ -109,8 +113,8 @@ func NewExecuteCall(req Request) (ExecuteCall, error) {
 		Kind: KindExecute, Capsule: raw, Cycle: req.Cycle,
 		IdempotencyKey: req.IdempotencyKey, TraceID: req.TraceID, Findings: findings,
 		PriorArtifactRef: req.PriorArtifactRef, CompletionToken: req.CompletionToken,
-		ContextArtifacts: req.ContextArtifacts,
-		PreviousFailure:  req.PreviousFailure,
+		CallToken: req.CallToken, ContextArtifacts: req.ContextArtifacts,
+		PreviousFailure: req.PreviousFailure,
 	}, nil
 }
 

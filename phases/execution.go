@@ -184,6 +184,7 @@ func (e Execution) attempt(ctx context.Context, env *Env, in *Input, ex executor
 		Findings:         runFindings(in.Checkpoint, cycle),
 		PriorArtifactRef: priorArtifact(in.Checkpoint, cycle),
 		CompletionToken:  token,
+		CallToken:        in.CallToken,
 		PreviousFailure:  prev,
 		ContextArtifacts: inputs,
 	})
