@@ -218,6 +218,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		Metrics:           m,
 		TracerProvider:    tp,
 		LockWait:          time.Duration(cfg.LockWait),
+		MaxDepth:          cfg.MaxDepth,
 		BudgetWarning:     cfg.BudgetWarning,
 		DeadlineWarning:   time.Duration(cfg.DeadlineWarning),
 		ExternalTimeout:   time.Duration(cfg.ExternalTimeout),
