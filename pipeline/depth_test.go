@@ -135,6 +135,19 @@ func TestDepthChildLinkedAndCharged(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ccp.State.BudgetUsed, fam.Used, "the child's spend, charged to the parent once")
 
+	// sagactl status shows both ends of the link.
+	a := f.admin(t)
+	rs, err := a.Status(ctx, root.ID())
+	require.NoError(t, err)
+	require.Equal(t, []string{child.ID()}, rs.Children)
+	require.Equal(t, &fam.Used, rs.ChildrenUsed)
+	require.Empty(t, rs.Parent)
+	cs, err := a.Status(ctx, child.ID())
+	require.NoError(t, err)
+	require.Equal(t, root.ID(), cs.Parent)
+	require.Equal(t, 1, cs.Depth)
+	require.Empty(t, cs.Children)
+
 	// The parent spends 600 itself: with its child's 600 it crosses its 1000.
 	rc.done <- capsule.Usage{Tokens: 600}
 	s = f.wait(t, root.ID())
