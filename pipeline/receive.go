@@ -61,6 +61,12 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 		}
 	}
 
+	if strings.HasPrefix(producer, store.ExecutorProducerPrefix) && r.Capsule != nil && r.Decision.Action != phases.Halt && r.Capsule.ParentCapsuleID == "" {
+		// An executor's account may delegate, not publish work of its own.
+		r.Decision = phases.HaltWith(capsule.ParentRefused(""), capsule.Finding{
+			Field: "parent_capsule_id", Message: "an executor's account publishes only child capsules: parent_capsule_id and the " + store.HeaderParentToken + " header of the call it serves",
+		})
+	}
 	var link parentLink
 	if r.Capsule != nil && r.Capsule.ParentCapsuleID != "" && r.Decision.Action != phases.Halt {
 		var stop *phases.Decision

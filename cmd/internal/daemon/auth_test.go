@@ -204,9 +204,11 @@ func TestSagactlNamesTheWrongRole(t *testing.T) {
 		code := cli.Main(append([]string{"--nats-url", a.d.url, "--nats-nkey", a.as(role).NKey}, args...), &out, &errOut)
 		return code, out.String() + errOut.String()
 	}
-	code, out := sagactl("executor-demo", "publish", p)
+	// A reviewer's: an executor's publishes child capsules (its account
+	// imports saga.intake for that alone).
+	code, out := sagactl("reviewer-demo-reviewer", "publish", p)
 	require.Equal(t, cli.ExitFailure, code, out)
-	require.True(t, strings.HasPrefix(out, "sagactl: this credential cannot publish capsules: it logs in to NATS account EXECUTOR_DEMO, which has no saga.intake; "), out)
+	require.True(t, strings.HasPrefix(out, "sagactl: this credential cannot publish capsules: it logs in to NATS account REVIEWER_DEMO_REVIEWER, which has no saga.intake; "), out)
 	code, out = sagactl("executor-demo", "list")
 	require.Equal(t, cli.ExitFailure, code, out)
 	require.True(t, strings.HasPrefix(out, "sagactl: this credential cannot reach sagad's admin service: it logs in to NATS account EXECUTOR_DEMO"), out)
