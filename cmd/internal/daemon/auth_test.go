@@ -154,7 +154,10 @@ func TestRolesStayInTheirLane(t *testing.T) {
 		role     string
 		subjects []string
 	}{
-		{"executor-demo", append(append([]string{store.IntakeSubject, "saga.intake.producer", "agents.demo.review"}, admin...), jsAPI...)},
+		// An executor's saga.intake is its child capsules' (README
+		// "Delegation and the depth budget"): a reviewer has none.
+		{"executor-demo", append(append([]string{"saga.intake.producer", "agents.demo.review"}, admin...), jsAPI...)},
+		{"reviewer-demo-reviewer", append(append([]string{store.IntakeSubject, "saga.intake.producer", "agents.demo.execute"}, admin...), jsAPI...)},
 		{RoleProducer, append(append([]string{"saga.complete.x.1", "saga.intake.operator", "agents.demo.execute"}, admin...), jsAPI...)},
 		{RoleOperator, append([]string{"saga.complete.x.1", executors.CompletionSubject(capsuletest.NewID(), 1), "agents.demo.execute", "saga.intake.producer"}, jsAPI...)},
 	} {
