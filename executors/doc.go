@@ -31,6 +31,7 @@
 //	 "findings": [{"rule": 0, "field": "...", "message": "..."}],
 //	 "prior_artifact_ref": "artifact:<capsule_id>/<cycle-1>",
 //	 "completion_token": "<64 hex digits>",
+//	 "call_token": "<64 hex digits>",
 //	 "context_artifacts": [{...capsule.Artifact, content included...}]}
 //
 // context_artifacts are the artifacts the capsule's artifact: context refs
@@ -42,8 +43,11 @@
 // SAGA_PRIOR_ARTIFACT_REF). completion_token is a secret sagad
 // makes for this call alone (32 random bytes, hex): a worker that answers
 // "accepted" must put it in its completion (below), and must not show it
-// to anyone else. A reviewer call is [ReviewCall]: the same without
-// findings and completion_token, with "kind": "review" and
+// to anyone else. call_token is the secret of the claim the call is made
+// under (the same for its attempts): a worker that delegates publishes a
+// child capsule naming this one in parent_capsule_id, with the header
+// Saga-Parent-Token: <call_token>. A reviewer call is [ReviewCall]: the
+// same without findings, completion_token and call_token, with "kind": "review" and
 // "artifact": {...capsule.Artifact, content included...}.
 //
 // Over NATS the request also carries the headers [HeaderCapsuleID],
