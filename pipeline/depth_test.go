@@ -120,12 +120,27 @@ func TestDepthChildLinkedAndCharged(t *testing.T) {
 	require.Equal(t, 1, cp.Depth)
 
 	// The same bytes again (a worker retrying its publish) start nothing
-	// and link nothing twice.
+	// and link nothing twice; a second delivery of the child's EXECUTION
+	// message charges nothing twice.
 	f.publishChild(t, child, rc.token)
+	m := nats.NewMsg("saga.phase.4")
+	m.Data = child.Sealed(t)
+	m.Header.Set(store.HeaderKey, child.ID())
+	m.Header.Set(store.HeaderCycle, "1")
+	_, err := f.js.PublishMsg(ctx, m)
+	require.NoError(t, err)
 
 	cc.done <- capsule.Usage{Tokens: 600, Dollars: 0.5}
 	s := f.wait(t, child.ID())
 	require.Equal(t, capsule.Completed, s.State, s.HaltReason)
+
+	// The parent spends 600 itself: with its child's 600 it crosses its 1000.
+	rc.done <- capsule.Usage{Tokens: 600}
+	s = f.wait(t, root.ID())
+	require.Equal(t, capsule.Halted, s.State)
+	require.Equal(t, capsule.BudgetExceeded(capsule.BudgetTokens).String(), s.HaltReason)
+	waitDrained(t, f.fixture) // the second delivery too
+
 	fam, ok, err := f.bundle.Store.Budgets.FamilyOf(ctx, root.ID())
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -147,12 +162,6 @@ func TestDepthChildLinkedAndCharged(t *testing.T) {
 	require.Equal(t, root.ID(), cs.Parent)
 	require.Equal(t, 1, cs.Depth)
 	require.Empty(t, cs.Children)
-
-	// The parent spends 600 itself: with its child's 600 it crosses its 1000.
-	rc.done <- capsule.Usage{Tokens: 600}
-	s = f.wait(t, root.ID())
-	require.Equal(t, capsule.Halted, s.State)
-	require.Equal(t, capsule.BudgetExceeded(capsule.BudgetTokens).String(), s.HaltReason)
 }
 
 // TestDepthChildOverParentCapHalts: a child whose spend takes its
