@@ -81,7 +81,7 @@ func (p failurePolicy) run(ctx context.Context, env *Env, in *Input, caps capsul
 			return a, p.halt(capsule.ExecutorFailed(p.haltPrefix+failed.Detail), a.used)
 		}
 		if charge.Exceeded != "" {
-			return a, p.halt(capsule.BudgetExceeded(charge.Exceeded), a.used, budgetFinding(a.used, caps))
+			return a, p.halt(capsule.BudgetExceeded(charge.Exceeded), a.used, budgetFinding(a.used, caps, charge.Exceeded))
 		}
 		lf, err := p.record(ctx, in, n, failed, a.used)
 		if err != nil {

@@ -179,6 +179,8 @@ func TestDepthChildOverParentCapHalts(t *testing.T) {
 	s := f.wait(t, child.ID())
 	require.Equal(t, capsule.Halted, s.State)
 	require.Equal(t, capsule.BudgetExceeded(capsule.BudgetParentTokens).String(), s.HaltReason)
+	require.NotEmpty(t, s.Findings)
+	require.Equal(t, "parent_capsule_id", s.Findings[0].Field)
 	rc.done <- capsule.Usage{}
 }
 
