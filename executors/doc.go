@@ -54,8 +54,8 @@
 // [HeaderCycle], [HeaderIdempotencyKey] and [HeaderTraceID]; a command gets
 // them as the environment variables SAGA_CAPSULE_ID, SAGA_CYCLE,
 // SAGA_IDEMPOTENCY_KEY and SAGA_TRACE_ID (and SAGA_CALL = execute|review),
-// and an executor call's completion token as SAGA_COMPLETION_TOKEN. The
-// token never travels in a NATS header: headers are what tracing and
+// and an executor call's completion token as SAGA_COMPLETION_TOKEN and its
+// call token as SAGA_CALL_TOKEN. Neither token travels in a NATS header: headers are what tracing and
 // monitoring tools show.
 //
 // Every request also carries the W3C Trace Context of the call's span: the

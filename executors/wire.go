@@ -176,10 +176,13 @@ type callMeta struct {
 	completionToken string
 	// priorArtifactRef is the artifact a revision revises.
 	priorArtifactRef string
+	// callToken, like completionToken, goes to a command's environment
+	// only.
+	callToken string
 }
 
 func executeMeta(req Request) callMeta {
-	m := callMeta{kind: KindExecute, cycle: req.Cycle, idempotencyKey: req.IdempotencyKey, traceID: req.TraceID, traceparent: req.TraceParent, completionToken: req.CompletionToken, priorArtifactRef: req.PriorArtifactRef}
+	m := callMeta{kind: KindExecute, cycle: req.Cycle, idempotencyKey: req.IdempotencyKey, traceID: req.TraceID, traceparent: req.TraceParent, completionToken: req.CompletionToken, priorArtifactRef: req.PriorArtifactRef, callToken: req.CallToken}
 	if req.Capsule != nil {
 		m.capsuleID = req.Capsule.CapsuleID
 	}
