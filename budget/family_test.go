@@ -50,4 +50,21 @@ func TestFamilyChildrenBounded(t *testing.T) {
 	require.True(t, ok)
 	require.Len(t, fam.Children, budget.MaxChildrenListed)
 	require.Equal(t, 3, fam.More, "a child added again is not counted again")
+
+	// At its largest (every child listed, the charge window full, ids the
+	// length of UUID keys) the record stays one small KV value.
+	uuid := "5a6a0000-0000-4000-8000-000000000000"
+	for i := range budget.MaxChildrenListed + 3 {
+		require.NoError(t, f.tr.AddChild(f.ctx, "q", "", uuid[:30]+strconv.Itoa(100000+i), caps))
+	}
+	for i := range 300 {
+		_, err := f.tr.ChargeDescendant(f.ctx, "q", uuid[:30]+strconv.Itoa(100000+i)+"/"+uuid+"/1/exec/a1", capsule.Usage{Tokens: 1})
+		require.NoError(t, err)
+	}
+	kv, err := f.js.KeyValue(f.ctx, "SAGA_BUDGETS")
+	require.NoError(t, err)
+	e, err := kv.Get(f.ctx, "parent.q")
+	require.NoError(t, err)
+	t.Logf("family record at its largest: %d bytes", len(e.Value()))
+	require.Less(t, len(e.Value()), 64<<10)
 }
