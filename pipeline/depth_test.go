@@ -259,3 +259,28 @@ func TestDepthExceeded(t *testing.T) {
 		require.Equal(t, want, fam.Used.Tokens, "ancestor %d", i)
 	}
 }
+
+// TestDepthAcceptedWorkDelegates: a worker that answered "accepted"
+// delegates with the call's completion token while sagad awaits its
+// result; the child is linked and charged to the parent.
+func TestDepthAcceptedWorkDelegates(t *testing.T) {
+	t.Parallel()
+	f := setupDepth(t, 0)
+	ctx := context.Background()
+	root := f.own(t, capsuletest.New().Set("task.kind", "accepting"))
+	f.publish(t, root.Sealed(t))
+	f.waitState(t, root.ID(), capsule.Paused)
+	tok := f.acceptedToken.Load()
+	require.NotNil(t, tok)
+
+	child := f.own(t, capsuletest.New().Set("parent_capsule_id", root.ID()))
+	f.publishChild(t, child, *tok)
+	s := f.wait(t, child.ID())
+	require.Equal(t, capsule.Completed, s.State, s.HaltReason)
+	require.Equal(t, root.ID(), s.Parent)
+	fam, ok, err := f.bundle.Store.Budgets.FamilyOf(ctx, root.ID())
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, []string{child.ID()}, fam.Children)
+	require.Equal(t, s.BudgetUsed, fam.Used)
+}
