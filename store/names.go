@@ -38,17 +38,13 @@ const (
 	HeaderOutcomeSent = "Saga-Outcome-Sent"
 	// HeaderRun names the run of a replayed capsule (2, 3, …) on its kept
 	// bytes and its outcome; absent, the first.
-	HeaderRun     = "Saga-Run"
-	HeaderPhase   = "Saga-Phase"
-	HeaderCycle   = "Saga-Cycle"
-	HeaderTraceID = "Saga-Trace-Id"
-	// HeaderParentToken carries, on an intake message, the call_token of
-	// the executor call whose worker publishes a child capsule
-	// (parent_capsule_id): RECEPTION links the child only with it.
-	HeaderParentToken = "Saga-Parent-Token"
-	HeaderHaltReason  = "Saga-Halt-Reason"
-	HeaderState       = "Saga-State"
-	HeaderArtifacts   = "Saga-Artifact-Refs"
+	HeaderRun        = "Saga-Run"
+	HeaderPhase      = "Saga-Phase"
+	HeaderCycle      = "Saga-Cycle"
+	HeaderTraceID    = "Saga-Trace-Id"
+	HeaderHaltReason = "Saga-Halt-Reason"
+	HeaderState      = "Saga-State"
+	HeaderArtifacts  = "Saga-Artifact-Refs"
 	// HeaderEventID carries an event's deterministic id; a reader seeing
 	// it twice drops the repeat.
 	HeaderEventID = "Saga-Event-Id"
