@@ -12,29 +12,29 @@ import (
 // names are the wire contract (PIPELINE §2); capsule.schema.json is the
 // authority on which are required.
 type Capsule struct {
-	SchemaVersion   string       `json:"schema_version"`
-	CapsuleID       string       `json:"capsule_id"`
-	WaveID          string       `json:"wave_id,omitempty"`
-	TraceID         string       `json:"trace_id,omitempty"`
-	CreatedAt       time.Time    `json:"created_at"`
-	Deadline        time.Time    `json:"deadline"`
-	ProducerAgentID string       `json:"producer_agent_id"`
-	Task            Task         `json:"task"`
-	Spec            Spec         `json:"spec"`
-	ContextRefs     []string     `json:"context_refs"`
-	Target          string       `json:"target"`
-	Constraints     Constraints  `json:"constraints"`
-	Budget          Budget       `json:"budget"`
-	Review          ReviewPolicy `json:"review"`
-	DependsOn       []string     `json:"depends_on,omitempty"`
-	Chain           *ChainStep   `json:"chain,omitempty"`
+	SchemaVersion   string          `json:"schema_version"`
+	CapsuleID       string          `json:"capsule_id"`
+	WaveID          string          `json:"wave_id,omitempty"`
+	TraceID         string          `json:"trace_id,omitempty"`
+	CreatedAt       time.Time       `json:"created_at"`
+	Deadline        time.Time       `json:"deadline"`
+	ProducerAgentID string          `json:"producer_agent_id"`
+	Task            Task            `json:"task"`
+	Spec            Spec            `json:"spec"`
+	ContextRefs     []string        `json:"context_refs"`
+	Target          string          `json:"target"`
+	Constraints     Constraints     `json:"constraints"`
+	Budget          Budget          `json:"budget"`
+	Review          ReviewPolicy    `json:"review"`
+	DependsOn       []string        `json:"depends_on,omitempty"`
+	Chain           *ChainStep      `json:"chain,omitempty"`
+	Metadata        json.RawMessage `json:"metadata,omitempty"`
+	Integrity       Integrity       `json:"integrity"`
 	// ParentCapsuleID names the capsule whose executor call published this
 	// one (a delegation): RECEPTION takes the link only with that call's
 	// call_token (the Saga-Parent-Token header), records the depth and
 	// charges this capsule's spend to the parent's budget as well.
-	ParentCapsuleID string          `json:"parent_capsule_id,omitempty"`
-	Metadata        json.RawMessage `json:"metadata,omitempty"`
-	Integrity       Integrity       `json:"integrity"`
+	ParentCapsuleID string `json:"parent_capsule_id,omitempty"`
 }
 
 // ChainStep places a capsule in a chain (sagactl publish --chain): the

@@ -113,8 +113,9 @@ func NewExecuteCall(req Request) (ExecuteCall, error) {
 		Kind: KindExecute, Capsule: raw, Cycle: req.Cycle,
 		IdempotencyKey: req.IdempotencyKey, TraceID: req.TraceID, Findings: findings,
 		PriorArtifactRef: req.PriorArtifactRef, CompletionToken: req.CompletionToken,
-		CallToken: req.CallToken, ContextArtifacts: req.ContextArtifacts,
-		PreviousFailure: req.PreviousFailure,
+		ContextArtifacts: req.ContextArtifacts,
+		PreviousFailure:  req.PreviousFailure,
+		CallToken:        req.CallToken,
 	}, nil
 }
 
