@@ -65,7 +65,9 @@ func after(s status.Status, at time.Time, id string) bool {
 }
 
 // reads binds the read side to the store.
-func (a *Admin) reads() *status.Reader { return status.NewReader(a.st.JetStream(), a.st.Checkpoints) }
+func (a *Admin) reads() *status.Reader {
+	return status.NewReader(a.st.JetStream(), a.st.Checkpoints).WithFamilies(a.st.Budgets)
+}
 
 // Status returns the status of a capsule id (or key).
 func (a *Admin) Status(ctx context.Context, id string) (status.Status, error) {

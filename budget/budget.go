@@ -173,6 +173,12 @@ type record struct {
 	// HoldBy names the producer of each holder with a producer (a holder
 	// absent from it came from sagad's own intake).
 	HoldBy map[string]string `json:"hold_by,omitempty"`
+	// Parent, Children and ChildrenMore are a parent capsule's family
+	// record (family.go): its own parent, its children (the first
+	// [MaxChildrenListed]) and how many more it has.
+	Parent       string   `json:"parent,omitempty"`
+	Children     []string `json:"children,omitempty"`
+	ChildrenMore int      `json:"children_more,omitempty"`
 }
 
 func (r record) wave() Wave {
@@ -200,12 +206,17 @@ const appliedWindow = 32
 // apply adds the charge to r unless r already has it, and reports whether it
 // did.
 func (r *record) apply(chargeID string, u capsule.Usage) bool {
+	return r.applyWindow(chargeID, u, appliedWindow)
+}
+
+// applyWindow is apply remembering the last window charge ids.
+func (r *record) applyWindow(chargeID string, u capsule.Usage, window int) bool {
 	if slices.Contains(r.Applied, chargeID) {
 		return false
 	}
 	r.Used = r.Used.Add(u)
 	r.Applied = append(r.Applied, chargeID)
-	if n := len(r.Applied) - appliedWindow; n > 0 {
+	if n := len(r.Applied) - window; n > 0 {
 		r.Applied = r.Applied[n:]
 	}
 	return true

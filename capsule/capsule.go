@@ -30,6 +30,11 @@ type Capsule struct {
 	Chain           *ChainStep      `json:"chain,omitempty"`
 	Metadata        json.RawMessage `json:"metadata,omitempty"`
 	Integrity       Integrity       `json:"integrity"`
+	// ParentCapsuleID names the capsule whose executor call published this
+	// one (a delegation): RECEPTION takes the link only with that call's
+	// call_token (the Saga-Parent-Token header), records the depth and
+	// charges this capsule's spend to the parent's budget as well.
+	ParentCapsuleID string `json:"parent_capsule_id,omitempty"`
 }
 
 // ChainStep places a capsule in a chain (sagactl publish --chain): the

@@ -44,6 +44,14 @@ type Checkpoint struct {
 	// to the rules it was judged by. Empty in checkpoints written before
 	// sagad recorded it.
 	Constitution string `json:"constitution,omitempty"`
+	// Parent is the checkpoint key of the capsule whose executor call
+	// published this one (its parent_capsule_id, verified at RECEPTION
+	// against that call's token); empty for a root capsule.
+	Parent string `json:"parent,omitempty"`
+	// Depth is how many parents are above the capsule: 0 (absent) for a
+	// root, the parent's depth + 1 for a child. RECEPTION refuses a
+	// depth over sagad's --max-depth (depth_exceeded:<depth>).
+	Depth int `json:"depth,omitempty"`
 	// IntakeSeq is the intake stream sequence of the message that created
 	// the checkpoint.
 	IntakeSeq uint64 `json:"intake_seq,omitempty"`
@@ -202,6 +210,11 @@ type ExecutionClaim struct {
 	Cycle     int       `json:"cycle"`
 	Holder    string    `json:"holder"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// CallTokenHash is the SHA-256 (lowercase hex) of the call_token the
+	// claim's executor calls carry: a worker serving one publishes a child
+	// capsule with that token, which RECEPTION checks here. Only the hash
+	// is kept, so whoever reads checkpoints cannot claim a parent.
+	CallTokenHash string `json:"call_token_sha256,omitempty"`
 }
 
 // ExecutionResult is what one executor run produced.

@@ -59,6 +59,14 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"constitution":`...)
 		b = appendString(b, c.Constitution)
 	}
+	if c.Parent != "" {
+		b = append(b, `,"parent":`...)
+		b = appendString(b, c.Parent)
+	}
+	if c.Depth != 0 {
+		b = append(b, `,"depth":`...)
+		b = strconv.AppendInt(b, int64(c.Depth), 10)
+	}
 	if c.IntakeSeq != 0 {
 		b = append(b, `,"intake_seq":`...)
 		b = strconv.AppendUint(b, c.IntakeSeq, 10)
@@ -198,6 +206,10 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"expires_at":`...)
 		if b, err = appendTime(b, x.ExpiresAt); err != nil {
 			return nil, err
+		}
+		if x.CallTokenHash != "" {
+			b = append(b, `,"call_token_sha256":`...)
+			b = appendString(b, x.CallTokenHash)
 		}
 		b = append(b, '}')
 	}

@@ -20,13 +20,13 @@ func fullCheckpoint() *Checkpoint {
 		SchemaVersion: "1.0", CapsuleID: "01J00000000000000000000000", Key: "k", TraceID: "t<&>",
 		TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", TraceProducerSpan: "00f067aa0ba902b7",
 		Run: 2, CycleBase: 3, ReplayToken: "rt",
-		WaveID: "w", Producer: "alice", Chain: &ChainStep{ID: "c\"1", Step: 2}, Digest: "d", Constitution: "2026.11.3+0123abcd", IntakeSeq: 42, OutcomeEmitted: true, CreatedAt: at, UpdatedAt: at.Add(time.Second),
+		WaveID: "w", Producer: "alice", Chain: &ChainStep{ID: "c\"1", Step: 2}, Digest: "d", Constitution: "2026.11.3+0123abcd", Parent: "p\"1", Depth: 3, IntakeSeq: 42, OutcomeEmitted: true, CreatedAt: at, UpdatedAt: at.Add(time.Second),
 		State: CheckpointState{
 			Phase: ReviewPhase, PhaseName: "REVIEW", Progress: 71, Cycle: 2, Status: Halted, HaltReason: "max_cycles_exceeded:3",
 			BudgetUsed: Usage{Tokens: 12, Dollars: 0.1}, LocksHeld: []string{"a", "b\"c"}, ArtifactRefs: []string{"artifact:x/1"},
 			Findings:  []Finding{{Rule: 9, Title: "x", Field: "f", Message: "m\n", Source: "operator"}},
 			Reviews:   []ReviewEntry{{Cycle: 1, ReviewerID: "r", Verdict: ChangesRequested, Findings: []Finding{{Rule: 20, Title: "t", Field: "g", Message: "fix", Source: "operator"}}, Usage: Usage{Tokens: 3, Dollars: 0.02}, At: at}},
-			Execution: &ExecutionClaim{Cycle: 2, Holder: "h/1", ExpiresAt: at},
+			Execution: &ExecutionClaim{Cycle: 2, Holder: "h/1", ExpiresAt: at, CallTokenHash: "ab"},
 			Result:    &ExecutionResult{Cycle: 2, ArtifactRef: "artifact:x/2", Usage: Usage{Tokens: 1, Dollars: 1e-7}, Failed: "boom"},
 			Attempts:  &ExecutionAttempts{Cycle: 2, Phase: ReviewPhase, Failed: 1, LastFailure: AttemptFailure{ExitCode: 12, Timeout: true, Error: "e", StderrTail: "t"}},
 			AttemptLog: []FailedAttempt{

@@ -30,6 +30,14 @@ const (
 	// did not assign it (sagactl publish --chain); not in PIPELINE §3's
 	// table.
 	CodeChainMembershipRefused HaltCode = "chain_membership_refused"
+	// CodeDepthExceeded: the capsule's parent_capsule_id puts it deeper
+	// than sagad's --max-depth; the detail is its depth. Not in PIPELINE
+	// §3's table (seed 001's depth budget).
+	CodeDepthExceeded HaltCode = "depth_exceeded"
+	// CodeParentRefused: the capsule names a parent_capsule_id without
+	// the token of a call that parent has in flight; the detail is the
+	// parent's id. Not in PIPELINE §3's table.
+	CodeParentRefused HaltCode = "parent_refused"
 	// Intake, before a capsule could be read (also RECEPTION).
 	CodeNotJSON                  HaltCode = "not_json"
 	CodeCapsuleTooLarge          HaltCode = "capsule_too_large"
@@ -80,7 +88,7 @@ var HaltCodes = []HaltCode{
 	CodeAbsoluteRulesViolated, CodeLockAcquisitionFailed, CodeBudgetExceeded, CodeExecutorFailed,
 	CodeReviewRejectedTerminal, CodeMaxCyclesExceeded,
 	CodeOperatorRejected, CodeDependencyFailed, CodeDependencyMissing, CodeWaveClosed, CodeStateCorrupt,
-	CodeChainMembershipRefused, CodeWaveNotAdmitted, CodeDependencyCycle, CodeDeadlineExceeded,
+	CodeChainMembershipRefused, CodeWaveNotAdmitted, CodeDependencyCycle, CodeDeadlineExceeded, CodeDepthExceeded, CodeParentRefused,
 }
 
 // HaltReason is a typed halt reason. Its String form is the exact text of
@@ -173,6 +181,18 @@ func ChainMembershipRefused(chainID string, step int) HaltReason {
 	return HaltReason{CodeChainMembershipRefused, Truncate(chainID, MaxReasonDetail-12) + "/" + strconv.Itoa(step)}
 }
 
+// DepthExceeded names the depth a child capsule would have had:
+// "depth_exceeded:<depth>".
+func DepthExceeded(depth int) HaltReason {
+	return HaltReason{CodeDepthExceeded, strconv.Itoa(depth)}
+}
+
+// ParentRefused names the parent a capsule claimed without the token of a
+// call that parent has in flight: "parent_refused:<parent id>".
+func ParentRefused(parentID string) HaltReason {
+	return HaltReason{CodeParentRefused, Truncate(parentID, MaxReasonDetail)}
+}
+
 // WaveNotAdmitted names the wave that does not admit the capsule's
 // producer.
 func WaveNotAdmitted(waveID string) HaltReason {
@@ -245,6 +265,11 @@ const (
 	BudgetDollars     = "dollars"
 	BudgetWaveTokens  = "wave_tokens"
 	BudgetWaveDollars = "wave_dollars"
+	// BudgetParentTokens and BudgetParentDollars: a child capsule's spend
+	// took an ancestor's own spend plus its descendants' over the
+	// ancestor's cap (parent_capsule_id).
+	BudgetParentTokens  = "parent_tokens"
+	BudgetParentDollars = "parent_dollars"
 )
 
 // BudgetExceeded names the cap that was crossed: tokens, dollars, wave_tokens or wave_dollars.

@@ -60,7 +60,7 @@ var pipelineHaltCodes = []capsule.HaltCode{
 
 // extraHaltCodes are RECEPTION's reasons beyond PIPELINE §3's table, from
 // hardening the intake against untrusted producers (README's halt reasons).
-var extraHaltCodes = []capsule.HaltCode{capsule.CodeBudgetDollarsNonPositive, capsule.CodeCapsuleLimitsExceeded, capsule.CodeChainMembershipRefused}
+var extraHaltCodes = []capsule.HaltCode{capsule.CodeBudgetDollarsNonPositive, capsule.CodeCapsuleLimitsExceeded, capsule.CodeChainMembershipRefused, capsule.CodeParentRefused}
 
 // intakeHaltCodes are the intake reasons (bytes that never became a capsule)
 // that have an example.
@@ -76,8 +76,11 @@ var coordinatorHaltCodes = []capsule.HaltCode{capsule.CodeOperatorRejected, caps
 // noExampleHaltCodes have no example file: capsule_too_large needs bytes
 // over the intake's size limit, which a repository file should not carry
 // (the intake tests send them); state_corrupt needs a write into sagad's
-// buckets that sagad did not make (pipeline's corrupt tests make them).
-var noExampleHaltCodes = []capsule.HaltCode{capsule.CodeCapsuleTooLarge, capsule.CodeStateCorrupt}
+// buckets that sagad did not make (pipeline's corrupt tests make them);
+// depth_exceeded needs a chain of parents each with an executor call in
+// flight, which only a worker serving those calls can publish
+// (pipeline's TestDepthExceeded does).
+var noExampleHaltCodes = []capsule.HaltCode{capsule.CodeCapsuleTooLarge, capsule.CodeStateCorrupt, capsule.CodeDepthExceeded}
 
 // Names the coordinator examples rely on.
 const (
@@ -130,6 +133,7 @@ var expected = map[string]string{
 	"halt-chain_membership_refused.json":    "chain_membership_refused:example-chain/0",
 	"halt-wave_not_admitted.json":           "wave_not_admitted:" + producersWave,
 	"halt-deadline_exceeded.json":           "deadline_exceeded:HANDOFF",
+	"halt-parent_refused.json":              "parent_refused:5a6a0000-0000-4000-8000-00000000beef",
 }
 
 // Intentionally broken examples: not capsules by the schema, and not sealed.

@@ -53,7 +53,8 @@ const (
 // TRACEPARENT (the W3C traceparent of the call's span, for the program's own
 // OpenTelemetry SDK to continue the capsule's trace); an executor call also
 // gets SAGA_COMPLETION_TOKEN, the request's completion_token, and
-// SAGA_OPERATOR_ANSWER, the text of its operator_answer. Nothing of the
+// SAGA_OPERATOR_ANSWER, the text of its operator_answer; SAGA_CALL_TOKEN, its call_token
+// (a child capsule's Saga-Parent-Token). Nothing of the
 // capsule reaches its arguments.
 //
 // The exit status decides the answer:
@@ -316,7 +317,7 @@ func (c Command) environ(meta callMeta) []string {
 	if meta.kind == KindExecute {
 		// Set even when empty, so a value in Env never poses as the call's.
 		env = append(env, "SAGA_COMPLETION_TOKEN="+meta.completionToken, "SAGA_PRIOR_ARTIFACT_REF="+meta.priorArtifactRef,
-			"SAGA_OPERATOR_ANSWER="+meta.operatorAnswer)
+			"SAGA_OPERATOR_ANSWER="+meta.operatorAnswer, "SAGA_CALL_TOKEN="+meta.callToken)
 	}
 	return env
 }

@@ -33,6 +33,7 @@
 //	 "prior_artifact": {"ref": "...", "media_type": "...", "size": 123, "sha256": "...", "content": ...},
 //	 "operator_answer": {"text": "...", "by": "...", "at": "<RFC 3339>"},
 //	 "completion_token": "<64 hex digits>",
+//	 "call_token": "<64 hex digits>",
 //	 "context_artifacts": [{...capsule.Artifact, content when small...}]}
 //
 // context_artifacts are the artifacts the capsule's artifact: context refs
@@ -53,8 +54,11 @@
 // a command), left out when none. completion_token is a secret sagad
 // makes for this call alone (32 random bytes, hex): a worker that answers
 // "accepted" must put it in its completion (below), and must not show it
-// to anyone else. A reviewer call is [ReviewCall]: the same without
-// findings and completion_token, with "kind": "review",
+// to anyone else. call_token is the secret of the claim the call is made
+// under (the same for its attempts): a worker that delegates publishes a
+// child capsule naming this one in parent_capsule_id, with the header
+// Saga-Parent-Token: <call_token>. A reviewer call is [ReviewCall]: the
+// same without findings and completion_token, with "kind": "review",
 // "artifact": {...capsule.Artifact, content included...} and "call_token",
 // the call's secret for saga.artifacts.get (the artifact's content is left
 // out only when the request would not fit one NATS message).
@@ -63,8 +67,8 @@
 // [HeaderCycle], [HeaderIdempotencyKey] and [HeaderTraceID]; a command gets
 // them as the environment variables SAGA_CAPSULE_ID, SAGA_CYCLE,
 // SAGA_IDEMPOTENCY_KEY and SAGA_TRACE_ID (and SAGA_CALL = execute|review),
-// and an executor call's completion token as SAGA_COMPLETION_TOKEN. The
-// token never travels in a NATS header: headers are what tracing and
+// and an executor call's completion token as SAGA_COMPLETION_TOKEN and its
+// call token as SAGA_CALL_TOKEN. Neither token travels in a NATS header: headers are what tracing and
 // monitoring tools show.
 //
 // Every request also carries the W3C Trace Context of the call's span: the

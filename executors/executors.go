@@ -35,6 +35,11 @@ type Request struct {
 	// dropped without it. Every call, a repeat of the same idempotency key
 	// included, carries a new one.
 	CompletionToken string
+	// CallToken is the secret of the claim the call is made under: a
+	// worker that publishes a child capsule (parent_capsule_id) while
+	// serving the call sends it as the Saga-Parent-Token header. Unlike
+	// CompletionToken it stays the same across the claim's attempts.
+	CallToken string
 	// ContextArtifacts are the artifacts the capsule's artifact: context
 	// refs name, in their order; artifact:<capsule_id>/final (a chain
 	// step's input) is resolved to that capsule's final artifact.

@@ -59,6 +59,7 @@ func execRequest(t *testing.T) executors.Request {
 		IdempotencyKey: c.CapsuleID + "/2", TraceID: "trace-123",
 		Findings:        []capsule.Finding{{Message: "add tests"}},
 		CompletionToken: strings.Repeat("5e", 32),
+		CallToken:       strings.Repeat("c4", 32),
 	}
 }
 

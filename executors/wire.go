@@ -86,6 +86,10 @@ type ExecuteCall struct {
 	// CompletionToken is the call's secret, which a [Completion] of
 	// accepted work must carry back; omitted when the call has none.
 	CompletionToken string `json:"completion_token,omitempty"`
+	// CallToken is the secret a child capsule published while serving
+	// this call presents in its Saga-Parent-Token header; omitted when the
+	// call has none.
+	CallToken string `json:"call_token,omitempty"`
 	// ContextArtifacts are the artifacts the capsule's artifact: context
 	// refs name (a chain step's: the previous step's final artifact);
 	// omitted when there are none.
@@ -157,6 +161,7 @@ func NewExecuteCall(req Request) (ExecuteCall, error) {
 		PreviousFailure:  req.PreviousFailure,
 		PriorArtifact:    prior,
 		OperatorAnswer:   req.OperatorAnswer,
+		CallToken:        req.CallToken,
 	}, nil
 }
 
@@ -267,10 +272,13 @@ type callMeta struct {
 	// operatorAnswer is the text of the operator's answer, for a command's
 	// SAGA_OPERATOR_ANSWER.
 	operatorAnswer string
+	// callToken, like completionToken, goes to a command's environment
+	// only.
+	callToken string
 }
 
 func executeMeta(req Request) callMeta {
-	m := callMeta{kind: KindExecute, cycle: req.Cycle, idempotencyKey: req.IdempotencyKey, traceID: req.TraceID, traceparent: req.TraceParent, completionToken: req.CompletionToken, priorArtifactRef: req.PriorArtifactRef}
+	m := callMeta{kind: KindExecute, cycle: req.Cycle, idempotencyKey: req.IdempotencyKey, traceID: req.TraceID, traceparent: req.TraceParent, completionToken: req.CompletionToken, priorArtifactRef: req.PriorArtifactRef, callToken: req.CallToken}
 	if req.OperatorAnswer != nil {
 		m.operatorAnswer = req.OperatorAnswer.Text
 	}

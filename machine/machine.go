@@ -38,6 +38,9 @@ type Claim struct {
 	Holder    string
 	ExpiresAt time.Time
 	Locks     []string
+	// CallTokenHash is the hash of the call_token the claim's executor
+	// calls carry (see [capsule.ExecutionClaim]).
+	CallTokenHash string
 }
 
 // Renew extends Holder's claim on Cycle to ExpiresAt.
@@ -470,7 +473,7 @@ func claim(cp *capsule.Checkpoint, e Claim, now time.Time) error {
 	if ex := cp.State.Execution; ex != nil && ex.Cycle == e.Cycle && ex.Holder != e.Holder && now.Before(ex.ExpiresAt) {
 		return refuse(ErrClaimHeld, e, cp, fmt.Sprintf("%s until %s", ex.Holder, ex.ExpiresAt.Format(time.RFC3339)))
 	}
-	cp.State.Execution = &capsule.ExecutionClaim{Cycle: e.Cycle, Holder: e.Holder, ExpiresAt: e.ExpiresAt}
+	cp.State.Execution = &capsule.ExecutionClaim{Cycle: e.Cycle, Holder: e.Holder, ExpiresAt: e.ExpiresAt, CallTokenHash: e.CallTokenHash}
 	if e.Phase == capsule.Execution {
 		cp.State.LocksHeld = append([]string{}, e.Locks...)
 	}

@@ -29,6 +29,15 @@ type Budgets interface {
 	Charge(ctx context.Context, capsuleID, waveID, chargeID string, caps capsule.Budget, used, u capsule.Usage) (budget.ChargeResult, error)
 }
 
+// AncestorBudgets is implemented by a [Budgets] that also charges a child
+// capsule's spend to its ancestors (parent_capsule_id): ChargeAncestors
+// charges u to parent and each ancestor above it, once per chargeID, and
+// returns the first ancestor cap crossed ([capsule.BudgetParentTokens] or
+// [capsule.BudgetParentDollars]), "" when none is.
+type AncestorBudgets interface {
+	ChargeAncestors(ctx context.Context, parent, chargeID string, u capsule.Usage) (string, error)
+}
+
 // Resolver tells whether a context ref or target exists (REALITY_ANCHOR).
 type Resolver interface {
 	Exists(ctx context.Context, ref string) (bool, error)
@@ -126,6 +135,10 @@ type Input struct {
 	// Claim takes the checkpoint's execution claim for the current cycle
 	// before an executor runs; it fails if another live instance holds it.
 	Claim func(ctx context.Context) error
+	// CallToken is the secret of the claim Claim took (set by Claim): the
+	// executor calls carry it as call_token, and a child capsule published
+	// while serving one presents it (parent_capsule_id).
+	CallToken string
 	// Progress, when set, is called on every EXECUTION heartbeat (with the
 	// lock renewal). The pipeline leaves it nil: its own heartbeat keeps the
 	// message and the claim alive for every phase.

@@ -214,6 +214,7 @@ func (e Execution) attempt(ctx context.Context, env *Env, in *Input, ex executor
 		PriorArtifactRef: priorRef,
 		PriorArtifact:    prior,
 		CompletionToken:  token,
+		CallToken:        in.CallToken,
 		PreviousFailure:  prev,
 		ContextArtifacts: inputs,
 		OperatorAnswer:   operatorAnswer(in.Checkpoint),
@@ -297,7 +298,7 @@ func (e Execution) finish(ctx context.Context, env *Env, in *Input, o outcome) D
 	}
 	record := &Record{BudgetUsed: &used, Result: &capsule.ExecutionResult{Cycle: cycle, ArtifactRef: o.ref, Usage: o.res.Usage}}
 	if charge.Exceeded != "" {
-		d := HaltWith(capsule.BudgetExceeded(charge.Exceeded), budgetFinding(charge.Capsule, caps))
+		d := HaltWith(capsule.BudgetExceeded(charge.Exceeded), budgetFinding(charge.Capsule, caps, charge.Exceeded))
 		d.Record = record
 		return d
 	}
@@ -377,7 +378,13 @@ func warnBudget(env *Env, d *Decision, st capsule.CheckpointState, used capsule.
 	d.Record.Warned = capsule.TriggerBudgetWarning
 }
 
-func budgetFinding(used capsule.Usage, caps capsule.Budget) capsule.Finding {
+func budgetFinding(used capsule.Usage, caps capsule.Budget, exceeded string) capsule.Finding {
+	if exceeded == capsule.BudgetParentTokens || exceeded == capsule.BudgetParentDollars {
+		return capsule.Finding{
+			Rule: 16, Title: "Token and dollar budgets", Field: "parent_capsule_id",
+			Message: fmt.Sprintf("used %d tokens / $%.4f: with it an ancestor's own spend plus its descendants' crosses the ancestor's caps", used.Tokens, used.Dollars),
+		}
+	}
 	return capsule.Finding{
 		Rule: 16, Title: "Token and dollar budgets", Field: "budget",
 		Message: fmt.Sprintf("used %d tokens / $%.4f against caps %d / $%.4f", used.Tokens, used.Dollars, caps.Tokens, caps.Dollars),

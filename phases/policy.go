@@ -92,7 +92,7 @@ func (p failurePolicy) run(ctx context.Context, env *Env, in *Input, caps capsul
 			return a, d
 		}
 		if charge.Exceeded != "" {
-			d := p.halt(capsule.BudgetExceeded(charge.Exceeded), a.used, budgetFinding(a.used, caps))
+			d := p.halt(capsule.BudgetExceeded(charge.Exceeded), a.used, budgetFinding(a.used, caps, charge.Exceeded))
 			d.Record.Attempt = p.failedAttempt(ctx, env, in, n, failed, capsule.AttemptHalted)
 			return a, d
 		}
@@ -207,7 +207,22 @@ func chargeUsage(runCtx context.Context, env *Env, in *Input, id string, caps ca
 	var charge budget.ChargeResult
 	err := persist(runCtx, env, func() (err error) {
 		charge, err = env.Budgets.Charge(context.WithoutCancel(runCtx), in.Key(), in.Capsule.WaveID, id, caps, used, u)
-		return err
+		if err != nil {
+			return err
+		}
+		ab, ok := env.Budgets.(AncestorBudgets)
+		if parent := in.Checkpoint.Parent; ok && parent != "" && u != (capsule.Usage{}) {
+			// The charge's own id, prefixed by the child's key, so each
+			// ancestor counts it once whatever is redelivered.
+			over, err := ab.ChargeAncestors(context.WithoutCancel(runCtx), parent, in.Key()+"/"+id, u)
+			if err != nil {
+				return err
+			}
+			if charge.Exceeded == "" {
+				charge.Exceeded = over
+			}
+		}
+		return nil
 	})
 	if err == nil {
 		env.record().BudgetConsumed(u)

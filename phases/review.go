@@ -156,7 +156,7 @@ func (Review) decide(ctx context.Context, env *Env, in *Input, reviewerID string
 	var d Decision
 	switch {
 	case charge.Exceeded != "":
-		d = HaltWith(capsule.BudgetExceeded(charge.Exceeded), budgetFinding(charge.Capsule, caps))
+		d = HaltWith(capsule.BudgetExceeded(charge.Exceeded), budgetFinding(charge.Capsule, caps, charge.Exceeded))
 	case c.Review.OperatorGate.All():
 		// Every verdict goes before the operator, who accepts, revises or
 		// rejects: nothing is revised or halted automatically.

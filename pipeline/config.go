@@ -82,6 +82,10 @@ type Config struct {
 	DuplicateWindow time.Duration
 	// MaxIntakeBytes is the hard size limit of intake messages. Defaults to 512 KiB.
 	MaxIntakeBytes int
+	// MaxDepth is how deep capsules published by executor calls
+	// (parent_capsule_id) may nest: a child deeper halts
+	// depth_exceeded:<depth> at RECEPTION. Defaults to [DefaultMaxDepth].
+	MaxDepth int
 	// IntakeQuota bounds each producer's waiting intake (store.IntakeQuota).
 	// Zero fields default.
 	IntakeQuota store.IntakeQuota
@@ -188,6 +192,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DuplicateWindow <= 0 {
 		c.DuplicateWindow = 2 * time.Minute
+	}
+	if c.MaxDepth <= 0 {
+		c.MaxDepth = DefaultMaxDepth
 	}
 	if c.MaxIntakeBytes <= 0 {
 		c.MaxIntakeBytes = phases.DefaultMaxIntakeBytes

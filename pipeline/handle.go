@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/cas"
 	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/machine"
@@ -276,7 +277,6 @@ func (r *run) decide(ctx context.Context, start time.Time, md *jetstream.MsgMeta
 		Capsule:    c,
 		Raw:        r.raw,
 		Checkpoint: view,
-		Claim:      func(ctx context.Context) error { return t.claim(ctx, ph, cycle, c.Constraints.ResourceLocksRequired) },
 		Revalidate: func(ctx context.Context) error {
 			// A claim younger than half its lease cannot have lapsed.
 			if !t.claimed.Load() || p.cfg.Now().Sub(t.claimedAt()) < p.cfg.ClaimLease/2 {
@@ -289,6 +289,19 @@ func (r *run) decide(ctx context.Context, start time.Time, md *jetstream.MsgMeta
 			_, err := t.apply(ctx, ev, reapply)
 			return err
 		},
+	}
+	in.Claim = func(ctx context.Context) error {
+		// A new call token per claim: the executor calls made under it
+		// carry it, and a child capsule they publish presents it.
+		tok, err := executors.NewCompletionToken()
+		if err != nil {
+			return err
+		}
+		if err := t.claim(ctx, ph, cycle, c.Constraints.ResourceLocksRequired, executors.CompletionTokenHash(tok)); err != nil {
+			return err
+		}
+		in.CallToken = tok
+		return nil
 	}
 	if mdErr == nil {
 		in.Entered = md.Timestamp
@@ -563,7 +576,7 @@ func (t *txn) apply(ctx context.Context, ev machine.Event, policy onConflict) (m
 
 // claim takes the claim on (ph, cycle) for this delivery: the phase is about
 // to call an agent, which must not happen twice for one cycle.
-func (t *txn) claim(ctx context.Context, ph capsule.Phase, cycle int, lockPaths []string) error {
+func (t *txn) claim(ctx context.Context, ph capsule.Phase, cycle int, lockPaths []string, callTokenHash string) error {
 	policy := reapply
 	if t.fromCache {
 		// What the phase decided so far came from a possibly stale
@@ -572,6 +585,7 @@ func (t *txn) claim(ctx context.Context, ph capsule.Phase, cycle int, lockPaths 
 	}
 	_, err := t.apply(ctx, machine.Claim{
 		Phase: ph, Cycle: cycle, Holder: t.token, ExpiresAt: t.p.cfg.Now().Add(t.p.cfg.ClaimLease), Locks: lockPaths,
+		CallTokenHash: callTokenHash,
 	}, policy)
 	if err != nil {
 		return err

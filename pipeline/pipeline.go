@@ -95,7 +95,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 	cfg.Executors.SetTracer(p.tracer)
 	p.env = &phases.Env{
 		Locks:          st.Locks,
-		Budgets:        budgets{st.Budgets},
+		Budgets:        budgets{t: st.Budgets, cps: st.Checkpoints},
 		Waves:          st.Budgets,
 		Resolver:       st.Resolver(),
 		Artifacts:      st.Artifacts,
@@ -257,15 +257,67 @@ func (p *Pipeline) Stop(ctx context.Context) {
 const stopGrace = 5 * time.Second
 
 // budgets charges capsules outside any wave in their checkpoint alone, and
-// wave capsules through the budget bucket, where the wave's total lives.
-type budgets struct{ t *budget.Tracker }
+// wave capsules through the budget bucket, where the wave's total lives. A
+// parent capsule's caps bound its own spend plus its descendants' (its
+// family record), and a child's spend is charged to its ancestors too.
+type budgets struct {
+	t   *budget.Tracker
+	cps *store.Checkpoints
+}
 
 func (b budgets) Charge(ctx context.Context, capsuleID, waveID, chargeID string, caps capsule.Budget, used, u capsule.Usage) (budget.ChargeResult, error) {
+	var res budget.ChargeResult
 	if waveID == "" || u == (capsule.Usage{}) {
 		// A call that consumed nothing cannot cross a cap: a wave another
 		// capsule exhausted halts that capsule, not this one.
 		total := used.Add(u)
-		return budget.ChargeResult{Capsule: total, Exceeded: budget.Check(total, caps)}, nil
+		res = budget.ChargeResult{Capsule: total, Exceeded: budget.Check(total, caps)}
+	} else {
+		var err error
+		if res, err = b.t.Charge(ctx, capsuleID, waveID, chargeID, caps, u); err != nil {
+			return res, err
+		}
 	}
-	return b.t.Charge(ctx, capsuleID, waveID, chargeID, caps, u)
+	if res.Exceeded == "" && u != (capsule.Usage{}) {
+		fam, ok, err := b.t.FamilyOf(ctx, capsuleID)
+		if err != nil {
+			return res, err
+		}
+		if ok {
+			res.Exceeded = budget.Check(res.Capsule.Add(fam.Used), caps)
+		}
+	}
+	return res, nil
+}
+
+// ChargeAncestors implements phases.AncestorBudgets: u goes to the family
+// record of parent and of each ancestor above it; an ancestor whose own
+// spend (its checkpoint's) plus its descendants' crosses its caps makes
+// the charging child halt.
+func (b budgets) ChargeAncestors(ctx context.Context, parent, chargeID string, u capsule.Usage) (string, error) {
+	over := ""
+	// The walk is bounded by --max-depth; the bound here only guards
+	// against a family record naming a cycle (sagad never writes one).
+	for a, n := parent, 0; a != "" && n < 64; n++ {
+		fam, err := b.t.ChargeDescendant(ctx, a, chargeID, u)
+		if err != nil {
+			return "", err
+		}
+		if over == "" {
+			own := capsule.Usage{}
+			if cp, _, err := b.cps.Get(ctx, a); err == nil {
+				own = cp.State.BudgetUsed
+			} else if !errors.Is(err, store.ErrNotFound) {
+				return "", err
+			}
+			switch budget.Check(own.Add(fam.Used), fam.Caps) {
+			case capsule.BudgetTokens:
+				over = capsule.BudgetParentTokens
+			case capsule.BudgetDollars:
+				over = capsule.BudgetParentDollars
+			}
+		}
+		a = fam.Parent
+	}
+	return over, nil
 }

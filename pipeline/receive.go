@@ -9,11 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/internal/tracing"
 	"github.com/sagad/sagad/machine"
@@ -60,9 +62,34 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 		}
 	}
 
+	if strings.HasPrefix(producer, store.ExecutorProducerPrefix) && r.Capsule != nil && r.Decision.Action != phases.Halt && r.Capsule.ParentCapsuleID == "" {
+		// An executor's account may delegate, not publish work of its own.
+		r.Decision = phases.HaltWith(capsule.ParentRefused(""), capsule.Finding{
+			Field: "parent_capsule_id", Message: "an executor's account publishes only child capsules: parent_capsule_id and the " + store.HeaderParentToken + " header of the call it serves",
+		})
+	}
+	var link parentLink
+	if r.Capsule != nil && r.Capsule.ParentCapsuleID != "" && r.Decision.Action != phases.Halt {
+		var stop *phases.Decision
+		link, stop, err = p.parentOf(ctx, r.Capsule, msg.Headers().Get(store.HeaderParentToken), meta.Sequence.Stream)
+		if err != nil {
+			return runner.Retry(fmt.Errorf("reception: parent %q: %w", r.Capsule.ParentCapsuleID, err))
+		}
+		if stop != nil {
+			r.Decision = *stop
+		}
+	}
+
 	key, keptNow, staleEnd, err := p.keep(ctx, r, raw, fallbackKey)
 	if err != nil {
 		return runner.Retry(err)
+	}
+	if link.parent != "" && r.Decision.Action != phases.Halt {
+		// Before the child's checkpoint, so a crash in between leaves a
+		// link its redelivery adds again (AddChild is idempotent).
+		if err := p.st.Budgets.AddChild(ctx, link.parent, link.grandparent, key, link.caps); err != nil {
+			return runner.Retry(fmt.Errorf("reception: link to parent: %w", err))
+		}
 	}
 
 	now := p.cfg.Now().UTC()
@@ -76,6 +103,9 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	// The capsule arrived when its message was taken: its root span starts
 	// there, before RECEPTION's.
 	fresh.CreatedAt = start.UTC()
+	if r.Decision.Action != phases.Halt {
+		fresh.Parent, fresh.Depth = link.parent, link.depth
+	}
 	tctx, root := p.traceReception(ctx, msg.Headers(), fresh, start)
 	endReception := sync.OnceFunc(func() { p.endReception(tctx, root, fresh, r.Decision, start) })
 	defer endReception()
@@ -298,4 +328,82 @@ func (p *Pipeline) receivedOverCorrupt(ctx context.Context, key string, cp *caps
 	}
 	p.corrupt.Report(err, "replaced by the capsule received under its key")
 	return p.st.Checkpoints.Update(ctx, cp, e.Revision)
+}
+
+// DefaultMaxDepth is [Config.MaxDepth]'s default: a root capsule's
+// descendants may nest four deep.
+const DefaultMaxDepth = 4
+
+// parentLink is a child capsule's verified link to its parent.
+type parentLink struct {
+	parent, grandparent string
+	depth               int
+	// caps are the parent's caps in force, which bound its own spend plus
+	// its descendants'.
+	caps capsule.Budget
+}
+
+// parentOf verifies c's parent_capsule_id: the parent must be a capsule
+// with an executor call in flight whose call_token is token (its claim's,
+// or, for accepted work, the completion token it awaits), and the child's
+// depth must not pass the --max-depth. A redelivery of the intake message
+// that created c's checkpoint takes the link recorded then: the parent's
+// call may have ended since.
+func (p *Pipeline) parentOf(ctx context.Context, c *capsule.Capsule, token string, intakeSeq uint64) (parentLink, *phases.Decision, error) {
+	refuse := func(why string) (parentLink, *phases.Decision, error) {
+		d := phases.HaltWith(capsule.ParentRefused(c.ParentCapsuleID), capsule.Finding{Field: "parent_capsule_id", Message: why})
+		return parentLink{}, &d, nil
+	}
+	key := c.ParentCapsuleID
+	if key == c.CapsuleID {
+		return refuse("a capsule cannot be its own parent")
+	}
+	own, _, err := p.st.Checkpoints.Get(ctx, c.CapsuleID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return parentLink{}, nil, err
+	}
+	redelivered := own != nil && own.IntakeSeq == intakeSeq && own.Parent == key
+	parent, _, err := p.st.Checkpoints.Get(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return refuse("no capsule " + strconv.Quote(key) + " is known")
+	} else if err != nil {
+		return parentLink{}, nil, err
+	}
+	if !redelivered && !callInFlight(parent, token, p.cfg.Now()) {
+		if token == "" {
+			return refuse("no " + store.HeaderParentToken + " header: a child capsule carries the call_token of the parent's executor call that publishes it")
+		}
+		return refuse("the " + store.HeaderParentToken + " header is not the token of a call capsule " + strconv.Quote(key) + " has in flight")
+	}
+	depth := parent.Depth + 1
+	if depth > p.cfg.MaxDepth {
+		d := phases.HaltWith(capsule.DepthExceeded(depth), capsule.Finding{
+			Field: "parent_capsule_id", Message: "depth " + strconv.Itoa(depth) + " is over sagad's --max-depth of " + strconv.Itoa(p.cfg.MaxDepth),
+		})
+		return parentLink{}, &d, nil
+	}
+	_, pc, err := p.st.Raw(ctx, key)
+	if err != nil {
+		return parentLink{}, nil, err
+	}
+	if pc == nil {
+		return refuse("capsule " + strconv.Quote(key) + " is no capsule sagad runs")
+	}
+	return parentLink{parent: key, grandparent: parent.Parent, depth: depth, caps: parent.State.Caps(pc.Budget)}, nil, nil
+}
+
+// callInFlight reports whether token is the secret of an executor call cp
+// has in flight: its live EXECUTION claim's call token, or the completion
+// token of the accepted work it awaits.
+func callInFlight(cp *capsule.Checkpoint, token string, now time.Time) bool {
+	if token == "" || cp.Terminal() {
+		return false
+	}
+	st := cp.State
+	if ex := st.Execution; ex != nil && st.Status == capsule.InProgress && st.Phase == capsule.Execution &&
+		ex.Cycle == st.Cycle && ex.CallTokenHash != "" && now.Before(ex.ExpiresAt) &&
+		executors.CompletionTokenMatches(ex.CallTokenHash, token) {
+		return true
+	}
+	return st.AwaitingTokenHash != "" && executors.CompletionTokenMatches(st.AwaitingTokenHash, token)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/store"
@@ -19,6 +20,7 @@ import (
 type Reader struct {
 	js          jetstream.JetStream
 	checkpoints *store.Checkpoints
+	families    *budget.Tracker
 }
 
 // NewReader returns a reader of checkpoints through cps and of events on js.
@@ -70,6 +72,19 @@ type Status struct {
 	// by itself ([capsule.CheckpointState.AwaitsExternal]); no person is
 	// needed.
 	AwaitingExternal bool `json:"awaiting_external,omitempty"`
+	// Parent is the capsule whose executor call published this one
+	// (parent_capsule_id, verified at RECEPTION), Depth how many parents
+	// are above it; both absent for a root capsule.
+	Parent string `json:"parent,omitempty"`
+	Depth  int    `json:"depth,omitempty"`
+	// Children are the capsules this one's executor calls published, in
+	// the order they were received (the first budget.MaxChildrenListed;
+	// ChildrenMore counts the others), and ChildrenUsed what they and
+	// their descendants spent, which counts against this capsule's caps.
+	// Absent for a capsule without children.
+	Children     []string       `json:"children,omitempty"`
+	ChildrenMore int            `json:"children_more,omitempty"`
+	ChildrenUsed *capsule.Usage `json:"children_used,omitempty"`
 	// Pause says why a paused capsule (or one waiting for an operator)
 	// stopped: its trigger, the reason given, who paused it and when.
 	// Absent in every other state.
@@ -124,6 +139,8 @@ func Of(cp *capsule.Checkpoint) Status {
 		History:      make([]HistoryEntry, 0, len(cp.History)),
 
 		AwaitingExternal: cp.State.AwaitsExternal(),
+		Parent:           cp.Parent,
+		Depth:            cp.Depth,
 	}
 	if n := len(cp.State.Reviews); n > 0 {
 		s.Reviewer = cp.State.Reviews[n-1].ReviewerID
@@ -158,7 +175,27 @@ func (c *Reader) Status(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	return Of(cp), nil
+	s := Of(cp)
+	if c.families != nil {
+		// Children are listed in the parent's family record (package
+		// budget), which also totals their spend: one read, not a scan
+		// of every checkpoint for those naming this one.
+		f, ok, err := c.families.FamilyOf(ctx, cp.Key)
+		if err != nil {
+			return Status{}, err
+		}
+		if ok {
+			s.Children, s.ChildrenMore, s.ChildrenUsed = f.Children, f.More, &f.Used
+		}
+	}
+	return s, nil
+}
+
+// WithFamilies makes [Reader.Status] name a capsule's children from their
+// family records in t.
+func (c *Reader) WithFamilies(t *budget.Tracker) *Reader {
+	c.families = t
+	return c
 }
 
 // List returns the status of every capsule, oldest first; state filters when

@@ -24,6 +24,17 @@ const ChainsBucket = "SAGA_CHAINS"
 // producer's identity: a producer cannot publish on another's.
 const IntakeProducerPrefix = IntakeSubject + "."
 
+// HeaderParentToken carries, on an intake message, the call_token of the
+// executor call whose worker publishes a child capsule (parent_capsule_id):
+// RECEPTION links the child only with it.
+const HeaderParentToken = "Saga-Parent-Token"
+
+// ExecutorProducerPrefix starts the intake name of an executor's account
+// (executor-<kind>): an executor serving a call may publish child capsules
+// (parent_capsule_id) on saga.intake, and only those; RECEPTION refuses
+// any other capsule from such a subject. No producer may be named so.
+const ExecutorProducerPrefix = "executor-"
+
 // IntakeSubjectOf is producer's intake subject; sagad's own ("") is the
 // plain saga.intake.
 func IntakeSubjectOf(producer string) string {

@@ -167,7 +167,20 @@ func printStatus(w io.Writer, s client.Status) error {
 	if s.Reviewer != "" {
 		fmt.Fprintf(tw, "reviewer:\t%s\n", printable(s.Reviewer))
 	}
+	if s.Parent != "" {
+		fmt.Fprintf(tw, "parent:\t%s (depth %d)\n", printable(s.Parent), s.Depth)
+	}
 	fmt.Fprintf(tw, "budget_used:\t%d tokens, $%.4f\n", s.BudgetUsed.Tokens, s.BudgetUsed.Dollars)
+	if len(s.Children) > 0 {
+		more := ""
+		if s.ChildrenMore > 0 {
+			more = fmt.Sprintf(" (and %d more)", s.ChildrenMore)
+		}
+		fmt.Fprintf(tw, "children:\t%s%s\n", strings.Join(printables(s.Children), ", "), more)
+		if u := s.ChildrenUsed; u != nil {
+			fmt.Fprintf(tw, "children_used:\t%d tokens, $%.4f (counted against this capsule's caps)\n", u.Tokens, u.Dollars)
+		}
+	}
 	if len(s.ArtifactRefs) > 0 {
 		fmt.Fprintf(tw, "artifacts:\t%s\n", strings.Join(printables(s.ArtifactRefs), ", "))
 	}

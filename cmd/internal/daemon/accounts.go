@@ -145,6 +145,9 @@ func Accounts(spec AccountSpec) ([]Account, error) {
 		case !producerName.MatchString(p):
 			errs = append(errs, fmt.Errorf("producers: %q: a producer name is 1 to 64 of a-z, 0-9, _ and - (it names a seed file and a subject)", p))
 			continue
+		case strings.HasPrefix(p, store.ExecutorProducerPrefix):
+			errs = append(errs, fmt.Errorf("producers: %q: names starting %q are the executors' (their child capsules' intake)", p, store.ExecutorProducerPrefix))
+			continue
 		case slices.Contains(reservedProducers, p):
 			errs = append(errs, fmt.Errorf("producers: %q is a role of its own (the default producer is %q, creds %s)", p, RoleProducer, RoleProducer+natsconn.SeedExt))
 			continue
@@ -226,6 +229,15 @@ func Accounts(spec AccountSpec) ([]Account, error) {
 				{From: AccountSaga, Subject: completeSubjects, To: completeSubjects},
 				{From: AccountSaga, Subject: ArtifactsGetSubject, To: ArtifactsGetSubject},
 			},
+		}
+		if ep.kind == "executor" && producerName.MatchString(role) {
+			// A worker serving a call may delegate: it publishes child
+			// capsules on saga.intake, which reach sagad on its own
+			// subject; RECEPTION takes only children with the token of a
+			// call in flight from there (no root capsule).
+			intake := store.IntakeProducerPrefix + role
+			saga.Exports = append(saga.Exports, Export{Subject: intake, To: []string{acc.Name}, Response: "singleton"})
+			acc.Imports = append(acc.Imports, Import{From: AccountSaga, Subject: intake, To: store.IntakeSubject})
 		}
 		accounts = append(accounts, acc)
 		workers = append(workers, acc.Name)

@@ -34,6 +34,7 @@ func TestAccountsRefuse(t *testing.T) {
 		{"reserved producer", AccountSpec{Producers: []string{"operator"}}, "a role of its own"},
 		{"bad producer", AccountSpec{Producers: []string{"Alice.B"}}, "a producer name is"},
 		{"twice", AccountSpec{Producers: []string{"bob", "bob"}}, "listed twice"},
+		{"executor's intake", AccountSpec{Producers: []string{"executor-demo"}}, "are the executors'"},
 	} {
 		_, err := Accounts(tt.spec)
 		require.ErrorContains(t, err, tt.want, tt.name)
@@ -64,6 +65,12 @@ func TestAccountsShape(t *testing.T) {
 		{From: AccountSaga, Subject: "saga.compose.alice", To: "saga.compose"},
 	}, byName["PRODUCER_ALICE"].Imports)
 	require.Equal(t, []Export{{Subject: "agents.demo.execute", To: []string{AccountSaga}, Response: "singleton"}}, byName["EXECUTOR_DEMO"].Exports)
+	// An executor may delegate (child capsules on saga.intake); a reviewer
+	// may not.
+	require.Contains(t, byName["EXECUTOR_DEMO"].Imports, Import{From: AccountSaga, Subject: "saga.intake.executor-demo", To: "saga.intake"})
+	for _, i := range byName["REVIEWER_DEMO_REVIEWER"].Imports {
+		require.NotEqual(t, "saga.intake", i.To)
+	}
 	for _, e := range byName[AccountSaga].Exports {
 		if strings.HasPrefix(e.Subject, "saga.intake.") {
 			require.Len(t, e.To, 1, "%s is one producer's", e.Subject)

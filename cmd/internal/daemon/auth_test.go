@@ -156,7 +156,10 @@ func TestRolesStayInTheirLane(t *testing.T) {
 		role     string
 		subjects []string
 	}{
-		{"executor-demo", append(append([]string{store.IntakeSubject, "saga.intake.producer", "agents.demo.review"}, admin...), jsAPI...)},
+		// An executor's saga.intake is its child capsules' (README
+		// "Delegation and the depth budget"): a reviewer has none.
+		{"executor-demo", append(append([]string{"saga.intake.producer", "agents.demo.review"}, admin...), jsAPI...)},
+		{"reviewer-demo-reviewer", append(append([]string{store.IntakeSubject, "saga.intake.producer", "agents.demo.execute"}, admin...), jsAPI...)},
 		{RoleProducer, append(append([]string{"saga.complete.x.1", "saga.intake.operator", "agents.demo.execute", artifactsvc.Subject}, admin...), jsAPI...)},
 		{RoleOperator, append([]string{"saga.complete.x.1", executors.CompletionSubject(capsuletest.NewID(), 1), "agents.demo.execute", "saga.intake.producer"}, jsAPI...)},
 	} {
@@ -212,9 +215,11 @@ func TestSagactlNamesTheWrongRole(t *testing.T) {
 		code := cli.Main(append([]string{"--nats-url", a.d.url, "--nats-nkey", a.as(role).NKey}, args...), &out, &errOut)
 		return code, out.String() + errOut.String()
 	}
-	code, out := sagactl("executor-demo", "publish", p)
+	// A reviewer's: an executor's publishes child capsules (its account
+	// imports saga.intake for that alone).
+	code, out := sagactl("reviewer-demo-reviewer", "publish", p)
 	require.Equal(t, cli.ExitFailure, code, out)
-	require.True(t, strings.HasPrefix(out, "sagactl: this credential cannot publish capsules: it logs in to NATS account EXECUTOR_DEMO, which has no saga.intake; "), out)
+	require.True(t, strings.HasPrefix(out, "sagactl: this credential cannot publish capsules: it logs in to NATS account REVIEWER_DEMO_REVIEWER, which has no saga.intake; "), out)
 	code, out = sagactl("executor-demo", "list")
 	require.Equal(t, cli.ExitFailure, code, out)
 	require.True(t, strings.HasPrefix(out, "sagactl: this credential cannot reach sagad's admin service: it logs in to NATS account EXECUTOR_DEMO"), out)

@@ -96,6 +96,10 @@ type Config struct {
 	// IntakeRateBytes is how many intake bytes a second RECEPTION takes
 	// from one producer (per sagad). Negative: unlimited. Defaults to 4 MiB.
 	IntakeRateBytes float64 `json:"intake_rate_bytes,omitempty"`
+	// MaxDepth is how deep capsules published by executor calls
+	// (parent_capsule_id) may nest; deeper halts depth_exceeded:<depth>.
+	// Defaults to 4.
+	MaxDepth int `json:"max_depth,omitempty"`
 	// Replicas of streams and buckets (3 on a JetStream cluster). Defaults to 1.
 	Replicas int `json:"replicas"`
 	// Migrate lets sagad change existing streams and buckets whose settings
@@ -297,6 +301,9 @@ func (c *Config) validate() error {
 	if err := console.ValidateTraceURL(c.TraceURL); err != nil {
 		errs = append(errs, err)
 	}
+	if c.MaxDepth < 0 {
+		errs = append(errs, fmt.Errorf("max depth %d: must not be negative (0: the default, 4)", c.MaxDepth))
+	}
 	if c.Workers < 0 || c.Replicas < 0 {
 		errs = append(errs, errors.New("workers and replicas must not be negative"))
 	}
@@ -399,6 +406,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.Int64Var(&flags.InlineArtifactBytes, "inline-artifact-bytes", 0, "largest artifact content sent inside an executor request; larger ones are fetched by reference on saga.artifacts.get (default 262144; env SAGAD_INLINE_ARTIFACT_BYTES)")
 	fs.Float64Var(&flags.IntakeRateMsgs, "intake-rate-msgs", 0, "capsules a second RECEPTION takes from one producer; more wait in the intake; negative: unlimited (default 200; env SAGAD_INTAKE_RATE_MSGS)")
 	fs.Float64Var(&flags.IntakeRateBytes, "intake-rate-bytes", 0, "intake bytes a second RECEPTION takes from one producer; negative: unlimited (default 4194304; env SAGAD_INTAKE_RATE_BYTES)")
+	fs.IntVar(&flags.MaxDepth, "max-depth", 0, "how deep capsules published by executor calls (parent_capsule_id) may nest; deeper halts depth_exceeded:<depth> (default 4; env SAGAD_MAX_DEPTH)")
 	fs.IntVar(&flags.Replicas, "replicas", 0, "stream and bucket replicas (default 1; env SAGAD_REPLICAS)")
 	fs.BoolVar(&flags.Migrate, "migrate", false, "change existing streams and buckets whose settings (replicas, retention...) differ from these flags; without it sagad refuses to start and changes nothing (env SAGAD_MIGRATE)")
 	var startTimeout time.Duration
@@ -495,6 +503,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	}
 	envInt(&cfg.Workers, "SAGAD_WORKERS")
 	envInt(&cfg.Replicas, "SAGAD_REPLICAS")
+	envInt(&cfg.MaxDepth, "SAGAD_MAX_DEPTH")
 	envInt64 := func(dst *int64, name string, bits int) {
 		if v := getenv(name); v != "" {
 			n, err := strconv.ParseInt(v, 10, bits)
@@ -627,6 +636,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			cfg.Workers = flags.Workers
 		case "replicas":
 			cfg.Replicas = flags.Replicas
+		case "max-depth":
+			cfg.MaxDepth = flags.MaxDepth
 		case "intake-max-pending":
 			cfg.IntakeMaxPending = flags.IntakeMaxPending
 		case "intake-max-msg-bytes":

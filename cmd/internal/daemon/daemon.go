@@ -217,6 +217,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		Metrics:             m,
 		TracerProvider:      tp,
 		LockWait:            time.Duration(cfg.LockWait),
+		MaxDepth:            cfg.MaxDepth,
 		BudgetWarning:       cfg.BudgetWarning,
 		InlineArtifactBytes: cfg.InlineArtifactBytes,
 		DeadlineWarning:     time.Duration(cfg.DeadlineWarning),

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -444,4 +446,40 @@ func TestIntakeNamesTheProducer(t *testing.T) {
 	}
 	// A producer cannot name another's intake subject: it is not imported.
 	requireUnreached(t, a.conn(RoleProducer), RoleProducer, "saga.intake.bob")
+}
+
+// TestAttackExecutorPublishesRootCapsule: an executor's account imports
+// saga.intake so that a worker serving a call can delegate (a child
+// capsule with parent_capsule_id and the call's token). Its capsules
+// reach sagad on saga.intake.executor-<kind>, and a capsule of its own
+// (no parent) or one naming a parent without a call's token halts
+// parent_refused and never takes its id; a reviewer's account has no
+// intake at all.
+func TestAttackExecutorPublishesRootCapsule(t *testing.T) {
+	t.Parallel()
+	a := newArena(t)
+	sub, err := a.sagad.SubscribeSync(store.IntakeSubject + ".>")
+	require.NoError(t, err)
+	require.NoError(t, a.sagad.Flush())
+	js, err := jetstream.New(a.conn("executor-demo"))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, doc := range []capsuletest.Doc{capsuletest.New(), capsuletest.New().Set("parent_capsule_id", capsuletest.NewID())} {
+		ack, err := js.Publish(ctx, store.IntakeSubject, doc.Sealed(t))
+		require.NoError(t, err, "an executor's account publishes on saga.intake")
+		var m *nats.Msg
+		for m == nil || !strings.Contains(string(m.Data), doc.ID()) {
+			m, err = sub.NextMsg(10 * time.Second)
+			require.NoError(t, err)
+		}
+		require.Equal(t, "saga.intake.executor-demo", m.Subject)
+		key := "x-" + strconv.FormatUint(ack.Sequence, 10)
+		require.Equal(t, capsule.Halted, a.awaitEnd(key))
+		var cp capsule.Checkpoint
+		require.NoError(t, json.Unmarshal(a.checkpoint(key).Value(), &cp))
+		require.True(t, strings.HasPrefix(cp.State.HaltReason, string(capsule.CodeParentRefused)), cp.State.HaltReason)
+		require.Nil(t, a.checkpoint(doc.ID()), "the id stays free")
+	}
+	requireUnreached(t, a.conn("reviewer-demo-reviewer"), "reviewer-demo-reviewer", store.IntakeSubject)
 }
