@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -61,7 +62,17 @@ type ChainRecord struct {
 	// sagad published, in order.
 	StepDigests []string  `json:"step_digests"`
 	CreatedAt   time.Time `json:"created_at"`
+	// Run is the composition's run, from 1 (0 in a record written before
+	// runs were counted is run 1): an edited document under the same id
+	// is a new run, with new steps.
+	Run int `json:"run,omitempty"`
+	// Names are the steps' names, in order (empty for a chain document,
+	// whose step i is step-<i>).
+	Names []string `json:"names,omitempty"`
 }
+
+// RunOf is r's run, from 1.
+func (r *ChainRecord) RunOf() int { return max(r.Run, 1) }
 
 // Chains reads and creates chain records.
 type Chains struct {
@@ -87,6 +98,16 @@ func chainKey(chainID, producer string) string {
 	return chainPrefix(chainID) + "." + producerToken(producer)
 }
 
+// runKey is run's record: run 1 is under [chainKey], as before runs were
+// counted; run n > 1 under chainKey.<n>, which the producers' listing
+// (one token after the prefix) does not see.
+func runKey(chainID, producer string, run int) string {
+	if run <= 1 {
+		return chainKey(chainID, producer)
+	}
+	return chainKey(chainID, producer) + "." + strconv.Itoa(run)
+}
+
 func chainPrefix(chainID string) string {
 	h := sha256.Sum256([]byte(chainID))
 	return hex.EncodeToString(h[:20])
@@ -110,7 +131,7 @@ func (c *Chains) Create(ctx context.Context, r ChainRecord) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.kv.Create(ctx, chainKey(r.ChainID, r.Producer), b); err != nil {
+	if _, err := c.kv.Create(ctx, runKey(r.ChainID, r.Producer, r.Run), b); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("%w: %s of producer %q", ErrChainExists, r.ChainID, r.Producer)
 		}
@@ -122,9 +143,15 @@ func (c *Chains) Create(ctx context.Context, r ChainRecord) error {
 // Get returns producer's chain chainID; it wraps [ErrNotFound] when there
 // is none.
 func (c *Chains) Get(ctx context.Context, chainID, producer string) (*ChainRecord, error) {
-	e, err := c.kv.Get(ctx, chainKey(chainID, producer))
+	return c.GetRun(ctx, chainID, producer, 1)
+}
+
+// GetRun returns run run of producer's composition chainID; it wraps
+// [ErrNotFound] when there is none.
+func (c *Chains) GetRun(ctx context.Context, chainID, producer string, run int) (*ChainRecord, error) {
+	e, err := c.kv.Get(ctx, runKey(chainID, producer, run))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("%w: chain %s of producer %q", ErrNotFound, chainID, producer)
+		return nil, fmt.Errorf("%w: chain %s run %d of producer %q", ErrNotFound, chainID, max(run, 1), producer)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("chain %s: %w", chainID, err)
@@ -160,8 +187,8 @@ func (c *Chains) Producers(ctx context.Context, chainID string, limit int) ([]*C
 
 // IsMember reports whether step of producer's chain chainID is the capsule
 // id: the only chain membership RECEPTION lets a capsule declare.
-func (c *Chains) IsMember(ctx context.Context, producer, chainID string, step int, capsuleID string) (bool, error) {
-	r, err := c.Get(ctx, chainID, producer)
+func (c *Chains) IsMember(ctx context.Context, producer, chainID string, run, step int, capsuleID string) (bool, error) {
+	r, err := c.GetRun(ctx, chainID, producer, run)
 	if errors.Is(err, ErrNotFound) {
 		return false, nil
 	}
@@ -171,8 +198,8 @@ func (c *Chains) IsMember(ctx context.Context, producer, chainID string, step in
 	return step >= 0 && step < len(r.Steps) && r.Steps[step] == capsuleID, nil
 }
 
-// maxChainRecordSteps matches chain.schema.json's maxItems.
-const maxChainRecordSteps = 64
+// maxChainRecordSteps matches composition.schema.json's maxItems.
+const maxChainRecordSteps = 256
 
 // DecodeChainRecord decodes a chain record, refusing one that does not
 // hold together (sagad wrote every record, so this is corruption).
@@ -181,7 +208,8 @@ func DecodeChainRecord(b []byte) (*ChainRecord, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("chain record: %w", err)
 	}
-	if r.ChainID == "" || len(r.Steps) == 0 || len(r.Steps) > maxChainRecordSteps || len(r.StepDigests) != len(r.Steps) || !ValidProducer(r.Producer) {
+	if r.ChainID == "" || len(r.Steps) == 0 || len(r.Steps) > maxChainRecordSteps || len(r.StepDigests) != len(r.Steps) || !ValidProducer(r.Producer) ||
+		r.Run < 0 || (len(r.Names) != 0 && len(r.Names) != len(r.Steps)) {
 		return nil, errors.New("chain record: malformed")
 	}
 	return &r, nil

@@ -27,12 +27,8 @@ func publishChain(cmd *cobra.Command, g *globals, b []byte) error {
 	if err != nil {
 		return exit(ExitUsage, err)
 	}
-	ids, err := compose.NewStepIDs(doc.Steps())
-	if err != nil {
-		return err
-	}
-	if _, _, err := doc.Build(ids); err != nil {
-		return exit(ExitUsage, err)
+	if fs := compose.Shape(doc); len(fs) > 0 {
+		return exit(ExitUsage, &compose.DocError{Findings: fs})
 	}
 	ctx, cancel := contextWithTimeout(cmd, g)
 	defer cancel()
@@ -48,8 +44,8 @@ func publishChain(cmd *cobra.Command, g *globals, b []byte) error {
 		return exit(ExitNoSagad, err)
 	case errors.As(err, &re) && re.Code == compose.CodeBadRequest:
 		return exit(ExitUsage, err)
-	case errors.As(err, &re) && re.Code == compose.CodeChainExists:
-		return exit(ExitRefused, err)
+	case errors.As(err, &re) && re.Code == compose.CodeInvalid:
+		return exit(ExitUsage, &compose.DocError{Findings: re.Findings})
 	case err != nil:
 		return err
 	}

@@ -262,7 +262,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		return err
 	}
 	// Every sagad composes chains too: the steps' ids are sagad's to give.
-	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: log})
+	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: log, Rules: p.Rules()})
 	if err != nil {
 		_ = admin.Stop(ctx)
 		p.Stop(ctx)
