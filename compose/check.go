@@ -49,11 +49,13 @@ type DocError struct {
 }
 
 func (e *DocError) Error() string {
-	parts := make([]string, 0, len(e.Findings))
+	var b strings.Builder
+	b.WriteString("composition refused, nothing started:")
 	for _, f := range e.Findings {
-		parts = append(parts, f.String())
+		b.WriteString("\n  ")
+		b.WriteString(f.String())
 	}
-	return "composition refused: " + strings.Join(parts, "; ")
+	return b.String()
 }
 
 // schemaError turns a schema violation into findings, one per place,
