@@ -34,12 +34,17 @@ import (
 type recorder struct {
 	mu     sync.Mutex
 	inputs map[string][]capsule.Artifact
+	fail   map[string]bool // task titles whose execution fails
 }
 
 func (r *recorder) Execute(ctx context.Context, req executors.Request) (executors.Result, error) {
 	r.mu.Lock()
 	r.inputs[req.Capsule.CapsuleID] = req.ContextArtifacts
+	fail := r.fail[req.Capsule.Task.Title]
 	r.mu.Unlock()
+	if fail {
+		return executors.Result{}, &executors.FailedError{Detail: "translator offline"}
+	}
 	return executors.Stub{}.Execute(ctx, req)
 }
 
@@ -50,6 +55,7 @@ func (r *recorder) inputsOf(id string) []capsule.Artifact {
 }
 
 type fixture struct {
+	runner    *compose.Runner
 	nc        *nats.Conn
 	js        jetstream.JetStream
 	st        *store.Store
@@ -61,7 +67,7 @@ func setup(t *testing.T) *fixture {
 	t.Helper()
 	s := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, s)
-	f := &fixture{nc: nc, js: js, rec: &recorder{inputs: map[string][]capsule.Artifact{}}, workspace: capsuletest.Workspace(t)}
+	f := &fixture{nc: nc, js: js, rec: &recorder{inputs: map[string][]capsule.Artifact{}, fail: map[string]bool{}}, workspace: capsuletest.Workspace(t)}
 	reg := executors.NewRegistry()
 	for _, k := range []string{"produce", "translate", "validate"} {
 		reg.RegisterExecutor(k, f.rec)
@@ -83,6 +89,10 @@ func setup(t *testing.T) *fixture {
 	svc, err := compose.Start(nc, p.Store(), compose.Config{Logger: logger, Rules: p.Rules()})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, svc.Stop()) })
+	runner, err := compose.StartRunner(ctx, p.Store(), compose.RunnerConfig{Logger: logger})
+	require.NoError(t, err)
+	t.Cleanup(runner.Stop)
+	f.runner = runner
 	f.st = p.Store()
 	return f
 }

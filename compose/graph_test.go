@@ -99,7 +99,7 @@ func TestCompositionEditedIsNewRun(t *testing.T) {
 	require.NoError(t, err)
 	again, err := f.composeAs(t, "alice", f.compositionDoc(t, "edit", two, nil))
 	require.NoError(t, err)
-	require.False(t, again.Created)
+	require.False(t, again.Created, "first %+v again %+v", first, again)
 	require.Equal(t, first.Steps[1].CapsuleID, again.Steps[1].CapsuleID)
 
 	edited := []step{two[0], {name: "fr", kind: "validate", needs: []string{"draft"}}}

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/rules"
 	"github.com/sagad/sagad/store"
 )
@@ -317,6 +318,16 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 		out.Steps[i] = Step{Step: i, Name: doc.Steps[i].Name, CapsuleID: rec.Steps[i], Digest: digests[i], State: StepPending}
 		if !ack.Duplicate {
 			out.Steps[i].IntakeSeq = ack.Sequence
+		}
+	}
+	if created {
+		evKey := EventKey(doc.ID, producer)
+		if err := s.st.PublishEvent(ctx, capsule.Event{
+			ID:   fmt.Sprintf("%s.run%d.started", evKey, out.Run),
+			Kind: EventStarted, Key: evKey, At: rec.CreatedAt,
+			Detail: fmt.Sprintf("run %d: %d steps", out.Run, len(out.Steps)),
+		}); err != nil {
+			return Reply{}, err
 		}
 	}
 	s.await(ctx, producer, out.Steps)

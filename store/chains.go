@@ -69,6 +69,56 @@ type ChainRecord struct {
 	// Names are the steps' names, in order (empty for a chain document,
 	// whose step i is step-<i>).
 	Names []string `json:"names,omitempty"`
+	// State is the run's: "" or running until every step ended, then
+	// completed, failed or partial (see [CompositionState]).
+	State string `json:"state,omitempty"`
+	// Ended is each step's end, aligned with Steps (empty while none ended;
+	// an entry's State is "" until its step ends).
+	Ended []StepEnd `json:"ended,omitempty"`
+	// OutcomeSent: the run's one outcome message was acknowledged.
+	OutcomeSent bool `json:"outcome_sent,omitempty"`
+	// EndedAt is when the last step's end was recorded.
+	EndedAt *time.Time `json:"ended_at,omitempty"`
+}
+
+// StepEnd is how one step of a composition ended.
+type StepEnd struct {
+	// State is the capsule's end: completed, halted or cancelled.
+	State string `json:"state,omitempty"`
+	// Artifact is the step's final artifact ref (the last of its
+	// artifact_refs), for a completed step.
+	Artifact   string  `json:"artifact,omitempty"`
+	HaltReason string  `json:"halt_reason,omitempty"`
+	Tokens     int64   `json:"tokens,omitempty"`
+	Dollars    float64 `json:"dollars,omitempty"`
+}
+
+// Composition states (a run's).
+const (
+	CompositionRunning   = "running"
+	CompositionCompleted = "completed"
+	CompositionFailed    = "failed"
+	CompositionPartial   = "partial"
+)
+
+// CompositionState is the state of a run whose steps all ended, from how
+// many completed: all (completed), none (failed) or some (partial).
+func CompositionState(passed, total int) string {
+	switch {
+	case passed == total:
+		return CompositionCompleted
+	case passed == 0:
+		return CompositionFailed
+	}
+	return CompositionPartial
+}
+
+// StateOf is r's state: running until its steps all ended.
+func (r *ChainRecord) StateOf() string {
+	if r.State == "" {
+		return CompositionRunning
+	}
+	return r.State
 }
 
 // RunOf is r's run, from 1.
@@ -159,6 +209,46 @@ func (c *Chains) GetRun(ctx context.Context, chainID, producer string, run int) 
 	return DecodeChainRecord(e.Value())
 }
 
+// ErrNoChange is returned by an [Chains.Update] mutation that changes
+// nothing: the record is not written.
+var ErrNoChange = errors.New("no change")
+
+// Update applies change to run run of producer's composition chainID with
+// one compare-and-set, again on a concurrent write, and returns the record
+// as stored. change returning [ErrNoChange] writes nothing and returns the
+// record as read.
+func (c *Chains) Update(ctx context.Context, chainID, producer string, run int, change func(*ChainRecord) error) (*ChainRecord, error) {
+	key := runKey(chainID, producer, run)
+	for attempt := 0; ; attempt++ {
+		e, err := c.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("%w: chain %s run %d of producer %q", ErrNotFound, chainID, max(run, 1), producer)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("chain %s: %w", chainID, err)
+		}
+		r, err := DecodeChainRecord(e.Value())
+		if err != nil {
+			return nil, err
+		}
+		if err := change(r); errors.Is(err, ErrNoChange) {
+			return r, nil
+		} else if err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return nil, err
+		}
+		if _, err = c.kv.Update(ctx, key, b, e.Revision()); err == nil {
+			return r, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) || attempt >= 16 {
+			return nil, fmt.Errorf("update chain %s: %w", chainID, err)
+		}
+	}
+}
+
 // Producers lists the chains of id chainID, one per producer that has one
 // (at most limit).
 func (c *Chains) Producers(ctx context.Context, chainID string, limit int) ([]*ChainRecord, error) {
@@ -209,7 +299,7 @@ func DecodeChainRecord(b []byte) (*ChainRecord, error) {
 		return nil, fmt.Errorf("chain record: %w", err)
 	}
 	if r.ChainID == "" || len(r.Steps) == 0 || len(r.Steps) > maxChainRecordSteps || len(r.StepDigests) != len(r.Steps) || !ValidProducer(r.Producer) ||
-		r.Run < 0 || (len(r.Names) != 0 && len(r.Names) != len(r.Steps)) {
+		r.Run < 0 || (len(r.Names) != 0 && len(r.Names) != len(r.Steps)) || (len(r.Ended) != 0 && len(r.Ended) != len(r.Steps)) {
 		return nil, errors.New("chain record: malformed")
 	}
 	return &r, nil

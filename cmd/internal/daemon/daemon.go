@@ -273,6 +273,15 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 			log.Warn("compose service stop", "error", err)
 		}
 	}()
+	// Every sagad records compositions' step ends (one durable consumer,
+	// shared): each run's record, events and one outcome.
+	compRunner, err := compose.StartRunner(ctx, p.Store(), compose.RunnerConfig{Logger: log})
+	if err != nil {
+		_ = admin.Stop(ctx)
+		p.Stop(ctx)
+		return err
+	}
+	defer compRunner.Stop()
 	var ready atomic.Bool
 	ready.Store(true)
 	var ui *uiServer
