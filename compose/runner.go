@@ -256,7 +256,7 @@ func (r *Runner) StepEnded(ctx context.Context, raw []byte, key string) error {
 				passed++
 			}
 		}
-		if ended == len(rec.Steps) && rec.State == "" {
+		if ended == len(rec.Steps) && (rec.State == "" || rec.State == store.CompositionRunning) {
 			rec.State = store.CompositionState(passed, ended)
 			rec.EndedAt = &now
 		}
@@ -286,7 +286,7 @@ func (r *Runner) StepEnded(ctx context.Context, raw []byte, key string) error {
 // finish sends an ended run's outcome once: a repeat before the record
 // says it was sent is dropped by its Nats-Msg-Id.
 func (r *Runner) finish(ctx context.Context, rec *store.ChainRecord) error {
-	if rec.State == "" || rec.OutcomeSent {
+	if !rec.AllEnded() || rec.State == "" || rec.OutcomeSent {
 		return nil
 	}
 	o := Manifest(rec)

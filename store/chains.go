@@ -79,6 +79,22 @@ type ChainRecord struct {
 	OutcomeSent bool `json:"outcome_sent,omitempty"`
 	// EndedAt is when the last step's end was recorded.
 	EndedAt *time.Time `json:"ended_at,omitempty"`
+	// By is who cancelled the run (state cancelled), and Reason why.
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// AllEnded reports whether every step of r ended.
+func (r *ChainRecord) AllEnded() bool {
+	if len(r.Ended) != len(r.Steps) {
+		return false
+	}
+	for _, e := range r.Ended {
+		if e.State == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // StepEnd is how one step of a composition ended.
@@ -99,6 +115,7 @@ const (
 	CompositionCompleted = "completed"
 	CompositionFailed    = "failed"
 	CompositionPartial   = "partial"
+	CompositionCancelled = "cancelled"
 )
 
 // CompositionState is the state of a run whose steps all ended, from how
@@ -247,6 +264,31 @@ func (c *Chains) Update(ctx context.Context, chainID, producer string, run int, 
 			return nil, fmt.Errorf("update chain %s: %w", chainID, err)
 		}
 	}
+}
+
+// List returns up to limit composition runs, every producer's and run.
+func (c *Chains) List(ctx context.Context, limit int) ([]*ChainRecord, error) {
+	lister, err := c.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list chains: %w", err)
+	}
+	defer func() { _ = lister.Stop() }()
+	var out []*ChainRecord
+	for k := range lister.Keys() {
+		if len(out) >= limit {
+			break
+		}
+		e, err := c.kv.Get(ctx, k)
+		if err != nil {
+			continue // expired since listed
+		}
+		r, err := DecodeChainRecord(e.Value())
+		if err != nil {
+			continue // reported where it is read by name
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // Producers lists the chains of id chainID, one per producer that has one

@@ -1,0 +1,177 @@
+package compose
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/store"
+)
+
+// maxRunsScanned bounds the runs a lookup of the latest run reads.
+const maxRunsScanned = 1000
+
+// Find returns producer's composition id (producer nil: the only
+// producer's), run run (0: the latest).
+func Find(ctx context.Context, st *store.Store, id string, producer *string, run int) (*store.ChainRecord, error) {
+	if st.Chains == nil {
+		return nil, fmt.Errorf("%w: no composition %s", store.ErrNotFound, id)
+	}
+	var p string
+	if producer != nil {
+		p = *producer
+	} else {
+		recs, err := st.Chains.Producers(ctx, id, maxProducersListed)
+		if err != nil {
+			return nil, err
+		}
+		switch len(recs) {
+		case 0:
+			return nil, fmt.Errorf("%w: no composition %s", store.ErrNotFound, id)
+		case 1:
+			p = recs[0].Producer
+		default:
+			names := make([]string, len(recs))
+			for i, r := range recs {
+				names[i] = r.Producer
+				if names[i] == "" {
+					names[i] = "-"
+				}
+			}
+			sort.Strings(names)
+			return nil, fmt.Errorf("%w: composition %s exists for producers %s: name one", ErrAmbiguous, id, strings.Join(names, ", "))
+		}
+	}
+	if run > 0 {
+		return st.Chains.GetRun(ctx, id, p, run)
+	}
+	last, err := st.Chains.GetRun(ctx, id, p, 1)
+	if err != nil {
+		return nil, err
+	}
+	for n := 2; n <= maxRunsScanned; n++ {
+		r, err := st.Chains.GetRun(ctx, id, p, n)
+		if errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		last = r
+	}
+	return last, nil
+}
+
+// Listed is one run in a list of compositions.
+type Listed struct {
+	CompositionID string  `json:"composition_id"`
+	Producer      string  `json:"producer,omitempty"`
+	Run           int     `json:"run"`
+	State         string  `json:"state"`
+	Summary       Summary `json:"summary"`
+}
+
+// List lists up to limit composition runs, sorted by id, producer, run.
+func List(ctx context.Context, st *store.Store, limit int) ([]Listed, error) {
+	out := []Listed{}
+	if st.Chains == nil {
+		return out, nil
+	}
+	recs, err := st.Chains.List(ctx, limit)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		m := Manifest(r)
+		out = append(out, Listed{CompositionID: m.CompositionID, Producer: m.Producer, Run: m.Run, State: m.State, Summary: m.Summary})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.CompositionID != b.CompositionID {
+			return a.CompositionID < b.CompositionID
+		}
+		if a.Producer != b.Producer {
+			return a.Producer < b.Producer
+		}
+		return a.Run < b.Run
+	})
+	return out, nil
+}
+
+// ErrEnded refuses a control of a run whose steps all ended.
+var ErrEnded = errors.New("composition run ended")
+
+// Canceller cancels one capsule (admin.Admin's Cancel).
+type Canceller func(ctx context.Context, id, reason, by string) error
+
+// Cancel cancels run rec: the record says cancelled (by, reason) with one
+// compare-and-set, then every step not ended is cancelled, so none starts;
+// the run ends, and sends its outcome, when the last step's end is
+// recorded. Cancelling a cancelled run again cancels what is left.
+func Cancel(ctx context.Context, st *store.Store, cancel Canceller, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
+	rec, err := st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
+		if r.AllEnded() {
+			return fmt.Errorf("%w: composition %s run %d is %s", ErrEnded, r.ChainID, r.RunOf(), r.StateOf())
+		}
+		if r.State == store.CompositionCancelled {
+			return store.ErrNoChange
+		}
+		r.State, r.By, r.Reason = store.CompositionCancelled, by, reason
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for i, id := range rec.Steps {
+		if i < len(rec.Ended) && rec.Ended[i].State != "" {
+			continue
+		}
+		cp, _, err := st.Checkpoints.Get(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // not received yet: sagad publishes every step before it answers
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if cp.Terminal() {
+			continue
+		}
+		if err := cancel(ctx, id, "composition cancelled: "+reason, by); err != nil {
+			// A step that ended meanwhile is refused: it is left as it ended.
+			if cp, _, gerr := st.Checkpoints.Get(ctx, id); gerr == nil && cp.Terminal() {
+				continue
+			}
+			errs = append(errs, fmt.Errorf("step %d: %w", i, err))
+		}
+	}
+	return rec, errors.Join(errs...)
+}
+
+// stepState reads the live state of a step not ended in the record.
+func stepState(ctx context.Context, st *store.Store, id string) string {
+	cp, _, err := st.Checkpoints.Get(ctx, id)
+	if err != nil {
+		return store.CompositionRunning
+	}
+	if cp.State.Status == capsule.Waiting || cp.State.Status == capsule.Paused {
+		return string(cp.State.Status)
+	}
+	return store.CompositionRunning
+}
+
+// Status is run rec's manifest, with the live state (waiting, paused) of
+// steps not ended yet.
+func Status(ctx context.Context, st *store.Store, rec *store.ChainRecord) Outcome {
+	o := Manifest(rec)
+	for i := range o.Steps {
+		if o.Steps[i].ExitCode == nil {
+			o.Steps[i].State = stepState(ctx, st, o.Steps[i].CapsuleID)
+		}
+	}
+	return o
+}
