@@ -108,7 +108,8 @@ func (f *fixture) chainDoc(t *testing.T, chainID, title string) []byte {
 		d := capsuletest.New().Delete("capsule_id").Set("task.kind", kind).
 			Set("task.title", title+" "+kind).Set("target", "file:"+name).
 			Set("constraints.resource_locks_required", []any{name}).
-			Set("created_at", at.Format(time.RFC3339)).Set("deadline", at.Add(3*time.Hour).Format(time.RFC3339))
+			Set("created_at", at.Format(time.RFC3339)).Set("deadline", at.Add(3*time.Hour).Format(time.RFC3339)).
+			Set("spec.approved_at", at.Add(-time.Minute).Format(time.RFC3339))
 		steps = append(steps, map[string]any(d))
 	}
 	b, err := json.Marshal(map[string]any{"chain_id": chainID, "steps": steps})

@@ -32,7 +32,8 @@ func (f *fixture) compositionDoc(t *testing.T, id string, steps []step, extra ma
 		tmpl := capsuletest.New().Delete("capsule_id").Set("task.kind", s.kind).
 			Set("task.title", s.name).Set("target", "file:"+name).
 			Set("constraints.resource_locks_required", []any{name}).
-			Set("created_at", at.Format(time.RFC3339)).Set("deadline", at.Add(3*time.Hour).Format(time.RFC3339))
+			Set("created_at", at.Format(time.RFC3339)).Set("deadline", at.Add(3*time.Hour).Format(time.RFC3339)).
+			Set("spec.approved_at", at.Add(-time.Minute).Format(time.RFC3339))
 		st := map[string]any{"name": s.name, "capsule": map[string]any(tmpl)}
 		if len(s.needs) > 0 {
 			st["needs"] = s.needs

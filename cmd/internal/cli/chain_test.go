@@ -77,12 +77,16 @@ func startChainOnline(t *testing.T, rec *recorder) *online {
 		defer cancel()
 		p.Stop(ctx)
 	})
-	svc, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: logger, Chains: adminsvc.StoreChains(p.Store())})
+	svc, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: logger, Chains: adminsvc.StoreChains(p.Store()),
+		Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin())})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, svc.Stop(context.Background())) })
 	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: logger, Rules: p.Rules()})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, composer.Stop()) })
+	runner, err := compose.StartRunner(ctx, p.Store(), compose.RunnerConfig{Logger: logger})
+	require.NoError(t, err)
+	t.Cleanup(runner.Stop)
 	return o
 }
 
@@ -99,7 +103,8 @@ func chainDoc(t *testing.T, workspace, chainID string) []byte {
 			Set("constraints.resource_locks_required", []any{name})
 		// Fixed times: the same document must build the same capsules.
 		d.Set("created_at", time.Now().UTC().Truncate(time.Hour).Format(time.RFC3339)).
-			Set("deadline", time.Now().UTC().Truncate(time.Hour).Add(3*time.Hour).Format(time.RFC3339))
+			Set("deadline", time.Now().UTC().Truncate(time.Hour).Add(3*time.Hour).Format(time.RFC3339)).
+			Set("spec.approved_at", time.Now().UTC().Truncate(time.Hour).Add(-time.Minute).Format(time.RFC3339))
 		steps = append(steps, map[string]any(d))
 		_ = i
 	}

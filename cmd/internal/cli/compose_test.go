@@ -12,6 +12,7 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/cmd/internal/cli"
 	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natstest"
 )
 
 // compositionDoc is draft → (fr, de) → merge, each step with a target and
@@ -38,7 +39,8 @@ func compositionDoc(t *testing.T, workspace, id, badKind string) []byte {
 		d := capsuletest.New().Delete("capsule_id").Set("task.kind", s.kind).
 			Set("task.title", s.name).Set("target", "file:"+name).
 			Set("constraints.resource_locks_required", []any{name}).
-			Set("created_at", at.Format(time.RFC3339)).Set("deadline", at.Add(3*time.Hour).Format(time.RFC3339))
+			Set("created_at", at.Format(time.RFC3339)).Set("deadline", at.Add(3*time.Hour).Format(time.RFC3339)).
+			Set("spec.approved_at", at.Add(-time.Minute).Format(time.RFC3339))
 		step := map[string]any{"name": s.name, "capsule": map[string]any(d)}
 		if len(s.needs) > 0 {
 			step["needs"] = s.needs
@@ -77,6 +79,49 @@ func TestOnlineCompose(t *testing.T) {
 		from = append(from, a.CapsuleID)
 	}
 	require.ElementsMatch(t, []string{ids["fr"], ids["de"]}, from)
+
+	var st struct {
+		CompositionID string `json:"composition_id"`
+		Run           int    `json:"run"`
+		State         string `json:"state"`
+		Summary       struct {
+			Total, Passed, Failed int
+			ExitCode              int `json:"exit_code"`
+		} `json:"summary"`
+		Steps []struct {
+			Name      string `json:"name"`
+			CapsuleID string `json:"capsule_id"`
+			State     string `json:"state"`
+			ExitCode  *int   `json:"exit_code"`
+			Artifact  string `json:"artifact"`
+		} `json:"steps"`
+	}
+	natstest.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
+		r := o.run(t, "composition", "status", "fan", "-o", "json")
+		require.Equal(t, cli.ExitOK, r.code, r.errOut)
+		require.NoError(t, json.Unmarshal([]byte(r.out), &st))
+		return st.State != "running"
+	}, "the composition ends")
+	require.Equal(t, "completed", st.State)
+	require.Equal(t, 4, st.Summary.Total)
+	require.Equal(t, 4, st.Summary.Passed)
+	require.Zero(t, st.Summary.ExitCode)
+	for _, s := range st.Steps {
+		require.Equal(t, ids[s.Name], s.CapsuleID)
+		require.Equal(t, "completed", s.State)
+		require.NotNil(t, s.ExitCode)
+		require.NotEmpty(t, s.Artifact)
+	}
+	r = o.run(t, "composition", "list")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	require.Contains(t, r.out, "completed")
+	r = o.run(t, "composition", "status", "fan")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	require.Contains(t, r.out, "composition fan run 1: completed (4 of 4 passed, 0 failed, exit code 0)")
+	r = o.run(t, "composition", "cancel", "fan", "--by", "ops")
+	require.Equal(t, cli.ExitRefused, r.code, r.errOut)
+	r = o.run(t, "composition", "status", "nope")
+	require.Equal(t, cli.ExitNotFound, r.code, r.errOut)
 
 	r = o.run(t, "compose", file(t, compositionDoc(t, o.workspace, "fan", "")))
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
