@@ -3,6 +3,8 @@ package compose_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,4 +152,27 @@ func TestCompositionPartial(t *testing.T) {
 	require.Contains(t, byName["merge"].HaltReason, "dependency_failed")
 	require.Equal(t, 1, *byName["merge"].ExitCode)
 	require.Len(t, f.outcomes(t, "part"), 1)
+}
+
+// TestRecordSize256: a 256-step run's record with every step ended stays
+// far below the KV value limit (1 MiB): README "Compositions" gives the size.
+func TestRecordSize256(t *testing.T) {
+	t.Parallel()
+	ids, err := compose.NewStepIDs(compose.MaxSteps)
+	require.NoError(t, err)
+	now := time.Now().UTC()
+	rec := store.ChainRecord{ChainID: "a-composition-id-of-forty-characters-xyz", Producer: "producer-name", Digest: strings.Repeat("d", 64),
+		Steps: ids, CreatedAt: now, Run: 7, State: store.CompositionPartial, OutcomeSent: true, EndedAt: &now}
+	for i, id := range ids {
+		rec.StepDigests = append(rec.StepDigests, strings.Repeat("e", 64))
+		rec.Names = append(rec.Names, fmt.Sprintf("translate-into-%03d", i))
+		rec.Ended = append(rec.Ended, store.StepEnd{State: string(capsule.Completed), Artifact: "artifact:" + id + "/cycle-3",
+			Tokens: 123456, Dollars: 12.3456})
+	}
+	b, err := json.Marshal(rec)
+	require.NoError(t, err)
+	t.Logf("a 256-step record: %d bytes", len(b))
+	require.Less(t, len(b), 128<<10)
+	_, err = store.DecodeChainRecord(b)
+	require.NoError(t, err)
 }
