@@ -14,10 +14,12 @@ const (
 	VerbCompositionStatus = "composition.status"
 	VerbCompositionList   = "composition.list"
 	VerbCompositionCancel = "composition.cancel"
+	VerbCompositionPause  = "composition.pause"
+	VerbCompositionResume = "composition.resume"
 )
 
 // CompositionVerbs are the composition verbs.
-var CompositionVerbs = []string{VerbCompositionStatus, VerbCompositionList, VerbCompositionCancel}
+var CompositionVerbs = []string{VerbCompositionStatus, VerbCompositionList, VerbCompositionCancel, VerbCompositionPause, VerbCompositionResume}
 
 // CompositionRequest names a composition run: the latest run unless Run
 // is given; the only producer's composition of that id unless Producer is.
@@ -27,14 +29,15 @@ type CompositionRequest struct {
 	Run           int     `json:"run,omitempty"`
 }
 
-// CompositionCancelRequest cancels a run: every step not ended is
-// cancelled, none starts.
+// CompositionCancelRequest cancels a run (every step not ended is
+// cancelled, none starts), pauses it or resumes it.
 type CompositionCancelRequest struct {
 	CompositionID string  `json:"composition_id"`
 	Producer      *string `json:"producer,omitempty"`
 	Run           int     `json:"run,omitempty"`
 	By            string  `json:"by"`
 	Reason        string  `json:"reason,omitempty"`
+	verb          string
 }
 
 func (r CompositionCancelRequest) run() CompositionRequest {
@@ -84,12 +87,13 @@ func decodeCompositionRequest(verb string, data []byte) (any, bool, error) {
 			return nil, true, err
 		}
 		return r, true, check(r)
-	case VerbCompositionCancel:
+	case VerbCompositionCancel, VerbCompositionPause, VerbCompositionResume:
 		var r CompositionCancelRequest
 		if err := strict(data, &r); err != nil {
 			return nil, true, err
 		}
 		r.By = cleanBy(r.By)
+		r.verb = verb
 		return r, true, firstErr(check(r.run()), checkBy(r.By, true), checkText("reason", r.Reason))
 	case VerbCompositionList:
 		var r CompositionListRequest
@@ -126,14 +130,27 @@ func (s *Service) serveComposition(ctx context.Context, r any) (any, bool, error
 		if err != nil {
 			return nil, true, err
 		}
-		rec, err = compose.Cancel(ctx, c.st, func(ctx context.Context, id, reason, by string) error {
-			_, err := c.a.Cancel(ctx, id, reason, by)
-			return err
-		}, rec, r.By, r.Reason)
+		switch r.verb {
+		case VerbCompositionPause:
+			rec, err = compose.Pause(ctx, c.st, func(ctx context.Context, id, reason, by string) error {
+				_, err := c.a.Pause(ctx, id, reason, by)
+				return err
+			}, rec, r.By, r.Reason)
+		case VerbCompositionResume:
+			rec, err = compose.Resume(ctx, c.st, func(ctx context.Context, id, reason, by string) error {
+				_, err := c.a.Resume(ctx, id, admin.ResumeOptions{By: by, Reason: reason})
+				return err
+			}, rec, r.By, r.Reason)
+		default:
+			rec, err = compose.Cancel(ctx, c.st, func(ctx context.Context, id, reason, by string) error {
+				_, err := c.a.Cancel(ctx, id, reason, by)
+				return err
+			}, rec, r.By, r.Reason)
+		}
 		if err != nil {
 			return nil, true, err
 		}
-		s.log.Info("composition cancelled", "composition_id", rec.ChainID, "producer", rec.Producer, "run", rec.RunOf(), "by", r.By, "reason", r.Reason)
+		s.log.Info("admin "+r.verb, "composition_id", rec.ChainID, "producer", rec.Producer, "run", rec.RunOf(), "by", r.By, "reason", r.Reason)
 		return compose.Status(ctx, c.st, rec), true, nil
 	case CompositionListRequest:
 		limit := r.Limit
@@ -159,6 +176,18 @@ func (c *Client) CompositionStatus(ctx context.Context, r CompositionRequest) (c
 func (c *Client) CompositionCancel(ctx context.Context, r CompositionCancelRequest) (compose.Outcome, error) {
 	var out compose.Outcome
 	return out, c.call(ctx, VerbCompositionCancel, r, &out)
+}
+
+// CompositionPause pauses a composition run.
+func (c *Client) CompositionPause(ctx context.Context, r CompositionCancelRequest) (compose.Outcome, error) {
+	var out compose.Outcome
+	return out, c.call(ctx, VerbCompositionPause, r, &out)
+}
+
+// CompositionResume resumes a paused composition run.
+func (c *Client) CompositionResume(ctx context.Context, r CompositionCancelRequest) (compose.Outcome, error) {
+	var out compose.Outcome
+	return out, c.call(ctx, VerbCompositionResume, r, &out)
 }
 
 // CompositionList lists composition runs.

@@ -22,6 +22,8 @@ func init() {
 	schemaFor[VerbCompositionStatus], replySchema[VerbCompositionStatus] = "composition-status-request", "composition-status-reply"
 	schemaFor[VerbCompositionCancel], replySchema[VerbCompositionCancel] = "composition-cancel-request", "composition-status-reply"
 	schemaFor[VerbCompositionList], replySchema[VerbCompositionList] = "composition-list-request", "composition-list-reply"
+	schemaFor[VerbCompositionPause], replySchema[VerbCompositionPause] = "composition-pause-request", "composition-status-reply"
+	schemaFor[VerbCompositionResume], replySchema[VerbCompositionResume] = "composition-resume-request", "composition-status-reply"
 }
 
 // blocking is an executor that runs until its context ends.
@@ -96,6 +98,25 @@ func TestCompositionEndpoints(t *testing.T) {
 	require.Equal(t, r.Steps[0].CapsuleID, o.Steps[0].CapsuleID)
 	require.Nil(t, o.Steps[0].ExitCode)
 
+	// Pause: the record says paused, with by; the waiting step is not
+	// paused itself (its need is). Resume: running again.
+	require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionPause, CompositionCancelRequest{CompositionID: "comp-1", By: "ops", Reason: "hold"}, ""), &o))
+	require.Equal(t, "paused", o.State)
+	require.Equal(t, string(capsule.Waiting), o.Steps[1].State)
+	rec, err := p.Store().Chains.GetRun(ctx, "comp-1", "alice", 1)
+	require.NoError(t, err)
+	require.Equal(t, "ops", rec.By)
+	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionStatus, CompositionRequest{CompositionID: "comp-1"}, ""), &o))
+		return o.Steps[0].State == string(capsule.Paused)
+	}, "the running step pauses")
+	require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionResume, CompositionCancelRequest{CompositionID: "comp-1", By: "ops"}, ""), &o))
+	require.Equal(t, "running", o.State)
+	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionStatus, CompositionRequest{CompositionID: "comp-1"}, ""), &o))
+		return o.Steps[0].State == "running"
+	}, "the step runs again")
+
 	f.do(t, VerbCompositionCancel, CompositionCancelRequest{CompositionID: "comp-1"}, CodeBadRequest)
 	require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionCancel, CompositionCancelRequest{CompositionID: "comp-1", By: "ops", Reason: "wrong draft"}, ""), &o))
 	require.Equal(t, "cancelled", o.State)
@@ -107,7 +128,7 @@ func TestCompositionEndpoints(t *testing.T) {
 	for _, s := range o.Steps {
 		require.Equal(t, string(capsule.Cancelled), s.State)
 	}
-	rec, err := p.Store().Chains.GetRun(ctx, "comp-1", "alice", 1)
+	rec, err = p.Store().Chains.GetRun(ctx, "comp-1", "alice", 1)
 	require.NoError(t, err)
 	require.Equal(t, "ops", rec.By)
 	require.Equal(t, "wrong draft", rec.Reason)

@@ -164,6 +164,80 @@ func stepState(ctx context.Context, st *store.Store, id string) string {
 	return store.CompositionRunning
 }
 
+// Acting pauses or resumes one capsule (admin.Admin's Pause, Resume).
+type Acting func(ctx context.Context, id, reason, by string) error
+
+// Pause pauses run rec: the record says paused (by, reason), then every
+// step not ended is paused: a running one where it is, one not started
+// yet before it starts. A step waiting for its needs is not paused itself
+// (the pipeline refuses to): its needs are, so it does not start either.
+// Resume undoes it.
+func Pause(ctx context.Context, st *store.Store, pause Acting, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
+	return control(ctx, st, rec, store.CompositionPaused, by, reason, func(ctx context.Context, id string, cp *capsule.Checkpoint) error {
+		if cp.State.Status == capsule.Paused || cp.State.Status == capsule.Waiting {
+			return nil
+		}
+		return pause(ctx, id, "composition paused: "+reason, by)
+	})
+}
+
+// Resume resumes run rec: the record says running again, and every step
+// paused is resumed.
+func Resume(ctx context.Context, st *store.Store, resume Acting, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
+	return control(ctx, st, rec, store.CompositionRunning, by, reason, func(ctx context.Context, id string, cp *capsule.Checkpoint) error {
+		if cp.State.Status != capsule.Paused {
+			return nil
+		}
+		return resume(ctx, id, "composition resumed: "+reason, by)
+	})
+}
+
+// control records state on run rec (refused once every step ended, or
+// once cancelled), then acts on every step not ended.
+func control(ctx context.Context, st *store.Store, rec *store.ChainRecord, state, by, reason string,
+	act func(ctx context.Context, id string, cp *capsule.Checkpoint) error) (*store.ChainRecord, error) {
+	rec, err := st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
+		if r.AllEnded() || r.State == store.CompositionCancelled {
+			return fmt.Errorf("%w: composition %s run %d is %s", ErrEnded, r.ChainID, r.RunOf(), r.StateOf())
+		}
+		if r.StateOf() == state {
+			return store.ErrNoChange
+		}
+		r.State, r.By, r.Reason = state, by, reason
+		if state == store.CompositionRunning {
+			r.State = ""
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for i, id := range rec.Steps {
+		if i < len(rec.Ended) && rec.Ended[i].State != "" {
+			continue
+		}
+		cp, _, err := st.Checkpoints.Get(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if cp.Terminal() {
+			continue
+		}
+		if err := act(ctx, id, cp); err != nil {
+			if cp, _, gerr := st.Checkpoints.Get(ctx, id); gerr == nil && cp.Terminal() {
+				continue
+			}
+			errs = append(errs, fmt.Errorf("step %d: %w", i, err))
+		}
+	}
+	return rec, errors.Join(errs...)
+}
+
 // Status is run rec's manifest, with the live state (waiting, paused) of
 // steps not ended yet.
 func Status(ctx context.Context, st *store.Store, rec *store.ChainRecord) Outcome {

@@ -93,7 +93,7 @@ func ExitCodeOf(state string) int {
 		return 0
 	case store.CompositionPartial:
 		return 12
-	case store.CompositionRunning:
+	case store.CompositionRunning, store.CompositionPaused:
 		return 0
 	}
 	return 1
@@ -256,7 +256,7 @@ func (r *Runner) StepEnded(ctx context.Context, raw []byte, key string) error {
 				passed++
 			}
 		}
-		if ended == len(rec.Steps) && (rec.State == "" || rec.State == store.CompositionRunning) {
+		if ended == len(rec.Steps) && rec.State != store.CompositionCancelled {
 			rec.State = store.CompositionState(passed, ended)
 			rec.EndedAt = &now
 		}

@@ -69,8 +69,9 @@ type ChainRecord struct {
 	// Names are the steps' names, in order (empty for a chain document,
 	// whose step i is step-<i>).
 	Names []string `json:"names,omitempty"`
-	// State is the run's: "" or running until every step ended, then
-	// completed, failed or partial (see [CompositionState]).
+	// State is the run's: "" (running) or paused until every step ended,
+	// then completed, failed or partial (see [CompositionState]); or
+	// cancelled.
 	State string `json:"state,omitempty"`
 	// Ended is each step's end, aligned with Steps (empty while none ended;
 	// an entry's State is "" until its step ends).
@@ -79,7 +80,7 @@ type ChainRecord struct {
 	OutcomeSent bool `json:"outcome_sent,omitempty"`
 	// EndedAt is when the last step's end was recorded.
 	EndedAt *time.Time `json:"ended_at,omitempty"`
-	// By is who cancelled the run (state cancelled), and Reason why.
+	// By is who last paused, resumed or cancelled the run, and Reason why.
 	By     string `json:"by,omitempty"`
 	Reason string `json:"reason,omitempty"`
 }
@@ -116,6 +117,7 @@ const (
 	CompositionFailed    = "failed"
 	CompositionPartial   = "partial"
 	CompositionCancelled = "cancelled"
+	CompositionPaused    = "paused"
 )
 
 // CompositionState is the state of a run whose steps all ended, from how

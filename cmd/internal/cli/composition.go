@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 
@@ -12,8 +13,8 @@ import (
 
 func newComposition(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "composition status|list|cancel",
-		Short: "Show, list and cancel compositions (sagactl compose) as wholes",
+		Use:   "composition status|list|cancel|pause|resume",
+		Short: "Show, list, cancel, pause and resume compositions (sagactl compose) as wholes",
 		Long: `A composition run is one record in sagad: its state (running, completed,
 failed, partial, cancelled), each step's name, capsule id, state, exit code
 (0 completed, 1 halted or cancelled), final artifact and spend, and a
@@ -21,8 +22,10 @@ summary {total, passed, failed, exit_code: 0 all passed, 1 failed, 12
 partial}. Read and changed through sagad's admin service
 (saga.admin.composition.*). Composition ids are per producer: when several
 producers used one, name it with --producer; --run names a run (default:
-the latest). Exit 4 for an unknown composition, 5 when refused (cancel of a
-run that ended), 6 when no sagad answers.`,
+the latest). cancel ends every step not ended, so none starts; pause
+pauses every running step, and the steps waiting for them wait; resume
+resumes the paused steps. Exit 4 for an unknown composition, 5 when
+refused (a run that ended, or was cancelled), 6 when no sagad answers.`,
 	}
 	var producer, by, reason string
 	var run int
@@ -57,32 +60,47 @@ run that ended), 6 when no sagad answers.`,
 			return printComposition(cmd.OutOrStdout(), o)
 		},
 	}
-	cancel := &cobra.Command{
-		Use:   "cancel ID --by WHO [--reason TEXT]",
-		Short: "Cancel a composition run: every step not ended is cancelled, none starts",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, a, done, err := g.dialAdmin(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			r := request(cmd, args[0])
-			o, err := a.CompositionCancel(ctx, adminsvc.CompositionCancelRequest{
-				CompositionID: r.CompositionID, Producer: r.Producer, Run: r.Run, By: by, Reason: reason,
-			})
-			if err != nil {
-				return adminErr(err)
-			}
-			if enc := g.encoder(); enc != nil {
-				return enc(cmd.OutOrStdout(), o)
-			}
-			return printComposition(cmd.OutOrStdout(), o)
-		},
+	control := func(use, short string, call func(*adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error)) *cobra.Command {
+		c := &cobra.Command{
+			Use:   use + " ID --by WHO [--reason TEXT]",
+			Short: short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				ctx, a, done, err := g.dialAdmin(cmd)
+				if err != nil {
+					return err
+				}
+				defer done()
+				r := request(cmd, args[0])
+				o, err := call(a)(ctx, adminsvc.CompositionCancelRequest{
+					CompositionID: r.CompositionID, Producer: r.Producer, Run: r.Run, By: by, Reason: reason,
+				})
+				if err != nil {
+					return adminErr(err)
+				}
+				if enc := g.encoder(); enc != nil {
+					return enc(cmd.OutOrStdout(), o)
+				}
+				return printComposition(cmd.OutOrStdout(), o)
+			},
+		}
+		c.Flags().StringVar(&by, "by", "", "who acts (recorded)")
+		c.Flags().StringVar(&reason, "reason", "", "why (recorded)")
+		return c
 	}
-	cancel.Flags().StringVar(&by, "by", "", "who cancels (recorded)")
-	cancel.Flags().StringVar(&reason, "reason", "", "why (recorded)")
-	for _, c := range []*cobra.Command{status, cancel} {
+	cancel := control("cancel", "Cancel a composition run: every step not ended is cancelled, none starts",
+		func(a *adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error) {
+			return a.CompositionCancel
+		})
+	pause := control("pause", "Pause a composition run: its running steps pause, the steps waiting for them wait",
+		func(a *adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error) {
+			return a.CompositionPause
+		})
+	resume := control("resume", "Resume a paused composition run: its paused steps go on",
+		func(a *adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error) {
+			return a.CompositionResume
+		})
+	for _, c := range []*cobra.Command{status, cancel, pause, resume} {
 		c.Flags().StringVar(&producer, "producer", "", "whose composition, when several producers used the id (- for sagad's own)")
 		c.Flags().IntVar(&run, "run", 0, "which run (default: the latest)")
 	}
@@ -114,7 +132,7 @@ run that ended), 6 when no sagad answers.`,
 		},
 	}
 	list.Flags().IntVar(&limit, "limit", 0, "at most this many runs (default 100, at most 1000)")
-	cmd.AddCommand(status, list, cancel)
+	cmd.AddCommand(status, list, cancel, pause, resume)
 	return cmd
 }
 
