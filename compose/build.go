@@ -109,6 +109,10 @@ func parseChain(b []byte) (*Doc, error) {
 	return d, nil
 }
 
+// WaveID is the wave that holds the budget of the run whose steps have
+// ids: named after its first step, so each run has its own.
+func WaveID(ids []string) string { return "composition-" + ids[0] }
+
 // ChainStepName is the name of a chain document's step i.
 func ChainStepName(i int) string { return "step-" + strconv.Itoa(i) }
 
@@ -196,7 +200,8 @@ func NewStepIDs(n int) ([]string, error) {
 // graph must be sound, see [Doc.Graph]): step i carries chain {id, step: i}
 // (and run, from run 2 on), depends on the steps it needs and reads each
 // one's final artifact (context ref artifact:<need's id>/final); its
-// deadline is brought forward to the composition's. The same document,
+// deadline is brought forward to the composition's; with a composition
+// budget, it joins the run's wave ([WaveID]). The same document,
 // run and ids always build the same bytes, and a chain document's run 1
 // builds what it always did. digests are the capsules' integrity digests.
 func (d *Doc) Build(ids []string, run int) (capsules [][]byte, digests []string, err error) {
@@ -241,6 +246,9 @@ func (d *Doc) Build(ids []string, run int) (capsules [][]byte, digests []string,
 			step["depends_on"] = deps
 		}
 		step["context_refs"] = refs
+		if d.Budget != nil {
+			step["wave_id"] = WaveID(ids)
+		}
 		if d.Deadline != nil {
 			dl, _ := step["deadline"].(string)
 			t, perr := time.Parse(time.RFC3339, dl)

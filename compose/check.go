@@ -2,6 +2,7 @@ package compose
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -134,6 +135,14 @@ func Check(d *Doc, cfg rules.Config, now time.Time) []Finding {
 		out = append(out, Finding{Step: -1, Finding: capsule.Finding{Field: "deadline", Message: "the composition's deadline " + d.Deadline.UTC().Format(time.RFC3339) + " has passed"}})
 	}
 	for i, s := range d.Steps {
+		if d.Budget != nil {
+			var t struct {
+				WaveID *string `json:"wave_id"`
+			}
+			if json.Unmarshal(s.tmpl, &t) == nil && t.WaveID != nil {
+				out = append(out, stepFinding(i, s.Name, "wave_id", "a step of a composition with a budget joins the composition's wave: it names none of its own"))
+			}
+		}
 		if s.Gate != "" {
 			out = append(out, stepFinding(i, s.Name, "gate", "gate %q: this sagad does not hold steps for a person's decision yet", s.Gate))
 		}

@@ -1,6 +1,7 @@
 package compose_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,9 +10,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/rules"
 )
 
 // step is one step of a composition document in a test.
@@ -164,4 +168,76 @@ func TestCompositionDeadlineBoundsSteps(t *testing.T) {
 		require.NoError(t, json.Unmarshal(raw, &c))
 		require.True(t, c.Deadline.Equal(dl), "%v", c.Deadline)
 	}
+}
+
+// TestCompositionBudget: the composition's budget is a wave of its run:
+// a budget under one step's caps holds the first step waiting for the
+// wave's capacity (nothing spent); raised, the steps run and complete, the
+// whole spend charged to the wave.
+func TestCompositionBudget(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	r, err := f.composeAs(t, "alice", f.compositionDoc(t, "budget", fanOutFanIn[:3], map[string]any{"budget": map[string]any{"tokens": 100}}))
+	require.NoError(t, err)
+	wave := compose.WaveID([]string{r.Steps[0].CapsuleID, r.Steps[1].CapsuleID, r.Steps[2].CapsuleID})
+	natstest.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
+		cp, _, err := f.st.Checkpoints.Get(ctx, r.Steps[0].CapsuleID)
+		return err == nil && cp.State.Status == capsule.Waiting && cp.State.Pause != nil && cp.State.Pause.Trigger == capsule.TriggerWaveCapacity
+	}, "the first step waits for the wave")
+	used, err := f.st.Budgets.Used(ctx, r.Steps[0].CapsuleID)
+	require.NoError(t, err)
+	require.Zero(t, used.Tokens)
+
+	require.NoError(t, f.st.Budgets.SetWave(ctx, wave, 25000, 0, false))
+	f.st.WaveChanged()
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, s := range r.Steps {
+				cp, _, _ := f.st.Checkpoints.Get(ctx, s.CapsuleID)
+				if cp != nil {
+					t.Logf("%s: %s %s %s %+v", s.Name, cp.State.Status, cp.State.PhaseName, cp.State.HaltReason, cp.State.Pause)
+				}
+			}
+			w, _, _ := f.st.Budgets.Wave(ctx, wave)
+			t.Logf("wave %+v", w)
+		}
+	})
+	for _, s := range r.Steps {
+		cp := f.ended(t, s.CapsuleID)
+		require.Equal(t, capsule.Completed, cp.State.Status, "%s: %s", s.Name, cp.State.HaltReason)
+	}
+	var w budget.Wave
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		var ok bool
+		var err error
+		w, ok, err = f.st.Budgets.Wave(ctx, wave)
+		require.NoError(t, err)
+		return ok && w.Reserved.Tokens == 0
+	}, "every reservation released")
+	var spent int64
+	for _, s := range r.Steps {
+		cp, _, err := f.st.Checkpoints.Get(ctx, s.CapsuleID)
+		require.NoError(t, err)
+		spent += cp.State.BudgetUsed.Tokens
+	}
+	require.Equal(t, spent, w.Used.Tokens, "every step's spend is charged to the composition's wave")
+}
+
+// TestCompositionBudgetOwnWave: with a composition budget, a step may not
+// name a wave of its own.
+func TestCompositionBudgetOwnWave(t *testing.T) {
+	t.Parallel()
+	f := &fixture{workspace: t.TempDir()}
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(f.compositionDoc(t, "own", fanOutFanIn[:2], map[string]any{"budget": map[string]any{"dollars": 3}}), &doc))
+	doc["steps"].([]any)[1].(map[string]any)["capsule"].(map[string]any)["wave_id"] = "mine"
+	b, err := json.Marshal(doc)
+	require.NoError(t, err)
+	d, err := compose.Parse(b)
+	require.NoError(t, err)
+	fs := compose.Check(d, rules.Config{ExecutorKinds: []string{"produce", "translate"}}, time.Now())
+	require.NotEmpty(t, fs)
+	require.Equal(t, 1, fs[0].Step)
+	require.Equal(t, "wave_id", fs[0].Field)
 }

@@ -301,6 +301,17 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 	if !created && !slices.Equal(digests, rec.StepDigests) {
 		return Reply{}, fmt.Errorf("composition %s: steps no longer build as recorded", doc.ID)
 	}
+	if doc.Budget != nil {
+		// The run's budget is a wave: each step reserves its caps against
+		// it at AUTOMATED_GATES, and one that does not fit waits.
+		if s.st.Budgets == nil {
+			return Reply{}, fmt.Errorf("composition %s: this sagad keeps no budgets", doc.ID)
+		}
+		if err := s.st.Budgets.SetWave(ctx, WaveID(rec.Steps), doc.Budget.Tokens, doc.Budget.Dollars, false); err != nil {
+			return Reply{}, fmt.Errorf("composition %s: %w", doc.ID, err)
+		}
+		s.st.WaveChanged()
+	}
 	out := Reply{CompositionID: doc.ID, ChainID: doc.ID, Run: rec.RunOf(), Producer: producer, Created: created, Steps: make([]Step, len(capsules))}
 	for i, raw := range capsules {
 		// On the producer's own intake subject, as if it had published
