@@ -74,6 +74,8 @@ func FuzzDecodeReply(f *testing.F) {
 func FuzzDecodeChainRecord(f *testing.F) {
 	f.Add([]byte(`{"chain_id":"c","producer":"alice","digest":"d","steps":["a"],"step_digests":["x"],"created_at":"2030-01-01T00:00:00Z"}`))
 	f.Add([]byte(`{"chain_id":"c","producer":"a.b","steps":["a"],"step_digests":["x"]}`))
+	f.Add([]byte(`{"chain_id":"c","producer":"p","digest":"d","steps":["a","b"],"step_digests":["x","y"],"run":2,"names":["n","m"],"state":"partial","ended":[{"state":"completed","artifact":"artifact:a/cycle-1"},{"state":"halted"}],"outcome_sent":true}`))
+	f.Add([]byte(`{"chain_id":"c","steps":["a"],"step_digests":["x"],"names":["n","m"],"ended":[{},{}]}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := store.DecodeChainRecord(b)
@@ -83,5 +85,26 @@ func FuzzDecodeChainRecord(f *testing.F) {
 		require.NotEmpty(t, r.ChainID)
 		require.Len(t, r.StepDigests, len(r.Steps))
 		require.True(t, store.ValidProducer(r.Producer))
+		require.True(t, len(r.Ended) == 0 || len(r.Ended) == len(r.Steps))
+		m := compose.Manifest(r)
+		require.Len(t, m.Steps, len(r.Steps))
+		require.Equal(t, m.Summary.Total, len(r.Steps))
+	})
+}
+
+// FuzzStepOf: whatever bytes an outcome carries, the composition step they
+// declare is read or refused, never a panic, never a negative index.
+func FuzzStepOf(f *testing.F) {
+	f.Add([]byte(`{"capsule_id":"x","chain":{"id":"c","step":3,"run":2}}`))
+	f.Add([]byte(`{"capsule_id":"x","chain":{"id":"c","step":-1}}`))
+	f.Add([]byte(`{"capsule_id":"x","chain":null}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, ok := compose.StepOf(b)
+		if !ok {
+			return
+		}
+		require.NotEmpty(t, c.Chain.ID)
+		require.GreaterOrEqual(t, c.Chain.Step, 0)
 	})
 }

@@ -209,14 +209,23 @@ func (r *Runner) handle(msg jetstream.Msg) {
 	_ = msg.Ack()
 }
 
+// StepOf reads the composition step an outcome's capsule bytes declare;
+// ok is false for bytes that declare none (or are no capsule).
+func StepOf(raw []byte) (c struct {
+	CapsuleID string             `json:"capsule_id"`
+	Chain     *capsule.ChainStep `json:"chain"`
+}, ok bool) {
+	if json.Unmarshal(raw, &c) != nil || c.Chain == nil || c.Chain.ID == "" || c.Chain.Step < 0 || c.Chain.Run < 0 {
+		return c, false
+	}
+	return c, true
+}
+
 // StepEnded records the end of the capsule whose original bytes are raw
 // and checkpoint key is key, if it is a composition's step; see [Runner].
 func (r *Runner) StepEnded(ctx context.Context, raw []byte, key string) error {
-	var c struct {
-		CapsuleID string             `json:"capsule_id"`
-		Chain     *capsule.ChainStep `json:"chain"`
-	}
-	if json.Unmarshal(raw, &c) != nil || c.Chain == nil || key == "" {
+	c, ok := StepOf(raw)
+	if !ok || key == "" {
 		return nil
 	}
 	cp, _, err := r.st.Checkpoints.Get(ctx, key)
