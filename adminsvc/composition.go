@@ -16,10 +16,11 @@ const (
 	VerbCompositionCancel = "composition.cancel"
 	VerbCompositionPause  = "composition.pause"
 	VerbCompositionResume = "composition.resume"
+	VerbCompositionReplay = "composition.replay"
 )
 
 // CompositionVerbs are the composition verbs.
-var CompositionVerbs = []string{VerbCompositionStatus, VerbCompositionList, VerbCompositionCancel, VerbCompositionPause, VerbCompositionResume}
+var CompositionVerbs = []string{VerbCompositionStatus, VerbCompositionList, VerbCompositionCancel, VerbCompositionPause, VerbCompositionResume, VerbCompositionReplay}
 
 // CompositionRequest names a composition run: the latest run unless Run
 // is given; the only producer's composition of that id unless Producer is.
@@ -87,7 +88,7 @@ func decodeCompositionRequest(verb string, data []byte) (any, bool, error) {
 			return nil, true, err
 		}
 		return r, true, check(r)
-	case VerbCompositionCancel, VerbCompositionPause, VerbCompositionResume:
+	case VerbCompositionCancel, VerbCompositionPause, VerbCompositionResume, VerbCompositionReplay:
 		var r CompositionCancelRequest
 		if err := strict(data, &r); err != nil {
 			return nil, true, err
@@ -141,6 +142,11 @@ func (s *Service) serveComposition(ctx context.Context, r any) (any, bool, error
 				_, err := c.a.Resume(ctx, id, admin.ResumeOptions{By: by, Reason: reason})
 				return err
 			}, rec, r.By, r.Reason)
+		case VerbCompositionReplay:
+			rec, err = compose.Replay(ctx, c.st, func(ctx context.Context, id, reason, by string) error {
+				_, err := c.a.Replay(ctx, id, admin.ReplayOptions{By: by, Reason: reason, Dependents: true})
+				return err
+			}, rec, r.By, r.Reason)
 		default:
 			rec, err = compose.Cancel(ctx, c.st, func(ctx context.Context, id, reason, by string) error {
 				_, err := c.a.Cancel(ctx, id, reason, by)
@@ -188,6 +194,13 @@ func (c *Client) CompositionPause(ctx context.Context, r CompositionCancelReques
 func (c *Client) CompositionResume(ctx context.Context, r CompositionCancelRequest) (compose.Outcome, error) {
 	var out compose.Outcome
 	return out, c.call(ctx, VerbCompositionResume, r, &out)
+}
+
+// CompositionReplay replays the failed steps of an ended composition run
+// and their dependents, as a new round.
+func (c *Client) CompositionReplay(ctx context.Context, r CompositionCancelRequest) (compose.Outcome, error) {
+	var out compose.Outcome
+	return out, c.call(ctx, VerbCompositionReplay, r, &out)
 }
 
 // CompositionList lists composition runs.

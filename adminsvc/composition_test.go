@@ -24,6 +24,7 @@ func init() {
 	schemaFor[VerbCompositionList], replySchema[VerbCompositionList] = "composition-list-request", "composition-list-reply"
 	schemaFor[VerbCompositionPause], replySchema[VerbCompositionPause] = "composition-pause-request", "composition-status-reply"
 	schemaFor[VerbCompositionResume], replySchema[VerbCompositionResume] = "composition-resume-request", "composition-status-reply"
+	schemaFor[VerbCompositionReplay], replySchema[VerbCompositionReplay] = "composition-replay-request", "composition-status-reply"
 }
 
 // blocking is an executor that runs until its context ends.
@@ -133,6 +134,18 @@ func TestCompositionEndpoints(t *testing.T) {
 	require.Equal(t, "ops", rec.By)
 	require.Equal(t, "wrong draft", rec.Reason)
 	f.do(t, VerbCompositionCancel, CompositionCancelRequest{CompositionID: "comp-1", By: "ops"}, CodeRefused)
+
+	// Replayed, the cancelled steps run again: the slow one runs, the
+	// other waits for it; a replay of a running round is refused.
+	require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionReplay, CompositionCancelRequest{CompositionID: "comp-1", By: "ops"}, ""), &o))
+	require.Equal(t, "running", o.State)
+	require.Equal(t, 1, o.Round)
+	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionStatus, CompositionRequest{CompositionID: "comp-1"}, ""), &o))
+		return o.Steps[0].State == "running" && o.Steps[1].State == string(capsule.Waiting)
+	}, "the replayed steps run and wait")
+	f.do(t, VerbCompositionReplay, CompositionCancelRequest{CompositionID: "comp-1", By: "ops"}, CodeRefused)
+	require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionCancel, CompositionCancelRequest{CompositionID: "comp-1", By: "ops"}, ""), &o))
 
 	var list CompositionListReply
 	require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionList, CompositionListRequest{}, ""), &list))

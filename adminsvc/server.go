@@ -336,7 +336,7 @@ func (s *Service) classify(ctx context.Context, err error) ErrorReply {
 	switch {
 	case errors.As(err, &re):
 		return ErrorReply{Code: CodeBadRequest, Message: re.msg}
-	case errors.Is(err, admin.ErrRefused), errors.Is(err, compose.ErrEnded):
+	case errors.Is(err, admin.ErrRefused), errors.Is(err, compose.ErrEnded), errors.Is(err, compose.ErrNotEnded):
 		return ErrorReply{Code: CodeRefused, Message: err.Error()}
 	case errors.Is(err, store.ErrNotFound):
 		return ErrorReply{Code: CodeNotFound, Message: err.Error()}

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/executors"
@@ -55,6 +56,7 @@ func (r *recorder) inputsOf(id string) []capsule.Artifact {
 }
 
 type fixture struct {
+	admin     *admin.Admin
 	runner    *compose.Runner
 	nc        *nats.Conn
 	js        jetstream.JetStream
@@ -93,6 +95,7 @@ func setup(t *testing.T) *fixture {
 	require.NoError(t, err)
 	t.Cleanup(runner.Stop)
 	f.runner = runner
+	f.admin = p.Admin()
 	f.st = p.Store()
 	return f
 }

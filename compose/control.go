@@ -238,6 +238,118 @@ func control(ctx context.Context, st *store.Store, rec *store.ChainRecord, state
 	return rec, errors.Join(errs...)
 }
 
+// Replaying replays one capsule and the capsules halted
+// dependency_failed on it (admin.Admin's Replay with Dependents).
+type Replaying func(ctx context.Context, id, reason, by string) error
+
+// Replay runs the failed steps of an ended run again, and their
+// dependents, as a new round of the run: every step that did not complete
+// is replayed (a new run of its capsule, same id), the completed ones are
+// kept. The record first forgets those steps' ends (remembering which
+// capsule run ended, so a late delivery of that end is not taken for the
+// new one) and counts the round; then each step that failed by itself
+// (not dependency_failed) is replayed, its needs before it, with its
+// dependents. The round ends, with its own outcome, like a run.
+func Replay(ctx context.Context, st *store.Store, replay Replaying, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
+	runs := make(map[int]int) // step -> its capsule's run now
+	for i, id := range rec.Steps {
+		if i < len(rec.Ended) && rec.Ended[i].State != "" && rec.Ended[i].State != string(capsule.Completed) {
+			cp, _, err := st.Checkpoints.Get(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			runs[i] = cp.RunNumber()
+		}
+	}
+	rec, err := st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
+		if !r.AllEnded() {
+			return fmt.Errorf("%w: composition %s run %d is %s: replay a run once it ended", ErrNotEnded, r.ChainID, r.RunOf(), r.StateOf())
+		}
+		if r.StateOf() == store.CompositionCompleted || len(runs) == 0 {
+			return fmt.Errorf("%w: composition %s run %d completed: nothing to replay", ErrEnded, r.ChainID, r.RunOf())
+		}
+		for i := range runs {
+			r.Ended[i] = store.StepEnd{After: runs[i]}
+		}
+		r.State, r.OutcomeSent, r.EndedAt, r.By, r.Reason = "", false, nil, by, reason
+		r.Round++
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	order, err := topoOrder(ctx, st, rec)
+	if err != nil {
+		return rec, err
+	}
+	var errs []error
+	for _, i := range order {
+		if _, replayed := runs[i]; !replayed {
+			continue
+		}
+		cp, _, err := st.Checkpoints.Get(ctx, rec.Steps[i])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if cp.RunNumber() > runs[i] || !cp.Terminal() {
+			continue // replayed already, as a dependent of another
+		}
+		if strings.HasPrefix(cp.State.HaltReason, string(capsule.CodeDependencyFailed)) {
+			continue // replayed with the step it depends on
+		}
+		if err := replay(ctx, rec.Steps[i], "composition replayed: "+reason, by); err != nil {
+			errs = append(errs, fmt.Errorf("step %d: %w", i, err))
+		}
+	}
+	return rec, errors.Join(errs...)
+}
+
+// ErrNotEnded refuses a replay of a run still running.
+var ErrNotEnded = errors.New("composition run not ended")
+
+// topoOrder orders rec's steps so that every step comes after those it
+// depends on (from the capsules' depends_on).
+func topoOrder(ctx context.Context, st *store.Store, rec *store.ChainRecord) ([]int, error) {
+	index := make(map[string]int, len(rec.Steps))
+	for i, id := range rec.Steps {
+		index[id] = i
+	}
+	deps := make([][]int, len(rec.Steps))
+	for i, id := range rec.Steps {
+		_, c, err := st.Raw(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("step %d: %w", i, err)
+		}
+		if c == nil {
+			continue
+		}
+		for _, d := range c.DependsOn {
+			if j, ok := index[d]; ok {
+				deps[i] = append(deps[i], j)
+			}
+		}
+	}
+	var order []int
+	seen := make([]int, len(rec.Steps)) // 0 new, 1 visiting, 2 done
+	var visit func(i int)
+	visit = func(i int) {
+		if seen[i] != 0 {
+			return
+		}
+		seen[i] = 1
+		for _, j := range deps[i] {
+			visit(j)
+		}
+		seen[i] = 2
+		order = append(order, i)
+	}
+	for i := range rec.Steps {
+		visit(i)
+	}
+	return order, nil
+}
+
 // Status is run rec's manifest, with the live state (waiting, paused) of
 // steps not ended yet.
 func Status(ctx context.Context, st *store.Store, rec *store.ChainRecord) Outcome {

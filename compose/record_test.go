@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/internal/natstest"
@@ -152,6 +153,36 @@ func TestCompositionPartial(t *testing.T) {
 	require.Contains(t, byName["merge"].HaltReason, "dependency_failed")
 	require.Equal(t, 1, *byName["merge"].ExitCode)
 	require.Len(t, f.outcomes(t, "part"), 1)
+
+	// Fixed, the run is replayed: de and the merge run again, the others
+	// are kept; the round ends completed with an outcome of its own.
+	f.rec.mu.Lock()
+	f.rec.fail["de"] = false
+	f.rec.mu.Unlock()
+	ctx := context.Background()
+	rec, err := f.st.Chains.GetRun(ctx, "part", "alice", 1)
+	require.NoError(t, err)
+	replay := func(ctx context.Context, id, reason, by string) error {
+		_, err := f.admin.Replay(ctx, id, admin.ReplayOptions{By: by, Reason: reason, Dependents: true})
+		return err
+	}
+	_, err = compose.Replay(ctx, f.st, replay, rec, "ops", "translator back")
+	require.NoError(t, err)
+	natstest.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
+		r, err := f.st.Chains.GetRun(ctx, "part", "alice", 1)
+		require.NoError(t, err)
+		rec = r
+		return r.OutcomeSent
+	}, "the replay round ends")
+	m = compose.Manifest(rec)
+	require.Equal(t, 1, m.Round)
+	require.Equal(t, store.CompositionCompleted, m.State)
+	require.Equal(t, compose.Summary{Total: 5, Passed: 5, ExitCode: 0}, m.Summary)
+	outs := f.outcomes(t, "part")
+	require.Len(t, outs, 2)
+	require.Equal(t, store.CompositionCompleted, outs[1].State)
+	_, err = compose.Replay(ctx, f.st, replay, rec, "ops", "again")
+	require.ErrorIs(t, err, compose.ErrEnded, "nothing to replay")
 }
 
 // TestRecordSize256: a 256-step run's record with every step ended stays

@@ -41,9 +41,18 @@ func EventKey(id, producer string) string {
 	return "composition." + producer + "." + id
 }
 
-// OutcomeMsgID de-duplicates a run's outcome message.
-func OutcomeMsgID(id, producer string, run int) string {
-	return EventKey(id, producer) + ".run" + strconv.Itoa(run) + ".outcome"
+// OutcomeMsgID de-duplicates a run's outcome message: one per run and
+// replay round.
+func OutcomeMsgID(id, producer string, run, round int) string {
+	return EventKey(id, producer) + ".run" + strconv.Itoa(run) + roundTag(round) + ".outcome"
+}
+
+// roundTag names a replay round in ids; round 0 (no replay) adds nothing.
+func roundTag(round int) string {
+	if round == 0 {
+		return ""
+	}
+	return ".round" + strconv.Itoa(round)
 }
 
 // Outcome is the body of a run's outcome message, and what `sagactl
@@ -52,6 +61,7 @@ type Outcome struct {
 	CompositionID string        `json:"composition_id"`
 	Producer      string        `json:"producer,omitempty"`
 	Run           int           `json:"run"`
+	Round         int           `json:"round,omitempty"`
 	State         string        `json:"state"`
 	Summary       Summary       `json:"summary"`
 	Steps         []StepOutcome `json:"steps"`
@@ -102,7 +112,7 @@ func ExitCodeOf(state string) int {
 // Manifest is rec's run as its outcome tells it; a step not ended yet
 // shows state running.
 func Manifest(rec *store.ChainRecord) Outcome {
-	o := Outcome{CompositionID: rec.ChainID, Producer: rec.Producer, Run: rec.RunOf(), State: rec.StateOf(),
+	o := Outcome{CompositionID: rec.ChainID, Producer: rec.Producer, Run: rec.RunOf(), Round: rec.Round, State: rec.StateOf(),
 		Steps: make([]StepOutcome, len(rec.Steps))}
 	for i, id := range rec.Steps {
 		s := StepOutcome{Name: ChainStepName(i), CapsuleID: id, State: store.CompositionRunning}
@@ -252,8 +262,8 @@ func (r *Runner) StepEnded(ctx context.Context, raw []byte, key string) error {
 		if len(rec.Ended) == 0 {
 			rec.Ended = make([]store.StepEnd, len(rec.Steps))
 		}
-		if rec.Ended[step].State != "" {
-			return store.ErrNoChange
+		if rec.Ended[step].State != "" || cp.RunNumber() <= rec.Ended[step].After {
+			return store.ErrNoChange // recorded, or the end of a run replayed since
 		}
 		rec.Ended[step] = end
 		passed, ended := 0, 0
@@ -283,7 +293,7 @@ func (r *Runner) StepEnded(ctx context.Context, raw []byte, key string) error {
 	name := Manifest(rec).Steps[step].Name
 	evKey := EventKey(rec.ChainID, rec.Producer)
 	if err := r.st.PublishEvent(ctx, capsule.Event{
-		ID:   fmt.Sprintf("%s.run%d.step%d.ended", evKey, rec.RunOf(), step),
+		ID:   fmt.Sprintf("%s.run%d%s.step%d.ended", evKey, rec.RunOf(), roundTag(rec.Round), step),
 		Kind: EventStepEnded, CapsuleID: cp.CapsuleID, Key: evKey,
 		Detail: fmt.Sprintf("run %d step %s: %s", rec.RunOf(), name, end.State), At: now,
 	}); err != nil {
@@ -305,7 +315,7 @@ func (r *Runner) finish(ctx context.Context, rec *store.ChainRecord) error {
 	}
 	m := nats.NewMsg(OutcomePrefix + rec.ChainID)
 	m.Data = body
-	m.Header.Set(jetstream.MsgIDHeader, OutcomeMsgID(rec.ChainID, rec.Producer, rec.RunOf()))
+	m.Header.Set(jetstream.MsgIDHeader, OutcomeMsgID(rec.ChainID, rec.Producer, rec.RunOf(), rec.Round))
 	m.Header.Set(store.HeaderState, o.State)
 	m.Header.Set(store.HeaderRun, strconv.Itoa(o.Run))
 	if _, err := r.js.PublishMsg(ctx, m); err != nil {
@@ -317,7 +327,7 @@ func (r *Runner) finish(ctx context.Context, rec *store.ChainRecord) error {
 		at = *rec.EndedAt
 	}
 	if err := r.st.PublishEvent(ctx, capsule.Event{
-		ID:   fmt.Sprintf("%s.run%d.ended", evKey, rec.RunOf()),
+		ID:   fmt.Sprintf("%s.run%d%s.ended", evKey, rec.RunOf(), roundTag(rec.Round)),
 		Kind: EventEnded, Key: evKey, At: at,
 		Detail: fmt.Sprintf("run %d: %s, %d of %d passed, exit code %d", o.Run, o.State, o.Summary.Passed, o.Summary.Total, o.Summary.ExitCode),
 	}); err != nil {

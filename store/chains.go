@@ -80,7 +80,10 @@ type ChainRecord struct {
 	OutcomeSent bool `json:"outcome_sent,omitempty"`
 	// EndedAt is when the last step's end was recorded.
 	EndedAt *time.Time `json:"ended_at,omitempty"`
-	// By is who last paused, resumed or cancelled the run, and Reason why.
+	// Round counts the replays of the run (composition replay), from 0.
+	Round int `json:"round,omitempty"`
+	// By is who last paused, resumed, cancelled or replayed the run, and
+	// Reason why.
 	By     string `json:"by,omitempty"`
 	Reason string `json:"reason,omitempty"`
 }
@@ -108,6 +111,9 @@ type StepEnd struct {
 	HaltReason string  `json:"halt_reason,omitempty"`
 	Tokens     int64   `json:"tokens,omitempty"`
 	Dollars    float64 `json:"dollars,omitempty"`
+	// After, for a step replayed, is the capsule run whose end is past:
+	// only a later run's end is the step's.
+	After int `json:"after,omitempty"`
 }
 
 // Composition states (a run's).

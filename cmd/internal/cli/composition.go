@@ -13,7 +13,7 @@ import (
 
 func newComposition(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "composition status|list|cancel|pause|resume",
+		Use:   "composition status|list|cancel|pause|resume|replay",
 		Short: "Show, list, cancel, pause and resume compositions (sagactl compose) as wholes",
 		Long: `A composition run is one record in sagad: its state (running, completed,
 failed, partial, cancelled), each step's name, capsule id, state, exit code
@@ -24,7 +24,8 @@ partial}. Read and changed through sagad's admin service
 producers used one, name it with --producer; --run names a run (default:
 the latest). cancel ends every step not ended, so none starts; pause
 pauses every running step, and the steps waiting for them wait; resume
-resumes the paused steps. Exit 4 for an unknown composition, 5 when
+resumes the paused steps; replay runs an ended run's failed steps and
+their dependents again (a new round of the run, completed steps kept). Exit 4 for an unknown composition, 5 when
 refused (a run that ended, or was cancelled), 6 when no sagad answers.`,
 	}
 	var producer, by, reason string
@@ -100,7 +101,11 @@ refused (a run that ended, or was cancelled), 6 when no sagad answers.`,
 		func(a *adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error) {
 			return a.CompositionResume
 		})
-	for _, c := range []*cobra.Command{status, cancel, pause, resume} {
+	replay := control("replay", "Replay an ended composition run's failed steps and their dependents, as a new round",
+		func(a *adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error) {
+			return a.CompositionReplay
+		})
+	for _, c := range []*cobra.Command{status, cancel, pause, resume, replay} {
 		c.Flags().StringVar(&producer, "producer", "", "whose composition, when several producers used the id (- for sagad's own)")
 		c.Flags().IntVar(&run, "run", 0, "which run (default: the latest)")
 	}
@@ -132,7 +137,7 @@ refused (a run that ended, or was cancelled), 6 when no sagad answers.`,
 		},
 	}
 	list.Flags().IntVar(&limit, "limit", 0, "at most this many runs (default 100, at most 1000)")
-	cmd.AddCommand(status, list, cancel, pause, resume)
+	cmd.AddCommand(status, list, cancel, pause, resume, replay)
 	return cmd
 }
 
