@@ -207,3 +207,28 @@ func TestRecordSize256(t *testing.T) {
 	_, err = store.DecodeChainRecord(b)
 	require.NoError(t, err)
 }
+
+// TestCompositionRunnerRestart: the steps end while no runner runs (a
+// crash); the next runner, on the same durable consumer, records every end
+// and sends the one outcome.
+func TestCompositionRunnerRestart(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	f.runner.Stop()
+	r, err := f.composeAs(t, "alice", f.compositionDoc(t, "crash", fanOutFanIn, nil))
+	require.NoError(t, err)
+	for _, s := range r.Steps {
+		require.Equal(t, capsule.Completed, f.ended(t, s.CapsuleID).State.Status)
+	}
+	rec, err := f.st.Chains.GetRun(ctx, "crash", "alice", 1)
+	require.NoError(t, err)
+	require.Empty(t, rec.Ended, "no runner recorded anything")
+
+	runner, err := compose.StartRunner(ctx, f.st, compose.RunnerConfig{})
+	require.NoError(t, err)
+	t.Cleanup(runner.Stop)
+	rec = f.runEnded(t, "crash", "alice", 1)
+	require.Equal(t, store.CompositionCompleted, rec.State)
+	require.Len(t, f.outcomes(t, "crash"), 1)
+}
