@@ -60,6 +60,9 @@ type Config struct {
 	// Costs answers saga.admin.cost (sagad passes [StoreCosts]). Defaults
 	// to none: the verb is answered internal.
 	Costs CostReader
+	// Compositions answers the composition verbs (sagad passes
+	// [StoreCompositions]). Defaults to none: they are answered internal.
+	Compositions *Compositions
 }
 
 // DefaultTimeout bounds a request's handling unless Config.Timeout says
@@ -262,6 +265,9 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 	if reply, ok, err := s.serveRead(ctx, r); ok {
 		return reply, err
 	}
+	if reply, ok, err := s.serveComposition(ctx, r); ok {
+		return reply, err
+	}
 	switch r := r.(type) {
 	case ChainRequest:
 		return s.serveChain(ctx, r)
@@ -343,7 +349,7 @@ func (s *Service) classify(ctx context.Context, err error) ErrorReply {
 	switch {
 	case errors.As(err, &re):
 		return ErrorReply{Code: CodeBadRequest, Message: re.msg}
-	case errors.Is(err, admin.ErrRefused):
+	case errors.Is(err, admin.ErrRefused), errors.Is(err, compose.ErrEnded), errors.Is(err, compose.ErrNotEnded):
 		return ErrorReply{Code: CodeRefused, Message: err.Error()}
 	case errors.Is(err, store.ErrNotFound):
 		return ErrorReply{Code: CodeNotFound, Message: err.Error()}

@@ -42,7 +42,7 @@ const (
 )
 
 // Verbs lists every verb, in the order the service registers them.
-var Verbs = append(append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), VerbChain, VerbCost), ReadVerbs...)
+var Verbs = append(append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), VerbChain, VerbCost), append(ReadVerbs, CompositionVerbs...)...)
 
 // Subject returns the subject of verb, e.g. saga.admin.phase.pause.
 func Subject(verb string) string { return SubjectPrefix + "." + verb }
@@ -284,6 +284,9 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 			data = []byte("{}")
 		}
 		return decodeCostRequest(data)
+	}
+	if r, ok, err := decodeCompositionRequest(verb, data); ok {
+		return r, err
 	}
 	if r, ok, err := decodeReadRequest(verb, data); ok {
 		return r, err

@@ -43,6 +43,8 @@ type Capsule struct {
 type ChainStep struct {
 	ID   string `json:"id"`
 	Step int    `json:"step"`
+	// Run is the composition's run, from 2; 0 is run 1.
+	Run int `json:"run,omitempty"`
 }
 
 // Task says what to do; Kind selects the executor.

@@ -49,6 +49,10 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 		b = appendString(b, c.Chain.ID)
 		b = append(b, `,"step":`...)
 		b = strconv.AppendInt(b, int64(c.Chain.Step), 10)
+		if c.Chain.Run != 0 {
+			b = append(b, `,"run":`...)
+			b = strconv.AppendInt(b, int64(c.Chain.Run), 10)
+		}
 		b = append(b, '}')
 	}
 	if c.Digest != "" {

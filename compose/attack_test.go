@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/executors"
@@ -34,12 +35,17 @@ import (
 type recorder struct {
 	mu     sync.Mutex
 	inputs map[string][]capsule.Artifact
+	fail   map[string]bool // task titles whose execution fails
 }
 
 func (r *recorder) Execute(ctx context.Context, req executors.Request) (executors.Result, error) {
 	r.mu.Lock()
 	r.inputs[req.Capsule.CapsuleID] = req.ContextArtifacts
+	fail := r.fail[req.Capsule.Task.Title]
 	r.mu.Unlock()
+	if fail {
+		return executors.Result{}, &executors.FailedError{Detail: "translator offline"}
+	}
 	return executors.Stub{}.Execute(ctx, req)
 }
 
@@ -50,6 +56,8 @@ func (r *recorder) inputsOf(id string) []capsule.Artifact {
 }
 
 type fixture struct {
+	admin     *admin.Admin
+	runner    *compose.Runner
 	nc        *nats.Conn
 	js        jetstream.JetStream
 	st        *store.Store
@@ -61,7 +69,7 @@ func setup(t *testing.T) *fixture {
 	t.Helper()
 	s := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, s)
-	f := &fixture{nc: nc, js: js, rec: &recorder{inputs: map[string][]capsule.Artifact{}}, workspace: capsuletest.Workspace(t)}
+	f := &fixture{nc: nc, js: js, rec: &recorder{inputs: map[string][]capsule.Artifact{}, fail: map[string]bool{}}, workspace: capsuletest.Workspace(t)}
 	reg := executors.NewRegistry()
 	for _, k := range []string{"produce", "translate", "validate"} {
 		reg.RegisterExecutor(k, f.rec)
@@ -80,9 +88,14 @@ func setup(t *testing.T) *fixture {
 		defer cancel()
 		p.Stop(ctx)
 	})
-	svc, err := compose.Start(nc, p.Store(), compose.Config{Logger: logger})
+	svc, err := compose.Start(nc, p.Store(), compose.Config{Logger: logger, Rules: p.Rules()})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, svc.Stop()) })
+	runner, err := compose.StartRunner(ctx, p.Store(), compose.RunnerConfig{Logger: logger})
+	require.NoError(t, err)
+	t.Cleanup(runner.Stop)
+	f.runner = runner
+	f.admin = p.Admin()
 	f.st = p.Store()
 	return f
 }
@@ -98,7 +111,8 @@ func (f *fixture) chainDoc(t *testing.T, chainID, title string) []byte {
 		d := capsuletest.New().Delete("capsule_id").Set("task.kind", kind).
 			Set("task.title", title+" "+kind).Set("target", "file:"+name).
 			Set("constraints.resource_locks_required", []any{name}).
-			Set("created_at", at.Format(time.RFC3339)).Set("deadline", at.Add(3*time.Hour).Format(time.RFC3339))
+			Set("created_at", at.Format(time.RFC3339)).Set("deadline", at.Add(3*time.Hour).Format(time.RFC3339)).
+			Set("spec.approved_at", at.Add(-time.Minute).Format(time.RFC3339))
 		steps = append(steps, map[string]any(d))
 	}
 	b, err := json.Marshal(map[string]any{"chain_id": chainID, "steps": steps})
@@ -232,10 +246,15 @@ func TestChainSquatting(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, cp.Run, "step %d: no second run", i)
 	}
-	_, err = f.composeAs(t, "alice", f.chainDoc(t, chainID, "alice's other"))
-	var re *compose.RequestError
-	require.ErrorAs(t, err, &re)
-	require.Equal(t, compose.CodeChainExists, re.Code)
+	// An edited document under the same id is run 2: new ids, a new
+	// record, run 1's steps untouched.
+	edited, err := f.composeAs(t, "alice", f.chainDoc(t, chainID, "alice's other"))
+	require.NoError(t, err)
+	require.True(t, edited.Created)
+	require.Equal(t, 2, edited.Run)
+	for i, s := range edited.Steps {
+		require.NotEqual(t, r.Steps[i].CapsuleID, s.CapsuleID)
+	}
 
 	// The operator's view: two producers use the id; each chain is its own.
 	_, err = compose.View(ctx, f.st, chainID, nil)
@@ -251,8 +270,8 @@ func TestChainSquatting(t *testing.T) {
 	}
 }
 
-// TestComposeRefusesBadRequests: a subject that names no producer, a
-// document that is no chain, one whose steps are no capsules.
+// TestComposeRefusesBadRequests: a subject that names no producer; a
+// document that is no composition, refused whole with findings.
 func TestComposeRefusesBadRequests(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -260,11 +279,13 @@ func TestComposeRefusesBadRequests(t *testing.T) {
 		"not json":   "{",
 		"no steps":   `{"chain_id":"c","steps":[]}`,
 		"not a step": `{"chain_id":"c","steps":[{"task":{"kind":"produce"}}]}`,
+		"no graph":   `{"composition_id":"c","steps":[{"name":"a","needs":["nobody"],"capsule":{"task":{"kind":"produce"}}}]}`,
 	} {
 		_, err := f.composeAs(t, "alice", []byte(doc))
 		var re *compose.RequestError
 		require.ErrorAs(t, err, &re, name)
-		require.Equal(t, compose.CodeBadRequest, re.Code, name)
+		require.Equal(t, compose.CodeInvalid, re.Code, name)
+		require.NotEmpty(t, re.Findings, name)
 	}
 	_, err := f.composeAs(t, "bad%name", f.chainDoc(t, "c", "x"))
 	var re *compose.RequestError
@@ -273,18 +294,53 @@ func TestComposeRefusesBadRequests(t *testing.T) {
 	require.True(t, strings.Contains(re.Message, "names no producer"), re.Message)
 }
 
-// TestComposeReportsRefusedSteps: a step RECEPTION halts (its deadline has
-// passed) is reported refused, with the reason, in the reply.
-func TestComposeReportsRefusedSteps(t *testing.T) {
+// TestComposeRefusesWhole: a chain whose third step names a kind nobody
+// serves and an unknown reviewer, and whose first step's deadline has
+// passed, is refused before anything starts, with every step's findings:
+// no record, no capsule, nothing on the intake (so nothing spent).
+func TestComposeRefusesWhole(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
+	ctx := context.Background()
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(f.chainDoc(t, "bad-third", "bad"), &doc))
+	steps := doc["steps"].([]any)
+	third := steps[2].(map[string]any)
+	third["task"].(map[string]any)["kind"] = "nobody-serves-this"
+	third["review"].(map[string]any)["reviewer_agent_id"] = "unknown-reviewer"
 	past := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
-	step := capsuletest.New().Delete("capsule_id").
-		Set("created_at", past.Add(-time.Hour).Format(time.RFC3339)).Set("deadline", past.Format(time.RFC3339))
-	doc, err := json.Marshal(map[string]any{"chain_id": "late", "steps": []any{map[string]any(step)}})
+	steps[0].(map[string]any)["created_at"] = past.Add(-time.Hour).Format(time.RFC3339)
+	steps[0].(map[string]any)["deadline"] = past.Format(time.RFC3339)
+	b, err := json.Marshal(doc)
 	require.NoError(t, err)
-	r, err := f.composeAs(t, "alice", doc)
+
+	_, err = f.composeAs(t, "alice", b)
+	var re *compose.RequestError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, compose.CodeInvalid, re.Code)
+	var rules22 []string
+	steps0 := 0
+	for _, fd := range re.Findings {
+		switch fd.Step {
+		case 0:
+			steps0++
+		case 2:
+			require.Equal(t, "step-2", fd.Name)
+			if fd.Rule == 22 {
+				rules22 = append(rules22, fd.Field)
+			}
+		default:
+			t.Fatalf("finding for step %d: %v", fd.Step, fd)
+		}
+	}
+	require.NotZero(t, steps0, "the passed deadline is step 0's finding: %v", re.Findings)
+	require.ElementsMatch(t, []string{"task.kind", "review.reviewer_agent_id"}, rules22, "%v", re.Findings)
+
+	_, err = f.st.Chains.Get(ctx, "bad-third", "alice")
+	require.ErrorIs(t, err, store.ErrNotFound, "no record")
+	info, err := f.js.Stream(ctx, store.IntakeStream)
 	require.NoError(t, err)
-	require.Equal(t, compose.StepRefused, r.Steps[0].State)
-	require.Equal(t, capsule.DeadlineInPast().String(), r.Steps[0].HaltReason)
+	si, err := info.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, si.State.Msgs, "nothing published")
 }

@@ -6,33 +6,178 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/schemas"
 )
 
-// Doc is a chain document (schemas/chain.schema.json), checked.
-type Doc struct {
-	ChainID string
-	steps   []json.RawMessage
+// MaxSteps bounds a composition's steps (composition.schema.json).
+const MaxSteps = 256
+
+// GateOperator is the only gate a step may declare.
+const GateOperator = "operator"
+
+// StepDef is one step of a document: its name, the steps it needs and its
+// capsule template.
+type StepDef struct {
+	Name  string
+	Needs []string
+	Gate  string
+	tmpl  json.RawMessage
 }
 
-// Steps is how many steps the document has.
-func (d *Doc) Steps() int { return len(d.steps) }
+// Budget is a composition's ceiling over all its steps.
+type Budget struct {
+	Tokens  int64   `json:"tokens,omitempty"`
+	Dollars float64 `json:"dollars,omitempty"`
+}
 
-// Parse checks b against the chain schema and returns the document.
+// Doc is a composition (schemas/composition.schema.json) or a chain
+// document (schemas/chain.schema.json) read as one, schema-checked; its
+// graph is judged by [Doc.Graph].
+type Doc struct {
+	// ID is the composition_id, or the chain_id of a chain document.
+	ID string
+	// Chain is true for a chain document.
+	Chain    bool
+	Steps    []StepDef
+	Budget   *Budget
+	Deadline *time.Time
+}
+
+// Parse reads b as a composition when it has a composition_id, else as a
+// chain document: a chain's step i is named step-<i> and needs step-<i-1>. A
+// schema violation is returned as a *[DocError] whose findings name the
+// steps.
 func Parse(b []byte) (*Doc, error) {
-	if err := schemas.Validate(schemas.Chain, b); err != nil {
-		return nil, fmt.Errorf("not a chain: %w", err)
+	var probe struct {
+		CompositionID *json.RawMessage `json:"composition_id"`
 	}
-	var doc struct {
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return nil, &DocError{Findings: []Finding{{Step: -1, Finding: capsule.Finding{Message: "not JSON: " + err.Error()}}}}
+	}
+	// Without a composition_id it is read as a chain document, as it
+	// always was: the schema errors then name chain_id.
+	if probe.CompositionID == nil {
+		return parseChain(b)
+	}
+	if err := schemas.Validate(schemas.Composition, b); err != nil {
+		return nil, schemaError(err)
+	}
+	var in struct {
+		ID    string `json:"composition_id"`
+		Steps []struct {
+			Name    string          `json:"name"`
+			Needs   []string        `json:"needs"`
+			Gate    string          `json:"gate"`
+			Capsule json.RawMessage `json:"capsule"`
+		} `json:"steps"`
+		Budget   *Budget    `json:"budget"`
+		Deadline *time.Time `json:"deadline"`
+	}
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, schemaError(err)
+	}
+	d := &Doc{ID: in.ID, Budget: in.Budget, Deadline: in.Deadline}
+	for _, s := range in.Steps {
+		d.Steps = append(d.Steps, StepDef{Name: s.Name, Needs: s.Needs, Gate: s.Gate, tmpl: s.Capsule})
+	}
+	return d, nil
+}
+
+func parseChain(b []byte) (*Doc, error) {
+	if err := schemas.Validate(schemas.Chain, b); err != nil {
+		return nil, schemaError(err)
+	}
+	var in struct {
 		ChainID string            `json:"chain_id"`
 		Steps   []json.RawMessage `json:"steps"`
 	}
-	if err := json.Unmarshal(b, &doc); err != nil {
-		return nil, fmt.Errorf("not a chain: %w", err)
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, schemaError(err)
 	}
-	return &Doc{ChainID: doc.ChainID, steps: doc.Steps}, nil
+	d := &Doc{ID: in.ChainID, Chain: true}
+	for i, raw := range in.Steps {
+		s := StepDef{Name: ChainStepName(i), tmpl: raw}
+		if i > 0 {
+			s.Needs = []string{ChainStepName(i - 1)}
+		}
+		d.Steps = append(d.Steps, s)
+	}
+	return d, nil
+}
+
+// WaveID is the wave that holds the budget of the run whose steps have
+// ids: named after its first step, so each run has its own.
+func WaveID(ids []string) string { return "composition-" + ids[0] }
+
+// ChainStepName is the name of a chain document's step i.
+func ChainStepName(i int) string { return "step-" + strconv.Itoa(i) }
+
+// Graph judges the steps as a graph: unique names, needs that name
+// another step, no cycle. Every problem is a finding of the step it is in.
+func (d *Doc) Graph() []Finding {
+	var out []Finding
+	index := make(map[string]int, len(d.Steps))
+	for i, s := range d.Steps {
+		if j, dup := index[s.Name]; dup {
+			out = append(out, stepFinding(i, s.Name, "name", "name %q is step %d's too: names are unique", s.Name, j))
+			continue
+		}
+		index[s.Name] = i
+	}
+	for i, s := range d.Steps {
+		for k, n := range s.Needs {
+			j, ok := index[n]
+			switch {
+			case !ok:
+				out = append(out, stepFinding(i, s.Name, "needs["+strconv.Itoa(k)+"]", "needs %q: no step has that name", n))
+			case j == i:
+				out = append(out, stepFinding(i, s.Name, "needs["+strconv.Itoa(k)+"]", "a step cannot need itself"))
+			}
+		}
+	}
+	if len(out) > 0 {
+		return out
+	}
+	// Kahn's algorithm: whatever is left once no step is free is on a
+	// cycle or waits for one.
+	waiting := make([]int, len(d.Steps))
+	needers := make([][]int, len(d.Steps))
+	for i, s := range d.Steps {
+		waiting[i] = len(s.Needs)
+		for _, n := range s.Needs {
+			needers[index[n]] = append(needers[index[n]], i)
+		}
+	}
+	var free []int
+	for i, w := range waiting {
+		if w == 0 {
+			free = append(free, i)
+		}
+	}
+	done := 0
+	for len(free) > 0 {
+		i := free[len(free)-1]
+		free = free[:len(free)-1]
+		done++
+		for _, j := range needers[i] {
+			if waiting[j]--; waiting[j] == 0 {
+				free = append(free, j)
+			}
+		}
+	}
+	if done == len(d.Steps) {
+		return nil
+	}
+	for i, w := range waiting {
+		if w > 0 {
+			out = append(out, stepFinding(i, d.Steps[i].Name, "needs", "on a cycle of needs, or needs a step that is: it could never start"))
+		}
+	}
+	return out
 }
 
 // NewStepIDs returns n fresh capsule ids: random UUIDs (version 4), so
@@ -51,49 +196,74 @@ func NewStepIDs(n int) ([]string, error) {
 	return ids, nil
 }
 
-// Build makes the document's steps into sealed capsules under ids, in
-// order: each carries chain {id, step}, depends on the step before and
-// reads its final artifact (context ref artifact:<previous id>/final). The
-// same document and ids always build the same bytes. digests are the
-// capsules' integrity digests.
-func (d *Doc) Build(ids []string) (capsules [][]byte, digests []string, err error) {
-	if len(ids) != len(d.steps) {
-		return nil, nil, fmt.Errorf("%d ids for %d steps", len(ids), len(d.steps))
+// Build makes the document's steps into sealed capsules under ids (the
+// graph must be sound, see [Doc.Graph]): step i carries chain {id, step: i}
+// (and run, from run 2 on), depends on the steps it needs and reads each
+// one's final artifact (context ref artifact:<need's id>/final); its
+// deadline is brought forward to the composition's; with a composition
+// budget, it joins the run's wave ([WaveID]). The same document,
+// run and ids always build the same bytes, and a chain document's run 1
+// builds what it always did. digests are the capsules' integrity digests.
+func (d *Doc) Build(ids []string, run int) (capsules [][]byte, digests []string, err error) {
+	if len(ids) != len(d.Steps) {
+		return nil, nil, fmt.Errorf("%d ids for %d steps", len(ids), len(d.Steps))
 	}
-	prev := ""
-	for i, raw := range d.steps {
-		dec := json.NewDecoder(bytes.NewReader(raw))
+	index := make(map[string]int, len(d.Steps))
+	for i, s := range d.Steps {
+		index[s.Name] = i
+	}
+	for i, s := range d.Steps {
+		dec := json.NewDecoder(bytes.NewReader(s.tmpl))
 		dec.UseNumber() // numbers stay as written: they are digested
 		var step map[string]any
 		if err := dec.Decode(&step); err != nil {
-			return nil, nil, fmt.Errorf("step %d: %w", i, err)
+			return nil, nil, fmt.Errorf("step %s: %w", s.Name, err)
 		}
 		id := ids[i]
 		step["capsule_id"] = id
-		step["chain"] = map[string]any{"id": d.ChainID, "step": i}
+		chain := map[string]any{"id": d.ID, "step": i}
+		if run > 1 {
+			chain["run"] = run
+		}
+		step["chain"] = chain
 		refs, _ := step["context_refs"].([]any)
 		if refs == nil {
 			refs = []any{}
 		}
-		if prev != "" {
-			step["depends_on"] = []any{prev}
-			final := "artifact:" + prev + "/final"
-			if !slices.Contains(refs, any(final)) {
-				refs = append(refs, final)
+		if len(s.Needs) > 0 {
+			deps := make([]any, 0, len(s.Needs))
+			for _, n := range s.Needs {
+				j, ok := index[n]
+				if !ok {
+					return nil, nil, fmt.Errorf("step %s: needs unknown step %q", s.Name, n)
+				}
+				deps = append(deps, ids[j])
+				final := "artifact:" + ids[j] + "/final"
+				if !slices.Contains(refs, any(final)) {
+					refs = append(refs, final)
+				}
 			}
+			step["depends_on"] = deps
 		}
 		step["context_refs"] = refs
+		if d.Budget != nil {
+			step["wave_id"] = WaveID(ids)
+		}
+		if d.Deadline != nil {
+			dl, _ := step["deadline"].(string)
+			t, perr := time.Parse(time.RFC3339, dl)
+			if perr != nil || t.After(*d.Deadline) {
+				step["deadline"] = d.Deadline.UTC().Format(time.RFC3339)
+			}
+		}
 		delete(step, "integrity")
 		unsealed, err := json.Marshal(step)
 		if err != nil {
-			return nil, nil, fmt.Errorf("step %d: %w", i, err)
+			return nil, nil, fmt.Errorf("step %s: %w", s.Name, err)
 		}
 		sealed, err := capsule.Seal(unsealed)
 		if err != nil {
-			return nil, nil, fmt.Errorf("step %d: %w", i, err)
-		}
-		if err := schemas.Validate(schemas.Capsule, sealed); err != nil {
-			return nil, nil, fmt.Errorf("step %d: not a capsule: %w", i, err)
+			return nil, nil, fmt.Errorf("step %s: %w", s.Name, err)
 		}
 		var in struct {
 			Integrity struct {
@@ -101,11 +271,10 @@ func (d *Doc) Build(ids []string) (capsules [][]byte, digests []string, err erro
 			} `json:"integrity"`
 		}
 		if err := json.Unmarshal(sealed, &in); err != nil {
-			return nil, nil, fmt.Errorf("step %d: %w", i, err)
+			return nil, nil, fmt.Errorf("step %s: %w", s.Name, err)
 		}
 		capsules = append(capsules, sealed)
 		digests = append(digests, in.Integrity.SHA256)
-		prev = id
 	}
 	return capsules, digests, nil
 }

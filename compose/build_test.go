@@ -21,10 +21,11 @@ func TestChainExample(t *testing.T) {
 	require.NoError(t, err)
 	doc, err := compose.Parse(b)
 	require.NoError(t, err)
-	require.Equal(t, "contract-fr-2030", doc.ChainID)
-	ids, err := compose.NewStepIDs(doc.Steps())
+	require.Equal(t, "contract-fr-2030", doc.ID)
+	require.True(t, doc.Chain)
+	ids, err := compose.NewStepIDs(len(doc.Steps))
 	require.NoError(t, err)
-	raws, digests, err := doc.Build(ids)
+	raws, digests, err := doc.Build(ids, 1)
 	require.NoError(t, err)
 	require.Len(t, raws, 3)
 
@@ -41,7 +42,7 @@ func TestChainExample(t *testing.T) {
 		require.NoError(t, json.Unmarshal(raw, &c))
 		require.Equal(t, ids[i], c.CapsuleID)
 		require.Equal(t, digests[i], c.Integrity.SHA256)
-		require.Equal(t, &capsule.ChainStep{ID: doc.ChainID, Step: i}, c.Chain)
+		require.Equal(t, &capsule.ChainStep{ID: doc.ID, Step: i}, c.Chain)
 		require.Contains(t, kinds, c.Task.Kind)
 		if i == 0 {
 			require.Empty(t, c.DependsOn)
@@ -54,7 +55,7 @@ func TestChainExample(t *testing.T) {
 
 	// The same document and ids build the same bytes: composing again is
 	// idempotent.
-	again, _, err := doc.Build(ids)
+	again, _, err := doc.Build(ids, 1)
 	require.NoError(t, err)
 	require.Equal(t, raws, again)
 }

@@ -18,6 +18,8 @@ var ErrNoSagad = errors.New("no sagad answered on " + Subject)
 type RequestError struct {
 	Code    string
 	Message string
+	// Findings are a refused document's problems.
+	Findings []Finding
 }
 
 func (e *RequestError) Error() string { return e.Message }
@@ -43,13 +45,16 @@ func DecodeReply(msg *nats.Msg) (Reply, error) {
 		if json.Unmarshal(msg.Data, &e) != nil || e.Code == "" {
 			e = ErrorReply{Code: CodeInternal, Message: msg.Header.Get(micro.ErrorHeader)}
 		}
-		return Reply{}, &RequestError{Code: e.Code, Message: e.Message}
+		return Reply{}, &RequestError{Code: e.Code, Message: e.Message, Findings: e.Findings}
 	}
 	var r Reply
 	if err := json.Unmarshal(msg.Data, &r); err != nil {
 		return Reply{}, fmt.Errorf("%s: reply: %w", Subject, err)
 	}
-	if r.ChainID == "" || len(r.Steps) == 0 || len(r.Steps) > 64 {
+	if r.CompositionID == "" {
+		r.CompositionID = r.ChainID
+	}
+	if r.CompositionID == "" || len(r.Steps) == 0 || len(r.Steps) > MaxSteps {
 		return Reply{}, fmt.Errorf("%s: reply: malformed", Subject)
 	}
 	for i, s := range r.Steps {

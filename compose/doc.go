@@ -8,11 +8,22 @@
 // quota. RECEPTION refuses any capsule declaring
 // a chain step the record does not name (chain_membership_refused).
 //
+// A chain document is one kind of composition (schemas/composition.schema.json):
+// a graph of named steps, each needing others and reading their final
+// artifacts. [Check] judges a document whole before anything starts (the
+// graph, then every step's capsule by every rule that needs no runtime
+// fact); one finding refuses it, nothing recorded or published.
+//
 // The same document sent again by the same producer gets the same ids and
 // starts nothing new (the steps are published again with the same bytes,
-// which RECEPTION ignores as duplicates); another document under a chain id
-// the producer already used is refused. Chain ids are per producer: two
-// producers' chains of one id are two chains.
+// which RECEPTION ignores as duplicates); an edited document under an id
+// the producer already used is a new run, with new steps. Ids are per
+// producer: two producers' chains of one id are two chains.
+//
+// The [Runner] keeps each run's record from its steps' ends (capsule
+// outcomes), emits the composition events and the run's one outcome on
+// saga.outcome.composition.<id>; [Cancel], [Pause] and [Resume] act on a
+// run's unfinished steps.
 //
 // Subjects: a producer account imports saga.compose.<producer> as its
 // saga.compose, so the subject's last token names the producer; sagad's own

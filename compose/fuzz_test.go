@@ -21,21 +21,26 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte(`{"chain_id":"c","steps":[{"task":{"kind":"produce"}}]}`))
 	f.Add([]byte(`{"chain_id":"c","steps":[]}`))
+	f.Add([]byte(`{"composition_id":"c","steps":[{"name":"a","capsule":{"task":{"kind":"produce"}}},{"name":"b","needs":["a","b"],"capsule":{"task":{"kind":"produce"}}}]}`))
+	f.Add([]byte(`{"composition_id":"c","deadline":"2030-01-01T00:00:00Z","steps":[{"name":"a","needs":["b"],"capsule":{"task":{"kind":"p"}}},{"name":"b","needs":["a"],"capsule":{"task":{"kind":"p"}}}]}`))
 	f.Add([]byte(`{`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		doc, err := compose.Parse(b)
 		if err != nil {
 			return
 		}
-		require.NotEmpty(t, doc.ChainID)
-		ids, err := compose.NewStepIDs(doc.Steps())
+		require.NotEmpty(t, doc.ID)
+		if len(doc.Graph()) > 0 {
+			return
+		}
+		ids, err := compose.NewStepIDs(len(doc.Steps))
 		require.NoError(t, err)
-		raws, digests, err := doc.Build(ids)
+		raws, digests, err := doc.Build(ids, 1)
 		if err != nil {
 			return
 		}
-		require.Len(t, raws, doc.Steps())
-		require.Len(t, digests, doc.Steps())
+		require.Len(t, raws, len(doc.Steps))
+		require.Len(t, digests, len(doc.Steps))
 	})
 }
 
@@ -44,6 +49,8 @@ func FuzzParse(f *testing.F) {
 func FuzzDecodeReply(f *testing.F) {
 	f.Add([]byte(`{"chain_id":"c","producer":"alice","created":true,"steps":[{"step":0,"capsule_id":"x","digest":"d","state":"received"}]}`), "")
 	f.Add([]byte(`{"code":"chain_exists","message":"no"}`), "409")
+	f.Add([]byte(`{"code":"composition_invalid","message":"no","findings":[{"step":0,"name":"a","message":"m"}]}`), "422")
+	f.Add([]byte(`{"composition_id":"c","run":2,"steps":[{"step":0,"name":"a","capsule_id":"x"}]}`), "")
 	f.Add([]byte(`{"chain_id":"c","steps":[{"step":1,"capsule_id":"x"}]}`), "")
 	f.Fuzz(func(t *testing.T, body []byte, code string) {
 		msg := &nats.Msg{Data: body, Header: nats.Header{}}
@@ -54,7 +61,7 @@ func FuzzDecodeReply(f *testing.F) {
 		if err != nil {
 			return
 		}
-		require.NotEmpty(t, r.ChainID)
+		require.NotEmpty(t, r.CompositionID)
 		for i, s := range r.Steps {
 			require.Equal(t, i, s.Step)
 			require.NotEmpty(t, s.CapsuleID)
@@ -67,6 +74,8 @@ func FuzzDecodeReply(f *testing.F) {
 func FuzzDecodeChainRecord(f *testing.F) {
 	f.Add([]byte(`{"chain_id":"c","producer":"alice","digest":"d","steps":["a"],"step_digests":["x"],"created_at":"2030-01-01T00:00:00Z"}`))
 	f.Add([]byte(`{"chain_id":"c","producer":"a.b","steps":["a"],"step_digests":["x"]}`))
+	f.Add([]byte(`{"chain_id":"c","producer":"p","digest":"d","steps":["a","b"],"step_digests":["x","y"],"run":2,"names":["n","m"],"state":"partial","ended":[{"state":"completed","artifact":"artifact:a/cycle-1"},{"state":"halted"}],"outcome_sent":true}`))
+	f.Add([]byte(`{"chain_id":"c","steps":["a"],"step_digests":["x"],"names":["n","m"],"ended":[{},{}]}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := store.DecodeChainRecord(b)
@@ -76,5 +85,26 @@ func FuzzDecodeChainRecord(f *testing.F) {
 		require.NotEmpty(t, r.ChainID)
 		require.Len(t, r.StepDigests, len(r.Steps))
 		require.True(t, store.ValidProducer(r.Producer))
+		require.True(t, len(r.Ended) == 0 || len(r.Ended) == len(r.Steps))
+		m := compose.Manifest(r)
+		require.Len(t, m.Steps, len(r.Steps))
+		require.Equal(t, m.Summary.Total, len(r.Steps))
+	})
+}
+
+// FuzzStepOf: whatever bytes an outcome carries, the composition step they
+// declare is read or refused, never a panic, never a negative index.
+func FuzzStepOf(f *testing.F) {
+	f.Add([]byte(`{"capsule_id":"x","chain":{"id":"c","step":3,"run":2}}`))
+	f.Add([]byte(`{"capsule_id":"x","chain":{"id":"c","step":-1}}`))
+	f.Add([]byte(`{"capsule_id":"x","chain":null}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, ok := compose.StepOf(b)
+		if !ok {
+			return
+		}
+		require.NotEmpty(t, c.Chain.ID)
+		require.GreaterOrEqual(t, c.Chain.Step, 0)
 	})
 }

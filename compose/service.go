@@ -19,6 +19,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/rules"
 	"github.com/sagad/sagad/store"
 )
 
@@ -50,14 +52,17 @@ const (
 
 // Error codes of an error reply.
 const (
-	CodeBadRequest  = "bad_request"
-	CodeChainExists = "chain_exists"
-	CodeInternal    = "internal"
+	CodeBadRequest = "bad_request"
+	// CodeInvalid refuses a document whole, with per-step findings:
+	// nothing was started.
+	CodeInvalid  = "composition_invalid"
+	CodeInternal = "internal"
 )
 
 // Step is one step in a [Reply].
 type Step struct {
 	Step      int    `json:"step"`
+	Name      string `json:"name"`
 	CapsuleID string `json:"capsule_id"`
 	// Digest is the integrity digest of the capsule sagad published.
 	Digest string `json:"digest"`
@@ -71,7 +76,12 @@ type Step struct {
 
 // Reply answers a chain document.
 type Reply struct {
-	ChainID  string `json:"chain_id"`
+	// CompositionID is the document's composition_id (or chain_id);
+	// ChainID repeats it for clients of chain documents.
+	CompositionID string `json:"composition_id"`
+	ChainID       string `json:"chain_id"`
+	// Run counts the documents composed under this id, from 1.
+	Run      int    `json:"run"`
 	Producer string `json:"producer,omitempty"`
 	// Created is false when this producer had sent this document before:
 	// the steps are the same, nothing new started.
@@ -83,6 +93,8 @@ type Reply struct {
 type ErrorReply struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Findings are a refused document's problems (code composition_invalid).
+	Findings []Finding `json:"findings,omitempty"`
 }
 
 // Config tunes the service.
@@ -101,6 +113,13 @@ type Config struct {
 	MaxConcurrent int
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// Rules judges every step before any starts (kinds and reviewers
+	// served, paths, secrets, scope, ...). Defaults to rules.Config{}
+	// with its defaults: only the built-in stub kind is served.
+	Rules rules.Config
+	// MaxRuns bounds the runs (edited documents) of one composition id.
+	// Defaults to 100.
+	MaxRuns int
 }
 
 func (c Config) withDefaults() Config {
@@ -122,6 +141,10 @@ func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.MaxRuns <= 0 {
+		c.MaxRuns = 100
+	}
+	c.Rules = c.Rules.WithDefaults()
 	return c
 }
 
@@ -219,24 +242,25 @@ func (s *Service) serveRequest(req micro.Request) {
 		if rerr := req.RespondJSON(reply); rerr != nil {
 			s.cfg.Logger.Warn("compose reply", "error", rerr)
 		}
-		s.cfg.Logger.Info("chain composed", "chain_id", reply.ChainID, "producer", reply.Producer, "created", reply.Created,
+		s.cfg.Logger.Info("composition composed", "composition_id", reply.CompositionID, "run", reply.Run, "producer", reply.Producer, "created", reply.Created,
 			"steps", len(reply.Steps), "took", s.cfg.Now().Sub(start))
 		return
 	}
 	e := ErrorReply{Code: CodeInternal, Message: err.Error()}
 	status := "500"
 	var re *requestError
+	var de *DocError
 	switch {
 	case errors.As(err, &re):
 		e.Code, status = CodeBadRequest, "400"
-	case errors.Is(err, store.ErrChainExists):
-		e.Code, status = CodeChainExists, "409"
+	case errors.As(err, &de):
+		e.Code, status, e.Findings = CodeInvalid, "422", de.Findings
 	}
 	body, _ := json.Marshal(e)
 	if rerr := req.Error(status, e.Message, body); rerr != nil {
 		s.cfg.Logger.Warn("compose reply", "error", rerr)
 	}
-	s.cfg.Logger.Info("chain refused", "code", e.Code, "error", e.Message)
+	s.cfg.Logger.Info("composition refused", "code", e.Code, "findings", len(e.Findings), "error", e.Message)
 }
 
 type requestError struct{ msg string }
@@ -257,7 +281,12 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 	}
 	doc, err := Parse(data)
 	if err != nil {
-		return Reply{}, badRequest("%v", err)
+		return Reply{}, err
+	}
+	// Judged whole before anything is recorded or published: a document
+	// with one bad step starts nothing and spends nothing.
+	if fs := Check(doc, s.cfg.Rules, s.cfg.Now()); len(fs) > 0 {
+		return Reply{}, &DocError{Findings: fs}
 	}
 	sum := sha256.Sum256(data)
 	digest := hex.EncodeToString(sum[:])
@@ -265,14 +294,25 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 	if err != nil {
 		return Reply{}, err
 	}
-	capsules, digests, err := doc.Build(rec.Steps)
+	capsules, digests, err := doc.Build(rec.Steps, rec.RunOf())
 	if err != nil {
 		return Reply{}, badRequest("%v", err)
 	}
 	if !created && !slices.Equal(digests, rec.StepDigests) {
-		return Reply{}, fmt.Errorf("chain %s: steps no longer build as recorded", doc.ChainID)
+		return Reply{}, fmt.Errorf("composition %s: steps no longer build as recorded", doc.ID)
 	}
-	out := Reply{ChainID: doc.ChainID, Producer: producer, Created: created, Steps: make([]Step, len(capsules))}
+	if doc.Budget != nil {
+		// The run's budget is a wave: each step reserves its caps against
+		// it at AUTOMATED_GATES, and one that does not fit waits.
+		if s.st.Budgets == nil {
+			return Reply{}, fmt.Errorf("composition %s: this sagad keeps no budgets", doc.ID)
+		}
+		if err := s.st.Budgets.SetWave(ctx, WaveID(rec.Steps), doc.Budget.Tokens, doc.Budget.Dollars, false); err != nil {
+			return Reply{}, fmt.Errorf("composition %s: %w", doc.ID, err)
+		}
+		s.st.WaveChanged()
+	}
+	out := Reply{CompositionID: doc.ID, ChainID: doc.ID, Run: rec.RunOf(), Producer: producer, Created: created, Steps: make([]Step, len(capsules))}
 	for i, raw := range capsules {
 		// On the producer's own intake subject, as if it had published
 		// the step: RECEPTION reads the producer from the subject, and the
@@ -284,42 +324,62 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 		m.Header.Set(jetstream.MsgIDHeader, "compose."+rec.Steps[i]+"."+digests[i][:16])
 		ack, err := s.js.PublishMsg(ctx, m)
 		if err != nil {
-			return Reply{}, fmt.Errorf("chain %s: publish step %d: %w", doc.ChainID, i, err)
+			return Reply{}, fmt.Errorf("composition %s: publish step %s: %w", doc.ID, doc.Steps[i].Name, err)
 		}
-		out.Steps[i] = Step{Step: i, CapsuleID: rec.Steps[i], Digest: digests[i], State: StepPending}
+		out.Steps[i] = Step{Step: i, Name: doc.Steps[i].Name, CapsuleID: rec.Steps[i], Digest: digests[i], State: StepPending}
 		if !ack.Duplicate {
 			out.Steps[i].IntakeSeq = ack.Sequence
+		}
+	}
+	if created {
+		evKey := EventKey(doc.ID, producer)
+		if err := s.st.PublishEvent(ctx, capsule.Event{
+			ID:   fmt.Sprintf("%s.run%d.started", evKey, out.Run),
+			Kind: EventStarted, Key: evKey, At: rec.CreatedAt,
+			Detail: fmt.Sprintf("run %d: %d steps", out.Run, len(out.Steps)),
+		}); err != nil {
+			return Reply{}, err
 		}
 	}
 	s.await(ctx, producer, out.Steps)
 	return out, nil
 }
 
-// assign returns producer's record of doc's chain, creating it (with fresh
-// step ids) when there is none; created says it did.
+// assign returns producer's run of doc: the recorded run of this very
+// document, or a new run (fresh step ids) after the last when the
+// document is new or edited; created says it made one.
 func (s *Service) assign(ctx context.Context, doc *Doc, producer, digest string) (*store.ChainRecord, bool, error) {
-	for attempt := 0; attempt < 2; attempt++ {
-		rec, err := s.st.Chains.Get(ctx, doc.ChainID, producer)
+	for run := 1; run <= s.cfg.MaxRuns; {
+		rec, err := s.st.Chains.GetRun(ctx, doc.ID, producer, run)
 		if err == nil {
-			if rec.Digest != digest {
-				return nil, false, fmt.Errorf("%w: chain %s was published with another document; a chain id names one document", store.ErrChainExists, doc.ChainID)
+			if rec.Digest == digest {
+				return rec, false, nil
 			}
-			return rec, false, nil
+			run++
+			continue
 		}
 		if !errors.Is(err, store.ErrNotFound) {
 			return nil, false, err
 		}
-		ids, err := NewStepIDs(doc.Steps())
+		ids, err := NewStepIDs(len(doc.Steps))
 		if err != nil {
 			return nil, false, err
 		}
-		_, digests, err := doc.Build(ids)
+		_, digests, err := doc.Build(ids, run)
 		if err != nil {
 			return nil, false, badRequest("%v", err)
 		}
 		rec = &store.ChainRecord{
-			ChainID: doc.ChainID, Producer: producer, Digest: digest,
+			ChainID: doc.ID, Producer: producer, Digest: digest,
 			Steps: ids, StepDigests: digests, CreatedAt: s.cfg.Now().UTC(),
+		}
+		if run > 1 {
+			rec.Run = run
+		}
+		if !doc.Chain {
+			for _, st := range doc.Steps {
+				rec.Names = append(rec.Names, st.Name)
+			}
 		}
 		err = s.st.Chains.Create(ctx, *rec)
 		if err == nil {
@@ -328,9 +388,10 @@ func (s *Service) assign(ctx context.Context, doc *Doc, producer, digest string)
 		if !errors.Is(err, store.ErrChainExists) {
 			return nil, false, err
 		}
-		// Another sagad assigned it at the same moment: take its record.
+		// Another sagad made this run at the same moment: look at it
+		// again, it may be this very document.
 	}
-	return nil, false, fmt.Errorf("chain %s: assignment raced twice", doc.ChainID)
+	return nil, false, badRequest("composition %s has %d runs already: choose another composition_id", doc.ID, s.cfg.MaxRuns)
 }
 
 // await waits (at most cfg.Wait) until RECEPTION holds every step, and

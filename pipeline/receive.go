@@ -244,7 +244,7 @@ func (p *Pipeline) chainMember(ctx context.Context, producer string, c *capsule.
 	if p.st.Chains == nil {
 		return false, nil
 	}
-	return p.st.Chains.IsMember(ctx, producer, c.Chain.ID, c.Chain.Step, c.CapsuleID)
+	return p.st.Chains.IsMember(ctx, producer, c.Chain.ID, c.Chain.Run, c.Chain.Step, c.CapsuleID)
 }
 
 // duplicateIgnored records, once per intake message, that a capsule was

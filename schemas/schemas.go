@@ -34,10 +34,14 @@ const (
 	Continuation Name = "continuation"
 	// Chain is the document of sagactl publish --chain.
 	Chain Name = "chain"
+	// Composition is the document of sagactl compose: a graph of steps.
+	Composition Name = "composition"
 )
 
 // Names returns every embedded schema name.
-func Names() []Name { return []Name{Capsule, Checkpoint, Artifact, Review, Continuation, Chain} }
+func Names() []Name {
+	return []Name{Capsule, Checkpoint, Artifact, Review, Continuation, Chain, Composition}
+}
 
 func (n Name) file() string { return string(n) + ".schema.json" }
 

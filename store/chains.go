@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -72,7 +73,92 @@ type ChainRecord struct {
 	// sagad published, in order.
 	StepDigests []string  `json:"step_digests"`
 	CreatedAt   time.Time `json:"created_at"`
+	// Run is the composition's run, from 1 (0 in a record written before
+	// runs were counted is run 1): an edited document under the same id
+	// is a new run, with new steps.
+	Run int `json:"run,omitempty"`
+	// Names are the steps' names, in order (empty for a chain document,
+	// whose step i is step-<i>).
+	Names []string `json:"names,omitempty"`
+	// State is the run's: "" (running) or paused until every step ended,
+	// then completed, failed or partial (see [CompositionState]); or
+	// cancelled.
+	State string `json:"state,omitempty"`
+	// Ended is each step's end, aligned with Steps (empty while none ended;
+	// an entry's State is "" until its step ends).
+	Ended []StepEnd `json:"ended,omitempty"`
+	// OutcomeSent: the run's one outcome message was acknowledged.
+	OutcomeSent bool `json:"outcome_sent,omitempty"`
+	// EndedAt is when the last step's end was recorded.
+	EndedAt *time.Time `json:"ended_at,omitempty"`
+	// Round counts the replays of the run (composition replay), from 0.
+	Round int `json:"round,omitempty"`
+	// By is who last paused, resumed, cancelled or replayed the run, and
+	// Reason why.
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
+
+// AllEnded reports whether every step of r ended.
+func (r *ChainRecord) AllEnded() bool {
+	if len(r.Ended) != len(r.Steps) {
+		return false
+	}
+	for _, e := range r.Ended {
+		if e.State == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// StepEnd is how one step of a composition ended.
+type StepEnd struct {
+	// State is the capsule's end: completed, halted or cancelled.
+	State string `json:"state,omitempty"`
+	// Artifact is the step's final artifact ref (the last of its
+	// artifact_refs), for a completed step.
+	Artifact   string  `json:"artifact,omitempty"`
+	HaltReason string  `json:"halt_reason,omitempty"`
+	Tokens     int64   `json:"tokens,omitempty"`
+	Dollars    float64 `json:"dollars,omitempty"`
+	// After, for a step replayed, is the capsule run whose end is past:
+	// only a later run's end is the step's.
+	After int `json:"after,omitempty"`
+}
+
+// Composition states (a run's).
+const (
+	CompositionRunning   = "running"
+	CompositionCompleted = "completed"
+	CompositionFailed    = "failed"
+	CompositionPartial   = "partial"
+	CompositionCancelled = "cancelled"
+	CompositionPaused    = "paused"
+)
+
+// CompositionState is the state of a run whose steps all ended, from how
+// many completed: all (completed), none (failed) or some (partial).
+func CompositionState(passed, total int) string {
+	switch {
+	case passed == total:
+		return CompositionCompleted
+	case passed == 0:
+		return CompositionFailed
+	}
+	return CompositionPartial
+}
+
+// StateOf is r's state: running until its steps all ended.
+func (r *ChainRecord) StateOf() string {
+	if r.State == "" {
+		return CompositionRunning
+	}
+	return r.State
+}
+
+// RunOf is r's run, from 1.
+func (r *ChainRecord) RunOf() int { return max(r.Run, 1) }
 
 // Chains reads and creates chain records.
 type Chains struct {
@@ -98,6 +184,16 @@ func chainKey(chainID, producer string) string {
 	return chainPrefix(chainID) + "." + producerToken(producer)
 }
 
+// runKey is run's record: run 1 is under [chainKey], as before runs were
+// counted; run n > 1 under chainKey.<n>, which the producers' listing
+// (one token after the prefix) does not see.
+func runKey(chainID, producer string, run int) string {
+	if run <= 1 {
+		return chainKey(chainID, producer)
+	}
+	return chainKey(chainID, producer) + "." + strconv.Itoa(run)
+}
+
 func chainPrefix(chainID string) string {
 	h := sha256.Sum256([]byte(chainID))
 	return hex.EncodeToString(h[:20])
@@ -121,7 +217,7 @@ func (c *Chains) Create(ctx context.Context, r ChainRecord) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.kv.Create(ctx, chainKey(r.ChainID, r.Producer), b); err != nil {
+	if _, err := c.kv.Create(ctx, runKey(r.ChainID, r.Producer, r.Run), b); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("%w: %s of producer %q", ErrChainExists, r.ChainID, r.Producer)
 		}
@@ -133,14 +229,85 @@ func (c *Chains) Create(ctx context.Context, r ChainRecord) error {
 // Get returns producer's chain chainID; it wraps [ErrNotFound] when there
 // is none.
 func (c *Chains) Get(ctx context.Context, chainID, producer string) (*ChainRecord, error) {
-	e, err := c.kv.Get(ctx, chainKey(chainID, producer))
+	return c.GetRun(ctx, chainID, producer, 1)
+}
+
+// GetRun returns run run of producer's composition chainID; it wraps
+// [ErrNotFound] when there is none.
+func (c *Chains) GetRun(ctx context.Context, chainID, producer string, run int) (*ChainRecord, error) {
+	e, err := c.kv.Get(ctx, runKey(chainID, producer, run))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("%w: chain %s of producer %q", ErrNotFound, chainID, producer)
+		return nil, fmt.Errorf("%w: chain %s run %d of producer %q", ErrNotFound, chainID, max(run, 1), producer)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("chain %s: %w", chainID, err)
 	}
 	return DecodeChainRecord(e.Value())
+}
+
+// ErrNoChange is returned by an [Chains.Update] mutation that changes
+// nothing: the record is not written.
+var ErrNoChange = errors.New("no change")
+
+// Update applies change to run run of producer's composition chainID with
+// one compare-and-set, again on a concurrent write, and returns the record
+// as stored. change returning [ErrNoChange] writes nothing and returns the
+// record as read.
+func (c *Chains) Update(ctx context.Context, chainID, producer string, run int, change func(*ChainRecord) error) (*ChainRecord, error) {
+	key := runKey(chainID, producer, run)
+	for attempt := 0; ; attempt++ {
+		e, err := c.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("%w: chain %s run %d of producer %q", ErrNotFound, chainID, max(run, 1), producer)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("chain %s: %w", chainID, err)
+		}
+		r, err := DecodeChainRecord(e.Value())
+		if err != nil {
+			return nil, err
+		}
+		if err := change(r); errors.Is(err, ErrNoChange) {
+			return r, nil
+		} else if err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return nil, err
+		}
+		if _, err = c.kv.Update(ctx, key, b, e.Revision()); err == nil {
+			return r, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) || attempt >= 16 {
+			return nil, fmt.Errorf("update chain %s: %w", chainID, err)
+		}
+	}
+}
+
+// List returns up to limit composition runs, every producer's and run.
+func (c *Chains) List(ctx context.Context, limit int) ([]*ChainRecord, error) {
+	lister, err := c.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list chains: %w", err)
+	}
+	defer func() { _ = lister.Stop() }()
+	var out []*ChainRecord
+	for k := range lister.Keys() {
+		if len(out) >= limit {
+			break
+		}
+		e, err := c.kv.Get(ctx, k)
+		if err != nil {
+			continue // expired since listed
+		}
+		r, err := DecodeChainRecord(e.Value())
+		if err != nil {
+			continue // reported where it is read by name
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // Producers lists the chains of id chainID, one per producer that has one
@@ -171,8 +338,8 @@ func (c *Chains) Producers(ctx context.Context, chainID string, limit int) ([]*C
 
 // IsMember reports whether step of producer's chain chainID is the capsule
 // id: the only chain membership RECEPTION lets a capsule declare.
-func (c *Chains) IsMember(ctx context.Context, producer, chainID string, step int, capsuleID string) (bool, error) {
-	r, err := c.Get(ctx, chainID, producer)
+func (c *Chains) IsMember(ctx context.Context, producer, chainID string, run, step int, capsuleID string) (bool, error) {
+	r, err := c.GetRun(ctx, chainID, producer, run)
 	if errors.Is(err, ErrNotFound) {
 		return false, nil
 	}
@@ -182,8 +349,8 @@ func (c *Chains) IsMember(ctx context.Context, producer, chainID string, step in
 	return step >= 0 && step < len(r.Steps) && r.Steps[step] == capsuleID, nil
 }
 
-// maxChainRecordSteps matches chain.schema.json's maxItems.
-const maxChainRecordSteps = 64
+// maxChainRecordSteps matches composition.schema.json's maxItems.
+const maxChainRecordSteps = 256
 
 // DecodeChainRecord decodes a chain record, refusing one that does not
 // hold together (sagad wrote every record, so this is corruption).
@@ -192,7 +359,8 @@ func DecodeChainRecord(b []byte) (*ChainRecord, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("chain record: %w", err)
 	}
-	if r.ChainID == "" || len(r.Steps) == 0 || len(r.Steps) > maxChainRecordSteps || len(r.StepDigests) != len(r.Steps) || !ValidProducer(r.Producer) {
+	if r.ChainID == "" || len(r.Steps) == 0 || len(r.Steps) > maxChainRecordSteps || len(r.StepDigests) != len(r.Steps) || !ValidProducer(r.Producer) ||
+		r.Run < 0 || (len(r.Names) != 0 && len(r.Names) != len(r.Steps)) || (len(r.Ended) != 0 && len(r.Ended) != len(r.Steps)) {
 		return nil, errors.New("chain record: malformed")
 	}
 	return &r, nil

@@ -43,7 +43,7 @@ func TestChains(t *testing.T) {
 		{"mallory", "c-1", 0, "s0", false},
 		{"alice", "c-2", 0, "s0", false},
 	} {
-		ok, err := st.Chains.IsMember(ctx, tc.producer, tc.chain, tc.step, tc.id)
+		ok, err := st.Chains.IsMember(ctx, tc.producer, tc.chain, 1, tc.step, tc.id)
 		require.NoError(t, err)
 		require.Equal(t, tc.want, ok, "%+v", tc)
 	}

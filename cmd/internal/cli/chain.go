@@ -17,47 +17,11 @@ import (
 // publishChain sends the chain document b to sagad's compose service,
 // which assigns the steps' ids and publishes them, and prints the ids. It
 // fails (ExitRefused) when a step's capsule id holds a capsule that is not
-// the one sagad published for this producer, and when the chain id was
-// already used with another document.
+// the one sagad published for this producer.
 func publishChain(cmd *cobra.Command, g *globals, b []byte) error {
-	// Refused before dialling, in the schema's words: the document, then
-	// its steps as capsules (built under throwaway ids; sagad assigns the
-	// real ones).
-	doc, err := compose.Parse(b)
-	if err != nil {
-		return exit(ExitUsage, err)
-	}
-	ids, err := compose.NewStepIDs(doc.Steps())
-	if err != nil {
+	r, err := sendComposition(cmd, g, b)
+	if r == nil {
 		return err
-	}
-	if _, _, err := doc.Build(ids); err != nil {
-		return exit(ExitUsage, err)
-	}
-	ctx, cancel := contextWithTimeout(cmd, g)
-	defer cancel()
-	nc, err := g.dialNATS()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	r, err := compose.Publish(ctx, nc, b)
-	var re *compose.RequestError
-	switch {
-	case errors.Is(err, compose.ErrNoSagad):
-		return exit(ExitNoSagad, err)
-	case errors.As(err, &re) && re.Code == compose.CodeBadRequest:
-		return exit(ExitUsage, err)
-	case errors.As(err, &re) && re.Code == compose.CodeChainExists:
-		return exit(ExitRefused, err)
-	case err != nil:
-		return err
-	}
-	var foreign []string
-	for _, s := range r.Steps {
-		if s.State == compose.StepForeign {
-			foreign = append(foreign, fmt.Sprintf("step %d (%s)", s.Step, s.CapsuleID))
-		}
 	}
 	out := cmd.OutOrStdout()
 	if enc := g.encoder(); enc != nil {
@@ -69,15 +33,59 @@ func publishChain(cmd *cobra.Command, g *globals, b []byte) error {
 			fmt.Fprintln(out, s.CapsuleID)
 		}
 	}
+	return err
+}
+
+// sendComposition judges the document b offline (its shape: the graph,
+// each step a capsule), sends it to sagad and returns sagad's reply. A
+// refused document is an ExitUsage error whose findings were printed on
+// stderr, one a line. With a reply, err is non-nil when a step's id holds
+// a capsule sagad did not publish for it (ExitRefused).
+func sendComposition(cmd *cobra.Command, g *globals, b []byte) (*compose.Reply, error) {
+	// Refused before dialling, in the schema's words: the document, then
+	// its steps as capsules (built under throwaway ids; sagad assigns the
+	// real ones).
+	doc, err := compose.Parse(b)
+	if err == nil {
+		if fs := compose.Shape(doc); len(fs) > 0 {
+			err = &compose.DocError{Findings: fs}
+		}
+	}
+	if err != nil {
+		return nil, exit(ExitUsage, err)
+	}
+	ctx, cancel := contextWithTimeout(cmd, g)
+	defer cancel()
+	nc, err := g.dialNATS()
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	r, err := compose.Publish(ctx, nc, b)
+	var re *compose.RequestError
+	switch {
+	case errors.Is(err, compose.ErrNoSagad):
+		return nil, exit(ExitNoSagad, err)
+	case errors.As(err, &re) && re.Code == compose.CodeBadRequest:
+		return nil, exit(ExitUsage, err)
+	case errors.As(err, &re) && re.Code == compose.CodeInvalid:
+		return nil, exit(ExitUsage, &compose.DocError{Findings: re.Findings})
+	case err != nil:
+		return nil, err
+	}
+	var foreign []string
 	for _, s := range r.Steps {
+		if s.State == compose.StepForeign {
+			foreign = append(foreign, fmt.Sprintf("step %d (%s)", s.Step, s.CapsuleID))
+		}
 		if s.State == compose.StepRefused {
 			fmt.Fprintf(cmd.ErrOrStderr(), "step %d (%s) halted at RECEPTION: %s\n", s.Step, s.CapsuleID, printable(s.HaltReason))
 		}
 	}
 	if len(foreign) > 0 {
-		return exit(ExitRefused, fmt.Errorf("chain %s: the capsule accepted as %s is not the one sagad published for this chain: do not trust this chain's results", r.ChainID, strings.Join(foreign, ", ")))
+		return &r, exit(ExitRefused, fmt.Errorf("composition %s: the capsule accepted as %s is not the one sagad published for it: do not trust its results", r.CompositionID, strings.Join(foreign, ", ")))
 	}
-	return nil
+	return &r, nil
 }
 
 func newChain(g *globals) *cobra.Command {

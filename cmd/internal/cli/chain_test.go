@@ -77,12 +77,16 @@ func startChainOnline(t *testing.T, rec *recorder) *online {
 		defer cancel()
 		p.Stop(ctx)
 	})
-	svc, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: logger, Chains: adminsvc.StoreChains(p.Store())})
+	svc, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: logger, Chains: adminsvc.StoreChains(p.Store()),
+		Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin())})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, svc.Stop(context.Background())) })
-	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: logger})
+	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: logger, Rules: p.Rules()})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, composer.Stop()) })
+	runner, err := compose.StartRunner(ctx, p.Store(), compose.RunnerConfig{Logger: logger})
+	require.NoError(t, err)
+	t.Cleanup(runner.Stop)
 	return o
 }
 
@@ -99,7 +103,8 @@ func chainDoc(t *testing.T, workspace, chainID string) []byte {
 			Set("constraints.resource_locks_required", []any{name})
 		// Fixed times: the same document must build the same capsules.
 		d.Set("created_at", time.Now().UTC().Truncate(time.Hour).Format(time.RFC3339)).
-			Set("deadline", time.Now().UTC().Truncate(time.Hour).Add(3*time.Hour).Format(time.RFC3339))
+			Set("deadline", time.Now().UTC().Truncate(time.Hour).Add(3*time.Hour).Format(time.RFC3339)).
+			Set("spec.approved_at", time.Now().UTC().Truncate(time.Hour).Add(-time.Minute).Format(time.RFC3339))
 		steps = append(steps, map[string]any(d))
 		_ = i
 	}
@@ -264,13 +269,13 @@ func TestChainDocumentErrors(t *testing.T) {
 		doc  any
 		want string
 	}{
-		{"not json", "{", "not a chain"},
+		{"not json", "{", "not JSON"},
 		{"no chain_id", map[string]any{"steps": []any{map[string]any(good)}}, "chain_id"},
 		{"no steps", map[string]any{"chain_id": "c", "steps": []any{}}, "/steps"},
 		{"bad chain_id", map[string]any{"chain_id": "a b", "steps": []any{map[string]any(good)}}, "/chain_id"},
 		{"step without kind", map[string]any{"chain_id": "c", "steps": []any{map[string]any{"task": map[string]any{}}}}, "kind"},
 		{"step with its own id", map[string]any{"chain_id": "c", "steps": []any{map[string]any{"capsule_id": capsuletest.NewID(), "task": map[string]any{"kind": "produce"}}}}, "/steps/0"},
-		{"step that is no capsule", map[string]any{"chain_id": "c", "steps": []any{map[string]any{"task": map[string]any{"kind": "produce"}}}}, "step 0: not a capsule"},
+		{"step that is no capsule", map[string]any{"chain_id": "c", "steps": []any{map[string]any{"task": map[string]any{"kind": "produce"}}}}, `step 0 "step-0": not a capsule`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b []byte
@@ -312,10 +317,10 @@ func TestPublishChainForeignStep(t *testing.T) {
 
 	doc, err := compose.Parse(b)
 	require.NoError(t, err)
-	ids, err := compose.NewStepIDs(doc.Steps())
+	ids, err := compose.NewStepIDs(len(doc.Steps))
 	require.NoError(t, err)
 	ids[1] = squatter.ID()
-	_, digests, err := doc.Build(ids)
+	_, digests, err := doc.Build(ids, 1)
 	require.NoError(t, err)
 	st, err := store.Open(ctx, o.js)
 	require.NoError(t, err)

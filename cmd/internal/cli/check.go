@@ -103,8 +103,9 @@ func Check(raw []byte, cfg rules.Config, now time.Time) CheckReport {
 
 func newCheck(g *globals) *cobra.Command {
 	var kinds, reviewers []string
+	var composition bool
 	cmd := &cobra.Command{
-		Use:   "check FILE|-",
+		Use:   "check [--composition] FILE|-",
 		Short: "Dry-run a capsule locally (no NATS): schema, integrity, deadline, budget, spec, absolute rules",
 		Long: `Evaluate a capsule the way sagad would, without NATS: size, JSON, schema
 version, schema, integrity, deadline and budget positivity (RECEPTION), the
@@ -115,7 +116,11 @@ ref existence, rules 2, 19, 24 live parts) is listed as not evaluated.
 A capsule not sealed, or edited after sealing, gets a hint to seal it.
 --executor-kinds and --reviewer-ids name sagad's configured executors and
 reviewers; the built-in stub executor and reviewer are always there, as in
-sagad. Exit 0 only if clean, 1 with findings, 2 if the file cannot be read.`,
+sagad. Exit 0 only if clean, 1 with findings, 2 if the file cannot be read.
+
+--composition judges a composition (or chain) document as sagad does
+before starting it: the graph, then every step as the capsule sagad would
+build, with the findings per step; the same verdict as sagactl compose.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b, err := readInput(cmd, args[0])
@@ -124,7 +129,10 @@ sagad. Exit 0 only if clean, 1 with findings, 2 if the file cannot be read.`,
 			}
 			// sagad always has its built-in stub executor and reviewer
 			// (executors.Config.Names): the flags name the others.
-			cfg := rules.Config{ExecutorKinds: withBuiltin(kinds, executors.StubKind), ReviewerIDs: withBuiltin(reviewers, executors.StubReviewerID)}
+			cfg := defaultRulesConfig(kinds, reviewers)
+			if composition {
+				return checkComposition(cmd, g, b, cfg)
+			}
 			rep := Check(b, cfg, time.Now())
 			out := cmd.OutOrStdout()
 			if enc := g.encoder(); enc != nil {
@@ -151,6 +159,7 @@ sagad. Exit 0 only if clean, 1 with findings, 2 if the file cannot be read.`,
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&composition, "composition", false, "FILE is a composition (or chain) document: judge it whole, as sagad does before starting it")
 	cmd.Flags().StringSliceVar(&kinds, "executor-kinds", nil, "task kinds sagad has executors for besides the built-in "+executors.StubKind+" (Rule 22)")
 	cmd.Flags().StringSliceVar(&reviewers, "reviewer-ids", nil, "reviewer ids sagad has reviewers for besides the built-in "+executors.StubReviewerID+" (Rule 22)")
 	return cmd

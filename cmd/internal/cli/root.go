@@ -197,7 +197,7 @@ Exit codes:
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table, wide (list: every column), json or yaml")
 	root.PersistentFlags().DurationVar(&g.timeout, "request-timeout", 10*time.Second, "timeout of each NATS request")
 	root.AddCommand(
-		newPublish(g), newSeal(g), newCheck(g), newChain(g),
+		newPublish(g), newSeal(g), newCheck(g), newChain(g), newCompose(g), newComposition(g),
 		newStatus(g), newWait(g), newList(g), newHistory(g),
 		newPause(g), newResume(g), newCancel(g), newDecide(g), newReplay(g), newPending(g), newPhase(g), newWave(g),
 		newWatch(g), newReport(g), newRules(g), newCost(g),

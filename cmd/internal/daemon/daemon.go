@@ -257,13 +257,14 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	}
 	// Every sagad serves the admin API, so sagactl's actions run (and are
 	// counted) in whichever sagad answers.
-	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules(), Chains: adminsvc.StoreChains(p.Store()), Costs: adminsvc.StoreCosts(p.Store())})
+	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules(), Chains: adminsvc.StoreChains(p.Store()),
+		Costs: adminsvc.StoreCosts(p.Store()), Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin())})
 	if err != nil {
 		p.Stop(ctx)
 		return err
 	}
 	// Every sagad composes chains too: the steps' ids are sagad's to give.
-	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: log})
+	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: log, Rules: p.Rules()})
 	if err != nil {
 		_ = admin.Stop(ctx)
 		p.Stop(ctx)
@@ -274,6 +275,15 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 			log.Warn("compose service stop", "error", err)
 		}
 	}()
+	// Every sagad records compositions' step ends (one durable consumer,
+	// shared): each run's record, events and one outcome.
+	compRunner, err := compose.StartRunner(ctx, p.Store(), compose.RunnerConfig{Logger: log})
+	if err != nil {
+		_ = admin.Stop(ctx)
+		p.Stop(ctx)
+		return err
+	}
+	defer compRunner.Stop()
 	var ready atomic.Bool
 	ready.Store(true)
 	var ui *uiServer

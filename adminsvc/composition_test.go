@@ -1,0 +1,159 @@
+package adminsvc
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/compose"
+	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/pipeline"
+)
+
+func init() {
+	schemaFor[VerbCompositionStatus], replySchema[VerbCompositionStatus] = "composition-status-request", "composition-status-reply"
+	schemaFor[VerbCompositionCancel], replySchema[VerbCompositionCancel] = "composition-cancel-request", "composition-status-reply"
+	schemaFor[VerbCompositionList], replySchema[VerbCompositionList] = "composition-list-request", "composition-list-reply"
+	schemaFor[VerbCompositionPause], replySchema[VerbCompositionPause] = "composition-pause-request", "composition-status-reply"
+	schemaFor[VerbCompositionResume], replySchema[VerbCompositionResume] = "composition-resume-request", "composition-status-reply"
+	schemaFor[VerbCompositionReplay], replySchema[VerbCompositionReplay] = "composition-replay-request", "composition-status-reply"
+}
+
+// blocking is an executor that runs until its context ends.
+type blocking struct{}
+
+func (blocking) Execute(ctx context.Context, _ executors.Request) (executors.Result, error) {
+	<-ctx.Done()
+	return executors.Result{}, ctx.Err()
+}
+
+// TestCompositionEndpoints: status shows a run's steps by name while it
+// runs; cancel (recorded with by) ends the step that runs and the one
+// waiting for it, the run ends cancelled with exit code 1, and list shows
+// it; a run that ended cannot be cancelled again; unknown ids are
+// not_found, malformed requests bad_request.
+func TestCompositionEndpoints(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	f := &fixture{nc: nc, workspace: capsuletest.Workspace(t)}
+	reg := executors.NewRegistry()
+	reg.RegisterExecutor("slow", blocking{})
+	p, err := pipeline.New(ctx, js, pipeline.Config{
+		Logger: testLogger(t), Workspace: f.workspace, Workers: 4, Executors: reg,
+		AckWait: 2 * time.Second, Heartbeat: 300 * time.Millisecond, RetryDelay: 50 * time.Millisecond,
+		SweepInterval: 50 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.NoError(t, p.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p.Stop(ctx)
+	})
+	svc, err := Start(nc, p.Admin(), Config{Logger: testLogger(t), Compositions: StoreCompositions(p.Store(), p.Admin())})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, svc.Stop(context.Background())) })
+	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: testLogger(t), Rules: p.Rules()})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, composer.Stop()) })
+	runner, err := compose.StartRunner(ctx, p.Store(), compose.RunnerConfig{Logger: testLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(runner.Stop)
+
+	var steps []any
+	for _, st := range []struct{ name, kind, need string }{{"draft", "slow", ""}, {"fr", "stub", "draft"}} {
+		target := st.name + ".txt"
+		require.NoError(t, os.WriteFile(filepath.Join(f.workspace, target), []byte("x"), 0o644))
+		d := capsuletest.New().Delete("capsule_id").Set("task.kind", st.kind).Set("target", "file:"+target).
+			Set("constraints.resource_locks_required", []any{target})
+		step := map[string]any{"name": st.name, "capsule": map[string]any(d)}
+		if st.need != "" {
+			step["needs"] = []string{st.need}
+		}
+		steps = append(steps, step)
+	}
+	doc, err := json.Marshal(map[string]any{"composition_id": "comp-1", "steps": steps})
+	require.NoError(t, err)
+	msg, err := nc.Request(compose.Subject+".alice", doc, 10*time.Second)
+	require.NoError(t, err)
+	r, err := compose.DecodeReply(msg)
+	require.NoError(t, err)
+
+	var o compose.Outcome
+	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionStatus, CompositionRequest{CompositionID: "comp-1"}, ""), &o))
+		return o.Steps[1].State == string(capsule.Waiting)
+	}, "fr waits for draft")
+	require.Equal(t, "running", o.State)
+	require.Equal(t, "draft", o.Steps[0].Name)
+	require.Equal(t, r.Steps[0].CapsuleID, o.Steps[0].CapsuleID)
+	require.Nil(t, o.Steps[0].ExitCode)
+
+	// Pause: the record says paused, with by; the waiting step is not
+	// paused itself (its need is). Resume: running again.
+	require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionPause, CompositionCancelRequest{CompositionID: "comp-1", By: "ops", Reason: "hold"}, ""), &o))
+	require.Equal(t, "paused", o.State)
+	require.Equal(t, string(capsule.Waiting), o.Steps[1].State)
+	rec, err := p.Store().Chains.GetRun(ctx, "comp-1", "alice", 1)
+	require.NoError(t, err)
+	require.Equal(t, "ops", rec.By)
+	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionStatus, CompositionRequest{CompositionID: "comp-1"}, ""), &o))
+		return o.Steps[0].State == string(capsule.Paused)
+	}, "the running step pauses")
+	require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionResume, CompositionCancelRequest{CompositionID: "comp-1", By: "ops"}, ""), &o))
+	require.Equal(t, "running", o.State)
+	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionStatus, CompositionRequest{CompositionID: "comp-1"}, ""), &o))
+		return o.Steps[0].State == "running"
+	}, "the step runs again")
+
+	f.do(t, VerbCompositionCancel, CompositionCancelRequest{CompositionID: "comp-1"}, CodeBadRequest)
+	require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionCancel, CompositionCancelRequest{CompositionID: "comp-1", By: "ops", Reason: "wrong draft"}, ""), &o))
+	require.Equal(t, "cancelled", o.State)
+	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionStatus, CompositionRequest{CompositionID: "comp-1", Run: 1}, ""), &o))
+		return o.Steps[0].ExitCode != nil && o.Steps[1].ExitCode != nil
+	}, "both steps end")
+	require.Equal(t, compose.Summary{Total: 2, Failed: 2, ExitCode: 1}, o.Summary)
+	for _, s := range o.Steps {
+		require.Equal(t, string(capsule.Cancelled), s.State)
+	}
+	rec, err = p.Store().Chains.GetRun(ctx, "comp-1", "alice", 1)
+	require.NoError(t, err)
+	require.Equal(t, "ops", rec.By)
+	require.Equal(t, "wrong draft", rec.Reason)
+	f.do(t, VerbCompositionCancel, CompositionCancelRequest{CompositionID: "comp-1", By: "ops"}, CodeRefused)
+
+	// Replayed, the cancelled steps run again: the slow one runs, the
+	// other waits for it; a replay of a running round is refused.
+	require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionReplay, CompositionCancelRequest{CompositionID: "comp-1", By: "ops"}, ""), &o))
+	require.Equal(t, "running", o.State)
+	require.Equal(t, 1, o.Round)
+	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionStatus, CompositionRequest{CompositionID: "comp-1"}, ""), &o))
+		return o.Steps[0].State == "running" && o.Steps[1].State == string(capsule.Waiting)
+	}, "the replayed steps run and wait")
+	f.do(t, VerbCompositionReplay, CompositionCancelRequest{CompositionID: "comp-1", By: "ops"}, CodeRefused)
+	require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionCancel, CompositionCancelRequest{CompositionID: "comp-1", By: "ops"}, ""), &o))
+
+	var list CompositionListReply
+	require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionList, CompositionListRequest{}, ""), &list))
+	require.Len(t, list.Compositions, 1)
+	require.Equal(t, "cancelled", list.Compositions[0].State)
+
+	f.do(t, VerbCompositionStatus, CompositionRequest{CompositionID: "nope"}, CodeNotFound)
+	f.do(t, VerbCompositionStatus, CompositionRequest{CompositionID: "comp-1", Run: 2}, CodeNotFound)
+	f.do(t, VerbCompositionStatus, []byte(`{"composition_id":"a b"}`), CodeBadRequest)
+	f.do(t, VerbCompositionList, []byte(`{"limit":5000}`), CodeBadRequest)
+}

@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sagad/sagad/adminsvc"
+	"github.com/sagad/sagad/compose"
+)
+
+func newComposition(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "composition status|list|cancel|pause|resume|replay",
+		Short: "Show, list, cancel, pause and resume compositions (sagactl compose) as wholes",
+		Long: `A composition run is one record in sagad: its state (running, completed,
+failed, partial, cancelled), each step's name, capsule id, state, exit code
+(0 completed, 1 halted or cancelled), final artifact and spend, and a
+summary {total, passed, failed, exit_code: 0 all passed, 1 failed, 12
+partial}. Read and changed through sagad's admin service
+(saga.admin.composition.*). Composition ids are per producer: when several
+producers used one, name it with --producer; --run names a run (default:
+the latest). cancel ends every step not ended, so none starts; pause
+pauses every running step, and the steps waiting for them wait; resume
+resumes the paused steps; replay runs an ended run's failed steps and
+their dependents again (a new round of the run, completed steps kept). Exit 4 for an unknown composition, 5 when
+refused (a run that ended, or was cancelled), 6 when no sagad answers.`,
+	}
+	var producer, by, reason string
+	var run int
+	request := func(cmd *cobra.Command, id string) adminsvc.CompositionRequest {
+		r := adminsvc.CompositionRequest{CompositionID: id, Run: run}
+		if cmd.Flags().Changed("producer") {
+			p := producer
+			if p == "-" {
+				p = ""
+			}
+			r.Producer = &p
+		}
+		return r
+	}
+	status := &cobra.Command{
+		Use:   "status ID",
+		Short: "Show a composition run: its state, summary and every step",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, a, done, err := g.dialAdmin(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			o, err := a.CompositionStatus(ctx, request(cmd, args[0]))
+			if err != nil {
+				return adminErr(err)
+			}
+			if enc := g.encoder(); enc != nil {
+				return enc(cmd.OutOrStdout(), o)
+			}
+			return printComposition(cmd.OutOrStdout(), o)
+		},
+	}
+	control := func(use, short string, call func(*adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error)) *cobra.Command {
+		c := &cobra.Command{
+			Use:   use + " ID --by WHO [--reason TEXT]",
+			Short: short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				ctx, a, done, err := g.dialAdmin(cmd)
+				if err != nil {
+					return err
+				}
+				defer done()
+				r := request(cmd, args[0])
+				o, err := call(a)(ctx, adminsvc.CompositionCancelRequest{
+					CompositionID: r.CompositionID, Producer: r.Producer, Run: r.Run, By: by, Reason: reason,
+				})
+				if err != nil {
+					return adminErr(err)
+				}
+				if enc := g.encoder(); enc != nil {
+					return enc(cmd.OutOrStdout(), o)
+				}
+				return printComposition(cmd.OutOrStdout(), o)
+			},
+		}
+		c.Flags().StringVar(&by, "by", "", "who acts (recorded)")
+		c.Flags().StringVar(&reason, "reason", "", "why (recorded)")
+		return c
+	}
+	cancel := control("cancel", "Cancel a composition run: every step not ended is cancelled, none starts",
+		func(a *adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error) {
+			return a.CompositionCancel
+		})
+	pause := control("pause", "Pause a composition run: its running steps pause, the steps waiting for them wait",
+		func(a *adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error) {
+			return a.CompositionPause
+		})
+	resume := control("resume", "Resume a paused composition run: its paused steps go on",
+		func(a *adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error) {
+			return a.CompositionResume
+		})
+	replay := control("replay", "Replay an ended composition run's failed steps and their dependents, as a new round",
+		func(a *adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error) {
+			return a.CompositionReplay
+		})
+	for _, c := range []*cobra.Command{status, cancel, pause, resume, replay} {
+		c.Flags().StringVar(&producer, "producer", "", "whose composition, when several producers used the id (- for sagad's own)")
+		c.Flags().IntVar(&run, "run", 0, "which run (default: the latest)")
+	}
+	var limit int
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List composition runs: id, producer, run, state, summary",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, a, done, err := g.dialAdmin(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			l, err := a.CompositionList(ctx, adminsvc.CompositionListRequest{Limit: limit})
+			if err != nil {
+				return adminErr(err)
+			}
+			if enc := g.encoder(); enc != nil {
+				return enc(cmd.OutOrStdout(), l)
+			}
+			tw := table(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "COMPOSITION\tPRODUCER\tRUN\tSTATE\tPASSED\tFAILED\tTOTAL\tEXIT")
+			for _, c := range l.Compositions {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\n", printable(c.CompositionID), dash(printable(c.Producer)), c.Run, c.State,
+					c.Summary.Passed, c.Summary.Failed, c.Summary.Total, c.Summary.ExitCode)
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().IntVar(&limit, "limit", 0, "at most this many runs (default 100, at most 1000)")
+	cmd.AddCommand(status, list, cancel, pause, resume, replay)
+	return cmd
+}
+
+func printComposition(w io.Writer, o compose.Outcome) error {
+	fmt.Fprintf(w, "composition %s run %d: %s (%d of %d passed, %d failed, exit code %d)\n", printable(o.CompositionID), o.Run, o.State,
+		o.Summary.Passed, o.Summary.Total, o.Summary.Failed, o.Summary.ExitCode)
+	tw := table(w)
+	fmt.Fprintln(tw, "STEP\tCAPSULE\tSTATE\tEXIT\tARTIFACT")
+	for _, s := range o.Steps {
+		code := "-"
+		if s.ExitCode != nil {
+			code = fmt.Sprint(*s.ExitCode)
+		}
+		detail := s.Artifact
+		if s.HaltReason != "" {
+			detail = s.HaltReason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", printable(s.Name), s.CapsuleID, s.State, code, dash(printable(detail)))
+	}
+	return tw.Flush()
+}

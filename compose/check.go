@@ -1,0 +1,188 @@
+package compose
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/phases"
+	"github.com/sagad/sagad/rules"
+	"github.com/sagad/sagad/schemas"
+)
+
+// Finding is one problem of a document: in step Step (named Name), or in
+// the document as a whole when Step is -1.
+type Finding struct {
+	Step int    `json:"step"`
+	Name string `json:"name,omitempty"`
+	capsule.Finding
+}
+
+func (f Finding) String() string {
+	where := "document"
+	if f.Step >= 0 {
+		where = fmt.Sprintf("step %d %q", f.Step, f.Name)
+	}
+	var b strings.Builder
+	b.WriteString(where)
+	if f.Rule > 0 {
+		fmt.Fprintf(&b, ": rule %d %s", f.Rule, f.Title)
+	}
+	if f.Field != "" {
+		fmt.Fprintf(&b, ": %s", f.Field)
+	}
+	fmt.Fprintf(&b, ": %s", f.Message)
+	return b.String()
+}
+
+func stepFinding(step int, name, field, format string, args ...any) Finding {
+	return Finding{Step: step, Name: name, Finding: capsule.Finding{Field: field, Message: fmt.Sprintf(format, args...)}}
+}
+
+// DocError refuses a whole document: every finding, nothing started.
+type DocError struct {
+	Findings []Finding
+}
+
+func (e *DocError) Error() string {
+	var b strings.Builder
+	b.WriteString("composition refused, nothing started:")
+	for _, f := range e.Findings {
+		b.WriteString("\n  ")
+		b.WriteString(f.String())
+	}
+	return b.String()
+}
+
+// schemaError turns a schema violation into findings, one per place,
+// attributed to the step its pointer is under (/steps/<i>/...).
+func schemaError(err error) *DocError {
+	var ve *schemas.ValidationError
+	if !errors.As(err, &ve) {
+		return &DocError{Findings: []Finding{{Step: -1, Finding: capsule.Finding{Message: err.Error()}}}}
+	}
+	out := &DocError{}
+	for _, d := range ve.Details {
+		ptr, msg, _ := strings.Cut(d, ": ")
+		f := Finding{Step: -1, Finding: capsule.Finding{Field: ptr, Message: msg}}
+		if rest, ok := strings.CutPrefix(ptr, "/steps/"); ok {
+			idx, _, _ := strings.Cut(rest, "/")
+			if i, err := strconv.Atoi(idx); err == nil {
+				f.Step = i
+			}
+		}
+		out.Findings = append(out.Findings, f)
+	}
+	if len(out.Findings) == 0 {
+		out.Findings = []Finding{{Step: -1, Finding: capsule.Finding{Message: err.Error()}}}
+	}
+	return out
+}
+
+// Shape judges what needs no configuration at all: the graph, then every
+// step built as a capsule (under throwaway ids) against the capsule
+// schema. sagactl runs it before sending a document; [Check] judges more.
+func Shape(d *Doc) []Finding {
+	if fs := d.Graph(); len(fs) > 0 {
+		return fs
+	}
+	ids, err := NewStepIDs(len(d.Steps))
+	if err != nil {
+		return []Finding{{Step: -1, Finding: capsule.Finding{Message: err.Error()}}}
+	}
+	capsules, _, err := d.Build(ids, 1)
+	if err != nil {
+		return []Finding{{Step: -1, Finding: capsule.Finding{Message: err.Error()}}}
+	}
+	var out []Finding
+	for i, raw := range capsules {
+		if err := schemas.Validate(schemas.Capsule, raw); err != nil {
+			var ve *schemas.ValidationError
+			if !errors.As(err, &ve) {
+				out = append(out, stepFinding(i, d.Steps[i].Name, "", "not a capsule: %v", err))
+				continue
+			}
+			out = append(out, stepFinding(i, d.Steps[i].Name, "", "not a capsule: %s", strings.Join(ve.Details, "; ")))
+		}
+	}
+	return out
+}
+
+// offlineLocks answers "available" for every lock: availability is a
+// runtime fact, judged when the step is received.
+type offlineLocks struct{ phases.Locks }
+
+func (offlineLocks) Available(context.Context, string, string) (bool, error) { return true, nil }
+
+// Check judges a document before anything starts: the graph ([Doc.Graph]),
+// then every step's capsule as it would be built, by everything that needs
+// no runtime fact: RECEPTION's checks but lock availability (size,
+// schema, deadline, budget), PLANNING's definition of ready, and every
+// absolute rule of the constitution under cfg (kinds and reviewers served,
+// paths, secrets, scope, refs' schemes) but their live parts (rules 2, 19,
+// 24). No findings means the document may start.
+func Check(d *Doc, cfg rules.Config, now time.Time) []Finding {
+	if fs := d.Graph(); len(fs) > 0 {
+		return fs
+	}
+	var out []Finding
+	if d.Deadline != nil && !d.Deadline.After(now) {
+		out = append(out, Finding{Step: -1, Finding: capsule.Finding{Field: "deadline", Message: "the composition's deadline " + d.Deadline.UTC().Format(time.RFC3339) + " has passed"}})
+	}
+	for i, s := range d.Steps {
+		if d.Budget != nil {
+			var t struct {
+				WaveID *string `json:"wave_id"`
+			}
+			if json.Unmarshal(s.tmpl, &t) == nil && t.WaveID != nil {
+				out = append(out, stepFinding(i, s.Name, "wave_id", "a step of a composition with a budget joins the composition's wave: it names none of its own"))
+			}
+		}
+		if s.Gate != "" {
+			out = append(out, stepFinding(i, s.Name, "gate", "gate %q: this sagad does not hold steps for a person's decision yet", s.Gate))
+		}
+	}
+	ids, err := NewStepIDs(len(d.Steps))
+	if err != nil {
+		return append(out, Finding{Step: -1, Finding: capsule.Finding{Message: err.Error()}})
+	}
+	capsules, _, err := d.Build(ids, 1)
+	if err != nil {
+		return append(out, Finding{Step: -1, Finding: capsule.Finding{Message: err.Error()}})
+	}
+	cfg = cfg.WithDefaults()
+	env := &phases.Env{Locks: offlineLocks{}, Rules: cfg, Now: func() time.Time { return now }}
+	ctx := context.Background()
+	for i, raw := range capsules {
+		name := d.Steps[i].Name
+		add := func(fs []capsule.Finding, halt string) {
+			if len(fs) == 0 && halt != "" {
+				fs = []capsule.Finding{{Message: halt}}
+			}
+			for _, f := range fs {
+				out = append(out, Finding{Step: i, Name: name, Finding: f})
+			}
+		}
+		r := phases.Receive(ctx, env, raw, func(id string) string { return id })
+		if r.Decision.Action == phases.Halt {
+			add(r.Decision.Findings, r.Decision.Halt.String())
+		}
+		if r.Capsule == nil {
+			continue
+		}
+		if missing := phases.MissingSpecFields(r.Capsule.Spec); len(missing) > 0 {
+			dec := phases.Planning{}.Run(ctx, env, &phases.Input{Capsule: r.Capsule})
+			add(dec.Findings, dec.Halt.String())
+		}
+		res := rules.Evaluate(ctx, rules.Input{Capsule: r.Capsule, Raw: raw, Config: cfg, Now: now})
+		if len(res.Violated) > 0 {
+			add(res.Findings, res.Halt().String())
+		}
+	}
+	return out
+}

@@ -1,0 +1,363 @@
+package compose
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/store"
+)
+
+// maxRunsScanned bounds the runs a lookup of the latest run reads.
+const maxRunsScanned = 1000
+
+// Find returns producer's composition id (producer nil: the only
+// producer's), run run (0: the latest).
+func Find(ctx context.Context, st *store.Store, id string, producer *string, run int) (*store.ChainRecord, error) {
+	if st.Chains == nil {
+		return nil, fmt.Errorf("%w: no composition %s", store.ErrNotFound, id)
+	}
+	var p string
+	if producer != nil {
+		p = *producer
+	} else {
+		recs, err := st.Chains.Producers(ctx, id, maxProducersListed)
+		if err != nil {
+			return nil, err
+		}
+		switch len(recs) {
+		case 0:
+			return nil, fmt.Errorf("%w: no composition %s", store.ErrNotFound, id)
+		case 1:
+			p = recs[0].Producer
+		default:
+			names := make([]string, len(recs))
+			for i, r := range recs {
+				names[i] = r.Producer
+				if names[i] == "" {
+					names[i] = "-"
+				}
+			}
+			sort.Strings(names)
+			return nil, fmt.Errorf("%w: composition %s exists for producers %s: name one", ErrAmbiguous, id, strings.Join(names, ", "))
+		}
+	}
+	if run > 0 {
+		return st.Chains.GetRun(ctx, id, p, run)
+	}
+	last, err := st.Chains.GetRun(ctx, id, p, 1)
+	if err != nil {
+		return nil, err
+	}
+	for n := 2; n <= maxRunsScanned; n++ {
+		r, err := st.Chains.GetRun(ctx, id, p, n)
+		if errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		last = r
+	}
+	return last, nil
+}
+
+// Listed is one run in a list of compositions.
+type Listed struct {
+	CompositionID string  `json:"composition_id"`
+	Producer      string  `json:"producer,omitempty"`
+	Run           int     `json:"run"`
+	State         string  `json:"state"`
+	Summary       Summary `json:"summary"`
+}
+
+// List lists up to limit composition runs, sorted by id, producer, run.
+func List(ctx context.Context, st *store.Store, limit int) ([]Listed, error) {
+	out := []Listed{}
+	if st.Chains == nil {
+		return out, nil
+	}
+	recs, err := st.Chains.List(ctx, limit)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		m := Manifest(r)
+		out = append(out, Listed{CompositionID: m.CompositionID, Producer: m.Producer, Run: m.Run, State: m.State, Summary: m.Summary})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.CompositionID != b.CompositionID {
+			return a.CompositionID < b.CompositionID
+		}
+		if a.Producer != b.Producer {
+			return a.Producer < b.Producer
+		}
+		return a.Run < b.Run
+	})
+	return out, nil
+}
+
+// ErrEnded refuses a control of a run whose steps all ended.
+var ErrEnded = errors.New("composition run ended")
+
+// Canceller cancels one capsule (admin.Admin's Cancel).
+type Canceller func(ctx context.Context, id, reason, by string) error
+
+// Cancel cancels run rec: the record says cancelled (by, reason) with one
+// compare-and-set, then every step not ended is cancelled, so none starts;
+// the run ends, and sends its outcome, when the last step's end is
+// recorded. Cancelling a cancelled run again cancels what is left.
+func Cancel(ctx context.Context, st *store.Store, cancel Canceller, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
+	rec, err := st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
+		if r.AllEnded() {
+			return fmt.Errorf("%w: composition %s run %d is %s", ErrEnded, r.ChainID, r.RunOf(), r.StateOf())
+		}
+		if r.State == store.CompositionCancelled {
+			return store.ErrNoChange
+		}
+		r.State, r.By, r.Reason = store.CompositionCancelled, by, reason
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for i, id := range rec.Steps {
+		if i < len(rec.Ended) && rec.Ended[i].State != "" {
+			continue
+		}
+		cp, _, err := st.Checkpoints.Get(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // not received yet: sagad publishes every step before it answers
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if cp.Terminal() {
+			continue
+		}
+		if err := cancel(ctx, id, "composition cancelled: "+reason, by); err != nil {
+			// A step that ended meanwhile is refused: it is left as it ended.
+			if cp, _, gerr := st.Checkpoints.Get(ctx, id); gerr == nil && cp.Terminal() {
+				continue
+			}
+			errs = append(errs, fmt.Errorf("step %d: %w", i, err))
+		}
+	}
+	return rec, errors.Join(errs...)
+}
+
+// stepState reads the live state of a step not ended in the record.
+func stepState(ctx context.Context, st *store.Store, id string) string {
+	cp, _, err := st.Checkpoints.Get(ctx, id)
+	if err != nil {
+		return store.CompositionRunning
+	}
+	if cp.State.Status == capsule.Waiting || cp.State.Status == capsule.Paused {
+		return string(cp.State.Status)
+	}
+	return store.CompositionRunning
+}
+
+// Acting pauses or resumes one capsule (admin.Admin's Pause, Resume).
+type Acting func(ctx context.Context, id, reason, by string) error
+
+// Pause pauses run rec: the record says paused (by, reason), then every
+// step not ended is paused: a running one where it is, one not started
+// yet before it starts. A step waiting for its needs is not paused itself
+// (the pipeline refuses to): its needs are, so it does not start either.
+// Resume undoes it.
+func Pause(ctx context.Context, st *store.Store, pause Acting, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
+	return control(ctx, st, rec, store.CompositionPaused, by, reason, func(ctx context.Context, id string, cp *capsule.Checkpoint) error {
+		if cp.State.Status == capsule.Paused || cp.State.Status == capsule.Waiting {
+			return nil
+		}
+		return pause(ctx, id, "composition paused: "+reason, by)
+	})
+}
+
+// Resume resumes run rec: the record says running again, and every step
+// paused is resumed.
+func Resume(ctx context.Context, st *store.Store, resume Acting, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
+	return control(ctx, st, rec, store.CompositionRunning, by, reason, func(ctx context.Context, id string, cp *capsule.Checkpoint) error {
+		if cp.State.Status != capsule.Paused {
+			return nil
+		}
+		return resume(ctx, id, "composition resumed: "+reason, by)
+	})
+}
+
+// control records state on run rec (refused once every step ended, or
+// once cancelled), then acts on every step not ended.
+func control(ctx context.Context, st *store.Store, rec *store.ChainRecord, state, by, reason string,
+	act func(ctx context.Context, id string, cp *capsule.Checkpoint) error) (*store.ChainRecord, error) {
+	rec, err := st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
+		if r.AllEnded() || r.State == store.CompositionCancelled {
+			return fmt.Errorf("%w: composition %s run %d is %s", ErrEnded, r.ChainID, r.RunOf(), r.StateOf())
+		}
+		if r.StateOf() == state {
+			return store.ErrNoChange
+		}
+		r.State, r.By, r.Reason = state, by, reason
+		if state == store.CompositionRunning {
+			r.State = ""
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for i, id := range rec.Steps {
+		if i < len(rec.Ended) && rec.Ended[i].State != "" {
+			continue
+		}
+		cp, _, err := st.Checkpoints.Get(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if cp.Terminal() {
+			continue
+		}
+		if err := act(ctx, id, cp); err != nil {
+			if cp, _, gerr := st.Checkpoints.Get(ctx, id); gerr == nil && cp.Terminal() {
+				continue
+			}
+			errs = append(errs, fmt.Errorf("step %d: %w", i, err))
+		}
+	}
+	return rec, errors.Join(errs...)
+}
+
+// Replaying replays one capsule and the capsules halted
+// dependency_failed on it (admin.Admin's Replay with Dependents).
+type Replaying func(ctx context.Context, id, reason, by string) error
+
+// Replay runs the failed steps of an ended run again, and their
+// dependents, as a new round of the run: every step that did not complete
+// is replayed (a new run of its capsule, same id), the completed ones are
+// kept. The record first forgets those steps' ends (remembering which
+// capsule run ended, so a late delivery of that end is not taken for the
+// new one) and counts the round; then each step that failed by itself
+// (not dependency_failed) is replayed, its needs before it, with its
+// dependents. The round ends, with its own outcome, like a run.
+func Replay(ctx context.Context, st *store.Store, replay Replaying, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
+	runs := make(map[int]int) // step -> its capsule's run now
+	for i, id := range rec.Steps {
+		if i < len(rec.Ended) && rec.Ended[i].State != "" && rec.Ended[i].State != string(capsule.Completed) {
+			cp, _, err := st.Checkpoints.Get(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			runs[i] = cp.RunNumber()
+		}
+	}
+	rec, err := st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
+		if !r.AllEnded() {
+			return fmt.Errorf("%w: composition %s run %d is %s: replay a run once it ended", ErrNotEnded, r.ChainID, r.RunOf(), r.StateOf())
+		}
+		if r.StateOf() == store.CompositionCompleted || len(runs) == 0 {
+			return fmt.Errorf("%w: composition %s run %d completed: nothing to replay", ErrEnded, r.ChainID, r.RunOf())
+		}
+		for i := range runs {
+			r.Ended[i] = store.StepEnd{After: runs[i]}
+		}
+		r.State, r.OutcomeSent, r.EndedAt, r.By, r.Reason = "", false, nil, by, reason
+		r.Round++
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	order, err := topoOrder(ctx, st, rec)
+	if err != nil {
+		return rec, err
+	}
+	var errs []error
+	for _, i := range order {
+		if _, replayed := runs[i]; !replayed {
+			continue
+		}
+		cp, _, err := st.Checkpoints.Get(ctx, rec.Steps[i])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if cp.RunNumber() > runs[i] || !cp.Terminal() {
+			continue // replayed already, as a dependent of another
+		}
+		if strings.HasPrefix(cp.State.HaltReason, string(capsule.CodeDependencyFailed)) {
+			continue // replayed with the step it depends on
+		}
+		if err := replay(ctx, rec.Steps[i], "composition replayed: "+reason, by); err != nil {
+			errs = append(errs, fmt.Errorf("step %d: %w", i, err))
+		}
+	}
+	return rec, errors.Join(errs...)
+}
+
+// ErrNotEnded refuses a replay of a run still running.
+var ErrNotEnded = errors.New("composition run not ended")
+
+// topoOrder orders rec's steps so that every step comes after those it
+// depends on (from the capsules' depends_on).
+func topoOrder(ctx context.Context, st *store.Store, rec *store.ChainRecord) ([]int, error) {
+	index := make(map[string]int, len(rec.Steps))
+	for i, id := range rec.Steps {
+		index[id] = i
+	}
+	deps := make([][]int, len(rec.Steps))
+	for i, id := range rec.Steps {
+		_, c, err := st.Raw(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("step %d: %w", i, err)
+		}
+		if c == nil {
+			continue
+		}
+		for _, d := range c.DependsOn {
+			if j, ok := index[d]; ok {
+				deps[i] = append(deps[i], j)
+			}
+		}
+	}
+	var order []int
+	seen := make([]int, len(rec.Steps)) // 0 new, 1 visiting, 2 done
+	var visit func(i int)
+	visit = func(i int) {
+		if seen[i] != 0 {
+			return
+		}
+		seen[i] = 1
+		for _, j := range deps[i] {
+			visit(j)
+		}
+		seen[i] = 2
+		order = append(order, i)
+	}
+	for i := range rec.Steps {
+		visit(i)
+	}
+	return order, nil
+}
+
+// Status is run rec's manifest, with the live state (waiting, paused) of
+// steps not ended yet.
+func Status(ctx context.Context, st *store.Store, rec *store.ChainRecord) Outcome {
+	o := Manifest(rec)
+	for i := range o.Steps {
+		if o.Steps[i].ExitCode == nil {
+			o.Steps[i].State = stepState(ctx, st, o.Steps[i].CapsuleID)
+		}
+	}
+	return o
+}

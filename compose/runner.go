@@ -1,0 +1,348 @@
+package compose
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/store"
+)
+
+// Composition events on SAGA_EVENTS (subject saga.events.<EventKey>).
+const (
+	EventStarted   capsule.EventKind = "composition_started"
+	EventStepEnded capsule.EventKind = "composition_step_ended"
+	EventEnded     capsule.EventKind = "composition_ended"
+)
+
+// OutcomePrefix is where each run's one outcome goes:
+// saga.outcome.composition.<composition_id>.
+const OutcomePrefix = store.OutcomePrefix + "composition."
+
+// RunnerConsumer is the durable consumer of SAGA_OUTCOMES that records
+// the ends of composition steps.
+const RunnerConsumer = "sagad-compositions"
+
+// EventKey is the events key of producer's composition id: its events are
+// on saga.events.composition.<producer or ->.<id>.
+func EventKey(id, producer string) string {
+	if producer == "" {
+		producer = "-"
+	}
+	return "composition." + producer + "." + id
+}
+
+// OutcomeMsgID de-duplicates a run's outcome message: one per run and
+// replay round.
+func OutcomeMsgID(id, producer string, run, round int) string {
+	return EventKey(id, producer) + ".run" + strconv.Itoa(run) + roundTag(round) + ".outcome"
+}
+
+// roundTag names a replay round in ids; round 0 (no replay) adds nothing.
+func roundTag(round int) string {
+	if round == 0 {
+		return ""
+	}
+	return ".round" + strconv.Itoa(round)
+}
+
+// Outcome is the body of a run's outcome message, and what `sagactl
+// composition status` shows: the manifest of the run.
+type Outcome struct {
+	CompositionID string        `json:"composition_id"`
+	Producer      string        `json:"producer,omitempty"`
+	Run           int           `json:"run"`
+	Round         int           `json:"round,omitempty"`
+	State         string        `json:"state"`
+	Summary       Summary       `json:"summary"`
+	Steps         []StepOutcome `json:"steps"`
+}
+
+// Summary counts a run's steps; ExitCode is the orchestrator contract's:
+// 0 all passed, 1 failed (none passed), 12 partial.
+type Summary struct {
+	Total    int `json:"total"`
+	Passed   int `json:"passed"`
+	Failed   int `json:"failed"`
+	ExitCode int `json:"exit_code"`
+}
+
+// StepOutcome is one step of a run's manifest. ExitCode is 0 for a
+// completed step, 1 for one that halted or was cancelled, absent while the
+// step runs.
+type StepOutcome struct {
+	Name       string   `json:"name"`
+	CapsuleID  string   `json:"capsule_id"`
+	State      string   `json:"state"`
+	ExitCode   *int     `json:"exit_code,omitempty"`
+	Artifact   string   `json:"artifact,omitempty"`
+	HaltReason string   `json:"halt_reason,omitempty"`
+	Spend      *Spend   `json:"spend,omitempty"`
+	Needs      []string `json:"needs,omitempty"`
+}
+
+// Spend is what a step spent.
+type Spend struct {
+	Tokens  int64   `json:"tokens"`
+	Dollars float64 `json:"dollars"`
+}
+
+// ExitCodeOf is the orchestrator contract's exit code of a run in state.
+func ExitCodeOf(state string) int {
+	switch state {
+	case store.CompositionCompleted:
+		return 0
+	case store.CompositionPartial:
+		return 12
+	case store.CompositionRunning, store.CompositionPaused:
+		return 0
+	}
+	return 1
+}
+
+// Manifest is rec's run as its outcome tells it; a step not ended yet
+// shows state running.
+func Manifest(rec *store.ChainRecord) Outcome {
+	o := Outcome{CompositionID: rec.ChainID, Producer: rec.Producer, Run: rec.RunOf(), Round: rec.Round, State: rec.StateOf(),
+		Steps: make([]StepOutcome, len(rec.Steps))}
+	for i, id := range rec.Steps {
+		s := StepOutcome{Name: ChainStepName(i), CapsuleID: id, State: store.CompositionRunning}
+		if i < len(rec.Names) {
+			s.Name = rec.Names[i]
+		}
+		if i < len(rec.Ended) && rec.Ended[i].State != "" {
+			e := rec.Ended[i]
+			code := 1
+			if e.State == string(capsule.Completed) {
+				code = 0
+				o.Summary.Passed++
+			} else {
+				o.Summary.Failed++
+			}
+			s.State, s.ExitCode, s.Artifact, s.HaltReason = e.State, &code, e.Artifact, e.HaltReason
+			s.Spend = &Spend{Tokens: e.Tokens, Dollars: e.Dollars}
+		}
+		o.Steps[i] = s
+	}
+	o.Summary.Total = len(rec.Steps)
+	o.Summary.ExitCode = ExitCodeOf(o.State)
+	return o
+}
+
+// RunnerConfig tunes the [Runner].
+type RunnerConfig struct {
+	// Logger logs each run's end. Defaults to discarding.
+	Logger *slog.Logger
+	// AckWait is how long an outcome may be handled before it is
+	// delivered again. Defaults to 30s.
+	AckWait time.Duration
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+func (c RunnerConfig) withDefaults() RunnerConfig {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Runner keeps each composition run's record from its steps' ends: it
+// reads every capsule outcome (a durable consumer of SAGA_OUTCOMES, so no
+// end is missed across a restart), records a step's end in its run's
+// record with one compare-and-set, and when the last step ended sends the
+// run's one outcome and its composition_ended event. Every step is
+// idempotent, so a redelivered outcome or a crash between them changes
+// nothing twice and loses nothing.
+type Runner struct {
+	st   *store.Store
+	js   jetstream.JetStream
+	cfg  RunnerConfig
+	cons jetstream.ConsumeContext
+}
+
+// StartRunner starts recording composition steps' ends until Stop.
+func StartRunner(ctx context.Context, st *store.Store, cfg RunnerConfig) (*Runner, error) {
+	if st == nil || st.Chains == nil {
+		return nil, errors.New("compose runner: a store with chains is required")
+	}
+	cfg = cfg.withDefaults()
+	r := &Runner{st: st, js: st.JetStream(), cfg: cfg}
+	c, err := r.js.CreateOrUpdateConsumer(ctx, store.OutcomesStream, jetstream.ConsumerConfig{
+		Durable:     RunnerConsumer,
+		Description: "sagad: records the ends of composition steps",
+		FilterSubjects: []string{
+			store.OutcomeSubject(capsule.Completed), store.OutcomeSubject(capsule.Halted), store.OutcomeSubject(capsule.Cancelled),
+		},
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxAckPending: 256,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("compose runner: consumer: %w", err)
+	}
+	cc, err := c.Consume(r.handle)
+	if err != nil {
+		return nil, fmt.Errorf("compose runner: consume: %w", err)
+	}
+	r.cons = cc
+	return r, nil
+}
+
+// Stop stops consuming; an outcome in hand is delivered again later.
+func (r *Runner) Stop() { r.cons.Stop() }
+
+func (r *Runner) handle(msg jetstream.Msg) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.AckWait)
+	defer cancel()
+	if err := r.StepEnded(ctx, msg.Data(), msg.Headers().Get(store.HeaderKey)); err != nil {
+		r.cfg.Logger.Warn("composition step end", "error", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// StepOf reads the composition step an outcome's capsule bytes declare;
+// ok is false for bytes that declare none (or are no capsule).
+func StepOf(raw []byte) (c struct {
+	CapsuleID string             `json:"capsule_id"`
+	Chain     *capsule.ChainStep `json:"chain"`
+}, ok bool) {
+	if json.Unmarshal(raw, &c) != nil || c.Chain == nil || c.Chain.ID == "" || c.Chain.Step < 0 || c.Chain.Run < 0 {
+		return c, false
+	}
+	return c, true
+}
+
+// StepEnded records the end of the capsule whose original bytes are raw
+// and checkpoint key is key, if it is a composition's step; see [Runner].
+func (r *Runner) StepEnded(ctx context.Context, raw []byte, key string) error {
+	c, ok := StepOf(raw)
+	if !ok || key == "" {
+		return nil
+	}
+	cp, _, err := r.st.Checkpoints.Get(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !cp.Terminal() || cp.CapsuleID == "" {
+		return nil // replayed since: its new run's end will come
+	}
+	run, step := max(c.Chain.Run, 1), c.Chain.Step
+	end := store.StepEnd{State: string(cp.State.Status), HaltReason: cp.State.HaltReason,
+		Tokens: cp.State.BudgetUsed.Tokens, Dollars: cp.State.BudgetUsed.Dollars}
+	if cp.State.Status == capsule.Completed && len(cp.State.ArtifactRefs) > 0 {
+		end.Artifact = cp.State.ArtifactRefs[len(cp.State.ArtifactRefs)-1]
+	}
+	now := r.cfg.Now().UTC()
+	rec, err := r.st.Chains.Update(ctx, c.Chain.ID, cp.Producer, run, func(rec *store.ChainRecord) error {
+		if step < 0 || step >= len(rec.Steps) || rec.Steps[step] != cp.CapsuleID {
+			return store.ErrNoChange // not a step sagad assigned: RECEPTION refused it
+		}
+		if len(rec.Ended) == 0 {
+			rec.Ended = make([]store.StepEnd, len(rec.Steps))
+		}
+		if rec.Ended[step].State != "" || cp.RunNumber() <= rec.Ended[step].After {
+			return store.ErrNoChange // recorded, or the end of a run replayed since
+		}
+		rec.Ended[step] = end
+		passed, ended := 0, 0
+		for _, e := range rec.Ended {
+			if e.State != "" {
+				ended++
+			}
+			if e.State == string(capsule.Completed) {
+				passed++
+			}
+		}
+		if ended == len(rec.Steps) && rec.State != store.CompositionCancelled {
+			rec.State = store.CompositionState(passed, ended)
+			rec.EndedAt = &now
+		}
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if step < 0 || step >= len(rec.Steps) || rec.Steps[step] != cp.CapsuleID {
+		return nil
+	}
+	name := Manifest(rec).Steps[step].Name
+	evKey := EventKey(rec.ChainID, rec.Producer)
+	if err := r.st.PublishEvent(ctx, capsule.Event{
+		ID:   fmt.Sprintf("%s.run%d%s.step%d.ended", evKey, rec.RunOf(), roundTag(rec.Round), step),
+		Kind: EventStepEnded, CapsuleID: cp.CapsuleID, Key: evKey,
+		Detail: fmt.Sprintf("run %d step %s: %s", rec.RunOf(), name, end.State), At: now,
+	}); err != nil {
+		return err
+	}
+	return r.finish(ctx, rec)
+}
+
+// finish sends an ended run's outcome once: a repeat before the record
+// says it was sent is dropped by its Nats-Msg-Id.
+func (r *Runner) finish(ctx context.Context, rec *store.ChainRecord) error {
+	if !rec.AllEnded() || rec.State == "" || rec.OutcomeSent {
+		return nil
+	}
+	o := Manifest(rec)
+	body, err := json.Marshal(o)
+	if err != nil {
+		return err
+	}
+	m := nats.NewMsg(OutcomePrefix + rec.ChainID)
+	m.Data = body
+	m.Header.Set(jetstream.MsgIDHeader, OutcomeMsgID(rec.ChainID, rec.Producer, rec.RunOf(), rec.Round))
+	m.Header.Set(store.HeaderState, o.State)
+	m.Header.Set(store.HeaderRun, strconv.Itoa(o.Run))
+	if _, err := r.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("composition %s outcome: %w", rec.ChainID, err)
+	}
+	evKey := EventKey(rec.ChainID, rec.Producer)
+	at := r.cfg.Now().UTC()
+	if rec.EndedAt != nil {
+		at = *rec.EndedAt
+	}
+	if err := r.st.PublishEvent(ctx, capsule.Event{
+		ID:   fmt.Sprintf("%s.run%d%s.ended", evKey, rec.RunOf(), roundTag(rec.Round)),
+		Kind: EventEnded, Key: evKey, At: at,
+		Detail: fmt.Sprintf("run %d: %s, %d of %d passed, exit code %d", o.Run, o.State, o.Summary.Passed, o.Summary.Total, o.Summary.ExitCode),
+	}); err != nil {
+		return err
+	}
+	_, err = r.st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(rec *store.ChainRecord) error {
+		if rec.OutcomeSent {
+			return store.ErrNoChange
+		}
+		rec.OutcomeSent = true
+		return nil
+	})
+	if err == nil {
+		r.cfg.Logger.Info("composition ended", "composition_id", rec.ChainID, "producer", rec.Producer, "run", o.Run,
+			"state", o.State, "passed", o.Summary.Passed, "total", o.Summary.Total)
+	}
+	return err
+}
