@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -37,6 +37,12 @@ type Resolver struct {
 
 	mu      sync.Mutex
 	buckets map[string]jetstream.KeyValue // bound once: binding is a round trip
+
+	// root is the workspace's resolution, made at the first file: ref that
+	// found it: resolving it again at every ref was most of a ref's cost.
+	// A root retargeted later cannot widen what resolves: a ref is still
+	// resolved whole, and must land under the root as first resolved.
+	root atomic.Pointer[string]
 }
 
 func (r *Resolver) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
@@ -121,15 +127,26 @@ func (r *Resolver) fileExists(rel string) bool {
 	if err != nil {
 		return false
 	}
+	root, ok := r.workspaceRoot()
+	if !ok {
+		return false
+	}
+	// EvalSymlinks found every component of real: it exists.
+	return real == root || strings.HasPrefix(real, root+string(filepath.Separator))
+}
+
+// workspaceRoot returns the workspace root with its symlinks resolved; a
+// failure is not kept (the root may not exist yet).
+func (r *Resolver) workspaceRoot() (string, bool) {
+	if p := r.root.Load(); p != nil {
+		return *p, true
+	}
 	root, err := filepath.EvalSymlinks(r.workspace)
 	if err != nil {
-		return false
+		return "", false
 	}
-	if real != root && !strings.HasPrefix(real, root+string(filepath.Separator)) {
-		return false
-	}
-	_, err = os.Stat(real)
-	return err == nil
+	r.root.Store(&root)
+	return root, true
 }
 
 // ResolveFinal turns artifact:<capsule_id>/final into the ref of that
