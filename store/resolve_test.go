@@ -74,6 +74,8 @@ func TestFileRefsStayInWorkspace(t *testing.T) {
 	require.NoError(t, os.Symlink(filepath.Join(outside, "secret"), filepath.Join(real, "out-link")))
 	require.NoError(t, os.Symlink(outside, filepath.Join(real, "out-dir")))
 	require.NoError(t, os.Symlink("../outside/secret", filepath.Join(real, "dir", "rel-out")))
+	require.NoError(t, os.Symlink("dir", filepath.Join(real, "dir-link")))
+	require.NoError(t, os.Symlink("../a.txt", filepath.Join(real, "dir", "up-in")))
 	ws := filepath.Join(base, "ws")
 	require.NoError(t, os.Symlink(real, ws))
 
@@ -104,10 +106,25 @@ func TestFileRefsStayInWorkspace(t *testing.T) {
 			}
 		}
 	}
+	// A root moved to point elsewhere while sagad runs is not followed
+	// there: refs answer for the root as first resolved.
+	moved := filepath.Join(base, "moved")
+	require.NoError(t, os.Symlink(real, moved))
+	r0 := &Resolver{workspace: moved}
+	got, err := r0.Exists(context.Background(), "file:a.txt")
+	require.NoError(t, err)
+	require.True(t, got)
+	require.NoError(t, os.Remove(moved))
+	require.NoError(t, os.Symlink(outside, moved))
+	for ref, want := range map[string]bool{"file:a.txt": true, "file:secret": false} {
+		got, err := r0.Exists(context.Background(), ref)
+		require.NoError(t, err)
+		require.Equal(t, want, got, ref)
+	}
 	// A workspace that does not exist yet resolves nothing, and is found once it does.
 	later := filepath.Join(base, "later")
 	r := &Resolver{workspace: later}
-	got, err := r.Exists(context.Background(), "file:a.txt")
+	got, err = r.Exists(context.Background(), "file:a.txt")
 	require.NoError(t, err)
 	require.False(t, got)
 	require.NoError(t, os.Symlink(real, later))
