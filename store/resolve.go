@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -37,6 +38,12 @@ type Resolver struct {
 
 	mu      sync.Mutex
 	buckets map[string]jetstream.KeyValue // bound once: binding is a round trip
+
+	// root is the workspace's resolution, made at the first file: ref that
+	// found it: resolving it again at every ref was most of a ref's cost.
+	// A root retargeted later cannot widen what resolves: a ref is still
+	// resolved whole, and must land under the root as first resolved.
+	root atomic.Pointer[string]
 }
 
 func (r *Resolver) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
@@ -107,7 +114,9 @@ func (r *Resolver) Exists(ctx context.Context, ref string) (bool, error) {
 }
 
 // fileExists resolves rel under the workspace, refusing anything that would
-// leave it, including through a symlink.
+// leave it, including through a symlink. It resolves from the workspace's
+// root as first resolved (a root moved while sagad runs is seen at its next
+// start).
 func (r *Resolver) fileExists(rel string) bool {
 	if rel == "" || strings.ContainsRune(rel, 0) || strings.Contains(rel, `\`) || path.IsAbs(rel) || filepath.IsAbs(rel) {
 		return false
@@ -116,20 +125,56 @@ func (r *Resolver) fileExists(rel string) bool {
 	if clean == ".." || strings.HasPrefix(clean, "../") {
 		return false
 	}
-	full := filepath.Join(r.workspace, filepath.FromSlash(clean))
-	real, err := filepath.EvalSymlinks(full)
+	root, ok := r.workspaceRoot()
+	if !ok {
+		return false
+	}
+	if exists, plain := plainExists(root, clean); plain {
+		return exists
+	}
+	real, err := filepath.EvalSymlinks(filepath.Join(root, filepath.FromSlash(clean)))
 	if err != nil {
 		return false
+	}
+	// EvalSymlinks found every component of real: it exists.
+	return real == root || strings.HasPrefix(real, root+string(filepath.Separator))
+}
+
+// plainExists answers for clean (relative, no "..") under root (resolved)
+// when none of clean's components is a symlink: each is looked at in turn,
+// so the ref cannot leave root, and root's own components are not walked
+// again at every ref (EvalSymlinks did: most of a ref's cost). plain false
+// (a symlink met) leaves the answer to EvalSymlinks.
+func plainExists(root, clean string) (exists, plain bool) {
+	if clean == "." {
+		return true, true
+	}
+	cur := root
+	for comp := range strings.SplitSeq(clean, "/") {
+		cur += string(filepath.Separator) + comp
+		fi, err := os.Lstat(cur)
+		if err != nil {
+			return false, true
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			return false, false
+		}
+	}
+	return true, true
+}
+
+// workspaceRoot returns the workspace root with its symlinks resolved; a
+// failure is not kept (the root may not exist yet).
+func (r *Resolver) workspaceRoot() (string, bool) {
+	if p := r.root.Load(); p != nil {
+		return *p, true
 	}
 	root, err := filepath.EvalSymlinks(r.workspace)
 	if err != nil {
-		return false
+		return "", false
 	}
-	if real != root && !strings.HasPrefix(real, root+string(filepath.Separator)) {
-		return false
-	}
-	_, err = os.Stat(real)
-	return err == nil
+	r.root.Store(&root)
+	return root, true
 }
 
 // ResolveFinal turns artifact:<capsule_id>/final into the ref of that

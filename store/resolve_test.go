@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -50,4 +52,83 @@ func TestKVRefsOnlyInListedBuckets(t *testing.T) {
 	got, err := (&Resolver{js: js}).Exists(ctx, "kv:CONFIG/present")
 	require.NoError(t, err)
 	require.False(t, got)
+}
+
+// TestFileRefsStayInWorkspace plays a producer naming files outside the
+// workspace: through "..", an absolute path or a symlink that leaves it, a
+// file: ref does not resolve; inside it, through a symlinked root included,
+// it does, and the root's resolution, kept after the first ref, answers the
+// same on every later one.
+func TestFileRefsStayInWorkspace(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	real := filepath.Join(base, "real")
+	outside := filepath.Join(base, "outside")
+	for _, d := range []string{filepath.Join(real, "dir"), outside} {
+		require.NoError(t, os.MkdirAll(d, 0o755))
+	}
+	for _, f := range []string{filepath.Join(real, "a.txt"), filepath.Join(real, "dir", "b.txt"), filepath.Join(outside, "secret")} {
+		require.NoError(t, os.WriteFile(f, []byte("x"), 0o644))
+	}
+	require.NoError(t, os.Symlink(filepath.Join(real, "a.txt"), filepath.Join(real, "in-link")))
+	require.NoError(t, os.Symlink(filepath.Join(outside, "secret"), filepath.Join(real, "out-link")))
+	require.NoError(t, os.Symlink(outside, filepath.Join(real, "out-dir")))
+	require.NoError(t, os.Symlink("../outside/secret", filepath.Join(real, "dir", "rel-out")))
+	require.NoError(t, os.Symlink("dir", filepath.Join(real, "dir-link")))
+	require.NoError(t, os.Symlink("../a.txt", filepath.Join(real, "dir", "up-in")))
+	ws := filepath.Join(base, "ws")
+	require.NoError(t, os.Symlink(real, ws))
+
+	for _, workspace := range []string{real, ws} {
+		r := &Resolver{workspace: workspace}
+		for round := range 2 {
+			for ref, want := range map[string]bool{
+				"file:a.txt":             true,
+				"file:dir/b.txt":         true,
+				"file:dir":               true,
+				"file:.":                 true,
+				"file:dir/../a.txt":      true,
+				"file:in-link":           true,
+				"file:missing":           false,
+				"file:a.txt/x":           false,
+				"file:../outside/secret": false,
+				"file:" + filepath.Join(outside, "secret"): false,
+				"file:out-link":       false,
+				"file:out-dir/secret": false,
+				"file:out-dir":        false,
+				"file:dir/rel-out":    false,
+				`file:dir\b.txt`:      false,
+				"file:":               false,
+			} {
+				got, err := r.Exists(context.Background(), ref)
+				require.NoError(t, err, ref)
+				require.Equal(t, want, got, "%s under %s, round %d", ref, workspace, round)
+			}
+		}
+	}
+	// A root moved to point elsewhere while sagad runs is not followed
+	// there: refs answer for the root as first resolved.
+	moved := filepath.Join(base, "moved")
+	require.NoError(t, os.Symlink(real, moved))
+	r0 := &Resolver{workspace: moved}
+	got, err := r0.Exists(context.Background(), "file:a.txt")
+	require.NoError(t, err)
+	require.True(t, got)
+	require.NoError(t, os.Remove(moved))
+	require.NoError(t, os.Symlink(outside, moved))
+	for ref, want := range map[string]bool{"file:a.txt": true, "file:secret": false} {
+		got, err := r0.Exists(context.Background(), ref)
+		require.NoError(t, err)
+		require.Equal(t, want, got, ref)
+	}
+	// A workspace that does not exist yet resolves nothing, and is found once it does.
+	later := filepath.Join(base, "later")
+	r := &Resolver{workspace: later}
+	got, err = r.Exists(context.Background(), "file:a.txt")
+	require.NoError(t, err)
+	require.False(t, got)
+	require.NoError(t, os.Symlink(real, later))
+	got, err = r.Exists(context.Background(), "file:a.txt")
+	require.NoError(t, err)
+	require.True(t, got)
 }
