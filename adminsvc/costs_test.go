@@ -76,8 +76,8 @@ func TestCostEndpoint(t *testing.T) {
 	require.Zero(t, r.Total.Capsules)
 
 	require.NoError(t, json.Unmarshal(f.do(t, VerbCost, CostRequest{By: costs.ByComposition}, ""), &r))
-	require.Empty(t, r.Groups)
-	require.Equal(t, costs.NoComposition, r.Note)
+	require.Equal(t, []string{costs.None}, keys(r.Groups), "capsules of no composition")
+	require.Empty(t, r.Note)
 
 	got, err := f.client.Cost(ctx, CostRequest{By: costs.ByProducer})
 	require.NoError(t, err)

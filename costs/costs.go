@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/sagad/sagad/capsule"
@@ -35,11 +36,15 @@ const Other = "other"
 
 // Entry is one capsule's spend, what [Of] reads from its checkpoint.
 type Entry struct {
-	Key      string
-	Wave     string
-	Chain    string
-	Producer string
-	Kind     string
+	Key   string
+	Wave  string
+	Chain string
+	// Composition is the composition and run the capsule is a step of:
+	// its chain id, with "#<run>" from run 2 (every composition's steps
+	// carry chain {id, step, run}; a chain document is a composition).
+	Composition string
+	Producer    string
+	Kind        string
 	// Created is when the capsule arrived; its day groups ByDay.
 	Created time.Time
 	// Used is everything the capsule spent, failed attempts included.
@@ -61,7 +66,10 @@ func Of(cp *capsule.Checkpoint, kind string) Entry {
 	e := Entry{Key: cp.Key, Wave: cp.WaveID, Producer: cp.Producer, Kind: kind, Created: cp.CreatedAt, Used: st.BudgetUsed,
 		Failed: st.Status == capsule.Halted || st.Status == capsule.Cancelled}
 	if cp.Chain != nil {
-		e.Chain = cp.Chain.ID
+		e.Chain, e.Composition = cp.Chain.ID, cp.Chain.ID
+		if cp.Chain.Run > 1 {
+			e.Composition += "#" + strconv.Itoa(cp.Chain.Run)
+		}
 	}
 	if st.Attempts != nil {
 		e.FailedAttempts = st.Attempts.Failed
@@ -129,10 +137,6 @@ const (
 	MaxDays       = 366
 )
 
-// NoComposition is the note of a report grouped by composition: checkpoints
-// do not record one.
-const NoComposition = "checkpoints record no composition yet: group by chain (each composition's steps form a chain)"
-
 // Summarise groups entries created at or after since (zero: all) by by,
 // keeping the limit groups that spent most (0: [DefaultGroups]).
 func Summarise(entries []Entry, by string, since time.Time, limit int) (Report, error) {
@@ -167,9 +171,6 @@ func Summarise(entries []Entry, by string, since time.Time, limit int) (Report, 
 			day.FailedTokens += e.Used.Tokens
 			day.FailedDollars += e.Used.Dollars
 		}
-		if by == ByComposition {
-			continue
-		}
 		k := keyOf(e, by)
 		g := groups[k]
 		if g == nil {
@@ -177,9 +178,6 @@ func Summarise(entries []Entry, by string, since time.Time, limit int) (Report, 
 			groups[k] = g
 		}
 		add(g, e)
-	}
-	if by == ByComposition {
-		r.Note = NoComposition
 	}
 	all := make([]Group, 0, len(groups))
 	for _, g := range groups {
@@ -226,6 +224,8 @@ func keyOf(e Entry, by string) string {
 		k = e.Wave
 	case ByChain:
 		k = e.Chain
+	case ByComposition:
+		k = e.Composition
 	case ByProducer:
 		k = e.Producer
 	case ByKind:

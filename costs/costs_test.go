@@ -62,8 +62,8 @@ func TestSummarise(t *testing.T) {
 
 	r, err = Summarise(entries, ByComposition, time.Time{}, 0)
 	require.NoError(t, err)
-	require.Empty(t, r.Groups)
-	require.Equal(t, NoComposition, r.Note)
+	require.Equal(t, []string{None, "ch"}, keys(r.Groups), "a composition's steps carry its id as their chain")
+	require.Empty(t, r.Note)
 	require.Equal(t, 3, r.Total.Capsules)
 
 	_, err = Summarise(entries, "capsule", time.Time{}, 0)

@@ -29,8 +29,8 @@ agent calls recorded, and the wave reservations running capsules still hold.
 
 --since counts only capsules that arrived at or after T: an RFC 3339 time,
 a date (2006-01-02, UTC) or a duration back from now (24h, 7d). --by
-composition lists no groups: checkpoints record no composition yet (group
-by chain: a composition's steps form one). Past --limit groups the rest
+composition groups by the composition a capsule is a step of (<id>#<run>
+from its run 2). Past --limit groups the rest
 fold into "other".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
