@@ -56,7 +56,8 @@ func TestOnlineCost(t *testing.T) {
 
 	r = o.run(t, "cost", "--by", "composition")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
-	require.Contains(t, r.errOut, "no composition")
+	require.Contains(t, r.out, "COMPOSITION", "capsules of no composition group under -")
+	require.Empty(t, r.errOut)
 
 	for _, args := range [][]string{
 		{"cost", "--by", "capsule"},
