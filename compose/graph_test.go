@@ -171,9 +171,9 @@ func TestCompositionDeadlineBoundsSteps(t *testing.T) {
 }
 
 // TestCompositionBudget: the composition's budget is a wave of its run:
-// a budget under one step's caps holds the first step waiting for the
-// wave's capacity (nothing spent); raised, the steps run and complete, the
-// whole spend charged to the wave.
+// a budget under one step's caps holds the first step waiting for a person
+// (wave_too_small: it could never fit; nothing spent); raised, the steps run
+// and complete, the whole spend charged to the wave.
 func TestCompositionBudget(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -183,8 +183,8 @@ func TestCompositionBudget(t *testing.T) {
 	wave := compose.WaveID([]string{r.Steps[0].CapsuleID, r.Steps[1].CapsuleID, r.Steps[2].CapsuleID})
 	natstest.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
 		cp, _, err := f.st.Checkpoints.Get(ctx, r.Steps[0].CapsuleID)
-		return err == nil && cp.State.Status == capsule.Waiting && cp.State.Pause != nil && cp.State.Pause.Trigger == capsule.TriggerWaveCapacity
-	}, "the first step waits for the wave")
+		return err == nil && cp.State.Status == capsule.Waiting && cp.State.Pause != nil && cp.State.Pause.Trigger == capsule.TriggerWaveTooSmall
+	}, "the first step waits for a person: the wave can never hold it")
 	used, err := f.st.Budgets.Used(ctx, r.Steps[0].CapsuleID)
 	require.NoError(t, err)
 	require.Zero(t, used.Tokens)
