@@ -176,6 +176,18 @@ func (r *Registry) Executor(kind string) (Executor, error) {
 	return nil, fmt.Errorf("%w: task.kind %q", ErrUnknownKind, kind)
 }
 
+// Delegates reports whether kind's executor can publish child capsules
+// (parent_capsule_id): every executor but the built-in [Stub], which runs
+// in sagad and holds no connection. A capsule whose executor cannot
+// delegate has no children, so its charges need no look at a family
+// record.
+func (r *Registry) Delegates(kind string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	_, stub := r.executors[kind].(Stub)
+	return !stub
+}
+
 // Reviewer returns the reviewer for id.
 func (r *Registry) Reviewer(id string) (Reviewer, error) {
 	r.mu.RLock()

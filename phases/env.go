@@ -34,8 +34,11 @@ type Budgets interface {
 // charges u to parent and each ancestor above it, once per chargeID, and
 // returns the first ancestor cap crossed ([capsule.BudgetParentTokens] or
 // [capsule.BudgetParentDollars]), "" when none is.
+// DescendantsUsed is what the capsule's descendants spent (its family
+// record), ok false when it has none.
 type AncestorBudgets interface {
 	ChargeAncestors(ctx context.Context, parent, chargeID string, u capsule.Usage) (string, error)
+	DescendantsUsed(ctx context.Context, capsuleID string) (used capsule.Usage, ok bool, err error)
 }
 
 // Resolver tells whether a context ref or target exists (REALITY_ANCHOR).

@@ -278,16 +278,17 @@ func (b budgets) Charge(ctx context.Context, capsuleID, waveID, chargeID string,
 			return res, err
 		}
 	}
-	if res.Exceeded == "" && u != (capsule.Usage{}) {
-		fam, ok, err := b.t.FamilyOf(ctx, capsuleID)
-		if err != nil {
-			return res, err
-		}
-		if ok {
-			res.Exceeded = budget.Check(res.Capsule.Add(fam.Used), caps)
-		}
-	}
 	return res, nil
+}
+
+// DescendantsUsed implements phases.AncestorBudgets: what the capsule's
+// descendants spent, from its family record.
+func (b budgets) DescendantsUsed(ctx context.Context, capsuleID string) (capsule.Usage, bool, error) {
+	fam, ok, err := b.t.FamilyOf(ctx, capsuleID)
+	if err != nil || !ok {
+		return capsule.Usage{}, false, err
+	}
+	return fam.Used, true, nil
 }
 
 // ChargeAncestors implements phases.AncestorBudgets: u goes to the family
