@@ -367,6 +367,11 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 	if err := a.st.Emit(ctx, cp, 0, &tr, raw, c.Constraints.ResourceLocksRequired); err != nil {
 		return status.Of(cp), err
 	}
+	if changed {
+		// A revise leaves the gate as an accept does: the gate's pauses
+		// and resumes balance on the dashboard.
+		a.metrics.Resumed(capsule.TriggerOperatorGate)
+	}
 	a.metrics.AdminAction(metrics.ActionRevise)
 	return status.Of(cp), nil
 }

@@ -102,7 +102,7 @@ func TestAdminActionsReachMetrics(t *testing.T) {
 		`sagad_admin_actions_total{action="phase_pause"}`:  1,
 		`sagad_admin_actions_total{action="phase_resume"}`: 1,
 		`sagad_resumes_total{trigger="operator_manual"}`:   1,
-		`sagad_resumes_total{trigger="operator_gate"}`:     1,
+		`sagad_resumes_total{trigger="operator_gate"}`:     2, // the revise and the accept
 		`sagad_pauses_total{trigger="operator_manual"}`:    1,
 		`sagad_pauses_total{trigger="operator_gate"}`:      2,
 	} {
