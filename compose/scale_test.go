@@ -63,6 +63,12 @@ func TestCompositionScale(t *testing.T) {
 	for _, s := range m.Steps {
 		require.Equal(t, string(capsule.Completed), s.State, s.Name)
 	}
+	draft := r.Steps[0].CapsuleID
+	for i, s := range r.Steps[1:101] {
+		in := f.rec.inputsOf(s.CapsuleID)
+		require.Len(t, in, 1, "translation %d", i)
+		require.Equal(t, draft, in[0].CapsuleID, "translation %d reads the draft", i)
+	}
 	last := r.Steps[len(r.Steps)-1]
 	require.Len(t, f.rec.inputsOf(last.CapsuleID), len(steps[len(steps)-1].needs))
 
