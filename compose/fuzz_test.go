@@ -16,8 +16,10 @@ import (
 // never a panic; one that parses builds steps that are sealed capsules, or
 // is refused naming the step.
 func FuzzParse(f *testing.F) {
-	if b, err := os.ReadFile("../examples/chain/chain.json"); err == nil {
-		f.Add(b)
+	for _, example := range []string{"../examples/chain/chain.json", "../examples/compositions/translations.json"} {
+		if b, err := os.ReadFile(example); err == nil {
+			f.Add(b)
+		}
 	}
 	f.Add([]byte(`{"chain_id":"c","steps":[{"task":{"kind":"produce"}}]}`))
 	f.Add([]byte(`{"chain_id":"c","steps":[]}`))
