@@ -25,6 +25,7 @@ func init() {
 	schemaFor[VerbCompositionPause], replySchema[VerbCompositionPause] = "composition-pause-request", "composition-status-reply"
 	schemaFor[VerbCompositionResume], replySchema[VerbCompositionResume] = "composition-resume-request", "composition-status-reply"
 	schemaFor[VerbCompositionReplay], replySchema[VerbCompositionReplay] = "composition-replay-request", "composition-status-reply"
+	schemaFor[VerbCompositionDecide], replySchema[VerbCompositionDecide] = "composition-decide-request", "composition-status-reply"
 }
 
 // blocking is an executor that runs until its context ends.

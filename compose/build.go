@@ -16,8 +16,9 @@ import (
 // MaxSteps bounds a composition's steps (composition.schema.json).
 const MaxSteps = 256
 
-// GateOperator is the only gate a step may declare.
-const GateOperator = "operator"
+// GateOperator is the only gate a step may declare: the step's capsule
+// carries it (chain.gate) and waits at AUTOMATED_GATES for a person.
+const GateOperator = capsule.GateOperator
 
 // StepDef is one step of a document: its name, the steps it needs and its
 // capsule template.
@@ -224,6 +225,9 @@ func (d *Doc) Build(ids []string, run int) (capsules [][]byte, digests []string,
 		chain := map[string]any{"id": d.ID, "step": i}
 		if run > 1 {
 			chain["run"] = run
+		}
+		if s.Gate != "" {
+			chain["gate"] = s.Gate
 		}
 		step["chain"] = chain
 		refs, _ := step["context_refs"].([]any)

@@ -143,9 +143,6 @@ func Check(d *Doc, cfg rules.Config, now time.Time) []Finding {
 				out = append(out, stepFinding(i, s.Name, "wave_id", "a step of a composition with a budget joins the composition's wave: it names none of its own"))
 			}
 		}
-		if s.Gate != "" {
-			out = append(out, stepFinding(i, s.Name, "gate", "gate %q: this sagad does not hold steps for a person's decision yet", s.Gate))
-		}
 	}
 	ids, err := NewStepIDs(len(d.Steps))
 	if err != nil {
