@@ -47,7 +47,7 @@ func (r CompositionCancelRequest) run() CompositionRequest {
 }
 
 // CompositionDecideRequest decides on a step held at its operator gate:
-// accept starts it, reject cancels it (operator_rejected) and the steps
+// accept starts it, reject halts it operator_rejected and the steps
 // needing it halt dependency_failed.
 type CompositionDecideRequest struct {
 	CompositionID string  `json:"composition_id"`
@@ -201,7 +201,7 @@ func (s *Service) serveComposition(ctx context.Context, r any) (any, bool, error
 			_, err := c.a.Resume(ctx, id, admin.ResumeOptions{By: by, Reason: reason})
 			return err
 		}, func(ctx context.Context, id, reason, by string) error {
-			_, err := c.a.Cancel(ctx, id, reason, by)
+			_, err := c.a.Decide(ctx, id, admin.DecisionReject, reason, by)
 			return err
 		}, rec, r.Step, r.Decision == GateAccept, r.By, r.Reason)
 		if err != nil {

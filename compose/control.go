@@ -369,9 +369,10 @@ var ErrNotGated = errors.New("composition step not waiting at its gate")
 
 // Decide decides on run rec's step named step, held at its operator gate
 // (trigger composition_gate): accept resumes it, so it starts; reject
-// cancels it (reason operator_rejected: ...), and the steps needing it
-// halt dependency_failed. A step not waiting at its gate is refused.
-func Decide(ctx context.Context, st *store.Store, resume Acting, cancel Canceller, rec *store.ChainRecord, step string, accept bool, by, reason string) (*store.ChainRecord, error) {
+// halts it operator_rejected (admin.Admin's Decide reject), and the steps
+// needing it halt dependency_failed. A step not waiting at its gate is
+// refused.
+func Decide(ctx context.Context, st *store.Store, resume, reject Acting, rec *store.ChainRecord, step string, accept bool, by, reason string) (*store.ChainRecord, error) {
 	m := Manifest(rec)
 	i := slices.IndexFunc(m.Steps, func(s StepOutcome) bool { return s.Name == step })
 	if i < 0 {
@@ -394,7 +395,7 @@ func Decide(ctx context.Context, st *store.Store, resume Acting, cancel Cancelle
 	if accept {
 		err = resume(ctx, id, "composition gate accepted: "+reason, by)
 	} else {
-		err = cancel(ctx, id, string(capsule.CodeOperatorRejected)+": "+reason, by)
+		err = reject(ctx, id, reason, by)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("step %s: %w", step, err)

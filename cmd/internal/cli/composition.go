@@ -28,7 +28,7 @@ resumes the paused steps; replay runs an ended run's failed steps and
 their dependents again (a new round of the run, completed steps kept);
 decide accepts or rejects a step with gate "operator", which waits (in
 sagactl pending) before anything is spent: accept starts it, reject
-cancels it (operator_rejected) and the steps needing it halt
+halts it operator_rejected and the steps needing it halt
 dependency_failed. Exit 4 for an unknown composition, 5 when
 refused (a run that ended, or was cancelled), 6 when no sagad answers.`,
 	}
@@ -111,7 +111,7 @@ refused (a run that ended, or was cancelled), 6 when no sagad answers.`,
 		})
 	decide := &cobra.Command{
 		Use:   "decide ID STEP accept|reject --by WHO [--reason TEXT]",
-		Short: "Decide on a step held at its operator gate: accept starts it, reject cancels it and its dependents",
+		Short: "Decide on a step held at its operator gate: accept starts it, reject halts it (operator_rejected) and its dependents",
 		Args:  cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if args[2] != adminsvc.GateAccept && args[2] != adminsvc.GateReject {
