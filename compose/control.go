@@ -183,10 +183,11 @@ func Pause(ctx context.Context, st *store.Store, pause Acting, rec *store.ChainR
 }
 
 // Resume resumes run rec: the record says running again, and every step
-// paused is resumed.
+// paused is resumed, but a step held at its gate: that one waits for
+// [Decide].
 func Resume(ctx context.Context, st *store.Store, resume Acting, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
 	return control(ctx, st, rec, store.CompositionRunning, by, reason, func(ctx context.Context, id string, cp *capsule.Checkpoint) error {
-		if cp.State.Status != capsule.Paused {
+		if cp.State.Status != capsule.Paused || (cp.State.Pause != nil && cp.State.Pause.Trigger == capsule.TriggerCompositionGate) {
 			return nil
 		}
 		return resume(ctx, id, "composition resumed: "+reason, by)

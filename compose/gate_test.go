@@ -93,11 +93,31 @@ func TestCompositionGateAccept(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, s.Terminal(), "the step after the gate waits")
 
+	// Pausing and resuming the whole run leaves the gate to its person.
+	alice := "alice"
+	rec, err := compose.Find(ctx, f.st, "gate-ok", &alice, 0)
+	require.NoError(t, err)
+	act := func(resume bool) compose.Acting {
+		return func(ctx context.Context, id, reason, by string) error {
+			if resume {
+				_, err := f.admin.Resume(ctx, id, admin.ResumeOptions{By: by, Reason: reason})
+				return err
+			}
+			_, err := f.admin.Pause(ctx, id, reason, by)
+			return err
+		}
+	}
+	_, err = compose.Pause(ctx, f.st, act(false), rec, "ops", "hold")
+	require.NoError(t, err)
+	_, err = compose.Resume(ctx, f.st, act(true), rec, "ops", "go")
+	require.NoError(t, err)
+	f.heldAtGate(t, review)
+
 	require.ErrorIs(t, f.decide(ctx, "gate-ok", "alice", "draft", true), compose.ErrNotGated, "draft has no gate")
 	require.ErrorIs(t, f.decide(ctx, "gate-ok", "alice", "nope", true), store.ErrNotFound)
 	require.NoError(t, f.decide(ctx, "gate-ok", "alice", "review", true))
 
-	rec := f.runEnded(t, "gate-ok", "alice", 1)
+	rec = f.runEnded(t, "gate-ok", "alice", 1)
 	m := compose.Manifest(rec)
 	require.Equal(t, store.CompositionCompleted, m.State)
 	require.Equal(t, 0, m.Summary.ExitCode)
@@ -127,4 +147,21 @@ func TestCompositionGateReject(t *testing.T) {
 	require.Nil(t, f.rec.inputsOf(review), "rejected, the step never ran")
 	require.Nil(t, f.rec.inputsOf(publish))
 	require.True(t, strings.HasPrefix(m.Steps[2].HaltReason, string(capsule.CodeDependencyFailed)), m.Steps[2].HaltReason)
+
+	_, err = compose.Replay(ctx, f.st, func(ctx context.Context, id, reason, by string) error {
+		_, err := f.admin.Replay(ctx, id, admin.ReplayOptions{By: by, Reason: reason, Dependents: true})
+		return err
+	}, rec, "ops", "second look")
+	require.NoError(t, err)
+	f.heldAtGate(t, review)
+	require.Nil(t, f.rec.inputsOf(review), "replayed, the step waits for its person again")
+	require.NoError(t, f.decide(ctx, "gate-no", "alice", "review", true))
+	natstest.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
+		r, err := f.st.Chains.GetRun(ctx, "gate-no", "alice", 1)
+		require.NoError(t, err)
+		return r.Round == 1 && r.OutcomeSent
+	}, "the replayed round never ended")
+	r2, err := f.st.Chains.GetRun(ctx, "gate-no", "alice", 1)
+	require.NoError(t, err)
+	require.Equal(t, store.CompositionCompleted, compose.Manifest(r2).State)
 }
