@@ -46,6 +46,16 @@ type Doc struct {
 	Steps    []StepDef
 	Budget   *Budget
 	Deadline *time.Time
+	// Loops are the document's verification loops; [Check] refuses them:
+	// this sagad does not run them.
+	Loops []Loop
+}
+
+// Loop is a verification loop of a document (loops[] of the schema).
+type Loop struct {
+	Steps     []string `json:"steps"`
+	Verifier  string   `json:"verifier"`
+	MaxRounds int      `json:"max_rounds"`
 }
 
 // Parse reads b as a composition when it has a composition_id, else as a
@@ -77,11 +87,12 @@ func Parse(b []byte) (*Doc, error) {
 		} `json:"steps"`
 		Budget   *Budget    `json:"budget"`
 		Deadline *time.Time `json:"deadline"`
+		Loops    []Loop     `json:"loops"`
 	}
 	if err := json.Unmarshal(b, &in); err != nil {
 		return nil, schemaError(err)
 	}
-	d := &Doc{ID: in.ID, Budget: in.Budget, Deadline: in.Deadline}
+	d := &Doc{ID: in.ID, Budget: in.Budget, Deadline: in.Deadline, Loops: in.Loops}
 	for _, s := range in.Steps {
 		d.Steps = append(d.Steps, StepDef{Name: s.Name, Needs: s.Needs, Gate: s.Gate, tmpl: s.Capsule})
 	}

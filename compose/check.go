@@ -134,6 +134,10 @@ func Check(d *Doc, cfg rules.Config, now time.Time) []Finding {
 	if d.Deadline != nil && !d.Deadline.After(now) {
 		out = append(out, Finding{Step: -1, Finding: capsule.Finding{Field: "deadline", Message: "the composition's deadline " + d.Deadline.UTC().Format(time.RFC3339) + " has passed"}})
 	}
+	for k, l := range d.Loops {
+		out = append(out, Finding{Step: -1, Finding: capsule.Finding{Field: "loops[" + strconv.Itoa(k) + "]",
+			Message: fmt.Sprintf("verification loop of verifier %q: this sagad does not run verification loops yet", l.Verifier)}})
+	}
 	for i, s := range d.Steps {
 		if d.Budget != nil {
 			var t struct {
