@@ -17,10 +17,11 @@ const (
 	VerbCompositionPause  = "composition.pause"
 	VerbCompositionResume = "composition.resume"
 	VerbCompositionReplay = "composition.replay"
+	VerbCompositionDecide = "composition.decide"
 )
 
 // CompositionVerbs are the composition verbs.
-var CompositionVerbs = []string{VerbCompositionStatus, VerbCompositionList, VerbCompositionCancel, VerbCompositionPause, VerbCompositionResume, VerbCompositionReplay}
+var CompositionVerbs = []string{VerbCompositionStatus, VerbCompositionList, VerbCompositionCancel, VerbCompositionPause, VerbCompositionResume, VerbCompositionReplay, VerbCompositionDecide}
 
 // CompositionRequest names a composition run: the latest run unless Run
 // is given; the only producer's composition of that id unless Producer is.
@@ -44,6 +45,25 @@ type CompositionCancelRequest struct {
 func (r CompositionCancelRequest) run() CompositionRequest {
 	return CompositionRequest{CompositionID: r.CompositionID, Producer: r.Producer, Run: r.Run}
 }
+
+// CompositionDecideRequest decides on a step held at its operator gate:
+// accept starts it, reject halts it operator_rejected and the steps
+// needing it halt dependency_failed.
+type CompositionDecideRequest struct {
+	CompositionID string  `json:"composition_id"`
+	Producer      *string `json:"producer,omitempty"`
+	Run           int     `json:"run,omitempty"`
+	Step          string  `json:"step"`
+	Decision      string  `json:"decision"`
+	By            string  `json:"by"`
+	Reason        string  `json:"reason,omitempty"`
+}
+
+// Decisions of a [CompositionDecideRequest].
+const (
+	GateAccept = "accept"
+	GateReject = "reject"
+)
 
 // CompositionListRequest lists composition runs.
 type CompositionListRequest struct {
@@ -96,6 +116,20 @@ func decodeCompositionRequest(verb string, data []byte) (any, bool, error) {
 		r.By = cleanBy(r.By)
 		r.verb = verb
 		return r, true, firstErr(check(r.run()), checkBy(r.By, true), checkText("reason", r.Reason))
+	case VerbCompositionDecide:
+		var r CompositionDecideRequest
+		if err := strict(data, &r); err != nil {
+			return nil, true, err
+		}
+		r.By = cleanBy(r.By)
+		var bad error
+		switch {
+		case r.Step == "" || len(r.Step) > 128:
+			bad = badRequest("step must name a step of the composition (1 to 128 characters)")
+		case r.Decision != GateAccept && r.Decision != GateReject:
+			bad = badRequest("decision %q: want accept or reject", r.Decision)
+		}
+		return r, true, firstErr(check(CompositionRequest{CompositionID: r.CompositionID, Producer: r.Producer, Run: r.Run}), bad, checkBy(r.By, true), checkText("reason", r.Reason))
 	case VerbCompositionList:
 		var r CompositionListRequest
 		if err := strict(data, &r); err != nil {
@@ -111,7 +145,7 @@ func decodeCompositionRequest(verb string, data []byte) (any, bool, error) {
 
 func (s *Service) serveComposition(ctx context.Context, r any) (any, bool, error) {
 	switch r.(type) {
-	case CompositionRequest, CompositionCancelRequest, CompositionListRequest:
+	case CompositionRequest, CompositionCancelRequest, CompositionListRequest, CompositionDecideRequest:
 	default:
 		return nil, false, nil
 	}
@@ -157,6 +191,24 @@ func (s *Service) serveComposition(ctx context.Context, r any) (any, bool, error
 			return nil, true, err
 		}
 		s.log.Info("admin "+r.verb, "composition_id", rec.ChainID, "producer", rec.Producer, "run", rec.RunOf(), "by", r.By, "reason", r.Reason)
+		return compose.Status(ctx, c.st, rec), true, nil
+	case CompositionDecideRequest:
+		rec, err := compose.Find(ctx, c.st, r.CompositionID, r.Producer, r.Run)
+		if err != nil {
+			return nil, true, err
+		}
+		rec, err = compose.Decide(ctx, c.st, func(ctx context.Context, id, reason, by string) error {
+			_, err := c.a.Resume(ctx, id, admin.ResumeOptions{By: by, Reason: reason})
+			return err
+		}, func(ctx context.Context, id, reason, by string) error {
+			_, err := c.a.Decide(ctx, id, admin.DecisionReject, reason, by)
+			return err
+		}, rec, r.Step, r.Decision == GateAccept, r.By, r.Reason)
+		if err != nil {
+			return nil, true, err
+		}
+		s.log.Info("admin "+VerbCompositionDecide, "composition_id", rec.ChainID, "producer", rec.Producer, "run", rec.RunOf(),
+			"step", r.Step, "decision", r.Decision, "by", r.By, "reason", r.Reason)
 		return compose.Status(ctx, c.st, rec), true, nil
 	case CompositionListRequest:
 		limit := r.Limit
@@ -207,4 +259,11 @@ func (c *Client) CompositionReplay(ctx context.Context, r CompositionCancelReque
 func (c *Client) CompositionList(ctx context.Context, r CompositionListRequest) (CompositionListReply, error) {
 	var out CompositionListReply
 	return out, c.call(ctx, VerbCompositionList, r, &out)
+}
+
+// CompositionDecide decides on a composition step held at its operator
+// gate.
+func (c *Client) CompositionDecide(ctx context.Context, r CompositionDecideRequest) (compose.Outcome, error) {
+	var out compose.Outcome
+	return out, c.call(ctx, VerbCompositionDecide, r, &out)
 }

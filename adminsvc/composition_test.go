@@ -25,6 +25,7 @@ func init() {
 	schemaFor[VerbCompositionPause], replySchema[VerbCompositionPause] = "composition-pause-request", "composition-status-reply"
 	schemaFor[VerbCompositionResume], replySchema[VerbCompositionResume] = "composition-resume-request", "composition-status-reply"
 	schemaFor[VerbCompositionReplay], replySchema[VerbCompositionReplay] = "composition-replay-request", "composition-status-reply"
+	schemaFor[VerbCompositionDecide], replySchema[VerbCompositionDecide] = "composition-decide-request", "composition-status-reply"
 }
 
 // blocking is an executor that runs until its context ends.
@@ -156,4 +157,31 @@ func TestCompositionEndpoints(t *testing.T) {
 	f.do(t, VerbCompositionStatus, CompositionRequest{CompositionID: "comp-1", Run: 2}, CodeNotFound)
 	f.do(t, VerbCompositionStatus, []byte(`{"composition_id":"a b"}`), CodeBadRequest)
 	f.do(t, VerbCompositionList, []byte(`{"limit":5000}`), CodeBadRequest)
+
+	// A gated step waits for composition.decide: refused on a step not at
+	// its gate, malformed decisions are bad_request; accepted, it runs.
+	require.NoError(t, os.WriteFile(filepath.Join(f.workspace, "gated.txt"), []byte("x"), 0o644))
+	d := capsuletest.New().Delete("capsule_id").Set("target", "file:gated.txt").Set("constraints.resource_locks_required", []any{"gated.txt"})
+	doc, err = json.Marshal(map[string]any{"composition_id": "comp-gate", "steps": []any{
+		map[string]any{"name": "ship", "gate": "operator", "capsule": map[string]any(d)},
+	}})
+	require.NoError(t, err)
+	msg, err = nc.Request(compose.Subject+".alice", doc, 10*time.Second)
+	require.NoError(t, err)
+	_, err = compose.DecodeReply(msg)
+	require.NoError(t, err)
+	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionStatus, CompositionRequest{CompositionID: "comp-gate"}, ""), &o))
+		return o.Steps[0].State == string(capsule.Paused)
+	}, "the gated step waits")
+	f.do(t, VerbCompositionDecide, CompositionDecideRequest{CompositionID: "comp-gate", Step: "ship", Decision: "maybe", By: "ops"}, CodeBadRequest)
+	f.do(t, VerbCompositionDecide, CompositionDecideRequest{CompositionID: "comp-gate", Step: "ship", Decision: GateAccept}, CodeBadRequest)
+	f.do(t, VerbCompositionDecide, CompositionDecideRequest{CompositionID: "comp-gate", Step: "nope", Decision: GateAccept, By: "ops"}, CodeNotFound)
+	f.do(t, VerbCompositionDecide, CompositionDecideRequest{CompositionID: "comp-1", Step: "draft", Decision: GateAccept, By: "ops"}, CodeRefused)
+	require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionDecide, CompositionDecideRequest{CompositionID: "comp-gate", Step: "ship", Decision: GateAccept, By: "ops", Reason: "go"}, ""), &o))
+	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionStatus, CompositionRequest{CompositionID: "comp-gate"}, ""), &o))
+		return o.State == "completed"
+	}, "accepted, the step runs and the run completes")
+	f.do(t, VerbCompositionDecide, CompositionDecideRequest{CompositionID: "comp-gate", Step: "ship", Decision: GateAccept, By: "ops"}, CodeRefused)
 }

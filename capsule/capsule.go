@@ -45,7 +45,13 @@ type ChainStep struct {
 	Step int    `json:"step"`
 	// Run is the composition's run, from 2; 0 is run 1.
 	Run int `json:"run,omitempty"`
+	// Gate is the step's gate ([GateOperator]): the step waits for a
+	// person's decision before it starts.
+	Gate string `json:"gate,omitempty"`
 }
+
+// GateOperator is the gate of a composition step held for a person.
+const GateOperator = "operator"
 
 // Task says what to do; Kind selects the executor.
 type Task struct {

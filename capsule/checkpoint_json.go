@@ -53,6 +53,10 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 			b = append(b, `,"run":`...)
 			b = strconv.AppendInt(b, int64(c.Chain.Run), 10)
 		}
+		if c.Chain.Gate != "" {
+			b = append(b, `,"gate":`...)
+			b = appendString(b, c.Chain.Gate)
+		}
 		b = append(b, '}')
 	}
 	if c.Digest != "" {

@@ -26,6 +26,11 @@ const (
 	// for it, only a person (a raised cap, or a cancel). The sweeper still
 	// resumes it once the cap is raised.
 	TriggerWaveTooSmall Trigger = "wave_too_small"
+	// TriggerCompositionGate holds a composition step declared with gate
+	// "operator" (chain.gate) at AUTOMATED_GATES, before anything is
+	// spent, until a person decides (sagactl composition decide). Once:
+	// accepted, it goes on and is not held again.
+	TriggerCompositionGate Trigger = "composition_gate"
 )
 
 // Triggers lists the five continuation triggers of PIPELINE §5.
@@ -164,6 +169,11 @@ var TriggerTable = []TriggerInfo{
 		Event: EventWaveWait, Continuation: true, Metric: "wave_too_small",
 		PauseRefused: "its caps exceed its wave's whole cap: raise the wave's cap, or cancel it",
 		Description:  "its caps exceed its wave's whole cap: it waits for a person to raise the cap (it then goes on) or cancel it",
+	},
+	{
+		Trigger: TriggerCompositionGate, State: Paused, Once: true, Resumer: ResumerPerson,
+		Event: EventPaused, Continuation: true, Metric: "composition_gate",
+		Description: "a composition step with `gate: \"operator\"`: it waits, before anything is spent, for `sagactl composition decide`",
 	},
 }
 

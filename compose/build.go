@@ -16,8 +16,9 @@ import (
 // MaxSteps bounds a composition's steps (composition.schema.json).
 const MaxSteps = 256
 
-// GateOperator is the only gate a step may declare.
-const GateOperator = "operator"
+// GateOperator is the only gate a step may declare: the step's capsule
+// carries it (chain.gate) and waits at AUTOMATED_GATES for a person.
+const GateOperator = capsule.GateOperator
 
 // StepDef is one step of a document: its name, the steps it needs and its
 // capsule template.
@@ -45,6 +46,16 @@ type Doc struct {
 	Steps    []StepDef
 	Budget   *Budget
 	Deadline *time.Time
+	// Loops are the document's verification loops; [Check] refuses them:
+	// this sagad does not run them.
+	Loops []Loop
+}
+
+// Loop is a verification loop of a document (loops[] of the schema).
+type Loop struct {
+	Steps     []string `json:"steps"`
+	Verifier  string   `json:"verifier"`
+	MaxRounds int      `json:"max_rounds"`
 }
 
 // Parse reads b as a composition when it has a composition_id, else as a
@@ -76,11 +87,12 @@ func Parse(b []byte) (*Doc, error) {
 		} `json:"steps"`
 		Budget   *Budget    `json:"budget"`
 		Deadline *time.Time `json:"deadline"`
+		Loops    []Loop     `json:"loops"`
 	}
 	if err := json.Unmarshal(b, &in); err != nil {
 		return nil, schemaError(err)
 	}
-	d := &Doc{ID: in.ID, Budget: in.Budget, Deadline: in.Deadline}
+	d := &Doc{ID: in.ID, Budget: in.Budget, Deadline: in.Deadline, Loops: in.Loops}
 	for _, s := range in.Steps {
 		d.Steps = append(d.Steps, StepDef{Name: s.Name, Needs: s.Needs, Gate: s.Gate, tmpl: s.Capsule})
 	}
@@ -224,6 +236,9 @@ func (d *Doc) Build(ids []string, run int) (capsules [][]byte, digests []string,
 		chain := map[string]any{"id": d.ID, "step": i}
 		if run > 1 {
 			chain["run"] = run
+		}
+		if s.Gate != "" {
+			chain["gate"] = s.Gate
 		}
 		step["chain"] = chain
 		refs, _ := step["context_refs"].([]any)

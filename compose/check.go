@@ -134,6 +134,10 @@ func Check(d *Doc, cfg rules.Config, now time.Time) []Finding {
 	if d.Deadline != nil && !d.Deadline.After(now) {
 		out = append(out, Finding{Step: -1, Finding: capsule.Finding{Field: "deadline", Message: "the composition's deadline " + d.Deadline.UTC().Format(time.RFC3339) + " has passed"}})
 	}
+	for k, l := range d.Loops {
+		out = append(out, Finding{Step: -1, Finding: capsule.Finding{Field: "loops[" + strconv.Itoa(k) + "]",
+			Message: fmt.Sprintf("verification loop of verifier %q: this sagad does not run verification loops yet", l.Verifier)}})
+	}
 	for i, s := range d.Steps {
 		if d.Budget != nil {
 			var t struct {
@@ -142,9 +146,6 @@ func Check(d *Doc, cfg rules.Config, now time.Time) []Finding {
 			if json.Unmarshal(s.tmpl, &t) == nil && t.WaveID != nil {
 				out = append(out, stepFinding(i, s.Name, "wave_id", "a step of a composition with a budget joins the composition's wave: it names none of its own"))
 			}
-		}
-		if s.Gate != "" {
-			out = append(out, stepFinding(i, s.Name, "gate", "gate %q: this sagad does not hold steps for a person's decision yet", s.Gate))
 		}
 	}
 	ids, err := NewStepIDs(len(d.Steps))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -182,10 +183,11 @@ func Pause(ctx context.Context, st *store.Store, pause Acting, rec *store.ChainR
 }
 
 // Resume resumes run rec: the record says running again, and every step
-// paused is resumed.
+// paused is resumed, but a step held at its gate: that one waits for
+// [Decide].
 func Resume(ctx context.Context, st *store.Store, resume Acting, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
 	return control(ctx, st, rec, store.CompositionRunning, by, reason, func(ctx context.Context, id string, cp *capsule.Checkpoint) error {
-		if cp.State.Status != capsule.Paused {
+		if cp.State.Status != capsule.Paused || (cp.State.Pause != nil && cp.State.Pause.Trigger == capsule.TriggerCompositionGate) {
 			return nil
 		}
 		return resume(ctx, id, "composition resumed: "+reason, by)
@@ -360,4 +362,44 @@ func Status(ctx context.Context, st *store.Store, rec *store.ChainRecord) Outcom
 		}
 	}
 	return o
+}
+
+// ErrNotGated refuses a decision on a step that is not waiting at its
+// gate (no gate, not reached yet, or decided already).
+var ErrNotGated = errors.New("composition step not waiting at its gate")
+
+// Decide decides on run rec's step named step, held at its operator gate
+// (trigger composition_gate): accept resumes it, so it starts; reject
+// halts it operator_rejected (admin.Admin's Decide reject), and the steps
+// needing it halt dependency_failed. A step not waiting at its gate is
+// refused.
+func Decide(ctx context.Context, st *store.Store, resume, reject Acting, rec *store.ChainRecord, step string, accept bool, by, reason string) (*store.ChainRecord, error) {
+	m := Manifest(rec)
+	i := slices.IndexFunc(m.Steps, func(s StepOutcome) bool { return s.Name == step })
+	if i < 0 {
+		return nil, fmt.Errorf("%w: composition %s run %d has no step %q", store.ErrNotFound, rec.ChainID, rec.RunOf(), step)
+	}
+	if rec.State == store.CompositionCancelled || rec.AllEnded() {
+		return nil, fmt.Errorf("%w: composition %s run %d is %s", ErrEnded, rec.ChainID, rec.RunOf(), rec.StateOf())
+	}
+	id := rec.Steps[i]
+	cp, _, err := st.Checkpoints.Get(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: step %s has not been received yet", ErrNotGated, step)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if cp.State.Status != capsule.Paused || cp.State.Pause == nil || cp.State.Pause.Trigger != capsule.TriggerCompositionGate {
+		return nil, fmt.Errorf("%w: step %s is %s", ErrNotGated, step, cp.State.Status)
+	}
+	if accept {
+		err = resume(ctx, id, "composition gate accepted: "+reason, by)
+	} else {
+		err = reject(ctx, id, reason, by)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("step %s: %w", step, err)
+	}
+	return rec, nil
 }

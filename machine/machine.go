@@ -745,11 +745,14 @@ func revise(cp *capsule.Checkpoint, e Revise, now time.Time) (bool, *capsule.Tra
 
 func reject(cp *capsule.Checkpoint, e Reject, now time.Time) (bool, *capsule.Transition, error) {
 	st := &cp.State
-	if st.Status != capsule.WaitingForOperator {
+	// A composition step held at its gate is decided like a verdict at
+	// the operator gate: rejected, it halts operator_rejected.
+	gated := st.Status == capsule.Paused && st.Pause != nil && st.Pause.Trigger == capsule.TriggerCompositionGate
+	if st.Status != capsule.WaitingForOperator && !gated {
 		if st.Status == capsule.Halted && st.HaltReason == capsule.OperatorRejected().String() {
 			return false, nil, nil // recorded: the caller finishes its effects
 		}
-		return false, nil, refused(e, cp, "only a capsule waiting_for_operator can be decided")
+		return false, nil, refused(e, cp, "only a capsule waiting_for_operator (or at its composition gate) can be decided")
 	}
 	if st.Pause != nil && st.Pause.ResumeToken != "" {
 		return false, nil, refused(e, cp, "an accept is already under way")

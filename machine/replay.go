@@ -123,6 +123,9 @@ func replay(cp *capsule.Checkpoint, e Replay, now time.Time) (bool, *capsule.Tra
 	st.LocksHeld = []string{}
 	// Budget used, raised caps, fired warnings, artifacts and reviews carry
 	// over: spend accumulates across runs and the caps hold for all of them.
+	// But a composition step's gate asks a person again for every run: a
+	// decision was on the run it held.
+	st.Warned = without(st.Warned, capsule.TriggerCompositionGate)
 	var tr *capsule.Transition
 	if e.Digest != "" {
 		cp.Digest = e.Digest

@@ -40,6 +40,9 @@ func (AutomatedGates) Run(ctx context.Context, env *Env, in *Input) Decision {
 	if len(res.Violated) > 0 {
 		return HaltWith(res.Halt(), res.Findings...)
 	}
+	if d, held := operatorGate(in); held {
+		return d
+	}
 	return admitToWave(ctx, env, in, AdvanceWith())
 }
 
@@ -101,5 +104,24 @@ func dependencies(ctx context.Context, env *Env, in *Input) (Decision, bool) {
 	return Decision{
 		Action: Park, Trigger: capsule.TriggerDependencies, WaitFor: pending,
 		Reason: fmt.Sprintf("waiting for %d of %d dependencies: %s", len(pending), len(in.Capsule.DependsOn), strings.Join(pending, ", ")),
+	}, true
+}
+
+// operatorGate holds a composition step declared with gate "operator"
+// until a person decides: after its dependencies and the rules (so a
+// person decides on a step that could run), before its wave admission (so
+// a held step reserves nothing). The trigger fires once: accepted (a
+// resume), the step goes on.
+func operatorGate(in *Input) (Decision, bool) {
+	c := in.Capsule
+	if c == nil || c.Chain == nil || c.Chain.Gate != capsule.GateOperator {
+		return Decision{}, false
+	}
+	if in.Checkpoint != nil && in.Checkpoint.State.HasWarned(capsule.TriggerCompositionGate) {
+		return Decision{}, false
+	}
+	return Decision{
+		Action: Park, Trigger: capsule.TriggerCompositionGate,
+		Reason: fmt.Sprintf("composition %s: the step waits for a person: sagactl composition decide %s <step> accept|reject", c.Chain.ID, c.Chain.ID),
 	}, true
 }

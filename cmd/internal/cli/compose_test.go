@@ -120,6 +120,10 @@ func TestOnlineCompose(t *testing.T) {
 	require.Contains(t, r.out, "composition fan run 1: completed (4 of 4 passed, 0 failed, exit code 0)")
 	r = o.run(t, "composition", "cancel", "fan", "--by", "ops")
 	require.Equal(t, cli.ExitRefused, r.code, r.errOut)
+	r = o.run(t, "composition", "decide", "fan", "merge", "maybe", "--by", "ops")
+	require.Equal(t, cli.ExitUsage, r.code, r.errOut)
+	r = o.run(t, "composition", "decide", "fan", "merge", "accept", "--by", "ops")
+	require.Equal(t, cli.ExitRefused, r.code, "no gate, and the run ended: %s", r.errOut)
 	r = o.run(t, "composition", "status", "nope")
 	require.Equal(t, cli.ExitNotFound, r.code, r.errOut)
 

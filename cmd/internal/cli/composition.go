@@ -13,7 +13,7 @@ import (
 
 func newComposition(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "composition status|list|cancel|pause|resume|replay",
+		Use:   "composition status|list|cancel|pause|resume|replay|decide",
 		Short: "Show, list, cancel, pause and resume compositions (sagactl compose) as wholes",
 		Long: `A composition run is one record in sagad: its state (running, completed,
 failed, partial, cancelled), each step's name, capsule id, state, exit code
@@ -25,7 +25,11 @@ producers used one, name it with --producer; --run names a run (default:
 the latest). cancel ends every step not ended, so none starts; pause
 pauses every running step, and the steps waiting for them wait; resume
 resumes the paused steps; replay runs an ended run's failed steps and
-their dependents again (a new round of the run, completed steps kept). Exit 4 for an unknown composition, 5 when
+their dependents again (a new round of the run, completed steps kept);
+decide accepts or rejects a step with gate "operator", which waits (in
+sagactl pending) before anything is spent: accept starts it, reject
+halts it operator_rejected and the steps needing it halt
+dependency_failed. Exit 4 for an unknown composition, 5 when
 refused (a run that ended, or was cancelled), 6 when no sagad answers.`,
 	}
 	var producer, by, reason string
@@ -105,7 +109,35 @@ refused (a run that ended, or was cancelled), 6 when no sagad answers.`,
 		func(a *adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error) {
 			return a.CompositionReplay
 		})
-	for _, c := range []*cobra.Command{status, cancel, pause, resume, replay} {
+	decide := &cobra.Command{
+		Use:   "decide ID STEP accept|reject --by WHO [--reason TEXT]",
+		Short: "Decide on a step held at its operator gate: accept starts it, reject halts it (operator_rejected) and its dependents",
+		Args:  cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[2] != adminsvc.GateAccept && args[2] != adminsvc.GateReject {
+				return exit(ExitUsage, fmt.Errorf("decision %q: want accept or reject", args[2]))
+			}
+			ctx, a, done, err := g.dialAdmin(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			r := request(cmd, args[0])
+			o, err := a.CompositionDecide(ctx, adminsvc.CompositionDecideRequest{
+				CompositionID: r.CompositionID, Producer: r.Producer, Run: r.Run, Step: args[1], Decision: args[2], By: by, Reason: reason,
+			})
+			if err != nil {
+				return adminErr(err)
+			}
+			if enc := g.encoder(); enc != nil {
+				return enc(cmd.OutOrStdout(), o)
+			}
+			return printComposition(cmd.OutOrStdout(), o)
+		},
+	}
+	decide.Flags().StringVar(&by, "by", "", "who decides (recorded)")
+	decide.Flags().StringVar(&reason, "reason", "", "why (recorded)")
+	for _, c := range []*cobra.Command{status, cancel, pause, resume, replay, decide} {
 		c.Flags().StringVar(&producer, "producer", "", "whose composition, when several producers used the id (- for sagad's own)")
 		c.Flags().IntVar(&run, "run", 0, "which run (default: the latest)")
 	}
@@ -137,7 +169,7 @@ refused (a run that ended, or was cancelled), 6 when no sagad answers.`,
 		},
 	}
 	list.Flags().IntVar(&limit, "limit", 0, "at most this many runs (default 100, at most 1000)")
-	cmd.AddCommand(status, list, cancel, pause, resume, replay)
+	cmd.AddCommand(status, list, cancel, pause, resume, replay, decide)
 	return cmd
 }
 
