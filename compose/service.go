@@ -377,8 +377,17 @@ func (s *Service) assign(ctx context.Context, doc *Doc, producer, digest string)
 			rec.Run = run
 		}
 		if !doc.Chain {
+			index := make(map[string]int, len(doc.Steps))
+			for i, st := range doc.Steps {
+				index[st.Name] = i
+			}
 			for _, st := range doc.Steps {
 				rec.Names = append(rec.Names, st.Name)
+				needs := make([]int, 0, len(st.Needs))
+				for _, n := range st.Needs {
+					needs = append(needs, index[n])
+				}
+				rec.Needs = append(rec.Needs, needs)
 			}
 		}
 		err = s.st.Chains.Create(ctx, *rec)

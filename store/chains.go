@@ -80,6 +80,11 @@ type ChainRecord struct {
 	// Names are the steps' names, in order (empty for a chain document,
 	// whose step i is step-<i>).
 	Names []string `json:"names,omitempty"`
+	// Needs are each step's needs as indexes into Steps, aligned with
+	// Names (empty for a chain document, whose step i needs step i-1, and
+	// in a record written before needs were kept): indexes, not names, so
+	// a 256-step record stays small.
+	Needs [][]int `json:"needs,omitempty"`
 	// State is the run's: "" (running) or paused until every step ended,
 	// then completed, failed or partial (see [CompositionState]); or
 	// cancelled.
