@@ -120,6 +120,9 @@ type Config struct {
 	// MaxRuns bounds the runs (edited documents) of one composition id.
 	// Defaults to 100.
 	MaxRuns int
+	// Started, when set, is told the step count of every run this sagad
+	// starts (the sagad_composition_steps histogram).
+	Started func(steps int)
 }
 
 func (c Config) withDefaults() Config {
@@ -339,6 +342,9 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 			Detail: fmt.Sprintf("run %d: %d steps", out.Run, len(out.Steps)),
 		}); err != nil {
 			return Reply{}, err
+		}
+		if s.cfg.Started != nil {
+			s.cfg.Started(len(out.Steps))
 		}
 	}
 	s.await(ctx, producer, out.Steps)
