@@ -652,9 +652,11 @@ function route() {
   else if (parts[0] === "phases") r = { name: "phases", render: renderPhases };
   else if (parts[0] === "waves") r = { name: "waves", render: renderWaves };
   else if (parts[0] === "costs") r = { name: "costs", render: renderCosts };
+  else if (parts[0] === "compositions") r = { name: "compositions", render: renderCompositions };
+  else if (parts[0] === "composition" && parts[1]) r = { name: "composition", render: () => renderComposition(decodeURIComponent(parts[1])) };
   else r = { name: "inbox", render: renderInbox };
   current = r;
-  for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.id === "nav-" + (r.name === "capsule" ? "capsules" : r.name));
+  for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.id === "nav-" + (r.name === "capsule" ? "capsules" : r.name === "composition" ? "compositions" : r.name));
   refresh();
 }
 
@@ -698,6 +700,8 @@ function onChange(row) {
   soonBadge();
   if (current.name === "capsule") { if (row.key === current.key) soon(); return; }
   if (current.name === "waves") { if (row.wave_id) soon(); return; }
+  if (current.name === "compositions") { soon(); return; }
+  if (current.name === "composition") { if (compositionKeys.has(row.key) || compositionKeys.has(row.capsule_id)) soon(); return; }
   if (current.name === "capsules") {
     const tr = document.querySelector('#capsule-list tr[data-key="' + CSS.escape(row.key) + '"]');
     if (tr && !row.deleted) { const n = rowOf(row); n.classList.add("flash"); tr.replaceWith(n); }
