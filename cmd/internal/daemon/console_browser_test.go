@@ -283,6 +283,12 @@ func compositionGraph(t *testing.T, bctx context.Context, nc *nats.Conn, base st
 	u, err := chromedp.Run(ctx, chromedp.Location())
 	require.NoError(t, err)
 	require.True(t, strings.HasSuffix(u, "#/capsule/"+ids["fr"]), u)
+
+	// The metrics count it: a completed run of four steps.
+	body := scrape(t, base+"/metrics")
+	require.Equal(t, 1.0, value(t, body, `sagad_compositions{state="completed"}`))
+	require.Equal(t, 1.0, value(t, body, `sagad_composition_steps_count`))
+	require.Equal(t, 4.0, value(t, body, `sagad_composition_steps_sum`))
 }
 
 // bulkCancel: the capsules of a filtered list, selected at once, are
