@@ -380,5 +380,12 @@ func DecodeChainRecord(b []byte) (*ChainRecord, error) {
 		(len(r.Needs) != 0 && len(r.Needs) != len(r.Steps)) {
 		return nil, errors.New("chain record: malformed")
 	}
+	for _, needs := range r.Needs {
+		for _, j := range needs {
+			if j < 0 || j >= len(r.Steps) {
+				return nil, errors.New("chain record: malformed needs")
+			}
+		}
+	}
 	return &r, nil
 }

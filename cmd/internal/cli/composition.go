@@ -220,7 +220,7 @@ func compositionTree(steps []compose.StepOutcome) []treeLine {
 		seen[i] = true
 		l := treeLine{step: i, depth: depth}
 		for _, n := range steps[i].Needs {
-			if j, ok := index[n]; ok && j != parent[i] {
+			if j, ok := index[n]; ok && j != parent[i] && j != i {
 				l.also = append(l.also, n)
 			}
 		}
