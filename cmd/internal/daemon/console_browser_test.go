@@ -283,6 +283,11 @@ func compositionGraph(t *testing.T, bctx context.Context, nc *nats.Conn, base st
 	u, err := chromedp.Run(ctx, chromedp.Location())
 	require.NoError(t, err)
 	require.True(t, strings.HasSuffix(u, "#/capsule/"+ids["fr"]), u)
+	// And the capsule's page leads back to the graph.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(css(`#composition-link`)),
+		chromedp.WaitVisible(css(`#composition-graph a.node[data-step="draft"]`)),
+	), "a step's capsule page links to its composition")
 
 	// The metrics count it: a completed run of four steps.
 	body := scrape(t, base+"/metrics")
