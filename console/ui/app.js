@@ -702,7 +702,7 @@ function onChange(row) {
   soonBadge();
   if (current.name === "capsule") { if (row.key === current.key) soon(); return; }
   if (current.name === "waves") { if (row.wave_id) soon(); return; }
-  if (current.name === "compositions") { soon(); return; }
+  if (current.name === "compositions") { if (row.chain) soon(); return; }
   if (current.name === "composition") { if (compositionKeys.has(row.key) || compositionKeys.has(row.capsule_id)) soon(); return; }
   if (current.name === "capsules") {
     const tr = document.querySelector('#capsule-list tr[data-key="' + CSS.escape(row.key) + '"]');
