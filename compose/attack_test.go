@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,14 @@ type fixture struct {
 	st        *store.Store
 	rec       *recorder
 	workspace string
+	mu        sync.Mutex
+	starts    []int // the step counts Config.Started was told
+}
+
+func (f *fixture) started() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.starts)
 }
 
 func setup(t *testing.T) *fixture {
@@ -88,7 +97,11 @@ func setup(t *testing.T) *fixture {
 		defer cancel()
 		p.Stop(ctx)
 	})
-	svc, err := compose.Start(nc, p.Store(), compose.Config{Logger: logger, Rules: p.Rules()})
+	svc, err := compose.Start(nc, p.Store(), compose.Config{Logger: logger, Rules: p.Rules(), Started: func(n int) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.starts = append(f.starts, n)
+	}})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, svc.Stop()) })
 	runner, err := compose.StartRunner(ctx, p.Store(), compose.RunnerConfig{Logger: logger})

@@ -78,18 +78,28 @@ func FuzzDecodeChainRecord(f *testing.F) {
 	f.Add([]byte(`{"chain_id":"c","producer":"a.b","steps":["a"],"step_digests":["x"]}`))
 	f.Add([]byte(`{"chain_id":"c","producer":"p","digest":"d","steps":["a","b"],"step_digests":["x","y"],"run":2,"names":["n","m"],"state":"partial","ended":[{"state":"completed","artifact":"artifact:a/cycle-1"},{"state":"halted"}],"outcome_sent":true}`))
 	f.Add([]byte(`{"chain_id":"c","steps":["a"],"step_digests":["x"],"names":["n","m"],"ended":[{},{}]}`))
+	f.Add([]byte(`{"chain_id":"c","steps":["a","b","c"],"step_digests":["x","y","z"],"names":["d","f","m"],"needs":[[],[0],[0,1]]}`))
+	f.Add([]byte(`{"chain_id":"c","steps":["a","b"],"step_digests":["x","y"],"names":["d","f"],"needs":[[1],[0]]}`))
+	f.Add([]byte(`{"chain_id":"c","steps":["a"],"step_digests":["x"],"names":["d"],"needs":[[5]]}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := store.DecodeChainRecord(b)
+		state, ok := store.CompositionStateOf(b)
+		require.Equal(t, err == nil, ok, "the metrics read a record exactly when the store does")
 		if err != nil {
 			return
 		}
+		require.Equal(t, r.StateOf(), state)
+		require.True(t, len(r.Needs) == 0 || len(r.Needs) == len(r.Steps))
 		require.NotEmpty(t, r.ChainID)
 		require.Len(t, r.StepDigests, len(r.Steps))
 		require.True(t, store.ValidProducer(r.Producer))
 		require.True(t, len(r.Ended) == 0 || len(r.Ended) == len(r.Steps))
 		m := compose.Manifest(r)
 		require.Len(t, m.Steps, len(r.Steps))
+		for _, s := range m.Steps {
+			require.LessOrEqual(t, len(s.Needs), len(r.Steps))
+		}
 		require.Equal(t, m.Summary.Total, len(r.Steps))
 	})
 }

@@ -91,6 +91,14 @@ func TestCompositionFanOutFanIn(t *testing.T) {
 		}
 		require.ElementsMatch(t, want, from, "%s reads every need's final artifact", s.name)
 	}
+	// The run's manifest says each step's needs (sagactl's tree and the
+	// console's graph are drawn from them), and the run was counted once.
+	rec, err := f.st.Chains.Get(context.Background(), "fan", "alice")
+	require.NoError(t, err)
+	for i, s := range compose.Status(context.Background(), f.st, rec).Steps {
+		require.Equal(t, fanOutFanIn[i].needs, s.Needs, s.Name)
+	}
+	require.Equal(t, []int{len(fanOutFanIn)}, f.started())
 }
 
 // TestCompositionEditedIsNewRun: the same document again is the same run;

@@ -197,6 +197,11 @@ func TestRecordSize256(t *testing.T) {
 	for i, id := range ids {
 		rec.StepDigests = append(rec.StepDigests, strings.Repeat("e", 64))
 		rec.Names = append(rec.Names, fmt.Sprintf("translate-into-%03d", i))
+		var needs []int
+		if i > 0 {
+			needs = []int{0, i - 1} // a fan-out of the first, and a chain
+		}
+		rec.Needs = append(rec.Needs, needs)
 		rec.Ended = append(rec.Ended, store.StepEnd{State: string(capsule.Completed), Artifact: "artifact:" + id + "/cycle-3",
 			Tokens: 123456, Dollars: 12.3456})
 	}

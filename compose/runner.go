@@ -119,6 +119,7 @@ func Manifest(rec *store.ChainRecord) Outcome {
 		if i < len(rec.Names) {
 			s.Name = rec.Names[i]
 		}
+		s.Needs = needsOf(rec, i)
 		if i < len(rec.Ended) && rec.Ended[i].State != "" {
 			e := rec.Ended[i]
 			code := 1
@@ -136,6 +137,34 @@ func Manifest(rec *store.ChainRecord) Outcome {
 	o.Summary.Total = len(rec.Steps)
 	o.Summary.ExitCode = ExitCodeOf(o.State)
 	return o
+}
+
+// needsOf names the steps step i of rec needs: a chain document's step
+// needs the one before it; a record without needs (written before they
+// were kept) tells none.
+func needsOf(rec *store.ChainRecord, i int) []string {
+	name := func(j int) string {
+		if j < len(rec.Names) {
+			return rec.Names[j]
+		}
+		return ChainStepName(j)
+	}
+	if len(rec.Names) == 0 {
+		if i == 0 {
+			return nil
+		}
+		return []string{name(i - 1)}
+	}
+	if i >= len(rec.Needs) {
+		return nil
+	}
+	var out []string
+	for _, j := range rec.Needs[i] {
+		if j >= 0 && j < len(rec.Steps) {
+			out = append(out, name(j))
+		}
+	}
+	return out
 }
 
 // RunnerConfig tunes the [Runner].

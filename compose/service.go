@@ -120,6 +120,9 @@ type Config struct {
 	// MaxRuns bounds the runs (edited documents) of one composition id.
 	// Defaults to 100.
 	MaxRuns int
+	// Started, when set, is told the step count of every run this sagad
+	// starts (the sagad_composition_steps histogram).
+	Started func(steps int)
 }
 
 func (c Config) withDefaults() Config {
@@ -340,6 +343,9 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 		}); err != nil {
 			return Reply{}, err
 		}
+		if s.cfg.Started != nil {
+			s.cfg.Started(len(out.Steps))
+		}
 	}
 	s.await(ctx, producer, out.Steps)
 	return out, nil
@@ -377,8 +383,17 @@ func (s *Service) assign(ctx context.Context, doc *Doc, producer, digest string)
 			rec.Run = run
 		}
 		if !doc.Chain {
+			index := make(map[string]int, len(doc.Steps))
+			for i, st := range doc.Steps {
+				index[st.Name] = i
+			}
 			for _, st := range doc.Steps {
 				rec.Names = append(rec.Names, st.Name)
+				needs := make([]int, 0, len(st.Needs))
+				for _, n := range st.Needs {
+					needs = append(needs, index[n])
+				}
+				rec.Needs = append(rec.Needs, needs)
 			}
 		}
 		err = s.st.Chains.Create(ctx, *rec)

@@ -211,6 +211,8 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /ui/api/phases", c.getPhases)
 	mux.HandleFunc("GET /ui/api/waves", c.getWaves)
 	mux.HandleFunc("GET /ui/api/costs", c.getCosts)
+	mux.HandleFunc("GET /ui/api/compositions", c.getCompositions)
+	mux.HandleFunc("GET /ui/api/compositions/{id}", c.getComposition)
 	mux.HandleFunc("GET /ui/api/stream", c.stream)
 	mux.HandleFunc("POST /ui/api/actions/{verb}", c.act)
 	mux.HandleFunc("POST /ui/api/bulk/{verb}", c.bulk)

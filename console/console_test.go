@@ -77,7 +77,8 @@ func setupWith(t *testing.T, cfg Config, withAdmin bool) *fixture {
 		p.Stop(ctx)
 	})
 	if withAdmin {
-		svc, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: testLogger(t), Rules: p.Rules(), Costs: adminsvc.StoreCosts(p.Store())})
+		svc, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: testLogger(t), Rules: p.Rules(), Costs: adminsvc.StoreCosts(p.Store()),
+			Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin())})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, svc.Stop(context.Background())) })
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,7 +27,14 @@ type Names struct {
 	// paused capsule, a capsule.Continuation). Empty: paused capsules are
 	// not counted.
 	ContinuationsBucket string
+	// CompositionsBucket is the KV bucket of composition records (one
+	// entry per composition run). Empty: compositions are not counted.
+	CompositionsBucket string
 }
+
+// CompositionStates are the states sagad_compositions reports, always,
+// so a state none is in reads 0 rather than disappearing.
+var CompositionStates = []string{"running", "paused", "completed", "failed", "partial", "cancelled"}
 
 // CollectorConfig configures a [JetStreamCollector].
 type CollectorConfig struct {
@@ -44,6 +52,11 @@ type CollectorConfig struct {
 	// (yet): the operator_gate series is left out rather than read 0. Nil:
 	// it reads the continuations like the others.
 	AwaitingOperator func() (n int, ok bool)
+	// CompositionState reads a composition record's state from its bytes
+	// (the record's format is the store's, which this package cannot
+	// import). A state not in [CompositionStates], or ok false, counts as
+	// "other". Required for CompositionsBucket to be read.
+	CompositionState func(record []byte) (state string, ok bool)
 }
 
 func (c CollectorConfig) withDefaults() CollectorConfig {
@@ -77,6 +90,7 @@ type JetStreamCollector struct {
 	phasePaused  *prometheus.Desc
 	inPhase      *prometheus.Desc
 	paused       *prometheus.Desc
+	compositions *prometheus.Desc
 	scrapeErrors prometheus.Counter
 }
 
@@ -103,6 +117,8 @@ func NewJetStreamCollector(js jetstream.JetStream, cfg CollectorConfig) (*JetStr
 			"Capsules queued for or being worked on by the phase: its consumer's pending plus ack-pending messages.", phase, nil),
 		paused: prometheus.NewDesc("sagad_capsules_paused",
 			"Paused and waiting capsules, by trigger: continuations, and capsules waiting for an operator decision (operator_gate).", []string{"trigger"}, nil),
+		compositions: prometheus.NewDesc("sagad_compositions",
+			"Composition runs recorded, by state (running, paused, completed, failed, partial, cancelled, other).", []string{"state"}, nil),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sagad_jetstream_scrape_errors_total",
 			Help: "JetStream reads that failed during a scrape; their series were left out of that scrape.",
@@ -112,7 +128,7 @@ func NewJetStreamCollector(js jetstream.JetStream, cfg CollectorConfig) (*JetStr
 
 // Describe implements prometheus.Collector.
 func (c *JetStreamCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.pending, c.ackPending, c.redelivered, c.phasePaused, c.inPhase, c.paused} {
+	for _, d := range []*prometheus.Desc{c.pending, c.ackPending, c.redelivered, c.phasePaused, c.inPhase, c.paused, c.compositions} {
 		ch <- d
 	}
 	c.scrapeErrors.Describe(ch)
@@ -127,6 +143,7 @@ func (c *JetStreamCollector) Collect(ch chan<- prometheus.Metric) {
 		c.collectPhase(ctx, ch, p)
 	}
 	c.collectPaused(ctx, ch)
+	c.collectCompositions(ctx, ch)
 	c.scrapeErrors.Collect(ch)
 }
 
@@ -181,10 +198,45 @@ func (c *JetStreamCollector) collectPaused(ctx context.Context, ch chan<- promet
 	}
 }
 
-// countContinuations counts the bucket's live entries by trigger label. It
-// reads them with one watcher (one ordered consumer) instead of a request
-// per key. A missing bucket means no capsule was ever paused.
+func (c *JetStreamCollector) collectCompositions(ctx context.Context, ch chan<- prometheus.Metric) {
+	bucket := c.cfg.Names.CompositionsBucket
+	if bucket == "" || c.cfg.CompositionState == nil {
+		return
+	}
+	counts, err := c.countEntries(ctx, bucket, func(b []byte) string {
+		if st, ok := c.cfg.CompositionState(b); ok && slices.Contains(CompositionStates, st) {
+			return st
+		}
+		return Other
+	})
+	if err != nil {
+		c.fail("compositions", err, "bucket", bucket)
+		return
+	}
+	for _, st := range CompositionStates {
+		ch <- prometheus.MustNewConstMetric(c.compositions, prometheus.GaugeValue, float64(counts[st]), st)
+	}
+	if n := counts[Other]; n > 0 {
+		ch <- prometheus.MustNewConstMetric(c.compositions, prometheus.GaugeValue, float64(n), Other)
+	}
+}
+
+// countContinuations counts the bucket's live entries by trigger label. A
+// missing bucket means no capsule was ever paused.
 func (c *JetStreamCollector) countContinuations(ctx context.Context, bucket string) (map[string]int, error) {
+	return c.countEntries(ctx, bucket, func(b []byte) string {
+		var cont capsule.Continuation
+		if json.Unmarshal(b, &cont) == nil {
+			return TriggerLabel(cont.Trigger)
+		}
+		return Other
+	})
+}
+
+// countEntries counts bucket's live entries by the label each value gets.
+// It reads them with one watcher (one ordered consumer) instead of a
+// request per key. A missing bucket has nothing to count.
+func (c *JetStreamCollector) countEntries(ctx context.Context, bucket string, label func([]byte) string) (map[string]int, error) {
 	counts := map[string]int{}
 	kv, err := c.js.KeyValue(ctx, bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -209,12 +261,7 @@ func (c *JetStreamCollector) countContinuations(ctx context.Context, bucket stri
 			if e == nil { // every current entry has been delivered
 				return counts, nil
 			}
-			var cont capsule.Continuation
-			label := Other
-			if json.Unmarshal(e.Value(), &cont) == nil {
-				label = TriggerLabel(cont.Trigger)
-			}
-			counts[label]++
+			counts[label(e.Value())]++
 		}
 	}
 }

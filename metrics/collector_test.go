@@ -28,6 +28,7 @@ var names = metrics.Names{
 	PhaseStream:         store.PhaseStream,
 	ConsumerName:        store.ConsumerName,
 	ContinuationsBucket: store.ContinuationsBucket,
+	CompositionsBucket:  store.ChainsBucket,
 }
 
 type fixture struct {
@@ -48,7 +49,8 @@ func setup(t *testing.T) *fixture {
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, metrics.BuildInfo{Version: "test"})
-	col, err := metrics.NewJetStreamCollector(js, metrics.CollectorConfig{Names: names, Timeout: 5 * time.Second})
+	col, err := metrics.NewJetStreamCollector(js, metrics.CollectorConfig{Names: names, Timeout: 5 * time.Second,
+		CompositionState: store.CompositionStateOf})
 	require.NoError(t, err)
 	reg.MustRegister(col)
 	return &fixture{js: js, reg: reg, m: m}
@@ -252,6 +254,34 @@ func touch(m *metrics.Metrics) {
 	m.WriteFailed(metrics.WriteStorage)
 	m.WritesFailing(true)
 	m.RedeliveredInFlight()
+	m.CompositionStarted(4)
+}
+
+// TestCollectorCompositions: sagad_compositions counts the records by
+// state, every known state present (0 when none is in it), and a record
+// that is not one under "other".
+func TestCollectorCompositions(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	kv, err := f.js.KeyValue(ctx, store.ChainsBucket)
+	require.NoError(t, err)
+	put := func(key, state string) {
+		b, err := json.Marshal(store.ChainRecord{ChainID: key, Steps: []string{"a"}, StepDigests: []string{"d"}, State: state})
+		require.NoError(t, err)
+		_, err = kv.Put(ctx, key, b)
+		require.NoError(t, err)
+	}
+	put("c1", "")
+	put("c2", "")
+	put("c3", store.CompositionPartial)
+	put("c4", store.CompositionCancelled)
+	_, err = kv.Put(ctx, "c5", []byte("{not a record"))
+	require.NoError(t, err)
+
+	got := gauges(t, f.reg, "sagad_compositions")
+	require.Equal(t, map[string]float64{"running": 2, "paused": 0, "completed": 0, "failed": 0, "partial": 1, "cancelled": 1, "other": 1}, got)
+	require.Zero(t, scrapeErrors(t, f.reg))
 }
 
 func TestCollectorWithoutContinuationsBucket(t *testing.T) {

@@ -39,6 +39,7 @@
 //	sagad_pauses_total                    counter    trigger
 //	sagad_resumes_total                   counter    trigger
 //	sagad_admin_actions_total             counter    action
+//	sagad_composition_steps               histogram  (steps per composition run, observed when it starts)
 //
 // Where the label set is closed (phases × outcomes, halt codes, verdicts,
 // rules, triggers, kinds × results, actions) every series is created at zero
@@ -60,6 +61,7 @@
 //	sagad_phase_paused                    gauge      phase (1 while the phase consumer is paused)
 //	sagad_capsules_in_phase               gauge      phase
 //	sagad_capsules_paused                 gauge      trigger
+//	sagad_compositions                    gauge      state (running, paused, completed, failed, partial, cancelled, other)
 //	sagad_jetstream_scrape_errors_total   counter
 //
 // sagad_capsules_in_phase is pending + ack_pending of the phase's durable
@@ -76,6 +78,10 @@
 // the count that long after it began waiting, plus the rescuer's interval;
 // the series is left out until the rescuer first looked, and with the
 // rescuer disabled).
+//
+// sagad_compositions counts the composition records (one per run) by
+// state, read with one watcher over the compositions bucket; records
+// expire with the bucket's TTL, so ended runs leave the count with them.
 //
 // The values are the same from every sagad instance, since they describe the
 // shared JetStream state; aggregate them with max(), not sum(). A failed

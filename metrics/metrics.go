@@ -169,7 +169,10 @@ var (
 	// lockBuckets end past 60s, the lock_contention pause threshold.
 	lockBuckets = []float64{0.001, 0.005, 0.025, 0.1, 0.5, 1, 5, 10, 30, 60, 120}
 	// callBuckets span a stub's microseconds to a long agent run.
-	callBuckets = []float64{0.01, 0.05, 0.25, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+	// compositionStepBuckets are steps per composition, up to the 256 a
+	// document may hold.
+	compositionStepBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}
+	callBuckets            = []float64{0.01, 0.05, 0.25, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 )
 
 // BuildInfo is what sagad_build_info reports.
@@ -222,6 +225,7 @@ type Metrics struct {
 	writeErrors    *prometheus.CounterVec
 	writesFailing  prometheus.Gauge
 	busyRedeliver  prometheus.Counter
+	compSteps      prometheus.Histogram
 	spend          *spend
 	// awaitingOperator is the count of capsules waiting for an operator
 	// decision the rescuer last made, -1 before its first (see
@@ -274,6 +278,11 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 			Name: "sagad_rule_violations_total",
 			Help: "Constitution rule violations found, by rule number.",
 		}, []string{"rule"}),
+		compSteps: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sagad_composition_steps",
+			Help:    "Steps per composition run, observed when sagad starts the run.",
+			Buckets: compositionStepBuckets,
+		}),
 		lockWait: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sagad_lock_wait_seconds",
 			Help:    "Time EXECUTION waited to acquire a capsule's resource locks.",
@@ -636,6 +645,16 @@ func (m *Metrics) Rescued(phase capsule.Phase) {
 		return
 	}
 	m.rescued.WithLabelValues(PhaseLabel(phase)).Inc()
+}
+
+// CompositionStarted observes a composition run of steps steps that sagad
+// just started (once per run: a document sent again to the same run is
+// not a new start).
+func (m *Metrics) CompositionStarted(steps int) {
+	if m == nil {
+		return
+	}
+	m.compSteps.Observe(float64(steps))
 }
 
 // AwaitingOperator records n, the capsules waiting for an operator decision

@@ -80,6 +80,11 @@ type ChainRecord struct {
 	// Names are the steps' names, in order (empty for a chain document,
 	// whose step i is step-<i>).
 	Names []string `json:"names,omitempty"`
+	// Needs are each step's needs as indexes into Steps, aligned with
+	// Names (empty for a chain document, whose step i needs step i-1, and
+	// in a record written before needs were kept): indexes, not names, so
+	// a 256-step record stays small.
+	Needs [][]int `json:"needs,omitempty"`
 	// State is the run's: "" (running) or paused until every step ended,
 	// then completed, failed or partial (see [CompositionState]); or
 	// cancelled.
@@ -352,6 +357,17 @@ func (c *Chains) IsMember(ctx context.Context, producer, chainID string, run, st
 // maxChainRecordSteps matches composition.schema.json's maxItems.
 const maxChainRecordSteps = 256
 
+// CompositionStateOf is the state of the composition record b, for the
+// metrics collector (which cannot import this package): ok is false for
+// bytes that are not a record.
+func CompositionStateOf(b []byte) (state string, ok bool) {
+	r, err := DecodeChainRecord(b)
+	if err != nil {
+		return "", false
+	}
+	return r.StateOf(), true
+}
+
 // DecodeChainRecord decodes a chain record, refusing one that does not
 // hold together (sagad wrote every record, so this is corruption).
 func DecodeChainRecord(b []byte) (*ChainRecord, error) {
@@ -360,8 +376,16 @@ func DecodeChainRecord(b []byte) (*ChainRecord, error) {
 		return nil, fmt.Errorf("chain record: %w", err)
 	}
 	if r.ChainID == "" || len(r.Steps) == 0 || len(r.Steps) > maxChainRecordSteps || len(r.StepDigests) != len(r.Steps) || !ValidProducer(r.Producer) ||
-		r.Run < 0 || (len(r.Names) != 0 && len(r.Names) != len(r.Steps)) || (len(r.Ended) != 0 && len(r.Ended) != len(r.Steps)) {
+		r.Run < 0 || (len(r.Names) != 0 && len(r.Names) != len(r.Steps)) || (len(r.Ended) != 0 && len(r.Ended) != len(r.Steps)) ||
+		(len(r.Needs) != 0 && len(r.Needs) != len(r.Steps)) {
 		return nil, errors.New("chain record: malformed")
+	}
+	for _, needs := range r.Needs {
+		for _, j := range needs {
+			if j < 0 || j >= len(r.Steps) {
+				return nil, errors.New("chain record: malformed needs")
+			}
+		}
 	}
 	return &r, nil
 }

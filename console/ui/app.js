@@ -551,7 +551,9 @@ async function renderCapsule(key) {
       ["key", el("span", { class: "mono", text: cp.key })],
       ["phase", phaseLink(st.phase, st.phase_name)], ["cycle", String(st.cycle)],
       ["progress", st.progress + "%"], ["halt reason", st.halt_reason], ["wave", cp.wave_id ? waveLink(cp.wave_id) : ""],
-      ["chain", cp.chain ? chainLink(cp.chain) : ""], ["producer", cp.producer || ""],
+      ["chain", cp.chain ? chainLink(cp.chain) : ""],
+      ["composition", cp.chain ? el("a", { id: "composition-link", href: compositionHref({ composition_id: cp.chain.id, producer: cp.producer || "", run: cp.chain.run || 1 }), text: "graph" }) : ""],
+      ["producer", cp.producer || ""],
       ["trace id", d.trace_url ? traceLink(d.trace_url, cp.trace_id) : el("span", { class: "mono", id: "trace-id", text: cp.trace_id || "-" })],
       ["pause", st.pause ? st.pause.trigger + (st.pause.reason ? ": " + st.pause.reason : "") + (st.pause.by ? " (by " + st.pause.by + ")" : "") : ""],
       ["waiting on", s.waiting_on ? [s.waiting_on + ": ", pendingLinks(s.waiting_on, s.pending)] : ""],
@@ -652,9 +654,11 @@ function route() {
   else if (parts[0] === "phases") r = { name: "phases", render: renderPhases };
   else if (parts[0] === "waves") r = { name: "waves", render: renderWaves };
   else if (parts[0] === "costs") r = { name: "costs", render: renderCosts };
+  else if (parts[0] === "compositions") r = { name: "compositions", render: renderCompositions };
+  else if (parts[0] === "composition" && parts[1]) r = { name: "composition", render: () => renderComposition(decodeURIComponent(parts[1])) };
   else r = { name: "inbox", render: renderInbox };
   current = r;
-  for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.id === "nav-" + (r.name === "capsule" ? "capsules" : r.name));
+  for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.id === "nav-" + (r.name === "capsule" ? "capsules" : r.name === "composition" ? "compositions" : r.name));
   refresh();
 }
 
@@ -698,6 +702,8 @@ function onChange(row) {
   soonBadge();
   if (current.name === "capsule") { if (row.key === current.key) soon(); return; }
   if (current.name === "waves") { if (row.wave_id) soon(); return; }
+  if (current.name === "compositions") { if (row.chain) soon(); return; }
+  if (current.name === "composition") { if (compositionKeys.has(row.key) || compositionKeys.has(row.capsule_id)) soon(); return; }
   if (current.name === "capsules") {
     const tr = document.querySelector('#capsule-list tr[data-key="' + CSS.escape(row.key) + '"]');
     if (tr && !row.deleted) { const n = rowOf(row); n.classList.add("flash"); tr.replaceWith(n); }

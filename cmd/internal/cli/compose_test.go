@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,6 +119,15 @@ func TestOnlineCompose(t *testing.T) {
 	r = o.run(t, "composition", "status", "fan")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
 	require.Contains(t, r.out, "composition fan run 1: completed (4 of 4 passed, 0 failed, exit code 0)")
+	// The table is the graph as a tree: the translations under the
+	// draft, the merge under its first need, saying it waits for the other.
+	var tree []string
+	for _, l := range strings.Split(r.out, "\n")[2:] {
+		if f := strings.Fields(l); len(f) > 0 {
+			tree = append(tree, strings.TrimRight(l[:strings.Index(l, ids[f[0]])], " "))
+		}
+	}
+	require.Equal(t, []string{"draft", "  fr", "    merge (+de)", "  de"}, tree, r.out)
 	r = o.run(t, "composition", "cancel", "fan", "--by", "ops")
 	require.Equal(t, cli.ExitRefused, r.code, r.errOut)
 	r = o.run(t, "composition", "decide", "fan", "merge", "maybe", "--by", "ops")

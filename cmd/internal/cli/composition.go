@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -173,12 +174,16 @@ refused (a run that ended, or was cancelled), 6 when no sagad answers.`,
 	return cmd
 }
 
+// printComposition prints a run as a tree: each step indented under the
+// need it is drawn under (its first), so a fan-out reads as siblings; a
+// step with several needs (a fan-in) says which others it waits for.
 func printComposition(w io.Writer, o compose.Outcome) error {
 	fmt.Fprintf(w, "composition %s run %d: %s (%d of %d passed, %d failed, exit code %d)\n", printable(o.CompositionID), o.Run, o.State,
 		o.Summary.Passed, o.Summary.Total, o.Summary.Failed, o.Summary.ExitCode)
 	tw := table(w)
 	fmt.Fprintln(tw, "STEP\tCAPSULE\tSTATE\tEXIT\tARTIFACT")
-	for _, s := range o.Steps {
+	for _, n := range compositionTree(o.Steps) {
+		s := o.Steps[n.step]
 		code := "-"
 		if s.ExitCode != nil {
 			code = fmt.Sprint(*s.ExitCode)
@@ -187,7 +192,84 @@ func printComposition(w io.Writer, o compose.Outcome) error {
 		if s.HaltReason != "" {
 			detail = s.HaltReason
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", printable(s.Name), s.CapsuleID, s.State, code, dash(printable(detail)))
+		name := strings.Repeat("  ", n.depth) + printable(s.Name)
+		if len(n.also) > 0 {
+			also := make([]string, len(n.also))
+			for i, a := range n.also {
+				also[i] = printable(a)
+			}
+			name += " (+" + strings.Join(also, ",") + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, s.CapsuleID, s.State, code, dash(printable(detail)))
 	}
 	return tw.Flush()
+}
+
+// treeLine is one line of a composition's tree: the step (an index into
+// the outcome's steps), how deep it is drawn and its needs other than the
+// one it is drawn under.
+type treeLine struct {
+	step  int
+	depth int
+	also  []string
+}
+
+// compositionTree orders steps depth first from the roots (steps needing
+// none), in document order, each step once, under its first need. A step
+// whose needs name no step shown (an old record, or a need out of the
+// graph) is a root, so every step is printed exactly once.
+func compositionTree(steps []compose.StepOutcome) []treeLine {
+	index := make(map[string]int, len(steps))
+	for i, s := range steps {
+		if _, dup := index[s.Name]; !dup {
+			index[s.Name] = i
+		}
+	}
+	parent := make([]int, len(steps))
+	children := make([][]int, len(steps))
+	var roots []int
+	for i, s := range steps {
+		parent[i] = -1
+		for _, n := range s.Needs {
+			if j, ok := index[n]; ok && j != i {
+				parent[i] = j
+				break
+			}
+		}
+		if parent[i] < 0 {
+			roots = append(roots, i)
+		} else {
+			children[parent[i]] = append(children[parent[i]], i)
+		}
+	}
+	out := make([]treeLine, 0, len(steps))
+	seen := make([]bool, len(steps))
+	var walk func(i, depth int)
+	walk = func(i, depth int) {
+		if seen[i] {
+			return
+		}
+		seen[i] = true
+		l := treeLine{step: i, depth: depth}
+		for _, n := range steps[i].Needs {
+			if j, ok := index[n]; ok && j != parent[i] && j != i {
+				l.also = append(l.also, n)
+			}
+		}
+		out = append(out, l)
+		for _, c := range children[i] {
+			walk(c, depth+1)
+		}
+	}
+	for _, r := range roots {
+		walk(r, 0)
+	}
+	// A cycle of first needs (sagad refuses one; a forged record might
+	// not) leaves steps unseen: print them flat rather than drop them.
+	for i := range steps {
+		if !seen[i] {
+			walk(i, 0)
+		}
+	}
+	return out
 }

@@ -2,19 +2,23 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/testreq"
 )
@@ -60,7 +64,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	cfg.HTTPListen = freeAddr(t)
 	cfg.TraceURL = "http://jaeger.invalid/trace/{trace_id}"
 	d := start(t, cfg)
-	_, cl := connect(t, d.url, dataDir)
+	nc, cl := connect(t, d.url, dataDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
@@ -213,8 +217,83 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(`#cost-totals`)),
 		shot("9-costs"),
 	), "costs chart")
+	compositionGraph(t, bctx, nc, base, shot)
 	haltedAndCorrected(t, bctx, cl, base, shot)
 	bulkCancel(t, bctx, cl, base, shot)
+}
+
+// compositionGraph: a fan-out/fan-in composition (draft → fr, de → merge)
+// is listed on the Compositions page, and its page draws the graph: a
+// node per step, each a link to its step's capsule page, an edge per need,
+// every node turning completed as the steps end (live, no reload).
+func compositionGraph(t *testing.T, bctx context.Context, nc *nats.Conn, base string, shot func(string) chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+	defer cancel()
+	type step struct {
+		name  string
+		needs []string
+	}
+	var steps []any
+	for _, s := range []step{{"draft", nil}, {"fr", []string{"draft"}}, {"de", []string{"draft"}}, {"merge", []string{"fr", "de"}}} {
+		st := map[string]any{"name": s.name, "capsule": map[string]any(capsuletest.New().Delete("capsule_id").Set("task.title", "composition "+s.name))}
+		if s.needs != nil {
+			st["needs"] = s.needs
+		}
+		steps = append(steps, st)
+	}
+	doc, err := json.Marshal(map[string]any{"composition_id": "ui-fan", "steps": steps})
+	require.NoError(t, err)
+	r, err := compose.Publish(ctx, nc, doc)
+	require.NoError(t, err)
+	ids := map[string]string{}
+	for _, s := range r.Steps {
+		ids[s.Name] = s.CapsuleID
+	}
+	require.Len(t, ids, 4)
+
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(base+"/ui/#/compositions"),
+		chromedp.WaitVisible(css(`#composition-list tr[data-id="ui-fan"] a`)),
+		shot("9-compositions"),
+		chromedp.Click(css(`#composition-list tr[data-id="ui-fan"] a`)),
+		chromedp.WaitVisible(css(`#composition-graph a.node[data-step="merge"]`)),
+		chromedp.WaitVisible(css(`#composition-graph a.node[data-step="merge"][data-state="completed"]`)),
+		chromedp.WaitVisible(css(`#composition-summary .state-completed`)),
+		shot("9-composition-graph"),
+	), "composition graph")
+	links, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](
+		`Object.fromEntries([...document.querySelectorAll("#composition-graph a.node")].map(a => [a.dataset.step, a.getAttribute("href")]))`))
+	require.NoError(t, err)
+	want := map[string]string{}
+	for name, id := range ids {
+		want[name] = "#/capsule/" + id
+	}
+	require.Equal(t, want, links, "a node per step, linked to its capsule's page")
+	edges, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
+		`[...document.querySelectorAll("#composition-graph path.edge")].map(p => p.dataset.from + ">" + p.dataset.to).sort()`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"de>merge", "draft>de", "draft>fr", "fr>merge"}, edges, "an edge per need")
+	// A node is a link: following it opens the step's capsule page.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(css(`#composition-graph a.node[data-step="fr"] rect`)),
+		chromedp.WaitVisible(css(`#capsule-state .state-completed`)),
+	), "a node opens its capsule")
+	u, err := chromedp.Run(ctx, chromedp.Location())
+	require.NoError(t, err)
+	require.True(t, strings.HasSuffix(u, "#/capsule/"+ids["fr"]), u)
+	// And the capsule's page leads back to the graph.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(css(`#composition-link`)),
+		chromedp.WaitVisible(css(`#composition-graph a.node[data-step="draft"]`)),
+	), "a step's capsule page links to its composition")
+
+	// The metrics count it: a completed run of four steps.
+	body := scrape(t, base+"/metrics")
+	require.Equal(t, 1.0, value(t, body, `sagad_compositions{state="completed"}`))
+	require.Equal(t, 1.0, value(t, body, `sagad_composition_steps_count`))
+	require.Equal(t, 4.0, value(t, body, `sagad_composition_steps_sum`))
 }
 
 // bulkCancel: the capsules of a filtered list, selected at once, are

@@ -264,7 +264,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		return err
 	}
 	// Every sagad composes chains too: the steps' ids are sagad's to give.
-	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: log, Rules: p.Rules()})
+	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: log, Rules: p.Rules(), Started: m.CompositionStarted})
 	if err != nil {
 		_ = admin.Stop(ctx)
 		p.Stop(ctx)
@@ -410,7 +410,9 @@ func newRegistry(js jetstream.JetStream, log *slog.Logger) (*prometheus.Registry
 			PhaseStream:         store.PhaseStream,
 			ConsumerName:        store.ConsumerName,
 			ContinuationsBucket: store.ContinuationsBucket,
+			CompositionsBucket:  store.ChainsBucket,
 		},
+		CompositionState: store.CompositionStateOf,
 		Timeout:          readyTimeout,
 		Logger:           log,
 		AwaitingOperator: m.AwaitingOperatorCount,

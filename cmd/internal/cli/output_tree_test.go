@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/compose"
+)
+
+// TestCompositionTree: composition status prints every step exactly once,
+// indented under its first need, a fan-in naming its other needs; a chain
+// is a staircase; needs naming no step, or a cycle of first needs (a
+// forged record), still print every step rather than loop or drop one.
+func TestCompositionTree(t *testing.T) {
+	t.Parallel()
+	tree := func(steps ...compose.StepOutcome) []string {
+		var b bytes.Buffer
+		require.NoError(t, printComposition(&b, compose.Outcome{CompositionID: "c", Run: 1, State: "running", Steps: steps}))
+		var out []string
+		for _, l := range strings.Split(b.String(), "\n")[2:] {
+			if l != "" {
+				out = append(out, strings.TrimRight(l[:strings.Index(l, "id-")], " "))
+			}
+		}
+		return out
+	}
+	s := func(name string, needs ...string) compose.StepOutcome {
+		return compose.StepOutcome{Name: name, CapsuleID: "id-" + name, State: "running", Needs: needs}
+	}
+	require.Equal(t, []string{"draft", "  fr", "    merge (+de,es)", "  de", "  es", "other"},
+		tree(s("draft"), s("fr", "draft"), s("de", "draft"), s("es", "draft"), s("merge", "fr", "de", "es"), s("other")))
+	require.Equal(t, []string{"step-0", "  step-1", "    step-2"},
+		tree(s("step-0"), s("step-1", "step-0"), s("step-2", "step-1")))
+	require.Equal(t, []string{"a", "b"}, tree(s("a", "a"), s("b", "nowhere")))
+	require.Equal(t, []string{"x", "  y"}, tree(s("x", "y"), s("y", "x")))
+	// A name that is markup or a control sequence prints escaped.
+	lines := tree(s("\x1b[2Jboom"))
+	require.Len(t, lines, 1)
+	require.NotContains(t, lines[0], "\x1b")
+}
