@@ -127,7 +127,8 @@ func Cancel(ctx context.Context, st *store.Store, cancel Canceller, rec *store.C
 		return nil, err
 	}
 	var errs []error
-	for i, id := range rec.Steps {
+	for _, i := range dependentsFirst(rec) {
+		id := rec.Steps[i]
 		if i < len(rec.Ended) && rec.Ended[i].State != "" {
 			continue
 		}
@@ -151,6 +152,44 @@ func Cancel(ctx context.Context, st *store.Store, cancel Canceller, rec *store.C
 		}
 	}
 	return rec, errors.Join(errs...)
+}
+
+// dependentsFirst orders a run's steps so that every step comes before the
+// steps it needs: a cancel then reaches a dependent before its need ends, and
+// the dependent is cancelled rather than halted dependency_failed. Without
+// recorded needs (a record written before they were kept, or a chain, whose
+// step i needs i-1) it is the steps in reverse.
+func dependentsFirst(rec *store.ChainRecord) []int {
+	n := len(rec.Steps)
+	order := make([]int, 0, n)
+	if len(rec.Needs) != n {
+		for i := n - 1; i >= 0; i-- {
+			order = append(order, i)
+		}
+		return order
+	}
+	// Post-order over the needs gives needs before dependents; reversed,
+	// dependents come first. The needs form no cycle (checked when the
+	// document was taken); seen guards a forged record all the same.
+	seen := make([]bool, n)
+	var visit func(int)
+	visit = func(i int) {
+		if seen[i] {
+			return
+		}
+		seen[i] = true
+		for _, j := range rec.Needs[i] {
+			if j >= 0 && j < n {
+				visit(j)
+			}
+		}
+		order = append(order, i)
+	}
+	for i := range n {
+		visit(i)
+	}
+	slices.Reverse(order)
+	return order
 }
 
 // stepState reads the live state of a step not ended in the record.
