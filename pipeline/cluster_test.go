@@ -264,7 +264,10 @@ func TestClusterR3SurvivesNodeLoss(t *testing.T) {
 	require.Equal(t, len(ids), distinct, "capsules without an outcome")
 	require.Equal(t, len(ids), total, "duplicate outcomes")
 	require.GreaterOrEqual(t, resumed, time.Duration(0), "no progress after the connected node was killed")
-	require.LessOrEqual(t, resumed, 10*time.Second, "progress resumed too late")
+	// A liveness bound, not a benchmark: an election and the clients'
+	// reconnect take 1–7 s on a quiet 2-core machine and up to 12 s seen
+	// under a load of ~9; past 20 s something waits that should not.
+	require.LessOrEqual(t, resumed, 20*time.Second, "progress resumed too late")
 }
 
 // debugStall logs every phase consumer's state and writes a goroutine dump

@@ -46,40 +46,10 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	if r.Decision.Action == phases.Retry {
 		return runner.NakAfter(r.Decision.Delay, r.Decision.Err)
 	}
-	if r.Capsule != nil && r.Capsule.Chain != nil && r.Decision.Action != phases.Halt {
-		// Chain membership is sagad's to assign (package compose): a
-		// capsule declaring a step sagad did not give it is refused, and
-		// kept under its intake sequence, so it never takes the id.
-		ok, err := p.chainMember(ctx, producer, r.Capsule)
-		if err != nil {
-			return runner.Retry(fmt.Errorf("reception: chain %q: %w", r.Capsule.Chain.ID, err))
-		}
-		if !ok {
-			r.Decision = phases.HaltWith(capsule.ChainMembershipRefused(r.Capsule.Chain.ID, r.Capsule.Chain.Step), capsule.Finding{
-				Field: "chain", Message: "sagad did not assign this capsule to step " + strconv.Itoa(r.Capsule.Chain.Step) +
-					" of chain " + strconv.Quote(r.Capsule.Chain.ID) + " (chains are published with sagactl publish --chain)",
-			})
-		}
+	link, err := p.ownership(ctx, msg, meta.Sequence.Stream, producer, &r)
+	if err != nil {
+		return runner.Retry(err)
 	}
-
-	if strings.HasPrefix(producer, store.ExecutorProducerPrefix) && r.Capsule != nil && r.Decision.Action != phases.Halt && r.Capsule.ParentCapsuleID == "" {
-		// An executor's account may delegate, not publish work of its own.
-		r.Decision = phases.HaltWith(capsule.ParentRefused(""), capsule.Finding{
-			Field: "parent_capsule_id", Message: "an executor's account publishes only child capsules: parent_capsule_id and the " + store.HeaderParentToken + " header of the call it serves",
-		})
-	}
-	var link parentLink
-	if r.Capsule != nil && r.Capsule.ParentCapsuleID != "" && r.Decision.Action != phases.Halt {
-		var stop *phases.Decision
-		link, stop, err = p.parentOf(ctx, r.Capsule, msg.Headers().Get(store.HeaderParentToken), meta.Sequence.Stream)
-		if err != nil {
-			return runner.Retry(fmt.Errorf("reception: parent %q: %w", r.Capsule.ParentCapsuleID, err))
-		}
-		if stop != nil {
-			r.Decision = *stop
-		}
-	}
-
 	key, keptNow, staleEnd, err := p.keep(ctx, r, raw, fallbackKey)
 	if err != nil {
 		return runner.Retry(err)
@@ -93,19 +63,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	}
 
 	now := p.cfg.Now().UTC()
-	fresh := store.NewCheckpoint(key, claimedID(r), traceID(r.Capsule, msg), waveID(r.Capsule), r.Digest, now)
-	if r.Capsule != nil {
-		fresh.Chain = r.Capsule.Chain
-	}
-	fresh.IntakeSeq = meta.Sequence.Stream
-	fresh.Producer = producer
-	fresh.Constitution = p.constitution
-	// The capsule arrived when its message was taken: its root span starts
-	// there, before RECEPTION's.
-	fresh.CreatedAt = start.UTC()
-	if r.Decision.Action != phases.Halt {
-		fresh.Parent, fresh.Depth = link.parent, link.depth
-	}
+	fresh := p.freshCheckpoint(msg, r, key, meta.Sequence.Stream, producer, link, start, now)
 	tctx, root := p.traceReception(ctx, msg.Headers(), fresh, start)
 	endReception := sync.OnceFunc(func() { p.endReception(tctx, root, fresh, r.Decision, start) })
 	defer endReception()
@@ -148,6 +106,64 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 		return runner.Retry(err)
 	}
 	return runner.Ack()
+}
+
+// ownership applies who may publish what: chain membership is sagad's to
+// assign (package compose), an executor's account publishes only child
+// capsules, and a child's parent must be verified by the token of the call
+// it serves. A refusal becomes r's decision (a halt); err is a lookup that
+// failed and should be retried.
+func (p *Pipeline) ownership(ctx context.Context, msg jetstream.Msg, seq uint64, producer string, r *phases.Received) (parentLink, error) {
+	if r.Capsule != nil && r.Capsule.Chain != nil && r.Decision.Action != phases.Halt {
+		// A capsule declaring a step sagad did not give it is refused, and
+		// kept under its intake sequence, so it never takes the id.
+		ok, err := p.chainMember(ctx, producer, r.Capsule)
+		if err != nil {
+			return parentLink{}, fmt.Errorf("reception: chain %q: %w", r.Capsule.Chain.ID, err)
+		}
+		if !ok {
+			r.Decision = phases.HaltWith(capsule.ChainMembershipRefused(r.Capsule.Chain.ID, r.Capsule.Chain.Step), capsule.Finding{
+				Field: "chain", Message: "sagad did not assign this capsule to step " + strconv.Itoa(r.Capsule.Chain.Step) +
+					" of chain " + strconv.Quote(r.Capsule.Chain.ID) + " (chains are published with sagactl publish --chain)",
+			})
+		}
+	}
+	if strings.HasPrefix(producer, store.ExecutorProducerPrefix) && r.Capsule != nil && r.Decision.Action != phases.Halt && r.Capsule.ParentCapsuleID == "" {
+		// An executor's account may delegate, not publish work of its own.
+		r.Decision = phases.HaltWith(capsule.ParentRefused(""), capsule.Finding{
+			Field: "parent_capsule_id", Message: "an executor's account publishes only child capsules: parent_capsule_id and the " + store.HeaderParentToken + " header of the call it serves",
+		})
+	}
+	if r.Capsule == nil || r.Capsule.ParentCapsuleID == "" || r.Decision.Action == phases.Halt {
+		return parentLink{}, nil
+	}
+	link, stop, err := p.parentOf(ctx, r.Capsule, msg.Headers().Get(store.HeaderParentToken), seq)
+	if err != nil {
+		return parentLink{}, fmt.Errorf("reception: parent %q: %w", r.Capsule.ParentCapsuleID, err)
+	}
+	if stop != nil {
+		r.Decision = *stop
+	}
+	return link, nil
+}
+
+// freshCheckpoint is the checkpoint RECEPTION creates for the capsule kept
+// under key, before its decision is applied.
+func (p *Pipeline) freshCheckpoint(msg jetstream.Msg, r phases.Received, key string, seq uint64, producer string, link parentLink, start, now time.Time) *capsule.Checkpoint {
+	fresh := store.NewCheckpoint(key, claimedID(r), traceID(r.Capsule, msg), waveID(r.Capsule), r.Digest, now)
+	if r.Capsule != nil {
+		fresh.Chain = r.Capsule.Chain
+	}
+	fresh.IntakeSeq = seq
+	fresh.Producer = producer
+	fresh.Constitution = p.constitution
+	// The capsule arrived when its message was taken: its root span starts
+	// there, before RECEPTION's.
+	fresh.CreatedAt = start.UTC()
+	if r.Decision.Action != phases.Halt {
+		fresh.Parent, fresh.Depth = link.parent, link.depth
+	}
+	return fresh
 }
 
 // keep keeps the capsule's bytes and decides its key: its id when RECEPTION
