@@ -116,91 +116,112 @@ func (a *Admin) Events(ctx context.Context, q EventsQuery) (EventsPage, error) {
 			return EventsPage{}, err
 		}
 	}
+	if cur.since.IsZero() {
+		cur.since = time.Now()
+	}
 	limit := q.Limit
 	if limit <= 0 {
 		limit = DefaultEventsLimit
 	}
 	limit = min(limit, MaxEventsLimit)
-	wait := min(max(q.MaxWait, 0), MaxEventsWait)
-	if cur.since.IsZero() {
-		cur.since = time.Now()
-	}
 	evSubject, cpSubject := store.EventsPrefix+">", "$KV."+store.CheckpointsBucket+".>"
 	if q.Key != "" {
 		evSubject, cpSubject = store.EventSubject(q.Key), "$KV."+store.CheckpointsBucket+"."+q.Key
 	}
-	js := a.st.JetStream()
 	rctx, cancel := context.WithCancel(ctx)
-	var followers sync.WaitGroup
-	defer followers.Wait() // after cancel (deferred below, so run first)
+	p := &eventsPoll{a: a, js: a.st.JetStream(), rctx: rctx, items: make(chan eventsItem), since: cur.since, limit: limit}
+	defer p.followers.Wait() // after cancel (deferred below, so run first)
 	defer cancel()
-	items := make(chan eventsItem)
-	caught := [2]bool{}
-	follow := func(i int, stream, subject string, seq uint64) error {
-		cfg := jetstream.ConsumerConfig{
-			AckPolicy: jetstream.AckNonePolicy, FilterSubjects: []string{subject},
-			InactiveThreshold: time.Minute, MemoryStorage: true, Replicas: 1,
-		}
-		switch {
-		case seq > 0:
-			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
-		default:
-			t := cur.since
-			cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
-		}
-		cons, err := js.CreateConsumer(rctx, stream, cfg)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return store.ErrNoTopology
-		}
-		if err != nil {
-			return fmt.Errorf("events %s: %w", subject, err)
-		}
-		name := cons.CachedInfo().Name
-		caught[i] = cons.CachedInfo().NumPending == 0
-		it, err := cons.Messages(jetstream.PullMaxMessages(limit))
-		if err != nil {
-			a.deleteConsumer(js, stream, name)
-			return fmt.Errorf("events %s: %w", subject, err)
-		}
-		followers.Add(1)
-		go func() {
-			defer followers.Done()
-			defer a.deleteConsumer(js, stream, name)
-			defer it.Stop()
-			stop := context.AfterFunc(rctx, it.Stop)
-			defer stop()
-			for {
-				msg, err := it.Next()
-				if err != nil && (rctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed)) {
-					return
-				}
-				select {
-				case items <- eventsItem{checkpoint: i == 1, msg: msg, err: err}:
-				case <-rctx.Done():
-					return
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
-		return nil
-	}
-	if err := follow(0, store.EventsStream, evSubject, cur.events); err != nil {
+	if err := p.follow(0, store.EventsStream, evSubject, cur.events); err != nil {
 		return EventsPage{}, err
 	}
-	if err := follow(1, "KV_"+store.CheckpointsBucket, cpSubject, cur.checkpoints); err != nil {
+	if err := p.follow(1, "KV_"+store.CheckpointsBucket, cpSubject, cur.checkpoints); err != nil {
 		cancel()
 		return EventsPage{}, err
 	}
+	return p.collect(ctx, &cur, q.From, min(max(q.MaxWait, 0), MaxEventsWait))
+}
+
+// eventsPoll is one long poll: an ephemeral consumer on the events stream
+// (0) and one on the checkpoints' revisions (1), both feeding items until
+// the poll ends.
+type eventsPoll struct {
+	a         *Admin
+	js        jetstream.JetStream
+	rctx      context.Context
+	items     chan eventsItem
+	followers sync.WaitGroup
+	// caught says which source had nothing pending past what was read.
+	caught [2]bool
+	since  time.Time
+	limit  int
+}
+
+// follow starts source i: a consumer on stream filtered to subject from
+// after seq (or from the poll's start time), its messages sent to items
+// until the poll ends, then deleted.
+func (p *eventsPoll) follow(i int, stream, subject string, seq uint64) error {
+	cfg := jetstream.ConsumerConfig{
+		AckPolicy: jetstream.AckNonePolicy, FilterSubjects: []string{subject},
+		InactiveThreshold: time.Minute, MemoryStorage: true, Replicas: 1,
+	}
+	if seq > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq+1
+	} else {
+		t := p.since
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
+	}
+	cons, err := p.js.CreateConsumer(p.rctx, stream, cfg)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return store.ErrNoTopology
+	}
+	if err != nil {
+		return fmt.Errorf("events %s: %w", subject, err)
+	}
+	name := cons.CachedInfo().Name
+	p.caught[i] = cons.CachedInfo().NumPending == 0
+	it, err := cons.Messages(jetstream.PullMaxMessages(p.limit))
+	if err != nil {
+		p.a.deleteConsumer(p.js, stream, name)
+		return fmt.Errorf("events %s: %w", subject, err)
+	}
+	p.followers.Add(1)
+	go func() {
+		defer p.followers.Done()
+		defer p.a.deleteConsumer(p.js, stream, name)
+		defer it.Stop()
+		stop := context.AfterFunc(p.rctx, it.Stop)
+		defer stop()
+		for {
+			msg, err := it.Next()
+			if err != nil && (p.rctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed)) {
+				return
+			}
+			select {
+			case p.items <- eventsItem{checkpoint: i == 1, msg: msg, err: err}:
+			case <-p.rctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// collect reads items into a page until the limit, MaxReplyBytes, both
+// sources caught up after something was read, or wait ran out; cur moves
+// past what the page holds.
+func (p *eventsPoll) collect(ctx context.Context, cur *eventsCursor, from time.Time, wait time.Duration) (EventsPage, error) {
 	page := EventsPage{Events: []capsule.Event{}, Revisions: []Revision{}}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	read, size := 0, 0
-	for read < limit && !(read > 0 && caught[0] && caught[1]) {
+	for read < p.limit && !(read > 0 && p.caught[0] && p.caught[1]) {
 		var it eventsItem
 		select {
-		case it = <-items:
+		case it = <-p.items:
 		case <-timer.C:
 		case <-ctx.Done():
 			return EventsPage{}, ctx.Err()
@@ -215,37 +236,45 @@ func (a *Admin) Events(ctx context.Context, q EventsQuery) (EventsPage, error) {
 		if err != nil {
 			return EventsPage{}, fmt.Errorf("events: %w", err)
 		}
-		var evs []capsule.Event
-		if it.checkpoint {
-			evs = revisionEvents(it.msg.Data(), q.From)
-		} else if evs, err = capsule.DecodeEvents(it.msg.Data()); err != nil {
-			evs = nil // not ours to judge; history skips it too
-		}
-		b, _ := json.Marshal(evs)
+		evs, b := itemEvents(it, from)
 		if read > 0 && size+len(b) > MaxReplyBytes {
 			break // the rest is the next reply's
-		}
-		for len(b) > MaxReplyBytes && len(evs) > 0 { // one message alone too big: its last events are cut
-			evs = evs[:len(evs)/2]
-			b, _ = json.Marshal(evs)
 		}
 		size += len(b)
 		read++
 		if it.checkpoint {
 			cur.checkpoints = md.Sequence.Stream
-			caught[1] = md.NumPending == 0
+			p.caught[1] = md.NumPending == 0
 			if cp := new(capsule.Checkpoint); len(it.msg.Data()) > 0 && json.Unmarshal(it.msg.Data(), cp) == nil {
 				page.Revisions = append(page.Revisions, Revision{Key: cp.Key, Events: nonNil(evs)})
 			}
 		} else {
 			cur.events = md.Sequence.Stream
-			caught[0] = md.NumPending == 0
+			p.caught[0] = md.NumPending == 0
 			page.Events = append(page.Events, evs...)
 		}
 	}
 	page.NextCursor = cur.String()
-	page.CaughtUp = caught[0] && caught[1]
+	page.CaughtUp = p.caught[0] && p.caught[1]
 	return page, nil
+}
+
+// itemEvents are the events one item carries (a checkpoint revision's
+// since from, or an events message's), cut to fit one reply, and their
+// encoding's size.
+func itemEvents(it eventsItem, from time.Time) ([]capsule.Event, []byte) {
+	var evs []capsule.Event
+	if it.checkpoint {
+		evs = revisionEvents(it.msg.Data(), from)
+	} else if decoded, err := capsule.DecodeEvents(it.msg.Data()); err == nil {
+		evs = decoded // what does not decode is not ours to judge; history skips it too
+	}
+	b, _ := json.Marshal(evs)
+	for len(b) > MaxReplyBytes && len(evs) > 0 { // one message alone too big: its last events are cut
+		evs = evs[:len(evs)/2]
+		b, _ = json.Marshal(evs)
+	}
+	return evs, b
 }
 
 func nonNil(evs []capsule.Event) []capsule.Event {
