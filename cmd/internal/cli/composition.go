@@ -33,84 +33,106 @@ halts it operator_rejected and the steps needing it halt
 dependency_failed. Exit 4 for an unknown composition, 5 when
 refused (a run that ended, or was cancelled), 6 when no sagad answers.`,
 	}
-	var producer, by, reason string
-	var run int
-	request := func(cmd *cobra.Command, id string) adminsvc.CompositionRequest {
-		r := adminsvc.CompositionRequest{CompositionID: id, Run: run}
-		if cmd.Flags().Changed("producer") {
-			p := producer
-			if p == "-" {
-				p = ""
-			}
-			r.Producer = &p
+	f := &compositionFlags{g: g}
+	cmd.AddCommand(f.status(), f.list(), f.control("cancel", "Cancel a composition run: every step not ended is cancelled, none starts",
+		func(a *adminsvc.Client) compositionCall { return a.CompositionCancel }),
+		f.control("pause", "Pause a composition run: its running steps pause, the steps waiting for them wait",
+			func(a *adminsvc.Client) compositionCall { return a.CompositionPause }),
+		f.control("resume", "Resume a paused composition run: its paused steps go on",
+			func(a *adminsvc.Client) compositionCall { return a.CompositionResume }),
+		f.control("replay", "Replay an ended composition run's failed steps and their dependents, as a new round",
+			func(a *adminsvc.Client) compositionCall { return a.CompositionReplay }),
+		f.decide())
+	return cmd
+}
+
+// compositionCall is one of the admin client's composition controls.
+type compositionCall func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error)
+
+// compositionFlags are the flags the composition subcommands share.
+type compositionFlags struct {
+	g                    *globals
+	producer, by, reason string
+	run                  int
+}
+
+// request names the run args[0] is, with --producer and --run.
+func (f *compositionFlags) request(cmd *cobra.Command, id string) adminsvc.CompositionRequest {
+	r := adminsvc.CompositionRequest{CompositionID: id, Run: f.run}
+	if cmd.Flags().Changed("producer") {
+		p := f.producer
+		if p == "-" {
+			p = ""
 		}
-		return r
+		r.Producer = &p
 	}
-	status := &cobra.Command{
+	return r
+}
+
+// runs adds --producer and --run to c.
+func (f *compositionFlags) runs(c *cobra.Command) *cobra.Command {
+	c.Flags().StringVar(&f.producer, "producer", "", "whose composition, when several producers used the id (- for sagad's own)")
+	c.Flags().IntVar(&f.run, "run", 0, "which run (default: the latest)")
+	return c
+}
+
+// acts adds --by and --reason to c.
+func (f *compositionFlags) acts(c *cobra.Command, by string) *cobra.Command {
+	c.Flags().StringVar(&f.by, "by", "", by)
+	c.Flags().StringVar(&f.reason, "reason", "", "why (recorded)")
+	return f.runs(c)
+}
+
+// show prints a run as -o asks, or as a tree.
+func (f *compositionFlags) show(cmd *cobra.Command, o compose.Outcome, err error) error {
+	if err != nil {
+		return adminErr(err)
+	}
+	if enc := f.g.encoder(); enc != nil {
+		return enc(cmd.OutOrStdout(), o)
+	}
+	return printComposition(cmd.OutOrStdout(), o)
+}
+
+func (f *compositionFlags) status() *cobra.Command {
+	return f.runs(&cobra.Command{
 		Use:   "status ID",
 		Short: "Show a composition run: its state, summary and every step",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, a, done, err := g.dialAdmin(cmd)
+			ctx, a, done, err := f.g.dialAdmin(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			o, err := a.CompositionStatus(ctx, request(cmd, args[0]))
-			if err != nil {
-				return adminErr(err)
-			}
-			if enc := g.encoder(); enc != nil {
-				return enc(cmd.OutOrStdout(), o)
-			}
-			return printComposition(cmd.OutOrStdout(), o)
+			o, err := a.CompositionStatus(ctx, f.request(cmd, args[0]))
+			return f.show(cmd, o, err)
 		},
-	}
-	control := func(use, short string, call func(*adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error)) *cobra.Command {
-		c := &cobra.Command{
-			Use:   use + " ID --by WHO [--reason TEXT]",
-			Short: short,
-			Args:  cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				ctx, a, done, err := g.dialAdmin(cmd)
-				if err != nil {
-					return err
-				}
-				defer done()
-				r := request(cmd, args[0])
-				o, err := call(a)(ctx, adminsvc.CompositionCancelRequest{
-					CompositionID: r.CompositionID, Producer: r.Producer, Run: r.Run, By: by, Reason: reason,
-				})
-				if err != nil {
-					return adminErr(err)
-				}
-				if enc := g.encoder(); enc != nil {
-					return enc(cmd.OutOrStdout(), o)
-				}
-				return printComposition(cmd.OutOrStdout(), o)
-			},
-		}
-		c.Flags().StringVar(&by, "by", "", "who acts (recorded)")
-		c.Flags().StringVar(&reason, "reason", "", "why (recorded)")
-		return c
-	}
-	cancel := control("cancel", "Cancel a composition run: every step not ended is cancelled, none starts",
-		func(a *adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error) {
-			return a.CompositionCancel
-		})
-	pause := control("pause", "Pause a composition run: its running steps pause, the steps waiting for them wait",
-		func(a *adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error) {
-			return a.CompositionPause
-		})
-	resume := control("resume", "Resume a paused composition run: its paused steps go on",
-		func(a *adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error) {
-			return a.CompositionResume
-		})
-	replay := control("replay", "Replay an ended composition run's failed steps and their dependents, as a new round",
-		func(a *adminsvc.Client) func(context.Context, adminsvc.CompositionCancelRequest) (compose.Outcome, error) {
-			return a.CompositionReplay
-		})
-	decide := &cobra.Command{
+	})
+}
+
+func (f *compositionFlags) control(use, short string, call func(*adminsvc.Client) compositionCall) *cobra.Command {
+	return f.acts(&cobra.Command{
+		Use:   use + " ID --by WHO [--reason TEXT]",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, a, done, err := f.g.dialAdmin(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			r := f.request(cmd, args[0])
+			o, err := call(a)(ctx, adminsvc.CompositionCancelRequest{
+				CompositionID: r.CompositionID, Producer: r.Producer, Run: r.Run, By: f.by, Reason: f.reason,
+			})
+			return f.show(cmd, o, err)
+		},
+	}, "who acts (recorded)")
+}
+
+func (f *compositionFlags) decide() *cobra.Command {
+	return f.acts(&cobra.Command{
 		Use:   "decide ID STEP accept|reject --by WHO [--reason TEXT]",
 		Short: "Decide on a step held at its operator gate: accept starts it, reject halts it (operator_rejected) and its dependents",
 		Args:  cobra.ExactArgs(3),
@@ -118,37 +140,28 @@ refused (a run that ended, or was cancelled), 6 when no sagad answers.`,
 			if args[2] != adminsvc.GateAccept && args[2] != adminsvc.GateReject {
 				return exit(ExitUsage, fmt.Errorf("decision %q: want accept or reject", args[2]))
 			}
-			ctx, a, done, err := g.dialAdmin(cmd)
+			ctx, a, done, err := f.g.dialAdmin(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			r := request(cmd, args[0])
+			r := f.request(cmd, args[0])
 			o, err := a.CompositionDecide(ctx, adminsvc.CompositionDecideRequest{
-				CompositionID: r.CompositionID, Producer: r.Producer, Run: r.Run, Step: args[1], Decision: args[2], By: by, Reason: reason,
+				CompositionID: r.CompositionID, Producer: r.Producer, Run: r.Run, Step: args[1], Decision: args[2], By: f.by, Reason: f.reason,
 			})
-			if err != nil {
-				return adminErr(err)
-			}
-			if enc := g.encoder(); enc != nil {
-				return enc(cmd.OutOrStdout(), o)
-			}
-			return printComposition(cmd.OutOrStdout(), o)
+			return f.show(cmd, o, err)
 		},
-	}
-	decide.Flags().StringVar(&by, "by", "", "who decides (recorded)")
-	decide.Flags().StringVar(&reason, "reason", "", "why (recorded)")
-	for _, c := range []*cobra.Command{status, cancel, pause, resume, replay, decide} {
-		c.Flags().StringVar(&producer, "producer", "", "whose composition, when several producers used the id (- for sagad's own)")
-		c.Flags().IntVar(&run, "run", 0, "which run (default: the latest)")
-	}
+	}, "who decides (recorded)")
+}
+
+func (f *compositionFlags) list() *cobra.Command {
 	var limit int
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List composition runs: id, producer, run, state, summary",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, a, done, err := g.dialAdmin(cmd)
+			ctx, a, done, err := f.g.dialAdmin(cmd)
 			if err != nil {
 				return err
 			}
@@ -157,7 +170,7 @@ refused (a run that ended, or was cancelled), 6 when no sagad answers.`,
 			if err != nil {
 				return adminErr(err)
 			}
-			if enc := g.encoder(); enc != nil {
+			if enc := f.g.encoder(); enc != nil {
 				return enc(cmd.OutOrStdout(), l)
 			}
 			tw := table(cmd.OutOrStdout())
@@ -170,8 +183,7 @@ refused (a run that ended, or was cancelled), 6 when no sagad answers.`,
 		},
 	}
 	list.Flags().IntVar(&limit, "limit", 0, "at most this many runs (default 100, at most 1000)")
-	cmd.AddCommand(status, list, cancel, pause, resume, replay, decide)
-	return cmd
+	return list
 }
 
 // printComposition prints a run as a tree: each step indented under the
