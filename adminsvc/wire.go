@@ -307,29 +307,7 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 		r.By = cleanBy(r.By)
 		return r, firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
 	case VerbResume:
-		var w resumeWire
-		if err := strict(data, &w); err != nil {
-			return nil, err
-		}
-		w.By = cleanBy(w.By)
-		r := ResumeRequest{ID: w.ID, Reason: w.Reason, By: w.By, Tokens: w.Tokens, Dollars: w.Dollars, Extend: w.Extend, Force: w.Force, Answer: w.Answer}
-		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason), checkText("answer", r.Answer))
-		if err == nil && w.Deadline != nil {
-			r.Deadline, err = parseDeadline(*w.Deadline)
-		}
-		if err == nil && r.Extend != "" {
-			_, err = ParseExtend(r.Extend)
-			if err == nil && r.Deadline != nil {
-				err = badRequest("deadline and extend exclude each other")
-			}
-		}
-		if err == nil && r.Tokens < 0 {
-			err = badRequest("tokens %d: want a positive cap (or 0 to keep it)", r.Tokens)
-		}
-		if err == nil && r.Dollars < 0 {
-			err = badRequest("dollars %g: want a positive cap (or 0 to keep it)", r.Dollars)
-		}
-		return r, err
+		return decodeResume(data)
 	case VerbDecide:
 		var r DecideRequest
 		if err := strict(data, &r); err != nil {
@@ -345,26 +323,7 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 		}
 		return r, err
 	case VerbReplay:
-		var r ReplayRequest
-		if err := strict(data, &r); err != nil {
-			return nil, err
-		}
-		r.By = cleanBy(r.By)
-		err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
-		if err == nil && r.RequestID != "" && !requestIDPattern.MatchString(r.RequestID) {
-			err = badRequest("request_id %q: want 1 to 64 of [A-Za-z0-9_-]", r.RequestID)
-		}
-		if err == nil && r.FromPhase != nil && !capsule.Phase(*r.FromPhase).Valid() {
-			err = badRequest("from_phase %d out of range 0–%d", *r.FromPhase, capsule.NumPhases-1)
-		}
-		if err == nil && r.Capsule != nil {
-			if t := bytes.TrimSpace(r.Capsule); len(t) == 0 || t[0] != '{' {
-				err = badRequest("capsule: want the corrected capsule, a JSON object")
-			} else if r.FromPhase != nil && *r.FromPhase != int(capsule.Reception) {
-				err = badRequest("a corrected capsule runs from RECEPTION (phase 0), not phase %d", *r.FromPhase)
-			}
-		}
-		return r, err
+		return decodeReplay(data)
 	case VerbPhasePause, VerbPhaseResume:
 		var w phaseWire
 		if err := strict(data, &w); err != nil {
@@ -386,6 +345,59 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 		return r, strict(data, &r)
 	}
 	return nil, badRequest("unknown verb %q", verb)
+}
+
+// decodeResume checks a resume: its overrides are positive caps, a future
+// deadline or an extend, not both.
+func decodeResume(data []byte) (any, error) {
+	var w resumeWire
+	if err := strict(data, &w); err != nil {
+		return nil, err
+	}
+	w.By = cleanBy(w.By)
+	r := ResumeRequest{ID: w.ID, Reason: w.Reason, By: w.By, Tokens: w.Tokens, Dollars: w.Dollars, Extend: w.Extend, Force: w.Force, Answer: w.Answer}
+	err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason), checkText("answer", r.Answer))
+	if err == nil && w.Deadline != nil {
+		r.Deadline, err = parseDeadline(*w.Deadline)
+	}
+	if err == nil && r.Extend != "" {
+		_, err = ParseExtend(r.Extend)
+		if err == nil && r.Deadline != nil {
+			err = badRequest("deadline and extend exclude each other")
+		}
+	}
+	if err == nil && r.Tokens < 0 {
+		err = badRequest("tokens %d: want a positive cap (or 0 to keep it)", r.Tokens)
+	}
+	if err == nil && r.Dollars < 0 {
+		err = badRequest("dollars %g: want a positive cap (or 0 to keep it)", r.Dollars)
+	}
+	return r, err
+}
+
+// decodeReplay checks a replay: its request id, phase and corrected
+// capsule (an object, run from RECEPTION).
+func decodeReplay(data []byte) (any, error) {
+	var r ReplayRequest
+	if err := strict(data, &r); err != nil {
+		return nil, err
+	}
+	r.By = cleanBy(r.By)
+	err := firstErr(checkID(r.ID), checkBy(r.By, true), checkText("reason", r.Reason))
+	if err == nil && r.RequestID != "" && !requestIDPattern.MatchString(r.RequestID) {
+		err = badRequest("request_id %q: want 1 to 64 of [A-Za-z0-9_-]", r.RequestID)
+	}
+	if err == nil && r.FromPhase != nil && !capsule.Phase(*r.FromPhase).Valid() {
+		err = badRequest("from_phase %d out of range 0–%d", *r.FromPhase, capsule.NumPhases-1)
+	}
+	if err == nil && r.Capsule != nil {
+		if t := bytes.TrimSpace(r.Capsule); len(t) == 0 || t[0] != '{' {
+			err = badRequest("capsule: want the corrected capsule, a JSON object")
+		} else if r.FromPhase != nil && *r.FromPhase != int(capsule.Reception) {
+			err = badRequest("a corrected capsule runs from RECEPTION (phase 0), not phase %d", *r.FromPhase)
+		}
+	}
+	return r, err
 }
 
 // strict decodes exactly one JSON object with no unknown members into v.
