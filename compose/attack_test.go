@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -156,17 +157,26 @@ func (f *fixture) publishAs(t *testing.T, producer string, raw []byte) string {
 func (f *fixture) ended(t *testing.T, key string) *capsule.Checkpoint {
 	t.Helper()
 	var cp *capsule.Checkpoint
-	natstest.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
+	seen := &lastSeen{"no checkpoint"}
+	// A minute: CI runs every package's tests at once on two cores, under
+	// the race detector, and this package's tests each run a pipeline.
+	natstest.Eventually(t, 60*time.Second, 10*time.Millisecond, func() bool {
 		c, _, err := f.st.Checkpoints.Get(context.Background(), key)
 		if errors.Is(err, store.ErrNotFound) {
 			return false
 		}
 		require.NoError(t, err)
 		cp = c
+		seen.s = fmt.Sprintf("%s at %s (halt %q, pause %+v)", c.State.Status, c.State.Phase, c.State.HaltReason, c.State.Pause)
 		return c.Terminal()
-	}, "capsule %s never ended", key)
+	}, "capsule %s never ended: last seen %s", key, seen)
 	return cp
 }
+
+// lastSeen is what a wait last saw, printed when it gives up.
+type lastSeen struct{ s string }
+
+func (l *lastSeen) String() string { return l.s }
 
 // oldStepID is the step id `publish --chain` gave before sagad assigned
 // them: anyone could compute it from the chain id.
