@@ -49,45 +49,18 @@ func MaxCycle(cp *capsule.Checkpoint) int {
 }
 
 func replay(cp *capsule.Checkpoint, e Replay, now time.Time) (bool, *capsule.Transition, error) {
-	st := &cp.State
 	if e.Token == "" {
 		return false, nil, refuse(ErrInvalid, e, cp, "no replay token")
 	}
 	if cp.ReplayToken == e.Token {
 		return false, nil, nil // this replay's run is started: the caller finishes its effects
 	}
-	switch st.Status {
-	case capsule.Halted, capsule.Cancelled:
-	case capsule.Completed:
-		return false, nil, refused(e, cp, "it completed; only a halted or cancelled capsule runs again")
-	default:
-		return false, nil, refused(e, cp, "it has not ended; only a halted or cancelled capsule runs again")
+	from, err := replayFrom(cp, e)
+	if err != nil {
+		return false, nil, err
 	}
-	if strings.HasPrefix(cp.Key, "x-") {
-		// RECEPTION kept it under its intake sequence: the bytes never
-		// owned their id, and a corrected capsule published again runs
-		// under it.
-		return false, nil, refused(e, cp, "RECEPTION never accepted it (it is kept under its intake sequence): publish the corrected capsule, its id is free")
-	}
+	st := &cp.State
 	ended := st.Phase
-	from := ended
-	if e.Digest != "" {
-		if e.FromSet && e.From != capsule.Reception {
-			return false, nil, refuse(ErrInvalid, e, cp, "corrected bytes run from RECEPTION")
-		}
-		from = capsule.Reception
-	} else if e.FromSet {
-		from = e.From
-	}
-	switch {
-	case !from.Valid():
-		return false, nil, refuse(ErrInvalid, e, cp, fmt.Sprintf("phase %d out of range 0–%d", int(from), capsule.NumPhases-1))
-	case from == capsule.Reception && e.Digest == "":
-		return false, nil, refused(e, cp, "RECEPTION runs only on corrected bytes: --capsule FILE, or --from-phase 1 or later")
-	case from > ended:
-		return false, nil, refused(e, cp, fmt.Sprintf("it ended at %s (phase %d): a replay starts there or earlier, not at %s (phase %d)",
-			ended, int(ended), from, int(from)))
-	}
 	last := MaxCycle(cp)
 	cycle := last + 1 // cycles number on: nothing of an earlier run is found again
 	run := cp.RunNumber() + 1
@@ -95,37 +68,14 @@ func replay(cp *capsule.Checkpoint, e Replay, now time.Time) (bool, *capsule.Tra
 	if n := len(st.ArtifactRefs); n > 0 {
 		lastArtifact = st.ArtifactRefs[n-1]
 	}
-	detail := "run " + strconv.Itoa(run) + " from " + from.String() + " cycle " + strconv.Itoa(cycle)
-	if e.Digest != "" {
-		detail += ", corrected capsule " + e.Digest
-	}
-	if e.By != "" {
-		detail += ", by " + e.By
-	}
-	if e.Reason != "" {
-		detail += ": " + e.Reason
-	}
 	// The boundary stands where the last run ended, so no phase of the new
 	// run mistakes it for its own recorded transition.
 	cp.History = append(cp.History, capsule.Transition{
-		Phase: ended, PhaseName: ended.String(), Cycle: st.Cycle, Outcome: capsule.OutcomeReplayed, Detail: detail, Run: run, At: now,
+		Phase: ended, PhaseName: ended.String(), Cycle: st.Cycle, Outcome: capsule.OutcomeReplayed,
+		Detail: replayDetail(e, run, from, cycle), Run: run, At: now,
 	})
 	cp.Run, cp.CycleBase, cp.ReplayToken = run, last, e.Token
-	st.Status = capsule.InProgress
-	st.HaltReason = ""
-	st.Pause, st.Execution, st.Result = nil, nil, nil
-	st.AwaitingCycle, st.AwaitingUntil, st.AwaitingTokenHash = 0, nil, ""
-	st.WaitingFor, st.LockWaitSince = nil, nil
-	st.Findings = nil
-	// The ended run's wave reservation was released when it ended; a run
-	// from AUTOMATED_GATES or earlier reserves anew.
-	st.WaveReserved = nil
-	st.LocksHeld = []string{}
-	// Budget used, raised caps, fired warnings, artifacts and reviews carry
-	// over: spend accumulates across runs and the caps hold for all of them.
-	// But a composition step's gate asks a person again for every run: a
-	// decision was on the run it held.
-	st.Warned = without(st.Warned, capsule.TriggerCompositionGate)
+	resetForRun(st)
 	var tr *capsule.Transition
 	if e.Digest != "" {
 		cp.Digest = e.Digest
@@ -146,4 +96,79 @@ func replay(cp *capsule.Checkpoint, e Replay, now time.Time) (bool, *capsule.Tra
 		st.Progress = (from - 1).Progress()
 	}
 	return true, tr, nil
+}
+
+// replayFrom is the phase a replay of cp starts at, or the reason it is
+// refused: only a halted or cancelled capsule RECEPTION accepted runs
+// again, from where it ended or earlier, and RECEPTION only on corrected
+// bytes.
+func replayFrom(cp *capsule.Checkpoint, e Replay) (capsule.Phase, error) {
+	switch cp.State.Status {
+	case capsule.Halted, capsule.Cancelled:
+	case capsule.Completed:
+		return 0, refused(e, cp, "it completed; only a halted or cancelled capsule runs again")
+	default:
+		return 0, refused(e, cp, "it has not ended; only a halted or cancelled capsule runs again")
+	}
+	if strings.HasPrefix(cp.Key, "x-") {
+		// RECEPTION kept it under its intake sequence: the bytes never
+		// owned their id, and a corrected capsule published again runs
+		// under it.
+		return 0, refused(e, cp, "RECEPTION never accepted it (it is kept under its intake sequence): publish the corrected capsule, its id is free")
+	}
+	ended := cp.State.Phase
+	from := ended
+	if e.Digest != "" {
+		if e.FromSet && e.From != capsule.Reception {
+			return 0, refuse(ErrInvalid, e, cp, "corrected bytes run from RECEPTION")
+		}
+		from = capsule.Reception
+	} else if e.FromSet {
+		from = e.From
+	}
+	switch {
+	case !from.Valid():
+		return 0, refuse(ErrInvalid, e, cp, fmt.Sprintf("phase %d out of range 0–%d", int(from), capsule.NumPhases-1))
+	case from == capsule.Reception && e.Digest == "":
+		return 0, refused(e, cp, "RECEPTION runs only on corrected bytes: --capsule FILE, or --from-phase 1 or later")
+	case from > ended:
+		return 0, refused(e, cp, fmt.Sprintf("it ended at %s (phase %d): a replay starts there or earlier, not at %s (phase %d)",
+			ended, int(ended), from, int(from)))
+	}
+	return from, nil
+}
+
+// replayDetail is the replay boundary's detail: the run, where it starts,
+// the corrected bytes, who asked and why.
+func replayDetail(e Replay, run int, from capsule.Phase, cycle int) string {
+	detail := "run " + strconv.Itoa(run) + " from " + from.String() + " cycle " + strconv.Itoa(cycle)
+	if e.Digest != "" {
+		detail += ", corrected capsule " + e.Digest
+	}
+	if e.By != "" {
+		detail += ", by " + e.By
+	}
+	if e.Reason != "" {
+		detail += ": " + e.Reason
+	}
+	return detail
+}
+
+// resetForRun clears what belonged to the ended run. Budget used, raised
+// caps, fired warnings, artifacts and reviews carry over: spend
+// accumulates across runs and the caps hold for all of them.
+func resetForRun(st *capsule.CheckpointState) {
+	st.Status = capsule.InProgress
+	st.HaltReason = ""
+	st.Pause, st.Execution, st.Result = nil, nil, nil
+	st.AwaitingCycle, st.AwaitingUntil, st.AwaitingTokenHash = 0, nil, ""
+	st.WaitingFor, st.LockWaitSince = nil, nil
+	st.Findings = nil
+	// The ended run's wave reservation was released when it ended; a run
+	// from AUTOMATED_GATES or earlier reserves anew.
+	st.WaveReserved = nil
+	st.LocksHeld = []string{}
+	// A composition step's gate asks a person again for every run: a
+	// decision was on the run it held.
+	st.Warned = without(st.Warned, capsule.TriggerCompositionGate)
 }
