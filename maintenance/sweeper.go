@@ -136,7 +136,6 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 		w.log.Warn("sweep: list continuations", "error", err)
 		return
 	}
-	act := w.admin
 	var waveWaiters []*capsule.Checkpoint
 	for _, key := range keys {
 		cp, _, err := w.st.Checkpoints.Get(ctx, key)
@@ -149,10 +148,10 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 		if w.expired(ctx, cp) {
 			continue
 		}
-		if cp.State.Status == capsule.WaitingForOperator {
-			continue // a person decides; only its deadline is the sweeper's
-		}
-		if cp.State.Status == capsule.Waiting {
+		switch cp.State.Status {
+		case capsule.WaitingForOperator:
+			// A person decides; only its deadline is the sweeper's.
+		case capsule.Waiting:
 			// What it waits for is its trigger's row of capsule.TriggerTable.
 			switch info, _ := cp.State.ParkedBy(); info.Watch {
 			case capsule.WatchWave:
@@ -160,70 +159,85 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 			case capsule.WatchDependencies:
 				w.dependencies(ctx, cp)
 			}
-			continue
-		}
-		if cp.State.Status != capsule.Paused {
-			// Resumed or ended meanwhile (a capsule can end while paused,
-			// when the phase it was in halts): the record is stale. An
-			// ending whose effects did not all go out gets them again first.
-			if cp.State.Status.Terminal() {
-				if err := act.ReemitEnd(ctx, cp); err != nil {
-					w.log.Warn("sweep: re-emit ending", "key", key, "error", err)
-					continue
-				}
-			}
-			if err := w.st.Continuations.DeleteIfStale(ctx, key, cp); err != nil {
-				w.log.Warn("sweep: delete stale continuation", "key", key, "error", err)
-			}
-			continue
-		}
-		if cp.State.Pause == nil {
-			continue
-		}
-		// What to look at is the trigger's row of capsule.TriggerTable.
-		switch cp.State.Pause.Trigger.Info().Watch {
-		case capsule.WatchLocks:
-			_, c, err := w.st.Raw(ctx, key)
-			if err != nil || c == nil {
-				continue
-			}
-			free := true
-			for _, path := range c.Constraints.ResourceLocksRequired {
-				if ok, err := w.st.Locks.Available(ctx, path, key); err != nil || !ok {
-					free = false
-					break
-				}
-			}
-			if free {
-				if _, err := act.Resume(ctx, key, admin.ResumeOptions{By: capsule.BySagad, Reason: "its locks are free"}); err != nil && !errors.Is(err, admin.ErrRefused) {
-					w.log.Warn("sweep: resume after lock contention", "key", key, "error", err)
-				}
-			}
-		case capsule.WatchExternal:
-			if cp.State.AwaitingCycle == 0 {
-				continue
-			}
-			overdue, within := cp.State.Pause.At.Add(w.cfg.ExternalTimeout), w.cfg.ExternalTimeout
-			if u := cp.State.AwaitingUntil; u != nil {
-				// The endpoint's own completion_timeout.
-				overdue, within = *u, roundTimeout(u.Sub(cp.State.Pause.At))
-			}
-			if w.cfg.Now().After(overdue) {
-				reason := capsule.ExecutorFailed(fmt.Sprintf("no result for cycle %d within %s", cp.State.AwaitingCycle, within))
-				pausedAt := cp.State.Pause.At
-				if _, err := act.End(ctx, key, machine.End{State: capsule.Halted, Detail: reason.String(), IfPausedAt: &pausedAt}); err != nil && !errors.Is(err, admin.ErrRefused) {
-					w.log.Warn("sweep: halt overdue external work", "key", key, "error", err)
-				}
-				continue
-			}
-			if _, c, err := w.st.Raw(ctx, key); err == nil && c != nil {
-				if err := w.st.Locks.Renew(ctx, c.Constraints.ResourceLocksRequired, key); err != nil {
-					w.log.Warn("sweep: renew locks of a capsule waiting for external work", "key", key, "error", err)
-				}
-			}
+		case capsule.Paused:
+			w.paused(ctx, key, cp)
+		default:
+			w.stale(ctx, key, cp)
 		}
 	}
 	w.waves(ctx, waveWaiters)
+}
+
+// stale drops the continuation of a capsule resumed or ended meanwhile (a
+// capsule can end while paused, when the phase it was in halts). An ending
+// whose effects did not all go out gets them again first.
+func (w *Sweeper) stale(ctx context.Context, key string, cp *capsule.Checkpoint) {
+	if cp.State.Status.Terminal() {
+		if err := w.admin.ReemitEnd(ctx, cp); err != nil {
+			w.log.Warn("sweep: re-emit ending", "key", key, "error", err)
+			return
+		}
+	}
+	if err := w.st.Continuations.DeleteIfStale(ctx, key, cp); err != nil {
+		w.log.Warn("sweep: delete stale continuation", "key", key, "error", err)
+	}
+}
+
+// paused looks at what a paused capsule's trigger watches (its row of
+// capsule.TriggerTable): its locks, or the external work it awaits.
+func (w *Sweeper) paused(ctx context.Context, key string, cp *capsule.Checkpoint) {
+	if cp.State.Pause == nil {
+		return
+	}
+	switch cp.State.Pause.Trigger.Info().Watch {
+	case capsule.WatchLocks:
+		w.lockContention(ctx, key)
+	case capsule.WatchExternal:
+		w.external(ctx, key, cp)
+	}
+}
+
+// lockContention resumes a capsule paused on lock_contention once all its
+// locks are free.
+func (w *Sweeper) lockContention(ctx context.Context, key string) {
+	_, c, err := w.st.Raw(ctx, key)
+	if err != nil || c == nil {
+		return
+	}
+	for _, path := range c.Constraints.ResourceLocksRequired {
+		if ok, err := w.st.Locks.Available(ctx, path, key); err != nil || !ok {
+			return
+		}
+	}
+	if _, err := w.admin.Resume(ctx, key, admin.ResumeOptions{By: capsule.BySagad, Reason: "its locks are free"}); err != nil && !errors.Is(err, admin.ErrRefused) {
+		w.log.Warn("sweep: resume after lock contention", "key", key, "error", err)
+	}
+}
+
+// external halts a capsule whose accepted external work is overdue, and
+// otherwise keeps its locks alive while it waits.
+func (w *Sweeper) external(ctx context.Context, key string, cp *capsule.Checkpoint) {
+	if cp.State.AwaitingCycle == 0 {
+		return
+	}
+	overdue, within := cp.State.Pause.At.Add(w.cfg.ExternalTimeout), w.cfg.ExternalTimeout
+	if u := cp.State.AwaitingUntil; u != nil {
+		// The endpoint's own completion_timeout.
+		overdue, within = *u, roundTimeout(u.Sub(cp.State.Pause.At))
+	}
+	if w.cfg.Now().After(overdue) {
+		reason := capsule.ExecutorFailed(fmt.Sprintf("no result for cycle %d within %s", cp.State.AwaitingCycle, within))
+		pausedAt := cp.State.Pause.At
+		if _, err := w.admin.End(ctx, key, machine.End{State: capsule.Halted, Detail: reason.String(), IfPausedAt: &pausedAt}); err != nil && !errors.Is(err, admin.ErrRefused) {
+			w.log.Warn("sweep: halt overdue external work", "key", key, "error", err)
+		}
+		return
+	}
+	if _, c, err := w.st.Raw(ctx, key); err == nil && c != nil {
+		if err := w.st.Locks.Renew(ctx, c.Constraints.ResourceLocksRequired, key); err != nil {
+			w.log.Warn("sweep: renew locks of a capsule waiting for external work", "key", key, "error", err)
+		}
+	}
 }
 
 // expired halts cp deadline_exceeded:<phase> when it is parked (waiting,
