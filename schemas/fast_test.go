@@ -1,0 +1,371 @@
+package schemas
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestFastCoversCapsule fails when capsule.schema.json uses something the
+// fast checker cannot compile: RECEPTION would then validate every capsule
+// through the library alone (correct, and several times slower).
+func TestFastCoversCapsule(t *testing.T) {
+	t.Parallel()
+	_, err := compileCapsuleFast()
+	require.NoError(t, err, "schemas/capsule.schema.json uses a keyword or form that fast.go does not compile. "+
+		"Teach compileFast the keyword exactly as jsonschema/v5 checks it, add mutations that reach it to "+
+		"FuzzFastAgrees, and run that fuzz target for a while; without that every capsule takes the library's path.")
+	require.NotNil(t, fastCapsule())
+}
+
+// TestCompileFastRefuses holds the compiler to refusing what it cannot
+// decide exactly, so a schema change cannot silently widen the fast path.
+func TestCompileFastRefuses(t *testing.T) {
+	t.Parallel()
+	for name, src := range map[string]string{
+		"unknown keyword":           `{"type":"object","unevaluatedProperties":false}`,
+		"anyOf":                     `{"anyOf":[{"type":"string"}]}`,
+		"not":                       `{"not":{"type":"string"}}`,
+		"unknown format":            `{"type":"string","format":"no-such-format"}`,
+		"remote ref":                `{"$ref":"other.schema.json#/$defs/x"}`,
+		"missing ref":               `{"$ref":"#/$defs/x"}`,
+		"ref beside an assertion":   `{"$defs":{"x":{"type":"string"}},"$ref":"#/$defs/x","maxLength":3}`,
+		"additionalProperties":      `{"additionalProperties":{"type":"string"}}`,
+		"numeric oneOf branch":      `{"oneOf":[{"type":"integer"},{"const":"all"}]}`,
+		"object oneOf branch":       `{"oneOf":[{"type":"object","required":["a"]},{"const":"all"}]}`,
+		"number const":              `{"const":1}`,
+		"fractional minimum":        `{"type":"number","minimum":0.5}`,
+		"boolean schema":            `{"properties":{"a":true}}`,
+		"maximum":                   `{"type":"integer","maximum":3}`,
+		"patternProperties":         `{"patternProperties":{"^a":{"type":"string"}}}`,
+		"prefixItems":               `{"prefixItems":[{"type":"string"}]}`,
+		"uniqueItems":               `{"type":"array","uniqueItems":true}`,
+		"dependentRequired":         `{"dependentRequired":{"a":["b"]}}`,
+		"if":                        `{"if":{"type":"string"},"then":{"maxLength":1}}`,
+		"minItems":                  `{"type":"array","minItems":1}`,
+		"contentEncoding":           `{"type":"string","contentEncoding":"base64"}`,
+		"negative maxLength":        `{"type":"string","maxLength":-1}`,
+		"type that does not exist":  `{"type":"text"}`,
+		"allOf":                     `{"allOf":[{"type":"string"}]}`,
+		"minProperties":             `{"type":"object","minProperties":1}`,
+		"exclusiveMinimum":          `{"type":"integer","exclusiveMinimum":0}`,
+		"multipleOf":                `{"type":"integer","multipleOf":2}`,
+		"nested unknown in $defs":   `{"$defs":{"x":{"if":{}}},"properties":{"a":{"$ref":"#/$defs/x"}}}`,
+		"propertyNames":             `{"propertyNames":{"maxLength":3}}`,
+		"dynamicRef":                `{"$dynamicRef":"#x"}`,
+		"enum of numbers":           `{"enum":[1,2]}`,
+		"enum of objects":           `{"enum":[{}]}`,
+		"empty enum":                `{"enum":[]}`,
+		"items as a list (draft 7)": `{"items":[{"type":"string"}]}`,
+	} {
+		doc, err := decode([]byte(src))
+		require.NoError(t, err, name)
+		_, err = compileFast(doc)
+		require.Error(t, err, name)
+	}
+}
+
+// TestFastAgreesOnExamples: every example capsule and the fuzz corpora get
+// the same verdict from both paths, and the valid ones take the fast path.
+func TestFastAgreesOnExamples(t *testing.T) {
+	t.Parallel()
+	docs := seedDocs(t)
+	require.NotEmpty(t, docs)
+	valid := 0
+	for _, raw := range docs {
+		doc, err := decode(raw)
+		if err != nil {
+			continue
+		}
+		if checkAgreement(t, doc) {
+			valid++
+		}
+	}
+	require.Positive(t, valid, "no example is valid: the fast path is not exercised")
+}
+
+// FuzzFastAgrees is the differential check of fast.go against the library:
+// the example capsules and the RECEPTION and capsule fuzz corpora, mutated
+// member by member with values chosen at the schema's edges (lengths at
+// their limits, patterns just off, date-times the format refuses, numbers
+// written as 1.0 or 1e2, members added, removed or of another type).
+// Whenever the fast checker says valid, the library must too; whenever the
+// library says valid, the fast checker must too unless the capsule holds a
+// number it leaves to the library.
+func FuzzFastAgrees(f *testing.F) {
+	for i, raw := range seedDocs(f) {
+		f.Add(raw, []byte{})
+		f.Add(raw, []byte{byte(i), byte(i * 7), byte(i * 13), byte(i * 3), 1, byte(i * 5)})
+	}
+	f.Fuzz(func(t *testing.T, raw, ops []byte) {
+		doc, err := decode(raw)
+		if err != nil {
+			return
+		}
+		for len(ops) >= 3 {
+			doc = mutate(doc, ops[0], ops[1], ops[2])
+			ops = ops[3:]
+		}
+		checkAgreement(t, doc)
+	})
+}
+
+// checkAgreement compares the two verdicts on doc and reports the library's.
+func checkAgreement(t *testing.T, doc any) bool {
+	t.Helper()
+	set, schema, err := lookupSchema(Capsule)
+	require.NoError(t, err)
+	libErr := schema.Validate(doc)
+	fast := fastCapsule().valid(doc)
+	if fast {
+		require.NoError(t, libErr, "the fast path said valid, the library did not: %s", show(doc))
+	}
+	if libErr == nil && !fast {
+		require.True(t, hasNonPlainNumber(doc), "the library said valid, the fast path did not: %s", show(doc))
+	}
+	// Through the public entry point the verdict and findings are the library's.
+	got := set.validate(Capsule, schema, doc)
+	require.Equal(t, libErr == nil, got == nil)
+	return libErr == nil
+}
+
+func show(doc any) string {
+	b, _ := json.Marshal(doc)
+	return string(b)
+}
+
+// hasNonPlainNumber reports whether a number the fast path leaves to the
+// library (a fraction, an exponent, past int64) sits anywhere in v.
+func hasNonPlainNumber(v any) bool {
+	switch x := v.(type) {
+	case json.Number:
+		_, ok := plainInt(x)
+		return !ok
+	case map[string]any:
+		for _, e := range x {
+			if hasNonPlainNumber(e) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if hasNonPlainNumber(e) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// seedDocs returns the example capsules and the RECEPTION and capsule fuzz
+// corpora's inputs.
+func seedDocs(t testing.TB) [][]byte {
+	var out [][]byte
+	for _, glob := range []string{"testdata/*.json", "../examples/capsules/*.json"} {
+		files, err := filepath.Glob(glob)
+		require.NoError(t, err)
+		for _, name := range files {
+			b, err := os.ReadFile(name)
+			require.NoError(t, err)
+			out = append(out, b)
+		}
+	}
+	for _, dir := range []string{"../phases/testdata/fuzz/FuzzReceive", "../capsule/testdata/fuzz/FuzzDecodeCapsule"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*"))
+		require.NoError(t, err)
+		for _, name := range files {
+			b, err := os.ReadFile(name)
+			require.NoError(t, err)
+			for _, line := range strings.Split(string(b), "\n") {
+				lit, ok := strings.CutPrefix(line, "[]byte(")
+				if !ok || !strings.HasSuffix(lit, ")") {
+					continue
+				}
+				if s, err := strconv.Unquote(strings.TrimSuffix(lit, ")")); err == nil {
+					out = append(out, []byte(s))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// mutate changes one place of doc: which place (of every value in it, in a
+// fixed order), what to do and with what value are read from the three bytes.
+func mutate(doc any, where, op, what byte) any {
+	var places []place
+	collect(doc, nil, &places)
+	p := places[int(where)%len(places)]
+	switch op % 4 {
+	case 0: // replace the value
+		return p.set(doc, palette[int(what)%len(palette)]())
+	case 1: // remove the member or item
+		return p.remove(doc)
+	case 2: // add a member, known or not, to an object
+		if obj, ok := p.get(doc).(map[string]any); ok {
+			obj[memberNames[int(what)%len(memberNames)]] = palette[int(what)/len(memberNames)%len(palette)]()
+		}
+		return doc
+	default: // append to an array
+		if list, ok := p.get(doc).([]any); ok {
+			return p.set(doc, append(list, palette[int(what)%len(palette)]()))
+		}
+		return doc
+	}
+}
+
+// place is a path of member names (string) and indexes (int).
+type place []any
+
+func collect(v any, at place, out *[]place) {
+	*out = append(*out, slices.Clone(at))
+	switch x := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			collect(x[k], append(at, k), out)
+		}
+	case []any:
+		for i, e := range x {
+			collect(e, append(at, i), out)
+		}
+	}
+}
+
+func (p place) get(doc any) any {
+	for _, step := range p {
+		switch s := step.(type) {
+		case string:
+			doc = doc.(map[string]any)[s]
+		case int:
+			doc = doc.([]any)[s]
+		}
+	}
+	return doc
+}
+
+// set replaces the value at p and returns the (possibly new) root.
+func (p place) set(doc, v any) any {
+	if len(p) == 0 {
+		return v
+	}
+	parent := p[:len(p)-1].get(doc)
+	switch s := p[len(p)-1].(type) {
+	case string:
+		parent.(map[string]any)[s] = v
+	case int:
+		parent.([]any)[s] = v
+	}
+	return doc
+}
+
+func (p place) remove(doc any) any {
+	if len(p) == 0 {
+		return doc
+	}
+	parent := p[:len(p)-1].get(doc)
+	switch s := p[len(p)-1].(type) {
+	case string:
+		delete(parent.(map[string]any), s)
+	case int:
+		list := parent.([]any)
+		return p[:len(p)-1].set(doc, slices.Delete(slices.Clone(list), s, s+1))
+	}
+	return doc
+}
+
+// memberNames are the schema's member names and a few it does not know.
+var memberNames = []string{
+	"schema_version", "capsule_id", "wave_id", "trace_id", "created_at", "deadline", "producer_agent_id",
+	"task", "kind", "title", "description", "spec", "approved", "approved_by", "approved_at",
+	"acceptance_criteria", "problem_statement", "definition_of_done", "context_refs", "target",
+	"constraints", "resource_locks_required", "allowed_paths", "forbidden_paths", "network", "mode",
+	"justification", "allow_hosts", "destructive", "budget", "tokens", "dollars", "review",
+	"reviewer_agent_id", "max_cycles", "operator_gate", "depends_on", "chain", "id", "step", "run", "gate",
+	"parent_capsule_id", "metadata", "integrity", "sha256", "extra", "", "Capsule_ID",
+}
+
+// palette holds the values a mutation writes: each call makes a fresh one,
+// so no two places share a map or a slice.
+var palette = func() []func() any {
+	var out []func() any
+	val := func(v any) { out = append(out, func() any { return v }) }
+	for _, s := range []string{
+		"", "a", "1.0", "01.2", "1.", "1.0\n", "12345678901234567.1", "none", "restricted", "all", "operator",
+		"Restricted", "all ", "file:x", "a_b-c", "a b", "stub", "Stub", "s.t-u_b", ".stub", "-x", "x\n",
+		"5a6a0000-0000-4000-8000-000000000000", "5A6A0000-0000-4000-8000-00000000000F",
+		"5a6a0000-0000-4000-8000-00000000000", "5a6a0000-0000-4000-8000-000000000000\n",
+		"01ARZ3NDEKTSV4RRFFQ69G5FAV", "01ARZ3NDEKTSV4RRFFQ69G5FAI", "01arz3ndektsv4rrffq69g5fav",
+		strings.Repeat("0", 64), strings.Repeat("f", 64), strings.Repeat("F", 64), strings.Repeat("a", 63),
+		strings.Repeat("0", 64) + "\n",
+		"2030-01-01T00:00:00Z", "2030-01-01t00:00:00z", "2030-01-01T00:00:00.123+02:00", "2030-02-30T00:00:00Z",
+		"2030-01-01T23:59:60Z", "2030-01-01T24:00:00Z", "2030-01-01 00:00:00Z", "2030-01-01T00:00:00",
+		"2030-01-01T00:00:00+25:00", "2030-1-01T00:00:00Z", "2030-01-01T00:00:00.Z",
+	} {
+		val(s)
+	}
+	// Lengths at every limit the schema sets, in one- and two-byte code points.
+	for _, n := range []int{1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 252, 253, 254, 255, 256, 257, 1023, 1024, 1025, 4095, 4096, 4097} {
+		val(strings.Repeat("x", n))
+		val(strings.Repeat("é", n))
+	}
+	val(strings.Repeat("x", 127) + "\xff")
+	for _, n := range []string{"0", "1", "2", "3", "-1", "-0", "1.0", "2.0", "1e2", "1E0", "-1e0", "1.5", "0.5",
+		"99999999999999999999", "-99999999999999999999", "9223372036854775807", "123456789012345678", "1e400"} {
+		val(json.Number(n))
+	}
+	val(true)
+	val(false)
+	val(nil)
+	out = append(out,
+		func() any { return map[string]any{} },
+		func() any { return []any{} },
+		func() any { return []any{"a", "b"} },
+		func() any { return []any{""} },
+		func() any { return []any{json.Number("1")} },
+		func() any { return map[string]any{"mode": "none"} },
+		func() any { return map[string]any{"mode": "restricted", "allow_hosts": []any{"x"}} },
+		func() any { return map[string]any{"id": "c", "step": json.Number("0")} },
+		func() any { return map[string]any{"sha256": strings.Repeat("a", 64)} },
+		func() any { return map[string]any{"kind": "stub", "title": "t"} },
+		func() any { return map[string]any{"approved": true} },
+		func() any { return map[string]any{"tokens": json.Number("1"), "dollars": json.Number("1.5")} },
+	)
+	return out
+}()
+
+// TestFastAgreesOnRandomMutations runs the fuzz target's mutations from a
+// fixed seed, so every `go test` checks a few thousand capsules near the
+// schema's edges, about a third of them valid.
+func TestFastAgreesOnRandomMutations(t *testing.T) {
+	t.Parallel()
+	seeds := seedDocs(t)
+	rng := rand.New(rand.NewPCG(24, 6))
+	var valid, total int
+	for range 3000 {
+		doc, err := decode(seeds[rng.IntN(len(seeds))])
+		if err != nil {
+			continue
+		}
+		for range 1 + rng.IntN(3) {
+			doc = mutate(doc, byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()))
+		}
+		total++
+		if checkAgreement(t, doc) {
+			valid++
+		}
+	}
+	t.Logf("%d of %d mutated capsules valid", valid, total)
+	require.Positive(t, valid)
+}
