@@ -459,3 +459,68 @@ func fastValid(name Name, doc any) bool {
 	n := fastCapsule()
 	return n != nil && n.valid(doc)
 }
+
+// outOfRange returns the pointer of the first number in v that the library
+// would read as a big.Rat (an integer's type check, a minimum) and cannot:
+// math/big refuses decimal exponents past a million, and jsonschema/v5 then
+// dereferences the nil it got, a panic that would take the process down
+// (budget.tokens: 1e2000000 is a 26-byte capsule member). Numbers the schema
+// only types as numbers, or never looks at (metadata), are not read.
+func (n *fastNode) outOfRange(v any, at string) (string, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		if (n.types&tInteger != 0 || n.minimum != nil) && !ratParses(string(x)) {
+			return at, true
+		}
+	case map[string]any:
+		for k, e := range x {
+			if p, ok := n.props[k]; ok {
+				if ptr, bad := p.outOfRange(e, at+"/"+escape(k)); bad {
+					return ptr, true
+				}
+			}
+		}
+	case []any:
+		if n.items != nil {
+			for i, e := range x {
+				if ptr, bad := n.items.outOfRange(e, at+"/"+strconv.Itoa(i)); bad {
+					return ptr, true
+				}
+			}
+		}
+	}
+	return "", false
+}
+
+// ratParses reports whether big.Rat.SetString accepts the JSON number s,
+// without doing its arithmetic: it refuses an exponent that does not fit an
+// int64, and a non-zero value whose decimal exponent, net of the fraction's
+// digits, is past ±1e6.
+func ratParses(s string) bool {
+	mant, exp, hasExp := strings.Cut(strings.ToLower(s), "e")
+	var e int64
+	if hasExp {
+		var err error
+		if e, err = strconv.ParseInt(strings.TrimPrefix(exp, "+"), 10, 64); err != nil {
+			return false
+		}
+	}
+	intPart, frac, _ := strings.Cut(strings.TrimPrefix(mant, "-"), ".")
+	if strings.Trim(intPart+frac, "0") == "" {
+		return true // zero, whatever its exponent
+	}
+	e -= int64(len(frac))
+	return e >= -1e6 && e <= 1e6
+}
+
+// outOfRange is [fastNode.outOfRange] for the named schema; "/" is the root.
+func outOfRange(name Name, doc any) (string, bool) {
+	if name != Capsule || fastCapsule() == nil {
+		return "", false
+	}
+	ptr, bad := fastCapsule().outOfRange(doc, "")
+	if ptr == "" {
+		ptr = "/"
+	}
+	return ptr, bad
+}

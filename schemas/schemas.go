@@ -123,6 +123,9 @@ func (set *compiled) validate(name Name, schema *jsonschema.Schema, doc any) err
 	if fastValid(name, doc) {
 		return nil // see fast.go: the library would say valid too
 	}
+	if ptr, bad := outOfRange(name, doc); bad {
+		return &ValidationError{Schema: name, Pointers: []string{ptr}, Details: []string{ptr + ": number out of range"}}
+	}
 	err := schema.Validate(doc)
 	var verr *jsonschema.ValidationError
 	if errors.As(err, &verr) {
