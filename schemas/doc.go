@@ -26,7 +26,8 @@
 // RECEPTION validates every capsule, so the capsule schema also has a checker
 // of its own, compiled from the same file (fast.go): it decides "valid"
 // without allocating and leaves every other verdict, and every finding, to
-// the library. FuzzFastAgrees holds the two together. An integer member whose
-// exponent math/big cannot hold ("tokens": 1e2000000), where the library
-// would panic, is reported at its pointer as "number out of range".
+// the library. FuzzFastAgrees holds the two together. A number whose
+// exponent math/big cannot hold ("tokens": 1e2000000), on which the library
+// would panic, is reported at its pointer as "number out of range", in every
+// schema, wherever the library reads it.
 package schemas

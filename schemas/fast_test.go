@@ -533,3 +533,31 @@ func TestHugeNumbersHalt(t *testing.T) {
 	ok = strings.Replace(string(raw), `"dollars": 5`, `"dollars": 1e2000000`, 1)
 	require.NoError(t, Validate(Capsule, []byte(ok)))
 }
+
+// TestHugeNumbersEverySchema: the composition document (saga.compose, read
+// by sagad) has integer and exclusiveMinimum members too, and no fast
+// checker; the library's panic on them becomes a finding.
+func TestHugeNumbersEverySchema(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../examples/compositions/translations.json")
+	require.NoError(t, err)
+	require.NoError(t, Validate(Composition, raw))
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	for _, member := range []string{"tokens", "dollars"} {
+		doc["budget"] = map[string]any{member: json.Number("1e2000000")}
+		bad, err := json.Marshal(doc)
+		require.NoError(t, err)
+		var verr *ValidationError
+		require.ErrorAs(t, Validate(Composition, bad), &verr, member)
+		require.Equal(t, []string{"/budget/" + member}, verr.Pointers)
+		require.Equal(t, []string{"/budget/" + member + ": number out of range"}, verr.Details)
+	}
+	// Where the library does not read the number, the verdict is its own.
+	delete(doc, "budget")
+	step := doc["steps"].([]any)[0].(map[string]any)["capsule"].(map[string]any)
+	step["metadata"] = map[string]any{"n": json.Number("1e2000000")}
+	ok, err := json.Marshal(doc)
+	require.NoError(t, err)
+	require.NoError(t, Validate(Composition, ok))
+}
