@@ -24,7 +24,7 @@ import (
 // valid. Every keyword below is checked the way jsonschema/v5 checks it (the
 // same regular expressions, the same format functions, code points for
 // lengths); where exactness would cost code (numbers written with a fraction
-// or an exponent, integers past int64) the checker says "not valid" and the
+// or an exponent, integers of more than 18 digits) the checker says "not valid" and the
 // library decides. A schema using any keyword the compiler does not know gets
 // no fast path at all. FuzzFastAgrees holds the property, and
 // TestFastCoversCapsule fails when capsule.schema.json outgrows the compiler.
@@ -109,8 +109,12 @@ func (c *fastCompiler) node(v any, at string) (*fastNode, error) {
 // ref compiles a local reference once, so a shared definition is one node.
 func (c *fastCompiler) ref(ref, at string) (*fastNode, error) {
 	if n, ok := c.refs[ref]; ok {
+		if n == nil {
+			return nil, fmt.Errorf("%s: $ref %q is recursive", at, ref)
+		}
 		return n, nil
 	}
+	c.refs[ref] = nil // in progress: a definition that reaches itself is refused, not followed forever
 	frag, ok := strings.CutPrefix(ref, "#/$defs/")
 	if !ok || strings.ContainsAny(frag, "/~%") {
 		return nil, fmt.Errorf("%s: $ref %q is not a local definition", at, ref)

@@ -65,6 +65,7 @@ func TestCompileFastRefuses(t *testing.T) {
 		"enum of objects":           `{"enum":[{}]}`,
 		"empty enum":                `{"enum":[]}`,
 		"items as a list (draft 7)": `{"items":[{"type":"string"}]}`,
+		"recursive $ref":            `{"$defs":{"x":{"items":{"$ref":"#/$defs/x"}}},"properties":{"a":{"$ref":"#/$defs/x"}}}`,
 	} {
 		doc, err := decode([]byte(src))
 		require.NoError(t, err, name)
