@@ -527,6 +527,17 @@ func TestReceiveDetails(t *testing.T) {
 		r := phases.Receive(context.Background(), b.env, newDoc().Delete("task").Sealed(t), func(id string) string { return id })
 		require.Equal(t, []capsule.Finding{{Field: "/task", Message: "required property missing"}}, r.Decision.Findings)
 	})
+
+	// A producer's integer with an exponent math/big refuses: the schema
+	// library dereferenced the nil it got and the panic ended sagad.
+	t.Run("an integer past math/big halts schema_invalid", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		raw := newDoc().Set("budget.tokens", json.Number("1e2000000")).Unsealed(t)
+		r := phases.Receive(context.Background(), b.env, raw, func(id string) string { return id })
+		require.Equal(t, "schema_invalid:/budget/tokens", r.Decision.Halt.String())
+		require.Equal(t, []capsule.Finding{{Field: "/budget/tokens", Message: "number out of range"}}, r.Decision.Findings)
+	})
 }
 
 // TestReceiveZeroRules: rules.Config documents its zero value as the default

@@ -22,4 +22,12 @@
 // schema yields a [*ValidationError] whose Pointers are the halt detail of
 // schema_invalid. A missing required member or an unknown member is reported at
 // that member's own pointer ("/capsule_id"), not at its parent object.
+//
+// RECEPTION validates every capsule, so the capsule schema also has a checker
+// of its own, compiled from the same file (fast.go): it decides "valid"
+// without allocating and leaves every other verdict, and every finding, to
+// the library. FuzzFastAgrees holds the two together. A number whose
+// exponent math/big cannot hold ("tokens": 1e2000000), on which the library
+// would panic, is reported at its pointer as "number out of range", in every
+// schema, wherever the library reads it.
 package schemas

@@ -2,11 +2,13 @@ package schemas
 
 import (
 	"bytes"
+	"cmp"
 	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -120,7 +122,13 @@ func lookupSchema(name Name) (*compiled, *jsonschema.Schema, error) {
 }
 
 func (set *compiled) validate(name Name, schema *jsonschema.Schema, doc any) error {
-	err := schema.Validate(doc)
+	if fastValid(name, doc) {
+		return nil // see fast.go: the library would say valid too
+	}
+	if ptr, bad := outOfRange(name, doc); bad {
+		return numberOutOfRange(name, []string{ptr})
+	}
+	err := library(name, schema, doc)
 	var verr *jsonschema.ValidationError
 	if errors.As(err, &verr) {
 		return set.report(name, verr, doc)
@@ -129,6 +137,54 @@ func (set *compiled) validate(name Name, schema *jsonschema.Schema, doc any) err
 		return fmt.Errorf("validate %s: %w", name, err)
 	}
 	return nil
+}
+
+// library runs jsonschema/v5. It reads numbers that an integer type, a
+// minimum or the like applies to as a big.Rat, and math/big refuses exponents
+// past a million: the library then dereferences nil and panics. Where doc
+// holds such numbers, that panic becomes a finding naming them (sorted), so
+// that no document can end the process; elsewhere nothing changes.
+func library(name Name, schema *jsonschema.Schema, doc any) (err error) {
+	var huge []string
+	unparsable(doc, "", &huge)
+	if len(huge) > 0 {
+		defer func() {
+			if r := recover(); r != nil {
+				if _, ok := r.(runtime.Error); !ok {
+					panic(r)
+				}
+				slices.Sort(huge)
+				err = numberOutOfRange(name, huge)
+			}
+		}()
+	}
+	return schema.Validate(doc)
+}
+
+// unparsable appends the pointer of every number in v that big.Rat refuses.
+func unparsable(v any, at string, out *[]string) {
+	switch x := v.(type) {
+	case json.Number:
+		if !ratParses(string(x)) {
+			*out = append(*out, cmp.Or(at, "/"))
+		}
+	case map[string]any:
+		for k, e := range x {
+			unparsable(e, at+"/"+escape(k), out)
+		}
+	case []any:
+		for i, e := range x {
+			unparsable(e, at+"/"+strconv.Itoa(i), out)
+		}
+	}
+}
+
+func numberOutOfRange(name Name, pointers []string) *ValidationError {
+	details := make([]string, len(pointers))
+	for i, p := range pointers {
+		details[i] = p + ": number out of range"
+	}
+	return &ValidationError{Schema: name, Pointers: pointers, Details: details}
 }
 
 // ValidateValue marshals v with encoding/json and validates the result, the
