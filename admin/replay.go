@@ -214,7 +214,7 @@ func sameChain(a, b *capsule.ChainStep) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return *a == *b
+	return a.ID == b.ID && a.Step == b.Step && a.Run == b.Run && a.Gate == b.Gate
 }
 
 func replayRefusal(cp *capsule.Checkpoint, hint string) error {

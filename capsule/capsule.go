@@ -48,6 +48,26 @@ type ChainStep struct {
 	// Gate is the step's gate ([GateOperator]): the step waits for a
 	// person's decision before it starts.
 	Gate string `json:"gate,omitempty"`
+	// Round is the verification loop's round the step runs in, from 2
+	// (0 is round 1): sagad publishes a loop's steps again, under fresh
+	// ids, when its verifier did not pass.
+	Round int `json:"round,omitempty"`
+	// Findings are the loop's verifier's findings on the round before
+	// (at most [MaxChainFindings]): cycle 1's request carries them first,
+	// with source "verifier" ([FindingSourceVerifier]).
+	Findings []Finding `json:"findings,omitempty"`
+}
+
+// MaxChainFindings bounds the verifier findings a round's step carries.
+const MaxChainFindings = 16
+
+// Member is the step's membership alone (id, step, run, gate): what a
+// checkpoint keeps of it; a round's findings stay in the capsule's bytes.
+func (s *ChainStep) Member() *ChainStep {
+	if s == nil {
+		return nil
+	}
+	return &ChainStep{ID: s.ID, Step: s.Step, Run: s.Run, Gate: s.Gate}
 }
 
 // GateOperator is the gate of a composition step held for a person.
@@ -211,6 +231,10 @@ type Finding struct {
 	// "operator" for an operator's revise rationale (FindingSourceOperator).
 	Source string `json:"source,omitempty"`
 }
+
+// FindingSourceVerifier marks a finding of a verification loop's verifier
+// on the round before, which a round's step addresses (chain.findings).
+const FindingSourceVerifier = "verifier"
 
 // FindingSourceOperator marks a finding an operator gave (a revise's
 // rationale), as opposed to the reviewer's.
