@@ -91,6 +91,9 @@ func Shape(d *Doc) []Finding {
 	if fs := d.Graph(); len(fs) > 0 {
 		return fs
 	}
+	if fs := d.loopFindings(); len(fs) > 0 {
+		return fs
+	}
 	ids, err := NewStepIDs(len(d.Steps))
 	if err != nil {
 		return []Finding{{Step: -1, Finding: capsule.Finding{Message: err.Error()}}}
@@ -120,7 +123,7 @@ type offlineLocks struct{ phases.Locks }
 func (offlineLocks) Available(context.Context, string, string) (bool, error) { return true, nil }
 
 // Check judges a document before anything starts: the graph ([Doc.Graph]),
-// then every step's capsule as it would be built, by everything that needs
+// then the verification loops, then every step's capsule as it would be built, by everything that needs
 // no runtime fact: RECEPTION's checks but lock availability (size,
 // schema, deadline, budget), PLANNING's definition of ready, and every
 // absolute rule of the constitution under cfg (kinds and reviewers served,
@@ -134,10 +137,7 @@ func Check(d *Doc, cfg rules.Config, now time.Time) []Finding {
 	if d.Deadline != nil && !d.Deadline.After(now) {
 		out = append(out, Finding{Step: -1, Finding: capsule.Finding{Field: "deadline", Message: "the composition's deadline " + d.Deadline.UTC().Format(time.RFC3339) + " has passed"}})
 	}
-	for k, l := range d.Loops {
-		out = append(out, Finding{Step: -1, Finding: capsule.Finding{Field: "loops[" + strconv.Itoa(k) + "]",
-			Message: fmt.Sprintf("verification loop of verifier %q: this sagad does not run verification loops yet", l.Verifier)}})
-	}
+	out = append(out, d.loopFindings()...)
 	for i, s := range d.Steps {
 		if d.Budget != nil {
 			var t struct {
