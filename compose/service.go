@@ -334,9 +334,12 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 // publishRun publishes the steps of rec's run that start at once: all
 // but those held until a loop before them passes. Sent again, a document
 // publishes again what still builds as recorded (a step in a loop's later
-// round, or released on later rounds' ids, was published by the runner).
+// round, or released on later rounds' ids, was published by the runner),
+// and its reply names the steps as the first did: a loop's steps by their
+// round-1 capsules.
 func (s *Service) publishRun(ctx context.Context, doc *Doc, rec *store.ChainRecord, producer string, created bool) ([]Step, error) {
-	capsules, digests, err := doc.Build(roundOneIDs(rec), rec.RunOf())
+	ids := roundOneIDs(rec)
+	capsules, digests, err := doc.Build(ids, rec.RunOf())
 	if err != nil {
 		return nil, badRequest("%v", err)
 	}
@@ -345,7 +348,15 @@ func (s *Service) publishRun(ctx context.Context, doc *Doc, rec *store.ChainReco
 	}
 	out := make([]Step, len(capsules))
 	for i, raw := range capsules {
-		out[i] = Step{Step: i, Name: doc.Steps[i].Name, CapsuleID: rec.Steps[i], Digest: rec.StepDigests[i], State: StepPending}
+		out[i] = Step{Step: i, Name: doc.Steps[i].Name, CapsuleID: ids[i], Digest: rec.StepDigests[i], State: StepPending}
+		if ids[i] != rec.Steps[i] {
+			// A later round of its loop runs: round 1's was received.
+			out[i].State, out[i].Digest = StepReceived, ""
+			if cp, _, err := s.st.Checkpoints.Get(ctx, ids[i]); err == nil {
+				out[i].Digest = cp.Digest
+			}
+			continue
+		}
 		if slices.Contains(rec.Held, i) {
 			out[i].State = StepHeld
 			continue
