@@ -27,7 +27,7 @@ type Capsule struct {
 	Budget          Budget          `json:"budget"`
 	Review          ReviewPolicy    `json:"review"`
 	DependsOn       []string        `json:"depends_on,omitempty"`
-	Chain           *ChainStep      `json:"chain,omitempty"`
+	Chain           *ChainRound     `json:"chain,omitempty"`
 	Metadata        json.RawMessage `json:"metadata,omitempty"`
 	Integrity       Integrity       `json:"integrity"`
 	// ParentCapsuleID names the capsule whose executor call published this
@@ -48,6 +48,19 @@ type ChainStep struct {
 	// Gate is the step's gate ([GateOperator]): the step waits for a
 	// person's decision before it starts.
 	Gate string `json:"gate,omitempty"`
+}
+
+// ChainRound is a capsule's chain object: its membership ([ChainStep],
+// all a checkpoint keeps of it) and, in a verification loop's later
+// round, the round and the verifier's findings, which stay in the
+// capsule's bytes.
+type ChainRound struct {
+	ID   string `json:"id"`
+	Step int    `json:"step"`
+	// Run is the composition's run, from 2; 0 is run 1.
+	Run int `json:"run,omitempty"`
+	// Gate is the step's gate ([GateOperator]).
+	Gate string `json:"gate,omitempty"`
 	// Round is the verification loop's round the step runs in, from 2
 	// (0 is round 1): sagad publishes a loop's steps again, under fresh
 	// ids, when its verifier did not pass.
@@ -61,9 +74,8 @@ type ChainStep struct {
 // MaxChainFindings bounds the verifier findings a round's step carries.
 const MaxChainFindings = 16
 
-// Member is the step's membership alone (id, step, run, gate): what a
-// checkpoint keeps of it; a round's findings stay in the capsule's bytes.
-func (s *ChainStep) Member() *ChainStep {
+// Member is the step's membership alone (id, step, run, gate).
+func (s *ChainRound) Member() *ChainStep {
 	if s == nil {
 		return nil
 	}
