@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/santhosh-tekuri/jsonschema/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/admin"
@@ -124,6 +126,7 @@ func TestCompositionLoopPasses(t *testing.T) {
 	require.NotContains(t, []string{draft1, check1}, draft2)
 	require.Equal(t, draft2, o.Steps[0].CapsuleID, "the manifest points at the newest round")
 	require.Equal(t, check2, o.Steps[1].CapsuleID)
+	requireStatusSchema(t, o)
 
 	fs := f.rec.findingsOf(draft2)
 	require.Len(t, fs, 2)
@@ -169,6 +172,25 @@ func (r *recorder) findingsOf(id string) []capsule.Finding {
 	return r.findings[id]
 }
 
+// requireStatusSchema checks o against the admin reply schema of
+// `sagactl composition status` (and of the run's outcome).
+func requireStatusSchema(t *testing.T, o compose.Outcome) {
+	t.Helper()
+	const url = "https://sagad.dev/schemas/admin/composition-status-reply.schema.json"
+	b, err := os.ReadFile("../schemas/admin/composition-status-reply.schema.json")
+	require.NoError(t, err)
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	require.NoError(t, c.AddResource(url, strings.NewReader(string(b))))
+	s, err := c.Compile(url)
+	require.NoError(t, err)
+	body, err := json.Marshal(o)
+	require.NoError(t, err)
+	var v any
+	require.NoError(t, json.Unmarshal(body, &v))
+	require.NoError(t, s.Validate(v), "%s", body)
+}
+
 func capsuleIDs(as []capsule.Artifact) []string {
 	var out []string
 	for _, a := range as {
@@ -203,6 +225,7 @@ func TestCompositionLoopNoProgress(t *testing.T) {
 		}
 		require.Equal(t, []int{2, 2, 3}, counts)
 		require.Equal(t, compose.StepHeld, o.Steps[2].State)
+		requireStatusSchema(t, o)
 		_, _, err = f.st.Checkpoints.Get(ctx, publish)
 		require.ErrorIs(t, err, store.ErrNotFound, "the step after the loop was never published")
 
