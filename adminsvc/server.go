@@ -349,7 +349,8 @@ func (s *Service) classify(ctx context.Context, err error) ErrorReply {
 	switch {
 	case errors.As(err, &re):
 		return ErrorReply{Code: CodeBadRequest, Message: re.msg}
-	case errors.Is(err, admin.ErrRefused), errors.Is(err, compose.ErrEnded), errors.Is(err, compose.ErrNotEnded), errors.Is(err, compose.ErrNotGated):
+	case errors.Is(err, admin.ErrRefused), errors.Is(err, compose.ErrEnded), errors.Is(err, compose.ErrNotEnded), errors.Is(err, compose.ErrNotGated),
+		errors.Is(err, compose.ErrLoopWaits), errors.Is(err, compose.ErrLoopReplay):
 		return ErrorReply{Code: CodeRefused, Message: err.Error()}
 	case errors.Is(err, store.ErrNotFound):
 		return ErrorReply{Code: CodeNotFound, Message: err.Error()}
