@@ -155,6 +155,22 @@ func TestCompositionLoopPasses(t *testing.T) {
 	require.Equal(t, rec, again)
 	require.Len(t, f.outcomes(t, "loop-ok"), 1)
 
+	// A crash after round 2 was recorded, before it was known published:
+	// a past round's end delivered again publishes it (the same bytes,
+	// which the intake drops) and records it published.
+	_, err = f.st.Chains.Update(ctx, "loop-ok", "alice", 1, func(r *store.ChainRecord) error {
+		r.Unpublished = []int{0, 1}
+		return nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, f.runner.StepEnded(ctx, raw, check1))
+	again, err = f.st.Chains.GetRun(ctx, "loop-ok", "alice", 1)
+	require.NoError(t, err)
+	require.Empty(t, again.Unpublished)
+	cp, _, err := f.st.Checkpoints.Get(ctx, draft2)
+	require.NoError(t, err)
+	require.Equal(t, 1, cp.RunNumber(), "published again, not run again")
+
 	// The same document again is the run it made, named by round 1.
 	r2, err := f.composeAs(t, "alice", f.loopDoc(t, "loop-ok", 3, 2))
 	require.NoError(t, err)
@@ -357,4 +373,42 @@ func TestCompositionLoopCheck(t *testing.T) {
 	var de *compose.DocError
 	require.ErrorAs(t, err, &de)
 	require.True(t, strings.Contains(de.Error(), "max_rounds"), de.Error())
+}
+
+// TestRecordSize256Loop: the largest loop a record holds, one of 255
+// steps and a verifier at its 10th round, every round's capsule ids kept:
+// still far below the KV value limit.
+func TestRecordSize256Loop(t *testing.T) {
+	t.Parallel()
+	ids, err := compose.NewStepIDs(compose.MaxSteps)
+	require.NoError(t, err)
+	now := time.Now().UTC()
+	rec := store.ChainRecord{ChainID: "a-composition-id-of-forty-characters-xyz", Producer: "producer-name", Digest: strings.Repeat("d", 64),
+		Steps: ids, CreatedAt: now, Run: 7, State: store.CompositionPartial, OutcomeSent: true, EndedAt: &now}
+	loop := store.LoopRun{MaxRounds: compose.MaxRounds, Round: compose.MaxRounds, State: store.LoopFailed}
+	for i, id := range ids {
+		rec.StepDigests = append(rec.StepDigests, strings.Repeat("e", 64))
+		rec.Names = append(rec.Names, fmt.Sprintf("translate-into-%03d", i))
+		var needs []int
+		if i > 0 {
+			needs = []int{0, i - 1}
+		}
+		rec.Needs = append(rec.Needs, needs)
+		rec.Ended = append(rec.Ended, store.StepEnd{State: string(capsule.Completed), Artifact: "artifact:" + id + "/cycle-3",
+			Tokens: 123456, Dollars: 12.3456})
+		loop.Steps = append(loop.Steps, i)
+	}
+	for range compose.MaxRounds {
+		round, err := compose.NewStepIDs(compose.MaxSteps)
+		require.NoError(t, err)
+		loop.Rounds = append(loop.Rounds, store.LoopRound{IDs: round, Ended: true, Findings: 100})
+	}
+	rec.Loops = []store.LoopRun{loop}
+	b, err := json.Marshal(rec)
+	require.NoError(t, err)
+	t.Logf("a 256-step record with a 256-step loop at round 10: %d bytes", len(b))
+	require.Less(t, len(b), 256<<10)
+	_, err = store.DecodeChainRecord(b)
+	require.NoError(t, err)
+	requireStatusSchema(t, compose.Manifest(&rec))
 }
