@@ -326,8 +326,8 @@ func TestCompositionLoopCancel(t *testing.T) {
 
 // TestCompositionLoopCheck: a loop names steps of the document, its
 // verifier needs every loop step, a step between them is in the loop, a
-// step is in one loop at most; each problem is a finding, and a sound
-// loop is none.
+// step is in one loop at most, a loop step fits in its later rounds too;
+// each problem is a finding, and a sound loop is none.
 func TestCompositionLoopCheck(t *testing.T) {
 	t.Parallel()
 	f := &fixture{workspace: t.TempDir()}
@@ -367,7 +367,22 @@ func TestCompositionLoopCheck(t *testing.T) {
 			require.Equal(t, tc.want, fields)
 		})
 	}
-	_, err := compose.Parse(f.compositionDoc(t, "chk", steps, map[string]any{
+	// A step that fits in round 1 but not with a later round's findings is
+	// refused before anything starts.
+	d, err := compose.Parse(f.compositionDoc(t, "chk", steps, map[string]any{
+		"loops": []any{map[string]any{"steps": []string{"a", "b"}, "verifier": "v", "max_rounds": 3}},
+	}))
+	require.NoError(t, err)
+	small := cfg
+	small.MaxCapsuleBytes = 16 << 10
+	fs := compose.Check(d, small, time.Now())
+	require.Len(t, fs, 2, "%v", fs)
+	for _, fd := range fs {
+		require.Contains(t, []string{"a", "b"}, fd.Name)
+		require.Contains(t, fd.Message, "in a later round")
+	}
+
+	_, err = compose.Parse(f.compositionDoc(t, "chk", steps, map[string]any{
 		"loops": []any{map[string]any{"steps": []string{"a"}, "verifier": "b", "max_rounds": compose.MaxRounds + 1}},
 	}))
 	var de *compose.DocError

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -238,7 +239,7 @@ func endIfDone(r *store.ChainRecord, now time.Time) {
 // progress (the run waits for a person), or the next round is recorded,
 // under fresh ids, to be published. doc is read only when a round starts
 // or steps are released. It returns the events to send.
-func roundEnded(ctx context.Context, rec *store.ChainRecord, k int, lookup verdictLookup, doc func() (*Doc, error)) ([]capsule.Event, error) {
+func roundEnded(ctx context.Context, rec *store.ChainRecord, k int, now time.Time, lookup verdictLookup, doc func() (*Doc, error)) ([]capsule.Event, error) {
 	l := &rec.Loops[k]
 	if l.State != "" || slices.ContainsFunc(l.Steps, func(i int) bool { return rec.Ended[i].State == "" }) {
 		return nil, nil
@@ -268,6 +269,13 @@ func roundEnded(ctx context.Context, rec *store.ChainRecord, k int, lookup verdi
 		if err != nil {
 			return nil, err
 		}
+		if d.roundExpired(l.Steps, now) {
+			// RECEPTION would refuse the round (deadline_in_past): the
+			// loop ends as if out of rounds.
+			l.State = store.LoopFailed
+			fail(rec, k)
+			break
+		}
 		if err := newRound(ctx, d, rec, k, v); err != nil {
 			return nil, err
 		}
@@ -276,6 +284,23 @@ func roundEnded(ctx context.Context, rec *store.ChainRecord, k int, lookup verdi
 	}
 	return []capsule.Event{loopEvent(rec, k, EventLoopEnded,
 		fmt.Sprintf("%s after round %d: the verifier raised %d findings", l.State, l.Round, v.count))}, nil
+}
+
+// roundExpired reports whether a step of steps has a deadline (its own,
+// or the composition's) that is not after now.
+func (d *Doc) roundExpired(steps []int, now time.Time) bool {
+	if d.Deadline != nil && !d.Deadline.After(now) {
+		return true
+	}
+	for _, i := range steps {
+		var t struct {
+			Deadline time.Time `json:"deadline"`
+		}
+		if json.Unmarshal(d.Steps[i].tmpl, &t) == nil && !t.Deadline.IsZero() && !t.Deadline.After(now) {
+			return true
+		}
+	}
+	return false
 }
 
 // newRound records loop k's next round: fresh ids for its steps, their

@@ -360,7 +360,7 @@ func (r *Runner) StepEnded(ctx context.Context, raw []byte, key string) error {
 		rec.Ended[step] = end
 		if k := loopOf(rec, step); k >= 0 {
 			var err error
-			if evs, err = roundEnded(ctx, rec, k, checkpointVerdict(r.st), func() (*Doc, error) { return docs(rec) }); err != nil {
+			if evs, err = roundEnded(ctx, rec, k, now, checkpointVerdict(r.st), func() (*Doc, error) { return docs(rec) }); err != nil {
 				return err
 			}
 		}
