@@ -122,6 +122,8 @@ func TestCompositionLoopPasses(t *testing.T) {
 	require.Equal(t, 2, l.Rounds[0].Findings)
 	require.False(t, l.Rounds[0].Passed)
 	require.True(t, l.Rounds[1].Passed)
+	require.NotNil(t, l.Rounds[0].Spend)
+	require.Positive(t, l.Rounds[0].Spend.Tokens, "a past round's spend is kept")
 	draft2, check2 := l.Rounds[1].CapsuleIDs[0], l.Rounds[1].CapsuleIDs[1]
 	require.NotContains(t, []string{draft1, check1}, draft2)
 	require.Equal(t, draft2, o.Steps[0].CapsuleID, "the manifest points at the newest round")

@@ -250,6 +250,10 @@ func roundEnded(ctx context.Context, rec *store.ChainRecord, k int, now time.Tim
 	}
 	rd := &l.Rounds[l.Round-1]
 	rd.Ended, rd.Passed, rd.Findings = true, v.passed, v.count
+	for _, i := range l.Steps {
+		rd.Tokens += rec.Ended[i].Tokens
+		rd.Dollars += rec.Ended[i].Dollars
+	}
 	switch {
 	case v.passed:
 		l.State = store.LoopPassed

@@ -98,6 +98,8 @@ type RoundOutcome struct {
 	Ended      bool     `json:"ended"`
 	Passed     bool     `json:"passed"`
 	Findings   int      `json:"findings"`
+	// Spend is what the round's steps spent, once it ended.
+	Spend *Spend `json:"spend,omitempty"`
 }
 
 // Summary counts a run's steps; ExitCode is the orchestrator contract's:
@@ -189,7 +191,11 @@ func loopOutcomes(rec *store.ChainRecord) []LoopOutcome {
 			lo.Steps = append(lo.Steps, stepName(rec, i))
 		}
 		for x, rd := range l.Rounds {
-			lo.Rounds = append(lo.Rounds, RoundOutcome{Round: x + 1, CapsuleIDs: rd.IDs, Ended: rd.Ended, Passed: rd.Passed, Findings: rd.Findings})
+			ro := RoundOutcome{Round: x + 1, CapsuleIDs: rd.IDs, Ended: rd.Ended, Passed: rd.Passed, Findings: rd.Findings}
+			if rd.Ended {
+				ro.Spend = &Spend{Tokens: rd.Tokens, Dollars: rd.Dollars}
+			}
+			lo.Rounds = append(lo.Rounds, ro)
 		}
 		out = append(out, lo)
 	}

@@ -59,6 +59,10 @@ type LoopRound struct {
 	Passed bool `json:"passed,omitempty"`
 	// Findings counts the verifier's findings on the round.
 	Findings int `json:"findings,omitempty"`
+	// Tokens and Dollars are what the round's steps spent, once it ended:
+	// the record's ends hold only the last round's.
+	Tokens  int64   `json:"tokens,omitempty"`
+	Dollars float64 `json:"dollars,omitempty"`
 }
 
 // StateOf is l's state: running until it passed, failed or stopped.
