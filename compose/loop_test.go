@@ -298,6 +298,30 @@ func TestCompositionLoopMaxRounds(t *testing.T) {
 	require.Len(t, f.outcomes(t, "loop-max"), 1)
 }
 
+// TestCompositionLoopUpstreamFailed: a step the loop needs from outside
+// it fails, so round 1 fails without the loop's fault: no round 2 (it
+// would fail the same way), the loop fails and the run with it.
+func TestCompositionLoopUpstreamFailed(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	steps := []step{
+		{name: "pre", kind: "produce"},
+		{name: "draft", kind: "produce", needs: []string{"pre"}},
+		{name: "check", kind: "validate", needs: []string{"draft"}},
+	}
+	f.rec.mu.Lock()
+	f.rec.fail["pre"] = true
+	f.rec.mu.Unlock()
+	_, err := f.composeAs(t, "alice", f.compositionDoc(t, "loop-up", steps, map[string]any{
+		"loops": []any{map[string]any{"steps": []string{"draft"}, "verifier": "check", "max_rounds": 5}},
+	}))
+	require.NoError(t, err)
+	m := compose.Manifest(f.runEnded(t, "loop-up", "alice", 1))
+	require.Equal(t, store.CompositionFailed, m.State)
+	require.Equal(t, store.LoopFailed, m.Loops[0].State)
+	require.Equal(t, 1, m.Loops[0].Round)
+}
+
 // TestCompositionLoopCancel: cancelling a run whose loop waits for a
 // person ends it cancelled at once, the held step with it.
 func TestCompositionLoopCancel(t *testing.T) {

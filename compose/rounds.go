@@ -262,7 +262,9 @@ func roundEnded(ctx context.Context, rec *store.ChainRecord, k int, now time.Tim
 		}
 	case rec.State == store.CompositionCancelled:
 		return nil, nil
-	case l.Round >= l.MaxRounds:
+	case l.Round >= l.MaxRounds || upstreamFailed(rec, l):
+		// Out of rounds, or a step the loop needs from outside it failed:
+		// another round would fail the same way.
 		l.State = store.LoopFailed
 		fail(rec, k)
 	case stalled(l):
@@ -288,6 +290,22 @@ func roundEnded(ctx context.Context, rec *store.ChainRecord, k int, now time.Tim
 	}
 	return []capsule.Event{loopEvent(rec, k, EventLoopEnded,
 		fmt.Sprintf("%s after round %d: the verifier raised %d findings", l.State, l.Round, v.count))}, nil
+}
+
+// upstreamFailed reports whether a step outside loop l that one of its
+// steps needs ended without completing.
+func upstreamFailed(rec *store.ChainRecord, l *store.LoopRun) bool {
+	for _, i := range l.Steps {
+		for _, j := range needsIdx(rec, i) {
+			if slices.Contains(l.Steps, j) || j >= len(rec.Ended) || rec.Ended[j].State == "" || rec.Ended[j].State == string(capsule.Completed) {
+				continue
+			}
+			if m := loopOf(rec, j); m < 0 || rec.Loops[m].State != store.LoopAccepted {
+				return true // an accepted loop's step is read, not waited for
+			}
+		}
+	}
+	return false
 }
 
 // roundExpired reports whether a step of steps has a deadline (its own,
