@@ -322,6 +322,52 @@ func TestCompositionLoopUpstreamFailed(t *testing.T) {
 	require.Equal(t, 1, m.Loops[0].Round)
 }
 
+// TestCompositionLoopPausedRound: a round that ends while a person has
+// paused the run is recorded but not published until the run is resumed;
+// a gated verifier waits for its person in every round.
+func TestCompositionLoopPausedRound(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(f.loopDoc(t, "loop-pause", 3, 1), &doc))
+	doc["steps"].([]any)[1].(map[string]any)["gate"] = compose.GateOperator
+	b, err := json.Marshal(doc)
+	require.NoError(t, err)
+	r, err := f.composeAs(t, "alice", b)
+	require.NoError(t, err)
+	f.heldAtGate(t, r.Steps[1].CapsuleID)
+	alice := "alice"
+	rec, err := compose.Find(ctx, f.st, "loop-pause", &alice, 0)
+	require.NoError(t, err)
+	_, err = compose.Pause(ctx, f.st, func(ctx context.Context, id, reason, by string) error {
+		_, err := f.admin.Pause(ctx, id, reason, by)
+		return err
+	}, rec, "ops", "hold")
+	require.NoError(t, err)
+	require.NoError(t, f.decide(ctx, "loop-pause", "alice", "check", true))
+
+	natstest.Eventually(t, 60*time.Second, 10*time.Millisecond, func() bool {
+		rec, err = f.st.Chains.GetRun(ctx, "loop-pause", "alice", 1)
+		require.NoError(t, err)
+		return rec.Loops[0].Round == 2
+	}, "round 2 was never recorded")
+	require.Equal(t, []int{0, 1}, rec.Unpublished, "recorded, held while the run is paused")
+	_, _, err = f.st.Checkpoints.Get(ctx, rec.Steps[0])
+	require.ErrorIs(t, err, store.ErrNotFound)
+
+	_, err = compose.Resume(ctx, f.st, func(ctx context.Context, id, reason, by string) error {
+		_, err := f.admin.Resume(ctx, id, admin.ResumeOptions{By: by, Reason: reason})
+		return err
+	}, rec, "ops", "go")
+	require.NoError(t, err)
+	f.heldAtGate(t, rec.Steps[1])
+	require.NoError(t, f.decide(ctx, "loop-pause", "alice", "check", true))
+	m := compose.Manifest(f.runEnded(t, "loop-pause", "alice", 1))
+	require.Equal(t, store.CompositionCompleted, m.State)
+	require.Equal(t, store.LoopPassed, m.Loops[0].State)
+}
+
 // TestCompositionLoopCancel: cancelling a run whose loop waits for a
 // person ends it cancelled at once, the held step with it.
 func TestCompositionLoopCancel(t *testing.T) {
