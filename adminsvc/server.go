@@ -327,7 +327,13 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 		if items == nil {
 			items = []admin.PendingItem{}
 		}
-		return PendingReply{Items: items}, nil
+		reply := PendingReply{Items: items}
+		if c := s.cfg.Compositions; c != nil {
+			if reply.Compositions, err = compose.Waiting(ctx, c.st, maxCompositionsPending); err != nil {
+				return nil, err
+			}
+		}
+		return reply, nil
 	}
 	return nil, fmt.Errorf("unhandled request %T", r)
 }
@@ -342,6 +348,9 @@ func (s *Service) phases(ctx context.Context) (PhasesReply, error) {
 	}
 	return PhasesReply{Phases: list}, nil
 }
+
+// maxCompositionsPending bounds the composition runs pending reads.
+const maxCompositionsPending = 1000
 
 // classify maps an action's error to its answer.
 func (s *Service) classify(ctx context.Context, err error) ErrorReply {

@@ -194,8 +194,14 @@ func (r *recorder) findingsOf(id string) []capsule.Finding {
 // `sagactl composition status` (and of the run's outcome).
 func requireStatusSchema(t *testing.T, o compose.Outcome) {
 	t.Helper()
-	const url = "https://sagad.dev/schemas/admin/composition-status-reply.schema.json"
-	b, err := os.ReadFile("../schemas/admin/composition-status-reply.schema.json")
+	requireAdminSchema(t, "composition-status-reply", o)
+}
+
+// requireAdminSchema checks v against the admin schema name.
+func requireAdminSchema(t *testing.T, name string, o any) {
+	t.Helper()
+	url := "https://sagad.dev/schemas/admin/" + name + ".schema.json"
+	b, err := os.ReadFile("../schemas/admin/" + name + ".schema.json")
 	require.NoError(t, err)
 	c := jsonschema.NewCompiler()
 	c.Draft = jsonschema.Draft2020
@@ -244,6 +250,12 @@ func TestCompositionLoopNoProgress(t *testing.T) {
 		require.Equal(t, []int{2, 2, 3}, counts)
 		require.Equal(t, compose.StepHeld, o.Steps[2].State)
 		requireStatusSchema(t, o)
+		waiting, err := compose.Waiting(ctx, f.st, 100)
+		require.NoError(t, err)
+		require.Len(t, waiting, 1, "pending lists the loop waiting for a person")
+		require.Equal(t, compose.WaitingLoop{CompositionID: id, Producer: "alice", Run: 1, Verifier: "check",
+			CapsuleID: o.Steps[1].CapsuleID, Round: 3, Findings: []int{2, 2, 3}, Since: waiting[0].Since}, waiting[0])
+		requireAdminSchema(t, "pending-reply", map[string]any{"items": []any{}, "compositions": waiting})
 		_, _, err = f.st.Checkpoints.Get(ctx, publish)
 		require.ErrorIs(t, err, store.ErrNotFound, "the step after the loop was never published")
 
@@ -256,6 +268,9 @@ func TestCompositionLoopNoProgress(t *testing.T) {
 		require.Error(t, f.decide(ctx, id, "alice", "check", accept), "decided already")
 
 		rec = f.runEnded(t, id, "alice", 1)
+		waiting, err = compose.Waiting(ctx, f.st, 100)
+		require.NoError(t, err)
+		require.Empty(t, waiting, "decided, nothing waits")
 		m := compose.Manifest(rec)
 		require.Equal(t, store.CompositionPartial, m.State)
 		require.Equal(t, "ops", m.Loops[0].By)

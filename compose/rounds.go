@@ -288,6 +288,7 @@ func roundEnded(ctx context.Context, rec *store.ChainRecord, k int, now time.Tim
 		return []capsule.Event{loopEvent(rec, k, EventRoundStarted,
 			fmt.Sprintf("round %d of %d: the verifier raised %d findings", l.Round, l.MaxRounds, v.count))}, nil
 	}
+	l.At = &now
 	return []capsule.Event{loopEvent(rec, k, EventLoopEnded,
 		fmt.Sprintf("%s after round %d: the verifier raised %d findings", l.State, l.Round, v.count))}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -47,6 +48,8 @@ type LoopRun struct {
 	// By and Reason say who decided a loop stopped for no_progress, and why.
 	By     string `json:"by,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// At is when State last changed.
+	At *time.Time `json:"at,omitempty"`
 }
 
 // LoopRound is one round of a loop.
