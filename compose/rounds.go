@@ -133,7 +133,7 @@ func needsIdx(rec *store.ChainRecord, i int) []int {
 // loadDoc reads the document of rec's run, which must be the one rec was
 // made of (its digest).
 func loadDoc(ctx context.Context, st *store.Store, rec *store.ChainRecord) (*Doc, error) {
-	b, err := st.Chains.Doc(ctx, rec.ChainID, rec.Producer, rec.RunOf())
+	b, err := st.Chains.Doc(ctx, rec.ChainID, rec.Producer, rec.Digest)
 	if err != nil {
 		return nil, err
 	}

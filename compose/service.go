@@ -423,7 +423,7 @@ func (s *Service) assign(ctx context.Context, doc *Doc, producer string, data []
 		if len(doc.Loops) > 0 {
 			// The runner builds a loop's rounds, and the steps held until
 			// it passes, from the document.
-			if err := s.st.Chains.PutDoc(ctx, doc.ID, producer, run, data); err != nil {
+			if err := s.st.Chains.PutDoc(ctx, doc.ID, producer, digest, data); err != nil {
 				return nil, false, err
 			}
 			rec.Loops, rec.Held = doc.planLoops(ids)

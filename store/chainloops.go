@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -118,19 +117,38 @@ func validLoops(r *ChainRecord) error {
 	return nil
 }
 
-// docKey is where the document of producer's run of chainID is kept:
-// under the run's key, one token more, which neither the run lookups nor
-// the producers' listing read as a record.
-func docKey(chainID, producer string, run int) string {
-	return chainKey(chainID, producer) + ".doc." + strconv.Itoa(max(run, 1))
+// docKey is where producer's document of digest (lowercase hex SHA-256)
+// under chainID is kept: one token more than a run's key, which neither
+// the run lookups nor the producers' listing read as a record; by digest,
+// so two sagads making the same run of two documents at once each keep
+// their own.
+func docKey(chainID, producer, digest string) string {
+	return chainKey(chainID, producer) + ".doc." + digest
 }
 
-// PutDoc keeps the document b of a run whose steps sagad builds later (a
-// verification loop's rounds, the steps held until a loop passes): the
-// runner builds them from it. Writing the same run's document again is
-// harmless (the run's digest names its bytes).
-func (c *Chains) PutDoc(ctx context.Context, chainID, producer string, run int, b []byte) error {
-	if _, err := c.kv.Put(ctx, docKey(chainID, producer, run), b); err != nil {
+// ErrBadDigest refuses a document digest that is not lowercase hex SHA-256.
+var ErrBadDigest = errors.New("document digest: want 64 lowercase hex digits")
+
+func validDigest(d string) bool {
+	if len(d) != 64 {
+		return false
+	}
+	for _, c := range d {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// PutDoc keeps the document b, of digest, of a run whose steps sagad
+// builds later (a verification loop's rounds, the steps held until a loop
+// passes): the runner builds them from it. Writing it again is harmless.
+func (c *Chains) PutDoc(ctx context.Context, chainID, producer, digest string, b []byte) error {
+	if !validDigest(digest) {
+		return ErrBadDigest
+	}
+	if _, err := c.kv.Put(ctx, docKey(chainID, producer, digest), b); err != nil {
 		return fmt.Errorf("chain %s document: %w", chainID, err)
 	}
 	return nil
@@ -138,10 +156,13 @@ func (c *Chains) PutDoc(ctx context.Context, chainID, producer string, run int, 
 
 // Doc returns the document PutDoc kept; it wraps [ErrNotFound] when there
 // is none.
-func (c *Chains) Doc(ctx context.Context, chainID, producer string, run int) ([]byte, error) {
-	e, err := c.kv.Get(ctx, docKey(chainID, producer, run))
+func (c *Chains) Doc(ctx context.Context, chainID, producer, digest string) ([]byte, error) {
+	if !validDigest(digest) {
+		return nil, ErrBadDigest
+	}
+	e, err := c.kv.Get(ctx, docKey(chainID, producer, digest))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("%w: chain %s run %d document", ErrNotFound, chainID, max(run, 1))
+		return nil, fmt.Errorf("%w: chain %s document %s", ErrNotFound, chainID, digest)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("chain %s document: %w", chainID, err)
