@@ -82,9 +82,6 @@ func (l *LoopRun) Verifier() int { return l.Steps[len(l.Steps)-1] }
 // accepted by a person).
 func (l *LoopRun) Settled() bool { return l.State == LoopPassed || l.State == LoopAccepted }
 
-// Over reports whether l runs no more rounds.
-func (l *LoopRun) Over() bool { return l.State != "" && l.State != LoopNoProgress }
-
 // maxLoops matches composition.schema.json's loops maxItems.
 const maxLoops = 16
 
