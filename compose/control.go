@@ -444,7 +444,9 @@ var ErrNotGated = errors.New("composition step not waiting at its gate")
 // (trigger composition_gate): accept resumes it, so it starts; reject
 // halts it operator_rejected (admin.Admin's Decide reject), and the steps
 // needing it halt dependency_failed. A step not waiting at its gate is
-// refused.
+// refused. On the verifier of a loop stopped for no_progress, it decides
+// the loop instead (see decideLoop): accept takes it as passed, reject
+// fails it.
 func Decide(ctx context.Context, st *store.Store, resume, reject Acting, rec *store.ChainRecord, step string, accept bool, by, reason string) (*store.ChainRecord, error) {
 	m := Manifest(rec)
 	i := slices.IndexFunc(m.Steps, func(s StepOutcome) bool { return s.Name == step })
