@@ -184,7 +184,7 @@ func (a *Admin) checkCorrected(ctx context.Context, found *capsule.Checkpoint, e
 	}
 	// Chain membership is sagad's to give (RECEPTION's
 	// chain_membership_refused): a correction keeps the capsule's.
-	if !sameChain(r.Capsule.Chain, found.Chain) {
+	if !sameChain(r.Capsule.Chain.Member(), found.Chain) {
 		return "", replayRefusal(found, "the corrected capsule's chain differs from the capsule's: only sagad assigns chain steps")
 	}
 	return r.Digest, nil

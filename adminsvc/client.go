@@ -153,8 +153,15 @@ func (c *Client) Phases(ctx context.Context) ([]admin.PhaseState, error) {
 
 // Pending lists what waits for a human, oldest first.
 func (c *Client) Pending(ctx context.Context) ([]admin.PendingItem, error) {
+	p, err := c.PendingAll(ctx)
+	return p.Items, err
+}
+
+// PendingAll is pending's whole reply: the capsules, and the composition
+// runs whose loop waits for a decision.
+func (c *Client) PendingAll(ctx context.Context) (PendingReply, error) {
 	var p PendingReply
-	return p.Items, c.call(ctx, VerbPending, struct{}{}, &p)
+	return p, c.call(ctx, VerbPending, struct{}{}, &p)
 }
 
 // Rules reports the constitution the answering sagad enforces: every rule

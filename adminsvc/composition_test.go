@@ -185,3 +185,89 @@ func TestCompositionEndpoints(t *testing.T) {
 	}, "accepted, the step runs and the run completes")
 	f.do(t, VerbCompositionDecide, CompositionDecideRequest{CompositionID: "comp-gate", Step: "ship", Decision: GateAccept, By: "ops"}, CodeRefused)
 }
+
+// TestCompositionLoopEndpoints: a loop whose verifier (the stub, scripted
+// per round) rejects every round with one finding stops for no_progress
+// after round 3: status says paused, reason no_progress, pending lists
+// the run with the verifier to decide on, resume is refused, replay too;
+// composition.decide accept on the verifier lets the step after the loop
+// run, and the run ends partial.
+func TestCompositionLoopEndpoints(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	f := &fixture{nc: nc, workspace: capsuletest.Workspace(t)}
+	p, err := pipeline.New(ctx, js, pipeline.Config{
+		Logger: testLogger(t), Workspace: f.workspace, Workers: 4, Executors: executors.NewRegistry(),
+		AckWait: 2 * time.Second, Heartbeat: 300 * time.Millisecond, RetryDelay: 50 * time.Millisecond, SweepInterval: 50 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.NoError(t, p.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p.Stop(ctx)
+	})
+	svc, err := Start(nc, p.Admin(), Config{Logger: testLogger(t), Compositions: StoreCompositions(p.Store(), p.Admin())})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, svc.Stop(context.Background())) })
+	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: testLogger(t), Rules: p.Rules()})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, composer.Stop()) })
+	runner, err := compose.StartRunner(ctx, p.Store(), compose.RunnerConfig{Logger: testLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(runner.Stop)
+
+	var steps []any
+	for _, st := range []struct{ name, need string }{{"draft", ""}, {"check", "draft"}, {"ship", "check"}} {
+		target := st.name + ".txt"
+		require.NoError(t, os.WriteFile(filepath.Join(f.workspace, target), []byte("x"), 0o644))
+		d := capsuletest.New().Delete("capsule_id").Set("target", "file:"+target).Set("constraints.resource_locks_required", []any{target})
+		if st.name == "check" {
+			d = d.Set("metadata", map[string]any{"stub": map[string]any{"rounds": []any{[]any{"REJECTED"}, []any{"REJECTED"}, []any{"REJECTED"}}}})
+		}
+		step := map[string]any{"name": st.name, "capsule": map[string]any(d)}
+		if st.need != "" {
+			step["needs"] = []string{st.need}
+		}
+		steps = append(steps, step)
+	}
+	doc, err := json.Marshal(map[string]any{"composition_id": "comp-loop", "steps": steps,
+		"loops": []any{map[string]any{"steps": []string{"draft"}, "verifier": "check", "max_rounds": 5}}})
+	require.NoError(t, err)
+	msg, err := nc.Request(compose.Subject+".alice", doc, 10*time.Second)
+	require.NoError(t, err)
+	_, err = compose.DecodeReply(msg)
+	require.NoError(t, err)
+
+	var o compose.Outcome
+	natstest.Eventually(t, 60*time.Second, 20*time.Millisecond, func() bool {
+		require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionStatus, CompositionRequest{CompositionID: "comp-loop"}, ""), &o))
+		return o.State == "paused"
+	}, "the loop never stopped")
+	require.Equal(t, "no_progress", o.Reason)
+	require.Equal(t, "no_progress", o.Loops[0].State)
+	require.Equal(t, 3, o.Loops[0].Round)
+	require.Equal(t, compose.StepHeld, o.Steps[2].State)
+
+	var pending PendingReply
+	require.NoError(t, json.Unmarshal(f.do(t, VerbPending, struct{}{}, ""), &pending))
+	require.Len(t, pending.Compositions, 1)
+	require.Equal(t, "check", pending.Compositions[0].Verifier)
+	require.Equal(t, []int{1, 1, 1}, pending.Compositions[0].Findings)
+
+	f.do(t, VerbCompositionResume, CompositionCancelRequest{CompositionID: "comp-loop", By: "ops"}, CodeRefused)
+	f.do(t, VerbCompositionReplay, CompositionCancelRequest{CompositionID: "comp-loop", By: "ops"}, CodeRefused)
+	f.do(t, VerbCompositionDecide, CompositionDecideRequest{CompositionID: "comp-loop", Step: "check", Decision: GateAccept, By: "ops", Reason: "good enough"}, "")
+	natstest.Eventually(t, 60*time.Second, 20*time.Millisecond, func() bool {
+		require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionStatus, CompositionRequest{CompositionID: "comp-loop"}, ""), &o))
+		return o.State == "partial"
+	}, "accepted, the run never ended")
+	require.Equal(t, "accepted", o.Loops[0].State)
+	require.Equal(t, "ops", o.Loops[0].By)
+	require.Equal(t, string(capsule.Completed), o.Steps[2].State)
+	var after PendingReply
+	require.NoError(t, json.Unmarshal(f.do(t, VerbPending, struct{}{}, ""), &after))
+	require.Empty(t, after.Compositions)
+}

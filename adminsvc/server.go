@@ -327,7 +327,13 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 		if items == nil {
 			items = []admin.PendingItem{}
 		}
-		return PendingReply{Items: items}, nil
+		reply := PendingReply{Items: items}
+		if c := s.cfg.Compositions; c != nil {
+			if reply.Compositions, err = compose.Waiting(ctx, c.st, maxCompositionsPending); err != nil {
+				return nil, err
+			}
+		}
+		return reply, nil
 	}
 	return nil, fmt.Errorf("unhandled request %T", r)
 }
@@ -343,13 +349,17 @@ func (s *Service) phases(ctx context.Context) (PhasesReply, error) {
 	return PhasesReply{Phases: list}, nil
 }
 
+// maxCompositionsPending bounds the composition runs pending reads.
+const maxCompositionsPending = 1000
+
 // classify maps an action's error to its answer.
 func (s *Service) classify(ctx context.Context, err error) ErrorReply {
 	var re *requestError
 	switch {
 	case errors.As(err, &re):
 		return ErrorReply{Code: CodeBadRequest, Message: re.msg}
-	case errors.Is(err, admin.ErrRefused), errors.Is(err, compose.ErrEnded), errors.Is(err, compose.ErrNotEnded), errors.Is(err, compose.ErrNotGated):
+	case errors.Is(err, admin.ErrRefused), errors.Is(err, compose.ErrEnded), errors.Is(err, compose.ErrNotEnded), errors.Is(err, compose.ErrNotGated),
+		errors.Is(err, compose.ErrLoopWaits), errors.Is(err, compose.ErrLoopReplay):
 		return ErrorReply{Code: CodeRefused, Message: err.Error()}
 	case errors.Is(err, store.ErrNotFound):
 		return ErrorReply{Code: CodeNotFound, Message: err.Error()}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/compose"
 )
 
 // Name is the micro service's name; every sagad registers under it.
@@ -159,6 +160,9 @@ type PhasesReply struct {
 // PendingReply answers pending, oldest first.
 type PendingReply struct {
 	Items []admin.PendingItem `json:"items"`
+	// Compositions are the composition runs whose verification loop
+	// stopped for no_progress: a person decides on the verifier.
+	Compositions []compose.WaitingLoop `json:"compositions,omitempty"`
 }
 
 // Error codes of [ErrorReply].

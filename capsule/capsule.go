@@ -27,7 +27,7 @@ type Capsule struct {
 	Budget          Budget          `json:"budget"`
 	Review          ReviewPolicy    `json:"review"`
 	DependsOn       []string        `json:"depends_on,omitempty"`
-	Chain           *ChainStep      `json:"chain,omitempty"`
+	Chain           *ChainRound     `json:"chain,omitempty"`
 	Metadata        json.RawMessage `json:"metadata,omitempty"`
 	Integrity       Integrity       `json:"integrity"`
 	// ParentCapsuleID names the capsule whose executor call published this
@@ -48,6 +48,38 @@ type ChainStep struct {
 	// Gate is the step's gate ([GateOperator]): the step waits for a
 	// person's decision before it starts.
 	Gate string `json:"gate,omitempty"`
+}
+
+// ChainRound is a capsule's chain object: its membership ([ChainStep],
+// all a checkpoint keeps of it) and, in a verification loop's later
+// round, the round and the verifier's findings, which stay in the
+// capsule's bytes.
+type ChainRound struct {
+	ID   string `json:"id"`
+	Step int    `json:"step"`
+	// Run is the composition's run, from 2; 0 is run 1.
+	Run int `json:"run,omitempty"`
+	// Gate is the step's gate ([GateOperator]).
+	Gate string `json:"gate,omitempty"`
+	// Round is the verification loop's round the step runs in, from 2
+	// (0 is round 1): sagad publishes a loop's steps again, under fresh
+	// ids, when its verifier did not pass.
+	Round int `json:"round,omitempty"`
+	// Findings are the loop's verifier's findings on the round before
+	// (at most [MaxChainFindings]): cycle 1's request carries them first,
+	// with source "verifier" ([FindingSourceVerifier]).
+	Findings []Finding `json:"findings,omitempty"`
+}
+
+// MaxChainFindings bounds the verifier findings a round's step carries.
+const MaxChainFindings = 16
+
+// Member is the step's membership alone (id, step, run, gate).
+func (s *ChainRound) Member() *ChainStep {
+	if s == nil {
+		return nil
+	}
+	return &ChainStep{ID: s.ID, Step: s.Step, Run: s.Run, Gate: s.Gate}
 }
 
 // GateOperator is the gate of a composition step held for a person.
@@ -211,6 +243,10 @@ type Finding struct {
 	// "operator" for an operator's revise rationale (FindingSourceOperator).
 	Source string `json:"source,omitempty"`
 }
+
+// FindingSourceVerifier marks a finding of a verification loop's verifier
+// on the round before, which a round's step addresses (chain.findings).
+const FindingSourceVerifier = "verifier"
 
 // FindingSourceOperator marks a finding an operator gave (a revise's
 // rationale), as opposed to the reviewer's.

@@ -35,14 +35,16 @@ import (
 // recorder is every step kind's executor: the stub's artifact, remembering
 // the context artifacts each capsule was given.
 type recorder struct {
-	mu     sync.Mutex
-	inputs map[string][]capsule.Artifact
-	fail   map[string]bool // task titles whose execution fails
+	mu       sync.Mutex
+	inputs   map[string][]capsule.Artifact
+	findings map[string][]capsule.Finding // each capsule's last request's
+	fail     map[string]bool              // task titles whose execution fails
 }
 
 func (r *recorder) Execute(ctx context.Context, req executors.Request) (executors.Result, error) {
 	r.mu.Lock()
 	r.inputs[req.Capsule.CapsuleID] = req.ContextArtifacts
+	r.findings[req.Capsule.CapsuleID] = req.Findings
 	fail := r.fail[req.Capsule.Task.Title]
 	r.mu.Unlock()
 	if fail {
@@ -79,11 +81,12 @@ func setup(t *testing.T) *fixture {
 	t.Helper()
 	s := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, s)
-	f := &fixture{nc: nc, js: js, rec: &recorder{inputs: map[string][]capsule.Artifact{}, fail: map[string]bool{}}, workspace: capsuletest.Workspace(t)}
+	f := &fixture{nc: nc, js: js, rec: &recorder{inputs: map[string][]capsule.Artifact{}, findings: map[string][]capsule.Finding{}, fail: map[string]bool{}}, workspace: capsuletest.Workspace(t)}
 	reg := executors.NewRegistry()
 	for _, k := range []string{"produce", "translate", "validate"} {
 		reg.RegisterExecutor(k, f.rec)
 	}
+	reg.RegisterReviewer(verifierID, verifier{})
 	ctx := context.Background()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	p, err := pipeline.New(ctx, js, pipeline.Config{

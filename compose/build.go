@@ -46,8 +46,8 @@ type Doc struct {
 	Steps    []StepDef
 	Budget   *Budget
 	Deadline *time.Time
-	// Loops are the document's verification loops; [Check] refuses them:
-	// this sagad does not run them.
+	// Loops are the document's verification loops (see [Check] for what
+	// makes one sound, and the package doc for how they run).
 	Loops []Loop
 }
 
@@ -220,76 +220,134 @@ func (d *Doc) Build(ids []string, run int) (capsules [][]byte, digests []string,
 	if len(ids) != len(d.Steps) {
 		return nil, nil, fmt.Errorf("%d ids for %d steps", len(ids), len(d.Steps))
 	}
+	for i := range d.Steps {
+		raw, digest, err := d.buildStep(i, ids, stepBuild{run: run, wave: WaveID(ids)})
+		if err != nil {
+			return nil, nil, err
+		}
+		capsules = append(capsules, raw)
+		digests = append(digests, digest)
+	}
+	return capsules, digests, nil
+}
+
+// stepBuild is what a step's capsule takes besides its template and ids.
+type stepBuild struct {
+	run  int
+	wave string
+	// round (from 2), findings and refs are a verification loop's round:
+	// the verifier's findings on the round before and its artifact.
+	round    int
+	findings []capsule.Finding
+	refs     []string
+	// accepted are the needs that ended without completing in a loop a
+	// person accepted, each with its last artifact ref ("" for none).
+	accepted map[int]string
+}
+
+// buildStep makes step i into a sealed capsule under ids (see [Doc.Build]).
+func (d *Doc) buildStep(i int, ids []string, b stepBuild) (raw []byte, digest string, err error) {
+	s := d.Steps[i]
+	dec := json.NewDecoder(bytes.NewReader(s.tmpl))
+	dec.UseNumber() // numbers stay as written: they are digested
+	var step map[string]any
+	if err := dec.Decode(&step); err != nil {
+		return nil, "", fmt.Errorf("step %s: %w", s.Name, err)
+	}
+	step["capsule_id"] = ids[i]
+	step["chain"] = d.chainOf(i, b)
+	refs, _ := step["context_refs"].([]any)
+	if refs == nil {
+		refs = []any{}
+	}
+	if len(s.Needs) > 0 {
+		index := d.index()
+		deps := make([]any, 0, len(s.Needs))
+		for _, n := range s.Needs {
+			j, ok := index[n]
+			if !ok {
+				return nil, "", fmt.Errorf("step %s: needs unknown step %q", s.Name, n)
+			}
+			final := "artifact:" + ids[j] + "/final"
+			if last, accepted := b.accepted[j]; accepted {
+				// Ended without completing, in a loop a person accepted:
+				// nothing to wait for, its last artifact to read.
+				final = last
+			} else {
+				deps = append(deps, ids[j])
+			}
+			if final != "" && !slices.Contains(refs, any(final)) {
+				refs = append(refs, final)
+			}
+		}
+		if len(deps) > 0 {
+			step["depends_on"] = deps
+		}
+	}
+	for _, r := range b.refs {
+		if !slices.Contains(refs, any(r)) {
+			refs = append(refs, r)
+		}
+	}
+	step["context_refs"] = refs
+	if d.Budget != nil {
+		step["wave_id"] = b.wave
+	}
+	if d.Deadline != nil {
+		dl, _ := step["deadline"].(string)
+		t, perr := time.Parse(time.RFC3339, dl)
+		if perr != nil || t.After(*d.Deadline) {
+			step["deadline"] = d.Deadline.UTC().Format(time.RFC3339)
+		}
+	}
+	delete(step, "integrity")
+	return seal(s.Name, step)
+}
+
+// index maps the steps' names to their indexes.
+func (d *Doc) index() map[string]int {
 	index := make(map[string]int, len(d.Steps))
 	for i, s := range d.Steps {
 		index[s.Name] = i
 	}
-	for i, s := range d.Steps {
-		dec := json.NewDecoder(bytes.NewReader(s.tmpl))
-		dec.UseNumber() // numbers stay as written: they are digested
-		var step map[string]any
-		if err := dec.Decode(&step); err != nil {
-			return nil, nil, fmt.Errorf("step %s: %w", s.Name, err)
-		}
-		id := ids[i]
-		step["capsule_id"] = id
-		chain := map[string]any{"id": d.ID, "step": i}
-		if run > 1 {
-			chain["run"] = run
-		}
-		if s.Gate != "" {
-			chain["gate"] = s.Gate
-		}
-		step["chain"] = chain
-		refs, _ := step["context_refs"].([]any)
-		if refs == nil {
-			refs = []any{}
-		}
-		if len(s.Needs) > 0 {
-			deps := make([]any, 0, len(s.Needs))
-			for _, n := range s.Needs {
-				j, ok := index[n]
-				if !ok {
-					return nil, nil, fmt.Errorf("step %s: needs unknown step %q", s.Name, n)
-				}
-				deps = append(deps, ids[j])
-				final := "artifact:" + ids[j] + "/final"
-				if !slices.Contains(refs, any(final)) {
-					refs = append(refs, final)
-				}
-			}
-			step["depends_on"] = deps
-		}
-		step["context_refs"] = refs
-		if d.Budget != nil {
-			step["wave_id"] = WaveID(ids)
-		}
-		if d.Deadline != nil {
-			dl, _ := step["deadline"].(string)
-			t, perr := time.Parse(time.RFC3339, dl)
-			if perr != nil || t.After(*d.Deadline) {
-				step["deadline"] = d.Deadline.UTC().Format(time.RFC3339)
-			}
-		}
-		delete(step, "integrity")
-		unsealed, err := json.Marshal(step)
-		if err != nil {
-			return nil, nil, fmt.Errorf("step %s: %w", s.Name, err)
-		}
-		sealed, err := capsule.Seal(unsealed)
-		if err != nil {
-			return nil, nil, fmt.Errorf("step %s: %w", s.Name, err)
-		}
-		var in struct {
-			Integrity struct {
-				SHA256 string `json:"sha256"`
-			} `json:"integrity"`
-		}
-		if err := json.Unmarshal(sealed, &in); err != nil {
-			return nil, nil, fmt.Errorf("step %s: %w", s.Name, err)
-		}
-		capsules = append(capsules, sealed)
-		digests = append(digests, in.Integrity.SHA256)
+	return index
+}
+
+// chainOf is step i's chain object.
+func (d *Doc) chainOf(i int, b stepBuild) map[string]any {
+	chain := map[string]any{"id": d.ID, "step": i}
+	if b.run > 1 {
+		chain["run"] = b.run
 	}
-	return capsules, digests, nil
+	if g := d.Steps[i].Gate; g != "" {
+		chain["gate"] = g
+	}
+	if b.round > 1 {
+		chain["round"] = b.round
+		if len(b.findings) > 0 {
+			chain["findings"] = b.findings
+		}
+	}
+	return chain
+}
+
+// seal seals step's capsule and reads back its digest.
+func seal(name string, step map[string]any) ([]byte, string, error) {
+	unsealed, err := json.Marshal(step)
+	if err != nil {
+		return nil, "", fmt.Errorf("step %s: %w", name, err)
+	}
+	sealed, err := capsule.Seal(unsealed)
+	if err != nil {
+		return nil, "", fmt.Errorf("step %s: %w", name, err)
+	}
+	var in struct {
+		Integrity struct {
+			SHA256 string `json:"sha256"`
+		} `json:"integrity"`
+	}
+	if err := json.Unmarshal(sealed, &in); err != nil {
+		return nil, "", fmt.Errorf("step %s: %w", name, err)
+	}
+	return sealed, in.Integrity.SHA256, nil
 }

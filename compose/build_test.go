@@ -42,7 +42,7 @@ func TestChainExample(t *testing.T) {
 		require.NoError(t, json.Unmarshal(raw, &c))
 		require.Equal(t, ids[i], c.CapsuleID)
 		require.Equal(t, digests[i], c.Integrity.SHA256)
-		require.Equal(t, &capsule.ChainStep{ID: doc.ID, Step: i}, c.Chain)
+		require.Equal(t, &capsule.ChainRound{ID: doc.ID, Step: i}, c.Chain)
 		require.Contains(t, kinds, c.Task.Kind)
 		if i == 0 {
 			require.Empty(t, c.DependsOn)

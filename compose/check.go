@@ -91,6 +91,9 @@ func Shape(d *Doc) []Finding {
 	if fs := d.Graph(); len(fs) > 0 {
 		return fs
 	}
+	if fs := d.loopFindings(); len(fs) > 0 {
+		return fs
+	}
 	ids, err := NewStepIDs(len(d.Steps))
 	if err != nil {
 		return []Finding{{Step: -1, Finding: capsule.Finding{Message: err.Error()}}}
@@ -120,7 +123,7 @@ type offlineLocks struct{ phases.Locks }
 func (offlineLocks) Available(context.Context, string, string) (bool, error) { return true, nil }
 
 // Check judges a document before anything starts: the graph ([Doc.Graph]),
-// then every step's capsule as it would be built, by everything that needs
+// then the verification loops, then every step's capsule as it would be built, by everything that needs
 // no runtime fact: RECEPTION's checks but lock availability (size,
 // schema, deadline, budget), PLANNING's definition of ready, and every
 // absolute rule of the constitution under cfg (kinds and reviewers served,
@@ -134,10 +137,7 @@ func Check(d *Doc, cfg rules.Config, now time.Time) []Finding {
 	if d.Deadline != nil && !d.Deadline.After(now) {
 		out = append(out, Finding{Step: -1, Finding: capsule.Finding{Field: "deadline", Message: "the composition's deadline " + d.Deadline.UTC().Format(time.RFC3339) + " has passed"}})
 	}
-	for k, l := range d.Loops {
-		out = append(out, Finding{Step: -1, Finding: capsule.Finding{Field: "loops[" + strconv.Itoa(k) + "]",
-			Message: fmt.Sprintf("verification loop of verifier %q: this sagad does not run verification loops yet", l.Verifier)}})
-	}
+	out = append(out, d.loopFindings()...)
 	for i, s := range d.Steps {
 		if d.Budget != nil {
 			var t struct {
@@ -160,29 +160,70 @@ func Check(d *Doc, cfg rules.Config, now time.Time) []Finding {
 	env := &phases.Env{Locks: offlineLocks{}, Rules: cfg, Now: func() time.Time { return now }}
 	ctx := context.Background()
 	for i, raw := range capsules {
-		name := d.Steps[i].Name
-		add := func(fs []capsule.Finding, halt string) {
-			if len(fs) == 0 && halt != "" {
-				fs = []capsule.Finding{{Message: halt}}
+		out = append(out, judgeStep(ctx, env, now, i, d.Steps[i].Name, raw)...)
+	}
+	if len(out) > 0 {
+		return out
+	}
+	return d.laterRounds(ctx, env, ids, now)
+}
+
+// judgeStep judges step i's capsule raw by everything that needs no
+// runtime fact (see [Check]).
+func judgeStep(ctx context.Context, env *phases.Env, now time.Time, i int, name string, raw []byte) []Finding {
+	var out []Finding
+	add := func(fs []capsule.Finding, halt string) {
+		if len(fs) == 0 && halt != "" {
+			fs = []capsule.Finding{{Message: halt}}
+		}
+		for _, f := range fs {
+			out = append(out, Finding{Step: i, Name: name, Finding: f})
+		}
+	}
+	r := phases.Receive(ctx, env, raw, func(id string) string { return id })
+	if r.Decision.Action == phases.Halt {
+		add(r.Decision.Findings, r.Decision.Halt.String())
+	}
+	if r.Capsule == nil {
+		return out
+	}
+	if missing := phases.MissingSpecFields(r.Capsule.Spec); len(missing) > 0 {
+		dec := phases.Planning{}.Run(ctx, env, &phases.Input{Capsule: r.Capsule})
+		add(dec.Findings, dec.Halt.String())
+	}
+	res := rules.Evaluate(ctx, rules.Input{Capsule: r.Capsule, Raw: raw, Config: env.Rules, Now: now})
+	if len(res.Violated) > 0 {
+		add(res.Findings, res.Halt().String())
+	}
+	return out
+}
+
+// laterRounds judges each loop step as its largest later round would be
+// built (the most verifier findings at their longest, the verifier's
+// artifact read): a round RECEPTION or a rule would refuse must be found
+// before round 1 starts, not once a loop is under way.
+func (d *Doc) laterRounds(ctx context.Context, env *phases.Env, ids []string, now time.Time) []Finding {
+	long := func(n int) string { return strings.Repeat("x", n) }
+	worst := make([]capsule.Finding, capsule.MaxChainFindings)
+	for i := range worst {
+		worst[i] = capsule.Finding{Rule: 99, Title: long(capsule.MaxFindingField), Field: long(capsule.MaxFindingField),
+			Message: long(capsule.MaxFindingMessage), Source: capsule.FindingSourceVerifier}
+	}
+	var out []Finding
+	index := d.index()
+	for _, l := range d.Loops {
+		verifier := ids[index[l.Verifier]]
+		for _, n := range l.Steps {
+			i := index[n]
+			raw, _, err := d.buildStep(i, ids, stepBuild{run: 1, wave: WaveID(ids), round: MaxRounds, findings: worst,
+				refs: []string{"artifact:" + verifier + "/999"}})
+			if err != nil {
+				return append(out, stepFinding(i, n, "", "%v", err))
 			}
-			for _, f := range fs {
-				out = append(out, Finding{Step: i, Name: name, Finding: f})
+			for _, f := range judgeStep(ctx, env, now, i, n, raw) {
+				f.Message = "in a later round (with the verifier's findings and artifact): " + f.Message
+				out = append(out, f)
 			}
-		}
-		r := phases.Receive(ctx, env, raw, func(id string) string { return id })
-		if r.Decision.Action == phases.Halt {
-			add(r.Decision.Findings, r.Decision.Halt.String())
-		}
-		if r.Capsule == nil {
-			continue
-		}
-		if missing := phases.MissingSpecFields(r.Capsule.Spec); len(missing) > 0 {
-			dec := phases.Planning{}.Run(ctx, env, &phases.Input{Capsule: r.Capsule})
-			add(dec.Findings, dec.Halt.String())
-		}
-		res := rules.Evaluate(ctx, rules.Input{Capsule: r.Capsule, Raw: raw, Config: cfg, Now: now})
-		if len(res.Violated) > 0 {
-			add(res.Findings, res.Halt().String())
 		}
 	}
 	return out

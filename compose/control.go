@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/store"
@@ -113,23 +114,34 @@ type Canceller func(ctx context.Context, id, reason, by string) error
 // the run ends, and sends its outcome, when the last step's end is
 // recorded. Cancelling a cancelled run again cancels what is left.
 func Cancel(ctx context.Context, st *store.Store, cancel Canceller, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
+	var unpublished []int
 	rec, err := st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
-		if r.AllEnded() {
+		if runEnded(r) {
 			return fmt.Errorf("%w: composition %s run %d is %s", ErrEnded, r.ChainID, r.RunOf(), r.StateOf())
 		}
 		if r.State == store.CompositionCancelled {
 			return store.ErrNoChange
 		}
 		r.State, r.By, r.Reason = store.CompositionCancelled, by, reason
+		// Steps held after a loop, or recorded and perhaps not published
+		// yet, end cancelled here: nobody else would end them.
+		unpublished = slices.Concat(r.Held, r.Unpublished)
+		for _, i := range unpublished {
+			endCancelled(r, i)
+		}
+		r.Held, r.Unpublished = nil, nil
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	if err := finishRun(ctx, st, rec, time.Now().UTC(), nil); err != nil {
+		return rec, err
+	}
 	var errs []error
 	for _, i := range dependentsFirst(rec) {
 		id := rec.Steps[i]
-		if i < len(rec.Ended) && rec.Ended[i].State != "" {
+		if i < len(rec.Ended) && rec.Ended[i].State != "" && !slices.Contains(unpublished, i) {
 			continue
 		}
 		cp, _, err := st.Checkpoints.Get(ctx, id)
@@ -238,11 +250,14 @@ func Resume(ctx context.Context, st *store.Store, resume Acting, rec *store.Chai
 func control(ctx context.Context, st *store.Store, rec *store.ChainRecord, state, by, reason string,
 	act func(ctx context.Context, id string, cp *capsule.Checkpoint) error) (*store.ChainRecord, error) {
 	rec, err := st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
-		if r.AllEnded() || r.State == store.CompositionCancelled {
+		if runEnded(r) || r.State == store.CompositionCancelled {
 			return fmt.Errorf("%w: composition %s run %d is %s", ErrEnded, r.ChainID, r.RunOf(), r.StateOf())
 		}
 		if r.StateOf() == state {
 			return store.ErrNoChange
+		}
+		if waitingForPerson(r) {
+			return fmt.Errorf("%w: composition %s run %d: a loop stopped for no_progress: decide on its verifier", ErrLoopWaits, r.ChainID, r.RunOf())
 		}
 		r.State, r.By, r.Reason = state, by, reason
 		if state == store.CompositionRunning {
@@ -254,6 +269,10 @@ func control(ctx context.Context, st *store.Store, rec *store.ChainRecord, state
 		return nil, err
 	}
 	var errs []error
+	// A loop's round recorded while the run was paused is published now.
+	if rec, err = settle(ctx, st, rec, time.Now().UTC()); err != nil {
+		errs = append(errs, err)
+	}
 	for i, id := range rec.Steps {
 		if i < len(rec.Ended) && rec.Ended[i].State != "" {
 			continue
@@ -292,6 +311,9 @@ type Replaying func(ctx context.Context, id, reason, by string) error
 // (not dependency_failed) is replayed, its needs before it, with its
 // dependents. The round ends, with its own outcome, like a run.
 func Replay(ctx context.Context, st *store.Store, replay Replaying, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
+	if len(rec.Loops) > 0 {
+		return nil, fmt.Errorf("%w: composition %s run %d has verification loops: compose the document again (an edited one is a new run)", ErrLoopReplay, rec.ChainID, rec.RunOf())
+	}
 	runs := make(map[int]int) // step -> its capsule's run now
 	for i, id := range rec.Steps {
 		if i < len(rec.Ended) && rec.Ended[i].State != "" && rec.Ended[i].State != string(capsule.Completed) {
@@ -346,6 +368,17 @@ func Replay(ctx context.Context, st *store.Store, replay Replaying, rec *store.C
 	return rec, errors.Join(errs...)
 }
 
+// ErrLoopReplay refuses a replay of a run with verification loops.
+var ErrLoopReplay = errors.New("composition run with loops not replayed")
+
+// ErrLoopWaits refuses to resume a run whose loop waits for a person's
+// decision ([Decide] on its verifier).
+var ErrLoopWaits = errors.New("composition loop waits for a decision")
+
+// runEnded reports whether every step of r ended and no loop waits for a
+// person.
+func runEnded(r *store.ChainRecord) bool { return r.AllEnded() && !waitingForPerson(r) }
+
 // ErrNotEnded refuses a replay of a run still running.
 var ErrNotEnded = errors.New("composition run not ended")
 
@@ -396,7 +429,7 @@ func topoOrder(ctx context.Context, st *store.Store, rec *store.ChainRecord) ([]
 func Status(ctx context.Context, st *store.Store, rec *store.ChainRecord) Outcome {
 	o := Manifest(rec)
 	for i := range o.Steps {
-		if o.Steps[i].ExitCode == nil {
+		if o.Steps[i].ExitCode == nil && o.Steps[i].State != StepHeld {
 			o.Steps[i].State = stepState(ctx, st, o.Steps[i].CapsuleID)
 		}
 	}
@@ -411,15 +444,20 @@ var ErrNotGated = errors.New("composition step not waiting at its gate")
 // (trigger composition_gate): accept resumes it, so it starts; reject
 // halts it operator_rejected (admin.Admin's Decide reject), and the steps
 // needing it halt dependency_failed. A step not waiting at its gate is
-// refused.
+// refused. On the verifier of a loop stopped for no_progress, it decides
+// the loop instead (see decideLoop): accept takes it as passed, reject
+// fails it.
 func Decide(ctx context.Context, st *store.Store, resume, reject Acting, rec *store.ChainRecord, step string, accept bool, by, reason string) (*store.ChainRecord, error) {
 	m := Manifest(rec)
 	i := slices.IndexFunc(m.Steps, func(s StepOutcome) bool { return s.Name == step })
 	if i < 0 {
 		return nil, fmt.Errorf("%w: composition %s run %d has no step %q", store.ErrNotFound, rec.ChainID, rec.RunOf(), step)
 	}
-	if rec.State == store.CompositionCancelled || rec.AllEnded() {
+	if rec.State == store.CompositionCancelled || runEnded(rec) {
 		return nil, fmt.Errorf("%w: composition %s run %d is %s", ErrEnded, rec.ChainID, rec.RunOf(), rec.StateOf())
+	}
+	if k := slices.IndexFunc(rec.Loops, func(l store.LoopRun) bool { return l.Verifier() == i }); k >= 0 && rec.Loops[k].State != "" {
+		return decideLoop(ctx, st, rec, k, accept, by, reason)
 	}
 	id := rec.Steps[i]
 	cp, _, err := st.Checkpoints.Get(ctx, id)

@@ -25,6 +25,15 @@
 // saga.outcome.composition.<id>; [Cancel], [Pause] and [Resume] act on a
 // run's unfinished steps.
 //
+// A verification loop (loops[] of a document) runs its steps and verifier
+// as round 1; when the verifier does not pass, the Runner records round 2
+// under fresh capsule ids (the record first, then the publish, then the
+// publish recorded, so a crash publishes the same bytes again), built from
+// the document kept beside the record with the verifier's findings in
+// chain.findings. The steps after a loop are held, unpublished, until it
+// passes; two rounds in a row without fewer findings pause the run for a
+// person ([Decide] on the verifier). See loops.go and rounds.go.
+//
 // Subjects: a producer account imports saga.compose.<producer> as its
 // saga.compose, so the subject's last token names the producer; sagad's own
 // account may call plain saga.compose (producer "").

@@ -16,7 +16,7 @@ import (
 // never a panic; one that parses builds steps that are sealed capsules, or
 // is refused naming the step.
 func FuzzParse(f *testing.F) {
-	for _, example := range []string{"../examples/chain/chain.json", "../examples/compositions/translations.json"} {
+	for _, example := range []string{"../examples/chain/chain.json", "../examples/compositions/translations.json", "../examples/compositions/loop.json"} {
 		if b, err := os.ReadFile(example); err == nil {
 			f.Add(b)
 		}
@@ -25,6 +25,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"chain_id":"c","steps":[]}`))
 	f.Add([]byte(`{"composition_id":"c","steps":[{"name":"a","capsule":{"task":{"kind":"produce"}}},{"name":"b","needs":["a","b"],"capsule":{"task":{"kind":"produce"}}}]}`))
 	f.Add([]byte(`{"composition_id":"c","deadline":"2030-01-01T00:00:00Z","steps":[{"name":"a","needs":["b"],"capsule":{"task":{"kind":"p"}}},{"name":"b","needs":["a"],"capsule":{"task":{"kind":"p"}}}]}`))
+	f.Add([]byte(`{"composition_id":"c","steps":[{"name":"a","capsule":{"task":{"kind":"p"}}},{"name":"v","needs":["a"],"capsule":{"task":{"kind":"p"}}}],"loops":[{"steps":["a"],"verifier":"v","max_rounds":2}]}`))
+	f.Add([]byte(`{"composition_id":"c","steps":[{"name":"a","capsule":{"task":{"kind":"p"}}},{"name":"v","capsule":{"task":{"kind":"p"}}}],"loops":[{"steps":["a","v","zz"],"verifier":"v","max_rounds":1},{"steps":["a"],"verifier":"a","max_rounds":1}]}`))
 	f.Add([]byte(`{`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		doc, err := compose.Parse(b)
@@ -34,6 +36,9 @@ func FuzzParse(f *testing.F) {
 		require.NotEmpty(t, doc.ID)
 		if len(doc.Graph()) > 0 {
 			return
+		}
+		for _, fd := range compose.Shape(doc) {
+			require.Less(t, fd.Step, len(doc.Steps))
 		}
 		ids, err := compose.NewStepIDs(len(doc.Steps))
 		require.NoError(t, err)
@@ -81,6 +86,9 @@ func FuzzDecodeChainRecord(f *testing.F) {
 	f.Add([]byte(`{"chain_id":"c","steps":["a","b","c"],"step_digests":["x","y","z"],"names":["d","f","m"],"needs":[[],[0],[0,1]]}`))
 	f.Add([]byte(`{"chain_id":"c","steps":["a","b"],"step_digests":["x","y"],"names":["d","f"],"needs":[[1],[0]]}`))
 	f.Add([]byte(`{"chain_id":"c","steps":["a"],"step_digests":["x"],"names":["d"],"needs":[[5]]}`))
+	f.Add([]byte(`{"chain_id":"c","steps":["a","b","c"],"step_digests":["x","y","z"],"names":["d","v","p"],"needs":[[],[0],[1]],"loops":[{"steps":[0,1],"max_rounds":3,"round":2,"rounds":[{"ids":["a0","b0"],"ended":true,"findings":2},{"ids":["a","b"]}]}],"held":[2],"unpublished":[0,1],"state":"paused","reason":"no_progress"}`))
+	f.Add([]byte(`{"chain_id":"c","steps":["a","b"],"step_digests":["x","y"],"loops":[{"steps":[0,7],"max_rounds":3,"round":1,"rounds":[{"ids":["a","b"]}]}],"held":[-1]}`))
+	f.Add([]byte(`{"chain_id":"c","steps":["a","b"],"step_digests":["x","y"],"loops":[{"steps":[],"max_rounds":3,"round":1,"rounds":[{"ids":[]}]}]}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := store.DecodeChainRecord(b)

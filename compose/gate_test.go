@@ -165,29 +165,3 @@ func TestCompositionGateReject(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.CompositionCompleted, compose.Manifest(r2).State)
 }
-
-// TestCompositionLoopsRefused: this sagad does not run verification loops:
-// a document declaring one is refused whole, a finding naming the loop,
-// before anything starts (no record).
-func TestCompositionLoopsRefused(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	var doc map[string]any
-	require.NoError(t, json.Unmarshal(f.compositionDoc(t, "loop", fanOutFanIn[:2], nil), &doc))
-	doc["loops"] = []any{map[string]any{"steps": []string{"draft"}, "verifier": "fr", "max_rounds": 3}}
-	b, err := json.Marshal(doc)
-	require.NoError(t, err)
-	d, err := compose.Parse(b)
-	require.NoError(t, err)
-	fs := compose.Check(d, rules.Config{ExecutorKinds: []string{"produce", "translate"}}, time.Now())
-	require.Len(t, fs, 1)
-	require.Equal(t, "loops[0]", fs[0].Field)
-
-	_, err = f.composeAs(t, "alice", b)
-	var re *compose.RequestError
-	require.ErrorAs(t, err, &re)
-	require.Equal(t, compose.CodeInvalid, re.Code)
-	require.Equal(t, "loops[0]", re.Findings[0].Field)
-	_, err = f.st.Chains.GetRun(context.Background(), "loop", "alice", 1)
-	require.ErrorIs(t, err, store.ErrNotFound, "nothing recorded")
-}

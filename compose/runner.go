@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -58,13 +59,47 @@ func roundTag(round int) string {
 // Outcome is the body of a run's outcome message, and what `sagactl
 // composition status` shows: the manifest of the run.
 type Outcome struct {
-	CompositionID string        `json:"composition_id"`
-	Producer      string        `json:"producer,omitempty"`
-	Run           int           `json:"run"`
-	Round         int           `json:"round,omitempty"`
-	State         string        `json:"state"`
-	Summary       Summary       `json:"summary"`
-	Steps         []StepOutcome `json:"steps"`
+	CompositionID string `json:"composition_id"`
+	Producer      string `json:"producer,omitempty"`
+	Run           int    `json:"run"`
+	Round         int    `json:"round,omitempty"`
+	State         string `json:"state"`
+	// Reason says why a paused run waits: no_progress while a loop waits
+	// for a person's decision.
+	Reason  string        `json:"reason,omitempty"`
+	Summary Summary       `json:"summary"`
+	Steps   []StepOutcome `json:"steps"`
+	// Loops are the run's verification loops.
+	Loops []LoopOutcome `json:"loops,omitempty"`
+}
+
+// LoopOutcome is one verification loop of a run.
+type LoopOutcome struct {
+	// Verifier and Steps name the loop's steps.
+	Verifier  string   `json:"verifier"`
+	Steps     []string `json:"steps"`
+	MaxRounds int      `json:"max_rounds"`
+	// Round is the round running or last run, from 1.
+	Round int `json:"round"`
+	// State is running, passed, failed (max_rounds), no_progress (waits
+	// for a person), accepted or rejected (by By, for Reason).
+	State  string         `json:"state"`
+	By     string         `json:"by,omitempty"`
+	Reason string         `json:"reason,omitempty"`
+	Rounds []RoundOutcome `json:"rounds"`
+}
+
+// RoundOutcome is one round of a loop: its capsules, aligned with the
+// loop's Steps then its verifier, and what the verifier said once the
+// round ended.
+type RoundOutcome struct {
+	Round      int      `json:"round"`
+	CapsuleIDs []string `json:"capsule_ids"`
+	Ended      bool     `json:"ended"`
+	Passed     bool     `json:"passed"`
+	Findings   int      `json:"findings"`
+	// Spend is what the round's steps spent, once it ended.
+	Spend *Spend `json:"spend,omitempty"`
 }
 
 // Summary counts a run's steps; ExitCode is the orchestrator contract's:
@@ -134,9 +169,37 @@ func Manifest(rec *store.ChainRecord) Outcome {
 		}
 		o.Steps[i] = s
 	}
+	for _, j := range rec.Held {
+		o.Steps[j].State = StepHeld
+	}
+	if o.State == store.CompositionPaused {
+		o.Reason = rec.Reason
+	}
+	o.Loops = loopOutcomes(rec)
 	o.Summary.Total = len(rec.Steps)
 	o.Summary.ExitCode = ExitCodeOf(o.State)
 	return o
+}
+
+// loopOutcomes are rec's loops as a manifest shows them.
+func loopOutcomes(rec *store.ChainRecord) []LoopOutcome {
+	var out []LoopOutcome
+	for _, l := range rec.Loops {
+		lo := LoopOutcome{Verifier: stepName(rec, l.Verifier()), MaxRounds: l.MaxRounds, Round: l.Round,
+			State: l.StateOf(), By: l.By, Reason: l.Reason}
+		for _, i := range l.Steps[:len(l.Steps)-1] {
+			lo.Steps = append(lo.Steps, stepName(rec, i))
+		}
+		for x, rd := range l.Rounds {
+			ro := RoundOutcome{Round: x + 1, CapsuleIDs: rd.IDs, Ended: rd.Ended, Passed: rd.Passed, Findings: rd.Findings}
+			if rd.Ended {
+				ro.Spend = &Spend{Tokens: rd.Tokens, Dollars: rd.Dollars}
+			}
+			lo.Rounds = append(lo.Rounds, ro)
+		}
+		out = append(out, lo)
+	}
+	return out
 }
 
 // needsOf names the steps step i of rec needs: a chain document's step
@@ -284,30 +347,30 @@ func (r *Runner) StepEnded(ctx context.Context, raw []byte, key string) error {
 		end.Artifact = cp.State.ArtifactRefs[len(cp.State.ArtifactRefs)-1]
 	}
 	now := r.cfg.Now().UTC()
+	var evs []capsule.Event
+	recorded, round := false, 0 // the end was this step's, in its loop's round
+	docs := docLoader(ctx, r.st)
 	rec, err := r.st.Chains.Update(ctx, c.Chain.ID, cp.Producer, run, func(rec *store.ChainRecord) error {
+		evs = nil
+		// Sent again (events are idempotent) when the end was recorded
+		// before: a crash may have come between.
+		round, recorded = roundOf(rec, step, cp.CapsuleID)
 		if step < 0 || step >= len(rec.Steps) || rec.Steps[step] != cp.CapsuleID {
-			return store.ErrNoChange // not a step sagad assigned: RECEPTION refused it
+			return store.ErrNoChange // not a step sagad assigned (RECEPTION refused it), or a loop's past round
 		}
-		if len(rec.Ended) == 0 {
-			rec.Ended = make([]store.StepEnd, len(rec.Steps))
-		}
+		ensureEnded(rec)
 		if rec.Ended[step].State != "" || cp.RunNumber() <= rec.Ended[step].After {
+			recorded = recorded && rec.Ended[step].State != ""
 			return store.ErrNoChange // recorded, or the end of a run replayed since
 		}
 		rec.Ended[step] = end
-		passed, ended := 0, 0
-		for _, e := range rec.Ended {
-			if e.State != "" {
-				ended++
-			}
-			if e.State == string(capsule.Completed) {
-				passed++
+		if k := loopOf(rec, step); k >= 0 {
+			var err error
+			if evs, err = roundEnded(ctx, rec, k, now, checkpointVerdict(r.st), func() (*Doc, error) { return docs(rec) }); err != nil {
+				return err
 			}
 		}
-		if ended == len(rec.Steps) && rec.State != store.CompositionCancelled {
-			rec.State = store.CompositionState(passed, ended)
-			rec.EndedAt = &now
-		}
+		endIfDone(rec, now)
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
@@ -316,25 +379,78 @@ func (r *Runner) StepEnded(ctx context.Context, raw []byte, key string) error {
 	if err != nil {
 		return err
 	}
-	if step < 0 || step >= len(rec.Steps) || rec.Steps[step] != cp.CapsuleID {
-		return nil
+	if recorded {
+		if err := r.stepEvent(ctx, rec, step, cp.CapsuleID, round, end.State, now); err != nil {
+			return err
+		}
 	}
-	name := Manifest(rec).Steps[step].Name
-	evKey := EventKey(rec.ChainID, rec.Producer)
-	if err := r.st.PublishEvent(ctx, capsule.Event{
-		ID:   fmt.Sprintf("%s.run%d%s.step%d.ended", evKey, rec.RunOf(), roundTag(rec.Round), step),
-		Kind: EventStepEnded, CapsuleID: cp.CapsuleID, Key: evKey,
-		Detail: fmt.Sprintf("run %d step %s: %s", rec.RunOf(), name, end.State), At: now,
-	}); err != nil {
+	if err := publishEvents(ctx, r.st, evs, now); err != nil {
+		return err
+	}
+	// A loop's past round's end, delivered again after a crash, publishes
+	// what the record still holds unpublished.
+	if rec, err = settle(ctx, r.st, rec, now); err != nil {
 		return err
 	}
 	return r.finish(ctx, rec)
 }
 
-// finish sends an ended run's outcome once: a repeat before the record
-// says it was sent is dropped by its Nats-Msg-Id.
+// roundOf finds capsule id as step's: ok, and its loop round (0 for a
+// step in no loop).
+func roundOf(rec *store.ChainRecord, step int, id string) (round int, ok bool) {
+	if step < 0 || step >= len(rec.Steps) {
+		return 0, false
+	}
+	k := loopOf(rec, step)
+	if k < 0 {
+		return 0, rec.Steps[step] == id
+	}
+	p := slices.Index(rec.Loops[k].Steps, step)
+	for x, rd := range rec.Loops[k].Rounds {
+		if rd.IDs[p] == id {
+			return x + 1, true
+		}
+	}
+	return 0, false
+}
+
+// docLoader reads a run's document once per step end, when a loop needs it.
+func docLoader(ctx context.Context, st *store.Store) func(*store.ChainRecord) (*Doc, error) {
+	var doc *Doc
+	return func(rec *store.ChainRecord) (*Doc, error) {
+		if doc != nil {
+			return doc, nil
+		}
+		d, err := loadDoc(ctx, st, rec)
+		doc = d
+		return d, err
+	}
+}
+
+// stepEvent sends step's composition_step_ended event.
+func (r *Runner) stepEvent(ctx context.Context, rec *store.ChainRecord, step int, id string, round int, state string, now time.Time) error {
+	evKey := EventKey(rec.ChainID, rec.Producer)
+	evID := fmt.Sprintf("%s.run%d%s.step%d.ended", evKey, rec.RunOf(), roundTag(rec.Round), step)
+	detail := fmt.Sprintf("run %d step %s: %s", rec.RunOf(), stepName(rec, step), state)
+	if round > 1 {
+		// Each loop round's step ends once.
+		evID = fmt.Sprintf("%s.run%d%s.step%d.loopround%d.ended", evKey, rec.RunOf(), roundTag(rec.Round), step, round)
+		detail += fmt.Sprintf(" (loop round %d)", round)
+	}
+	return r.st.PublishEvent(ctx, capsule.Event{
+		ID: evID, Kind: EventStepEnded, CapsuleID: id, Key: evKey, Detail: detail, At: now,
+	})
+}
+
+// finish sends an ended run's outcome once (see [finishRun]).
 func (r *Runner) finish(ctx context.Context, rec *store.ChainRecord) error {
-	if !rec.AllEnded() || rec.State == "" || rec.OutcomeSent {
+	return finishRun(ctx, r.st, rec, r.cfg.Now().UTC(), r.cfg.Logger)
+}
+
+// finishRun sends an ended run's outcome once: a repeat before the record
+// says it was sent is dropped by its Nats-Msg-Id. logger may be nil.
+func finishRun(ctx context.Context, st *store.Store, rec *store.ChainRecord, now time.Time, logger *slog.Logger) error {
+	if !rec.AllEnded() || rec.State == "" || rec.State == store.CompositionPaused || rec.OutcomeSent {
 		return nil
 	}
 	o := Manifest(rec)
@@ -347,30 +463,30 @@ func (r *Runner) finish(ctx context.Context, rec *store.ChainRecord) error {
 	m.Header.Set(jetstream.MsgIDHeader, OutcomeMsgID(rec.ChainID, rec.Producer, rec.RunOf(), rec.Round))
 	m.Header.Set(store.HeaderState, o.State)
 	m.Header.Set(store.HeaderRun, strconv.Itoa(o.Run))
-	if _, err := r.js.PublishMsg(ctx, m); err != nil {
+	if _, err := st.JetStream().PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("composition %s outcome: %w", rec.ChainID, err)
 	}
 	evKey := EventKey(rec.ChainID, rec.Producer)
-	at := r.cfg.Now().UTC()
+	at := now
 	if rec.EndedAt != nil {
 		at = *rec.EndedAt
 	}
-	if err := r.st.PublishEvent(ctx, capsule.Event{
+	if err := st.PublishEvent(ctx, capsule.Event{
 		ID:   fmt.Sprintf("%s.run%d%s.ended", evKey, rec.RunOf(), roundTag(rec.Round)),
 		Kind: EventEnded, Key: evKey, At: at,
 		Detail: fmt.Sprintf("run %d: %s, %d of %d passed, exit code %d", o.Run, o.State, o.Summary.Passed, o.Summary.Total, o.Summary.ExitCode),
 	}); err != nil {
 		return err
 	}
-	_, err = r.st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(rec *store.ChainRecord) error {
+	_, err = st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(rec *store.ChainRecord) error {
 		if rec.OutcomeSent {
 			return store.ErrNoChange
 		}
 		rec.OutcomeSent = true
 		return nil
 	})
-	if err == nil {
-		r.cfg.Logger.Info("composition ended", "composition_id", rec.ChainID, "producer", rec.Producer, "run", o.Run,
+	if err == nil && logger != nil {
+		logger.Info("composition ended", "composition_id", rec.ChainID, "producer", rec.Producer, "run", o.Run,
 			"state", o.State, "passed", o.Summary.Passed, "total", o.Summary.Total)
 	}
 	return err

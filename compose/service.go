@@ -45,6 +45,9 @@ const (
 	// one sagad published for this producer. Ids are random, so this
 	// should never be seen; sagactl fails loudly if it is.
 	StepForeign = "foreign"
+	// StepHeld: the step comes after a verification loop: sagad publishes
+	// it once the loop passed, on the loop's last round.
+	StepHeld = "held"
 	// StepRefused: RECEPTION halted the step (e.g. deadline_in_past); it
 	// is kept under its intake sequence, and HaltReason says why.
 	StepRefused = "refused"
@@ -291,18 +294,9 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 	if fs := Check(doc, s.cfg.Rules, s.cfg.Now()); len(fs) > 0 {
 		return Reply{}, &DocError{Findings: fs}
 	}
-	sum := sha256.Sum256(data)
-	digest := hex.EncodeToString(sum[:])
-	rec, created, err := s.assign(ctx, doc, producer, digest)
+	rec, created, err := s.assign(ctx, doc, producer, data)
 	if err != nil {
 		return Reply{}, err
-	}
-	capsules, digests, err := doc.Build(rec.Steps, rec.RunOf())
-	if err != nil {
-		return Reply{}, badRequest("%v", err)
-	}
-	if !created && !slices.Equal(digests, rec.StepDigests) {
-		return Reply{}, fmt.Errorf("composition %s: steps no longer build as recorded", doc.ID)
 	}
 	if doc.Budget != nil {
 		// The run's budget is a wave: each step reserves its caps against
@@ -310,30 +304,16 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 		if s.st.Budgets == nil {
 			return Reply{}, fmt.Errorf("composition %s: this sagad keeps no budgets", doc.ID)
 		}
-		if err := s.st.Budgets.SetWave(ctx, WaveID(rec.Steps), doc.Budget.Tokens, doc.Budget.Dollars, false); err != nil {
+		if err := s.st.Budgets.SetWave(ctx, waveOf(rec), doc.Budget.Tokens, doc.Budget.Dollars, false); err != nil {
 			return Reply{}, fmt.Errorf("composition %s: %w", doc.ID, err)
 		}
 		s.st.WaveChanged()
 	}
-	out := Reply{CompositionID: doc.ID, ChainID: doc.ID, Run: rec.RunOf(), Producer: producer, Created: created, Steps: make([]Step, len(capsules))}
-	for i, raw := range capsules {
-		// On the producer's own intake subject, as if it had published
-		// the step: RECEPTION reads the producer from the subject, and the
-		// step counts against the producer's quota, not everyone's.
-		m := nats.NewMsg(store.IntakeSubjectOf(producer))
-		m.Data = raw
-		// The same step again within the intake's duplicate window is
-		// not even stored.
-		m.Header.Set(jetstream.MsgIDHeader, "compose."+rec.Steps[i]+"."+digests[i][:16])
-		ack, err := s.js.PublishMsg(ctx, m)
-		if err != nil {
-			return Reply{}, fmt.Errorf("composition %s: publish step %s: %w", doc.ID, doc.Steps[i].Name, err)
-		}
-		out.Steps[i] = Step{Step: i, Name: doc.Steps[i].Name, CapsuleID: rec.Steps[i], Digest: digests[i], State: StepPending}
-		if !ack.Duplicate {
-			out.Steps[i].IntakeSeq = ack.Sequence
-		}
+	steps, err := s.publishRun(ctx, doc, rec, producer, created)
+	if err != nil {
+		return Reply{}, err
 	}
+	out := Reply{CompositionID: doc.ID, ChainID: doc.ID, Run: rec.RunOf(), Producer: producer, Created: created, Steps: steps}
 	if created {
 		evKey := EventKey(doc.ID, producer)
 		if err := s.st.PublishEvent(ctx, capsule.Event{
@@ -351,10 +331,68 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 	return out, nil
 }
 
+// publishRun publishes the steps of rec's run that start at once: all
+// but those held until a loop before them passes. Sent again, a document
+// publishes again what still builds as recorded (a step in a loop's later
+// round, or released on later rounds' ids, was published by the runner),
+// and its reply names the steps as the first did: a loop's steps by their
+// round-1 capsules.
+func (s *Service) publishRun(ctx context.Context, doc *Doc, rec *store.ChainRecord, producer string, created bool) ([]Step, error) {
+	ids := roundOneIDs(rec)
+	capsules, digests, err := doc.Build(ids, rec.RunOf())
+	if err != nil {
+		return nil, badRequest("%v", err)
+	}
+	if !created && len(doc.Loops) == 0 && !slices.Equal(digests, rec.StepDigests) {
+		return nil, fmt.Errorf("composition %s: steps no longer build as recorded", doc.ID)
+	}
+	out := make([]Step, len(capsules))
+	for i, raw := range capsules {
+		out[i] = Step{Step: i, Name: doc.Steps[i].Name, CapsuleID: ids[i], Digest: rec.StepDigests[i], State: StepPending}
+		if ids[i] != rec.Steps[i] {
+			// A later round of its loop runs: round 1's was received.
+			out[i].State, out[i].Digest = StepReceived, ""
+			if cp, _, err := s.st.Checkpoints.Get(ctx, ids[i]); err == nil {
+				out[i].Digest = cp.Digest
+			}
+			continue
+		}
+		if slices.Contains(rec.Held, i) {
+			out[i].State = StepHeld
+			continue
+		}
+		if digests[i] != rec.StepDigests[i] {
+			continue // a later round's, or released: the runner published it
+		}
+		ack, err := publishStep(ctx, s.js, producer, rec.Steps[i], raw, digests[i])
+		if err != nil {
+			return nil, fmt.Errorf("composition %s: publish step %s: %w", doc.ID, doc.Steps[i].Name, err)
+		}
+		if !ack.Duplicate {
+			out[i].IntakeSeq = ack.Sequence
+		}
+	}
+	return out, nil
+}
+
+// roundOneIDs are rec's step ids as its run started: a loop's later
+// rounds replace its steps' ids in rec.Steps.
+func roundOneIDs(rec *store.ChainRecord) []string {
+	ids := slices.Clone(rec.Steps)
+	for _, l := range rec.Loops {
+		for p, i := range l.Steps {
+			ids[i] = l.Rounds[0].IDs[p]
+		}
+	}
+	return ids
+}
+
 // assign returns producer's run of doc: the recorded run of this very
 // document, or a new run (fresh step ids) after the last when the
 // document is new or edited; created says it made one.
-func (s *Service) assign(ctx context.Context, doc *Doc, producer, digest string) (*store.ChainRecord, bool, error) {
+func (s *Service) assign(ctx context.Context, doc *Doc, producer string, data []byte) (*store.ChainRecord, bool, error) {
+	sum := sha256.Sum256(data)
+	digest := hex.EncodeToString(sum[:])
 	for run := 1; run <= s.cfg.MaxRuns; {
 		rec, err := s.st.Chains.GetRun(ctx, doc.ID, producer, run)
 		if err == nil {
@@ -381,6 +419,14 @@ func (s *Service) assign(ctx context.Context, doc *Doc, producer, digest string)
 		}
 		if run > 1 {
 			rec.Run = run
+		}
+		if len(doc.Loops) > 0 {
+			// The runner builds a loop's rounds, and the steps held until
+			// it passes, from the document.
+			if err := s.st.Chains.PutDoc(ctx, doc.ID, producer, digest, data); err != nil {
+				return nil, false, err
+			}
+			rec.Loops, rec.Held = doc.planLoops(ids)
 		}
 		if !doc.Chain {
 			index := make(map[string]int, len(doc.Steps))

@@ -9,6 +9,7 @@
 //
 //	"metadata": {"stub": {
 //	    "reviews": ["CHANGES_REQUESTED", "APPROVED"], // one per cycle; default APPROVED
+//	    "rounds":  [["REJECTED"], []],                 // a verification loop's round r (chain.round) uses rounds[r-1] as its reviews
 //	    "usage":   {"tokens": 1200, "dollars": 0.02},  // reported per executor call
 //	    "review_usage": {"tokens": 10, "dollars": 0},  // reported per review call
 //	    "fail":    "model refused"                     // the executor fails (true or a message)

@@ -20,10 +20,13 @@ var DefaultStubUsage = capsule.Usage{Tokens: 1000, Dollars: 0.01}
 
 // StubScript is the metadata.stub object of a capsule.
 type StubScript struct {
-	Reviews     []capsule.Verdict `json:"reviews"`
-	Usage       *capsule.Usage    `json:"usage"`
-	ReviewUsage *capsule.Usage    `json:"review_usage"`
-	Fail        json.RawMessage   `json:"fail"`
+	Reviews []capsule.Verdict `json:"reviews"`
+	// Rounds script a composition's verification loop: in round r
+	// (chain.round, from 1) the reviews are Rounds[r-1] when there is one.
+	Rounds      [][]capsule.Verdict `json:"rounds"`
+	Usage       *capsule.Usage      `json:"usage"`
+	ReviewUsage *capsule.Usage      `json:"review_usage"`
+	Fail        json.RawMessage     `json:"fail"`
 }
 
 // ParseStubScript reads metadata.stub; a capsule without one gets the zero script.
@@ -52,6 +55,13 @@ func ParseStubScript(c *capsule.Capsule) (StubScript, error) {
 	for i, v := range meta.Stub.Reviews {
 		if !v.Valid() {
 			return StubScript{}, fmt.Errorf("metadata.stub.reviews[%d]: unknown verdict %q", i, v)
+		}
+	}
+	for r, round := range meta.Stub.Rounds {
+		for i, v := range round {
+			if !v.Valid() {
+				return StubScript{}, fmt.Errorf("metadata.stub.rounds[%d][%d]: unknown verdict %q", r, i, v)
+			}
 		}
 	}
 	return meta.Stub, nil
@@ -102,7 +112,9 @@ func (Stub) Execute(_ context.Context, req Request) (Result, error) {
 }
 
 // StubReviewer is the deterministic built-in reviewer: cycle n gets
-// metadata.stub.reviews[n-1], APPROVED when the list is shorter.
+// metadata.stub.reviews[n-1], APPROVED when the list is shorter; in round
+// r of a composition's verification loop, the list is
+// metadata.stub.rounds[r-1] when there is one.
 type StubReviewer struct{}
 
 // Review returns the scripted verdict for the cycle.
@@ -111,9 +123,15 @@ func (StubReviewer) Review(_ context.Context, req ReviewRequest) (ReviewResult, 
 	if err != nil {
 		return ReviewResult{}, &FailedError{Detail: err.Error()}
 	}
+	reviews := script.Reviews
+	if c := req.Capsule.Chain; c != nil {
+		if r := max(c.Round, 1) - 1; r < len(script.Rounds) {
+			reviews = script.Rounds[r]
+		}
+	}
 	verdict := capsule.Approved
-	if i := req.Cycle - 1; i >= 0 && i < len(script.Reviews) {
-		verdict = script.Reviews[i]
+	if i := req.Cycle - 1; i >= 0 && i < len(reviews) {
+		verdict = reviews[i]
 	}
 	var usage capsule.Usage
 	if script.ReviewUsage != nil {

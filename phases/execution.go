@@ -210,7 +210,7 @@ func (e Execution) attempt(ctx context.Context, env *Env, in *Input, ex executor
 		Cycle:            cycle,
 		IdempotencyKey:   AttemptKey(c.CapsuleID, cycle, n),
 		TraceID:          in.Checkpoint.TraceID,
-		Findings:         runFindings(in.Checkpoint, cycle),
+		Findings:         runFindings(c, in.Checkpoint, cycle),
 		PriorArtifactRef: priorRef,
 		PriorArtifact:    prior,
 		CompletionToken:  token,
@@ -509,10 +509,21 @@ func priorArtifact(cp *capsule.Checkpoint, cycle int) string {
 // runFindings are the findings a cycle addresses on a revision cycle of the
 // current run: the last review's; after an operator's revise, the
 // reviewer's then the operator's (capsule.Checkpoint.RevisionFindings). A
-// replayed run's first cycle starts afresh, like a first run's.
-func runFindings(cp *capsule.Checkpoint, cycle int) []capsule.Finding {
+// run's first cycle addresses the verifier's findings a verification
+// loop's round carries (chain.findings, as RECEPTION accepted them), and
+// nothing else: a replayed run's first cycle starts afresh, like a first
+// run's.
+func runFindings(c *capsule.Capsule, cp *capsule.Checkpoint, cycle int) []capsule.Finding {
 	if cp.RunCycle(cycle) <= 1 {
-		return nil
+		if c.Chain == nil || len(c.Chain.Findings) == 0 {
+			return nil
+		}
+		out := make([]capsule.Finding, len(c.Chain.Findings))
+		for i, f := range c.Chain.Findings {
+			f.Source = capsule.FindingSourceVerifier
+			out[i] = f
+		}
+		return out
 	}
 	return cp.RevisionFindings()
 }

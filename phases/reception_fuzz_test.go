@@ -41,6 +41,10 @@ func FuzzReceive(f *testing.F) {
 	f.Add(newDoc().Sealed(f))
 	f.Add(newDoc().Set("constraints.resource_locks_required", []any{"locked.txt"}).Sealed(f))
 	f.Add(newDoc().Set("capsule_id", 7).Sealed(f))
+	// A verification loop's round 2 step, carrying the verifier's findings.
+	f.Add(newDoc().Set("chain", map[string]any{"id": "c", "step": 0, "round": 2,
+		"findings": []any{map[string]any{"rule": 3, "field": "target", "message": "fix it", "source": "verifier"}}}).Sealed(f))
+	f.Add(newDoc().Set("chain", map[string]any{"id": "c", "step": 0, "round": 1, "findings": []any{map[string]any{}}}).Sealed(f))
 	f.Add([]byte(`{"schema_version":"1.0","capsule_id":"a","capsule_id":"b"}`))
 	f.Add([]byte(`{"schema_version":"9.0"}`))
 	f.Add([]byte(" {\"schema_version\":\"1.0\",\"x\":\"\\ud800\"}"))

@@ -152,7 +152,7 @@ func (p *Pipeline) ownership(ctx context.Context, msg jetstream.Msg, seq uint64,
 func (p *Pipeline) freshCheckpoint(msg jetstream.Msg, r phases.Received, key string, seq uint64, producer string, link parentLink, start, now time.Time) *capsule.Checkpoint {
 	fresh := store.NewCheckpoint(key, claimedID(r), traceID(r.Capsule, msg), waveID(r.Capsule), r.Digest, now)
 	if r.Capsule != nil {
-		fresh.Chain = r.Capsule.Chain
+		fresh.Chain = r.Capsule.Chain.Member()
 	}
 	fresh.IntakeSeq = seq
 	fresh.Producer = producer

@@ -102,6 +102,17 @@ type ChainRecord struct {
 	// Reason why.
 	By     string `json:"by,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Loops are the run's verification loops, in the document's order
+	// (see [LoopRun]).
+	Loops []LoopRun `json:"loops,omitempty"`
+	// Held are the steps after a loop that wait, unpublished, until every
+	// loop before them passed: they are built then, on the last round's
+	// capsules.
+	Held []int `json:"held,omitempty"`
+	// Unpublished are the steps recorded (ids, digests) but not yet known
+	// published: a loop's new round, the steps a loop released. Whoever
+	// reads the record publishes them (idempotently) and clears them.
+	Unpublished []int `json:"unpublished,omitempty"`
 }
 
 // AllEnded reports whether every step of r ended.
@@ -386,6 +397,9 @@ func DecodeChainRecord(b []byte) (*ChainRecord, error) {
 				return nil, errors.New("chain record: malformed needs")
 			}
 		}
+	}
+	if err := validLoops(&r); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }

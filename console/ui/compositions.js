@@ -122,10 +122,20 @@ async function renderComposition(id) {
   if (!d.available) { v.append(el("p", { class: "muted", id: "composition-unavailable", text: d.message })); return v; }
   const o = d.outcome, sm = o.summary;
   compositionKeys = new Set(o.steps.map(s => s.capsule_id));
-  v.append(el("p", { id: "composition-summary" }, stateTag(o.state),
+  for (const l of o.loops || []) for (const r of l.rounds) for (const id of r.capsule_ids) compositionKeys.add(id);
+  v.append(el("p", { id: "composition-summary" }, stateTag(o.state), (o.reason ? " (" + o.reason + ")" : "") +
     " run " + o.run + (o.round ? " round " + o.round : "") + (o.producer ? " · producer " + o.producer : "") +
     " · " + sm.passed + " of " + sm.total + " passed, " + sm.failed + " failed · exit code " + sm.exit_code));
   v.append(el("div", { class: "graph-wrap" }, compositionGraph(o.steps)));
+  // Each verification loop: its state, round and the verifier's findings
+  // per ended round; a loop stopped for no progress says who decides how.
+  for (const l of o.loops || []) {
+    const counts = l.rounds.filter(r => r.ended).map(r => r.findings).join(" ") || "-";
+    v.append(el("p", { class: "composition-loop", dataset: { verifier: l.verifier } },
+      "Loop " + l.steps.join(", ") + " verified by " + l.verifier + ": ", stateTag(l.state),
+      " round " + l.round + " of " + l.max_rounds + " · findings per round " + counts +
+      (l.state === "no_progress" ? " · sagactl composition decide " + o.composition_id + " " + l.verifier + " accept|reject --by WHO" : "")));
+  }
   v.append(el("h2", { text: "Steps" }));
   v.append(el("table", { id: "composition-steps" },
     el("thead", {}, el("tr", {}, ["Step", "Needs", "Capsule", "State", "Exit", "Artifact or halt"].map(h => el("th", { text: h })))),

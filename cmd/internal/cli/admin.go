@@ -306,10 +306,11 @@ func newPending(g *globals) *cobra.Command {
 				return err
 			}
 			defer done()
-			items, err := a.Pending(ctx)
+			reply, err := a.PendingAll(ctx)
 			if err != nil {
 				return adminErr(err)
 			}
+			items := reply.Items
 			out := cmd.OutOrStdout()
 			if enc := g.encoder(); enc != nil {
 				if items == nil {
@@ -325,6 +326,17 @@ func newPending(g *globals) *cobra.Command {
 				for _, f := range it.Findings {
 					fmt.Fprintf(tw, "\t\t\t\t\t\t\t- %s\n", printable(f.Message))
 				}
+			}
+			// A composition's loop that stopped for no progress waits for
+			// a decision on its verifier (the -o json list is the capsules').
+			for _, w := range reply.Compositions {
+				counts := make([]string, len(w.Findings))
+				for i, n := range w.Findings {
+					counts[i] = fmt.Sprint(n)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t%s\t-\tcomposition %s run %d: loop of %s made no progress (findings %s): sagactl composition decide %s %s accept|reject\n",
+					w.CapsuleID, store.CompositionPaused, store.ReasonNoProgress, time.Since(w.Since).Truncate(time.Second), printable(w.CompositionID), w.Run,
+					printable(w.Verifier), strings.Join(counts, " "), printable(w.CompositionID), printable(w.Verifier))
 			}
 			return tw.Flush()
 		},

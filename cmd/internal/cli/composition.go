@@ -10,6 +10,7 @@ import (
 
 	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/compose"
+	"github.com/sagad/sagad/store"
 )
 
 func newComposition(g *globals) *cobra.Command {
@@ -30,8 +31,12 @@ their dependents again (a new round of the run, completed steps kept);
 decide accepts or rejects a step with gate "operator", which waits (in
 sagactl pending) before anything is spent: accept starts it, reject
 halts it operator_rejected and the steps needing it halt
-dependency_failed. Exit 4 for an unknown composition, 5 when
-refused (a run that ended, or was cancelled), 6 when no sagad answers.`,
+dependency_failed. A verification loop stopped for no progress (the run
+paused, reason no_progress) is decided on its verifier step: accept
+takes the loop as passed and starts the steps after it, reject fails it.
+Exit 4 for an unknown composition, 5 when refused (a run that ended, or
+was cancelled; resume while a loop waits for a decision; replay of a run
+with loops), 6 when no sagad answers.`,
 	}
 	f := &compositionFlags{g: g}
 	cmd.AddCommand(f.status(), f.list(), f.control("cancel", "Cancel a composition run: every step not ended is cancelled, none starts",
@@ -134,7 +139,7 @@ func (f *compositionFlags) control(use, short string, call func(*adminsvc.Client
 func (f *compositionFlags) decide() *cobra.Command {
 	return f.acts(&cobra.Command{
 		Use:   "decide ID STEP accept|reject --by WHO [--reason TEXT]",
-		Short: "Decide on a step held at its operator gate: accept starts it, reject halts it (operator_rejected) and its dependents",
+		Short: "Decide on a step held at its operator gate (accept starts it, reject halts it and its dependents), or on the verifier of a loop stopped for no_progress",
 		Args:  cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if args[2] != adminsvc.GateAccept && args[2] != adminsvc.GateReject {
@@ -190,7 +195,11 @@ func (f *compositionFlags) list() *cobra.Command {
 // need it is drawn under (its first), so a fan-out reads as siblings; a
 // step with several needs (a fan-in) says which others it waits for.
 func printComposition(w io.Writer, o compose.Outcome) error {
-	fmt.Fprintf(w, "composition %s run %d: %s (%d of %d passed, %d failed, exit code %d)\n", printable(o.CompositionID), o.Run, o.State,
+	state := o.State
+	if o.Reason != "" {
+		state += " (" + printable(o.Reason) + ")"
+	}
+	fmt.Fprintf(w, "composition %s run %d: %s (%d of %d passed, %d failed, exit code %d)\n", printable(o.CompositionID), o.Run, state,
 		o.Summary.Passed, o.Summary.Total, o.Summary.Failed, o.Summary.ExitCode)
 	tw := table(w)
 	fmt.Fprintln(tw, "STEP\tCAPSULE\tSTATE\tEXIT\tARTIFACT")
@@ -214,7 +223,33 @@ func printComposition(w io.Writer, o compose.Outcome) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, s.CapsuleID, s.State, code, dash(printable(detail)))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	printLoops(w, o)
+	return nil
+}
+
+// printLoops prints a run's verification loops, one line each, and what
+// a person is asked when one stopped for no progress.
+func printLoops(w io.Writer, o compose.Outcome) {
+	for _, l := range o.Loops {
+		counts := make([]string, 0, len(l.Rounds))
+		for _, r := range l.Rounds {
+			if r.Ended {
+				counts = append(counts, fmt.Sprint(r.Findings))
+			}
+		}
+		steps := make([]string, len(l.Steps))
+		for i, s := range l.Steps {
+			steps[i] = printable(s)
+		}
+		fmt.Fprintf(w, "loop %s verified by %s: %s, round %d of %d, findings per round [%s]\n", strings.Join(steps, ","), printable(l.Verifier),
+			l.State, l.Round, l.MaxRounds, strings.Join(counts, " "))
+		if l.State == store.LoopNoProgress {
+			fmt.Fprintf(w, "  no progress: sagactl composition decide %s %s accept|reject --by WHO\n", printable(o.CompositionID), printable(l.Verifier))
+		}
+	}
 }
 
 // treeLine is one line of a composition's tree: the step (an index into

@@ -41,3 +41,18 @@ func TestCompositionTree(t *testing.T) {
 	require.Len(t, lines, 1)
 	require.NotContains(t, lines[0], "\x1b")
 }
+
+// TestCompositionLoopsPrinted: composition status prints each loop's
+// state, round and findings per ended round, and the decision a loop
+// stopped for no progress waits for.
+func TestCompositionLoopsPrinted(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	require.NoError(t, printComposition(&b, compose.Outcome{CompositionID: "c", Run: 1, State: "paused", Reason: "no_progress",
+		Steps: []compose.StepOutcome{{Name: "draft", CapsuleID: "id-1", State: "completed"}, {Name: "check", CapsuleID: "id-2", State: "halted"}},
+		Loops: []compose.LoopOutcome{{Verifier: "check", Steps: []string{"draft"}, MaxRounds: 5, Round: 3, State: "no_progress",
+			Rounds: []compose.RoundOutcome{{Round: 1, Ended: true, Findings: 2}, {Round: 2, Ended: true, Findings: 2}, {Round: 3, Ended: true, Findings: 3}}}}}))
+	require.Contains(t, b.String(), "composition c run 1: paused (no_progress) (")
+	require.Contains(t, b.String(), "loop draft verified by check: no_progress, round 3 of 5, findings per round [2 2 3]\n")
+	require.Contains(t, b.String(), "sagactl composition decide c check accept|reject --by WHO")
+}
