@@ -36,6 +36,8 @@ type fastNode struct {
 	closed   bool // additionalProperties: false
 	required []string
 	items    *fastNode
+	minItems int // -1: none
+	maxItems int // -1: none
 	minLen   int // -1: none
 	maxLen   int // -1: none
 	pattern  *regexp.Regexp
@@ -97,7 +99,7 @@ func (c *fastCompiler) node(v any, at string) (*fastNode, error) {
 		}
 		return c.ref(ref, at)
 	}
-	n := &fastNode{minLen: -1, maxLen: -1}
+	n := &fastNode{minLen: -1, maxLen: -1, minItems: -1, maxItems: -1}
 	for k, kv := range s {
 		if err := c.keyword(n, k, kv, at+"/"+k); err != nil {
 			return nil, err
@@ -152,6 +154,10 @@ func (c *fastCompiler) keyword(n *fastNode, k string, v any, at string) error {
 		n.required, err = stringList(v)
 	case "items":
 		n.items, err = c.node(v, at)
+	case "minItems":
+		n.minItems, err = count(v)
+	case "maxItems":
+		n.maxItems, err = count(v)
 	case "minLength":
 		n.minLen, err = count(v)
 	case "maxLength":
@@ -246,7 +252,7 @@ func (c *fastCompiler) oneOf(v any, at string) ([]*fastNode, error) {
 // schemas.
 func (n *fastNode) exact() bool {
 	return n.types&(tNumber|tInteger) == 0 && n.props == nil && !n.closed && n.required == nil &&
-		n.items == nil && n.oneOf == nil && n.minimum == nil
+		n.items == nil && n.oneOf == nil && n.minimum == nil && n.minItems < 0 && n.maxItems < 0
 }
 
 // stringList reads a list of strings.
@@ -400,6 +406,9 @@ func (n *fastNode) validObject(obj map[string]any) bool {
 }
 
 func (n *fastNode) validArray(list []any) bool {
+	if len(list) < n.minItems || (n.maxItems >= 0 && len(list) > n.maxItems) {
+		return false
+	}
 	if n.items == nil {
 		return true
 	}

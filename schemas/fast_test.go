@@ -50,7 +50,7 @@ func TestCompileFastRefuses(t *testing.T) {
 		"uniqueItems":               `{"type":"array","uniqueItems":true}`,
 		"dependentRequired":         `{"dependentRequired":{"a":["b"]}}`,
 		"if":                        `{"if":{"type":"string"},"then":{"maxLength":1}}`,
-		"minItems":                  `{"type":"array","minItems":1}`,
+		"negative maxItems":         `{"type":"array","maxItems":-1}`,
 		"contentEncoding":           `{"type":"string","contentEncoding":"base64"}`,
 		"negative maxLength":        `{"type":"string","maxLength":-1}`,
 		"type that does not exist":  `{"type":"text"}`,
@@ -120,6 +120,26 @@ func FuzzFastAgrees(f *testing.F) {
 		}
 		checkAgreement(t, doc)
 	})
+}
+
+// TestFastAgreesOnListLengths holds the list limits (a loop round's
+// findings) to the library either side of each limit.
+func TestFastAgreesOnListLengths(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("testdata/capsule_full.json")
+	require.NoError(t, err)
+	for _, n := range []int{0, 1, 15, 16, 17, 40} {
+		doc, err := decode(raw)
+		require.NoError(t, err)
+		chain := doc.(map[string]any)["chain"].(map[string]any)
+		one := chain["findings"].([]any)[0]
+		list := make([]any, n)
+		for i := range list {
+			list[i] = one
+		}
+		chain["findings"] = list
+		require.Equal(t, n <= 16, checkAgreement(t, doc), "%d findings", n)
+	}
 }
 
 // TestFastAgreesOnNeighbours checks capsules one step away from
