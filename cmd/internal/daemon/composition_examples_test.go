@@ -20,9 +20,9 @@ import (
 
 // TestCompositionExamplesRun runs every composition document of
 // examples/compositions as its README does, against a running sagad with
-// the example's config: sagactl compose prints each step, the run ends
-// completed with exit code 0, and composing the same document again
-// starts nothing new.
+// the example's config: sagactl compose prints each step, a gated step is
+// accepted by a person, the run ends completed with exit code 0, and
+// composing the same document again starts nothing new.
 func TestCompositionExamplesRun(t *testing.T) {
 	t.Parallel()
 	root, err := filepath.Abs("../../..")
@@ -91,6 +91,14 @@ func TestCompositionExamplesRun(t *testing.T) {
 					CapsuleIDs []string `json:"capsule_ids"`
 				} `json:"rounds"`
 			} `json:"loops"`
+		}
+		if name == "gated.json" {
+			// Its release waits for a person: the decision is refused
+			// until the draft completed and the gate holds the step.
+			natstest.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool {
+				code, _, _ := ctl("composition", "decide", doc.CompositionID, "release", "accept", "--by", "lead", "--reason", "read the draft")
+				return code == cli.ExitOK
+			}, "%s: the gated step was never decided", name)
 		}
 		natstest.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool {
 			code, out, errOut := ctl("composition", "status", doc.CompositionID, "-o", "json")
