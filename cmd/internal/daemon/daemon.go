@@ -25,10 +25,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/compose"
+	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/health"
 	"github.com/sagad/sagad/internal/buildinfo"
 	"github.com/sagad/sagad/internal/natsconn"
@@ -100,46 +102,19 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	// Everything that can make sagad exit on its own configuration is
 	// checked before anything in NATS is changed: the HTTP listener is
 	// bound first (it also answers /readyz while sagad waits for NATS).
-	var httpSrv *http.Server
-	var gate *startGate
-	if cfg.HTTPListen != "" {
-		ln, err := net.Listen("tcp", cfg.HTTPListen)
-		if err != nil {
-			return fmt.Errorf("http listen: %w", err)
-		}
-		gate = newStartGate()
-		httpSrv = &http.Server{Handler: gate, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = httpSrv.Serve(ln) }()
+	httpSrv, gate, err := listenHTTP(cfg, log)
+	if err != nil {
+		return err
+	}
+	if httpSrv != nil {
 		// On a failed start; after a clean one Shutdown has run already.
 		defer httpSrv.Close()
-		log.Info("http listening", "addr", ln.Addr().String())
 	}
-	conn := cfg.Options
-	var extra []nats.Option
-	readyURL := conn.URL
-	var ns *server.Server
-	if conn.URL == "" {
-		var err error
-		ns, err = startEmbedded(cfg)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			ns.Shutdown()
-			ns.WaitForShutdown()
-		}()
-		conn = natsconn.Options{URL: ns.ClientURL(), NKey: filepath.Join(CredsDir(cfg.DataDir), RoleSagad+natsconn.SeedExt)}
-		readyURL = ns.ClientURL()
-		if cfg.ServerTLSCert != "" {
-			// sagad talks to its own server in-process: no TLS to set up
-			// for itself, and no network. The URL only names the server
-			// then; a tls:// one would make the client ask for TLS.
-			conn.URL = "nats://" + strings.TrimPrefix(ns.ClientURL(), "tls://")
-			extra = append(extra, nats.InProcessServer(ns))
-		}
-		log.Info("embedded nats-server started", "url", ns.ClientURL(), "data_dir", cfg.DataDir, "sync", cfg.Sync,
-			"creds", CredsDir(cfg.DataDir))
+	ep, err := natsEndpoint(cfg, log)
+	if err != nil {
+		return err
 	}
+	defer ep.close()
 	// Until sagad serves, it waits for NATS and for a cluster able to hold
 	// its streams, bounded by --start-timeout if set.
 	startCtx, cancelStart := ctx, context.CancelFunc(func() {})
@@ -148,31 +123,11 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	}
 	defer cancelStart()
 	st := &starter{log: log, gate: gate, timeout: time.Duration(cfg.StartTimeout)}
-	var nc *nats.Conn
-	err := st.retry(startCtx, "NATS", func(context.Context) error {
-		var err error
-		nc, err = conn.Connect(append(extra, nats.Name("sagad"), nats.MaxReconnects(-1),
-			nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-				if err != nil { // nil: our own Close at shutdown
-					log.Warn("nats disconnected", "url", natsconn.Redact(nc.ConnectedUrl()), "error", err)
-				}
-			}),
-			nats.ReconnectHandler(func(nc *nats.Conn) {
-				log.Info("nats reconnected", "url", natsconn.Redact(nc.ConnectedUrl()))
-			}),
-		)...)
-		return err
-	})
+	nc, err := connectNATS(startCtx, st, ep, log)
 	if err != nil {
 		return startErr(ctx, err)
 	}
 	defer nc.Close()
-	log.Info("nats connected", "url", natsconn.Redact(nc.ConnectedUrl()), "server_version", nc.ConnectedServerVersion())
-	if ok, err := checkServerVersion(nc.ConnectedServerVersion()); err != nil {
-		return fmt.Errorf("%s: %w", natsconn.Redact(nc.ConnectedUrl()), err)
-	} else if !ok {
-		log.Warn("cannot read the nats-server's version; sagad needs "+MinServerVersion+" or later", "server_version", nc.ConnectedServerVersion())
-	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -187,26 +142,200 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	}
 	mon := newMonitor(cfg, log, m)
 	defer mon.Stop()
-	tp, stopTracing, err := tracing.Setup(ctx, cfg.OTelEndpoint, buildinfo.Version(), os.Getenv)
+	tp, stopTracing, err := startTracing(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		// Flush the spans still batched, within a bound of their own: the
-		// shutdown's may be spent.
+	defer stopTracing()
+	pcfg := cfg.pipelineConfig(log, execs, m, tp, mon)
+	if gate != nil {
+		gate.wait("creating the JetStream streams and buckets")
+	}
+	p, err := startPipeline(startCtx, st, js, pcfg)
+	if err != nil {
+		return startErr(ctx, err)
+	}
+	svcs, err := startServices(ctx, nc, p, log, m)
+	if err != nil {
+		return err
+	}
+	defer svcs.stopCompose(log)
+	var ready atomic.Bool
+	ready.Store(true)
+	var ui *uiServer
+	if gate != nil {
+		if ui, err = serveHTTP(ctx, cfg, log, gate, nc, js, reg, &ready, mon, p); err != nil {
+			_ = svcs.admin.Stop(ctx)
+			p.Stop(ctx)
+			return err
+		}
+	}
+	if onReady != nil {
+		onReady(ep.readyURL)
+	}
+	<-ctx.Done()
+
+	log.Info("shutting down", "timeout", time.Duration(cfg.ShutdownTimeout))
+	ready.Store(false)
+	shutdown(cfg, log, svcs, p, ui, httpSrv, nc)
+	return nil
+}
+
+// serveHTTP turns the start gate into sagad's HTTP API (metrics, health)
+// and, unless --no-ui, the console.
+func serveHTTP(ctx context.Context, cfg Config, log *slog.Logger, gate *startGate, nc *nats.Conn, js jetstream.JetStream,
+	reg *prometheus.Registry, ready *atomic.Bool, mon *health.Monitor, p *pipeline.Pipeline) (*uiServer, error) {
+	handler := httpHandler(nc, js, reg, ready, mon)
+	var ui *uiServer
+	if !cfg.NoUI {
+		var err error
+		if ui, err = startConsole(ctx, cfg, log, nc, p.Store(), handler); err != nil {
+			return nil, err
+		}
+		handler = ui.mux
+	}
+	gate.serve(handler)
+	return ui, nil
+}
+
+// shutdown stops what Run started, within --shutdown-timeout: the admin
+// service and the pipeline first (their work in flight ends or is left to
+// redelivery), then the console's event streams (which would hold the HTTP
+// server's Shutdown), the HTTP server, and what is buffered for NATS.
+func shutdown(cfg Config, log *slog.Logger, svcs *services, p *pipeline.Pipeline, ui *uiServer, httpSrv *http.Server, nc *nats.Conn) {
+	sctx, scancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownTimeout))
+	defer scancel()
+	if err := svcs.admin.Stop(sctx); err != nil {
+		log.Warn("admin service stop", "error", err)
+	}
+	p.Stop(sctx)
+	if ui != nil {
+		ui.Stop()
+	}
+	if httpSrv != nil {
+		_ = httpSrv.Shutdown(sctx)
+	}
+	if err := nc.FlushTimeout(5 * time.Second); err != nil {
+		log.Warn("flush", "error", err)
+	}
+}
+
+// listenHTTP binds --http-listen and serves the start gate on it (its
+// /readyz answers while sagad waits for NATS); nil, nil when it is off.
+func listenHTTP(cfg Config, log *slog.Logger) (*http.Server, *startGate, error) {
+	if cfg.HTTPListen == "" {
+		return nil, nil, nil
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPListen)
+	if err != nil {
+		return nil, nil, fmt.Errorf("http listen: %w", err)
+	}
+	gate := newStartGate()
+	httpSrv := &http.Server{Handler: gate, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = httpSrv.Serve(ln) }()
+	log.Info("http listening", "addr", ln.Addr().String())
+	return httpSrv, gate, nil
+}
+
+// endpoint is the NATS sagad connects to: the configured one, or the
+// embedded server it started.
+type endpoint struct {
+	conn     natsconn.Options
+	extra    []nats.Option
+	readyURL string
+	ns       *server.Server
+}
+
+func (e *endpoint) close() {
+	if e.ns != nil {
+		e.ns.Shutdown()
+		e.ns.WaitForShutdown()
+	}
+}
+
+// natsEndpoint starts the embedded server when no NATS URL is configured.
+func natsEndpoint(cfg Config, log *slog.Logger) (*endpoint, error) {
+	ep := &endpoint{conn: cfg.Options, readyURL: cfg.Options.URL}
+	if ep.conn.URL != "" {
+		return ep, nil
+	}
+	ns, err := startEmbedded(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ep.ns = ns
+	ep.conn = natsconn.Options{URL: ns.ClientURL(), NKey: filepath.Join(CredsDir(cfg.DataDir), RoleSagad+natsconn.SeedExt)}
+	ep.readyURL = ns.ClientURL()
+	if cfg.ServerTLSCert != "" {
+		// sagad talks to its own server in-process: no TLS to set up
+		// for itself, and no network. The URL only names the server
+		// then; a tls:// one would make the client ask for TLS.
+		ep.conn.URL = "nats://" + strings.TrimPrefix(ns.ClientURL(), "tls://")
+		ep.extra = append(ep.extra, nats.InProcessServer(ns))
+	}
+	log.Info("embedded nats-server started", "url", ns.ClientURL(), "data_dir", cfg.DataDir, "sync", cfg.Sync,
+		"creds", CredsDir(cfg.DataDir))
+	return ep, nil
+}
+
+// connectNATS connects to ep, waiting (through st) until it answers, and
+// checks the server's version.
+func connectNATS(ctx context.Context, st *starter, ep *endpoint, log *slog.Logger) (*nats.Conn, error) {
+	var nc *nats.Conn
+	err := st.retry(ctx, "NATS", func(context.Context) error {
+		var err error
+		nc, err = ep.conn.Connect(append(ep.extra, nats.Name("sagad"), nats.MaxReconnects(-1),
+			nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+				if err != nil { // nil: our own Close at shutdown
+					log.Warn("nats disconnected", "url", natsconn.Redact(nc.ConnectedUrl()), "error", err)
+				}
+			}),
+			nats.ReconnectHandler(func(nc *nats.Conn) {
+				log.Info("nats reconnected", "url", natsconn.Redact(nc.ConnectedUrl()))
+			}),
+		)...)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("nats connected", "url", natsconn.Redact(nc.ConnectedUrl()), "server_version", nc.ConnectedServerVersion())
+	if ok, err := checkServerVersion(nc.ConnectedServerVersion()); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("%s: %w", natsconn.Redact(nc.ConnectedUrl()), err)
+	} else if !ok {
+		log.Warn("cannot read the nats-server's version; sagad needs "+MinServerVersion+" or later", "server_version", nc.ConnectedServerVersion())
+	}
+	return nc, nil
+}
+
+// startTracing sets OpenTelemetry up (off unless an endpoint is given);
+// stop flushes the spans still batched.
+func startTracing(ctx context.Context, cfg Config, log *slog.Logger) (trace.TracerProvider, func(), error) {
+	tp, stopTracing, err := tracing.Setup(ctx, cfg.OTelEndpoint, buildinfo.Version(), os.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := func() {
+		// Within a bound of its own: the shutdown's may be spent.
 		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := stopTracing(fctx); err != nil {
 			log.Warn("tracing: flush on shutdown", "error", err)
 		}
-	}()
+	}
 	if on, why := tracing.Enabled(cfg.OTelEndpoint, os.Getenv); on {
 		tracing.LogErrors(log)
 		log.Info("tracing on (OpenTelemetry, OTLP/HTTP)", "endpoint", cmp.Or(cfg.OTelEndpoint, os.Getenv(tracing.EnvTracesEndpoint), os.Getenv(tracing.EnvEndpoint)))
 	} else {
 		log.Debug("tracing off", "why", why)
 	}
-	pcfg := pipeline.Config{
+	return tp, stop, nil
+}
+
+// pipelineConfig is the pipeline's part of cfg.
+func (cfg Config) pipelineConfig(log *slog.Logger, execs *executors.Registry, m *metrics.Metrics, tp trace.TracerProvider, mon *health.Monitor) pipeline.Config {
+	return pipeline.Config{
 		Logger:              log,
 		Workspace:           cfg.Workspace,
 		KVBuckets:           cfg.KVBuckets,
@@ -231,11 +360,13 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		IntakeQuota:         store.IntakeQuota{MaxPending: cfg.IntakeMaxPending, MaxMsgBytes: cfg.IntakeMaxMsgBytes, MaxBytes: cfg.IntakeMaxBytes},
 		IntakeRate:          pipeline.IntakeRate{Msgs: cfg.IntakeRateMsgs, Bytes: cfg.IntakeRateBytes},
 	}
-	if gate != nil {
-		gate.wait("creating the JetStream streams and buckets")
-	}
+}
+
+// startPipeline makes the topology and starts the pipeline, waiting
+// (through st) for a cluster able to hold its streams.
+func startPipeline(ctx context.Context, st *starter, js jetstream.JetStream, pcfg pipeline.Config) (*pipeline.Pipeline, error) {
 	var p *pipeline.Pipeline
-	err = st.retry(startCtx, "JetStream topology", func(ctx context.Context) error {
+	err := st.retry(ctx, "JetStream topology", func(ctx context.Context) error {
 		// No deadline of its own: each JetStream request is then bounded
 		// by the client's default (5s), so a cluster that cannot answer
 		// yet is told at once rather than at the end of a long bound;
@@ -252,77 +383,53 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 		}
 		return err
 	})
-	if err != nil {
-		return startErr(ctx, err)
-	}
-	// Every sagad serves the admin API, so sagactl's actions run (and are
-	// counted) in whichever sagad answers.
+	return p, err
+}
+
+// services are the NATS services every sagad runs beside its pipeline.
+type services struct {
+	admin    *adminsvc.Service
+	composer *compose.Service
+	runner   *compose.Runner
+}
+
+// startServices starts them: every sagad serves the admin API (so
+// sagactl's actions run, and are counted, in whichever sagad answers),
+// composes chains (the steps' ids are sagad's to give) and records
+// compositions' step ends (one durable consumer, shared: each run's
+// record, events and one outcome). On an error the pipeline is stopped.
+func startServices(ctx context.Context, nc *nats.Conn, p *pipeline.Pipeline, log *slog.Logger, m *metrics.Metrics) (*services, error) {
 	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules(), Chains: adminsvc.StoreChains(p.Store()),
 		Costs: adminsvc.StoreCosts(p.Store()), Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin())})
 	if err != nil {
 		p.Stop(ctx)
-		return err
+		return nil, err
 	}
-	// Every sagad composes chains too: the steps' ids are sagad's to give.
 	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: log, Rules: p.Rules(), Started: m.CompositionStarted})
 	if err != nil {
 		_ = admin.Stop(ctx)
 		p.Stop(ctx)
-		return err
+		return nil, err
 	}
-	defer func() {
+	compRunner, err := compose.StartRunner(ctx, p.Store(), compose.RunnerConfig{Logger: log})
+	if err != nil {
 		if err := composer.Stop(); err != nil {
 			log.Warn("compose service stop", "error", err)
 		}
-	}()
-	// Every sagad records compositions' step ends (one durable consumer,
-	// shared): each run's record, events and one outcome.
-	compRunner, err := compose.StartRunner(ctx, p.Store(), compose.RunnerConfig{Logger: log})
-	if err != nil {
 		_ = admin.Stop(ctx)
 		p.Stop(ctx)
-		return err
+		return nil, err
 	}
-	defer compRunner.Stop()
-	var ready atomic.Bool
-	ready.Store(true)
-	var ui *uiServer
-	if gate != nil {
-		handler := httpHandler(nc, js, reg, &ready, mon)
-		if !cfg.NoUI {
-			if ui, err = startConsole(ctx, cfg, log, nc, p.Store(), handler); err != nil {
-				_ = admin.Stop(ctx)
-				p.Stop(ctx)
-				return err
-			}
-			handler = ui.mux
-		}
-		gate.serve(handler)
-	}
-	if onReady != nil {
-		onReady(readyURL)
-	}
-	<-ctx.Done()
+	return &services{admin: admin, composer: composer, runner: compRunner}, nil
+}
 
-	log.Info("shutting down", "timeout", time.Duration(cfg.ShutdownTimeout))
-	ready.Store(false)
-	sctx, scancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownTimeout))
-	defer scancel()
-	if err := admin.Stop(sctx); err != nil {
-		log.Warn("admin service stop", "error", err)
+// stopCompose stops the composition runner and service (the admin service
+// stops first, with the pipeline, at shutdown).
+func (s *services) stopCompose(log *slog.Logger) {
+	s.runner.Stop()
+	if err := s.composer.Stop(); err != nil {
+		log.Warn("compose service stop", "error", err)
 	}
-	p.Stop(sctx)
-	if ui != nil {
-		// Ends the console's event streams, which would hold Shutdown.
-		ui.Stop()
-	}
-	if httpSrv != nil {
-		_ = httpSrv.Shutdown(sctx)
-	}
-	if err := nc.FlushTimeout(5 * time.Second); err != nil {
-		log.Warn("flush", "error", err)
-	}
-	return nil
 }
 
 // startErr is Run's answer to a start that did not finish: nil when
