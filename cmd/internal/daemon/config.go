@@ -383,89 +383,134 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			"  sagad nats-config --config FILE --out DIR   write the NATS accounts of the roles for an external nats-server\n")
 		fs.PrintDefaults()
 	}
-	var file string
-	var flags Config
-	var shutdown time.Duration
-	fs.StringVar(&file, "config", "", "JSON config file (env SAGAD_CONFIG)")
-	version := fs.Bool("version", false, "print the version, VCS revision and Go version, and exit")
-	flags.Options.Bind(fs, "external NATS URL; empty starts the embedded server (or SAGAD_NATS_URL)")
-	fs.StringVar(&flags.NATSListen, "nats-listen", "", "embedded server client address (default 127.0.0.1:4222; env SAGAD_NATS_LISTEN)")
-	fs.StringVar(&flags.DataDir, "data-dir", "", "embedded server data directory (default ./data; env SAGAD_DATA_DIR)")
-	fs.StringVar(&flags.Workspace, "workspace", "", "root of file: refs (default .; env SAGAD_WORKSPACE)")
-	fs.StringVar(&flags.HTTPListen, "http-listen", "", "health and metrics address (default "+DefaultHTTPListen+", \"off\" disables; env SAGAD_HTTP_LISTEN)")
-	fs.BoolVar(&flags.NoUI, "no-ui", false, "do not serve the web console at /ui/ (env SAGAD_NO_UI)")
-	fs.StringVar(&flags.UIToken, "ui-token", "", "token the web console requires (open /ui/?token=T once); needed off loopback unless --ui-basic-auth (env SAGA_UI_TOKEN)")
-	fs.StringVar(&flags.UIBasicAuth, "ui-basic-auth", "", "user:password the web console requires as HTTP basic auth (env SAGA_UI_BASIC_AUTH)")
-	fs.StringVar(&flags.LogFormat, "log-format", "", "text or json (env SAGAD_LOG_FORMAT)")
-	fs.StringVar(&flags.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
-	fs.IntVar(&flags.Workers, "workers", 0, "capsules worked on at once per phase (default 64, which is also the most agent calls a phase makes at once; env SAGAD_WORKERS)")
-	fs.Int64Var(&flags.IntakeMaxPending, "intake-max-pending", 0, "intake messages one producer may have waiting; past it its publishes are refused (default 256; env SAGAD_INTAKE_MAX_PENDING)")
-	var intakeMaxMsgBytes int
-	fs.IntVar(&intakeMaxMsgBytes, "intake-max-msg-bytes", 0, "largest intake message, headers included (default 1048576; env SAGAD_INTAKE_MAX_MSG_BYTES)")
-	fs.Int64Var(&flags.IntakeMaxBytes, "intake-max-bytes", 0, "bytes waiting in the intake, all producers together, reserved from JetStream's storage (default unbounded; env SAGAD_INTAKE_MAX_BYTES)")
-	fs.Int64Var(&flags.InlineArtifactBytes, "inline-artifact-bytes", 0, "largest artifact content sent inside an executor request; larger ones are fetched by reference on saga.artifacts.get (default 262144; env SAGAD_INLINE_ARTIFACT_BYTES)")
-	fs.Float64Var(&flags.IntakeRateMsgs, "intake-rate-msgs", 0, "capsules a second RECEPTION takes from one producer; more wait in the intake; negative: unlimited (default 200; env SAGAD_INTAKE_RATE_MSGS)")
-	fs.Float64Var(&flags.IntakeRateBytes, "intake-rate-bytes", 0, "intake bytes a second RECEPTION takes from one producer; negative: unlimited (default 4194304; env SAGAD_INTAKE_RATE_BYTES)")
-	fs.IntVar(&flags.MaxDepth, "max-depth", 0, "how deep capsules published by executor calls (parent_capsule_id) may nest; deeper halts depth_exceeded:<depth> (default 4; env SAGAD_MAX_DEPTH)")
-	fs.IntVar(&flags.Replicas, "replicas", 0, "stream and bucket replicas (default 1; env SAGAD_REPLICAS)")
-	fs.BoolVar(&flags.Migrate, "migrate", false, "change existing streams and buckets whose settings (replicas, retention...) differ from these flags; without it sagad refuses to start and changes nothing (env SAGAD_MIGRATE)")
-	var startTimeout time.Duration
-	fs.DurationVar(&startTimeout, "start-timeout", 0, "exit if NATS or a cluster able to hold the streams is not there within this long (default 0: wait as long as it takes; env SAGAD_START_TIMEOUT)")
-	fs.DurationVar(&shutdown, "shutdown-timeout", 0, "graceful shutdown bound (default 30s; env SAGAD_SHUTDOWN_TIMEOUT)")
-	fs.StringVar(&flags.Sync, "sync", "", "embedded server's fsync: always (before every ack), 1s (default: acknowledged writes on disk within 1s), default (the server's 2m) or another duration (env SAGAD_SYNC)")
-	fs.StringVar(&flags.ServerTLSCert, "server-tls-cert", "", "embedded server's TLS certificate (PEM); with it, clients must use TLS (env SAGAD_SERVER_TLS_CERT)")
-	fs.StringVar(&flags.ServerTLSKey, "server-tls-key", "", "embedded server's TLS key (PEM) (env SAGAD_SERVER_TLS_KEY)")
-	fs.StringVar(&flags.ServerTLSCA, "server-tls-ca", "", "embedded server requires client certificates signed by these CAs (env SAGAD_SERVER_TLS_CA)")
-	fs.BoolVar(&flags.Insecure, "insecure", false, "allow listening off loopback without TLS (embedded NATS, HTTP); logs a warning (env SAGAD_INSECURE)")
-	var syncAlways bool
-	fs.BoolVar(&syncAlways, "sync-always", false, "alias of --sync always (env SAGAD_SYNC_ALWAYS)")
-	var lockWait, deadlineWarning, externalTimeout, retention, rescueAfter, writeTimeout, unhealthyAfter, stallAfter, dependencyTimeout time.Duration
-	fs.DurationVar(&lockWait, "lock-wait", 0, "retry contended locks this long, then park with lock_contention; negative halts at once (default 60s; env SAGAD_LOCK_WAIT)")
-	fs.Float64Var(&flags.BudgetWarning, "budget-warning", 0, "pause with budget_warning past this fraction of a cap; negative disables (default 0.75; env SAGAD_BUDGET_WARNING)")
-	fs.DurationVar(&deadlineWarning, "deadline-warning", 0, "pause with deadline_approaching when less is left; negative disables (default 5m; env SAGAD_DEADLINE_WARNING)")
-	fs.DurationVar(&externalTimeout, "external-timeout", 0, "halt when accepted external work reports nothing for this long (default 1h; env SAGAD_EXTERNAL_TIMEOUT)")
-	fs.DurationVar(&dependencyTimeout, "dependency-timeout", 0, "halt a capsule waiting this long for a dependency sagad does not know (dependency_missing) (default 24h; env SAGAD_DEPENDENCY_TIMEOUT)")
-	fs.DurationVar(&rescueAfter, "rescue-after", 0, "send again the step of a capsule in progress unchanged this long with nothing queued for its phase; negative disables (default 2m; env SAGAD_RESCUE_AFTER)")
-	fs.DurationVar(&retention, "retention", 0, "keep ended capsules this long, then remove their state (outcomes stay); negative keeps them forever (default 168h; env SAGAD_RETENTION)")
-	fs.DurationVar(&writeTimeout, "write-timeout", 0, "bound of each JetStream write; one that times out is retried later (default 5s; env SAGAD_WRITE_TIMEOUT)")
-	fs.DurationVar(&unhealthyAfter, "unhealthy-after", 0, "JetStream writes failing this long make sagad unhealthy: ERROR log, sagad_jetstream_writes_failing 1, /readyz 503 (default 30s; env SAGAD_UNHEALTHY_AFTER)")
-	fs.DurationVar(&stallAfter, "stall-after", 0, "/readyz reports a phase with pending work and no progress for this long (default 2m; env SAGAD_STALL_AFTER)")
-	fs.StringVar(&flags.OTelEndpoint, "otel-endpoint", "", "send OpenTelemetry traces to this OTLP/HTTP endpoint, e.g. http://localhost:4318 (default off, or OTEL_EXPORTER_OTLP_ENDPOINT; env SAGAD_OTEL_ENDPOINT)")
-	fs.StringVar(&flags.TraceURL, "trace-url", "", "link the console's trace ids to a tracing backend: a URL template holding {trace_id}, e.g. http://jaeger:16686/trace/{trace_id} (env SAGAD_TRACE_URL)")
+	v := defineFlags(fs)
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return Config{}, err
 	}
-	if *version {
+	if *v.version {
 		return Config{}, errVersion
 	}
 	if fs.NArg() > 0 {
 		return Config{}, &usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
 	}
-	flags.ShutdownTimeout = Duration(shutdown)
-	flags.StartTimeout = Duration(startTimeout)
-	if intakeMaxMsgBytes > math.MaxInt32 || intakeMaxMsgBytes < 0 {
-		return Config{}, fmt.Errorf("--intake-max-msg-bytes %d: out of range", intakeMaxMsgBytes)
+	if err := v.convert(); err != nil {
+		return Config{}, err
 	}
-	flags.IntakeMaxMsgBytes = int32(intakeMaxMsgBytes)
-	flags.LockWait, flags.DeadlineWarning, flags.ExternalTimeout = Duration(lockWait), Duration(deadlineWarning), Duration(externalTimeout)
-	flags.Retention = Duration(retention)
-	flags.RescueAfter = Duration(rescueAfter)
-	flags.DependencyTimeout = Duration(dependencyTimeout)
-	flags.WriteTimeout, flags.UnhealthyAfter, flags.StallAfter = Duration(writeTimeout), Duration(unhealthyAfter), Duration(stallAfter)
-	if file == "" {
-		file = getenv("SAGAD_CONFIG")
+	if v.file == "" {
+		v.file = getenv("SAGAD_CONFIG")
 	}
 	var cfg Config
-	if file != "" {
-		b, err := os.ReadFile(file)
+	if v.file != "" {
+		b, err := os.ReadFile(v.file)
 		if err != nil {
 			return Config{}, fmt.Errorf("config file: %w", err)
 		}
 		if cfg, err = decodeConfigFile(b); err != nil {
-			return Config{}, fmt.Errorf("config file %s: %w", file, err)
+			return Config{}, fmt.Errorf("config file %s: %w", v.file, err)
 		}
 	}
 	// Environment over file.
+	if errs := applyEnv(&cfg, getenv); len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	// Flags over everything.
+	v.apply(fs, &cfg)
+	if cfg.HTTPListen == "" {
+		cfg.HTTPListen = DefaultHTTPListen
+	}
+	if cfg.HTTPListen == "off" {
+		cfg.HTTPListen = ""
+	}
+	cfg.withDefaults()
+	return cfg, cfg.validate()
+}
+
+// flagValues are sagad's flags as parsed, before they are laid over the
+// file and the environment (only the flags given are).
+type flagValues struct {
+	file    string
+	version *bool
+	flags   Config
+	// Flags whose type is not the Config field's.
+	shutdown, startTimeout, lockWait, deadlineWarning, externalTimeout, retention, rescueAfter,
+	writeTimeout, unhealthyAfter, stallAfter, dependencyTimeout time.Duration
+	intakeMaxMsgBytes int
+	syncAlways        bool
+}
+
+// defineFlags defines sagad's flags on fs.
+func defineFlags(fs *flag.FlagSet) *flagValues {
+	v := &flagValues{}
+	fs.StringVar(&v.file, "config", "", "JSON config file (env SAGAD_CONFIG)")
+	v.version = fs.Bool("version", false, "print the version, VCS revision and Go version, and exit")
+	v.flags.Options.Bind(fs, "external NATS URL; empty starts the embedded server (or SAGAD_NATS_URL)")
+	fs.StringVar(&v.flags.NATSListen, "nats-listen", "", "embedded server client address (default 127.0.0.1:4222; env SAGAD_NATS_LISTEN)")
+	fs.StringVar(&v.flags.DataDir, "data-dir", "", "embedded server data directory (default ./data; env SAGAD_DATA_DIR)")
+	fs.StringVar(&v.flags.Workspace, "workspace", "", "root of file: refs (default .; env SAGAD_WORKSPACE)")
+	fs.StringVar(&v.flags.HTTPListen, "http-listen", "", "health and metrics address (default "+DefaultHTTPListen+", \"off\" disables; env SAGAD_HTTP_LISTEN)")
+	fs.BoolVar(&v.flags.NoUI, "no-ui", false, "do not serve the web console at /ui/ (env SAGAD_NO_UI)")
+	fs.StringVar(&v.flags.UIToken, "ui-token", "", "token the web console requires (open /ui/?token=T once); needed off loopback unless --ui-basic-auth (env SAGA_UI_TOKEN)")
+	fs.StringVar(&v.flags.UIBasicAuth, "ui-basic-auth", "", "user:password the web console requires as HTTP basic auth (env SAGA_UI_BASIC_AUTH)")
+	fs.StringVar(&v.flags.LogFormat, "log-format", "", "text or json (env SAGAD_LOG_FORMAT)")
+	fs.StringVar(&v.flags.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
+	fs.IntVar(&v.flags.Workers, "workers", 0, "capsules worked on at once per phase (default 64, which is also the most agent calls a phase makes at once; env SAGAD_WORKERS)")
+	fs.Int64Var(&v.flags.IntakeMaxPending, "intake-max-pending", 0, "intake messages one producer may have waiting; past it its publishes are refused (default 256; env SAGAD_INTAKE_MAX_PENDING)")
+	fs.IntVar(&v.intakeMaxMsgBytes, "intake-max-msg-bytes", 0, "largest intake message, headers included (default 1048576; env SAGAD_INTAKE_MAX_MSG_BYTES)")
+	fs.Int64Var(&v.flags.IntakeMaxBytes, "intake-max-bytes", 0, "bytes waiting in the intake, all producers together, reserved from JetStream's storage (default unbounded; env SAGAD_INTAKE_MAX_BYTES)")
+	fs.Int64Var(&v.flags.InlineArtifactBytes, "inline-artifact-bytes", 0, "largest artifact content sent inside an executor request; larger ones are fetched by reference on saga.artifacts.get (default 262144; env SAGAD_INLINE_ARTIFACT_BYTES)")
+	fs.Float64Var(&v.flags.IntakeRateMsgs, "intake-rate-msgs", 0, "capsules a second RECEPTION takes from one producer; more wait in the intake; negative: unlimited (default 200; env SAGAD_INTAKE_RATE_MSGS)")
+	fs.Float64Var(&v.flags.IntakeRateBytes, "intake-rate-bytes", 0, "intake bytes a second RECEPTION takes from one producer; negative: unlimited (default 4194304; env SAGAD_INTAKE_RATE_BYTES)")
+	fs.IntVar(&v.flags.MaxDepth, "max-depth", 0, "how deep capsules published by executor calls (parent_capsule_id) may nest; deeper halts depth_exceeded:<depth> (default 4; env SAGAD_MAX_DEPTH)")
+	fs.IntVar(&v.flags.Replicas, "replicas", 0, "stream and bucket replicas (default 1; env SAGAD_REPLICAS)")
+	fs.BoolVar(&v.flags.Migrate, "migrate", false, "change existing streams and buckets whose settings (replicas, retention...) differ from these flags; without it sagad refuses to start and changes nothing (env SAGAD_MIGRATE)")
+	fs.DurationVar(&v.startTimeout, "start-timeout", 0, "exit if NATS or a cluster able to hold the streams is not there within this long (default 0: wait as long as it takes; env SAGAD_START_TIMEOUT)")
+	fs.DurationVar(&v.shutdown, "shutdown-timeout", 0, "graceful shutdown bound (default 30s; env SAGAD_SHUTDOWN_TIMEOUT)")
+	fs.StringVar(&v.flags.Sync, "sync", "", "embedded server's fsync: always (before every ack), 1s (default: acknowledged writes on disk within 1s), default (the server's 2m) or another duration (env SAGAD_SYNC)")
+	fs.StringVar(&v.flags.ServerTLSCert, "server-tls-cert", "", "embedded server's TLS certificate (PEM); with it, clients must use TLS (env SAGAD_SERVER_TLS_CERT)")
+	fs.StringVar(&v.flags.ServerTLSKey, "server-tls-key", "", "embedded server's TLS key (PEM) (env SAGAD_SERVER_TLS_KEY)")
+	fs.StringVar(&v.flags.ServerTLSCA, "server-tls-ca", "", "embedded server requires client certificates signed by these CAs (env SAGAD_SERVER_TLS_CA)")
+	fs.BoolVar(&v.flags.Insecure, "insecure", false, "allow listening off loopback without TLS (embedded NATS, HTTP); logs a warning (env SAGAD_INSECURE)")
+	fs.BoolVar(&v.syncAlways, "sync-always", false, "alias of --sync always (env SAGAD_SYNC_ALWAYS)")
+	fs.DurationVar(&v.lockWait, "lock-wait", 0, "retry contended locks this long, then park with lock_contention; negative halts at once (default 60s; env SAGAD_LOCK_WAIT)")
+	fs.Float64Var(&v.flags.BudgetWarning, "budget-warning", 0, "pause with budget_warning past this fraction of a cap; negative disables (default 0.75; env SAGAD_BUDGET_WARNING)")
+	fs.DurationVar(&v.deadlineWarning, "deadline-warning", 0, "pause with deadline_approaching when less is left; negative disables (default 5m; env SAGAD_DEADLINE_WARNING)")
+	fs.DurationVar(&v.externalTimeout, "external-timeout", 0, "halt when accepted external work reports nothing for this long (default 1h; env SAGAD_EXTERNAL_TIMEOUT)")
+	fs.DurationVar(&v.dependencyTimeout, "dependency-timeout", 0, "halt a capsule waiting this long for a dependency sagad does not know (dependency_missing) (default 24h; env SAGAD_DEPENDENCY_TIMEOUT)")
+	fs.DurationVar(&v.rescueAfter, "rescue-after", 0, "send again the step of a capsule in progress unchanged this long with nothing queued for its phase; negative disables (default 2m; env SAGAD_RESCUE_AFTER)")
+	fs.DurationVar(&v.retention, "retention", 0, "keep ended capsules this long, then remove their state (outcomes stay); negative keeps them forever (default 168h; env SAGAD_RETENTION)")
+	fs.DurationVar(&v.writeTimeout, "write-timeout", 0, "bound of each JetStream write; one that times out is retried later (default 5s; env SAGAD_WRITE_TIMEOUT)")
+	fs.DurationVar(&v.unhealthyAfter, "unhealthy-after", 0, "JetStream writes failing this long make sagad unhealthy: ERROR log, sagad_jetstream_writes_failing 1, /readyz 503 (default 30s; env SAGAD_UNHEALTHY_AFTER)")
+	fs.DurationVar(&v.stallAfter, "stall-after", 0, "/readyz reports a phase with pending work and no progress for this long (default 2m; env SAGAD_STALL_AFTER)")
+	fs.StringVar(&v.flags.OTelEndpoint, "otel-endpoint", "", "send OpenTelemetry traces to this OTLP/HTTP endpoint, e.g. http://localhost:4318 (default off, or OTEL_EXPORTER_OTLP_ENDPOINT; env SAGAD_OTEL_ENDPOINT)")
+	fs.StringVar(&v.flags.TraceURL, "trace-url", "", "link the console's trace ids to a tracing backend: a URL template holding {trace_id}, e.g. http://jaeger:16686/trace/{trace_id} (env SAGAD_TRACE_URL)")
+	return v
+}
+
+// convert puts the flags whose type is not their field's into v.flags.
+func (v *flagValues) convert() error {
+	v.flags.ShutdownTimeout = Duration(v.shutdown)
+	v.flags.StartTimeout = Duration(v.startTimeout)
+	if v.intakeMaxMsgBytes > math.MaxInt32 || v.intakeMaxMsgBytes < 0 {
+		return fmt.Errorf("--intake-max-msg-bytes %d: out of range", v.intakeMaxMsgBytes)
+	}
+	v.flags.IntakeMaxMsgBytes = int32(v.intakeMaxMsgBytes)
+	v.flags.LockWait, v.flags.DeadlineWarning, v.flags.ExternalTimeout = Duration(v.lockWait), Duration(v.deadlineWarning), Duration(v.externalTimeout)
+	v.flags.Retention = Duration(v.retention)
+	v.flags.RescueAfter = Duration(v.rescueAfter)
+	v.flags.DependencyTimeout = Duration(v.dependencyTimeout)
+	v.flags.WriteTimeout, v.flags.UnhealthyAfter, v.flags.StallAfter = Duration(v.writeTimeout), Duration(v.unhealthyAfter), Duration(v.stallAfter)
+	return nil
+}
+
+// applyEnv lays the environment (SAGA_* and SAGAD_*) over cfg, and returns
+// every variable that does not parse.
+func applyEnv(cfg *Config, getenv func(string) string) []error {
+	applyEnvStrings(cfg, getenv)
+	return append(applyEnvNumbers(cfg, getenv), applyEnvSwitches(cfg, getenv)...)
+}
+
+// applyEnvStrings lays the variables that are strings over cfg.
+func applyEnvStrings(cfg *Config, getenv func(string) string) {
 	envStr := func(dst *string, name string) {
 		if v := getenv(name); v != "" {
 			*dst = v
@@ -491,6 +536,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	envStr(&cfg.LogLevel, "SAGAD_LOG_LEVEL")
 	envStr(&cfg.OTelEndpoint, "SAGAD_OTEL_ENDPOINT")
 	envStr(&cfg.TraceURL, "SAGAD_TRACE_URL")
+}
+
+// applyEnvNumbers lays the variables that are numbers and durations over
+// cfg.
+func applyEnvNumbers(cfg *Config, getenv func(string) string) []error {
 	var errs []error
 	envInt := func(dst *int, name string) {
 		if v := getenv(name); v != "" {
@@ -567,6 +617,18 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		}
 		cfg.BudgetWarning = f
 	}
+	return errs
+}
+
+// applyEnvSwitches lays the variables that are booleans (and the sync
+// policy, which the sync_always alias changes) over cfg.
+func applyEnvSwitches(cfg *Config, getenv func(string) string) []error {
+	var errs []error
+	envStr := func(dst *string, name string) {
+		if v := getenv(name); v != "" {
+			*dst = v
+		}
+	}
 	if v := getenv("SAGAD_SYNC_ALWAYS"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -596,104 +658,97 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		}
 		cfg.NoUI = b
 	}
-	if len(errs) > 0 {
-		return Config{}, errors.Join(errs...)
-	}
-	// Flags over everything.
-	cfg.Options = cfg.Options.Merge(flags.Options)
+	return errs
+}
+
+// apply lays the flags given on fs over cfg.
+func (v *flagValues) apply(fs *flag.FlagSet, cfg *Config) {
+	cfg.Options = cfg.Options.Merge(v.flags.Options)
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
 		case "nats-url":
 			// --nats-url "" chooses the embedded server over any URL.
-			cfg.URL = flags.URL
+			cfg.URL = v.flags.URL
 		case "nats-listen":
-			cfg.NATSListen = flags.NATSListen
+			cfg.NATSListen = v.flags.NATSListen
 		case "server-tls-cert":
-			cfg.ServerTLSCert = flags.ServerTLSCert
+			cfg.ServerTLSCert = v.flags.ServerTLSCert
 		case "server-tls-key":
-			cfg.ServerTLSKey = flags.ServerTLSKey
+			cfg.ServerTLSKey = v.flags.ServerTLSKey
 		case "server-tls-ca":
-			cfg.ServerTLSCA = flags.ServerTLSCA
+			cfg.ServerTLSCA = v.flags.ServerTLSCA
 		case "insecure":
-			cfg.Insecure = flags.Insecure
+			cfg.Insecure = v.flags.Insecure
 		case "data-dir":
-			cfg.DataDir = flags.DataDir
+			cfg.DataDir = v.flags.DataDir
 		case "workspace":
-			cfg.Workspace = flags.Workspace
+			cfg.Workspace = v.flags.Workspace
 		case "http-listen":
-			cfg.HTTPListen = flags.HTTPListen
+			cfg.HTTPListen = v.flags.HTTPListen
 		case "no-ui":
-			cfg.NoUI = flags.NoUI
+			cfg.NoUI = v.flags.NoUI
 		case "ui-token":
-			cfg.UIToken = flags.UIToken
+			cfg.UIToken = v.flags.UIToken
 		case "ui-basic-auth":
-			cfg.UIBasicAuth = flags.UIBasicAuth
+			cfg.UIBasicAuth = v.flags.UIBasicAuth
 		case "log-format":
-			cfg.LogFormat = flags.LogFormat
+			cfg.LogFormat = v.flags.LogFormat
 		case "log-level":
-			cfg.LogLevel = flags.LogLevel
+			cfg.LogLevel = v.flags.LogLevel
 		case "workers":
-			cfg.Workers = flags.Workers
+			cfg.Workers = v.flags.Workers
 		case "replicas":
-			cfg.Replicas = flags.Replicas
+			cfg.Replicas = v.flags.Replicas
 		case "max-depth":
-			cfg.MaxDepth = flags.MaxDepth
+			cfg.MaxDepth = v.flags.MaxDepth
 		case "intake-max-pending":
-			cfg.IntakeMaxPending = flags.IntakeMaxPending
+			cfg.IntakeMaxPending = v.flags.IntakeMaxPending
 		case "intake-max-msg-bytes":
-			cfg.IntakeMaxMsgBytes = flags.IntakeMaxMsgBytes
+			cfg.IntakeMaxMsgBytes = v.flags.IntakeMaxMsgBytes
 		case "intake-max-bytes":
-			cfg.IntakeMaxBytes = flags.IntakeMaxBytes
+			cfg.IntakeMaxBytes = v.flags.IntakeMaxBytes
 		case "inline-artifact-bytes":
-			cfg.InlineArtifactBytes = flags.InlineArtifactBytes
+			cfg.InlineArtifactBytes = v.flags.InlineArtifactBytes
 		case "intake-rate-msgs":
-			cfg.IntakeRateMsgs = flags.IntakeRateMsgs
+			cfg.IntakeRateMsgs = v.flags.IntakeRateMsgs
 		case "intake-rate-bytes":
-			cfg.IntakeRateBytes = flags.IntakeRateBytes
+			cfg.IntakeRateBytes = v.flags.IntakeRateBytes
 		case "shutdown-timeout":
-			cfg.ShutdownTimeout = flags.ShutdownTimeout
+			cfg.ShutdownTimeout = v.flags.ShutdownTimeout
 		case "start-timeout":
-			cfg.StartTimeout = flags.StartTimeout
+			cfg.StartTimeout = v.flags.StartTimeout
 		case "migrate":
-			cfg.Migrate = flags.Migrate
+			cfg.Migrate = v.flags.Migrate
 		case "sync":
-			cfg.Sync = flags.Sync
+			cfg.Sync = v.flags.Sync
 		case "sync-always":
-			cfg.Sync = syncAlias(cfg.Sync, syncAlways)
+			cfg.Sync = syncAlias(cfg.Sync, v.syncAlways)
 		case "lock-wait":
-			cfg.LockWait = flags.LockWait
+			cfg.LockWait = v.flags.LockWait
 		case "budget-warning":
-			cfg.BudgetWarning = flags.BudgetWarning
+			cfg.BudgetWarning = v.flags.BudgetWarning
 		case "deadline-warning":
-			cfg.DeadlineWarning = flags.DeadlineWarning
+			cfg.DeadlineWarning = v.flags.DeadlineWarning
 		case "external-timeout":
-			cfg.ExternalTimeout = flags.ExternalTimeout
+			cfg.ExternalTimeout = v.flags.ExternalTimeout
 		case "retention":
-			cfg.Retention = flags.Retention
+			cfg.Retention = v.flags.Retention
 		case "rescue-after":
-			cfg.RescueAfter = flags.RescueAfter
+			cfg.RescueAfter = v.flags.RescueAfter
 		case "dependency-timeout":
-			cfg.DependencyTimeout = flags.DependencyTimeout
+			cfg.DependencyTimeout = v.flags.DependencyTimeout
 		case "write-timeout":
-			cfg.WriteTimeout = flags.WriteTimeout
+			cfg.WriteTimeout = v.flags.WriteTimeout
 		case "unhealthy-after":
-			cfg.UnhealthyAfter = flags.UnhealthyAfter
+			cfg.UnhealthyAfter = v.flags.UnhealthyAfter
 		case "stall-after":
-			cfg.StallAfter = flags.StallAfter
+			cfg.StallAfter = v.flags.StallAfter
 		case "otel-endpoint":
-			cfg.OTelEndpoint = flags.OTelEndpoint
+			cfg.OTelEndpoint = v.flags.OTelEndpoint
 		case "trace-url":
-			cfg.TraceURL = flags.TraceURL
+			cfg.TraceURL = v.flags.TraceURL
 		}
 	})
-	if cfg.HTTPListen == "" {
-		cfg.HTTPListen = DefaultHTTPListen
-	}
-	if cfg.HTTPListen == "off" {
-		cfg.HTTPListen = ""
-	}
-	cfg.withDefaults()
-	return cfg, cfg.validate()
 }
 
 // syncAlias is the sync policy after the alias sync_always = on: true means
