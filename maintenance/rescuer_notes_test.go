@@ -1,0 +1,125 @@
+package maintenance
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/metrics"
+	"github.com/sagad/sagad/store"
+)
+
+// TestRescuerNotesWithoutTheWatch pins what the rescuer knows without being
+// sent every write: its own process's writes are noted as made (one in
+// progress timed, one ended forgotten unread, one at the operator gate
+// counted at once), every other writer's is found by a look at the bucket
+// (each key once, from where the last look stopped), a look skips the
+// revisions this process noted already and forgets its own notes as it
+// passes them, and a note older than what is known changes nothing.
+func TestRescuerNotesWithoutTheWatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	own, err := store.Ensure(ctx, js, store.Topology{Workspace: t.TempDir()})
+	require.NoError(t, err)
+	other, err := store.Open(ctx, js)
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	start := time.Now().UTC()
+	clock := start
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	m := metrics.New(prometheus.NewRegistry(), metrics.BuildInfo{})
+	r := NewRescuer(own, RescuerConfig{Now: now, After: time.Minute, Interval: time.Hour, Metrics: m})
+	own.Checkpoints.OnWrite(r.wrote)
+	t.Cleanup(func() { own.Checkpoints.OnWrite(nil) })
+
+	write := func(st *store.Store, key string, statuses ...capsule.State) uint64 {
+		t.Helper()
+		cp := store.NewCheckpoint(key, key, "t", "", "d", start)
+		rev, err := st.Checkpoints.Create(ctx, cp)
+		require.NoError(t, err)
+		for _, status := range statuses {
+			cp.State.Status = status
+			rev, err = st.Checkpoints.Update(ctx, cp, rev)
+			require.NoError(t, err)
+		}
+		return rev
+	}
+	update := func(st *store.Store, key string, status capsule.State) uint64 {
+		t.Helper()
+		cp, rev, err := st.Checkpoints.Get(ctx, key)
+		require.NoError(t, err)
+		cp.State.Status = status
+		rev, err = st.Checkpoints.Update(ctx, cp, rev)
+		require.NoError(t, err)
+		return rev
+	}
+	write(own, "ownrunning")
+	write(own, "ownended", capsule.Completed)
+	write(own, "owngate", capsule.WaitingForOperator)
+	write(other, "otherrunning", capsule.InProgress, capsule.InProgress)
+	write(other, "othergate", capsule.WaitingForOperator)
+	write(own, "endedelsewhere")
+	endedElsewhere := update(other, "endedelsewhere", capsule.Halted)
+
+	r.mu.Lock()
+	require.ElementsMatch(t, []string{"ownrunning", "endedelsewhere"}, keys(r.last), "own writes: only those in progress are timed")
+	require.ElementsMatch(t, []string{"owngate"}, keys(r.gate))
+	require.Len(t, r.own, 4, "own revisions the look has not reached")
+	r.mu.Unlock()
+
+	n, err := own.Checkpoints.Scan(ctx, r.next, r.seen)
+	require.NoError(t, err)
+	require.Equal(t, 6, n, "one entry a key: the bucket keeps a key's last revision")
+	r.mu.Lock()
+	require.ElementsMatch(t, []string{"ownrunning", "otherrunning", "othergate", "endedelsewhere"}, keys(r.last),
+		"others' writes are known by key and time, their state read once quiet")
+	require.Equal(t, endedElsewhere, r.last["endedelsewhere"].rev)
+	require.Empty(t, r.own, "every own revision reached by the look")
+	r.mu.Unlock()
+	n, err = own.Checkpoints.Scan(ctx, r.next, r.seen)
+	require.NoError(t, err)
+	require.Zero(t, n, "a look starts where the last one stopped")
+
+	// A note older than what is known: a late report of an earlier write.
+	r.wrote(&capsule.Checkpoint{Key: "otherrunning", State: capsule.CheckpointState{Status: capsule.Completed}}, 1)
+	r.mu.Lock()
+	require.Contains(t, r.last, "otherrunning", "an older revision forgets nothing")
+	r.mu.Unlock()
+
+	mu.Lock()
+	clock = clock.Add(2 * time.Minute)
+	mu.Unlock()
+	r.Rescue(ctx)
+	r.mu.Lock()
+	require.ElementsMatch(t, []string{"ownrunning", "otherrunning"}, keys(r.last), "read once quiet: the ended ones forgotten")
+	require.ElementsMatch(t, []string{"owngate", "othergate"}, keys(r.gate))
+	r.mu.Unlock()
+	gate, ok := m.AwaitingOperatorCount()
+	require.True(t, ok)
+	require.Equal(t, 2, gate)
+
+	// A change by another writer takes a capsule out of the gate's count.
+	update(other, "owngate", capsule.Completed)
+	_, err = own.Checkpoints.Scan(ctx, r.next, r.seen)
+	require.NoError(t, err)
+	r.countGate()
+	gate, _ = m.AwaitingOperatorCount()
+	require.Equal(t, 1, gate)
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
