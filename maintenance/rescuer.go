@@ -77,16 +77,16 @@ type Rescuer struct {
 	stop context.CancelFunc
 	done chan struct{}
 
-	mu   sync.Mutex
-	last map[string]mark // key → when its checkpoint last changed, unless known ended
+	mu sync.Mutex
+	// last holds, by key, when its checkpoint last changed and at which
+	// revision: each capsule that may be in progress, and each this
+	// process took out of progress until a look passes that revision.
+	last map[string]mark
 	// gate holds the capsules whose checkpoint, when last read or written
 	// here, waited for an operator decision and has not changed since:
 	// the operator gate's count (it keeps no continuation to count), at
 	// the revision that put it there.
 	gate map[string]uint64
-	// own holds the revisions this process wrote that the look has not
-	// reached yet: the look skips them, noted already.
-	own map[string]uint64
 	// next is the bucket's stream sequence the next look starts from.
 	next uint64
 }
@@ -95,13 +95,17 @@ type Rescuer struct {
 type mark struct {
 	at  time.Time
 	rev uint64
+	// done: this process wrote the capsule out of progress (ended, parked,
+	// at the operator gate) at rev. Nothing to rescue; the mark stays
+	// until a look reaches rev, so the look does not take the write for
+	// another writer's and read it.
+	done bool
 }
 
 // NewRescuer returns a rescuer over st.
 func NewRescuer(st *store.Store, cfg RescuerConfig) *Rescuer {
 	cfg = cfg.withDefaults()
-	return &Rescuer{st: st, cfg: cfg, log: cfg.Logger, last: make(map[string]mark), gate: make(map[string]uint64),
-		own: make(map[string]uint64), next: 1}
+	return &Rescuer{st: st, cfg: cfg, log: cfg.Logger, last: make(map[string]mark), gate: make(map[string]uint64), next: 1}
 }
 
 // Start notes this process's checkpoint writes from now on, and looks at
@@ -155,28 +159,28 @@ func (r *Rescuer) Stop() {
 // wrote notes a checkpoint this process wrote at revision rev.
 func (r *Rescuer) wrote(cp *capsule.Checkpoint, rev uint64) {
 	now := r.cfg.Now()
+	key := cp.Key
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if rev >= r.next {
-		r.own[cp.Key] = max(r.own[cp.Key], rev)
-	}
-	if m, ok := r.last[cp.Key]; ok && m.rev > rev {
+	if m, ok := r.last[key]; ok && m.rev > rev {
 		return // a later write was noted already
 	}
-	if g, ok := r.gate[cp.Key]; ok && g > rev {
-		return
+	if g, ok := r.gate[key]; ok {
+		if g > rev {
+			return
+		}
+		delete(r.gate, key)
 	}
-	delete(r.gate, cp.Key)
-	switch cp.State.Status {
-	case capsule.InProgress:
-		r.last[cp.Key] = mark{at: now, rev: rev}
-	case capsule.WaitingForOperator:
-		delete(r.last, cp.Key)
-		r.gate[cp.Key] = rev
+	switch {
+	case cp.State.Status == capsule.InProgress:
+		r.last[key] = mark{at: now, rev: rev}
+	case rev < r.next:
+		delete(r.last, key) // a look has passed it already
 	default:
-		// Ended, or parked (the sweeper's): nothing to rescue until it
-		// changes again.
-		delete(r.last, cp.Key)
+		r.last[key] = mark{rev: rev, done: true}
+	}
+	if cp.State.Status == capsule.WaitingForOperator {
+		r.gate[key] = rev
 	}
 }
 
@@ -186,24 +190,17 @@ func (r *Rescuer) seen(key string, seq uint64, at time.Time, put bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.next = max(r.next, seq+1)
-	if o, ok := r.own[key]; ok {
-		if o > seq {
-			return // a later write of this process was noted already
-		}
-		delete(r.own, key)
-		if o == seq {
-			return // this process's write, noted already
-		}
-	}
-	if !put {
-		delete(r.last, key)
-		delete(r.gate, key)
-		return
-	}
 	if m, ok := r.last[key]; ok && m.rev >= seq {
+		if m.done && m.rev == seq {
+			delete(r.last, key) // this process's own write, reached
+		}
 		return
 	}
 	delete(r.gate, key) // changed: read again once quiet
+	if !put {
+		delete(r.last, key)
+		return
+	}
 	// The entry's own time, so a sagad that starts does not wait After
 	// again for capsules that were quiet already.
 	r.last[key] = mark{at: at, rev: seq}
@@ -231,7 +228,7 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 	r.mu.Lock()
 	var quiet []string
 	for k, m := range r.last {
-		if now.Sub(m.at) > r.cfg.After {
+		if !m.done && now.Sub(m.at) > r.cfg.After {
 			quiet = append(quiet, k)
 			if len(quiet) >= r.cfg.MaxChecks {
 				break
@@ -302,7 +299,7 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 func (r *Rescuer) again(key string, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if m, ok := r.last[key]; ok && m.at.Before(now) {
+	if m, ok := r.last[key]; ok && !m.done && m.at.Before(now) {
 		r.last[key] = mark{at: now, rev: m.rev}
 	}
 }
@@ -312,7 +309,7 @@ func (r *Rescuer) again(key string, now time.Time) {
 func (r *Rescuer) forget(key string, cp *capsule.Checkpoint, rev uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if m, ok := r.last[key]; ok && m.rev <= rev {
+	if m, ok := r.last[key]; ok && !m.done && m.rev <= rev {
 		delete(r.last, key)
 		if cp.State.Status == capsule.WaitingForOperator {
 			r.gate[key] = rev

@@ -71,9 +71,9 @@ func TestRescuerNotesWithoutTheWatch(t *testing.T) {
 	endedElsewhere := update(other, "endedelsewhere", capsule.Halted)
 
 	r.mu.Lock()
-	require.ElementsMatch(t, []string{"ownrunning", "endedelsewhere"}, keys(r.last), "own writes: only those in progress are timed")
+	require.ElementsMatch(t, []string{"ownrunning", "endedelsewhere"}, timed(r), "own writes: only those in progress are timed")
 	require.ElementsMatch(t, []string{"owngate"}, keys(r.gate))
-	require.Len(t, r.own, 4, "own revisions the look has not reached")
+	require.Len(t, r.last, 4, "and the others marked until the look reaches them")
 	r.mu.Unlock()
 
 	n, err := own.Checkpoints.Scan(ctx, r.next, r.seen)
@@ -81,9 +81,9 @@ func TestRescuerNotesWithoutTheWatch(t *testing.T) {
 	require.Equal(t, 6, n, "one entry a key: the bucket keeps a key's last revision")
 	r.mu.Lock()
 	require.ElementsMatch(t, []string{"ownrunning", "otherrunning", "othergate", "endedelsewhere"}, keys(r.last),
-		"others' writes are known by key and time, their state read once quiet")
+		"others' writes are known by key and time, their state read once quiet; own ones out of progress forgotten once reached")
+	require.ElementsMatch(t, keys(r.last), timed(r))
 	require.Equal(t, endedElsewhere, r.last["endedelsewhere"].rev)
-	require.Empty(t, r.own, "every own revision reached by the look")
 	r.mu.Unlock()
 	n, err = own.Checkpoints.Scan(ctx, r.next, r.seen)
 	require.NoError(t, err)
@@ -91,8 +91,11 @@ func TestRescuerNotesWithoutTheWatch(t *testing.T) {
 
 	// A note older than what is known: a late report of an earlier write.
 	r.wrote(&capsule.Checkpoint{Key: "otherrunning", State: capsule.CheckpointState{Status: capsule.Completed}}, 1)
+	// A write reported after a look passed it: no mark left for a look.
+	r.wrote(&capsule.Checkpoint{Key: "reportedlate", State: capsule.CheckpointState{Status: capsule.Completed}}, 2)
 	r.mu.Lock()
 	require.Contains(t, r.last, "otherrunning", "an older revision forgets nothing")
+	require.NotContains(t, r.last, "reportedlate")
 	r.mu.Unlock()
 
 	mu.Lock()
@@ -114,6 +117,17 @@ func TestRescuerNotesWithoutTheWatch(t *testing.T) {
 	r.countGate()
 	gate, _ = m.AwaitingOperatorCount()
 	require.Equal(t, 1, gate)
+}
+
+// timed is the keys r would read once quiet (r.mu held).
+func timed(r *Rescuer) []string {
+	var out []string
+	for k, m := range r.last {
+		if !m.done {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func keys[V any](m map[string]V) []string {
