@@ -79,14 +79,18 @@ type Rescuer struct {
 
 	mu sync.Mutex
 	// last holds, by key, when its checkpoint last changed and at which
-	// revision: each capsule that may be in progress, and each this
-	// process took out of progress until a look passes that revision.
+	// revision, for each capsule that may be in progress: a map the size
+	// of the capsules in flight (those this process ended are dropped at
+	// once), looked up at every write.
 	last map[string]mark
 	// gate holds the capsules whose checkpoint, when last read or written
 	// here, waited for an operator decision and has not changed since:
 	// the operator gate's count (it keeps no continuation to count), at
 	// the revision that put it there.
 	gate map[string]uint64
+	// own holds the revisions this process wrote from next on: the look
+	// skips them, noted already.
+	own seqSet
 	// next is the bucket's stream sequence the next look starts from.
 	next uint64
 }
@@ -95,17 +99,13 @@ type Rescuer struct {
 type mark struct {
 	at  time.Time
 	rev uint64
-	// done: this process wrote the capsule out of progress (ended, parked,
-	// at the operator gate) at rev. Nothing to rescue; the mark stays
-	// until a look reaches rev, so the look does not take the write for
-	// another writer's and read it.
-	done bool
 }
 
 // NewRescuer returns a rescuer over st.
 func NewRescuer(st *store.Store, cfg RescuerConfig) *Rescuer {
 	cfg = cfg.withDefaults()
-	return &Rescuer{st: st, cfg: cfg, log: cfg.Logger, last: make(map[string]mark), gate: make(map[string]uint64), next: 1}
+	return &Rescuer{st: st, cfg: cfg, log: cfg.Logger, last: make(map[string]mark), gate: make(map[string]uint64),
+		own: seqSet{base: 1}, next: 1}
 }
 
 // Start notes this process's checkpoint writes from now on, and looks at
@@ -124,7 +124,7 @@ func (r *Rescuer) Start(ctx context.Context) error {
 		defer close(done)
 		t := time.NewTicker(r.cfg.Interval)
 		defer t.Stop()
-		if err := r.look(ctx); err != nil && ctx.Err() == nil {
+		if _, err := r.look(ctx); err != nil && ctx.Err() == nil {
 			r.log.Warn("rescue: look at the checkpoints", "error", err)
 		}
 		for {
@@ -132,7 +132,7 @@ func (r *Rescuer) Start(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := r.look(ctx); err != nil && ctx.Err() == nil {
+				if _, err := r.look(ctx); err != nil && ctx.Err() == nil {
 					r.log.Warn("rescue: look at the checkpoints", "error", err)
 				}
 				r.Rescue(ctx)
@@ -162,6 +162,9 @@ func (r *Rescuer) wrote(cp *capsule.Checkpoint, rev uint64) {
 	key := cp.Key
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if rev >= r.next {
+		r.own.add(rev)
+	}
 	if m, ok := r.last[key]; ok && m.rev > rev {
 		return // a later write was noted already
 	}
@@ -171,16 +174,16 @@ func (r *Rescuer) wrote(cp *capsule.Checkpoint, rev uint64) {
 		}
 		delete(r.gate, key)
 	}
-	switch {
-	case cp.State.Status == capsule.InProgress:
+	switch cp.State.Status {
+	case capsule.InProgress:
 		r.last[key] = mark{at: now, rev: rev}
-	case rev < r.next:
-		delete(r.last, key) // a look has passed it already
-	default:
-		r.last[key] = mark{rev: rev, done: true}
-	}
-	if cp.State.Status == capsule.WaitingForOperator {
+	case capsule.WaitingForOperator:
+		delete(r.last, key)
 		r.gate[key] = rev
+	default:
+		// Ended, or parked (the sweeper's): nothing to rescue until it
+		// changes again.
+		delete(r.last, key)
 	}
 }
 
@@ -190,10 +193,13 @@ func (r *Rescuer) seen(key string, seq uint64, at time.Time, put bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.next = max(r.next, seq+1)
+	if r.own.take(seq) {
+		return // this process's own write, noted already
+	}
 	if m, ok := r.last[key]; ok && m.rev >= seq {
-		if m.done && m.rev == seq {
-			delete(r.last, key) // this process's own write, reached
-		}
+		return
+	}
+	if g, ok := r.gate[key]; ok && g >= seq {
 		return
 	}
 	delete(r.gate, key) // changed: read again once quiet
@@ -206,17 +212,76 @@ func (r *Rescuer) seen(key string, seq uint64, at time.Time, put bool) {
 	r.last[key] = mark{at: at, rev: seq}
 }
 
+// seqSet is a set of stream sequences from base on, a bit each: the
+// revisions this process wrote since the last look, at a few kilobytes a
+// look however many capsules that is.
+type seqSet struct {
+	base  uint64 // the sequence of words[0]'s first bit
+	words []uint64
+}
+
+// maxSeqWords bounds a seqSet (8 Mi sequences, 1 MiB): while looks fail,
+// later writes go unrecorded, and the look reads those capsules once
+// instead.
+const maxSeqWords = 1 << 17
+
+func (s *seqSet) add(seq uint64) {
+	if seq < s.base {
+		return
+	}
+	i := (seq - s.base) / 64
+	if i >= maxSeqWords {
+		return
+	}
+	for uint64(len(s.words)) <= i {
+		s.words = append(s.words, 0)
+	}
+	s.words[i] |= 1 << ((seq - s.base) % 64)
+}
+
+// take removes seq and reports whether it was there.
+func (s *seqSet) take(seq uint64) bool {
+	if seq < s.base {
+		return false
+	}
+	i := (seq - s.base) / 64
+	if i >= uint64(len(s.words)) {
+		return false
+	}
+	bit := uint64(1) << ((seq - s.base) % 64)
+	had := s.words[i]&bit != 0
+	s.words[i] &^= bit
+	return had
+}
+
+// forgetBelow drops the sequences below next, which a look has passed.
+func (s *seqSet) forgetBelow(next uint64) {
+	if next <= s.base {
+		return
+	}
+	k := (next - s.base) / 64
+	if k >= uint64(len(s.words)) {
+		s.words = s.words[:0]
+	} else {
+		s.words = s.words[:copy(s.words, s.words[k:])]
+	}
+	s.base += k * 64
+	if len(s.words) > 0 && next > s.base {
+		s.words[0] &^= 1<<(next-s.base) - 1
+	}
+}
+
 // look reads, headers only, the bucket's entries from where the last look
-// stopped to its end, and notes each.
-func (r *Rescuer) look(ctx context.Context) error {
+// stopped to its end, notes each, and returns how many it read.
+func (r *Rescuer) look(ctx context.Context) (int, error) {
 	r.mu.Lock()
 	from := r.next
 	r.mu.Unlock()
 	n, err := r.st.Checkpoints.Scan(ctx, from, r.seen)
-	if err == nil && n > 0 {
-		r.log.Debug("rescue: looked at the checkpoints", "from", from, "entries", n)
-	}
-	return err
+	r.mu.Lock()
+	r.own.forgetBelow(r.next)
+	r.mu.Unlock()
+	return n, err
 }
 
 // Rescue looks once at the capsules whose checkpoints have been quiet for
@@ -228,7 +293,7 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 	r.mu.Lock()
 	var quiet []string
 	for k, m := range r.last {
-		if !m.done && now.Sub(m.at) > r.cfg.After {
+		if now.Sub(m.at) > r.cfg.After {
 			quiet = append(quiet, k)
 			if len(quiet) >= r.cfg.MaxChecks {
 				break
@@ -299,7 +364,7 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 func (r *Rescuer) again(key string, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if m, ok := r.last[key]; ok && !m.done && m.at.Before(now) {
+	if m, ok := r.last[key]; ok && m.at.Before(now) {
 		r.last[key] = mark{at: now, rev: m.rev}
 	}
 }
@@ -309,7 +374,7 @@ func (r *Rescuer) again(key string, now time.Time) {
 func (r *Rescuer) forget(key string, cp *capsule.Checkpoint, rev uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if m, ok := r.last[key]; ok && !m.done && m.rev <= rev {
+	if m, ok := r.last[key]; ok && m.rev <= rev {
 		delete(r.last, key)
 		if cp.State.Status == capsule.WaitingForOperator {
 			r.gate[key] = rev

@@ -2,6 +2,7 @@ package maintenance
 
 import (
 	"context"
+	"math/bits"
 	"sync"
 	"testing"
 	"time"
@@ -71,21 +72,21 @@ func TestRescuerNotesWithoutTheWatch(t *testing.T) {
 	endedElsewhere := update(other, "endedelsewhere", capsule.Halted)
 
 	r.mu.Lock()
-	require.ElementsMatch(t, []string{"ownrunning", "endedelsewhere"}, timed(r), "own writes: only those in progress are timed")
+	require.ElementsMatch(t, []string{"ownrunning", "endedelsewhere"}, keys(r.last), "own writes: only those in progress are timed")
 	require.ElementsMatch(t, []string{"owngate"}, keys(r.gate))
-	require.Len(t, r.last, 4, "and the others marked until the look reaches them")
+	require.Equal(t, 6, r.own.len(), "every own revision, until the look reaches it")
 	r.mu.Unlock()
 
-	n, err := own.Checkpoints.Scan(ctx, r.next, r.seen)
+	n, err := r.look(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 6, n, "one entry a key: the bucket keeps a key's last revision")
 	r.mu.Lock()
 	require.ElementsMatch(t, []string{"ownrunning", "otherrunning", "othergate", "endedelsewhere"}, keys(r.last),
-		"others' writes are known by key and time, their state read once quiet; own ones out of progress forgotten once reached")
-	require.ElementsMatch(t, keys(r.last), timed(r))
+		"others' writes are known by key and time, their state read once quiet; own ones noted already")
 	require.Equal(t, endedElsewhere, r.last["endedelsewhere"].rev)
+	require.Zero(t, r.own.len(), "the look reached every own revision")
 	r.mu.Unlock()
-	n, err = own.Checkpoints.Scan(ctx, r.next, r.seen)
+	n, err = r.look(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "a look starts where the last one stopped")
 
@@ -112,22 +113,50 @@ func TestRescuerNotesWithoutTheWatch(t *testing.T) {
 
 	// A change by another writer takes a capsule out of the gate's count.
 	update(other, "owngate", capsule.Completed)
-	_, err = own.Checkpoints.Scan(ctx, r.next, r.seen)
+	_, err = r.look(ctx)
 	require.NoError(t, err)
 	r.countGate()
 	gate, _ = m.AwaitingOperatorCount()
 	require.Equal(t, 1, gate)
 }
 
-// timed is the keys r would read once quiet (r.mu held).
-func timed(r *Rescuer) []string {
-	var out []string
-	for k, m := range r.last {
-		if !m.done {
-			out = append(out, k)
-		}
+// len is how many sequences s holds.
+func (s *seqSet) len() int {
+	n := 0
+	for _, w := range s.words {
+		n += bits.OnesCount64(w)
 	}
-	return out
+	return n
+}
+
+// TestSeqSet: sequences added are taken once, a look's passing forgets
+// those below it, and the set stops growing at its bound.
+func TestSeqSet(t *testing.T) {
+	t.Parallel()
+	s := seqSet{base: 1}
+	for _, q := range []uint64{1, 2, 64, 65, 66, 200, 1000} {
+		s.add(q)
+	}
+	require.True(t, s.take(65))
+	require.False(t, s.take(65), "taken once")
+	require.False(t, s.take(3))
+	s.add(129)
+	s.add(131)
+	s.forgetBelow(130)
+	require.False(t, s.take(129), "below the look: forgotten")
+	require.True(t, s.take(131), "from the look on: kept")
+	require.False(t, s.take(66), "below the look: forgotten")
+	require.False(t, s.take(64))
+	require.True(t, s.take(200))
+	require.True(t, s.take(1000))
+	s.forgetBelow(5000)
+	require.Zero(t, s.len())
+	s.add(s.base - 1) // below base: a look has passed it
+	require.Zero(t, s.len())
+	s.add(s.base + 64*maxSeqWords)
+	require.Zero(t, s.len(), "beyond the bound: not recorded")
+	s.add(s.base + 64*maxSeqWords - 1)
+	require.Equal(t, 1, s.len())
 }
 
 func keys[V any](m map[string]V) []string {
