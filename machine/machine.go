@@ -351,6 +351,17 @@ func shallow(cp *capsule.Checkpoint) *capsule.Checkpoint {
 	return &out
 }
 
+// appendTransition is append(h, tr) into an array of exactly the new
+// length: h is clipped (shallow), so every append copies it, and the next
+// Apply clips the result again, so the room append leaves to grow into
+// would never be used.
+func appendTransition(h []capsule.Transition, tr capsule.Transition) []capsule.Transition {
+	out := make([]capsule.Transition, len(h)+1)
+	copy(out, h)
+	out[len(h)] = tr
+	return out
+}
+
 // standsAt reports whether the capsule is still at (ph, cycle) and not
 // finished: in progress, or paused there by an operator while a phase ran.
 func standsAt(cp *capsule.Checkpoint, ph capsule.Phase, cycle int) bool {
@@ -476,7 +487,7 @@ func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decisio
 	} else if d.Trigger != "" && st.Status == capsule.InProgress {
 		park(st, d.Trigger, d.Reason, capsule.BySagad, now)
 	}
-	cp.History = append(cp.History, tr)
+	cp.History = appendTransition(cp.History, tr)
 	return tr, true
 }
 
@@ -725,7 +736,7 @@ func end(cp *capsule.Checkpoint, e End, now time.Time) (bool, *capsule.Transitio
 	st.WaitingFor = nil
 	st.LocksHeld = []string{}
 	tr := capsule.Transition{Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: st.Cycle, Outcome: outcome, Detail: e.Detail, At: now}
-	cp.History = append(cp.History, tr)
+	cp.History = appendTransition(cp.History, tr)
 	return true, &tr, nil
 }
 
@@ -768,7 +779,7 @@ func revise(cp *capsule.Checkpoint, e Revise, now time.Time) (bool, *capsule.Tra
 		st.Status = capsule.InProgress
 		st.Phase, st.PhaseName, st.Cycle = capsule.Execution, capsule.Execution.String(), cycle+1
 	}
-	cp.History = append(cp.History, tr)
+	cp.History = appendTransition(cp.History, tr)
 	return true, &tr, nil
 }
 
@@ -795,7 +806,7 @@ func reject(cp *capsule.Checkpoint, e Reject, now time.Time) (bool, *capsule.Tra
 	st.Status, st.HaltReason = capsule.Halted, reason
 	st.Findings = []capsule.Finding{finding}
 	tr := capsule.Transition{Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: st.Cycle, Outcome: capsule.OutcomeHalted, Detail: reason, At: now}
-	cp.History = append(cp.History, tr)
+	cp.History = appendTransition(cp.History, tr)
 	return true, &tr, nil
 }
 

@@ -107,7 +107,7 @@ func replay(cp *capsule.Checkpoint, e Replay, now time.Time) (bool, *capsule.Tra
 	}
 	// The boundary stands where the last run ended, so no phase of the new
 	// run mistakes it for its own recorded transition.
-	cp.History = append(cp.History, capsule.Transition{
+	cp.History = appendTransition(cp.History, capsule.Transition{
 		Phase: ended, PhaseName: ended.String(), Cycle: st.Cycle, Outcome: capsule.OutcomeReplayed, Detail: detail, Run: run, At: now,
 	})
 	cp.Run, cp.CycleBase, cp.ReplayToken = run, last, e.Token
@@ -131,7 +131,7 @@ func replay(cp *capsule.Checkpoint, e Replay, now time.Time) (bool, *capsule.Tra
 		cp.Digest = e.Digest
 		t := capsule.Transition{Phase: capsule.Reception, PhaseName: capsule.Reception.String(), Cycle: cycle,
 			Outcome: capsule.OutcomePassed, Detail: "corrected capsule", Run: run, At: now}
-		cp.History = append(cp.History, t)
+		cp.History = appendTransition(cp.History, t)
 		tr = &t
 		from = capsule.RealityAnchor
 	}
