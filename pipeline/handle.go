@@ -159,17 +159,19 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	return runner.Ack(), false
 }
 
-// runContext is the context phase ph runs under, which a lost claim
-// cancels. EXECUTION and REVIEW wait on more than their own reads and
-// writes — an agent, a lock another capsule holds, a pause between
-// attempts — and are bounded by PhaseTimeout; the other phases only read
-// and write, each under its own deadline, and get no timer: a timer per
-// message was about 1.6 % of sagad's CPU.
+// runContext is the context phase ph runs under. EXECUTION and REVIEW
+// wait on more than their own reads and writes — an agent, a lock another
+// capsule holds, a pause between attempts — and are bounded by
+// PhaseTimeout; they alone claim their cycle, and a lost claim cancels
+// their context (heartbeat). The other phases only read and write, each
+// under its own deadline, and hold no claim to lose: they run on ctx
+// itself, with no context or timer of their own (one per message was about
+// 1.6 % of sagad's CPU).
 func (p *Pipeline) runContext(ctx context.Context, ph capsule.Phase) (context.Context, context.CancelFunc) {
 	if ph == capsule.Execution || ph == capsule.ReviewPhase {
 		return context.WithTimeout(ctx, p.cfg.PhaseTimeout)
 	}
-	return context.WithCancel(ctx)
+	return ctx, func() {}
 }
 
 // run is one attempt at a phase for one message: what it acts on, and the
