@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -48,7 +49,6 @@ func (s *Checkpoints) Scan(ctx context.Context, from uint64, f func(key string, 
 		_ = s.js.DeleteConsumer(dctx, stream, cons.CachedInfo().Name)
 		cancel()
 	}()
-	prefix := "$KV." + CheckpointsBucket + "."
 	n := 0
 	for ctx.Err() == nil {
 		batch, err := cons.FetchNoWait(scanBatch)
@@ -58,14 +58,14 @@ func (s *Checkpoints) Scan(ctx context.Context, from uint64, f func(key string, 
 		got, pending := 0, uint64(0)
 		for m := range batch.Messages() {
 			md, err := m.Metadata()
-			if err != nil || !strings.HasPrefix(m.Subject(), prefix) {
+			if err != nil {
 				continue
 			}
 			got++
 			pending = md.NumPending
-			h := m.Headers()
-			put := h.Get(kvOperation) == "" && h.Get(jetstream.MarkerReasonHeader) == ""
-			f(m.Subject()[len(prefix):], md.Sequence.Stream, md.Timestamp, put)
+			if key, put, ok := scanEntry(m.Subject(), m.Headers()); ok {
+				f(key, md.Sequence.Stream, md.Timestamp, put)
+			}
 		}
 		n += got
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
@@ -76,4 +76,19 @@ func (s *Checkpoints) Scan(ctx context.Context, from uint64, f func(key string, 
 		}
 	}
 	return n, ctx.Err()
+}
+
+// checkpointSubjects is the prefix of every checkpoint's subject.
+const checkpointSubjects = "$KV." + CheckpointsBucket + "."
+
+// scanEntry reads a checkpoint entry's subject and headers: the key it is
+// under, and whether it is a put. ok is false for a subject that names no
+// key sagad could have written (anyone allowed to write the bucket may
+// write others; the rescuer would only read them again and again).
+func scanEntry(subject string, h nats.Header) (key string, put, ok bool) {
+	key, found := strings.CutPrefix(subject, checkpointSubjects)
+	if !found || !ValidKey(key) {
+		return "", false, false
+	}
+	return key, h.Get(kvOperation) == "" && h.Get(jetstream.MarkerReasonHeader) == "", true
 }
