@@ -70,7 +70,7 @@ func replay(cp *capsule.Checkpoint, e Replay, now time.Time) (bool, *capsule.Tra
 	}
 	// The boundary stands where the last run ended, so no phase of the new
 	// run mistakes it for its own recorded transition.
-	cp.History = append(cp.History, capsule.Transition{
+	cp.History = appendTransition(cp.History, capsule.Transition{
 		Phase: ended, PhaseName: ended.String(), Cycle: st.Cycle, Outcome: capsule.OutcomeReplayed,
 		Detail: replayDetail(e, run, from, cycle), Run: run, At: now,
 	})
@@ -81,7 +81,7 @@ func replay(cp *capsule.Checkpoint, e Replay, now time.Time) (bool, *capsule.Tra
 		cp.Digest = e.Digest
 		t := capsule.Transition{Phase: capsule.Reception, PhaseName: capsule.Reception.String(), Cycle: cycle,
 			Outcome: capsule.OutcomePassed, Detail: "corrected capsule", Run: run, At: now}
-		cp.History = append(cp.History, t)
+		cp.History = appendTransition(cp.History, t)
 		tr = &t
 		from = capsule.RealityAnchor
 	}

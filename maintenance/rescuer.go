@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/store"
@@ -59,62 +57,84 @@ func (c RescuerConfig) withDefaults() RescuerConfig {
 // message, a bug): the step it re-emits is harmless if a message does
 // exist, since a second phase message finds its transition recorded.
 //
-// It follows every checkpoint's revision (metadata only, no values) and
-// reads a checkpoint only once it has been quiet for After; an ended one is
-// then forgotten until it changes again, so every capsule costs one read
-// after it ends.
+// It learns of a change two ways. This process's own writes are noted as
+// they are made (store.Checkpoints.OnWrite), with the checkpoint written:
+// one in progress is timed from then, one that ended is forgotten at once
+// and one waiting for an operator decision is counted at once. Every other
+// writer's (another sagad, sagactl) is found by a look at the bucket every
+// Interval, headers only, from where the last look stopped: the bucket
+// keeps a key's last revision only, so a look is sent each key written
+// since the last one once, however often it was written meanwhile, and a
+// revision this process noted already is skipped. A checkpoint is read
+// only once it has been quiet for After.
 type Rescuer struct {
 	st  *store.Store
 	cfg RescuerConfig
 	log *slog.Logger
 
-	mu   sync.Mutex
-	last map[string]time.Time // key → when its checkpoint last changed
-	// gate holds the capsules whose checkpoint, when last read, waited
-	// for an operator decision and has not changed since: the operator
-	// gate's count (it keeps no continuation to count). A read costs
-	// nothing more: the rescuer reads every quiet checkpoint once anyway.
-	gate map[string]struct{}
+	// run serialises Start and Stop; mu guards the rest.
+	run  sync.Mutex
 	stop context.CancelFunc
 	done chan struct{}
+
+	mu sync.Mutex
+	// last holds, by key, when its checkpoint last changed and at which
+	// revision, for each capsule that may be in progress: a map the size
+	// of the capsules in flight (those this process ended are dropped at
+	// once), looked up at every write.
+	last map[string]mark
+	// gate holds the capsules whose checkpoint, when last read or written
+	// here, waited for an operator decision and has not changed since:
+	// the operator gate's count (it keeps no continuation to count), at
+	// the revision that put it there.
+	gate map[string]uint64
+	// own holds the revisions this process wrote from next on: the look
+	// skips them, noted already.
+	own seqSet
+	// next is the bucket's stream sequence the next look starts from.
+	next uint64
+}
+
+// mark is when a key's checkpoint last changed and at which revision.
+type mark struct {
+	at  time.Time
+	rev uint64
 }
 
 // NewRescuer returns a rescuer over st.
 func NewRescuer(st *store.Store, cfg RescuerConfig) *Rescuer {
 	cfg = cfg.withDefaults()
-	return &Rescuer{st: st, cfg: cfg, log: cfg.Logger, last: make(map[string]time.Time), gate: make(map[string]struct{})}
+	return &Rescuer{st: st, cfg: cfg, log: cfg.Logger, last: make(map[string]mark), gate: make(map[string]uint64),
+		own: seqSet{base: 1}, next: 1}
 }
 
-// Start follows the checkpoints and looks at quiet ones every Interval until
-// Stop (or ctx ends).
+// Start notes this process's checkpoint writes from now on, and looks at
+// the bucket (first at once: every checkpoint it holds) and at quiet
+// capsules every Interval until Stop (or ctx ends).
 func (r *Rescuer) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.run.Lock()
+	defer r.run.Unlock()
 	if r.done != nil {
 		return nil
 	}
 	ctx, stop := context.WithCancel(ctx)
-	w, err := r.st.Checkpoints.WatchMeta(ctx)
-	if err != nil {
-		stop()
-		return err
-	}
+	r.st.Checkpoints.OnWrite(r.wrote)
 	r.stop, r.done = stop, make(chan struct{})
 	go func(done chan<- struct{}) {
 		defer close(done)
-		defer func() { _ = w.Stop() }()
 		t := time.NewTicker(r.cfg.Interval)
 		defer t.Stop()
+		if _, err := r.look(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("rescue: look at the checkpoints", "error", err)
+		}
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				r.observe(e)
 			case <-t.C:
+				if _, err := r.look(ctx); err != nil && ctx.Err() == nil {
+					r.log.Warn("rescue: look at the checkpoints", "error", err)
+				}
 				r.Rescue(ctx)
 			}
 		}
@@ -124,31 +144,144 @@ func (r *Rescuer) Start(ctx context.Context) error {
 
 // Stop stops the rescuer and returns once it has.
 func (r *Rescuer) Stop() {
-	r.mu.Lock()
+	r.run.Lock()
 	stop, done := r.stop, r.done
 	r.stop, r.done = nil, nil
-	r.mu.Unlock()
+	r.run.Unlock()
 	if done == nil {
 		return
 	}
+	r.st.Checkpoints.OnWrite(nil)
 	stop()
 	<-done
 }
 
-func (r *Rescuer) observe(e jetstream.KeyValueEntry) {
-	if e == nil {
-		return // the end of the initial values
-	}
+// wrote notes a checkpoint this process wrote at revision rev.
+func (r *Rescuer) wrote(cp *capsule.Checkpoint, rev uint64) {
+	now := r.cfg.Now()
+	key := cp.Key
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.gate, e.Key()) // changed: read again once quiet
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(r.last, e.Key())
+	if rev >= r.next {
+		r.own.add(rev)
+	}
+	if m, ok := r.last[key]; ok && m.rev > rev {
+		return // a later write was noted already
+	}
+	if g, ok := r.gate[key]; ok {
+		if g > rev {
+			return
+		}
+		delete(r.gate, key)
+	}
+	switch cp.State.Status {
+	case capsule.InProgress:
+		r.last[key] = mark{at: now, rev: rev}
+	case capsule.WaitingForOperator:
+		delete(r.last, key)
+		r.gate[key] = rev
+	default:
+		// Ended, or parked (the sweeper's): nothing to rescue until it
+		// changes again.
+		delete(r.last, key)
+	}
+}
+
+// seen notes the bucket's entry for key at stream sequence seq, written at
+// at, found by a look: put is false for a deletion or a purge.
+func (r *Rescuer) seen(key string, seq uint64, at time.Time, put bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.next = max(r.next, seq+1)
+	if r.own.take(seq) {
+		return // this process's own write, noted already
+	}
+	if m, ok := r.last[key]; ok && m.rev >= seq {
 		return
 	}
-	// The entry's own time for initial values, so a sagad that starts does
-	// not wait After again for capsules that were quiet already.
-	r.last[e.Key()] = e.Created()
+	if g, ok := r.gate[key]; ok && g >= seq {
+		return
+	}
+	delete(r.gate, key) // changed: read again once quiet
+	if !put {
+		delete(r.last, key)
+		return
+	}
+	// The entry's own time, so a sagad that starts does not wait After
+	// again for capsules that were quiet already.
+	r.last[key] = mark{at: at, rev: seq}
+}
+
+// seqSet is a set of stream sequences from base on, a bit each: the
+// revisions this process wrote since the last look, at a few kilobytes a
+// look however many capsules that is.
+type seqSet struct {
+	base  uint64 // the sequence of words[0]'s first bit
+	words []uint64
+}
+
+// maxSeqWords bounds a seqSet (8 Mi sequences, 1 MiB): while looks fail,
+// later writes go unrecorded, and the look reads those capsules once
+// instead.
+const maxSeqWords = 1 << 17
+
+func (s *seqSet) add(seq uint64) {
+	if seq < s.base {
+		return
+	}
+	i := (seq - s.base) / 64
+	if i >= maxSeqWords {
+		return
+	}
+	for uint64(len(s.words)) <= i {
+		s.words = append(s.words, 0)
+	}
+	s.words[i] |= 1 << ((seq - s.base) % 64)
+}
+
+// take removes seq and reports whether it was there.
+func (s *seqSet) take(seq uint64) bool {
+	if seq < s.base {
+		return false
+	}
+	i := (seq - s.base) / 64
+	if i >= uint64(len(s.words)) {
+		return false
+	}
+	bit := uint64(1) << ((seq - s.base) % 64)
+	had := s.words[i]&bit != 0
+	s.words[i] &^= bit
+	return had
+}
+
+// forgetBelow drops the sequences below next, which a look has passed.
+func (s *seqSet) forgetBelow(next uint64) {
+	if next <= s.base {
+		return
+	}
+	k := (next - s.base) / 64
+	if k >= uint64(len(s.words)) {
+		s.words = s.words[:0]
+	} else {
+		s.words = s.words[:copy(s.words, s.words[k:])]
+	}
+	s.base += k * 64
+	if len(s.words) > 0 && next > s.base {
+		s.words[0] &^= 1<<(next-s.base) - 1
+	}
+}
+
+// look reads, headers only, the bucket's entries from where the last look
+// stopped to its end, notes each, and returns how many it read.
+func (r *Rescuer) look(ctx context.Context) (int, error) {
+	r.mu.Lock()
+	from := r.next
+	r.mu.Unlock()
+	n, err := r.st.Checkpoints.Scan(ctx, from, r.seen)
+	r.mu.Lock()
+	r.own.forgetBelow(r.next)
+	r.mu.Unlock()
+	return n, err
 }
 
 // Rescue looks once at the capsules whose checkpoints have been quiet for
@@ -159,8 +292,8 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 	now := r.cfg.Now()
 	r.mu.Lock()
 	var quiet []string
-	for k, at := range r.last {
-		if now.Sub(at) > r.cfg.After {
+	for k, m := range r.last {
+		if now.Sub(m.at) > r.cfg.After {
 			quiet = append(quiet, k)
 			if len(quiet) >= r.cfg.MaxChecks {
 				break
@@ -173,7 +306,7 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		cp, _, err := r.st.Checkpoints.GetLatest(ctx, key, nil)
+		cp, rev, err := r.st.Checkpoints.GetLatest(ctx, key, nil)
 		if r.st.Checkpoints.Corrupt.Report(err, "not rescued: a message about the capsule halts it") {
 			// A value sagad did not write reads the same next time: looking
 			// again every pass would only crowd out the capsules that can
@@ -190,7 +323,7 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 		if st.Status != capsule.InProgress {
 			// Ended, or parked (the sweeper's): forget it until its
 			// checkpoint changes again.
-			r.forget(key, cp)
+			r.forget(key, cp, rev)
 			continue
 		}
 		if now.Sub(cp.UpdatedAt) <= r.cfg.After {
@@ -217,29 +350,34 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 			// Not again at the next look but after After, as after a
 			// rescue: while JetStream refuses writes, every quiet capsule
 			// would otherwise be tried, and logged, every Interval.
-			r.mu.Lock()
-			r.last[key] = now
-			r.mu.Unlock()
+			r.again(key, now)
 			continue
 		}
 		r.cfg.Metrics.Rescued(ph)
 		r.log.Warn("capsule rescued: its step had no message, sent again", "capsule_id", cp.CapsuleID, "key", key,
 			"phase", ph.String(), "cycle", st.Cycle, "trace_id", cp.TraceID, "quiet_for", now.Sub(cp.UpdatedAt).Round(time.Second))
-		r.mu.Lock()
-		r.last[key] = now // give the step its time before looking again
-		r.mu.Unlock()
+		r.again(key, now) // give the step its time before looking again
 	}
 }
 
-// forget drops key, a capsule no longer in progress, unless its checkpoint
-// changed after cp was written.
-func (r *Rescuer) forget(key string, cp *capsule.Checkpoint) {
+// again times key from now, unless its checkpoint changed meanwhile.
+func (r *Rescuer) again(key string, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if at, ok := r.last[key]; ok && !at.After(cp.UpdatedAt.Add(time.Second)) {
+	if m, ok := r.last[key]; ok && m.at.Before(now) {
+		r.last[key] = mark{at: now, rev: m.rev}
+	}
+}
+
+// forget drops key, a capsule no longer in progress read at revision rev,
+// unless a later change was noted meanwhile.
+func (r *Rescuer) forget(key string, cp *capsule.Checkpoint, rev uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m, ok := r.last[key]; ok && m.rev <= rev {
 		delete(r.last, key)
 		if cp.State.Status == capsule.WaitingForOperator {
-			r.gate[key] = struct{}{}
+			r.gate[key] = rev
 		}
 	}
 }

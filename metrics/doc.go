@@ -74,10 +74,10 @@
 // waiting are there too, under the triggers dependencies and
 // wave_capacity. The operator gate keeps no continuation: operator_gate
 // counts the checkpoints in state waiting_for_operator, as the rescuer
-// read them (a checkpoint quiet for --rescue-after; a capsule appears in
-// the count that long after it began waiting, plus the rescuer's interval;
-// the series is left out until the rescuer first looked, and with the
-// rescuer disabled).
+// knows them (one this sagad wrote at its next look, within a quarter of
+// --rescue-after; one another process wrote once it read it, quiet for
+// --rescue-after, plus the rescuer's interval; the series is left out
+// until the rescuer first looked, and with the rescuer disabled).
 //
 // sagad_compositions counts the composition records (one per run) by
 // state, read with one watcher over the compositions bucket; records

@@ -84,8 +84,13 @@ func Start(ctx, workCtx context.Context, js jetstream.JetStream, stream, name st
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
+			// A worker's own child of workCtx: the contexts its handlers
+			// make (a deadline per read) register with it rather than
+			// all with workCtx, under one lock.
+			ctx, cancel := context.WithCancel(workCtx)
+			defer cancel()
 			for msg := range c.work {
-				c.settle(msg.Msg, handle(workCtx, msg.Msg))
+				c.settle(msg.Msg, handle(ctx, msg.Msg))
 				c.done(msg)
 			}
 		}()

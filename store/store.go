@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,6 +38,24 @@ type Checkpoints struct {
 	w *jspub.Writes
 	// Corrupt reports checkpoints sagad did not write. Nil reports nothing.
 	Corrupt *corrupt.Reporter
+	// written is called after each write of this process (see OnWrite).
+	written atomic.Pointer[func(cp *capsule.Checkpoint, rev uint64)]
+}
+
+// OnWrite sets f to be called, on the writer's goroutine and so quickly,
+// after every checkpoint this process wrote, with the revision it was
+// written at: sagad's rescuer learns its own writes this way instead of
+// being sent each one back by JetStream. cp must not be kept or changed.
+func (s *Checkpoints) OnWrite(f func(cp *capsule.Checkpoint, rev uint64)) { s.written.Store(&f) }
+
+// wrote reports a write to the function set by OnWrite.
+func (s *Checkpoints) wrote(cp *capsule.Checkpoint, rev uint64, err error) {
+	if err != nil {
+		return
+	}
+	if f := s.written.Load(); f != nil && *f != nil {
+		(*f)(cp, rev)
+	}
 }
 
 // DecodeCheckpoint is the one decoder of a SAGA_CHECKPOINTS value: the
@@ -67,12 +86,6 @@ func DecodeCheckpoint(key string, rev uint64, b []byte) (*capsule.Checkpoint, er
 // ReaderOf returns read-only access to the checkpoints in kv (the
 // SAGA_CHECKPOINTS bucket), for clients that write nothing.
 func ReaderOf(kv jetstream.KeyValue) *Checkpoints { return &Checkpoints{kv: kv} }
-
-// WatchMeta watches every checkpoint's key and revision (no values): who
-// changed when, at the cost of a header per write.
-func (s *Checkpoints) WatchMeta(ctx context.Context) (jetstream.KeyWatcher, error) {
-	return s.kv.WatchAll(ctx, jetstream.MetaOnly())
-}
 
 // Watch watches the checkpoint of key (sagactl wait and watch).
 func (s *Checkpoints) Watch(ctx context.Context, key string) (jetstream.KeyWatcher, error) {
@@ -178,7 +191,8 @@ func (s *Checkpoints) GetLatest(ctx context.Context, key string, c *Cache) (*cap
 // Create stores the first checkpoint of a capsule; ErrConflict if one exists.
 // A capsule that ends at once (RECEPTION halts it) gets the retention as
 // time to live.
-func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (uint64, error) {
+func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (rev uint64, err error) {
+	defer func() { s.wrote(cp, rev, err) }()
 	b, done, err := encode(cp)
 	if err != nil {
 		return 0, err
@@ -197,7 +211,7 @@ func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (uint6
 			return rev, err
 		}
 	}
-	rev, err := jspub.Write(ctx, s.w, func(ctx context.Context) (uint64, error) { return s.kv.Create(ctx, cp.Key, b) })
+	rev, err = jspub.Write(ctx, s.w, func(ctx context.Context) (uint64, error) { return s.kv.Create(ctx, cp.Key, b) })
 	if cas.Conflict(err) {
 		return 0, ErrConflict
 	}
@@ -221,7 +235,8 @@ func encode(cp *capsule.Checkpoint) ([]byte, func(), error) {
 }
 
 // Update writes cp if the stored revision is still rev; ErrConflict otherwise.
-func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (uint64, error) {
+func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (written uint64, err error) {
+	defer func() { s.wrote(cp, written, err) }()
 	b, done, err := encode(cp)
 	if err != nil {
 		return 0, err
