@@ -313,9 +313,11 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 	now := r.cfg.Now()
 	r.mu.Lock()
 	var quiet []string
+	seenAt := map[string]uint64{}
 	for k, m := range r.last {
 		if now.Sub(m.at) > r.cfg.After {
 			quiet = append(quiet, k)
+			seenAt[k] = m.rev
 			if len(quiet) >= r.cfg.MaxChecks {
 				break
 			}
@@ -337,8 +339,19 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 			r.mu.Unlock()
 			continue
 		}
+		if errors.Is(err, store.ErrNotFound) {
+			// Gone (expired, its marker, which lives a second, missed by
+			// the looks): nothing to rescue, and nothing a later look
+			// would forget it by.
+			r.mu.Lock()
+			if m, ok := r.last[key]; ok && m.rev == seenAt[key] {
+				delete(r.last, key)
+			}
+			r.mu.Unlock()
+			continue
+		}
 		if err != nil {
-			continue // gone, or try again next time
+			continue // try again next time
 		}
 		st := cp.State
 		if st.Status != capsule.InProgress {

@@ -2,6 +2,7 @@ package maintenance
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -64,4 +65,41 @@ func TestRescuerAfterTheBucketsSequencesWentBack(t *testing.T) {
 	defer r.mu.Unlock()
 	require.Contains(t, r.last, "lost", "another writer's capsule written after the sequences went back")
 	require.NotContains(t, r.gate, "owngate", "this process's write at a lower revision than the one noted still counts")
+}
+
+// TestRescuerForgetsACheckpointGone: another writer's checkpoint, found by
+// a look, has expired when the rescuer reads it, its marker (which lives
+// a second) gone before a look could see it. The rescuer forgets it
+// rather than reading it again at every pass for ever, where such keys
+// would crowd out, MaxChecks at a time, the capsules that can be rescued.
+func TestRescuerForgetsACheckpointGone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	other, err := store.Ensure(ctx, js, store.Topology{Workspace: t.TempDir(), Retention: time.Second})
+	require.NoError(t, err)
+
+	start := time.Now().UTC()
+	clock := start
+	r := NewRescuer(other, RescuerConfig{Now: func() time.Time { return clock }, After: time.Minute, Interval: time.Hour})
+	cp := store.NewCheckpoint("gone", "gone", "t", "", "d", start)
+	cp.State.Status = capsule.Completed
+	_, err = other.Checkpoints.Create(ctx, cp)
+	require.NoError(t, err)
+	_, err = r.look(ctx)
+	require.NoError(t, err)
+	r.mu.Lock()
+	require.Contains(t, r.last, "gone", "a look notes the key; its state is read once quiet")
+	r.mu.Unlock()
+	natstest.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		_, _, err := other.Checkpoints.GetLatest(ctx, "gone", nil)
+		return errors.Is(err, store.ErrNotFound)
+	}, "the ended checkpoint never expired")
+
+	clock = clock.Add(2 * time.Minute)
+	r.Rescue(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.NotContains(t, r.last, "gone")
 }
