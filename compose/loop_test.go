@@ -17,6 +17,7 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/rules"
 	"github.com/sagad/sagad/store"
@@ -513,4 +514,47 @@ func TestRecordSize256Loop(t *testing.T) {
 	_, err = store.DecodeChainRecord(b)
 	require.NoError(t, err)
 	requireStatusSchema(t, compose.Manifest(&rec))
+}
+
+// TestCompositionHeldStepCannotBeClaimed plays a producer that claims the
+// step held after its own verification loop, whose capsule id the
+// compose reply names, before the loop passes: its capsule declares the
+// step's membership under the step's id. It is refused (the step is
+// held; and its bytes are not the ones sagad recorded), never takes the
+// id, and the step runs once the loop passed, as sagad built it: the
+// verification cannot be skipped by publishing what comes after it.
+func TestCompositionHeldStepCannotBeClaimed(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	r, err := f.composeAs(t, "alice", f.loopDoc(t, "loop-claim", 3, 2))
+	require.NoError(t, err)
+	require.Equal(t, compose.StepHeld, r.Steps[2].State)
+	held := r.Steps[2].CapsuleID
+
+	claim := capsuletest.New().Set("capsule_id", held).Set("task.kind", "translate").
+		Set("task.title", "published before the loop passed").
+		Set("chain", map[string]any{"id": "loop-claim", "step": 2}).Sealed(t)
+	var claimed capsule.Capsule
+	require.NoError(t, json.Unmarshal(claim, &claimed))
+	key := f.publishAs(t, "alice", claim)
+	natstest.Eventually(t, 60*time.Second, 10*time.Millisecond, func() bool {
+		_, _, err := f.st.Checkpoints.Get(ctx, key)
+		if err == nil {
+			return true
+		}
+		got, _, err := f.st.Checkpoints.Get(ctx, held)
+		require.False(t, err == nil && got.Digest == claimed.Integrity.SHA256, "the claim was received as the held step")
+		return false
+	}, "the claim was never received")
+	cp := f.ended(t, key)
+	require.Equal(t, capsule.Halted, cp.State.Status)
+	require.Equal(t, capsule.ChainMembershipRefused("loop-claim", 2).String(), cp.State.HaltReason)
+
+	rec := f.runEnded(t, "loop-claim", "alice", 1)
+	require.Equal(t, store.CompositionCompleted, compose.Manifest(rec).State)
+	got, _, err := f.st.Checkpoints.Get(ctx, held)
+	require.NoError(t, err)
+	require.Equal(t, rec.StepDigests[2], got.Digest, "the held step ran as sagad built it")
+	require.Equal(t, capsule.Completed, got.State.Status)
 }

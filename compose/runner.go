@@ -327,7 +327,10 @@ func StepOf(raw []byte) (c struct {
 // and checkpoint key is key, if it is a composition's step; see [Runner].
 func (r *Runner) StepEnded(ctx context.Context, raw []byte, key string) error {
 	c, ok := StepOf(raw)
-	if !ok || key == "" {
+	if !ok || key == "" || key != c.CapsuleID {
+		// Only the capsule that owns its id is a step: one kept under its
+		// intake sequence (refused, or other bytes under a taken id)
+		// declares a step it is not.
 		return nil
 	}
 	cp, _, err := r.st.Checkpoints.Get(ctx, key)

@@ -2,6 +2,7 @@ package maintenance
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -278,10 +279,30 @@ func (r *Rescuer) look(ctx context.Context) (int, error) {
 	from := r.next
 	r.mu.Unlock()
 	n, err := r.st.Checkpoints.Scan(ctx, from, r.seen)
+	if errors.Is(err, store.ErrScanRewound) {
+		r.rewound()
+		n, err = r.st.Checkpoints.Scan(ctx, 1, r.seen)
+	}
 	r.mu.Lock()
 	r.own.forgetBelow(r.next)
 	r.mu.Unlock()
 	return n, err
+}
+
+// rewound starts the looks again from the bucket's first sequence, its
+// sequences having gone back: the revisions noted are of the old
+// numbering, and would make every later write look older than them.
+func (r *Rescuer) rewound() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log.Warn("rescue: the checkpoint bucket's sequences went back; looking at it again from the first")
+	r.next, r.own = 1, seqSet{base: 1}
+	for k, m := range r.last {
+		r.last[k] = mark{at: m.at}
+	}
+	for k := range r.gate {
+		r.gate[k] = 0
+	}
 }
 
 // Rescue looks once at the capsules whose checkpoints have been quiet for
@@ -292,9 +313,11 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 	now := r.cfg.Now()
 	r.mu.Lock()
 	var quiet []string
+	seenAt := map[string]uint64{}
 	for k, m := range r.last {
 		if now.Sub(m.at) > r.cfg.After {
 			quiet = append(quiet, k)
+			seenAt[k] = m.rev
 			if len(quiet) >= r.cfg.MaxChecks {
 				break
 			}
@@ -316,8 +339,19 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 			r.mu.Unlock()
 			continue
 		}
+		if errors.Is(err, store.ErrNotFound) {
+			// Gone (expired, its marker, which lives a second, missed by
+			// the looks): nothing to rescue, and nothing a later look
+			// would forget it by.
+			r.mu.Lock()
+			if m, ok := r.last[key]; ok && m.rev == seenAt[key] {
+				delete(r.last, key)
+			}
+			r.mu.Unlock()
+			continue
+		}
 		if err != nil {
-			continue // gone, or try again next time
+			continue // try again next time
 		}
 		st := cp.State
 		if st.Status != capsule.InProgress {

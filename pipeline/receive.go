@@ -260,7 +260,7 @@ func (p *Pipeline) chainMember(ctx context.Context, producer string, c *capsule.
 	if p.st.Chains == nil {
 		return false, nil
 	}
-	return p.st.Chains.IsMember(ctx, producer, c.Chain.ID, c.Chain.Run, c.Chain.Step, c.CapsuleID)
+	return p.st.Chains.IsMember(ctx, producer, c.Chain.ID, c.Chain.Run, c.Chain.Step, c.CapsuleID, c.Integrity.SHA256)
 }
 
 // duplicateIgnored records, once per intake message, that a capsule was

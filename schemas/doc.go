@@ -29,5 +29,7 @@
 // the library. FuzzFastAgrees holds the two together. A number whose
 // exponent math/big cannot hold ("tokens": 1e2000000), on which the library
 // would panic, is reported at its pointer as "number out of range", in every
-// schema, wherever the library reads it.
+// schema, wherever the library reads it; in a capsule, so is one whose
+// exponent is past 400 (maxReadExponent: slow to read, and beyond any
+// number sagad decodes).
 package schemas

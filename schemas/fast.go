@@ -477,12 +477,14 @@ func fastValid(name Name, doc any) bool {
 // would read as a big.Rat (an integer's type check, a minimum) and cannot:
 // math/big refuses decimal exponents past a million, and jsonschema/v5 then
 // dereferences the nil it got, a panic that would take the process down
-// (budget.tokens: 1e2000000 is a 26-byte capsule member). Numbers the schema
-// only types as numbers, or never looks at (metadata), are not read.
+// (budget.tokens: 1e2000000 is a 26-byte capsule member); and it is slow
+// long before (see maxReadExponent), so a number past that is out of
+// range too. Numbers the schema only types as numbers, or never looks at
+// (metadata), are not read.
 func (n *fastNode) outOfRange(v any, at string) (string, bool) {
 	switch x := v.(type) {
 	case json.Number:
-		if (n.types&tInteger != 0 || n.minimum != nil) && !ratParses(string(x)) {
+		if (n.types&tInteger != 0 || n.minimum != nil) && !withinExponent(string(x), maxReadExponent) {
 			return at, true
 		}
 	case map[string]any:
@@ -509,7 +511,20 @@ func (n *fastNode) outOfRange(v any, at string) (string, bool) {
 // without doing its arithmetic: it refuses an exponent that does not fit an
 // int64, and a non-zero value whose decimal exponent, net of the fraction's
 // digits, is past ±1e6.
-func ratParses(s string) bool {
+func ratParses(s string) bool { return withinExponent(s, 1e6) }
+
+// maxReadExponent bounds the decimal exponent, net of the fraction's
+// digits, of a number the capsule schema constrains (an integer's type, a
+// minimum) that is read at all. math/big would hold more, at a cost that
+// grows with the exponent (1e999999 is 17 ms to read, and a capsule has 21
+// such members: 0.75 s of a core for 3 KB); no Go integer or float64 sagad
+// decodes a member into holds anything past 1e308, so such a capsule could
+// not run anyway.
+const maxReadExponent = 400
+
+// withinExponent reports whether the JSON number s is zero, or has a
+// decimal exponent, net of its fraction's digits, within ±limit.
+func withinExponent(s string, limit int64) bool {
 	mant, exp, hasExp := strings.Cut(strings.ToLower(s), "e")
 	var e int64
 	if hasExp {
@@ -523,7 +538,7 @@ func ratParses(s string) bool {
 		return true // zero, whatever its exponent
 	}
 	e -= int64(len(frac))
-	return e >= -1e6 && e <= 1e6
+	return e >= -limit && e <= limit
 }
 
 // outOfRange is [fastNode.outOfRange] for the named schema; "/" is the root.

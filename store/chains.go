@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -353,8 +354,13 @@ func (c *Chains) Producers(ctx context.Context, chainID string, limit int) ([]*C
 }
 
 // IsMember reports whether step of producer's chain chainID is the capsule
-// id: the only chain membership RECEPTION lets a capsule declare.
-func (c *Chains) IsMember(ctx context.Context, producer, chainID string, run, step int, capsuleID string) (bool, error) {
+// id, whose integrity digest is digest, as sagad published it: the only
+// chain membership RECEPTION lets a capsule declare. A step's id is known
+// before sagad publishes it when the step is held after a verification
+// loop (the compose reply names it) or is a loop's round recorded but not
+// yet published; the digest, and a held step's refusal, keep its producer
+// from running other bytes, or the step before the loop passed, under it.
+func (c *Chains) IsMember(ctx context.Context, producer, chainID string, run, step int, capsuleID, digest string) (bool, error) {
 	r, err := c.GetRun(ctx, chainID, producer, run)
 	if errors.Is(err, ErrNotFound) {
 		return false, nil
@@ -362,7 +368,8 @@ func (c *Chains) IsMember(ctx context.Context, producer, chainID string, run, st
 	if err != nil {
 		return false, err
 	}
-	return step >= 0 && step < len(r.Steps) && r.Steps[step] == capsuleID, nil
+	return step >= 0 && step < len(r.Steps) && r.Steps[step] == capsuleID &&
+		r.StepDigests[step] == digest && !slices.Contains(r.Held, step), nil
 }
 
 // maxChainRecordSteps matches composition.schema.json's maxItems.

@@ -33,17 +33,18 @@ func TestChains(t *testing.T) {
 	for _, tc := range []struct {
 		producer, chain string
 		step            int
-		id              string
+		id, digest      string
 		want            bool
 	}{
-		{"alice", "c-1", 1, "s1", true},
-		{"alice", "c-1", 0, "s1", false},
-		{"alice", "c-1", 2, "s2", false},
-		{"alice", "c-1", -1, "s0", false},
-		{"mallory", "c-1", 0, "s0", false},
-		{"alice", "c-2", 0, "s0", false},
+		{"alice", "c-1", 1, "s1", "y", true},
+		{"alice", "c-1", 1, "s1", "x", false},
+		{"alice", "c-1", 0, "s1", "x", false},
+		{"alice", "c-1", 2, "s2", "y", false},
+		{"alice", "c-1", -1, "s0", "x", false},
+		{"mallory", "c-1", 0, "s0", "x", false},
+		{"alice", "c-2", 0, "s0", "x", false},
 	} {
-		ok, err := st.Chains.IsMember(ctx, tc.producer, tc.chain, 1, tc.step, tc.id)
+		ok, err := st.Chains.IsMember(ctx, tc.producer, tc.chain, 1, tc.step, tc.id, tc.digest)
 		require.NoError(t, err)
 		require.Equal(t, tc.want, ok, "%+v", tc)
 	}

@@ -18,6 +18,13 @@ const scanBatch = 1000
 // KeyValue writes it; a put has none).
 const kvOperation = "KV-Operation"
 
+// ErrScanRewound is Scan's answer when from is past the end of the
+// bucket's stream: its sequences went back (a server restored from an
+// older backup, the bucket deleted and made again), so a scan from where
+// the last one stopped would miss every write until the stream passed
+// that point again. The caller scans again from 1.
+var ErrScanRewound = errors.New("scan checkpoints: the bucket's sequences went back")
+
 // Scan sends f every checkpoint entry from the bucket's stream sequence from
 // to its end, headers only, oldest first: its key, its sequence (the
 // revision it was written at), when it was written and whether it is a put
@@ -49,6 +56,15 @@ func (s *Checkpoints) Scan(ctx context.Context, from uint64, f func(key string, 
 		_ = s.js.DeleteConsumer(dctx, stream, cons.CachedInfo().Name)
 		cancel()
 	}()
+	if from > 1 && cons.CachedInfo().NumPending == 0 {
+		// Nothing from from on: caught up, or the sequences went back
+		// (the server does not clamp a start sequence past the end).
+		if last, err := s.lastSeq(ctx, stream); err != nil {
+			return 0, fmt.Errorf("scan checkpoints: %w", err)
+		} else if last+1 < from {
+			return 0, ErrScanRewound
+		}
+	}
 	n := 0
 	for ctx.Err() == nil {
 		batch, err := cons.FetchNoWait(scanBatch)
@@ -76,6 +92,17 @@ func (s *Checkpoints) Scan(ctx context.Context, from uint64, f func(key string, 
 		}
 	}
 	return n, ctx.Err()
+}
+
+// lastSeq is stream's last sequence.
+func (s *Checkpoints) lastSeq(ctx context.Context, stream string) (uint64, error) {
+	cctx, cancel := readCtx(ctx, s.w)
+	defer cancel()
+	str, err := s.js.Stream(cctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	return str.CachedInfo().State.LastSeq, nil
 }
 
 // checkpointSubjects is the prefix of every checkpoint's subject.
