@@ -27,8 +27,9 @@ type latency struct {
 	obs   prometheus.Observer
 	eo    prometheus.ExemplarObserver // nil if obs takes no exemplars
 	upper []float64
-	// last holds, per bucket (the last one is +Inf), the clock's
-	// nanoseconds when that bucket was last given an exemplar.
+	// last holds, per bucket (the last one is +Inf), when that bucket was
+	// last given an exemplar: nanoseconds since the recorder was made, plus
+	// one (0 is never).
 	last []atomic.Int64
 }
 
@@ -40,12 +41,15 @@ func newLatency(count prometheus.Counter, obs prometheus.Observer, upper []float
 // observe records v, with traceID as its exemplar when it is a W3C trace
 // id (32 lower-case hex digits, not all zero) and v's bucket's exemplar is
 // older than [exemplarEvery] (or it has none).
-func (l *latency) observe(v float64, traceID string, now func() time.Time) {
+func (l *latency) observe(v float64, traceID string, now func() time.Time, since time.Time) {
 	if l.eo != nil && traceID != "" && validTraceID(traceID) {
 		// The bucket the histogram counts v in: the first upper bound ≥ v.
 		i := sort.SearchFloat64s(l.upper, v)
-		t, at := now().UnixNano(), &l.last[i]
-		if prev := at.Load(); (prev == 0 || t-prev >= int64(exemplarEvery)) && at.CompareAndSwap(prev, t) {
+		// Monotonic when now is time.Now: a step of the wall clock neither
+		// holds exemplars back nor lets them through. A clock that went
+		// back (a test's) starts the bucket's second again.
+		t, at := int64(now().Sub(since))+1, &l.last[i]
+		if prev := at.Load(); (prev == 0 || t-prev >= int64(exemplarEvery) || t < prev) && at.CompareAndSwap(prev, t) {
 			l.eo.ObserveWithExemplar(v, prometheus.Labels{ExemplarTraceID: traceID})
 			return
 		}

@@ -65,9 +65,12 @@ func TestExemplarOncePerSecond(t *testing.T) {
 	clock = clock.Add(time.Second)
 	obs(time.Second, c)
 	require.Equal(t, c, exemplars()[1])
+	clock = clock.Add(-time.Hour) // a clock that went back does not hold the bucket for an hour
+	obs(time.Second, a)
+	require.Equal(t, a, exemplars()[1])
 
 	// Counts are every observation's, exemplar or not.
-	require.InDelta(t, 8, testCount(t, reg, "sagad_transitions_total"), 0)
+	require.InDelta(t, 9, testCount(t, reg, "sagad_transitions_total"), 0)
 }
 
 func testCount(t *testing.T, reg *prometheus.Registry, name string) float64 {

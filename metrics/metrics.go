@@ -229,9 +229,10 @@ type Metrics struct {
 	spend          *spend
 	// phaseLat and callLat are phaseDuration's and callDuration's series
 	// (with transitions' counters for phaseLat) by index, and now the
-	// clock their exemplars are timed by.
+	// clock their exemplars are timed by, from since.
 	phaseLat, callLat *latencies
 	now               func() time.Time
+	since             time.Time
 	// awaitingOperator is the count of capsules waiting for an operator
 	// decision the rescuer last made, -1 before its first (see
 	// [Metrics.AwaitingOperator]).
@@ -360,7 +361,7 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 		}),
 	}
 	m.spend = newSpend(f)
-	m.now = time.Now
+	m.now, m.since = time.Now, time.Now()
 	m.phaseLat = newLatencies((int(capsule.NumPhases)+1)*(len(Outcomes)+1), func(i int) *latency {
 		p, o := phaseOutcomeLabels(i)
 		return newLatency(m.transitions.WithLabelValues(p, o), m.phaseDuration.WithLabelValues(p, o), phaseBuckets)
@@ -446,7 +447,7 @@ func (m *Metrics) TransitionTraced(phase capsule.Phase, outcome string, d time.D
 	}
 	l := m.phaseLat.at(phaseOutcome(phase, outcome))
 	l.count.Inc()
-	l.observe(seconds(d), traceID, m.now)
+	l.observe(seconds(d), traceID, m.now, m.since)
 }
 
 // Ended counts a capsule that reached a terminal state; for Halted, by the
@@ -523,7 +524,7 @@ func (m *Metrics) CallTraced(kind, result string, d time.Duration, traceID strin
 	}
 	k := callKind(kind)
 	m.calls.WithLabelValues(callKindLabel(k), oneOf(result, CallResults)).Inc()
-	m.callLat.at(k).observe(seconds(d), traceID, m.now)
+	m.callLat.at(k).observe(seconds(d), traceID, m.now, m.since)
 }
 
 // ExemplarTraceID is the exemplar label naming a trace, the one Grafana
