@@ -122,6 +122,16 @@ func BenchmarkCheckpointEncode(b *testing.B) {
 			}
 		}
 	})
+	// As the store encodes: into a buffer it keeps.
+	b.Run("AppendJSON/reused", func(b *testing.B) {
+		var buf []byte
+		for b.Loop() {
+			var err error
+			if buf, err = cp.AppendJSON(buf[:0]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // TestFullCheckpointSetsEveryField guards the hand-written encoder: a field

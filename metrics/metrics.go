@@ -227,6 +227,12 @@ type Metrics struct {
 	busyRedeliver  prometheus.Counter
 	compSteps      prometheus.Histogram
 	spend          *spend
+	// phaseLat and callLat are phaseDuration's and callDuration's series
+	// (with transitions' counters for phaseLat) by index, and now the
+	// clock their exemplars are timed by, from since.
+	phaseLat, callLat *latencies
+	now               func() time.Time
+	since             time.Time
 	// awaitingOperator is the count of capsules waiting for an operator
 	// decision the rescuer last made, -1 before its first (see
 	// [Metrics.AwaitingOperator]).
@@ -355,6 +361,14 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 		}),
 	}
 	m.spend = newSpend(f)
+	m.now, m.since = time.Now, time.Now()
+	m.phaseLat = newLatencies((int(capsule.NumPhases)+1)*(len(Outcomes)+1), func(i int) *latency {
+		p, o := phaseOutcomeLabels(i)
+		return newLatency(m.transitions.WithLabelValues(p, o), m.phaseDuration.WithLabelValues(p, o), phaseBuckets)
+	})
+	m.callLat = newLatencies(len(CallKinds)+1, func(i int) *latency {
+		return newLatency(nil, m.callDuration.WithLabelValues(callKindLabel(i)), callBuckets)
+	})
 	m.init()
 	m.awaitingOperator.Store(-1)
 	return m
@@ -431,9 +445,9 @@ func (m *Metrics) TransitionTraced(phase capsule.Phase, outcome string, d time.D
 	if m == nil {
 		return
 	}
-	p, o := PhaseLabel(phase), oneOf(outcome, Outcomes)
-	m.transitions.WithLabelValues(p, o).Inc()
-	observe(m.phaseDuration.WithLabelValues(p, o), seconds(d), traceID)
+	l := m.phaseLat.at(phaseOutcome(phase, outcome))
+	l.count.Inc()
+	l.observe(seconds(d), traceID, m.now, m.since)
 }
 
 // Ended counts a capsule that reached a terminal state; for Halted, by the
@@ -508,24 +522,14 @@ func (m *Metrics) CallTraced(kind, result string, d time.Duration, traceID strin
 	if m == nil {
 		return
 	}
-	k := oneOf(kind, CallKinds)
-	m.calls.WithLabelValues(k, oneOf(result, CallResults)).Inc()
-	observe(m.callDuration.WithLabelValues(k), seconds(d), traceID)
+	k := callKind(kind)
+	m.calls.WithLabelValues(callKindLabel(k), oneOf(result, CallResults)).Inc()
+	m.callLat.at(k).observe(seconds(d), traceID, m.now, m.since)
 }
 
 // ExemplarTraceID is the exemplar label naming a trace, the one Grafana
 // and Prometheus look for.
 const ExemplarTraceID = "trace_id"
-
-// observe records v, with traceID as its exemplar when it is a W3C trace
-// id (32 lower-case hex digits, not all zero).
-func observe(o prometheus.Observer, v float64, traceID string) {
-	if eo, ok := o.(prometheus.ExemplarObserver); ok && validTraceID(traceID) {
-		eo.ObserveWithExemplar(v, prometheus.Labels{ExemplarTraceID: traceID})
-		return
-	}
-	o.Observe(v)
-}
 
 func validTraceID(s string) bool {
 	if len(s) != 32 || s == "00000000000000000000000000000000" {

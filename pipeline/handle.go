@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -709,18 +710,35 @@ func (p *Pipeline) observe(cp *capsule.Checkpoint, tr *capsule.Transition, d pha
 	}
 }
 
+// transitionPC is the program counter logTransition's records name as
+// their source, taken once: Logger.LogAttrs walks the stack for it at
+// every line, whether the handler prints a source or not.
+var transitionPC atomic.Uintptr
+
 func (p *Pipeline) logTransition(cp *capsule.Checkpoint, tr capsule.Transition, took time.Duration) {
-	if !p.log.Enabled(context.Background(), slog.LevelInfo) {
+	ctx := context.Background()
+	h := p.log.Handler()
+	if !h.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
+	pc := transitionPC.Load()
+	if pc == 0 {
+		var pcs [1]uintptr
+		runtime.Callers(1, pcs[:])
+		pc = pcs[0]
+		transitionPC.Store(pc)
+	}
 	// Typed attributes: one line per transition is on the hot path.
-	attrs := make([]slog.Attr, 0, 8)
-	attrs = append(attrs,
+	attrs := [8]slog.Attr{
 		slog.String("capsule_id", cp.CapsuleID), slog.String("key", cp.Key), slog.String("phase", tr.PhaseName),
 		slog.Int("cycle", tr.Cycle), slog.String("trace_id", cp.TraceID), slog.String("outcome", tr.Outcome),
-		slog.Duration("duration", took))
+		slog.Duration("duration", took)}
+	n := 7
 	if tr.Detail != "" {
-		attrs = append(attrs, slog.String("halt_reason", tr.Detail))
+		attrs[n] = slog.String("halt_reason", tr.Detail)
+		n++
 	}
-	p.log.LogAttrs(context.Background(), slog.LevelInfo, "transition", attrs...)
+	r := slog.NewRecord(time.Now(), slog.LevelInfo, "transition", pc)
+	r.AddAttrs(attrs[:n]...)
+	_ = h.Handle(ctx, r) // as Logger.LogAttrs: a handler's error is the handler's
 }
