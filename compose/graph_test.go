@@ -249,3 +249,35 @@ func TestCompositionBudgetOwnWave(t *testing.T) {
 	require.Equal(t, 1, fs[0].Step)
 	require.Equal(t, "wave_id", fs[0].Field)
 }
+
+// TestCompositionStepsShareALock: a run's steps are published at once, so a
+// step's lock may be held when RECEPTION takes it — by the step it needs,
+// by an earlier run of the document, or by anyone. It is not refused there
+// (it would never own its id and the run would never end): it takes its
+// locks at EXECUTION, waiting like any capsule, and the run completes.
+func TestCompositionStepsShareALock(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(f.compositionDoc(t, "shared", fanOutFanIn[:2], nil), &doc))
+	for _, s := range doc["steps"].([]any) {
+		tmpl := s.(map[string]any)["capsule"].(map[string]any)
+		tmpl["constraints"].(map[string]any)["resource_locks_required"] = []any{"shared-draft.txt"}
+		tmpl["target"] = "file:shared-draft.txt" // both steps edit one file
+	}
+	b, err := json.Marshal(doc)
+	require.NoError(t, err)
+	ctx := context.Background()
+	// Someone else holds the lock while the run is composed and received.
+	require.NoError(t, f.st.Locks.TryAcquire(ctx, "shared-draft.txt", "someone-else"))
+	r, err := f.composeAs(t, "alice", b)
+	require.NoError(t, err)
+	for _, s := range r.Steps {
+		require.NotEqual(t, compose.StepRefused, s.State, "%s: %s", s.Name, s.HaltReason)
+	}
+	require.NoError(t, f.st.Locks.Release(ctx, "shared-draft.txt", "someone-else"))
+	for _, s := range r.Steps {
+		cp := f.ended(t, s.CapsuleID)
+		require.Equal(t, capsule.Completed, cp.State.Status, "%s: %s", s.Name, cp.State.HaltReason)
+	}
+}

@@ -444,6 +444,12 @@ func TestReceive(t *testing.T) {
 			held: []string{"docs/a.md", "docs/b.md"}, want: "lock_unavailable:docs/a.md",
 		},
 		{name: "other locks held", raw: newDoc().Sealed(t), held: []string{"go.mod"}, want: ""},
+		{
+			// A composition's step takes its locks at EXECUTION (its
+			// membership is checked next, by the pipeline).
+			name: "a composition step's lock held", raw: newDoc().Set("chain", map[string]any{"id": "c", "step": 1}).Sealed(t),
+			held: []string{"README.md"}, want: "",
+		},
 		{name: "valid", raw: valid.Sealed(t), want: "", wantID: valid.ID()},
 	}
 	for _, tt := range tests {

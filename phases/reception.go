@@ -31,7 +31,8 @@ type Received struct {
 
 // Receive runs RECEPTION: size, JSON, schema version, schema, list limits
 // (capsule.ListLimits), integrity, deadline, budget positivity (tokens, then
-// dollars) and lock availability, in that order; the first failure halts. holder is the checkpoint key the capsule will use.
+// dollars) and lock availability (not for a composition's step), in that
+// order; the first failure halts. holder is the checkpoint key the capsule will use.
 func Receive(ctx context.Context, env *Env, raw []byte, holder func(id string) string) Received {
 	var r Received
 	obj, version, stop := r.read(env, raw)
@@ -44,7 +45,14 @@ func Receive(ctx context.Context, env *Env, raw []byte, holder func(id string) s
 	if stop == nil {
 		stop = r.check(env)
 	}
-	if stop == nil {
+	if stop == nil && r.Capsule.Chain == nil {
+		// Not for a composition's step: sagad publishes a run's steps at
+		// once, so a step's lock is often held by the step it needs, or by
+		// an earlier run of the same document; refused here it would never
+		// own its id and the run would wait for it for ever. It takes its
+		// locks at EXECUTION, waiting (--lock-wait, then lock_contention)
+		// like any capsule. A capsule only declaring a chain is refused
+		// right after (chain membership), so this lets no other one by.
 		stop = locksAvailable(ctx, env, r.Capsule, holder)
 	}
 	if stop != nil {
