@@ -15,6 +15,8 @@ import (
 // round's capsules (a step of that round that did not complete is read
 // by its last artifact, not waited for); rejected, the loop fails and the
 // steps after it never start. The run goes on (or ends) by the usual rule.
+// The same answer again is no error: a decision a crash interrupted (its
+// steps recorded, not yet published) is finished by deciding again.
 func decideLoop(ctx context.Context, st *store.Store, rec *store.ChainRecord, k int, accept bool, by, reason string) (*store.ChainRecord, error) {
 	now := time.Now().UTC()
 	rec, err := settle(ctx, st, rec, now) // a decision made before, its steps not yet published
@@ -25,6 +27,11 @@ func decideLoop(ctx context.Context, st *store.Store, rec *store.ChainRecord, k 
 	var evs []capsule.Event
 	rec, err = st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
 		l := &r.Loops[k]
+		if (accept && l.State == store.LoopAccepted) || (!accept && l.State == store.LoopRejected) {
+			// The same answer again: it finishes a decision a crash
+			// interrupted (settle above published what it released).
+			return store.ErrNoChange
+		}
 		if l.State != store.LoopNoProgress {
 			return fmt.Errorf("%w: the loop of verifier %s is %s", ErrNotGated, stepName(r, l.Verifier()), l.StateOf())
 		}
