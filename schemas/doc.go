@@ -31,5 +31,7 @@
 // would panic, is reported at its pointer as "number out of range", in every
 // schema, wherever the library reads it; in a capsule, so is one whose
 // exponent is past 400 (maxReadExponent: slow to read, and beyond any
-// number sagad decodes).
+// number sagad decodes), and in a composition or chain document any such
+// number at all, wherever it is (they have no checker of their own to say
+// where the library reads).
 package schemas

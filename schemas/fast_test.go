@@ -574,13 +574,23 @@ func TestHugeNumbersEverySchema(t *testing.T) {
 		require.Equal(t, []string{"/budget/" + member}, verr.Pointers)
 		require.Equal(t, []string{"/budget/" + member + ": number out of range"}, verr.Details)
 	}
-	// Where the library does not read the number, the verdict is its own.
+	// A document sent on saga.compose holds every number to the bound,
+	// even where the library would not read it (a template's metadata):
+	// no fast tree says where it reads.
 	delete(doc, "budget")
 	step := doc["steps"].([]any)[0].(map[string]any)["capsule"].(map[string]any)
-	step["metadata"] = map[string]any{"n": json.Number("1e2000000")}
+	for _, n := range []string{"1e2000000", "1e999999", "1e401", "1e-401"} {
+		step["metadata"] = map[string]any{"n": json.Number(n)}
+		far, err := json.Marshal(doc)
+		require.NoError(t, err)
+		var verr *ValidationError
+		require.ErrorAs(t, Validate(Composition, far), &verr, n)
+		require.Equal(t, []string{"/steps/0/capsule/metadata/n"}, verr.Pointers, n)
+	}
+	step["metadata"] = map[string]any{"n": json.Number("1e400")}
 	ok, err := json.Marshal(doc)
 	require.NoError(t, err)
-	require.NoError(t, Validate(Composition, ok))
+	require.NoError(t, Validate(Composition, ok), "within the bound, the library's verdict")
 }
 
 // TestSlowNumbersHalt plays a producer whose capsule's integer members
