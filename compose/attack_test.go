@@ -77,7 +77,7 @@ func (f *fixture) started() []int {
 	return slices.Clone(f.starts)
 }
 
-func setup(t *testing.T) *fixture {
+func setup(t *testing.T, opts ...func(*compose.Config)) *fixture {
 	t.Helper()
 	s := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, s)
@@ -101,11 +101,15 @@ func setup(t *testing.T) *fixture {
 		defer cancel()
 		p.Stop(ctx)
 	})
-	svc, err := compose.Start(nc, p.Store(), compose.Config{Logger: logger, Rules: p.Rules(), Started: func(n int) {
+	cfg := compose.Config{Logger: logger, Rules: p.Rules(), Started: func(n int) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.starts = append(f.starts, n)
-	}})
+	}}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := compose.Start(nc, p.Store(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, svc.Stop()) })
 	runner, err := compose.StartRunner(ctx, p.Store(), compose.RunnerConfig{Logger: logger})

@@ -16,6 +16,7 @@ import (
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/rules"
+	"github.com/sagad/sagad/store"
 )
 
 // step is one step of a composition document in a test.
@@ -280,4 +281,50 @@ func TestCompositionStepsShareALock(t *testing.T) {
 		cp := f.ended(t, s.CapsuleID)
 		require.Equal(t, capsule.Completed, cp.State.Status, "%s: %s", s.Name, cp.State.HaltReason)
 	}
+}
+
+// TestCompositionStepHaltedOnArrival: a step that RECEPTION halts although
+// sagad checked it (here its deadline passed between the check, on a clock
+// a day behind, and its arrival) ends under its own id: the run records
+// its end, the step that needs it halts dependency_failed at once, and the
+// run ends with one outcome instead of waiting for an id that would never
+// have a checkpoint.
+func TestCompositionStepHaltedOnArrival(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(c *compose.Config) {
+		c.Now = func() time.Time { return time.Now().Add(-24 * time.Hour) }
+	})
+	steps := []step{{name: "draft", kind: "produce"}, {name: "fr", kind: "translate", needs: []string{"draft"}}, {name: "merge", kind: "validate", needs: []string{"fr"}}}
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(f.compositionDoc(t, "late", steps, nil), &doc))
+	// Dates a day back, as the compose clock sees today; fr's deadline
+	// is an hour ago for everyone else.
+	back := time.Now().UTC().Add(-24 * time.Hour).Truncate(time.Hour)
+	for i, s := range doc["steps"].([]any) {
+		tmpl := s.(map[string]any)["capsule"].(map[string]any)
+		tmpl["created_at"] = back.Format(time.RFC3339)
+		tmpl["spec"].(map[string]any)["approved_at"] = back.Add(-time.Minute).Format(time.RFC3339)
+		deadline := time.Now().UTC().Add(3 * time.Hour)
+		if i == 1 {
+			deadline = time.Now().UTC().Add(-time.Hour)
+		}
+		tmpl["deadline"] = deadline.Truncate(time.Second).Format(time.RFC3339)
+	}
+	b, err := json.Marshal(doc)
+	require.NoError(t, err)
+	r, err := f.composeAs(t, "alice", b)
+	require.NoError(t, err)
+	require.Equal(t, compose.StepRefused, r.Steps[1].State)
+	require.Equal(t, "deadline_in_past", r.Steps[1].HaltReason)
+
+	fr := f.ended(t, r.Steps[1].CapsuleID)
+	require.Equal(t, capsule.Halted, fr.State.Status)
+	require.Equal(t, capsule.Reception, fr.State.Phase)
+	merge := f.ended(t, r.Steps[2].CapsuleID)
+	require.Equal(t, capsule.DependencyFailed(r.Steps[1].CapsuleID).String(), merge.State.HaltReason)
+	rec := f.runEnded(t, "late", "alice", 1)
+	m := compose.Manifest(rec)
+	require.Equal(t, store.CompositionPartial, m.State)
+	require.Equal(t, "deadline_in_past", m.Steps[1].HaltReason)
+	require.Len(t, f.outcomes(t, "late"), 1)
 }

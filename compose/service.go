@@ -470,6 +470,11 @@ func (s *Service) await(ctx context.Context, producer string, steps []Step) {
 			}
 			cp, _, err := s.st.Checkpoints.Get(ctx, steps[i].CapsuleID)
 			switch {
+			case err == nil && cp.Digest == steps[i].Digest && cp.Producer == producer && cp.State.Status == capsule.Halted && cp.State.Phase == capsule.Reception:
+				// Halted where it arrived (a deadline passed since the
+				// check): it ends under its id, and its run records it.
+				steps[i].State, steps[i].HaltReason = StepRefused, cp.State.HaltReason
+				continue
 			case err == nil && cp.Digest == steps[i].Digest && cp.Producer == producer:
 				steps[i].State = StepReceived
 				continue

@@ -46,11 +46,11 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	if r.Decision.Action == phases.Retry {
 		return runner.NakAfter(r.Decision.Delay, r.Decision.Err)
 	}
-	link, err := p.ownership(ctx, msg, meta.Sequence.Stream, producer, &r)
+	link, member, err := p.ownership(ctx, msg, meta.Sequence.Stream, producer, &r)
 	if err != nil {
 		return runner.Retry(err)
 	}
-	key, keptNow, staleEnd, err := p.keep(ctx, r, raw, fallbackKey)
+	key, keptNow, staleEnd, err := p.keep(ctx, r, raw, fallbackKey, member)
 	if err != nil {
 		return runner.Retry(err)
 	}
@@ -112,16 +112,22 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 // assign (package compose), an executor's account publishes only child
 // capsules, and a child's parent must be verified by the token of the call
 // it serves. A refusal becomes r's decision (a halt); err is a lookup that
-// failed and should be retried.
-func (p *Pipeline) ownership(ctx context.Context, msg jetstream.Msg, seq uint64, producer string, r *phases.Received) (parentLink, error) {
-	if r.Capsule != nil && r.Capsule.Chain != nil && r.Decision.Action != phases.Halt {
+// failed and should be retried. member says r's bytes are exactly a
+// composition step sagad recorded (its id, run, step and digest).
+func (p *Pipeline) ownership(ctx context.Context, msg jetstream.Msg, seq uint64, producer string, r *phases.Received) (parentLink, bool, error) {
+	member := false
+	if r.Capsule != nil && r.Capsule.Chain != nil {
 		// A capsule declaring a step sagad did not give it is refused, and
-		// kept under its intake sequence, so it never takes the id.
-		ok, err := p.chainMember(ctx, producer, r.Capsule)
+		// kept under its intake sequence, so it never takes the id. The
+		// digest is the one computed from the bytes, so a step RECEPTION
+		// halts (a deadline passed since sagad published it) is sagad's
+		// own bytes or none.
+		ok, err := p.chainMember(ctx, producer, r.Capsule, r.Digest)
 		if err != nil {
-			return parentLink{}, fmt.Errorf("reception: chain %q: %w", r.Capsule.Chain.ID, err)
+			return parentLink{}, false, fmt.Errorf("reception: chain %q: %w", r.Capsule.Chain.ID, err)
 		}
-		if !ok {
+		member = ok
+		if !ok && r.Decision.Action != phases.Halt {
 			r.Decision = phases.HaltWith(capsule.ChainMembershipRefused(r.Capsule.Chain.ID, r.Capsule.Chain.Step), capsule.Finding{
 				Field: "chain", Message: "sagad did not assign this capsule to step " + strconv.Itoa(r.Capsule.Chain.Step) +
 					" of chain " + strconv.Quote(r.Capsule.Chain.ID) + " (chains are published with sagactl publish --chain)",
@@ -135,16 +141,16 @@ func (p *Pipeline) ownership(ctx context.Context, msg jetstream.Msg, seq uint64,
 		})
 	}
 	if r.Capsule == nil || r.Capsule.ParentCapsuleID == "" || r.Decision.Action == phases.Halt {
-		return parentLink{}, nil
+		return parentLink{}, member, nil
 	}
 	link, stop, err := p.parentOf(ctx, r.Capsule, msg.Headers().Get(store.HeaderParentToken), seq)
 	if err != nil {
-		return parentLink{}, fmt.Errorf("reception: parent %q: %w", r.Capsule.ParentCapsuleID, err)
+		return parentLink{}, false, fmt.Errorf("reception: parent %q: %w", r.Capsule.ParentCapsuleID, err)
 	}
 	if stop != nil {
 		r.Decision = *stop
 	}
-	return link, nil
+	return link, member, nil
 }
 
 // freshCheckpoint is the checkpoint RECEPTION creates for the capsule kept
@@ -167,15 +173,19 @@ func (p *Pipeline) freshCheckpoint(msg jetstream.Msg, r phases.Received, key str
 }
 
 // keep keeps the capsule's bytes and decides its key: its id when RECEPTION
-// lets it through and the id is free or holds these same bytes, else
-// fallbackKey. keptNow says this delivery kept the bytes (no earlier run had
-// them), staleEnd that the kept bytes are an ended, forgotten run's.
-func (p *Pipeline) keep(ctx context.Context, r phases.Received, raw []byte, fallbackKey string) (key string, keptNow, staleEnd bool, err error) {
+// lets it through (or it is a composition step sagad recorded: member) and
+// the id is free or holds these same bytes, else fallbackKey. keptNow says
+// this delivery kept the bytes (no earlier run had them), staleEnd that the
+// kept bytes are an ended, forgotten run's.
+func (p *Pipeline) keep(ctx context.Context, r phases.Received, raw []byte, fallbackKey string, member bool) (key string, keptNow, staleEnd bool, err error) {
 	key = fallbackKey
 	// Only a capsule RECEPTION lets through owns its id: one it halts (a bad
 	// digest, a deadline in the past, …) is kept under its intake sequence,
-	// so the corrected capsule can still run under the id.
-	if r.Capsule != nil && r.Decision.Action != phases.Halt {
+	// so the corrected capsule can still run under the id. But sagad gave a
+	// composition step its id: halted, it ends there, so its run records
+	// the end and the steps that need it halt dependency_failed instead of
+	// waiting for an id that would never have a checkpoint.
+	if r.Capsule != nil && (r.Decision.Action != phases.Halt || member) {
 		key = r.Capsule.CapsuleID
 		if !store.ValidKey(key) {
 			key = fallbackKey
@@ -256,11 +266,11 @@ func intakeProducer(msg jetstream.Msg) string {
 
 // chainMember reports whether sagad assigned c its declared chain step for
 // producer.
-func (p *Pipeline) chainMember(ctx context.Context, producer string, c *capsule.Capsule) (bool, error) {
-	if p.st.Chains == nil {
+func (p *Pipeline) chainMember(ctx context.Context, producer string, c *capsule.Capsule, digest string) (bool, error) {
+	if p.st.Chains == nil || digest == "" {
 		return false, nil
 	}
-	return p.st.Chains.IsMember(ctx, producer, c.Chain.ID, c.Chain.Run, c.Chain.Step, c.CapsuleID, c.Integrity.SHA256)
+	return p.st.Chains.IsMember(ctx, producer, c.Chain.ID, c.Chain.Run, c.Chain.Step, c.CapsuleID, digest)
 }
 
 // duplicateIgnored records, once per intake message, that a capsule was
