@@ -133,11 +133,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(rowA+` .cap .title`)),
 		chromedp.WaitVisible(css(rowA+` .cap .kind`)),
 		shot("1-inbox"),
-		chromedp.Click(css(rowA+` button.act-accept`)),
+		click(rowA+` button.act-accept`),
 		chromedp.WaitVisible(css(`#confirm`)),
 		chromedp.SendKeys(css(`#confirm-by`), "alice"),
 		shot("2-confirm"),
-		chromedp.Click(css(`#confirm-ok`)),
+		click(`#confirm-ok`),
 		// Gone from the inbox by a live update, B still there.
 		chromedp.WaitNotPresent(css(rowA)),
 		chromedp.WaitVisible(css(rowB)),
@@ -176,12 +176,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(bctx,
 		chromedp.Navigate(base+"/ui/#/inbox"),
 		chromedp.WaitVisible(css(rowB+` a`)),
-		chromedp.Click(css(rowB+` a`)),
+		click(rowB+` a`),
 		chromedp.WaitVisible(css(`#capsule-state .state-waiting_for_operator`)),
-		chromedp.Click(css(`#capsule button.act-accept`)),
+		click(`#capsule button.act-accept`),
 		chromedp.WaitVisible(css(`#confirm`)),
 		chromedp.SetValue(css(`#confirm-by`), "bob"),
-		chromedp.Click(css(`#confirm-ok`)),
+		click(`#confirm-ok`),
 		chromedp.WaitVisible(css(`#capsule-state .state-completed`)),
 		shot("5-capsule-live"),
 	), "accept from the capsule page")
@@ -257,7 +257,7 @@ func compositionGraph(t *testing.T, bctx context.Context, nc *nats.Conn, base st
 		chromedp.Navigate(base+"/ui/#/compositions"),
 		chromedp.WaitVisible(css(`#composition-list tr[data-id="ui-fan"] a`)),
 		shot("9-compositions"),
-		chromedp.Click(css(`#composition-list tr[data-id="ui-fan"] a`)),
+		click(`#composition-list tr[data-id="ui-fan"] a`),
 		chromedp.WaitVisible(css(`#composition-graph a.node[data-step="merge"]`)),
 		chromedp.WaitVisible(css(`#composition-graph a.node[data-step="merge"][data-state="completed"]`)),
 		chromedp.WaitVisible(css(`#composition-summary .state-completed`)),
@@ -285,7 +285,7 @@ func compositionGraph(t *testing.T, bctx context.Context, nc *nats.Conn, base st
 	require.True(t, strings.HasSuffix(u, "#/capsule/"+ids["fr"]), u)
 	// And the capsule's page leads back to the graph.
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Click(css(`#composition-link`)),
+		click(`#composition-link`),
 		chromedp.WaitVisible(css(`#composition-graph a.node[data-step="draft"]`)),
 	), "a step's capsule page links to its composition")
 
@@ -322,13 +322,13 @@ func bulkCancel(t *testing.T, bctx context.Context, cl *client.Client, base stri
 		actions = append(actions, chromedp.WaitVisible(css(fmt.Sprintf(`#capsule-list tr[data-key="%s"] input.pick`, id))))
 	}
 	actions = append(actions,
-		chromedp.Click(css(`#pick-page`)),
+		click(`#pick-page`),
 		chromedp.WaitVisible(css(`#bulk.on #bulk-cancel:not([disabled])`)),
 		shot("13-bulk-selected"),
-		chromedp.Click(css(`#bulk-cancel`)),
+		click(`#bulk-cancel`),
 		chromedp.WaitVisible(css(`#confirm`)),
 		chromedp.SetValue(css(`#confirm-by`), "dave"),
-		chromedp.Click(css(`#confirm-ok`)),
+		click(`#confirm-ok`),
 		chromedp.WaitVisible(css(`#bulk-result`)),
 	)
 	for _, id := range ids {
@@ -377,7 +377,7 @@ func haltedAndCorrected(t *testing.T, bctx context.Context, cl *client.Client, b
 		chromedp.Navigate(base+"/ui/#/inbox"),
 		chromedp.WaitVisible(css(row+` button.act-replay-corrected`)),
 		shot("9-inbox-halted"),
-		chromedp.Click(css(row+` a`)),
+		click(row+` a`),
 		chromedp.WaitVisible(css(`#halt-findings`)),
 		shot("10-capsule-halted"),
 	), "halted capsule")
@@ -386,12 +386,12 @@ func haltedAndCorrected(t *testing.T, bctx context.Context, cl *client.Client, b
 	require.Contains(t, findings, "Independent spec approval", "rule 4 by name")
 	require.Contains(t, findings, "11")
 	require.NoError(t, chromedp.Do(bctx,
-		chromedp.Click(css(`#capsule button.act-replay-corrected`)),
+		click(`#capsule button.act-replay-corrected`),
 		chromedp.WaitVisible(css(`#confirm textarea.editor`)),
 		chromedp.SetValue(css(`#confirm textarea.editor`), corrected),
 		chromedp.SetValue(css(`#confirm-by`), "carol"),
 		shot("11-corrected-editor"),
-		chromedp.Click(css(`#confirm-ok`)),
+		click(`#confirm-ok`),
 		chromedp.WaitVisible(css(`#capsule-state .state-completed`)),
 		chromedp.WaitNotPresent(css(`#halt-findings`)),
 		shot("12-corrected-completed"),
@@ -405,4 +405,12 @@ func haltedAndCorrected(t *testing.T, bctx context.Context, cl *client.Client, b
 		}
 	}
 	require.Equal(t, "carol", by, "the replay is recorded with the operator's name")
+}
+
+// click finds the element and clicks it in one turn of the page's script:
+// the live updates re-render rows, and a node found by one protocol call can
+// be gone by the next ("Could not find node with given id").
+func click(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.PollFunction[chromedp.Void](`(sel) => { const e = document.querySelector(sel); if (!e) return false; e.click(); return true; }`,
+		chromedp.WithPollingArgs(sel), chromedp.WithPollingTimeout(20*time.Second))
 }
