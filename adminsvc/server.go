@@ -17,6 +17,7 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/compose"
+	"github.com/sagad/sagad/internal/microreply"
 	"github.com/sagad/sagad/rules"
 	"github.com/sagad/sagad/store"
 )
@@ -96,6 +97,8 @@ type Service struct {
 	// running is read-held by every request in progress, so Stop can wait
 	// for them by taking it.
 	running sync.RWMutex
+	// nc answers the waiting requests, served on goroutines of their own.
+	nc *nats.Conn
 	// polls holds a token per waiting request in progress (maxLongPolls).
 	polls chan struct{}
 }
@@ -107,7 +110,7 @@ func Start(nc *nats.Conn, a Actions, cfg Config) (*Service, error) {
 		return nil, errors.New("adminsvc: a connection and actions are required")
 	}
 	cfg = cfg.withDefaults()
-	s := &Service{a: a, cfg: cfg, log: cfg.Logger, polls: make(chan struct{}, maxLongPolls)}
+	s := &Service{nc: nc, a: a, cfg: cfg, log: cfg.Logger, polls: make(chan struct{}, maxLongPolls)}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        Name,
@@ -197,7 +200,9 @@ func (s *Service) handler(verb string) micro.Handler {
 			go func() {
 				defer func() { <-s.polls }()
 				defer s.running.RUnlock()
-				inner(req)
+				// Answered after the handler returned: through a copy
+				// micro does not read (see package microreply).
+				inner(microreply.Detach(s.nc, req))
 			}()
 		})
 	}

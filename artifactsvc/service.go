@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/microreply"
 )
 
 // Subject is the service's subject in sagad's account; every worker
@@ -110,9 +111,11 @@ type Service struct {
 	stop    chan struct{}
 	stopped sync.Once
 	waiting sync.WaitGroup
-	grants  *Grants
-	load    Loader
-	cfg     Config
+	// nc answers the refusals sent after a delay, on goroutines of their own.
+	nc     *nats.Conn
+	grants *Grants
+	load   Loader
+	cfg    Config
 	// page is the most content bytes one answer carries: base64 and the
 	// JSON around it must fit the server's max payload.
 	page int64
@@ -124,7 +127,7 @@ func Start(nc *nats.Conn, grants *Grants, load Loader, cfg Config) (*Service, er
 	if nc == nil || grants == nil || load == nil {
 		return nil, errors.New("artifactsvc: a connection, grants and a loader are required")
 	}
-	s := &Service{grants: grants, load: load, cfg: cfg.withDefaults(), stop: make(chan struct{})}
+	s := &Service{nc: nc, grants: grants, load: load, cfg: cfg.withDefaults(), stop: make(chan struct{})}
 	s.page = max((nc.MaxPayload()-2048)/4*3, 1024)
 	svc, err := micro.AddService(nc, micro.Config{
 		Name: Name, Version: Version,
@@ -211,7 +214,9 @@ func (s *Service) handle(req micro.Request) {
 			defer s.waiting.Done()
 			select {
 			case <-time.After(s.cfg.NotMineDelay):
-				s.refuse(req, r)
+				// After handle returned: through a copy micro does not
+				// read (see package microreply).
+				s.refuse(microreply.Detach(s.nc, req), r)
 			case <-s.stop:
 			}
 		}()

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/microreply"
 	"github.com/sagad/sagad/rules"
 	"github.com/sagad/sagad/store"
 )
@@ -164,7 +165,9 @@ type Service struct {
 	base    context.Context
 	cancel  context.CancelFunc
 	running sync.WaitGroup
-	slots   chan struct{}
+	// nc answers the requests served on goroutines of their own.
+	nc    *nats.Conn
+	slots chan struct{}
 }
 
 // Start serves chain documents on nc until Stop. st must have its Chains
@@ -174,7 +177,7 @@ func Start(nc *nats.Conn, st *store.Store, cfg Config) (*Service, error) {
 		return nil, errors.New("compose: a connection and a store with chains are required")
 	}
 	cfg = cfg.withDefaults()
-	s := &Service{js: st.JetStream(), st: st, cfg: cfg, slots: make(chan struct{}, cfg.MaxConcurrent)}
+	s := &Service{nc: nc, js: st.JetStream(), st: st, cfg: cfg, slots: make(chan struct{}, cfg.MaxConcurrent)}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	svc, err := micro.AddService(nc, micro.Config{
 		Name: Name, Version: Version,
@@ -235,7 +238,9 @@ func (s *Service) handle(req micro.Request) {
 	go func() {
 		defer s.running.Done()
 		defer func() { <-s.slots }()
-		s.serveRequest(req)
+		// Answered after handle returned: through a copy micro does not
+		// read (see package microreply).
+		s.serveRequest(microreply.Detach(s.nc, req))
 	}()
 }
 
