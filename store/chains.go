@@ -180,6 +180,27 @@ func (r *ChainRecord) RunOf() int { return max(r.Run, 1) }
 // Chains reads and creates chain records.
 type Chains struct {
 	kv jetstream.KeyValue
+	// js reads a record from the stream's leader (see get); nil reads
+	// through kv.
+	js jetstream.JetStream
+}
+
+// get is key's record bytes and revision, as the stream's leader has them:
+// RECEPTION's membership check runs right after the compose service made
+// the record, and the runner's compare-and-set decides on what it reads, so
+// neither may be answered by a replica that is behind.
+func (c *Chains) get(ctx context.Context, key string) ([]byte, uint64, error) {
+	if c.js != nil {
+		return lastFromLeader(ctx, c.js, nil, ChainsBucket, key)
+	}
+	e, err := c.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, key)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return e.Value(), e.Revision(), nil
 }
 
 func ensureChains(ctx context.Context, js jetstream.JetStream, cfg Topology) (jetstream.KeyValue, error) {
@@ -252,14 +273,14 @@ func (c *Chains) Get(ctx context.Context, chainID, producer string) (*ChainRecor
 // GetRun returns run run of producer's composition chainID; it wraps
 // [ErrNotFound] when there is none.
 func (c *Chains) GetRun(ctx context.Context, chainID, producer string, run int) (*ChainRecord, error) {
-	e, err := c.kv.Get(ctx, runKey(chainID, producer, run))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	b, _, err := c.get(ctx, runKey(chainID, producer, run))
+	if errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("%w: chain %s run %d of producer %q", ErrNotFound, chainID, max(run, 1), producer)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("chain %s: %w", chainID, err)
 	}
-	return DecodeChainRecord(e.Value())
+	return DecodeChainRecord(b)
 }
 
 // ErrNoChange is returned by an [Chains.Update] mutation that changes
@@ -273,14 +294,14 @@ var ErrNoChange = errors.New("no change")
 func (c *Chains) Update(ctx context.Context, chainID, producer string, run int, change func(*ChainRecord) error) (*ChainRecord, error) {
 	key := runKey(chainID, producer, run)
 	for attempt := 0; ; attempt++ {
-		e, err := c.kv.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
+		b, rev, err := c.get(ctx, key)
+		if errors.Is(err, ErrNotFound) {
 			return nil, fmt.Errorf("%w: chain %s run %d of producer %q", ErrNotFound, chainID, max(run, 1), producer)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("chain %s: %w", chainID, err)
 		}
-		r, err := DecodeChainRecord(e.Value())
+		r, err := DecodeChainRecord(b)
 		if err != nil {
 			return nil, err
 		}
@@ -289,11 +310,11 @@ func (c *Chains) Update(ctx context.Context, chainID, producer string, run int, 
 		} else if err != nil {
 			return nil, err
 		}
-		b, err := json.Marshal(r)
+		nb, err := json.Marshal(r)
 		if err != nil {
 			return nil, err
 		}
-		if _, err = c.kv.Update(ctx, key, b, e.Revision()); err == nil {
+		if _, err = c.kv.Update(ctx, key, nb, rev); err == nil {
 			return r, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) || attempt >= 16 {

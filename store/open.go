@@ -298,7 +298,7 @@ func newStore(js jetstream.JetStream, st *stores, lm *locks.Manager, bt *budget.
 		workspace:      workspace,
 	}
 	if st.chains != nil {
-		s.Chains = &Chains{kv: st.chains}
+		s.Chains = &Chains{kv: st.chains, js: js}
 	}
 	return s
 }

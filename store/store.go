@@ -131,57 +131,16 @@ func (s *Checkpoints) GetLatest(ctx context.Context, key string, c *Cache) (*cap
 	if s.js == nil {
 		return s.GetCached(ctx, key, c)
 	}
-	req, err := json.Marshal(map[string]string{"last_by_subj": "$KV." + CheckpointsBucket + "." + key})
+	data, rev, err := lastFromLeader(ctx, s.js, s.w, CheckpointsBucket, key)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fmt.Errorf("get checkpoint %s: %w", key, err)
 	}
-	rctx, cancel := readCtx(ctx, s.w)
-	m, err := s.js.Conn().RequestWithContext(rctx, "$JS.API.STREAM.MSG.GET.KV_"+CheckpointsBucket, req)
-	cancel()
-	if err != nil {
-		return nil, 0, fmt.Errorf("get checkpoint %s from the leader: %w", key, err)
-	}
-	var resp struct {
-		Error *struct {
-			Code        int    `json:"code"`
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-		Message *struct {
-			Seq  uint64 `json:"seq"`
-			Hdrs []byte `json:"hdrs"`
-			Data []byte `json:"data"`
-		} `json:"message"`
-	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, 0, fmt.Errorf("get checkpoint %s from the leader: %w", key, err)
-	}
-	if resp.Error != nil {
-		if resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound) {
-			return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, key)
-		}
-		return nil, 0, fmt.Errorf("get checkpoint %s from the leader: %s", key, resp.Error.Description)
-	}
-	if resp.Message == nil {
-		return nil, 0, fmt.Errorf("get checkpoint %s from the leader: empty answer", key)
-	}
-	if len(resp.Message.Hdrs) > 0 {
-		h, err := nats.DecodeHeadersMsg(resp.Message.Hdrs)
-		if err != nil {
-			return nil, 0, fmt.Errorf("get checkpoint %s from the leader: %w", key, err)
-		}
-		// A delete, a purge or the marker of an expired entry: no checkpoint.
-		if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" || h.Get("Nats-Marker-Reason") != "" {
-			return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, key)
-		}
-	}
-	rev := resp.Message.Seq
 	if c != nil {
 		if cp, crev, ok := c.Get(key); ok && crev == rev {
 			return cp, rev, nil
 		}
 	}
-	cp, err := DecodeCheckpoint(key, rev, resp.Message.Data)
+	cp, err := DecodeCheckpoint(key, rev, data)
 	if err != nil {
 		return nil, 0, err
 	}
