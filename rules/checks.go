@@ -145,6 +145,9 @@ func checkAcceptance(_ context.Context, in Input) ([]capsule.Finding, error) {
 	if len(ac) == 0 {
 		return []capsule.Finding{finding("spec.acceptance_criteria", "no acceptance criteria")}, nil
 	}
+	if len(ac) == 1 && strings.TrimSpace(ac[0]) != "" {
+		return nil, nil // nothing to duplicate: no key to lower
+	}
 	var fs []capsule.Finding
 	seen := make(map[string]int, len(ac))
 	for i, a := range ac {

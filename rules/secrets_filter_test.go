@@ -92,3 +92,36 @@ func TestCredentialNameAsLowered(t *testing.T) {
 		}
 	}
 }
+
+// TestValidAgentIDAsPattern holds the written-out agent id check to
+// agentIDPattern over 50,000 ids: every allowed byte and some others,
+// lengths around the 128 limit, non-ASCII and a trailing newline.
+func TestValidAgentIDAsPattern(t *testing.T) {
+	t.Parallel()
+	alphabet := []string{"a", "Z", "0", "9", "_", ".", ":", "@", "-", " ", "/", "é", "\n", "\xff", "+", "\x00"}
+	for _, s := range []string{"", "a", "_a", "-", "a-b.c:d@e_f", strings.Repeat("a", 127), strings.Repeat("a", 128),
+		strings.Repeat("a", 129), "a\n", "é", "9" + strings.Repeat("_", 127), "9" + strings.Repeat("_", 128)} {
+		if ValidAgentID(s) != agentIDPattern.MatchString(s) {
+			t.Fatalf("%q: written out %v, pattern %v", s, ValidAgentID(s), agentIDPattern.MatchString(s))
+		}
+	}
+	r := rand.New(rand.NewPCG(59, 61))
+	for range 50000 {
+		var b strings.Builder
+		n := r.IntN(6)
+		if r.IntN(4) == 0 {
+			n = 120 + r.IntN(12)
+		}
+		for range n {
+			if r.IntN(3) > 0 {
+				b.WriteString(alphabet[r.IntN(4)])
+			} else {
+				b.WriteString(alphabet[r.IntN(len(alphabet))])
+			}
+		}
+		s := b.String()
+		if ValidAgentID(s) != agentIDPattern.MatchString(s) {
+			t.Fatalf("%q: written out %v, pattern %v", s, ValidAgentID(s), agentIDPattern.MatchString(s))
+		}
+	}
+}
