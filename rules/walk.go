@@ -26,17 +26,21 @@ var errSpanWalk = fmt.Errorf("%w: rules: not a JSON document", capsule.ErrInvali
 type spanWalker struct {
 	doc string
 	i   int
-	fn  func(capsule.JSONToken, string)
 }
+
+// tokenFn is what a walk calls with each token. It is passed down the
+// walk rather than kept in spanWalker, so that a caller's closure does not
+// escape to the heap (the walk's strings do).
+type tokenFn = func(capsule.JSONToken, string)
 
 // walkJSONSpans calls fn for every token of doc as capsule.WalkJSON does
 // for []byte(doc): the same tokens in the same order, the same strings, an
 // error (errSpanWalk) exactly where WalkJSON returns one, after the same
 // tokens. The strings fn gets may be substrings of doc.
-func walkJSONSpans(doc string, fn func(capsule.JSONToken, string)) error {
-	w := spanWalker{doc: doc, fn: fn}
+func walkJSONSpans(doc string, fn tokenFn) error {
+	w := spanWalker{doc: doc}
 	for w.skipSpace(); w.i < len(w.doc); w.skipSpace() {
-		if err := w.value(0); err != nil {
+		if err := w.value(0, fn); err != nil {
 			return err
 		}
 	}
@@ -55,7 +59,7 @@ func (w *spanWalker) skipSpace() {
 }
 
 // value walks one value at w.i (after spaces), as capsule's scanner.walk.
-func (w *spanWalker) value(depth int) error {
+func (w *spanWalker) value(depth int, fn tokenFn) error {
 	w.skipSpace()
 	if w.i >= len(w.doc) {
 		return errSpanWalk
@@ -66,13 +70,13 @@ func (w *spanWalker) value(depth int) error {
 		if depth >= walkDepth {
 			return errSpanWalk
 		}
-		return w.container(depth, c == '{')
+		return w.container(depth, c == '{', fn)
 	case c == '"':
 		s, err := w.str()
 		if err != nil {
 			return err
 		}
-		w.fn(capsule.TokenString, s)
+		fn(capsule.TokenString, s)
 		return nil
 	case c == '-' || isDigit(c):
 		err = w.number()
@@ -88,33 +92,33 @@ func (w *spanWalker) value(depth int) error {
 	if err != nil {
 		return err
 	}
-	w.fn(capsule.TokenScalar, "")
+	fn(capsule.TokenScalar, "")
 	return nil
 }
 
 // container walks an object or array at w.i: its start token at once, a
 // member's name before its ':' is checked, its end token after its last
 // element, as capsule's scanner.walk reports them.
-func (w *spanWalker) container(depth int, object bool) error {
+func (w *spanWalker) container(depth int, object bool, fn tokenFn) error {
 	end, startTok, endTok := byte(']'), capsule.TokenArrayStart, capsule.TokenArrayEnd
 	if object {
 		end, startTok, endTok = '}', capsule.TokenObjectStart, capsule.TokenObjectEnd
 	}
 	w.i++
-	w.fn(startTok, "")
+	fn(startTok, "")
 	w.skipSpace()
 	if w.i < len(w.doc) && w.doc[w.i] == end {
 		w.i++
-		w.fn(endTok, "")
+		fn(endTok, "")
 		return nil
 	}
 	for {
 		if object {
-			if err := w.memberName(); err != nil {
+			if err := w.memberName(fn); err != nil {
 				return err
 			}
 		}
-		if err := w.value(depth + 1); err != nil {
+		if err := w.value(depth+1, fn); err != nil {
 			return err
 		}
 		w.skipSpace()
@@ -126,7 +130,7 @@ func (w *spanWalker) container(depth int, object bool) error {
 			w.i++
 		case end:
 			w.i++
-			w.fn(endTok, "")
+			fn(endTok, "")
 			return nil
 		default:
 			return errSpanWalk
@@ -135,7 +139,7 @@ func (w *spanWalker) container(depth int, object bool) error {
 }
 
 // memberName walks `"name" :` and reports the name.
-func (w *spanWalker) memberName() error {
+func (w *spanWalker) memberName(fn tokenFn) error {
 	w.skipSpace()
 	if w.i >= len(w.doc) || w.doc[w.i] != '"' {
 		return errSpanWalk
@@ -144,7 +148,7 @@ func (w *spanWalker) memberName() error {
 	if err != nil {
 		return err
 	}
-	w.fn(capsule.TokenKey, key)
+	fn(capsule.TokenKey, key)
 	w.skipSpace()
 	if w.i >= len(w.doc) || w.doc[w.i] != ':' {
 		return errSpanWalk
