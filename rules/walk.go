@@ -212,6 +212,10 @@ func (w *spanWalker) digits() int {
 func (w *spanWalker) str() (string, error) {
 	start := w.i + 1
 	for i := start; i < len(w.doc); {
+		if plainByte[w.doc[i]] {
+			i++
+			continue
+		}
 		switch c := w.doc[i]; {
 		case c == '"':
 			w.i = i + 1
@@ -220,8 +224,6 @@ func (w *spanWalker) str() (string, error) {
 			return w.decoded(start)
 		case c < 0x20:
 			return "", errSpanWalk // raw control characters never pass
-		case c < utf8.RuneSelf:
-			i++
 		default:
 			r, size := utf8.DecodeRuneInString(w.doc[i:])
 			if r == utf8.RuneError && size == 1 {
@@ -232,6 +234,15 @@ func (w *spanWalker) str() (string, error) {
 	}
 	return "", errSpanWalk
 }
+
+// plainByte marks the bytes a string holds as they are: ASCII from the
+// space on, but the quote and the backslash.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // decoded reads the string whose contents start at start through
 // capsule.WalkJSON, so escapes and invalid UTF-8 decode exactly as there.

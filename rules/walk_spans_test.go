@@ -125,3 +125,30 @@ func FuzzSpanWalkMatchesWalkJSON(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkWalk compares the span walk with capsule.WalkJSON on a sealed
+// capsule: every token, strings handed over.
+func BenchmarkWalk(b *testing.B) {
+	raw, err := os.ReadFile("../examples/capsules/valid.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	count := func(capsule.JSONToken, string) { n++ }
+	b.Run("WalkJSON", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := capsule.WalkJSON(raw, count); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("spans", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := walkJSONSpans(string(raw), count); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
