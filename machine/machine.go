@@ -260,7 +260,8 @@ type Result struct {
 	// change already made (a repeated cancel, a completion recorded) applies
 	// without a change.
 	Changed bool
-	// Transition is the history entry the event appended, if any.
+	// Transition is the history entry the event appended, if any: the
+	// changed checkpoint's own last entry, to read, never to write through.
 	Transition *capsule.Transition
 	// Effects are what the changed checkpoint calls for (see EffectsOf).
 	Effects Effects
@@ -314,11 +315,6 @@ func Apply(cp *capsule.Checkpoint, ev Event, now time.Time) (Result, error) {
 	if !changed {
 		return Result{Checkpoint: cp, Effects: EffectsOf(cp, nil)}, nil
 	}
-	if tr != nil && out.Run > 1 {
-		// Every transition of a later run says which run it belongs to.
-		tr.Run = out.Run
-		out.History[len(out.History)-1].Run = out.Run
-	}
 	switch ev.(type) {
 	case Claim, Renew:
 		// A claim changes no state a person sees (PIPELINE §5: timestamps
@@ -330,16 +326,16 @@ func Apply(cp *capsule.Checkpoint, ev Event, now time.Time) (Result, error) {
 }
 
 // shallow is the copy of cp a transition is made on: cp's own values, its
-// slices clipped so that an append makes a new array, sharing everything
-// else with cp. A transition replaces what it changes (a new slice, a new
-// pointer) and never writes through what it shares — renew and
+// state's slices clipped so that an append makes a new array, sharing
+// everything else with cp. A transition replaces what it changes (a new
+// slice, a new pointer) and never writes through what it shares — renew and
 // requestResume copy the claim, the pause and the overrides they change —
 // so cp, which may be the process's cached checkpoint, stays as it was. A
 // deep clone (capsule.Checkpoint.Clone) per Apply was 5 % of sagad's
-// allocation.
+// allocation. The history keeps its room: it is appended to only by
+// record, which writes a slot of the room only once (history.go).
 func shallow(cp *capsule.Checkpoint) *capsule.Checkpoint {
 	out := *cp
-	out.History = slices.Clip(cp.History)
 	st := &out.State
 	st.LocksHeld = slices.Clip(st.LocksHeld)
 	st.ArtifactRefs = slices.Clip(st.ArtifactRefs)
@@ -349,17 +345,6 @@ func shallow(cp *capsule.Checkpoint) *capsule.Checkpoint {
 	st.AttemptLog = slices.Clip(st.AttemptLog)
 	st.WaitingFor = slices.Clip(st.WaitingFor)
 	return &out
-}
-
-// appendTransition is append(h, tr) into an array of exactly the new
-// length: h is clipped (shallow), so every append copies it, and the next
-// Apply clips the result again, so the room append leaves to grow into
-// would never be used.
-func appendTransition(h []capsule.Transition, tr capsule.Transition) []capsule.Transition {
-	out := make([]capsule.Transition, len(h)+1)
-	copy(out, h)
-	out[len(h)] = tr
-	return out
 }
 
 // standsAt reports whether the capsule is still at (ph, cycle) and not
@@ -410,19 +395,15 @@ func decide(cp *capsule.Checkpoint, e Decide, now time.Time) (*capsule.Transitio
 		// the one that counts.
 		return nil, refuse(ErrStale, e, cp, "another delivery holds the claim")
 	}
-	tr, ok := applyDecision(cp, e.Phase, e.Cycle, d, now)
-	if !ok {
-		return nil, nil
-	}
-	return &tr, nil
+	return applyDecision(cp, e.Phase, e.Cycle, d, now), nil
 }
 
 // applyDecision records decision d, taken by phase p on cycle, in cp. It
-// returns the transition appended to the history, or ok=false when d parks
-// the capsule without one. A capsule paused by an operator while its phase
+// returns the transition appended to the history, or nil when d parks the
+// capsule without one. A capsule paused by an operator while its phase
 // ran keeps its pause: the phase's work is recorded and the capsule parks
 // at the next phase.
-func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decision, now time.Time) (capsule.Transition, bool) {
+func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decision, now time.Time) *capsule.Transition {
 	st := &cp.State
 	d.Record.ApplyTo(st)
 	if len(d.Findings) > 0 {
@@ -438,7 +419,7 @@ func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decisio
 		st.Status = capsule.Waiting
 		st.Pause = &capsule.PauseInfo{Trigger: d.Trigger, Reason: d.Reason, By: capsule.BySagad, At: now}
 		st.WaitingFor = append([]string(nil), d.WaitFor...)
-		return capsule.Transition{}, false
+		return nil
 	}
 	if d.Action == Park {
 		// An operator's pause stands over sagad's own reasons to park.
@@ -448,7 +429,7 @@ func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decisio
 		if p == capsule.Execution && !d.Trigger.Info().KeepsLocks {
 			st.LocksHeld = []string{}
 		}
-		return capsule.Transition{}, false
+		return nil
 	}
 	tr := capsule.Transition{Phase: p, PhaseName: p.String(), Cycle: cycle, At: now}
 	switch d.Action {
@@ -487,8 +468,7 @@ func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decisio
 	} else if d.Trigger != "" && st.Status == capsule.InProgress {
 		park(st, d.Trigger, d.Reason, capsule.BySagad, now)
 	}
-	cp.History = appendTransition(cp.History, tr)
-	return tr, true
+	return record(cp, tr)
 }
 
 // park pauses the capsule at its current phase.
@@ -736,8 +716,7 @@ func end(cp *capsule.Checkpoint, e End, now time.Time) (bool, *capsule.Transitio
 	st.WaitingFor = nil
 	st.LocksHeld = []string{}
 	tr := capsule.Transition{Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: st.Cycle, Outcome: outcome, Detail: e.Detail, At: now}
-	cp.History = appendTransition(cp.History, tr)
-	return true, &tr, nil
+	return true, record(cp, tr), nil
 }
 
 // OperatorReviewer prefixes the reviewer id of an operator's revision.
@@ -779,8 +758,7 @@ func revise(cp *capsule.Checkpoint, e Revise, now time.Time) (bool, *capsule.Tra
 		st.Status = capsule.InProgress
 		st.Phase, st.PhaseName, st.Cycle = capsule.Execution, capsule.Execution.String(), cycle+1
 	}
-	cp.History = appendTransition(cp.History, tr)
-	return true, &tr, nil
+	return true, record(cp, tr), nil
 }
 
 func reject(cp *capsule.Checkpoint, e Reject, now time.Time) (bool, *capsule.Transition, error) {
@@ -806,8 +784,7 @@ func reject(cp *capsule.Checkpoint, e Reject, now time.Time) (bool, *capsule.Tra
 	st.Status, st.HaltReason = capsule.Halted, reason
 	st.Findings = []capsule.Finding{finding}
 	tr := capsule.Transition{Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: st.Cycle, Outcome: capsule.OutcomeHalted, Detail: reason, At: now}
-	cp.History = appendTransition(cp.History, tr)
-	return true, &tr, nil
+	return true, record(cp, tr), nil
 }
 
 // RevisedBy returns who revised the capsule if its last transition is an

@@ -70,7 +70,7 @@ func replay(cp *capsule.Checkpoint, e Replay, now time.Time) (bool, *capsule.Tra
 	}
 	// The boundary stands where the last run ended, so no phase of the new
 	// run mistakes it for its own recorded transition.
-	cp.History = appendTransition(cp.History, capsule.Transition{
+	record(cp, capsule.Transition{
 		Phase: ended, PhaseName: ended.String(), Cycle: st.Cycle, Outcome: capsule.OutcomeReplayed,
 		Detail: replayDetail(e, run, from, cycle), Run: run, At: now,
 	})
@@ -81,8 +81,7 @@ func replay(cp *capsule.Checkpoint, e Replay, now time.Time) (bool, *capsule.Tra
 		cp.Digest = e.Digest
 		t := capsule.Transition{Phase: capsule.Reception, PhaseName: capsule.Reception.String(), Cycle: cycle,
 			Outcome: capsule.OutcomePassed, Detail: "corrected capsule", Run: run, At: now}
-		cp.History = appendTransition(cp.History, t)
-		tr = &t
+		tr = record(cp, t)
 		from = capsule.RealityAnchor
 	}
 	if from >= capsule.ReviewPhase && lastArtifact != "" {

@@ -102,3 +102,22 @@ func BenchmarkApply(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkApplyRun applies a valid capsule's seven decisions, RECEPTION to
+// HANDOFF, each to the result of the one before: the history grown as
+// sagad grows it.
+func BenchmarkApplyRun(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		cp := at(capsule.InProgress, capsule.Reception, 0)
+		cp.History = []capsule.Transition{}
+		for i := range capsule.NumPhases {
+			st := cp.State
+			r, err := machine.Apply(cp, machine.Decide{Phase: st.Phase, Cycle: st.Cycle, Decision: machine.AdvanceWith()}, t0.Add(time.Duration(i)*time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			cp = r.Checkpoint
+		}
+	}
+}

@@ -145,17 +145,20 @@ func checkAcceptance(_ context.Context, in Input) ([]capsule.Finding, error) {
 	if len(ac) == 0 {
 		return []capsule.Finding{finding("spec.acceptance_criteria", "no acceptance criteria")}, nil
 	}
+	if len(ac) == 1 && strings.TrimSpace(ac[0]) != "" {
+		return nil, nil // nothing to duplicate: no key to lower
+	}
 	var fs []capsule.Finding
 	seen := make(map[string]int, len(ac))
 	for i, a := range ac {
-		field := index("spec.acceptance_criteria", i)
 		key := strings.ToLower(strings.TrimSpace(a))
 		if key == "" {
-			fs = append(fs, finding(field, "acceptance criterion %q is blank", a))
+			fs = append(fs, finding(index("spec.acceptance_criteria", i), "acceptance criterion %q is blank", a))
 			continue
 		}
 		if j, dup := seen[key]; dup {
-			fs = append(fs, finding(field, "acceptance criterion %q duplicates spec.acceptance_criteria[%d]", a, j))
+			fs = append(fs, finding(index("spec.acceptance_criteria", i),
+				"acceptance criterion %q duplicates spec.acceptance_criteria[%d]", a, j))
 			continue
 		}
 		seen[key] = i

@@ -161,6 +161,35 @@ func within(parent, child string, fold bool) bool {
 	return p == "." || c == p || strings.HasPrefix(c, p+"/")
 }
 
+// withinFoldIndex returns the index of the first of parents that
+// [WithinFold] finds child inside, or -1. The child is cleaned and lowered
+// once for all the parents, not once per parent (Rule 6 asks this of every
+// touched path against the forbidden paths and the deny list).
+func withinFoldIndex(parents []string, child string) int {
+	if child == "" || len(parents) == 0 {
+		return -1
+	}
+	c := path.Clean(child)
+	if escapes(c) {
+		return -1
+	}
+	c = strings.ToLower(c)
+	for i, parent := range parents {
+		if parent == "" {
+			continue
+		}
+		p := path.Clean(parent)
+		if escapes(p) {
+			continue
+		}
+		p = strings.ToLower(p)
+		if p == "." || c == p || strings.HasPrefix(c, p) && len(c) > len(p) && c[len(p)] == '/' {
+			return i
+		}
+	}
+	return -1
+}
+
 // escapes reports whether a cleaned path is absolute or leaves the workspace.
 func escapes(clean string) bool {
 	return clean == ".." || strings.HasPrefix(clean, "../") || strings.HasPrefix(clean, "/")

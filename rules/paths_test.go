@@ -173,6 +173,9 @@ func FuzzWithin(f *testing.F) {
 	f.Fuzz(func(t *testing.T, parent, child string) {
 		in := Within(parent, child)
 		fold := WithinFold(parent, child)
+		if got := withinFoldIndex([]string{parent}, child) == 0; got != fold {
+			t.Fatalf("withinFoldIndex([%q], %q) = %v, WithinFold %v", parent, child, got, fold)
+		}
 		if in && !fold {
 			t.Fatalf("Within(%q, %q) but not WithinFold", parent, child)
 		}

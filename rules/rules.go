@@ -330,7 +330,7 @@ func (r Rule) Run(ctx context.Context, in Input) ([]capsule.Finding, error) {
 	if r.Check == nil {
 		return nil, nil
 	}
-	in.Config = in.Config.WithDefaults()
+	in.Config = in.Config.defaulted()
 	if in.Capsule == nil {
 		c, err := decode(in.Raw)
 		if err != nil {
@@ -378,7 +378,7 @@ func decode(raw []byte) (*capsule.Capsule, error) {
 // the passes; a rule with findings is violated even if a lookup also failed.
 func Evaluate(ctx context.Context, in Input) Result {
 	var res Result
-	in.Config = in.Config.WithDefaults()
+	in.Config = in.Config.defaulted()
 	if in.Capsule == nil {
 		c, err := decode(in.Raw)
 		if err != nil {

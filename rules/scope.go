@@ -10,22 +10,30 @@ import (
 // touched is a workspace path the capsule may write: its file target or one
 // of its lock paths.
 type touched struct {
-	field string // e.g. "target", "constraints.resource_locks_required[0]"
-	what  string // "target path" or "lock path", for messages
-	path  string
+	lock int    // index in constraints.resource_locks_required; -1 for the target
+	what string // "target path" or "lock path", for messages
+	path string
 }
 
-// touchedPaths lists the file target's path (non-file targets touch no
-// workspace path) and every lock path.
-func touchedPaths(c *capsule.Capsule) []touched {
-	var ts []touched
+// field is t's field path: "target" or
+// "constraints.resource_locks_required[i]". It is rendered for findings
+// only; most capsules have none.
+func (t touched) field() string {
+	if t.lock < 0 {
+		return "target"
+	}
+	return index("constraints.resource_locks_required", t.lock)
+}
+
+// touchedPaths calls f with the file target's path (non-file targets touch
+// no workspace path) and every lock path.
+func touchedPaths(c *capsule.Capsule, f func(touched)) {
 	if p, ok := FilePath(c.Target); ok {
-		ts = append(ts, touched{"target", "target path", p})
+		f(touched{-1, "target path", p})
 	}
 	for i, l := range c.Constraints.ResourceLocksRequired {
-		ts = append(ts, touched{index("constraints.resource_locks_required", i), "lock path", l})
+		f(touched{i, "lock path", l})
 	}
-	return ts
 }
 
 // Rule 5: with allowed_paths declared, every touched path lies inside one.
@@ -35,11 +43,11 @@ func checkScope(_ context.Context, in Input) ([]capsule.Finding, error) {
 		return nil, nil
 	}
 	var fs []capsule.Finding
-	for _, t := range touchedPaths(in.Capsule) {
+	touchedPaths(in.Capsule, func(t touched) {
 		if !slices.ContainsFunc(allowed, func(a string) bool { return Within(a, t.path) }) {
-			fs = append(fs, finding(t.field, "%s %q lies outside constraints.allowed_paths", t.what, t.path))
+			fs = append(fs, finding(t.field(), "%s %q lies outside constraints.allowed_paths", t.what, t.path))
 		}
-	}
+	})
 	return fs, nil
 }
 
@@ -48,17 +56,17 @@ func checkScope(_ context.Context, in Input) ([]capsule.Finding, error) {
 func checkForbidden(_ context.Context, in Input) ([]capsule.Finding, error) {
 	forbidden := in.Capsule.Constraints.ForbiddenPaths
 	var fs []capsule.Finding
-	for _, t := range touchedPaths(in.Capsule) {
-		if i := slices.IndexFunc(forbidden, func(f string) bool { return WithinFold(f, t.path) }); i >= 0 {
-			fs = append(fs, finding(t.field, "%s %q lies inside forbidden path %q (constraints.forbidden_paths[%d])",
+	touchedPaths(in.Capsule, func(t touched) {
+		if i := withinFoldIndex(forbidden, t.path); i >= 0 {
+			fs = append(fs, finding(t.field(), "%s %q lies inside forbidden path %q (constraints.forbidden_paths[%d])",
 				t.what, t.path, forbidden[i], i))
-			continue
+			return
 		}
-		if i := slices.IndexFunc(in.Config.DenyPaths, func(f string) bool { return WithinFold(f, t.path) }); i >= 0 {
-			fs = append(fs, finding(t.field, "%s %q lies inside %q of the global deny list",
+		if i := withinFoldIndex(in.Config.DenyPaths, t.path); i >= 0 {
+			fs = append(fs, finding(t.field(), "%s %q lies inside %q of the global deny list",
 				t.what, t.path, in.Config.DenyPaths[i]))
 		}
-	}
+	})
 	return fs, nil
 }
 
@@ -66,16 +74,22 @@ func checkForbidden(_ context.Context, in Input) ([]capsule.Finding, error) {
 func checkPathSafety(_ context.Context, in Input) ([]capsule.Finding, error) {
 	c := in.Capsule
 	var fs []capsule.Finding
-	report := func(field, what string, err error) {
-		if err != nil {
-			fs = append(fs, finding(field, "%s is unsafe: %v", what, err))
+	// Field paths are rendered for findings only: most capsules have none.
+	report := func(list string, i int, what string, err error) {
+		if err == nil {
+			return
 		}
+		field := list
+		if i >= 0 {
+			field = index(list, i)
+		}
+		fs = append(fs, finding(field, "%s is unsafe: %v", what, err))
 	}
 	for i, r := range c.ContextRefs {
-		report(index("context_refs", i), "context ref", CheckRef(r))
+		report("context_refs", i, "context ref", CheckRef(r))
 	}
-	report("target", "target", CheckRef(c.Target))
-	lists := []struct {
+	report("target", -1, "target", CheckRef(c.Target))
+	lists := [...]struct {
 		field, what string
 		paths       []string
 	}{
@@ -85,7 +99,7 @@ func checkPathSafety(_ context.Context, in Input) ([]capsule.Finding, error) {
 	}
 	for _, l := range lists {
 		for i, p := range l.paths {
-			report(index(l.field, i), l.what, CheckPath(p))
+			report(l.field, i, l.what, CheckPath(p))
 		}
 	}
 	return fs, nil
@@ -110,18 +124,26 @@ func checkLockCoverage(_ context.Context, in Input) ([]capsule.Finding, error) {
 func checkSchemes(_ context.Context, in Input) ([]capsule.Finding, error) {
 	c := in.Capsule
 	var fs []capsule.Finding
-	check := func(field, ref string) {
+	// i is the ref's index in context_refs, -1 for the target: the field
+	// path is rendered for findings only.
+	check := func(i int, ref string) {
 		scheme, _, ok := SplitRef(ref)
-		switch {
-		case !ok:
-			fs = append(fs, finding(field, "ref %q has no scheme (allowed: %v)", ref, in.Config.AllowedSchemes))
-		case !slices.Contains(in.Config.AllowedSchemes, scheme):
-			fs = append(fs, finding(field, "ref %q uses scheme %q (allowed: %v)", ref, scheme, in.Config.AllowedSchemes))
+		if ok && slices.Contains(in.Config.AllowedSchemes, scheme) {
+			return
 		}
+		field := "target"
+		if i >= 0 {
+			field = index("context_refs", i)
+		}
+		if !ok {
+			fs = append(fs, finding(field, "ref %q has no scheme (allowed: %v)", ref, in.Config.AllowedSchemes))
+			return
+		}
+		fs = append(fs, finding(field, "ref %q uses scheme %q (allowed: %v)", ref, scheme, in.Config.AllowedSchemes))
 	}
 	for i, r := range c.ContextRefs {
-		check(index("context_refs", i), r)
+		check(i, r)
 	}
-	check("target", c.Target)
+	check(-1, c.Target)
 	return fs, nil
 }

@@ -132,23 +132,45 @@ func containsFoldASCII(s, lower string) bool {
 }
 
 // maySecret is a cheap filter before the patterns: every pattern needs one
-// of these substrings, and almost no capsule string holds any of them.
+// of "-----BEGIN", "AKIA", "ASIA", "=", "gh", "xox", "://", or "bearer" or
+// "secret" in any case (aws_secret_access_key: …), and almost no capsule
+// string holds any. One pass looks for all of them: Rule 9 runs it on every
+// string of every capsule, and nine searches of each string were most of
+// the rule's time. TestMaySecretAsSearches holds it to the nine searches.
 func maySecret(s string) bool {
-	for _, sub := range []string{"-----BEGIN", "AKIA", "ASIA", "=", "gh", "xox", "://"} {
-		if strings.Contains(s, sub) {
-			return true
+	for i := 0; i < len(s); i++ {
+		if !secretFirstByte[s[i]] {
+			continue
 		}
-	}
-	// "bearer" and "secret" (aws_secret_access_key: …), any case, without
-	// allocating a lowered copy.
-	for i := 0; i+6 <= len(s); i++ {
-		switch s[i] | 0x20 {
-		case 'b':
-			if strings.EqualFold(s[i:i+6], "bearer") {
+		switch rest := s[i:]; rest[0] {
+		case '=':
+			return true
+		case '-':
+			if strings.HasPrefix(rest, "-----BEGIN") {
 				return true
 			}
-		case 's':
-			if strings.EqualFold(s[i:i+6], "secret") {
+		case 'A':
+			if strings.HasPrefix(rest, "AKIA") || strings.HasPrefix(rest, "ASIA") {
+				return true
+			}
+		case 'g':
+			if strings.HasPrefix(rest, "gh") {
+				return true
+			}
+		case 'x':
+			if strings.HasPrefix(rest, "xox") {
+				return true
+			}
+		case ':':
+			if strings.HasPrefix(rest, "://") {
+				return true
+			}
+		case 'b', 'B':
+			if len(rest) >= 6 && strings.EqualFold(rest[:6], "bearer") {
+				return true
+			}
+		default: // 's', 'S'
+			if len(rest) >= 6 && strings.EqualFold(rest[:6], "secret") {
 				return true
 			}
 		}
@@ -156,15 +178,58 @@ func maySecret(s string) bool {
 	return false
 }
 
-// isCredentialName reports whether a member name names a credential.
+// secretFirstByte marks the bytes maySecret's substrings start with.
+var secretFirstByte = func() (t [256]bool) {
+	for _, c := range []byte("=-Agx:bBsS") {
+		t[c] = true
+	}
+	return t
+}()
+
+// isCredentialName reports whether a member name names a credential: it
+// ends in one of credentialNames once lower-cased and rid of '_' and '-'.
+// An ASCII name is compared in place, from its end; any other goes through
+// strings.ToLower, whose Unicode mappings (the Kelvin sign is a 'k') an
+// ASCII comparison would miss.
 func isCredentialName(name string) bool {
-	n := strings.ToLower(nameSeparators.Replace(name))
+	if !isASCII(name) {
+		n := strings.ToLower(nameSeparators.Replace(name))
+		for _, c := range credentialNames {
+			if strings.HasSuffix(n, c) {
+				return true
+			}
+		}
+		return false
+	}
 	for _, c := range credentialNames {
-		if strings.HasSuffix(n, c) {
+		if hasCredentialSuffix(name, c) {
 			return true
 		}
 	}
 	return false
+}
+
+// hasCredentialSuffix reports whether the ASCII name, lower-cased and rid
+// of '_' and '-', ends in word (lower case).
+func hasCredentialSuffix(name, word string) bool {
+	i := len(name)
+	for j := len(word) - 1; j >= 0; j-- {
+		for i > 0 && (name[i-1] == '_' || name[i-1] == '-') {
+			i--
+		}
+		if i == 0 || lowerASCII(name[i-1]) != word[j] {
+			return false
+		}
+		i--
+	}
+	return true
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // Rule 9: no credential-like text anywhere in the capsule. The raw bytes are
@@ -180,9 +245,14 @@ func checkSecrets(_ context.Context, in Input) ([]capsule.Finding, error) {
 		}
 		raw = b
 	}
-	var fs []capsule.Finding
-	seen := make(map[[2]string]bool)
+	var (
+		fs   []capsule.Finding
+		seen map[[2]string]bool // made at the first finding: most capsules have none
+	)
 	add := func(field, what string) {
+		if seen == nil {
+			seen = make(map[[2]string]bool)
+		}
 		if k := [2]string{field, what}; !seen[k] {
 			seen[k] = true
 			fs = append(fs, finding(field, "holds %s (value withheld)", what))
@@ -225,7 +295,7 @@ type frame struct {
 // The field path is built only when visit asks for it: it is needed for
 // findings only, and rendering it for every string was Rule 9's main cost.
 func walkStrings(raw []byte, visit func(field func() string, s string, isKey bool, member string)) error {
-	var stack []frame
+	stack := make([]frame, 0, 8) // a capsule nests 4 deep: no regrowth
 	advance := func() {
 		if n := len(stack); n > 0 {
 			if top := &stack[n-1]; top.object {
@@ -236,7 +306,9 @@ func walkStrings(raw []byte, visit func(field func() string, s string, isKey boo
 		}
 	}
 	field := func() string { return renderField(stack) }
-	return capsule.WalkJSON(raw, func(tok capsule.JSONToken, s string) {
+	// One copy of the bytes for the whole walk: the strings visit gets are
+	// its substrings, not one allocation each.
+	return walkJSONSpans(string(raw), func(tok capsule.JSONToken, s string) {
 		switch tok {
 		case capsule.TokenObjectStart:
 			stack = append(stack, frame{object: true, wantKey: true})
