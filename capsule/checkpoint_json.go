@@ -441,51 +441,110 @@ const hexDigits = "0123456789abcdef"
 // <, > and & escaped, invalid UTF-8 as U+FFFD, U+2028 and U+2029 escaped.
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
-	start := 0
+	start := 0 // the plain bytes from start to i are still to be copied
 	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+		// Most of a checkpoint is plain ASCII (ids, names, digests): skip
+		// it eight bytes at a time, and byte by byte only through the
+		// chunk that holds something needing a look.
+		i = skipPlain(s, i)
+		for end := min(i+8, len(s)); i < end; {
+			if c := s[i]; c < utf8.RuneSelf && htmlSafe[c] {
 				i++
 				continue
 			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
+			b, i, start = appendEscape(b, s, start, i)
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// appendEscape handles the character at s[i], which is not plain ASCII:
+// if it needs an escape, the plain bytes s[start:i] and the escape are
+// appended. It returns where the next character starts and where the plain
+// bytes still to be copied start.
+func appendEscape(b []byte, s string, start, i int) ([]byte, int, int) {
+	c := s[i]
+	if c < utf8.RuneSelf {
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		case '\b':
+			b = append(b, '\\', 'b')
+		case '\f':
+			b = append(b, '\\', 'f')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+		}
+		return b, i + 1, i + 1
+	}
+	r, size := utf8.DecodeRuneInString(s[i:])
+	switch {
+	case r == utf8.RuneError && size == 1:
+		b = append(b, s[start:i]...)
+		b = append(b, `\ufffd`...)
+	case r == '\u2028' || r == '\u2029':
+		b = append(b, s[start:i]...)
+		b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+	default:
+		return b, i + size, start // valid UTF-8 is written as it is
+	}
+	return b, i + size, i + size
+}
+
+// htmlSafe holds the ASCII bytes encoding/json writes as they are with
+// HTML escaping on: not a control, not one of " \\ < > &.
+var htmlSafe = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
+// Bytes of a word, for the word-at-a-time test below.
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// skipPlain returns the end of the run of plain bytes of s from i on,
+// found 8 bytes at a time (it may stop short of the run's end, never past
+// it): plain bytes need neither escaping nor a UTF-8 look.
+func skipPlain(s string, i int) int {
+	for ; i+8 <= len(s); i += 8 {
+		if !plain8(s[i : i+8]) {
+			return i
+		}
+	}
+	if i < len(s) && len(s) >= 8 && plain8(s[len(s)-8:]) {
+		return len(s) // the tail, read as the last 8 bytes
+	}
+	return i
+}
+
+// plain8 reports whether every byte of the 8 of c is ASCII, not a control
+// and not one of " \\ < > &.
+//
+// Once the bytes are known to be ASCII (no top bit), x-n*lsb has a top bit
+// set exactly where some byte is below n (the first such byte borrows), so
+// "some byte below 0x20" and "some byte equal to c" (x^c*lsb below 1) need
+// one subtraction each. A chunk with a byte past ASCII fails on that
+// byte's own top bit, whatever the other tests say. '"' and '&' differ in
+// one bit (0x04), as do '<' and '>' (0x02): one test each.
+func plain8(c string) bool {
+	_ = c[7]
+	x := uint64(c[0]) | uint64(c[1])<<8 | uint64(c[2])<<16 | uint64(c[3])<<24 |
+		uint64(c[4])<<32 | uint64(c[5])<<40 | uint64(c[6])<<48 | uint64(c[7])<<56
+	bad := x | (x - 0x20*lsb) |
+		((x^('"'*lsb))&^(0x04*lsb) - lsb) |
+		((x^('<'*lsb))&^(0x02*lsb) - lsb) |
+		((x ^ ('\\' * lsb)) - lsb)
+	return bad&msb == 0
 }
