@@ -1,0 +1,167 @@
+package store
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+// encodeBufs recycles checkpoint encodings: a write's bytes are copied into
+// the connection's buffer before the publish returns, so the buffer is free
+// again when the write is done.
+var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// encode encodes cp into a pooled buffer; done returns the buffer. The
+// history's encoding is kept from the capsule's last write by this process
+// (see histories): only the transitions since are encoded.
+func (s *Checkpoints) encode(cp *capsule.Checkpoint) ([]byte, func(), error) {
+	bp := encodeBufs.Get().(*[]byte)
+	h := s.hist.take(cp.Key)
+	b, err := cp.AppendJSONReusing((*bp)[:0], &h.enc)
+	s.hist.done(cp.Key, h, cp.Terminal())
+	if err == nil && (raceChecks || checkEncodings.Load()) {
+		checkEncoding(cp, b)
+	}
+	if err != nil {
+		encodeBufs.Put(bp)
+		return nil, nil, err
+	}
+	return b, func() { *bp = b[:0]; encodeBufs.Put(bp) }, nil
+}
+
+// checkEncodings turns checkEncoding on in a build without the race
+// detector (a test's).
+var (
+	checkEncodings   atomic.Bool
+	encodingsChecked atomic.Int64
+)
+
+// checkEncoding holds what the reused history gave to the whole encoding,
+// in builds with the race detector (tests): every checkpoint write of every
+// such test checks the cache.
+func checkEncoding(cp *capsule.Checkpoint, b []byte) {
+	encodingsChecked.Add(1)
+	full, err := cp.AppendJSON(nil)
+	if err != nil || !bytes.Equal(full, b) {
+		panic(fmt.Sprintf("store: checkpoint %s encoded through the history cache as\n%s\nnot\n%s (%v)", cp.Key, b, full, err))
+	}
+}
+
+// maxHistories bounds the histories kept: one per capsule in flight in
+// this process. A capsule that stays parked, or that another sagad took
+// on, leaves its entry behind until one is needed for room.
+const (
+	maxHistories = 1024
+	maxFreeHist  = 64
+)
+
+// histories keeps, per capsule key, the encoding of the history this
+// process last wrote for it (capsule.Checkpoint.AppendJSONReusing), which
+// re-encodes nothing the checkpoint's history does not still hold equal.
+// An entry in use is marked busy: two writes of one key at once (another
+// worker's lost compare-and-set) do not share it, the second encodes in
+// full. An ended capsule's entry is dropped at its last write and its
+// memory kept for the next capsule.
+type histories struct {
+	mu   sync.Mutex
+	m    map[string]*histEntry
+	free []*histEntry
+}
+
+type histEntry struct {
+	enc  capsule.HistoryEncoding
+	busy bool
+}
+
+// take returns key's entry, marked busy, or a fresh one when it has none
+// or its entry is in use.
+func (hs *histories) take(key string) *histEntry {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if e := hs.m[key]; e != nil && !e.busy {
+		e.busy = true
+		return e
+	} else if e != nil {
+		return new(histEntry) // not kept: the busy one stays key's
+	}
+	e := new(histEntry)
+	if n := len(hs.free); n > 0 {
+		e, hs.free = hs.free[n-1], hs.free[:n-1]
+	}
+	if hs.m == nil {
+		hs.m = make(map[string]*histEntry)
+	}
+	hs.makeRoom()
+	e.busy = true
+	hs.m[key] = e
+	return e
+}
+
+// makeRoom drops an entry not in use when the map is full.
+func (hs *histories) makeRoom() {
+	if len(hs.m) < maxHistories {
+		return
+	}
+	for k, e := range hs.m {
+		if !e.busy {
+			delete(hs.m, k)
+			return
+		}
+	}
+}
+
+// done gives e back after a write; ended drops key's entry for good.
+func (hs *histories) done(key string, e *histEntry, ended bool) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	e.busy = false
+	if !ended || hs.m[key] != e {
+		return
+	}
+	delete(hs.m, key)
+	if len(hs.free) < maxFreeHist {
+		e.enc.Reset()
+		hs.free = append(hs.free, e)
+	}
+}
+
+// kvWrite is a checkpoint write's message, reused from write to write: an
+// empty header map's first entry allocates its whole table, most of a
+// message's bytes, and sagad writes a checkpoint nine times a capsule.
+// write makes, publishes and drops the message within one call, and
+// nats.go turns the headers into the request's bytes before RequestMsg
+// returns, keeping no reference to the message.
+type kvWrite struct {
+	m    nats.Msg
+	vals [2]string
+}
+
+var kvWrites = sync.Pool{New: func() any { return &kvWrite{m: nats.Msg{Header: make(nats.Header, 2)}} }}
+
+// newKVWrite is the message of a KV update of key at revision rev (its
+// text) with the time to live ttl (0: none).
+func newKVWrite(key string, b []byte, rev string, ttl time.Duration) *kvWrite {
+	w := kvWrites.Get().(*kvWrite)
+	w.m.Subject, w.m.Data = "$KV."+CheckpointsBucket+"."+key, b
+	w.vals[0] = rev
+	w.m.Header[jetstream.ExpectedLastSubjSeqHeader] = w.vals[0:1:1]
+	if ttl > 0 {
+		w.vals[1] = ttl.String()
+		w.m.Header[jetstream.MsgTTLHeader] = w.vals[1:2:2]
+	}
+	return w
+}
+
+// release empties w for the next write.
+func (w *kvWrite) release() {
+	clear(w.m.Header)
+	w.m.Subject, w.m.Data, w.vals = "", nil, [2]string{}
+	kvWrites.Put(w)
+}

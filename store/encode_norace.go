@@ -1,0 +1,6 @@
+//go:build !race
+
+package store
+
+// raceChecks: see checkEncoding.
+const raceChecks = false

@@ -1,0 +1,165 @@
+package store
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/machine"
+)
+
+// The messages as they were made with nats.Header.Set, which the sized
+// headers must match key for key and value for value.
+
+func refCapsuleHeaders(m *nats.Msg, cp *capsule.Checkpoint) {
+	m.Header.Set(HeaderKey, cp.Key)
+	if cp.CapsuleID != "" {
+		m.Header.Set(HeaderCapsuleID, cp.CapsuleID)
+	}
+	m.Header.Set(HeaderTraceID, cp.TraceID)
+}
+
+func refPhaseMsg(cp *capsule.Checkpoint, token string) *nats.Msg {
+	m := nats.NewMsg(PhaseSubject(cp.State.Phase))
+	refCapsuleHeaders(m, cp)
+	m.Header.Set(HeaderPhase, strconv.Itoa(int(cp.State.Phase)))
+	m.Header.Set(HeaderCycle, strconv.Itoa(cp.State.Cycle))
+	if token != "" {
+		m.Header.Set(HeaderResumeToken, token)
+	}
+	return m
+}
+
+func refOutcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.State, raw []byte) *nats.Msg {
+	m := nats.NewMsg(OutcomeSubject(state))
+	m.Data = raw
+	refCapsuleHeaders(m, cp)
+	m.Header.Set(HeaderState, string(state))
+	m.Header.Set(HeaderPhase, strconv.Itoa(int(tr.Phase)))
+	m.Header.Set(HeaderCycle, strconv.Itoa(tr.Cycle))
+	if tr.Detail != "" && state == capsule.Halted {
+		m.Header.Set(HeaderHaltReason, tr.Detail)
+	}
+	if by, verdict, ok := machine.AcceptedOver(cp); ok && state == capsule.Completed {
+		m.Header.Set(HeaderAcceptedOver, string(verdict)+" by "+by)
+	}
+	if len(cp.State.ArtifactRefs) > 0 {
+		m.Header.Set(HeaderArtifacts, strings.Join(cp.State.ArtifactRefs, ","))
+	}
+	if cp.Constitution != "" {
+		m.Header.Set(HeaderConstitution, cp.Constitution)
+	}
+	m.Header.Set(jetstream.MsgIDHeader, OutcomeMsgID(cp))
+	if run := cp.RunNumber(); run > 1 {
+		m.Header.Set(HeaderRun, strconv.Itoa(run))
+	}
+	return m
+}
+
+func refCheckpointWrite(key string, b []byte, rev uint64, ttl time.Duration) *nats.Msg {
+	m := nats.NewMsg("$KV." + CheckpointsBucket + "." + key)
+	m.Data = b
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	if ttl > 0 {
+		m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
+	}
+	return m
+}
+
+// randomCapsule is a checkpoint with every header-bearing part present or
+// not at random.
+func randomCapsule(r *rand.Rand) *capsule.Checkpoint {
+	cp := &capsule.Checkpoint{Key: "k-" + strconv.Itoa(r.IntN(1000)), TraceID: "t" + strconv.Itoa(r.IntN(9))}
+	if r.IntN(2) == 0 {
+		cp.CapsuleID = "c" + strconv.Itoa(r.IntN(9))
+	}
+	if r.IntN(2) == 0 {
+		cp.Constitution = "2026.11.3+0123abcd"
+	}
+	for n := r.IntN(3); n > 0; n-- {
+		cp.State.ArtifactRefs = append(cp.State.ArtifactRefs, "artifact:x/"+strconv.Itoa(n))
+	}
+	cp.Run = r.IntN(3)
+	cp.State.Phase, cp.State.Cycle = capsule.Phase(r.IntN(7)), r.IntN(4)
+	if r.IntN(3) == 0 {
+		cp.State.Cycle = cp.State.Cycle % 2
+		cp.State.Reviews = []capsule.ReviewEntry{
+			{Cycle: cp.State.Cycle, ReviewerID: "r", Verdict: capsule.ChangesRequested},
+			{Cycle: cp.State.Cycle, ReviewerID: machine.OperatorReviewer + "ann", Verdict: capsule.Approved,
+				Findings: []capsule.Finding{{Message: machine.OperatorAcceptance + "CHANGES_REQUESTED of r"}}},
+		}
+	}
+	return cp
+}
+
+// TestMessagesAsSet: the phase, outcome, event and checkpoint-write
+// messages carry exactly the subject, body and headers the nats.Header.Set
+// versions did, over random capsules.
+func TestMessagesAsSet(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(9, 10))
+	for range 3000 {
+		cp := randomCapsule(r)
+		token := []string{"", "tok"}[r.IntN(2)]
+		require.Equal(t, refPhaseMsg(cp, token), EncodePhaseMsg(cp, token))
+
+		tr := capsule.Transition{Phase: cp.State.Phase, Cycle: cp.State.Cycle, Detail: []string{"", "executor_failed:x"}[r.IntN(2)]}
+		state := []capsule.State{capsule.Completed, capsule.Halted, capsule.Cancelled}[r.IntN(3)]
+		raw := []byte(`{"capsule_id":"c"}`)
+		require.Equal(t, refOutcomeMsg(cp, tr, state, raw), outcomeMsg(cp, tr, state, raw))
+
+		rev, ttl := r.Uint64N(1e6), []time.Duration{0, time.Hour, 168 * time.Hour}[r.IntN(3)]
+		w := newKVWrite(cp.Key, raw, strconv.FormatUint(rev, 10), ttl)
+		require.Equal(t, refCheckpointWrite(cp.Key, raw, rev, ttl), &w.m)
+		w.release()
+	}
+	ev := capsule.Event{ID: "k.1.0.phase_completed.1", Kind: capsule.EventPhaseCompleted, Key: "k", TraceID: "t"}
+	got, err := eventMsg(ev)
+	require.NoError(t, err)
+	want := nats.NewMsg(EventSubject("k"))
+	want.Data, _ = json.Marshal([]capsule.Event{ev})
+	want.Header.Set(HeaderEventID, ev.ID)
+	want.Header.Set(HeaderTraceID, ev.TraceID)
+	require.Equal(t, want, got)
+}
+
+// TestKVWriteReleased: a released checkpoint-write message keeps nothing of
+// its write, and the next write's headers are its own.
+func TestKVWriteReleased(t *testing.T) {
+	w := newKVWrite("a", []byte("x"), "7", time.Hour)
+	w.release()
+	require.Empty(t, w.m.Header)
+	require.Equal(t, [2]string{}, w.vals)
+	require.Nil(t, w.m.Data)
+	w = newKVWrite("b", []byte("y"), "8", 0)
+	defer w.release()
+	require.Equal(t, refCheckpointWrite("b", []byte("y"), 8, 0), &w.m)
+}
+
+// TestHistories: an entry is key's own across writes, a second writer of
+// a key at once gets one of its own, an ended capsule's entry is dropped
+// and its memory reused, and the map stays within its bound.
+func TestHistories(t *testing.T) {
+	t.Parallel()
+	var hs histories
+	a := hs.take("a")
+	require.NotSame(t, a, hs.take("a"), "a busy entry is not shared")
+	hs.done("a", a, false)
+	require.Same(t, a, hs.take("a"))
+	hs.done("a", a, true)
+	require.NotContains(t, hs.m, "a")
+	require.Same(t, a, hs.take("b"), "an ended capsule's memory is reused")
+	hs.done("b", a, false)
+	for i := range 2 * maxHistories {
+		hs.done(strconv.Itoa(i), hs.take(strconv.Itoa(i)), false)
+	}
+	require.LessOrEqual(t, len(hs.m), maxHistories)
+}
