@@ -18,22 +18,35 @@ import (
 // again when the write is done.
 var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
-// encode encodes cp into a pooled buffer; done returns the buffer. The
-// history's encoding is kept from the capsule's last write by this process
-// (see histories): only the transitions since are encoded.
-func (s *Checkpoints) encode(cp *capsule.Checkpoint) ([]byte, func(), error) {
-	bp := encodeBufs.Get().(*[]byte)
+// encoded is a checkpoint's encoding, in a pooled buffer, and the subject
+// of its key's writes.
+type encoded struct {
+	b       []byte
+	subject string
+	buf     *[]byte
+}
+
+// release returns the buffer.
+func (e encoded) release() { *e.buf = e.b[:0]; encodeBufs.Put(e.buf) }
+
+// encode encodes cp into a pooled buffer. The history's encoding is kept
+// from the capsule's last write by this process (see histories): only the
+// transitions since are encoded.
+func (s *Checkpoints) encode(cp *capsule.Checkpoint) (encoded, error) {
+	e := encoded{buf: encodeBufs.Get().(*[]byte)}
 	h := s.hist.take(cp.Key)
-	b, err := cp.AppendJSONReusing((*bp)[:0], &h.enc)
+	b, err := cp.AppendJSONReusing((*e.buf)[:0], &h.enc)
+	e.subject = h.subject
 	s.hist.done(cp.Key, h, cp.Terminal())
 	if err == nil && (raceChecks || checkEncodings.Load()) {
 		checkEncoding(cp, b)
 	}
 	if err != nil {
-		encodeBufs.Put(bp)
-		return nil, nil, err
+		encodeBufs.Put(e.buf)
+		return encoded{}, err
 	}
-	return b, func() { *bp = b[:0]; encodeBufs.Put(bp) }, nil
+	e.b = b
+	return e, nil
 }
 
 // checkEncodings turns checkEncoding on in a build without the race
@@ -76,8 +89,9 @@ type histories struct {
 }
 
 type histEntry struct {
-	enc  capsule.HistoryEncoding
-	busy bool
+	enc     capsule.HistoryEncoding
+	subject string // of the key's writes, made once a capsule
+	busy    bool
 }
 
 // take returns key's entry, marked busy, or a fresh one when it has none
@@ -89,12 +103,14 @@ func (hs *histories) take(key string) *histEntry {
 		e.busy = true
 		return e
 	} else if e != nil {
-		return new(histEntry) // not kept: the busy one stays key's
+		// Not kept: the busy one stays key's.
+		return &histEntry{subject: checkpointSubject(key)}
 	}
 	e := new(histEntry)
 	if n := len(hs.free); n > 0 {
 		e, hs.free = hs.free[n-1], hs.free[:n-1]
 	}
+	e.subject = checkpointSubject(key)
 	if hs.m == nil {
 		hs.m = make(map[string]*histEntry)
 	}
@@ -145,11 +161,14 @@ type kvWrite struct {
 
 var kvWrites = sync.Pool{New: func() any { return &kvWrite{m: nats.Msg{Header: make(nats.Header, 2)}} }}
 
-// newKVWrite is the message of a KV update of key at revision rev (its
+// checkpointSubject is the subject of key's checkpoint writes.
+func checkpointSubject(key string) string { return "$KV." + CheckpointsBucket + "." + key }
+
+// newKVWrite is the message of a KV update on subject at revision rev (its
 // text) with the time to live ttl (0: none).
-func newKVWrite(key string, b []byte, rev string, ttl time.Duration) *kvWrite {
+func newKVWrite(subject string, b []byte, rev string, ttl time.Duration) *kvWrite {
 	w := kvWrites.Get().(*kvWrite)
-	w.m.Subject, w.m.Data = "$KV."+CheckpointsBucket+"."+key, b
+	w.m.Subject, w.m.Data = subject, b
 	w.vals[0] = rev
 	w.m.Header[jetstream.ExpectedLastSubjSeqHeader] = w.vals[0:1:1]
 	if ttl > 0 {

@@ -117,7 +117,7 @@ func TestMessagesAsSet(t *testing.T) {
 		require.Equal(t, refOutcomeMsg(cp, tr, state, raw), outcomeMsg(cp, tr, state, raw))
 
 		rev, ttl := r.Uint64N(1e6), []time.Duration{0, time.Hour, 168 * time.Hour}[r.IntN(3)]
-		w := newKVWrite(cp.Key, raw, strconv.FormatUint(rev, 10), ttl)
+		w := newKVWrite(checkpointSubject(cp.Key), raw, strconv.FormatUint(rev, 10), ttl)
 		require.Equal(t, refCheckpointWrite(cp.Key, raw, rev, ttl), &w.m)
 		w.release()
 	}
@@ -134,12 +134,12 @@ func TestMessagesAsSet(t *testing.T) {
 // TestKVWriteReleased: a released checkpoint-write message keeps nothing of
 // its write, and the next write's headers are its own.
 func TestKVWriteReleased(t *testing.T) {
-	w := newKVWrite("a", []byte("x"), "7", time.Hour)
+	w := newKVWrite(checkpointSubject("a"), []byte("x"), "7", time.Hour)
 	w.release()
 	require.Empty(t, w.m.Header)
 	require.Equal(t, [2]string{}, w.vals)
 	require.Nil(t, w.m.Data)
-	w = newKVWrite("b", []byte("y"), "8", 0)
+	w = newKVWrite(checkpointSubject("b"), []byte("y"), "8", 0)
 	defer w.release()
 	require.Equal(t, refCheckpointWrite("b", []byte("y"), 8, 0), &w.m)
 }
@@ -163,3 +163,49 @@ func TestHistories(t *testing.T) {
 	}
 	require.LessOrEqual(t, len(hs.m), maxHistories)
 }
+
+// BenchmarkCheckpointWrites: a capsule's nine checkpoint writes as the store
+// prepares them (the encoding and the message), one transition more at
+// each, before (a full encoding, the message made with nats.Header.Set) and
+// now (the kept history, the reused message).
+func BenchmarkCheckpointWrites(b *testing.B) {
+	cp := NewCheckpoint("0f8fad5b-d9cb-469f-a165-70867728950e", "0f8fad5b-d9cb-469f-a165-70867728950e", "4bf92f3577b34da6a3ce929d0e0e4736", "",
+		"sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", time.Date(2026, 11, 22, 7, 8, 9, 123456789, time.UTC))
+	cp.State.LocksHeld, cp.State.ArtifactRefs = []string{"repo:sagad/capsule"}, []string{"artifact:0f8fad5b-d9cb-469f-a165-70867728950e/1"}
+	var ts []capsule.Transition
+	for i := range 9 {
+		ph := capsule.Phase(i % 7)
+		ts = append(ts, capsule.Transition{Phase: ph, PhaseName: ph.String(), Cycle: 1, Outcome: capsule.OutcomePassed, At: cp.CreatedAt.Add(time.Duration(i) * 1234567 * time.Microsecond)})
+	}
+	b.Run("before", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			for i := 1; i <= len(ts); i++ {
+				cp.History = ts[:i:i]
+				buf, _ = cp.AppendJSON(buf[:0])
+				sinkMsg = refCheckpointWrite(cp.Key, buf, uint64(1000+i), 0)
+			}
+		}
+	})
+	b.Run("now", func(b *testing.B) {
+		b.ReportAllocs()
+		s := &Checkpoints{}
+		for b.Loop() {
+			for i := 1; i <= len(ts); i++ {
+				cp.History = ts[:i:i]
+				cp.State.Status = capsule.InProgress
+				if i == len(ts) {
+					cp.State.Status = capsule.Completed
+				}
+				e, _ := s.encode(cp)
+				w := newKVWrite(e.subject, e.b, strconv.FormatUint(uint64(1000+i), 10), 0)
+				sinkMsg = &w.m
+				w.release()
+				e.release()
+			}
+		}
+	})
+}
+
+var sinkMsg *nats.Msg

@@ -152,21 +152,22 @@ func (s *Checkpoints) GetLatest(ctx context.Context, key string, c *Cache) (*cap
 // time to live.
 func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (rev uint64, err error) {
 	defer func() { s.wrote(cp, rev, err) }()
-	b, done, err := s.encode(cp)
+	e, err := s.encode(cp)
 	if err != nil {
 		return 0, err
 	}
-	defer done()
+	defer e.release()
+	b := e.b
 	if s.js != nil && s.ttl > 0 && cp.Terminal() {
 		// Expected last sequence 0: the key has no entry, not even a
 		// marker; a marker left by an expired namesake conflicts until it
 		// expires itself, a second later.
-		return s.write(ctx, cp.Key, b, 0, s.ttl)
+		return s.write(ctx, cp.Key, e, 0, s.ttl)
 	}
 	if s.js != nil {
 		// The common case, a key never written, in one request; the KV
 		// client's Create also takes a key over a delete marker.
-		if rev, err := s.write(ctx, cp.Key, b, 0, 0); !errors.Is(err, ErrConflict) {
+		if rev, err := s.write(ctx, cp.Key, e, 0, 0); !errors.Is(err, ErrConflict) {
 			return rev, err
 		}
 	}
@@ -180,17 +181,18 @@ func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (rev u
 // Update writes cp if the stored revision is still rev; ErrConflict otherwise.
 func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (written uint64, err error) {
 	defer func() { s.wrote(cp, written, err) }()
-	b, done, err := s.encode(cp)
+	e, err := s.encode(cp)
 	if err != nil {
 		return 0, err
 	}
-	defer done()
+	defer e.release()
+	b := e.b
 	if s.js != nil {
 		ttl := time.Duration(0)
 		if cp.Terminal() {
 			ttl = s.ttl // the last write of an ended capsule
 		}
-		return s.write(ctx, cp.Key, b, rev, ttl)
+		return s.write(ctx, cp.Key, e, rev, ttl)
 	}
 	n, err := jspub.Write(ctx, s.w, func(ctx context.Context) (uint64, error) { return s.kv.Update(ctx, cp.Key, b, rev) })
 	if cas.Conflict(err) {
@@ -204,8 +206,8 @@ func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev ui
 // claim), see internal/jspub. The subject is the bucket's own: sagad's
 // JetStream contexts use no domain or API prefix (a KV client would add them;
 // sagad would have to as well).
-func (s *Checkpoints) write(ctx context.Context, key string, b []byte, rev uint64, ttl time.Duration) (uint64, error) {
-	w := newKVWrite(key, b, strconv.FormatUint(rev, 10), ttl)
+func (s *Checkpoints) write(ctx context.Context, key string, e encoded, rev uint64, ttl time.Duration) (uint64, error) {
+	w := newKVWrite(e.subject, e.b, strconv.FormatUint(rev, 10), ttl)
 	seq, err := s.w.Publish(ctx, s.js.Conn(), &w.m)
 	w.release()
 	if cas.Conflict(err) {
