@@ -590,21 +590,9 @@ const (
 
 // skipPlain returns the end of the run of plain bytes of s from i on,
 // found 8 bytes at a time (it may stop short of the run's end, never past
-// it): plain bytes need neither escaping nor a UTF-8 look.
-func skipPlain(s string, i int) int {
-	for ; i+8 <= len(s); i += 8 {
-		if !plain8(s[i : i+8]) {
-			return i
-		}
-	}
-	if i < len(s) && len(s) >= 8 && plain8(s[len(s)-8:]) {
-		return len(s) // the tail, read as the last 8 bytes
-	}
-	return i
-}
-
-// plain8 reports whether every byte of the 8 of c is ASCII, not a control
-// and not one of " \\ < > &.
+// it): plain bytes are ASCII, not controls and not one of " \\ < > &, and
+// need neither escaping nor a UTF-8 look. Fewer than 8 bytes left are
+// read as the string's last 8, the plain bytes before them included.
 //
 // Once the bytes are known to be ASCII (no top bit), x-n*lsb has a top bit
 // set exactly where some byte is below n (the first such byte borrows), so
@@ -612,13 +600,27 @@ func skipPlain(s string, i int) int {
 // one subtraction each. A chunk with a byte past ASCII fails on that
 // byte's own top bit, whatever the other tests say. '"' and '&' differ in
 // one bit (0x04), as do '<' and '>' (0x02): one test each.
-func plain8(c string) bool {
-	_ = c[7]
-	x := uint64(c[0]) | uint64(c[1])<<8 | uint64(c[2])<<16 | uint64(c[3])<<24 |
-		uint64(c[4])<<32 | uint64(c[5])<<40 | uint64(c[6])<<48 | uint64(c[7])<<56
-	bad := x | (x - 0x20*lsb) |
-		((x^('"'*lsb))&^(0x04*lsb) - lsb) |
-		((x^('<'*lsb))&^(0x02*lsb) - lsb) |
-		((x ^ ('\\' * lsb)) - lsb)
-	return bad&msb == 0
+func skipPlain(s string, i int) int {
+	for i < len(s) {
+		j := i
+		if len(s)-i < 8 {
+			if len(s) < 8 {
+				return i
+			}
+			j = len(s) - 8
+		}
+		c := s[j : j+8]
+		_ = c[7]
+		x := uint64(c[0]) | uint64(c[1])<<8 | uint64(c[2])<<16 | uint64(c[3])<<24 |
+			uint64(c[4])<<32 | uint64(c[5])<<40 | uint64(c[6])<<48 | uint64(c[7])<<56
+		bad := x | (x - 0x20*lsb) |
+			((x^('"'*lsb))&^(0x04*lsb) - lsb) |
+			((x^('<'*lsb))&^(0x02*lsb) - lsb) |
+			((x ^ ('\\' * lsb)) - lsb)
+		if bad&msb != 0 {
+			return i
+		}
+		i = j + 8
+	}
+	return i
 }
