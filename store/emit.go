@@ -45,7 +45,11 @@ func (s *Store) Emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr
 func (s *Store) emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr *capsule.Transition, raw []byte, fx machine.Effects) error {
 	if fx.Next != nil {
 		// The transition's events are in the checkpoint (CheckpointEvents).
-		if err := s.publish(ctx, EncodePhaseMsg(cp, "")); err != nil {
+		p := jspub.GetMsg(PhaseSubject(cp.State.Phase), nil)
+		phaseHeaders(p.Headers(), cp, "")
+		err := s.publish(ctx, p.Msg())
+		p.Release()
+		if err != nil {
 			return err
 		}
 	}
@@ -66,7 +70,11 @@ func (s *Store) emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr
 			send = !sent
 		}
 		if send {
-			if err := s.publish(ctx, outcomeMsg(cp, *tr, fx.Outcome, raw)); err != nil {
+			p := jspub.GetMsg(OutcomeSubject(fx.Outcome), raw)
+			outcomeHeaders(p.Headers(), cp, *tr, fx.Outcome)
+			err := s.publish(ctx, p.Msg())
+			p.Release()
+			if err != nil {
 				return err
 			}
 			if err := s.markOutcomeSent(ctx, cp.Key, cp.RunNumber(), raw); err != nil {
@@ -119,7 +127,8 @@ func bytesRun(h nats.Header) int {
 // retention as their time to live. It is the last write of the capsule's
 // saga; the checkpoint got the same time to live when it recorded the end.
 func (s *Store) markOutcomeSent(ctx context.Context, key string, run int, raw []byte) error {
-	h := jspub.NewHeaders(3)
+	p := jspub.GetMsg(capsuleSubject(key), raw)
+	h := p.Headers()
 	h.Set(HeaderOutcomeSent, "true")
 	if run > 1 {
 		h.Set(HeaderRun, strconv.Itoa(run))
@@ -127,8 +136,9 @@ func (s *Store) markOutcomeSent(ctx context.Context, key string, run int, raw []
 	if s.retention > 0 {
 		h.Set(jetstream.MsgTTLHeader, s.retention.String())
 	}
-	m := jspub.NewMsg(capsuleSubject(key), raw, h)
-	if err := s.publish(ctx, m); err != nil {
+	err := s.publish(ctx, p.Msg())
+	p.Release()
+	if err != nil {
 		return fmt.Errorf("record the outcome of %s: %w", key, err)
 	}
 	return nil
@@ -151,7 +161,14 @@ func (s *Store) PublishPhase(ctx context.Context, cp *capsule.Checkpoint, token 
 
 // outcomeMsg is the message that emits an ended capsule with its original bytes.
 func outcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.State, raw []byte) *nats.Msg {
-	h := capsuleHeaders(cp, 9)
+	h := jspub.NewHeaders(12)
+	outcomeHeaders(&h, cp, tr, state)
+	return jspub.NewMsg(OutcomeSubject(state), raw, h)
+}
+
+// outcomeHeaders sets the headers of outcomeMsg.
+func outcomeHeaders(h *jspub.Headers, cp *capsule.Checkpoint, tr capsule.Transition, state capsule.State) {
+	capsuleHeaders(h, cp)
 	h.Set(HeaderState, string(state))
 	h.Set(HeaderPhase, strconv.Itoa(int(tr.Phase)))
 	h.Set(HeaderCycle, strconv.Itoa(tr.Cycle))
@@ -171,7 +188,6 @@ func outcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.Sta
 	if run := cp.RunNumber(); run > 1 {
 		h.Set(HeaderRun, strconv.Itoa(run))
 	}
-	return jspub.NewMsg(OutcomeSubject(state), raw, h)
 }
 
 // OutcomeMsgID is the de-duplication id of cp's outcome message: one outcome
@@ -208,16 +224,13 @@ func (s *Store) EmitParked(ctx context.Context, cp *capsule.Checkpoint) error {
 	})
 }
 
-// capsuleHeaders are the headers naming cp's capsule, with room for more
-// headers after them.
-func capsuleHeaders(cp *capsule.Checkpoint, more int) jspub.Headers {
-	h := jspub.NewHeaders(3 + more)
+// capsuleHeaders sets the headers naming cp's capsule.
+func capsuleHeaders(h *jspub.Headers, cp *capsule.Checkpoint) {
 	h.Set(HeaderKey, cp.Key)
 	if cp.CapsuleID != "" {
 		h.Set(HeaderCapsuleID, cp.CapsuleID)
 	}
 	h.Set(HeaderTraceID, cp.TraceID)
-	return h
 }
 
 func (s *Store) PublishEvent(ctx context.Context, ev capsule.Event) error {

@@ -7,10 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/jspub"
 )
 
 // encodeBufs recycles checkpoint encodings: a write's bytes are copied into
@@ -148,39 +148,18 @@ func (hs *histories) done(key string, e *histEntry, ended bool) {
 	}
 }
 
-// kvWrite is a checkpoint write's message, reused from write to write: an
-// empty header map's first entry allocates its whole table, most of a
-// message's bytes, and sagad writes a checkpoint nine times a capsule.
-// write makes, publishes and drops the message within one call, and
-// nats.go turns the headers into the request's bytes before RequestMsg
-// returns, keeping no reference to the message.
-type kvWrite struct {
-	m    nats.Msg
-	vals [2]string
-}
-
-var kvWrites = sync.Pool{New: func() any { return &kvWrite{m: nats.Msg{Header: make(nats.Header, 2)}} }}
-
 // checkpointSubject is the subject of key's checkpoint writes.
 func checkpointSubject(key string) string { return "$KV." + CheckpointsBucket + "." + key }
 
-// newKVWrite is the message of a KV update on subject at revision rev (its
-// text) with the time to live ttl (0: none).
-func newKVWrite(subject string, b []byte, rev string, ttl time.Duration) *kvWrite {
-	w := kvWrites.Get().(*kvWrite)
-	w.m.Subject, w.m.Data = subject, b
-	w.vals[0] = rev
-	w.m.Header[jetstream.ExpectedLastSubjSeqHeader] = w.vals[0:1:1]
+// kvWrite is the message of a checkpoint write on subject at revision rev
+// (its text) with the time to live ttl (0: none), from the pool: write
+// makes, publishes and drops it within one call (see jspub.Msg).
+func kvWrite(subject string, b []byte, rev string, ttl time.Duration) *jspub.Msg {
+	p := jspub.GetMsg(subject, b)
+	h := p.Headers()
+	h.Set(jetstream.ExpectedLastSubjSeqHeader, rev)
 	if ttl > 0 {
-		w.vals[1] = ttl.String()
-		w.m.Header[jetstream.MsgTTLHeader] = w.vals[1:2:2]
+		h.Set(jetstream.MsgTTLHeader, ttl.String())
 	}
-	return w
-}
-
-// release empties w for the next write.
-func (w *kvWrite) release() {
-	clear(w.m.Header)
-	w.m.Subject, w.m.Data, w.vals = "", nil, [2]string{}
-	kvWrites.Put(w)
+	return p
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/sagatest"
 	"github.com/sagad/sagad/store"
@@ -62,4 +63,35 @@ func TestCheckpointWritesOnRealRuns(t *testing.T) {
 		require.NotEqual(t, capsule.InProgress, cp.State.Status)
 	}
 	require.Greater(t, checked()-before, int64(4*5), "every write was checked")
+	requireOutcomeHeaders(t, b, ids)
+}
+
+// requireOutcomeHeaders: each capsule's outcome message and its kept bytes,
+// marked after the outcome was sent, carry their headers as stored.
+func requireOutcomeHeaders(t *testing.T, b *sagatest.Bundle, ids []string) {
+	t.Helper()
+	ctx := context.Background()
+	outcomes, err := b.JS.Stream(ctx, store.OutcomesStream)
+	require.NoError(t, err)
+	kept, err := b.JS.Stream(ctx, "KV_"+store.CapsulesBucket)
+	require.NoError(t, err)
+	for _, id := range ids {
+		cp, _, err := b.Store.Checkpoints.Get(ctx, id)
+		require.NoError(t, err)
+		var m *jetstream.RawStreamMsg
+		natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+			m, err = kept.GetLastMsgForSubject(ctx, "$KV."+store.CapsulesBucket+"."+id)
+			return err == nil && m.Header.Get(store.HeaderOutcomeSent) == "true"
+		}, "%s: the kept bytes never marked", id)
+		require.Equal(t, "1h0m0s", m.Header.Get(jetstream.MsgTTLHeader))
+		m, err = outcomes.GetLastMsgForSubject(ctx, store.OutcomeSubject(cp.State.Status))
+		require.NoError(t, err)
+		if m.Header.Get(store.HeaderKey) != id {
+			continue // a later capsule's outcome of the same state
+		}
+		require.Equal(t, cp.CapsuleID, m.Header.Get(store.HeaderCapsuleID))
+		require.Equal(t, cp.TraceID, m.Header.Get(store.HeaderTraceID))
+		require.Equal(t, string(cp.State.Status), m.Header.Get(store.HeaderState))
+		require.Equal(t, store.OutcomeMsgID(cp), m.Header.Get(jetstream.MsgIDHeader))
+	}
 }

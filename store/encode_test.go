@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/machine"
 )
 
@@ -117,9 +118,18 @@ func TestMessagesAsSet(t *testing.T) {
 		require.Equal(t, refOutcomeMsg(cp, tr, state, raw), outcomeMsg(cp, tr, state, raw))
 
 		rev, ttl := r.Uint64N(1e6), []time.Duration{0, time.Hour, 168 * time.Hour}[r.IntN(3)]
-		w := newKVWrite(checkpointSubject(cp.Key), raw, strconv.FormatUint(rev, 10), ttl)
-		require.Equal(t, refCheckpointWrite(cp.Key, raw, rev, ttl), &w.m)
-		w.release()
+		w := kvWrite(checkpointSubject(cp.Key), raw, strconv.FormatUint(rev, 10), ttl)
+		require.Equal(t, refCheckpointWrite(cp.Key, raw, rev, ttl), w.Msg())
+		w.Release()
+
+		p := jspub.GetMsg(PhaseSubject(cp.State.Phase), nil)
+		phaseHeaders(p.Headers(), cp, token)
+		requireSameMsg(t, refPhaseMsg(cp, token), p.Msg())
+		p.Release()
+		p = jspub.GetMsg(OutcomeSubject(state), raw)
+		outcomeHeaders(p.Headers(), cp, tr, state)
+		requireSameMsg(t, refOutcomeMsg(cp, tr, state, raw), p.Msg())
+		p.Release()
 	}
 	ev := capsule.Event{ID: "k.1.0.phase_completed.1", Kind: capsule.EventPhaseCompleted, Key: "k", TraceID: "t"}
 	got, err := eventMsg(ev)
@@ -131,17 +141,12 @@ func TestMessagesAsSet(t *testing.T) {
 	require.Equal(t, want, got)
 }
 
-// TestKVWriteReleased: a released checkpoint-write message keeps nothing of
-// its write, and the next write's headers are its own.
-func TestKVWriteReleased(t *testing.T) {
-	w := newKVWrite(checkpointSubject("a"), []byte("x"), "7", time.Hour)
-	w.release()
-	require.Empty(t, w.m.Header)
-	require.Equal(t, [2]string{}, w.vals)
-	require.Nil(t, w.m.Data)
-	w = newKVWrite(checkpointSubject("b"), []byte("y"), "8", 0)
-	defer w.release()
-	require.Equal(t, refCheckpointWrite("b", []byte("y"), 8, 0), &w.m)
+// requireSameMsg: got has want's subject, body and headers.
+func requireSameMsg(t *testing.T, want, got *nats.Msg) {
+	t.Helper()
+	require.Equal(t, want.Subject, got.Subject)
+	require.Equal(t, want.Data, got.Data)
+	require.Equal(t, want.Header, got.Header)
 }
 
 // TestHistories: an entry is key's own across writes, a second writer of
@@ -199,9 +204,9 @@ func BenchmarkCheckpointWrites(b *testing.B) {
 					cp.State.Status = capsule.Completed
 				}
 				e, _ := s.encode(cp)
-				w := newKVWrite(e.subject, e.b, strconv.FormatUint(uint64(1000+i), 10), 0)
-				sinkMsg = &w.m
-				w.release()
+				w := kvWrite(e.subject, e.b, strconv.FormatUint(uint64(1000+i), 10), 0)
+				sinkMsg = w.Msg()
+				w.Release()
 				e.release()
 			}
 		}

@@ -207,9 +207,9 @@ func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev ui
 // JetStream contexts use no domain or API prefix (a KV client would add them;
 // sagad would have to as well).
 func (s *Checkpoints) write(ctx context.Context, key string, e encoded, rev uint64, ttl time.Duration) (uint64, error) {
-	w := newKVWrite(e.subject, e.b, strconv.FormatUint(rev, 10), ttl)
-	seq, err := s.w.Publish(ctx, s.js.Conn(), &w.m)
-	w.release()
+	p := kvWrite(e.subject, e.b, strconv.FormatUint(rev, 10), ttl)
+	seq, err := s.w.Publish(ctx, s.js.Conn(), p.Msg())
+	p.Release()
 	if cas.Conflict(err) {
 		return 0, ErrConflict
 	}

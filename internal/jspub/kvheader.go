@@ -1,6 +1,10 @@
 package jspub
 
-import "github.com/nats-io/nats.go"
+import (
+	"sync"
+
+	"github.com/nats-io/nats.go"
+)
 
 // Headers builds a message's headers at their final size. nats.Header.Set
 // makes a slice for every value and the map grows from empty; a write
@@ -34,4 +38,52 @@ func (h *Headers) Map() nats.Header { return h.h }
 // NewMsg is nats.NewMsg with h as the headers.
 func NewMsg(subject string, data []byte, h Headers) *nats.Msg {
 	return &nats.Msg{Subject: subject, Data: data, Header: h.h}
+}
+
+// Msg is a message whose memory serves one publish after another: an
+// empty header map's first entry allocates its whole table, most of a
+// small message's bytes, and sagad sends a dozen such messages a capsule.
+// It is for a message made, published with a request ([Publish],
+// [Writes.Publish]) and dropped within one call: nats.go turns the headers
+// into the request's bytes before the request returns and keeps no
+// reference to the message. Nothing may keep the message or its headers
+// after Release.
+type Msg struct {
+	msg  nats.Msg
+	h    Headers
+	vals [msgVals]string
+}
+
+// msgVals is the most headers a pooled message holds without a second
+// array (an outcome message's nine and room to spare).
+const msgVals = 12
+
+var msgs = sync.Pool{New: func() any {
+	p := new(Msg)
+	p.msg.Header = make(nats.Header, msgVals)
+	p.h = Headers{h: p.msg.Header, vals: p.vals[:0]}
+	return p
+}}
+
+// GetMsg returns a pooled message to subject with data as its body and
+// no headers.
+func GetMsg(subject string, data []byte) *Msg {
+	p := msgs.Get().(*Msg)
+	p.msg.Subject, p.msg.Data = subject, data
+	return p
+}
+
+// Headers returns p's headers, to set.
+func (p *Msg) Headers() *Headers { return &p.h }
+
+// Msg returns the message to publish.
+func (p *Msg) Msg() *nats.Msg { return &p.msg }
+
+// Release empties p and gives it back to the pool.
+func (p *Msg) Release() {
+	clear(p.msg.Header)
+	p.vals = [msgVals]string{}
+	p.h.vals = p.vals[:0]
+	p.msg.Subject, p.msg.Data = "", nil
+	msgs.Put(p)
 }
