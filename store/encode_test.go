@@ -214,3 +214,25 @@ func BenchmarkCheckpointWrites(b *testing.B) {
 }
 
 var sinkMsg *nats.Msg
+
+// BenchmarkPhaseMsg: a phase message as it was made (nats.Header.Set) and
+// as emit makes it now (a pooled message).
+func BenchmarkPhaseMsg(b *testing.B) {
+	cp := &capsule.Checkpoint{Key: "0f8fad5b-d9cb-469f-a165-70867728950e", CapsuleID: "0f8fad5b-d9cb-469f-a165-70867728950e", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736"}
+	cp.State.Phase, cp.State.Cycle = capsule.Execution, 1
+	b.Run("nats.Header.Set", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkMsg = refPhaseMsg(cp, "")
+		}
+	})
+	b.Run("pooled", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p := jspub.GetMsg(PhaseSubject(cp.State.Phase), nil)
+			phaseHeaders(p.Headers(), cp, "")
+			sinkMsg = p.Msg()
+			p.Release()
+		}
+	})
+}
