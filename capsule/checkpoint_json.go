@@ -33,6 +33,30 @@ func (c *Checkpoint) appendJSON(b []byte, h *HistoryEncoding) ([]byte, error) {
 		b = make([]byte, 0, 1024+160*len(c.History))
 	}
 	var err error
+	b = c.appendIdentity(b)
+	b = c.appendLineage(b)
+	b = append(b, `,"created_at":`...)
+	if b, err = appendTime(b, c.CreatedAt); err != nil {
+		return nil, err
+	}
+	b = append(b, `,"updated_at":`...)
+	if b, err = appendTime(b, c.UpdatedAt); err != nil {
+		return nil, err
+	}
+	b = append(b, `,"state":`...)
+	if b, err = c.State.appendJSON(b); err != nil {
+		return nil, err
+	}
+	b = append(b, `,"history":`...)
+	if b, err = appendHistory(b, c.History, h); err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
+}
+
+// appendIdentity writes the members that name the capsule and its trace,
+// from schema_version to chain.
+func (c *Checkpoint) appendIdentity(b []byte) []byte {
 	b = append(b, `{"schema_version":`...)
 	b = appendString(b, c.SchemaVersion)
 	b = append(b, `,"capsule_id":`...)
@@ -72,6 +96,12 @@ func (c *Checkpoint) appendJSON(b []byte, h *HistoryEncoding) ([]byte, error) {
 		}
 		b = append(b, '}')
 	}
+	return b
+}
+
+// appendLineage writes the members from digest to replay_token: where
+// the capsule came from and which run this is.
+func (c *Checkpoint) appendLineage(b []byte) []byte {
 	if c.Digest != "" {
 		b = append(b, `,"digest":`...)
 		b = appendString(b, c.Digest)
@@ -107,23 +137,7 @@ func (c *Checkpoint) appendJSON(b []byte, h *HistoryEncoding) ([]byte, error) {
 		b = append(b, `,"replay_token":`...)
 		b = appendString(b, c.ReplayToken)
 	}
-	b = append(b, `,"created_at":`...)
-	if b, err = appendTime(b, c.CreatedAt); err != nil {
-		return nil, err
-	}
-	b = append(b, `,"updated_at":`...)
-	if b, err = appendTime(b, c.UpdatedAt); err != nil {
-		return nil, err
-	}
-	b = append(b, `,"state":`...)
-	if b, err = c.State.appendJSON(b); err != nil {
-		return nil, err
-	}
-	b = append(b, `,"history":`...)
-	if b, err = appendHistory(b, c.History, h); err != nil {
-		return nil, err
-	}
-	return append(b, '}'), nil
+	return b
 }
 
 // HistoryEncoding is the JSON of a checkpoint's history as last written
@@ -251,6 +265,24 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"findings":`...)
 		b = appendFindings(b, s.Findings)
 	}
+	if b, err = s.appendReviews(b); err != nil {
+		return nil, err
+	}
+	if b, err = s.appendWork(b); err != nil {
+		return nil, err
+	}
+	if b, err = s.appendFailures(b); err != nil {
+		return nil, err
+	}
+	if b, err = s.appendWaits(b); err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
+}
+
+// appendReviews writes the reviews, if any.
+func (s *CheckpointState) appendReviews(b []byte) ([]byte, error) {
+	var err error
 	if len(s.Reviews) > 0 {
 		b = append(b, `,"reviews":[`...)
 		for i := range s.Reviews {
@@ -280,6 +312,12 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 		}
 		b = append(b, ']')
 	}
+	return b, nil
+}
+
+// appendWork writes the execution claim and its result, if any.
+func (s *CheckpointState) appendWork(b []byte) ([]byte, error) {
+	var err error
 	if x := s.Execution; x != nil {
 		b = append(b, `,"execution":{"cycle":`...)
 		b = strconv.AppendInt(b, int64(x.Cycle), 10)
@@ -312,6 +350,13 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 		}
 		b = append(b, '}')
 	}
+	return b, nil
+}
+
+// appendFailures writes the failed attempts, the pause, the overrides and
+// the warnings: rare, and written by encoding/json.
+func (s *CheckpointState) appendFailures(b []byte) ([]byte, error) {
+	var err error
 	if s.Attempts != nil {
 		// Rare (only after a failed call the failure policy retries).
 		if b, err = appendMarshaled(b, `,"attempts":`, s.Attempts); err != nil {
@@ -339,6 +384,13 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	return b, nil
+}
+
+// appendWaits writes what a waiting or paused capsule waits on, and the
+// operator's answer.
+func (s *CheckpointState) appendWaits(b []byte) ([]byte, error) {
+	var err error
 	if s.LockWaitSince != nil {
 		b = append(b, `,"lock_wait_since":`...)
 		if b, err = appendTime(b, *s.LockWaitSince); err != nil {
@@ -375,7 +427,7 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return append(b, '}'), nil
+	return b, nil
 }
 
 func appendFindings(b []byte, fs []Finding) []byte {
