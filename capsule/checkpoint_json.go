@@ -15,20 +15,7 @@ import (
 // transition and claim, and reflection-driven encoding was the largest
 // single cost of a hop. Rarely present parts (findings, reviews, pause,
 // overrides) still go through encoding/json.
-func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) { return c.appendJSON(b, nil) }
-
-// AppendJSONReusing is AppendJSON with the history's encoding kept in h
-// from one call to the next: the transitions h encoded before that are
-// still the first of c's history, equal field for field, are copied from
-// h's bytes instead of being encoded again. A checkpoint's history only
-// grows, and sagad writes the whole checkpoint at every transition, so
-// each write re-encoded every earlier transition. h may start zero; it is
-// not safe for concurrent use.
-func (c *Checkpoint) AppendJSONReusing(b []byte, h *HistoryEncoding) ([]byte, error) {
-	return c.appendJSON(b, h)
-}
-
-func (c *Checkpoint) appendJSON(b []byte, h *HistoryEncoding) ([]byte, error) {
+func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 	if b == nil {
 		b = make([]byte, 0, 1024+160*len(c.History))
 	}
@@ -48,7 +35,7 @@ func (c *Checkpoint) appendJSON(b []byte, h *HistoryEncoding) ([]byte, error) {
 		return nil, err
 	}
 	b = append(b, `,"history":`...)
-	if b, err = appendHistory(b, c.History, h); err != nil {
+	if b, err = appendHistory(b, c.History); err != nil {
 		return nil, err
 	}
 	return append(b, '}'), nil
@@ -140,30 +127,12 @@ func (c *Checkpoint) appendLineage(b []byte) []byte {
 	return b
 }
 
-// HistoryEncoding is the JSON of a checkpoint's history as last written
-// (see [Checkpoint.AppendJSONReusing]): the transitions, copied, and
-// their encodings joined by commas.
-type HistoryEncoding struct {
-	trans []Transition
-	enc   []byte
-}
-
-// Reset empties h and keeps its memory, for another capsule's history.
-func (h *HistoryEncoding) Reset() { h.trans, h.enc = h.trans[:0], h.enc[:0] }
-
-// appendHistory writes ts as encoding/json writes a []Transition, through
-// h when it is not nil.
-func appendHistory(b []byte, ts []Transition, h *HistoryEncoding) ([]byte, error) {
+// appendHistory writes ts as encoding/json writes a []Transition.
+func appendHistory(b []byte, ts []Transition) ([]byte, error) {
 	if ts == nil {
 		return append(b, "null"...), nil
 	}
 	b = append(b, '[')
-	if h != nil {
-		if err := h.update(ts); err != nil {
-			return nil, err
-		}
-		return append(append(b, h.enc...), ']'), nil
-	}
 	for i := range ts {
 		if i > 0 {
 			b = append(b, ',')
@@ -174,42 +143,6 @@ func appendHistory(b []byte, ts []Transition, h *HistoryEncoding) ([]byte, error
 		}
 	}
 	return append(b, ']'), nil
-}
-
-// update makes h the encoding of ts. The transitions h holds are kept if
-// they are ts's first ones: equal values encode to equal bytes, as every
-// field of a Transition is a plain value the encoder reads and nothing
-// else (== would not compile if a field became a slice or a map). Any
-// other history (a replay's, another writer's) is encoded afresh.
-func (h *HistoryEncoding) update(ts []Transition) error {
-	if !h.prefixOf(ts) {
-		h.Reset()
-	}
-	for i := len(h.trans); i < len(ts); i++ {
-		if i > 0 {
-			h.enc = append(h.enc, ',')
-		}
-		enc, err := ts[i].appendJSON(h.enc)
-		if err != nil {
-			h.Reset()
-			return err
-		}
-		h.enc, h.trans = enc, append(h.trans, ts[i])
-	}
-	return nil
-}
-
-// prefixOf reports whether h's transitions are the first of ts.
-func (h *HistoryEncoding) prefixOf(ts []Transition) bool {
-	if len(h.trans) > len(ts) {
-		return false
-	}
-	for i := range h.trans {
-		if h.trans[i] != ts[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func (t *Transition) appendJSON(b []byte) ([]byte, error) {

@@ -70,11 +70,8 @@ func (s *Store) emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr
 			send = !sent
 		}
 		if send {
-			p := jspub.GetMsg(OutcomeSubject(fx.Outcome), raw)
-			outcomeHeaders(p.Headers(), cp, *tr, fx.Outcome)
-			err := s.publish(ctx, p.Msg())
-			p.Release()
-			if err != nil {
+			// Up to a dozen headers, once a capsule: not a pooled message.
+			if err := s.publish(ctx, outcomeMsg(cp, *tr, fx.Outcome, raw)); err != nil {
 				return err
 			}
 			if err := s.markOutcomeSent(ctx, cp.Key, cp.RunNumber(), raw); err != nil {
@@ -162,13 +159,7 @@ func (s *Store) PublishPhase(ctx context.Context, cp *capsule.Checkpoint, token 
 // outcomeMsg is the message that emits an ended capsule with its original bytes.
 func outcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.State, raw []byte) *nats.Msg {
 	h := jspub.NewHeaders(12)
-	outcomeHeaders(&h, cp, tr, state)
-	return jspub.NewMsg(OutcomeSubject(state), raw, h)
-}
-
-// outcomeHeaders sets the headers of outcomeMsg.
-func outcomeHeaders(h *jspub.Headers, cp *capsule.Checkpoint, tr capsule.Transition, state capsule.State) {
-	capsuleHeaders(h, cp)
+	capsuleHeaders(&h, cp)
 	h.Set(HeaderState, string(state))
 	h.Set(HeaderPhase, strconv.Itoa(int(tr.Phase)))
 	h.Set(HeaderCycle, strconv.Itoa(tr.Cycle))
@@ -188,6 +179,7 @@ func outcomeHeaders(h *jspub.Headers, cp *capsule.Checkpoint, tr capsule.Transit
 	if run := cp.RunNumber(); run > 1 {
 		h.Set(HeaderRun, strconv.Itoa(run))
 	}
+	return jspub.NewMsg(OutcomeSubject(state), raw, h)
 }
 
 // OutcomeMsgID is the de-duplication id of cp's outcome message: one outcome

@@ -18,16 +18,13 @@ import (
 )
 
 // TestCheckpointWritesOnRealRuns runs capsules through a pipeline along
-// its main paths (passed, a review loop, max cycles, a failed agent) with
-// every checkpoint write held to a full encoding of the checkpoint written
-// (the kept history's bytes against encoding every transition again), and
-// reads the last write of each back from the bucket's stream: the stored
-// bytes are the checkpoint's encoding/json, and the write's headers (the
-// expected revision, the ended capsule's time to live) are stored as sent.
+// its main paths (passed, a review loop, max cycles, a failed agent) and
+// reads what their pooled messages wrote back from the streams: the last
+// checkpoint write's bytes are the checkpoint's encoding/json and its
+// headers (the expected revision, the ended capsule's time to live) are
+// stored as sent, as are the outcome's and the outcome mark's.
 func TestCheckpointWritesOnRealRuns(t *testing.T) {
 	t.Parallel()
-	checked := store.CheckEncodings()
-	before := checked()
 	b := sagatest.Run(t, func(c *pipeline.Config) { c.Retention = time.Hour })
 	scripts := []map[string]any{
 		nil,
@@ -62,7 +59,6 @@ func TestCheckpointWritesOnRealRuns(t *testing.T) {
 		require.Equal(t, "1h0m0s", raw.Header.Get(jetstream.MsgTTLHeader), "the last write of an ended capsule")
 		require.NotEqual(t, capsule.InProgress, cp.State.Status)
 	}
-	require.Greater(t, checked()-before, int64(4*5), "every write was checked")
 	requireOutcomeHeaders(t, b, ids)
 }
 

@@ -38,8 +38,6 @@ type Checkpoints struct {
 	Corrupt *corrupt.Reporter
 	// written is called after each write of this process (see OnWrite).
 	written atomic.Pointer[func(cp *capsule.Checkpoint, rev uint64)]
-	// hist keeps the capsules' encoded histories (see encode).
-	hist histories
 }
 
 // OnWrite sets f to be called, on the writer's goroutine and so quickly,
@@ -152,7 +150,7 @@ func (s *Checkpoints) GetLatest(ctx context.Context, key string, c *Cache) (*cap
 // time to live.
 func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (rev uint64, err error) {
 	defer func() { s.wrote(cp, rev, err) }()
-	e, err := s.encode(cp)
+	e, err := encode(cp)
 	if err != nil {
 		return 0, err
 	}
@@ -181,7 +179,7 @@ func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (rev u
 // Update writes cp if the stored revision is still rev; ErrConflict otherwise.
 func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (written uint64, err error) {
 	defer func() { s.wrote(cp, written, err) }()
-	e, err := s.encode(cp)
+	e, err := encode(cp)
 	if err != nil {
 		return 0, err
 	}
@@ -207,7 +205,7 @@ func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev ui
 // JetStream contexts use no domain or API prefix (a KV client would add them;
 // sagad would have to as well).
 func (s *Checkpoints) write(ctx context.Context, key string, e encoded, rev uint64, ttl time.Duration) (uint64, error) {
-	p := kvWrite(e.subject, e.b, strconv.FormatUint(rev, 10), ttl)
+	p := kvWrite(key, e.b, strconv.FormatUint(rev, 10), ttl)
 	seq, err := s.w.Publish(ctx, s.js.Conn(), p.Msg())
 	p.Release()
 	if cas.Conflict(err) {

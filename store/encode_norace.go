@@ -1,6 +1,0 @@
-//go:build !race
-
-package store
-
-// raceChecks: see checkEncoding.
-const raceChecks = false
