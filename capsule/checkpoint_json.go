@@ -20,6 +20,30 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 		b = make([]byte, 0, 1024+160*len(c.History))
 	}
 	var err error
+	b = c.appendIdentity(b)
+	b = c.appendLineage(b)
+	b = append(b, `,"created_at":`...)
+	if b, err = appendTime(b, c.CreatedAt); err != nil {
+		return nil, err
+	}
+	b = append(b, `,"updated_at":`...)
+	if b, err = appendTime(b, c.UpdatedAt); err != nil {
+		return nil, err
+	}
+	b = append(b, `,"state":`...)
+	if b, err = c.State.appendJSON(b); err != nil {
+		return nil, err
+	}
+	b = append(b, `,"history":`...)
+	if b, err = appendHistory(b, c.History); err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
+}
+
+// appendIdentity writes the members that name the capsule and its trace,
+// from schema_version to chain.
+func (c *Checkpoint) appendIdentity(b []byte) []byte {
 	b = append(b, `{"schema_version":`...)
 	b = appendString(b, c.SchemaVersion)
 	b = append(b, `,"capsule_id":`...)
@@ -59,6 +83,12 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 		}
 		b = append(b, '}')
 	}
+	return b
+}
+
+// appendLineage writes the members from digest to replay_token: where
+// the capsule came from and which run this is.
+func (c *Checkpoint) appendLineage(b []byte) []byte {
 	if c.Digest != "" {
 		b = append(b, `,"digest":`...)
 		b = appendString(b, c.Digest)
@@ -94,34 +124,25 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"replay_token":`...)
 		b = appendString(b, c.ReplayToken)
 	}
-	b = append(b, `,"created_at":`...)
-	if b, err = appendTime(b, c.CreatedAt); err != nil {
-		return nil, err
+	return b
+}
+
+// appendHistory writes ts as encoding/json writes a []Transition.
+func appendHistory(b []byte, ts []Transition) ([]byte, error) {
+	if ts == nil {
+		return append(b, "null"...), nil
 	}
-	b = append(b, `,"updated_at":`...)
-	if b, err = appendTime(b, c.UpdatedAt); err != nil {
-		return nil, err
-	}
-	b = append(b, `,"state":`...)
-	if b, err = c.State.appendJSON(b); err != nil {
-		return nil, err
-	}
-	b = append(b, `,"history":`...)
-	if c.History == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i := range c.History {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if b, err = c.History[i].appendJSON(b); err != nil {
-				return nil, err
-			}
+	b = append(b, '[')
+	for i := range ts {
+		if i > 0 {
+			b = append(b, ',')
 		}
-		b = append(b, ']')
+		var err error
+		if b, err = ts[i].appendJSON(b); err != nil {
+			return nil, err
+		}
 	}
-	return append(b, '}'), nil
+	return append(b, ']'), nil
 }
 
 func (t *Transition) appendJSON(b []byte) ([]byte, error) {
@@ -177,6 +198,24 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"findings":`...)
 		b = appendFindings(b, s.Findings)
 	}
+	if b, err = s.appendReviews(b); err != nil {
+		return nil, err
+	}
+	if b, err = s.appendWork(b); err != nil {
+		return nil, err
+	}
+	if b, err = s.appendFailures(b); err != nil {
+		return nil, err
+	}
+	if b, err = s.appendWaits(b); err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
+}
+
+// appendReviews writes the reviews, if any.
+func (s *CheckpointState) appendReviews(b []byte) ([]byte, error) {
+	var err error
 	if len(s.Reviews) > 0 {
 		b = append(b, `,"reviews":[`...)
 		for i := range s.Reviews {
@@ -206,6 +245,12 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 		}
 		b = append(b, ']')
 	}
+	return b, nil
+}
+
+// appendWork writes the execution claim and its result, if any.
+func (s *CheckpointState) appendWork(b []byte) ([]byte, error) {
+	var err error
 	if x := s.Execution; x != nil {
 		b = append(b, `,"execution":{"cycle":`...)
 		b = strconv.AppendInt(b, int64(x.Cycle), 10)
@@ -238,6 +283,13 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 		}
 		b = append(b, '}')
 	}
+	return b, nil
+}
+
+// appendFailures writes the failed attempts, the pause, the overrides and
+// the warnings: rare, and written by encoding/json.
+func (s *CheckpointState) appendFailures(b []byte) ([]byte, error) {
+	var err error
 	if s.Attempts != nil {
 		// Rare (only after a failed call the failure policy retries).
 		if b, err = appendMarshaled(b, `,"attempts":`, s.Attempts); err != nil {
@@ -265,6 +317,13 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	return b, nil
+}
+
+// appendWaits writes what a waiting or paused capsule waits on, and the
+// operator's answer.
+func (s *CheckpointState) appendWaits(b []byte) ([]byte, error) {
+	var err error
 	if s.LockWaitSince != nil {
 		b = append(b, `,"lock_wait_since":`...)
 		if b, err = appendTime(b, *s.LockWaitSince); err != nil {
@@ -301,7 +360,7 @@ func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return append(b, '}'), nil
+	return b, nil
 }
 
 func appendFindings(b []byte, fs []Finding) []byte {
@@ -441,51 +500,112 @@ const hexDigits = "0123456789abcdef"
 // <, > and & escaped, invalid UTF-8 as U+FFFD, U+2028 and U+2029 escaped.
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
-	start := 0
+	start := 0 // the plain bytes from start to i are still to be copied
 	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+		// Most of a checkpoint is plain ASCII (ids, names, digests): skip
+		// it eight bytes at a time, and byte by byte only through the
+		// chunk that holds something needing a look.
+		i = skipPlain(s, i)
+		for end := min(i+8, len(s)); i < end; {
+			if c := s[i]; c < utf8.RuneSelf && htmlSafe[c] {
 				i++
 				continue
 			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
+			b, i, start = appendEscape(b, s, start, i)
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// appendEscape handles the character at s[i], which is not plain ASCII:
+// if it needs an escape, the plain bytes s[start:i] and the escape are
+// appended. It returns where the next character starts and where the plain
+// bytes still to be copied start.
+func appendEscape(b []byte, s string, start, i int) ([]byte, int, int) {
+	c := s[i]
+	if c < utf8.RuneSelf {
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		case '\b':
+			b = append(b, '\\', 'b')
+		case '\f':
+			b = append(b, '\\', 'f')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+		}
+		return b, i + 1, i + 1
+	}
+	r, size := utf8.DecodeRuneInString(s[i:])
+	switch {
+	case r == utf8.RuneError && size == 1:
+		b = append(b, s[start:i]...)
+		b = append(b, `\ufffd`...)
+	case r == '\u2028' || r == '\u2029':
+		b = append(b, s[start:i]...)
+		b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+	default:
+		return b, i + size, start // valid UTF-8 is written as it is
+	}
+	return b, i + size, i + size
+}
+
+// htmlSafe holds the ASCII bytes encoding/json writes as they are with
+// HTML escaping on: not a control, not one of " \\ < > &.
+var htmlSafe = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
+// Bytes of a word, for the word-at-a-time test below.
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// skipPlain returns the end of the run of plain bytes of s from i on,
+// found 8 bytes at a time (it may stop short of the run's end, never past
+// it): plain bytes are ASCII, not controls and not one of " \\ < > &, and
+// need neither escaping nor a UTF-8 look. Fewer than 8 bytes left are
+// read as the string's last 8, the plain bytes before them included.
+//
+// Once the bytes are known to be ASCII (no top bit), x-n*lsb has a top bit
+// set exactly where some byte is below n (the first such byte borrows), so
+// "some byte below 0x20" and "some byte equal to c" (x^c*lsb below 1) need
+// one subtraction each. A chunk with a byte past ASCII fails on that
+// byte's own top bit, whatever the other tests say. '"' and '&' differ in
+// one bit (0x04), as do '<' and '>' (0x02): one test each.
+func skipPlain(s string, i int) int {
+	for i < len(s) {
+		j := i
+		if len(s)-i < 8 {
+			if len(s) < 8 {
+				return i
+			}
+			j = len(s) - 8
+		}
+		c := s[j : j+8]
+		_ = c[7]
+		x := uint64(c[0]) | uint64(c[1])<<8 | uint64(c[2])<<16 | uint64(c[3])<<24 |
+			uint64(c[4])<<32 | uint64(c[5])<<40 | uint64(c[6])<<48 | uint64(c[7])<<56
+		bad := x | (x - 0x20*lsb) |
+			((x^('"'*lsb))&^(0x04*lsb) - lsb) |
+			((x^('<'*lsb))&^(0x02*lsb) - lsb) |
+			((x ^ ('\\' * lsb)) - lsb)
+		if bad&msb != 0 {
+			return i
+		}
+		i = j + 8
+	}
+	return i
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/machine"
 )
 
@@ -44,7 +45,11 @@ func (s *Store) Emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr
 func (s *Store) emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr *capsule.Transition, raw []byte, fx machine.Effects) error {
 	if fx.Next != nil {
 		// The transition's events are in the checkpoint (CheckpointEvents).
-		if err := s.publish(ctx, EncodePhaseMsg(cp, "")); err != nil {
+		p := jspub.GetMsg(PhaseSubject(cp.State.Phase), nil)
+		phaseHeaders(p.Headers(), cp, "")
+		err := s.publish(ctx, p.Msg())
+		p.Release()
+		if err != nil {
 			return err
 		}
 	}
@@ -65,6 +70,7 @@ func (s *Store) emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr
 			send = !sent
 		}
 		if send {
+			// Up to a dozen headers, once a capsule: not a pooled message.
 			if err := s.publish(ctx, outcomeMsg(cp, *tr, fx.Outcome, raw)); err != nil {
 				return err
 			}
@@ -118,16 +124,18 @@ func bytesRun(h nats.Header) int {
 // retention as their time to live. It is the last write of the capsule's
 // saga; the checkpoint got the same time to live when it recorded the end.
 func (s *Store) markOutcomeSent(ctx context.Context, key string, run int, raw []byte) error {
-	m := nats.NewMsg(capsuleSubject(key))
-	m.Data = raw
-	m.Header.Set(HeaderOutcomeSent, "true")
+	p := jspub.GetMsg(capsuleSubject(key), raw)
+	h := p.Headers()
+	h.Set(HeaderOutcomeSent, "true")
 	if run > 1 {
-		m.Header.Set(HeaderRun, strconv.Itoa(run))
+		h.Set(HeaderRun, strconv.Itoa(run))
 	}
 	if s.retention > 0 {
-		m.Header.Set(jetstream.MsgTTLHeader, s.retention.String())
+		h.Set(jetstream.MsgTTLHeader, s.retention.String())
 	}
-	if err := s.publish(ctx, m); err != nil {
+	err := s.publish(ctx, p.Msg())
+	p.Release()
+	if err != nil {
 		return fmt.Errorf("record the outcome of %s: %w", key, err)
 	}
 	return nil
@@ -150,29 +158,28 @@ func (s *Store) PublishPhase(ctx context.Context, cp *capsule.Checkpoint, token 
 
 // outcomeMsg is the message that emits an ended capsule with its original bytes.
 func outcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.State, raw []byte) *nats.Msg {
-	m := nats.NewMsg(OutcomeSubject(state))
-	m.Data = raw
-	setCapsuleHeaders(m, cp)
-	m.Header.Set(HeaderState, string(state))
-	m.Header.Set(HeaderPhase, strconv.Itoa(int(tr.Phase)))
-	m.Header.Set(HeaderCycle, strconv.Itoa(tr.Cycle))
+	h := jspub.NewHeaders(12)
+	capsuleHeaders(&h, cp)
+	h.Set(HeaderState, string(state))
+	h.Set(HeaderPhase, strconv.Itoa(int(tr.Phase)))
+	h.Set(HeaderCycle, strconv.Itoa(tr.Cycle))
 	if tr.Detail != "" && state == capsule.Halted {
-		m.Header.Set(HeaderHaltReason, tr.Detail)
+		h.Set(HeaderHaltReason, tr.Detail)
 	}
 	if by, verdict, ok := machine.AcceptedOver(cp); ok && state == capsule.Completed {
-		m.Header.Set(HeaderAcceptedOver, string(verdict)+" by "+by)
+		h.Set(HeaderAcceptedOver, string(verdict)+" by "+by)
 	}
 	if len(cp.State.ArtifactRefs) > 0 {
-		m.Header.Set(HeaderArtifacts, strings.Join(cp.State.ArtifactRefs, ","))
+		h.Set(HeaderArtifacts, strings.Join(cp.State.ArtifactRefs, ","))
 	}
 	if cp.Constitution != "" {
-		m.Header.Set(HeaderConstitution, cp.Constitution)
+		h.Set(HeaderConstitution, cp.Constitution)
 	}
-	m.Header.Set(jetstream.MsgIDHeader, OutcomeMsgID(cp))
+	h.Set(jetstream.MsgIDHeader, OutcomeMsgID(cp))
 	if run := cp.RunNumber(); run > 1 {
-		m.Header.Set(HeaderRun, strconv.Itoa(run))
+		h.Set(HeaderRun, strconv.Itoa(run))
 	}
-	return m
+	return jspub.NewMsg(OutcomeSubject(state), raw, h)
 }
 
 // OutcomeMsgID is the de-duplication id of cp's outcome message: one outcome
@@ -209,12 +216,13 @@ func (s *Store) EmitParked(ctx context.Context, cp *capsule.Checkpoint) error {
 	})
 }
 
-func setCapsuleHeaders(m *nats.Msg, cp *capsule.Checkpoint) {
-	m.Header.Set(HeaderKey, cp.Key)
+// capsuleHeaders sets the headers naming cp's capsule.
+func capsuleHeaders(h *jspub.Headers, cp *capsule.Checkpoint) {
+	h.Set(HeaderKey, cp.Key)
 	if cp.CapsuleID != "" {
-		m.Header.Set(HeaderCapsuleID, cp.CapsuleID)
+		h.Set(HeaderCapsuleID, cp.CapsuleID)
 	}
-	m.Header.Set(HeaderTraceID, cp.TraceID)
+	h.Set(HeaderTraceID, cp.TraceID)
 }
 
 func (s *Store) PublishEvent(ctx context.Context, ev capsule.Event) error {
@@ -237,11 +245,10 @@ func eventMsg(evs ...capsule.Event) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := nats.NewMsg(EventSubject(evs[0].Key))
-	m.Data = b
-	m.Header.Set(HeaderEventID, evs[len(evs)-1].ID)
-	m.Header.Set(HeaderTraceID, evs[0].TraceID)
-	return m, nil
+	h := jspub.NewHeaders(2)
+	h.Set(HeaderEventID, evs[len(evs)-1].ID)
+	h.Set(HeaderTraceID, evs[0].TraceID)
+	return jspub.NewMsg(EventSubject(evs[0].Key), b, h), nil
 }
 
 // DecodeCapsule decodes capsule bytes kept by RECEPTION (already validated

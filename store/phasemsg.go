@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/metrics"
 )
 
@@ -25,23 +26,27 @@ type PhaseMsg struct {
 // EncodePhaseMsg is the message that sends the capsule to its current phase;
 // token marks a resume. [DecodePhaseMsg] reads it back.
 func EncodePhaseMsg(cp *capsule.Checkpoint, token string) *nats.Msg {
-	ph, cycle := cp.State.Phase, cp.State.Cycle
-	m := nats.NewMsg(PhaseSubject(ph))
 	// No body: a phase acts on the bytes RECEPTION kept, never on a
 	// message's, so carrying them would only be written (three times on
 	// R3), delivered and compared at every hop. On a 3-node cluster the
 	// capsule's bytes in each of its six phase messages were a third of
 	// what sagad wrote per capsule.
-	setCapsuleHeaders(m, cp)
-	m.Header.Set(HeaderPhase, strconv.Itoa(int(ph)))
-	m.Header.Set(HeaderCycle, strconv.Itoa(cycle))
+	h := jspub.NewHeaders(6)
+	phaseHeaders(&h, cp, token)
+	return jspub.NewMsg(PhaseSubject(cp.State.Phase), nil, h)
+}
+
+// phaseHeaders sets the headers of EncodePhaseMsg.
+func phaseHeaders(h *jspub.Headers, cp *capsule.Checkpoint, token string) {
+	capsuleHeaders(h, cp)
+	h.Set(HeaderPhase, strconv.Itoa(int(cp.State.Phase)))
+	h.Set(HeaderCycle, strconv.Itoa(cp.State.Cycle))
 	// No de-duplication id: a second copy of a phase message is harmless
 	// (it finds its transition recorded, or loses the compare-and-set), and
 	// JetStream keeps every id of the window in memory.
 	if token != "" {
-		m.Header.Set(HeaderResumeToken, token)
+		h.Set(HeaderResumeToken, token)
 	}
-	return m
 }
 
 // DecodePhaseMsg reads a phase message's headers — the capsule key, the

@@ -8,11 +8,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
@@ -152,11 +150,12 @@ func (s *Checkpoints) GetLatest(ctx context.Context, key string, c *Cache) (*cap
 // time to live.
 func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (rev uint64, err error) {
 	defer func() { s.wrote(cp, rev, err) }()
-	b, done, err := encode(cp)
+	e, err := encode(cp)
 	if err != nil {
 		return 0, err
 	}
-	defer done()
+	defer e.release()
+	b := e.b
 	if s.js != nil && s.ttl > 0 && cp.Terminal() {
 		// Expected last sequence 0: the key has no entry, not even a
 		// marker; a marker left by an expired namesake conflicts until it
@@ -177,30 +176,15 @@ func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (rev u
 	return rev, err
 }
 
-// encodeBufs recycles checkpoint encodings: a write's bytes are copied into
-// the connection's buffer before the publish returns, so the buffer is free
-// again when the write is done.
-var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
-
-// encode encodes cp into a pooled buffer; done returns the buffer.
-func encode(cp *capsule.Checkpoint) ([]byte, func(), error) {
-	bp := encodeBufs.Get().(*[]byte)
-	b, err := cp.AppendJSON((*bp)[:0])
-	if err != nil {
-		encodeBufs.Put(bp)
-		return nil, nil, err
-	}
-	return b, func() { *bp = b[:0]; encodeBufs.Put(bp) }, nil
-}
-
 // Update writes cp if the stored revision is still rev; ErrConflict otherwise.
 func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (written uint64, err error) {
 	defer func() { s.wrote(cp, written, err) }()
-	b, done, err := encode(cp)
+	e, err := encode(cp)
 	if err != nil {
 		return 0, err
 	}
-	defer done()
+	defer e.release()
+	b := e.b
 	if s.js != nil {
 		ttl := time.Duration(0)
 		if cp.Terminal() {
@@ -221,13 +205,9 @@ func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev ui
 // JetStream contexts use no domain or API prefix (a KV client would add them;
 // sagad would have to as well).
 func (s *Checkpoints) write(ctx context.Context, key string, b []byte, rev uint64, ttl time.Duration) (uint64, error) {
-	m := nats.NewMsg("$KV." + CheckpointsBucket + "." + key)
-	m.Data = b
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
-	if ttl > 0 {
-		m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
-	}
-	seq, err := s.w.Publish(ctx, s.js.Conn(), m)
+	p := kvWrite(key, b, strconv.FormatUint(rev, 10), ttl)
+	seq, err := s.w.Publish(ctx, s.js.Conn(), p.Msg())
+	p.Release()
 	if cas.Conflict(err) {
 		return 0, ErrConflict
 	}

@@ -130,10 +130,9 @@ func KVUpdate(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key str
 }
 
 func kvUpdateMsg(kv jetstream.KeyValue, key string, value []byte, last uint64) *nats.Msg {
-	m := nats.NewMsg(kvSubject(kv, key))
-	m.Data = value
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
-	return m
+	h := NewHeaders(1)
+	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
+	return NewMsg(kvSubject(kv, key), value, h)
 }
 
 // KVPurge purges key in bucket kv if its revision is still rev, leaving a
@@ -144,14 +143,14 @@ func KVPurge(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key stri
 }
 
 func kvPurgeMsg(kv jetstream.KeyValue, key string, rev uint64, ttl time.Duration) *nats.Msg {
-	m := nats.NewMsg(kvSubject(kv, key))
-	m.Header.Set("KV-Operation", "PURGE")
-	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	h := NewHeaders(4)
+	h.Set("KV-Operation", "PURGE")
+	h.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
 	if ttl > 0 {
-		m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
+		h.Set(jetstream.MsgTTLHeader, ttl.String())
 	}
-	return m
+	return NewMsg(kvSubject(kv, key), nil, h)
 }
 
 func kvSubject(kv jetstream.KeyValue, key string) string { return "$KV." + kv.Bucket() + "." + key }

@@ -1,0 +1,142 @@
+package jspub
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/internal/natstest"
+)
+
+// TestHeadersAsSet: Headers holds what nats.Header.Set would, whatever the
+// order, repeats and count against the size given, and a later Add to one
+// key leaves the others' values alone (they share one array).
+func TestHeadersAsSet(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(5, 6))
+	keys := []string{"A", "b", "Nats-Expected-Last-Subject-Sequence", "Saga-Key", "saga-key", "Nats-TTL"}
+	for range 2000 {
+		size := r.IntN(5)
+		h := NewHeaders(size)
+		want := nats.Header{}
+		for n := r.IntN(8); n > 0; n-- {
+			k, v := keys[r.IntN(len(keys))], strconv.Itoa(r.IntN(1000))
+			h.Set(k, v)
+			want.Set(k, v)
+		}
+		require.Equal(t, want, h.Map())
+		for k := range want {
+			h.Map().Add(k, "added")
+			want.Add(k, "added")
+			require.Equal(t, want, h.Map())
+		}
+	}
+}
+
+// TestKVMsgsAsSet: the KV update and purge messages carry the headers the
+// nats.Header.Set version made, and the server stores them as sent.
+func TestKVMsgsAsSet(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, srv)
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "B", Storage: jetstream.FileStorage, LimitMarkerTTL: time.Second})
+	require.NoError(t, err)
+
+	want := nats.NewMsg("$KV.B.k")
+	want.Data = []byte("v")
+	want.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	m := kvUpdateMsg(kv, "k", []byte("v"), 0)
+	require.Equal(t, want, m)
+	rev, err := Publish(ctx, nc, m)
+	require.NoError(t, err)
+	requireStored(t, js, rev, want)
+
+	for _, ttl := range []time.Duration{0, 90 * time.Second} {
+		want = nats.NewMsg("$KV.B.k")
+		want.Header.Set("KV-Operation", "PURGE")
+		want.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		want.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+		if ttl > 0 {
+			want.Header.Set(jetstream.MsgTTLHeader, ttl.String())
+		}
+		m = kvPurgeMsg(kv, "k", rev, ttl)
+		require.Equal(t, want.Subject, m.Subject)
+		require.Empty(t, m.Data)
+		require.Equal(t, want.Header, m.Header)
+		rev, err = Publish(ctx, nc, m)
+		require.NoError(t, err)
+		requireStored(t, js, rev, want)
+	}
+}
+
+// requireStored: the stream's message seq holds want's headers.
+func requireStored(t *testing.T, js jetstream.JetStream, seq uint64, want *nats.Msg) {
+	t.Helper()
+	s, err := js.Stream(context.Background(), "KV_B")
+	require.NoError(t, err)
+	got, err := s.GetMsg(context.Background(), seq)
+	require.NoError(t, err)
+	require.Equal(t, want.Subject, got.Subject)
+	for k, v := range want.Header {
+		require.Equal(t, v, got.Header.Values(k), k)
+	}
+}
+
+// BenchmarkHeaders: a message of five headers (a phase message's), made
+// with nats.Header.Set and with Headers.
+func BenchmarkHeaders(b *testing.B) {
+	keys := []string{"Saga-Key", "Saga-Capsule-Id", "Saga-Trace-Id", "Saga-Phase", "Saga-Cycle"}
+	b.Run("nats.Header.Set", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			m := nats.NewMsg("s")
+			for _, k := range keys {
+				m.Header.Set(k, k)
+			}
+			sink = m
+		}
+	})
+	b.Run("Headers", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			h := NewHeaders(len(keys))
+			for _, k := range keys {
+				h.Set(k, k)
+			}
+			sink = NewMsg("s", nil, h)
+		}
+	})
+}
+
+// sink keeps the benchmarks' messages on the heap, as a publish's are.
+var sink *nats.Msg
+
+// TestMsgReleased: a pooled message comes back empty, whatever the one
+// before held (more headers than its array included), and holds what a
+// nats.Header.Set message would.
+func TestMsgReleased(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(11, 12))
+	for range 500 {
+		p := GetMsg("s."+strconv.Itoa(r.IntN(9)), []byte("x"))
+		require.Empty(t, p.Msg().Header)
+		want := nats.NewMsg(p.Msg().Subject)
+		want.Data = []byte("x")
+		for n := r.IntN(2 * msgVals); n > 0; n-- {
+			k, v := "K"+strconv.Itoa(r.IntN(3*msgVals)), strconv.Itoa(r.IntN(100))
+			p.Headers().Set(k, v)
+			want.Header.Set(k, v)
+		}
+		require.Equal(t, want, p.Msg())
+		p.Release()
+		require.Empty(t, p.Msg().Header)
+		require.Nil(t, p.Msg().Data)
+	}
+}
