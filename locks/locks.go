@@ -246,7 +246,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Manager, err
 // Key returns the KV key of path's lock: the lowercase hex SHA-256 of path.
 func Key(path string) string {
 	sum := sha256.Sum256([]byte(path))
-	return hex.EncodeToString(sum[:])
+	var h [2 * sha256.Size]byte
+	hex.Encode(h[:], sum[:])
+	return string(h[:]) // one allocation: EncodeToString made two
 }
 
 // lease is the JSON value of a lock.
