@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"github.com/sagad/sagad/capsule"
 	"log/slog"
 	"testing"
 	"time"
@@ -31,5 +32,17 @@ func BenchmarkHeartbeat(b *testing.B) {
 	for range b.N {
 		hb := p.heartbeat(ctx, nil, t, 1, func() {})
 		hb.stop()
+	}
+}
+
+// BenchmarkTraceIDOf reads a checkpoint's trace id for its exemplar, as
+// every transition does.
+func BenchmarkTraceIDOf(b *testing.B) {
+	cp := &capsule.Checkpoint{TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+	b.ReportAllocs()
+	for range b.N {
+		if traceIDOf(cp) == "" {
+			b.Fatal("no trace id")
+		}
 	}
 }
