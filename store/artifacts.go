@@ -17,6 +17,7 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/jspub"
+	"github.com/sagad/sagad/internal/plainjson"
 	"github.com/sagad/sagad/internal/seqid"
 )
 
@@ -152,9 +153,9 @@ func (s *Artifacts) putChunks(ctx context.Context, name, id string, b []byte, ch
 // would escape — to json.Marshal itself.
 func appendObjectInfo(b []byte, info *jetstream.ObjectInfo) ([]byte, error) {
 	if !plainObjectInfo(info) {
-		mb, err := json.Marshal(info)
-		return append(b, mb...), err
+		return marshalAppend(b, info)
 	}
+	n0 := len(b)
 	b = append(b, `{"name":"`...)
 	b = append(b, info.Name...)
 	b = append(b, `","options":{"max_chunk_size":`...)
@@ -165,14 +166,22 @@ func appendObjectInfo(b []byte, info *jetstream.ObjectInfo) ([]byte, error) {
 	b = append(b, info.NUID...)
 	b = append(b, `","size":`...)
 	b = strconv.AppendUint(b, info.Size, 10)
-	b = append(b, `,"mtime":"`...)
-	// time.Time.MarshalJSON's format, for the years it accepts.
-	b = info.ModTime.AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `","chunks":`...)
+	b = append(b, `,"mtime":`...)
+	b, ok := plainjson.AppendTime(b, info.ModTime)
+	if !ok {
+		return marshalAppend(b[:n0], info)
+	}
+	b = append(b, `,"chunks":`...)
 	b = strconv.AppendUint(b, uint64(info.Chunks), 10)
 	b = append(b, `,"digest":"`...)
 	b = append(b, info.Digest...)
 	return append(b, `"}`...), nil
+}
+
+// marshalAppend appends json.Marshal(v).
+func marshalAppend(b []byte, v any) ([]byte, error) {
+	mb, err := json.Marshal(v)
+	return append(b, mb...), err
 }
 
 // objectInfoLen is room for appendObjectInfo's bytes: the strings and
@@ -183,29 +192,14 @@ func objectInfoLen(info *jetstream.ObjectInfo) int {
 
 // plainObjectInfo says appendObjectInfo writes info as json.Marshal does:
 // only the members Put sets, each present (a chunk size and digest are),
-// strings JSON writes as they are, a time whose year MarshalJSON accepts.
+// strings JSON writes as they are (the time is checked as it is written).
 func plainObjectInfo(info *jetstream.ObjectInfo) bool {
 	o := info.Opts
 	if o == nil || o.Link != nil || o.ChunkSize == 0 || info.Description != "" || info.Headers != nil ||
 		info.Metadata != nil || info.Digest == "" || info.Deleted {
 		return false
 	}
-	if y := info.ModTime.Year(); y < 0 || y > 9999 {
-		return false
-	}
-	return plainJSON(info.Name) && plainJSON(info.Bucket) && plainJSON(info.NUID) && plainJSON(info.Digest)
-}
-
-// plainJSON says encoding/json writes s between quotes as it is: printable
-// ASCII with no quote, backslash or the characters it escapes for HTML.
-func plainJSON(s string) bool {
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
-			return false
-		}
-	}
-	return true
+	return plainjson.Plain(info.Name) && plainjson.Plain(info.Bucket) && plainjson.Plain(info.NUID) && plainjson.Plain(info.Digest)
 }
 
 func (s *Artifacts) remember(a capsule.Artifact) {
