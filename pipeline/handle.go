@@ -111,8 +111,9 @@ func (p *Pipeline) unknown(ctx context.Context, key string, msg jetstream.Msg, d
 // attempt runs phase ph once for the message. With useCache it may start
 // from a stale checkpoint; it then reports stale instead of acting on it.
 func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.Msg, pm store.PhaseMsg, raw []byte, c *capsule.Capsule, useCache bool) (runner.Delivery, bool) {
-	r := &run{p: p, ph: ph, cycle: pm.Cycle, msg: msg, raw: raw, c: c,
-		t: &txn{p: p, key: pm.Key, token: p.runToken()}}
+	r := &run{p: p, ph: ph, cycle: pm.Cycle, msg: msg, raw: raw, c: c}
+	r.t = &r.txn
+	r.t.p, r.t.key, r.t.token = p, pm.Key, p.runToken()
 	if d, stale, ok := r.position(ctx, pm.ResumeToken, useCache); !ok {
 		return d, stale
 	}
@@ -127,7 +128,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	// the phase runs and its result is recorded; losing the claim stops the run.
 	runCtx, stopRun := p.runContext(ctx, ph)
 	defer stopRun()
-	hb := p.heartbeat(runCtx, msg, r.t, r.cycle, stopRun)
+	hb := p.heartbeat(&r.hb, runCtx, msg, r.t, r.cycle, stopRun)
 	defer hb.stop()
 	start := p.cfg.Now()
 	d := p.corruptDecision(r.decide(runCtx, start, md, mdErr))
@@ -197,6 +198,11 @@ type run struct {
 	t     *txn
 	// cached says the run started from the process's cached checkpoint.
 	cached bool
+
+	// txn and hb are t and the heartbeat, held in the run: one allocation
+	// an attempt where there were three.
+	txn txn
+	hb  beat
 }
 
 // position loads the checkpoint and makes sure it waits for this (phase,
@@ -398,10 +404,10 @@ const recordTimeout = 30 * time.Second
 // delivery's claim every Heartbeat until its stop is called. A lost claim
 // calls lost. Most phases end long before the first beat, so it is a timer,
 // not a goroutine per message, and one value with the timer's function as
-// its method: it was seven allocations of closures and captured variables
-// an attempt.
-func (p *Pipeline) heartbeat(ctx context.Context, msg jetstream.Msg, t *txn, cycle int, lost func()) *beat {
-	b := &beat{p: p, ctx: ctx, msg: msg, t: t, cycle: cycle, lost: lost}
+// its method, held in the attempt's run (b, zero until now): it was seven
+// allocations of closures and captured variables an attempt.
+func (p *Pipeline) heartbeat(b *beat, ctx context.Context, msg jetstream.Msg, t *txn, cycle int, lost func()) *beat {
+	b.p, b.ctx, b.msg, b.t, b.cycle, b.lost = p, ctx, msg, t, cycle, lost
 	b.mu.Lock()
 	b.timer = time.AfterFunc(p.cfg.Heartbeat, b.beat)
 	b.mu.Unlock()
