@@ -128,7 +128,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	// the phase runs and its result is recorded; losing the claim stops the run.
 	runCtx, stopRun := p.runContext(ctx, ph)
 	defer stopRun()
-	hb := p.heartbeat(&r.hb, runCtx, msg, r.t, r.cycle, stopRun)
+	hb := p.heartbeat(runCtx, &r.hb, msg, r.t, r.cycle, stopRun)
 	defer hb.stop()
 	start := p.cfg.Now()
 	d := p.corruptDecision(r.decide(runCtx, start, md, mdErr))
@@ -406,7 +406,7 @@ const recordTimeout = 30 * time.Second
 // not a goroutine per message, and one value with the timer's function as
 // its method, held in the attempt's run (b, zero until now): it was seven
 // allocations of closures and captured variables an attempt.
-func (p *Pipeline) heartbeat(b *beat, ctx context.Context, msg jetstream.Msg, t *txn, cycle int, lost func()) *beat {
+func (p *Pipeline) heartbeat(ctx context.Context, b *beat, msg jetstream.Msg, t *txn, cycle int, lost func()) *beat {
 	b.p, b.ctx, b.msg, b.t, b.cycle, b.lost = p, ctx, msg, t, cycle, lost
 	b.mu.Lock()
 	b.timer = time.AfterFunc(p.cfg.Heartbeat, b.beat)

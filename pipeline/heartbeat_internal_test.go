@@ -28,7 +28,7 @@ func TestHeartbeatBeatsUntilStopped(t *testing.T) {
 	r := &run{p: p}
 	r.t = &r.txn
 	r.t.p, r.t.key = p, "k"
-	hb := p.heartbeat(&r.hb, context.Background(), msg, r.t, 1, func() { t.Error("no claim to lose") })
+	hb := p.heartbeat(context.Background(), &r.hb, msg, r.t, 1, func() { t.Error("no claim to lose") })
 	deadline := time.Now().Add(10 * time.Second)
 	for msg.beats.Load() < 3 {
 		if time.Now().After(deadline) {
@@ -48,7 +48,7 @@ func TestHeartbeatBeatsUntilStopped(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	quiet := &progressMsg{}
-	hb = p.heartbeat(new(beat), ctx, quiet, r.t, 1, func() {})
+	hb = p.heartbeat(ctx, new(beat), quiet, r.t, 1, func() {})
 	time.Sleep(20 * time.Millisecond)
 	hb.stop()
 	if quiet.beats.Load() != 0 {

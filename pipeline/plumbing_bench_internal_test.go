@@ -30,7 +30,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 	t := &txn{p: p, key: "k"}
 	b.ReportAllocs()
 	for range b.N {
-		hb := p.heartbeat(new(beat), ctx, nil, t, 1, func() {})
+		hb := p.heartbeat(ctx, new(beat), nil, t, 1, func() {})
 		hb.stop()
 	}
 }
