@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -93,4 +94,25 @@ func BenchmarkEncodeLease(b *testing.B) {
 			_, _ = json.Marshal(l)
 		}
 	})
+}
+
+// TestSortedUniqueAsGeneral: the one-path shortcut gives what sorting and
+// compacting give, and no call changes its argument.
+func TestSortedUniqueAsGeneral(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(24, 8))
+	for range 5000 {
+		paths := make([]string, rng.IntN(5))
+		for i := range paths {
+			paths[i] = []string{"a", "b", "src/x.go", ""}[rng.IntN(4)]
+		}
+		before := slices.Clone(paths)
+		want := slices.Compact(slices.Sorted(slices.Values(paths)))
+		if got := sortedUnique(paths); !slices.Equal(got, want) {
+			t.Fatalf("sortedUnique(%q) = %q, want %q", paths, got, want)
+		}
+		if !slices.Equal(paths, before) {
+			t.Fatalf("sortedUnique changed its argument: %q, was %q", paths, before)
+		}
+	}
 }

@@ -519,7 +519,11 @@ func checkArgs(path, holder string) error {
 }
 
 // sortedUnique returns paths sorted without duplicates, leaving paths as is.
+// Most capsules lock one path: that is returned as it is, not copied.
 func sortedUnique(paths []string) []string {
+	if len(paths) <= 1 {
+		return paths
+	}
 	return slices.Compact(slices.Sorted(slices.Values(paths)))
 }
 
