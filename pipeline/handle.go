@@ -199,10 +199,11 @@ type run struct {
 	// cached says the run started from the process's cached checkpoint.
 	cached bool
 
-	// txn and hb are t and the heartbeat, held in the run: one allocation
-	// an attempt where there were three.
+	// txn, hb and in are t, the heartbeat and the phase's input, held in
+	// the run: one allocation an attempt where there were four.
 	txn txn
 	hb  beat
+	in  phases.Input
 }
 
 // position loads the checkpoint and makes sure it waits for this (phase,
@@ -307,7 +308,7 @@ func (r *run) decide(ctx context.Context, start time.Time, md *jetstream.MsgMeta
 	if w, ok := p.deadlineWarning(view, c, start); ok {
 		return w
 	}
-	in := &phases.Input{
+	r.in = phases.Input{
 		Capsule:    c,
 		Raw:        r.raw,
 		Checkpoint: view,
@@ -324,6 +325,7 @@ func (r *run) decide(ctx context.Context, start time.Time, md *jetstream.MsgMeta
 			return err
 		},
 	}
+	in := &r.in
 	in.Claim = func(ctx context.Context) error {
 		// A new call token per claim: the executor calls made under it
 		// carry it, and a child capsule they publish presents it.
