@@ -20,6 +20,7 @@ import (
 	"github.com/sagad/sagad/internal/cas"
 	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/internal/jspub"
+	"github.com/sagad/sagad/internal/plainjson"
 )
 
 // ErrHeld is matched (errors.Is) by a [*HeldError]: a live lease of another
@@ -246,7 +247,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Manager, err
 // Key returns the KV key of path's lock: the lowercase hex SHA-256 of path.
 func Key(path string) string {
 	sum := sha256.Sum256([]byte(path))
-	return hex.EncodeToString(sum[:])
+	var h [2 * sha256.Size]byte
+	hex.Encode(h[:], sum[:])
+	return string(h[:]) // one allocation: EncodeToString made two
 }
 
 // lease is the JSON value of a lock.
@@ -256,6 +259,30 @@ type lease struct {
 	Owner      string    `json:"owner"`
 	AcquiredAt time.Time `json:"acquired_at"`
 	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// encodeLease is json.Marshal(l), written directly where the bytes are
+// certain to be the same (TestEncodeLeaseAsMarshal): every free lock is
+// taken with it.
+func encodeLease(l *lease) ([]byte, error) {
+	if !plainjson.Plain(l.Path) || !plainjson.Plain(l.Holder) || !plainjson.Plain(l.Owner) {
+		return json.Marshal(l)
+	}
+	b := make([]byte, 0, 128+len(l.Path)+len(l.Holder)+len(l.Owner))
+	b = append(b, `{"path":"`...)
+	b = append(b, l.Path...)
+	b = append(b, `","holder":"`...)
+	b = append(b, l.Holder...)
+	b = append(b, `","owner":"`...)
+	b = append(b, l.Owner...)
+	b = append(b, `","acquired_at":`...)
+	b, ok1 := plainjson.AppendTime(b, l.AcquiredAt)
+	b = append(b, `,"expires_at":`...)
+	b, ok2 := plainjson.AppendTime(b, l.ExpiresAt)
+	if !ok1 || !ok2 {
+		return json.Marshal(l)
+	}
+	return append(b, '}'), nil
 }
 
 // live reports whether l still holds its lock at now.
@@ -273,7 +300,7 @@ func (m *Manager) TryAcquire(ctx context.Context, path, holder string) error {
 	// create, or a compare-and-set on the purge marker this Manager's
 	// release left.
 	now := m.cfg.Now()
-	if b, err := json.Marshal(&lease{Path: path, Holder: holder, Owner: m.cfg.Owner, AcquiredAt: now, ExpiresAt: now.Add(m.cfg.Lease)}); err == nil {
+	if b, err := encodeLease(&lease{Path: path, Holder: holder, Owner: m.cfg.Owner, AcquiredAt: now, ExpiresAt: now.Add(m.cfg.Lease)}); err == nil {
 		if rev, err := m.create(ctx, path, b); err == nil {
 			m.remember(path, holder, rev)
 			return nil
@@ -492,7 +519,11 @@ func checkArgs(path, holder string) error {
 }
 
 // sortedUnique returns paths sorted without duplicates, leaving paths as is.
+// Most capsules lock one path: that is returned as it is, not copied.
 func sortedUnique(paths []string) []string {
+	if len(paths) <= 1 {
+		return paths
+	}
 	return slices.Compact(slices.Sorted(slices.Values(paths)))
 }
 

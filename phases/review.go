@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/sagad/sagad/capsule"
@@ -179,9 +180,9 @@ func (Review) decide(ctx context.Context, env *Env, in *Input, reviewerID string
 // reviewChargeID is the budget charge id of the review's attempt n.
 func reviewChargeID(key string, cycle, n int) string {
 	if n <= 1 {
-		return fmt.Sprintf("%s/%d/review", key, cycle)
+		return key + "/" + strconv.Itoa(cycle) + "/review"
 	}
-	return fmt.Sprintf("%s/%d/review/a%d", key, cycle, n)
+	return key + "/" + strconv.Itoa(cycle) + "/review/a" + strconv.Itoa(n)
 }
 
 // ReviewDecision maps a verdict on cycle `cycle` to a decision under Rule 12.

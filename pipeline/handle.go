@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
@@ -112,8 +111,9 @@ func (p *Pipeline) unknown(ctx context.Context, key string, msg jetstream.Msg, d
 // attempt runs phase ph once for the message. With useCache it may start
 // from a stale checkpoint; it then reports stale instead of acting on it.
 func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.Msg, pm store.PhaseMsg, raw []byte, c *capsule.Capsule, useCache bool) (runner.Delivery, bool) {
-	r := &run{p: p, ph: ph, cycle: pm.Cycle, msg: msg, raw: raw, c: c,
-		t: &txn{p: p, key: pm.Key, token: p.cfg.InstanceID + "/" + nuid.Next()}}
+	r := &run{p: p, ph: ph, cycle: pm.Cycle, msg: msg, raw: raw, c: c}
+	r.t = &r.txn
+	r.t.p, r.t.key, r.t.token = p, pm.Key, p.runToken()
 	if d, stale, ok := r.position(ctx, pm.ResumeToken, useCache); !ok {
 		return d, stale
 	}
@@ -128,8 +128,8 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	// the phase runs and its result is recorded; losing the claim stops the run.
 	runCtx, stopRun := p.runContext(ctx, ph)
 	defer stopRun()
-	stopHeartbeat := p.heartbeat(runCtx, msg, r.t, r.cycle, stopRun)
-	defer stopHeartbeat()
+	hb := p.heartbeat(runCtx, &r.hb, msg, r.t, r.cycle, stopRun)
+	defer hb.stop()
 	start := p.cfg.Now()
 	d := p.corruptDecision(r.decide(runCtx, start, md, mdErr))
 	if r.t.cacheMiss.Load() {
@@ -148,7 +148,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		defer cancel()
 	}
 	res, err := r.record(ctx, runCtx, d)
-	stopHeartbeat() // the claim ends with the transition
+	hb.stop() // the claim ends with the transition
 	if err != nil {
 		return r.unrecorded(ctx, err)
 	}
@@ -158,6 +158,17 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		return runner.Retry(err), false
 	}
 	return runner.Ack(), false
+}
+
+// runToken names one attempt in the claims it takes: the instance, "/", and
+// an id shaped like a nuid, unique across attempts and processes as a nuid
+// is. It was InstanceID + "/" + nuid.Next(): nuid's one global lock, taken
+// by every phase worker at every attempt.
+func (p *Pipeline) runToken() string {
+	var b [96]byte
+	buf := append(b[:0], p.cfg.InstanceID...)
+	buf = append(buf, '/')
+	return string(p.tokens.AppendNext(buf))
 }
 
 // runContext is the context phase ph runs under. EXECUTION and REVIEW
@@ -187,6 +198,12 @@ type run struct {
 	t     *txn
 	// cached says the run started from the process's cached checkpoint.
 	cached bool
+
+	// txn, hb and in are t, the heartbeat and the phase's input, held in
+	// the run: one allocation an attempt where there were four.
+	txn txn
+	hb  beat
+	in  phases.Input
 }
 
 // position loads the checkpoint and makes sure it waits for this (phase,
@@ -291,7 +308,7 @@ func (r *run) decide(ctx context.Context, start time.Time, md *jetstream.MsgMeta
 	if w, ok := p.deadlineWarning(view, c, start); ok {
 		return w
 	}
-	in := &phases.Input{
+	r.in = phases.Input{
 		Capsule:    c,
 		Raw:        r.raw,
 		Checkpoint: view,
@@ -308,6 +325,7 @@ func (r *run) decide(ctx context.Context, start time.Time, md *jetstream.MsgMeta
 			return err
 		},
 	}
+	in := &r.in
 	in.Claim = func(ctx context.Context) error {
 		// A new call token per claim: the executor calls made under it
 		// carry it, and a child capsule they publish presents it.
@@ -385,57 +403,74 @@ func isDone(c <-chan struct{}) bool {
 const recordTimeout = 30 * time.Second
 
 // heartbeat tells JetStream the message is in progress and renews this
-// delivery's claim every Heartbeat until the returned stop is called. A lost
-// claim calls lost. Most phases end long before the first beat, so it is a
-// timer, not a goroutine per message.
-func (p *Pipeline) heartbeat(ctx context.Context, msg jetstream.Msg, t *txn, cycle int, lost func()) (stop func()) {
-	var (
-		mu      sync.Mutex
-		stopped bool
-		beating sync.WaitGroup
-		timer   *time.Timer
-	)
-	beat := func() {
-		mu.Lock()
-		if stopped || ctx.Err() != nil {
-			mu.Unlock()
-			return
-		}
-		beating.Add(1)
-		mu.Unlock()
-		defer beating.Done()
-		_ = msg.InProgress()
-		if err := t.renew(ctx, cycle); errors.Is(err, errClaimLost) {
-			p.log.Warn("claim lost: stopping the phase", "key", t.key, "cycle", cycle)
-			lost()
-			return
-		} else if errors.Is(err, corrupt.ErrCorrupt) {
-			// The checkpoint was replaced by a value sagad did not
-			// write: no claim is left to keep (the capsule halts).
-			lost()
-			return
-		} else if err != nil {
-			p.log.Warn("renew claim", "key", t.key, "error", err)
-		}
-		mu.Lock()
-		if !stopped {
-			timer.Reset(p.cfg.Heartbeat)
-		}
-		mu.Unlock()
+// delivery's claim every Heartbeat until its stop is called. A lost claim
+// calls lost. Most phases end long before the first beat, so it is a timer,
+// not a goroutine per message, and one value held in the attempt's run (b,
+// zero until now) with a closure of b and ctx as the timer's function: it
+// was seven allocations of closures and captured variables an attempt.
+func (p *Pipeline) heartbeat(ctx context.Context, b *beat, msg jetstream.Msg, t *txn, cycle int, lost func()) *beat {
+	b.p, b.msg, b.t, b.cycle, b.lost = p, msg, t, cycle, lost
+	b.mu.Lock()
+	b.timer = time.AfterFunc(p.cfg.Heartbeat, func() { b.beat(ctx) })
+	b.mu.Unlock()
+	return b
+}
+
+// beat is one attempt's heartbeat (see heartbeat).
+type beat struct {
+	p     *Pipeline
+	msg   jetstream.Msg
+	t     *txn
+	cycle int
+	lost  func()
+
+	mu      sync.Mutex
+	stopped bool
+	beating sync.WaitGroup
+	timer   *time.Timer
+}
+
+// beat renews the message and the claim once, and arms the next beat.
+func (b *beat) beat(ctx context.Context) {
+	b.mu.Lock()
+	if b.stopped || ctx.Err() != nil {
+		b.mu.Unlock()
+		return
 	}
-	mu.Lock()
-	timer = time.AfterFunc(p.cfg.Heartbeat, beat)
-	mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			mu.Lock()
-			stopped = true
-			timer.Stop()
-			mu.Unlock()
-			beating.Wait() // a beat in flight may still write the claim
-		})
+	b.beating.Add(1)
+	b.mu.Unlock()
+	defer b.beating.Done()
+	p, t := b.p, b.t
+	_ = b.msg.InProgress()
+	if err := t.renew(ctx, b.cycle); errors.Is(err, errClaimLost) {
+		p.log.Warn("claim lost: stopping the phase", "key", t.key, "cycle", b.cycle)
+		b.lost()
+		return
+	} else if errors.Is(err, corrupt.ErrCorrupt) {
+		// The checkpoint was replaced by a value sagad did not
+		// write: no claim is left to keep (the capsule halts).
+		b.lost()
+		return
+	} else if err != nil {
+		p.log.Warn("renew claim", "key", t.key, "error", err)
 	}
+	b.mu.Lock()
+	if !b.stopped {
+		b.timer.Reset(p.cfg.Heartbeat)
+	}
+	b.mu.Unlock()
+}
+
+// stop ends the heartbeat and returns once no beat is in flight (one may
+// still write the claim). Calling it again does nothing more.
+func (b *beat) stop() {
+	b.mu.Lock()
+	b.stopped = true
+	b.timer.Stop()
+	b.mu.Unlock()
+	// After stopped is set no beat adds to beating, so waiting again is
+	// waiting for nothing.
+	b.beating.Wait()
 }
 
 // deadlineWarning parks a capsule whose deadline (in force) is closer than

@@ -16,6 +16,7 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/internal/jspub"
+	"github.com/sagad/sagad/internal/seqid"
 	"github.com/sagad/sagad/internal/tracing"
 	"github.com/sagad/sagad/maintenance"
 	"github.com/sagad/sagad/metrics"
@@ -41,6 +42,8 @@ type Pipeline struct {
 	rate    *limiter
 	phases  [capsule.NumPhases]phases.Phase
 	tracer  *tracing.Tracer
+	// tokens makes the attempts' run tokens (runToken).
+	tokens *seqid.Gen
 	// constitution is the version of the rules in force
 	// (rules.VersionOf), recorded in every checkpoint RECEPTION creates.
 	constitution string
@@ -85,6 +88,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		st:      st,
 		metrics: cfg.Metrics,
 		tracer:  tracing.New(cfg.TracerProvider),
+		tokens:  seqid.New(),
 
 		constitution: rules.VersionOf(cfg.Rules),
 		corrupt:      rep,

@@ -101,9 +101,10 @@ func decisionOutcome(ph capsule.Phase, d phases.Decision) string {
 // exemplar of its phases' durations; "" for a checkpoint written before
 // sagad traced.
 func traceIDOf(cp *capsule.Checkpoint) string {
-	if _, err := tracing.ParseTraceparent(cp.TraceParent); err == nil {
+	if tracing.ValidTraceparent(cp.TraceParent) {
 		// A valid traceparent holds the id as its 32 lower-case hex digits,
-		// what TraceID.String would make again at every transition.
+		// what TraceID.String would make again at every transition; only
+		// its validity is asked, not a span context built.
 		return cp.TraceParent[3:35]
 	}
 	return ""

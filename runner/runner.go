@@ -49,7 +49,7 @@ type Consumer struct {
 	metrics *metrics.Metrics
 	cfg     Config
 	cc      jetstream.ConsumeContext
-	work    chan taken
+	work    chan *taken
 	wg      sync.WaitGroup
 
 	// inFlight holds the stream sequences of the messages this Consumer
@@ -78,7 +78,7 @@ func Start(ctx, workCtx context.Context, js jetstream.JetStream, stream, name st
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{name: name, log: cfg.Logger, metrics: cfg.Metrics, cfg: cfg, work: make(chan taken),
+	c := &Consumer{name: name, log: cfg.Logger, metrics: cfg.Metrics, cfg: cfg, work: make(chan *taken),
 		inFlight: make(map[uint64]bool)}
 	for i := 0; i < cfg.Workers; i++ {
 		c.wg.Add(1)
@@ -90,7 +90,10 @@ func Start(ctx, workCtx context.Context, js jetstream.JetStream, stream, name st
 			ctx, cancel := context.WithCancel(workCtx)
 			defer cancel()
 			for msg := range c.work {
-				c.settle(msg.Msg, handle(ctx, msg.Msg))
+				// The handler gets the message with the metadata take
+				// read: parsing its reply subject again cost every
+				// handler that asks for it.
+				c.settle(msg.Msg, handle(ctx, msg))
 				c.done(msg)
 			}
 		}()
@@ -153,10 +156,10 @@ func (c *Consumer) Stop() {
 // second handler would only race the first; the copy is naked to come back
 // after BusyDelay (the first's acknowledgement, meanwhile, settles both) and
 // counted.
-func (c *Consumer) take(msg jetstream.Msg) (taken, bool) {
+func (c *Consumer) take(msg jetstream.Msg) (*taken, bool) {
 	md, err := msg.Metadata()
 	if err != nil {
-		return taken{Msg: msg}, true // no sequence to know it by
+		return &taken{Msg: msg, mdErr: err}, true // no sequence to know it by
 	}
 	seq := md.Sequence.Stream
 	c.mu.Lock()
@@ -164,7 +167,7 @@ func (c *Consumer) take(msg jetstream.Msg) (taken, bool) {
 	c.inFlight[seq] = busy // logged once per message: it comes back every BusyDelay
 	c.mu.Unlock()
 	if !busy {
-		return taken{Msg: msg, seq: seq, known: true}, true
+		return &taken{Msg: msg, md: md, known: true}, true
 	}
 	c.metrics.RedeliveredInFlight()
 	if !logged {
@@ -173,23 +176,30 @@ func (c *Consumer) take(msg jetstream.Msg) (taken, bool) {
 			"deliveries", md.NumDelivered, "retry_in", c.cfg.BusyDelay)
 	}
 	_ = msg.NakWithDelay(c.cfg.BusyDelay)
-	return taken{}, false
+	return nil, false
 }
 
-// taken is a message handed to a worker with the stream sequence take read
-// from its metadata (known), so done need not parse the metadata again.
+// taken is a message handed to a worker with the metadata take read from
+// it (known: it has a stream sequence), so neither done nor the handler
+// parses it again. A taken is the handler's message: its Metadata answers
+// what the message's own answered to take.
 type taken struct {
 	jetstream.Msg
-	seq   uint64
+	md    *jetstream.MsgMetadata
+	mdErr error
 	known bool
 }
 
+// Metadata is the message's metadata as take read it. Handlers only read
+// it; each handler has its own message.
+func (t *taken) Metadata() (*jetstream.MsgMetadata, error) { return t.md, t.mdErr }
+
 // done forgets msg as in flight once it is settled.
-func (c *Consumer) done(msg taken) {
+func (c *Consumer) done(msg *taken) {
 	if !msg.known {
 		return
 	}
 	c.mu.Lock()
-	delete(c.inFlight, msg.seq)
+	delete(c.inFlight, msg.md.Sequence.Stream)
 	c.mu.Unlock()
 }

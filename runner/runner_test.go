@@ -108,3 +108,89 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestHandlerSeesEachDeliverysMetadata: the metadata a handler reads is its
+// own delivery's (read once by the consumer, not parsed again): the stream
+// sequence of its message and, after a nak, the delivery count of the
+// redelivery, with the message's data and subject alongside.
+func TestHandlerSeesEachDeliverysMetadata(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}})
+	require.NoError(t, err)
+	_, err = js.CreateConsumer(ctx, "S", jetstream.ConsumerConfig{Durable: "C", AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+
+	type seen struct {
+		seq, delivered uint64
+		data, subject  string
+	}
+	var mu sync.Mutex
+	var got []seen
+	c, err := runner.Start(ctx, ctx, js, "S", "C", runner.Config{Workers: 2, RetryDelay: 20 * time.Millisecond},
+		func(ctx context.Context, msg jetstream.Msg) runner.Delivery {
+			md, err := msg.Metadata()
+			require.NoError(t, err)
+			again, err := msg.Metadata()
+			require.NoError(t, err)
+			require.Equal(t, md, again)
+			mu.Lock()
+			got = append(got, seen{md.Sequence.Stream, md.NumDelivered, string(msg.Data()), msg.Subject()})
+			mu.Unlock()
+			if md.NumDelivered == 1 {
+				return runner.Retry(nil)
+			}
+			return runner.Ack()
+		})
+	require.NoError(t, err)
+	defer c.Stop()
+	for _, d := range []string{"a", "b", "c"} {
+		_, err = js.Publish(ctx, "s."+d, []byte(d))
+		require.NoError(t, err)
+	}
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == 6
+	}, "every message twice")
+	mu.Lock()
+	defer mu.Unlock()
+	for i, d := range []string{"a", "b", "c"} {
+		var n int
+		for _, g := range got {
+			if g.seq == uint64(i+1) {
+				require.Equal(t, d, g.data)
+				require.Equal(t, "s."+d, g.subject)
+				n++
+				require.EqualValues(t, n, g.delivered, "deliveries of %s in order", d)
+			}
+		}
+		require.Equal(t, 2, n, "%s delivered twice", d)
+	}
+}
+
+// BenchmarkMetadata is what a handler's second msg.Metadata() cost before
+// the consumer handed it the metadata it had read (nats.go parses the reply
+// subject and allocates at every call).
+func BenchmarkMetadata(b *testing.B) {
+	s := natstest.RunServer(b)
+	_, js := natstest.Connect(b, s)
+	ctx := context.Background()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}})
+	require.NoError(b, err)
+	cons, err := js.CreateConsumer(ctx, "S", jetstream.ConsumerConfig{Durable: "C", AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(b, err)
+	_, err = js.Publish(ctx, "s", []byte("x"))
+	require.NoError(b, err)
+	msg, err := cons.Next()
+	require.NoError(b, err)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := msg.Metadata(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

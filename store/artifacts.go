@@ -14,10 +14,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/jspub"
+	"github.com/sagad/sagad/internal/plainjson"
+	"github.com/sagad/sagad/internal/seqid"
 )
 
 // ArtifactRef is the artifact: URI of the artifact of (capsuleID, cycle).
@@ -59,6 +60,8 @@ type Artifacts struct {
 	os jetstream.ObjectStore
 	js jetstream.JetStream
 	w  *jspub.Writes // bounds and observes every write
+	// ids makes the objects' ids (nuid.Next shares one lock process-wide).
+	ids *seqid.Gen
 
 	mu     sync.Mutex
 	recent map[string]capsule.Artifact
@@ -72,7 +75,7 @@ type Artifacts struct {
 }
 
 func newArtifactStore(os jetstream.ObjectStore, js jetstream.JetStream) *Artifacts {
-	return &Artifacts{os: os, js: js, recent: make(map[string]capsule.Artifact, recentArtifacts)}
+	return &Artifacts{os: os, js: js, ids: seqid.New(), recent: make(map[string]capsule.Artifact, recentArtifacts)}
 }
 
 // Put writes the artifact as an object store object: its chunks, then its
@@ -89,20 +92,10 @@ func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error)
 	}
 	name := strings.TrimPrefix(a.Ref, "artifact:")
 	chunk := min(max(len(b), minChunk), maxChunk)
-	id := nuid.Next()
-	chunkSubject := "$O." + ArtifactsBucket + ".C." + id
-	var msgs []*nats.Msg
-	for off := 0; off < len(b) || len(msgs) == 0; off += chunk {
-		m := nats.NewMsg(chunkSubject)
-		m.Data = b[off:min(off+chunk, len(b))]
-		msgs = append(msgs, m)
-	}
-	chunks := len(msgs)
-	// In order: the object store reads chunks in stream order.
-	for _, m := range msgs {
-		if _, err := s.w.Publish(ctx, s.js.Conn(), m); err != nil {
-			return "", fmt.Errorf("put artifact %s: %w", name, err)
-		}
+	id := s.ids.Next()
+	chunks, err := s.putChunks(ctx, name, id, b, chunk)
+	if err != nil {
+		return "", err
 	}
 	sum := sha256.Sum256(b)
 	info := jetstream.ObjectInfo{
@@ -114,11 +107,13 @@ func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error)
 		Chunks:     uint32(chunks),
 		Digest:     "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:]),
 	}
-	mb, err := json.Marshal(info)
+	mb, err := appendObjectInfo(make([]byte, 0, objectInfoLen(&info)), &info)
 	if err != nil {
 		return "", err
 	}
-	m := nats.NewMsg("$O." + ArtifactsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name)))
+	subject := make([]byte, 0, len(metaPrefix)+base64.URLEncoding.EncodedLen(len(name)))
+	subject = base64.URLEncoding.AppendEncode(append(subject, metaPrefix...), []byte(name))
+	m := nats.NewMsg(string(subject))
 	m.Data = mb
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	if _, err := s.w.Publish(ctx, s.js.Conn(), m); err != nil {
@@ -126,6 +121,85 @@ func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error)
 	}
 	s.remember(a)
 	return a.Ref, nil
+}
+
+// The object store's subjects for SAGA_ARTIFACTS: chunks under the object's
+// id, metadata under the base64 of its name.
+const (
+	chunkPrefix = "$O." + ArtifactsBucket + ".C."
+	metaPrefix  = "$O." + ArtifactsBucket + ".M."
+)
+
+// putChunks publishes b in chunks of chunk bytes (one at least, empty for
+// an empty b), in order: the object store reads chunks in stream order.
+func (s *Artifacts) putChunks(ctx context.Context, name, id string, b []byte, chunk int) (int, error) {
+	subject := chunkPrefix + id
+	n := 0
+	for off := 0; off < len(b) || n == 0; off += chunk {
+		m := nats.NewMsg(subject)
+		m.Data = b[off:min(off+chunk, len(b))]
+		if _, err := s.w.Publish(ctx, s.js.Conn(), m); err != nil {
+			return 0, fmt.Errorf("put artifact %s: %w", name, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// appendObjectInfo appends json.Marshal(info) for the metadata Put writes.
+// Every artifact put encoded it through reflection; this writes the same
+// bytes directly (TestObjectInfoAsMarshal), and hands any value it was not
+// written for — one with members Put does not set, or a string that JSON
+// would escape — to json.Marshal itself.
+func appendObjectInfo(b []byte, info *jetstream.ObjectInfo) ([]byte, error) {
+	if !plainObjectInfo(info) {
+		return marshalAppend(b, info)
+	}
+	n0 := len(b)
+	b = append(b, `{"name":"`...)
+	b = append(b, info.Name...)
+	b = append(b, `","options":{"max_chunk_size":`...)
+	b = strconv.AppendUint(b, uint64(info.Opts.ChunkSize), 10)
+	b = append(b, `},"bucket":"`...)
+	b = append(b, info.Bucket...)
+	b = append(b, `","nuid":"`...)
+	b = append(b, info.NUID...)
+	b = append(b, `","size":`...)
+	b = strconv.AppendUint(b, info.Size, 10)
+	b = append(b, `,"mtime":`...)
+	b, ok := plainjson.AppendTime(b, info.ModTime)
+	if !ok {
+		return marshalAppend(b[:n0], info)
+	}
+	b = append(b, `,"chunks":`...)
+	b = strconv.AppendUint(b, uint64(info.Chunks), 10)
+	b = append(b, `,"digest":"`...)
+	b = append(b, info.Digest...)
+	return append(b, `"}`...), nil
+}
+
+// marshalAppend appends json.Marshal(v).
+func marshalAppend(b []byte, v any) ([]byte, error) {
+	mb, err := json.Marshal(v)
+	return append(b, mb...), err
+}
+
+// objectInfoLen is room for appendObjectInfo's bytes: the strings and
+// what surrounds them (members' names, numbers, the time).
+func objectInfoLen(info *jetstream.ObjectInfo) int {
+	return 192 + len(info.Name) + len(info.Bucket) + len(info.NUID) + len(info.Digest)
+}
+
+// plainObjectInfo says appendObjectInfo writes info as json.Marshal does:
+// only the members Put sets, each present (a chunk size and digest are),
+// strings JSON writes as they are (the time is checked as it is written).
+func plainObjectInfo(info *jetstream.ObjectInfo) bool {
+	o := info.Opts
+	if o == nil || o.Link != nil || o.ChunkSize == 0 || info.Description != "" || info.Headers != nil ||
+		info.Metadata != nil || info.Digest == "" || info.Deleted {
+		return false
+	}
+	return plainjson.Plain(info.Name) && plainjson.Plain(info.Bucket) && plainjson.Plain(info.NUID) && plainjson.Plain(info.Digest)
 }
 
 func (s *Artifacts) remember(a capsule.Artifact) {

@@ -72,8 +72,18 @@ func PhaseSubject(p capsule.Phase) string {
 	if p == capsule.Reception {
 		return IntakeSubject
 	}
+	if p.Valid() {
+		return phaseSubjects[p] // every phase message names one: not formatted each time
+	}
 	return fmt.Sprintf("saga.phase.%d", p)
 }
+
+var phaseSubjects = func() (s [capsule.NumPhases]string) {
+	for p := range s {
+		s[p] = fmt.Sprintf("saga.phase.%d", p)
+	}
+	return s
+}()
 
 // ConsumerName is the durable consumer of phase p, shared by every sagad.
 func ConsumerName(p capsule.Phase) string { return fmt.Sprintf("phase-%d", p) }

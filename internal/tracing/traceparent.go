@@ -47,6 +47,47 @@ func ParseTraceparent(s string) (trace.SpanContext, error) {
 	}), nil
 }
 
+// ValidTraceparent reports whether [ParseTraceparent] accepts s, without
+// decoding it into a span context: the exemplar of every transition asks
+// only whether the checkpoint's traceparent holds a trace id.
+func ValidTraceparent(s string) bool {
+	if len(s) < 55 || (len(s) > 55 && s[55] != '-') || s[2] != '-' || s[35] != '-' || s[52] != '-' {
+		return false
+	}
+	if !lowerHex(s[0:2]) || !lowerHex(s[3:35]) || !lowerHex(s[36:52]) || !lowerHex(s[53:55]) {
+		return false
+	}
+	switch s[0:2] {
+	case "ff":
+		return false
+	case "00":
+		if len(s) != 55 {
+			return false
+		}
+	}
+	return !allZero(s[3:35]) && !allZero(s[36:52])
+}
+
+// lowerHex says s is lower-case hex digits only.
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// allZero says s is "0" digits only: an invalid trace or span id.
+func allZero(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] != '0' {
+			return false
+		}
+	}
+	return true
+}
+
 // decodeLowerHex decodes s, lower-case hex of exactly 2 × len(dst) digits,
 // into dst.
 func decodeLowerHex(dst []byte, s string) bool {

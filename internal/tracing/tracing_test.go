@@ -2,6 +2,7 @@ package tracing_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -69,6 +70,7 @@ func FuzzParseTraceparent(f *testing.F) {
 	f.Add("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-x")
 	f.Fuzz(func(t *testing.T, s string) {
 		sc, err := tracing.ParseTraceparent(s)
+		require.Equal(t, err == nil, tracing.ValidTraceparent(s), "ValidTraceparent disagrees with the parser on %q", s)
 		if err != nil {
 			return
 		}
@@ -79,6 +81,56 @@ func FuzzParseTraceparent(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, sc, back)
 	})
+}
+
+// TestValidTraceparentAsParse holds ValidTraceparent to the parser over
+// traceparents valid and a byte, a dash or a length away from valid, every
+// version, and all-zero ids.
+func TestValidTraceparentAsParse(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(24, 6))
+	const alphabet = "0123456789abcdefABF-xz"
+	cases := []string{"", valid, "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+		"00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01", "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		"01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-more", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-more",
+		"01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01more"}
+	for range 20000 {
+		b := []byte(valid)
+		for i := range b {
+			if b[i] != '-' {
+				b[i] = "0123456789abcdef"[rng.IntN(16)]
+			}
+		}
+		if rng.IntN(4) == 0 { // the version's digits are where the rules differ
+			b[0], b[1] = "0f"[rng.IntN(2)], "0f1"[rng.IntN(3)]
+		}
+		if rng.IntN(8) == 0 { // an all-zero id
+			lo, hi := 3, 35
+			if rng.IntN(2) == 0 {
+				lo, hi = 36, 52
+			}
+			for i := lo; i < hi; i++ {
+				b[i] = '0'
+			}
+		}
+		for range rng.IntN(3) {
+			switch rng.IntN(3) {
+			case 0:
+				if len(b) > 0 {
+					b[rng.IntN(len(b))] = alphabet[rng.IntN(len(alphabet))]
+				}
+			case 1:
+				b = b[:rng.IntN(len(b)+1)]
+			case 2:
+				b = append(b, alphabet[rng.IntN(len(alphabet))])
+			}
+		}
+		cases = append(cases, string(b))
+	}
+	for _, s := range cases {
+		_, err := tracing.ParseTraceparent(s)
+		require.Equal(t, err == nil, tracing.ValidTraceparent(s), s)
+	}
 }
 
 func TestTraceIDOf(t *testing.T) {
