@@ -158,11 +158,16 @@ const maxPooledCanonical = 64 << 10
 // parse decodes one JSON value into nil, bool, string, json.Number, []any and
 // map[string]any, rejecting what RFC 8785 (through I-JSON) rejects.
 func parse(raw []byte) (any, error) {
+	s := scanner{b: raw}
+	return s.document()
+}
+
+// document is parse of s.b, with s's options.
+func (s *scanner) document() (any, error) {
 	// encoding/json silently replaces invalid UTF-8 with U+FFFD.
-	if !utf8.Valid(raw) {
+	if !utf8.Valid(s.b) {
 		return nil, fmt.Errorf("%w: invalid UTF-8", ErrInvalidJSON)
 	}
-	s := scanner{b: raw}
 	v, err := s.value(0)
 	if err != nil {
 		return nil, err
@@ -171,7 +176,7 @@ func parse(raw []byte) (any, error) {
 	if s.i != len(s.b) {
 		return nil, fmt.Errorf("%w: data after the top-level value", ErrInvalidJSON)
 	}
-	if err := checkSurrogates(raw); err != nil {
+	if err := checkSurrogates(s.b); err != nil {
 		return nil, err
 	}
 	return v, nil

@@ -14,6 +14,37 @@ import (
 type scanner struct {
 	b []byte
 	i int
+	// spans, when non-nil, collects where the members of the top-level
+	// object and of its object members lie ([ParseDocument]); top is the
+	// index of the top-level member being read.
+	spans []span
+	top   int
+}
+
+// span is where a member's value lies in the document: raw[start:end], no
+// surrounding space, as encoding/json hands it to an Unmarshaler. parent is
+// the index of the top-level member whose object holds it, -1 for a
+// top-level member.
+type span struct {
+	name       string
+	parent     int32
+	start, end int32
+}
+
+// open notes where the value of member name of an object at depth starts
+// (at s.i, past any space) and returns its index, or -1 when not noted.
+func (s *scanner) open(depth int, name string) int {
+	if s.spans == nil || depth > 1 {
+		return -1
+	}
+	parent := int32(-1)
+	if depth == 1 {
+		parent = int32(s.top)
+	} else {
+		s.top = len(s.spans)
+	}
+	s.spans = append(s.spans, span{parent: parent, name: name, start: int32(s.i)})
+	return len(s.spans) - 1
 }
 
 func (s *scanner) errorf(format string, args ...any) error {
@@ -94,8 +125,13 @@ func (s *scanner) object(depth int) (any, error) {
 			return nil, s.errorf("missing ':' after object key")
 		}
 		s.i++
+		s.skipSpace()
+		at := s.open(depth, key)
 		if obj[key], err = s.value(depth + 1); err != nil {
 			return nil, err
+		}
+		if at >= 0 {
+			s.spans[at].end = int32(s.i)
 		}
 		s.skipSpace()
 		if s.i >= len(s.b) {
