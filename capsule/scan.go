@@ -3,6 +3,8 @@ package capsule
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -102,7 +104,7 @@ func (s *scanner) literal(word string) error {
 
 func (s *scanner) object(depth int) (any, error) {
 	s.i++ // '{'
-	obj := map[string]any{}
+	obj := make(map[string]any, objectHint(depth))
 	s.skipSpace()
 	if s.i < len(s.b) && s.b[s.i] == '}' {
 		s.i++
@@ -113,7 +115,7 @@ func (s *scanner) object(depth int) (any, error) {
 		if s.i >= len(s.b) || s.b[s.i] != '"' {
 			return nil, s.errorf("object key is not a string")
 		}
-		key, err := s.str()
+		key, err := s.name()
 		if err != nil {
 			return nil, err
 		}
@@ -222,15 +224,27 @@ func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 // str reads a string at s.i (its opening quote), decoding escapes (and
 // invalid UTF-8, as U+FFFD) as encoding/json does.
-func (s *scanner) str() (string, error) {
+func (s *scanner) str() (string, error) { return s.strOrName(false) }
+
+// name is str for a member name: a capsule's member names, written without
+// escapes, are the one shared copy in memberNames rather than a new string
+// each (about 35 a capsule, in every capsule RECEPTION reads).
+func (s *scanner) name() (string, error) { return s.strOrName(true) }
+
+func (s *scanner) strOrName(name bool) (string, error) {
 	s.i++ // '"'
 	start := s.i
 	for s.i < len(s.b) {
 		c := s.b[s.i]
 		if c == '"' {
-			v := string(s.b[start:s.i])
+			b := s.b[start:s.i]
 			s.i++
-			return v, nil
+			if name {
+				if known, ok := memberNames[string(b)]; ok {
+					return known, nil
+				}
+			}
+			return string(b), nil
 		}
 		if c == '\\' {
 			break
@@ -402,7 +416,7 @@ func (s *scanner) walk(depth int, fn func(JSONToken, string)) error {
 				if s.i >= len(s.b) || s.b[s.i] != '"' {
 					return s.errorf("object key is not a string")
 				}
-				key, err := s.str()
+				key, err := s.name()
 				if err != nil {
 					return err
 				}
@@ -459,4 +473,39 @@ func (s *scanner) walk(depth int, fn func(JSONToken, string)) error {
 	}
 	fn(TokenScalar, "")
 	return nil
+}
+
+// memberNames holds the member names of a capsule, at every depth (the json
+// names of [Capsule]'s fields and of the structs under it), each as one
+// string the scanner hands out for every capsule.
+var memberNames = func() map[string]string {
+	names := map[string]string{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || t.PkgPath() != reflect.TypeFor[Capsule]().PkgPath() {
+			return
+		}
+		for f := range t.Fields() {
+			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+				names[name] = name
+			}
+			walk(f.Type)
+		}
+	}
+	walk(reflect.TypeFor[Capsule]())
+	return names
+}()
+
+// objectHint is the room a new object's map is made with. A capsule's
+// top-level object has 13 required members and usually a few more; made
+// empty, its map is grown twice on the way (a first group of 8, then a
+// table); made for 14 it starts as that table.
+func objectHint(depth int) int {
+	if depth == 0 {
+		return 14
+	}
+	return 0
 }
