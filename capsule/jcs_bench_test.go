@@ -50,3 +50,19 @@ func BenchmarkSeal(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDigestObject measures the digest alone, on the tree RECEPTION's
+// parse made.
+func BenchmarkDigestObject(b *testing.B) {
+	doc, err := capsule.ParseJSON(typical(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	obj := doc.(map[string]any)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := capsule.DigestObject(obj); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
