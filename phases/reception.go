@@ -99,14 +99,24 @@ func (r *Received) read(env *Env, raw []byte) (doc capsule.Document, version str
 	if !json.Valid(trimmed) || json.Unmarshal(trimmed, &head) != nil {
 		return capsule.Document{}, "", halt(capsule.NotJSON())
 	}
-	_ = json.Unmarshal(head.CapsuleID, &r.ClaimedID)
-	_ = json.Unmarshal(head.SchemaVersion, &version)
-	return capsule.Document{}, version, nil
+	// Decoded into locals: a pointer into r or to a result would move r
+	// (and the result) to the heap for every capsule, not only these.
+	var id, lenientVersion string
+	_ = json.Unmarshal(head.CapsuleID, &id)
+	_ = json.Unmarshal(head.SchemaVersion, &lenientVersion)
+	r.ClaimedID = id
+	return capsule.Document{}, lenientVersion, nil
 }
 
 // validate checks the schema version's major, then the capsule schema.
 func validate(env *Env, raw []byte, obj map[string]any, version string) *Decision {
-	if version != "" && !supportsVersion(env.Rules.WithDefaults().SupportedMajors, version) {
+	majors := env.Rules.SupportedMajors
+	if majors == nil {
+		// WithDefaults copies every list of the rules; sagad's Env has
+		// them set, so only a zero Config pays for it.
+		majors = env.Rules.WithDefaults().SupportedMajors
+	}
+	if version != "" && !supportsVersion(majors, version) {
 		return halt(capsule.UnsupportedSchemaVersion(version))
 	}
 	var err error
