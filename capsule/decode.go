@@ -1,6 +1,7 @@
 package capsule
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"strconv"
@@ -27,8 +28,9 @@ func ParseDocument(raw []byte) (Document, error) {
 	s := scanner{b: raw}
 	if len(raw) <= math.MaxInt32 {
 		// A capsule has about 35 members at the two depths noted: room
-		// for them makes the list one allocation. (Past 2 GiB nothing is
-		// noted, and Capsule leaves the text to encoding/json.)
+		// for them makes the list one allocation, of 640 bytes. (Past
+		// 2 GiB nothing is noted, and Capsule leaves the text to
+		// encoding/json.)
 		s.spans = make([]span, 0, 40)
 	}
 	v, err := s.document()
@@ -395,11 +397,29 @@ func (d *Document) in(parent int, name string) int {
 
 func (d *Document) find(parent int, name string) int {
 	for i := range d.spans {
-		if int(d.spans[i].parent) == parent && d.spans[i].name == name {
+		if int(d.spans[i].parent) == parent && d.named(d.spans[i].key, name) {
 			return i
 		}
 	}
 	return -1
+}
+
+// named reports whether the member name whose opening quote is at key is
+// name: compared as written, or, when written with an escape, decoded as
+// the parse decoded it.
+func (d *Document) named(key int32, name string) bool {
+	written := d.raw[key+1:]
+	if len(written) > len(name) && written[len(name)] == '"' && string(written[:len(name)]) == name {
+		return true
+	}
+	// A backslash before the first quote is the first escape of the name
+	// (an escaped quote has one before it); without one, it is not name.
+	if q := bytes.IndexByte(written, '"'); q < 0 || bytes.IndexByte(written[:q], '\\') < 0 {
+		return false
+	}
+	s := scanner{b: d.raw, i: int(key)}
+	decoded, err := s.str()
+	return err == nil && decoded == name
 }
 
 func (d *Document) bytes(sp int) []byte { return d.raw[d.spans[sp].start:d.spans[sp].end] }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -108,6 +109,24 @@ func TestDocumentCapsuleNeighbours(t *testing.T) {
 	}
 	t.Logf("%d of %d documents filled without encoding/json", filled, total)
 	require.Positive(t, filled)
+}
+
+// TestDocumentCapsuleEscapedNames: a member name written with an escape is
+// the same member (the parse decodes it); the members whose bytes are taken
+// as written are found under such a name too, and the capsule is filled.
+func TestDocumentCapsuleEscapedNames(t *testing.T) {
+	t.Parallel()
+	seed, err := os.ReadFile("../schemas/testdata/capsule_full.json")
+	require.NoError(t, err)
+	for _, name := range []string{"created_at", "deadline", "spec", "approved_at", "review", "operator_gate", "metadata"} {
+		escaped := strings.Replace(name, name[:1], `\u00`+strconv.FormatInt(int64(name[0]), 16), 1)
+		raw := bytes.Replace(seed, []byte(`"`+name+`"`), []byte(`"`+escaped+`"`), 1)
+		require.NotEqual(t, seed, raw, name)
+		require.True(t, sameAsUnmarshal(t, raw), "%s written %s", name, escaped)
+	}
+	// A name that only starts like a member's, and one escaped to another.
+	raw := bytes.Replace(seed, []byte(`"deadline"`), []byte(`"deadline\u0020"`), 1)
+	require.False(t, sameAsUnmarshal(t, raw))
 }
 
 // FuzzDocumentCapsule: on any bytes, Document.Capsule is json.Unmarshal or

@@ -23,19 +23,19 @@ type scanner struct {
 	top   int
 }
 
-// span is where a member's value lies in the document: raw[start:end], no
-// surrounding space, as encoding/json hands it to an Unmarshaler. parent is
-// the index of the top-level member whose object holds it, -1 for a
-// top-level member.
+// span is where a member's value lies in the document: b[start:end], no
+// surrounding space, as encoding/json hands it to an Unmarshaler; key is
+// where its name's opening quote is. parent is the index of the top-level
+// member whose object holds it, -1 for a top-level member. Offsets, not
+// names: the list holds no pointer, so the GC never scans it.
 type span struct {
-	name       string
-	parent     int32
-	start, end int32
+	parent, key, start, end int32
 }
 
-// open notes where the value of member name of an object at depth starts
-// (at s.i, past any space) and returns its index, or -1 when not noted.
-func (s *scanner) open(depth int, name string) int {
+// open notes the member of an object at depth whose name starts at key and
+// whose value starts at s.i (past any space), and returns its index, or -1
+// when not noted.
+func (s *scanner) open(depth, key int) int {
 	if s.spans == nil || depth > 1 {
 		return -1
 	}
@@ -45,7 +45,7 @@ func (s *scanner) open(depth int, name string) int {
 	} else {
 		s.top = len(s.spans)
 	}
-	s.spans = append(s.spans, span{parent: parent, name: name, start: int32(s.i)})
+	s.spans = append(s.spans, span{parent: parent, key: int32(key), start: int32(s.i)})
 	return len(s.spans) - 1
 }
 
@@ -115,6 +115,7 @@ func (s *scanner) object(depth int) (any, error) {
 		if s.i >= len(s.b) || s.b[s.i] != '"' {
 			return nil, s.errorf("object key is not a string")
 		}
+		keyAt := s.i
 		key, err := s.name()
 		if err != nil {
 			return nil, err
@@ -128,7 +129,7 @@ func (s *scanner) object(depth int) (any, error) {
 		}
 		s.i++
 		s.skipSpace()
-		at := s.open(depth, key)
+		at := s.open(depth, keyAt)
 		if obj[key], err = s.value(depth + 1); err != nil {
 			return nil, err
 		}
