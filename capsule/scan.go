@@ -115,26 +115,8 @@ func (s *scanner) object(depth int) (any, error) {
 		if s.i >= len(s.b) || s.b[s.i] != '"' {
 			return nil, s.errorf("object key is not a string")
 		}
-		keyAt := s.i
-		key, err := s.name()
-		if err != nil {
+		if err := s.member(obj, depth); err != nil {
 			return nil, err
-		}
-		if _, dup := obj[key]; dup {
-			return nil, fmt.Errorf("%w: duplicate object key %q", ErrInvalidJSON, key)
-		}
-		s.skipSpace()
-		if s.i >= len(s.b) || s.b[s.i] != ':' {
-			return nil, s.errorf("missing ':' after object key")
-		}
-		s.i++
-		s.skipSpace()
-		at := s.open(depth, keyAt)
-		if obj[key], err = s.value(depth + 1); err != nil {
-			return nil, err
-		}
-		if at >= 0 {
-			s.spans[at].end = int32(s.i)
 		}
 		s.skipSpace()
 		if s.i >= len(s.b) {
@@ -150,6 +132,54 @@ func (s *scanner) object(depth int) (any, error) {
 			return nil, s.errorf("invalid character %q after object value", s.b[s.i])
 		}
 	}
+}
+
+// member reads one member of an object at depth (its name, the colon, its
+// value) into obj.
+func (s *scanner) member(obj map[string]any, depth int) error {
+	keyAt := s.i
+	key, err := s.name()
+	if err != nil {
+		return err
+	}
+	v, err := s.afterName(depth, keyAt)
+	if err != nil {
+		// A name seen before is the error, as when it was looked up
+		// before the rest of the member was read.
+		if _, dup := obj[key]; dup {
+			return duplicateKey(key)
+		}
+		return err
+	}
+	// Inserted, then told from a new name by the count: one map
+	// operation a member rather than a lookup and an insertion.
+	n := len(obj)
+	obj[key] = v
+	if len(obj) == n {
+		return duplicateKey(key)
+	}
+	return nil
+}
+
+// afterName reads the colon and the value of a member whose name started
+// at keyAt.
+func (s *scanner) afterName(depth, keyAt int) (any, error) {
+	s.skipSpace()
+	if s.i >= len(s.b) || s.b[s.i] != ':' {
+		return nil, s.errorf("missing ':' after object key")
+	}
+	s.i++
+	s.skipSpace()
+	at := s.open(depth, keyAt)
+	v, err := s.value(depth + 1)
+	if err == nil && at >= 0 {
+		s.spans[at].end = int32(s.i)
+	}
+	return v, err
+}
+
+func duplicateKey(key string) error {
+	return fmt.Errorf("%w: duplicate object key %q", ErrInvalidJSON, key)
 }
 
 func (s *scanner) array(depth int) (any, error) {
