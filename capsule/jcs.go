@@ -319,7 +319,10 @@ func sortMembers(out []member, v map[string]any, skip string) []member {
 // without a sign, fraction or exponent: a double holds it exactly, and
 // ECMAScript writes that double as these digits. ("-0" and other negatives
 // take the general path: -0 is written "0".)
-func plainInteger(n json.Number) bool {
+func plainInteger(n json.Number) bool { return plainDigits(n) }
+
+// plainDigits is plainInteger for a number as written, string or bytes.
+func plainDigits[T ~string | ~[]byte](n T) bool {
 	if len(n) == 0 || len(n) > 15 || (n[0] == '0' && len(n) > 1) {
 		return false
 	}

@@ -87,7 +87,7 @@ func (r *Received) read(env *Env, raw []byte) (doc capsule.Document, version str
 	if obj, isObj := doc.Value.(map[string]any); perr == nil && isObj {
 		r.ClaimedID, _ = obj["capsule_id"].(string)
 		version, _ = obj["schema_version"].(string)
-		if d, err := capsule.DigestObject(obj); err == nil {
+		if d, err := doc.Digest(); err == nil {
 			r.Digest = d
 		}
 		return doc, version, nil
