@@ -189,10 +189,13 @@ func (s *scanner) document() (any, error) {
 // has accepted, where a backslash only ever starts an escape inside a string.
 func checkSurrogates(raw []byte) error {
 	for i := 0; i < len(raw); i++ {
-		if raw[i] != '\\' {
-			continue
+		// Straight to the next backslash: a capsule has few or none, and
+		// IndexByte passes the rest many bytes at a time.
+		j := bytes.IndexByte(raw[i:], '\\')
+		if j < 0 {
+			return nil
 		}
-		i++
+		i += j + 1
 		if raw[i] != 'u' {
 			continue
 		}
