@@ -24,8 +24,9 @@ import (
 //
 // The safety property is one-sided: fast says valid ⇒ the library says
 // valid. Every keyword below is checked the way jsonschema/v5 checks it (the
-// same regular expressions, the same format functions, code points for
-// lengths); where exactness would cost code (numbers written with a fraction
+// same regular expressions — matched without regexp's machine when they are
+// anchored class sequences, see classPattern —, the same format functions,
+// code points for lengths); where exactness would cost code (numbers written with a fraction
 // or an exponent, integers of more than 18 digits) the checker says "not valid" and the
 // library decides. A schema using any keyword the compiler does not know gets
 // no fast path at all. FuzzFastAgrees holds the property, and
@@ -44,6 +45,7 @@ type fastNode struct {
 	minLen   int // -1: none
 	maxLen   int // -1: none
 	pattern  *regexp.Regexp
+	classes  *classPattern // pattern's matcher when of that shape, else nil
 	format   func(any) bool
 	enum     []any // strings, booleans, nil
 	hasConst bool
@@ -194,6 +196,7 @@ func (c *fastCompiler) keyword(n *fastNode, k string, v any, at string) error {
 		p, _ := v.(string)
 		// As the library compiles it, so a match is the library's match.
 		n.pattern, err = regexp.Compile(p)
+		n.classes = compileClassPattern(p)
 	case "format":
 		name, _ := v.(string)
 		if n.format = jsonschema.Formats[name]; n.format == nil {
@@ -458,6 +461,9 @@ func (n *fastNode) validString(s string) bool {
 		if l < n.minLen || (n.maxLen >= 0 && l > n.maxLen) {
 			return false
 		}
+	}
+	if n.classes != nil {
+		return n.classes.match(s)
 	}
 	return n.pattern == nil || n.pattern.MatchString(s)
 }
