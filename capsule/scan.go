@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -271,7 +272,7 @@ func (s *scanner) strOrName(name bool) (string, error) {
 			b := s.b[start:s.i]
 			s.i++
 			if name {
-				if known, ok := memberNames[string(b)]; ok {
+				if known, ok := memberNames.find(b); ok {
 					return known, nil
 				}
 			}
@@ -509,8 +510,10 @@ func (s *scanner) walk(depth int, fn func(JSONToken, string)) error {
 // memberNames holds the member names of a capsule, at every depth (the json
 // names of [Capsule]'s fields and of the structs under it), each as one
 // string the scanner hands out for every capsule.
-var memberNames = func() map[string]string {
-	names := map[string]string{}
+var memberNames = newNameTable(capsuleNames())
+
+func capsuleNames() []string {
+	var names []string
 	var walk func(t reflect.Type)
 	walk = func(t reflect.Type) {
 		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
@@ -520,15 +523,63 @@ var memberNames = func() map[string]string {
 			return
 		}
 		for f := range t.Fields() {
-			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
-				names[name] = name
+			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" && !slices.Contains(names, name) {
+				names = append(names, name)
 			}
 			walk(f.Type)
 		}
 	}
 	walk(reflect.TypeFor[Capsule]())
 	return names
-}()
+}
+
+// nameTable finds a name in a fixed set by a hash of its length and three
+// of its bytes, with a multiplier chosen so that no two names of the set
+// share a slot: one multiplication and one comparison, where a map hashes
+// the whole name and probes (the parse looks up every member name of every
+// capsule). With no such multiplier it holds nothing and finds nothing.
+type nameTable struct {
+	slots [256]string
+	mul   uint32
+}
+
+func newNameTable(names []string) *nameTable {
+	t := &nameTable{}
+	for seed := uint32(1); seed < 1<<16; seed++ {
+		t.mul = seed*0x9E3779B1 | 1
+		if t.fill(names) {
+			return t
+		}
+	}
+	return &nameTable{}
+}
+
+// fill places every name in its slot, or reports a collision.
+func (t *nameTable) fill(names []string) bool {
+	t.slots = [256]string{}
+	for _, n := range names {
+		h := t.slot([]byte(n))
+		if t.slots[h] != "" {
+			return false
+		}
+		t.slots[h] = n
+	}
+	return true
+}
+
+func (t *nameTable) slot(b []byte) uint32 {
+	if len(b) == 0 {
+		return 0
+	}
+	h := uint32(len(b)) | uint32(b[0])<<8 | uint32(b[len(b)/2])<<16 | uint32(b[len(b)-1])<<24
+	return (h * t.mul) >> 24
+}
+
+// find returns the set's copy of the name b, if b is one.
+func (t *nameTable) find(b []byte) (string, bool) {
+	n := t.slots[t.slot(b)]
+	return n, n != "" && n == string(b)
+}
 
 // objectHint is the room a new object's map is made with. A capsule's
 // top-level object has 13 required members and usually a few more; made

@@ -171,3 +171,16 @@ func TestParseDuplicateFirst(t *testing.T) {
 		require.EqualError(t, err, want, raw)
 	}
 }
+
+// BenchmarkWalkJSON measures Rule 9's walk over a capsule's strings.
+func BenchmarkWalkJSON(b *testing.B) {
+	raw, err := os.ReadFile("../examples/capsules/valid.json")
+	require.NoError(b, err)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		if err := WalkJSON(raw, func(tok JSONToken, s string) { n += len(s) }); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
