@@ -294,6 +294,12 @@ func (s *scanner) strOrName(name bool) (string, error) {
 		}
 		s.i++
 	}
+	return s.strSlow(start)
+}
+
+// strSlow goes on with a string from s.i, its first escape or invalid
+// UTF-8, the string having started at start.
+func (s *scanner) strSlow(start int) (string, error) {
 	buf := append([]byte(nil), s.b[start:s.i]...)
 	for s.i < len(s.b) {
 		c := s.b[s.i]
@@ -313,59 +319,54 @@ func (s *scanner) strOrName(name bool) (string, error) {
 				buf = append(buf, s.b[s.i:s.i+size]...)
 			}
 			s.i += size
-			continue
 		case c != '\\':
 			buf = append(buf, c)
 			s.i++
-			continue
-		}
-		s.i++ // '\\'
-		if s.i >= len(s.b) {
-			break
-		}
-		switch e := s.b[s.i]; e {
-		case '"', '\\', '/':
-			buf = append(buf, e)
-			s.i++
-		case 'b':
-			buf = append(buf, '\b')
-			s.i++
-		case 'f':
-			buf = append(buf, '\f')
-			s.i++
-		case 'n':
-			buf = append(buf, '\n')
-			s.i++
-		case 'r':
-			buf = append(buf, '\r')
-			s.i++
-		case 't':
-			buf = append(buf, '\t')
-			s.i++
-		case 'u':
-			r, ok := s.hex4(s.i + 1)
-			if !ok {
-				return "", s.errorf("invalid escape in string literal")
-			}
-			s.i += 5
-			if utf16.IsSurrogate(r) {
-				r2, ok2 := rune(-1), false
-				if s.i+6 <= len(s.b) && s.b[s.i] == '\\' && s.b[s.i+1] == 'u' {
-					r2, ok2 = s.hex4(s.i + 2)
-				}
-				if dec := utf16.DecodeRune(r, r2); ok2 && dec != utf8.RuneError {
-					s.i += 6
-					r = dec
-				} else {
-					r = utf8.RuneError // as encoding/json; parse refuses it afterwards
-				}
-			}
-			buf = utf8.AppendRune(buf, r)
 		default:
-			return "", s.errorf("invalid escape character %q in string literal", e)
+			s.i++ // '\\'
+			if s.i >= len(s.b) {
+				return "", s.errorf("unexpected end of JSON input")
+			}
+			var err error
+			if buf, err = s.escape(buf); err != nil {
+				return "", err
+			}
 		}
 	}
 	return "", s.errorf("unexpected end of JSON input")
+}
+
+// shortEscapes are the one-character escapes and what they stand for.
+var shortEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+// escape appends what the escape at s.i (past its backslash) stands for.
+func (s *scanner) escape(buf []byte) ([]byte, error) {
+	e := s.b[s.i]
+	if d := shortEscapes[e]; d != 0 {
+		s.i++
+		return append(buf, d), nil
+	}
+	if e != 'u' {
+		return nil, s.errorf("invalid escape character %q in string literal", e)
+	}
+	r, ok := s.hex4(s.i + 1)
+	if !ok {
+		return nil, s.errorf("invalid escape in string literal")
+	}
+	s.i += 5
+	if utf16.IsSurrogate(r) {
+		r2, ok2 := rune(-1), false
+		if s.i+6 <= len(s.b) && s.b[s.i] == '\\' && s.b[s.i+1] == 'u' {
+			r2, ok2 = s.hex4(s.i + 2)
+		}
+		if dec := utf16.DecodeRune(r, r2); ok2 && dec != utf8.RuneError {
+			s.i += 6
+			r = dec
+		} else {
+			r = utf8.RuneError // as encoding/json; parse refuses it afterwards
+		}
+	}
+	return utf8.AppendRune(buf, r), nil
 }
 
 func (s *scanner) hex4(at int) (rune, bool) {
