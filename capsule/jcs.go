@@ -146,7 +146,9 @@ func digestObject(obj map[string]any) (string, error) {
 		return "", err
 	}
 	sum := sha256.Sum256(bp.Bytes())
-	return hex.EncodeToString(sum[:]), nil
+	var digits [2 * sha256.Size]byte
+	hex.Encode(digits[:], sum[:])
+	return string(digits[:]), nil // one allocation: EncodeToString makes two
 }
 
 // canonicalBufs recycles digest encodings; one larger than
@@ -158,11 +160,16 @@ const maxPooledCanonical = 64 << 10
 // parse decodes one JSON value into nil, bool, string, json.Number, []any and
 // map[string]any, rejecting what RFC 8785 (through I-JSON) rejects.
 func parse(raw []byte) (any, error) {
+	s := scanner{b: raw}
+	return s.document()
+}
+
+// document is parse of s.b, with s's options.
+func (s *scanner) document() (any, error) {
 	// encoding/json silently replaces invalid UTF-8 with U+FFFD.
-	if !utf8.Valid(raw) {
+	if !utf8.Valid(s.b) {
 		return nil, fmt.Errorf("%w: invalid UTF-8", ErrInvalidJSON)
 	}
-	s := scanner{b: raw}
 	v, err := s.value(0)
 	if err != nil {
 		return nil, err
@@ -171,7 +178,7 @@ func parse(raw []byte) (any, error) {
 	if s.i != len(s.b) {
 		return nil, fmt.Errorf("%w: data after the top-level value", ErrInvalidJSON)
 	}
-	if err := checkSurrogates(raw); err != nil {
+	if err := checkSurrogates(s.b); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -182,10 +189,13 @@ func parse(raw []byte) (any, error) {
 // has accepted, where a backslash only ever starts an escape inside a string.
 func checkSurrogates(raw []byte) error {
 	for i := 0; i < len(raw); i++ {
-		if raw[i] != '\\' {
-			continue
+		// Straight to the next backslash: a capsule has few or none, and
+		// IndexByte passes the rest many bytes at a time.
+		j := bytes.IndexByte(raw[i:], '\\')
+		if j < 0 {
+			return nil
 		}
-		i++
+		i += j + 1
 		if raw[i] != 'u' {
 			continue
 		}
@@ -224,6 +234,12 @@ func writeCanonical(b *bytes.Buffer, v any) error {
 	case string:
 		writeString(b, v)
 	case json.Number:
+		if plainInteger(v) {
+			// Its own canonical form: as ECMAScript writes the double it
+			// is exactly, without reading and formatting it again.
+			b.WriteString(string(v))
+			return nil
+		}
 		f, err := strconv.ParseFloat(string(v), 64)
 		if err != nil {
 			return fmt.Errorf("%w: number %s is outside IEEE-754 double range", ErrInvalidJSON, v)
@@ -252,39 +268,73 @@ func writeCanonical(b *bytes.Buffer, v any) error {
 // units of their names (RFC 8785 §3.2.3), leaving out the member named skip
 // ("" leaves out none).
 func writeCanonicalObject(b *bytes.Buffer, v map[string]any, skip string) error {
-	keys := make([]string, 0, len(v))
-	ascii := true
-	for k := range v {
-		if skip != "" && k == skip {
-			continue
-		}
-		keys = append(keys, k)
-		ascii = ascii && isASCII(k)
-	}
-	if ascii {
-		// For ASCII names a UTF-16 unit is the byte: byte order is the
-		// order RFC 8785 asks for, without encoding each name again.
-		slices.Sort(keys)
-	} else {
-		units := make(map[string][]uint16, len(keys))
-		for _, k := range keys {
-			units[k] = utf16.Encode([]rune(k))
-		}
-		slices.SortFunc(keys, func(x, y string) int { return slices.Compare(units[x], units[y]) })
-	}
+	// Room on the stack for a capsule's objects (its top level has 13 to
+	// 19 members): no allocation, and no write barrier for each name.
+	var room [24]member
+	members := sortMembers(room[:0], v, skip)
 	b.WriteByte('{')
-	for i, k := range keys {
+	for i, m := range members {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		writeString(b, k)
+		writeString(b, m.name)
 		b.WriteByte(':')
-		if err := writeCanonical(b, v[k]); err != nil {
+		if err := writeCanonical(b, m.value); err != nil {
 			return err
 		}
 	}
 	b.WriteByte('}')
 	return nil
+}
+
+// member is one member of an object, its value taken with its name so the
+// sorted names need no second lookup.
+type member struct {
+	name  string
+	value any
+}
+
+// sortMembers appends v's members but skip to out, sorted as RFC 8785 asks.
+func sortMembers(out []member, v map[string]any, skip string) []member {
+	ascii := true
+	for k, e := range v {
+		if skip != "" && k == skip {
+			continue
+		}
+		out = append(out, member{k, e})
+		ascii = ascii && isASCII(k)
+	}
+	if ascii {
+		// For ASCII names a UTF-16 unit is the byte: byte order is the
+		// order RFC 8785 asks for, without encoding each name again.
+		slices.SortFunc(out, func(x, y member) int { return strings.Compare(x.name, y.name) })
+		return out
+	}
+	units := make(map[string][]uint16, len(out))
+	for _, m := range out {
+		units[m.name] = utf16.Encode([]rune(m.name))
+	}
+	slices.SortFunc(out, func(x, y member) int { return slices.Compare(units[x.name], units[y.name]) })
+	return out
+}
+
+// plainInteger reports whether n is an integer written in at most 15 digits
+// without a sign, fraction or exponent: a double holds it exactly, and
+// ECMAScript writes that double as these digits. ("-0" and other negatives
+// take the general path: -0 is written "0".)
+func plainInteger(n json.Number) bool { return plainDigits(n) }
+
+// plainDigits is plainInteger for a number as written, string or bytes.
+func plainDigits[T ~string | ~[]byte](n T) bool {
+	if len(n) == 0 || len(n) > 15 || (n[0] == '0' && len(n) > 1) {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		if !isDigit(n[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 func isASCII(s string) bool {

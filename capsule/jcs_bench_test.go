@@ -50,3 +50,34 @@ func BenchmarkSeal(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDigestObject measures the digest alone, on the tree RECEPTION's
+// parse made.
+func BenchmarkDigestObject(b *testing.B) {
+	doc, err := capsule.ParseJSON(typical(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	obj := doc.(map[string]any)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := capsule.DigestObject(obj); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDocumentDigest measures RECEPTION's digest on a sealed capsule:
+// hashed as written when the text is canonical but for whitespace.
+func BenchmarkDocumentDigest(b *testing.B) {
+	doc, err := capsule.ParseDocument(typical(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := doc.Digest(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

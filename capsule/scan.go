@@ -3,6 +3,9 @@ package capsule
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"slices"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -14,6 +17,37 @@ import (
 type scanner struct {
 	b []byte
 	i int
+	// spans, when non-nil, collects where the members of the top-level
+	// object and of its object members lie ([ParseDocument]); top is the
+	// index of the top-level member being read.
+	spans []span
+	top   int
+}
+
+// span is where a member's value lies in the document: b[start:end], no
+// surrounding space, as encoding/json hands it to an Unmarshaler; key is
+// where its name's opening quote is. parent is the index of the top-level
+// member whose object holds it, -1 for a top-level member. Offsets, not
+// names: the list holds no pointer, so the GC never scans it.
+type span struct {
+	parent, key, start, end int32
+}
+
+// open notes the member of an object at depth whose name starts at key and
+// whose value starts at s.i (past any space), and returns its index, or -1
+// when not noted.
+func (s *scanner) open(depth, key int) int {
+	if s.spans == nil || depth > 1 {
+		return -1
+	}
+	parent := int32(-1)
+	if depth == 1 {
+		parent = int32(s.top)
+	} else {
+		s.top = len(s.spans)
+	}
+	s.spans = append(s.spans, span{parent: parent, key: int32(key), start: int32(s.i)})
+	return len(s.spans) - 1
 }
 
 func (s *scanner) errorf(format string, args ...any) error {
@@ -71,7 +105,7 @@ func (s *scanner) literal(word string) error {
 
 func (s *scanner) object(depth int) (any, error) {
 	s.i++ // '{'
-	obj := map[string]any{}
+	obj := make(map[string]any, objectHint(depth))
 	s.skipSpace()
 	if s.i < len(s.b) && s.b[s.i] == '}' {
 		s.i++
@@ -82,19 +116,7 @@ func (s *scanner) object(depth int) (any, error) {
 		if s.i >= len(s.b) || s.b[s.i] != '"' {
 			return nil, s.errorf("object key is not a string")
 		}
-		key, err := s.str()
-		if err != nil {
-			return nil, err
-		}
-		if _, dup := obj[key]; dup {
-			return nil, fmt.Errorf("%w: duplicate object key %q", ErrInvalidJSON, key)
-		}
-		s.skipSpace()
-		if s.i >= len(s.b) || s.b[s.i] != ':' {
-			return nil, s.errorf("missing ':' after object key")
-		}
-		s.i++
-		if obj[key], err = s.value(depth + 1); err != nil {
+		if err := s.member(obj, depth); err != nil {
 			return nil, err
 		}
 		s.skipSpace()
@@ -111,6 +133,54 @@ func (s *scanner) object(depth int) (any, error) {
 			return nil, s.errorf("invalid character %q after object value", s.b[s.i])
 		}
 	}
+}
+
+// member reads one member of an object at depth (its name, the colon, its
+// value) into obj.
+func (s *scanner) member(obj map[string]any, depth int) error {
+	keyAt := s.i
+	key, err := s.name()
+	if err != nil {
+		return err
+	}
+	v, err := s.afterName(depth, keyAt)
+	if err != nil {
+		// A name seen before is the error, as when it was looked up
+		// before the rest of the member was read.
+		if _, dup := obj[key]; dup {
+			return duplicateKey(key)
+		}
+		return err
+	}
+	// Inserted, then told from a new name by the count: one map
+	// operation a member rather than a lookup and an insertion.
+	n := len(obj)
+	obj[key] = v
+	if len(obj) == n {
+		return duplicateKey(key)
+	}
+	return nil
+}
+
+// afterName reads the colon and the value of a member whose name started
+// at keyAt.
+func (s *scanner) afterName(depth, keyAt int) (any, error) {
+	s.skipSpace()
+	if s.i >= len(s.b) || s.b[s.i] != ':' {
+		return nil, s.errorf("missing ':' after object key")
+	}
+	s.i++
+	s.skipSpace()
+	at := s.open(depth, keyAt)
+	v, err := s.value(depth + 1)
+	if err == nil && at >= 0 {
+		s.spans[at].end = int32(s.i)
+	}
+	return v, err
+}
+
+func duplicateKey(key string) error {
+	return fmt.Errorf("%w: duplicate object key %q", ErrInvalidJSON, key)
 }
 
 func (s *scanner) array(depth int) (any, error) {
@@ -186,15 +256,27 @@ func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 // str reads a string at s.i (its opening quote), decoding escapes (and
 // invalid UTF-8, as U+FFFD) as encoding/json does.
-func (s *scanner) str() (string, error) {
+func (s *scanner) str() (string, error) { return s.strOrName(false) }
+
+// name is str for a member name: a capsule's member names, written without
+// escapes, are the one shared copy in memberNames rather than a new string
+// each (about 35 a capsule, in every capsule RECEPTION reads).
+func (s *scanner) name() (string, error) { return s.strOrName(true) }
+
+func (s *scanner) strOrName(name bool) (string, error) {
 	s.i++ // '"'
 	start := s.i
 	for s.i < len(s.b) {
 		c := s.b[s.i]
 		if c == '"' {
-			v := string(s.b[start:s.i])
+			b := s.b[start:s.i]
 			s.i++
-			return v, nil
+			if name {
+				if known, ok := memberNames.find(b); ok {
+					return known, nil
+				}
+			}
+			return string(b), nil
 		}
 		if c == '\\' {
 			break
@@ -212,6 +294,12 @@ func (s *scanner) str() (string, error) {
 		}
 		s.i++
 	}
+	return s.strSlow(start)
+}
+
+// strSlow goes on with a string from s.i, its first escape or invalid
+// UTF-8, the string having started at start.
+func (s *scanner) strSlow(start int) (string, error) {
 	buf := append([]byte(nil), s.b[start:s.i]...)
 	for s.i < len(s.b) {
 		c := s.b[s.i]
@@ -231,59 +319,54 @@ func (s *scanner) str() (string, error) {
 				buf = append(buf, s.b[s.i:s.i+size]...)
 			}
 			s.i += size
-			continue
 		case c != '\\':
 			buf = append(buf, c)
 			s.i++
-			continue
-		}
-		s.i++ // '\\'
-		if s.i >= len(s.b) {
-			break
-		}
-		switch e := s.b[s.i]; e {
-		case '"', '\\', '/':
-			buf = append(buf, e)
-			s.i++
-		case 'b':
-			buf = append(buf, '\b')
-			s.i++
-		case 'f':
-			buf = append(buf, '\f')
-			s.i++
-		case 'n':
-			buf = append(buf, '\n')
-			s.i++
-		case 'r':
-			buf = append(buf, '\r')
-			s.i++
-		case 't':
-			buf = append(buf, '\t')
-			s.i++
-		case 'u':
-			r, ok := s.hex4(s.i + 1)
-			if !ok {
-				return "", s.errorf("invalid escape in string literal")
-			}
-			s.i += 5
-			if utf16.IsSurrogate(r) {
-				r2, ok2 := rune(-1), false
-				if s.i+6 <= len(s.b) && s.b[s.i] == '\\' && s.b[s.i+1] == 'u' {
-					r2, ok2 = s.hex4(s.i + 2)
-				}
-				if dec := utf16.DecodeRune(r, r2); ok2 && dec != utf8.RuneError {
-					s.i += 6
-					r = dec
-				} else {
-					r = utf8.RuneError // as encoding/json; parse refuses it afterwards
-				}
-			}
-			buf = utf8.AppendRune(buf, r)
 		default:
-			return "", s.errorf("invalid escape character %q in string literal", e)
+			s.i++ // '\\'
+			if s.i >= len(s.b) {
+				return "", s.errorf("unexpected end of JSON input")
+			}
+			var err error
+			if buf, err = s.escape(buf); err != nil {
+				return "", err
+			}
 		}
 	}
 	return "", s.errorf("unexpected end of JSON input")
+}
+
+// shortEscapes are the one-character escapes and what they stand for.
+var shortEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+// escape appends what the escape at s.i (past its backslash) stands for.
+func (s *scanner) escape(buf []byte) ([]byte, error) {
+	e := s.b[s.i]
+	if d := shortEscapes[e]; d != 0 {
+		s.i++
+		return append(buf, d), nil
+	}
+	if e != 'u' {
+		return nil, s.errorf("invalid escape character %q in string literal", e)
+	}
+	r, ok := s.hex4(s.i + 1)
+	if !ok {
+		return nil, s.errorf("invalid escape in string literal")
+	}
+	s.i += 5
+	if utf16.IsSurrogate(r) {
+		r2, ok2 := rune(-1), false
+		if s.i+6 <= len(s.b) && s.b[s.i] == '\\' && s.b[s.i+1] == 'u' {
+			r2, ok2 = s.hex4(s.i + 2)
+		}
+		if dec := utf16.DecodeRune(r, r2); ok2 && dec != utf8.RuneError {
+			s.i += 6
+			r = dec
+		} else {
+			r = utf8.RuneError // as encoding/json; parse refuses it afterwards
+		}
+	}
+	return utf8.AppendRune(buf, r), nil
 }
 
 func (s *scanner) hex4(at int) (rune, bool) {
@@ -366,7 +449,7 @@ func (s *scanner) walk(depth int, fn func(JSONToken, string)) error {
 				if s.i >= len(s.b) || s.b[s.i] != '"' {
 					return s.errorf("object key is not a string")
 				}
-				key, err := s.str()
+				key, err := s.name()
 				if err != nil {
 					return err
 				}
@@ -423,4 +506,89 @@ func (s *scanner) walk(depth int, fn func(JSONToken, string)) error {
 	}
 	fn(TokenScalar, "")
 	return nil
+}
+
+// memberNames holds the member names of a capsule, at every depth (the json
+// names of [Capsule]'s fields and of the structs under it), each as one
+// string the scanner hands out for every capsule.
+var memberNames = newNameTable(capsuleNames())
+
+func capsuleNames() []string {
+	var names []string
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || t.PkgPath() != reflect.TypeFor[Capsule]().PkgPath() {
+			return
+		}
+		for f := range t.Fields() {
+			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" && !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+			walk(f.Type)
+		}
+	}
+	walk(reflect.TypeFor[Capsule]())
+	return names
+}
+
+// nameTable finds a name in a fixed set by a hash of its length and three
+// of its bytes, with a multiplier chosen so that no two names of the set
+// share a slot: one multiplication and one comparison, where a map hashes
+// the whole name and probes (the parse looks up every member name of every
+// capsule). With no such multiplier it holds nothing and finds nothing.
+type nameTable struct {
+	slots [256]string
+	mul   uint32
+}
+
+func newNameTable(names []string) *nameTable {
+	t := &nameTable{}
+	for seed := uint32(1); seed < 1<<16; seed++ {
+		t.mul = seed*0x9E3779B1 | 1
+		if t.fill(names) {
+			return t
+		}
+	}
+	return &nameTable{}
+}
+
+// fill places every name in its slot, or reports a collision.
+func (t *nameTable) fill(names []string) bool {
+	t.slots = [256]string{}
+	for _, n := range names {
+		h := t.slot([]byte(n))
+		if t.slots[h] != "" {
+			return false
+		}
+		t.slots[h] = n
+	}
+	return true
+}
+
+func (t *nameTable) slot(b []byte) uint32 {
+	if len(b) == 0 {
+		return 0
+	}
+	h := uint32(len(b)) | uint32(b[0])<<8 | uint32(b[len(b)/2])<<16 | uint32(b[len(b)-1])<<24
+	return (h * t.mul) >> 24
+}
+
+// find returns the set's copy of the name b, if b is one.
+func (t *nameTable) find(b []byte) (string, bool) {
+	n := t.slots[t.slot(b)]
+	return n, n != "" && n == string(b)
+}
+
+// objectHint is the room a new object's map is made with. A capsule's
+// top-level object has 13 required members and usually a few more; made
+// empty, its map is grown twice on the way (a first group of 8, then a
+// table); made for 14 it starts as that table.
+func objectHint(depth int) int {
+	if depth == 0 {
+		return 14
+	}
+	return 0
 }

@@ -149,3 +149,38 @@ func BenchmarkParse(b *testing.B) {
 		}
 	})
 }
+
+// TestParseDuplicateFirst: a repeated member name is the error whatever
+// follows it, as when names were looked up before their values were read;
+// other errors keep their text and offset.
+func TestParseDuplicateFirst(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]string{
+		`{"a":1,"a":2}`:          `invalid JSON: duplicate object key "a"`,
+		`{"a":1,"a" 2}`:          `invalid JSON: duplicate object key "a"`,
+		`{"a":1,"a":}`:           `invalid JSON: duplicate object key "a"`,
+		`{"a":1,"a":[}`:          `invalid JSON: duplicate object key "a"`,
+		`{"a":1,"a":{"a":1,"a"`:  `invalid JSON: duplicate object key "a"`,
+		`{"a":{"b":1,"b":2},"a"`: `invalid JSON: duplicate object key "b"`,
+		`{"a":1,"\u0061":2}`:     `invalid JSON: duplicate object key "a"`,
+		`{"a":1,"b":}`:           `invalid JSON: invalid character '}' looking for beginning of value at offset 11`,
+		`{"a":1,"b" 2}`:          `invalid JSON: missing ':' after object key at offset 11`,
+		`{"a":1,"b":2,}`:         `invalid JSON: object key is not a string at offset 13`,
+	} {
+		_, err := parse([]byte(raw))
+		require.EqualError(t, err, want, raw)
+	}
+}
+
+// BenchmarkWalkJSON measures Rule 9's walk over a capsule's strings.
+func BenchmarkWalkJSON(b *testing.B) {
+	raw, err := os.ReadFile("../examples/capsules/valid.json")
+	require.NoError(b, err)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		if err := WalkJSON(raw, func(tok JSONToken, s string) { n += len(s) }); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

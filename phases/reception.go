@@ -35,12 +35,13 @@ type Received struct {
 // order; the first failure halts. holder is the checkpoint key the capsule will use.
 func Receive(ctx context.Context, env *Env, raw []byte, holder func(id string) string) Received {
 	var r Received
-	obj, version, stop := r.read(env, raw)
+	doc, version, stop := r.read(env, raw)
 	if stop == nil {
+		obj, _ := doc.Value.(map[string]any)
 		stop = validate(env, raw, obj, version)
 	}
 	if stop == nil {
-		stop = r.decode(raw)
+		stop = r.decode(raw, &doc)
 	}
 	if stop == nil {
 		stop = r.check(env)
@@ -64,48 +65,58 @@ func Receive(ctx context.Context, env *Env, raw []byte, holder func(id string) s
 }
 
 // read checks the size and that the bytes are a JSON object, and reads the
-// claimed id, the schema version and the digest. obj is the parsed object,
-// nil when only the lenient parse read it.
-func (r *Received) read(env *Env, raw []byte) (obj map[string]any, version string, stop *Decision) {
+// claimed id, the schema version and the digest. doc is the parsed object,
+// its Value nil when only the lenient parse read it.
+func (r *Received) read(env *Env, raw []byte) (doc capsule.Document, version string, stop *Decision) {
 	limit := env.MaxIntakeBytes
 	if limit <= 0 {
 		limit = DefaultMaxIntakeBytes
 	}
 	if len(raw) > limit {
-		return nil, "", halt(capsule.CapsuleTooLarge(len(raw)))
+		return doc, "", halt(capsule.CapsuleTooLarge(len(raw)))
 	}
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return nil, "", halt(capsule.NotJSON())
+		return doc, "", halt(capsule.NotJSON())
 	}
-	// One strict parse serves the digest, the head and the schema. Bytes it
-	// refuses (duplicate keys, unpaired surrogates) take the lenient path:
-	// they get no digest, so at worst they halt integrity_mismatch.
-	doc, perr := capsule.ParseJSON(raw)
-	obj, _ = doc.(map[string]any)
-	if perr == nil && obj != nil {
+	// One strict parse serves the digest, the head, the schema and the
+	// decode. Bytes it refuses (duplicate keys, unpaired surrogates) take
+	// the lenient path: they get no digest, so at worst they halt
+	// integrity_mismatch.
+	doc, perr := capsule.ParseDocument(raw)
+	if obj, isObj := doc.Value.(map[string]any); perr == nil && isObj {
 		r.ClaimedID, _ = obj["capsule_id"].(string)
 		version, _ = obj["schema_version"].(string)
-		if d, err := capsule.DigestObject(obj); err == nil {
+		if d, err := doc.Digest(); err == nil {
 			r.Digest = d
 		}
-		return obj, version, nil
+		return doc, version, nil
 	}
 	var head struct {
 		SchemaVersion json.RawMessage `json:"schema_version"`
 		CapsuleID     json.RawMessage `json:"capsule_id"`
 	}
 	if !json.Valid(trimmed) || json.Unmarshal(trimmed, &head) != nil {
-		return nil, "", halt(capsule.NotJSON())
+		return capsule.Document{}, "", halt(capsule.NotJSON())
 	}
-	_ = json.Unmarshal(head.CapsuleID, &r.ClaimedID)
-	_ = json.Unmarshal(head.SchemaVersion, &version)
-	return nil, version, nil
+	// Decoded into locals: a pointer into r or to a result would move r
+	// (and the result) to the heap for every capsule, not only these.
+	var id, lenientVersion string
+	_ = json.Unmarshal(head.CapsuleID, &id)
+	_ = json.Unmarshal(head.SchemaVersion, &lenientVersion)
+	r.ClaimedID = id
+	return capsule.Document{}, lenientVersion, nil
 }
 
 // validate checks the schema version's major, then the capsule schema.
 func validate(env *Env, raw []byte, obj map[string]any, version string) *Decision {
-	if version != "" && !supportsVersion(env.Rules.WithDefaults().SupportedMajors, version) {
+	majors := env.Rules.SupportedMajors
+	if majors == nil {
+		// WithDefaults copies every list of the rules; sagad's Env has
+		// them set, so only a zero Config pays for it.
+		majors = env.Rules.WithDefaults().SupportedMajors
+	}
+	if version != "" && !supportsVersion(majors, version) {
 		return halt(capsule.UnsupportedSchemaVersion(version))
 	}
 	var err error
@@ -131,13 +142,19 @@ func validate(env *Env, raw []byte, obj map[string]any, version string) *Decisio
 	return &d
 }
 
-// decode reads the capsule the schema accepted.
-func (r *Received) decode(raw []byte) *Decision {
-	c := new(capsule.Capsule)
-	if err := json.Unmarshal(raw, c); err != nil {
-		// The schema accepted it, so this is a schema/type mismatch of ours:
-		// still the user's bytes are kept and the reason is specific.
-		return halt(capsule.SchemaInvalid([]string{"/"}), capsule.Finding{Message: err.Error()})
+// decode reads the capsule the schema accepted: from the parsed document
+// when it can say what encoding/json would make of the bytes, else with
+// encoding/json (the lenient path's bytes, a number or time the schema
+// accepts and the struct does not).
+func (r *Received) decode(raw []byte, doc *capsule.Document) *Decision {
+	c, ok := doc.Capsule()
+	if !ok {
+		c = new(capsule.Capsule)
+		if err := json.Unmarshal(raw, c); err != nil {
+			// The schema accepted it, so this is a schema/type mismatch of
+			// ours: still the user's bytes are kept and the reason is specific.
+			return halt(capsule.SchemaInvalid([]string{"/"}), capsule.Finding{Message: err.Error()})
+		}
 	}
 	c.Canonicalize() // one id whatever its case: the key below and every later phase
 	r.Capsule = c

@@ -2,8 +2,10 @@ package phases_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -28,6 +30,8 @@ func (receptionLocks) Available(_ context.Context, path, _ string) (bool, error)
 // asks for a redelivery of bytes (a retry of input that will not change is a
 // poison message); it halts with a known code whose text parses back, or
 // advances a capsule that re-validates: schema, integrity, deadline, budget.
+// The capsule it reads is json.Unmarshal's (canonical ids), its digest
+// Digest's.
 // Seeds: the example capsules, a sealed test capsule and
 // testdata/fuzz/FuzzReceive.
 func FuzzReceive(f *testing.F) {
@@ -79,6 +83,18 @@ func FuzzReceive(f *testing.F) {
 		}
 		if r.Capsule != nil {
 			require.Equal(t, r.Capsule.CapsuleID, r.ClaimedID)
+			// The capsule is what encoding/json makes of the bytes, however
+			// RECEPTION read it (the parsed tree or encoding/json).
+			want := new(capsule.Capsule)
+			require.NoError(t, json.Unmarshal(raw, want))
+			want.Canonicalize()
+			require.True(t, reflect.DeepEqual(want, r.Capsule), "%s", raw)
+		}
+		if r.Digest != "" {
+			// The digest is Digest's, from the text or the tree.
+			want, err := capsule.Digest(raw)
+			require.NoError(t, err)
+			require.Equal(t, want, r.Digest)
 		}
 	})
 }
