@@ -6,7 +6,8 @@
 # tree, then runs them alternately RUNS times each (default 5; old, new, new,
 # old, ... so that neither always goes first) with
 #   -floor -n 3000 -rounds 2 -window 200 -roundtrips -1
-# or the flags given after --. Each run measures its own saga floor, so the
+# or the flags given after -- (FLOOR=new: both against the work tree's
+# floor). Each run measures its own saga floor, so the
 # figures compared are sagad / floor paired by round (throughput) and sagad's
 # CPU per capsule over the floor's: the machine's drift (other processes)
 # moves both systems of a run together. Prints every run's figures, then the
@@ -26,6 +27,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/src"
 git archive "$old" | tar -x -C "$tmp/src"
+# FLOOR=new measures the old build against the work tree's floor, so that a
+# floor brought up to date with sagad's requests moves neither build.
+if [ "${FLOOR:-}" = new ]; then cp cmd/internal/bench/floor.go "$tmp/src/cmd/internal/bench/floor.go"; fi
 (cd "$tmp/src" && go build -o "$tmp/old" ./cmd/sagabench)
 go build -o "$tmp/new" ./cmd/sagabench
 i=0

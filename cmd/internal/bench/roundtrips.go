@@ -37,6 +37,9 @@ type RoundTrips struct {
 	Pulls float64 `json:"pull_requests_per_capsule"`
 	// Ops breaks PerCapsule and OneWay down by operation, per capsule.
 	Ops map[string]float64 `json:"ops"`
+	// Bytes is what the operations of Ops send, per capsule: payload and
+	// headers as they go on the wire. The floor is held to sagad's by it.
+	Bytes map[string]float64 `json:"bytes_per_capsule"`
 	// Unloaded is the end-to-end latency with nothing else in flight.
 	Unloaded Latency `json:"unloaded_latency"`
 }
@@ -48,6 +51,7 @@ type observer struct {
 
 	mu     sync.Mutex
 	counts map[string]int
+	bytes  map[string]int
 	kinds  map[string]opKind
 	// marker is the subject of the sync marker in flight; seen is closed
 	// when the subscription delivered it.
@@ -97,7 +101,7 @@ func startObserver(url string) (*observer, *nats.Conn, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	o := &observer{counts: map[string]int{}, kinds: map[string]opKind{}}
+	o := &observer{counts: map[string]int{}, bytes: map[string]int{}, kinds: map[string]opKind{}}
 	o.nc = nc
 	o.sub, err = nc.Subscribe(">", func(m *nats.Msg) {
 		if strings.HasPrefix(m.Subject, markerPrefix) {
@@ -115,6 +119,7 @@ func startObserver(url string) (*observer, *nats.Conn, error) {
 		}
 		o.mu.Lock()
 		o.counts[op]++
+		o.bytes[op] += len(m.Data) + headerBytes(m.Header)
 		o.kinds[op] = kind
 		o.mu.Unlock()
 	})
@@ -135,12 +140,27 @@ func startObserver(url string) (*observer, *nats.Conn, error) {
 
 // take returns the counts so far, with the kind of each operation, and
 // starts again from zero.
-func (o *observer) take() (map[string]int, map[string]opKind) {
+func (o *observer) take() (counts, bytes map[string]int, kinds map[string]opKind) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	c, k := o.counts, o.kinds
-	o.counts, o.kinds = map[string]int{}, map[string]opKind{}
-	return c, k
+	counts, bytes, kinds = o.counts, o.bytes, o.kinds
+	o.counts, o.bytes, o.kinds = map[string]int{}, map[string]int{}, map[string]opKind{}
+	return counts, bytes, kinds
+}
+
+// headerBytes is the size of h on the wire: "NATS/1.0" and a line per
+// value, then an empty line.
+func headerBytes(h nats.Header) int {
+	if len(h) == 0 {
+		return 0
+	}
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	return n
 }
 
 // driverStreams are the streams only the benchmark itself reads.
@@ -244,8 +264,8 @@ func kvVerb(m *nats.Msg) string {
 }
 
 // classifyCounts turns observed counts into per-capsule figures.
-func classifyCounts(system, class string, capsules int, counts map[string]int, kinds map[string]opKind) RoundTrips {
-	rt := RoundTrips{System: system, Class: class, Capsules: capsules, Ops: map[string]float64{}}
+func classifyCounts(system, class string, capsules int, counts, bytes map[string]int, kinds map[string]opKind) RoundTrips {
+	rt := RoundTrips{System: system, Class: class, Capsules: capsules, Ops: map[string]float64{}, Bytes: map[string]float64{}}
 	if capsules == 0 {
 		return rt
 	}
@@ -257,9 +277,11 @@ func classifyCounts(system, class string, capsules int, counts map[string]int, k
 		case opOneWay:
 			rt.OneWay += per
 			rt.Ops[op] = per
+			rt.Bytes[op] = float64(bytes[op]) / float64(capsules)
 		default:
 			rt.PerCapsule += per
 			rt.Ops[op] = per
+			rt.Bytes[op] = float64(bytes[op]) / float64(capsules)
 		}
 	}
 	return rt
@@ -299,8 +321,8 @@ func measureRoundTrips(ctx context.Context, url string, t *tracker, classes []Cl
 		if err := obs.sync(ctx); err != nil {
 			return nil, err
 		}
-		counts, kinds := obs.take()
-		rt := classifyCounts(t.sys.name, c.String(), b.Finished, counts, kinds)
+		counts, bytes, kinds := obs.take()
+		rt := classifyCounts(t.sys.name, c.String(), b.Finished, counts, bytes, kinds)
 		rt.Unloaded = b.Latency
 		out = append(out, rt)
 	}
