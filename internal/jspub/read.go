@@ -36,7 +36,7 @@ type KVReader struct {
 // made with jetstream.KeyValueConfig (sagad's) allow them.
 func NewKVReader(nc *nats.Conn, kv jetstream.KeyValue, w *Writes, direct bool) *KVReader {
 	r := &KVReader{kv: kv, w: w}
-	if direct && nc != nil {
+	if direct && nc != nil && kv != nil { // nil: a topology only planned (store.PlanTopology)
 		b := kv.Bucket()
 		r.nc, r.prefix = nc, "$JS.API.DIRECT.GET.KV_"+b+".$KV."+b+"."
 	}
