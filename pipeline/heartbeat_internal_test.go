@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/natstest"
 )
 
@@ -226,5 +227,34 @@ func TestPipelineStopStopsItsClock(t *testing.T) {
 		if p.clock.ticking() {
 			t.Fatal("the clock still ticks after Stop")
 		}
+	}
+}
+
+// TestHeartbeatLostClaimStopsThePhase: a beat whose renew finds the claim
+// gone (the checkpoint holds no claim of this delivery's: cancelled, or
+// taken over) calls lost once, and beats no more.
+func TestHeartbeatLostClaimStopsThePhase(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	_, js := natstest.Connect(t, srv)
+	ctx := context.Background()
+	p, err := New(ctx, js, Config{Workspace: t.TempDir(), Logger: slog.New(slog.DiscardHandler), Heartbeat: 20 * time.Millisecond, AckWait: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.clock.start()
+	t.Cleanup(p.clock.stop)
+	tx := testTxn(p)
+	tx.token = "sagad-1/run"
+	tx.cp = &capsule.Checkpoint{Key: "k", State: capsule.CheckpointState{Status: capsule.InProgress, Phase: capsule.Execution, Cycle: 1}}
+	tx.claimed.Store(true)
+	msg := &progressMsg{}
+	var lost atomic.Int32
+	hb := p.heartbeat(ctx, new(beat), msg, tx, 1, func() { lost.Add(1) })
+	natstest.Eventually(t, 10*time.Second, time.Millisecond, func() bool { return lost.Load() > 0 })
+	time.Sleep(100 * time.Millisecond) // five heartbeats: none may come
+	hb.stop()
+	if n, beats := lost.Load(), msg.beats.Load(); n != 1 || beats != 1 {
+		t.Fatalf("lost called %d times after %d beats, want once after one", n, beats)
 	}
 }
