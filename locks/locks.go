@@ -127,6 +127,9 @@ type Manager struct {
 	kv  jetstream.KeyValue
 	nc  *nats.Conn // the hot path's writes (see internal/jspub); nil with a JetStream domain
 	cfg Config
+	// reads reads a lock with its deadline in the request (a lock is read
+	// at RECEPTION and at EXECUTION of every capsule that names paths).
+	reads *jspub.KVReader
 
 	// held remembers the revision of each lock this Manager wrote last, so
 	// the common release is one compare-and-set purge instead of a read and
@@ -241,7 +244,10 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("locks: bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Manager{kv: kv, nc: jspub.Conn(js), cfg: cfg}, nil
+	nc := jspub.Conn(js)
+	// The bucket is sagad's own, made by the KV client: it allows direct
+	// gets and mirrors nothing.
+	return &Manager{kv: kv, nc: nc, cfg: cfg, reads: jspub.NewKVReader(nc, kv, cfg.Writes, true)}, nil
 }
 
 // Key returns the KV key of path's lock: the lowercase hex SHA-256 of path.
@@ -491,21 +497,20 @@ func (m *Manager) mutate(ctx context.Context, path string, decide func(cur *leas
 // next acquisition replaces. Taking it for held would let whoever wrote it
 // stall every capsule that needs the path; failing would retry forever.
 func (m *Manager) get(ctx context.Context, path string) (*lease, uint64, error) {
-	rctx, cancel := jspub.ReadCtx(ctx, m.cfg.Writes)
-	e, err := m.kv.Get(rctx, Key(path))
-	cancel()
+	key := Key(path)
+	v, rev, err := m.reads.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, nil
 	}
 	if err != nil {
 		return nil, 0, err
 	}
-	l, err := decodeLease(path, e.Value())
+	l, err := decodeLease(path, v)
 	if err != nil {
-		m.cfg.Corrupt.Report(corrupt.New(m.cfg.Bucket, e.Key(), e.Revision(), err), "the lock is taken for free and replaced by the next acquisition")
-		return nil, e.Revision(), nil
+		m.cfg.Corrupt.Report(corrupt.New(m.cfg.Bucket, key, rev, err), "the lock is taken for free and replaced by the next acquisition")
+		return nil, rev, nil
 	}
-	return l, e.Revision(), nil
+	return l, rev, nil
 }
 
 func checkArgs(path, holder string) error {

@@ -44,6 +44,8 @@ type Pipeline struct {
 	tracer  *tracing.Tracer
 	// tokens makes the attempts' run tokens (runToken).
 	tokens *seqid.Gen
+	// clock beats the attempts' heartbeats while the pipeline runs.
+	clock *clock
 	// constitution is the version of the rules in force
 	// (rules.VersionOf), recorded in every checkpoint RECEPTION creates.
 	constitution string
@@ -89,6 +91,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		metrics: cfg.Metrics,
 		tracer:  tracing.New(cfg.TracerProvider),
 		tokens:  seqid.New(),
+		clock:   newClock(cfg.Heartbeat),
 
 		constitution: rules.VersionOf(cfg.Rules),
 		corrupt:      rep,
@@ -164,12 +167,14 @@ func (p *Pipeline) Start(ctx context.Context) error {
 		return fmt.Errorf("pipeline: %w", err)
 	}
 	p.artifacts = svc
+	p.clock.start()
 	stopAll := func() {
 		cancel()
 		for _, r := range p.running {
 			r.Stop()
 		}
 		p.running = nil
+		p.clock.stop()
 		_ = svc.Stop()
 	}
 	for ph := capsule.Phase(0); ph < capsule.NumPhases; ph++ {
@@ -245,6 +250,9 @@ func (p *Pipeline) Stop(ctx context.Context) {
 		}
 	}
 	cancel()
+	// After the work: an attempt still running past the grace beats no
+	// more (its context is cancelled anyway).
+	p.clock.stop()
 	sweeper.Stop()
 	if rescuer != nil {
 		rescuer.Stop()

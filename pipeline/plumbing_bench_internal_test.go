@@ -25,14 +25,18 @@ func BenchmarkRunToken(b *testing.B) {
 // BenchmarkHeartbeat arms and stops an attempt's heartbeat before its
 // first beat, as nearly every attempt does.
 func BenchmarkHeartbeat(b *testing.B) {
-	p := &Pipeline{cfg: Config{Heartbeat: time.Minute}, log: slog.New(slog.DiscardHandler)}
+	p := &Pipeline{cfg: Config{Heartbeat: time.Minute}, log: slog.New(slog.DiscardHandler), clock: newClock(time.Minute)}
+	p.clock.start()
+	defer p.clock.stop()
 	ctx := context.Background()
 	t := &txn{p: p, key: "k"}
 	b.ReportAllocs()
-	for range b.N {
-		hb := p.heartbeat(ctx, new(beat), nil, t, 1, func() {})
-		hb.stop()
-	}
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			hb := p.heartbeat(ctx, new(beat), nil, t, 1, func() {})
+			hb.stop()
+		}
+	})
 }
 
 // BenchmarkTraceIDOf reads a checkpoint's trace id for its exemplar, as

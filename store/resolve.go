@@ -37,7 +37,7 @@ type Resolver struct {
 	allowed map[string]bool
 
 	mu      sync.Mutex
-	buckets map[string]jetstream.KeyValue // bound once: binding is a round trip
+	buckets map[string]*jspub.KVReader // bound once: binding is a round trip
 
 	// root is the workspace's resolution, made at the first file: ref that
 	// found it: resolving it again at every ref was most of a ref's cost.
@@ -46,26 +46,47 @@ type Resolver struct {
 	root atomic.Pointer[string]
 }
 
-func (r *Resolver) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
+// bucket returns the reader of a kv: ref's bucket, bound at its first ref.
+func (r *Resolver) bucket(ctx context.Context, name string) (*jspub.KVReader, error) {
 	r.mu.Lock()
-	kv, ok := r.buckets[name]
+	kr, ok := r.buckets[name]
 	r.mu.Unlock()
 	if ok {
-		return kv, nil
+		return kr, nil
 	}
 	kv, err := r.js.KeyValue(ctx, name)
 	if err != nil {
 		return nil, err
 	}
+	kr = jspub.NewKVReader(jspub.Conn(r.js), kv, nil, directGets(ctx, kv))
 	r.mu.Lock()
 	if r.buckets == nil {
-		r.buckets = make(map[string]jetstream.KeyValue)
+		r.buckets = make(map[string]*jspub.KVReader)
 	}
 	if len(r.buckets) < 256 {
-		r.buckets[name] = kv
+		r.buckets[name] = kr
 	}
 	r.mu.Unlock()
-	return kv, nil
+	return kr, nil
+}
+
+// directGets reports whether kv's stream answers direct gets of its own
+// keys: it allows them and mirrors no other bucket (a mirror's keys are
+// its origin's). A bucket kv: refs name is the operator's, made by any
+// client; one that cannot say is read through the KV client.
+func directGets(ctx context.Context, kv jetstream.KeyValue) bool {
+	rctx, cancel := jspub.ReadCtx(ctx, nil)
+	defer cancel()
+	st, err := kv.Status(rctx)
+	if err != nil {
+		return false
+	}
+	s, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return false
+	}
+	cfg := s.StreamInfo().Config
+	return cfg.AllowDirect && cfg.Mirror == nil
 }
 
 // Exists reports whether ref resolves; an error is a failure to find out.
@@ -82,16 +103,14 @@ func (r *Resolver) Exists(ctx context.Context, ref string) (bool, error) {
 		if !ok || bucket == "" || key == "" || !r.allowed[bucket] {
 			return false, nil
 		}
-		kv, err := r.bucket(ctx, bucket)
+		kr, err := r.bucket(ctx, bucket)
 		if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrInvalidBucketName) {
 			return false, nil
 		}
 		if err != nil {
 			return false, fmt.Errorf("kv bucket %s: %w", bucket, err)
 		}
-		rctx, cancel := jspub.ReadCtx(ctx, nil)
-		_, err = kv.Get(rctx, key)
-		cancel()
+		_, _, err = kr.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
 			return false, nil
 		}

@@ -132,3 +132,54 @@ func TestFileRefsStayInWorkspace(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, got)
 }
+
+// TestKVRefsAsTheKVClient: a kv: ref resolves exactly when the KV client's
+// Get finds its key, in a bucket read by direct get, a mirror (whose keys
+// are its origin's: read through the KV client) and a bucket that answers
+// no direct get, over keys present, never written, deleted, purged and
+// invalid.
+func TestKVRefsAsTheKVClient(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	origin, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "ORIGIN"})
+	require.NoError(t, err)
+	nodirect, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "NODIRECT"})
+	require.NoError(t, err)
+	for _, kv := range []jetstream.KeyValue{origin, nodirect} {
+		for _, k := range []string{"present", "deleted", "purged"} {
+			_, err := kv.Put(ctx, k, []byte("v"))
+			require.NoError(t, err)
+		}
+		require.NoError(t, kv.Delete(ctx, "deleted"))
+		require.NoError(t, kv.Purge(ctx, "purged"))
+	}
+	st, err := js.Stream(ctx, "KV_NODIRECT")
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
+	cfg.AllowDirect = false
+	_, err = js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "MIRROR", Mirror: &jetstream.StreamSource{Name: "ORIGIN"}})
+	require.NoError(t, err)
+	ms, err := js.Stream(ctx, "KV_MIRROR")
+	require.NoError(t, err)
+	natstest.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		info, err := ms.Info(ctx)
+		return err == nil && info.State.LastSeq == 5 // the origin's five writes
+	})
+	r := &Resolver{js: js, allowed: map[string]bool{"ORIGIN": true, "MIRROR": true, "NODIRECT": true}}
+	for b, direct := range map[string]bool{"ORIGIN": true, "MIRROR": false, "NODIRECT": false} {
+		kv, err := js.KeyValue(ctx, b)
+		require.NoError(t, err)
+		require.Equal(t, direct, directGets(ctx, kv), b)
+		for _, k := range []string{"present", "never", "deleted", "purged", "a..b", "a b", ".x"} {
+			_, gerr := kv.Get(ctx, k)
+			got, err := r.Exists(ctx, "kv:"+b+"/"+k)
+			require.NoError(t, err, "%s/%s", b, k)
+			require.Equal(t, gerr == nil, got, "%s/%s: the KV client says %v", b, k, gerr)
+		}
+	}
+}

@@ -147,11 +147,12 @@ func (w *Writes) Publish(ctx context.Context, nc *nats.Conn, m *nats.Msg) (uint6
 	if w != nil && w.Timeout > 0 {
 		d = w.Timeout
 	}
-	deadline := time.Now().Add(d)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
+	// The time left, with no clock read unless ctx has a deadline: a read
+	// of this machine's clock is tens of nanoseconds, at every write.
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
 	}
-	seq, err := publishBy(ctx, nc, m, deadline)
+	seq, err := publishWithin(ctx, nc, m, d)
 	if w != nil && w.Observe != nil && ctx.Err() == nil {
 		w.Observe(w.target(m.Subject), err)
 	}
@@ -183,20 +184,25 @@ func (w *Writes) KVPurge(ctx context.Context, nc *nats.Conn, kv jetstream.KeyVal
 	return w.Publish(ctx, nc, kvPurgeMsg(kv, key, rev, ttl))
 }
 
-// publishBy is [Publish] with a deadline instead of a context; a request
-// that times out fails with context.DeadlineExceeded, as it would under a
-// context's deadline.
-func publishBy(ctx context.Context, nc *nats.Conn, m *nats.Msg, deadline time.Time) (uint64, error) {
+// publishWithin is [Publish] with the time left instead of a context's
+// deadline; a request that times out fails with context.DeadlineExceeded,
+// as it would under a context's deadline. The deadline is only fixed at a
+// first retry (a stream with no responder answers at once, so the time
+// its answer took is not counted): most writes need none.
+func publishWithin(ctx context.Context, nc *nats.Conn, m *nats.Msg, left time.Duration) (uint64, error) {
 	var resp *nats.Msg
 	var err error
+	var deadline time.Time
 	for attempt := 1; ; attempt++ {
-		left := time.Until(deadline)
 		if left <= 0 {
 			return 0, fmt.Errorf("publish %s: %w", m.Subject, context.DeadlineExceeded)
 		}
 		resp, err = nc.RequestMsg(m, left)
 		if !errors.Is(err, nats.ErrNoResponders) || attempt == noRespondersRetries {
 			break
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(left)
 		}
 		t := time.NewTimer(min(noRespondersDelay, time.Until(deadline)))
 		select {
@@ -205,6 +211,7 @@ func publishBy(ctx context.Context, nc *nats.Conn, m *nats.Msg, deadline time.Ti
 			t.Stop()
 			return 0, fmt.Errorf("publish %s: %w", m.Subject, ctx.Err())
 		}
+		left = time.Until(deadline)
 	}
 	if errors.Is(err, nats.ErrTimeout) {
 		return 0, fmt.Errorf("publish %s: %w (%w)", m.Subject, context.DeadlineExceeded, err)

@@ -218,6 +218,15 @@ func BenchmarkWritesPublish(b *testing.B) {
 			}
 		}
 	})
+	// A phase's write: its context has no deadline of its own.
+	b.Run("Writes.Publish, no deadline", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := w.Publish(context.Background(), nc, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 func TestTargetOf(t *testing.T) {
@@ -275,4 +284,27 @@ func TestWritesKVCreate(t *testing.T) {
 	for _, target := range seen {
 		require.Equal(t, "KC", target)
 	}
+}
+
+// TestWritesPublishNoResponders: a subject no stream takes is tried again
+// within the write's time: past the retries it is no responders, and a
+// write timeout shorter than the retries' pauses ends it as a deadline.
+func TestWritesPublishNoResponders(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, srv)
+	ctx := context.Background()
+	start := time.Now()
+	_, err := (&jspub.Writes{Timeout: 5 * time.Second}).Publish(ctx, nc, &nats.Msg{Subject: "nostream.a", Data: []byte("x")})
+	require.ErrorIs(t, err, nats.ErrNoResponders)
+	took := time.Since(start)
+	require.GreaterOrEqual(t, took, 500*time.Millisecond, "two pauses between three tries")
+	require.Less(t, took, 5*time.Second)
+
+	start = time.Now()
+	_, err = (&jspub.Writes{Timeout: 300 * time.Millisecond}).Publish(ctx, nc, &nats.Msg{Subject: "nostream.a", Data: []byte("x")})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	took = time.Since(start)
+	require.GreaterOrEqual(t, took, 300*time.Millisecond)
+	require.Less(t, took, 2*time.Second)
 }
