@@ -52,8 +52,9 @@ const (
 
 // floor is the saga floor: the relay's seven stages making, per stage, the
 // JetStream requests sagad makes for a valid capsule in that phase (24 in
-// all, the same kinds, sizes, headers and order, through the same
-// internal/jspub writes), with none of its logic — no decoding, schema,
+// all, the same kinds, sizes, headers and order, made as sagad makes them:
+// writes through internal/jspub's Writes, reads as direct gets, each with
+// its deadline in the request), with none of its logic — no decoding, schema,
 // rules, claims' decisions or logs. Its throughput is the most any
 // implementation making those requests could reach on this machine: what
 // the saga's storage costs, apart from what its logic costs. A goroutine
@@ -70,6 +71,24 @@ type floor struct {
 	targets  jetstream.KeyValue
 	workers  int
 	runners  []*runner
+	// w makes the floor's writes as sagad's are made: the deadline in the
+	// request, no context per write (nil: jspub.DefaultTimeout, no
+	// observer).
+	w *jspub.Writes
+}
+
+// get reads key's last entry of bucket as sagad's reads are made: a direct
+// get with its deadline in the request (jspub.KVReader), no context of its
+// own. A key never written (404) is no error.
+func (f *floor) get(bucket, key string) error {
+	m, err := f.nc.Request("$JS.API.DIRECT.GET.KV_"+bucket+".$KV."+bucket+"."+key, nil, jspub.DefaultTimeout)
+	if err != nil {
+		return fmt.Errorf("floor: get %s %s: %w", bucket, key, err)
+	}
+	if st := m.Header.Get("Status"); st != "" && st != "404" {
+		return fmt.Errorf("floor: get %s %s: status %s %s", bucket, key, st, m.Header.Get("Description"))
+	}
+	return nil
 }
 
 // newFloor creates the floor's streams, consumers and buckets with the
@@ -132,10 +151,10 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 	var lockRev uint64
 	switch stage {
 	case 0: // RECEPTION: lock availability, keep the bytes, first checkpoint
-		if _, err = f.locks.Get(ctx, "l-"+id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if err = f.get(floorLocks, "l-"+id); err != nil {
 			return err
 		}
-		if _, err = jspub.KVCreate(ctx, f.nc, f.capsules, id, msg.Data()); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		if _, err = f.w.KVCreate(ctx, f.nc, f.capsules, id, msg.Data()); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return err
 		}
 		f.raw.Store(id, msg.Data())
@@ -143,7 +162,7 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 			return err
 		}
 	case 1: // REALITY_ANCHOR: the kv: target, checkpoint
-		if _, err = f.targets.Get(ctx, "t"); err != nil {
+		if err = f.get(floorTargets, "t"); err != nil {
 			return err
 		}
 		if rev, err = cp(1, rev, 0); err != nil {
@@ -154,7 +173,7 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 			return err
 		}
 	case 4: // EXECUTION: lock, claim (on the cached revision), artifact, checkpoint; lock release alongside the next message
-		if lockRev, err = jspub.KVUpdate(ctx, f.nc, f.locks, "l-"+id, pad(floorLockSize, id), 0); cas.Conflict(err) {
+		if lockRev, err = f.w.KVUpdate(ctx, f.nc, f.locks, "l-"+id, pad(floorLockSize, id), 0); cas.Conflict(err) {
 			// A redelivery after a partial stage: the lock is ours.
 			e, gerr := f.locks.Get(ctx, "l-"+id)
 			if gerr != nil {
@@ -173,7 +192,7 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 		chunk.Data, meta.Data = pad(floorChunkSize, id), pad(floorMetaSize, id)
 		meta.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 		for _, m := range []*nats.Msg{chunk, meta} {
-			if _, err := jspub.Publish(ctx, f.nc, m); err != nil {
+			if _, err := f.w.Publish(ctx, f.nc, m); err != nil {
 				return err
 			}
 		}
@@ -206,14 +225,14 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 		out.Header.Set("Bench-State", "completed")
 		out.Header.Set("Bench-Artifacts", "artifact:"+id+"/1")
 		out.Header.Set("Bench-Constitution", strings.Repeat("c", 19))
-		if _, err := jspub.Publish(ctx, f.nc, out); err != nil {
+		if _, err := f.w.Publish(ctx, f.nc, out); err != nil {
 			return err
 		}
 		mark := nats.NewMsg("$KV." + floorCapsules + "." + id)
 		mark.Data = raw.([]byte)
 		mark.Header.Set("Saga-Outcome-Sent", "true")
 		mark.Header.Set(jetstream.MsgTTLHeader, floorRetention.String())
-		if _, err = jspub.Publish(ctx, f.nc, mark); err == nil {
+		if _, err = f.w.Publish(ctx, f.nc, mark); err == nil {
 			f.raw.Delete(id)
 		}
 		return err
@@ -221,9 +240,9 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 	var released chan error
 	if stage == 4 {
 		released = make(chan error, 1)
-		go func() { _, err := jspub.KVPurge(ctx, f.nc, f.locks, "l-"+id, lockRev, time.Second); released <- err }()
+		go func() { _, err := f.w.KVPurge(ctx, f.nc, f.locks, "l-"+id, lockRev, time.Second); released <- err }()
 	}
-	_, err = jspub.Publish(ctx, f.nc, f.message(floorSubject(stage+1), id, nil, rev))
+	_, err = f.w.Publish(ctx, f.nc, f.message(floorSubject(stage+1), id, nil, rev))
 	if released != nil {
 		if rerr := <-released; err == nil {
 			err = rerr
@@ -248,7 +267,7 @@ func (f *floor) checkpoint(ctx context.Context, id string, i int, rev uint64, tt
 	if ttl > 0 {
 		m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
 	}
-	n, err := jspub.Publish(ctx, f.nc, m)
+	n, err := f.w.Publish(ctx, f.nc, m)
 	if cas.Conflict(err) {
 		// A redelivery after a partial stage: write over it.
 		return f.cps.Put(ctx, id, m.Data)
