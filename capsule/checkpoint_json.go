@@ -16,6 +16,37 @@ import (
 // single cost of a hop. Rarely present parts (findings, reviews, pause,
 // overrides) still go through encoding/json.
 func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
+	b, err := c.appendHead(b)
+	if err != nil {
+		return nil, err
+	}
+	if b, err = appendHistory(b, c.History); err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
+}
+
+// AppendJSONKeeping is AppendJSON with the history's encoding kept in h
+// from one write of a capsule to the next: the transitions h covers that
+// c's history still begins with (compared field for field) are copied
+// from h, only the later ones encoded, and h then covers c's whole
+// history. A capsule's checkpoint is written about nine times, each time
+// with every earlier transition. The bytes are AppendJSON's, whatever h
+// holds (TestAppendJSONKeepingMatchesAppendJSON).
+func (c *Checkpoint) AppendJSONKeeping(b []byte, h *HistoryEncoding) ([]byte, error) {
+	b, err := c.appendHead(b)
+	if err != nil {
+		return nil, err
+	}
+	if b, err = h.appendHistory(b, c.History); err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
+}
+
+// appendHead writes everything before the history's value, from the
+// opening brace to "history":.
+func (c *Checkpoint) appendHead(b []byte) ([]byte, error) {
 	if b == nil {
 		b = make([]byte, 0, 1024+160*len(c.History))
 	}
@@ -34,11 +65,7 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 	if b, err = c.State.appendJSON(b); err != nil {
 		return nil, err
 	}
-	b = append(b, `,"history":`...)
-	if b, err = appendHistory(b, c.History); err != nil {
-		return nil, err
-	}
-	return append(b, '}'), nil
+	return append(b, `,"history":`...), nil
 }
 
 // appendIdentity writes the members that name the capsule and its trace,
@@ -142,6 +169,64 @@ func appendHistory(b []byte, ts []Transition) ([]byte, error) {
 			return nil, err
 		}
 	}
+	return append(b, ']'), nil
+}
+
+// HistoryEncoding is a history's encoding kept between writes (see
+// AppendJSONKeeping). Its zero value covers nothing. It holds its own copy
+// of the transitions it encodes, so a caller's slices may change freely;
+// it must not be used by two writes at once.
+type HistoryEncoding struct {
+	ts []Transition // the transitions b encodes
+	b  []byte       // '[' and ts's encodings, comma separated
+}
+
+// Reset makes h cover nothing, keeping its memory.
+func (h *HistoryEncoding) Reset() {
+	clear(h.ts) // no strings held for the garbage collector's sake
+	h.ts, h.b = h.ts[:0], h.b[:0]
+}
+
+// kept returns how many of ts's leading transitions h's bytes encode: all
+// of h's, or none when ts does not begin with them.
+func (h *HistoryEncoding) kept(ts []Transition) int {
+	if len(h.ts) == 0 || len(h.ts) > len(ts) {
+		return 0
+	}
+	for i := range h.ts {
+		if h.ts[i] != ts[i] {
+			return 0
+		}
+	}
+	return len(h.ts)
+}
+
+// appendHistory writes ts as appendHistory does, reusing what h covers,
+// and makes h cover ts.
+func (h *HistoryEncoding) appendHistory(b []byte, ts []Transition) ([]byte, error) {
+	if ts == nil {
+		h.Reset()
+		return append(b, "null"...), nil
+	}
+	n := h.kept(ts)
+	if n == 0 {
+		h.Reset()
+		h.b = append(h.b, '[')
+	}
+	b = append(b, h.b...)
+	start := len(b)
+	for i := n; i < len(ts); i++ {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = ts[i].appendJSON(b); err != nil {
+			h.Reset()
+			return nil, err
+		}
+	}
+	h.b = append(h.b, b[start:]...)
+	h.ts = append(h.ts, ts[n:]...)
 	return append(b, ']'), nil
 }
 
