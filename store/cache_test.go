@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -59,4 +60,65 @@ func TestCacheTrustsEntriesForLessThanTheRetention(t *testing.T) {
 			require.Equal(t, uint64(8), rev)
 		})
 	}
+}
+
+// TestCacheLendsEachHistoryToOneWriteAtATime: a capsule's kept history is
+// found in its entry, lent to one write at a time (a second write of the
+// key meanwhile encodes in full), kept across the capsule's checkpoints,
+// and dropped with the entry when the capsule ends; one a write still
+// holds is not handed to another capsule.
+func TestCacheLendsEachHistoryToOneWriteAtATime(t *testing.T) {
+	t.Parallel()
+	c := newCache(0, time.Now)
+	require.Nil(t, c.history("a"), "no entry: the capsule's first write")
+	running := func(key string) *capsule.Checkpoint {
+		return &capsule.Checkpoint{Key: key, State: capsule.CheckpointState{Status: capsule.InProgress}}
+	}
+	c.Put(running("a"), 1)
+	h := c.history("a")
+	require.NotNil(t, h)
+	require.Nil(t, c.history("a"), "lent to another write")
+	h.done()
+	c.Put(running("a"), 2)
+	require.Same(t, h, c.history("a"), "kept across the capsule's checkpoints")
+
+	// Held by a write when the capsule ends: not recycled.
+	c.Put(&capsule.Checkpoint{Key: "a", State: capsule.CheckpointState{Status: capsule.Completed}}, 3)
+	require.Zero(t, c.hists)
+	require.True(t, h.busy.Load(), "still the write's")
+	h.done()
+
+	// Not held when it ends: recycled, empty and free.
+	c.Put(running("b"), 1)
+	hb := c.history("b")
+	_, err := running("b").AppendJSONKeeping(nil, &hb.enc)
+	require.NoError(t, err)
+	hb.done()
+	c.Put(&capsule.Checkpoint{Key: "b", State: capsule.CheckpointState{Status: capsule.Halted}}, 2)
+	require.False(t, hb.busy.Load())
+	require.Nil(t, c.history("b"))
+}
+
+// TestCacheBoundsKeptHistories: at most maxKeptHistories entries hold a
+// history; an evicted entry's is counted out.
+func TestCacheBoundsKeptHistories(t *testing.T) {
+	t.Parallel()
+	c := newCache(0, time.Now)
+	for i := range cacheSize + 10 {
+		key := fmt.Sprintf("k%d", i)
+		c.Put(&capsule.Checkpoint{Key: key, State: capsule.CheckpointState{Status: capsule.InProgress}}, 1)
+		if h := c.history(key); h != nil {
+			h.done()
+		}
+		require.LessOrEqual(t, len(c.m), cacheSize)
+	}
+	n := 0
+	for _, e := range c.m {
+		if e.hist != nil {
+			n++
+		}
+	}
+	require.Equal(t, n, c.hists)
+	require.LessOrEqual(t, n, maxKeptHistories)
+	require.Positive(t, n)
 }

@@ -283,14 +283,15 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 }
 
 func newStore(js jetstream.JetStream, st *stores, lm *locks.Manager, bt *budget.Tracker, retention time.Duration, workspace string) *Store {
+	cache := newCache(retention, time.Now)
 	s := &Store{
 		js:             js,
-		Checkpoints:    &Checkpoints{kv: st.checkpoints, js: js, ttl: retention},
+		Checkpoints:    &Checkpoints{kv: st.checkpoints, js: js, ttl: retention, cache: cache},
 		Continuations:  &Continuations{kv: st.continuations},
 		Artifacts:      newArtifactStore(st.artifacts, js),
 		Locks:          lm,
 		Budgets:        bt,
-		Cache:          newCache(retention, time.Now),
+		Cache:          cache,
 		capsules:       st.capsules,
 		capsulesStream: st.capsulesStream,
 		artifacts:      st.artifacts,

@@ -36,6 +36,9 @@ type Checkpoints struct {
 	w *jspub.Writes
 	// Corrupt reports checkpoints sagad did not write. Nil reports nothing.
 	Corrupt *corrupt.Reporter
+	// cache, the store's, keeps each capsule's history encoding from one
+	// write to the next (nil: every write encodes all of it).
+	cache *Cache
 	// written is called after each write of this process (see OnWrite).
 	written atomic.Pointer[func(cp *capsule.Checkpoint, rev uint64)]
 }
@@ -150,7 +153,7 @@ func (s *Checkpoints) GetLatest(ctx context.Context, key string, c *Cache) (*cap
 // time to live.
 func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (rev uint64, err error) {
 	defer func() { s.wrote(cp, rev, err) }()
-	e, err := encode(cp)
+	e, err := encode(cp, nil) // a first write: nothing kept yet
 	if err != nil {
 		return 0, err
 	}
@@ -179,7 +182,14 @@ func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (rev u
 // Update writes cp if the stored revision is still rev; ErrConflict otherwise.
 func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (written uint64, err error) {
 	defer func() { s.wrote(cp, written, err) }()
-	e, err := encode(cp)
+	var h *keptHistory
+	if s.cache != nil {
+		h = s.cache.history(cp.Key)
+	}
+	e, err := encode(cp, h)
+	if h != nil {
+		h.done()
+	}
 	if err != nil {
 		return 0, err
 	}
