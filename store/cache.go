@@ -162,6 +162,9 @@ func (c *Cache) forget(key string, h *keptHistory) {
 // an operator keeps its entry but needs its history seldom.
 const maxKeptHistories = 1024
 
+// maxKeptBuf bounds the encoding buffer a recycled history keeps.
+const maxKeptBuf = 64 << 10
+
 // history returns the kept history of key's capsule for one write to
 // encode with, and to update (see capsule.Checkpoint.AppendJSONKeeping),
 // or nil: the cache has no entry for key (the first write), holds
@@ -170,6 +173,9 @@ const maxKeptHistories = 1024
 // done. It is found in the entry the phases look up anyway: a map of its
 // own cost more to search than it saved.
 func (c *Cache) history(key string) *keptHistory {
+	if c == nil {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[key]
@@ -189,11 +195,26 @@ func (c *Cache) history(key string) *keptHistory {
 	return e.hist
 }
 
-// keptHistory is a capsule's kept history encoding; busy says a write is
-// using it.
+// keptHistory is what a capsule's checkpoint writes keep from one to the
+// next: the history's encoding, the buffer the checkpoint is encoded in
+// and the subject it is written on. busy says a write is using it.
 type keptHistory struct {
 	busy atomic.Bool
 	enc  capsule.HistoryEncoding
+	buf  []byte
+	subj string
+}
+
+// subject is the subject of key's checkpoint, made once for the capsule;
+// h may be nil.
+func (h *keptHistory) subject(key string) string {
+	if h == nil {
+		return checkpointSubject(key)
+	}
+	if len(h.subj) != len(checkpointPrefix)+len(key) || h.subj[len(checkpointPrefix):] != key {
+		h.subj = checkpointSubject(key) // a recycled one's was another capsule's
+	}
+	return h.subj
 }
 
 // keptHistories recycles the kept histories of ended capsules.
@@ -210,6 +231,10 @@ func (h *keptHistory) recycle() {
 		return
 	}
 	h.enc.Reset()
+	h.buf, h.subj = h.buf[:0], ""
+	if cap(h.buf) > maxKeptBuf {
+		h.buf = nil // one capsule's outsized checkpoint is not every one's
+	}
 	h.busy.Store(false)
 	keptHistories.Put(h)
 }

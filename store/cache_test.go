@@ -122,3 +122,20 @@ func TestCacheBoundsKeptHistories(t *testing.T) {
 	require.LessOrEqual(t, n, maxKeptHistories)
 	require.Positive(t, n)
 }
+
+// TestKeptHistorySubject: the subject kept with a history is its capsule's,
+// also once the history is recycled for another capsule.
+func TestKeptHistorySubject(t *testing.T) {
+	t.Parallel()
+	var none *keptHistory
+	require.Equal(t, "$KV.SAGA_CHECKPOINTS.a", none.subject("a"))
+	h := new(keptHistory)
+	require.Equal(t, "$KV.SAGA_CHECKPOINTS.a", h.subject("a"))
+	require.Equal(t, "$KV.SAGA_CHECKPOINTS.a", h.subject("a"))
+	require.Equal(t, "$KV.SAGA_CHECKPOINTS.ab", h.subject("ab"))
+	require.Equal(t, "$KV.SAGA_CHECKPOINTS.ba", h.subject("ba"))
+	h.buf = make([]byte, 0, maxKeptBuf+1)
+	h.recycle()
+	require.Nil(t, h.buf)
+	require.Empty(t, h.subj)
+}
