@@ -139,3 +139,31 @@ func TestKeptHistorySubject(t *testing.T) {
 	require.Nil(t, h.buf)
 	require.Empty(t, h.subj)
 }
+
+// BenchmarkCachePhase: what a phase asks of the cache (its capsule, its
+// checkpoint, the kept history of its write, the checkpoint put back),
+// from every core at once over the capsules in flight.
+func BenchmarkCachePhase(b *testing.B) {
+	c := newCache(0, time.Now)
+	const n = 256
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("0f8fad5b-d9cb-469f-a165-%012d", i)
+		c.Seed(keys[i], []byte(`{}`), &capsule.Capsule{})
+		c.Put(&capsule.Checkpoint{Key: keys[i], State: capsule.CheckpointState{Status: capsule.InProgress}}, 1)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			key := keys[i%n]
+			i++
+			c.Capsule(key)
+			cp, rev, _ := c.Get(key)
+			if h := c.history(key); h != nil {
+				h.done()
+			}
+			c.Put(cp, rev+1)
+		}
+	})
+}

@@ -206,11 +206,11 @@ func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev ui
 	return n, err
 }
 
-// write is a KV update of key (on its subject) at revision rev (0: the key has no entry),
-// published without the KV client: it is the hot path (every transition and
-// claim), see internal/jspub. The subject is the bucket's own: sagad's
-// JetStream contexts use no domain or API prefix (a KV client would add them;
-// sagad would have to as well).
+// write is a KV update of key, on subject, at revision rev (0: the key has
+// no entry), published without the KV client: it is the hot path (every
+// transition and claim), see internal/jspub. The subject is the bucket's
+// own: sagad's JetStream contexts use no domain or API prefix (a KV client
+// would add them; sagad would have to as well).
 func (s *Checkpoints) write(ctx context.Context, key, subject string, b []byte, rev uint64, ttl time.Duration) (uint64, error) {
 	p := kvWrite(subject, b, strconv.FormatUint(rev, 10), ttl)
 	seq, err := s.w.Publish(ctx, s.js.Conn(), p.Msg())
