@@ -144,7 +144,7 @@ func TestKeptHistorySubject(t *testing.T) {
 // checkpoint, the kept history of its write, the checkpoint put back),
 // from every core at once over the capsules in flight.
 func BenchmarkCachePhase(b *testing.B) {
-	c := newCache(0, time.Now)
+	c := NewCache()
 	const n = 256
 	keys := make([]string, n)
 	for i := range keys {

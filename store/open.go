@@ -283,7 +283,7 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 }
 
 func newStore(js jetstream.JetStream, st *stores, lm *locks.Manager, bt *budget.Tracker, retention time.Duration, workspace string) *Store {
-	cache := newCache(retention, time.Now)
+	cache := newCache(retention, nil)
 	s := &Store{
 		js:             js,
 		Checkpoints:    &Checkpoints{kv: st.checkpoints, js: js, ttl: retention, cache: cache},
