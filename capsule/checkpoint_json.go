@@ -16,8 +16,14 @@ import (
 // single cost of a hop. Rarely present parts (findings, reviews, pause,
 // overrides) still go through encoding/json.
 func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
-	b, err := c.appendHead(b)
+	if b == nil {
+		b = make([]byte, 0, 1024+160*len(c.History))
+	}
+	b, err := c.appendCreated(b)
 	if err != nil {
+		return nil, err
+	}
+	if b, err = c.appendChanging(b); err != nil {
 		return nil, err
 	}
 	if b, err = appendHistory(b, c.History); err != nil {
@@ -26,37 +32,40 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// AppendJSONKeeping is AppendJSON with the history's encoding kept in h
-// from one write of a capsule to the next: the transitions h covers that
-// c's history still begins with (compared field for field) are copied
-// from h, only the later ones encoded, and h then covers c's whole
-// history. A capsule's checkpoint is written about nine times, each time
-// with every earlier transition. The bytes are AppendJSON's, whatever h
-// holds (TestAppendJSONKeepingMatchesAppendJSON).
-func (c *Checkpoint) AppendJSONKeeping(b []byte, h *HistoryEncoding) ([]byte, error) {
-	b, err := c.appendHead(b)
+// AppendJSONKeeping is AppendJSON with what a capsule's checkpoints share
+// from one write to the next kept in k: the members up to created_at,
+// copied from k while they are field for field those k encoded, and the
+// history's leading transitions k covers (compared field for field too),
+// only the later ones encoded. A capsule's checkpoint is written about
+// nine times, each time with every earlier transition. The bytes are
+// AppendJSON's, whatever k holds (TestAppendJSONKeepingMatchesAppendJSON).
+func (c *Checkpoint) AppendJSONKeeping(b []byte, k *KeptEncoding) ([]byte, error) {
+	b, err := k.appendCreated(b, c)
 	if err != nil {
 		return nil, err
 	}
-	if b, err = h.appendHistory(b, c.History); err != nil {
+	if b, err = c.appendChanging(b); err != nil {
+		return nil, err
+	}
+	if b, err = k.appendHistory(b, c.History); err != nil {
 		return nil, err
 	}
 	return append(b, '}'), nil
 }
 
-// appendHead writes everything before the history's value, from the
-// opening brace to "history":.
-func (c *Checkpoint) appendHead(b []byte) ([]byte, error) {
-	if b == nil {
-		b = make([]byte, 0, 1024+160*len(c.History))
-	}
-	var err error
+// appendCreated writes the members that stay as RECEPTION wrote them
+// through a run, from the opening brace to created_at's value.
+func (c *Checkpoint) appendCreated(b []byte) ([]byte, error) {
 	b = c.appendIdentity(b)
 	b = c.appendLineage(b)
 	b = append(b, `,"created_at":`...)
-	if b, err = appendTime(b, c.CreatedAt); err != nil {
-		return nil, err
-	}
+	return appendTime(b, c.CreatedAt)
+}
+
+// appendChanging writes the members every write changes, updated_at and
+// the state, up to "history":.
+func (c *Checkpoint) appendChanging(b []byte) ([]byte, error) {
+	var err error
 	b = append(b, `,"updated_at":`...)
 	if b, err = appendTime(b, c.UpdatedAt); err != nil {
 		return nil, err
@@ -172,24 +181,81 @@ func appendHistory(b []byte, ts []Transition) ([]byte, error) {
 	return append(b, ']'), nil
 }
 
-// HistoryEncoding is a history's encoding kept between writes (see
-// AppendJSONKeeping). Its zero value covers nothing. It holds its own copy
-// of the transitions it encodes, so a caller's slices may change freely;
-// it must not be used by two writes at once.
-type HistoryEncoding struct {
-	ts []Transition // the transitions b encodes
-	b  []byte       // '[' and ts's encodings, comma separated
+// KeptEncoding is what a capsule's checkpoint encodings keep from one
+// write to the next (see AppendJSONKeeping). Its zero value keeps nothing.
+// It holds its own copies of the members and transitions it encoded, so
+// a caller's checkpoints may change freely; it must not be used by two
+// writes at once.
+type KeptEncoding struct {
+	head   checkpointHead // the members hb encodes, if headOK
+	headOK bool
+	hb     []byte       // '{' to created_at's value
+	ts     []Transition // the transitions b encodes
+	b      []byte       // '[' and ts's encodings, comma separated
 }
 
-// Reset makes h cover nothing, keeping its memory.
-func (h *HistoryEncoding) Reset() {
-	clear(h.ts) // no strings held for the garbage collector's sake
-	h.ts, h.b = h.ts[:0], h.b[:0]
+// checkpointHead is a copy of the members appendCreated writes: comparable,
+// and compared whole before its encoding is reused
+// (TestCheckpointHeadHoldsEveryMemberBeforeUpdatedAt holds it to
+// Checkpoint's fields).
+type checkpointHead struct {
+	SchemaVersion, CapsuleID, Key, TraceID, TraceParent, TraceProducerSpan string
+	WaveID, Producer, Digest, Constitution, Parent, ReplayToken            string
+	Chain                                                                  ChainStep
+	HasChain, OutcomeEmitted                                               bool
+	Depth, Run, CycleBase                                                  int
+	IntakeSeq                                                              uint64
+	CreatedAt                                                              time.Time
+}
+
+// headOf copies c's members up to created_at.
+func (c *Checkpoint) headOf() checkpointHead {
+	h := checkpointHead{
+		SchemaVersion: c.SchemaVersion, CapsuleID: c.CapsuleID, Key: c.Key, TraceID: c.TraceID,
+		TraceParent: c.TraceParent, TraceProducerSpan: c.TraceProducerSpan, WaveID: c.WaveID,
+		Producer: c.Producer, Digest: c.Digest, Constitution: c.Constitution, Parent: c.Parent,
+		ReplayToken: c.ReplayToken, OutcomeEmitted: c.OutcomeEmitted, Depth: c.Depth, Run: c.Run,
+		CycleBase: c.CycleBase, IntakeSeq: c.IntakeSeq, CreatedAt: c.CreatedAt,
+	}
+	if c.Chain != nil {
+		h.Chain, h.HasChain = *c.Chain, true
+	}
+	return h
+}
+
+// Reset makes k keep nothing, keeping its memory.
+func (k *KeptEncoding) Reset() {
+	k.head, k.headOK, k.hb = checkpointHead{}, false, k.hb[:0]
+	k.resetHistory()
+}
+
+// resetHistory makes k cover no transition.
+func (k *KeptEncoding) resetHistory() {
+	clear(k.ts) // no strings held for the garbage collector's sake
+	k.ts, k.b = k.ts[:0], k.b[:0]
+}
+
+// appendCreated writes c's members up to created_at as appendCreated
+// does, copied from k when k encoded those very values.
+func (k *KeptEncoding) appendCreated(b []byte, c *Checkpoint) ([]byte, error) {
+	h := c.headOf()
+	if k.headOK && k.head == h {
+		return append(b, k.hb...), nil
+	}
+	start := len(b)
+	b, err := c.appendCreated(b)
+	if err != nil {
+		k.head, k.headOK = checkpointHead{}, false
+		return nil, err
+	}
+	k.hb = append(k.hb[:0], b[start:]...)
+	k.head, k.headOK = h, true
+	return b, nil
 }
 
 // kept returns how many of ts's leading transitions h's bytes encode: all
 // of h's, or none when ts does not begin with them.
-func (h *HistoryEncoding) kept(ts []Transition) int {
+func (h *KeptEncoding) kept(ts []Transition) int {
 	if len(h.ts) == 0 || len(h.ts) > len(ts) {
 		return 0
 	}
@@ -203,14 +269,14 @@ func (h *HistoryEncoding) kept(ts []Transition) int {
 
 // appendHistory writes ts as appendHistory does, reusing what h covers,
 // and makes h cover ts.
-func (h *HistoryEncoding) appendHistory(b []byte, ts []Transition) ([]byte, error) {
+func (h *KeptEncoding) appendHistory(b []byte, ts []Transition) ([]byte, error) {
 	if ts == nil {
-		h.Reset()
+		h.resetHistory()
 		return append(b, "null"...), nil
 	}
 	n := h.kept(ts)
 	if n == 0 {
-		h.Reset()
+		h.resetHistory()
 		h.b = append(h.b, '[')
 	}
 	b = append(b, h.b...)
@@ -221,7 +287,7 @@ func (h *HistoryEncoding) appendHistory(b []byte, ts []Transition) ([]byte, erro
 		}
 		var err error
 		if b, err = ts[i].appendJSON(b); err != nil {
-			h.Reset()
+			h.resetHistory()
 			return nil, err
 		}
 	}

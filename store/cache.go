@@ -210,7 +210,7 @@ func (c *Cache) history(key string) *keptHistory {
 // and the subject it is written on. busy says a write is using it.
 type keptHistory struct {
 	busy atomic.Bool
-	enc  capsule.HistoryEncoding
+	enc  capsule.KeptEncoding
 	buf  []byte
 	subj string
 }
