@@ -195,7 +195,8 @@ var sinkMsg *nats.Msg
 // turns, as a busy process writes them (encoding and message), each with
 // what is kept in the cache's entry (history, buffer, subject) and the
 // checkpoint put back in the cache after, against the same writes
-// encoding every transition into a pooled buffer (kept=false).
+// encoding every transition into a pooled buffer (kept=false). 1,024
+// capsules' kept encodings and checkpoints outgrow the L2 caches.
 func BenchmarkKeptHistory(b *testing.B) {
 	defer checkKept.Store(checkKept.Load())
 	checkKept.Store(false)
@@ -205,7 +206,7 @@ func BenchmarkKeptHistory(b *testing.B) {
 		ph := capsule.Phase(i % 7)
 		ts = append(ts, capsule.Transition{Phase: ph, PhaseName: ph.String(), Cycle: 1, Outcome: capsule.OutcomePassed, At: at.Add(time.Duration(i) * 1234567 * time.Microsecond)})
 	}
-	for _, n := range []int{1, 256} {
+	for _, n := range []int{1, 256, 1024} {
 		cps := make([]*capsule.Checkpoint, n)
 		for k := range cps {
 			key := fmt.Sprintf("0f8fad5b-d9cb-469f-a165-%012d", k)
