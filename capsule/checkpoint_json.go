@@ -19,53 +19,13 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 	if b == nil {
 		b = make([]byte, 0, 1024+160*len(c.History))
 	}
-	b, err := c.appendCreated(b)
-	if err != nil {
-		return nil, err
-	}
-	if b, err = c.appendChanging(b); err != nil {
-		return nil, err
-	}
-	if b, err = appendHistory(b, c.History); err != nil {
-		return nil, err
-	}
-	return append(b, '}'), nil
-}
-
-// AppendJSONKeeping is AppendJSON with what a capsule's checkpoints share
-// from one write to the next kept in k: the members up to created_at,
-// copied from k while they are field for field those k encoded, and the
-// history's leading transitions k covers (compared field for field too),
-// only the later ones encoded. A capsule's checkpoint is written about
-// nine times, each time with every earlier transition. The bytes are
-// AppendJSON's, whatever k holds (TestAppendJSONKeepingMatchesAppendJSON).
-func (c *Checkpoint) AppendJSONKeeping(b []byte, k *KeptEncoding) ([]byte, error) {
-	b, err := k.appendCreated(b, c)
-	if err != nil {
-		return nil, err
-	}
-	if b, err = c.appendChanging(b); err != nil {
-		return nil, err
-	}
-	if b, err = k.appendHistory(b, c.History); err != nil {
-		return nil, err
-	}
-	return append(b, '}'), nil
-}
-
-// appendCreated writes the members that stay as RECEPTION wrote them
-// through a run, from the opening brace to created_at's value.
-func (c *Checkpoint) appendCreated(b []byte) ([]byte, error) {
+	var err error
 	b = c.appendIdentity(b)
 	b = c.appendLineage(b)
 	b = append(b, `,"created_at":`...)
-	return appendTime(b, c.CreatedAt)
-}
-
-// appendChanging writes the members every write changes, updated_at and
-// the state, up to "history":.
-func (c *Checkpoint) appendChanging(b []byte) ([]byte, error) {
-	var err error
+	if b, err = appendTime(b, c.CreatedAt); err != nil {
+		return nil, err
+	}
 	b = append(b, `,"updated_at":`...)
 	if b, err = appendTime(b, c.UpdatedAt); err != nil {
 		return nil, err
@@ -74,7 +34,11 @@ func (c *Checkpoint) appendChanging(b []byte) ([]byte, error) {
 	if b, err = c.State.appendJSON(b); err != nil {
 		return nil, err
 	}
-	return append(b, `,"history":`...), nil
+	b = append(b, `,"history":`...)
+	if b, err = appendHistory(b, c.History); err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
 }
 
 // appendIdentity writes the members that name the capsule and its trace,
@@ -178,121 +142,6 @@ func appendHistory(b []byte, ts []Transition) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return append(b, ']'), nil
-}
-
-// KeptEncoding is what a capsule's checkpoint encodings keep from one
-// write to the next (see AppendJSONKeeping). Its zero value keeps nothing.
-// It holds its own copies of the members and transitions it encoded, so
-// a caller's checkpoints may change freely; it must not be used by two
-// writes at once.
-type KeptEncoding struct {
-	head   checkpointHead // the members hb encodes, if headOK
-	headOK bool
-	hb     []byte       // '{' to created_at's value
-	ts     []Transition // the transitions b encodes
-	b      []byte       // '[' and ts's encodings, comma separated
-}
-
-// checkpointHead is a copy of the members appendCreated writes: comparable,
-// and compared whole before its encoding is reused
-// (TestCheckpointHeadHoldsEveryMemberBeforeUpdatedAt holds it to
-// Checkpoint's fields).
-type checkpointHead struct {
-	SchemaVersion, CapsuleID, Key, TraceID, TraceParent, TraceProducerSpan string
-	WaveID, Producer, Digest, Constitution, Parent, ReplayToken            string
-	Chain                                                                  ChainStep
-	HasChain, OutcomeEmitted                                               bool
-	Depth, Run, CycleBase                                                  int
-	IntakeSeq                                                              uint64
-	CreatedAt                                                              time.Time
-}
-
-// headOf copies c's members up to created_at.
-func (c *Checkpoint) headOf() checkpointHead {
-	h := checkpointHead{
-		SchemaVersion: c.SchemaVersion, CapsuleID: c.CapsuleID, Key: c.Key, TraceID: c.TraceID,
-		TraceParent: c.TraceParent, TraceProducerSpan: c.TraceProducerSpan, WaveID: c.WaveID,
-		Producer: c.Producer, Digest: c.Digest, Constitution: c.Constitution, Parent: c.Parent,
-		ReplayToken: c.ReplayToken, OutcomeEmitted: c.OutcomeEmitted, Depth: c.Depth, Run: c.Run,
-		CycleBase: c.CycleBase, IntakeSeq: c.IntakeSeq, CreatedAt: c.CreatedAt,
-	}
-	if c.Chain != nil {
-		h.Chain, h.HasChain = *c.Chain, true
-	}
-	return h
-}
-
-// Reset makes k keep nothing, keeping its memory.
-func (k *KeptEncoding) Reset() {
-	k.head, k.headOK, k.hb = checkpointHead{}, false, k.hb[:0]
-	k.resetHistory()
-}
-
-// resetHistory makes k cover no transition.
-func (k *KeptEncoding) resetHistory() {
-	clear(k.ts) // no strings held for the garbage collector's sake
-	k.ts, k.b = k.ts[:0], k.b[:0]
-}
-
-// appendCreated writes c's members up to created_at as appendCreated
-// does, copied from k when k encoded those very values.
-func (k *KeptEncoding) appendCreated(b []byte, c *Checkpoint) ([]byte, error) {
-	h := c.headOf()
-	if k.headOK && k.head == h {
-		return append(b, k.hb...), nil
-	}
-	start := len(b)
-	b, err := c.appendCreated(b)
-	if err != nil {
-		k.head, k.headOK = checkpointHead{}, false
-		return nil, err
-	}
-	k.hb = append(k.hb[:0], b[start:]...)
-	k.head, k.headOK = h, true
-	return b, nil
-}
-
-// kept returns how many of ts's leading transitions h's bytes encode: all
-// of h's, or none when ts does not begin with them.
-func (h *KeptEncoding) kept(ts []Transition) int {
-	if len(h.ts) == 0 || len(h.ts) > len(ts) {
-		return 0
-	}
-	for i := range h.ts {
-		if h.ts[i] != ts[i] {
-			return 0
-		}
-	}
-	return len(h.ts)
-}
-
-// appendHistory writes ts as appendHistory does, reusing what h covers,
-// and makes h cover ts.
-func (h *KeptEncoding) appendHistory(b []byte, ts []Transition) ([]byte, error) {
-	if ts == nil {
-		h.resetHistory()
-		return append(b, "null"...), nil
-	}
-	n := h.kept(ts)
-	if n == 0 {
-		h.resetHistory()
-		h.b = append(h.b, '[')
-	}
-	b = append(b, h.b...)
-	start := len(b)
-	for i := n; i < len(ts); i++ {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		var err error
-		if b, err = ts[i].appendJSON(b); err != nil {
-			h.resetHistory()
-			return nil, err
-		}
-	}
-	h.b = append(h.b, b[start:]...)
-	h.ts = append(h.ts, ts[n:]...)
 	return append(b, ']'), nil
 }
 

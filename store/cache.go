@@ -3,7 +3,6 @@ package store
 import (
 	"bytes"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sagad/sagad/capsule"
@@ -32,7 +31,6 @@ const cacheMaxAge = 10 * time.Minute
 type Cache struct {
 	mu     sync.Mutex
 	m      map[string]cacheEntry
-	hists  int // entries of m with a kept history
 	caps   map[string]parsedCapsule
 	maxAge time.Duration
 	now    func() time.Time
@@ -54,10 +52,6 @@ type cacheEntry struct {
 	cp  *capsule.Checkpoint
 	rev uint64
 	at  time.Time
-	// hist is the encoding of the capsule's history at its last write by
-	// this process (see history). It outlives the checkpoint it was made
-	// for: what it reuses is compared with the history written.
-	hist *keptHistory
 }
 
 // NewCache returns an empty cache whose entries are trusted for 10 minutes.
@@ -143,108 +137,16 @@ func (c *Cache) Get(key string) (*capsule.Checkpoint, uint64, bool) {
 func (c *Cache) Put(cp *capsule.Checkpoint, rev uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	old, ok := c.m[cp.Key]
 	if cp.State.Status.Terminal() {
-		c.forget(cp.Key, old.hist)
+		delete(c.m, cp.Key)
 		delete(c.caps, cp.Key)
 		return
 	}
-	if !ok && len(c.m) >= cacheSize {
-		for k, e := range c.m { // map order is random: a random eviction
-			c.forget(k, e.hist)
+	if _, ok := c.m[cp.Key]; !ok && len(c.m) >= cacheSize {
+		for k := range c.m { // map order is random: a random eviction
+			delete(c.m, k)
 			break
 		}
 	}
-	c.m[cp.Key] = cacheEntry{cp: cp, rev: rev, at: c.now(), hist: old.hist}
-}
-
-// forget drops key's entry, whose kept history is h (or nil). c.mu is held.
-func (c *Cache) forget(key string, h *keptHistory) {
-	delete(c.m, key)
-	if h != nil {
-		c.hists--
-		h.recycle()
-	}
-}
-
-// maxKeptHistories bounds the histories kept (a few kilobytes each): one
-// per capsule in flight in this process is enough; a capsule parked for
-// an operator keeps its entry but needs its history seldom.
-const maxKeptHistories = 1024
-
-// maxKeptBuf bounds the encoding buffer a recycled history keeps.
-const maxKeptBuf = 64 << 10
-
-// history returns the kept history of key's capsule for one write to
-// encode with, and to update (see capsule.Checkpoint.AppendJSONKeeping),
-// or nil: the cache has no entry for key (the first write), holds
-// maxKeptHistories already, or another write of key uses it (a worker
-// that will lose its compare-and-set). The caller gives it back with
-// done. It is found in the entry the phases look up anyway: a map of its
-// own cost more to search than it saved.
-func (c *Cache) history(key string) *keptHistory {
-	if c == nil {
-		return nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[key]
-	switch {
-	case !ok:
-		return nil
-	case e.hist == nil && c.hists < maxKeptHistories:
-		e.hist = keptHistories.Get().(*keptHistory)
-		c.m[key], c.hists = e, c.hists+1
-	case e.hist == nil:
-		return nil
-	}
-	// Under c.mu: recycle, also under it, cannot take it meanwhile.
-	if !e.hist.busy.CompareAndSwap(false, true) {
-		return nil
-	}
-	return e.hist
-}
-
-// keptHistory is what a capsule's checkpoint writes keep from one to the
-// next: the history's encoding, the buffer the checkpoint is encoded in
-// and the subject it is written on. busy says a write is using it.
-type keptHistory struct {
-	busy atomic.Bool
-	enc  capsule.KeptEncoding
-	buf  []byte
-	subj string
-}
-
-// subject is the subject of key's checkpoint, made once for the capsule;
-// h may be nil.
-func (h *keptHistory) subject(key string) string {
-	if h == nil {
-		return checkpointSubject(key)
-	}
-	if len(h.subj) != len(checkpointPrefix)+len(key) || h.subj[len(checkpointPrefix):] != key {
-		h.subj = checkpointSubject(key) // a recycled one's was another capsule's
-	}
-	return h.subj
-}
-
-// keptHistories recycles the kept histories of ended capsules.
-var keptHistories = sync.Pool{New: func() any { return new(keptHistory) }}
-
-// done gives h back after a write.
-func (h *keptHistory) done() { h.busy.Store(false) }
-
-// recycle gives h, just dropped from its entry (under the cache's lock),
-// to the next capsule unless a write still uses it: that write's done
-// then leaves it to the garbage collector.
-func (h *keptHistory) recycle() {
-	if !h.busy.CompareAndSwap(false, true) {
-		return
-	}
-	h.enc.Reset()
-	h.buf, h.subj = h.buf[:0], ""
-	if cap(h.buf) > maxKeptBuf {
-		h.buf = nil // one capsule's outsized checkpoint is not every one's
-	}
-	h.busy.Store(false)
-	keptHistories.Put(h)
+	c.m[cp.Key] = cacheEntry{cp: cp, rev: rev, at: c.now()}
 }

@@ -62,87 +62,9 @@ func TestCacheTrustsEntriesForLessThanTheRetention(t *testing.T) {
 	}
 }
 
-// TestCacheLendsEachHistoryToOneWriteAtATime: a capsule's kept history is
-// found in its entry, lent to one write at a time (a second write of the
-// key meanwhile encodes in full), kept across the capsule's checkpoints,
-// and dropped with the entry when the capsule ends; one a write still
-// holds is not handed to another capsule.
-func TestCacheLendsEachHistoryToOneWriteAtATime(t *testing.T) {
-	t.Parallel()
-	c := newCache(0, time.Now)
-	require.Nil(t, c.history("a"), "no entry: the capsule's first write")
-	running := func(key string) *capsule.Checkpoint {
-		return &capsule.Checkpoint{Key: key, State: capsule.CheckpointState{Status: capsule.InProgress}}
-	}
-	c.Put(running("a"), 1)
-	h := c.history("a")
-	require.NotNil(t, h)
-	require.Nil(t, c.history("a"), "lent to another write")
-	h.done()
-	c.Put(running("a"), 2)
-	require.Same(t, h, c.history("a"), "kept across the capsule's checkpoints")
-
-	// Held by a write when the capsule ends: not recycled.
-	c.Put(&capsule.Checkpoint{Key: "a", State: capsule.CheckpointState{Status: capsule.Completed}}, 3)
-	require.Zero(t, c.hists)
-	require.True(t, h.busy.Load(), "still the write's")
-	h.done()
-
-	// Not held when it ends: recycled, empty and free.
-	c.Put(running("b"), 1)
-	hb := c.history("b")
-	_, err := running("b").AppendJSONKeeping(nil, &hb.enc)
-	require.NoError(t, err)
-	hb.done()
-	c.Put(&capsule.Checkpoint{Key: "b", State: capsule.CheckpointState{Status: capsule.Halted}}, 2)
-	require.False(t, hb.busy.Load())
-	require.Nil(t, c.history("b"))
-}
-
-// TestCacheBoundsKeptHistories: at most maxKeptHistories entries hold a
-// history; an evicted entry's is counted out.
-func TestCacheBoundsKeptHistories(t *testing.T) {
-	t.Parallel()
-	c := newCache(0, time.Now)
-	for i := range cacheSize + 10 {
-		key := fmt.Sprintf("k%d", i)
-		c.Put(&capsule.Checkpoint{Key: key, State: capsule.CheckpointState{Status: capsule.InProgress}}, 1)
-		if h := c.history(key); h != nil {
-			h.done()
-		}
-		require.LessOrEqual(t, len(c.m), cacheSize)
-	}
-	n := 0
-	for _, e := range c.m {
-		if e.hist != nil {
-			n++
-		}
-	}
-	require.Equal(t, n, c.hists)
-	require.LessOrEqual(t, n, maxKeptHistories)
-	require.Positive(t, n)
-}
-
-// TestKeptHistorySubject: the subject kept with a history is its capsule's,
-// also once the history is recycled for another capsule.
-func TestKeptHistorySubject(t *testing.T) {
-	t.Parallel()
-	var none *keptHistory
-	require.Equal(t, "$KV.SAGA_CHECKPOINTS.a", none.subject("a"))
-	h := new(keptHistory)
-	require.Equal(t, "$KV.SAGA_CHECKPOINTS.a", h.subject("a"))
-	require.Equal(t, "$KV.SAGA_CHECKPOINTS.a", h.subject("a"))
-	require.Equal(t, "$KV.SAGA_CHECKPOINTS.ab", h.subject("ab"))
-	require.Equal(t, "$KV.SAGA_CHECKPOINTS.ba", h.subject("ba"))
-	h.buf = make([]byte, 0, maxKeptBuf+1)
-	h.recycle()
-	require.Nil(t, h.buf)
-	require.Empty(t, h.subj)
-}
-
 // BenchmarkCachePhase: what a phase asks of the cache (its capsule, its
-// checkpoint, the kept history of its write, the checkpoint put back),
-// from every core at once over the capsules in flight.
+// checkpoint, the checkpoint put back), from every core at once over the
+// capsules in flight.
 func BenchmarkCachePhase(b *testing.B) {
 	c := NewCache()
 	const n = 256
@@ -160,9 +82,6 @@ func BenchmarkCachePhase(b *testing.B) {
 			i++
 			c.Capsule(key)
 			cp, rev, _ := c.Get(key)
-			if h := c.history(key); h != nil {
-				h.done()
-			}
 			c.Put(cp, rev+1)
 		}
 	})

@@ -2,7 +2,6 @@ package store
 
 import (
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -119,7 +118,7 @@ func TestMessagesAsSet(t *testing.T) {
 		require.Equal(t, refOutcomeMsg(cp, tr, state, raw), outcomeMsg(cp, tr, state, raw))
 
 		rev, ttl := r.Uint64N(1e6), []time.Duration{0, time.Hour, 168 * time.Hour}[r.IntN(3)]
-		w := kvWrite(checkpointSubject(cp.Key), raw, strconv.FormatUint(rev, 10), ttl)
+		w := kvWrite(cp.Key, raw, strconv.FormatUint(rev, 10), ttl)
 		require.Equal(t, refCheckpointWrite(cp.Key, raw, rev, ttl), w.Msg())
 		w.Release()
 
@@ -179,8 +178,8 @@ func BenchmarkCheckpointWrites(b *testing.B) {
 				if i == len(ts) {
 					cp.State.Status = capsule.Completed
 				}
-				e, _ := encode(cp, nil)
-				w := kvWrite(checkpointSubject(cp.Key), e.b, strconv.FormatUint(uint64(1000+i), 10), 0)
+				e, _ := encode(cp)
+				w := kvWrite(cp.Key, e.b, strconv.FormatUint(uint64(1000+i), 10), 0)
 				sinkMsg = w.Msg()
 				w.Release()
 				e.release()
@@ -190,66 +189,6 @@ func BenchmarkCheckpointWrites(b *testing.B) {
 }
 
 var sinkMsg *nats.Msg
-
-// BenchmarkKeptHistory: the nine writes of each of n capsules taking
-// turns, as a busy process writes them (encoding and message), each with
-// what is kept in the cache's entry (history, buffer, subject) and the
-// checkpoint put back in the cache after, against the same writes
-// encoding every transition into a pooled buffer (kept=false). 1,024
-// capsules' kept encodings and checkpoints outgrow the L2 caches.
-func BenchmarkKeptHistory(b *testing.B) {
-	defer checkKept.Store(checkKept.Load())
-	checkKept.Store(false)
-	at := time.Date(2026, 11, 22, 7, 8, 9, 123456789, time.UTC)
-	var ts []capsule.Transition
-	for i := range 9 {
-		ph := capsule.Phase(i % 7)
-		ts = append(ts, capsule.Transition{Phase: ph, PhaseName: ph.String(), Cycle: 1, Outcome: capsule.OutcomePassed, At: at.Add(time.Duration(i) * 1234567 * time.Microsecond)})
-	}
-	for _, n := range []int{1, 256, 1024} {
-		cps := make([]*capsule.Checkpoint, n)
-		for k := range cps {
-			key := fmt.Sprintf("0f8fad5b-d9cb-469f-a165-%012d", k)
-			cps[k] = NewCheckpoint(key, key, "4bf92f3577b34da6a3ce929d0e0e4736", "", "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", at)
-			cps[k].State.LocksHeld, cps[k].State.ArtifactRefs = []string{"repo:sagad/capsule"}, []string{"artifact:" + key + "/1"}
-			cps[k].History = append([]capsule.Transition(nil), ts...)
-		}
-		for _, kept := range []bool{false, true} {
-			b.Run(fmt.Sprintf("capsules=%d/kept=%v", n, kept), func(b *testing.B) {
-				c := newCache(0, time.Now)
-				for b.Loop() {
-					for i := 1; i <= len(ts); i++ {
-						for _, cp := range cps {
-							writeKept(c, cp, i, kept)
-						}
-					}
-				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ts)*n), "ns/write")
-			})
-		}
-	}
-}
-
-// writeKept encodes cp with its first i transitions and makes its message
-// as Update does, and puts it in c.
-func writeKept(c *Cache, cp *capsule.Checkpoint, i int, kept bool) {
-	full := cp.History
-	cp.History = full[:i:i]
-	var h *keptHistory
-	if kept {
-		h = c.history(cp.Key)
-	}
-	e, _ := encode(cp, h)
-	w := kvWrite(h.subject(cp.Key), e.b, "1000", 0)
-	sinkMsg = w.Msg()
-	w.Release()
-	e.release()
-	if h != nil {
-		h.done()
-	}
-	c.Put(cp, uint64(i))
-	cp.History = full
-}
 
 // BenchmarkPhaseMsg: a phase message as it was made (nats.Header.Set) and
 // as emit makes it now (a pooled message).

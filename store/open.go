@@ -283,15 +283,14 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 }
 
 func newStore(js jetstream.JetStream, st *stores, lm *locks.Manager, bt *budget.Tracker, retention time.Duration, workspace string) *Store {
-	cache := newCache(retention, nil)
 	s := &Store{
 		js:             js,
-		Checkpoints:    &Checkpoints{kv: st.checkpoints, js: js, ttl: retention, cache: cache},
+		Checkpoints:    &Checkpoints{kv: st.checkpoints, js: js, ttl: retention},
 		Continuations:  &Continuations{kv: st.continuations},
 		Artifacts:      newArtifactStore(st.artifacts, js),
 		Locks:          lm,
 		Budgets:        bt,
-		Cache:          cache,
+		Cache:          newCache(retention, nil),
 		capsules:       st.capsules,
 		capsulesStream: st.capsulesStream,
 		artifacts:      st.artifacts,

@@ -36,9 +36,6 @@ type Checkpoints struct {
 	w *jspub.Writes
 	// Corrupt reports checkpoints sagad did not write. Nil reports nothing.
 	Corrupt *corrupt.Reporter
-	// cache, the store's, keeps each capsule's history encoding from one
-	// write to the next (nil: every write encodes all of it).
-	cache *Cache
 	// written is called after each write of this process (see OnWrite).
 	written atomic.Pointer[func(cp *capsule.Checkpoint, rev uint64)]
 }
@@ -153,7 +150,7 @@ func (s *Checkpoints) GetLatest(ctx context.Context, key string, c *Cache) (*cap
 // time to live.
 func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (rev uint64, err error) {
 	defer func() { s.wrote(cp, rev, err) }()
-	e, err := encode(cp, nil) // a first write: nothing kept yet
+	e, err := encode(cp)
 	if err != nil {
 		return 0, err
 	}
@@ -163,12 +160,12 @@ func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (rev u
 		// Expected last sequence 0: the key has no entry, not even a
 		// marker; a marker left by an expired namesake conflicts until it
 		// expires itself, a second later.
-		return s.write(ctx, cp.Key, checkpointSubject(cp.Key), b, 0, s.ttl)
+		return s.write(ctx, cp.Key, b, 0, s.ttl)
 	}
 	if s.js != nil {
 		// The common case, a key never written, in one request; the KV
 		// client's Create also takes a key over a delete marker.
-		if rev, err := s.write(ctx, cp.Key, checkpointSubject(cp.Key), b, 0, 0); !errors.Is(err, ErrConflict) {
+		if rev, err := s.write(ctx, cp.Key, b, 0, 0); !errors.Is(err, ErrConflict) {
 			return rev, err
 		}
 	}
@@ -182,11 +179,7 @@ func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (rev u
 // Update writes cp if the stored revision is still rev; ErrConflict otherwise.
 func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (written uint64, err error) {
 	defer func() { s.wrote(cp, written, err) }()
-	h := s.cache.history(cp.Key) // lent until the write is done
-	if h != nil {
-		defer h.done()
-	}
-	e, err := encode(cp, h)
+	e, err := encode(cp)
 	if err != nil {
 		return 0, err
 	}
@@ -197,7 +190,7 @@ func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev ui
 		if cp.Terminal() {
 			ttl = s.ttl // the last write of an ended capsule
 		}
-		return s.write(ctx, cp.Key, h.subject(cp.Key), b, rev, ttl)
+		return s.write(ctx, cp.Key, b, rev, ttl)
 	}
 	n, err := jspub.Write(ctx, s.w, func(ctx context.Context) (uint64, error) { return s.kv.Update(ctx, cp.Key, b, rev) })
 	if cas.Conflict(err) {
@@ -206,13 +199,13 @@ func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev ui
 	return n, err
 }
 
-// write is a KV update of key, on subject, at revision rev (0: the key has
-// no entry), published without the KV client: it is the hot path (every
-// transition and claim), see internal/jspub. The subject is the bucket's
-// own: sagad's JetStream contexts use no domain or API prefix (a KV client
-// would add them; sagad would have to as well).
-func (s *Checkpoints) write(ctx context.Context, key, subject string, b []byte, rev uint64, ttl time.Duration) (uint64, error) {
-	p := kvWrite(subject, b, strconv.FormatUint(rev, 10), ttl)
+// write is a KV update of key at revision rev (0: the key has no entry),
+// published without the KV client: it is the hot path (every transition and
+// claim), see internal/jspub. The subject is the bucket's own: sagad's
+// JetStream contexts use no domain or API prefix (a KV client would add them;
+// sagad would have to as well).
+func (s *Checkpoints) write(ctx context.Context, key string, b []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	p := kvWrite(key, b, strconv.FormatUint(rev, 10), ttl)
 	seq, err := s.w.Publish(ctx, s.js.Conn(), p.Msg())
 	p.Release()
 	if cas.Conflict(err) {
