@@ -86,3 +86,29 @@ func BenchmarkCachePhase(b *testing.B) {
 		}
 	})
 }
+
+// TestCacheOnTheRealClock: on the real clock (ages by time.Since) an entry
+// is trusted while it is younger than the retention, and not after.
+func TestCacheOnTheRealClock(t *testing.T) {
+	t.Parallel()
+	cp := &capsule.Checkpoint{Key: "a", State: capsule.CheckpointState{Status: capsule.InProgress}}
+	c := NewCache()
+	c.Put(cp, 3)
+	got, rev, ok := c.Get("a")
+	require.True(t, ok)
+	require.Same(t, cp, got)
+	require.Equal(t, uint64(3), rev)
+
+	short := newCache(50*time.Millisecond, nil)
+	before := time.Now()
+	short.Put(cp, 3)
+	after := time.Now()
+	for {
+		sincePut := time.Since(after) // at most the entry's age at Get
+		if _, _, ok := short.Get("a"); !ok {
+			break
+		}
+		require.Less(t, sincePut, 50*time.Millisecond, "trusted past the retention")
+	}
+	require.GreaterOrEqual(t, time.Since(before), 50*time.Millisecond, "forgotten before the retention")
+}
