@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -449,11 +450,10 @@ func appendTime(b []byte, t time.Time) ([]byte, error) {
 // a second to the nanosecond, trailing zeros (and a zero fraction) left
 // out, and "Z".
 func appendUTC(b []byte, t time.Time) ([]byte, error) {
-	y, mo, d := t.Date()
+	y, mo, d, h, mi, sec := civil(t)
 	if y < 0 || y >= 10000 {
 		return nil, fmt.Errorf("checkpoint: time %v: year outside of range [0,9999]", t)
 	}
-	h, mi, sec := t.Clock()
 	b = append(b, '"',
 		byte('0'+y/1000), byte('0'+y/100%10), byte('0'+y/10%10), byte('0'+y%10), '-',
 		byte('0'+int(mo)/10), byte('0'+int(mo)%10), '-', byte('0'+d/10), byte('0'+d%10), 'T',
@@ -473,6 +473,37 @@ func appendUTC(b []byte, t time.Time) ([]byte, error) {
 	}
 	return append(b, 'Z', '"'), nil
 }
+
+// civil is t's date and clock in UTC, as t.Date and t.Clock give them.
+// The times of a checkpoint are mostly of one or two days, and working out
+// a day's date was most of the cost of writing a time: the dates of the
+// last days met are remembered (see days).
+func civil(t time.Time) (y int, mo time.Month, d, h, mi, s int) {
+	sec := t.Unix()
+	if sec < 0 || sec >= maxDaySec {
+		y, mo, d = t.Date()
+		h, mi, s = t.Clock()
+		return y, mo, d, h, mi, s
+	}
+	day, rem := sec/86400, int(sec%86400)
+	h, mi, s = rem/3600, rem%3600/60, rem%60
+	slot := &days[day%int64(len(days))]
+	if v := slot.Load(); v>>32 == uint64(day)+1 {
+		return int(v >> 16 & 0xffff), time.Month(v >> 8 & 0xff), int(v & 0xff), h, mi, s
+	}
+	y, mo, d = t.Date()
+	slot.Store((uint64(day)+1)<<32 | uint64(y)<<16 | uint64(mo)<<8 | uint64(d))
+	return y, mo, d, h, mi, s
+}
+
+// maxDaySec bounds the times whose dates days remembers: from 1970 to the
+// end of year 9999, the last a checkpoint can hold.
+const maxDaySec = 253402300800
+
+// days remembers the dates of the last days met, one per slot: day+1 (0:
+// none) in the high 32 bits, then the year, month and day of the month.
+// A slot is read and written whole, so any goroutine may use it.
+var days [4]atomic.Uint64
 
 // appendFloat writes f as encoding/json writes a float64.
 func appendFloat(b []byte, f float64) ([]byte, error) {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -59,4 +60,55 @@ func TestCacheTrustsEntriesForLessThanTheRetention(t *testing.T) {
 			require.Equal(t, uint64(8), rev)
 		})
 	}
+}
+
+// BenchmarkCachePhase: what a phase asks of the cache (its capsule, its
+// checkpoint, the checkpoint put back), from every core at once over the
+// capsules in flight.
+func BenchmarkCachePhase(b *testing.B) {
+	c := NewCache()
+	const n = 256
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("0f8fad5b-d9cb-469f-a165-%012d", i)
+		c.Seed(keys[i], []byte(`{}`), &capsule.Capsule{})
+		c.Put(&capsule.Checkpoint{Key: keys[i], State: capsule.CheckpointState{Status: capsule.InProgress}}, 1)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			key := keys[i%n]
+			i++
+			c.Capsule(key)
+			cp, rev, _ := c.Get(key)
+			c.Put(cp, rev+1)
+		}
+	})
+}
+
+// TestCacheOnTheRealClock: on the real clock (ages by time.Since) an entry
+// is trusted while it is younger than the retention, and not after.
+func TestCacheOnTheRealClock(t *testing.T) {
+	t.Parallel()
+	cp := &capsule.Checkpoint{Key: "a", State: capsule.CheckpointState{Status: capsule.InProgress}}
+	c := NewCache()
+	c.Put(cp, 3)
+	got, rev, ok := c.Get("a")
+	require.True(t, ok)
+	require.Same(t, cp, got)
+	require.Equal(t, uint64(3), rev)
+
+	short := newCache(50*time.Millisecond, nil)
+	before := time.Now()
+	short.Put(cp, 3)
+	after := time.Now()
+	for {
+		sincePut := time.Since(after) // at most the entry's age at Get
+		if _, _, ok := short.Get("a"); !ok {
+			break
+		}
+		require.Less(t, sincePut, 50*time.Millisecond, "trusted past the retention")
+	}
+	require.GreaterOrEqual(t, time.Since(before), 50*time.Millisecond, "forgotten before the retention")
 }

@@ -290,7 +290,7 @@ func newStore(js jetstream.JetStream, st *stores, lm *locks.Manager, bt *budget.
 		Artifacts:      newArtifactStore(st.artifacts, js),
 		Locks:          lm,
 		Budgets:        bt,
-		Cache:          newCache(retention, time.Now),
+		Cache:          newCache(retention, nil),
 		capsules:       st.capsules,
 		capsulesStream: st.capsulesStream,
 		artifacts:      st.artifacts,
