@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,11 +107,16 @@ func TestMetricsFromARunningPipeline(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, capsule.Completed, st.State, st.HaltReason)
 
-	code, body := healthGet(t, h, "/metrics")
-	require.Equal(t, http.StatusOK, code)
+	// The checkpoint that Wait sees is written before HANDOFF counts its
+	// transition: the last counts may come a moment after it.
+	var body string
+	require.Eventually(t, func() bool {
+		var code int
+		code, body = healthGet(t, h, "/metrics")
+		return code == http.StatusOK && strings.Contains(body, "\nsagad_capsules_completed_total 1\n")
+	}, 10*time.Second, 20*time.Millisecond)
 	for _, want := range []string{
 		"\nsagad_capsules_received_total 1\n",
-		"\nsagad_capsules_completed_total 1\n",
 		`sagad_transitions_total{outcome="passed",phase="EXECUTION"} 1`,
 		`sagad_capsules_in_phase{phase="RECEPTION"} 0`,
 		`sagad_capsules_paused{trigger="operator_manual"} 0`,
