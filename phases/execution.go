@@ -118,7 +118,7 @@ func (e Execution) outcome(ctx context.Context, env *Env, in *Input) (outcome, *
 		}
 		return o, nil
 	}
-	if err := in.Claim(ctx); err != nil {
+	if err := in.claim(ctx); err != nil {
 		d := RetryLater(fmt.Errorf("execution: claim cycle %d: %w", cycle, err))
 		return o, &d
 	}
@@ -314,13 +314,11 @@ func (e Execution) finish(ctx context.Context, env *Env, in *Input, o outcome) D
 // store writes the cycle's artifact, retrying while runCtx lasts.
 func (e Execution) store(runCtx context.Context, env *Env, in *Input, res executors.Result) (string, *Decision) {
 	ctx := context.WithoutCancel(runCtx)
-	if in.Revalidate != nil {
-		// A delivery whose claim lapsed must not overwrite the artifact of
-		// the one that took the cycle over.
-		if err := in.Revalidate(ctx); err != nil {
-			d := RetryLater(fmt.Errorf("execution: claim lost before storing the artifact: %w", err))
-			return "", &d
-		}
+	// A delivery whose claim lapsed must not overwrite the artifact of the
+	// one that took the cycle over.
+	if err := in.revalidate(ctx); err != nil {
+		d := RetryLater(fmt.Errorf("execution: claim lost before storing the artifact: %w", err))
+		return "", &d
 	}
 	c := in.Capsule
 	artifact := capsule.Artifact{

@@ -82,7 +82,7 @@ func (p failurePolicy) run(ctx context.Context, env *Env, in *Input, caps capsul
 		}
 		a.used = charge.Capsule
 		action := executors.ActionHalt
-		if in.RecordAttempt != nil {
+		if in.recordsAttempts() {
 			// Without a way to record the attempt the policy never goes on.
 			action = p.policy.Decide(failed, a.done)
 		}
@@ -149,7 +149,7 @@ func (p failurePolicy) record(ctx context.Context, in *Input, n int, failed *exe
 		// EXECUTION's records keep the zero phase they were always written with.
 		ev.Phase = p.phase
 	}
-	return lf, in.RecordAttempt(ctx, ev)
+	return lf, in.recordAttempt(ctx, ev)
 }
 
 // failureFindings is the call a halt ends on as a finding: its exit code

@@ -32,9 +32,9 @@ func (r Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	if err != nil {
 		return HaltWith(capsule.ExecutorFailed("no reviewer "+reviewerID), capsule.Finding{Rule: 20, Field: "review.reviewer_agent_id", Message: err.Error()})
 	}
-	if in.Claim != nil {
+	if in.claims() {
 		// One reviewer call per cycle, however often the message is delivered.
-		if err := in.Claim(ctx); err != nil {
+		if err := in.claim(ctx); err != nil {
 			return RetryLater(fmt.Errorf("review: claim cycle %d: %w", in.Cycle(), err))
 		}
 	}
