@@ -24,8 +24,10 @@ type failurePolicy struct {
 	// reviewer's failure, README's table).
 	haltPrefix string
 	policy     executors.Policy
-	// chargeID is the budget charge id of attempt n.
-	chargeID func(n int) string
+	// chargeID is the budget charge id of attempt n at the input's key and
+	// cycle: a function of the package, not a closure over them, which
+	// would be made for every call.
+	chargeID func(key string, cycle, n int) string
 }
 
 // policyCall makes attempt n of the phase's call, prev being the failure of
@@ -76,7 +78,7 @@ func (p failurePolicy) run(ctx context.Context, env *Env, in *Input, caps capsul
 			env.record().Attempt(p.agent, metrics.AttemptOK)
 			return a, nil
 		}
-		charge, err := chargeUsage(ctx, env, in, p.chargeID(n), caps, a.used, failed.Usage, true)
+		charge, err := chargeUsage(ctx, env, in, p.chargeID(in.Key(), in.Cycle(), n), caps, a.used, failed.Usage, true)
 		if err != nil {
 			return a, p.retry(env, fmt.Errorf("charge budget: %w", err))
 		}
