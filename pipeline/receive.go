@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
@@ -65,7 +64,16 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	now := p.cfg.Now().UTC()
 	fresh := p.freshCheckpoint(msg, r, key, meta.Sequence.Stream, producer, link, start, now)
 	tctx, root := p.traceReception(ctx, msg.Headers(), fresh, start)
-	endReception := sync.OnceFunc(func() { p.endReception(tctx, root, fresh, r.Decision, start) })
+	// Once, on whichever path ends first: a flag, not sync.OnceFunc, whose
+	// closure and state are allocated for every capsule (one goroutine
+	// calls it).
+	ended := false
+	endReception := func() {
+		if !ended {
+			ended = true
+			p.endReception(tctx, root, fresh, r.Decision, start)
+		}
+	}
 	defer endReception()
 	res, err := machine.Apply(fresh, machine.Decide{Phase: capsule.Reception, Decision: r.Decision}, now)
 	if err != nil || res.Transition == nil {
