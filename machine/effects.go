@@ -8,7 +8,9 @@ import "github.com/sagad/sagad/capsule"
 // twice is harmless: a second phase message finds its transition recorded,
 // outcomes carry a de-duplication id, events a deterministic id.
 type Effects struct {
-	// Next is the phase message to send while the capsule goes on.
+	// Next is the phase message to send while the capsule goes on. It may
+	// point at a position shared by every caller (see position): read it,
+	// never change it.
 	Next *Position
 	// Outcome is the terminal state whose outcome message to send ("" none).
 	Outcome capsule.State
@@ -26,7 +28,7 @@ func EffectsOf(cp *capsule.Checkpoint, tr *capsule.Transition) Effects {
 	st := cp.State
 	if tr != nil {
 		if np, ncycle, ok := Next(*tr); ok && st.Status == capsule.InProgress && st.Phase == np && st.Cycle == ncycle {
-			fx.Next = &Position{Phase: np, Cycle: ncycle}
+			fx.Next = position(np, ncycle)
 		}
 		if state, ok := TerminalState(*tr); ok {
 			fx.Outcome = state
@@ -39,6 +41,31 @@ func EffectsOf(cp *capsule.Checkpoint, tr *capsule.Transition) Effects {
 	fx.ReleaseLocks = (tr != nil && tr.Phase == capsule.Execution && (st.Phase != capsule.Execution || st.Status.Terminal())) ||
 		(tr == nil && st.Phase == capsule.Execution && st.Status == capsule.Paused && len(st.LocksHeld) == 0)
 	return fx
+}
+
+// tabledCycles is how many cycles of each phase have a shared position:
+// more than a capsule may run (capsule.MaxCycles), with room to spare.
+const tabledCycles = 16
+
+// positions holds every position a capsule goes on to within tabledCycles,
+// read-only: a transition's next position is one of them rather than an
+// allocation (two a transition, one in Apply's result and one in the emit).
+var positions = func() (t [capsule.NumPhases][tabledCycles]Position) {
+	for ph := range t {
+		for cycle := range t[ph] {
+			t[ph][cycle] = Position{Phase: capsule.Phase(ph), Cycle: cycle}
+		}
+	}
+	return t
+}()
+
+// position is the position (ph, cycle): the shared one when tabled, a new
+// one otherwise.
+func position(ph capsule.Phase, cycle int) *Position {
+	if ph >= 0 && int(ph) < capsule.NumPhases && cycle >= 0 && cycle < tabledCycles {
+		return &positions[ph][cycle]
+	}
+	return &Position{Phase: ph, Cycle: cycle}
 }
 
 // Next is where a capsule goes after transition tr, if it goes on (the

@@ -158,6 +158,54 @@ type Input struct {
 	// (with this delivery's claim as holder) before the failure policy
 	// calls again or pauses; nil means the policy never retries or pauses.
 	RecordAttempt func(ctx context.Context, ev machine.RecordAttempt) error
+	// Holder, when set, stands in for Claim, Revalidate and RecordAttempt
+	// (which are then ignored): the pipeline's attempt implements it on a
+	// value already on the heap, where the three functions were three
+	// closures made for every attempt.
+	Holder Holder
+}
+
+// Holder is the delivery a phase runs for, as the holder of its claim: the
+// methods do what Input's functions of the same names do (Claim sets the
+// input's CallToken).
+type Holder interface {
+	Claim(ctx context.Context) error
+	Revalidate(ctx context.Context) error
+	RecordAttempt(ctx context.Context, ev machine.RecordAttempt) error
+}
+
+// claims says the input can take a claim (Holder or Claim set).
+func (in *Input) claims() bool { return in.Holder != nil || in.Claim != nil }
+
+// claim takes the claim through Holder, or Claim.
+func (in *Input) claim(ctx context.Context) error {
+	if in.Holder != nil {
+		return in.Holder.Claim(ctx)
+	}
+	return in.Claim(ctx)
+}
+
+// revalidate confirms the claim through Holder, or Revalidate when set.
+func (in *Input) revalidate(ctx context.Context) error {
+	if in.Holder != nil {
+		return in.Holder.Revalidate(ctx)
+	}
+	if in.Revalidate == nil {
+		return nil
+	}
+	return in.Revalidate(ctx)
+}
+
+// recordsAttempts says the input can record a failed attempt (Holder or
+// RecordAttempt set).
+func (in *Input) recordsAttempts() bool { return in.Holder != nil || in.RecordAttempt != nil }
+
+// recordAttempt records a failed attempt through Holder, or RecordAttempt.
+func (in *Input) recordAttempt(ctx context.Context, ev machine.RecordAttempt) error {
+	if in.Holder != nil {
+		return in.Holder.RecordAttempt(ctx, ev)
+	}
+	return in.RecordAttempt(ctx, ev)
 }
 
 // Key is the checkpoint key of the input's capsule.

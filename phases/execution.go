@@ -118,7 +118,7 @@ func (e Execution) outcome(ctx context.Context, env *Env, in *Input) (outcome, *
 		}
 		return o, nil
 	}
-	if err := in.Claim(ctx); err != nil {
+	if err := in.claim(ctx); err != nil {
 		d := RetryLater(fmt.Errorf("execution: claim cycle %d: %w", cycle, err))
 		return o, &d
 	}
@@ -144,7 +144,7 @@ func (e Execution) outcome(ctx context.Context, env *Env, in *Input) (outcome, *
 // call runs the executor under its failure policy until an attempt
 // succeeds or the policy ends the phase.
 func (e Execution) call(ctx context.Context, env *Env, in *Input, o outcome) (outcome, *Decision) {
-	c, key, cycle := in.Capsule, in.Key(), in.Cycle()
+	c := in.Capsule
 	ex, err := env.Executors.Executor(c.Task.Kind)
 	if err != nil {
 		d := HaltWith(capsule.ExecutorFailed("no executor for task.kind "+c.Task.Kind), capsule.Finding{Rule: 22, Field: "task.kind", Message: err.Error()})
@@ -157,7 +157,7 @@ func (e Execution) call(ctx context.Context, env *Env, in *Input, o outcome) (ou
 	p := failurePolicy{
 		phase: capsule.Execution, step: "execution", agent: "executor",
 		policy:   env.Executors.Policy(c.Task.Kind),
-		chargeID: func(n int) string { return execChargeID(key, cycle, n) },
+		chargeID: execChargeID,
 	}
 	o.a, stop = p.run(ctx, env, in, in.Checkpoint.State.Caps(c.Budget), o.a, func(n int, prev *executors.PreviousFailure) (*executors.FailedError, *Decision) {
 		res, failed, d := e.attempt(ctx, env, in, ex, inputs, n, prev)
@@ -165,6 +165,31 @@ func (e Execution) call(ctx context.Context, env *Env, in *Input, o outcome) (ou
 		return failed, d
 	})
 	return o, stop
+}
+
+// failed says what came of an executor call that failed with err (not
+// nil): a failure for the policy to judge, its usage taken into res, or a
+// decision that ends the phase. Apart from attempt, so that a call that
+// succeeds (nearly every one) does not allocate the variable errors.As needs.
+func (e Execution) failed(ctx context.Context, env *Env, cycle int, token string, err error, res *executors.Result) (*executors.FailedError, *Decision) {
+	var failed *executors.FailedError
+	switch {
+	case errors.Is(err, executors.ErrAccepted):
+		d := e.accepted(env, cycle, token, err)
+		return nil, &d
+	case errors.Is(err, executors.ErrHumanInput):
+		d := ParkWith(capsule.TriggerBlockedExternal, "the executor needs human input: "+err.Error())
+		return nil, &d
+	case errors.As(err, &failed):
+		res.Usage = failed.Usage
+		return failed, nil
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return &executors.FailedError{Detail: "timed out: " + err.Error()}, nil
+	case ctx.Err() != nil:
+		d := RetryLater(fmt.Errorf("execution: interrupted: %w", err))
+		return nil, &d
+	}
+	return &executors.FailedError{Detail: err.Error()}, nil
 }
 
 // attempt makes attempt n's executor call and says what came of it: a
@@ -229,22 +254,11 @@ func (e Execution) attempt(ctx context.Context, env *Env, in *Input, ex executor
 	}
 	env.record().CallTraced("executor", callResult(err, ctx), time.Since(callStart), traceIDOf(ctx))
 	var failed *executors.FailedError
-	switch {
-	case errors.Is(err, executors.ErrAccepted):
-		d := e.accepted(env, cycle, token, err)
-		return res, nil, &d
-	case errors.Is(err, executors.ErrHumanInput):
-		d := ParkWith(capsule.TriggerBlockedExternal, "the executor needs human input: "+err.Error())
-		return res, nil, &d
-	case errors.As(err, &failed):
-		res.Usage = failed.Usage
-	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		failed = &executors.FailedError{Detail: "timed out: " + err.Error()}
-	case err != nil && ctx.Err() != nil:
-		d := RetryLater(fmt.Errorf("execution: interrupted: %w", err))
-		return res, nil, &d
-	case err != nil:
-		failed = &executors.FailedError{Detail: err.Error()}
+	if err != nil {
+		var d *Decision
+		if failed, d = e.failed(ctx, env, cycle, token, err, &res); d != nil {
+			return res, nil, d
+		}
 	}
 	if uerr := res.Usage.Validate(); uerr != nil {
 		// Never recorded or charged: negative usage would give budget back
@@ -314,13 +328,11 @@ func (e Execution) finish(ctx context.Context, env *Env, in *Input, o outcome) D
 // store writes the cycle's artifact, retrying while runCtx lasts.
 func (e Execution) store(runCtx context.Context, env *Env, in *Input, res executors.Result) (string, *Decision) {
 	ctx := context.WithoutCancel(runCtx)
-	if in.Revalidate != nil {
-		// A delivery whose claim lapsed must not overwrite the artifact of
-		// the one that took the cycle over.
-		if err := in.Revalidate(ctx); err != nil {
-			d := RetryLater(fmt.Errorf("execution: claim lost before storing the artifact: %w", err))
-			return "", &d
-		}
+	// A delivery whose claim lapsed must not overwrite the artifact of the
+	// one that took the cycle over.
+	if err := in.revalidate(ctx); err != nil {
+		d := RetryLater(fmt.Errorf("execution: claim lost before storing the artifact: %w", err))
+		return "", &d
 	}
 	c := in.Capsule
 	artifact := capsule.Artifact{

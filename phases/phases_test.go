@@ -173,7 +173,7 @@ func (l *tokenLog) all() []string {
 	return append([]string(nil), l.seen...)
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	b := &bundle{
 		locks:     &fakeLocks{held: map[string]bool{}},
@@ -203,7 +203,7 @@ func newDoc() capsuletest.Doc {
 		Set("deadline", now.Add(time.Hour).Format(time.RFC3339))
 }
 
-func decode(t *testing.T, raw []byte) *capsule.Capsule {
+func decode(t testing.TB, raw []byte) *capsule.Capsule {
 	t.Helper()
 	c := new(capsule.Capsule)
 	require.NoError(t, json.Unmarshal(raw, c))
@@ -558,7 +558,7 @@ func TestReceiveZeroRules(t *testing.T) {
 }
 
 // execInput is the input of EXECUTION or REVIEW for doc at cycle.
-func execInput(t *testing.T, raw []byte, cycle int) *phases.Input {
+func execInput(t testing.TB, raw []byte, cycle int) *phases.Input {
 	t.Helper()
 	c := decode(t, raw)
 	return &phases.Input{
@@ -978,7 +978,7 @@ func (r errorReviewer) Review(context.Context, executors.ReviewRequest) (executo
 }
 
 // reviewInput is REVIEW's input with the cycle's artifact recorded, produced by producer.
-func reviewInput(t *testing.T, b *bundle, raw []byte, cycle int, producer string) *phases.Input {
+func reviewInput(t testing.TB, b *bundle, raw []byte, cycle int, producer string) *phases.Input {
 	t.Helper()
 	in := execInput(t, raw, cycle)
 	in.Checkpoint.State.Phase = capsule.ReviewPhase

@@ -24,8 +24,10 @@ type failurePolicy struct {
 	// reviewer's failure, README's table).
 	haltPrefix string
 	policy     executors.Policy
-	// chargeID is the budget charge id of attempt n.
-	chargeID func(n int) string
+	// chargeID is the budget charge id of attempt n at the input's key and
+	// cycle: a function of the package, not a closure over them, which
+	// would be made for every call.
+	chargeID func(key string, cycle, n int) string
 }
 
 // policyCall makes attempt n of the phase's call, prev being the failure of
@@ -76,13 +78,13 @@ func (p failurePolicy) run(ctx context.Context, env *Env, in *Input, caps capsul
 			env.record().Attempt(p.agent, metrics.AttemptOK)
 			return a, nil
 		}
-		charge, err := chargeUsage(ctx, env, in, p.chargeID(n), caps, a.used, failed.Usage, true)
+		charge, err := chargeUsage(ctx, env, in, p.chargeID(in.Key(), in.Cycle(), n), caps, a.used, failed.Usage, true)
 		if err != nil {
 			return a, p.retry(env, fmt.Errorf("charge budget: %w", err))
 		}
 		a.used = charge.Capsule
 		action := executors.ActionHalt
-		if in.RecordAttempt != nil {
+		if in.recordsAttempts() {
 			// Without a way to record the attempt the policy never goes on.
 			action = p.policy.Decide(failed, a.done)
 		}
@@ -149,7 +151,7 @@ func (p failurePolicy) record(ctx context.Context, in *Input, n int, failed *exe
 		// EXECUTION's records keep the zero phase they were always written with.
 		ev.Phase = p.phase
 	}
-	return lf, in.RecordAttempt(ctx, ev)
+	return lf, in.recordAttempt(ctx, ev)
 }
 
 // failureFindings is the call a halt ends on as a finding: its exit code

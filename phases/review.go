@@ -32,9 +32,9 @@ func (r Review) Run(ctx context.Context, env *Env, in *Input) Decision {
 	if err != nil {
 		return HaltWith(capsule.ExecutorFailed("no reviewer "+reviewerID), capsule.Finding{Rule: 20, Field: "review.reviewer_agent_id", Message: err.Error()})
 	}
-	if in.Claim != nil {
+	if in.claims() {
 		// One reviewer call per cycle, however often the message is delivered.
-		if err := in.Claim(ctx); err != nil {
+		if err := in.claim(ctx); err != nil {
 			return RetryLater(fmt.Errorf("review: claim cycle %d: %w", in.Cycle(), err))
 		}
 	}
@@ -71,11 +71,10 @@ func (Review) artifact(ctx context.Context, env *Env, in *Input) (capsule.Artifa
 // call runs the reviewer under its failure policy until an attempt returns
 // a verdict or the policy ends the phase.
 func (r Review) call(ctx context.Context, env *Env, in *Input, reviewerID string, rv executors.Reviewer, artifact capsule.Artifact) (executors.ReviewResult, attempts, *Decision) {
-	key, cycle := in.Key(), in.Cycle()
 	p := failurePolicy{
 		phase: capsule.ReviewPhase, step: "review", agent: "reviewer", haltPrefix: "reviewer: ",
 		policy:   env.Executors.ReviewerPolicy(reviewerID),
-		chargeID: func(n int) string { return reviewChargeID(key, cycle, n) },
+		chargeID: reviewChargeID,
 	}
 	var res executors.ReviewResult
 	caps := in.Checkpoint.State.Caps(in.Capsule.Budget)
@@ -116,28 +115,38 @@ func (Review) attempt(ctx context.Context, env *Env, in *Input, rv executors.Rev
 		revoke()
 	}
 	env.record().CallTraced("reviewer", callResult(err, ctx), time.Since(callStart), traceIDOf(ctx))
-	var failed *executors.FailedError
-	var d Decision
-	switch {
-	case err == nil:
+	if err == nil {
 		if uerr := res.Usage.Validate(); uerr != nil {
-			d = HaltWith(capsule.ExecutorFailed("reviewer reported " + uerr.Error()))
+			d := HaltWith(capsule.ExecutorFailed("reviewer reported " + uerr.Error()))
 			return res, nil, &d
 		}
 		return res, nil, nil
+	}
+	failed, d := reviewFailed(ctx, err)
+	return res, failed, d
+}
+
+// reviewFailed says what came of a reviewer call that failed with err: a
+// failure for the policy to judge, or a decision that ends the phase. Apart
+// from attempt, so that a call that succeeds (nearly every one) allocates
+// neither of the variables errors.As and the decision need.
+func reviewFailed(ctx context.Context, err error) (*executors.FailedError, *Decision) {
+	var failed *executors.FailedError
+	var d Decision
+	switch {
 	case errors.Is(err, executors.ErrAccepted), errors.Is(err, executors.ErrHumanInput):
 		d = ParkWith(capsule.TriggerBlockedExternal, "the reviewer needs time or a human: "+err.Error())
 	case errors.As(err, &failed):
 		if !failed.Usage.Valid() {
 			failed.Usage = capsule.Usage{} // never charged: it would give budget back
 		}
-		return res, failed, nil
+		return failed, nil
 	case ctx.Err() != nil:
 		d = RetryLater(fmt.Errorf("review: interrupted: %w", err))
 	default:
 		d = HaltWith(capsule.ExecutorFailed("reviewer: " + err.Error()))
 	}
-	return res, nil, &d
+	return nil, &d
 }
 
 // decide charges the verdict's usage and maps the verdict to a decision

@@ -303,47 +303,52 @@ func (r *run) runBytes(ctx context.Context) (d runner.Delivery, stale, ok bool) 
 // checkpoint as it is: checkpoints are never changed in place (every change
 // is made on a clone), so no copy is needed.
 func (r *run) decide(ctx context.Context, start time.Time, md *jetstream.MsgMetadata, mdErr error) phases.Decision {
-	p, t, ph, cycle, c := r.p, r.t, r.ph, r.cycle, r.c
-	view := t.view()
+	p, c := r.p, r.c
+	view := r.t.view()
 	if w, ok := p.deadlineWarning(view, c, start); ok {
 		return w
 	}
-	r.in = phases.Input{
-		Capsule:    c,
-		Raw:        r.raw,
-		Checkpoint: view,
-		Revalidate: func(ctx context.Context) error {
-			// A claim younger than half its lease cannot have lapsed.
-			if !t.claimed.Load() || p.cfg.Now().Sub(t.claimedAt()) < p.cfg.ClaimLease/2 {
-				return nil
-			}
-			return t.renew(ctx, cycle)
-		},
-		RecordAttempt: func(ctx context.Context, ev machine.RecordAttempt) error {
-			ev.Holder = t.token
-			_, err := t.apply(ctx, ev, reapply)
-			return err
-		},
-	}
+	r.in = phases.Input{Capsule: c, Raw: r.raw, Checkpoint: view, Holder: r}
 	in := &r.in
-	in.Claim = func(ctx context.Context) error {
-		// A new call token per claim: the executor calls made under it
-		// carry it, and a child capsule they publish presents it.
-		tok, err := executors.NewCompletionToken()
-		if err != nil {
-			return err
-		}
-		if err := t.claim(ctx, ph, cycle, c.Constraints.ResourceLocksRequired, executors.CompletionTokenHash(tok)); err != nil {
-			return err
-		}
-		in.CallToken = tok
-		return nil
-	}
 	if mdErr == nil {
 		in.Entered = md.Timestamp
 		in.Redelivered = md.NumDelivered > 1
 	}
-	return p.runTraced(ctx, ph, cycle, view, in)
+	return p.runTraced(ctx, r.ph, r.cycle, view, in)
+}
+
+// Revalidate confirms the attempt still holds its claim before a phase
+// writes what a long agent call produced (phases.Holder).
+func (r *run) Revalidate(ctx context.Context) error {
+	t := r.t
+	// A claim younger than half its lease cannot have lapsed.
+	if !t.claimed.Load() || r.p.cfg.Now().Sub(t.claimedAt()) < r.p.cfg.ClaimLease/2 {
+		return nil
+	}
+	return t.renew(ctx, r.cycle)
+}
+
+// RecordAttempt records a failed executor call with the attempt's claim as
+// its holder (phases.Holder).
+func (r *run) RecordAttempt(ctx context.Context, ev machine.RecordAttempt) error {
+	ev.Holder = r.t.token
+	_, err := r.t.apply(ctx, ev, reapply)
+	return err
+}
+
+// Claim takes the cycle's execution claim with a new call token: the
+// executor calls made under it carry it, and a child capsule they publish
+// presents it (phases.Holder).
+func (r *run) Claim(ctx context.Context) error {
+	tok, err := executors.NewCompletionToken()
+	if err != nil {
+		return err
+	}
+	if err := r.t.claim(ctx, r.ph, r.cycle, r.c.Constraints.ResourceLocksRequired, executors.CompletionTokenHash(tok)); err != nil {
+		return err
+	}
+	r.in.CallToken = tok
+	return nil
 }
 
 // record commits decision d as the transition of this (phase, cycle). A

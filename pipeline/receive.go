@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
@@ -65,8 +65,8 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 	now := p.cfg.Now().UTC()
 	fresh := p.freshCheckpoint(msg, r, key, meta.Sequence.Stream, producer, link, start, now)
 	tctx, root := p.traceReception(ctx, msg.Headers(), fresh, start)
-	endReception := sync.OnceFunc(func() { p.endReception(tctx, root, fresh, r.Decision, start) })
-	defer endReception()
+	end := receptionEnd{p: p, ctx: tctx, root: root, cp: fresh, d: r.Decision, start: start}
+	defer end.end()
 	res, err := machine.Apply(fresh, machine.Decide{Phase: capsule.Reception, Decision: r.Decision}, now)
 	if err != nil || res.Transition == nil {
 		// RECEPTION decides advance or halt; anything else is a bug that
@@ -100,7 +100,7 @@ func (p *Pipeline) receive(ctx context.Context, msg jetstream.Msg) runner.Delive
 		p.st.Cache.Seed(key, raw, r.Capsule)
 	}
 	p.metrics.Received()
-	endReception() // before a capsule that ended here records its root span
+	end.end() // before a capsule that ended here records its root span
 	p.observe(cp, &tr, r.Decision, 0)
 	if err := p.st.Emit(ctx, cp, rev, &tr, raw, lockPathsOf(r.Capsule)); err != nil {
 		return runner.Retry(err)
@@ -432,4 +432,25 @@ func callInFlight(cp *capsule.Checkpoint, token string, now time.Time) bool {
 		return true
 	}
 	return st.AwaitingTokenHash != "" && executors.CompletionTokenMatches(st.AwaitingTokenHash, token)
+}
+
+// receptionEnd ends RECEPTION's span once, on whichever path of receive
+// comes first (one goroutine calls it): a value on receive's stack, where
+// sync.OnceFunc's closure and state were allocated for every capsule and
+// took the received capsule to the heap with them.
+type receptionEnd struct {
+	p     *Pipeline
+	ctx   context.Context
+	root  trace.Span
+	cp    *capsule.Checkpoint
+	d     phases.Decision // r.Decision: not changed once the checkpoint is made
+	start time.Time
+	done  bool
+}
+
+func (e *receptionEnd) end() {
+	if !e.done {
+		e.done = true
+		e.p.endReception(e.ctx, e.root, e.cp, e.d, e.start)
+	}
 }
