@@ -1,12 +1,14 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,7 +88,7 @@ func newArtifactStore(os jetstream.ObjectStore, js jetstream.JetStream) *Artifac
 // chunks a crashed put left without metadata expire with the bucket's TTL.
 func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error) {
 	a.Ref = ArtifactRef(a.CapsuleID, a.Cycle)
-	b, err := json.Marshal(a)
+	b, err := appendArtifact(make([]byte, 0, artifactLen(&a)), &a)
 	if err != nil {
 		return "", err
 	}
@@ -182,6 +184,75 @@ func appendObjectInfo(b []byte, info *jetstream.ObjectInfo) ([]byte, error) {
 func marshalAppend(b []byte, v any) ([]byte, error) {
 	mb, err := json.Marshal(v)
 	return append(b, mb...), err
+}
+
+// appendArtifact appends json.Marshal(a), the bytes Put stores. Every put
+// encoded the artifact through reflection; this writes the members
+// directly and compacts the content as encoding/json does
+// (TestArtifactJSONAsMarshal, FuzzArtifactJSON), and hands any value it
+// was not written for — a string JSON would escape, dollars JSON would
+// write with an exponent (or refuse), content with a byte encoding/json
+// escapes for HTML, or content that is not JSON — to json.Marshal itself,
+// whose bytes or error are then Put's.
+func appendArtifact(b []byte, a *capsule.Artifact) ([]byte, error) {
+	if !plainArtifact(a) {
+		return marshalAppend(b, a)
+	}
+	n0 := len(b)
+	b = appendMember(append(b, '{'), "schema_version", a.SchemaVersion)
+	b = appendMember(append(b, ','), "ref", a.Ref)
+	b = appendMember(append(b, ','), "capsule_id", a.CapsuleID)
+	b = appendMember(append(b, ','), "producer_agent_id", a.ProducerAgentID)
+	b = strconv.AppendInt(append(b, `,"cycle":`...), int64(a.Cycle), 10)
+	b = appendMember(append(b, ','), "media_type", a.MediaType)
+	b = appendMember(append(b, ','), "sha256", a.SHA256)
+	b = strconv.AppendInt(append(b, `,"size":`...), a.Size, 10)
+	b = strconv.AppendInt(append(b, `,"usage":{"tokens":`...), a.Usage.Tokens, 10)
+	b = strconv.AppendFloat(append(b, `,"dollars":`...), a.Usage.Dollars, 'f', -1, 64)
+	b, ok := plainjson.AppendTime(append(b, `},"created_at":`...), a.CreatedAt)
+	if !ok {
+		return marshalAppend(b[:n0], a)
+	}
+	if len(a.Content) > 0 {
+		buf := bytes.NewBuffer(append(b, `,"content":`...))
+		if json.Compact(buf, a.Content) != nil {
+			return marshalAppend(b[:n0], a)
+		}
+		b = buf.Bytes()
+	}
+	return append(b, '}'), nil
+}
+
+// appendMember appends "name":"s" for a name and an s JSON writes as they are.
+func appendMember(b []byte, name, s string) []byte {
+	b = append(append(append(b, '"'), name...), `":"`...)
+	return append(append(b, s...), '"')
+}
+
+// plainArtifact says appendArtifact writes a as json.Marshal does: its
+// strings plain, its dollars finite and written without an exponent
+// (encoding/json uses one below 1e-6 and from 1e21), its content without
+// the bytes encoding/json escapes for HTML (<, >, &, and U+2028 and
+// U+2029, which start with 0xE2); whether the content is JSON is checked
+// as it is compacted.
+func plainArtifact(a *capsule.Artifact) bool {
+	if d := math.Abs(a.Usage.Dollars); d != 0 && !(d >= 1e-6 && d < 1e21) {
+		return false // NaN fails both comparisons
+	}
+	for _, c := range a.Content {
+		if c == '<' || c == '>' || c == '&' || c == 0xE2 {
+			return false
+		}
+	}
+	return plainjson.Plain(a.SchemaVersion) && plainjson.Plain(a.Ref) && plainjson.Plain(a.CapsuleID) &&
+		plainjson.Plain(a.ProducerAgentID) && plainjson.Plain(a.MediaType) && plainjson.Plain(a.SHA256)
+}
+
+// artifactLen is room for appendArtifact's bytes: the strings, the content
+// and what surrounds them (members' names, numbers, the time).
+func artifactLen(a *capsule.Artifact) int {
+	return 320 + len(a.SchemaVersion) + len(a.Ref) + len(a.CapsuleID) + len(a.ProducerAgentID) +
+		len(a.MediaType) + len(a.SHA256) + len(a.Content)
 }
 
 // objectInfoLen is room for appendObjectInfo's bytes: the strings and

@@ -1,0 +1,127 @@
+package store
+
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sagad/sagad/capsule"
+)
+
+func requireArtifactAsMarshal(t *testing.T, a *capsule.Artifact) {
+	t.Helper()
+	want, wantErr := json.Marshal(a)
+	got, err := appendArtifact([]byte("prefix"), a)
+	if n := len(got); err == nil && plainArtifact(a) && n-len("prefix") > artifactLen(a) {
+		t.Fatalf("%d bytes, room for %d", n, artifactLen(a))
+	}
+	if (err != nil) != (wantErr != nil) || err != nil && err.Error() != wantErr.Error() {
+		t.Fatalf("%+v: error %v, json.Marshal's %v", a, err, wantErr)
+	}
+	if wantErr == nil && string(got) != "prefix"+string(want) {
+		t.Fatalf("%+v:\n got %s\nwant prefix%s", a, got, want)
+	}
+}
+
+// artifactContents are contents of every shape: none, empty, JSON written
+// compactly and loosely, with strings holding what encoding/json escapes
+// for HTML (and U+2028, U+2029), and text that is not JSON.
+var artifactContents = []string{
+	"", `{}`, `{"summary":"stub artifact for Benchmark capsule","cycle":1}`,
+	" { \"a\" : [ 1 , 2.50 , -0 , 1e400 ] ,\n\t\"b\" : \"x y\" } ", `"a<b>&c"`, "\"\u2028\u2029\"", `"é\u00e9"`,
+	`[true,false,null]`, `{"a":1`, `nope`, `{"a":1} {}`, "\"\xff\"", `"\ud800"`, ` 12 `, `[]`, "{\"\u00e2\":1}",
+}
+
+// TestArtifactJSONAsMarshal holds Put's encoding of an artifact to
+// json.Marshal: strings of every shape (JSON escapes, HTML characters,
+// non-ASCII, invalid UTF-8), numbers to their limits, dollars across
+// encoding/json's switch to exponents, times MarshalJSON refuses, and
+// contents of every shape.
+func TestArtifactJSONAsMarshal(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(24, 11))
+	const alphabet = "abcXYZ019-_/.=:\"\\<>&\n\x7f\x00é\xff "
+	str := func() string {
+		b := make([]byte, rng.IntN(12))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		if rng.IntN(3) > 0 { // mostly plain, as Put's are
+			return "artifact:0190a1b2-c3d4/1"[:rng.IntN(25)]
+		}
+		return string(b)
+	}
+	dollars := []float64{0, math.Copysign(0, -1), 0.01, 1e-6, 9.99e-7, 1e21, 9.99e20, 123456.789, 1e-300, -2.5,
+		math.MaxFloat64, math.SmallestNonzeroFloat64, math.Inf(1), math.NaN()}
+	for range 20000 {
+		a := capsule.Artifact{
+			SchemaVersion: str(), Ref: str(), CapsuleID: str(), ProducerAgentID: str(), MediaType: str(), SHA256: str(),
+			Cycle: int(rng.Int64()) >> rng.IntN(64), Size: rng.Int64() >> rng.IntN(64),
+			Usage:     capsule.Usage{Tokens: rng.Int64() >> rng.IntN(64) * int64(1-2*rng.IntN(2)), Dollars: dollars[rng.IntN(len(dollars))]},
+			CreatedAt: artifactTime(rng),
+		}
+		if rng.IntN(4) == 0 {
+			a.Usage.Dollars = math.Float64frombits(rng.Uint64())
+		}
+		if c := artifactContents[rng.IntN(len(artifactContents))]; c != "" || rng.IntN(2) == 0 {
+			a.Content = json.RawMessage(c)
+		}
+		requireArtifactAsMarshal(t, &a)
+	}
+}
+
+func artifactTime(rng *rand.Rand) time.Time {
+	switch rng.IntN(4) {
+	case 0:
+		return time.Date(rng.IntN(12000)-1000, 1, 1, 0, 0, 0, 0, time.UTC)
+	case 1:
+		return time.Unix(rng.Int64N(1<<33), rng.Int64N(1e9)).In(time.FixedZone("x", 3600*(rng.IntN(27)-13)))
+	case 2:
+		return time.Time{}
+	}
+	return time.Now().UTC()
+}
+
+// FuzzArtifactJSON: any artifact Put encodes is encoded as json.Marshal
+// encodes it, or refused with its error.
+func FuzzArtifactJSON(f *testing.F) {
+	for _, c := range artifactContents {
+		f.Add("artifact:x/1", "application/json", c, int64(3), 0.01, int64(1700000000123456789))
+	}
+	f.Add("a<b>&\"c\"\\\u2028", "\xff", "{\"a\":\"\u2029\"}", int64(-1), 1e-7, int64(-62135596800000000000/1e9))
+	f.Fuzz(func(t *testing.T, ref, media, content string, n int64, dollars float64, nanos int64) {
+		a := capsule.Artifact{
+			SchemaVersion: "1.0", Ref: ref, CapsuleID: ref, ProducerAgentID: media, MediaType: media, SHA256: ref,
+			Cycle: int(n), Size: n, Usage: capsule.Usage{Tokens: n, Dollars: dollars},
+			CreatedAt: time.Unix(0, nanos).UTC(), Content: json.RawMessage(content),
+		}
+		requireArtifactAsMarshal(t, &a)
+	})
+}
+
+// BenchmarkArtifactJSON encodes the artifact the stub executor makes, by
+// hand and by json.Marshal.
+func BenchmarkArtifactJSON(b *testing.B) {
+	a := capsule.Artifact{
+		SchemaVersion: "1.0", Ref: "artifact:0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b/1",
+		CapsuleID: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", ProducerAgentID: "stub", Cycle: 1,
+		MediaType: "application/json", SHA256: "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU47DEQpj8HBSa+/TImW+5J",
+		Size: 160, Usage: capsule.Usage{Tokens: 1000, Dollars: 0.01}, CreatedAt: time.Now().UTC(),
+		Content: json.RawMessage(`{"cycle":1,"idempotency_key":"0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b/1",` +
+			`"summary":"stub artifact for Benchmark capsule","target":"kv:BENCH_TARGETS/t"}`),
+	}
+	b.Run("append", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			_, _ = appendArtifact(make([]byte, 0, artifactLen(&a)), &a)
+		}
+	})
+	b.Run("json.Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			_, _ = json.Marshal(&a)
+		}
+	})
+}
