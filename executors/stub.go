@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/plainjson"
 )
 
 // Built-in stub names.
@@ -99,16 +101,32 @@ func (Stub) Execute(_ context.Context, req Request) (Result, error) {
 	if msg := script.failure(); msg != "" {
 		return Result{}, &FailedError{Detail: msg, Usage: usage}
 	}
-	content, err := json.Marshal(map[string]any{
-		"summary":         "stub artifact for " + req.Capsule.Task.Title,
-		"cycle":           req.Cycle,
-		"target":          req.Capsule.Target,
-		"idempotency_key": req.IdempotencyKey,
-	})
+	content, err := stubContent(req.Capsule.Task.Title, req.Capsule.Target, req.IdempotencyKey, req.Cycle)
 	if err != nil {
 		return Result{}, err
 	}
 	return Result{Content: content, MediaType: "application/json", Usage: usage}, nil
+}
+
+// stubContent is the stub's artifact: json.Marshal of a map of four
+// members, whose keys it writes sorted. Every call built the map and
+// encoded it through reflection; where the strings are ones JSON writes as
+// they are, it is written directly (TestStubContentAsMarshal,
+// FuzzStubContent), else the map is encoded as before.
+func stubContent(title, target, key string, cycle int) ([]byte, error) {
+	if !plainjson.Plain(title) || !plainjson.Plain(target) || !plainjson.Plain(key) {
+		return json.Marshal(map[string]any{
+			"summary":         "stub artifact for " + title,
+			"cycle":           cycle,
+			"target":          target,
+			"idempotency_key": key,
+		})
+	}
+	b := make([]byte, 0, 96+len(title)+len(target)+len(key))
+	b = strconv.AppendInt(append(b, `{"cycle":`...), int64(cycle), 10)
+	b = append(append(append(b, `,"idempotency_key":"`...), key...), `","summary":"stub artifact for `...)
+	b = append(append(append(b, title...), `","target":"`...), target...)
+	return append(b, `"}`...), nil
 }
 
 // StubReviewer is the deterministic built-in reviewer: cycle n gets
