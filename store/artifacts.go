@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
@@ -115,10 +114,13 @@ func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error)
 	}
 	subject := make([]byte, 0, len(metaPrefix)+base64.URLEncoding.EncodedLen(len(name)))
 	subject = base64.URLEncoding.AppendEncode(append(subject, metaPrefix...), []byte(name))
-	m := nats.NewMsg(string(subject))
-	m.Data = mb
-	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	if _, err := s.w.Publish(ctx, s.js.Conn(), m); err != nil {
+	// Pooled messages, as the checkpoint writes': nats.go encodes a
+	// message before its request returns and keeps no reference to it.
+	p := jspub.GetMsg(string(subject), mb)
+	p.Headers().Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	_, err = s.w.Publish(ctx, s.js.Conn(), p.Msg())
+	p.Release()
+	if err != nil {
 		return "", fmt.Errorf("put artifact %s: %w", name, err)
 	}
 	s.remember(a)
@@ -138,9 +140,10 @@ func (s *Artifacts) putChunks(ctx context.Context, name, id string, b []byte, ch
 	subject := chunkPrefix + id
 	n := 0
 	for off := 0; off < len(b) || n == 0; off += chunk {
-		m := nats.NewMsg(subject)
-		m.Data = b[off:min(off+chunk, len(b))]
-		if _, err := s.w.Publish(ctx, s.js.Conn(), m); err != nil {
+		p := jspub.GetMsg(subject, b[off:min(off+chunk, len(b))])
+		_, err := s.w.Publish(ctx, s.js.Conn(), p.Msg())
+		p.Release()
+		if err != nil {
 			return 0, fmt.Errorf("put artifact %s: %w", name, err)
 		}
 		n++

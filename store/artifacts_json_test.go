@@ -1,13 +1,22 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/jspub"
+	"github.com/sagad/sagad/internal/natstest"
 )
 
 func requireArtifactAsMarshal(t *testing.T, a *capsule.Artifact) {
@@ -122,6 +131,89 @@ func BenchmarkArtifactJSON(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
 			_, _ = json.Marshal(&a)
+		}
+	})
+}
+
+// TestArtifactPutMessages reads back the messages Put wrote, from pooled
+// messages one after another: every chunk without headers, the chunks
+// together json.Marshal's bytes, and the metadata with the rollup header
+// alone.
+func TestArtifactPutMessages(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	st, err := ensureTopology(ctx, js, Topology{}.withDefaults())
+	require.NoError(t, err)
+	w := newArtifactStore(st.artifacts, js)
+	var want []string // each artifact's bytes, in order
+	for i, size := range []int{10, 2*maxChunk + 5, 0, 7} {
+		a := capsule.Artifact{
+			SchemaVersion: "1.0", CapsuleID: "01J00000000000000000000000", ProducerAgentID: "agent", Cycle: i + 1,
+			MediaType: "application/json", Content: []byte(`{"x": "` + strings.Repeat("y", size) + `"}`), CreatedAt: time.Now().UTC(),
+		}
+		a.Ref = ArtifactRef(a.CapsuleID, a.Cycle)
+		b, err := json.Marshal(a)
+		require.NoError(t, err)
+		want = append(want, string(b))
+		_, err = w.Put(ctx, a)
+		require.NoError(t, err)
+	}
+	stream, err := js.Stream(ctx, "OBJ_"+ArtifactsBucket)
+	require.NoError(t, err)
+	var body []byte
+	var got []string
+	for seq := uint64(1); ; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		require.NoError(t, err)
+		for _, k := range []string{"Nats-Sequence", "Nats-Stream", "Nats-Subject", "Nats-Time-Stamp", "Nats-Num-Pending", "Nats-Last-Sequence"} {
+			delete(m.Header, k) // the server's, on a direct get
+		}
+		if strings.HasPrefix(m.Subject, chunkPrefix) {
+			require.Empty(t, m.Header, "chunk %d", seq)
+			body = append(body, m.Data...)
+			continue
+		}
+		require.True(t, strings.HasPrefix(m.Subject, metaPrefix), m.Subject)
+		require.Equal(t, nats.Header{jetstream.MsgRollup: {jetstream.MsgRollupSubject}}, m.Header, "metadata %d", seq)
+		got, body = append(got, string(body)), nil
+	}
+	require.Equal(t, want, got)
+}
+
+// msgSink makes the benchmark's messages escape, as Publish makes them.
+var msgSink *nats.Msg
+
+// BenchmarkArtifactMsgs makes an artifact's two messages (one chunk, the
+// metadata), pooled and as nats.NewMsg makes them.
+func BenchmarkArtifactMsgs(b *testing.B) {
+	body := make([]byte, 400)
+	b.Run("pooled", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			p := jspub.GetMsg(chunkPrefix+"AbCdEfGhIjKlMnOpQrStUv", body)
+			msgSink = p.Msg()
+			p.Release()
+			p = jspub.GetMsg(metaPrefix+"MDE5MGExYjIt", body)
+			p.Headers().Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+			msgSink = p.Msg()
+			p.Release()
+		}
+	})
+	b.Run("nats.NewMsg", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			m := nats.NewMsg(chunkPrefix + "AbCdEfGhIjKlMnOpQrStUv")
+			m.Data = body
+			msgSink = m
+			m = nats.NewMsg(metaPrefix + "MDE5MGExYjIt")
+			m.Data = body
+			m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+			msgSink = m
 		}
 	})
 }
