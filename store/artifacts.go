@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,16 +88,42 @@ func newArtifactStore(os jetstream.ObjectStore, js jetstream.JetStream) *Artifac
 // chunks a crashed put left without metadata expire with the bucket's TTL.
 func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error) {
 	a.Ref = ArtifactRef(a.CapsuleID, a.Cycle)
-	b, err := appendArtifact(make([]byte, 0, artifactLen(&a)), &a)
+	buf := artifactBufs.Get().(*[]byte)
+	b, err := s.write(ctx, &a, (*buf)[:0])
+	if cap(b) <= maxPooledArtifact {
+		*buf = b[:0]
+		artifactBufs.Put(buf)
+	}
 	if err != nil {
 		return "", err
+	}
+	s.remember(a)
+	return a.Ref, nil
+}
+
+// artifactBufs recycles the bytes Put writes: an artifact's, then its
+// metadata's in the same buffer. Each chunk and the metadata are copied
+// into the connection's buffer before their publish returns, as a
+// checkpoint's bytes are (encodeBufs), so the buffer is free when Put is.
+var artifactBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+// maxPooledArtifact: a buffer grown for a large artifact is dropped rather
+// than kept (an executor's output may be MiBs).
+const maxPooledArtifact = 64 << 10
+
+// write publishes a's chunks and metadata, encoded into b, and returns the
+// buffer it last wrote into, for Put to recycle.
+func (s *Artifacts) write(ctx context.Context, a *capsule.Artifact, b []byte) ([]byte, error) {
+	b, err := appendArtifact(slices.Grow(b, artifactLen(a)), a)
+	if err != nil {
+		return b, err
 	}
 	name := strings.TrimPrefix(a.Ref, "artifact:")
 	chunk := min(max(len(b), minChunk), maxChunk)
 	id := s.ids.Next()
 	chunks, err := s.putChunks(ctx, name, id, b, chunk)
 	if err != nil {
-		return "", err
+		return b, err
 	}
 	sum := sha256.Sum256(b)
 	info := jetstream.ObjectInfo{
@@ -108,9 +135,10 @@ func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error)
 		Chunks:     uint32(chunks),
 		Digest:     "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:]),
 	}
-	mb, err := appendObjectInfo(make([]byte, 0, objectInfoLen(&info)), &info)
+	// The chunks are published and summed: their bytes are free.
+	mb, err := appendObjectInfo(slices.Grow(b[:0], objectInfoLen(&info)), &info)
 	if err != nil {
-		return "", err
+		return mb, err
 	}
 	subject := make([]byte, 0, len(metaPrefix)+base64.URLEncoding.EncodedLen(len(name)))
 	subject = base64.URLEncoding.AppendEncode(append(subject, metaPrefix...), []byte(name))
@@ -121,10 +149,9 @@ func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error)
 	_, err = s.w.Publish(ctx, s.js.Conn(), p.Msg())
 	p.Release()
 	if err != nil {
-		return "", fmt.Errorf("put artifact %s: %w", name, err)
+		return mb, fmt.Errorf("put artifact %s: %w", name, err)
 	}
-	s.remember(a)
-	return a.Ref, nil
+	return mb, nil
 }
 
 // The object store's subjects for SAGA_ARTIFACTS: chunks under the object's

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -216,4 +218,49 @@ func BenchmarkArtifactMsgs(b *testing.B) {
 			msgSink = m
 		}
 	})
+}
+
+// TestArtifactPutsConcurrent: puts at once, each from a recycled buffer,
+// every artifact read back from the object store as it was put (run with
+// -race).
+func TestArtifactPutsConcurrent(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	st, err := ensureTopology(ctx, js, Topology{}.withDefaults())
+	require.NoError(t, err)
+	w := newArtifactStore(st.artifacts, js)
+	artifact := func(g, i int) capsule.Artifact {
+		return capsule.Artifact{
+			SchemaVersion: "1.0", CapsuleID: fmt.Sprintf("01J0000000000000000000000%d", g), ProducerAgentID: "agent", Cycle: i + 1,
+			MediaType: "application/json", Content: []byte(fmt.Sprintf(`{"g": %d, "i": %d, "pad": "%s"}`, g, i, strings.Repeat("z", 50*i))),
+			Usage: capsule.Usage{Tokens: int64(i), Dollars: float64(g) / 100}, CreatedAt: time.Unix(int64(1e9+i), int64(g)).UTC(),
+		}
+	}
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Go(func() {
+			for i := range 20 {
+				if _, err := w.Put(ctx, artifact(g, i)); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	r := newArtifactStore(st.artifacts, js) // no in-process copies: reads the object store
+	for g := range 6 {
+		for i := range 20 {
+			want := artifact(g, i)
+			want.Ref = ArtifactRef(want.CapsuleID, want.Cycle)
+			wantJSON, err := json.Marshal(want)
+			require.NoError(t, err)
+			got, err := r.Get(ctx, want.Ref)
+			require.NoError(t, err)
+			gotJSON, err := json.Marshal(got)
+			require.NoError(t, err)
+			require.Equal(t, string(wantJSON), string(gotJSON))
+		}
+	}
 }
