@@ -185,7 +185,7 @@ func (s *Artifacts) putChunks(ctx context.Context, name, id string, b []byte, ch
 // would escape — to json.Marshal itself.
 func appendObjectInfo(b []byte, info *jetstream.ObjectInfo) ([]byte, error) {
 	if !plainObjectInfo(info) {
-		return marshalAppend(b, info)
+		return marshalAppend(b, *info) // a copy: info itself stays on the caller's stack
 	}
 	n0 := len(b)
 	b = append(b, `{"name":"`...)
@@ -201,7 +201,7 @@ func appendObjectInfo(b []byte, info *jetstream.ObjectInfo) ([]byte, error) {
 	b = append(b, `,"mtime":`...)
 	b, ok := plainjson.AppendTime(b, info.ModTime)
 	if !ok {
-		return marshalAppend(b[:n0], info)
+		return marshalAppend(b[:n0], *info)
 	}
 	b = append(b, `,"chunks":`...)
 	b = strconv.AppendUint(b, uint64(info.Chunks), 10)
@@ -226,7 +226,7 @@ func marshalAppend(b []byte, v any) ([]byte, error) {
 // whose bytes or error are then Put's.
 func appendArtifact(b []byte, a *capsule.Artifact) ([]byte, error) {
 	if !plainArtifact(a) {
-		return marshalAppend(b, a)
+		return marshalAppend(b, *a) // a copy: a itself stays on the caller's stack
 	}
 	n0 := len(b)
 	b = appendMember(append(b, '{'), "schema_version", a.SchemaVersion)
@@ -241,12 +241,12 @@ func appendArtifact(b []byte, a *capsule.Artifact) ([]byte, error) {
 	b = strconv.AppendFloat(append(b, `,"dollars":`...), a.Usage.Dollars, 'f', -1, 64)
 	b, ok := plainjson.AppendTime(append(b, `},"created_at":`...), a.CreatedAt)
 	if !ok {
-		return marshalAppend(b[:n0], a)
+		return marshalAppend(b[:n0], *a)
 	}
 	if len(a.Content) > 0 {
 		buf := bytes.NewBuffer(append(b, `,"content":`...))
 		if json.Compact(buf, a.Content) != nil {
-			return marshalAppend(b[:n0], a)
+			return marshalAppend(b[:n0], *a)
 		}
 		b = buf.Bytes()
 	}
@@ -330,6 +330,14 @@ func (s *Artifacts) Get(ctx context.Context, ref string) (capsule.Artifact, erro
 	if ok {
 		return a, nil
 	}
+	return s.read(ctx, ref)
+}
+
+// read reads ref from the object store. Its own function: the artifact
+// decoded into goes to the heap, which the in-process copy Get returns
+// need not.
+func (s *Artifacts) read(ctx context.Context, ref string) (capsule.Artifact, error) {
+	var a capsule.Artifact
 	ctx, cancel := context.WithTimeout(ctx, artifactReadTimeout)
 	defer cancel()
 	b, err := s.os.GetBytes(ctx, strings.TrimPrefix(ref, "artifact:"))
