@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/plainjson"
 )
 
 // Built-in stub names.
@@ -83,12 +86,67 @@ func (s StubScript) failure() string {
 	return "stub failure requested"
 }
 
+// stubScripts remembers the scripts the stub read: a capsule's metadata was
+// decoded by reflection at every call, once in EXECUTION and once in each
+// REVIEW cycle, and capsules made from one template share their metadata.
+var stubScripts = stubCache{scripts: make(map[string]stubParsed)}
+
+// Bounds of the scripts remembered: metadata is the capsule's, of any
+// size and variety, so only short metadata is kept, and the whole set is
+// dropped when full (a refill costs only the decoding it saved).
+const (
+	stubCacheEntries = 256
+	stubCacheMaxLen  = 1 << 10
+)
+
+// stubCache maps metadata bytes to the script and failure message read
+// from them. A script's slices are shared by every capsule with the same
+// metadata: Execute and Review only read them.
+type stubCache struct {
+	mu      sync.Mutex
+	scripts map[string]stubParsed
+}
+
+type stubParsed struct {
+	script  StubScript
+	failure string
+}
+
+// parse is ParseStubScript and the script's failure message, remembered
+// for metadata read before (TestStubCacheAsParse); a metadata refused is
+// not remembered, and refused again with the same error.
+func (c *stubCache) parse(cp *capsule.Capsule) (StubScript, string, error) {
+	if len(cp.Metadata) == 0 {
+		return StubScript{}, "", nil
+	}
+	c.mu.Lock()
+	p, ok := c.scripts[string(cp.Metadata)]
+	c.mu.Unlock()
+	if ok {
+		return p.script, p.failure, nil
+	}
+	script, err := ParseStubScript(cp)
+	if err != nil {
+		return StubScript{}, "", err
+	}
+	p = stubParsed{script: script, failure: script.failure()}
+	if len(cp.Metadata) <= stubCacheMaxLen {
+		c.mu.Lock()
+		if len(c.scripts) >= stubCacheEntries {
+			clear(c.scripts)
+		}
+		c.scripts[string(cp.Metadata)] = p
+		c.mu.Unlock()
+	}
+	return p.script, p.failure, nil
+}
+
 // Stub is the deterministic built-in executor.
 type Stub struct{}
 
 // Execute returns a small JSON artifact, or fails when the script says so.
 func (Stub) Execute(_ context.Context, req Request) (Result, error) {
-	script, err := ParseStubScript(req.Capsule)
+	script, failure, err := stubScripts.parse(req.Capsule)
 	if err != nil {
 		return Result{}, &FailedError{Detail: err.Error()}
 	}
@@ -96,19 +154,35 @@ func (Stub) Execute(_ context.Context, req Request) (Result, error) {
 	if script.Usage != nil {
 		usage = *script.Usage
 	}
-	if msg := script.failure(); msg != "" {
+	if msg := failure; msg != "" {
 		return Result{}, &FailedError{Detail: msg, Usage: usage}
 	}
-	content, err := json.Marshal(map[string]any{
-		"summary":         "stub artifact for " + req.Capsule.Task.Title,
-		"cycle":           req.Cycle,
-		"target":          req.Capsule.Target,
-		"idempotency_key": req.IdempotencyKey,
-	})
+	content, err := stubContent(req.Capsule.Task.Title, req.Capsule.Target, req.IdempotencyKey, req.Cycle)
 	if err != nil {
 		return Result{}, err
 	}
 	return Result{Content: content, MediaType: "application/json", Usage: usage}, nil
+}
+
+// stubContent is the stub's artifact: json.Marshal of a map of four
+// members, whose keys it writes sorted. Every call built the map and
+// encoded it through reflection; where the strings are ones JSON writes as
+// they are, it is written directly (TestStubContentAsMarshal,
+// FuzzStubContent), else the map is encoded as before.
+func stubContent(title, target, key string, cycle int) ([]byte, error) {
+	if !plainjson.Plain(title) || !plainjson.Plain(target) || !plainjson.Plain(key) {
+		return json.Marshal(map[string]any{
+			"summary":         "stub artifact for " + title,
+			"cycle":           cycle,
+			"target":          target,
+			"idempotency_key": key,
+		})
+	}
+	b := make([]byte, 0, 96+len(title)+len(target)+len(key))
+	b = strconv.AppendInt(append(b, `{"cycle":`...), int64(cycle), 10)
+	b = append(append(append(b, `,"idempotency_key":"`...), key...), `","summary":"stub artifact for `...)
+	b = append(append(append(b, title...), `","target":"`...), target...)
+	return append(b, `"}`...), nil
 }
 
 // StubReviewer is the deterministic built-in reviewer: cycle n gets
@@ -119,7 +193,7 @@ type StubReviewer struct{}
 
 // Review returns the scripted verdict for the cycle.
 func (StubReviewer) Review(_ context.Context, req ReviewRequest) (ReviewResult, error) {
-	script, err := ParseStubScript(req.Capsule)
+	script, _, err := stubScripts.parse(req.Capsule)
 	if err != nil {
 		return ReviewResult{}, &FailedError{Detail: err.Error()}
 	}

@@ -1,18 +1,20 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
@@ -86,16 +88,42 @@ func newArtifactStore(os jetstream.ObjectStore, js jetstream.JetStream) *Artifac
 // chunks a crashed put left without metadata expire with the bucket's TTL.
 func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error) {
 	a.Ref = ArtifactRef(a.CapsuleID, a.Cycle)
-	b, err := json.Marshal(a)
+	buf := artifactBufs.Get().(*[]byte)
+	b, err := s.write(ctx, &a, (*buf)[:0])
+	if cap(b) <= maxPooledArtifact {
+		*buf = b[:0]
+		artifactBufs.Put(buf)
+	}
 	if err != nil {
 		return "", err
+	}
+	s.remember(a)
+	return a.Ref, nil
+}
+
+// artifactBufs recycles the bytes Put writes: an artifact's, then its
+// metadata's in the same buffer. Each chunk and the metadata are copied
+// into the connection's buffer before their publish returns, as a
+// checkpoint's bytes are (encodeBufs), so the buffer is free when Put is.
+var artifactBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+// maxPooledArtifact: a buffer grown for a large artifact is dropped rather
+// than kept (an executor's output may be MiBs).
+const maxPooledArtifact = 64 << 10
+
+// write publishes a's chunks and metadata, encoded into b, and returns the
+// buffer it last wrote into, for Put to recycle.
+func (s *Artifacts) write(ctx context.Context, a *capsule.Artifact, b []byte) ([]byte, error) {
+	b, err := appendArtifact(slices.Grow(b, artifactLen(a)), a)
+	if err != nil {
+		return b, err
 	}
 	name := strings.TrimPrefix(a.Ref, "artifact:")
 	chunk := min(max(len(b), minChunk), maxChunk)
 	id := s.ids.Next()
 	chunks, err := s.putChunks(ctx, name, id, b, chunk)
 	if err != nil {
-		return "", err
+		return b, err
 	}
 	sum := sha256.Sum256(b)
 	info := jetstream.ObjectInfo{
@@ -107,20 +135,23 @@ func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error)
 		Chunks:     uint32(chunks),
 		Digest:     "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:]),
 	}
-	mb, err := appendObjectInfo(make([]byte, 0, objectInfoLen(&info)), &info)
+	// The chunks are published and summed: their bytes are free.
+	mb, err := appendObjectInfo(slices.Grow(b[:0], objectInfoLen(&info)), &info)
 	if err != nil {
-		return "", err
+		return mb, err
 	}
 	subject := make([]byte, 0, len(metaPrefix)+base64.URLEncoding.EncodedLen(len(name)))
 	subject = base64.URLEncoding.AppendEncode(append(subject, metaPrefix...), []byte(name))
-	m := nats.NewMsg(string(subject))
-	m.Data = mb
-	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	if _, err := s.w.Publish(ctx, s.js.Conn(), m); err != nil {
-		return "", fmt.Errorf("put artifact %s: %w", name, err)
+	// Pooled messages, as the checkpoint writes': nats.go encodes a
+	// message before its request returns and keeps no reference to it.
+	p := jspub.GetMsg(string(subject), mb)
+	p.Headers().Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	_, err = s.w.Publish(ctx, s.js.Conn(), p.Msg())
+	p.Release()
+	if err != nil {
+		return mb, fmt.Errorf("put artifact %s: %w", name, err)
 	}
-	s.remember(a)
-	return a.Ref, nil
+	return mb, nil
 }
 
 // The object store's subjects for SAGA_ARTIFACTS: chunks under the object's
@@ -136,9 +167,10 @@ func (s *Artifacts) putChunks(ctx context.Context, name, id string, b []byte, ch
 	subject := chunkPrefix + id
 	n := 0
 	for off := 0; off < len(b) || n == 0; off += chunk {
-		m := nats.NewMsg(subject)
-		m.Data = b[off:min(off+chunk, len(b))]
-		if _, err := s.w.Publish(ctx, s.js.Conn(), m); err != nil {
+		p := jspub.GetMsg(subject, b[off:min(off+chunk, len(b))])
+		_, err := s.w.Publish(ctx, s.js.Conn(), p.Msg())
+		p.Release()
+		if err != nil {
 			return 0, fmt.Errorf("put artifact %s: %w", name, err)
 		}
 		n++
@@ -153,7 +185,7 @@ func (s *Artifacts) putChunks(ctx context.Context, name, id string, b []byte, ch
 // would escape — to json.Marshal itself.
 func appendObjectInfo(b []byte, info *jetstream.ObjectInfo) ([]byte, error) {
 	if !plainObjectInfo(info) {
-		return marshalAppend(b, info)
+		return marshalAppend(b, *info) // a copy: info itself stays on the caller's stack
 	}
 	n0 := len(b)
 	b = append(b, `{"name":"`...)
@@ -169,7 +201,7 @@ func appendObjectInfo(b []byte, info *jetstream.ObjectInfo) ([]byte, error) {
 	b = append(b, `,"mtime":`...)
 	b, ok := plainjson.AppendTime(b, info.ModTime)
 	if !ok {
-		return marshalAppend(b[:n0], info)
+		return marshalAppend(b[:n0], *info)
 	}
 	b = append(b, `,"chunks":`...)
 	b = strconv.AppendUint(b, uint64(info.Chunks), 10)
@@ -182,6 +214,75 @@ func appendObjectInfo(b []byte, info *jetstream.ObjectInfo) ([]byte, error) {
 func marshalAppend(b []byte, v any) ([]byte, error) {
 	mb, err := json.Marshal(v)
 	return append(b, mb...), err
+}
+
+// appendArtifact appends json.Marshal(a), the bytes Put stores. Every put
+// encoded the artifact through reflection; this writes the members
+// directly and compacts the content as encoding/json does
+// (TestArtifactJSONAsMarshal, FuzzArtifactJSON), and hands any value it
+// was not written for — a string JSON would escape, dollars JSON would
+// write with an exponent (or refuse), content with a byte encoding/json
+// escapes for HTML, or content that is not JSON — to json.Marshal itself,
+// whose bytes or error are then Put's.
+func appendArtifact(b []byte, a *capsule.Artifact) ([]byte, error) {
+	if !plainArtifact(a) {
+		return marshalAppend(b, *a) // a copy: a itself stays on the caller's stack
+	}
+	n0 := len(b)
+	b = appendMember(append(b, '{'), "schema_version", a.SchemaVersion)
+	b = appendMember(append(b, ','), "ref", a.Ref)
+	b = appendMember(append(b, ','), "capsule_id", a.CapsuleID)
+	b = appendMember(append(b, ','), "producer_agent_id", a.ProducerAgentID)
+	b = strconv.AppendInt(append(b, `,"cycle":`...), int64(a.Cycle), 10)
+	b = appendMember(append(b, ','), "media_type", a.MediaType)
+	b = appendMember(append(b, ','), "sha256", a.SHA256)
+	b = strconv.AppendInt(append(b, `,"size":`...), a.Size, 10)
+	b = strconv.AppendInt(append(b, `,"usage":{"tokens":`...), a.Usage.Tokens, 10)
+	b = strconv.AppendFloat(append(b, `,"dollars":`...), a.Usage.Dollars, 'f', -1, 64)
+	b, ok := plainjson.AppendTime(append(b, `},"created_at":`...), a.CreatedAt)
+	if !ok {
+		return marshalAppend(b[:n0], *a)
+	}
+	if len(a.Content) > 0 {
+		buf := bytes.NewBuffer(append(b, `,"content":`...))
+		if json.Compact(buf, a.Content) != nil {
+			return marshalAppend(b[:n0], *a)
+		}
+		b = buf.Bytes()
+	}
+	return append(b, '}'), nil
+}
+
+// appendMember appends "name":"s" for a name and an s JSON writes as they are.
+func appendMember(b []byte, name, s string) []byte {
+	b = append(append(append(b, '"'), name...), `":"`...)
+	return append(append(b, s...), '"')
+}
+
+// plainArtifact says appendArtifact writes a as json.Marshal does: its
+// strings plain, its dollars finite and written without an exponent
+// (encoding/json uses one below 1e-6 and from 1e21), its content without
+// the bytes encoding/json escapes for HTML (<, >, &, and U+2028 and
+// U+2029, which start with 0xE2); whether the content is JSON is checked
+// as it is compacted.
+func plainArtifact(a *capsule.Artifact) bool {
+	if d := math.Abs(a.Usage.Dollars); d != 0 && !(d >= 1e-6 && d < 1e21) {
+		return false // NaN fails both comparisons
+	}
+	for _, c := range a.Content {
+		if c == '<' || c == '>' || c == '&' || c == 0xE2 {
+			return false
+		}
+	}
+	return plainjson.Plain(a.SchemaVersion) && plainjson.Plain(a.Ref) && plainjson.Plain(a.CapsuleID) &&
+		plainjson.Plain(a.ProducerAgentID) && plainjson.Plain(a.MediaType) && plainjson.Plain(a.SHA256)
+}
+
+// artifactLen is room for appendArtifact's bytes: the strings, the content
+// and what surrounds them (members' names, numbers, the time).
+func artifactLen(a *capsule.Artifact) int {
+	return 320 + len(a.SchemaVersion) + len(a.Ref) + len(a.CapsuleID) + len(a.ProducerAgentID) +
+		len(a.MediaType) + len(a.SHA256) + len(a.Content)
 }
 
 // objectInfoLen is room for appendObjectInfo's bytes: the strings and
@@ -229,6 +330,14 @@ func (s *Artifacts) Get(ctx context.Context, ref string) (capsule.Artifact, erro
 	if ok {
 		return a, nil
 	}
+	return s.read(ctx, ref)
+}
+
+// read reads ref from the object store. Its own function: the artifact
+// decoded into goes to the heap, which the in-process copy Get returns
+// need not.
+func (s *Artifacts) read(ctx context.Context, ref string) (capsule.Artifact, error) {
+	var a capsule.Artifact
 	ctx, cancel := context.WithTimeout(ctx, artifactReadTimeout)
 	defer cancel()
 	b, err := s.os.GetBytes(ctx, strings.TrimPrefix(ref, "artifact:"))
