@@ -665,90 +665,56 @@ func applyEnvSwitches(cfg *Config, getenv func(string) string) []error {
 func (v *flagValues) apply(fs *flag.FlagSet, cfg *Config) {
 	cfg.Options = cfg.Options.Merge(v.flags.Options)
 	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "nats-url":
-			// --nats-url "" chooses the embedded server over any URL.
-			cfg.URL = v.flags.URL
-		case "nats-listen":
-			cfg.NATSListen = v.flags.NATSListen
-		case "server-tls-cert":
-			cfg.ServerTLSCert = v.flags.ServerTLSCert
-		case "server-tls-key":
-			cfg.ServerTLSKey = v.flags.ServerTLSKey
-		case "server-tls-ca":
-			cfg.ServerTLSCA = v.flags.ServerTLSCA
-		case "insecure":
-			cfg.Insecure = v.flags.Insecure
-		case "data-dir":
-			cfg.DataDir = v.flags.DataDir
-		case "workspace":
-			cfg.Workspace = v.flags.Workspace
-		case "http-listen":
-			cfg.HTTPListen = v.flags.HTTPListen
-		case "no-ui":
-			cfg.NoUI = v.flags.NoUI
-		case "ui-token":
-			cfg.UIToken = v.flags.UIToken
-		case "ui-basic-auth":
-			cfg.UIBasicAuth = v.flags.UIBasicAuth
-		case "log-format":
-			cfg.LogFormat = v.flags.LogFormat
-		case "log-level":
-			cfg.LogLevel = v.flags.LogLevel
-		case "workers":
-			cfg.Workers = v.flags.Workers
-		case "replicas":
-			cfg.Replicas = v.flags.Replicas
-		case "max-depth":
-			cfg.MaxDepth = v.flags.MaxDepth
-		case "intake-max-pending":
-			cfg.IntakeMaxPending = v.flags.IntakeMaxPending
-		case "intake-max-msg-bytes":
-			cfg.IntakeMaxMsgBytes = v.flags.IntakeMaxMsgBytes
-		case "intake-max-bytes":
-			cfg.IntakeMaxBytes = v.flags.IntakeMaxBytes
-		case "inline-artifact-bytes":
-			cfg.InlineArtifactBytes = v.flags.InlineArtifactBytes
-		case "intake-rate-msgs":
-			cfg.IntakeRateMsgs = v.flags.IntakeRateMsgs
-		case "intake-rate-bytes":
-			cfg.IntakeRateBytes = v.flags.IntakeRateBytes
-		case "shutdown-timeout":
-			cfg.ShutdownTimeout = v.flags.ShutdownTimeout
-		case "start-timeout":
-			cfg.StartTimeout = v.flags.StartTimeout
-		case "migrate":
-			cfg.Migrate = v.flags.Migrate
-		case "sync":
-			cfg.Sync = v.flags.Sync
-		case "sync-always":
-			cfg.Sync = syncAlias(cfg.Sync, v.syncAlways)
-		case "lock-wait":
-			cfg.LockWait = v.flags.LockWait
-		case "budget-warning":
-			cfg.BudgetWarning = v.flags.BudgetWarning
-		case "deadline-warning":
-			cfg.DeadlineWarning = v.flags.DeadlineWarning
-		case "external-timeout":
-			cfg.ExternalTimeout = v.flags.ExternalTimeout
-		case "retention":
-			cfg.Retention = v.flags.Retention
-		case "rescue-after":
-			cfg.RescueAfter = v.flags.RescueAfter
-		case "dependency-timeout":
-			cfg.DependencyTimeout = v.flags.DependencyTimeout
-		case "write-timeout":
-			cfg.WriteTimeout = v.flags.WriteTimeout
-		case "unhealthy-after":
-			cfg.UnhealthyAfter = v.flags.UnhealthyAfter
-		case "stall-after":
-			cfg.StallAfter = v.flags.StallAfter
-		case "otel-endpoint":
-			cfg.OTelEndpoint = v.flags.OTelEndpoint
-		case "trace-url":
-			cfg.TraceURL = v.flags.TraceURL
+		if set, ok := flagSetters[f.Name]; ok {
+			set(v, cfg)
 		}
 	})
+}
+
+// flagSetters lay one flag given on the command line over cfg, by its name
+// (the connection flags of Options are merged whole by apply).
+var flagSetters = map[string]func(v *flagValues, cfg *Config){
+	// --nats-url "" chooses the embedded server over any URL.
+	"nats-url":              func(v *flagValues, cfg *Config) { cfg.URL = v.flags.URL },
+	"nats-listen":           func(v *flagValues, cfg *Config) { cfg.NATSListen = v.flags.NATSListen },
+	"server-tls-cert":       func(v *flagValues, cfg *Config) { cfg.ServerTLSCert = v.flags.ServerTLSCert },
+	"server-tls-key":        func(v *flagValues, cfg *Config) { cfg.ServerTLSKey = v.flags.ServerTLSKey },
+	"server-tls-ca":         func(v *flagValues, cfg *Config) { cfg.ServerTLSCA = v.flags.ServerTLSCA },
+	"insecure":              func(v *flagValues, cfg *Config) { cfg.Insecure = v.flags.Insecure },
+	"data-dir":              func(v *flagValues, cfg *Config) { cfg.DataDir = v.flags.DataDir },
+	"workspace":             func(v *flagValues, cfg *Config) { cfg.Workspace = v.flags.Workspace },
+	"http-listen":           func(v *flagValues, cfg *Config) { cfg.HTTPListen = v.flags.HTTPListen },
+	"no-ui":                 func(v *flagValues, cfg *Config) { cfg.NoUI = v.flags.NoUI },
+	"ui-token":              func(v *flagValues, cfg *Config) { cfg.UIToken = v.flags.UIToken },
+	"ui-basic-auth":         func(v *flagValues, cfg *Config) { cfg.UIBasicAuth = v.flags.UIBasicAuth },
+	"log-format":            func(v *flagValues, cfg *Config) { cfg.LogFormat = v.flags.LogFormat },
+	"log-level":             func(v *flagValues, cfg *Config) { cfg.LogLevel = v.flags.LogLevel },
+	"workers":               func(v *flagValues, cfg *Config) { cfg.Workers = v.flags.Workers },
+	"replicas":              func(v *flagValues, cfg *Config) { cfg.Replicas = v.flags.Replicas },
+	"max-depth":             func(v *flagValues, cfg *Config) { cfg.MaxDepth = v.flags.MaxDepth },
+	"intake-max-pending":    func(v *flagValues, cfg *Config) { cfg.IntakeMaxPending = v.flags.IntakeMaxPending },
+	"intake-max-msg-bytes":  func(v *flagValues, cfg *Config) { cfg.IntakeMaxMsgBytes = v.flags.IntakeMaxMsgBytes },
+	"intake-max-bytes":      func(v *flagValues, cfg *Config) { cfg.IntakeMaxBytes = v.flags.IntakeMaxBytes },
+	"inline-artifact-bytes": func(v *flagValues, cfg *Config) { cfg.InlineArtifactBytes = v.flags.InlineArtifactBytes },
+	"intake-rate-msgs":      func(v *flagValues, cfg *Config) { cfg.IntakeRateMsgs = v.flags.IntakeRateMsgs },
+	"intake-rate-bytes":     func(v *flagValues, cfg *Config) { cfg.IntakeRateBytes = v.flags.IntakeRateBytes },
+	"shutdown-timeout":      func(v *flagValues, cfg *Config) { cfg.ShutdownTimeout = v.flags.ShutdownTimeout },
+	"start-timeout":         func(v *flagValues, cfg *Config) { cfg.StartTimeout = v.flags.StartTimeout },
+	"migrate":               func(v *flagValues, cfg *Config) { cfg.Migrate = v.flags.Migrate },
+	"sync":                  func(v *flagValues, cfg *Config) { cfg.Sync = v.flags.Sync },
+	"sync-always":           func(v *flagValues, cfg *Config) { cfg.Sync = syncAlias(cfg.Sync, v.syncAlways) },
+	"lock-wait":             func(v *flagValues, cfg *Config) { cfg.LockWait = v.flags.LockWait },
+	"budget-warning":        func(v *flagValues, cfg *Config) { cfg.BudgetWarning = v.flags.BudgetWarning },
+	"deadline-warning":      func(v *flagValues, cfg *Config) { cfg.DeadlineWarning = v.flags.DeadlineWarning },
+	"external-timeout":      func(v *flagValues, cfg *Config) { cfg.ExternalTimeout = v.flags.ExternalTimeout },
+	"retention":             func(v *flagValues, cfg *Config) { cfg.Retention = v.flags.Retention },
+	"rescue-after":          func(v *flagValues, cfg *Config) { cfg.RescueAfter = v.flags.RescueAfter },
+	"dependency-timeout":    func(v *flagValues, cfg *Config) { cfg.DependencyTimeout = v.flags.DependencyTimeout },
+	"write-timeout":         func(v *flagValues, cfg *Config) { cfg.WriteTimeout = v.flags.WriteTimeout },
+	"unhealthy-after":       func(v *flagValues, cfg *Config) { cfg.UnhealthyAfter = v.flags.UnhealthyAfter },
+	"stall-after":           func(v *flagValues, cfg *Config) { cfg.StallAfter = v.flags.StallAfter },
+	"otel-endpoint":         func(v *flagValues, cfg *Config) { cfg.OTelEndpoint = v.flags.OTelEndpoint },
+	"trace-url":             func(v *flagValues, cfg *Config) { cfg.TraceURL = v.flags.TraceURL },
 }
 
 // syncAlias is the sync policy after the alias sync_always = on: true means
