@@ -25,9 +25,11 @@ var ErrIntegrityMismatch = errors.New(string(CodeIntegrityMismatch))
 // outside IEEE-754 double range, or nesting deeper than 1000 levels.
 var ErrInvalidJSON = errors.New("invalid JSON")
 
-// maxDepth bounds nesting so hostile input cannot exhaust the stack; real
-// capsules nest a handful of levels.
-const maxDepth = 1000
+// MaxDepth bounds nesting so hostile input cannot exhaust the stack; real
+// capsules nest a handful of levels. A container opened at this depth is an
+// error of ParseJSON, WalkJSON and the digest alike (and of any walker that
+// stands in for them).
+const MaxDepth = 1000
 
 // integrityKey is the member [Digest] leaves out and [Seal] fills in.
 const integrityKey = "integrity"

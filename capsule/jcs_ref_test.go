@@ -40,8 +40,8 @@ func parseValue(dec *json.Decoder, depth int) (any, error) {
 	if !ok {
 		return tok, nil
 	}
-	if depth >= maxDepth {
-		return nil, fmt.Errorf("%w: nested deeper than %d levels", ErrInvalidJSON, maxDepth)
+	if depth >= MaxDepth {
+		return nil, fmt.Errorf("%w: nested deeper than %d levels", ErrInvalidJSON, MaxDepth)
 	}
 	switch delim {
 	case '{':

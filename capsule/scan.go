@@ -72,13 +72,13 @@ func (s *scanner) value(depth int) (any, error) {
 	}
 	switch c := s.b[s.i]; {
 	case c == '{':
-		if depth >= maxDepth {
-			return nil, fmt.Errorf("%w: nested deeper than %d levels", ErrInvalidJSON, maxDepth)
+		if depth >= MaxDepth {
+			return nil, fmt.Errorf("%w: nested deeper than %d levels", ErrInvalidJSON, MaxDepth)
 		}
 		return s.object(depth)
 	case c == '[':
-		if depth >= maxDepth {
-			return nil, fmt.Errorf("%w: nested deeper than %d levels", ErrInvalidJSON, maxDepth)
+		if depth >= MaxDepth {
+			return nil, fmt.Errorf("%w: nested deeper than %d levels", ErrInvalidJSON, MaxDepth)
 		}
 		return s.array(depth)
 	case c == '"':
@@ -427,8 +427,8 @@ func (s *scanner) walk(depth int, fn func(JSONToken, string)) error {
 	}
 	switch c := s.b[s.i]; {
 	case c == '{' || c == '[':
-		if depth >= maxDepth {
-			return fmt.Errorf("%w: nested deeper than %d levels", ErrInvalidJSON, maxDepth)
+		if depth >= MaxDepth {
+			return fmt.Errorf("%w: nested deeper than %d levels", ErrInvalidJSON, MaxDepth)
 		}
 		object := c == '{'
 		end, startTok, endTok := byte(']'), TokenArrayStart, TokenArrayEnd

@@ -120,7 +120,7 @@ func TestScannerMatchesTokenWalk(t *testing.T) {
 	for _, s := range []string{"", " ", "{", `{"a":1,"a":2}`, `{"a":1}x`, `[1,]`, `{"a":}`, "\"\x01\"", `01`, `1.`, `-`, `1e`, `"\ud800"`, `"\x"`, `tru`, "\xff"} {
 		sameParse(t, []byte(s))
 	}
-	deep := strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1)
+	deep := strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1)
 	_, err = parse([]byte(deep))
 	require.ErrorIs(t, err, ErrInvalidJSON)
 }

@@ -7,10 +7,6 @@ import (
 	"github.com/sagad/sagad/capsule"
 )
 
-// walkDepth is capsule.WalkJSON's nesting bound (capsule's maxDepth):
-// a container opened at this depth is an error, as there.
-const walkDepth = 1000
-
 // errSpanWalk is what walkJSONSpans returns for any syntax error. Rule 9
 // only asks whether the walk failed (it then scans the bytes as text), so
 // the error does not repeat capsule.WalkJSON's wording.
@@ -67,7 +63,7 @@ func (w *spanWalker) value(depth int, fn tokenFn) error {
 	var err error
 	switch c := w.doc[w.i]; {
 	case c == '{' || c == '[':
-		if depth >= walkDepth {
+		if depth >= capsule.MaxDepth {
 			return errSpanWalk
 		}
 		return w.container(depth, c == '{', fn)
