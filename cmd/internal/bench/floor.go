@@ -79,7 +79,9 @@ type floor struct {
 
 // get reads key's last entry of bucket as sagad's reads are made: a direct
 // get with its deadline in the request (jspub.KVReader), no context of its
-// own. A key never written (404) is no error.
+// own. A key never written (404) is no error. Written out rather than
+// through jspub.KVReader so that this file builds in older trees too
+// (FLOOR=new scripts/bench-ab.sh measures old builds against it).
 func (f *floor) get(bucket, key string) error {
 	m, err := f.nc.Request("$JS.API.DIRECT.GET.KV_"+bucket+".$KV."+bucket+"."+key, nil, jspub.DefaultTimeout)
 	if err != nil {
