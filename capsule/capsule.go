@@ -242,6 +242,10 @@ type Finding struct {
 	// Source says who raised the finding when it was not the reviewer:
 	// "operator" for an operator's revise rationale (FindingSourceOperator).
 	Source string `json:"source,omitempty"`
+	// Severity is what the reviewer said of the finding's weight
+	// ("blocker", "major", "minor", ...), as it said it; empty when it said
+	// nothing. Agent and model reviewers report it.
+	Severity string `json:"severity,omitempty"`
 }
 
 // FindingSourceVerifier marks a finding of a verification loop's verifier

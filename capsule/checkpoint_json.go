@@ -393,6 +393,10 @@ func appendFindings(b []byte, fs []Finding) []byte {
 			b = append(b, `,"source":`...)
 			b = appendString(b, f.Source)
 		}
+		if f.Severity != "" {
+			b = append(b, `,"severity":`...)
+			b = appendString(b, f.Severity)
+		}
 		b = append(b, '}')
 	}
 	return append(b, ']')

@@ -24,8 +24,8 @@ func fullCheckpoint() *Checkpoint {
 		State: CheckpointState{
 			Phase: ReviewPhase, PhaseName: "REVIEW", Progress: 71, Cycle: 2, Status: Halted, HaltReason: "max_cycles_exceeded:3",
 			BudgetUsed: Usage{Tokens: 12, Dollars: 0.1}, LocksHeld: []string{"a", "b\"c"}, ArtifactRefs: []string{"artifact:x/1"},
-			Findings:  []Finding{{Rule: 9, Title: "x", Field: "f", Message: "m\n", Source: "operator"}},
-			Reviews:   []ReviewEntry{{Cycle: 1, ReviewerID: "r", Verdict: ChangesRequested, Findings: []Finding{{Rule: 20, Title: "t", Field: "g", Message: "fix", Source: "operator"}}, Usage: Usage{Tokens: 3, Dollars: 0.02}, At: at}},
+			Findings:  []Finding{{Rule: 9, Title: "x", Field: "f", Message: "m\n", Source: "operator", Severity: "major"}},
+			Reviews:   []ReviewEntry{{Cycle: 1, ReviewerID: "r", Verdict: ChangesRequested, Findings: []Finding{{Rule: 20, Title: "t", Field: "g", Message: "fix", Source: "operator", Severity: "minor"}}, Usage: Usage{Tokens: 3, Dollars: 0.02}, At: at}},
 			Execution: &ExecutionClaim{Cycle: 2, Holder: "h/1", ExpiresAt: at, CallTokenHash: "ab"},
 			Result:    &ExecutionResult{Cycle: 2, ArtifactRef: "artifact:x/2", Usage: Usage{Tokens: 1, Dollars: 1e-7}, Failed: "boom"},
 			Attempts:  &ExecutionAttempts{Cycle: 2, Phase: ReviewPhase, Failed: 1, LastFailure: AttemptFailure{ExitCode: 12, Timeout: true, Error: "e", StderrTail: "t"}},

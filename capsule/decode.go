@@ -274,6 +274,8 @@ func (x *filler) finding(f *Finding, v any) {
 			f.Message = x.str(e)
 		case "source":
 			f.Source = x.str(e)
+		case "severity":
+			f.Severity = x.str(e)
 		default:
 			x.ok = false
 		}
