@@ -332,7 +332,7 @@ async function renderInbox() {
   const data = await getJSON("/inbox");
   keepLabels(data.labels);
   updateBadge(needsYou(data.counts));
-  const v = el("div", { id: "inbox" }, el("h1", { text: "Needs you" }));
+  const v = el("div", { id: "inbox" }, el("h1", { text: "Needs you" }), pausedPhasesBanner(data));
   v.append(el("h2", {}, "Waiting for your decision (", String(data.counts.decide), ")"));
   v.append(data.decide.length ? el("table", { id: "inbox-decide" },
     el("thead", {}, el("tr", {}, ["Capsule", "Phase", "Cycle", "Verdict", "Findings", "Waiting", ""].map(h => el("th", { text: h })))),
@@ -373,9 +373,26 @@ function inboxHalted(data) {
       el("p", { class: "muted", text: "No capsule is halted." }));
 }
 
-// needsYou is the badge's count: decisions, paused for a person, dead
-// letters.
-function needsYou(counts) { return (counts.decide || 0) + (counts.paused || 0) + (counts.halted || 0); }
+// pausedPhasesBanner says which phases are paused for every sagad: nothing
+// queued for them moves, whatever the lists below say.
+function pausedPhasesBanner(data) {
+  const ps = data.phases || [];
+  if (data.phases_unknown) return el("p", { class: "banner", id: "phases-banner", role: "alert", text: "The phases could not be read: a paused phase may be missing here (see Phases)." });
+  if (!ps.length) return null;
+  return el("div", { class: "banner", id: "phases-banner", role: "alert" },
+    el("strong", { text: ps.length === 1 ? "A phase is paused for every sagad" : ps.length + " phases are paused for every sagad" }),
+    el("ul", {}, ps.map(p => el("li", { dataset: { phase: p.phase } },
+      phaseLink(p.phase, p.phase_name), " paused",
+      p.paused_by ? [" by ", el("strong", { text: p.paused_by })] : null,
+      p.paused_at ? [" ", el("span", { title: ts(p.paused_at), text: ago(p.paused_at) + " ago" })] : null,
+      p.pause_reason ? [": ", el("span", { class: "wrap", text: p.pause_reason })] : null,
+      " — ", fmtInt(p.pending), " waiting", p.ack_pending ? [", ", fmtInt(p.ack_pending), " in flight"] : null, " ",
+      el("button", { class: "primary", onclick: () => confirmAction("Resume phase " + p.phase_name, "Every sagad consumes this phase again.", "phase.resume", { phase: p.phase }, ["reason"]) }, "Resume phase")))));
+}
+
+// needsYou is the badge's count: paused phases, decisions, paused for a
+// person, dead letters.
+function needsYou(counts) { return (counts.phases || 0) + (counts.decide || 0) + (counts.paused || 0) + (counts.halted || 0); }
 
 function listParams() {
   const q = new URLSearchParams(location.hash.split("?")[1] || "");
