@@ -103,11 +103,11 @@ func (a *Admin) Apply(ctx context.Context, id string, ev machine.Event) (machine
 // adminEvent records an operator's action on cp. at is when sagad took the
 // request, read before the transition it causes: histories merge events by
 // time, and the action must come before the transition's own events.
-func (a *Admin) adminEvent(ctx context.Context, cp *capsule.Checkpoint, at time.Time, kind capsule.EventKind, id, detail, by string, findings []capsule.Finding) error {
+func (a *Admin) adminEvent(ctx context.Context, cp *capsule.Checkpoint, at time.Time, kind capsule.EventKind, id, detail, said, by string, findings []capsule.Finding) error {
 	return a.st.PublishEvent(ctx, capsule.Event{
 		ID: cp.Key + ".admin." + id + "." + string(kind), Kind: kind, CapsuleID: cp.CapsuleID, Key: cp.Key,
 		Phase: cp.State.Phase, PhaseName: cp.State.Phase.String(), Cycle: cp.State.Cycle, TraceID: cp.TraceID,
-		Detail: detail, By: by, Findings: findings, At: at.UTC(),
+		Detail: detail, Said: said, By: by, Findings: findings, At: at.UTC(),
 	})
 }
 
@@ -218,7 +218,11 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 	// accepted, then completed. The resume is decided (its token is in the
 	// checkpoint), and a repeat sends the same event id, which the stream
 	// drops.
-	if err := a.adminEvent(ctx, cp, at, kind, token, detail, opts.By, nil); err != nil {
+	said := opts.Answer
+	if action == "accept" {
+		said = opts.Reason // the accept's rationale
+	}
+	if err := a.adminEvent(ctx, cp, at, kind, token, detail, strings.TrimSpace(said), opts.By, nil); err != nil {
 		return status.Of(cp), err
 	}
 	if err := a.st.PublishPhase(ctx, cp, token); err != nil {
@@ -362,7 +366,7 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 		rationale = strings.TrimPrefix(review[len(review)-1].Message, "operator revision: ")
 		token = "rerun-" + strconv.Itoa(len(cp.History))
 	}
-	if err := a.adminEvent(ctx, cp, at, capsule.EventRevisionTriggered, token, rationale, by, review); err != nil {
+	if err := a.adminEvent(ctx, cp, at, capsule.EventRevisionTriggered, token, rationale, rationale, by, review); err != nil {
 		return status.Of(cp), err
 	}
 	if err := a.st.Emit(ctx, cp, 0, &tr, raw, c.Constraints.ResourceLocksRequired); err != nil {
@@ -386,7 +390,7 @@ func (a *Admin) reject(ctx context.Context, id, rationale, by string) (status.St
 		return status.Status{}, err
 	}
 	cp := res.Checkpoint
-	if err := a.adminEvent(ctx, cp, at, capsule.EventOperatorRejected, "reject", rationale, by, nil); err != nil {
+	if err := a.adminEvent(ctx, cp, at, capsule.EventOperatorRejected, "reject", rationale, rationale, by, nil); err != nil {
 		return status.Of(cp), err
 	}
 	if err := a.ReemitEnd(ctx, cp); err != nil {

@@ -275,14 +275,22 @@ function dur(ms) {
 // timelineRows gives each transition its duration (since the previous
 // transition, or the capsule's creation) and closes each cycle with its
 // total.
-function timelineRows(cp) {
+function timelineRows(cp, said) {
   const out = [];
+  // What people said (status.said) reads in time order among the
+  // transitions, each with who and when.
+  const words = (said || []).slice();
+  const saidRow = w => el("tr", { class: "said" }, el("td", { text: ts(w.at) }), el("td", { class: "muted", text: "operator" }),
+    el("td", { text: w.cycle || "" }), el("td", { class: "said-kind", text: w.kind }), el("td"),
+    el("td", { class: "wrap" }, el("q", { text: w.text }), w.by ? [" — ", el("strong", { text: w.by })] : null));
+  const sayUntil = at => { while (words.length && new Date(words[0].at).getTime() <= at) out.push(saidRow(words.shift())); };
   let prev = new Date(cp.created_at).getTime();
   let cycle = null, cycleStart = prev;
   const total = (c, end) => el("tr", { class: "cycle-total" }, el("td"), el("td", { text: "cycle " + c + " total" }), el("td"), el("td"), el("td", { text: dur(end - cycleStart) }), el("td"));
   let run = null;
   for (const t of cp.history) {
     const at = new Date(t.at).getTime();
+    sayUntil(at);
     const r = t.run || 1;
     // A replay starts a new run: the time between runs is the operator's,
     // not a phase's, so the run's first transition has no duration.
@@ -298,6 +306,7 @@ function timelineRows(cp) {
     prev = at;
   }
   if (cycle !== null) out.push(total(cycle, prev));
+  sayUntil(Infinity);
   return out;
 }
 
@@ -592,7 +601,7 @@ async function renderCapsule(key) {
   v.append(el("h2", { text: "Timeline" }));
   v.append((cp.history && cp.history.length) ? el("table", { class: "timeline", id: "timeline" },
     el("thead", {}, el("tr", {}, ["At", "Phase", "Cycle", "Outcome", "Took", "Detail"].map(h => el("th", { text: h })))),
-    el("tbody", {}, timelineRows(cp))) :
+    el("tbody", {}, timelineRows(cp, s.said))) :
     el("p", { class: "muted", text: "No transition yet." }));
   v.append(el("h2", { text: "Reviews" }));
   v.append((st.reviews && st.reviews.length) ? el("table", { id: "reviews" },
@@ -605,7 +614,7 @@ async function renderCapsule(key) {
   v.append(d.events.length ? el("table", { id: "events" },
     el("thead", {}, el("tr", {}, ["At", "Event", "Phase", "Cycle", "Detail", "Findings", "By"].map(h => el("th", { text: h })))),
     el("tbody", {}, d.events.map(e => el("tr", {}, el("td", { text: ts(e.at) }), el("td", { class: "mono", text: e.kind }),
-      el("td", { text: e.phase + " " + (e.phase_name || "") }), el("td", { text: e.cycle }), el("td", { text: e.detail || "" }),
+      el("td", { text: e.phase + " " + (e.phase_name || "") }), el("td", { text: e.cycle }), el("td", {}, e.detail || "", (e.said && e.said !== e.detail) ? [e.detail ? " — " : "", el("q", { text: e.said })] : null),
       el("td", {}, (e.findings && e.findings.length) ? findingsList(e.findings) : ""), el("td", { text: e.by || "" }))))) :
     el("p", { class: "muted", text: "No events." }));
   if (c) {
