@@ -688,6 +688,18 @@ function route() {
   refresh();
 }
 
+// cardTables puts every table of root in a card of its own, which scrolls
+// sideways when a narrow window cannot hold the table: a wide table never
+// pushes the page, or its own last columns, off-screen.
+function cardTables(root) {
+  for (const t of root.querySelectorAll("table")) {
+    if (t.parentElement && t.parentElement.classList.contains("table-card")) continue;
+    const card = el("div", { class: "table-card" });
+    t.replaceWith(card);
+    card.append(t);
+  }
+}
+
 let rendering = null, again = false;
 async function refresh() {
   if (rendering) { again = true; return; }
@@ -695,6 +707,7 @@ async function refresh() {
   rendering = (async () => {
     try {
       const node = await r.render();
+      cardTables(node);
       if (r === current) view().replaceChildren(node);
     } catch (e) {
       if (r === current) view().replaceChildren(el("p", { class: "error", text: e.message }));
@@ -749,6 +762,9 @@ function connect() {
 window.addEventListener("hashchange", route);
 document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("confirm-cancel").addEventListener("click", () => document.getElementById("confirm").close("cancel"));
+  // Tables a view adds later (a bulk action's results) get their card too;
+  // the observer's own wrapping finds nothing more to do.
+  new MutationObserver(() => cardTables(view())).observe(view(), { childList: true, subtree: true });
   connect();
   route();
   // The inbox badge follows every change, whatever the view.
