@@ -640,7 +640,10 @@ async function renderPhases() {
       el("thead", {}, el("tr", {}, ["Phase", "Queued", "In flight", "State", ""].map(h => el("th", { text: h })))),
       el("tbody", {}, d.phases.map(p => el("tr", { dataset: { phase: p.phase } },
         el("td", {}, phaseLink(p.phase, p.phase_name)), el("td", { text: fmtInt(p.pending) }), el("td", { text: fmtInt(p.ack_pending) }),
-        el("td", {}, p.paused ? el("span", { class: "state state-paused", text: "paused" }) : "consuming"),
+        el("td", { class: "wrap" }, p.paused ? [el("span", { class: "state state-paused", text: "paused" }),
+          p.paused_by ? [" by ", el("strong", { text: p.paused_by })] : null,
+          p.paused_at ? [" ", el("span", { title: ts(p.paused_at), text: ago(p.paused_at) + " ago" })] : null,
+          p.pause_reason ? [": ", p.pause_reason] : null] : "consuming"),
         el("td", {}, p.paused ?
           el("button", { class: "primary", onclick: () => confirmAction("Resume phase " + p.phase_name, "Every sagad consumes this phase again.", "phase.resume", { phase: p.phase }, ["reason"]) }, "Resume phase") :
           el("button", { onclick: () => confirmAction("Pause phase " + p.phase_name, "Every sagad stops consuming this phase; what is queued stays queued.", "phase.pause", { phase: p.phase }, ["reason"]) }, "Pause phase")))))));

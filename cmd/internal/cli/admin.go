@@ -124,7 +124,7 @@ ended or waits for an operator decision.
 (phase pause 0 to 6, intake first so nothing new enters); capsules stay where
 they are, in-flight steps finish, queued messages wait. resume --all undoes it.`,
 		func(c *cobra.Command) {
-			c.Flags().StringVar(&reason, "reason", "", "why (recorded in the event stream; with --all, logged by sagad)")
+			c.Flags().StringVar(&reason, "reason", "", "why (recorded in the event stream; with --all, kept with --by on each paused phase: pending and phase list show it)")
 			c.Flags().StringVar(&by, "by", "", "who (default $SAGA_OPERATOR or the login name)")
 			c.Flags().BoolVar(&all, "all", false, "pause every phase: stop all work")
 		},

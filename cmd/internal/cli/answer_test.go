@@ -133,6 +133,11 @@ func TestEverythingSaidOnRecord(t *testing.T) {
 	require.Equal(t, status.Said{Kind: status.SaidRevise, Text: "shorter, please", By: "carol", Cycle: 1, At: s.Said[1].At}, s.Said[1])
 	require.True(t, s.Said[0].At.Before(s.Said[1].At))
 
+	// status, as a table: a section of its own.
+	r = o.run(t, "status", doc.ID())
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	require.Regexp(t, `(?m)^said:\n\s+AT\s+KIND\s+BY\s+CYCLE\s+TEXT\n\s+\S+Z\s+answer\s+dana\s+-\s+"licence is MIT"\n\s+\S+Z\s+revise\s+carol\s+1\s+"shorter, please"$`, r.out)
+
 	// report: its own section, and the words in the continuations.
 	r = o.run(t, "report", doc.ID())
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
