@@ -15,8 +15,8 @@ import (
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
-	"github.com/sagad/sagad/status"
 	"github.com/sagad/sagad/internal/tracing"
+	"github.com/sagad/sagad/status"
 )
 
 // encodeFunc writes v whole in one structured format (-o json, -o yaml).
