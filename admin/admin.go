@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -102,11 +103,11 @@ func (a *Admin) Apply(ctx context.Context, id string, ev machine.Event) (machine
 // adminEvent records an operator's action on cp. at is when sagad took the
 // request, read before the transition it causes: histories merge events by
 // time, and the action must come before the transition's own events.
-func (a *Admin) adminEvent(ctx context.Context, cp *capsule.Checkpoint, at time.Time, kind capsule.EventKind, id, detail, by string, findings []capsule.Finding) error {
+func (a *Admin) adminEvent(ctx context.Context, cp *capsule.Checkpoint, at time.Time, kind capsule.EventKind, id, detail, said, by string, findings []capsule.Finding) error {
 	return a.st.PublishEvent(ctx, capsule.Event{
 		ID: cp.Key + ".admin." + id + "." + string(kind), Kind: kind, CapsuleID: cp.CapsuleID, Key: cp.Key,
 		Phase: cp.State.Phase, PhaseName: cp.State.Phase.String(), Cycle: cp.State.Cycle, TraceID: cp.TraceID,
-		Detail: detail, By: by, Findings: findings, At: at.UTC(),
+		Detail: detail, Said: said, By: by, Findings: findings, At: at.UTC(),
 	})
 }
 
@@ -217,7 +218,11 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 	// accepted, then completed. The resume is decided (its token is in the
 	// checkpoint), and a repeat sends the same event id, which the stream
 	// drops.
-	if err := a.adminEvent(ctx, cp, at, kind, token, detail, opts.By, nil); err != nil {
+	said := opts.Answer
+	if action == "accept" {
+		said = opts.Reason // the accept's rationale
+	}
+	if err := a.adminEvent(ctx, cp, at, kind, token, detail, strings.TrimSpace(said), opts.By, nil); err != nil {
 		return status.Of(cp), err
 	}
 	if err := a.st.PublishPhase(ctx, cp, token); err != nil {
@@ -361,7 +366,7 @@ func (a *Admin) Decide(ctx context.Context, id, decision, rationale, by string) 
 		rationale = strings.TrimPrefix(review[len(review)-1].Message, "operator revision: ")
 		token = "rerun-" + strconv.Itoa(len(cp.History))
 	}
-	if err := a.adminEvent(ctx, cp, at, capsule.EventRevisionTriggered, token, rationale, by, review); err != nil {
+	if err := a.adminEvent(ctx, cp, at, capsule.EventRevisionTriggered, token, rationale, rationale, by, review); err != nil {
 		return status.Of(cp), err
 	}
 	if err := a.st.Emit(ctx, cp, 0, &tr, raw, c.Constraints.ResourceLocksRequired); err != nil {
@@ -385,7 +390,7 @@ func (a *Admin) reject(ctx context.Context, id, rationale, by string) (status.St
 		return status.Status{}, err
 	}
 	cp := res.Checkpoint
-	if err := a.adminEvent(ctx, cp, at, capsule.EventOperatorRejected, "reject", rationale, by, nil); err != nil {
+	if err := a.adminEvent(ctx, cp, at, capsule.EventOperatorRejected, "reject", rationale, rationale, by, nil); err != nil {
 		return status.Of(cp), err
 	}
 	if err := a.ReemitEnd(ctx, cp); err != nil {
@@ -464,7 +469,9 @@ func PendingOf(cp *capsule.Checkpoint, now time.Time) (PendingItem, bool) {
 	return item, true
 }
 
-// PhaseState is one phase consumer as `sagactl phase list` shows it.
+// PhaseState is one phase consumer as `sagactl phase list` shows it. A
+// paused phase carries who paused it, when and why (PausedAt is absent for a
+// pause sagad cannot date).
 type PhaseState struct {
 	Phase      int    `json:"phase"`
 	PhaseName  string `json:"phase_name"`
@@ -472,22 +479,68 @@ type PhaseState struct {
 	Paused     bool   `json:"paused"`
 	Pending    uint64 `json:"pending"`
 	AckPending int    `json:"ack_pending"`
+	// PausedBy and PauseReason are what `sagactl phase pause --by --reason`
+	// recorded; PausedAt is when.
+	PausedBy    string     `json:"paused_by,omitempty"`
+	PausedAt    *time.Time `json:"paused_at,omitempty"`
+	PauseReason string     `json:"pause_reason,omitempty"`
 }
-
-// pauseForever is how far ahead a phase pause reaches: until resumed.
-const pauseForever = 100 * 365 * 24 * time.Hour
 
 // PausePhase stops every sagad from consuming phase ph; what is queued stays.
 func (a *Admin) PausePhase(ctx context.Context, ph capsule.Phase) error {
-	if _, err := a.st.JetStream().PauseConsumer(ctx, store.PhaseStream(ph), store.ConsumerName(ph), a.now().Add(pauseForever)); err != nil {
+	return a.PausePhaseBy(ctx, ph, "", "")
+}
+
+// PausePhaseBy pauses phase ph as [Admin.PausePhase] does and records who
+// paused it and why in the phase consumer's metadata
+// ([capsule.PhasePause]), where `sagactl pending`, the console's inbox and
+// sagad_phase_paused_seconds read it. The record is written before the
+// pause: a crash between the two leaves a record that nothing shows (only a
+// paused phase's record is read). Pausing a phase already paused keeps the
+// first record, so a repeated request does not move the time.
+func (a *Admin) PausePhaseBy(ctx context.Context, ph capsule.Phase, by, reason string) error {
+	js := a.st.JetStream()
+	stream, name := store.PhaseStream(ph), store.ConsumerName(ph)
+	cons, err := js.Consumer(ctx, stream, name)
+	if err != nil {
+		return fmt.Errorf("pause %s: %w", ph, err)
+	}
+	info := cons.CachedInfo()
+	if _, found, _ := capsule.PhasePauseOf(info.Config.Metadata); !info.Paused || !found {
+		cfg := info.Config
+		cfg.Metadata = capsule.PhasePause{By: by, Reason: reason, At: a.now().UTC()}.SetMetadata(maps.Clone(cfg.Metadata))
+		if _, err := js.UpdateConsumer(ctx, stream, cfg); err != nil {
+			return fmt.Errorf("pause %s: record who paused: %w", ph, err)
+		}
+	}
+	if _, err := js.PauseConsumer(ctx, stream, name, a.now().Add(capsule.PhasePauseHorizon)); err != nil {
 		return fmt.Errorf("pause %s: %w", ph, err)
 	}
 	a.metrics.AdminAction(metrics.ActionPhasePause)
 	return nil
 }
 
-// ResumePhase lets every sagad consume phase ph again.
+// ResumePhase lets every sagad consume phase ph again, then removes the
+// pause's record (a crash between the two leaves a record no one shows).
 func (a *Admin) ResumePhase(ctx context.Context, ph capsule.Phase) error {
+	if err := a.unpause(ctx, ph); err != nil {
+		return err
+	}
+	js := a.st.JetStream()
+	cons, err := js.Consumer(ctx, store.PhaseStream(ph), store.ConsumerName(ph))
+	if err != nil {
+		return fmt.Errorf("resume %s: %w", ph, err)
+	}
+	if cfg := cons.CachedInfo().Config; capsule.ClearPhasePause(cfg.Metadata) {
+		if _, err := js.UpdateConsumer(ctx, store.PhaseStream(ph), cfg); err != nil {
+			return fmt.Errorf("resume %s: clear who paused: %w", ph, err)
+		}
+	}
+	a.metrics.AdminAction(metrics.ActionPhaseResume)
+	return nil
+}
+
+func (a *Admin) unpause(ctx context.Context, ph capsule.Phase) error {
 	// Clearing the pause outright does not wake pulls already waiting on
 	// the server (nats-server 2.15), which would then idle until they
 	// expire; a pause that ends a moment from now does.
@@ -513,26 +566,48 @@ func (a *Admin) ResumePhase(ctx context.Context, ph capsule.Phase) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	a.metrics.AdminAction(metrics.ActionPhaseResume)
 	return nil
 }
 
 // Phases reports every phase consumer.
 func (a *Admin) Phases(ctx context.Context) ([]PhaseState, error) {
+	return Phases(ctx, a.st.JetStream())
+}
+
+// Phases reports every phase consumer on js, with the pause records of the
+// paused ones; the console reads it without an [Admin].
+func Phases(ctx context.Context, js jetstream.JetStream) ([]PhaseState, error) {
 	out := make([]PhaseState, 0, capsule.NumPhases)
 	for ph := capsule.Phase(0); ph < capsule.NumPhases; ph++ {
-		cons, err := a.st.JetStream().Consumer(ctx, store.PhaseStream(ph), store.ConsumerName(ph))
+		cons, err := js.Consumer(ctx, store.PhaseStream(ph), store.ConsumerName(ph))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", ph, err)
 		}
-		info, err := cons.Info(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", ph, err)
-		}
-		out = append(out, PhaseState{
+		info := cons.CachedInfo() // Consumer just read it
+		st := PhaseState{
 			Phase: int(ph), PhaseName: ph.String(), Consumer: store.ConsumerName(ph),
 			Paused: info.Paused, Pending: info.NumPending, AckPending: info.NumAckPending,
-		})
+		}
+		if info.Paused {
+			if p, found, err := capsule.PhasePauseOf(info.Config.Metadata); found && err == nil {
+				st.PausedBy, st.PauseReason = p.By, p.Reason
+			}
+			if at := capsule.PhasePausedAt(info.Config.Metadata, info.Config.PauseUntil, time.Now()); !at.IsZero() {
+				st.PausedAt = &at
+			}
+		}
+		out = append(out, st)
 	}
 	return out, nil
+}
+
+// PausedPhases returns the paused phases of states, in phase order.
+func PausedPhases(states []PhaseState) []PhaseState {
+	var out []PhaseState
+	for _, s := range states {
+		if s.Paused {
+			out = append(out, s)
+		}
+	}
+	return out
 }

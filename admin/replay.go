@@ -136,7 +136,7 @@ func (a *Admin) replayOne(ctx context.Context, found *capsule.Checkpoint, opts R
 	}
 	// The event before the phase message, which may run the new run to
 	// its end: the history reads replayed, then the run.
-	if err := a.adminEvent(ctx, cp, at, capsule.EventReplayed, opts.Token, replayDetail(cp), opts.By, nil); err != nil {
+	if err := a.adminEvent(ctx, cp, at, capsule.EventReplayed, opts.Token, replayDetail(cp), "", opts.By, nil); err != nil {
 		return cp, err
 	}
 	if cp.State.Status == capsule.InProgress {

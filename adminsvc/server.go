@@ -30,7 +30,7 @@ type Actions interface {
 	Resume(ctx context.Context, id string, opts admin.ResumeOptions) (client.Status, error)
 	Cancel(ctx context.Context, id, reason, by string) (client.Status, error)
 	Decide(ctx context.Context, id, decision, rationale, by string) (client.Status, error)
-	PausePhase(ctx context.Context, ph capsule.Phase) error
+	PausePhaseBy(ctx context.Context, ph capsule.Phase, by, reason string) error
 	ResumePhase(ctx context.Context, ph capsule.Phase) error
 	Phases(ctx context.Context) ([]admin.PhaseState, error)
 	Pending(ctx context.Context) ([]admin.PendingItem, error)
@@ -309,7 +309,7 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 	case PhaseRequest:
 		ph := capsule.Phase(r.Phase)
 		if verb == VerbPhasePause {
-			err = s.a.PausePhase(ctx, ph)
+			err = s.a.PausePhaseBy(ctx, ph, r.By, r.Reason)
 		} else {
 			err = s.a.ResumePhase(ctx, ph)
 		}
@@ -333,6 +333,11 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 			items = []admin.PendingItem{}
 		}
 		reply := PendingReply{Items: items}
+		states, err := s.a.Phases(ctx)
+		if err != nil {
+			return nil, err
+		}
+		reply.Phases = admin.PausedPhases(states)
 		if c := s.cfg.Compositions; c != nil {
 			if reply.Compositions, err = compose.Waiting(ctx, c.st, maxCompositionsPending); err != nil {
 				return nil, err

@@ -298,9 +298,11 @@ func (f *fake) Cancel(context.Context, string, string, string) (client.Status, e
 func (f *fake) Decide(context.Context, string, string, string, string) (client.Status, error) {
 	return client.Status{}, errUnscripted
 }
-func (f *fake) PausePhase(context.Context, capsule.Phase) error      { return errUnscripted }
+func (f *fake) PausePhaseBy(context.Context, capsule.Phase, string, string) error {
+	return errUnscripted
+}
 func (f *fake) ResumePhase(context.Context, capsule.Phase) error     { return errUnscripted }
-func (f *fake) Phases(context.Context) ([]admin.PhaseState, error)   { return nil, errUnscripted }
+func (f *fake) Phases(context.Context) ([]admin.PhaseState, error)   { return nil, nil }
 func (f *fake) Pending(context.Context) ([]admin.PendingItem, error) { return nil, nil }
 func (f *fake) Replay(context.Context, string, admin.ReplayOptions) (admin.ReplayResult, error) {
 	return admin.ReplayResult{}, errUnscripted

@@ -147,7 +147,10 @@ type PhaseRequest struct {
 	// By is the operator, logged by the sagad that acts (a phase pause has
 	// no capsule to record it on).
 	By string `json:"by,omitempty"`
-	// Reason is why, logged with By (`sagactl pause --all --reason R`).
+	// Reason is why (`sagactl phase pause --reason R`, `pause --all
+	// --reason R`): logged with By, and on a pause kept with By and the
+	// time on the phase's consumer until it resumes, where `sagactl
+	// pending` and the console's inbox show it.
 	Reason string `json:"reason,omitempty"`
 }
 
@@ -163,6 +166,9 @@ type PendingReply struct {
 	// Compositions are the composition runs whose verification loop
 	// stopped for no_progress: a person decides on the verifier.
 	Compositions []compose.WaitingLoop `json:"compositions,omitempty"`
+	// Phases are the phases paused for every sagad (phase.pause): who
+	// paused each, when, why, and how many messages wait in it.
+	Phases []admin.PhaseState `json:"phases,omitempty"`
 }
 
 // Error codes of [ErrorReply].

@@ -138,6 +138,26 @@ type CheckpointState struct {
 	// resume's --answer, a revise's rationale): every later executor call
 	// carries it, so what a human resolved reaches the agent.
 	OperatorAnswer *OperatorAnswer `json:"operator_answer,omitempty"`
+	// Answers are the answers people gave with their resumes (`sagactl
+	// resume --answer`), oldest first, the newest [MaxAnswerLog]: what
+	// status, history and report show of them (OperatorAnswer is only the
+	// latest, a revise's rationale included; the revise's own record is
+	// its review).
+	Answers []OperatorAnswer `json:"answers,omitempty"`
+}
+
+// MaxAnswerLog bounds [CheckpointState.Answers]; each answer is at most the
+// admin service's 16 KiB of text.
+const MaxAnswerLog = 8
+
+// RecordAnswer appends a to the answers log, keeping the newest
+// [MaxAnswerLog].
+func (s *CheckpointState) RecordAnswer(a OperatorAnswer) {
+	log := append(slices.Clone(s.Answers), a) // s.Answers may be shared with Apply's input
+	if n := len(log); n > MaxAnswerLog {
+		log = log[n-MaxAnswerLog:]
+	}
+	s.Answers = log
 }
 
 // OperatorAnswer is what a person answered, who, and when.
@@ -363,6 +383,7 @@ func (c *Checkpoint) Clone() *Checkpoint {
 	st.WaitingFor = cloneStrings(c.State.WaitingFor)
 	st.WaveReserved = clonePtr(c.State.WaveReserved)
 	st.OperatorAnswer = clonePtr(c.State.OperatorAnswer)
+	st.Answers = slices.Clone(c.State.Answers)
 	if o := c.State.Overrides; o != nil {
 		cp := *o
 		cp.Deadline = clonePtr(o.Deadline)

@@ -361,6 +361,11 @@ func (s *CheckpointState) appendWaits(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if len(s.Answers) > 0 {
+		if b, err = appendMarshaled(b, `,"answers":`, s.Answers); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
 }
 

@@ -40,6 +40,7 @@ func fullCheckpoint() *Checkpoint {
 			WaveReserved:      &Usage{Tokens: 1000, Dollars: 0.5},
 			AwaitingUntil:     &deadline, WaitingFor: []string{"dep-1", "wave\"2"},
 			OperatorAnswer: &OperatorAnswer{Text: "licence is \"MIT\"", By: "ann", At: at},
+			Answers:        []OperatorAnswer{{Text: "use v2", By: "ann", At: at}, {Text: "licence is \"MIT\"", At: at}},
 		},
 		History: []Transition{
 			{Phase: Reception, PhaseName: "RECEPTION", Cycle: 0, Outcome: OutcomePassed, At: at},

@@ -23,7 +23,7 @@
 //     schemas/continuation.schema.json (continuation kept),
 //     schemas/admin/pending-reply.schema.json (a state a person resumes) or
 //     schemas/admin/status-reply.schema.json's waiting_on (state waiting),
-//     and print README's trigger table to paste;
+//     and print the trigger table of docs/CAPSULES.md to paste;
 //  3. fire it: a phase returns a Park decision with it (machine.ParkWith),
 //     or an admin action parks with it.
 //

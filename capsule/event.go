@@ -51,8 +51,11 @@ type Event struct {
 	TraceID   string    `json:"trace_id,omitempty"`
 	Detail    string    `json:"detail,omitempty"`
 	By        string    `json:"by,omitempty"`
-	Findings  []Finding `json:"findings,omitempty"`
-	At        time.Time `json:"at"`
+	// Said is what the person who acted said: a resume's answer, a
+	// revise's, reject's or accept's rationale.
+	Said     string    `json:"said,omitempty"`
+	Findings []Finding `json:"findings,omitempty"`
+	At       time.Time `json:"at"`
 }
 
 // ErrInvalidEvents is wrapped by every error of [DecodeEvents].

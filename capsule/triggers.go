@@ -76,7 +76,7 @@ const (
 // machine (state, once, operator, locks), admin's pending list and the
 // console's inbox (resumer), the sweeper (watch), the emitter (event,
 // continuation), the metrics (label), and the tests that hold the JSON
-// schemas' enums and README's table to [TriggerTable].
+// schemas' enums and docs/CAPSULES.md's table to [TriggerTable].
 type TriggerInfo struct {
 	Trigger Trigger
 	// State is the state the trigger puts a capsule in.
@@ -108,7 +108,7 @@ type TriggerInfo struct {
 	// parked with it, before anything is spent (state waiting only).
 	PauseRefused string
 	// Description says in one line when the trigger fires, in Markdown
-	// (README's trigger table shows it).
+	// (the trigger table of docs/CAPSULES.md shows it).
 	Description string
 }
 
@@ -117,7 +117,7 @@ type TriggerInfo struct {
 //
 // Adding a trigger touches this table (a constant and a row; the tests then
 // ask for its value in the JSON schemas' enums that list triggers and a row
-// in README's trigger table, which they print) and the code that fires it:
+// in the trigger table of docs/CAPSULES.md, which they print) and the code that fires it:
 // a phase returning a Park decision with it, or an admin action. The
 // machine, the pending list, the console, the sweeper, the emitter and the
 // metrics read the row. Only a new [Watch] needs code in the sweeper.

@@ -186,7 +186,7 @@ func TestCompositionPartial(t *testing.T) {
 }
 
 // TestRecordSize256: a 256-step run's record with every step ended stays
-// far below the KV value limit (1 MiB): README "Compositions" gives the size.
+// far below the KV value limit (1 MiB): docs/COMPOSITIONS.md gives the size.
 func TestRecordSize256(t *testing.T) {
 	t.Parallel()
 	ids, err := compose.NewStepIDs(compose.MaxSteps)

@@ -40,7 +40,7 @@ func scaleSteps(fanOut int) []step {
 // TestCompositionScale: a 256-step composition with a fan-out of 100
 // completes on an embedded server with stub executors, the last merge
 // reads every merge's final artifact, and the run's real record stays far
-// below the KV value limit (README "Compositions" gives its size).
+// below the KV value limit (docs/COMPOSITIONS.md gives its size).
 func TestCompositionScale(t *testing.T) {
 	t.Parallel()
 	steps := scaleSteps(100)

@@ -386,11 +386,28 @@ func (c *Console) getInbox(w http.ResponseWriter, r *http.Request) {
 	in := c.index.Inbox(c.cfg.InboxLimit)
 	ctx, cancel := c.readCtx(r)
 	defer cancel()
-	writeJSON(w, http.StatusOK, InboxView{Inbox: in, Labels: c.labels.of(ctx, c.st, in.Decide, in.Paused, in.Waiting, in.Halted)})
+	view := InboxView{Inbox: in, Labels: c.labels.of(ctx, c.st, in.Decide, in.Paused, in.Waiting, in.Halted), Phases: []admin.PhaseState{}}
+	// The paused phases come from the consumers, which the index does not
+	// watch: read on each request (one request per phase). A failed read
+	// leaves the banner out rather than the whole inbox.
+	if states, err := admin.Phases(ctx, c.js); err != nil {
+		c.cfg.Logger.Warn("console: read the phases for the inbox", "err", err)
+		view.PhasesUnknown = true
+	} else if paused := admin.PausedPhases(states); paused != nil {
+		view.Phases = paused
+	}
+	view.Counts["phases"] = len(view.Phases)
+	writeJSON(w, http.StatusOK, view)
 }
 
-// InboxView answers the inbox endpoint: the lists and their rows' labels.
+// InboxView answers the inbox endpoint: the lists and their rows' labels,
+// and the phases paused for every sagad (the inbox's banner).
 type InboxView struct {
+	// Phases are the paused phases, in phase order, with who paused each,
+	// when, why and how many messages wait; counted as counts.phases.
+	Phases []admin.PhaseState `json:"phases"`
+	// PhasesUnknown: the phases could not be read this time.
+	PhasesUnknown bool `json:"phases_unknown,omitempty"`
 	Inbox
 	// Labels are the rows' titles and kinds by key.
 	Labels map[string]Label `json:"labels"`

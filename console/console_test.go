@@ -228,7 +228,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 	require.Zero(t, f.console.Index().Len())
 	live := f.stream(t)
 
-	var in Inbox
+	var in InboxView
 	require.Equal(t, http.StatusOK, f.get(t, "/ui/api/inbox", &in))
 	require.Len(t, in.Decide, 1)
 	require.Equal(t, gated, in.Decide[0].CapsuleID)
@@ -293,6 +293,16 @@ func TestConsoleEndToEnd(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.Equal(t, http.StatusOK, f.get(t, "/ui/api/phases", &ph))
 	require.True(t, ph.Phases[phase].Paused)
+	// The inbox's banner names it, with who, when and why, and the badge
+	// counts it.
+	require.Equal(t, http.StatusOK, f.get(t, "/ui/api/inbox", &in))
+	require.Len(t, in.Phases, 1)
+	require.Equal(t, phase, in.Phases[0].Phase)
+	require.Equal(t, "dora", in.Phases[0].PausedBy)
+	require.Equal(t, "look", in.Phases[0].PauseReason)
+	require.NotNil(t, in.Phases[0].PausedAt)
+	require.WithinDuration(t, time.Now(), *in.Phases[0].PausedAt, time.Minute)
+	require.Equal(t, 1, in.Counts["phases"])
 
 	// Held at EXECUTION: pause, resume with overrides, cancel.
 	held := f.publish(t, capsuletest.New())
@@ -325,6 +335,9 @@ func TestConsoleEndToEnd(t *testing.T) {
 	f.wait(t, held, capsule.Cancelled)
 	code, body = f.act(t, "phase.resume", ActionRequest{Phase: &phase, By: "dora"}, nil)
 	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, http.StatusOK, f.get(t, "/ui/api/inbox", &in))
+	require.Empty(t, in.Phases, "a resumed phase leaves the banner")
+	require.Zero(t, in.Counts["phases"])
 
 	var waves WavesView
 	require.Equal(t, http.StatusOK, f.get(t, "/ui/api/waves", &waves))

@@ -59,7 +59,7 @@ var pipelineHaltCodes = []capsule.HaltCode{
 }
 
 // extraHaltCodes are RECEPTION's reasons beyond PIPELINE §3's table, from
-// hardening the intake against untrusted producers (README's halt reasons).
+// hardening the intake against untrusted producers (docs/CAPSULES.md's halt reasons).
 var extraHaltCodes = []capsule.HaltCode{capsule.CodeBudgetDollarsNonPositive, capsule.CodeCapsuleLimitsExceeded, capsule.CodeChainMembershipRefused, capsule.CodeParentRefused}
 
 // intakeHaltCodes are the intake reasons (bytes that never became a capsule)

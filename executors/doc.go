@@ -78,7 +78,7 @@
 // TRACEPARENT for a command. A worker with an OpenTelemetry SDK extracts it
 // (propagation.TraceContext) and starts its own spans as its children, so
 // its work shows in the capsule's trace; one without can ignore it. It is
-// sent whether or not sagad exports spans itself (README "Tracing
+// sent whether or not sagad exports spans itself (docs/OBSERVABILITY.md "Tracing
 // (OpenTelemetry)").
 //
 // # Delivery: calls are at least once, under one idempotency key

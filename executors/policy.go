@@ -51,7 +51,7 @@ type Policy struct {
 var DefaultPolicy = Policy{FailureRetries: DefaultFailureRetries, SelfHeal: DefaultSelfHeal}
 
 // Decide maps the error of a call to an action, given how many retries this
-// cycle already made. The table (README "Failure policy"):
+// cycle already made. The table (docs/FAILURES.md "Failure policy"):
 //
 //	command exit 1, exit 21, timeout   retry, up to FailureRetries times
 //	command exit 12                    retry, up to SelfHeal times

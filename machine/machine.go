@@ -548,6 +548,11 @@ func requestResume(cp *capsule.Checkpoint, e RequestResume, now time.Time) (bool
 		if e.From == capsule.WaitingForOperator {
 			acceptOver(cp, e.By, now)
 		}
+		// On the record once per resume: a request that finishes a
+		// resume in flight adds nothing to the log.
+		if e.Answer != nil && strings.TrimSpace(e.Answer.Text) != "" {
+			st.RecordAnswer(*e.Answer)
+		}
 	}
 	if e.Answer != nil && strings.TrimSpace(e.Answer.Text) != "" {
 		a := *e.Answer
@@ -725,6 +730,9 @@ const OperatorReviewer = capsule.OperatorReviewerPrefix
 // RevisionPrefix starts the finding an operator's revision records.
 const RevisionPrefix = "operator revision: "
 
+// RejectionPrefix starts the finding an operator's rejection records.
+const RejectionPrefix = "operator rejection: "
+
 func revise(cp *capsule.Checkpoint, e Revise, now time.Time) (bool, *capsule.Transition, error) {
 	st := &cp.State
 	if st.Status != capsule.WaitingForOperator {
@@ -776,7 +784,7 @@ func reject(cp *capsule.Checkpoint, e Reject, now time.Time) (bool, *capsule.Tra
 		return false, nil, refused(e, cp, "an accept is already under way")
 	}
 	reason := capsule.OperatorRejected().String()
-	finding := capsule.Finding{Message: "operator rejection: " + e.Rationale}
+	finding := capsule.Finding{Message: RejectionPrefix + e.Rationale}
 	st.Pause = nil
 	st.Reviews = append(st.Reviews, capsule.ReviewEntry{
 		Cycle: st.Cycle, ReviewerID: OperatorReviewer + e.By, Verdict: capsule.Rejected, Findings: []capsule.Finding{finding}, At: now,

@@ -36,6 +36,7 @@ func full() *capsule.Checkpoint {
 	st.AwaitingUntil = &until
 	st.WaveReserved = &capsule.Usage{Tokens: 1}
 	st.OperatorAnswer = &capsule.OperatorAnswer{Text: "yes"}
+	st.Answers = append(make([]capsule.OperatorAnswer, 0, 8), capsule.OperatorAnswer{Text: "yes"})
 	st.Overrides = &capsule.Overrides{Tokens: 5, Dollars: 1, Deadline: &deadline}
 	return cp
 }
@@ -52,7 +53,8 @@ func TestApplyLeavesItsInputAlone(t *testing.T) {
 	events := []machine.Event{
 		machine.Renew{Cycle: 1, Holder: "h", ExpiresAt: t0.Add(time.Hour)},
 		machine.Renew{Cycle: 1, Holder: "other", ExpiresAt: t0.Add(time.Hour)}, // refused: claim lost
-		machine.RequestResume{Action: "resume", From: capsule.Paused, Token: "new", Tokens: 50, Dollars: 9, Deadline: &later, Force: true},
+		machine.RequestResume{Action: "resume", From: capsule.Paused, Token: "new", Tokens: 50, Dollars: 9, Deadline: &later, Force: true,
+			Answer: &capsule.OperatorAnswer{Text: "no", By: "op", At: t0}},
 		machine.RequestResume{Action: "resume", From: capsule.Paused, Token: "new", Tokens: -1}, // refused
 		machine.Pause{Reason: "again", By: "op"},
 		machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: machine.AdvanceWith(capsule.Finding{Message: "again"})},

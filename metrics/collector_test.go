@@ -140,7 +140,50 @@ func TestCollectorReadsPhaseConsumers(t *testing.T) {
 	require.Equal(t, with(map[string]float64{"EXECUTION": 1}), gauges(t, f.reg, "sagad_consumer_redelivered_messages"))
 	require.Equal(t, with(map[string]float64{"RECEPTION": 3, "EXECUTION": 1}), gauges(t, f.reg, "sagad_capsules_in_phase"))
 	require.Equal(t, with(map[string]float64{"PLANNING": 1}), gauges(t, f.reg, "sagad_phase_paused"))
+	require.Equal(t, zero, gauges(t, f.reg, "sagad_phase_paused_seconds"), "an hour's pause by another tool cannot be dated")
 	require.Zero(t, scrapeErrors(t, f.reg))
+}
+
+// TestCollectorPhasePausedSeconds: a phase paused by an operator reports
+// how long ago, from its pause record or, without one, from its
+// pause_until; a phase not paused reports 0 whatever its metadata.
+func TestCollectorPhasePausedSeconds(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	now := time.Now()
+	reg := prometheus.NewRegistry()
+	col, err := metrics.NewJetStreamCollector(f.js, metrics.CollectorConfig{Names: names, Timeout: 5 * time.Second, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	reg.MustRegister(col)
+
+	// EXECUTION: paused two hours ago, on the record.
+	ex := store.PhaseStream(capsule.Execution)
+	cons, err := f.js.Consumer(ctx, ex, store.ConsumerName(capsule.Execution))
+	require.NoError(t, err)
+	cfg := cons.CachedInfo().Config
+	cfg.Metadata = capsule.PhasePause{By: "alice", At: now.Add(-2 * time.Hour)}.SetMetadata(cfg.Metadata)
+	_, err = f.js.UpdateConsumer(ctx, ex, cfg)
+	require.NoError(t, err)
+	_, err = f.js.PauseConsumer(ctx, ex, store.ConsumerName(capsule.Execution), now.Add(capsule.PhasePauseHorizon))
+	require.NoError(t, err)
+	// REVIEW: paused three hours ago, no record (its pause_until tells).
+	_, err = f.js.PauseConsumer(ctx, store.PhaseStream(capsule.ReviewPhase), store.ConsumerName(capsule.ReviewPhase), now.Add(-3*time.Hour).Add(capsule.PhasePauseHorizon))
+	require.NoError(t, err)
+	// HANDOFF: a record left behind, not paused.
+	ho := store.PhaseStream(capsule.Handoff)
+	cons, err = f.js.Consumer(ctx, ho, store.ConsumerName(capsule.Handoff))
+	require.NoError(t, err)
+	cfg = cons.CachedInfo().Config
+	cfg.Metadata = capsule.PhasePause{At: now.Add(-time.Hour)}.SetMetadata(cfg.Metadata)
+	_, err = f.js.UpdateConsumer(ctx, ho, cfg)
+	require.NoError(t, err)
+
+	got := gauges(t, reg, "sagad_phase_paused_seconds")
+	require.Equal(t, 2*3600.0, got["EXECUTION"])
+	require.InDelta(t, 3*3600.0, got["REVIEW"], 1)
+	require.Zero(t, got["HANDOFF"])
+	require.Zero(t, got["PLANNING"])
 }
 
 func TestCollectorCountsContinuationsByTrigger(t *testing.T) {

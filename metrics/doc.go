@@ -59,6 +59,7 @@
 //	sagad_consumer_ack_pending_messages   gauge      phase (delivered, not yet acknowledged)
 //	sagad_consumer_redelivered_messages   gauge      phase (delivered more than once, unacknowledged)
 //	sagad_phase_paused                    gauge      phase (1 while the phase consumer is paused)
+//	sagad_phase_paused_seconds            gauge      phase (how long it has been paused; 0 when not)
 //	sagad_capsules_in_phase               gauge      phase
 //	sagad_capsules_paused                 gauge      trigger
 //	sagad_compositions                    gauge      state (running, paused, completed, failed, partial, cancelled, other)

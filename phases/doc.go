@@ -10,7 +10,7 @@
 // and cycle, so a redelivered message repeats none of them.
 //
 // EXECUTION's executor and REVIEW's reviewer are called under one failure
-// policy (policy.go, README "Failure policy"): a failed attempt is charged
+// policy (policy.go, docs/FAILURES.md "Failure policy"): a failed attempt is charged
 // under its own id, judged, recorded before the next call, then halts,
 // pauses or is called again, in that order in both phases.
 package phases

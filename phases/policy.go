@@ -12,7 +12,7 @@ import (
 )
 
 // failurePolicy runs one phase's agent calls under the endpoint's failure
-// policy (README "Failure policy"): EXECUTION's executor and REVIEW's
+// policy (docs/FAILURES.md "Failure policy"): EXECUTION's executor and REVIEW's
 // reviewer share it, so a failed attempt is handled the same way in both.
 type failurePolicy struct {
 	// phase is the step whose calls these are: Execution or ReviewPhase.
@@ -21,7 +21,7 @@ type failurePolicy struct {
 	// reasons ("execution", "executor"; "review", "reviewer").
 	step, agent string
 	// haltPrefix starts the detail of executor_failed ("reviewer: " for a
-	// reviewer's failure, README's table).
+	// reviewer's failure, docs/FAILURES.md's table).
 	haltPrefix string
 	policy     executors.Policy
 	// chargeID is the budget charge id of attempt n at the input's key and

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -93,6 +95,56 @@ type Status struct {
 	// (the newest [capsule.MaxAttemptLog]): attempt, exit code and what the
 	// failure policy decided. Absent when no call failed.
 	Attempts []capsule.FailedAttempt `json:"failed_attempts,omitempty"`
+	// Said is what people said to the capsule, oldest first: the answers
+	// of their resumes and the rationales of their revises and rejects,
+	// each with who and when ([SaidOf]). Absent when no one said anything.
+	Said []Said `json:"said,omitempty"`
+}
+
+// Kinds of [Said].
+const (
+	SaidAnswer = "answer" // sagactl resume --answer
+	SaidRevise = "revise" // decide revise --rationale
+	SaidReject = "reject" // decide reject --rationale
+	SaidAccept = "accept" // decide accept over a verdict other than APPROVED
+)
+
+// Said is one thing a person said to a capsule.
+type Said struct {
+	Kind string `json:"kind"`
+	Text string `json:"text"`
+	By   string `json:"by,omitempty"`
+	// Cycle is the cycle a decision settled; absent for an answer.
+	Cycle int       `json:"cycle,omitempty"`
+	At    time.Time `json:"at"`
+}
+
+// SaidOf returns what people said to cp, oldest first, from its checkpoint:
+// the answers log and the reviews operators recorded.
+func SaidOf(cp *capsule.Checkpoint) []Said {
+	var out []Said
+	for _, a := range cp.State.Answers {
+		out = append(out, Said{Kind: SaidAnswer, Text: a.Text, By: a.By, At: a.At})
+	}
+	for _, r := range cp.State.Reviews {
+		by, ok := strings.CutPrefix(r.ReviewerID, capsule.OperatorReviewerPrefix)
+		if !ok || len(r.Findings) == 0 {
+			continue
+		}
+		msg := r.Findings[len(r.Findings)-1].Message
+		said := Said{Text: msg, By: by, Cycle: r.Cycle, At: r.At}
+		switch r.Verdict {
+		case capsule.ChangesRequested:
+			said.Kind, said.Text = SaidRevise, strings.TrimPrefix(msg, machine.RevisionPrefix)
+		case capsule.Rejected:
+			said.Kind, said.Text = SaidReject, strings.TrimPrefix(msg, machine.RejectionPrefix)
+		default:
+			said.Kind = SaidAccept
+		}
+		out = append(out, said)
+	}
+	slices.SortStableFunc(out, func(a, b Said) int { return a.At.Compare(b.At) })
+	return out
 }
 
 // Pause is why a capsule is paused or waits for an operator.
@@ -154,6 +206,7 @@ func Of(cp *capsule.Checkpoint) Status {
 	if len(cp.State.AttemptLog) > 0 {
 		s.Attempts = append([]capsule.FailedAttempt{}, cp.State.AttemptLog...)
 	}
+	s.Said = SaidOf(cp)
 	if cp.State.Status == capsule.Waiting {
 		s.WaitingOn = string(capsule.TriggerDependencies)
 		if i, ok := cp.State.ParkedBy(); ok && i.State == capsule.Waiting {

@@ -48,10 +48,14 @@ func ensurePhase(ctx context.Context, js jetstream.JetStream, cfg Topology, p ca
 		MaxDeliver:    -1,
 		MaxAckPending: 1024,
 	}
-	// A phase an operator paused stays paused across sagad restarts.
+	// A phase an operator paused stays paused across sagad restarts, with
+	// the record of who paused it and why.
 	if existing, err := js.Consumer(ctx, PhaseStream(p), ConsumerName(p)); err == nil {
 		if info := existing.CachedInfo(); info != nil && info.Config.PauseUntil != nil {
 			cc.PauseUntil = info.Config.PauseUntil
+			if rec, found, err := capsule.PhasePauseOf(info.Config.Metadata); found && err == nil {
+				cc.Metadata = rec.SetMetadata(nil)
+			}
 		}
 	}
 	if _, err := js.CreateOrUpdateConsumer(ctx, PhaseStream(p), cc); err != nil {

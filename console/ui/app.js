@@ -275,14 +275,22 @@ function dur(ms) {
 // timelineRows gives each transition its duration (since the previous
 // transition, or the capsule's creation) and closes each cycle with its
 // total.
-function timelineRows(cp) {
+function timelineRows(cp, said) {
   const out = [];
+  // What people said (status.said) reads in time order among the
+  // transitions, each with who and when.
+  const words = (said || []).slice();
+  const saidRow = w => el("tr", { class: "said" }, el("td", { text: ts(w.at) }), el("td", { class: "muted", text: "operator" }),
+    el("td", { text: w.cycle || "" }), el("td", { class: "said-kind", text: w.kind }), el("td"),
+    el("td", { class: "wrap" }, el("q", { text: w.text }), w.by ? [" — ", el("strong", { text: w.by })] : null));
+  const sayUntil = at => { while (words.length && new Date(words[0].at).getTime() <= at) out.push(saidRow(words.shift())); };
   let prev = new Date(cp.created_at).getTime();
   let cycle = null, cycleStart = prev;
   const total = (c, end) => el("tr", { class: "cycle-total" }, el("td"), el("td", { text: "cycle " + c + " total" }), el("td"), el("td"), el("td", { text: dur(end - cycleStart) }), el("td"));
   let run = null;
   for (const t of cp.history) {
     const at = new Date(t.at).getTime();
+    sayUntil(at);
     const r = t.run || 1;
     // A replay starts a new run: the time between runs is the operator's,
     // not a phase's, so the run's first transition has no duration.
@@ -298,6 +306,7 @@ function timelineRows(cp) {
     prev = at;
   }
   if (cycle !== null) out.push(total(cycle, prev));
+  sayUntil(Infinity);
   return out;
 }
 
@@ -332,7 +341,7 @@ async function renderInbox() {
   const data = await getJSON("/inbox");
   keepLabels(data.labels);
   updateBadge(needsYou(data.counts));
-  const v = el("div", { id: "inbox" }, el("h1", { text: "Needs you" }));
+  const v = el("div", { id: "inbox" }, el("h1", { text: "Needs you" }), pausedPhasesBanner(data));
   v.append(el("h2", {}, "Waiting for your decision (", String(data.counts.decide), ")"));
   v.append(data.decide.length ? el("table", { id: "inbox-decide" },
     el("thead", {}, el("tr", {}, ["Capsule", "Phase", "Cycle", "Verdict", "Findings", "Waiting", ""].map(h => el("th", { text: h })))),
@@ -373,9 +382,26 @@ function inboxHalted(data) {
       el("p", { class: "muted", text: "No capsule is halted." }));
 }
 
-// needsYou is the badge's count: decisions, paused for a person, dead
-// letters.
-function needsYou(counts) { return (counts.decide || 0) + (counts.paused || 0) + (counts.halted || 0); }
+// pausedPhasesBanner says which phases are paused for every sagad: nothing
+// queued for them moves, whatever the lists below say.
+function pausedPhasesBanner(data) {
+  const ps = data.phases || [];
+  if (data.phases_unknown) return el("p", { class: "banner", id: "phases-banner", role: "alert", text: "The phases could not be read: a paused phase may be missing here (see Phases)." });
+  if (!ps.length) return null;
+  return el("div", { class: "banner", id: "phases-banner", role: "alert" },
+    el("strong", { text: ps.length === 1 ? "A phase is paused for every sagad" : ps.length + " phases are paused for every sagad" }),
+    el("ul", {}, ps.map(p => el("li", { dataset: { phase: p.phase } },
+      phaseLink(p.phase, p.phase_name), " paused",
+      p.paused_by ? [" by ", el("strong", { text: p.paused_by })] : null,
+      p.paused_at ? [" ", el("span", { title: ts(p.paused_at), text: ago(p.paused_at) + " ago" })] : null,
+      p.pause_reason ? [": ", el("span", { class: "wrap", text: p.pause_reason })] : null,
+      " — ", fmtInt(p.pending), " waiting", p.ack_pending ? [", ", fmtInt(p.ack_pending), " in flight"] : null, " ",
+      el("button", { class: "primary", onclick: () => confirmAction("Resume phase " + p.phase_name, "Every sagad consumes this phase again.", "phase.resume", { phase: p.phase }, ["reason"]) }, "Resume phase")))));
+}
+
+// needsYou is the badge's count: paused phases, decisions, paused for a
+// person, dead letters.
+function needsYou(counts) { return (counts.phases || 0) + (counts.decide || 0) + (counts.paused || 0) + (counts.halted || 0); }
 
 function listParams() {
   const q = new URLSearchParams(location.hash.split("?")[1] || "");
@@ -575,7 +601,7 @@ async function renderCapsule(key) {
   v.append(el("h2", { text: "Timeline" }));
   v.append((cp.history && cp.history.length) ? el("table", { class: "timeline", id: "timeline" },
     el("thead", {}, el("tr", {}, ["At", "Phase", "Cycle", "Outcome", "Took", "Detail"].map(h => el("th", { text: h })))),
-    el("tbody", {}, timelineRows(cp))) :
+    el("tbody", {}, timelineRows(cp, s.said))) :
     el("p", { class: "muted", text: "No transition yet." }));
   v.append(el("h2", { text: "Reviews" }));
   v.append((st.reviews && st.reviews.length) ? el("table", { id: "reviews" },
@@ -588,7 +614,7 @@ async function renderCapsule(key) {
   v.append(d.events.length ? el("table", { id: "events" },
     el("thead", {}, el("tr", {}, ["At", "Event", "Phase", "Cycle", "Detail", "Findings", "By"].map(h => el("th", { text: h })))),
     el("tbody", {}, d.events.map(e => el("tr", {}, el("td", { text: ts(e.at) }), el("td", { class: "mono", text: e.kind }),
-      el("td", { text: e.phase + " " + (e.phase_name || "") }), el("td", { text: e.cycle }), el("td", { text: e.detail || "" }),
+      el("td", { text: e.phase + " " + (e.phase_name || "") }), el("td", { text: e.cycle }), el("td", {}, e.detail || "", (e.said && e.said !== e.detail) ? [e.detail ? " — " : "", el("q", { text: e.said })] : null),
       el("td", {}, (e.findings && e.findings.length) ? findingsList(e.findings) : ""), el("td", { text: e.by || "" }))))) :
     el("p", { class: "muted", text: "No events." }));
   if (c) {
@@ -614,7 +640,10 @@ async function renderPhases() {
       el("thead", {}, el("tr", {}, ["Phase", "Queued", "In flight", "State", ""].map(h => el("th", { text: h })))),
       el("tbody", {}, d.phases.map(p => el("tr", { dataset: { phase: p.phase } },
         el("td", {}, phaseLink(p.phase, p.phase_name)), el("td", { text: fmtInt(p.pending) }), el("td", { text: fmtInt(p.ack_pending) }),
-        el("td", {}, p.paused ? el("span", { class: "state state-paused", text: "paused" }) : "consuming"),
+        el("td", { class: "wrap" }, p.paused ? [el("span", { class: "state state-paused", text: "paused" }),
+          p.paused_by ? [" by ", el("strong", { text: p.paused_by })] : null,
+          p.paused_at ? [" ", el("span", { title: ts(p.paused_at), text: ago(p.paused_at) + " ago" })] : null,
+          p.pause_reason ? [": ", p.pause_reason] : null] : "consuming"),
         el("td", {}, p.paused ?
           el("button", { class: "primary", onclick: () => confirmAction("Resume phase " + p.phase_name, "Every sagad consumes this phase again.", "phase.resume", { phase: p.phase }, ["reason"]) }, "Resume phase") :
           el("button", { onclick: () => confirmAction("Pause phase " + p.phase_name, "Every sagad stops consuming this phase; what is queued stays queued.", "phase.pause", { phase: p.phase }, ["reason"]) }, "Pause phase")))))));
@@ -662,6 +691,18 @@ function route() {
   refresh();
 }
 
+// cardTables puts every table of root in a card of its own, which scrolls
+// sideways when a narrow window cannot hold the table: a wide table never
+// pushes the page, or its own last columns, off-screen.
+function cardTables(root) {
+  for (const t of root.querySelectorAll("table")) {
+    if (t.parentElement && t.parentElement.classList.contains("table-card")) continue;
+    const card = el("div", { class: "table-card" });
+    t.replaceWith(card);
+    card.append(t);
+  }
+}
+
 let rendering = null, again = false;
 async function refresh() {
   if (rendering) { again = true; return; }
@@ -669,6 +710,7 @@ async function refresh() {
   rendering = (async () => {
     try {
       const node = await r.render();
+      cardTables(node);
       if (r === current) view().replaceChildren(node);
     } catch (e) {
       if (r === current) view().replaceChildren(el("p", { class: "error", text: e.message }));
@@ -723,6 +765,9 @@ function connect() {
 window.addEventListener("hashchange", route);
 document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("confirm-cancel").addEventListener("click", () => document.getElementById("confirm").close("cancel"));
+  // Tables a view adds later (a bulk action's results) get their card too;
+  // the observer's own wrapping finds nothing more to do.
+  new MutationObserver(() => cardTables(view())).observe(view(), { childList: true, subtree: true });
   connect();
   route();
   // The inbox badge follows every change, whatever the view.

@@ -126,7 +126,10 @@ async function renderComposition(id) {
   v.append(el("p", { id: "composition-summary" }, stateTag(o.state), (o.reason ? " (" + o.reason + ")" : "") +
     " run " + o.run + (o.round ? " round " + o.round : "") + (o.producer ? " · producer " + o.producer : "") +
     " · " + sm.passed + " of " + sm.total + " passed, " + sm.failed + " failed · exit code " + sm.exit_code));
-  v.append(el("div", { class: "graph-wrap" }, compositionGraph(o.steps)));
+  const states = [...new Set(o.steps.map(s => s.state))];
+  v.append(chartFigure(el("div", { class: "graph-wrap" }, compositionGraph(o.steps)), "composition-figure",
+    states.map(st => [STEP_FILL[st] || "#f2f4f7", STEP_STROKE[st] || "#98a2b3", "step " + st.replace(/_/g, " ")])
+      .concat([["#ffffff", "#98a2b3", "an arrow runs from a step to the step that needs it"]])));
   // Each verification loop: its state, round and the verifier's findings
   // per ended round; a loop stopped for no progress says who decides how.
   for (const l of o.loops || []) {

@@ -59,6 +59,17 @@ function spendChart(days) {
   return s;
 }
 
+// chartFigure puts a chart in a figure with its legend: a swatch and a
+// label per series (items: [fill, stroke, label]). Swatches are SVG, which
+// the Content-Security-Policy allows where inline styles are not.
+function chartFigure(chart, id, items) {
+  return el("figure", { class: "chart", id: id }, chart,
+    el("ul", { class: "legend" }, items.map(([fill, stroke, label]) => el("li", {},
+      svg("svg", { class: "swatch", width: 12, height: 12, viewBox: "0 0 12 12", "aria-hidden": "true" },
+        svg("rect", { x: 0.5, y: 0.5, width: 11, height: 11, rx: 2, fill: fill, stroke: stroke || fill })),
+      label))));
+}
+
 function costParams() {
   const q = new URLSearchParams(location.hash.split("?")[1] || "");
   return { by: GROUPINGS.includes(q.get("by")) ? q.get("by") : "wave", since: q.get("since") || "" };
@@ -86,7 +97,11 @@ async function renderCosts() {
       " · " + money(t.failed_dollars) + " by " + count(t.failed_capsules) + " halted or cancelled capsules · " + count(t.failed_attempts) + " failed attempts")),
     el("div", { class: "card" }, el("h2", { text: "Reserved, outstanding" }), el("p", {}, el("strong", { text: money(t.reserved_dollars) }), " · " + count(t.reserved_tokens) + " tokens held by running capsules"))));
   v.append(el("h2", { text: "Spend per day of arrival" }));
-  v.append(r.days.length ? spendChart(r.days) : el("p", { class: "muted", text: "Nothing spent yet." }));
+  const unit = r.days.some(d => d.dollars > 0) ? "dollars" : "tokens";
+  v.append(r.days.length ? chartFigure(spendChart(r.days), "cost-figure", [
+    ["#2f5bd3", null, "spent per day of arrival (" + unit + ")"],
+    ["#b42318", null, "of which failed: halted or cancelled capsules and failed attempts"],
+  ]) : el("p", { class: "muted", text: "Nothing spent yet." }));
   v.append(el("h2", { text: "Per " + r.by }));
   if (r.note) v.append(el("p", { class: "muted", id: "cost-note", text: r.note }));
   const link = (key) => {

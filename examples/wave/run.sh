@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Waves, end to end against a running sagad (README "Waves"):
+# Waves, end to end against a running sagad (docs/WAVES.md):
 #
 #   1. a 3,000-token wave; five capsules of 1,000 tokens each (operator-gated,
 #      so the admitted ones keep their reservations until accepted):

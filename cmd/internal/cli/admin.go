@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/user"
 	"strings"
@@ -123,7 +124,7 @@ ended or waits for an operator decision.
 (phase pause 0 to 6, intake first so nothing new enters); capsules stay where
 they are, in-flight steps finish, queued messages wait. resume --all undoes it.`,
 		func(c *cobra.Command) {
-			c.Flags().StringVar(&reason, "reason", "", "why (recorded in the event stream; with --all, logged by sagad)")
+			c.Flags().StringVar(&reason, "reason", "", "why (recorded in the event stream; with --all, kept with --by on each paused phase: pending and phase list show it)")
 			c.Flags().StringVar(&by, "by", "", "who (default $SAGA_OPERATOR or the login name)")
 			c.Flags().BoolVar(&all, "all", false, "pause every phase: stop all work")
 		},
@@ -298,8 +299,18 @@ Exit 5, changing nothing, if the capsule is not waiting.`,
 func newPending(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "pending",
-		Short: "List what waits for a human: operator decisions and paused capsules only a person can resume",
-		Args:  cobra.NoArgs,
+		Short: "List what waits for a human: paused phases, operator decisions and paused capsules only a person can resume",
+		Long: `List what waits for a human. First the phases paused for every sagad
+(sagactl phase pause, pause --all), each with who paused it, when, why and
+how many messages wait in it (queued, and in flight when it was paused);
+nothing in a paused phase moves until someone resumes it. Then the capsules
+waiting for an operator decision and those paused that only a person can
+resume, oldest first, and the composition loops that stopped for no
+progress.
+
+-o json prints the capsules only (a list); the paused phases are in
+sagactl phase list -o json (paused_by, paused_at, pause_reason).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, a, done, err := g.dialAdmin(cmd)
 			if err != nil {
@@ -317,6 +328,9 @@ func newPending(g *globals) *cobra.Command {
 					items = []admin.PendingItem{}
 				}
 				return enc(out, items)
+			}
+			if err := printPausedPhases(out, reply.Phases); err != nil {
+				return err
 			}
 			tw := table(out)
 			fmt.Fprintln(tw, "CAPSULE_ID\tSTATE\tTRIGGER\tPHASE\tCYCLE\tAGE\tVERDICT\tREASON")
@@ -348,7 +362,7 @@ func newPhase(g *globals) *cobra.Command {
 		Use:   "phase pause|resume|list [N]",
 		Short: "Stop or restart consumption of one phase for every sagad at once; list phases",
 	}
-	var by string
+	var by, reason string
 	run := func(pause bool) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
 			ph, err := capsule.ParsePhase(args[0])
@@ -360,7 +374,7 @@ func newPhase(g *globals) *cobra.Command {
 				return err
 			}
 			defer done()
-			req := adminsvc.PhaseRequest{Phase: int(ph), By: operator(by)}
+			req := adminsvc.PhaseRequest{Phase: int(ph), By: operator(by), Reason: reason}
 			var list []admin.PhaseState
 			if pause {
 				list, err = a.PausePhase(ctx, req)
@@ -378,6 +392,7 @@ func newPhase(g *globals) *cobra.Command {
 	for _, c := range []*cobra.Command{pauseCmd, resumeCmd} {
 		c.Flags().StringVar(&by, "by", "", "who (logged by sagad; default $SAGA_OPERATOR or the login name)")
 	}
+	pauseCmd.Flags().StringVar(&reason, "reason", "", "why (kept with --by and the time until the phase resumes: sagactl pending, phase list and the console's inbox show it)")
 	cmd.AddCommand(
 		pauseCmd, resumeCmd,
 		&cobra.Command{Use: "list", Short: "Show each phase: paused or not, queued and in-flight messages", Args: cobra.NoArgs,
@@ -403,9 +418,37 @@ func printPhases(cmd *cobra.Command, g *globals, list []admin.PhaseState) error 
 		return enc(out, list)
 	}
 	tw := table(out)
-	fmt.Fprintln(tw, "PHASE\tCONSUMER\tPAUSED\tQUEUED\tIN_FLIGHT")
+	fmt.Fprintln(tw, "PHASE\tCONSUMER\tPAUSED\tQUEUED\tIN_FLIGHT\tPAUSED_BY\tSINCE\tREASON")
 	for _, p := range list {
-		fmt.Fprintf(tw, "%d %s\t%s\t%t\t%d\t%d\n", p.Phase, printable(p.PhaseName), printable(p.Consumer), p.Paused, p.Pending, p.AckPending)
+		since := "-"
+		if p.PausedAt != nil {
+			since = ts(*p.PausedAt)
+		}
+		fmt.Fprintf(tw, "%d %s\t%s\t%t\t%d\t%d\t%s\t%s\t%s\n", p.Phase, printable(p.PhaseName), printable(p.Consumer), p.Paused, p.Pending, p.AckPending,
+			dash(p.PausedBy), since, dash(p.PauseReason))
 	}
 	return tw.Flush()
+}
+
+// printPausedPhases writes the paused phases ahead of `pending`'s capsules,
+// nothing when none is paused: a paused phase holds every capsule in it.
+func printPausedPhases(out io.Writer, list []admin.PhaseState) error {
+	if len(list) == 0 {
+		return nil
+	}
+	tw := table(out)
+	fmt.Fprintln(tw, "PAUSED_PHASE\tPAUSED_BY\tSINCE\tAGE\tWAITING\tIN_FLIGHT\tREASON")
+	for _, p := range list {
+		since, age := "-", "-"
+		if p.PausedAt != nil {
+			since, age = ts(*p.PausedAt), time.Since(*p.PausedAt).Truncate(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%d %s\t%s\t%s\t%s\t%d\t%d\t%s (sagactl phase resume %s)\n", p.Phase, printable(p.PhaseName), dash(p.PausedBy), since, age,
+			p.Pending, p.AckPending, dash(p.PauseReason), printable(p.PhaseName))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(out)
+	return err
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/tracing"
+	"github.com/sagad/sagad/status"
 )
 
 // encodeFunc writes v whole in one structured format (-o json, -o yaml).
@@ -133,6 +134,24 @@ func printables(list []string) []string {
 // pf is [printable] of a string-typed value (state, trigger, event kind).
 func pf[S ~string](s S) string { return printable(string(s)) }
 
+// printSaid prints what people said to the capsule, if anything.
+func printSaid(w io.Writer, said []status.Said) error {
+	if len(said) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nsaid:")
+	tw := table(w)
+	fmt.Fprintln(tw, "  AT\tKIND\tBY\tCYCLE\tTEXT")
+	for _, x := range said {
+		cycle := "-"
+		if x.Cycle > 0 {
+			cycle = strconv.Itoa(x.Cycle)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", ts(x.At), printable(x.Kind), dash(x.By), cycle, printable(strconv.Quote(x.Text)))
+	}
+	return tw.Flush()
+}
+
 // printStatus prints one capsule's status for people.
 func printStatus(w io.Writer, s client.Status) error {
 	tw := table(w)
@@ -215,6 +234,9 @@ func printStatus(w io.Writer, s client.Status) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+	}
+	if err := printSaid(w, s.Said); err != nil {
+		return err
 	}
 	fmt.Fprintln(w, "\nhistory:")
 	tw = table(w)

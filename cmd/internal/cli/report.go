@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/status"
 )
 
 // ReportData is everything `sagactl report` knows about one capsule; -o json
@@ -197,6 +199,7 @@ func writeReport(w io.Writer, d *ReportData) error {
 	writeBudget(m, d)
 	writeLocks(m, d)
 	writeContinuations(m, d)
+	writeSaid(m, d.Checkpoint)
 
 	m.f("\n## Artifacts\n\n")
 	if len(st.ArtifactRefs) == 0 {
@@ -213,10 +216,7 @@ func writeReport(w io.Writer, d *ReportData) error {
 		m.row("At", "Event", "Phase", "Cycle", "Detail")
 		m.f("|---|---|---|---|---|\n")
 		for _, ev := range d.Events {
-			detail := ev.Detail
-			if ev.By != "" {
-				detail = strings.TrimSpace(detail + " (by " + ev.By + ")")
-			}
+			detail := eventDetail(ev)
 			switch n := len(ev.Findings); n {
 			case 0:
 			case 1:
@@ -424,7 +424,7 @@ func writeContinuations(m *mdw, d *ReportData) {
 	for _, ev := range d.Events {
 		switch ev.Kind {
 		case capsule.EventPaused, capsule.EventResumed, capsule.EventWaiting,
-			capsule.EventOperatorAccepted, capsule.EventRevisionTriggered,
+			capsule.EventOperatorAccepted, capsule.EventRevisionTriggered, capsule.EventOperatorRejected,
 			capsule.EventDependencyWait, capsule.EventWaveWait:
 			rows = append(rows, ev)
 		}
@@ -436,7 +436,45 @@ func writeContinuations(m *mdw, d *ReportData) {
 	m.row("At", "Event", "Phase", "Cycle", "By", "Detail")
 	m.f("|---|---|---|---|---|---|\n")
 	for _, ev := range rows {
-		m.row(mdTime(ev.At), string(ev.Kind), fmt.Sprintf("%d %s", ev.Phase, ev.PhaseName), fmt.Sprint(ev.Cycle), ev.By, ev.Detail)
+		m.row(mdTime(ev.At), string(ev.Kind), fmt.Sprintf("%d %s", ev.Phase, ev.PhaseName), fmt.Sprint(ev.Cycle), ev.By, saidDetail(ev))
+	}
+}
+
+// saidDetail is an event's detail with what the person said, when the
+// detail does not already say it.
+func saidDetail(ev capsule.Event) string {
+	if ev.Said == "" || ev.Said == ev.Detail {
+		return ev.Detail
+	}
+	return strings.TrimPrefix(ev.Detail+"; said: "+strconv.Quote(ev.Said), "; ")
+}
+
+// eventDetail is an event's detail with what was said and by whom.
+func eventDetail(ev capsule.Event) string {
+	detail := saidDetail(ev)
+	if ev.By != "" {
+		detail = strings.TrimSpace(detail + " (by " + ev.By + ")")
+	}
+	return detail
+}
+
+// writeSaid: every answer and decision rationale people gave, from the
+// checkpoint (which keeps them whatever the event stream aged out).
+func writeSaid(m *mdw, cp *capsule.Checkpoint) {
+	m.f("\n## What people said\n\n")
+	said := status.SaidOf(cp)
+	if len(said) == 0 {
+		m.f("Nothing: no answer, revise or reject.\n")
+		return
+	}
+	m.row("At", "Kind", "By", "Cycle", "Text")
+	m.f("|---|---|---|---|---|\n")
+	for _, s := range said {
+		cycle := "-"
+		if s.Cycle > 0 {
+			cycle = fmt.Sprint(s.Cycle)
+		}
+		m.row(mdTime(s.At), s.Kind, s.By, cycle, s.Text)
 	}
 }
 

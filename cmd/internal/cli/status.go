@@ -334,7 +334,7 @@ func newHistory(g *globals) *cobra.Command {
 			tw := table(out)
 			fmt.Fprintln(tw, "AT\tEVENT\tPHASE\tCYCLE\tDETAIL")
 			for _, e := range events {
-				detail := e.Detail
+				detail := saidDetail(e)
 				if e.By != "" {
 					detail += " (by " + e.By + ")"
 				}

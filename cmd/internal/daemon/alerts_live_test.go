@@ -120,7 +120,8 @@ func sampleOf(scrape map[string]string, series string) string { return scrape[wi
 // embedded server, stub workers) into the condition of every alert of
 // deploy/prometheus/alerts.yml — a capsule waiting at the operator gate, a
 // stream that refuses every write, a phase with work and no progress,
-// forged completions, halts, a lost step rescued, no scrape answered —
+// forged completions, halts, a lost step rescued, a phase paused for
+// hours, no scrape answered —
 // scrapes its /metrics as Prometheus would, and has promtool evaluate the
 // rules over those samples: each alert must fire. Scrape k stands for
 // minute k (the real seconds between scrapes are the minutes the rules
@@ -246,6 +247,22 @@ func TestAlertsFireOnALiveSagad(t *testing.T) {
 			atLeast(got, `sagad_corrupt_values_total{bucket="SAGA_CHECKPOINTS"}`, 1)
 	})
 
+	// HANDOFF was paused by an operator five hours ago (its record says
+	// so) and nobody resumed it.
+	handoff := store.PhaseStream(capsule.Handoff)
+	hcons, err := js.Consumer(ctx, handoff, store.ConsumerName(capsule.Handoff))
+	require.NoError(t, err)
+	hcfg := hcons.CachedInfo().Config
+	pausedAt := time.Now().Add(-5 * time.Hour)
+	hcfg.Metadata = capsule.PhasePause{By: "alice", Reason: "forgotten", At: pausedAt}.SetMetadata(hcfg.Metadata)
+	_, err = js.UpdateConsumer(ctx, handoff, hcfg)
+	require.NoError(t, err)
+	_, err = js.PauseConsumer(ctx, handoff, store.ConsumerName(capsule.Handoff), pausedAt.Add(capsule.PhasePauseHorizon))
+	require.NoError(t, err)
+	until("HANDOFF paused for five hours", func(got map[string]string) bool {
+		return atLeast(got, `sagad_phase_paused_seconds{phase="HANDOFF"}`, 5*3600)
+	})
+
 	// A capsule whose worker never answers holds EXECUTION: no progress.
 	stuck := own(capsuletest.New().Set("task.kind", "hang"))
 	publish(stuck)
@@ -343,6 +360,7 @@ func TestAlertsFireOnALiveSagad(t *testing.T) {
 				firing("SagadJetStreamWritesFailing", minute(last)),
 				firing("SagadJetStreamWriteErrors", minute(last)),
 				firing("SagadPhaseStalled", minute(last)),
+				firing("SagadPhasePausedTooLong", minute(last)),
 				firing("SagadCapsulesStuck", minute(10)),
 				firing("SagadHaltRateHigh", minute(10)),
 				firing("SagadForgedCompletions", minute(10)),
