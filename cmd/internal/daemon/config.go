@@ -26,9 +26,10 @@ import (
 	"github.com/sagad/sagad/rules"
 )
 
-// Config is everything sagad can be told. Precedence: flags, then
-// environment variables (SAGAD_*, and SAGA_* for the connection settings
-// sagactl shares), then the config file, then defaults.
+// Config is everything sagad can be told. Precedence: flags given on the
+// command line, then environment variables (SAGAD_* only: the SAGA_* ones
+// are sagactl's, and sagad at most warns that they are set), then the
+// config file, then defaults.
 type Config struct {
 	// Options connect to an external NATS system (the nats_* and tls_* keys
 	// of the config file; see package natsconn). An empty URL starts the
@@ -181,6 +182,11 @@ type Config struct {
 	// rules.Config.UnmarshalJSON and README "Configuration"). The task kinds
 	// and reviewer ids of Rule 22 follow from Executors and Reviewers.
 	Constitution rules.Config `json:"constitution"`
+
+	// warnings are what parsing found worth saying but not refusing (a
+	// SAGA_* variable ignored, a setting a flag overrode); Run logs each
+	// at WARN once its logger exists.
+	warnings []string
 }
 
 // DefaultHTTPListen is the HTTP listener's default address. Not 9090:
@@ -409,12 +415,22 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 			return Config{}, fmt.Errorf("config file %s: %w", v.file, err)
 		}
 	}
+	src := natsSourcesOf(cfg, getenv)
 	// Environment over file.
 	if errs := applyEnv(&cfg, getenv); len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
 	// Flags over everything.
 	v.apply(fs, &cfg)
+	fs.Visit(func(f *flag.Flag) {
+		src.urlFlag = src.urlFlag || f.Name == "nats-url"
+		src.listenFlag = src.listenFlag || f.Name == "nats-listen"
+	})
+	warnings, err := chooseNATS(&cfg, src)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.warnings = append(envWarnings(getenv), warnings...)
 	if cfg.HTTPListen == "" {
 		cfg.HTTPListen = DefaultHTTPListen
 	}
@@ -443,14 +459,14 @@ func defineFlags(fs *flag.FlagSet) *flagValues {
 	v := &flagValues{}
 	fs.StringVar(&v.file, "config", "", "JSON config file (env SAGAD_CONFIG)")
 	v.version = fs.Bool("version", false, "print the version, VCS revision and Go version, and exit")
-	v.flags.Options.Bind(fs, "external NATS URL; empty starts the embedded server (or SAGAD_NATS_URL)")
-	fs.StringVar(&v.flags.NATSListen, "nats-listen", "", "embedded server client address (default 127.0.0.1:4222; env SAGAD_NATS_LISTEN)")
+	v.flags.Options.BindEnv(fs, "outside NATS URL(s), comma-separated; not with --nats-listen; empty starts the embedded server", natsconn.DaemonEnvPrefix)
+	fs.StringVar(&v.flags.NATSListen, "nats-listen", "", "embedded server client address; not with --nats-url (default 127.0.0.1:4222; env SAGAD_NATS_LISTEN)")
 	fs.StringVar(&v.flags.DataDir, "data-dir", "", "embedded server data directory (default ./data; env SAGAD_DATA_DIR)")
 	fs.StringVar(&v.flags.Workspace, "workspace", "", "root of file: refs (default .; env SAGAD_WORKSPACE)")
 	fs.StringVar(&v.flags.HTTPListen, "http-listen", "", "health and metrics address (default "+DefaultHTTPListen+", \"off\" disables; env SAGAD_HTTP_LISTEN)")
 	fs.BoolVar(&v.flags.NoUI, "no-ui", false, "do not serve the web console at /ui/ (env SAGAD_NO_UI)")
-	fs.StringVar(&v.flags.UIToken, "ui-token", "", "token the web console requires (open /ui/?token=T once); needed off loopback unless --ui-basic-auth (env SAGA_UI_TOKEN)")
-	fs.StringVar(&v.flags.UIBasicAuth, "ui-basic-auth", "", "user:password the web console requires as HTTP basic auth (env SAGA_UI_BASIC_AUTH)")
+	fs.StringVar(&v.flags.UIToken, "ui-token", "", "token the web console requires (open /ui/?token=T once); needed off loopback unless --ui-basic-auth (env SAGAD_UI_TOKEN)")
+	fs.StringVar(&v.flags.UIBasicAuth, "ui-basic-auth", "", "user:password the web console requires as HTTP basic auth (env SAGAD_UI_BASIC_AUTH)")
 	fs.StringVar(&v.flags.LogFormat, "log-format", "", "text or json (env SAGAD_LOG_FORMAT)")
 	fs.StringVar(&v.flags.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
 	fs.IntVar(&v.flags.Workers, "workers", 0, "capsules worked on at once per phase (default 64, which is also the most agent calls a phase makes at once; env SAGAD_WORKERS)")
@@ -516,11 +532,10 @@ func applyEnvStrings(cfg *Config, getenv func(string) string) {
 			*dst = v
 		}
 	}
-	// The connection settings sagactl shares (SAGA_*), then sagad's own
-	// older names for two of them, which win as the more specific.
-	cfg.Options = cfg.Options.Merge(natsconn.FromEnv(getenv))
-	envStr(&cfg.URL, "SAGAD_NATS_URL")
-	envStr(&cfg.Creds, "SAGAD_NATS_CREDS")
+	// sagad's own names only: SAGA_NATS_URL and its kin are sagactl's,
+	// and a shell that exports them for sagactl must not move sagad
+	// (envWarnings says they are ignored).
+	cfg.Options = cfg.Options.Merge(natsconn.FromEnvPrefix(getenv, natsconn.DaemonEnvPrefix))
 	envStr(&cfg.NATSListen, "SAGAD_NATS_LISTEN")
 	envStr(&cfg.ServerTLSCert, "SAGAD_SERVER_TLS_CERT")
 	envStr(&cfg.ServerTLSKey, "SAGAD_SERVER_TLS_KEY")
@@ -769,7 +784,7 @@ func (c *Config) checkConsole() error {
 		return fmt.Errorf("ui-token: %d bytes is short enough to guess; use at least %d (e.g. the output of openssl rand -hex 32)", len(c.UIToken), console.MinTokenLen)
 	}
 	if !loopback(c.HTTPListen) && c.UIToken == "" && c.UIBasicAuth == "" {
-		return fmt.Errorf("%w: http-listen %s: set --ui-token (SAGA_UI_TOKEN) or --ui-basic-auth user:password (SAGA_UI_BASIC_AUTH), or turn the console off with --no-ui", ErrConsoleAuth, c.HTTPListen)
+		return fmt.Errorf("%w: http-listen %s: set --ui-token (SAGAD_UI_TOKEN) or --ui-basic-auth user:password (SAGAD_UI_BASIC_AUTH), or turn the console off with --no-ui", ErrConsoleAuth, c.HTTPListen)
 	}
 	return nil
 }

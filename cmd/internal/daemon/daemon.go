@@ -90,6 +90,9 @@ type Ready func(natsURL string)
 // Run runs sagad until ctx is cancelled, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error {
 	log := newLogger(cfg, logOut)
+	for _, w := range cfg.warnings {
+		log.Warn(w)
+	}
 	if err := cfg.checkExposure(); err != nil {
 		return err
 	}
