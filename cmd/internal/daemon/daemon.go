@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -54,7 +53,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return natsConfig(args[1:], os.Getenv, stdout, stderr)
 	}
 	cfg, err := parseConfig(args, os.Getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, errHelp) {
 		return 0
 	}
 	if errors.Is(err, errVersion) {

@@ -74,10 +74,12 @@ func chooseNATS(cfg *Config, src natsSources) ([]string, error) {
 }
 
 // renamedEnv are variables sagad read once under another name and still
-// reads, with a warning: the older name to the newer.
+// reads, with a warning: the older name to its flag, whose variable
+// ([envName]) is the newer name. Dropping them would turn a console's
+// authentication off on loopback without a word.
 var renamedEnv = map[string]string{
-	"SAGA_UI_TOKEN":      "SAGAD_UI_TOKEN",
-	"SAGA_UI_BASIC_AUTH": "SAGAD_UI_BASIC_AUTH",
+	"SAGA_UI_TOKEN":      "ui-token",
+	"SAGA_UI_BASIC_AUTH": "ui-basic-auth",
 }
 
 // envWarnings names the SAGA_* variables set in the environment that sagad
@@ -93,7 +95,7 @@ func envWarnings(getenv func(string) string) []string {
 	}
 	for _, old := range []string{"SAGA_UI_TOKEN", "SAGA_UI_BASIC_AUTH"} {
 		if getenv(old) != "" {
-			w = append(w, fmt.Sprintf("%s is the older name of %s: read for now, rename it", old, renamedEnv[old]))
+			w = append(w, fmt.Sprintf("%s is the older name of %s: read for now, rename it", old, envName(renamedEnv[old])))
 		}
 	}
 	return w
