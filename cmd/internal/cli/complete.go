@@ -45,7 +45,11 @@ func completeIDs(g *globals) cobra.CompletionFunc {
 // capsuleIDs lists the capsule keys that start with prefix, at most
 // [completeLimit] of them, newest first, as sagad's admin service lists them.
 func (g *globals) capsuleIDs(ctx context.Context, prefix string) ([]string, error) {
-	nc, err := g.options().Connect(nats.Name("sagactl"), nats.Timeout(completeTimeout))
+	o, err := g.options()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := o.Connect(nats.Name("sagactl"), nats.Timeout(completeTimeout))
 	if err != nil {
 		return nil, err
 	}
