@@ -61,8 +61,8 @@ type globals struct {
 	// context is --context: a NATS CLI context to take the connection
 	// settings from; usedContext the one options read, for messages.
 	context, usedContext string
-	output   string
-	timeout  time.Duration
+	output               string
+	timeout              time.Duration
 }
 
 // options are the connection settings in force: flags over SAGA_*
