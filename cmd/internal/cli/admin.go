@@ -296,7 +296,7 @@ Exit 5, changing nothing, if the capsule is not waiting.`,
 }
 
 func newPending(g *globals) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "pending",
 		Short: "List what waits for a human: operator decisions and paused capsules only a person can resume",
 		Args:  cobra.NoArgs,
@@ -318,7 +318,7 @@ func newPending(g *globals) *cobra.Command {
 				}
 				return enc(out, items)
 			}
-			tw := table(out)
+			tw := g.listTable(out)
 			fmt.Fprintln(tw, "CAPSULE_ID\tSTATE\tTRIGGER\tPHASE\tCYCLE\tAGE\tVERDICT\tREASON")
 			for _, it := range items {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%s\t%s\t%s\n", idOrKey(it.CapsuleID, it.Key), pf(it.State), pf(it.Trigger), it.Phase, printable(it.PhaseName),
@@ -341,6 +341,8 @@ func newPending(g *globals) *cobra.Command {
 			return tw.Flush()
 		},
 	}
+	addNoHeaders(cmd, g)
+	return cmd
 }
 
 func newPhase(g *globals) *cobra.Command {
@@ -378,9 +380,7 @@ func newPhase(g *globals) *cobra.Command {
 	for _, c := range []*cobra.Command{pauseCmd, resumeCmd} {
 		c.Flags().StringVar(&by, "by", "", "who (logged by sagad; default $SAGA_OPERATOR or the login name)")
 	}
-	cmd.AddCommand(
-		pauseCmd, resumeCmd,
-		&cobra.Command{Use: "list", Short: "Show each phase: paused or not, queued and in-flight messages", Args: cobra.NoArgs,
+	listCmd := &cobra.Command{Use: "list", Short: "Show each phase: paused or not, queued and in-flight messages", Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				ctx, a, done, err := g.dialAdmin(cmd)
 				if err != nil {
@@ -392,8 +392,9 @@ func newPhase(g *globals) *cobra.Command {
 					return adminErr(err)
 				}
 				return printPhases(cmd, g, list)
-			}},
-	)
+			}}
+	addNoHeaders(listCmd, g)
+	cmd.AddCommand(pauseCmd, resumeCmd, listCmd)
 	return cmd
 }
 
@@ -402,7 +403,7 @@ func printPhases(cmd *cobra.Command, g *globals, list []admin.PhaseState) error 
 	if enc := g.encoder(); enc != nil {
 		return enc(out, list)
 	}
-	tw := table(out)
+	tw := g.listTable(out)
 	fmt.Fprintln(tw, "PHASE\tCONSUMER\tPAUSED\tQUEUED\tIN_FLIGHT")
 	for _, p := range list {
 		fmt.Fprintf(tw, "%d %s\t%s\t%t\t%d\t%d\n", p.Phase, printable(p.PhaseName), printable(p.Consumer), p.Paused, p.Pending, p.AckPending)

@@ -62,7 +62,11 @@ type globals struct {
 	// settings from; usedContext the one options read, for messages.
 	context, usedContext string
 	output               string
-	timeout              time.Duration
+	// jsonPath is -o jsonpath=TEMPLATE's template, parsed.
+	jsonPath []jpNode
+	// noHeaders is --no-headers: list-like tables without their header.
+	noHeaders bool
+	timeout   time.Duration
 }
 
 // options are the connection settings in force: flags over SAGA_*
@@ -160,11 +164,13 @@ const (
 // encoder is the structured encoder of -o json or -o yaml, nil for the
 // tables (-o table, -o wide).
 func (g *globals) encoder() encodeFunc {
-	switch g.output {
-	case outputJSON:
+	switch {
+	case g.output == outputJSON:
 		return writeJSON
-	case outputYAML:
+	case g.output == outputYAML:
 		return writeYAML
+	case g.jsonPath != nil:
+		return jsonPathEncoder(g.jsonPath)
 	}
 	return nil
 }
@@ -209,7 +215,15 @@ Exit codes:
 			case outputTable, outputWide, outputJSON, outputYAML:
 				return nil
 			}
-			return exit(ExitUsage, fmt.Errorf("--output %q: want table, wide, json or yaml", g.output))
+			if tmpl, ok := strings.CutPrefix(g.output, outputJSONPath); ok {
+				nodes, err := parseJSONPath(tmpl)
+				if err != nil {
+					return exit(ExitUsage, err)
+				}
+				g.jsonPath = nodes
+				return nil
+			}
+			return exit(ExitUsage, fmt.Errorf("--output %q: want table, wide, json, yaml or jsonpath=TEMPLATE", g.output))
 		},
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
@@ -219,7 +233,7 @@ Exit codes:
 	root.PersistentFlags().StringVar(&g.context, "context", "", "NATS CLI context (see: nats context ls) to connect with; flags and SAGA_* win over its settings (default: the selected context, when no URL is given)")
 	root.PersistentFlags().StringVar(&g.oldCreds, "creds", "", "NATS credentials file")
 	_ = root.PersistentFlags().MarkDeprecated("creds", "use --nats-creds")
-	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table, wide (list: every column), json or yaml")
+	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table, wide (list: every column), json, yaml or jsonpath=TEMPLATE (kubectl's: jsonpath='{[*].capsule_id}')")
 	root.PersistentFlags().DurationVar(&g.timeout, "request-timeout", 10*time.Second, "timeout of each NATS request")
 	root.AddCommand(
 		newPublish(g), newSeal(g), newCheck(g), newChain(g), newCompose(g), newComposition(g),
