@@ -381,18 +381,18 @@ func newPhase(g *globals) *cobra.Command {
 		c.Flags().StringVar(&by, "by", "", "who (logged by sagad; default $SAGA_OPERATOR or the login name)")
 	}
 	listCmd := &cobra.Command{Use: "list", Short: "Show each phase: paused or not, queued and in-flight messages", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				ctx, a, done, err := g.dialAdmin(cmd)
-				if err != nil {
-					return err
-				}
-				defer done()
-				list, err := a.Phases(ctx)
-				if err != nil {
-					return adminErr(err)
-				}
-				return printPhases(cmd, g, list)
-			}}
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, a, done, err := g.dialAdmin(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			list, err := a.Phases(ctx)
+			if err != nil {
+				return adminErr(err)
+			}
+			return printPhases(cmd, g, list)
+		}}
 	addNoHeaders(listCmd, g)
 	cmd.AddCommand(pauseCmd, resumeCmd, listCmd)
 	return cmd
