@@ -502,9 +502,20 @@ func newLogger(cfg Config, out io.Writer) *slog.Logger {
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	o := &slog.HandlerOptions{Level: level}
 	if cfg.LogFormat == "json" {
+		o.ReplaceAttr = durationString
 		return slog.New(slog.NewJSONHandler(out, o))
 	}
 	return slog.New(slog.NewTextHandler(out, o))
+}
+
+// durationString writes a duration in a JSON log line as the text line
+// does, "1.5s": slog's JSON handler would write nanoseconds, a bare
+// integer nobody reads as time.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // newRegistry builds the registry /metrics serves: Go and process

@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -112,4 +114,21 @@ func TestEnvWarnings(t *testing.T) {
 	for _, l := range w {
 		require.NotContains(t, l, "secret", "a warning names variables, never their values")
 	}
+}
+
+// TestJSONLogDurations: a duration in a JSON log line is "1.5s", as in a
+// text line, not 1500000000 nanoseconds.
+func TestJSONLogDurations(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	log := newLogger(Config{LogFormat: "json", LogLevel: "info"}, &b)
+	log.Info("shutting down", "timeout", 1500*time.Millisecond, "group", slogGroup())
+	var line map[string]any
+	require.NoError(t, json.Unmarshal(b.Bytes(), &line))
+	require.Equal(t, "1.5s", line["timeout"])
+	require.Equal(t, map[string]any{"wait": "2m0s", "n": float64(3)}, line["group"])
+}
+
+func slogGroup() slog.Value {
+	return slog.GroupValue(slog.Duration("wait", 2*time.Minute), slog.Int("n", 3))
 }
