@@ -244,6 +244,7 @@ Exit codes:
 	// cobra adds `sagactl completion bash|zsh|fish|powershell`; capsule
 	// ids complete from the checkpoint bucket.
 	addIDCompletion(g, root)
+	addValueCompletion(g, root)
 	return root, g
 }
 
