@@ -239,8 +239,9 @@ func idOrKey(id, key string) string {
 func newList(g *globals) *cobra.Command {
 	var state string
 	var limit int
+	var watch bool
 	cmd := &cobra.Command{
-		Use:   "list [--state S] [--limit N]",
+		Use:   "list [--state S] [--limit N] [--watch]",
 		Short: "List capsules, newest first, optionally only those in one state",
 		Long: `List capsules, most recently updated first: the newest --limit N (default 100,
 0 lists all). The table fits 120 columns (AGE is since the last update; a long
@@ -260,6 +261,10 @@ and shows the whole halt reason; -o json and -o yaml give the full records.`,
 				return err
 			}
 			defer done()
+			if watch {
+				w := &listWatch{g: g, admin: a, req: adminsvc.ListRequest{State: state}, limit: limit, every: listWatchInterval}
+				return w.run(cmd.Context(), cmd)
+			}
 			list, total, err := listPages(ctx, a, adminsvc.ListRequest{State: state}, limit)
 			if err != nil {
 				return readErr(err)
@@ -279,6 +284,7 @@ and shows the whole halt reason; -o json and -o yaml give the full records.`,
 		},
 	}
 	cmd.Flags().StringVar(&state, "state", "", "only capsules in this state")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "after the list, print each capsule whose row changes, as it changes, until Ctrl-C")
 	addNoHeaders(cmd, g)
 	cmd.Flags().IntVar(&limit, "limit", DefaultListLimit, "list at most this many, newest first (0: all)")
 	return cmd
