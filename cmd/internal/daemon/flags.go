@@ -75,7 +75,6 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		return Config{}, errHelp
 	}
 	file, fs := p.file, p.cmd.Flags()
-	var version bool
 	if file == "" {
 		file = getenv("SAGAD_CONFIG")
 	}
@@ -84,9 +83,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		return Config{}, err
 	}
 	src := natsSourcesOf(cfg, getenv)
+	// cfg's own flags; --config and --version, read already, land nowhere.
 	layers := pflag.NewFlagSet("sagad", pflag.ContinueOnError)
-	layers.StringVar(&file, "config", "", "")
-	layers.BoolVar(&version, "version", false, "")
+	layers.String("config", "", "")
+	layers.Bool("version", false, "")
 	fromFile := cfg
 	bindSettings(layers, &cfg) // defining a flag writes its default: undone below
 	cfg = fromFile
