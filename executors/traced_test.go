@@ -75,6 +75,8 @@ func TestNATSCallsCarryTraceparent(t *testing.T) {
 	require.Equal(t, "ok", attrOf(call, tracing.AttrOutcome).AsString())
 	require.Equal(t, "execute", attrOf(call, tracing.AttrCall).AsString())
 	require.Equal(t, "demo", attrOf(call, tracing.AttrAgent).AsString())
+	require.Equal(t, "invoke_agent", attrOf(call, tracing.AttrGenAIOperationName).AsString())
+	require.Equal(t, "demo", attrOf(call, tracing.AttrGenAIAgentName).AsString())
 	require.Equal(t, req.Capsule.CapsuleID, attrOf(call, tracing.AttrCapsuleID).AsString())
 	require.Equal(t, int64(2), attrOf(call, tracing.AttrCycle).AsInt64())
 

@@ -30,7 +30,7 @@ type Config struct {
 	Consumers []Consumer
 	// Logger receives one ERROR line when writes have failed for
 	// UnhealthyAfter (naming the stream or bucket and the cause) and one
-	// when they succeed again. Defaults to discarding.
+	// INFO line when they succeed again. Defaults to discarding.
 	Logger *slog.Logger
 	// Metrics counts failed writes and shows whether writes are failing.
 	// Nil records nothing.
@@ -157,8 +157,10 @@ func (m *Monitor) ObserveWrite(target string, err error) {
 		if m.unhealthy && !m.anyExpired() {
 			m.unhealthy = false
 			m.cfg.Metrics.WritesFailing(false)
-			// At ERROR too: whoever follows the first line finds its end.
-			m.cfg.Logger.Error("jetstream writes succeed again", "target", target)
+			// INFO: a recovery needs no one, and an alert on ERROR lines
+			// must not fire on the good news; "jetstream writes" starts
+			// both lines, so whoever follows the first finds its end.
+			m.cfg.Logger.Info("jetstream writes succeed again", "target", target)
 		}
 		return
 	}

@@ -287,7 +287,6 @@ func touch(m *metrics.Metrics) {
 	m.ReviewCycle(capsule.Approved)
 	m.RuleViolations([]int{7})
 	m.LockWait(time.Second, true)
-	m.BudgetConsumed(capsule.Usage{Tokens: 10, Dollars: 0.1})
 	m.Spend("stub", "w1", capsule.Usage{Tokens: 10, Dollars: 0.1}, true)
 	m.Call(metrics.KindExecutor, metrics.ResultOK, time.Second)
 	m.Redelivered(capsule.Execution)

@@ -26,8 +26,6 @@
 //	sagad_rule_violations_total           counter    rule (constitution number, or "other")
 //	sagad_lock_wait_seconds               histogram
 //	sagad_lock_contention_total           counter
-//	sagad_budget_tokens_total             counter
-//	sagad_budget_dollars_total            counter
 //	sagad_spend_tokens_total              counter    kind (task kind), wave (none without one)
 //	sagad_spend_dollars_total             counter    kind, wave
 //	sagad_spend_failed_tokens_total       counter    kind, wave (charged by calls that failed)

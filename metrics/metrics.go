@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"math"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -210,8 +209,6 @@ type Metrics struct {
 	ruleViolations *prometheus.CounterVec
 	lockWait       prometheus.Histogram
 	lockContention prometheus.Counter
-	budgetTokens   prometheus.Counter
-	budgetDollars  prometheus.Counter
 	calls          *prometheus.CounterVec
 	attempts       *prometheus.CounterVec
 	callDuration   *prometheus.HistogramVec
@@ -297,14 +294,6 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 		lockContention: f.NewCounter(prometheus.CounterOpts{
 			Name: "sagad_lock_contention_total",
 			Help: "Lock acquisitions that found a lock held by another capsule.",
-		}),
-		budgetTokens: f.NewCounter(prometheus.CounterOpts{
-			Name: "sagad_budget_tokens_total",
-			Help: "Tokens consumed by executor and reviewer calls.",
-		}),
-		budgetDollars: f.NewCounter(prometheus.CounterOpts{
-			Name: "sagad_budget_dollars_total",
-			Help: "Dollars consumed by executor and reviewer calls.",
 		}),
 		calls: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "sagad_agent_calls_total",
@@ -493,20 +482,6 @@ func (m *Metrics) LockWait(d time.Duration, contended bool) {
 	m.lockWait.Observe(seconds(d))
 	if contended {
 		m.lockContention.Inc()
-	}
-}
-
-// BudgetConsumed adds what one executor or reviewer call consumed.
-// Negative or non-finite amounts are ignored.
-func (m *Metrics) BudgetConsumed(u capsule.Usage) {
-	if m == nil {
-		return
-	}
-	if u.Tokens > 0 {
-		m.budgetTokens.Add(float64(u.Tokens))
-	}
-	if u.Dollars > 0 && !math.IsInf(u.Dollars, 0) {
-		m.budgetDollars.Add(u.Dollars)
 	}
 }
 

@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"maps"
-	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -89,23 +88,6 @@ func TestRecorderMovesTheRightSeries(t *testing.T) {
 			record: func(m *Metrics) { m.LockWait(time.Second, true); m.LockWait(time.Millisecond, false) },
 			series: func(m *Metrics) prometheus.Collector { return m.lockContention },
 			want:   1,
-		},
-		"budget tokens": {
-			record: func(m *Metrics) {
-				m.BudgetConsumed(capsule.Usage{Tokens: 1200, Dollars: 0.5})
-				m.BudgetConsumed(capsule.Usage{Tokens: -5, Dollars: math.Inf(1)})
-			},
-			series: func(m *Metrics) prometheus.Collector { return m.budgetTokens },
-			want:   1200,
-		},
-		"budget dollars": {
-			record: func(m *Metrics) {
-				m.BudgetConsumed(capsule.Usage{Tokens: 1, Dollars: 0.25})
-				m.BudgetConsumed(capsule.Usage{Dollars: math.NaN()})
-				m.BudgetConsumed(capsule.Usage{Dollars: 0.5})
-			},
-			series: func(m *Metrics) prometheus.Collector { return m.budgetDollars },
-			want:   0.75,
 		},
 		"agent call": {
 			record: func(m *Metrics) { m.Call(KindReviewer, ResultTransient, time.Second) },
@@ -268,7 +250,7 @@ func TestNilMetricsRecordsNothing(t *testing.T) {
 		m.ReviewCycle(capsule.Approved)
 		m.RuleViolations([]int{1})
 		m.LockWait(time.Second, true)
-		m.BudgetConsumed(capsule.Usage{Tokens: 1, Dollars: 1})
+		m.Spend("k", "w", capsule.Usage{Tokens: 1, Dollars: 1}, false)
 		m.Call(KindExecutor, ResultOK, time.Second)
 		m.Redelivered(capsule.Execution)
 		m.Paused(capsule.TriggerOperatorManual)

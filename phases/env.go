@@ -62,7 +62,6 @@ type Artifacts interface {
 // *metrics.Metrics is a valid Recorder that records nothing.
 type Recorder interface {
 	LockWait(d time.Duration, contended bool)
-	BudgetConsumed(u capsule.Usage)
 	// Spend is what one call of a capsule of task kind in wave ("" for
 	// none) charged; failed: the call failed.
 	Spend(kind, wave string, u capsule.Usage, failed bool)

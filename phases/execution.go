@@ -463,7 +463,6 @@ func callResult(err error, ctx context.Context) string {
 type nopRecorder struct{}
 
 func (nopRecorder) LockWait(time.Duration, bool)                     {}
-func (nopRecorder) BudgetConsumed(capsule.Usage)                     {}
 func (nopRecorder) Spend(string, string, capsule.Usage, bool)        {}
 func (nopRecorder) CallTraced(string, string, time.Duration, string) {}
 func (nopRecorder) ReviewCycle(capsule.Verdict)                      {}

@@ -239,7 +239,6 @@ func chargeUsage(runCtx context.Context, env *Env, in *Input, id string, caps ca
 		return nil
 	})
 	if err == nil {
-		env.record().BudgetConsumed(u)
 		env.record().Spend(in.Capsule.Task.Kind, in.Capsule.WaveID, u, failed)
 	}
 	return charge, err

@@ -10,6 +10,7 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/tracing"
 	"github.com/sagad/sagad/phases"
+	"github.com/sagad/sagad/store"
 )
 
 // runTraced runs phase ph inside its span: a child of the capsule's root
@@ -17,7 +18,9 @@ import (
 // whichever sagad runs them. The agent calls the phase makes are the span's
 // children (executors.Registry.SetTracer).
 func (p *Pipeline) runTraced(ctx context.Context, ph capsule.Phase, cycle int, cp *capsule.Checkpoint, in *phases.Input) phases.Decision {
-	ctx, span := p.tracer.StartPhase(ctx, cp.TraceParent, cp.TraceID, spanCapsule(cp), ph.String(), cycle)
+	ctx, span := p.tracer.StartPhase(ctx, cp.TraceParent, cp.TraceID, spanCapsule(cp), ph.String(), cycle,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(tracing.MessagingProcess(store.PhaseSubject(ph), store.ConsumerName(ph))...))
 	d := p.phases[ph].Run(ctx, p.env, in)
 	if span.IsRecording() {
 		tracing.EndPhase(span, decisionOutcome(ph, d), d.Halt.String(), string(d.Trigger), d.Err)

@@ -162,6 +162,15 @@ func TestTraceOfACapsule(t *testing.T) {
 			wantCycle = 0
 		}
 		require.Equal(t, wantCycle, a[tracing.AttrCycle].AsInt64(), "phase %s", ph)
+		if ph > capsule.Reception {
+			// OpenTelemetry's messaging conventions: the phase
+			// processed one NATS message of its stream's consumer.
+			require.Equal(t, "nats", a[tracing.AttrMessagingSystem].AsString(), "phase %s", ph)
+			require.Equal(t, "process", a[tracing.AttrMessagingOperationType].AsString())
+			require.Equal(t, store.PhaseSubject(ph), a[tracing.AttrMessagingDestination].AsString())
+			require.Equal(t, store.ConsumerName(ph), a[tracing.AttrMessagingConsumerGroup].AsString())
+			require.Equal(t, "consumer", sp.SpanKind.String())
+		}
 		want := capsule.OutcomePassed
 		if ph == capsule.Handoff {
 			want = capsule.OutcomeCompleted

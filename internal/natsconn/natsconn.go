@@ -136,11 +136,43 @@ func (o *Options) fields() []struct {
 	}
 }
 
+// EnvPrefix is the prefix of the variables sagactl and workers read;
+// sagad reads the same names with its own prefix, [DaemonEnvPrefix].
+const EnvPrefix = "SAGA_"
+
+// DaemonEnvPrefix is the prefix of sagad's own variables: SAGAD_NATS_URL
+// and so on. A shell that exports SAGA_NATS_URL for sagactl must not move
+// a sagad started from it to another server.
+const DaemonEnvPrefix = "SAGAD_"
+
+// EnvName is the variable of setting env (one of the Env* constants) under
+// prefix: EnvName(EnvURL, DaemonEnvPrefix) is "SAGAD_NATS_URL".
+func EnvName(env, prefix string) string {
+	return prefix + strings.TrimPrefix(env, EnvPrefix)
+}
+
+// EnvNames lists the variables of every setting, with the standard
+// [EnvPrefix].
+func EnvNames() []string {
+	var o Options
+	var names []string
+	for _, f := range o.fields() {
+		names = append(names, f.env)
+	}
+	return names
+}
+
 // FromEnv reads the SAGA_* variables; empty ones are unset.
 func FromEnv(getenv func(string) string) Options {
+	return FromEnvPrefix(getenv, EnvPrefix)
+}
+
+// FromEnvPrefix reads the variables of the settings under prefix
+// (SAGAD_NATS_URL for [DaemonEnvPrefix]); empty ones are unset.
+func FromEnvPrefix(getenv func(string) string, prefix string) Options {
 	var o Options
 	for _, f := range o.fields() {
-		*f.p = getenv(f.env)
+		*f.p = getenv(EnvName(f.env, prefix))
 	}
 	return o
 }
@@ -167,15 +199,22 @@ type FlagSet interface {
 // flags over the environment. urlUsage describes --nats-url (its default
 // differs per binary).
 func (o *Options) Bind(fs FlagSet, urlUsage string) {
-	fs.StringVar(&o.URL, "nats-url", "", urlUsage+" (env "+EnvURL+")")
-	fs.StringVar(&o.Creds, "nats-creds", "", "NATS credentials file, user JWT and NKey seed (env "+EnvCreds+")")
-	fs.StringVar(&o.NKey, "nats-nkey", "", "NATS NKey seed file (env "+EnvNKey+")")
-	fs.StringVar(&o.User, "nats-user", "", "NATS user; password from --nats-password-file or env "+EnvPassword+" (env "+EnvUser+")")
-	fs.StringVar(&o.PasswordFile, "nats-password-file", "", "file holding the NATS user's password (env "+EnvPasswordFile+")")
-	fs.StringVar(&o.TokenFile, "nats-token-file", "", "file holding a NATS token; or env "+EnvToken+" (env "+EnvTokenFile+")")
-	fs.StringVar(&o.TLSCA, "tls-ca", "", "CA certificates (PEM) that sign the NATS server's certificate (env "+EnvTLSCA+")")
-	fs.StringVar(&o.TLSCert, "tls-cert", "", "client certificate (PEM) for mutual TLS (env "+EnvTLSCert+")")
-	fs.StringVar(&o.TLSKey, "tls-key", "", "client certificate's key (PEM) (env "+EnvTLSKey+")")
+	o.BindEnv(fs, urlUsage, EnvPrefix)
+}
+
+// BindEnv is [Options.Bind] for a binary whose variables have prefix (sagad:
+// [DaemonEnvPrefix]): each flag's usage names its variable.
+func (o *Options) BindEnv(fs FlagSet, urlUsage, prefix string) {
+	env := func(name string) string { return EnvName(name, prefix) }
+	fs.StringVar(&o.URL, "nats-url", "", urlUsage+" (env "+env(EnvURL)+")")
+	fs.StringVar(&o.Creds, "nats-creds", "", "NATS credentials file, user JWT and NKey seed (env "+env(EnvCreds)+")")
+	fs.StringVar(&o.NKey, "nats-nkey", "", "NATS NKey seed file (env "+env(EnvNKey)+")")
+	fs.StringVar(&o.User, "nats-user", "", "NATS user; password from --nats-password-file or env "+env(EnvPassword)+" (env "+env(EnvUser)+")")
+	fs.StringVar(&o.PasswordFile, "nats-password-file", "", "file holding the NATS user's password (env "+env(EnvPasswordFile)+")")
+	fs.StringVar(&o.TokenFile, "nats-token-file", "", "file holding a NATS token; or env "+env(EnvToken)+" (env "+env(EnvTokenFile)+")")
+	fs.StringVar(&o.TLSCA, "tls-ca", "", "CA certificates (PEM) that sign the NATS server's certificate (env "+env(EnvTLSCA)+")")
+	fs.StringVar(&o.TLSCert, "tls-cert", "", "client certificate (PEM) for mutual TLS (env "+env(EnvTLSCert)+")")
+	fs.StringVar(&o.TLSKey, "tls-key", "", "client certificate's key (PEM) (env "+env(EnvTLSKey)+")")
 }
 
 // Validate reports contradictory settings.

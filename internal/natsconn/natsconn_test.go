@@ -82,6 +82,29 @@ func TestFlagsOverEnv(t *testing.T) {
 	}, got)
 }
 
+// TestFromEnvPrefix: sagad's variables are the same names under SAGAD_, and
+// reading them never reads sagactl's SAGA_ ones (issue 35: a shell that
+// exports SAGA_NATS_URL for sagactl must not move sagad).
+func TestFromEnvPrefix(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"SAGA_NATS_URL": "nats://sagactl:4222", "SAGA_NATS_TOKEN": "sagactl-token",
+		"SAGAD_NATS_URL": "nats://sagad:4222", "SAGAD_NATS_USER": "u", "SAGAD_NATS_PASSWORD_FILE": "/pw", "SAGAD_TLS_CA": "/ca.pem",
+	}
+	getenv := func(k string) string { return env[k] }
+	require.Equal(t, natsconn.Options{URL: "nats://sagad:4222", User: "u", PasswordFile: "/pw", TLSCA: "/ca.pem"},
+		natsconn.FromEnvPrefix(getenv, natsconn.DaemonEnvPrefix))
+	require.Equal(t, natsconn.Options{URL: "nats://sagactl:4222", Token: "sagactl-token"}, natsconn.FromEnv(getenv))
+	require.Equal(t, "SAGAD_TLS_KEY", natsconn.EnvName(natsconn.EnvTLSKey, natsconn.DaemonEnvPrefix))
+	require.Len(t, natsconn.EnvNames(), 11)
+
+	var flags natsconn.Options
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	flags.BindEnv(fs, "server", natsconn.DaemonEnvPrefix)
+	require.Contains(t, fs.Lookup("nats-url").Usage, "(env SAGAD_NATS_URL)")
+	require.Contains(t, fs.Lookup("nats-user").Usage, "or env SAGAD_NATS_PASSWORD (env SAGAD_NATS_USER)")
+}
+
 // secretFile writes s (with a trailing newline, as editors do) to a 0600 file.
 func secretFile(t *testing.T, s string) string {
 	t.Helper()

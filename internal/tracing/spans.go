@@ -189,7 +189,8 @@ func (t *Tracer) StartCall(ctx context.Context, call, agent, capsuleID string, c
 		return ctx, trace.SpanFromContext(ctx)
 	}
 	return tr.Start(ctx, SpanCallPrefix+call+" "+agent, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(AttrCall.String(call), AttrAgent.String(agent), AttrCapsuleID.String(capsuleID), AttrCycle.Int(cycle)))
+		trace.WithAttributes(AttrCall.String(call), AttrAgent.String(agent), AttrCapsuleID.String(capsuleID), AttrCycle.Int(cycle),
+			AttrGenAIOperationName.String(GenAIOperationInvokeAgent), AttrGenAIAgentName.String(agent)))
 }
 
 // EndCall ends an agent call's span with its outcome; err, if any, is

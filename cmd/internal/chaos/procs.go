@@ -230,8 +230,10 @@ func newSagad(dir string, bins Binaries, i int, url, workspace, calls string, re
 		"workspace":   workspace,
 		"kv_buckets":  []string{targetBucket},
 		"http_listen": "off",
-		"log_level":   "warn",
-		"replicas":    replicas,
+		// info: the disk-full scenario waits for "jetstream writes
+		// succeed again", an INFO line (a recovery is no warning).
+		"log_level": "info",
+		"replicas":  replicas,
 		"executors": map[string]any{
 			"chaos": map[string]any{
 				"type":    "command",

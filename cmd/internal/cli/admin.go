@@ -297,7 +297,7 @@ Exit 5, changing nothing, if the capsule is not waiting.`,
 }
 
 func newPending(g *globals) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "pending",
 		Short: "List what waits for a human: paused phases, operator decisions and paused capsules only a person can resume",
 		Long: `List what waits for a human. First the phases paused for every sagad
@@ -332,7 +332,7 @@ sagactl phase list -o json (paused_by, paused_at, pause_reason).`,
 			if err := printPausedPhases(out, reply.Phases); err != nil {
 				return err
 			}
-			tw := table(out)
+			tw := g.listTable(out)
 			fmt.Fprintln(tw, "CAPSULE_ID\tSTATE\tTRIGGER\tPHASE\tCYCLE\tAGE\tVERDICT\tREASON")
 			for _, it := range items {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%s\t%s\t%s\n", idOrKey(it.CapsuleID, it.Key), pf(it.State), pf(it.Trigger), it.Phase, printable(it.PhaseName),
@@ -355,6 +355,8 @@ sagactl phase list -o json (paused_by, paused_at, pause_reason).`,
 			return tw.Flush()
 		},
 	}
+	addNoHeaders(cmd, g)
+	return cmd
 }
 
 func newPhase(g *globals) *cobra.Command {
@@ -393,22 +395,21 @@ func newPhase(g *globals) *cobra.Command {
 		c.Flags().StringVar(&by, "by", "", "who (logged by sagad; default $SAGA_OPERATOR or the login name)")
 	}
 	pauseCmd.Flags().StringVar(&reason, "reason", "", "why (kept with --by and the time until the phase resumes: sagactl pending, phase list and the console's inbox show it)")
-	cmd.AddCommand(
-		pauseCmd, resumeCmd,
-		&cobra.Command{Use: "list", Short: "Show each phase: paused or not, queued and in-flight messages", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				ctx, a, done, err := g.dialAdmin(cmd)
-				if err != nil {
-					return err
-				}
-				defer done()
-				list, err := a.Phases(ctx)
-				if err != nil {
-					return adminErr(err)
-				}
-				return printPhases(cmd, g, list)
-			}},
-	)
+	listCmd := &cobra.Command{Use: "list", Short: "Show each phase: paused or not, queued and in-flight messages", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, a, done, err := g.dialAdmin(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			list, err := a.Phases(ctx)
+			if err != nil {
+				return adminErr(err)
+			}
+			return printPhases(cmd, g, list)
+		}}
+	addNoHeaders(listCmd, g)
+	cmd.AddCommand(pauseCmd, resumeCmd, listCmd)
 	return cmd
 }
 
@@ -417,7 +418,7 @@ func printPhases(cmd *cobra.Command, g *globals, list []admin.PhaseState) error 
 	if enc := g.encoder(); enc != nil {
 		return enc(out, list)
 	}
-	tw := table(out)
+	tw := g.listTable(out)
 	fmt.Fprintln(tw, "PHASE\tCONSUMER\tPAUSED\tQUEUED\tIN_FLIGHT\tPAUSED_BY\tSINCE\tREASON")
 	for _, p := range list {
 		since := "-"

@@ -327,8 +327,8 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{"check unreadable file", func(t *testing.T) []string { return []string{"check", filepath.Join(t.TempDir(), "missing.json")} }, "sagactl: read "},
 		{"check a directory", func(t *testing.T) []string { return []string{"check", t.TempDir()} }, "sagactl: read "},
-		{"bad output format", func(t *testing.T) []string { return []string{"check", "-o", "toml", valid(t)} }, `sagactl: --output "toml": want table, wide, json or yaml`},
-		{"bad output format, long flag", func(t *testing.T) []string { return []string{"--output=xml", "check", valid(t)} }, `sagactl: --output "xml": want table, wide, json or yaml`},
+		{"bad output format", func(t *testing.T) []string { return []string{"check", "-o", "toml", valid(t)} }, `sagactl: --output "toml": want table, wide, json, yaml or jsonpath=TEMPLATE`},
+		{"bad output format, long flag", func(t *testing.T) []string { return []string{"--output=xml", "check", valid(t)} }, `sagactl: --output "xml": want table, wide, json, yaml or jsonpath=TEMPLATE`},
 		{"list negative limit", func(*testing.T) []string { return []string{"list", "--limit", "-1"} }, `sagactl: --limit -1: want 0 (all) or more`},
 		{"unknown flag", func(t *testing.T) []string { return []string{"check", "--frobnicate", valid(t)} }, "sagactl: unknown flag: --frobnicate"},
 		{"unknown command", func(*testing.T) []string { return []string{"frobnicate"} }, `sagactl: unknown command "frobnicate"`},
@@ -546,6 +546,24 @@ func TestOnlineCompleted(t *testing.T) {
 		r = o.run(t, "list", "-o", "wide")
 		require.Equal(t, 0, r.code, r.errOut)
 		require.Regexp(t, `^CAPSULE_ID\s+KEY\s+STATE\s+PHASE\s+CYCLES\s+PROGRESS\s+UPDATED_AT\s+HALT_REASON\n`+doc.ID()+`\s+`+doc.ID()+`\s+completed\s+6 HANDOFF\s+1\s+100%\s+\S+\s+-\n$`, r.out)
+
+		// Issue 35: for scripts, the rows alone, or the fields asked for.
+		r = o.run(t, "list", "--no-headers")
+		require.Equal(t, 0, r.code, r.errOut)
+		require.Regexp(t, `^`+doc.ID()+`\s+completed\s+6 HANDOFF\s+1\s+\S+\s+-\n$`, r.out)
+		r = o.run(t, "list", "-o", `jsonpath={[*].capsule_id}`)
+		require.Equal(t, 0, r.code, r.errOut)
+		require.Equal(t, doc.ID(), r.out)
+		r = o.run(t, "list", "-o", `jsonpath={range [*]}{.capsule_id} {.state}{"\n"}{end}`)
+		require.Equal(t, 0, r.code, r.errOut)
+		require.Equal(t, doc.ID()+" completed\n", r.out)
+		r = o.run(t, "history", doc.ID(), "--no-headers")
+		require.Equal(t, 0, r.code, r.errOut)
+		require.NotContains(t, r.out, "EVENT")
+		require.Regexp(t, `^\S+\s+received\s`, r.out)
+		r = o.run(t, "list", "-o", "jsonpath={.unclosed")
+		require.Equal(t, cli.ExitUsage, r.code)
+		require.Contains(t, r.errOut, `jsonpath "{.unclosed": a { without its }`)
 	})
 
 	t.Run("yaml has the json keys", func(t *testing.T) {

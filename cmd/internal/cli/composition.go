@@ -178,7 +178,7 @@ func (f *compositionFlags) list() *cobra.Command {
 			if enc := f.g.encoder(); enc != nil {
 				return enc(cmd.OutOrStdout(), l)
 			}
-			tw := table(cmd.OutOrStdout())
+			tw := f.g.listTable(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "COMPOSITION\tPRODUCER\tRUN\tSTATE\tPASSED\tFAILED\tTOTAL\tEXIT")
 			for _, c := range l.Compositions {
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\n", printable(c.CompositionID), dash(printable(c.Producer)), c.Run, c.State,
@@ -188,6 +188,7 @@ func (f *compositionFlags) list() *cobra.Command {
 		},
 	}
 	list.Flags().IntVar(&limit, "limit", 0, "at most this many runs (default 100, at most 1000)")
+	addNoHeaders(list, f.g)
 	return list
 }
 

@@ -106,3 +106,55 @@ func TestCredsHints(t *testing.T) {
 	require.Contains(t, r.errOut, "\nsagactl: (NATS refused the credentials given: ")
 	require.NotContains(t, r.errOut, "is sagad running?")
 }
+
+// writeContext writes a NATS CLI context NAME under config/nats/context/,
+// as `nats context save` does, and selects it when selected.
+func writeContext(t *testing.T, config, name, body string, selected bool) {
+	t.Helper()
+	dir := filepath.Join(config, "nats", "context")
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".json"), []byte(body), 0o600))
+	if selected {
+		require.NoError(t, os.WriteFile(filepath.Join(config, "nats", "context.txt"), []byte(name), 0o600))
+	}
+}
+
+// TestNATSContexts: sagactl connects with a NATS CLI context, the selected
+// one or the one --context names, as the nats CLI would; a URL given by
+// flag or SAGA_NATS_URL is another system, and the selected context stays
+// out of it. Not parallel: it sets XDG_CONFIG_HOME.
+func TestNATSContexts(t *testing.T) {
+	const token = "ctx-t0ken-4242"
+	srv := natstest.RunServerWith(t, func(o *server.Options) { o.Authorization = token })
+	other := natstest.RunServerWith(t, func(o *server.Options) { o.Authorization = "another-token-77" })
+	config := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", config)
+	t.Setenv("SAGA_NATS_URL", "")
+	id := capsuletest.NewID()
+
+	writeContext(t, config, "prod", `{"description":"the real one","url":"`+srv.ClientURL()+`","token":"`+token+`","jetstream_domain":""}`, true)
+	writeContext(t, config, "other", `{"url":"`+other.ClientURL()+`","token":"wrong"}`, false)
+
+	r := run(t, "status", id)
+	require.Equal(t, connected, r.errOut, "the selected context")
+	require.NotContains(t, r.errOut+r.out, token)
+
+	r = run(t, "--context", "other", "status", id)
+	require.Contains(t, r.errOut, "Authorization Violation")
+	require.Contains(t, r.errOut, `(settings from the NATS context "other")`)
+
+	r = run(t, "--context", "other", "--nats-url", srv.ClientURL(), "status", id)
+	require.Contains(t, r.errOut, "Authorization Violation", "flags over the context's URL, its token kept")
+
+	r = run(t, "--nats-url", other.ClientURL(), "status", id)
+	require.Contains(t, r.errOut, "Authorization Violation", "a URL given: the selected context is not used")
+	require.NotContains(t, r.errOut, "NATS context")
+
+	r = run(t, "--context", "nope", "status", id)
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.errOut, `nats context "nope": no such context`)
+
+	r = run(t, "--context", "../prod", "status", id)
+	require.Equal(t, cli.ExitUsage, r.code)
+	require.Contains(t, r.errOut, "is not a context name")
+}

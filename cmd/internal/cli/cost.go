@@ -63,6 +63,7 @@ fold into "other".`,
 	cmd.Flags().StringVar(&by, "by", costs.ByWave, "group by "+strings.Join(costs.Groupings, ", "))
 	cmd.Flags().StringVar(&since, "since", "", "only capsules that arrived at or after: an RFC 3339 time, a date or a duration ago (24h, 7d)")
 	cmd.Flags().IntVar(&limit, "limit", 0, fmt.Sprintf("groups listed, the rest folded into \"other\" (0: %d)", costs.DefaultGroups))
+	addNoHeaders(cmd, g)
 	return cmd
 }
 
@@ -93,7 +94,7 @@ func printCost(cmd *cobra.Command, g *globals, r adminsvc.CostReply) error {
 	if enc := g.encoder(); enc != nil {
 		return enc(out, r)
 	}
-	tw := table(out)
+	tw := g.listTable(out)
 	fmt.Fprintf(tw, "%s\tCAPSULES\tTOKENS\tDOLLARS\tFAILED\tFAILED ATTEMPTS\tRESERVED TOKENS\tRESERVED DOLLARS\n", strings.ToUpper(r.By))
 	row := func(gr costs.Group) {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", printable(gr.Key), gr.Capsules, thousands(gr.Tokens), dollars(gr.Dollars),

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sagad/sagad/capsule"
@@ -67,6 +69,43 @@ func blockStyle(n *yaml.Node) {
 }
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+
+// listTable is table(w) for the list-like commands (list, history,
+// pending, phase list, cost, composition list, wave list): with
+// --no-headers their first line, the header, is left out (the columns
+// keep the width the header gave them).
+func (g *globals) listTable(w io.Writer) *tabwriter.Writer {
+	if g.noHeaders {
+		w = &skipFirstLine{w: w}
+	}
+	return table(w)
+}
+
+// skipFirstLine passes on what is written to it after the first newline.
+type skipFirstLine struct {
+	w       io.Writer
+	skipped bool
+}
+
+func (s *skipFirstLine) Write(p []byte) (int, error) {
+	if s.skipped {
+		return s.w.Write(p)
+	}
+	i := bytes.IndexByte(p, '\n')
+	if i < 0 {
+		return len(p), nil
+	}
+	s.skipped = true
+	if _, err := s.w.Write(p[i+1:]); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// addNoHeaders declares --no-headers on a list-like command.
+func addNoHeaders(cmd *cobra.Command, g *globals) {
+	cmd.Flags().BoolVar(&g.noHeaders, "no-headers", false, "leave the table's header line out (for scripts)")
+}
 
 func ts(t time.Time) string {
 	if t.IsZero() {

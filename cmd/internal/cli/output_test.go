@@ -73,7 +73,7 @@ func TestListFits120Columns(t *testing.T) {
 		HaltReason: long, UpdatedAt: now.Add(-99*24*time.Hour - time.Hour),
 	}}
 	var b bytes.Buffer
-	require.NoError(t, printList(&b, list, false, now))
+	require.NoError(t, printList(table(&b), list, false, now))
 	for _, l := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
 		require.LessOrEqual(t, utf8.RuneCountInString(l), listWidth, "%q", l)
 	}
@@ -81,7 +81,7 @@ func TestListFits120Columns(t *testing.T) {
 	require.Regexp(t, `^CAPSULE_ID\s+STATE\s+PHASE\s+CYCLES\s+AGE\s+REASON\n`, b.String())
 
 	b.Reset()
-	require.NoError(t, printList(&b, list, true, now))
+	require.NoError(t, printList(table(&b), list, true, now))
 	require.Contains(t, b.String(), long)
 	require.Regexp(t, `^CAPSULE_ID\s+KEY\s+STATE\s+PHASE\s+CYCLES\s+PROGRESS\s+UPDATED_AT\s+HALT_REASON\n`, b.String())
 }

@@ -87,7 +87,11 @@ func (g *globals) explainUnreached(err error) error {
 // account asks the server which account g's credential lives in; "" when
 // it cannot connect or the server does not say.
 func (g *globals) account() string {
-	nc, err := g.options().Connect(nats.Name("sagactl"), nats.Timeout(5*time.Second))
+	o, err := g.options()
+	if err != nil {
+		return ""
+	}
+	nc, err := o.Connect(nats.Name("sagactl"), nats.Timeout(5*time.Second))
 	if err != nil {
 		return ""
 	}

@@ -58,32 +58,60 @@ type globals struct {
 	conn natsconn.Options
 	// oldCreds is --creds, the earlier name of --nats-creds.
 	oldCreds string
-	output   string
-	timeout  time.Duration
+	// context is --context: a NATS CLI context to take the connection
+	// settings from; usedContext the one options read, for messages.
+	context, usedContext string
+	output               string
+	// jsonPath is -o jsonpath=TEMPLATE's template, parsed.
+	jsonPath []jpNode
+	// noHeaders is --no-headers: list-like tables without their header.
+	noHeaders bool
+	timeout   time.Duration
 }
 
 // options are the connection settings in force: flags over SAGA_*
-// environment variables over the embedded server's default address and,
-// when nothing else authenticates, the operator seed ./data/creds/operator.nk.
-func (g *globals) options() natsconn.Options {
+// environment variables over a NATS CLI context (--context NAME, or when
+// neither flags nor environment name a server, the context `nats context
+// select` chose) over the embedded server's default address and, when
+// nothing else authenticates, the operator seed ./data/creds/operator.nk.
+func (g *globals) options() (natsconn.Options, error) {
 	flags := g.conn
 	if flags.Creds == "" {
 		flags.Creds = g.oldCreds
 	}
 	o := natsconn.FromEnv(os.Getenv).Merge(flags)
+	// The selected context is a default server: a URL given by flag or
+	// variable is another system, whose credentials the context's would
+	// only contradict.
+	if g.context != "" || o.URL == "" {
+		ctx, ok, err := natsconn.LoadContext(g.context, os.Getenv)
+		if err != nil {
+			return natsconn.Options{}, exit(ExitUsage, err)
+		}
+		if ok {
+			g.usedContext = ctx.Name
+			o = ctx.Options.Merge(o)
+		}
+	}
 	if o.URL == "" {
 		o.URL = DefaultNATSURL
 	}
 	// Run from sagad's directory, sagactl is the operator of its embedded
 	// server without being told.
-	return o.WithDefaultNKey(natsconn.DefaultSeed(natsconn.RoleOperator))
+	return o.WithDefaultNKey(natsconn.DefaultSeed(natsconn.RoleOperator)), nil
 }
 
 // dialNATS connects to NATS. Its errors name the server with credentials
-// redacted.
+// redacted, and the context the settings came from, if any.
 func (g *globals) dialNATS() (*nats.Conn, error) {
-	o := g.options()
+	o, err := g.options()
+	if err != nil {
+		return nil, err
+	}
 	nc, err := o.Connect(nats.Name("sagactl"), nats.Timeout(5*time.Second))
+	if err != nil && g.usedContext != "" {
+		err = fmt.Errorf("%w\nsagactl: (settings from the NATS context %q)", err, g.usedContext)
+	}
 	var ce *natsconn.ConnectError
 	switch {
 	case errors.Is(err, nats.ErrAuthorization) && !o.Authenticates() && o.TLSCert == "":
@@ -136,11 +164,13 @@ const (
 // encoder is the structured encoder of -o json or -o yaml, nil for the
 // tables (-o table, -o wide).
 func (g *globals) encoder() encodeFunc {
-	switch g.output {
-	case outputJSON:
+	switch {
+	case g.output == outputJSON:
 		return writeJSON
-	case outputYAML:
+	case g.output == outputYAML:
 		return writeYAML
+	case g.jsonPath != nil:
+		return jsonPathEncoder(g.jsonPath)
 	}
 	return nil
 }
@@ -185,16 +215,25 @@ Exit codes:
 			case outputTable, outputWide, outputJSON, outputYAML:
 				return nil
 			}
-			return exit(ExitUsage, fmt.Errorf("--output %q: want table, wide, json or yaml", g.output))
+			if tmpl, ok := strings.CutPrefix(g.output, outputJSONPath); ok {
+				nodes, err := parseJSONPath(tmpl)
+				if err != nil {
+					return exit(ExitUsage, err)
+				}
+				g.jsonPath = nodes
+				return nil
+			}
+			return exit(ExitUsage, fmt.Errorf("--output %q: want table, wide, json, yaml or jsonpath=TEMPLATE", g.output))
 		},
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(out)
 	root.SetErr(errOut)
 	g.conn.Bind(root.PersistentFlags(), "NATS URL (default "+DefaultNATSURL+", sagad's embedded server)")
+	root.PersistentFlags().StringVar(&g.context, "context", "", "NATS CLI context (see: nats context ls) to connect with; flags and SAGA_* win over its settings (default: the selected context, when no URL is given)")
 	root.PersistentFlags().StringVar(&g.oldCreds, "creds", "", "NATS credentials file")
 	_ = root.PersistentFlags().MarkDeprecated("creds", "use --nats-creds")
-	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table, wide (list: every column), json or yaml")
+	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table, wide (list: every column), json, yaml or jsonpath=TEMPLATE (kubectl's: jsonpath='{[*].capsule_id}')")
 	root.PersistentFlags().DurationVar(&g.timeout, "request-timeout", 10*time.Second, "timeout of each NATS request")
 	root.AddCommand(
 		newPublish(g), newSeal(g), newCheck(g), newChain(g), newCompose(g), newComposition(g),
@@ -205,6 +244,7 @@ Exit codes:
 	// cobra adds `sagactl completion bash|zsh|fish|powershell`; capsule
 	// ids complete from the checkpoint bucket.
 	addIDCompletion(g, root)
+	addValueCompletion(g, root)
 	return root, g
 }
 

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -206,8 +206,7 @@ func cut(s string, n int) string {
 
 // printList writes the list table: the columns that fit [listWidth], or
 // every column and the whole reason when wide.
-func printList(w io.Writer, list []client.Status, wide bool, now time.Time) error {
-	tw := table(w)
+func printList(tw *tabwriter.Writer, list []client.Status, wide bool, now time.Time) error {
 	if wide {
 		fmt.Fprintln(tw, "CAPSULE_ID\tKEY\tSTATE\tPHASE\tCYCLES\tPROGRESS\tUPDATED_AT\tHALT_REASON")
 		for _, s := range list {
@@ -240,8 +239,9 @@ func idOrKey(id, key string) string {
 func newList(g *globals) *cobra.Command {
 	var state string
 	var limit int
+	var watch bool
 	cmd := &cobra.Command{
-		Use:   "list [--state S] [--limit N]",
+		Use:   "list [--state S] [--limit N] [--watch]",
 		Short: "List capsules, newest first, optionally only those in one state",
 		Long: `List capsules, most recently updated first: the newest --limit N (default 100,
 0 lists all). The table fits 120 columns (AGE is since the last update; a long
@@ -261,6 +261,10 @@ and shows the whole halt reason; -o json and -o yaml give the full records.`,
 				return err
 			}
 			defer done()
+			if watch {
+				w := &listWatch{g: g, admin: a, req: adminsvc.ListRequest{State: state}, limit: limit, every: listWatchInterval}
+				return w.run(cmd.Context(), cmd)
+			}
 			list, total, err := listPages(ctx, a, adminsvc.ListRequest{State: state}, limit)
 			if err != nil {
 				return readErr(err)
@@ -270,7 +274,7 @@ and shows the whole halt reason; -o json and -o yaml give the full records.`,
 			if enc := g.encoder(); enc != nil {
 				return enc(out, list)
 			}
-			if err := printList(out, list, g.output == outputWide, time.Now()); err != nil {
+			if err := printList(g.listTable(out), list, g.output == outputWide, time.Now()); err != nil {
 				return err
 			}
 			if len(list) < total {
@@ -280,6 +284,8 @@ and shows the whole halt reason; -o json and -o yaml give the full records.`,
 		},
 	}
 	cmd.Flags().StringVar(&state, "state", "", "only capsules in this state")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "after the list, print each capsule whose row changes, as it changes, until Ctrl-C")
+	addNoHeaders(cmd, g)
 	cmd.Flags().IntVar(&limit, "limit", DefaultListLimit, "list at most this many, newest first (0: all)")
 	return cmd
 }
@@ -310,7 +316,7 @@ func listPages(ctx context.Context, a *adminsvc.Client, r adminsvc.ListRequest, 
 }
 
 func newHistory(g *globals) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "history ID",
 		Short: "Show a capsule's lifecycle events, oldest first",
 		Args:  cobra.ExactArgs(1),
@@ -331,7 +337,7 @@ func newHistory(g *globals) *cobra.Command {
 			if enc := g.encoder(); enc != nil {
 				return enc(out, events)
 			}
-			tw := table(out)
+			tw := g.listTable(out)
 			fmt.Fprintln(tw, "AT\tEVENT\tPHASE\tCYCLE\tDETAIL")
 			for _, e := range events {
 				detail := saidDetail(e)
@@ -343,4 +349,6 @@ func newHistory(g *globals) *cobra.Command {
 			return tw.Flush()
 		},
 	}
+	addNoHeaders(cmd, g)
+	return cmd
 }

@@ -128,3 +128,25 @@ func readsOnly(t *testing.T, s *server.Server) jetstream.KeyValue {
 	require.NoError(t, err)
 	return kv
 }
+
+// TestCompleteValues: the shell completes the closed sets of values: -o,
+// --state, cost --by (issue 35). No server needed.
+func TestCompleteValues(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"list", "--state", ""}, "in_progress\npaused\nwaiting_for_operator\nwaiting\ncompleted\nhalted\ncancelled\n:4\n"},
+		{[]string{"list", "-o", ""}, "table\nwide\njson\nyaml\njsonpath=\n:6\n"},
+		{[]string{"status", "--output", ""}, "table\nwide\njson\nyaml\njsonpath=\n:6\n"},
+		{[]string{"cost", "--by", ""}, "wave\nchain\ncomposition\nproducer\nkind\nday\n:4\n"},
+	} {
+		r := run(t, append([]string{"--nats-url", "nats://127.0.0.1:1", "__complete"}, tt.args...)...)
+		require.Equal(t, cli.ExitOK, r.code, r.errOut)
+		require.Equal(t, tt.want, firstLines(r.out), "%v", tt.args)
+	}
+	for _, s := range []string{"in_progress", "paused", "waiting_for_operator", "waiting", "completed", "halted", "cancelled"} {
+		require.True(t, capsule.State(s).Valid(), s)
+	}
+}

@@ -156,7 +156,7 @@ closed.`,
 				}
 				return enc(out, waves)
 			}
-			tw := table(out)
+			tw := g.listTable(out)
 			fmt.Fprintln(tw, "WAVE\tSTATE\tTOKENS (USED/RESERVED/CAP)\tDOLLARS (USED/RESERVED/CAP)\tRUNNING\tWAITING")
 			for _, w := range waves {
 				fmt.Fprintf(tw, "%s\t%s\t%d/%d/%s\t%s/%s/%s\t%d\t%d\n", printable(w.WaveID), waveState(w),
@@ -166,6 +166,7 @@ closed.`,
 			return tw.Flush()
 		},
 	}
+	addNoHeaders(list, g)
 	cmd.AddCommand(set, show, list, closeCmd)
 	return cmd
 }

@@ -37,6 +37,13 @@ func TestOnlineWave(t *testing.T) {
 	require.Equal(t, int64(3000), w.TokensCap)
 	require.Zero(t, w.DollarsCap)
 
+	// Issue 35: the shell completes the waves sagad knows.
+	r = o.run(t, "__complete", "wave", "show", "w")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	require.Equal(t, "w1\n:4\n", firstLines(r.out))
+	r = o.run(t, "__complete", "wave", "show", "x")
+	require.Equal(t, ":4\n", firstLines(r.out))
+
 	for _, args := range [][]string{
 		{"wave", "set", "w1", "--tokens", "-1"},
 		{"wave", "set", "w1", "--dollars", "-2"},

@@ -4,13 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"math"
 	"net"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -26,9 +22,10 @@ import (
 	"github.com/sagad/sagad/rules"
 )
 
-// Config is everything sagad can be told. Precedence: flags, then
-// environment variables (SAGAD_*, and SAGA_* for the connection settings
-// sagactl shares), then the config file, then defaults.
+// Config is everything sagad can be told. Precedence: flags given on the
+// command line, then environment variables (SAGAD_* only: the SAGA_* ones
+// are sagactl's, and sagad at most warns that they are set), then the
+// config file, then defaults.
 type Config struct {
 	// Options connect to an external NATS system (the nats_* and tls_* keys
 	// of the config file; see package natsconn). An empty URL starts the
@@ -181,6 +178,11 @@ type Config struct {
 	// rules.Config.UnmarshalJSON and README "Configuration"). The task kinds
 	// and reviewer ids of Rule 22 follow from Executors and Reviewers.
 	Constitution rules.Config `json:"constitution"`
+
+	// warnings are what parsing found worth saying but not refusing (a
+	// SAGA_* variable ignored, a setting a flag overrode); Run logs each
+	// at WARN once its logger exists.
+	warnings []string
 }
 
 // DefaultHTTPListen is the HTTP listener's default address. Not 9090:
@@ -329,394 +331,6 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// errVersion is parseConfig's answer to --version: Main prints the build
-// and exits 0, as with -h.
-var errVersion = errors.New("version requested")
-
-// parseFlags parses args into fs, printing fs's usage to stderr only for
-// -h: the flag package would print a bad flag's error above sixty lines of
-// usage, where it scrolls away. The caller prints the error on one line,
-// with [usageHint] after it.
-func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
-	usage := fs.Usage
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	err := fs.Parse(args)
-	fs.SetOutput(stderr)
-	fs.Usage = usage
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fs.Usage()
-		return err
-	case err != nil:
-		return &usageError{err}
-	}
-	return nil
-}
-
-// usageError is a bad flag or argument: Main follows it with [usageHint].
-type usageError struct{ err error }
-
-func (e *usageError) Error() string { return e.err.Error() }
-func (e *usageError) Unwrap() error { return e.err }
-
-// isUsageError reports whether err is a bad flag or argument.
-func isUsageError(err error) bool {
-	var ue *usageError
-	return errors.As(err, &ue)
-}
-
-// usageHint is the line after a usage error: the usage itself is one --help
-// away.
-func usageHint(cmd string) string {
-	return fmt.Sprintf("Run '%s --help' for the flags.", cmd)
-}
-
-// parseConfig reads flags, SAGAD_* and SAGA_* env vars and the optional
-// config file.
-func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
-	fs := flag.NewFlagSet("sagad", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage of sagad:\n  sagad [flags]               run sagad\n"+
-			"  sagad healthcheck [flags]   probe the /readyz of the sagad these flags and SAGAD_* configure: exit 0 if ready, 1 if not\n"+
-			"  sagad nats-config --config FILE --out DIR   write the NATS accounts of the roles for an external nats-server\n")
-		fs.PrintDefaults()
-	}
-	v := defineFlags(fs)
-	if err := parseFlags(fs, args, stderr); err != nil {
-		return Config{}, err
-	}
-	if *v.version {
-		return Config{}, errVersion
-	}
-	if fs.NArg() > 0 {
-		return Config{}, &usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
-	}
-	if err := v.convert(); err != nil {
-		return Config{}, err
-	}
-	if v.file == "" {
-		v.file = getenv("SAGAD_CONFIG")
-	}
-	var cfg Config
-	if v.file != "" {
-		b, err := os.ReadFile(v.file)
-		if err != nil {
-			return Config{}, fmt.Errorf("config file: %w", err)
-		}
-		if cfg, err = decodeConfigFile(b); err != nil {
-			return Config{}, fmt.Errorf("config file %s: %w", v.file, err)
-		}
-	}
-	// Environment over file.
-	if errs := applyEnv(&cfg, getenv); len(errs) > 0 {
-		return Config{}, errors.Join(errs...)
-	}
-	// Flags over everything.
-	v.apply(fs, &cfg)
-	if cfg.HTTPListen == "" {
-		cfg.HTTPListen = DefaultHTTPListen
-	}
-	if cfg.HTTPListen == "off" {
-		cfg.HTTPListen = ""
-	}
-	cfg.withDefaults()
-	return cfg, cfg.validate()
-}
-
-// flagValues are sagad's flags as parsed, before they are laid over the
-// file and the environment (only the flags given are).
-type flagValues struct {
-	file    string
-	version *bool
-	flags   Config
-	// Flags whose type is not the Config field's.
-	shutdown, startTimeout, lockWait, deadlineWarning, externalTimeout, retention, rescueAfter,
-	writeTimeout, unhealthyAfter, stallAfter, dependencyTimeout time.Duration
-	intakeMaxMsgBytes int
-	syncAlways        bool
-}
-
-// defineFlags defines sagad's flags on fs.
-func defineFlags(fs *flag.FlagSet) *flagValues {
-	v := &flagValues{}
-	fs.StringVar(&v.file, "config", "", "JSON config file (env SAGAD_CONFIG)")
-	v.version = fs.Bool("version", false, "print the version, VCS revision and Go version, and exit")
-	v.flags.Options.Bind(fs, "external NATS URL; empty starts the embedded server (or SAGAD_NATS_URL)")
-	fs.StringVar(&v.flags.NATSListen, "nats-listen", "", "embedded server client address (default 127.0.0.1:4222; env SAGAD_NATS_LISTEN)")
-	fs.StringVar(&v.flags.DataDir, "data-dir", "", "embedded server data directory (default ./data; env SAGAD_DATA_DIR)")
-	fs.StringVar(&v.flags.Workspace, "workspace", "", "root of file: refs (default .; env SAGAD_WORKSPACE)")
-	fs.StringVar(&v.flags.HTTPListen, "http-listen", "", "health and metrics address (default "+DefaultHTTPListen+", \"off\" disables; env SAGAD_HTTP_LISTEN)")
-	fs.BoolVar(&v.flags.NoUI, "no-ui", false, "do not serve the web console at /ui/ (env SAGAD_NO_UI)")
-	fs.StringVar(&v.flags.UIToken, "ui-token", "", "token the web console requires (open /ui/?token=T once); needed off loopback unless --ui-basic-auth (env SAGA_UI_TOKEN)")
-	fs.StringVar(&v.flags.UIBasicAuth, "ui-basic-auth", "", "user:password the web console requires as HTTP basic auth (env SAGA_UI_BASIC_AUTH)")
-	fs.StringVar(&v.flags.LogFormat, "log-format", "", "text or json (env SAGAD_LOG_FORMAT)")
-	fs.StringVar(&v.flags.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
-	fs.IntVar(&v.flags.Workers, "workers", 0, "capsules worked on at once per phase (default 64, which is also the most agent calls a phase makes at once; env SAGAD_WORKERS)")
-	fs.Int64Var(&v.flags.IntakeMaxPending, "intake-max-pending", 0, "intake messages one producer may have waiting; past it its publishes are refused (default 256; env SAGAD_INTAKE_MAX_PENDING)")
-	fs.IntVar(&v.intakeMaxMsgBytes, "intake-max-msg-bytes", 0, "largest intake message, headers included (default 1048576; env SAGAD_INTAKE_MAX_MSG_BYTES)")
-	fs.Int64Var(&v.flags.IntakeMaxBytes, "intake-max-bytes", 0, "bytes waiting in the intake, all producers together, reserved from JetStream's storage (default unbounded; env SAGAD_INTAKE_MAX_BYTES)")
-	fs.Int64Var(&v.flags.InlineArtifactBytes, "inline-artifact-bytes", 0, "largest artifact content sent inside an executor request; larger ones are fetched by reference on saga.artifacts.get (default 262144; env SAGAD_INLINE_ARTIFACT_BYTES)")
-	fs.Float64Var(&v.flags.IntakeRateMsgs, "intake-rate-msgs", 0, "capsules a second RECEPTION takes from one producer; more wait in the intake; negative: unlimited (default 200; env SAGAD_INTAKE_RATE_MSGS)")
-	fs.Float64Var(&v.flags.IntakeRateBytes, "intake-rate-bytes", 0, "intake bytes a second RECEPTION takes from one producer; negative: unlimited (default 4194304; env SAGAD_INTAKE_RATE_BYTES)")
-	fs.IntVar(&v.flags.MaxDepth, "max-depth", 0, "how deep capsules published by executor calls (parent_capsule_id) may nest; deeper halts depth_exceeded:<depth> (default 4; env SAGAD_MAX_DEPTH)")
-	fs.IntVar(&v.flags.Replicas, "replicas", 0, "stream and bucket replicas (default 1; env SAGAD_REPLICAS)")
-	fs.BoolVar(&v.flags.Migrate, "migrate", false, "change existing streams and buckets whose settings (replicas, retention...) differ from these flags; without it sagad refuses to start and changes nothing (env SAGAD_MIGRATE)")
-	fs.DurationVar(&v.startTimeout, "start-timeout", 0, "exit if NATS or a cluster able to hold the streams is not there within this long (default 0: wait as long as it takes; env SAGAD_START_TIMEOUT)")
-	fs.DurationVar(&v.shutdown, "shutdown-timeout", 0, "graceful shutdown bound (default 30s; env SAGAD_SHUTDOWN_TIMEOUT)")
-	fs.StringVar(&v.flags.Sync, "sync", "", "embedded server's fsync: always (before every ack), 1s (default: acknowledged writes on disk within 1s), default (the server's 2m) or another duration (env SAGAD_SYNC)")
-	fs.StringVar(&v.flags.ServerTLSCert, "server-tls-cert", "", "embedded server's TLS certificate (PEM); with it, clients must use TLS (env SAGAD_SERVER_TLS_CERT)")
-	fs.StringVar(&v.flags.ServerTLSKey, "server-tls-key", "", "embedded server's TLS key (PEM) (env SAGAD_SERVER_TLS_KEY)")
-	fs.StringVar(&v.flags.ServerTLSCA, "server-tls-ca", "", "embedded server requires client certificates signed by these CAs (env SAGAD_SERVER_TLS_CA)")
-	fs.BoolVar(&v.flags.Insecure, "insecure", false, "allow listening off loopback without TLS (embedded NATS, HTTP); logs a warning (env SAGAD_INSECURE)")
-	fs.BoolVar(&v.syncAlways, "sync-always", false, "alias of --sync always (env SAGAD_SYNC_ALWAYS)")
-	fs.DurationVar(&v.lockWait, "lock-wait", 0, "retry contended locks this long, then park with lock_contention; negative halts at once (default 60s; env SAGAD_LOCK_WAIT)")
-	fs.Float64Var(&v.flags.BudgetWarning, "budget-warning", 0, "pause with budget_warning past this fraction of a cap; negative disables (default 0.75; env SAGAD_BUDGET_WARNING)")
-	fs.DurationVar(&v.deadlineWarning, "deadline-warning", 0, "pause with deadline_approaching when less is left; negative disables (default 5m; env SAGAD_DEADLINE_WARNING)")
-	fs.DurationVar(&v.externalTimeout, "external-timeout", 0, "halt when accepted external work reports nothing for this long (default 1h; env SAGAD_EXTERNAL_TIMEOUT)")
-	fs.DurationVar(&v.dependencyTimeout, "dependency-timeout", 0, "halt a capsule waiting this long for a dependency sagad does not know (dependency_missing) (default 24h; env SAGAD_DEPENDENCY_TIMEOUT)")
-	fs.DurationVar(&v.rescueAfter, "rescue-after", 0, "send again the step of a capsule in progress unchanged this long with nothing queued for its phase; negative disables (default 2m; env SAGAD_RESCUE_AFTER)")
-	fs.DurationVar(&v.retention, "retention", 0, "keep ended capsules this long, then remove their state (outcomes stay); negative keeps them forever (default 168h; env SAGAD_RETENTION)")
-	fs.DurationVar(&v.writeTimeout, "write-timeout", 0, "bound of each JetStream write; one that times out is retried later (default 5s; env SAGAD_WRITE_TIMEOUT)")
-	fs.DurationVar(&v.unhealthyAfter, "unhealthy-after", 0, "JetStream writes failing this long make sagad unhealthy: ERROR log, sagad_jetstream_writes_failing 1, /readyz 503 (default 30s; env SAGAD_UNHEALTHY_AFTER)")
-	fs.DurationVar(&v.stallAfter, "stall-after", 0, "/readyz reports a phase with pending work and no progress for this long (default 2m; env SAGAD_STALL_AFTER)")
-	fs.StringVar(&v.flags.OTelEndpoint, "otel-endpoint", "", "send OpenTelemetry traces to this OTLP/HTTP endpoint, e.g. http://localhost:4318 (default off, or OTEL_EXPORTER_OTLP_ENDPOINT; env SAGAD_OTEL_ENDPOINT)")
-	fs.StringVar(&v.flags.TraceURL, "trace-url", "", "link the console's trace ids to a tracing backend: a URL template holding {trace_id}, e.g. http://jaeger:16686/trace/{trace_id} (env SAGAD_TRACE_URL)")
-	return v
-}
-
-// convert puts the flags whose type is not their field's into v.flags.
-func (v *flagValues) convert() error {
-	v.flags.ShutdownTimeout = Duration(v.shutdown)
-	v.flags.StartTimeout = Duration(v.startTimeout)
-	if v.intakeMaxMsgBytes > math.MaxInt32 || v.intakeMaxMsgBytes < 0 {
-		return fmt.Errorf("--intake-max-msg-bytes %d: out of range", v.intakeMaxMsgBytes)
-	}
-	v.flags.IntakeMaxMsgBytes = int32(v.intakeMaxMsgBytes)
-	v.flags.LockWait, v.flags.DeadlineWarning, v.flags.ExternalTimeout = Duration(v.lockWait), Duration(v.deadlineWarning), Duration(v.externalTimeout)
-	v.flags.Retention = Duration(v.retention)
-	v.flags.RescueAfter = Duration(v.rescueAfter)
-	v.flags.DependencyTimeout = Duration(v.dependencyTimeout)
-	v.flags.WriteTimeout, v.flags.UnhealthyAfter, v.flags.StallAfter = Duration(v.writeTimeout), Duration(v.unhealthyAfter), Duration(v.stallAfter)
-	return nil
-}
-
-// applyEnv lays the environment (SAGA_* and SAGAD_*) over cfg, and returns
-// every variable that does not parse.
-func applyEnv(cfg *Config, getenv func(string) string) []error {
-	applyEnvStrings(cfg, getenv)
-	return append(applyEnvNumbers(cfg, getenv), applyEnvSwitches(cfg, getenv)...)
-}
-
-// applyEnvStrings lays the variables that are strings over cfg.
-func applyEnvStrings(cfg *Config, getenv func(string) string) {
-	envStr := func(dst *string, name string) {
-		if v := getenv(name); v != "" {
-			*dst = v
-		}
-	}
-	// The connection settings sagactl shares (SAGA_*), then sagad's own
-	// older names for two of them, which win as the more specific.
-	cfg.Options = cfg.Options.Merge(natsconn.FromEnv(getenv))
-	envStr(&cfg.URL, "SAGAD_NATS_URL")
-	envStr(&cfg.Creds, "SAGAD_NATS_CREDS")
-	envStr(&cfg.NATSListen, "SAGAD_NATS_LISTEN")
-	envStr(&cfg.ServerTLSCert, "SAGAD_SERVER_TLS_CERT")
-	envStr(&cfg.ServerTLSKey, "SAGAD_SERVER_TLS_KEY")
-	envStr(&cfg.ServerTLSCA, "SAGAD_SERVER_TLS_CA")
-	envStr(&cfg.DataDir, "SAGAD_DATA_DIR")
-	envStr(&cfg.Workspace, "SAGAD_WORKSPACE")
-	envStr(&cfg.HTTPListen, "SAGAD_HTTP_LISTEN")
-	envStr(&cfg.UIToken, "SAGA_UI_TOKEN")
-	envStr(&cfg.UIToken, "SAGAD_UI_TOKEN")
-	envStr(&cfg.UIBasicAuth, "SAGA_UI_BASIC_AUTH")
-	envStr(&cfg.UIBasicAuth, "SAGAD_UI_BASIC_AUTH")
-	envStr(&cfg.LogFormat, "SAGAD_LOG_FORMAT")
-	envStr(&cfg.LogLevel, "SAGAD_LOG_LEVEL")
-	envStr(&cfg.OTelEndpoint, "SAGAD_OTEL_ENDPOINT")
-	envStr(&cfg.TraceURL, "SAGAD_TRACE_URL")
-}
-
-// applyEnvNumbers lays the variables that are numbers and durations over
-// cfg.
-func applyEnvNumbers(cfg *Config, getenv func(string) string) []error {
-	var errs []error
-	envInt := func(dst *int, name string) {
-		if v := getenv(name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", name, err))
-			}
-			*dst = n
-		}
-	}
-	envInt(&cfg.Workers, "SAGAD_WORKERS")
-	envInt(&cfg.Replicas, "SAGAD_REPLICAS")
-	envInt(&cfg.MaxDepth, "SAGAD_MAX_DEPTH")
-	envInt64 := func(dst *int64, name string, bits int) {
-		if v := getenv(name); v != "" {
-			n, err := strconv.ParseInt(v, 10, bits)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", name, err))
-			}
-			*dst = n
-		}
-	}
-	envInt64(&cfg.IntakeMaxPending, "SAGAD_INTAKE_MAX_PENDING", 64)
-	envInt64(&cfg.IntakeMaxBytes, "SAGAD_INTAKE_MAX_BYTES", 64)
-	envInt64(&cfg.InlineArtifactBytes, "SAGAD_INLINE_ARTIFACT_BYTES", 64)
-	if v := getenv("SAGAD_INTAKE_MAX_MSG_BYTES"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 32)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("SAGAD_INTAKE_MAX_MSG_BYTES: %w", err))
-		}
-		cfg.IntakeMaxMsgBytes = int32(n)
-	}
-	if v := getenv("SAGAD_SHUTDOWN_TIMEOUT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("SAGAD_SHUTDOWN_TIMEOUT: %w", err))
-		}
-		cfg.ShutdownTimeout = Duration(d)
-	}
-	envDur := func(dst *Duration, name string) {
-		if v := getenv(name); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", name, err))
-			}
-			*dst = Duration(d)
-		}
-	}
-	envDur(&cfg.LockWait, "SAGAD_LOCK_WAIT")
-	envDur(&cfg.DeadlineWarning, "SAGAD_DEADLINE_WARNING")
-	envDur(&cfg.ExternalTimeout, "SAGAD_EXTERNAL_TIMEOUT")
-	envDur(&cfg.Retention, "SAGAD_RETENTION")
-	envDur(&cfg.RescueAfter, "SAGAD_RESCUE_AFTER")
-	envDur(&cfg.DependencyTimeout, "SAGAD_DEPENDENCY_TIMEOUT")
-	envDur(&cfg.WriteTimeout, "SAGAD_WRITE_TIMEOUT")
-	envDur(&cfg.UnhealthyAfter, "SAGAD_UNHEALTHY_AFTER")
-	envDur(&cfg.StallAfter, "SAGAD_STALL_AFTER")
-	envDur(&cfg.StartTimeout, "SAGAD_START_TIMEOUT")
-	envFloat := func(dst *float64, name string) {
-		if v := getenv(name); v != "" {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", name, err))
-			}
-			*dst = f
-		}
-	}
-	envFloat(&cfg.IntakeRateMsgs, "SAGAD_INTAKE_RATE_MSGS")
-	envFloat(&cfg.IntakeRateBytes, "SAGAD_INTAKE_RATE_BYTES")
-	if v := getenv("SAGAD_BUDGET_WARNING"); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("SAGAD_BUDGET_WARNING: %w", err))
-		}
-		cfg.BudgetWarning = f
-	}
-	return errs
-}
-
-// applyEnvSwitches lays the variables that are booleans (and the sync
-// policy, which the sync_always alias changes) over cfg.
-func applyEnvSwitches(cfg *Config, getenv func(string) string) []error {
-	var errs []error
-	envStr := func(dst *string, name string) {
-		if v := getenv(name); v != "" {
-			*dst = v
-		}
-	}
-	if v := getenv("SAGAD_SYNC_ALWAYS"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("SAGAD_SYNC_ALWAYS: %w", err))
-		}
-		cfg.Sync = syncAlias(cfg.Sync, b)
-	}
-	envStr(&cfg.Sync, "SAGAD_SYNC")
-	if v := getenv("SAGAD_INSECURE"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("SAGAD_INSECURE: %w", err))
-		}
-		cfg.Insecure = b
-	}
-	if v := getenv("SAGAD_MIGRATE"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("SAGAD_MIGRATE: %w", err))
-		}
-		cfg.Migrate = b
-	}
-	if v := getenv("SAGAD_NO_UI"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("SAGAD_NO_UI: %w", err))
-		}
-		cfg.NoUI = b
-	}
-	return errs
-}
-
-// apply lays the flags given on fs over cfg.
-func (v *flagValues) apply(fs *flag.FlagSet, cfg *Config) {
-	cfg.Options = cfg.Options.Merge(v.flags.Options)
-	fs.Visit(func(f *flag.Flag) {
-		if set, ok := flagSetters[f.Name]; ok {
-			set(v, cfg)
-		}
-	})
-}
-
-// flagSetters lay one flag given on the command line over cfg, by its name
-// (the connection flags of Options are merged whole by apply).
-var flagSetters = map[string]func(v *flagValues, cfg *Config){
-	// --nats-url "" chooses the embedded server over any URL.
-	"nats-url":              func(v *flagValues, cfg *Config) { cfg.URL = v.flags.URL },
-	"nats-listen":           func(v *flagValues, cfg *Config) { cfg.NATSListen = v.flags.NATSListen },
-	"server-tls-cert":       func(v *flagValues, cfg *Config) { cfg.ServerTLSCert = v.flags.ServerTLSCert },
-	"server-tls-key":        func(v *flagValues, cfg *Config) { cfg.ServerTLSKey = v.flags.ServerTLSKey },
-	"server-tls-ca":         func(v *flagValues, cfg *Config) { cfg.ServerTLSCA = v.flags.ServerTLSCA },
-	"insecure":              func(v *flagValues, cfg *Config) { cfg.Insecure = v.flags.Insecure },
-	"data-dir":              func(v *flagValues, cfg *Config) { cfg.DataDir = v.flags.DataDir },
-	"workspace":             func(v *flagValues, cfg *Config) { cfg.Workspace = v.flags.Workspace },
-	"http-listen":           func(v *flagValues, cfg *Config) { cfg.HTTPListen = v.flags.HTTPListen },
-	"no-ui":                 func(v *flagValues, cfg *Config) { cfg.NoUI = v.flags.NoUI },
-	"ui-token":              func(v *flagValues, cfg *Config) { cfg.UIToken = v.flags.UIToken },
-	"ui-basic-auth":         func(v *flagValues, cfg *Config) { cfg.UIBasicAuth = v.flags.UIBasicAuth },
-	"log-format":            func(v *flagValues, cfg *Config) { cfg.LogFormat = v.flags.LogFormat },
-	"log-level":             func(v *flagValues, cfg *Config) { cfg.LogLevel = v.flags.LogLevel },
-	"workers":               func(v *flagValues, cfg *Config) { cfg.Workers = v.flags.Workers },
-	"replicas":              func(v *flagValues, cfg *Config) { cfg.Replicas = v.flags.Replicas },
-	"max-depth":             func(v *flagValues, cfg *Config) { cfg.MaxDepth = v.flags.MaxDepth },
-	"intake-max-pending":    func(v *flagValues, cfg *Config) { cfg.IntakeMaxPending = v.flags.IntakeMaxPending },
-	"intake-max-msg-bytes":  func(v *flagValues, cfg *Config) { cfg.IntakeMaxMsgBytes = v.flags.IntakeMaxMsgBytes },
-	"intake-max-bytes":      func(v *flagValues, cfg *Config) { cfg.IntakeMaxBytes = v.flags.IntakeMaxBytes },
-	"inline-artifact-bytes": func(v *flagValues, cfg *Config) { cfg.InlineArtifactBytes = v.flags.InlineArtifactBytes },
-	"intake-rate-msgs":      func(v *flagValues, cfg *Config) { cfg.IntakeRateMsgs = v.flags.IntakeRateMsgs },
-	"intake-rate-bytes":     func(v *flagValues, cfg *Config) { cfg.IntakeRateBytes = v.flags.IntakeRateBytes },
-	"shutdown-timeout":      func(v *flagValues, cfg *Config) { cfg.ShutdownTimeout = v.flags.ShutdownTimeout },
-	"start-timeout":         func(v *flagValues, cfg *Config) { cfg.StartTimeout = v.flags.StartTimeout },
-	"migrate":               func(v *flagValues, cfg *Config) { cfg.Migrate = v.flags.Migrate },
-	"sync":                  func(v *flagValues, cfg *Config) { cfg.Sync = v.flags.Sync },
-	"sync-always":           func(v *flagValues, cfg *Config) { cfg.Sync = syncAlias(cfg.Sync, v.syncAlways) },
-	"lock-wait":             func(v *flagValues, cfg *Config) { cfg.LockWait = v.flags.LockWait },
-	"budget-warning":        func(v *flagValues, cfg *Config) { cfg.BudgetWarning = v.flags.BudgetWarning },
-	"deadline-warning":      func(v *flagValues, cfg *Config) { cfg.DeadlineWarning = v.flags.DeadlineWarning },
-	"external-timeout":      func(v *flagValues, cfg *Config) { cfg.ExternalTimeout = v.flags.ExternalTimeout },
-	"retention":             func(v *flagValues, cfg *Config) { cfg.Retention = v.flags.Retention },
-	"rescue-after":          func(v *flagValues, cfg *Config) { cfg.RescueAfter = v.flags.RescueAfter },
-	"dependency-timeout":    func(v *flagValues, cfg *Config) { cfg.DependencyTimeout = v.flags.DependencyTimeout },
-	"write-timeout":         func(v *flagValues, cfg *Config) { cfg.WriteTimeout = v.flags.WriteTimeout },
-	"unhealthy-after":       func(v *flagValues, cfg *Config) { cfg.UnhealthyAfter = v.flags.UnhealthyAfter },
-	"stall-after":           func(v *flagValues, cfg *Config) { cfg.StallAfter = v.flags.StallAfter },
-	"otel-endpoint":         func(v *flagValues, cfg *Config) { cfg.OTelEndpoint = v.flags.OTelEndpoint },
-	"trace-url":             func(v *flagValues, cfg *Config) { cfg.TraceURL = v.flags.TraceURL },
-}
-
 // syncAlias is the sync policy after the alias sync_always = on: true means
 // always; false undoes an always from a lower layer (back to the default)
 // and leaves any other policy alone.
@@ -769,7 +383,7 @@ func (c *Config) checkConsole() error {
 		return fmt.Errorf("ui-token: %d bytes is short enough to guess; use at least %d (e.g. the output of openssl rand -hex 32)", len(c.UIToken), console.MinTokenLen)
 	}
 	if !loopback(c.HTTPListen) && c.UIToken == "" && c.UIBasicAuth == "" {
-		return fmt.Errorf("%w: http-listen %s: set --ui-token (SAGA_UI_TOKEN) or --ui-basic-auth user:password (SAGA_UI_BASIC_AUTH), or turn the console off with --no-ui", ErrConsoleAuth, c.HTTPListen)
+		return fmt.Errorf("%w: http-listen %s: set --ui-token (SAGAD_UI_TOKEN) or --ui-basic-auth user:password (SAGAD_UI_BASIC_AUTH), or turn the console off with --no-ui", ErrConsoleAuth, c.HTTPListen)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ func TestConsoleConfig(t *testing.T) {
 		{name: "off by file", file: `{"no_ui": true}`, want: func(c *Config) { c.NoUI = true }},
 		{name: "bad env bool", env: map[string]string{"SAGAD_NO_UI": "maybe"}, wantErr: "SAGAD_NO_UI"},
 		{name: "token by flag", args: []string{"--ui-token", tok("t1")}, want: func(c *Config) { c.UIToken = tok("t1") }},
-		{name: "token by shared env", env: map[string]string{"SAGA_UI_TOKEN": tok("t2")}, want: func(c *Config) { c.UIToken = tok("t2") }},
+		{name: "token by the older env name", env: map[string]string{"SAGA_UI_TOKEN": tok("t2")}, want: func(c *Config) { c.UIToken = tok("t2") }},
 		{name: "sagad's env wins", env: map[string]string{"SAGA_UI_TOKEN": tok("t2"), "SAGAD_UI_TOKEN": tok("t3")}, want: func(c *Config) { c.UIToken = tok("t3") }},
 		{name: "flag over env", args: []string{"--ui-token", tok("t1")}, env: map[string]string{"SAGA_UI_TOKEN": tok("t2")}, want: func(c *Config) { c.UIToken = tok("t1") }},
 		{name: "token by file", file: `{"ui_token": "` + tok("t4") + `", "ui_basic_auth": "a:b"}`, want: func(c *Config) { c.UIToken, c.UIBasicAuth = tok("t4"), "a:b" }},
@@ -61,6 +61,7 @@ func TestConsoleConfig(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
+			cfg.warnings = nil // the older names' warnings: TestEnvWarnings
 			want := defaults()
 			tt.want(&want)
 			require.Equal(t, want, cfg)

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -54,7 +53,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return natsConfig(args[1:], os.Getenv, stdout, stderr)
 	}
 	cfg, err := parseConfig(args, os.Getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, errHelp) {
 		return 0
 	}
 	if errors.Is(err, errVersion) {
@@ -90,6 +89,9 @@ type Ready func(natsURL string)
 // Run runs sagad until ctx is cancelled, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error {
 	log := newLogger(cfg, logOut)
+	for _, w := range cfg.warnings {
+		log.Warn(w)
+	}
 	if err := cfg.checkExposure(); err != nil {
 		return err
 	}
@@ -500,9 +502,20 @@ func newLogger(cfg Config, out io.Writer) *slog.Logger {
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	o := &slog.HandlerOptions{Level: level}
 	if cfg.LogFormat == "json" {
+		o.ReplaceAttr = durationString
 		return slog.New(slog.NewJSONHandler(out, o))
 	}
 	return slog.New(slog.NewTextHandler(out, o))
+}
+
+// durationString writes a duration in a JSON log line as the text line
+// does, "1.5s": slog's JSON handler would write nanoseconds, a bare
+// integer nobody reads as time.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // newRegistry builds the registry /metrics serves: Go and process

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -149,41 +149,74 @@ func TestParseConfigPrecedence(t *testing.T) {
 		},
 		{
 			name: "flags alone",
-			args: []string{"--nats-listen", "0.0.0.0:4333", "--nats-url", "nats://flag:4222", "--nats-creds", "/c.creds", "--replicas", "3"},
+			args: []string{"--nats-url", "nats://flag:4222", "--nats-creds", "/c.creds", "--replicas", "3"},
 			want: func(c *Config) {
-				c.NATSListen = "0.0.0.0:4333"
 				c.URL = "nats://flag:4222"
 				c.Creds = "/c.creds"
 				c.Replicas = 3
 			},
 		},
 		{
-			name: "shared connection settings from SAGA_*",
+			name: "sagactl's SAGA_* connection settings are ignored, with a warning each",
 			env: map[string]string{
-				"SAGA_NATS_URL": "nats://shared:4222", "SAGA_NATS_USER": "u", "SAGA_NATS_PASSWORD": "pw",
-				"SAGA_TLS_CA": "/ca.pem", "SAGA_TLS_CERT": "/c.pem", "SAGA_TLS_KEY": "/k.pem",
+				"SAGA_NATS_URL": "nats://sagactl:4222", "SAGA_NATS_USER": "u", "SAGA_TLS_CA": "/ca.pem",
 			},
 			want: func(c *Config) {
-				c.URL, c.User, c.Password = "nats://shared:4222", "u", "pw"
+				c.warnings = []string{
+					"SAGA_NATS_URL is set and ignored: it is sagactl's; sagad reads SAGAD_NATS_URL",
+					"SAGA_NATS_USER is set and ignored: it is sagactl's; sagad reads SAGAD_NATS_USER",
+					"SAGA_TLS_CA is set and ignored: it is sagactl's; sagad reads SAGAD_TLS_CA",
+				}
+			},
+		},
+		{
+			name: "connection settings from SAGAD_*",
+			env: map[string]string{
+				"SAGAD_NATS_URL": "nats://own:4222", "SAGAD_NATS_USER": "u", "SAGAD_NATS_PASSWORD": "pw",
+				"SAGAD_TLS_CA": "/ca.pem", "SAGAD_TLS_CERT": "/c.pem", "SAGAD_TLS_KEY": "/k.pem",
+			},
+			want: func(c *Config) {
+				c.URL, c.User, c.Password = "nats://own:4222", "u", "pw"
 				c.TLSCA, c.TLSCert, c.TLSKey = "/ca.pem", "/c.pem", "/k.pem"
 			},
 		},
 		{
-			name: "SAGAD_ names win over SAGA_ ones, flags over both",
-			env: map[string]string{
-				"SAGA_NATS_URL": "nats://shared:4222", "SAGAD_NATS_URL": "nats://old:4222",
-				"SAGA_NATS_CREDS": "/shared.creds", "SAGAD_NATS_CREDS": "/old.creds", "SAGA_TLS_CA": "/env.pem",
-			},
+			name: "flags over SAGAD_ names",
+			env:  map[string]string{"SAGAD_NATS_URL": "nats://env:4222", "SAGAD_NATS_CREDS": "/env.creds", "SAGAD_TLS_CA": "/env.pem"},
 			args: []string{"--nats-creds", "/flag.creds", "--tls-ca", "/flag.pem"},
-			want: func(c *Config) { c.URL, c.Creds, c.TLSCA = "nats://old:4222", "/flag.creds", "/flag.pem" },
+			want: func(c *Config) { c.URL, c.Creds, c.TLSCA = "nats://env:4222", "/flag.creds", "/flag.pem" },
 		},
 		{
 			name: "connection settings by file", file: `{"nats_user":"u","nats_password_file":"/pw","tls_ca":"/ca.pem"}`,
 			want: func(c *Config) { c.User, c.PasswordFile, c.TLSCA = "u", "/pw", "/ca.pem" },
 		},
 		{
-			name: "--nats-url empty chooses the embedded server", env: map[string]string{"SAGA_NATS_URL": "nats://shared:4222"},
+			name: "--nats-url empty chooses the embedded server", env: map[string]string{"SAGAD_NATS_URL": "nats://env:4222"},
 			args: []string{"--nats-url", ""}, want: func(*Config) {},
+		},
+		{
+			name: "--nats-listen wins over an outside URL from the environment, with a warning",
+			env:  map[string]string{"SAGAD_NATS_URL": "nats://u:secret@env:4222"}, args: []string{"--nats-listen", "127.0.0.1:4333"},
+			want: func(c *Config) {
+				c.NATSListen = "127.0.0.1:4333"
+				c.warnings = []string{"--nats-listen given on the command line: starting the embedded server; the outside NATS URL from SAGAD_NATS_URL (nats://u:REDACTED@env:4222) is ignored"}
+			},
+		},
+		{
+			name: "--nats-listen wins over an outside URL from the file", file: `{"nats_url":"nats://file:4222"}`,
+			args: []string{"--nats-listen", "127.0.0.1:4333"},
+			want: func(c *Config) {
+				c.NATSListen = "127.0.0.1:4333"
+				c.warnings = []string{"--nats-listen given on the command line: starting the embedded server; the outside NATS URL from config file nats_url (nats://file:4222) is ignored"}
+			},
+		},
+		{
+			name: "--nats-url wins over a listen address from the environment, with a warning",
+			env:  map[string]string{"SAGAD_NATS_LISTEN": "127.0.0.1:4333"}, args: []string{"--nats-url", "nats://flag:4222"},
+			want: func(c *Config) {
+				c.URL = "nats://flag:4222"
+				c.warnings = []string{"--nats-url given on the command line: connecting to it; the embedded server's listen address from SAGAD_NATS_LISTEN (127.0.0.1:4333) is ignored"}
+			},
 		},
 		{name: "sync by flag", args: []string{"--sync", "default"}, want: func(c *Config) { c.Sync = "default" }},
 		{name: "sync by env over file", file: `{"sync":"100ms"}`, env: map[string]string{"SAGAD_SYNC": "always"}, want: func(c *Config) { c.Sync = "always" }},
@@ -275,16 +308,32 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "bad log level", args: []string{"--log-level", "verbose"}, wantErr: `log level "verbose": want debug, info, warn or error`},
 		{name: "bad sync", args: []string{"--sync", "sometimes"}, wantErr: `sync "sometimes": want always, default or a positive duration`},
 		{name: "no password in a config file", file: `{"nats_password": "x"}`, wantErr: `json: unknown field "nats_password"`},
-		{name: "two ways to authenticate", env: map[string]string{"SAGA_NATS_TOKEN": "t"}, args: []string{"--nats-creds", "/c"}, wantErr: "choose one way to authenticate"},
+		{name: "two ways to authenticate", env: map[string]string{"SAGAD_NATS_TOKEN": "t"}, args: []string{"--nats-creds", "/c"}, wantErr: "choose one way to authenticate"},
+		{
+			name: "outside URL and listen address both by flag", args: []string{"--nats-url", "nats://flag:4222", "--nats-listen", "127.0.0.1:4333"},
+			wantErr: "both an outside NATS URL and an embedded server's listen address are given: --nats-url nats://flag:4222 and --nats-listen 127.0.0.1:4333",
+		},
+		{
+			name: "outside URL and listen address both by env", env: map[string]string{"SAGAD_NATS_URL": "nats://u:pw@env:4222", "SAGAD_NATS_LISTEN": "127.0.0.1:4333"},
+			wantErr: "are given: SAGAD_NATS_URL nats://u:REDACTED@env:4222 and SAGAD_NATS_LISTEN 127.0.0.1:4333: give one",
+		},
+		{
+			name: "outside URL by env, listen address by file", file: `{"nats_listen":"127.0.0.1:4333"}`, env: map[string]string{"SAGAD_NATS_URL": "nats://env:4222"},
+			wantErr: "are given: SAGAD_NATS_URL nats://env:4222 and config file nats_listen 127.0.0.1:4333",
+		},
+		{
+			name: "outside URL and listen address both by file", file: `{"nats_url":"nats://file:4222","nats_listen":"127.0.0.1:4333"}`,
+			wantErr: "are given: config file nats_url nats://file:4222 and config file nats_listen 127.0.0.1:4333",
+		},
 		{name: "negative workers", args: []string{"--workers", "-1"}, wantErr: "workers and replicas must not be negative"},
-		{name: "bad SAGAD_WORKERS", env: map[string]string{"SAGAD_WORKERS": "many"}, wantErr: `SAGAD_WORKERS: strconv.Atoi: parsing "many"`},
+		{name: "bad SAGAD_WORKERS", env: map[string]string{"SAGAD_WORKERS": "many"}, wantErr: `SAGAD_WORKERS: strconv.ParseInt: parsing "many"`},
 		{name: "bad SAGAD_SHUTDOWN_TIMEOUT", env: map[string]string{"SAGAD_SHUTDOWN_TIMEOUT": "soon"}, wantErr: "SAGAD_SHUTDOWN_TIMEOUT: "},
 		{name: "negative write timeout", args: []string{"--write-timeout", "-1s"}, wantErr: "write timeout, unhealthy after and stall after must be positive"},
 		{name: "bad SAGAD_STALL_AFTER", env: map[string]string{"SAGAD_STALL_AFTER": "later"}, wantErr: "SAGAD_STALL_AFTER: "},
 		{name: "bad SAGAD_SYNC_ALWAYS", env: map[string]string{"SAGAD_SYNC_ALWAYS": "maybe"}, wantErr: "SAGAD_SYNC_ALWAYS: "},
 		{name: "missing config file", args: []string{"--config", "/nonexistent/sagad.json"}, wantErr: "config file: open /nonexistent/sagad.json"},
 		{name: "unexpected argument", args: []string{"extra"}, wantErr: "unexpected arguments: extra"},
-		{name: "unknown flag", args: []string{"--frobnicate"}, wantErr: "flag provided but not defined: -frobnicate"},
+		{name: "unknown flag", args: []string{"--frobnicate"}, wantErr: "unknown flag: --frobnicate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -317,10 +366,10 @@ func TestMainExitCodes(t *testing.T) {
 		wantCode   int
 		wantStderr string
 	}{
-		{"help", []string{"-h"}, 0, "Usage of sagad:"},
+		{"help", []string{"-h"}, 0, "  sagad [flags]  "},
 		{"version", []string{"--version"}, 0, ""},
 		{"bad flag value", []string{"--log-format", "xml"}, 2, `sagad: log format "xml": want text or json`},
-		{"unknown flag", []string{"--frobnicate"}, 2, "flag provided but not defined: -frobnicate"},
+		{"unknown flag", []string{"--frobnicate"}, 2, "unknown flag: --frobnicate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -347,10 +396,10 @@ func TestUsageErrorFirst(t *testing.T) {
 		want string
 		code int
 	}{
-		{[]string{"--bogus"}, "sagad: flag provided but not defined: -bogus\nRun 'sagad --help' for the flags.\n", 2},
+		{[]string{"--bogus"}, "sagad: unknown flag: --bogus\nRun 'sagad --help' for the flags.\n", 2},
 		{[]string{"extra"}, "sagad: unexpected arguments: extra\nRun 'sagad --help' for the flags.\n", 2},
-		{[]string{HealthcheckCommand, "--bogus"}, "sagad healthcheck: flag provided but not defined: -bogus\nRun 'sagad healthcheck --help' for the flags.\n", 1},
-		{[]string{NATSConfigCommand, "--bogus"}, "sagad nats-config: flag provided but not defined: -bogus\nRun 'sagad nats-config --help' for the flags.\n", 2},
+		{[]string{HealthcheckCommand, "--bogus"}, "sagad healthcheck: unknown flag: --bogus\nRun 'sagad healthcheck --help' for the flags.\n", 1},
+		{[]string{NATSConfigCommand, "--bogus"}, "sagad nats-config: unknown flag: --bogus\nRun 'sagad nats-config --help' for the flags.\n", 2},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			t.Parallel()
@@ -366,10 +415,55 @@ func TestParseConfigHelp(t *testing.T) {
 	t.Parallel()
 	var stderr bytes.Buffer
 	_, err := parseConfig([]string{"-h"}, envOf(nil), &stderr)
-	require.ErrorIs(t, err, flag.ErrHelp)
-	for _, f := range []string{"-config", "-nats-url", "-nats-listen", "-data-dir", "-workspace", "-http-listen", "-log-format", "-log-level", "-workers", "-replicas", "-shutdown-timeout", "-sync", "-sync-always", "-nats-creds", "-nats-nkey", "-nats-user", "-nats-password-file", "-nats-token-file", "-tls-ca", "-tls-cert", "-tls-key"} {
-		require.Regexp(t, `(?m)^  `+f+`( \w+)?$`, stderr.String())
+	require.ErrorIs(t, err, errHelp)
+	for _, f := range []string{"config", "nats-url", "nats-listen", "data-dir", "workspace", "http-listen", "log-format", "log-level", "workers", "replicas", "shutdown-timeout", "sync", "sync-always", "nats-creds", "nats-nkey", "nats-user", "nats-password-file", "nats-token-file", "tls-ca", "tls-cert", "tls-key"} {
+		require.Regexp(t, `(?m)^      --`+f+`( \w+)?  `, stderr.String())
 	}
+}
+
+// TestEveryFlagHasItsVariable: each setting's flag names its SAGAD_*
+// variable in the help, and that variable sets it (issue 35: one rule for
+// every name, read by one loop).
+func TestEveryFlagHasItsVariable(t *testing.T) {
+	t.Parallel()
+	var cfg Config
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	bindSettings(fs, &cfg)
+	n := 0
+	fs.VisitAll(func(f *pflag.Flag) {
+		n++
+		name := envName(f.Name)
+		require.Contains(t, f.Usage, "env "+name+")", "--%s", f.Name)
+		value := map[string]string{"bool": "true", "int": "7", "int32": "7", "int64": "7", "float64": "0.5", "duration": "7s"}[f.Value.Type()]
+		if value == "" {
+			value = "127.0.0.1:7"
+		}
+		if f.Name == "sync" {
+			value = "always"
+		}
+		got, err := parseConfig(nil, envOf(map[string]string{name: value}), io.Discard)
+		if err != nil {
+			return // a value this setting refuses: it was read
+		}
+		got.warnings = nil
+		require.NotEqual(t, defaults(), got, "%s=%s changed nothing", name, value)
+	})
+	require.Greater(t, n, 40)
+}
+
+// TestSingleDashFlags: -name, as Go's flag package took it before sagad's
+// flags moved to pflag, still works.
+func TestSingleDashFlags(t *testing.T) {
+	t.Parallel()
+	got, err := parseConfig([]string{"-workers", "9", "-log-level=debug"}, envOf(nil), io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, 9, got.Workers)
+	require.Equal(t, "debug", got.LogLevel)
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	fs.Int("ab", 0, "")
+	fs.Int("cd", 0, "")
+	require.Equal(t, []string{"--ab", "-1s", "-b", "--", "-cd"}, longFlags(fs, []string{"-ab", "-1s", "-b", "--", "-cd"}),
+		"not a value, not a shorthand, not past --")
 }
 
 func TestDurationJSON(t *testing.T) {

@@ -18,11 +18,11 @@ func TestDocsSagadFlagsExist(t *testing.T) {
 	var usage bytes.Buffer
 	_, _ = parseConfig([]string{"-h"}, envOf(nil), &usage)
 	flags := map[string]bool{"h": true, "help": true}
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(usage.String(), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^\s+(?:-[a-z], )?--([a-z-]+)`).FindAllStringSubmatch(usage.String(), -1) {
 		flags[m[1]] = true
 	}
-	// SAGAD_NATS_CREDS: the older name parseConfig still reads, not in -h.
-	envs := map[string]bool{"SAGAD_NATS_CREDS": true}
+	// The secrets have a variable and no flag.
+	envs := map[string]bool{"SAGAD_NATS_PASSWORD": true, "SAGAD_NATS_TOKEN": true}
 	for _, m := range regexp.MustCompile(`\bSAGAD_[A-Z_]*[A-Z]\b`).FindAllString(usage.String(), -1) {
 		envs[m] = true
 	}

@@ -43,7 +43,6 @@ func TestPlainTextOffLoopbackRefused(t *testing.T) {
 		{name: "http off loopback even with nats TLS", args: []string{"--http-listen", "0.0.0.0:9464", "--server-tls-cert", "c", "--server-tls-key", "k"}, wantErr: "http-listen 0.0.0.0:9464"},
 		{name: "insecure", args: []string{"--nats-listen", "0.0.0.0:4222", "--http-listen", ":9464", "--insecure", "--ui-token", tok("t")}},
 		{name: "nats TLS", args: []string{"--nats-listen", "0.0.0.0:4222", "--server-tls-cert", "c", "--server-tls-key", "k"}},
-		{name: "external NATS ignores nats-listen", args: []string{"--nats-listen", "0.0.0.0:4222", "--nats-url", "nats://h:4222"}},
 		{name: "loopback", args: []string{"--nats-listen", "[::1]:4222", "--http-listen", "localhost:9464"}},
 	}
 	for _, tt := range tests {
@@ -55,14 +54,24 @@ func TestPlainTextOffLoopbackRefused(t *testing.T) {
 		require.ErrorIs(t, err, ErrInsecureListen, tt.name)
 		require.ErrorContains(t, err, tt.wantErr, tt.name)
 	}
-	cfg := testConfig(t, t.TempDir())
+	// With an outside NATS given by flag, a listen address from the
+	// environment is dropped (and said to be): nothing listens.
+	cfg, err := parseConfig([]string{"--nats-url", "nats://h:4222"}, envOf(map[string]string{"SAGAD_NATS_LISTEN": "0.0.0.0:4222"}), &bytes.Buffer{})
+	require.NoError(t, err, "external NATS ignores a listen address from the environment")
+	require.Empty(t, cfg.exposed())
+	cfg = testConfig(t, t.TempDir())
 	cfg.NATSListen = "0.0.0.0:-1"
 	require.ErrorIs(t, Run(context.Background(), cfg, tlogWriter{t}, nil), ErrInsecureListen, "Run checks too")
 }
 
 func TestInsecureWarns(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig(t, t.TempDir())
+	// With an outside NATS given by flag, a listen address from the
+	// environment is dropped (and said to be): nothing listens.
+	cfg, err := parseConfig([]string{"--nats-url", "nats://h:4222"}, envOf(map[string]string{"SAGAD_NATS_LISTEN": "0.0.0.0:4222"}), &bytes.Buffer{})
+	require.NoError(t, err, "external NATS ignores a listen address from the environment")
+	require.Empty(t, cfg.exposed())
+	cfg = testConfig(t, t.TempDir())
 	cfg.NATSListen = "0.0.0.0:-1"
 	cfg.Insecure = true
 	logs, err := runExternal(t, natsconn.Options{}, func(c *Config) { c.NATSListen, c.Insecure = cfg.NATSListen, true })
@@ -76,7 +85,12 @@ func TestInsecureWarns(t *testing.T) {
 func TestEmbeddedServerTLS(t *testing.T) {
 	t.Parallel()
 	files := natstest.NewTLSFiles(t)
-	cfg := testConfig(t, t.TempDir())
+	// With an outside NATS given by flag, a listen address from the
+	// environment is dropped (and said to be): nothing listens.
+	cfg, err := parseConfig([]string{"--nats-url", "nats://h:4222"}, envOf(map[string]string{"SAGAD_NATS_LISTEN": "0.0.0.0:4222"}), &bytes.Buffer{})
+	require.NoError(t, err, "external NATS ignores a listen address from the environment")
+	require.Empty(t, cfg.exposed())
+	cfg = testConfig(t, t.TempDir())
 	cfg.NATSListen = "0.0.0.0:-1"
 	cfg.ServerTLSCert, cfg.ServerTLSKey = files.ServerCert, files.ServerKey
 	d := start(t, cfg)

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -29,7 +28,7 @@ const healthcheckTimeout = 5 * time.Second
 // defines.
 func healthcheck(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cfg, err := parseConfig(args, getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, errHelp) {
 		return 0
 	}
 	if err != nil {

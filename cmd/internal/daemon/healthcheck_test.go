@@ -73,7 +73,7 @@ func TestHealthcheckFailures(t *testing.T) {
 			"503 Service Unavailable: not ready: jetstream writes failing for 42s (storage)"},
 		{"nothing listening", []string{"--http-listen", nobody}, "connection refused"},
 		{"listener off", []string{"--http-listen", "off"}, "the HTTP listener is off (--http-listen off): nothing to probe"},
-		{"bad flag", []string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
+		{"bad flag", []string{"--no-such-flag"}, "unknown flag: --no-such-flag"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			code, out, errOut := runHealthcheck(nil, tt.args...)

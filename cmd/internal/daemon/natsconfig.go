@@ -2,11 +2,12 @@ package daemon
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/spf13/pflag"
 )
 
 // NATSConfigCommand is the argument that makes sagad write the NATS
@@ -24,8 +25,9 @@ const NATSAccountsFile = "nats-accounts.conf"
 // (SAGA_<ROLE>_PASSWORD) and no seeds. 0 on success, 2 on bad arguments, 1
 // on anything else.
 func natsConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("sagad "+NATSConfigCommand, flag.ContinueOnError)
+	fs := pflag.NewFlagSet("sagad "+NATSConfigCommand, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.SortFlags = false
 	config := fs.String("config", "", "sagad's config file (its executors, reviewers and producers)")
 	out := fs.String("out", ".", "directory to write "+NATSAccountsFile+" and creds/ into")
 	passwords := fs.Bool("passwords", false, "users log in with passwords from nats-server's environment (SAGA_<ROLE>_PASSWORD) instead of NKeys; writes no seeds")
@@ -33,8 +35,8 @@ func natsConfig(args []string, getenv func(string) string, stdout, stderr io.Wri
 		fmt.Fprintf(stderr, "Usage: sagad %s --config sagad.json --out DIR\n\nWrites the NATS accounts of sagad's roles for an external nats-server (include %s in its configuration) and one NKey seed per role in DIR/creds/.\n\n", NATSConfigCommand, NATSAccountsFile)
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	if err := fs.Parse(longFlags(fs, args)); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
 		fmt.Fprintf(stderr, "sagad %s: %v\n%s\n", NATSConfigCommand, err, usageHint("sagad "+NATSConfigCommand))

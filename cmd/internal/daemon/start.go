@@ -21,11 +21,20 @@ import (
 )
 
 // Backoff between start attempts: from startRetryMin, doubled after each
-// failed attempt, at most startRetryMax.
+// failed attempt, at most startRetryMax. The cap is what a cluster that
+// has just come up waits for sagad at worst: at most a second, so sagad
+// serves within 5 s of its NATS being able to (an attempt costs one
+// connection, or one stream lookup per stream, which any server bears
+// once a second).
 const (
-	startRetryMin = time.Second
-	startRetryMax = 30 * time.Second
+	startRetryMin = 250 * time.Millisecond
+	startRetryMax = time.Second
 )
+
+// nextStartDelay is the backoff after an attempt that waited delay.
+func nextStartDelay(delay time.Duration) time.Duration {
+	return min(2*delay, startRetryMax)
+}
 
 // startGate is the HTTP handler while sagad starts: the listener is bound
 // before NATS answers, so /readyz can say why sagad is not serving yet and
@@ -127,7 +136,7 @@ func (s *starter) retry(ctx context.Context, stage string, attempt func(context.
 			return s.ended(ctx)
 		case <-t.C:
 		}
-		delay = min(2*delay, startRetryMax)
+		delay = nextStartDelay(delay)
 	}
 }
 

@@ -113,17 +113,37 @@ func TestStartWaitsForLateServer(t *testing.T) {
 	waitReadyz(t, cfg.HTTPListen, http.StatusServiceUnavailable, "not ready: starting: NATS: no NATS server answers")
 	code, body := getPath(cfg.HTTPListen, "/healthz")
 	require.Equal(t, http.StatusOK, code, "alive while waiting: %s", body)
-	// At least two attempts failed before the server comes.
+	// Five attempts failed before the server comes: the backoff has
+	// reached its cap (with the old 30 s cap it would be at 16 s).
 	natstest.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
-		return strings.Contains(b.logs.String(), `level=DEBUG msg="waiting for NATS"`)
-	}, "a second attempt")
+		return strings.Count(b.logs.String(), `level=DEBUG msg="waiting for NATS"`) >= 4
+	}, "five attempts")
 
 	natstest.RunServerWith(t, func(o *server.Options) { o.Port = ports[0] })
-	b.waitReady(t, 60*time.Second)
+	// Issue 35: ready within 5 s of its server being able to serve.
+	b.waitReady(t, 5*time.Second)
 	waitReadyz(t, cfg.HTTPListen, http.StatusOK, "ready")
 	require.Equal(t, 1, strings.Count(b.logs.String(), `level=INFO msg="waiting for NATS"`), "one INFO line per cause")
 	require.Contains(t, b.logs.String(), `msg="waited for NATS: done"`)
 	require.NoError(t, b.stop(t))
+}
+
+// TestStartBackoffCapped: the wait between start attempts grows from
+// startRetryMin and never passes one second, whatever the number of
+// attempts, so a server that comes late is used within a second.
+func TestStartBackoffCapped(t *testing.T) {
+	t.Parallel()
+	delay, total := startRetryMin, startRetryMin
+	want := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, time.Second}
+	for i := 0; i < 100; i++ {
+		if i < len(want) {
+			require.Equal(t, want[i], delay, "attempt %d", i)
+		}
+		require.LessOrEqual(t, delay, time.Second, "attempt %d", i)
+		delay = nextStartDelay(delay)
+		total += delay
+	}
+	require.Greater(t, total, 90*time.Second, "the backoff does not shrink")
 }
 
 // TestStartTimeoutExits: with --start-timeout, a NATS that never comes

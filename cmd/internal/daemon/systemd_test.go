@@ -93,7 +93,7 @@ func TestSystemdEnvFile(t *testing.T) {
 	for _, m := range regexp.MustCompile(`\b(SAGAD?_[A-Z_]+)\b`).FindAllStringSubmatch(usage.String(), -1) {
 		known[m[1]] = true
 	}
-	require.True(t, known["SAGA_NATS_PASSWORD"])
+	require.True(t, known["SAGAD_NATS_PASSWORD"])
 	b, err := os.ReadFile(systemdEnv)
 	require.NoError(t, err)
 	env := map[string]string{}
@@ -110,9 +110,15 @@ func TestSystemdEnvFile(t *testing.T) {
 	// Uncommented all at once, the file is a valid configuration (but for
 	// the config file it names, which is the operator's).
 	delete(env, "SAGAD_CONFIG")
-	env["SAGA_NATS_PASSWORD_FILE"] = secretFile(t, "pw")
+	env["SAGAD_NATS_PASSWORD_FILE"] = secretFile(t, "pw")
+	// The embedded server and an outside NATS are the file's two
+	// alternatives: together sagad refuses them.
+	_, err = parseConfig(nil, envOf(env), os.Stderr)
+	require.ErrorIs(t, err, ErrNATSChoice)
+	delete(env, "SAGAD_NATS_LISTEN")
 	cfg, err := parseConfig(nil, envOf(env), os.Stderr)
 	require.NoError(t, err)
+	require.Empty(t, cfg.warnings)
 	require.Equal(t, 3, cfg.Replicas)
 	svc := unitDirectives(t, systemdUnit, "Service")
 	stop, err := time.ParseDuration(svc["TimeoutStopSec"][0])
