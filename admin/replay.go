@@ -2,9 +2,11 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/capsule"
@@ -187,7 +189,31 @@ func (a *Admin) checkCorrected(ctx context.Context, found *capsule.Checkpoint, e
 	if !sameChain(r.Capsule.Chain.Member(), found.Chain) {
 		return "", replayRefusal(found, "the corrected capsule's chain differs from the capsule's: only sagad assigns chain steps")
 	}
+	orig, err := a.originalIdentity(ctx, latest, r.Capsule)
+	if err != nil {
+		return "", err
+	}
+	if fs := identityFindings(orig, r.Capsule); len(fs) > 0 {
+		return "", replayRefusal(found, "the corrected capsule changes who it is, not only its work"+findingsHint(fs))
+	}
 	return r.Digest, nil
+}
+
+// originalIdentity is the capsule a correction of cp is held to: the
+// bytes of its current run as sagad kept them, when their digest is the
+// one the checkpoint records (the checkpoint is the truth), else what the
+// checkpoint itself records of the capsule's identity.
+func (a *Admin) originalIdentity(ctx context.Context, cp *capsule.Checkpoint, corrected *capsule.Capsule) (*capsule.Capsule, error) {
+	_, c, err := a.st.Raw(ctx, cp.Key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return checkpointIdentity(cp, corrected), nil
+	case err != nil:
+		return nil, fmt.Errorf("read the capsule a correction replaces: %w", err)
+	case c == nil || (cp.Digest != "" && c.Integrity.SHA256 != cp.Digest):
+		return checkpointIdentity(cp, corrected), nil
+	}
+	return c, nil
 }
 
 // maxHintFindings bounds the findings a refusal names: enough to fix a

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/examples/worker/worker"
@@ -482,4 +483,35 @@ func TestAttackExecutorPublishesRootCapsule(t *testing.T) {
 		require.Nil(t, a.checkpoint(doc.ID()), "the id stays free")
 	}
 	requireUnreached(t, a.conn("reviewer-demo-reviewer"), "reviewer-demo-reviewer", store.IntakeSubject)
+}
+
+// Finding: a replay with a corrected capsule, sent with the operator's own
+// seed, adopted a parent (or another producer agent, or a wave) the
+// capsule never had: accepted, unlinked and unchecked. A correction may
+// change the work, not who the capsule is: each such change is refused
+// with the field named, and the checkpoint is untouched.
+func TestAttackOperatorReplayTakesAnotherIdentity(t *testing.T) {
+	t.Parallel()
+	a := newArena(t)
+	a.serveDemo()
+	other := capsuletest.New().Set("task.kind", "demo").Set("target", "file:t1.md").Set("constraints.resource_locks_required", []any{"t1.md"})
+	a.publish("producer-bob", other)
+	require.Equal(t, capsule.Completed, a.awaitEnd(other.ID()))
+	doc := capsuletest.New().Set("task.kind", "demo").Set("target", "file:missing.md")
+	a.publish(RoleProducer, doc)
+	require.Equal(t, capsule.Halted, a.awaitEnd(doc.ID()))
+	before := a.checkpoint(doc.ID())
+
+	op := adminsvc.NewClient(a.conn(RoleOperator), adminsvc.ClientConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for field, v := range map[string]string{"parent_capsule_id": other.ID(), "producer_agent_id": "agent-of-bob", "wave_id": "w-bob"} {
+		var bad capsuletest.Doc
+		require.NoError(t, json.Unmarshal(doc.Unsealed(t), &bad))
+		bad.Set("target", "file:t0.md").Set("constraints.resource_locks_required", []any{"t0.md"}).Set(field, v)
+		_, err := op.Replay(ctx, adminsvc.ReplayRequest{ID: doc.ID(), By: "mallory", Capsule: bad.Sealed(t)})
+		require.ErrorIs(t, err, admin.ErrRefused, field)
+		require.Contains(t, err.Error(), field+": a correction keeps who the capsule is", field)
+	}
+	require.Equal(t, before.Revision(), a.checkpoint(doc.ID()).Revision(), "nothing recorded")
 }
