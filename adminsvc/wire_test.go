@@ -19,7 +19,7 @@ import (
 var schemaFor = map[string]string{
 	VerbPause: "pause-request", VerbResume: "resume-request", VerbCancel: "cancel-request", VerbDecide: "decide-request",
 	VerbPhasePause: "phase-request", VerbPhaseResume: "phase-request", VerbPhaseList: "list-request", VerbPending: "list-request",
-	VerbRules: "list-request", VerbReplay: "replay-request",
+	VerbRules: "list-request", VerbReplay: "replay-request", VerbReplayPreview: "replay-request",
 }
 
 var (
