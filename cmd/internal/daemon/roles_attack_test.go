@@ -515,3 +515,60 @@ func TestAttackOperatorReplayTakesAnotherIdentity(t *testing.T) {
 	}
 	require.Equal(t, before.Revision(), a.checkpoint(doc.ID()).Revision(), "nothing recorded")
 }
+
+// Finding: every role but sagad's could open connections and
+// subscriptions without bound on the server sagad shares with it. Each
+// generated account now has limits: a hostile client of one role reaches
+// its account's bound, refused by nats-server, and sagad goes on.
+func TestAttackRoleExhaustsServer(t *testing.T) {
+	t.Parallel()
+	a := newArena(t)
+	for role, limits := range map[string]AccountLimits{"executor-demo": WorkerLimits, RoleProducer: ProducerLimits, RoleOperator: OperatorLimits} {
+		errs := make(chan error, 16)
+		nc, err := a.as(role).Connect(nats.MaxReconnects(0), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case errs <- err:
+			default:
+			}
+		}))
+		require.NoError(t, err, role)
+		for i := 0; i <= limits.MaxSubscriptions; i++ {
+			_, err := nc.Subscribe(fmt.Sprintf("flood.%d", i), func(*nats.Msg) {})
+			require.NoError(t, err)
+		}
+		require.NoError(t, nc.Flush())
+		select {
+		case err := <-errs:
+			require.ErrorContains(t, err, "maximum subscriptions exceeded", role)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: subscription %d accepted", role, limits.MaxSubscriptions+1)
+		}
+		nc.Close()
+	}
+
+	// Connections: the worker's account holds its bound, no more.
+	var conns []*nats.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for i := 0; i < WorkerLimits.MaxConnections; i++ {
+		nc, err := a.as("executor-demo").Connect(nats.MaxReconnects(0))
+		require.NoError(t, err, "connection %d", i+1)
+		conns = append(conns, nc)
+	}
+	_, err := a.as("executor-demo").Connect(nats.MaxReconnects(0))
+	require.Error(t, err, "connection past the account's bound")
+	require.ErrorContains(t, err, "maximum account active connections exceeded")
+
+	// sagad, in its own account, is untouched: a capsule still completes.
+	for nc, only := range map[*nats.Conn]string{conns[0]: "execute", a.conn("reviewer-demo-reviewer"): "review"} {
+		svc, err := worker.Serve(nc, worker.Config{Only: only})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = svc.Stop() })
+	}
+	doc := capsuletest.New().Set("task.kind", "demo").Set("target", "file:t2.md").Set("constraints.resource_locks_required", []any{"t2.md"})
+	a.publish(RoleProducer, doc)
+	require.Equal(t, capsule.Completed, a.awaitEnd(doc.ID()))
+}
