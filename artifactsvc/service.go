@@ -140,9 +140,9 @@ type Service struct {
 	delayed chan delayedRefusal
 	// dropped counts the refusals the full queue left unanswered.
 	dropped atomic.Int64
-	grants *Grants
-	load   Loader
-	cfg    Config
+	grants  *Grants
+	load    Loader
+	cfg     Config
 	// page is the most content bytes one answer carries: base64 and the
 	// JSON around it must fit the server's max payload.
 	page int64
