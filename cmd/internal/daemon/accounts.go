@@ -124,11 +124,23 @@ type AccountSpec struct {
 	Producers []string
 	Executors map[string]executors.Endpoint
 	Reviewers map[string]executors.Endpoint
+	// IntakeMaxMsgBytes is the largest intake message sagad takes: the
+	// accounts that publish capsules (the producers', the operator's) get
+	// at least that payload limit.
+	IntakeMaxMsgBytes int
+}
+
+// publishing is base with a payload limit of at least spec's intake
+// message (a worker's account publishes child capsules on the intake).
+func (spec AccountSpec) publishing(base AccountLimits) *AccountLimits {
+	l := base
+	l.MaxPayload = max(l.MaxPayload, spec.IntakeMaxMsgBytes)
+	return &l
 }
 
 // accountSpec is c's part of the accounts.
 func (c Config) accountSpec() AccountSpec {
-	return AccountSpec{Producers: c.Producers, Executors: c.Executors, Reviewers: c.Reviewers}
+	return AccountSpec{Producers: c.Producers, Executors: c.Executors, Reviewers: c.Reviewers, IntakeMaxMsgBytes: int(c.IntakeMaxMsgBytes)}
 }
 
 var producerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
@@ -163,7 +175,7 @@ var sagaOwned = []string{"saga.>", "$JS.>", "$KV.>", "$O.>", "$SRV.>", "$SYS.>",
 // sanitised, a subject two endpoints share or one sagad owns).
 func Accounts(spec AccountSpec) ([]Account, error) {
 	saga := Account{Name: AccountSaga, JetStream: true, Users: []User{{Role: RoleSagad, Account: AccountSaga}}}
-	operator := Account{Name: AccountOperator, Users: []User{{Role: RoleOperator, Account: AccountOperator}}, Limits: &OperatorLimits}
+	operator := Account{Name: AccountOperator, Users: []User{{Role: RoleOperator, Account: AccountOperator}}, Limits: spec.publishing(OperatorLimits)}
 	var errs []error
 	producers := []struct{ name, role, account string }{
 		{RoleOperator, RoleOperator, AccountOperator},
@@ -193,7 +205,7 @@ func Accounts(spec AccountSpec) ([]Account, error) {
 	for _, p := range producers {
 		acc := &operator
 		if p.account != AccountOperator {
-			acc = &Account{Name: p.account, Users: []User{{Role: p.role, Account: p.account}}, Limits: &ProducerLimits}
+			acc = &Account{Name: p.account, Users: []User{{Role: p.role, Account: p.account}}, Limits: spec.publishing(ProducerLimits)}
 			accounts = append(accounts, acc)
 		}
 		intake, compose := store.IntakeSubject+"."+p.name, ComposeSubject+"."+p.name
@@ -255,7 +267,7 @@ func Accounts(spec AccountSpec) ([]Account, error) {
 			Name:    accountName(role),
 			Users:   []User{{Role: role, Account: accountName(role)}},
 			Exports: []Export{{Subject: ep.subject, To: []string{AccountSaga}, Response: "singleton"}},
-			Limits:  &WorkerLimits,
+			Limits:  spec.publishing(WorkerLimits),
 			Imports: []Import{
 				{From: AccountSaga, Subject: completeSubjects, To: completeSubjects},
 				{From: AccountSaga, Subject: ArtifactsGetSubject, To: ArtifactsGetSubject},
