@@ -45,8 +45,9 @@ const (
 	VerbReplayPreview = "replay.preview"
 )
 
-// Verbs lists every verb, in the order the service registers them.
-var Verbs = append(append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay, VerbReplayPreview}, WaveVerbs...), VerbChain, VerbCost), append(ReadVerbs, CompositionVerbs...)...)
+// Verbs lists every verb, in the order the service registers them (a new
+// verb goes last: fuzz seeds name verbs by their index here).
+var Verbs = append(append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), VerbChain, VerbCost), append(append(ReadVerbs, CompositionVerbs...), VerbReplayPreview)...)
 
 // Subject returns the subject of verb, e.g. saga.admin.phase.pause.
 func Subject(verb string) string { return SubjectPrefix + "." + verb }
