@@ -168,6 +168,12 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	writeJSON(w, http.StatusOK, c.bulkRun(r.Context(), verb, ids, b))
+}
+
+// bulkRun does (or, with DryRun, previews) verb for every one of ids, a
+// few at once, and says what became of each.
+func (c *Console) bulkRun(ctx context.Context, verb string, ids []string, b BulkRequest) BulkReply {
 	reply := BulkReply{Verb: verb, Total: len(ids), Done: []string{}, Failed: []BulkFailure{}, DryRun: b.DryRun}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -180,9 +186,9 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request) {
 				var halt *string
 				var err error
 				if b.DryRun {
-					halt, err = c.bulkPreview(r.Context(), id, b)
+					halt, err = c.bulkPreview(ctx, id, b)
 				} else {
-					err = c.bulkOne(r.Context(), verb, id, b)
+					err = c.bulkOne(ctx, verb, id, b)
 					c.cfg.Logger.Info("console action", "verb", verb, "bulk", true, "capsule_id", id, "by", b.By, "error", err)
 				}
 				mu.Lock()
@@ -208,7 +214,7 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request) {
 	}
 	close(work)
 	wg.Wait()
-	writeJSON(w, http.StatusOK, reply)
+	return reply
 }
 
 // bulkOne does verb for one capsule, bounded by the action timeout.
