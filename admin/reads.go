@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +40,52 @@ type ListQuery struct {
 	Cursor string
 	// Limit is the page size: 0 is [DefaultListLimit], at most [MaxListLimit].
 	Limit int
+	// Wave keeps only the capsules of that wave.
+	Wave string
+	// Kind keeps only the capsules of that task kind (read from the kept
+	// bytes: the checkpoint does not record it).
+	Kind string
+	// HaltReason keeps only the capsules whose halt reason starts with it
+	// ("executor_failed" or the whole "executor_failed:timeout").
+	HaltReason string
+	// Composition keeps only the steps of that composition or chain id
+	// (every run's; "<id>#<run>" for one run from 2).
+	Composition string
+	// Producer keeps only the capsules from that producer account.
+	Producer string
+	// Since keeps only the capsules created at or after it.
+	Since time.Time
+}
+
+// keep is q's filter on checkpoints; kinds are the task kinds by key
+// (needed only with Kind).
+func (q ListQuery) keep(kinds map[string]string) func(cp *capsule.Checkpoint) bool {
+	return func(cp *capsule.Checkpoint) bool {
+		switch {
+		case q.State != "" && cp.State.Status != q.State,
+			q.Wave != "" && cp.WaveID != q.Wave,
+			q.Kind != "" && kinds[cp.Key] != q.Kind,
+			q.HaltReason != "" && !strings.HasPrefix(cp.State.HaltReason, q.HaltReason),
+			q.Composition != "" && !inComposition(cp.Chain, q.Composition),
+			q.Producer != "" && cp.Producer != q.Producer,
+			!q.Since.IsZero() && cp.CreatedAt.Before(q.Since):
+			return false
+		}
+		return true
+	}
+}
+
+// inComposition reports whether a step of chain belongs to id: a
+// composition or chain id (any run), or "<id>#<run>".
+func inComposition(chain *capsule.ChainStep, id string) bool {
+	if chain == nil {
+		return false
+	}
+	base, run, one := strings.Cut(id, "#")
+	if chain.ID != base {
+		return false
+	}
+	return !one || run == strconv.Itoa(max(chain.Run, 1))
 }
 
 // ListPage is one page of capsules.
@@ -92,7 +139,14 @@ func (a *Admin) List(ctx context.Context, q ListQuery) (ListPage, error) {
 		}
 		at, atID = t, id
 	}
-	all, err := a.reads().List(ctx, q.State)
+	var kinds map[string]string
+	if q.Kind != "" {
+		var err error
+		if kinds, err = a.st.Kinds(ctx); err != nil {
+			return ListPage{}, err
+		}
+	}
+	all, err := a.reads().ListWhere(ctx, q.keep(kinds))
 	if err != nil {
 		return ListPage{}, err
 	}

@@ -2,9 +2,11 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/sagad/sagad/capsule"
@@ -179,15 +181,48 @@ func (a *Admin) checkCorrected(ctx context.Context, found *capsule.Checkpoint, e
 	case phases.Halt:
 		return "", replayRefusal(found, "the corrected capsule would halt at RECEPTION: "+r.Decision.Halt.String()+findingsHint(r.Decision.Findings))
 	}
-	if r.Capsule.CapsuleID != found.CapsuleID {
-		return "", replayRefusal(found, fmt.Sprintf("the corrected capsule's id is %q, not %q", r.Capsule.CapsuleID, found.CapsuleID))
+	if err := a.checkIdentity(ctx, latest, found, r.Capsule); err != nil {
+		return "", err
+	}
+	return r.Digest, nil
+}
+
+// checkIdentity refuses a correction that changes who the capsule is
+// rather than its work (identityFindings), latest being its checkpoint.
+func (a *Admin) checkIdentity(ctx context.Context, latest, found *capsule.Checkpoint, corrected *capsule.Capsule) error {
+	if corrected.CapsuleID != found.CapsuleID {
+		return replayRefusal(found, fmt.Sprintf("the corrected capsule's id is %q, not %q", corrected.CapsuleID, found.CapsuleID))
 	}
 	// Chain membership is sagad's to give (RECEPTION's
 	// chain_membership_refused): a correction keeps the capsule's.
-	if !sameChain(r.Capsule.Chain.Member(), found.Chain) {
-		return "", replayRefusal(found, "the corrected capsule's chain differs from the capsule's: only sagad assigns chain steps")
+	if !sameChain(corrected.Chain.Member(), found.Chain) {
+		return replayRefusal(found, "the corrected capsule's chain differs from the capsule's: only sagad assigns chain steps")
 	}
-	return r.Digest, nil
+	orig, err := a.originalIdentity(ctx, latest, corrected)
+	if err != nil {
+		return err
+	}
+	if fs := identityFindings(orig, corrected); len(fs) > 0 {
+		return replayRefusal(found, "the corrected capsule changes who it is, not only its work"+findingsHint(fs))
+	}
+	return nil
+}
+
+// originalIdentity is the capsule a correction of cp is held to: the
+// bytes of its current run as sagad kept them, when their digest is the
+// one the checkpoint records (the checkpoint is the truth), else what the
+// checkpoint itself records of the capsule's identity.
+func (a *Admin) originalIdentity(ctx context.Context, cp *capsule.Checkpoint, corrected *capsule.Capsule) (*capsule.Capsule, error) {
+	_, c, err := a.st.Raw(ctx, cp.Key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return checkpointIdentity(cp, corrected), nil
+	case err != nil:
+		return nil, fmt.Errorf("read the capsule a correction replaces: %w", err)
+	case c == nil || (cp.Digest != "" && c.Integrity.SHA256 != cp.Digest):
+		return checkpointIdentity(cp, corrected), nil
+	}
+	return c, nil
 }
 
 // maxHintFindings bounds the findings a refusal names: enough to fix a
@@ -227,6 +262,37 @@ func replayRefusal(cp *capsule.Checkpoint, hint string) error {
 // wait for the runs they depend on. Each dependent's replay token derives
 // from the replay's, so a replay tried again finishes them too.
 func (a *Admin) replayDependents(ctx context.Context, cp *capsule.Checkpoint, opts ReplayOptions) ([]DependentReplay, error) {
+	gates := capsule.AutomatedGates
+	return a.walkDependents(ctx, cp, func(d *capsule.Checkpoint) DependentReplay {
+		item := DependentReplay{CapsuleID: d.CapsuleID, Key: d.Key}
+		dopts := ReplayOptions{By: opts.By, Reason: "dependency " + cp.CapsuleID + " replayed", From: &gates, Token: opts.Token + "." + d.Key}
+		if d.State.Phase < gates {
+			dopts.From = nil
+		}
+		ncp, err := a.replayOne(ctx, d, dopts)
+		if err != nil {
+			item.Error = err.Error()
+			return item
+		}
+		item.Run, item.State = ncp.RunNumber(), ncp.State.Status
+		a.metrics.AdminAction(metrics.ActionReplay)
+		return item
+	})
+}
+
+// dependentsOf lists what replayDependents would replay, replaying none:
+// each with the run it would start.
+func (a *Admin) dependentsOf(ctx context.Context, cp *capsule.Checkpoint) ([]DependentReplay, error) {
+	return a.walkDependents(ctx, cp, func(d *capsule.Checkpoint) DependentReplay {
+		return DependentReplay{CapsuleID: d.CapsuleID, Key: d.Key, Run: d.RunNumber() + 1, State: capsule.InProgress}
+	})
+}
+
+// walkDependents calls each on the capsules halted dependency_failed on
+// cp's capsule, and on those, transitively (one scan of the checkpoints),
+// at most MaxDependents; the walk goes on past a dependent whose item
+// carries no Error.
+func (a *Admin) walkDependents(ctx context.Context, cp *capsule.Checkpoint, each func(d *capsule.Checkpoint) DependentReplay) ([]DependentReplay, error) {
 	all, err := a.st.Checkpoints.List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("find the dependents of %s: %w", cp.Key, err)
@@ -241,7 +307,6 @@ func (a *Admin) replayDependents(ctx context.Context, cp *capsule.Checkpoint, op
 	out := []DependentReplay{}
 	seen := map[string]bool{cp.Key: true}
 	queue := []string{cp.CapsuleID}
-	gates := capsule.AutomatedGates
 	for len(queue) > 0 {
 		id := queue[0]
 		queue = queue[1:]
@@ -250,22 +315,13 @@ func (a *Admin) replayDependents(ctx context.Context, cp *capsule.Checkpoint, op
 				continue
 			}
 			seen[d.Key] = true
-			item := DependentReplay{CapsuleID: d.CapsuleID, Key: d.Key}
 			if len(out) >= MaxDependents {
-				item.Error = fmt.Sprintf("not replayed: more than %d dependents; replay it by hand", MaxDependents)
-				out = append(out, item)
+				out = append(out, DependentReplay{CapsuleID: d.CapsuleID, Key: d.Key,
+					Error: fmt.Sprintf("not replayed: more than %d dependents; replay it by hand", MaxDependents)})
 				continue
 			}
-			dopts := ReplayOptions{By: opts.By, Reason: "dependency " + cp.CapsuleID + " replayed", From: &gates, Token: opts.Token + "." + d.Key}
-			if d.State.Phase < gates {
-				dopts.From = nil
-			}
-			ncp, err := a.replayOne(ctx, d, dopts)
-			if err != nil {
-				item.Error = err.Error()
-			} else {
-				item.Run, item.State = ncp.RunNumber(), ncp.State.Status
-				a.metrics.AdminAction(metrics.ActionReplay)
+			item := each(d)
+			if item.Error == "" {
 				queue = append(queue, d.CapsuleID)
 			}
 			out = append(out, item)

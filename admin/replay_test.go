@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -358,4 +359,52 @@ func TestReplayDependents(t *testing.T) {
 		require.Equal(t, 2, s.Run)
 	}
 	f.RequireOutcomes(t, 6)
+}
+
+// TestReplayCorrectionKeepsIdentity: a corrected capsule may change the
+// work, not who the capsule is. Adding a parent, taking another producer
+// agent or a wave is refused with a finding naming the field, and changes
+// nothing; the same correction of the work alone runs.
+func TestReplayCorrectionKeepsIdentity(t *testing.T) {
+	t.Parallel()
+	f, _ := setupReplay(t, nil)
+	ctx := context.Background()
+	a := f.Admin(t)
+	// The parent is a real capsule, so only the identity rule refuses.
+	parent := f.Own(t, capsuletest.New())
+	f.Publish(t, parent.Sealed(t))
+	require.Equal(t, capsule.Completed, f.Wait(t, parent.ID()).State)
+	doc := capsuletest.New().Set("target", "file:missing-"+capsuletest.NewID()+".txt")
+	f.Publish(t, doc.Sealed(t))
+	require.Equal(t, capsule.Halted, f.Wait(t, doc.ID()).State)
+	before, err := f.Client.Checkpoint(ctx, doc.ID())
+	require.NoError(t, err)
+
+	for field, v := range map[string]string{
+		"parent_capsule_id": parent.ID(),
+		"producer_agent_id": "mallory",
+		"wave_id":           "w-" + capsuletest.NewID(),
+	} {
+		bad := f.Own(t, capsuletest.Doc(clone(t, doc))).Set(field, v)
+		_, err := a.Replay(ctx, doc.ID(), admin.ReplayOptions{By: "op", Capsule: bad.Sealed(t)})
+		require.ErrorIs(t, err, admin.ErrRefused, field)
+		require.Contains(t, err.Error(), field+": a correction keeps who the capsule is", field)
+	}
+	after, err := f.Client.Checkpoint(ctx, doc.ID())
+	require.NoError(t, err)
+	require.Equal(t, before, after, "refused replays change nothing")
+
+	fixed := f.Own(t, capsuletest.Doc(clone(t, doc))).Set("task.title", "Touch the README, corrected")
+	_, err = a.Replay(ctx, doc.ID(), admin.ReplayOptions{By: "op", Capsule: fixed.Sealed(t)})
+	require.NoError(t, err)
+	s := f.Wait(t, doc.ID())
+	require.Equal(t, capsule.Completed, s.State, "halt: %s", s.HaltReason)
+}
+
+// clone is a deep copy of a capsule document (Set changes it in place).
+func clone(t *testing.T, d capsuletest.Doc) map[string]any {
+	t.Helper()
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(d.Unsealed(t), &out))
+	return out
 }

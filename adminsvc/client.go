@@ -133,6 +133,13 @@ func (c *Client) Replay(ctx context.Context, r ReplayRequest) (ReplayReply, erro
 	return out, c.call(ctx, VerbReplay, r, &out)
 }
 
+// PreviewReplay answers what Replay with the same request would do, and
+// does none of it.
+func (c *Client) PreviewReplay(ctx context.Context, r ReplayRequest) (ReplayPreviewReply, error) {
+	var out ReplayPreviewReply
+	return out, c.call(ctx, VerbReplayPreview, r, &out)
+}
+
 // PausePhase stops every sagad consuming a phase and returns the phases.
 func (c *Client) PausePhase(ctx context.Context, r PhaseRequest) ([]admin.PhaseState, error) {
 	var p PhasesReply

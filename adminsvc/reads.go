@@ -66,6 +66,27 @@ type ListRequest struct {
 	Cursor string `json:"cursor,omitempty"`
 	// Limit is the page size: absent or 0 is 100, at most 1000.
 	Limit int `json:"limit,omitempty"`
+	// Wave, Kind, HaltReason (a prefix), Composition ("<id>" or
+	// "<id>#<run>"), Producer and Since (RFC 3339: created at or after)
+	// keep only the capsules that match each one given.
+	Wave        string `json:"wave,omitempty"`
+	Kind        string `json:"kind,omitempty"`
+	HaltReason  string `json:"halt_reason,omitempty"`
+	Composition string `json:"composition,omitempty"`
+	Producer    string `json:"producer,omitempty"`
+	Since       string `json:"since,omitempty"`
+}
+
+// query is r as the admin's list query; since was checked when decoded.
+func (r ListRequest) query() admin.ListQuery {
+	q := admin.ListQuery{State: capsule.State(r.State), Prefix: r.Prefix, Cursor: r.Cursor, Limit: r.Limit,
+		Wave: r.Wave, Kind: r.Kind, HaltReason: r.HaltReason, Composition: r.Composition, Producer: r.Producer}
+	if r.Since != "" {
+		if t, err := parseDeadline(r.Since); err == nil {
+			q.Since = *t
+		}
+	}
+	return q
 }
 
 // ListReply is a page of capsules.
@@ -168,8 +189,16 @@ func decodeReadRequest(verb string, data []byte) (r any, ok bool, err error) {
 		if err == nil && w.State != "" && !capsule.State(w.State).Valid() {
 			err = badRequest("state %q: want one of in_progress, paused, waiting_for_operator, waiting, completed, halted, cancelled", w.State)
 		}
-		if err == nil && len(w.Prefix) > maxIDBytes {
-			err = badRequest("prefix of %d bytes exceeds %d", len(w.Prefix), maxIDBytes)
+		for name, v := range map[string]string{"prefix": w.Prefix, "wave": w.Wave, "kind": w.Kind, "halt_reason": w.HaltReason,
+			"composition": w.Composition, "producer": w.Producer} {
+			if err == nil && len(v) > maxIDBytes {
+				err = badRequest("%s of %d bytes exceeds %d", name, len(v), maxIDBytes)
+			}
+		}
+		if err == nil && w.Since != "" {
+			if _, perr := parseDeadline(w.Since); perr != nil {
+				err = badRequest("since %q: want an RFC 3339 date-time", w.Since)
+			}
 		}
 		return w, true, err
 	case VerbHistory:
@@ -248,7 +277,7 @@ func (s *Service) serveRead(ctx context.Context, r any) (reply any, ok bool, err
 		rep, err := rd.Report(ctx, r.ID)
 		return rep, true, err
 	case ListRequest:
-		page, err := rd.List(ctx, admin.ListQuery{State: capsule.State(r.State), Prefix: r.Prefix, Cursor: r.Cursor, Limit: r.Limit})
+		page, err := rd.List(ctx, r.query())
 		return page, true, err
 	case HistoryRequest:
 		page, err := rd.History(ctx, r.ID, r.Cursor, r.Limit)

@@ -35,6 +35,7 @@ type Actions interface {
 	Phases(ctx context.Context) ([]admin.PhaseState, error)
 	Pending(ctx context.Context) ([]admin.PendingItem, error)
 	Replay(ctx context.Context, id string, opts admin.ReplayOptions) (admin.ReplayResult, error)
+	PreviewReplay(ctx context.Context, id string, opts admin.ReplayOptions) (admin.ReplayPreview, error)
 }
 
 var _ Actions = (*admin.Admin)(nil)
@@ -304,6 +305,9 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 		}
 		if r.Capsule != nil {
 			opts.Capsule = []byte(r.Capsule)
+		}
+		if verb == VerbReplayPreview {
+			return s.a.PreviewReplay(ctx, r.ID, opts)
 		}
 		return s.a.Replay(ctx, r.ID, opts)
 	case PhaseRequest:

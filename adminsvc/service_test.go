@@ -85,7 +85,7 @@ func setup(t *testing.T) *fixture {
 var replySchema = map[string]string{
 	VerbPause: "status-reply", VerbResume: "status-reply", VerbCancel: "status-reply", VerbDecide: "status-reply",
 	VerbPhasePause: "phases-reply", VerbPhaseResume: "phases-reply", VerbPhaseList: "phases-reply", VerbPending: "pending-reply",
-	VerbRules: "rules-reply", VerbReplay: "replay-reply",
+	VerbRules: "rules-reply", VerbReplay: "replay-reply", VerbReplayPreview: "replay-preview-reply",
 }
 
 // do sends req (a value, or raw bytes) on verb's subject as any NATS client
@@ -200,6 +200,18 @@ func TestService(t *testing.T) {
 	require.Equal(t, capsule.InProgress, s.State)
 	s = status(t, f.do(t, VerbCancel, CancelRequest{ID: held.ID(), Reason: "not needed", By: "ann"}, ""))
 	require.Equal(t, capsule.Cancelled, s.State)
+	// A replay's preview answers and changes nothing.
+	var pv ReplayPreviewReply
+	require.NoError(t, json.Unmarshal(f.do(t, VerbReplayPreview, ReplayRequest{ID: held.ID(), By: "ann"}, ""), &pv))
+	require.Nil(t, pv.WouldHalt, "findings: %v", pv.Findings)
+	require.Equal(t, capsule.Execution, pv.From)
+	require.Len(t, pv.AgentCalls, 2)
+	require.Equal(t, []admin.LockPreview{{Path: "go.mod", Available: true}}, pv.Locks)
+	still, err := f.pipeline.Status(context.Background(), held.ID())
+	require.NoError(t, err)
+	require.Equal(t, capsule.Cancelled, still.State)
+	require.Equal(t, 1, still.Run)
+	f.do(t, VerbReplayPreview, ReplayRequest{ID: gated.ID(), By: "ann"}, CodeRefused)
 	ph = phases(t, f.do(t, VerbPhaseResume, PhaseRequest{Phase: int(capsule.Execution)}, ""))
 	require.False(t, ph[capsule.Execution].Paused)
 	require.Len(t, phases(t, f.do(t, VerbPhaseList, struct{}{}, "")), capsule.NumPhases)
@@ -306,6 +318,10 @@ func (f *fake) Phases(context.Context) ([]admin.PhaseState, error)   { return ni
 func (f *fake) Pending(context.Context) ([]admin.PendingItem, error) { return nil, nil }
 func (f *fake) Replay(context.Context, string, admin.ReplayOptions) (admin.ReplayResult, error) {
 	return admin.ReplayResult{}, errUnscripted
+}
+
+func (f *fake) PreviewReplay(context.Context, string, admin.ReplayOptions) (admin.ReplayPreview, error) {
+	return admin.ReplayPreview{}, errUnscripted
 }
 
 // TestServiceFailures covers what a real pipeline rarely does on cue:

@@ -40,10 +40,14 @@ const (
 	VerbPending     = "pending"
 	VerbRules       = "rules"
 	VerbReplay      = "replay"
+	// VerbReplayPreview answers what a replay would do and does none of
+	// it (sagactl replay --dry-run); it takes a replay's request.
+	VerbReplayPreview = "replay.preview"
 )
 
-// Verbs lists every verb, in the order the service registers them.
-var Verbs = append(append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), VerbChain, VerbCost), append(ReadVerbs, CompositionVerbs...)...)
+// Verbs lists every verb, in the order the service registers them (a new
+// verb goes last: fuzz seeds name verbs by their index here).
+var Verbs = append(append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), VerbChain, VerbCost), append(append(ReadVerbs, CompositionVerbs...), VerbReplayPreview)...)
 
 // Subject returns the subject of verb, e.g. saga.admin.phase.pause.
 func Subject(verb string) string { return SubjectPrefix + "." + verb }
@@ -135,6 +139,10 @@ type ReplayRequest struct {
 // ReplayReply answers replay: the capsule in its new run, and the
 // dependents replayed with it.
 type ReplayReply = admin.ReplayResult
+
+// ReplayPreviewReply answers replay.preview: what the replay of the same
+// request would do (see [admin.Admin.PreviewReplay]).
+type ReplayPreviewReply = admin.ReplayPreview
 
 // DefaultMaxReplayBytes bounds a replay request, which may carry a capsule
 // (RECEPTION's own limit is 512 KiB).
@@ -277,7 +285,7 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxRequestBytes
 	}
-	if verb == VerbReplay {
+	if verb == VerbReplay || verb == VerbReplayPreview {
 		maxBytes = max(maxBytes, DefaultMaxReplayBytes)
 	}
 	if len(data) > maxBytes {
@@ -332,7 +340,7 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 			err = badRequest("revise needs a rationale: the executor gets it as the review's findings")
 		}
 		return r, err
-	case VerbReplay:
+	case VerbReplay, VerbReplayPreview:
 		return decodeReplay(data)
 	case VerbPhasePause, VerbPhaseResume:
 		var w phaseWire

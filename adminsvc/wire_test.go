@@ -19,7 +19,7 @@ import (
 var schemaFor = map[string]string{
 	VerbPause: "pause-request", VerbResume: "resume-request", VerbCancel: "cancel-request", VerbDecide: "decide-request",
 	VerbPhasePause: "phase-request", VerbPhaseResume: "phase-request", VerbPhaseList: "list-request", VerbPending: "list-request",
-	VerbRules: "list-request", VerbReplay: "replay-request",
+	VerbRules: "list-request", VerbReplay: "replay-request", VerbReplayPreview: "replay-request",
 }
 
 var (
@@ -191,10 +191,11 @@ func FuzzDecodeRequest(f *testing.F) {
 		f.Add(s.verb, []byte(s.data))
 	}
 	for verb, data := range map[string]string{
-		VerbStatus: `{"id":"c1"}`, VerbList: `{"state":"halted","prefix":"0f","cursor":"x","limit":10}`,
+		VerbStatus: `{"id":"c1"}`, VerbList: `{"state":"halted","prefix":"0f","cursor":"x","limit":10,"wave":"w","kind":"k","halt_reason":"executor_failed","composition":"c#2","producer":"bob","since":"2030-01-02T03:04:05Z"}`,
 		VerbHistory: `{"id":"c1","cursor":"4","limit":4}`, VerbReport: `{"id":"c1"}`, VerbWait: `{"id":"c1","max_wait_ms":100}`,
 		VerbEvents:            `{"id":"c1","since":"2030-01-02T03:04:05Z","from":"2030-01-02T03:04:00Z","max_wait_ms":100,"limit":5}`,
 		VerbReplay:            `{"id":"c1","by":"ann","request_id":"r-1"}`,
+		VerbReplayPreview:     `{"id":"c1","by":"ann","from_phase":4}`,
 		VerbCost:              `{"by":"kind","since":"2030-01-02T03:04:05+01:00","limit":3}`,
 		VerbCompositionDecide: `{"composition_id":"c-1","producer":"alice","run":2,"step":"ship","decision":"reject","by":"ann","reason":"no"}`,
 	} {

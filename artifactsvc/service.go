@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -90,7 +91,18 @@ type Config struct {
 	// answers at once, and the requester takes the first answer. Defaults
 	// to 500ms.
 	NotMineDelay time.Duration
+	// MaxDelayed bounds the refusals waiting out NotMineDelay. One
+	// goroutine answers them in turn, so requests with tokens no sagad
+	// holds (a worker guessing, or flooding) cost a bounded queue, not a
+	// goroutine each; past the bound a request with a token this sagad
+	// does not hold gets no answer from it (the holder, if any, answers;
+	// otherwise the requester times out). Defaults to [DefaultMaxDelayed].
+	MaxDelayed int
 }
+
+// DefaultMaxDelayed is [Config.MaxDelayed]'s default: a second's worth of
+// refusals at 2,000 requests a second, a few MiB at most.
+const DefaultMaxDelayed = 1024
 
 func (c Config) withDefaults() Config {
 	if c.Logger == nil {
@@ -102,7 +114,17 @@ func (c Config) withDefaults() Config {
 	if c.NotMineDelay <= 0 {
 		c.NotMineDelay = 500 * time.Millisecond
 	}
+	if c.MaxDelayed <= 0 {
+		c.MaxDelayed = DefaultMaxDelayed
+	}
 	return c
+}
+
+// delayedRefusal is a refusal answered once due.
+type delayedRefusal struct {
+	req micro.Request
+	r   *refusal
+	due time.Time
 }
 
 // Service is one sagad's instance of the artifacts service.
@@ -111,11 +133,16 @@ type Service struct {
 	stop    chan struct{}
 	stopped sync.Once
 	waiting sync.WaitGroup
-	// nc answers the refusals sent after a delay, on goroutines of their own.
-	nc     *nats.Conn
-	grants *Grants
-	load   Loader
-	cfg    Config
+	// nc answers the refusals sent after a delay, from refuseLater.
+	nc *nats.Conn
+	// delayed queues the refusals waiting out NotMineDelay, in the order
+	// they fall due (every one waits the same delay).
+	delayed chan delayedRefusal
+	// dropped counts the refusals the full queue left unanswered.
+	dropped atomic.Int64
+	grants  *Grants
+	load    Loader
+	cfg     Config
 	// page is the most content bytes one answer carries: base64 and the
 	// JSON around it must fit the server's max payload.
 	page int64
@@ -128,6 +155,7 @@ func Start(nc *nats.Conn, grants *Grants, load Loader, cfg Config) (*Service, er
 		return nil, errors.New("artifactsvc: a connection, grants and a loader are required")
 	}
 	s := &Service{nc: nc, grants: grants, load: load, cfg: cfg.withDefaults(), stop: make(chan struct{})}
+	s.delayed = make(chan delayedRefusal, s.cfg.MaxDelayed)
 	s.page = max((nc.MaxPayload()-2048)/4*3, 1024)
 	svc, err := micro.AddService(nc, micro.Config{
 		Name: Name, Version: Version,
@@ -147,8 +175,37 @@ func Start(nc *nats.Conn, grants *Grants, load Loader, cfg Config) (*Service, er
 		return nil, fmt.Errorf("artifactsvc: flush: %w", err)
 	}
 	s.svc = svc
+	s.waiting.Add(1)
+	go s.refuseLater()
 	return s, nil
 }
+
+// refuseLater answers the delayed refusals as they fall due, until Stop.
+func (s *Service) refuseLater() {
+	defer s.waiting.Done()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		var d delayedRefusal
+		select {
+		case d = <-s.delayed:
+		case <-s.stop:
+			return
+		}
+		if wait := time.Until(d.due); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-s.stop:
+				return
+			}
+		}
+		s.refuse(d.req, d.r)
+	}
+}
+
+// Dropped is how many refusals the full queue left unanswered.
+func (s *Service) Dropped() int64 { return s.dropped.Load() }
 
 // Stop stops taking requests.
 func (s *Service) Stop() error {
@@ -208,18 +265,17 @@ func (s *Service) handle(req micro.Request) {
 	}
 	if r.notMine {
 		// Another sagad may hold the call: let it answer first, without
-		// holding up the requests behind this one.
-		s.waiting.Add(1)
-		go func() {
-			defer s.waiting.Done()
-			select {
-			case <-time.After(s.cfg.NotMineDelay):
-				// After handle returned: through a copy micro does not
-				// read (see package microreply).
-				s.refuse(microreply.Detach(s.nc, req), r)
-			case <-s.stop:
+		// holding up the requests behind this one. Answered after handle
+		// returned: through a copy micro does not read (see package
+		// microreply).
+		select {
+		case s.delayed <- delayedRefusal{req: microreply.Detach(s.nc, req), r: r, due: time.Now().Add(s.cfg.NotMineDelay)}:
+		default:
+			if n := s.dropped.Add(1); n == 1 || n%1000 == 0 {
+				s.cfg.Logger.Warn("artifact fetches with tokens this sagad does not hold: refusals queue full, left unanswered",
+					"dropped_total", n, "max_delayed", s.cfg.MaxDelayed)
 			}
-		}()
+		}
 		return
 	}
 	s.refuse(req, r)

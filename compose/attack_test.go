@@ -79,6 +79,12 @@ func (f *fixture) started() []int {
 
 func setup(t *testing.T, opts ...func(*compose.Config)) *fixture {
 	t.Helper()
+	return setupWith(t, nil, opts...)
+}
+
+// setupWith is setup with the pipeline's config changed by pc first.
+func setupWith(t *testing.T, pc func(*pipeline.Config), opts ...func(*compose.Config)) *fixture {
+	t.Helper()
 	s := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, s)
 	f := &fixture{nc: nc, js: js, rec: &recorder{inputs: map[string][]capsule.Artifact{}, findings: map[string][]capsule.Finding{}, fail: map[string]bool{}}, workspace: capsuletest.Workspace(t)}
@@ -89,11 +95,15 @@ func setup(t *testing.T, opts ...func(*compose.Config)) *fixture {
 	reg.RegisterReviewer(verifierID, verifier{})
 	ctx := context.Background()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p, err := pipeline.New(ctx, js, pipeline.Config{
+	pcfg := pipeline.Config{
 		Logger: logger, Workspace: f.workspace, Workers: 4, Executors: reg,
 		AckWait: 2 * time.Second, Heartbeat: 300 * time.Millisecond, RetryDelay: 50 * time.Millisecond,
 		SweepInterval: 50 * time.Millisecond,
-	})
+	}
+	if pc != nil {
+		pc(&pcfg)
+	}
+	p, err := pipeline.New(ctx, js, pcfg)
 	require.NoError(t, err)
 	require.NoError(t, p.Start(ctx))
 	t.Cleanup(func() {

@@ -195,6 +195,9 @@ func settle(ctx context.Context, st *store.Store, rec *store.ChainRecord, now ti
 			}
 			return published[i] == r.Steps[i]
 		})
+		if len(r.Unpublished) == 0 {
+			r.PublishError = ""
+		}
 		endIfDone(r, now)
 		return nil
 	})

@@ -71,6 +71,11 @@ type Outcome struct {
 	Steps   []StepOutcome `json:"steps"`
 	// Loops are the run's verification loops.
 	Loops []LoopOutcome `json:"loops,omitempty"`
+	// Publishing says, while the producer's intake has no room for some
+	// of the run's steps, that sagad publishes them itself as room
+	// appears (those steps show state unpublished), and the intake's
+	// refusal. Absent once every step was published.
+	Publishing string `json:"publishing,omitempty"`
 }
 
 // LoopOutcome is one verification loop of a run.
@@ -171,6 +176,13 @@ func Manifest(rec *store.ChainRecord) Outcome {
 	}
 	for _, j := range rec.Held {
 		o.Steps[j].State = StepHeld
+	}
+	if rec.PublishError != "" && len(rec.Unpublished) > 0 {
+		for _, j := range rec.Unpublished {
+			o.Steps[j].State = StepUnpublished
+		}
+		o.Publishing = fmt.Sprintf("%d steps wait for room on the producer's intake; sagad publishes them as room appears (%s)",
+			len(rec.Unpublished), rec.PublishError)
 	}
 	if o.State == store.CompositionPaused {
 		o.Reason = rec.Reason

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -52,6 +53,10 @@ const (
 	// StepRefused: RECEPTION halted the step (e.g. deadline_in_past); it
 	// is kept under its intake sequence, and HaltReason says why.
 	StepRefused = "refused"
+	// StepUnpublished: the producer's intake had no room for the step
+	// (its backlog full); sagad publishes it itself as room appears, and
+	// composition status says so until it has.
+	StepUnpublished = "unpublished"
 )
 
 // Error codes of an error reply.
@@ -127,6 +132,10 @@ type Config struct {
 	// Started, when set, is told the step count of every run this sagad
 	// starts (the sagad_composition_steps histogram).
 	Started func(steps int)
+	// RepublishInterval is how often sagad tries again to publish the
+	// steps a producer's full intake refused (store.ChainRecord's
+	// PublishError). Defaults to 2s.
+	RepublishInterval time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -151,6 +160,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxRuns <= 0 {
 		c.MaxRuns = 100
 	}
+	if c.RepublishInterval <= 0 {
+		c.RepublishInterval = 2 * time.Second
+	}
 	c.Rules = c.Rules.WithDefaults()
 	return c
 }
@@ -168,6 +180,10 @@ type Service struct {
 	// nc answers the requests served on goroutines of their own.
 	nc    *nats.Conn
 	slots chan struct{}
+	// backlog says a run may have steps a full intake refused: the
+	// republisher scans the records while it is set (and once at start,
+	// for those another sagad left).
+	backlog atomic.Bool
 }
 
 // Start serves chain documents on nc until Stop. st must have its Chains
@@ -200,7 +216,64 @@ func Start(nc *nats.Conn, st *store.Store, cfg Config) (*Service, error) {
 		s.cancel()
 		return nil, fmt.Errorf("compose: flush: %w", err)
 	}
+	s.backlog.Store(true)
+	s.running.Add(1)
+	go s.republish()
 	return s, nil
+}
+
+// maxRepublishScan bounds the records one republish pass reads.
+const maxRepublishScan = 10000
+
+// republish publishes, every RepublishInterval while a backlog may
+// exist, the steps of the runs whose compose request a full intake
+// refused (settle: idempotent, the intake drops a step published twice).
+// A step still refused waits for the next pass.
+func (s *Service) republish() {
+	defer s.running.Done()
+	tick := time.NewTicker(s.cfg.RepublishInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.base.Done():
+			return
+		case <-tick.C:
+		}
+		if !s.backlog.Swap(false) {
+			continue
+		}
+		if s.republishPass() {
+			s.backlog.Store(true)
+		}
+	}
+}
+
+// republishPass tries each run with refused steps once; it reports
+// whether any still waits.
+func (s *Service) republishPass() (waiting bool) {
+	ctx, cancel := context.WithTimeout(s.base, s.cfg.Timeout)
+	defer cancel()
+	recs, err := s.st.Chains.List(ctx, maxRepublishScan)
+	if err != nil {
+		s.cfg.Logger.Warn("compose: list runs to publish their waiting steps", "error", err)
+		return true
+	}
+	for _, rec := range recs {
+		if rec.PublishError == "" || len(rec.Unpublished) == 0 {
+			continue
+		}
+		after, err := settle(ctx, s.st, rec, s.cfg.Now().UTC())
+		if err != nil {
+			s.cfg.Logger.Info("composition steps still wait for room on the producer's intake", "composition_id", rec.ChainID,
+				"producer", rec.Producer, "run", rec.RunOf(), "steps", len(rec.Unpublished), "error", err)
+			waiting = true
+			continue
+		}
+		if after != nil && after.PublishError != "" {
+			waiting = true
+		}
+	}
+	return waiting
 }
 
 // Stop stops taking requests and cancels those in progress.
@@ -314,9 +387,14 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 		}
 		s.st.WaveChanged()
 	}
-	steps, err := s.publishRun(ctx, doc, rec, producer, created)
+	steps, pending, perr, err := s.publishRun(ctx, doc, rec, producer, created)
 	if err != nil {
 		return Reply{}, err
+	}
+	if len(pending) > 0 {
+		if err := s.deferSteps(ctx, doc, rec, data, pending, perr); err != nil {
+			return Reply{}, err
+		}
 	}
 	out := Reply{CompositionID: doc.ID, ChainID: doc.ID, Run: rec.RunOf(), Producer: producer, Created: created, Steps: steps}
 	if created {
@@ -342,14 +420,20 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 // round, or released on later rounds' ids, was published by the runner),
 // and its reply names the steps as the first did: a loop's steps by their
 // round-1 capsules.
-func (s *Service) publishRun(ctx context.Context, doc *Doc, rec *store.ChainRecord, producer string, created bool) ([]Step, error) {
+//
+// A step the intake refuses (the producer's backlog full) is not an
+// error: it and every step after it that was to be published are pending,
+// with the intake's refusal, for sagad to publish as room appears
+// (deferSteps); the run is recorded either way, so it must not be left
+// half-started.
+func (s *Service) publishRun(ctx context.Context, doc *Doc, rec *store.ChainRecord, producer string, created bool) (steps []Step, pending []int, perr, err error) {
 	ids := roundOneIDs(rec)
 	capsules, digests, err := doc.Build(ids, rec.RunOf())
 	if err != nil {
-		return nil, badRequest("%v", err)
+		return nil, nil, nil, badRequest("%v", err)
 	}
 	if !created && len(doc.Loops) == 0 && !slices.Equal(digests, rec.StepDigests) {
-		return nil, fmt.Errorf("composition %s: steps no longer build as recorded", doc.ID)
+		return nil, nil, nil, fmt.Errorf("composition %s: steps no longer build as recorded", doc.ID)
 	}
 	out := make([]Step, len(capsules))
 	for i, raw := range capsules {
@@ -369,16 +453,54 @@ func (s *Service) publishRun(ctx context.Context, doc *Doc, rec *store.ChainReco
 		if digests[i] != rec.StepDigests[i] {
 			continue // a later round's, or released: the runner published it
 		}
-		ack, err := publishStep(ctx, s.js, producer, rec.Steps[i], raw, digests[i])
-		if err != nil {
-			return nil, fmt.Errorf("composition %s: publish step %s: %w", doc.ID, doc.Steps[i].Name, err)
+		if perr == nil {
+			ack, err := publishStep(ctx, s.js, producer, rec.Steps[i], raw, digests[i])
+			if err == nil {
+				if !ack.Duplicate {
+					out[i].IntakeSeq = ack.Sequence
+				}
+				continue
+			}
+			if ctx.Err() != nil {
+				return nil, nil, nil, fmt.Errorf("composition %s: publish step %s: %w", doc.ID, doc.Steps[i].Name, err)
+			}
+			perr = fmt.Errorf("publish step %s: %w", doc.Steps[i].Name, err)
 		}
-		if !ack.Duplicate {
-			out[i].IntakeSeq = ack.Sequence
-		}
+		// In order: the steps after a refused one wait for it.
+		out[i].State = StepUnpublished
+		pending = append(pending, i)
 	}
-	return out, nil
+	return out, pending, perr, nil
 }
+
+// deferSteps records the steps the intake refused as unpublished, with
+// the refusal, and keeps the document (which builds them), so that sagad
+// publishes them itself as room appears: the run is never left recorded
+// running with steps nobody publishes.
+func (s *Service) deferSteps(ctx context.Context, doc *Doc, rec *store.ChainRecord, data []byte, pending []int, perr error) error {
+	if err := s.st.Chains.PutDoc(ctx, doc.ID, rec.Producer, rec.Digest, data); err != nil {
+		return fmt.Errorf("composition %s: keep the document for its unpublished steps: %w", doc.ID, err)
+	}
+	_, err := s.st.Chains.Update(ctx, doc.ID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
+		for _, i := range pending {
+			if !slices.Contains(r.Unpublished, i) {
+				r.Unpublished = append(r.Unpublished, i)
+			}
+		}
+		r.PublishError = capsule.Truncate(perr.Error(), maxPublishError)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("composition %s: record its unpublished steps: %w", doc.ID, err)
+	}
+	s.cfg.Logger.Warn("composition steps wait for room on the producer's intake", "composition_id", doc.ID,
+		"producer", rec.Producer, "run", rec.RunOf(), "steps", len(pending), "error", perr)
+	s.backlog.Store(true)
+	return nil
+}
+
+// maxPublishError bounds the refusal a record keeps.
+const maxPublishError = 512
 
 // roundOneIDs are rec's step ids as its run started: a loop's later
 // rounds replace its steps' ids in rec.Steps.

@@ -48,6 +48,16 @@ type BulkRequest struct {
 	// dependency_failed on each (absent: no, since a bulk replay usually
 	// names them itself, and a capsule replayed twice is refused once).
 	Dependents *bool `json:"dependents"`
+	// DryRun, replay's only, changes nothing: each capsule's replay is
+	// previewed (saga.admin.replay.preview), and the reply says which
+	// would halt again, so the page can say how many before it asks.
+	DryRun bool `json:"dry_run"`
+}
+
+// BulkHalt is a capsule a bulk replay's dry run says would halt again.
+type BulkHalt struct {
+	ID         string `json:"id"`
+	HaltReason string `json:"halt_reason"`
 }
 
 // BulkFailure is one capsule a bulk action could not act on, and why.
@@ -65,6 +75,11 @@ type BulkReply struct {
 	Total  int           `json:"total"`
 	Done   []string      `json:"done"`
 	Failed []BulkFailure `json:"failed"`
+	// DryRun: nothing was done; Done are the capsules the action would
+	// act on, Failed those it would refuse, and WouldHalt those of Done
+	// whose replay would halt again, with the reason.
+	DryRun    bool       `json:"dry_run,omitempty"`
+	WouldHalt []BulkHalt `json:"would_halt,omitempty"`
 }
 
 // errBulk: a bulk request is malformed.
@@ -141,6 +156,10 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "by is required: give the operator's name")
 		return
 	}
+	if b.DryRun && verb != BulkReplay {
+		writeError(w, http.StatusBadRequest, "dry_run is replay's: the other bulk actions are judged by the capsules' states on the page")
+		return
+	}
 	if b.Filter != nil && !c.waitReady(w, r) {
 		return
 	}
@@ -149,7 +168,13 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	reply := BulkReply{Verb: verb, Total: len(ids), Done: []string{}, Failed: []BulkFailure{}}
+	writeJSON(w, http.StatusOK, c.bulkRun(r.Context(), verb, ids, b))
+}
+
+// bulkRun does (or, with DryRun, previews) verb for every one of ids, a
+// few at once, and says what became of each.
+func (c *Console) bulkRun(ctx context.Context, verb string, ids []string, b BulkRequest) BulkReply {
+	reply := BulkReply{Verb: verb, Total: len(ids), Done: []string{}, Failed: []BulkFailure{}, DryRun: b.DryRun}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	work := make(chan string)
@@ -158,9 +183,18 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request) {
 		go func() {
 			defer wg.Done()
 			for id := range work {
-				err := c.bulkOne(r.Context(), verb, id, b)
-				c.cfg.Logger.Info("console action", "verb", verb, "bulk", true, "capsule_id", id, "by", b.By, "error", err)
+				var halt *string
+				var err error
+				if b.DryRun {
+					halt, err = c.bulkPreview(ctx, id, b)
+				} else {
+					err = c.bulkOne(ctx, verb, id, b)
+					c.cfg.Logger.Info("console action", "verb", verb, "bulk", true, "capsule_id", id, "by", b.By, "error", err)
+				}
 				mu.Lock()
+				if halt != nil {
+					reply.WouldHalt = append(reply.WouldHalt, BulkHalt{ID: id, HaltReason: *halt})
+				}
 				if err != nil {
 					f := BulkFailure{ID: id, Error: err.Error()}
 					var ae *adminsvc.Error
@@ -180,7 +214,7 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request) {
 	}
 	close(work)
 	wg.Wait()
-	writeJSON(w, http.StatusOK, reply)
+	return reply
 }
 
 // bulkOne does verb for one capsule, bounded by the action timeout.
@@ -211,4 +245,17 @@ func (c *Console) bulkOne(ctx context.Context, verb, id string, b BulkRequest) e
 		}
 	}
 	return err
+}
+
+// bulkPreview previews one capsule's replay: the halt reason it would meet
+// again, if any.
+func (c *Console) bulkPreview(ctx context.Context, id string, b BulkRequest) (*string, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ActionTimeout)
+	defer cancel()
+	deps := b.Dependents != nil && *b.Dependents
+	p, err := c.admin.PreviewReplay(ctx, adminsvc.ReplayRequest{ID: id, Reason: b.Reason, By: b.By, Dependents: &deps})
+	if err != nil {
+		return nil, err
+	}
+	return p.WouldHalt, nil
 }

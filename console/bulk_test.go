@@ -107,3 +107,38 @@ func TestIndexKeys(t *testing.T) {
 	require.Equal(t, 100, total)
 	require.Len(t, keys, 100)
 }
+
+// TestBulkReplayPreview: a bulk replay's dry run says how many of the
+// selection would halt again, and which, and changes nothing; the
+// capsule page's preview answers one capsule's.
+func TestBulkReplayPreview(t *testing.T) {
+	t.Parallel()
+	f := setup(t, Config{})
+	again := f.publish(t, capsuletest.New().Set("target", "file:missing-"+capsuletest.NewID()+".txt"))
+	fixable := f.publish(t, capsuletest.New().Stub(map[string]any{"fail": "worker down"}))
+	for _, id := range []string{again, fixable} {
+		f.wait(t, id, capsule.Halted)
+	}
+	code, r, body := f.bulk(t, BulkReplay, BulkRequest{IDs: []string{again, fixable}, By: "dora", DryRun: true})
+	require.Equal(t, http.StatusOK, code, body)
+	require.True(t, r.DryRun)
+	require.Equal(t, 2, r.Total)
+	require.Len(t, r.Done, 2)
+	require.Empty(t, r.Failed)
+	require.Len(t, r.WouldHalt, 1)
+	require.Equal(t, again, r.WouldHalt[0].ID)
+	require.Contains(t, r.WouldHalt[0].HaltReason, "target_missing")
+	for _, id := range []string{again, fixable} {
+		s, err := f.client.Status(context.Background(), id)
+		require.NoError(t, err)
+		require.Equal(t, 1, s.Run, "a dry run replays nothing")
+	}
+	code, _, body = f.bulk(t, BulkCancel, BulkRequest{IDs: []string{again}, By: "dora", DryRun: true})
+	require.Equal(t, http.StatusBadRequest, code, body)
+
+	code, out := f.post(t, "/ui/api/actions/replay.preview", map[string]any{"id": again, "by": "dora"}, nil)
+	require.Equal(t, http.StatusOK, code, out)
+	var p map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &p))
+	require.Contains(t, p["would_halt"], "target_missing")
+}

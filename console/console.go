@@ -779,7 +779,8 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 			phases, err = c.admin.ResumePhase(ctx, req)
 		}
 		reply = map[string]any{"phases": phases}
-	case verbReplay:
+	case verbReplay, adminsvc.VerbReplayPreview:
+		// The preview takes the replay's request and changes nothing.
 		req := map[string]any{"id": a.ID, "by": a.By}
 		if a.Reason != "" {
 			req["reason"] = a.Reason
@@ -822,10 +823,10 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 		err = c.admin.Call(ctx, verb, req, &raw)
 		reply = raw
 	default:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no action %q: want pause, resume, cancel, decide, replay, phase.pause, phase.resume, wave.set or wave.close", verb))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no action %q: want pause, resume, cancel, decide, replay, replay.preview, phase.pause, phase.resume, wave.set or wave.close", verb))
 		return
 	}
-	if unavailable(err) && (verb == verbReplay || verb == verbWaveSet || verb == verbWaveClose) {
+	if unavailable(err) && (verb == verbReplay || verb == adminsvc.VerbReplayPreview || verb == verbWaveSet || verb == verbWaveClose) {
 		writeError(w, http.StatusNotImplemented, fmt.Sprintf("%s is not available: no sagad serves %s (a build without it)", verb, adminsvc.Subject(verb)))
 		return
 	}

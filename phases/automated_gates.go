@@ -17,7 +17,21 @@ type AutomatedGates struct{}
 
 // Run evaluates the constitution. A fact that cannot be read is retried, never
 // counted as a pass.
-func (AutomatedGates) Run(ctx context.Context, env *Env, in *Input) Decision {
+func (g AutomatedGates) Run(ctx context.Context, env *Env, in *Input) Decision {
+	if d := g.Check(ctx, env, in); d.Action != Advance {
+		return d
+	}
+	if d, held := operatorGate(in); held {
+		return d
+	}
+	return admitToWave(ctx, env, in, AdvanceWith())
+}
+
+// Check is the phase's judgement without its effects: the dependencies
+// (a wait is a Park) and the rules, but neither the operator gate nor the
+// wave admission, which reserves. It writes nothing, so a replay's
+// preview (sagactl replay --dry-run) asks it what the bytes would meet.
+func (AutomatedGates) Check(ctx context.Context, env *Env, in *Input) Decision {
 	if d, wait := dependencies(ctx, env, in); wait {
 		return d
 	}
@@ -40,10 +54,7 @@ func (AutomatedGates) Run(ctx context.Context, env *Env, in *Input) Decision {
 	if len(res.Violated) > 0 {
 		return HaltWith(res.Halt(), res.Findings...)
 	}
-	if d, held := operatorGate(in); held {
-		return d
-	}
-	return admitToWave(ctx, env, in, AdvanceWith())
+	return AdvanceWith()
 }
 
 // ownedID answers Rule 2's question without a lookup when the capsule runs

@@ -254,13 +254,19 @@ func (c *Reader) WithFamilies(t *budget.Tracker) *Reader {
 // List returns the status of every capsule, oldest first; state filters when
 // non-empty.
 func (c *Reader) List(ctx context.Context, state capsule.State) ([]Status, error) {
+	return c.ListWhere(ctx, func(cp *capsule.Checkpoint) bool { return state == "" || cp.State.Status == state })
+}
+
+// ListWhere returns the status of every capsule whose checkpoint keep
+// accepts, oldest first.
+func (c *Reader) ListWhere(ctx context.Context, keep func(cp *capsule.Checkpoint) bool) ([]Status, error) {
 	all, err := c.checkpoints.List(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]Status, 0, len(all))
 	for _, cp := range all {
-		if state == "" || cp.State.Status == state {
+		if keep(cp) {
 			out = append(out, Of(cp))
 		}
 	}

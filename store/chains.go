@@ -114,6 +114,11 @@ type ChainRecord struct {
 	// published: a loop's new round, the steps a loop released. Whoever
 	// reads the record publishes them (idempotently) and clears them.
 	Unpublished []int `json:"unpublished,omitempty"`
+	// PublishError is why the compose request could not publish the
+	// steps in Unpublished (the producer's intake full, "maximum messages
+	// per subject exceeded"): sagad publishes them itself as room appears
+	// (compose.Service) and clears it. Empty otherwise.
+	PublishError string `json:"publish_error,omitempty"`
 }
 
 // AllEnded reports whether every step of r ended.

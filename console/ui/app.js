@@ -204,6 +204,7 @@ function capsuleActions(r) {
   if (r.state === "halted" || r.state === "cancelled") {
     out.push(b("Replay", "act-replay", () => confirmAction("Replay " + who, "A new run of the capsule starts from where it stopped (or the phase you give), on the bytes RECEPTION kept.", "replay", { id }, ["reason", "from_phase", "dependents"])));
     out.push(b("Replay with a corrected capsule", "act-replay-corrected", () => replayCorrected(id, who)));
+    out.push(b("Preview replay", "act-replay-preview", () => previewReplay(id)));
   }
   if (!["completed", "halted", "cancelled"].includes(r.state)) {
     out.push(b("Cancel", "act-cancel danger", () => confirmAction("Cancel " + who, "The capsule ends cancelled; this cannot be undone.", "cancel", { id }, ["reason"])));
@@ -229,6 +230,22 @@ function findingsTable(fs, id) {
     el("thead", {}, el("tr", {}, ["Rule", "Name", "Field", "Message"].map(h => el("th", { text: h })))),
     el("tbody", {}, fs.map(f => el("tr", {}, el("td", { text: f.rule ? String(f.rule) : "-" }), el("td", { text: ruleName(f) || "-" }),
       el("td", { class: "mono", text: f.field || "-" }), el("td", { text: f.message || "" })))));
+}
+
+// previewReplay asks sagad what a replay would meet (replay.preview:
+// nothing changes) and says it: the halt it would meet, or the agent
+// calls it would make.
+async function previewReplay(id) {
+  try {
+    const p = await post("replay.preview", { id, by: localStorage.getItem("sagad.operator") || "console" });
+    const calls = (p.agent_calls || []).map(c => c.phase_name + " " + c.agent + " (" + c.work + ")").join(", ");
+    const locks = (p.locks || []).filter(l => !l.available).map(l => l.path);
+    toast("Replay would start run " + p.run + " at " + p.from_phase_name + ": " +
+      (p.would_halt ? "it would halt again, " + p.would_halt : "no halt foreseen" + (calls ? "; calls " + calls : "")) +
+      (locks.length ? "; locks held now: " + locks.join(", ") : ""), !!p.would_halt);
+  } catch (e) {
+    toast("Preview: " + e.message, true);
+  }
 }
 
 // replayCorrected opens the editor of a corrected capsule on the bytes
@@ -500,7 +517,11 @@ function syncPicks() {
 function bulkBar() {
   const n = pick.all ? pick.total : pick.keys.size;
   const act = (verb, label, cls, text, fields) => el("button", { id: "bulk-" + verb, class: cls, disabled: n === 0 || n > MAX_BULK ? "disabled" : undefined,
-    onclick: () => confirmAction(label + " " + fmtInt(n) + " capsules", text, verb, {}, fields, (body) => sendBulk(verb, label, body)) }, label);
+    onclick: async () => {
+      // A replay asks sagad first how many would halt again.
+      if (verb === "replay") text = await replaySummary(text);
+      confirmAction(label + " " + fmtInt(n) + " capsules", text, verb, {}, fields, (body) => sendBulk(verb, label, body));
+    } }, label);
   const onPage = document.querySelectorAll("#capsule-list input.pick").length;
   return el("div", { id: "bulk", class: "bulk" + (n ? " on" : "") },
     el("span", { id: "bulk-count", text: n ? fmtInt(n) + (pick.all ? " (all matching)" : "") + " selected" : "Select capsules for a bulk action" }),
@@ -513,6 +534,28 @@ function bulkBar() {
       act("replay", "Replay", "", "Each halted or cancelled capsule runs again from where it stopped, as a new run.", ["reason"]),
       act("accept", "Accept", "", "Each capsule waiting for your decision is accepted and goes on.", ["reason"]),
       act("resume", "Resume", "", "Each paused capsule resumes where it stopped.", ["reason"])));
+}
+
+// replaySummary is text with what a dry run of the bulk replay found:
+// how many of the selection would halt again (nothing is changed).
+async function replaySummary(text) {
+  const body = { by: localStorage.getItem("sagad.operator") || "console", dry_run: true };
+  if (pick.all) body.filter = pick.filter; else body.ids = [...pick.keys];
+  try {
+    const r = await fetch(API + "/bulk/replay", {
+      method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-Sagad-Console": "1" },
+      body: JSON.stringify(body),
+    });
+    const p = await r.json();
+    if (!r.ok) throw new Error(p.error || r.statusText);
+    const halts = (p.would_halt || []).length;
+    return text + " Preview: " + fmtInt(halts) + " of " + fmtInt(p.total) + " would halt again" +
+      (halts ? " (" + p.would_halt.slice(0, 3).map(h => h.halt_reason).join("; ") + (halts > 3 ? "; …" : "") + ")" : "") +
+      (p.failed.length ? ", " + fmtInt(p.failed.length) + " would be refused" : "") + ".";
+  } catch (e) {
+    return text + " (Preview failed: " + e.message + ")";
+  }
 }
 
 async function sendBulk(verb, label, body) {

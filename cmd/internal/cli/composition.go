@@ -202,6 +202,9 @@ func printComposition(w io.Writer, o compose.Outcome) error {
 	}
 	fmt.Fprintf(w, "composition %s run %d: %s (%d of %d passed, %d failed, exit code %d)\n", printable(o.CompositionID), o.Run, state,
 		o.Summary.Passed, o.Summary.Total, o.Summary.Failed, o.Summary.ExitCode)
+	if o.Publishing != "" {
+		fmt.Fprintf(w, "publishing: %s\n", printable(o.Publishing))
+	}
 	tw := table(w)
 	fmt.Fprintln(tw, "STEP\tCAPSULE\tSTATE\tEXIT\tARTIFACT")
 	for _, n := range compositionTree(o.Steps) {

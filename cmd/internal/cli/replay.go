@@ -17,9 +17,9 @@ import (
 
 func newReplay(g *globals) *cobra.Command {
 	var fromPhase, capsuleFile, reason, by string
-	var dependents bool
+	var dependents, dryRun bool
 	cmd := &cobra.Command{
-		Use:   "replay ID [--from-phase N] [--capsule FILE]",
+		Use:   "replay ID [--from-phase N] [--capsule FILE] [--dry-run]",
 		Short: "Run a halted or cancelled capsule again, as a new run of the same id",
 		Long: `Run a halted or cancelled capsule again as a new run of the same id (the
 dead-letter workflow: sagactl list --state halted, fix the cause, replay).
@@ -38,6 +38,13 @@ With --dependents (the default) the capsules halted dependency_failed:<ID>
 are replayed too (transitively), each from AUTOMATED_GATES as its own run:
 they wait for this one and go on when it completes.
 
+With --dry-run nothing changes: sagad judges the run the replay would start
+and answers would_halt (the halt reason the bytes would meet under the rules,
+schemas, locks and budgets in force, or none), the agent calls of its first
+cycle (each repeated, or the earlier run's work reused), the locks it would
+take, the spend it would reserve against its wave, and the dependents it
+would wake. Exit 0 whether or not it would halt (read would_halt).
+
 Exit 5, changing nothing, if the capsule is unknown, has not ended, completed,
 or the phase or the corrected capsule is refused (another id, invalid, or a
 phase later than where it ended). Two replays racing make one run: the other
@@ -47,33 +54,21 @@ is refused.`,
 			// One request id per invocation: the retry below, or the same
 			// request sent again, finds the run it started.
 			req := adminsvc.ReplayRequest{ID: args[0], Reason: reason, By: operator(by), Dependents: &dependents, RequestID: nuid.Next()}
-			if fromPhase != "" {
-				ph, err := capsule.ParsePhase(fromPhase)
-				if err != nil {
-					return exit(ExitRefused, fmt.Errorf("--from-phase: %w", err))
-				}
-				n := int(ph)
-				req.FromPhase = &n
-			}
-			if capsuleFile != "" {
-				raw, err := readInput(cmd, capsuleFile)
-				if err != nil {
-					return err
-				}
-				if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' || !json.Valid(t) {
-					return exit(ExitRefused, fmt.Errorf("--capsule %s: not a JSON object", capsuleFile))
-				}
-				if req.FromPhase != nil && *req.FromPhase != int(capsule.Reception) {
-					return exit(ExitRefused, errors.New("--capsule runs the corrected capsule from RECEPTION: drop --from-phase"))
-				}
-				req.FromPhase = nil
-				req.Capsule = raw
+			if err := replayInputs(cmd, &req, fromPhase, capsuleFile); err != nil {
+				return err
 			}
 			ctx, a, done, err := g.dialAdmin(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
+			if dryRun {
+				p, err := a.PreviewReplay(ctx, req)
+				if err != nil {
+					return replayErr(err)
+				}
+				return renderPreview(cmd, g, p)
+			}
 			r, err := a.Replay(ctx, req)
 			var ns *adminsvc.NoSagadError
 			if errors.As(err, &ns) && ns.Waited > 0 {
@@ -92,10 +87,39 @@ is refused.`,
 	}
 	cmd.Flags().StringVar(&fromPhase, "from-phase", "", "start the run at this phase (1–6 or a name), at most where the capsule ended")
 	cmd.Flags().StringVar(&capsuleFile, "capsule", "", "corrected capsule of the same id (file or -), run from RECEPTION")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "change nothing: say what the replay would meet (would_halt, agent calls, locks, reserve, dependents)")
 	cmd.Flags().BoolVar(&dependents, "dependents", true, "also replay the capsules halted dependency_failed on this one")
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the history and event stream)")
 	cmd.Flags().StringVar(&by, "by", "", "who (default $SAGA_OPERATOR or the login name)")
 	return cmd
+}
+
+// replayInputs reads --from-phase and --capsule into req.
+func replayInputs(cmd *cobra.Command, req *adminsvc.ReplayRequest, fromPhase, capsuleFile string) error {
+	if fromPhase != "" {
+		ph, err := capsule.ParsePhase(fromPhase)
+		if err != nil {
+			return exit(ExitRefused, fmt.Errorf("--from-phase: %w", err))
+		}
+		n := int(ph)
+		req.FromPhase = &n
+	}
+	if capsuleFile == "" {
+		return nil
+	}
+	raw, err := readInput(cmd, capsuleFile)
+	if err != nil {
+		return err
+	}
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' || !json.Valid(t) {
+		return exit(ExitRefused, fmt.Errorf("--capsule %s: not a JSON object", capsuleFile))
+	}
+	if req.FromPhase != nil && *req.FromPhase != int(capsule.Reception) {
+		return exit(ExitRefused, errors.New("--capsule runs the corrected capsule from RECEPTION: drop --from-phase"))
+	}
+	req.FromPhase = nil
+	req.Capsule = raw
+	return nil
 }
 
 // replayErr maps a replay's errors to exit codes: every refusal — the

@@ -56,7 +56,31 @@ func TestOnlineReplay(t *testing.T) {
 	r = o.run(t, "status", doc.ID(), "-o", "json")
 	require.Equal(t, before, r.out, "refused replays change nothing")
 
+	// --dry-run: the same replay would meet the same failure (the stub's
+	// script is in the bytes: the executor is called again), the
+	// corrected one would not; neither changes anything.
+	r = o.run(t, "replay", doc.ID(), "--dry-run")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	require.Contains(t, r.out, "dry run: nothing was changed")
+	require.Regexp(t, `(?m)^\s+EXECUTION\s+stub\s+2\s+repeated$`, r.out)
 	fixed := doc.Stub(map[string]any{}).Sealed(t)
+	r = o.run(t, "replay", doc.ID(), "--dry-run", "--capsule", file(t, fixed), "-o", "json")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	var preview adminsvc.ReplayPreviewReply
+	require.NoError(t, json.Unmarshal([]byte(r.out), &preview))
+	require.Nil(t, preview.WouldHalt)
+	require.Equal(t, capsule.Reception, preview.From)
+	require.Equal(t, 2, preview.Run)
+	require.Len(t, preview.AgentCalls, 2)
+	require.Contains(t, r.out, `"would_halt": null`)
+	r = o.run(t, "replay", doc.ID(), "--dry-run", "--capsule", file(t, doc.Unsealed(t)), "-o", "json")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	require.Contains(t, r.out, `"would_halt": "schema_invalid:/integrity"`)
+	r = o.run(t, "replay", doc.ID(), "--dry-run", "--from-phase", "REVIEW")
+	require.Equal(t, cli.ExitRefused, r.code, "what replay refuses, --dry-run refuses: %s", r.out)
+	r = o.run(t, "status", doc.ID(), "-o", "json")
+	require.Equal(t, before, r.out, "a dry run changes nothing")
+
 	r = o.run(t, "replay", doc.ID(), "--capsule", file(t, fixed), "--reason", "disk freed", "-o", "json")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
 	var reply adminsvc.ReplayReply

@@ -238,7 +238,7 @@ Exit codes:
 	root.AddCommand(
 		newPublish(g), newSeal(g), newCheck(g), newChain(g), newCompose(g), newComposition(g),
 		newStatus(g), newWait(g), newList(g), newHistory(g),
-		newPause(g), newResume(g), newCancel(g), newDecide(g), newReplay(g), newPending(g), newPhase(g), newWave(g),
+		newPause(g), newResume(g), newCancel(g), newDecide(g), newReplay(g), newBulk(g), newPending(g), newPhase(g), newWave(g),
 		newWatch(g), newReport(g), newRules(g), newCost(g),
 	)
 	// cobra adds `sagactl completion bash|zsh|fish|powershell`; capsule
@@ -250,7 +250,15 @@ Exit codes:
 
 // Main runs sagactl and returns its exit code.
 func Main(args []string, out, errOut io.Writer) int {
+	return MainInput(args, nil, out, errOut)
+}
+
+// MainInput is Main reading standard input from in (nil: the process's).
+func MainInput(args []string, in io.Reader, out, errOut io.Writer) int {
 	root, g := newRoot(out, errOut)
+	if in != nil {
+		root.SetIn(in)
+	}
 	root.SetArgs(args)
 	err := root.ExecuteContext(context.Background())
 	if err == nil {

@@ -237,21 +237,24 @@ func idOrKey(id, key string) string {
 }
 
 func newList(g *globals) *cobra.Command {
-	var state string
+	var f listFilters
 	var limit int
 	var watch bool
 	cmd := &cobra.Command{
-		Use:   "list [--state S] [--limit N] [--watch]",
-		Short: "List capsules, newest first, optionally only those in one state",
+		Use:   "list [--state S] [--wave W] [--kind K] [--halt-reason R] [--composition C] [--producer P] [--since T] [--limit N] [--watch]",
+		Short: "List capsules, newest first, optionally only those the filters select",
 		Long: `List capsules, most recently updated first: the newest --limit N (default 100,
 0 lists all). The table fits 120 columns (AGE is since the last update; a long
 halt reason is cut with "…"); -o wide adds the key, progress and update time
-and shows the whole halt reason; -o json and -o yaml give the full records.`,
+and shows the whole halt reason; -o json and -o yaml give the full records.
+The filters (--state, --wave, --kind, --halt-reason as a prefix,
+--composition ID or ID#RUN, --producer, --since) keep the capsules that
+match every one given; sagactl bulk selects with the same filters.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st := capsule.State(state)
-			if state != "" && !st.Valid() {
-				return exit(ExitUsage, fmt.Errorf("--state %q: want one of in_progress, paused, waiting_for_operator, waiting, completed, halted, cancelled", state))
+			req, err := f.request()
+			if err != nil {
+				return err
 			}
 			if limit < 0 {
 				return exit(ExitUsage, fmt.Errorf("--limit %d: want 0 (all) or more", limit))
@@ -262,10 +265,10 @@ and shows the whole halt reason; -o json and -o yaml give the full records.`,
 			}
 			defer done()
 			if watch {
-				w := &listWatch{g: g, admin: a, req: adminsvc.ListRequest{State: state}, limit: limit, every: listWatchInterval}
+				w := &listWatch{g: g, admin: a, req: req, limit: limit, every: listWatchInterval}
 				return w.run(cmd.Context(), cmd)
 			}
-			list, total, err := listPages(ctx, a, adminsvc.ListRequest{State: state}, limit)
+			list, total, err := listPages(ctx, a, req, limit)
 			if err != nil {
 				return readErr(err)
 			}
@@ -283,7 +286,7 @@ and shows the whole halt reason; -o json and -o yaml give the full records.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&state, "state", "", "only capsules in this state")
+	f.bind(cmd.Flags())
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "after the list, print each capsule whose row changes, as it changes, until Ctrl-C")
 	addNoHeaders(cmd, g)
 	cmd.Flags().IntVar(&limit, "limit", DefaultListLimit, "list at most this many, newest first (0: all)")

@@ -86,7 +86,37 @@ type Account struct {
 	Users     []User
 	Exports   []Export
 	Imports   []Import
+	// Limits bound what the account's clients can hold on the server;
+	// nil: none (sagad's own account).
+	Limits *AccountLimits
 }
+
+// AccountLimits are a nats-server account's limits: a role's clients, all
+// together, hold at most MaxConnections connections and MaxSubscriptions
+// subscriptions, and publish messages of at most MaxPayload bytes. A
+// hostile or broken client of one role (a worker opening connections or
+// subscriptions in a loop) then exhausts its own account, never the server
+// sagad shares with every other role.
+type AccountLimits struct {
+	MaxConnections   int
+	MaxSubscriptions int
+	MaxPayload       int
+}
+
+// The limits of the generated accounts, per kind of role. Payloads: a
+// replay request carries a capsule (up to 640 KiB), sagactl publishes up
+// to 1 MiB (so a capsule past RECEPTION's 512 KiB halts capsule_too_large
+// rather than failing to send), a worker's result may carry its artifact
+// inline; 1 MiB, nats-server's default, fits them all and holds if the
+// server's own max_payload is raised. Connections and subscriptions leave
+// room for a fleet (many worker processes, each a connection, a few
+// subscriptions each; the operator's sagactl and watch sessions) while
+// bounding what one account takes.
+var (
+	OperatorLimits = AccountLimits{MaxConnections: 128, MaxSubscriptions: 4096, MaxPayload: 1 << 20}
+	ProducerLimits = AccountLimits{MaxConnections: 256, MaxSubscriptions: 4096, MaxPayload: 1 << 20}
+	WorkerLimits   = AccountLimits{MaxConnections: 256, MaxSubscriptions: 4096, MaxPayload: 1 << 20}
+)
 
 // AccountSpec is what the accounts follow from: the producers named in the
 // config file and its executors and reviewers of type nats.
@@ -94,11 +124,23 @@ type AccountSpec struct {
 	Producers []string
 	Executors map[string]executors.Endpoint
 	Reviewers map[string]executors.Endpoint
+	// IntakeMaxMsgBytes is the largest intake message sagad takes: the
+	// accounts that publish capsules (the producers', the operator's) get
+	// at least that payload limit.
+	IntakeMaxMsgBytes int
+}
+
+// publishing is base with a payload limit of at least spec's intake
+// message (a worker's account publishes child capsules on the intake).
+func (spec AccountSpec) publishing(base AccountLimits) *AccountLimits {
+	l := base
+	l.MaxPayload = max(l.MaxPayload, spec.IntakeMaxMsgBytes)
+	return &l
 }
 
 // accountSpec is c's part of the accounts.
 func (c Config) accountSpec() AccountSpec {
-	return AccountSpec{Producers: c.Producers, Executors: c.Executors, Reviewers: c.Reviewers}
+	return AccountSpec{Producers: c.Producers, Executors: c.Executors, Reviewers: c.Reviewers, IntakeMaxMsgBytes: int(c.IntakeMaxMsgBytes)}
 }
 
 var producerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
@@ -133,7 +175,7 @@ var sagaOwned = []string{"saga.>", "$JS.>", "$KV.>", "$O.>", "$SRV.>", "$SYS.>",
 // sanitised, a subject two endpoints share or one sagad owns).
 func Accounts(spec AccountSpec) ([]Account, error) {
 	saga := Account{Name: AccountSaga, JetStream: true, Users: []User{{Role: RoleSagad, Account: AccountSaga}}}
-	operator := Account{Name: AccountOperator, Users: []User{{Role: RoleOperator, Account: AccountOperator}}}
+	operator := Account{Name: AccountOperator, Users: []User{{Role: RoleOperator, Account: AccountOperator}}, Limits: spec.publishing(OperatorLimits)}
 	var errs []error
 	producers := []struct{ name, role, account string }{
 		{RoleOperator, RoleOperator, AccountOperator},
@@ -163,7 +205,7 @@ func Accounts(spec AccountSpec) ([]Account, error) {
 	for _, p := range producers {
 		acc := &operator
 		if p.account != AccountOperator {
-			acc = &Account{Name: p.account, Users: []User{{Role: p.role, Account: p.account}}}
+			acc = &Account{Name: p.account, Users: []User{{Role: p.role, Account: p.account}}, Limits: spec.publishing(ProducerLimits)}
 			accounts = append(accounts, acc)
 		}
 		intake, compose := store.IntakeSubject+"."+p.name, ComposeSubject+"."+p.name
@@ -225,6 +267,7 @@ func Accounts(spec AccountSpec) ([]Account, error) {
 			Name:    accountName(role),
 			Users:   []User{{Role: role, Account: accountName(role)}},
 			Exports: []Export{{Subject: ep.subject, To: []string{AccountSaga}, Response: "singleton"}},
+			Limits:  spec.publishing(WorkerLimits),
 			Imports: []Import{
 				{From: AccountSaga, Subject: completeSubjects, To: completeSubjects},
 				{From: AccountSaga, Subject: ArtifactsGetSubject, To: ArtifactsGetSubject},
@@ -323,6 +366,9 @@ func AccountsConf(accounts []Account, cred Credential) string {
 		fmt.Fprintf(&b, "  %s {\n", a.Name)
 		if a.JetStream {
 			b.WriteString("    jetstream: enabled\n")
+		}
+		if l := a.Limits; l != nil {
+			fmt.Fprintf(&b, "    limits: {max_connections: %d, max_subscriptions: %d, max_payload: %d}\n", l.MaxConnections, l.MaxSubscriptions, l.MaxPayload)
 		}
 		b.WriteString("    users: [\n")
 		for _, u := range a.Users {

@@ -125,3 +125,24 @@ func FuzzAccountsConf(f *testing.F) {
 		}
 	})
 }
+
+// TestAccountLimits: every account but sagad's is bounded, and the
+// accounts that publish capsules may send the largest intake message
+// sagad takes.
+func TestAccountLimits(t *testing.T) {
+	t.Parallel()
+	accounts, err := Accounts(AccountSpec{Producers: []string{"bob"}, IntakeMaxMsgBytes: 2 << 20,
+		Executors: map[string]executors.Endpoint{"demo": {Type: executors.EndpointNATS, Subject: "agents.demo"}}})
+	require.NoError(t, err)
+	for _, a := range accounts {
+		if a.Name == AccountSaga {
+			require.Nil(t, a.Limits, "sagad's own account")
+			continue
+		}
+		require.NotNil(t, a.Limits, a.Name)
+		require.Positive(t, a.Limits.MaxConnections, a.Name)
+		require.Positive(t, a.Limits.MaxSubscriptions, a.Name)
+		require.Equal(t, 2<<20, a.Limits.MaxPayload, a.Name)
+	}
+	require.Contains(t, AccountsConf(accounts, PasswordCredential), "limits: {max_connections: 256, max_subscriptions: 4096, max_payload: 2097152}")
+}

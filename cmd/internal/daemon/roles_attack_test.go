@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/examples/worker/worker"
@@ -482,4 +483,92 @@ func TestAttackExecutorPublishesRootCapsule(t *testing.T) {
 		require.Nil(t, a.checkpoint(doc.ID()), "the id stays free")
 	}
 	requireUnreached(t, a.conn("reviewer-demo-reviewer"), "reviewer-demo-reviewer", store.IntakeSubject)
+}
+
+// Finding: a replay with a corrected capsule, sent with the operator's own
+// seed, adopted a parent (or another producer agent, or a wave) the
+// capsule never had: accepted, unlinked and unchecked. A correction may
+// change the work, not who the capsule is: each such change is refused
+// with the field named, and the checkpoint is untouched.
+func TestAttackOperatorReplayTakesAnotherIdentity(t *testing.T) {
+	t.Parallel()
+	a := newArena(t)
+	a.serveDemo()
+	other := capsuletest.New().Set("task.kind", "demo").Set("target", "file:t1.md").Set("constraints.resource_locks_required", []any{"t1.md"})
+	a.publish("producer-bob", other)
+	require.Equal(t, capsule.Completed, a.awaitEnd(other.ID()))
+	doc := capsuletest.New().Set("task.kind", "demo").Set("target", "file:missing.md")
+	a.publish(RoleProducer, doc)
+	require.Equal(t, capsule.Halted, a.awaitEnd(doc.ID()))
+	before := a.checkpoint(doc.ID())
+
+	op := adminsvc.NewClient(a.conn(RoleOperator), adminsvc.ClientConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for field, v := range map[string]string{"parent_capsule_id": other.ID(), "producer_agent_id": "agent-of-bob", "wave_id": "w-bob"} {
+		var bad capsuletest.Doc
+		require.NoError(t, json.Unmarshal(doc.Unsealed(t), &bad))
+		bad.Set("target", "file:t0.md").Set("constraints.resource_locks_required", []any{"t0.md"}).Set(field, v)
+		_, err := op.Replay(ctx, adminsvc.ReplayRequest{ID: doc.ID(), By: "mallory", Capsule: bad.Sealed(t)})
+		require.ErrorIs(t, err, admin.ErrRefused, field)
+		require.Contains(t, err.Error(), field+": a correction keeps who the capsule is", field)
+	}
+	require.Equal(t, before.Revision(), a.checkpoint(doc.ID()).Revision(), "nothing recorded")
+}
+
+// Finding: every role but sagad's could open connections and
+// subscriptions without bound on the server sagad shares with it. Each
+// generated account now has limits: a hostile client of one role reaches
+// its account's bound, refused by nats-server, and sagad goes on.
+func TestAttackRoleExhaustsServer(t *testing.T) {
+	t.Parallel()
+	a := newArena(t)
+	for role, limits := range map[string]AccountLimits{"executor-demo": WorkerLimits, RoleProducer: ProducerLimits, RoleOperator: OperatorLimits} {
+		errs := make(chan error, 16)
+		nc, err := a.as(role).Connect(nats.MaxReconnects(0), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case errs <- err:
+			default:
+			}
+		}))
+		require.NoError(t, err, role)
+		for i := 0; i <= limits.MaxSubscriptions; i++ {
+			_, err := nc.Subscribe(fmt.Sprintf("flood.%d", i), func(*nats.Msg) {})
+			require.NoError(t, err)
+		}
+		require.NoError(t, nc.Flush())
+		select {
+		case err := <-errs:
+			require.ErrorContains(t, err, "maximum subscriptions exceeded", role)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: subscription %d accepted", role, limits.MaxSubscriptions+1)
+		}
+		nc.Close()
+	}
+
+	// Connections: the worker's account holds its bound, no more.
+	var conns []*nats.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for i := 0; i < WorkerLimits.MaxConnections; i++ {
+		nc, err := a.as("executor-demo").Connect(nats.MaxReconnects(0))
+		require.NoError(t, err, "connection %d", i+1)
+		conns = append(conns, nc)
+	}
+	_, err := a.as("executor-demo").Connect(nats.MaxReconnects(0))
+	require.Error(t, err, "connection past the account's bound")
+	require.ErrorContains(t, err, "maximum account active connections exceeded")
+
+	// sagad, in its own account, is untouched: a capsule still completes.
+	for nc, only := range map[*nats.Conn]string{conns[0]: "execute", a.conn("reviewer-demo-reviewer"): "review"} {
+		svc, err := worker.Serve(nc, worker.Config{Only: only})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = svc.Stop() })
+	}
+	doc := capsuletest.New().Set("task.kind", "demo").Set("target", "file:t2.md").Set("constraints.resource_locks_required", []any{"t2.md"})
+	a.publish(RoleProducer, doc)
+	require.Equal(t, capsule.Completed, a.awaitEnd(doc.ID()))
 }
