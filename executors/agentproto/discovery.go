@@ -9,12 +9,12 @@ import (
 
 // Heartbeat is a heartbeat's payload (§8.3).
 type Heartbeat struct {
-	Agent      string    `json:"agent"`
-	Owner      string    `json:"owner"`
-	Session    string    `json:"session,omitempty"`
-	InstanceID string    `json:"instance_id"`
-	TS         string    `json:"ts"`
-	IntervalS  float64   `json:"interval_s"`
+	Agent      string  `json:"agent"`
+	Owner      string  `json:"owner"`
+	Session    string  `json:"session,omitempty"`
+	InstanceID string  `json:"instance_id"`
+	TS         string  `json:"ts"`
+	IntervalS  float64 `json:"interval_s"`
 }
 
 // maxInterval bounds a heartbeat's interval_s: beyond a day an agent is
