@@ -304,3 +304,42 @@ func (d *AgentDirectory) source(name string) (AgentSource, bool) {
 	}
 	return AgentSource{}, false
 }
+
+// CheckAgents refuses, at start, a configured agent that answers discovery
+// speaking another protocol major.minor than sagad's: calling it would
+// misread its stream. An agent not running yet passes.
+func (r *Registry) CheckAgents(ctx context.Context) error {
+	r.mu.RLock()
+	dir, eps := r.agents, slices.Clone(r.agentEndpoints)
+	r.mu.RUnlock()
+	if dir == nil {
+		return nil
+	}
+	insts, err := dir.List(ctx)
+	if err != nil && ctx.Err() != nil {
+		return err
+	}
+	var errs []error
+	for _, ep := range eps {
+		sel := ep.Select
+		if ep.Subject != "" {
+			sel = AgentSelector{Subject: ep.Subject}
+		}
+		var same, other bool
+		var version string
+		for _, inst := range insts {
+			if inst.Source != ep.Source || !sel.matches(inst) {
+				continue
+			}
+			if agentproto.SameVersion(inst.ProtocolVersion) {
+				same = true
+			} else {
+				other, version = true, inst.ProtocolVersion
+			}
+		}
+		if other && !same {
+			errs = append(errs, fmt.Errorf("%w: %q (%s) answers protocol_version %q, sagad speaks %s", ErrAgentVersion, ep.Name, sel, version, agentproto.ProtocolVersion))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -181,6 +181,9 @@ func (c Config) register(r *Registry, nc *nats.Conn, dir *AgentDirectory, review
 		if agent, err = c.agentEndpoint(nc, dir, reviewer, key, ep, s); err != nil {
 			return fmt.Errorf("%s: %w", at, err)
 		}
+		r.mu.Lock()
+		r.agentEndpoints = append(r.agentEndpoints, agent)
+		r.mu.Unlock()
 	}
 	nats := NATSExecutor{Conn: nc, Subject: ep.Subject, Name: key, Timeout: s.timeout, Retry: s.retry, CompletionTimeout: s.completion}
 	if reviewer {

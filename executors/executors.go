@@ -144,6 +144,8 @@ type Registry struct {
 	reviewerPolicies map[string]Policy
 	// agents is the directory of the agent endpoints; nil without any.
 	agents *AgentDirectory
+	// agentEndpoints are the configured agent endpoints, for CheckAgents.
+	agentEndpoints []AgentEndpoint
 }
 
 // AgentDirectory is the directory of the registry's agent endpoints (for
