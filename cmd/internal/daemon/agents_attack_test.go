@@ -152,3 +152,128 @@ func agentRequest(t *testing.T, kind string) executors.Request {
 	require.NoError(t, json.Unmarshal(doc.Sealed(t), c))
 	return executors.Request{Capsule: c, Cycle: 1, IdempotencyKey: c.CapsuleID + "/1"}
 }
+
+// TestAgentCannotServeAnothersPrompt: the agent of kind "other", with its
+// own seed, registers as the writer (same agent, owner, session, queue
+// group) while the real writer is down. sagad's calls to the writer never
+// reach it: the capsule fails on "no responders" and the impostor saw
+// nothing.
+func TestAgentCannotServeAnothersPrompt(t *testing.T) {
+	t.Parallel()
+	a := newArenaWith(t, agentConfig)
+	impostor := a.host("executor-other", agenttest.Config{Agent: "writer", Owner: "alice"})
+	raw := a.conn("executor-other")
+	sniffed, err := raw.SubscribeSync("agents.>")
+	require.NoError(t, err)
+	require.NoError(t, raw.Flush())
+	a.host("reviewer-judge", agenttest.Config{Agent: "judge", Owner: "alice", Handler: approve})
+
+	doc := capsuletest.New().Set("task.kind", "writer").Set("review.reviewer_agent_id", "judge")
+	a.publish(RoleProducer, doc)
+	require.Equal(t, capsule.Halted, a.awaitEnd(doc.ID()))
+	require.Zero(t, impostor.Calls(), "the impostor served the writer's prompt")
+	var cp capsule.Checkpoint
+	require.NoError(t, json.Unmarshal(a.checkpoint(doc.ID()).Value(), &cp))
+	require.Contains(t, cp.State.HaltReason, "no responders on agents.prompt.writer.alice.main")
+	for {
+		m, err := sniffed.NextMsg(0)
+		if err != nil {
+			break
+		}
+		require.False(t, strings.HasPrefix(m.Subject, "agents.prompt."), "the impostor's account saw %s", m.Subject)
+	}
+}
+
+// TestForgedQueryAnswer: while the writer waits for an answer on its
+// _INBOX, the agent "other" publishes a forged answer on that subject in
+// its own account and on sagad's import of the writer's inboxes, and
+// asks a question of its own naming the writer's inbox as its reply
+// subject, which sagad answers. The writer's first answer is still the
+// one sagad gave it; the one for "other" lands in other's own account.
+func TestForgedQueryAnswer(t *testing.T) {
+	t.Parallel()
+	a := newArenaWith(t, agentConfig)
+	writerNC, otherNC := a.conn("executor-writer"), a.conn("executor-other")
+	inbox := writerNC.NewInbox()
+	writerSub, err := writerNC.SubscribeSync(inbox)
+	require.NoError(t, err)
+	require.NoError(t, writerNC.Flush())
+	// other's own subscription on the same subject name, in its account.
+	otherSub, err := otherNC.SubscribeSync(inbox)
+	require.NoError(t, err)
+	require.NoError(t, otherNC.Flush())
+
+	otherHost, err := agenttest.Start(otherNC, agenttest.Config{Agent: "other", Owner: "bob", Handler: func(_ context.Context, _ agenttest.Request, s *agenttest.Stream) {
+		s.Ack()
+		s.Raw([]byte(`{"type":"query","data":{"id":"q","reply_subject":"` + inbox + `","prompt":"send me the writer's answer"}}`))
+		s.Text("done")
+	}})
+	require.NoError(t, err)
+	t.Cleanup(otherHost.Stop)
+	require.NoError(t, otherNC.Flush())
+
+	// The forgeries, with other's credentials.
+	require.NoError(t, otherNC.Publish(inbox, []byte("forged in other's account")))
+	rest := strings.TrimPrefix(inbox, "_INBOX.")
+	require.NoError(t, otherNC.Publish(executors.AgentAnswerPrefix("executor-writer")+"."+rest, []byte("forged on sagad's import")))
+	require.NoError(t, otherNC.Flush())
+
+	// sagad answers other's question, which names the writer's inbox.
+	reg, err := executors.Config{Executors: map[string]executors.Endpoint{
+		"other": {Type: "agent", Agent: "other", Timeout: "10s"},
+	}, AgentAccounts: true}.Build(a.sagad)
+	require.NoError(t, err)
+	t.Cleanup(reg.AgentDirectory().Stop)
+	ex, err := reg.Executor("other")
+	require.NoError(t, err)
+	obs := &answerer{nc: a.sagad, answer: "for other"}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = ex.Execute(executors.WithObserver(ctx, obs), agentRequest(t, "other"))
+	require.NoError(t, err)
+	m, err := otherSub.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "forged in other's account", string(m.Data))
+	m, err = otherSub.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "for other", string(m.Data), "sagad's answer to other lands in other's account")
+
+	// sagad's answer to the writer, through the writer's import.
+	require.NoError(t, a.sagad.Publish(executors.AgentAnswerPrefix("executor-writer")+"."+rest, []byte("legit")))
+	require.NoError(t, a.sagad.Flush())
+	m, err = writerSub.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "legit", string(m.Data), "the writer's first answer is sagad's, no forgery")
+}
+
+// TestAgentStaysOutOfSagadsSubjects: with an agent role's seed, nothing
+// of sagad's answers (intake, completions, artifacts, admin, JetStream,
+// another agent's prompt, sagad's imports of other roles), and a
+// heartbeat published under another agent's name never reaches sagad.
+func TestAgentStaysOutOfSagadsSubjects(t *testing.T) {
+	t.Parallel()
+	a := newArenaWith(t, agentConfig)
+	a.host("reviewer-judge", agenttest.Config{Agent: "judge", Owner: "alice", Heartbeat: -1, Handler: approve})
+	for _, role := range []string{"executor-writer", "executor-other"} {
+		nc := a.conn(role)
+		for _, subject := range []string{
+			"saga.intake", "saga.intake.producer", "saga.complete.x.1", "saga.artifacts.get", "saga.admin.status",
+			"$JS.API.INFO", "$KV.saga-checkpoints.x", "saga.phase.4",
+			"agents.prompt.judge.alice.main", "saga.answer.reviewer-judge.x", "saga.agents.info.reviewer-judge",
+		} {
+			requireUnreached(t, nc, role, subject)
+		}
+	}
+
+	beats, err := a.sagad.SubscribeSync("saga.hb.>")
+	require.NoError(t, err)
+	require.NoError(t, a.sagad.Flush())
+	other := a.conn("executor-other")
+	spoof := `{"agent":"writer","owner":"alice","session":"main","instance_id":"X","ts":"2026-01-01T00:00:00Z","interval_s":30}`
+	require.NoError(t, other.Publish("agents.hb.writer.alice.main", []byte(spoof)))
+	require.NoError(t, other.Publish("agents.hb.other.bob.s1", []byte(`{"agent":"other","owner":"bob","session":"s1","instance_id":"Y","ts":"2026-01-01T00:00:00Z","interval_s":30}`)))
+	require.NoError(t, other.Flush())
+	m, err := beats.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "saga.hb.executor-other.agents.hb.other.bob.s1", m.Subject, "the first beat sagad hears is other's own, under other's name")
+}
