@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/examples/agents/demo"
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/agenttest"
 	"github.com/sagad/sagad/internal/capsuletest"
@@ -276,4 +278,34 @@ func TestAgentStaysOutOfSagadsSubjects(t *testing.T) {
 	m, err := beats.NextMsg(10 * time.Second)
 	require.NoError(t, err)
 	require.Equal(t, "saga.hb.executor-other.agents.hb.other.bob.s1", m.Subject, "the first beat sagad hears is other's own, under other's name")
+}
+
+// TestExampleAgents: examples/agents/sagad.json and the example's agents
+// (discovered by name, each logged in with its role's seed) take a capsule
+// through a revise cycle: the critic asks for an example, the author's
+// second draft has one; the artifact is the author's streamed text and
+// the cost it reported is charged, the critic's tokens counted.
+func TestExampleAgents(t *testing.T) {
+	t.Parallel()
+	conf, err := os.ReadFile("../../../examples/agents/sagad.json")
+	require.NoError(t, err)
+	var c map[string]any
+	require.NoError(t, json.Unmarshal(conf, &c))
+	c["http_listen"] = "off"
+	conf, err = json.Marshal(c)
+	require.NoError(t, err)
+	a := newArenaWith(t, string(conf))
+	a.host(demo.AuthorRole, agenttest.Config{Agent: "author", Owner: "demo", Handler: demo.Author})
+	a.host(demo.CriticRole, agenttest.Config{Agent: "critic", Owner: "demo", Handler: demo.Critic})
+
+	doc := capsuletest.New().Set("task.kind", "author").Set("review.reviewer_agent_id", "critic").Set("review.max_cycles", 3)
+	a.publish(RoleProducer, doc)
+	require.Equal(t, capsule.Completed, a.awaitEnd(doc.ID()))
+	var cp capsule.Checkpoint
+	require.NoError(t, json.Unmarshal(a.checkpoint(doc.ID()).Value(), &cp))
+	require.Len(t, cp.State.Reviews, 2)
+	require.Equal(t, capsule.ChangesRequested, cp.State.Reviews[0].Verdict)
+	require.Equal(t, capsule.Approved, cp.State.Reviews[1].Verdict)
+	require.InDelta(t, 0.02, cp.State.BudgetUsed.Dollars, 1e-9, "two author turns at $0.01")
+	require.True(t, cp.State.BudgetUsed.Estimated, "the author reports no tokens")
 }
