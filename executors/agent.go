@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
+	"strings"
 	"text/template"
 	"time"
 
@@ -72,14 +74,20 @@ type AgentExecutor struct{ AgentEndpoint }
 // its text is the verdict.
 type AgentReviewer struct{ AgentEndpoint }
 
-// Execute renders the prompt, streams the call and returns the text.
+// Execute renders the prompt, streams the call and returns the text. The
+// context artifacts go as attachments when the agent takes them and they
+// fit, else inline in the prompt.
 func (e AgentExecutor) Execute(ctx context.Context, req Request) (Result, error) {
 	who := fmt.Sprintf("agent executor %q", e.who())
-	prompt, err := RenderExecutePrompt(e.Template, req)
-	if err != nil {
-		return Result{}, &FailedError{Detail: who + ": " + err.Error()}
-	}
-	out, err := e.call(ctx, prompt, executeMeta(req), who)
+	out, err := e.call(ctx, executeMeta(req), who, func(attach bool) (agentproto.Envelope, error) {
+		d := NewPromptData(req)
+		var atts []agentproto.Attachment
+		if attach {
+			atts = attachContext(&d, req.ContextArtifacts)
+		}
+		prompt, err := render(cmpTemplate(e.Template, defaultExecute), d)
+		return agentproto.Envelope{Prompt: prompt, Attachments: atts}, err
+	})
 	if err != nil {
 		return Result{}, err
 	}
@@ -92,11 +100,10 @@ func (e AgentExecutor) Execute(ctx context.Context, req Request) (Result, error)
 // Review renders the review prompt, streams the call and reads the verdict.
 func (r AgentReviewer) Review(ctx context.Context, req ReviewRequest) (ReviewResult, error) {
 	who := fmt.Sprintf("agent reviewer %q", r.who())
-	prompt, err := RenderReviewPrompt(r.Template, req)
-	if err != nil {
-		return ReviewResult{}, &FailedError{Detail: who + ": " + err.Error()}
-	}
-	out, err := r.call(ctx, prompt, reviewMeta(req), who)
+	out, err := r.call(ctx, reviewMeta(req), who, func(bool) (agentproto.Envelope, error) {
+		prompt, err := RenderReviewPrompt(r.Template, req)
+		return agentproto.Envelope{Prompt: prompt}, err
+	})
 	if err != nil {
 		return ReviewResult{}, err
 	}
@@ -106,6 +113,40 @@ func (r AgentReviewer) Review(ctx context.Context, req ReviewRequest) (ReviewRes
 		return ReviewResult{}, &FailedError{Detail: who + ": " + err.Error(), Usage: out.usage, Retryable: true, Finding: err.Error()}
 	}
 	return ReviewResult{Verdict: verdict, Findings: findings, Usage: out.usage}, nil
+}
+
+// attachContext moves the context artifacts of d into attachments (their
+// whole text, under a basename of their ref) and leaves a line in the
+// prompt saying which file holds each.
+func attachContext(d *PromptData, arts []capsule.Artifact) []agentproto.Attachment {
+	var atts []agentproto.Attachment
+	for i, a := range arts {
+		if i >= len(d.Context) {
+			break
+		}
+		name := attachmentName(i, a.Ref)
+		atts = append(atts, agentproto.NewAttachment(name, []byte(ArtifactText(a.Content))))
+		d.Context[i].Text = fmt.Sprintf("[attached as %s, %d bytes]", name, d.Context[i].Size)
+		d.Context[i].Truncated = false
+	}
+	return atts
+}
+
+// attachmentName is a basename for context artifact i: its ref's last
+// path element, numbered so that two refs never share a name.
+func attachmentName(i int, ref string) string {
+	_, rest, _ := strings.Cut(ref, ":")
+	base := path.Base(strings.ReplaceAll(cmp.Or(rest, ref), "\\", "/"))
+	clean := []byte(base)
+	for j, c := range clean {
+		if c < 0x21 || c == 0x7f || c == '/' || c == '\\' {
+			clean[j] = '_'
+		}
+	}
+	if len(clean) == 0 || base == "." || base == "/" {
+		clean = []byte("context")
+	}
+	return fmt.Sprintf("%d-%s", i+1, clean)
 }
 
 func (a AgentEndpoint) who() string {
@@ -118,10 +159,12 @@ type agentOutcome struct {
 	usage capsule.Usage
 }
 
-// call resolves the agent, sends the envelope and reads the stream to its
-// end. Every failure is a [*FailedError] carrying the usage reported or
-// estimated so far, except ctx's end, returned wrapped as it is.
-func (a AgentEndpoint) call(ctx context.Context, prompt string, meta callMeta, who string) (agentOutcome, error) {
+// call resolves the agent, builds the envelope (with attachments when the
+// agent takes them and they fit, else without), sends it and reads the
+// stream to its end. Every failure is a [*FailedError] carrying the usage
+// reported or estimated so far, except ctx's end, returned wrapped as it
+// is.
+func (a AgentEndpoint) call(ctx context.Context, meta callMeta, who string, build func(attach bool) (agentproto.Envelope, error)) (agentOutcome, error) {
 	if a.Conn == nil {
 		return agentOutcome{}, fmt.Errorf("%s: no NATS connection", who)
 	}
@@ -129,13 +172,13 @@ func (a AgentEndpoint) call(ctx context.Context, prompt string, meta callMeta, w
 	if err != nil {
 		return agentOutcome{}, &FailedError{Detail: who + ": " + err.Error(), Retryable: errors.Is(err, ErrAgentNotFound)}
 	}
-	body, err := agentproto.Envelope{Prompt: prompt}.Encode()
-	if err != nil {
-		return agentOutcome{}, &FailedError{Detail: who + ": " + err.Error()}
-	}
 	limit := a.Conn.MaxPayload() - 4096
 	if target.maxPayload > 0 {
 		limit = min(limit, target.maxPayload)
+	}
+	body, err := envelope(build, target.attachmentsOK, limit)
+	if err != nil {
+		return agentOutcome{}, &FailedError{Detail: who + ": " + err.Error()}
 	}
 	if int64(len(body)) > limit {
 		return agentOutcome{}, &FailedError{Detail: fmt.Sprintf("%s: the prompt is %d bytes, the agent takes at most %d", who, len(body), limit)}
@@ -147,11 +190,35 @@ func (a AgentEndpoint) call(ctx context.Context, prompt string, meta callMeta, w
 	return s.run(ctx, body, meta.header())
 }
 
+// envelope encodes the envelope build makes: with attachments when attach
+// and they fit limit, else the text inline.
+func envelope(build func(bool) (agentproto.Envelope, error), attach bool, limit int64) ([]byte, error) {
+	if attach {
+		env, err := build(true)
+		if err != nil {
+			return nil, err
+		}
+		if len(env.Attachments) > 0 {
+			body, err := env.Encode()
+			if err != nil || int64(len(body)) <= limit {
+				return body, err
+			}
+		}
+	}
+	env, err := build(false)
+	if err != nil {
+		return nil, err
+	}
+	return env.Encode()
+}
+
 // agentTarget is the agent a call goes to.
 type agentTarget struct {
 	subject, name string
 	// maxPayload is the endpoint's max_payload, 0 when unknown.
 	maxPayload int64
+	// attachmentsOK is the endpoint's attachments_ok (false when unknown).
+	attachmentsOK bool
 	// alive reports whether the agent still beats; nil when unknown.
 	alive func() bool
 }
@@ -175,7 +242,7 @@ func (a AgentEndpoint) resolve(ctx context.Context) (agentTarget, error) {
 		return agentTarget{}, err
 	}
 	return agentTarget{
-		subject: inst.PromptSubject, name: inst.Name(), maxPayload: inst.MaxPayload,
+		subject: inst.PromptSubject, name: inst.Name(), maxPayload: inst.MaxPayload, attachmentsOK: inst.AttachmentsOK,
 		alive: func() bool { return a.Directory.Alive(a.Source, inst.PromptSubject, heartbeatMisses) },
 	}, nil
 }

@@ -2,7 +2,10 @@ package executors_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -339,4 +342,43 @@ func TestAgentDiscovery(t *testing.T) {
 	insts, err := dir.List(ctx)
 	require.NoError(t, err)
 	require.Len(t, insts, 3)
+}
+
+// TestAgentAttachments: an agent whose prompt endpoint says attachments_ok
+// gets the context artifacts as attachments (standard base64, numbered
+// basenames) and a prompt naming them; one that does not gets them inline.
+func TestAgentAttachments(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []bool{true, false} {
+		t.Run(fmt.Sprint("attachments_ok=", ok), func(t *testing.T) {
+			t.Parallel()
+			got := make(chan agenttest.Request, 1)
+			client, _ := agentSetup(t, agenttest.Config{Agent: "reader", AttachmentsOK: ok, Handler: func(ctx context.Context, req agenttest.Request, s *agenttest.Stream) {
+				got <- req
+				agenttest.Echo(ctx, req, s)
+			}})
+			dir := executors.NewAgentDirectory(client)
+			require.NoError(t, dir.Start())
+			t.Cleanup(dir.Stop)
+			req := execRequest(t)
+			req.ContextArtifacts = []capsule.Artifact{{Ref: "file:docs/guide.md", Content: json.RawMessage(`"# Guide\nread me"`)}}
+			ex := executors.AgentExecutor{AgentEndpoint: executors.AgentEndpoint{Conn: client, Directory: dir, Select: executors.AgentSelector{Agent: "reader"}}}
+			_, err := ex.Execute(context.Background(), req)
+			require.NoError(t, err)
+			r := <-got
+			if !ok {
+				require.Empty(t, r.Envelope.Attachments)
+				require.Contains(t, r.Envelope.Prompt, "# Guide\nread me")
+				return
+			}
+			require.Len(t, r.Envelope.Attachments, 1)
+			a := r.Envelope.Attachments[0]
+			require.Equal(t, "1-guide.md", a.Filename)
+			b, err := base64.StdEncoding.DecodeString(a.Content)
+			require.NoError(t, err)
+			require.Equal(t, "# Guide\nread me", string(b))
+			require.Contains(t, r.Envelope.Prompt, "[attached as 1-guide.md")
+			require.NotContains(t, r.Envelope.Prompt, "read me")
+		})
+	}
 }
