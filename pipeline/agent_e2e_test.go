@@ -150,3 +150,44 @@ func TestAgentErrorFrames(t *testing.T) {
 	require.Equal(t, 2, calls)
 	mu.Unlock()
 }
+
+// TestAgentCallCancelled: a capsule cancelled while its agent streams
+// keep-alives ends cancelled at once; sagad stops reading the stream
+// (there is no cancel on the wire) instead of waiting for the call's
+// idle_timeout or ceiling, and the agent is not called again.
+func TestAgentCallCancelled(t *testing.T) {
+	t.Parallel()
+	f := setupWith(t, func(c *pipeline.Config) {
+		c.Executors.RegisterExecutor("agent-slow", executors.AgentExecutor{})
+	})
+	nc, _ := natstest.Connect(t, f.srv)
+	hostNC, _ := natstest.Connect(t, f.srv)
+	slow, err := agenttest.Start(hostNC, agenttest.Config{Agent: "slow", Handler: func(ctx context.Context, _ agenttest.Request, s *agenttest.Stream) {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			s.Ack()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}})
+	require.NoError(t, err)
+	t.Cleanup(slow.Stop)
+	require.NoError(t, hostNC.Flush())
+	f.cfg.Executors.RegisterExecutor("agent-slow", executors.AgentExecutor{AgentEndpoint: executors.AgentEndpoint{Conn: nc, Name: "agent-slow", Subject: slow.Subject(), Timeout: time.Minute, IdleTimeout: time.Minute}})
+
+	doc := f.own(t, capsuletest.New().Set("task.kind", "agent-slow"))
+	f.publish(t, doc.Sealed(t))
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool { return slow.Calls() == 1 }, "the agent is called")
+	start := time.Now()
+	_, err = f.admin(t).Cancel(context.Background(), doc.ID(), "not needed", "ann")
+	require.NoError(t, err)
+	s := f.waitState(t, doc.ID(), capsule.Cancelled)
+	require.Equal(t, capsule.Cancelled, s.State)
+	require.Less(t, time.Since(start), 30*time.Second, "not left to the call's minute-long timeouts")
+	f.bundle.WaitDrained(t)
+	require.Equal(t, 1, slow.Calls(), "the agent is not called again")
+}
