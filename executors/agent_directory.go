@@ -97,7 +97,7 @@ func (i AgentInstance) Name() string {
 type AgentDirectory struct {
 	nc      *nats.Conn
 	sources []AgentSource
-	// Wait is how long discovery collects answers. Defaults to 500ms.
+	// wait is how long discovery collects answers: 500ms.
 	wait time.Duration
 	now  func() time.Time
 

@@ -3,6 +3,7 @@ package executors
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -35,17 +36,19 @@ const noRespondersStatus = "503"
 
 // run publishes body and reads the stream until its terminator, an error
 // frame, a timeout, the agent's heartbeats stopping or ctx's end.
-func (s *agentStream) run(ctx context.Context, body []byte, h nats.Header) (out agentOutcome, err error) {
+func (s *agentStream) run(ctx context.Context, body []byte, h nats.Header) (agentOutcome, error) {
 	nc := s.ep.Conn
 	inbox := nc.NewRespInbox()
-	msgs := make(chan *nats.Msg, 64)
-	sub, err := nc.ChanSubscribe(inbox, msgs)
+	// A synchronous subscription queues what arrives (up to the client's
+	// pending limits) however fast an agent streams: no chunk is dropped
+	// while one is handled.
+	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		return agentOutcome{}, fmt.Errorf("%s: subscribe %s: %w", s.who, inbox, err)
 	}
 	// Unsubscribing is the only cancel the protocol has (§6.7).
 	defer func() { _ = sub.Unsubscribe() }()
-	defer func() { s.report(true) }()
+	defer s.report(true)
 
 	ceiling := cmp.Or(s.ep.Timeout, DefaultAgentTimeout)
 	idle := cmp.Or(s.ep.IdleTimeout, DefaultAgentIdleTimeout)
@@ -54,30 +57,37 @@ func (s *agentStream) run(ctx context.Context, body []byte, h nats.Header) (out 
 	if err := nc.PublishMsg(&nats.Msg{Subject: s.target.subject, Reply: inbox, Data: body, Header: h}); err != nil {
 		return agentOutcome{}, s.fail(fmt.Sprintf("send to %s: %v", s.target.subject, err), true, false)
 	}
-	idleT := time.NewTimer(idle)
-	defer idleT.Stop()
-	beat := time.NewTicker(cmp.Or(idle/4, time.Second))
-	defer beat.Stop()
+	// Liveness is looked at between chunks at least this often.
+	every := max(min(idle/4, 5*time.Second), 10*time.Millisecond)
+	last, checked := time.Now(), time.Now()
 	for {
-		select {
-		case m := <-msgs:
+		if time.Since(checked) >= every {
+			// Keep-alives alone do not prove the agent lives: its host
+			// may be gone with a proxy still acking.
+			checked = time.Now()
+			if s.target.alive != nil && !s.target.alive() {
+				return agentOutcome{}, s.fail(fmt.Sprintf("the agent's heartbeats stopped for %d intervals", heartbeatMisses), true, false)
+			}
+		}
+		wctx, stop := context.WithTimeout(cctx, min(every, max(idle-time.Since(last), time.Millisecond)))
+		m, err := sub.NextMsgWithContext(wctx)
+		stop()
+		switch {
+		case err == nil:
 			done, err := s.frame(m)
 			if err != nil || done {
 				return s.outcome(), err
 			}
-			idleT.Reset(idle)
-		case <-idleT.C:
-			return agentOutcome{}, s.fail(fmt.Sprintf("no chunk for %s (idle_timeout)", idle), true, true)
-		case <-beat.C:
-			if s.target.alive != nil && !s.target.alive() {
-				return agentOutcome{}, s.fail(fmt.Sprintf("the agent's heartbeats stopped for %d intervals", heartbeatMisses), true, false)
-			}
-		case <-cctx.Done():
-			if ctx.Err() != nil {
-				// Cancelled or the claim was lost: stop listening (§6.7).
-				return agentOutcome{}, fmt.Errorf("%s: stopped reading the stream: %w", s.who, ctx.Err())
-			}
+			last = time.Now()
+		case ctx.Err() != nil:
+			// Cancelled, or the claim was lost: stop listening (§6.7).
+			return agentOutcome{}, fmt.Errorf("%s: stopped reading the stream: %w", s.who, ctx.Err())
+		case cctx.Err() != nil:
 			return agentOutcome{}, s.fail(fmt.Sprintf("no end of stream within %s (timeout)", ceiling), true, true)
+		case !errors.Is(err, context.DeadlineExceeded):
+			return agentOutcome{}, s.fail(fmt.Sprintf("read the stream: %v", err), true, false)
+		case time.Since(last) >= idle:
+			return agentOutcome{}, s.fail(fmt.Sprintf("no chunk for %s (idle_timeout)", idle), true, true)
 		}
 	}
 }

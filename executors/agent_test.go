@@ -382,3 +382,24 @@ func TestAgentAttachments(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentFastStreamLosesNoChunk: an agent streaming thousands of small
+// chunks as fast as it can (a per-token host) gets every one into the
+// artifact, in order.
+func TestAgentFastStreamLosesNoChunk(t *testing.T) {
+	t.Parallel()
+	const n = 5000
+	nc, h := agentSetup(t, agenttest.Config{Handler: func(_ context.Context, _ agenttest.Request, s *agenttest.Stream) {
+		s.Ack()
+		for i := range n {
+			s.Text(fmt.Sprintf("%d ", i))
+		}
+	}})
+	res, err := agentExec(nc, h.Subject()).Execute(executors.WithObserver(context.Background(), &recorder{}), execRequest(t))
+	require.NoError(t, err)
+	var want strings.Builder
+	for i := range n {
+		fmt.Fprintf(&want, "%d ", i)
+	}
+	require.Equal(t, want.String(), executors.ArtifactText(res.Content))
+}
