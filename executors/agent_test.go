@@ -403,3 +403,59 @@ func TestAgentFastStreamLosesNoChunk(t *testing.T) {
 	}
 	require.Equal(t, want.String(), executors.ArtifactText(res.Content))
 }
+
+// TestCheckAgentsRefusesAnotherVersion: a configured agent answering
+// discovery with protocol 0.2 is refused at start; 0.3.x passes, and so
+// does an agent not running yet.
+func TestCheckAgentsRefusesAnotherVersion(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		version string
+		err     bool
+	}{{"0.2", true}, {"1.3", true}, {"0.3.4", false}, {"", false}} {
+		t.Run(tc.version, func(t *testing.T) {
+			t.Parallel()
+			client, worker := natsSetup(t)
+			if tc.version != "" {
+				h, err := agenttest.Start(worker, agenttest.Config{Agent: "cc", Owner: "alice", Version: tc.version})
+				require.NoError(t, err)
+				t.Cleanup(h.Stop)
+				require.NoError(t, worker.Flush())
+			}
+			reg, err := executors.Config{Executors: map[string]executors.Endpoint{
+				"code": {Type: executors.EndpointAgent, Subject: "agents.prompt.cc.alice.main"},
+			}}.Build(client)
+			require.NoError(t, err)
+			t.Cleanup(reg.AgentDirectory().Stop)
+			err = reg.CheckAgents(context.Background())
+			if tc.err {
+				require.ErrorIs(t, err, executors.ErrAgentVersion)
+				require.ErrorContains(t, err, `"code"`)
+				return
+			}
+			require.NoError(t, err)
+		})
+	}
+}
+
+// TestAgentConfig: what an agent endpoint's configuration refuses.
+func TestAgentConfig(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ep   executors.Endpoint
+		want string
+	}{
+		{executors.Endpoint{Type: "agent"}, `.agent: required for type "agent" without a subject`},
+		{executors.Endpoint{Type: "agent", Subject: "agents.demo.execute"}, "want agents.prompt.<agent>.<owner>.<session>"},
+		{executors.Endpoint{Type: "agent", Subject: "agents.prompt.a.o.s", Agent: "a"}, "not both"},
+		{executors.Endpoint{Type: "agent", Agent: "a.b"}, "not one subject token"},
+		{executors.Endpoint{Type: "agent", Agent: "a", Owner: "*"}, "not one subject token"},
+		{executors.Endpoint{Type: "agent", Agent: "a", IdleTimeout: "soon"}, "idle_timeout"},
+		{executors.Endpoint{Type: "agent", Agent: "a", PromptTemplate: "/nonexistent.tmpl"}, "prompt_template"},
+		{executors.Endpoint{Type: "nats", Subject: "x.y", IdleTimeout: "1s"}, `.idle_timeout: not used by type "nats"`},
+	} {
+		err := executors.Config{Executors: map[string]executors.Endpoint{"k": tc.ep}}.Validate()
+		require.ErrorContains(t, err, tc.want, "%+v", tc.ep)
+	}
+	require.NoError(t, executors.Config{Executors: map[string]executors.Endpoint{"k": {Type: "agent", Agent: "cc", Owner: "alice", Session: "main", Timeout: "20m", IdleTimeout: "2m"}}}.Validate())
+}

@@ -46,18 +46,18 @@ func (h Heartbeat) Interval() time.Duration {
 
 // Instance is one agent instance as discovery describes it (§4).
 type Instance struct {
-	ID              string
-	Agent           string
-	Owner           string
-	Session         string
-	ProtocolVersion string
+	ID              string `json:"id"`
+	Agent           string `json:"agent"`
+	Owner           string `json:"owner"`
+	Session         string `json:"session"`
+	ProtocolVersion string `json:"protocol_version"`
 	// PromptSubject is the prompt endpoint's subject, as the agent gave it.
-	PromptSubject string
+	PromptSubject string `json:"prompt_subject"`
 	// MaxPayload is the prompt endpoint's max_payload in bytes, 0 when
 	// absent or unreadable.
-	MaxPayload int64
+	MaxPayload int64 `json:"max_payload,omitempty"`
 	// AttachmentsOK is the prompt endpoint's attachments_ok.
-	AttachmentsOK bool
+	AttachmentsOK bool `json:"attachments_ok"`
 }
 
 // DecodeInfo decodes one $SRV.INFO.agents answer. ok is false for a
