@@ -62,7 +62,8 @@ type AgentEndpoint struct {
 	Template *template.Template
 	// AnswerSubject maps a query's reply_subject, a subject of the agent's
 	// own account, to where sagad publishes the answer; ok false refuses
-	// it. Nil keeps it as it is (sagad and the agent share an account).
+	// it (the question is dropped). Nil keeps an _INBOX subject as it is
+	// (sagad and the agent share an account) and refuses any other.
 	AnswerSubject func(reply string) (string, bool)
 }
 

@@ -137,14 +137,22 @@ func (s *agentStream) frame(m *nats.Msg) (done bool, err error) {
 // reach from sagad's account is refused (the question is dropped): an
 // answer published there could land anywhere.
 func (s *agentStream) query(q agentproto.Query) {
-	reply := q.ReplySubject
-	if s.ep.AnswerSubject != nil {
-		var ok bool
-		if reply, ok = s.ep.AnswerSubject(q.ReplySubject); !ok {
-			return
-		}
+	mapper := s.ep.AnswerSubject
+	if mapper == nil {
+		mapper = inboxOnly
+	}
+	reply, ok := mapper(q.ReplySubject)
+	if !ok {
+		return
 	}
 	s.obs.Query(AgentQuery{ID: q.ID, ReplySubject: reply, Prompt: q.Prompt, Agent: s.target.name, At: time.Now()})
+}
+
+// inboxOnly keeps a reply subject only when it is an _INBOX one: in an
+// account sagad shares with agents, an answer published on a subject the
+// agent names could otherwise land on any of sagad's own (saga.>, $JS.>).
+func inboxOnly(reply string) (string, bool) {
+	return reply, strings.HasPrefix(reply, "_INBOX.") && agentproto.LiteralSubject(reply)
 }
 
 // serviceError maps an error frame (§9): 408, 409, 429 and 5xx are worth

@@ -459,3 +459,24 @@ func TestAgentConfig(t *testing.T) {
 	}
 	require.NoError(t, executors.Config{Executors: map[string]executors.Endpoint{"k": {Type: "agent", Agent: "cc", Owner: "alice", Session: "main", Timeout: "20m", IdleTimeout: "2m"}}}.Validate())
 }
+
+// TestAgentQueryReplyOutsideInboxDropped: in an account sagad shares with
+// the agent, a query whose reply_subject is not an _INBOX subject (here
+// one of sagad's) never reaches the observer, so no answer is published
+// there; the call goes on.
+func TestAgentQueryReplyOutsideInboxDropped(t *testing.T) {
+	t.Parallel()
+	nc, h := agentSetup(t, agenttest.Config{Handler: func(_ context.Context, _ agenttest.Request, s *agenttest.Stream) {
+		s.Ack()
+		s.Raw([]byte(`{"type":"query","data":{"id":"q","reply_subject":"saga.complete.x.1","prompt":"?"}}`))
+		s.Raw([]byte(`{"type":"query","data":{"id":"q2","reply_subject":"_INBOX.ok","prompt":"?"}}`))
+		s.Text("done")
+	}})
+	rec := &recorder{}
+	_, err := agentExec(nc, h.Subject()).Execute(executors.WithObserver(context.Background(), rec), execRequest(t))
+	require.NoError(t, err)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Len(t, rec.queries, 1)
+	require.Equal(t, "_INBOX.ok", rec.queries[0].ReplySubject)
+}
