@@ -168,11 +168,21 @@ func (d *AgentDirectory) Stop() {
 // List asks every source's discovery and returns the instances that
 // answered, with what their heartbeats say, sorted by name.
 func (d *AgentDirectory) List(ctx context.Context) ([]AgentInstance, error) {
+	// Every source waits out its collection window: side by side, a
+	// listing takes one window whatever the number of roles.
+	found := make([][]AgentInstance, len(d.sources))
+	errs := make([]error, len(d.sources))
+	var wg sync.WaitGroup
+	for i, src := range d.sources {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			found[i], errs[i] = d.discover(ctx, src)
+		}()
+	}
+	wg.Wait()
 	var out []AgentInstance
-	var errs []error
-	for _, src := range d.sources {
-		insts, err := d.discover(ctx, src)
-		errs = append(errs, err)
+	for _, insts := range found {
 		out = append(out, insts...)
 	}
 	slices.SortFunc(out, func(a, b AgentInstance) int { return strings.Compare(a.Name()+a.ID, b.Name()+b.ID) })
