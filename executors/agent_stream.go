@@ -79,6 +79,10 @@ func (s *agentStream) run(ctx context.Context, body []byte, h nats.Header) (agen
 				return s.outcome(), err
 			}
 			last = time.Now()
+		case errors.Is(err, nats.ErrNoResponders):
+			// The server's 503 status on the reply: nobody serves the
+			// subject (a synchronous subscription reports it as an error).
+			return agentOutcome{}, s.fail("no responders on "+s.target.subject, true, false)
 		case ctx.Err() != nil:
 			// Cancelled, or the claim was lost: stop listening (§6.7).
 			return agentOutcome{}, fmt.Errorf("%s: stopped reading the stream: %w", s.who, ctx.Err())

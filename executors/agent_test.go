@@ -175,7 +175,7 @@ func TestAgentFailures(t *testing.T) {
 		{name: "409 retries", cfg: agenttest.Config{Handler: errFrame(409)}, retryable: true, detail: "agent error 409"},
 		{name: "429 retries", cfg: agenttest.Config{Handler: errFrame(429)}, retryable: true, detail: "agent error 429"},
 		{name: "500 retries", cfg: agenttest.Config{Handler: errFrame(500)}, retryable: true, detail: "agent error 500"},
-		{name: "no responders", subject: "agents.prompt.nobody.test.main", retryable: true, detail: "no responders"},
+		{name: "no responders", subject: "agents.prompt.nobody.test.main", retryable: true, detail: "no responders on agents.prompt.nobody.test.main"},
 		{name: "idle", cfg: agenttest.Config{Handler: func(ctx context.Context, _ agenttest.Request, s *agenttest.Stream) {
 			s.Ack()
 			<-ctx.Done()
