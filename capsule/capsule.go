@@ -199,6 +199,10 @@ func (c *Capsule) CycleLimit() int {
 type Usage struct {
 	Tokens  int64   `json:"tokens"`
 	Dollars float64 `json:"dollars"`
+	// Estimated says Tokens is, at least in part, sagad's estimate
+	// (ceil(bytes/4) of an agent call that reported no usage), not a
+	// count the agent reported.
+	Estimated bool `json:"estimated,omitempty"`
 }
 
 // ErrInvalidUsage is wrapped by the error [Usage.Validate] returns.
@@ -229,7 +233,7 @@ func (u Usage) Valid() bool { return u.Validate() == nil }
 
 // Add returns the sum of u and o.
 func (u Usage) Add(o Usage) Usage {
-	return Usage{Tokens: u.Tokens + o.Tokens, Dollars: u.Dollars + o.Dollars}
+	return Usage{Tokens: u.Tokens + o.Tokens, Dollars: u.Dollars + o.Dollars, Estimated: u.Estimated || o.Estimated}
 }
 
 // Finding is one observation of a rule or review: which rule, which field and

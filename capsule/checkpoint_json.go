@@ -423,6 +423,9 @@ func appendUsage(b []byte, u Usage) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if u.Estimated {
+		b = append(b, `,"estimated":true`...)
+	}
 	return append(b, '}'), nil
 }
 

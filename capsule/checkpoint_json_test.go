@@ -23,11 +23,11 @@ func fullCheckpoint() *Checkpoint {
 		WaveID: "w", Producer: "alice", Chain: &ChainStep{ID: "c\"1", Step: 2, Run: 3, Gate: GateOperator}, Digest: "d", Constitution: "2026.11.3+0123abcd", Parent: "p\"1", Depth: 3, IntakeSeq: 42, OutcomeEmitted: true, CreatedAt: at, UpdatedAt: at.Add(time.Second),
 		State: CheckpointState{
 			Phase: ReviewPhase, PhaseName: "REVIEW", Progress: 71, Cycle: 2, Status: Halted, HaltReason: "max_cycles_exceeded:3",
-			BudgetUsed: Usage{Tokens: 12, Dollars: 0.1}, LocksHeld: []string{"a", "b\"c"}, ArtifactRefs: []string{"artifact:x/1"},
+			BudgetUsed: Usage{Tokens: 12, Dollars: 0.1, Estimated: true}, LocksHeld: []string{"a", "b\"c"}, ArtifactRefs: []string{"artifact:x/1"},
 			Findings:  []Finding{{Rule: 9, Title: "x", Field: "f", Message: "m\n", Source: "operator", Severity: "major"}},
-			Reviews:   []ReviewEntry{{Cycle: 1, ReviewerID: "r", Verdict: ChangesRequested, Findings: []Finding{{Rule: 20, Title: "t", Field: "g", Message: "fix", Source: "operator", Severity: "minor"}}, Usage: Usage{Tokens: 3, Dollars: 0.02}, At: at}},
+			Reviews:   []ReviewEntry{{Cycle: 1, ReviewerID: "r", Verdict: ChangesRequested, Findings: []Finding{{Rule: 20, Title: "t", Field: "g", Message: "fix", Source: "operator", Severity: "minor"}}, Usage: Usage{Tokens: 3, Dollars: 0.02, Estimated: true}, At: at}},
 			Execution: &ExecutionClaim{Cycle: 2, Holder: "h/1", ExpiresAt: at, CallTokenHash: "ab"},
-			Result:    &ExecutionResult{Cycle: 2, ArtifactRef: "artifact:x/2", Usage: Usage{Tokens: 1, Dollars: 1e-7}, Failed: "boom"},
+			Result:    &ExecutionResult{Cycle: 2, ArtifactRef: "artifact:x/2", Usage: Usage{Tokens: 1, Dollars: 1e-7, Estimated: true}, Failed: "boom"},
 			Attempts:  &ExecutionAttempts{Cycle: 2, Phase: ReviewPhase, Failed: 1, LastFailure: AttemptFailure{ExitCode: 12, Timeout: true, Error: "e", StderrTail: "t"}},
 			AttemptLog: []FailedAttempt{
 				{Phase: Execution, Cycle: 1, Attempt: 1, ExitCode: 12, Error: "e\u2028", Decision: AttemptRetried, At: at},
@@ -37,7 +37,7 @@ func fullCheckpoint() *Checkpoint {
 			Overrides: &Overrides{Tokens: 5, Dollars: 2.5, Deadline: &deadline},
 			Warned:    []Trigger{TriggerBudgetWarning}, LockWaitSince: &since, AwaitingCycle: 2,
 			AwaitingTokenHash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
-			WaveReserved:      &Usage{Tokens: 1000, Dollars: 0.5},
+			WaveReserved:      &Usage{Tokens: 1000, Dollars: 0.5, Estimated: true},
 			AwaitingUntil:     &deadline, WaitingFor: []string{"dep-1", "wave\"2"},
 			OperatorAnswer: &OperatorAnswer{Text: "licence is \"MIT\"", By: "ann", At: at},
 			Answers:        []OperatorAnswer{{Text: "use v2", By: "ann", At: at}, {Text: "licence is \"MIT\"", At: at}},

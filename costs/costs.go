@@ -102,6 +102,9 @@ type Group struct {
 	// group's running capsules still hold.
 	ReservedTokens  int64   `json:"reserved_tokens"`
 	ReservedDollars float64 `json:"reserved_dollars"`
+	// EstimatedCapsules counts the capsules whose tokens are, at least in
+	// part, sagad's estimate (an agent that reported no usage).
+	EstimatedCapsules int `json:"estimated_capsules,omitempty"`
 }
 
 // Day is one day's spend, the series a chart draws.
@@ -248,6 +251,9 @@ func add(g *Group, e Entry) {
 	g.FailedAttempts += e.FailedAttempts
 	g.ReservedTokens += e.Reserved.Tokens
 	g.ReservedDollars += e.Reserved.Dollars
+	if e.Used.Estimated {
+		g.EstimatedCapsules++
+	}
 }
 
 func merge(g *Group, o Group) {
@@ -260,6 +266,7 @@ func merge(g *Group, o Group) {
 	g.FailedAttempts += o.FailedAttempts
 	g.ReservedTokens += o.ReservedTokens
 	g.ReservedDollars += o.ReservedDollars
+	g.EstimatedCapsules += o.EstimatedCapsules
 }
 
 // finish computes the share and rounds the dollars, once the sums are done

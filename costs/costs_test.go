@@ -91,3 +91,21 @@ func keys(gs []Group) []string {
 	}
 	return out
 }
+
+// TestSummariseCountsEstimates: a capsule whose tokens sagad estimated (an
+// agent that reported no usage) is counted in its group and the total.
+func TestSummariseCountsEstimates(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 1, 10, 0, 0, 0, time.UTC)
+	entries := []Entry{
+		Of(cp("a", "w1", "p", capsule.Completed, capsule.Usage{Tokens: 10, Dollars: 0.5, Estimated: true}, at), "agent"),
+		Of(cp("b", "w1", "p", capsule.Completed, capsule.Usage{Tokens: 30}, at), "code"),
+		Of(cp("c", "w2", "p", capsule.Completed, capsule.Usage{Tokens: 5, Estimated: true}, at), "agent"),
+	}
+	r, err := Summarise(entries, ByWave, time.Time{}, 0)
+	require.NoError(t, err)
+	require.Len(t, r.Groups, 2)
+	require.Equal(t, 1, r.Groups[0].EstimatedCapsules)
+	require.Equal(t, 1, r.Groups[1].EstimatedCapsules)
+	require.Equal(t, 2, r.Total.EstimatedCapsules)
+}

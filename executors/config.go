@@ -17,6 +17,9 @@ const (
 	EndpointNATS    = "nats"
 	EndpointCommand = "command"
 	EndpointStub    = "stub"
+	// EndpointAgent is an agent speaking the Agent Protocol for NATS
+	// (agent.go).
+	EndpointAgent = "agent"
 )
 
 // MaxRetries bounds Endpoint.Retries, so that a misconfiguration cannot keep a
@@ -39,15 +42,35 @@ const MaxRetries = 10
 type Config struct {
 	Executors map[string]Endpoint `json:"executors"`
 	Reviewers map[string]Endpoint `json:"reviewers"`
+	// AgentAccounts says the agent endpoints' hosts log in with the
+	// credentials of sagad's generated accounts (agent_accounts.go):
+	// discovery, heartbeats and query answers then cross through SAGA's
+	// per-role imports. False: sagad and the agents share an account.
+	AgentAccounts bool `json:"-"`
 }
 
 // Endpoint is one configured executor or reviewer. Durations are Go duration
 // strings ("90s", "2m").
 type Endpoint struct {
-	// Type is "nats", "command" or "stub".
+	// Type is "nats", "command", "agent" or "stub".
 	Type string `json:"type"`
-	// Subject is the NATS subject the worker serves (type nats).
+	// Subject is the NATS subject the worker serves (type nats), or the
+	// agent's prompt subject agents.prompt.<agent>.<owner>.<session>
+	// (type agent; else Agent names it for discovery).
 	Subject string `json:"subject,omitempty"`
+	// Agent, Owner and Session pick a live agent instance by discovery
+	// (type agent, when Subject is empty): Agent is required, Owner and
+	// Session narrow the choice.
+	Agent   string `json:"agent,omitempty"`
+	Owner   string `json:"owner,omitempty"`
+	Session string `json:"session,omitempty"`
+	// IdleTimeout is the longest gap between two chunks of an agent's
+	// stream (type agent). Defaults to [DefaultAgentIdleTimeout].
+	IdleTimeout string `json:"idle_timeout,omitempty"`
+	// PromptTemplate is a file holding the Go text/template the prompt is
+	// rendered with (type agent). Defaults to the shipped templates
+	// ([DefaultExecuteTemplate], [DefaultReviewTemplate]).
+	PromptTemplate string `json:"prompt_template,omitempty"`
 	// Command is the program and its arguments (type command); no shell is
 	// involved.
 	Command []string `json:"command,omitempty"`
@@ -114,49 +137,87 @@ func (c Config) Validate() error {
 }
 
 // Build returns a registry holding the built-in stubs and every configured
-// executor and reviewer. nc serves the NATS endpoints; it may be nil when
-// there are none.
+// executor and reviewer. nc serves the NATS and agent endpoints; it may be
+// nil when there are none. With agent endpoints the registry holds an
+// [AgentDirectory], started (heartbeats heard) once Build returns.
 func (c Config) Build(nc *nats.Conn) (*Registry, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	r := NewRegistry()
-	for key, ep := range c.Executors {
-		s, _ := ep.settings("", key)
-		if ep.Type == EndpointNATS && nc == nil {
-			return nil, fmt.Errorf("executors[%q]: type nats needs a NATS connection", key)
-		}
-		r.SetPolicy(key, s.policy)
-		switch ep.Type {
-		case EndpointNATS:
-			r.RegisterExecutor(key, NATSExecutor{Conn: nc, Subject: ep.Subject, Name: key, Timeout: s.timeout, Retry: s.retry, CompletionTimeout: s.completion})
-		case EndpointCommand:
-			r.RegisterExecutor(key, s.command)
-		case EndpointStub:
-			r.RegisterExecutor(key, Stub{})
+	dir := c.agentDirectory(nc)
+	for _, role := range []struct {
+		reviewer bool
+		m        map[string]Endpoint
+	}{{false, c.Executors}, {true, c.Reviewers}} {
+		for key, ep := range role.m {
+			if err := c.register(r, nc, dir, role.reviewer, key, ep); err != nil {
+				return nil, err
+			}
 		}
 	}
-	for key, ep := range c.Reviewers {
-		s, _ := ep.settings("", key)
-		if ep.Type == EndpointNATS && nc == nil {
-			return nil, fmt.Errorf("reviewers[%q]: type nats needs a NATS connection", key)
+	if dir != nil {
+		if err := dir.Start(); err != nil {
+			return nil, err
 		}
+		r.agents = dir
+	}
+	return r, nil
+}
+
+// register serves key with ep as an executor or a reviewer.
+func (c Config) register(r *Registry, nc *nats.Conn, dir *AgentDirectory, reviewer bool, key string, ep Endpoint) error {
+	s, _ := ep.settings("", key)
+	at := fmt.Sprintf("executors[%q]", key)
+	if reviewer {
+		at = fmt.Sprintf("reviewers[%q]", key)
+	}
+	if (ep.Type == EndpointNATS || ep.Type == EndpointAgent) && nc == nil {
+		return fmt.Errorf("%s: type %s needs a NATS connection", at, ep.Type)
+	}
+	var agent AgentEndpoint
+	if ep.Type == EndpointAgent {
+		var err error
+		if agent, err = c.agentEndpoint(nc, dir, reviewer, key, ep, s); err != nil {
+			return fmt.Errorf("%s: %w", at, err)
+		}
+		r.mu.Lock()
+		r.agentEndpoints = append(r.agentEndpoints, agent)
+		r.mu.Unlock()
+	}
+	nats := NATSExecutor{Conn: nc, Subject: ep.Subject, Name: key, Timeout: s.timeout, Retry: s.retry, CompletionTimeout: s.completion}
+	if reviewer {
 		r.SetReviewerPolicy(key, s.policy)
 		switch ep.Type {
 		case EndpointNATS:
-			r.RegisterReviewer(key, NATSReviewer{Conn: nc, Subject: ep.Subject, Name: key, Timeout: s.timeout, Retry: s.retry, CompletionTimeout: s.completion})
+			r.RegisterReviewer(key, NATSReviewer(nats))
 		case EndpointCommand:
 			r.RegisterReviewer(key, s.command)
+		case EndpointAgent:
+			r.RegisterReviewer(key, AgentReviewer{agent})
 		case EndpointStub:
 			r.RegisterReviewer(key, StubReviewer{})
 		}
+		return nil
 	}
-	return r, nil
+	r.SetPolicy(key, s.policy)
+	switch ep.Type {
+	case EndpointNATS:
+		r.RegisterExecutor(key, nats)
+	case EndpointCommand:
+		r.RegisterExecutor(key, s.command)
+	case EndpointAgent:
+		r.RegisterExecutor(key, AgentExecutor{agent})
+	case EndpointStub:
+		r.RegisterExecutor(key, Stub{})
+	}
+	return nil
 }
 
 // settings is an endpoint parsed: what Build needs.
 type settings struct {
 	timeout    time.Duration
+	idle       time.Duration
 	completion time.Duration
 	retry      RetryPolicy
 	command    Command
@@ -221,16 +282,25 @@ func (ep Endpoint) settings(at, key string) (settings, error) {
 				bad(".dir", "%q is not a directory", ep.Dir)
 			}
 		}
+	case EndpointAgent:
+		for _, e := range ep.checkAgent() {
+			bad(e.field, "%s", e.msg)
+		}
 	case EndpointStub:
 	case "":
-		bad(".type", "required: %q, %q or %q", EndpointNATS, EndpointCommand, EndpointStub)
+		bad(".type", "required: %q, %q, %q or %q", EndpointNATS, EndpointCommand, EndpointAgent, EndpointStub)
 	default:
-		bad(".type", "%q: want %q, %q or %q", ep.Type, EndpointNATS, EndpointCommand, EndpointStub)
+		bad(".type", "%q: want %q, %q, %q or %q", ep.Type, EndpointNATS, EndpointCommand, EndpointAgent, EndpointStub)
 	}
-	if slices.Contains([]string{EndpointNATS, EndpointCommand, EndpointStub}, ep.Type) {
-		only(".timeout", ep.Timeout != "", EndpointNATS, EndpointCommand)
+	if slices.Contains([]string{EndpointNATS, EndpointCommand, EndpointAgent, EndpointStub}, ep.Type) {
+		only(".timeout", ep.Timeout != "", EndpointNATS, EndpointCommand, EndpointAgent)
 		only(".completion_timeout", ep.CompletionTimeout != "", EndpointNATS, EndpointCommand)
-		only(".subject", ep.Subject != "", EndpointNATS)
+		only(".subject", ep.Subject != "", EndpointNATS, EndpointAgent)
+		only(".agent", ep.Agent != "", EndpointAgent)
+		only(".owner", ep.Owner != "", EndpointAgent)
+		only(".session", ep.Session != "", EndpointAgent)
+		only(".idle_timeout", ep.IdleTimeout != "", EndpointAgent)
+		only(".prompt_template", ep.PromptTemplate != "", EndpointAgent)
 		only(".retries", ep.Retries != nil, EndpointNATS)
 		only(".backoff", ep.Backoff != "", EndpointNATS)
 		only(".max_backoff", ep.MaxBackoff != "", EndpointNATS)
@@ -257,6 +327,7 @@ func (ep Endpoint) settings(at, key string) (settings, error) {
 	}
 
 	s.timeout = duration(".timeout", ep.Timeout)
+	s.idle = duration(".idle_timeout", ep.IdleTimeout)
 	s.completion = duration(".completion_timeout", ep.CompletionTimeout)
 	s.retry.Initial = duration(".backoff", ep.Backoff)
 	s.retry.Max = duration(".max_backoff", ep.MaxBackoff)

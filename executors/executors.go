@@ -121,6 +121,10 @@ type FailedError struct {
 	// Stderr is the bounded tail of a command's stderr, for the
 	// previous_failure of a self-heal retry.
 	Stderr string
+	// Finding, when set, is what the halt's finding says of the failure
+	// beyond its detail: an agent's error frame (code and description),
+	// a reviewer agent's unusable verdict.
+	Finding string
 }
 
 func (e *FailedError) Error() string { return "executor failed: " + e.Detail }
@@ -138,6 +142,18 @@ type Registry struct {
 	// failure policies (policy.go).
 	policies         map[string]Policy
 	reviewerPolicies map[string]Policy
+	// agents is the directory of the agent endpoints; nil without any.
+	agents *AgentDirectory
+	// agentEndpoints are the configured agent endpoints, for CheckAgents.
+	agentEndpoints []AgentEndpoint
+}
+
+// AgentDirectory is the directory of the registry's agent endpoints (for
+// `sagactl agents`), nil when it has none.
+func (r *Registry) AgentDirectory() *AgentDirectory {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.agents
 }
 
 // NewRegistry returns a registry with the built-in stubs registered: the

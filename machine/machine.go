@@ -431,7 +431,7 @@ func applyDecision(cp *capsule.Checkpoint, p capsule.Phase, cycle int, d Decisio
 		}
 		return nil
 	}
-	tr := capsule.Transition{Phase: p, PhaseName: p.String(), Cycle: cycle, At: now}
+	tr := capsule.Transition{Phase: p, PhaseName: p.String(), Cycle: cycle, At: now, Detail: estimatedDetail(d.Record)}
 	switch d.Action {
 	case Advance:
 		if p == capsule.Handoff {
@@ -828,4 +828,22 @@ func recordResult(cp *capsule.Checkpoint, e RecordResult) (bool, error) {
 	res := e.Result
 	st.Result = &res
 	return true, nil
+}
+
+// estimatedDetail is the history's note on a call whose tokens sagad
+// estimated (an agent that reported no usage), "" otherwise.
+func estimatedDetail(r *Record) string {
+	var u capsule.Usage
+	switch {
+	case r == nil:
+		return ""
+	case r.Result != nil:
+		u = r.Result.Usage
+	case r.Review != nil:
+		u = r.Review.Usage
+	}
+	if !u.Estimated {
+		return ""
+	}
+	return fmt.Sprintf("usage: %d tokens (estimated), $%.4f", u.Tokens, u.Dollars)
 }

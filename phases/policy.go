@@ -159,6 +159,11 @@ func (p failurePolicy) record(ctx context.Context, in *Input, n int, failed *exe
 // alone, does not carry; none when there is nothing more to say.
 func (p failurePolicy) failureFindings(n int, failed *executors.FailedError) []capsule.Finding {
 	pf := executors.NewPreviousFailure(n, failed)
+	if failed.Finding != "" {
+		// An agent's own words (an error frame's code and description, an
+		// unusable verdict) are the finding.
+		return []capsule.Finding{{Field: p.agent, Message: fmt.Sprintf("attempt %d: %s", n, failed.Finding)}}
+	}
 	if pf.ExitCode == 0 && !pf.Timeout && pf.StderrTail == "" {
 		return nil
 	}

@@ -97,7 +97,12 @@ func printCost(cmd *cobra.Command, g *globals, r adminsvc.CostReply) error {
 	tw := g.listTable(out)
 	fmt.Fprintf(tw, "%s\tCAPSULES\tTOKENS\tDOLLARS\tFAILED\tFAILED ATTEMPTS\tRESERVED TOKENS\tRESERVED DOLLARS\n", strings.ToUpper(r.By))
 	row := func(gr costs.Group) {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", printable(gr.Key), gr.Capsules, thousands(gr.Tokens), dollars(gr.Dollars),
+		tokens := thousands(gr.Tokens)
+		if gr.EstimatedCapsules > 0 {
+			// Some of the tokens are sagad's estimate, not reported.
+			tokens += fmt.Sprintf(" (%d estimated)", gr.EstimatedCapsules)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", printable(gr.Key), gr.Capsules, tokens, dollars(gr.Dollars),
 			percent(gr.FailedShare), gr.FailedAttempts, thousands(gr.ReservedTokens), dollars(gr.ReservedDollars))
 	}
 	for _, gr := range r.Groups {

@@ -228,7 +228,12 @@ func printStatus(w io.Writer, s client.Status) error {
 	if s.Parent != "" {
 		fmt.Fprintf(tw, "parent:\t%s (depth %d)\n", printable(s.Parent), s.Depth)
 	}
-	fmt.Fprintf(tw, "budget_used:\t%d tokens, $%.4f\n", s.BudgetUsed.Tokens, s.BudgetUsed.Dollars)
+	est := ""
+	if s.BudgetUsed.Estimated {
+		// An agent reported no usage: its tokens are sagad's estimate.
+		est = " (estimated)"
+	}
+	fmt.Fprintf(tw, "budget_used:\t%d tokens%s, $%.4f\n", s.BudgetUsed.Tokens, est, s.BudgetUsed.Dollars)
 	if len(s.Children) > 0 {
 		more := ""
 		if s.ChildrenMore > 0 {

@@ -10,11 +10,13 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
 	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/executors/agentproto"
 	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/store"
 )
@@ -67,16 +69,24 @@ type User struct {
 }
 
 // Import is a service an account imports: Subject of account From,
-// published locally as To.
+// published locally as To. With Stream set it is a stream import instead:
+// From's messages on Subject arrive locally under Prefix.
 type Import struct {
 	From, Subject, To string
+	Stream            bool
+	Prefix            string
 }
 
-// Export is a service an account exports to the listed accounts only.
+// Export is a service an account exports to the listed accounts only, or
+// with Stream set a stream (messages flow out, no replies).
 type Export struct {
 	Subject  string
 	To       []string
 	Response string // singleton or stream
+	// Threshold is how long a streamed reply may go quiet before the
+	// server forgets where it goes ("" is the server's 2m).
+	Threshold string
+	Stream    bool
 }
 
 // Account is one account of the generated configuration.
@@ -220,7 +230,10 @@ func Accounts(spec AccountSpec) ([]Account, error) {
 	saga.Exports = append(saga.Exports, Export{Subject: adminSubjects, To: []string{AccountOperator}, Response: "stream"})
 	operator.Imports = append([]Import{{From: AccountSaga, Subject: adminSubjects, To: adminSubjects}}, operator.Imports...)
 
-	type endpoint struct{ kind, name, subject string }
+	type endpoint struct {
+		kind, name, subject string
+		agent               *executors.Endpoint
+	}
 	var eps []endpoint
 	for _, group := range []struct {
 		kind string
@@ -228,13 +241,18 @@ func Accounts(spec AccountSpec) ([]Account, error) {
 	}{{"executor", spec.Executors}, {"reviewer", spec.Reviewers}} {
 		names := make([]string, 0, len(group.m))
 		for name, ep := range group.m {
-			if ep.Type == executors.EndpointNATS {
+			if ep.Type == executors.EndpointNATS || ep.Type == executors.EndpointAgent {
 				names = append(names, name)
 			}
 		}
 		sort.Strings(names)
 		for _, name := range names {
-			eps = append(eps, endpoint{group.kind, name, group.m[name].Subject})
+			ep := group.m[name]
+			if ep.Type == executors.EndpointAgent {
+				eps = append(eps, endpoint{group.kind, name, ep.AgentExportSubject(), &ep})
+				continue
+			}
+			eps = append(eps, endpoint{group.kind, name, ep.Subject, nil})
 		}
 	}
 	roles := map[string]string{}
@@ -262,6 +280,11 @@ func Accounts(spec AccountSpec) ([]Account, error) {
 			if server.SubjectsCollide(ep.subject, other.subject) {
 				errs = append(errs, fmt.Errorf("%s: subject %q overlaps %q of %s %q: each executor and reviewer needs a subject of its own (its own credentials serve it)", who, ep.subject, other.subject, other.kind, other.name))
 			}
+		}
+		if ep.agent != nil {
+			acc := agentAccount(&saga, role, *ep.agent)
+			accounts = append(accounts, acc)
+			continue
 		}
 		acc := &Account{
 			Name:    accountName(role),
@@ -304,6 +327,45 @@ func Accounts(spec AccountSpec) ([]Account, error) {
 		return nil, fmt.Errorf("nats accounts: %w", err)
 	}
 	return out, nil
+}
+
+// agentAccount is the account of an agent endpoint's host (type agent,
+// executors/agent_accounts.go): it serves its prompt subjects to SAGA with
+// streamed replies, and lets SAGA answer its queries (its _INBOX), ask its
+// discovery and hear its heartbeats, each under a name of the role's own
+// in SAGA. It imports nothing: an agent reaches none of sagad's subjects.
+func agentAccount(saga *Account, role string, ep executors.Endpoint) *Account {
+	name := accountName(role)
+	prompt, hb := ep.AgentExportSubject(), ep.AgentHeartbeatSubject()
+	to := []string{AccountSaga}
+	acc := &Account{
+		Name:  name,
+		Users: []User{{Role: role, Account: name}},
+		Exports: []Export{
+			{Subject: prompt, To: to, Response: "stream", Threshold: agentThreshold(ep)},
+			{Subject: "_INBOX.>", To: to, Response: "singleton"},
+			{Subject: agentproto.InfoSubject, To: to, Response: "stream"},
+			{Subject: hb, To: to, Stream: true},
+		},
+	}
+	saga.Imports = append(saga.Imports,
+		Import{From: name, Subject: prompt, To: prompt},
+		Import{From: name, Subject: "_INBOX.>", To: executors.AgentAnswerPrefix(role) + ".>"},
+		Import{From: name, Subject: agentproto.InfoSubject, To: executors.AgentInfoSubject(role)},
+		Import{From: name, Subject: hb, Stream: true, Prefix: executors.AgentHeartbeatPrefix(role)},
+	)
+	return acc
+}
+
+// agentThreshold is how long the server keeps a streamed reply's way back
+// across the accounts while the agent is quiet: the endpoint's timeout,
+// which bounds the whole call, and a minute more.
+func agentThreshold(ep executors.Endpoint) string {
+	d := executors.DefaultAgentTimeout
+	if t, err := time.ParseDuration(ep.Timeout); err == nil && t > 0 {
+		d = t
+	}
+	return (d + time.Minute).String()
 }
 
 // configSafeSubject reports whether subject is a valid NATS subject that
@@ -378,13 +440,24 @@ func AccountsConf(accounts []Account, cred Credential) string {
 		if len(a.Exports) > 0 {
 			b.WriteString("    exports: [\n")
 			for _, e := range a.Exports {
-				fmt.Fprintf(&b, "      {service: %s, response_type: %s, accounts: [%s]}\n", quote(e.Subject), e.Response, strings.Join(e.To, ", "))
+				switch {
+				case e.Stream:
+					fmt.Fprintf(&b, "      {stream: %s, accounts: [%s]}\n", quote(e.Subject), strings.Join(e.To, ", "))
+				case e.Threshold != "":
+					fmt.Fprintf(&b, "      {service: %s, response_type: %s, response_threshold: %s, accounts: [%s]}\n", quote(e.Subject), e.Response, quote(e.Threshold), strings.Join(e.To, ", "))
+				default:
+					fmt.Fprintf(&b, "      {service: %s, response_type: %s, accounts: [%s]}\n", quote(e.Subject), e.Response, strings.Join(e.To, ", "))
+				}
 			}
 			b.WriteString("    ]\n")
 		}
 		if len(a.Imports) > 0 {
 			b.WriteString("    imports: [\n")
 			for _, i := range a.Imports {
+				if i.Stream {
+					fmt.Fprintf(&b, "      {stream: {account: %s, subject: %s}, prefix: %s}\n", i.From, quote(i.Subject), quote(i.Prefix))
+					continue
+				}
 				fmt.Fprintf(&b, "      {service: {account: %s, subject: %s}, to: %s}\n", i.From, quote(i.Subject), quote(i.To))
 			}
 			b.WriteString("    ]\n")

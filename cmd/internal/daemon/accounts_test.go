@@ -146,3 +146,38 @@ func TestAccountLimits(t *testing.T) {
 	}
 	require.Contains(t, AccountsConf(accounts, PasswordCredential), "limits: {max_connections: 256, max_subscriptions: 4096, max_payload: 2097152}")
 }
+
+// TestAgentAccounts: an agent endpoint's account exports its prompt
+// subjects (streamed replies, a threshold past its timeout), its _INBOX,
+// discovery and its heartbeats to SAGA and imports nothing; SAGA imports
+// them under the role's names; two agent endpoints that could pick the
+// same agent are refused; nats-server reads the configuration back.
+func TestAgentAccounts(t *testing.T) {
+	t.Parallel()
+	spec := AccountSpec{
+		Executors: map[string]executors.Endpoint{"code": {Type: executors.EndpointAgent, Agent: "cc", Owner: "alice", Timeout: "30m"}},
+		Reviewers: map[string]executors.Endpoint{"judge": {Type: executors.EndpointAgent, Subject: "agents.prompt.judge.alice.main"}},
+	}
+	accounts, err := Accounts(spec)
+	require.NoError(t, err)
+	byName := map[string]Account{}
+	for _, a := range accounts {
+		byName[a.Name] = a
+	}
+	code := byName["EXECUTOR_CODE"]
+	require.Empty(t, code.Imports, "an agent imports nothing of sagad's")
+	require.Equal(t, []Export{
+		{Subject: "agents.prompt.cc.alice.*", To: []string{AccountSaga}, Response: "stream", Threshold: "31m0s"},
+		{Subject: "_INBOX.>", To: []string{AccountSaga}, Response: "singleton"},
+		{Subject: "$SRV.INFO.agents", To: []string{AccountSaga}, Response: "stream"},
+		{Subject: "agents.hb.cc.alice.*", To: []string{AccountSaga}, Stream: true},
+	}, code.Exports)
+	require.Contains(t, byName[AccountSaga].Imports, Import{From: "REVIEWER_JUDGE", Subject: "_INBOX.>", To: "saga.answer.reviewer-judge.>"})
+	require.Contains(t, byName[AccountSaga].Imports, Import{From: "REVIEWER_JUDGE", Subject: "agents.hb.judge.alice.main", Stream: true, Prefix: "saga.hb.reviewer-judge"})
+	opts := &server.Options{}
+	require.NoError(t, opts.ProcessConfigString(AccountsConf(accounts, func(u User) string { return "user: " + quote(u.Role) + ", password: x" })))
+
+	spec.Reviewers["other"] = executors.Endpoint{Type: executors.EndpointAgent, Agent: "cc"}
+	_, err = Accounts(spec)
+	require.ErrorContains(t, err, "needs a subject of its own")
+}

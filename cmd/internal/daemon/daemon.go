@@ -138,8 +138,13 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	if err != nil {
 		return err
 	}
-	execs, err := cfg.buildExecutors(nc)
+	// With the embedded server, or logged in as the generated sagad user,
+	// the agents live in the generated accounts.
+	execs, err := cfg.buildExecutors(nc, ep.ns != nil || filepath.Base(ep.conn.NKey) == RoleSagad+natsconn.SeedExt)
 	if err != nil {
+		return err
+	}
+	if err := execs.CheckAgents(startCtx); err != nil {
 		return err
 	}
 	mon := newMonitor(cfg, log, m)

@@ -29,9 +29,13 @@ func inWorkspace(m map[string]executors.Endpoint, workspace string) map[string]e
 }
 
 // buildExecutors returns the registry the pipeline calls: the built-in
-// stubs plus every configured executor and reviewer, NATS ones served over nc.
-func (c Config) buildExecutors(nc *nats.Conn) (*executors.Registry, error) {
-	return c.executorsConfig().Build(nc)
+// stubs plus every configured executor and reviewer, NATS and agent ones
+// served over nc; accounts says the agents log in with the generated
+// accounts' credentials.
+func (c Config) buildExecutors(nc *nats.Conn, accounts bool) (*executors.Registry, error) {
+	ec := c.executorsConfig()
+	ec.AgentAccounts = accounts
+	return ec.Build(nc)
 }
 
 // rulesConfig is the constitution sagad enforces: the config file's

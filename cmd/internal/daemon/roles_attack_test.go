@@ -60,6 +60,12 @@ type arena struct {
 
 func newArena(t *testing.T) *arena {
 	t.Helper()
+	return newArenaWith(t, attackConfig)
+}
+
+// newArenaWith is newArena with another config file's content.
+func newArenaWith(t *testing.T, config string) *arena {
+	t.Helper()
 	dataDir, workspace := t.TempDir(), capsuletest.Workspace(t)
 	// A target of its own for each capsule that must not wait for
 	// another's lock.
@@ -67,7 +73,7 @@ func newArena(t *testing.T) *arena {
 		require.NoError(t, os.WriteFile(filepath.Join(workspace, fmt.Sprintf("t%d.md", i)), []byte("x\n"), 0o600))
 	}
 	cfg, err := parseConfig([]string{
-		"--config", writeConfig(t, attackConfig),
+		"--config", writeConfig(t, config),
 		"--nats-listen", "127.0.0.1:-1",
 		"--data-dir", dataDir,
 		"--workspace", workspace,
