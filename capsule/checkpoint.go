@@ -138,6 +138,11 @@ type CheckpointState struct {
 	// resume's --answer, a revise's rationale): every later executor call
 	// carries it, so what a human resolved reaches the agent.
 	OperatorAnswer *OperatorAnswer `json:"operator_answer,omitempty"`
+	// AgentQueries are the questions the running call's agent asked a
+	// person (trigger agent_query), oldest first: cleared by their
+	// answers, and when the call ends (its phase's decision, a failed
+	// attempt, a new claim).
+	AgentQueries []AgentQuery `json:"agent_queries,omitempty"`
 }
 
 // OperatorAnswer is what a person answered, who, and when.
@@ -363,6 +368,7 @@ func (c *Checkpoint) Clone() *Checkpoint {
 	st.WaitingFor = cloneStrings(c.State.WaitingFor)
 	st.WaveReserved = clonePtr(c.State.WaveReserved)
 	st.OperatorAnswer = clonePtr(c.State.OperatorAnswer)
+	st.AgentQueries = slices.Clone(c.State.AgentQueries)
 	if o := c.State.Overrides; o != nil {
 		cp := *o
 		cp.Deadline = clonePtr(o.Deadline)
