@@ -133,7 +133,7 @@ func TestEveryStateAndEvent(t *testing.T) {
 		// still renews, records a failed attempt, asks again; a person
 		// answers or cancels, never resumes or pauses it.
 		"paused/agent_query": {"decide": stale, "claim": ok, "renew": ok, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": ok, "replay": ref, "ask": ok, "answer": ok},
-		"cancelled":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": noop, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ok, "ask": stale, "answer": ref},
+		"cancelled":          {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": noop, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ok, "ask": stale, "answer": ref},
 	}
 	require.Len(t, want, len(states), "an expectation row per state")
 	kinds := map[string]bool{}
