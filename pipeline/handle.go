@@ -130,8 +130,18 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	defer stopRun()
 	hb := p.heartbeat(runCtx, &r.hb, msg, r.t, r.cycle, stopRun)
 	defer hb.stop()
+	var obs *callObserver
+	if ph == capsule.Execution || ph == capsule.ReviewPhase {
+		// A streamed call shows its progress, and its agent's questions
+		// park the capsule while it runs.
+		obs = newCallObserver(p, r)
+		runCtx = executors.WithObserver(runCtx, obs)
+	}
 	start := p.cfg.Now()
 	d := p.corruptDecision(r.decide(runCtx, start, md, mdErr))
+	if obs != nil {
+		obs.finish()
+	}
 	if r.t.cacheMiss.Load() {
 		// The claim found the cached checkpoint stale before any agent
 		// was called: decide again on the real one.
@@ -326,6 +336,13 @@ func (r *run) Revalidate(ctx context.Context) error {
 		return nil
 	}
 	return t.renew(ctx, r.cycle)
+}
+
+// OperatorAnswer is the latest answer a person gave the capsule as this
+// attempt last read or wrote its checkpoint (phases.AnswerHolder): an
+// answer to its agent's question reaches the next attempt's call.
+func (r *run) OperatorAnswer() *capsule.OperatorAnswer {
+	return r.t.view().State.OperatorAnswer
 }
 
 // RecordAttempt records a failed executor call with the attempt's claim as
