@@ -19,6 +19,7 @@ import (
 	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/internal/microreply"
 	"github.com/sagad/sagad/rules"
+	sagastatus "github.com/sagad/sagad/status"
 	"github.com/sagad/sagad/store"
 )
 
@@ -61,6 +62,10 @@ type Config struct {
 	// Costs answers saga.admin.cost (sagad passes [StoreCosts]). Defaults
 	// to none: the verb is answered internal.
 	Costs CostReader
+	// Calls are the agent calls this sagad runs (sagad passes its
+	// pipeline's): saga.admin.status shows the capsule's as "call". Nil:
+	// none is shown.
+	Calls *sagastatus.Calls
 	// Compositions answers the composition verbs (sagad passes
 	// [StoreCompositions]). Defaults to none: they are answered internal.
 	Compositions *Compositions

@@ -399,7 +399,7 @@ type services struct {
 // compositions' step ends (one durable consumer, shared: each run's
 // record, events and one outcome). On an error the pipeline is stopped.
 func startServices(ctx context.Context, nc *nats.Conn, p *pipeline.Pipeline, log *slog.Logger, m *metrics.Metrics) (*services, error) {
-	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules(), Chains: adminsvc.StoreChains(p.Store()),
+	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules(), Chains: adminsvc.StoreChains(p.Store()), Calls: p.Calls(),
 		Costs: adminsvc.StoreCosts(p.Store()), Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin())})
 	if err != nil {
 		p.Stop(ctx)
