@@ -130,17 +130,16 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	defer stopRun()
 	hb := p.heartbeat(runCtx, &r.hb, msg, r.t, r.cycle, stopRun)
 	defer hb.stop()
-	var obs *callObserver
 	if ph == capsule.Execution || ph == capsule.ReviewPhase {
 		// A streamed call shows its progress, and its agent's questions
 		// park the capsule while it runs.
-		obs = newCallObserver(p, r)
-		runCtx = executors.WithObserver(runCtx, obs)
+		r.obs = newCallObserver(p, r)
+		runCtx = executors.WithObserver(runCtx, r.obs)
 	}
 	start := p.cfg.Now()
 	d := p.corruptDecision(r.decide(runCtx, start, md, mdErr))
-	if obs != nil {
-		obs.finish()
+	if r.obs != nil {
+		r.obs.finish()
 	}
 	if r.t.cacheMiss.Load() {
 		// The claim found the cached checkpoint stale before any agent
@@ -208,6 +207,9 @@ type run struct {
 	t     *txn
 	// cached says the run started from the process's cached checkpoint.
 	cached bool
+
+	// obs observes the attempt's agent calls (EXECUTION and REVIEW).
+	obs *callObserver
 
 	// txn, hb and in are t, the heartbeat and the phase's input, held in
 	// the run: one allocation an attempt where there were four.
@@ -348,6 +350,11 @@ func (r *run) OperatorAnswer() *capsule.OperatorAnswer {
 // RecordAttempt records a failed executor call with the attempt's claim as
 // its holder (phases.Holder).
 func (r *run) RecordAttempt(ctx context.Context, ev machine.RecordAttempt) error {
+	if r.obs != nil {
+		// The failed call's questions are recorded before its end is, which
+		// closes them.
+		r.obs.asking.Wait()
+	}
 	ev.Holder = r.t.token
 	_, err := r.t.apply(ctx, ev, reapply)
 	return err
