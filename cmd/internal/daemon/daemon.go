@@ -189,7 +189,7 @@ func serveHTTP(ctx context.Context, cfg Config, log *slog.Logger, gate *startGat
 	var ui *uiServer
 	if !cfg.NoUI {
 		var err error
-		if ui, err = startConsole(ctx, cfg, log, nc, p.Store(), handler); err != nil {
+		if ui, err = startConsole(ctx, cfg, log, nc, p.Store(), p.Calls(), handler); err != nil {
 			return nil, err
 		}
 		handler = ui.mux
