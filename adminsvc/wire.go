@@ -43,7 +43,7 @@ const (
 )
 
 // Verbs lists every verb, in the order the service registers them.
-var Verbs = append(append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), VerbChain, VerbCost), append(ReadVerbs, CompositionVerbs...)...)
+var Verbs = append(append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), VerbChain, VerbCost, VerbAgents), append(ReadVerbs, CompositionVerbs...)...)
 
 // Subject returns the subject of verb, e.g. saga.admin.phase.pause.
 func Subject(verb string) string { return SubjectPrefix + "." + verb }
@@ -282,6 +282,9 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 	}
 	if verb == VerbChain {
 		return decodeChainRequest(data)
+	}
+	if verb == VerbAgents {
+		return decodeAgentsRequest(data)
 	}
 	if verb == VerbCost {
 		if len(bytes.TrimSpace(data)) == 0 {

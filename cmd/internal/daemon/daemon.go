@@ -399,8 +399,16 @@ type services struct {
 // compositions' step ends (one durable consumer, shared: each run's
 // record, events and one outcome). On an error the pipeline is stopped.
 func startServices(ctx context.Context, nc *nats.Conn, p *pipeline.Pipeline, log *slog.Logger, m *metrics.Metrics) (*services, error) {
+	// The agents' heartbeats are watched for as long as nc lives: what
+	// saga.admin.agents says of their liveness.
+	var agents adminsvc.AgentDirectory
+	if w, err := adminsvc.WatchAgents(nc, adminsvc.AgentWatchConfig{Logger: log}); err != nil {
+		log.Warn("agents' heartbeats not watched: sagactl agents lists no agent", "error", err)
+	} else {
+		agents = w
+	}
 	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules(), Chains: adminsvc.StoreChains(p.Store()), Calls: p.Calls(),
-		Costs: adminsvc.StoreCosts(p.Store()), Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin())})
+		Costs: adminsvc.StoreCosts(p.Store()), Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin()), Agents: agents})
 	if err != nil {
 		p.Stop(ctx)
 		return nil, err
