@@ -84,13 +84,16 @@ type askingFixture struct {
 	pending func() []admin.PendingItem
 }
 
-func setupAsking(t *testing.T, failFirst, failAfterAnswer bool) askingFixture {
+func setupAsking(t *testing.T, failFirst, failAfterAnswer bool, change ...func(*pipeline.Config)) askingFixture {
 	t.Helper()
 	var ex asking
 	b := sagatest.Run(t, func(c *pipeline.Config) {
 		ex = asking{answers: make(chan string, 4), seen: make(chan string, 4), failFirst: failFirst,
 			failAfterAnswer: failAfterAnswer, calls: new(atomic.Int64)}
 		c.Executors.RegisterExecutor("asking", &ex)
+		for _, ch := range change {
+			ch(c)
+		}
 	})
 	// The executor talks on a connection of its own, as an agent would.
 	ex.nc, _ = natstest.Connect(t, b.Server)
@@ -208,4 +211,30 @@ func TestAgentQueryAnswerReachesTheNextAttempt(t *testing.T) {
 	b.WaitState(t, id, capsule.Completed)
 	require.Equal(t, "", <-f.ex.seen, "the first call had no answer yet")
 	require.Equal(t, "Apache-2.0", <-f.ex.seen, "the retry carries the answer")
+}
+
+// TestAgentQueryDeadline: the deadline holds while a question waits: the
+// sweeper halts the capsule deadline_exceeded, its claim goes, and the
+// call stops.
+func TestAgentQueryDeadline(t *testing.T) {
+	t.Parallel()
+	f := setupAsking(t, false, false, func(c *pipeline.Config) {
+		c.DeadlineWarning = -1 // no deadline_approaching pause first
+		c.SweepInterval = 200 * time.Millisecond
+	})
+	b := f.b
+	doc := b.Own(t, capsuletest.New().Set("task.kind", "asking").Set("deadline", time.Now().Add(4*time.Second).UTC().Format(time.RFC3339)))
+	id := doc.ID()
+	b.Publish(t, doc.Sealed(t))
+	b.WaitCheckpoint(t, id, func(cp *capsule.Checkpoint) bool {
+		return cp.State.Pause != nil && cp.State.Pause.Trigger == capsule.TriggerAgentQuery
+	})
+	st := b.WaitState(t, id, capsule.Halted)
+	require.Equal(t, "deadline_exceeded:EXECUTION", st.HaltReason)
+	natstest.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		_, ok := b.Pipeline.Calls().Get(id, time.Now())
+		return !ok
+	}, "the call never stopped")
+	require.Empty(t, f.ex.answers, "nobody answered")
+	require.Equal(t, int64(1), f.ex.calls.Load())
 }
