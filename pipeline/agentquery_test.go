@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,6 +34,9 @@ type asking struct {
 	calls     *atomic.Int64
 	// failAfterAnswer fails the first call once it has its answer.
 	failAfterAnswer bool
+	// hang, when set, holds the first call after its question until it
+	// closes, deaf to its context: a sagad that hangs or dies mid-call.
+	hang chan struct{}
 }
 
 func (a asking) Execute(ctx context.Context, req executors.Request) (executors.Result, error) {
@@ -64,6 +68,10 @@ func (a asking) Execute(ctx context.Context, req executors.Request) (executors.R
 	if a.failFirst {
 		return executors.Result{}, &executors.FailedError{Detail: "stream ended", ExitCode: executors.ExitFailure}
 	}
+	if a.hang != nil {
+		<-a.hang
+		return executors.Result{}, errors.New("the sagad of this call is gone")
+	}
 	msg, err := sub.NextMsgWithContext(ctx)
 	if err != nil {
 		return executors.Result{}, err
@@ -78,18 +86,18 @@ func (a asking) Execute(ctx context.Context, req executors.Request) (executors.R
 
 type askingFixture struct {
 	b       *sagatest.Bundle
-	ex      asking
+	ex      *asking
 	svc     *adminsvc.Client
 	doc     capsuletest.Doc
 	pending func() []admin.PendingItem
 }
 
-func setupAsking(t *testing.T, failFirst, failAfterAnswer bool, change ...func(*pipeline.Config)) askingFixture {
+// setupAsking runs a pipeline whose "asking" kind is ex (its failFirst,
+// failAfterAnswer and hang as given), with change applied to its config.
+func setupAsking(t *testing.T, ex asking, change ...func(*pipeline.Config)) askingFixture {
 	t.Helper()
-	var ex asking
 	b := sagatest.Run(t, func(c *pipeline.Config) {
-		ex = asking{answers: make(chan string, 4), seen: make(chan string, 4), failFirst: failFirst,
-			failAfterAnswer: failAfterAnswer, calls: new(atomic.Int64)}
+		ex.answers, ex.seen, ex.calls = make(chan string, 4), make(chan string, 4), new(atomic.Int64)
 		c.Executors.RegisterExecutor("asking", &ex)
 		for _, ch := range change {
 			ch(c)
@@ -102,7 +110,7 @@ func setupAsking(t *testing.T, failFirst, failAfterAnswer bool, change ...func(*
 	t.Cleanup(func() { _ = svc.Stop(context.Background()) })
 	a := b.Pipeline.Admin()
 	doc := b.Own(t, capsuletest.New().Set("task.kind", "asking"))
-	return askingFixture{b: b, ex: ex, svc: adminsvc.NewClient(b.NC, adminsvc.ClientConfig{}), doc: doc,
+	return askingFixture{b: b, ex: &ex, svc: adminsvc.NewClient(b.NC, adminsvc.ClientConfig{}), doc: doc,
 		pending: func() []admin.PendingItem { return sagatest.PendingItems(t, a) }}
 }
 
@@ -112,7 +120,7 @@ func setupAsking(t *testing.T, failFirst, failAfterAnswer bool, change ...func(*
 // who gave it, and the call completes the capsule.
 func TestAgentQueryAnswered(t *testing.T) {
 	t.Parallel()
-	f := setupAsking(t, false, false)
+	f := setupAsking(t, asking{})
 	ctx := context.Background()
 	b, id := f.b, f.doc.ID()
 	b.Publish(t, f.doc.Sealed(t))
@@ -183,7 +191,7 @@ func TestAgentQueryAnswered(t *testing.T) {
 // and nothing waits for a person.
 func TestAgentQueryCallEndsFirst(t *testing.T) {
 	t.Parallel()
-	f := setupAsking(t, true, false)
+	f := setupAsking(t, asking{failFirst: true})
 	b, id := f.b, f.doc.ID()
 	b.Publish(t, f.doc.Sealed(t))
 	b.WaitState(t, id, capsule.Completed)
@@ -200,7 +208,7 @@ func TestAgentQueryCallEndsFirst(t *testing.T) {
 // that then fails is carried by the retry's request (operator_answer).
 func TestAgentQueryAnswerReachesTheNextAttempt(t *testing.T) {
 	t.Parallel()
-	f := setupAsking(t, false, true)
+	f := setupAsking(t, asking{failAfterAnswer: true})
 	b, id := f.b, f.doc.ID()
 	b.Publish(t, f.doc.Sealed(t))
 	b.WaitCheckpoint(t, id, func(cp *capsule.Checkpoint) bool {
@@ -218,7 +226,7 @@ func TestAgentQueryAnswerReachesTheNextAttempt(t *testing.T) {
 // call stops.
 func TestAgentQueryDeadline(t *testing.T) {
 	t.Parallel()
-	f := setupAsking(t, false, false, func(c *pipeline.Config) {
+	f := setupAsking(t, asking{}, func(c *pipeline.Config) {
 		c.DeadlineWarning = -1 // no deadline_approaching pause first
 		c.SweepInterval = 200 * time.Millisecond
 	})
@@ -237,4 +245,31 @@ func TestAgentQueryDeadline(t *testing.T) {
 	}, "the call never stopped")
 	require.Empty(t, f.ex.answers, "nobody answered")
 	require.Equal(t, int64(1), f.ex.calls.Load())
+}
+
+// TestAgentQueryOwnerDies: the sagad whose call asked dies (here: it stops
+// while the call hangs, its claim lapses); another takes the redelivered
+// message, its new claim ends the dead call's question, and the capsule
+// completes on a new call without anyone answering.
+func TestAgentQueryOwnerDies(t *testing.T) {
+	t.Parallel()
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	f := setupAsking(t, asking{hang: hang})
+	b, id := f.b, f.doc.ID()
+	b.Publish(t, f.doc.Sealed(t))
+	b.WaitCheckpoint(t, id, func(cp *capsule.Checkpoint) bool {
+		return cp.State.Pause != nil && cp.State.Pause.Trigger == capsule.TriggerAgentQuery
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	b.Pipeline.Stop(ctx) // the hung call is left behind: its claim lapses
+	b.Start(t, b.Config)
+	b.WaitState(t, id, capsule.Completed)
+	require.Equal(t, int64(2), f.ex.calls.Load(), "a new call, after the dead one")
+	cp, _, err := b.Store.Checkpoints.Get(context.Background(), id)
+	require.NoError(t, err)
+	require.Nil(t, cp.State.AgentQueries)
+	require.Nil(t, cp.State.OperatorAnswer)
+	require.Empty(t, f.pending())
 }

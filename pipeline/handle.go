@@ -525,11 +525,14 @@ func (t *txn) set(cp *capsule.Checkpoint, rev uint64) {
 	t.p.st.Cache.Put(cp, rev)
 }
 
-// current reports whether the checkpoint waits for phase ph of cycle.
+// current reports whether the checkpoint waits for phase ph of cycle: in
+// progress there, or parked there while its call ran (an agent's
+// question): a message redelivered after its sagad died takes the cycle
+// on, and its claim ends the dead call's questions.
 func (t *txn) current(ph capsule.Phase, cycle int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return machine.Current(t.cp, ph, cycle)
+	return machine.Running(t.cp, ph, cycle)
 }
 
 // view returns the checkpoint for a phase to read. It is shared: read only.
