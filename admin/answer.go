@@ -30,6 +30,10 @@ const answerTimeout = 5 * time.Second
 // delivered (the error says so) still reaches the next attempt.
 func (a *Admin) answerQuery(ctx context.Context, cp *capsule.Checkpoint, opts ResumeOptions) (status.Status, error) {
 	at := a.now()
+	if opts.Tokens != 0 || opts.Dollars != 0 || opts.Deadline != nil || opts.Extend != 0 || opts.Force {
+		return status.Of(cp), &StateError{Kind: ErrRefused, Event: "answer", Key: cp.Key, State: cp.State.Status,
+			Hint: "its agent waits for an answer, which takes no caps, deadline or force: answer alone, then pause it to change those"}
+	}
 	q, ok := cp.State.OpenQuery("")
 	if !ok {
 		return status.Of(cp), &StateError{Kind: ErrRefused, Event: "answer", Key: cp.Key, State: cp.State.Status, Hint: "no question of its agent is open"}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sagad/sagad/capsule"
@@ -30,7 +31,14 @@ type callObserver struct {
 	// decision only after them, so a question's continuation and event
 	// never come after the decision that closed it.
 	asking sync.WaitGroup
+	// asked counts the questions of the attempt, past maxAskedPerAttempt
+	// dropped: an agent that floods questions costs no more writes.
+	asked atomic.Int32
 }
+
+// maxAskedPerAttempt bounds the questions one attempt records or tries to:
+// the checkpoint keeps capsule.MaxAgentQueries open at once.
+const maxAskedPerAttempt = 4 * capsule.MaxAgentQueries
 
 // newCallObserver returns the observer of run r's calls.
 func newCallObserver(p *Pipeline, r *run) *callObserver {
@@ -48,6 +56,13 @@ func (o *callObserver) Progress(cp executors.CallProgress) {
 // Query implements executors.CallObserver: the question is recorded on a
 // goroutine of its own, the call's reading goes on.
 func (o *callObserver) Query(q executors.AgentQuery) {
+	if n := o.asked.Add(1); n > maxAskedPerAttempt {
+		if n == maxAskedPerAttempt+1 {
+			o.p.log.Warn("an agent asks too many questions: the rest are dropped, unanswered", "key", o.t.key,
+				"phase", o.ph.String(), "cycle", o.cycle, "agent", q.Agent, "limit", maxAskedPerAttempt)
+		}
+		return
+	}
 	o.asking.Add(1)
 	go func() {
 		defer o.asking.Done()
