@@ -133,7 +133,8 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	if ph == capsule.Execution || ph == capsule.ReviewPhase {
 		// A streamed call shows its progress, and its agent's questions
 		// park the capsule while it runs.
-		r.obs = newCallObserver(p, r)
+		r.obsv = callObserver{p: p, t: r.t, ph: r.ph, cycle: r.cycle}
+		r.obs = &r.obsv
 		runCtx = executors.WithObserver(runCtx, r.obs)
 	}
 	start := p.cfg.Now()
@@ -208,8 +209,10 @@ type run struct {
 	// cached says the run started from the process's cached checkpoint.
 	cached bool
 
-	// obs observes the attempt's agent calls (EXECUTION and REVIEW).
-	obs *callObserver
+	// obs observes the attempt's agent calls (EXECUTION and REVIEW): obsv,
+	// held in the run like txn.
+	obs  *callObserver
+	obsv callObserver
 
 	// txn, hb and in are t, the heartbeat and the phase's input, held in
 	// the run: one allocation an attempt where there were four.

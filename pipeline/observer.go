@@ -40,11 +40,6 @@ type callObserver struct {
 // the checkpoint keeps capsule.MaxAgentQueries open at once.
 const maxAskedPerAttempt = 4 * capsule.MaxAgentQueries
 
-// newCallObserver returns the observer of run r's calls.
-func newCallObserver(p *Pipeline, r *run) *callObserver {
-	return &callObserver{p: p, t: r.t, ph: r.ph, cycle: r.cycle}
-}
-
 // Progress implements executors.CallObserver.
 func (o *callObserver) Progress(cp executors.CallProgress) {
 	o.p.calls.Put(o.t.key, o.t.token, status.Call{
