@@ -169,6 +169,17 @@ func (a *Admin) ResumeWaiting(ctx context.Context, id string, opts ResumeOptions
 }
 
 func (a *Admin) resume(ctx context.Context, id, action string, from capsule.State, opts ResumeOptions) (status.Status, error) {
+	if from == capsule.Paused && opts.Answer != "" {
+		// A question of a running call's agent is answered, not resumed:
+		// the call goes on by itself.
+		cp, err := a.st.Checkpoints.Find(ctx, id)
+		if err != nil {
+			return status.Status{}, err
+		}
+		if asksAPerson(cp, opts.Answer) {
+			return a.answerQuery(ctx, cp, opts)
+		}
+	}
 	at := a.now()
 	var answer *capsule.OperatorAnswer
 	if strings.TrimSpace(opts.Answer) != "" {
@@ -421,6 +432,21 @@ type PendingItem struct {
 	// decision (waiting_for_operator only).
 	Verdict  capsule.Verdict   `json:"verdict,omitempty"`
 	Findings []capsule.Finding `json:"findings,omitempty"`
+	// Query is the agent's question that waits for an answer (agent_query
+	// only): the oldest open one, which `sagactl resume ID --answer TEXT`
+	// answers.
+	Query *PendingQuery `json:"query,omitempty"`
+}
+
+// PendingQuery is an agent's question in a [PendingItem].
+type PendingQuery struct {
+	ID      string    `json:"id"`
+	Agent   string    `json:"agent"`
+	Prompt  string    `json:"prompt"`
+	Since   time.Time `json:"since"`
+	AgeSecs int64     `json:"age_seconds"`
+	// Open counts the call's open questions, this one included.
+	Open int `json:"open,omitempty"`
 }
 
 // Pending lists what waits for a human, oldest first: capsules waiting for an
@@ -465,6 +491,10 @@ func PendingOf(cp *capsule.Checkpoint, now time.Time) (PendingItem, bool) {
 	if st.Status == capsule.WaitingForOperator && len(st.Reviews) > 0 {
 		last := st.Reviews[len(st.Reviews)-1]
 		item.Verdict, item.Findings = last.Verdict, last.Findings
+	}
+	if q, ok := st.OpenQuery(""); ok {
+		item.Query = &PendingQuery{ID: q.ID, Agent: q.Agent, Prompt: q.Prompt, Since: q.At,
+			AgeSecs: int64(now.Sub(q.At).Seconds()), Open: len(st.AgentQueries)}
 	}
 	return item, true
 }

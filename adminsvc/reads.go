@@ -272,6 +272,12 @@ func (s *Service) serveRead(ctx context.Context, r any) (reply any, ok bool, err
 	switch r := r.(type) {
 	case StatusRequest:
 		st, err := rd.Status(ctx, r.ID)
+		if err == nil {
+			// The call is known only to the sagad that runs it.
+			if c, ok := s.cfg.Calls.Get(st.Key, time.Now()); ok {
+				st.Call = &c
+			}
+		}
 		return st, true, err
 	case reportRequest:
 		rep, err := rd.Report(ctx, r.ID)

@@ -19,6 +19,7 @@ import (
 	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/internal/microreply"
 	"github.com/sagad/sagad/rules"
+	sagastatus "github.com/sagad/sagad/status"
 	"github.com/sagad/sagad/store"
 )
 
@@ -62,6 +63,13 @@ type Config struct {
 	// Costs answers saga.admin.cost (sagad passes [StoreCosts]). Defaults
 	// to none: the verb is answered internal.
 	Costs CostReader
+	// Calls are the agent calls this sagad runs (sagad passes its
+	// pipeline's): saga.admin.status shows the capsule's as "call". Nil:
+	// none is shown.
+	Calls *sagastatus.Calls
+	// Agents answers saga.admin.agents (sagad passes an [*AgentWatch]).
+	// Defaults to none: the verb is answered internal.
+	Agents AgentDirectory
 	// Compositions answers the composition verbs (sagad passes
 	// [StoreCompositions]). Defaults to none: they are answered internal.
 	Compositions *Compositions
@@ -116,7 +124,7 @@ func Start(nc *nats.Conn, a Actions, cfg Config) (*Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        Name,
 		Version:     Version,
-		Description: "sagad admin API: pause, resume, cancel, decide, replay, phase pause/resume/list, pending, rules, wave set/show/list/close, chain, cost, status, list, history, report, wait, events",
+		Description: "sagad admin API: pause, resume, cancel, decide, replay, phase pause/resume/list, pending, rules, wave set/show/list/close, chain, cost, agents, status, list, history, report, wait, events",
 		Metadata:    cfg.Metadata,
 	})
 	if err != nil {
@@ -279,6 +287,8 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 		return s.serveChain(ctx, r)
 	case CostRequest:
 		return s.serveCost(ctx, r)
+	case AgentsRequest:
+		return s.serveAgents(ctx, r)
 	case PauseRequest:
 		return s.a.Pause(ctx, r.ID, r.Reason, r.By)
 	case ResumeRequest:

@@ -47,7 +47,7 @@ const (
 
 // Verbs lists every verb, in the order the service registers them (a new
 // verb goes last: fuzz seeds name verbs by their index here).
-var Verbs = append(append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), VerbChain, VerbCost), append(append(ReadVerbs, CompositionVerbs...), VerbReplayPreview)...)
+var Verbs = append(append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), VerbChain, VerbCost), append(append(ReadVerbs, CompositionVerbs...), VerbReplayPreview, VerbAgents)...)
 
 // Subject returns the subject of verb, e.g. saga.admin.phase.pause.
 func Subject(verb string) string { return SubjectPrefix + "." + verb }
@@ -296,6 +296,9 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 	}
 	if verb == VerbChain {
 		return decodeChainRequest(data)
+	}
+	if verb == VerbAgents {
+		return decodeAgentsRequest(data)
 	}
 	if verb == VerbCost {
 		if len(bytes.TrimSpace(data)) == 0 {

@@ -144,6 +144,11 @@ type CheckpointState struct {
 	// latest, a revise's rationale included; the revise's own record is
 	// its review).
 	Answers []OperatorAnswer `json:"answers,omitempty"`
+	// AgentQueries are the questions the running call's agent asked a
+	// person (trigger agent_query), oldest first: cleared by their
+	// answers, and when the call ends (its phase's decision, a failed
+	// attempt, a new claim).
+	AgentQueries []AgentQuery `json:"agent_queries,omitempty"`
 }
 
 // MaxAnswerLog bounds [CheckpointState.Answers]; each answer is at most the
@@ -384,6 +389,7 @@ func (c *Checkpoint) Clone() *Checkpoint {
 	st.WaveReserved = clonePtr(c.State.WaveReserved)
 	st.OperatorAnswer = clonePtr(c.State.OperatorAnswer)
 	st.Answers = slices.Clone(c.State.Answers)
+	st.AgentQueries = slices.Clone(c.State.AgentQueries)
 	if o := c.State.Overrides; o != nil {
 		cp := *o
 		cp.Deadline = clonePtr(o.Deadline)

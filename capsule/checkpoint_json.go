@@ -366,6 +366,12 @@ func (s *CheckpointState) appendWaits(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if len(s.AgentQueries) > 0 {
+		// Rare (an agent asked a person during its call).
+		if b, err = appendMarshaled(b, `,"agent_queries":`, s.AgentQueries); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
 }
 

@@ -41,6 +41,8 @@ func fullCheckpoint() *Checkpoint {
 			AwaitingUntil:     &deadline, WaitingFor: []string{"dep-1", "wave\"2"},
 			OperatorAnswer: &OperatorAnswer{Text: "licence is \"MIT\"", By: "ann", At: at},
 			Answers:        []OperatorAnswer{{Text: "use v2", By: "ann", At: at}, {Text: "licence is \"MIT\"", At: at}},
+			AgentQueries: []AgentQuery{{ID: "q1", ReplySubject: "_INBOX.q.1", Prompt: "may I \"push\"?", Agent: "claude.ann.s1",
+				Phase: Execution, Cycle: 1, At: at}},
 		},
 		History: []Transition{
 			{Phase: Reception, PhaseName: "RECEPTION", Cycle: 0, Outcome: OutcomePassed, At: at},

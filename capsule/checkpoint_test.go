@@ -30,6 +30,7 @@ func fullCheckpoint() *capsule.Checkpoint {
 			LockWaitSince: &at, AwaitingCycle: 2,
 			AwaitingTokenHash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
 			WaveReserved:      &capsule.Usage{Tokens: 1000, Dollars: 0.5},
+			AgentQueries:      []capsule.AgentQuery{{ID: "q", ReplySubject: "_INBOX.r", Prompt: "p", Phase: capsule.ReviewPhase, Cycle: 2, At: at}},
 		},
 		History: []capsule.Transition{{Phase: capsule.Reception, PhaseName: "RECEPTION", Outcome: "passed", At: at}},
 	}
@@ -62,6 +63,7 @@ func TestCloneIsDeep(t *testing.T) {
 	*c.State.Overrides.Deadline = time.Time{}
 	c.State.Warned[0] = capsule.TriggerLockContention
 	*c.State.LockWaitSince = time.Time{}
+	c.State.AgentQueries[0].Prompt = "changed"
 	after, err := json.Marshal(orig)
 	require.NoError(t, err)
 	require.JSONEq(t, string(before), string(after))

@@ -35,6 +35,12 @@ const (
 	// EventAttemptFailed: an executor or reviewer call failed; its detail
 	// says which attempt, how, and what the failure policy decided.
 	EventAttemptFailed EventKind = "attempt_failed"
+	// EventAgentQuery: an agent asked a person a question during its call
+	// (trigger agent_query); its detail carries the question.
+	EventAgentQuery EventKind = "agent_query"
+	// EventAgentQueryAnswered: a person answered an agent's question; By
+	// says who, the detail what.
+	EventAgentQueryAnswered EventKind = "agent_query_answered"
 )
 
 // Event is one entry of a capsule's append-only lifecycle stream. ID is

@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -140,5 +142,37 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, string(got), string(again))
 		require.True(t, reflect.DeepEqual(back.Clone(), back), "Clone differs from the checkpoint")
+	})
+}
+
+// FuzzAgentQueryCheck holds what an agent's question may carry into a
+// checkpoint and make sagad publish: whatever it sends, a question that
+// passes names a literal subject outside sagad's, the server's and the
+// agents' own, and carries bounded UTF-8.
+func FuzzAgentQueryCheck(f *testing.F) {
+	for _, s := range [][3]string{
+		{"q1", "_INBOX.abc.1", "which licence?"},
+		{"q2", "saga.admin.cancel", "x"},
+		{"q3", "$JS.API.STREAM.DELETE.SAGA_PHASE_4", ""},
+		{"q4", "agents.prompt.other.ann.s1", "hi"},
+		{"q5", "_INBOX.>", "?"},
+		{"", "a..b", "\xff"},
+		{"q6", "reply with space", "é"},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, id, subject, prompt string) {
+		q := capsule.AgentQuery{ID: id, ReplySubject: subject, Prompt: prompt}
+		if q.Check() != nil {
+			return
+		}
+		if q.ID == "" || len(q.ID) > capsule.MaxQueryID || len(q.Prompt) > capsule.MaxQueryPrompt || !utf8.ValidString(q.Prompt) {
+			t.Fatalf("passed with id %q, prompt of %d bytes", q.ID, len(q.Prompt))
+		}
+		if strings.ContainsAny(subject, "*> \t\r\n") || strings.Contains(subject, "..") || strings.HasPrefix(subject, ".") ||
+			strings.HasSuffix(subject, ".") || (strings.HasPrefix(subject, "saga.") && !strings.HasPrefix(subject, capsule.AgentAnswerSpace)) || strings.HasPrefix(subject, "$") ||
+			strings.HasPrefix(subject, "agents.") {
+			t.Fatalf("passed with reply subject %q", subject)
+		}
 	})
 }

@@ -31,6 +31,11 @@ const (
 	// spent, until a person decides (sagactl composition decide). Once:
 	// accepted, it goes on and is not held again.
 	TriggerCompositionGate Trigger = "composition_gate"
+	// TriggerAgentQuery marks a capsule whose agent asked a person a
+	// question during its call (a query chunk of the Agent Protocol for
+	// NATS). The call goes on meanwhile: the phase keeps its claim, and its
+	// own decision lifts the pause ([TriggerInfo.CallRuns]).
+	TriggerAgentQuery Trigger = "agent_query"
 )
 
 // Triggers lists the five continuation triggers of PIPELINE §5.
@@ -104,6 +109,12 @@ type TriggerInfo struct {
 	// Metric is the trigger label value of the pause, resume and paused
 	// metrics.
 	Metric string
+	// CallRuns: the capsule is parked while its phase's agent call still
+	// runs (its claim holds). The phase's decision, a failed attempt or a
+	// new claim after the holder died is still accepted, and ends the
+	// pause; an operator's resume, pause and accept are refused with
+	// PauseRefused (answer it instead).
+	CallRuns bool
 	// PauseRefused is why an operator's pause is refused for a capsule
 	// parked with it, before anything is spent (state waiting only).
 	PauseRefused string
@@ -174,6 +185,12 @@ var TriggerTable = []TriggerInfo{
 		Trigger: TriggerCompositionGate, State: Paused, Once: true, Resumer: ResumerPerson,
 		Event: EventPaused, Continuation: true, Metric: "composition_gate",
 		Description: "a composition step with `gate: \"operator\"`: it waits, before anything is spent, for `sagactl composition decide`",
+	},
+	{
+		Trigger: TriggerAgentQuery, State: Paused, Resumer: ResumerPerson, KeepsLocks: true, CallRuns: true,
+		Event: EventAgentQuery, Continuation: true, Metric: "agent_query",
+		PauseRefused: "its agent asked a question and waits for the answer: sagactl resume ID --answer TEXT, or cancel it",
+		Description:  "an agent asked a question during its call (a `query` chunk): the call goes on while it waits for `sagactl resume ID --answer TEXT`",
 	},
 }
 

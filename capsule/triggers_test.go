@@ -40,7 +40,16 @@ func TestTriggerTable(t *testing.T) {
 			require.True(t, i.Continuation, "%s: watched without a continuation", i.Trigger)
 		}
 		// A waiting capsule has spent nothing: a pause is refused, with why.
-		require.Equal(t, i.State == capsule.Waiting, i.PauseRefused != "", i.Trigger)
+		// and so is one of a capsule whose agent waits for an answer.
+		require.Equal(t, i.State == capsule.Waiting || i.CallRuns, i.PauseRefused != "", i.Trigger)
+		// A question asked during a call is for a person, who answers it;
+		// the call holds its locks meanwhile.
+		if i.CallRuns {
+			require.Equal(t, capsule.Paused, i.State, i.Trigger)
+			require.Equal(t, capsule.ResumerPerson, i.Resumer, i.Trigger)
+			require.True(t, i.KeepsLocks, i.Trigger)
+			require.False(t, i.Once || i.Operator, i.Trigger)
+		}
 		// Once-only triggers are sagad's warnings of a running capsule.
 		if i.Once {
 			require.Equal(t, capsule.Paused, i.State, i.Trigger)

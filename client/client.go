@@ -63,6 +63,9 @@ type Status = status.Status
 // HistoryEntry is one phase transition in a [Status].
 type HistoryEntry = status.HistoryEntry
 
+// Call is the agent call running for a capsule, in a [Status].
+type Call = status.Call
+
 // StatusOf renders a checkpoint as a [Status].
 func StatusOf(cp *capsule.Checkpoint) Status { return status.Of(cp) }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/rules"
+	"github.com/sagad/sagad/status"
 	"github.com/sagad/sagad/store"
 )
 
@@ -65,6 +66,9 @@ type Config struct {
 	Heartbeat time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// Calls are the agent calls this sagad runs (sagad passes its
+	// pipeline's): a capsule's page shows its call live. Nil: none shown.
+	Calls *status.Calls
 	// TraceURL links a capsule's trace id to the tracing backend: a URL
 	// template holding {trace_id} ([ValidateTraceURL]). Defaults to none:
 	// the id shows as text.
@@ -207,6 +211,7 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /ui/api/inbox", c.getInbox)
 	mux.HandleFunc("GET /ui/api/capsules", c.listCapsules)
 	mux.HandleFunc("GET /ui/api/capsules/{id}", c.getCapsule)
+	mux.HandleFunc("GET /ui/api/calls/{id}", c.getCall)
 	mux.HandleFunc("GET /ui/api/artifact", c.getArtifact)
 	mux.HandleFunc("GET /ui/api/phases", c.getPhases)
 	mux.HandleFunc("GET /ui/api/waves", c.getWaves)
@@ -520,6 +525,9 @@ func (c *Console) getCapsule(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := CapsuleView{Status: client.StatusOf(cp), Checkpoint: cp, Revision: rev, Events: []capsule.Event{}, TraceURL: c.traceURL(cp)}
+	if call, ok := c.cfg.Calls.Get(cp.Key, c.cfg.Now()); ok {
+		v.Status.Call = &call
+	}
 	_, v.NeedsYou = admin.PendingOf(cp, c.cfg.Now())
 	v.RuleTitles = ruleTitles()
 	if raw, kept, err := c.st.Raw(ctx, key); err == nil && kept != nil {
@@ -537,6 +545,26 @@ func (c *Console) getCapsule(w http.ResponseWriter, r *http.Request) {
 		v.EventsError = err.Error()
 	} else {
 		v.Events = evs
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// CallView answers the call endpoint: the agent call running for a
+// capsule in this sagad, or null.
+type CallView struct {
+	Call *client.Call `json:"call"`
+}
+
+// getCall answers a capsule's running call, which its page polls when the
+// event stream says a call changed (a call is transient: see status.Calls).
+func (c *Console) getCall(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("id")
+	if row, ok := c.index.Lookup(key); ok {
+		key = row.Key
+	}
+	var v CallView
+	if call, ok := c.cfg.Calls.Get(key, c.cfg.Now()); ok {
+		v.Call = &call
 	}
 	writeJSON(w, http.StatusOK, v)
 }
@@ -889,6 +917,10 @@ func (c *Console) stream(w http.ResponseWriter, r *http.Request) {
 	fl.Flush()
 	beat := time.NewTicker(c.cfg.Heartbeat)
 	defer beat.Stop()
+	// A running call's progress is told as "calls" (no data: the page
+	// reads the call it shows), at most every callsEvery.
+	calls := c.callsChanged()
+	var callsDue <-chan time.Time
 	rc := http.NewResponseController(w)
 	for {
 		var err error
@@ -903,6 +935,15 @@ func (c *Console) stream(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-beat.C:
 			_, err = io.WriteString(w, ": heartbeat\n\n")
+		case <-calls:
+			calls = nil
+			if callsDue == nil {
+				callsDue = time.After(callsEvery)
+			}
+			continue
+		case <-callsDue:
+			callsDue, calls = nil, c.callsChanged()
+			_, err = io.WriteString(w, "event: calls\ndata: {}\n\n")
 		case ch := <-changes:
 			if ch.Resync {
 				_, err = io.WriteString(w, "event: resync\ndata: {}\n\n")
@@ -920,6 +961,18 @@ func (c *Console) stream(w http.ResponseWriter, r *http.Request) {
 		}
 		fl.Flush()
 	}
+}
+
+// callsEvery bounds how often an event stream tells of calls' progress.
+const callsEvery = 500 * time.Millisecond
+
+// callsChanged is closed at the next change of a running call (never
+// without Config.Calls).
+func (c *Console) callsChanged() <-chan struct{} {
+	if c.cfg.Calls == nil {
+		return nil
+	}
+	return c.cfg.Calls.Changed()
 }
 
 // triggerNames lists the triggers a list query may filter by, those of

@@ -53,6 +53,9 @@ type Row struct {
 	// decision (waiting_for_operator only).
 	Verdict  capsule.Verdict   `json:"verdict,omitempty"`
 	Findings []capsule.Finding `json:"findings,omitempty"`
+	// Query is the agent's question that waits for an answer (agent_query
+	// only), which the inbox's answer box answers.
+	Query *admin.PendingQuery `json:"query,omitempty"`
 	// WaitingOn and Pending say what a waiting capsule waits for
 	// ([client.Status]).
 	WaitingOn string   `json:"waiting_on,omitempty"`
@@ -83,7 +86,7 @@ func rowOf(cp *capsule.Checkpoint, rev uint64, now time.Time) *Row {
 	}
 	if item, ok := admin.PendingOf(cp, now); ok {
 		r.NeedsYou = true
-		r.Verdict, r.Findings = item.Verdict, item.Findings
+		r.Verdict, r.Findings, r.Query = item.Verdict, item.Findings, item.Query
 	}
 	// A row per capsule is what the console holds in memory: the key
 	// (nearly always the id) and the search text share the id's bytes.

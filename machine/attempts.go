@@ -41,7 +41,7 @@ func recordAttempt(cp *capsule.Checkpoint, e RecordAttempt, now time.Time) (bool
 	if step != capsule.Execution && step != capsule.ReviewPhase {
 		return false, refuse(ErrInvalid, e, cp, fmt.Sprintf("only EXECUTION and REVIEW call agents, not %s", step))
 	}
-	if !Current(cp, step, e.Cycle) {
+	if !Running(cp, step, e.Cycle) {
 		return false, refuse(ErrStale, e, cp, fmt.Sprintf("%s cycle %d", step, e.Cycle))
 	}
 	if ex := cp.State.Execution; ex == nil || ex.Cycle != e.Cycle || ex.Holder != e.Holder {
@@ -54,6 +54,8 @@ func recordAttempt(cp *capsule.Checkpoint, e RecordAttempt, now time.Time) (bool
 	if step == capsule.ReviewPhase {
 		rec.Phase = step // EXECUTION's records keep the bytes they had
 	}
+	// The failed call's open questions went with it.
+	callEnded(&cp.State)
 	cp.State.Attempts = rec
 	cp.State.BudgetUsed = e.BudgetUsed
 	decision := e.Decision

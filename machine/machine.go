@@ -306,6 +306,10 @@ func Apply(cp *capsule.Checkpoint, ev Event, now time.Time) (Result, error) {
 		changed, err = recordAttempt(out, e, now)
 	case Replay:
 		changed, tr, err = replay(out, e, now)
+	case Ask:
+		changed, err = ask(out, e, now)
+	case Answer:
+		changed, err = answer(out, e, now)
 	default:
 		return Result{}, &Refusal{Kind: ErrInvalid, Event: fmt.Sprintf("%T", ev), Key: cp.Key, Detail: "unknown event"}
 	}
@@ -344,15 +348,26 @@ func shallow(cp *capsule.Checkpoint) *capsule.Checkpoint {
 	st.Warned = slices.Clip(st.Warned)
 	st.AttemptLog = slices.Clip(st.AttemptLog)
 	st.WaitingFor = slices.Clip(st.WaitingFor)
+	st.AgentQueries = slices.Clip(st.AgentQueries)
 	return &out
 }
 
 // standsAt reports whether the capsule is still at (ph, cycle) and not
-// finished: in progress, or paused there by an operator while a phase ran.
+// finished: in progress, or paused there while a phase ran, by an operator
+// or by a question of the phase's agent.
 func standsAt(cp *capsule.Checkpoint, ph capsule.Phase, cycle int) bool {
 	st := cp.State
-	return st.Phase == ph && st.Cycle == cycle &&
-		(st.Status == capsule.InProgress || (st.Status == capsule.Paused && st.Pause != nil && st.Pause.Trigger.Info().Operator))
+	if st.Phase != ph || st.Cycle != cycle {
+		return false
+	}
+	if st.Status == capsule.InProgress {
+		return true
+	}
+	if st.Status != capsule.Paused || st.Pause == nil {
+		return false
+	}
+	i := st.Pause.Trigger.Info()
+	return i.Operator || i.CallRuns
 }
 
 // Current reports whether cp waits, in progress, for phase ph of cycle.
@@ -395,6 +410,8 @@ func decide(cp *capsule.Checkpoint, e Decide, now time.Time) (*capsule.Transitio
 		// the one that counts.
 		return nil, refuse(ErrStale, e, cp, "another delivery holds the claim")
 	}
+	// The call ended: its agent's open questions went with it.
+	callEnded(&cp.State)
 	return applyDecision(cp, e.Phase, e.Cycle, d, now), nil
 }
 
@@ -481,12 +498,15 @@ func park(st *capsule.CheckpointState, t capsule.Trigger, reason, by string, now
 }
 
 func claim(cp *capsule.Checkpoint, e Claim, now time.Time) error {
-	if !Current(cp, e.Phase, e.Cycle) {
+	if !Running(cp, e.Phase, e.Cycle) {
 		return refuse(ErrStale, e, cp, fmt.Sprintf("%s cycle %d", e.Phase, e.Cycle))
 	}
 	if ex := cp.State.Execution; ex != nil && ex.Cycle == e.Cycle && ex.Holder != e.Holder && now.Before(ex.ExpiresAt) {
 		return refuse(ErrClaimHeld, e, cp, fmt.Sprintf("%s until %s", ex.Holder, ex.ExpiresAt.Format(time.RFC3339)))
 	}
+	// A new claim is a new call: the one that asked a question died with
+	// its holder (its lease ran out).
+	callEnded(&cp.State)
 	cp.State.Execution = &capsule.ExecutionClaim{Cycle: e.Cycle, Holder: e.Holder, ExpiresAt: e.ExpiresAt, CallTokenHash: e.CallTokenHash}
 	if e.Phase == capsule.Execution {
 		cp.State.LocksHeld = append([]string{}, e.Locks...)
@@ -517,6 +537,9 @@ func requestResume(cp *capsule.Checkpoint, e RequestResume, now time.Time) (bool
 			hint = "it waits for an operator decision: sagactl decide ID accept|revise"
 		}
 		return false, refused(e, cp, hint)
+	}
+	if i := st.Pause.Trigger.Info(); i.CallRuns {
+		return false, refused(e, cp, i.PauseRefused)
 	}
 	if e.Tokens < 0 || e.Dollars < 0 {
 		return false, refuse(ErrInvalid, e, cp, "raised caps must be positive")
@@ -656,6 +679,9 @@ func pause(cp *capsule.Checkpoint, e Pause, now time.Time) (bool, error) {
 		park(st, capsule.TriggerOperatorManual, e.Reason, e.By, now)
 		return true, nil
 	case capsule.Paused:
+		if i, ok := st.ParkedBy(); ok && i.CallRuns {
+			return false, refused(e, cp, i.PauseRefused)
+		}
 		if st.Pause != nil && !st.Pause.Trigger.Info().Operator && st.Pause.ResumeToken == "" {
 			// Parked by sagad (it would resume by itself): the operator's
 			// pause takes over, so only an operator resumes it.
@@ -719,6 +745,7 @@ func end(cp *capsule.Checkpoint, e End, now time.Time) (bool, *capsule.Transitio
 	st.Pause = nil
 	st.Execution = nil
 	st.WaitingFor = nil
+	st.AgentQueries = nil
 	st.LocksHeld = []string{}
 	tr := capsule.Transition{Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: st.Cycle, Outcome: outcome, Detail: e.Detail, At: now}
 	return true, record(cp, tr), nil

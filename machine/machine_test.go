@@ -59,9 +59,9 @@ func awaiting() *capsule.Checkpoint {
 
 // eventTypes is how many event types [machine.Apply] knows: Decide, Claim,
 // Renew, RequestResume, Resume, Pause, End, Revise, Reject, RecordResult,
-// RecordAttempt and Replay. A new event raises it, and the table below must
-// then say what the event does in every state.
-const eventTypes = 12
+// RecordAttempt, Replay, Ask and Answer. A new event raises it, and the
+// table below must then say what the event does in every state.
+const eventTypes = 14
 
 // TestEveryStateAndEvent applies every event to a checkpoint in every state
 // and checks whether it applies, changes nothing, or is refused — and how.
@@ -78,6 +78,7 @@ func TestEveryStateAndEvent(t *testing.T) {
 		"paused/lock_contention":   func() *capsule.Checkpoint { return paused(capsule.TriggerLockContention, "") },
 		"paused/resume_in_flight":  func() *capsule.Checkpoint { return paused(capsule.TriggerOperatorManual, "tok") },
 		"paused/awaiting_external": awaiting,
+		"paused/agent_query":       askedAt,
 		"waiting/dependencies": func() *capsule.Checkpoint {
 			cp := at(capsule.Waiting, capsule.AutomatedGates, 0)
 			cp.State.Pause = &capsule.PauseInfo{Trigger: capsule.TriggerDependencies, At: t0}
@@ -108,6 +109,8 @@ func TestEveryStateAndEvent(t *testing.T) {
 		"reject":        machine.Reject{Rationale: "no", By: "op"},
 		"record_attempt": machine.RecordAttempt{Cycle: 1, Holder: "h", Attempt: 1,
 			Failure: capsule.AttemptFailure{ExitCode: 1, Error: "exit status 1"}},
+		"ask":    machine.Ask{Phase: capsule.Execution, Cycle: 1, Holder: "h", Query: capsule.AgentQuery{ID: "q2", ReplySubject: "_INBOX.q2", Prompt: "and?"}},
+		"answer": machine.Answer{Text: "yes", By: "op"},
 	}
 	// want: "ok" (applies with a change), "noop" (applies, nothing to
 	// write), or the refusal kind.
@@ -116,17 +119,21 @@ func TestEveryStateAndEvent(t *testing.T) {
 	want := map[string]map[string]any{
 		// Only the claim's holder renews it or records a failed attempt;
 		// a decision from a delivery without the claim is stale.
-		"in_progress/claimed":      {"decide": stale, "claim": ok, "renew": ok, "resume": ref, "accept": ref, "flip": noop, "flip_at": noop, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": ok, "replay": ref},
-		"in_progress@EXECUTION/1":  {"decide": ok, "claim": ok, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": noop, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": lost, "replay": ref},
-		"paused/operator_manual":   {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": noop, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref},
-		"paused/lock_contention":   {"decide": stale, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref},
-		"paused/resume_in_flight":  {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": ok, "flip_at": ok, "pause": noop, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref},
-		"waiting/dependencies":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref},
-		"paused/awaiting_external": {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ok, "reject": ref, "revise": ref, "record_result": ok, "forged": unauth, "record_attempt": stale, "replay": ref},
-		"waiting_for_operator":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ok, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ok, "revise": ok, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref},
-		"completed":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref},
-		"halted":                   {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ok},
-		"cancelled":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": noop, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ok},
+		"in_progress/claimed":      {"decide": stale, "claim": ok, "renew": ok, "resume": ref, "accept": ref, "flip": noop, "flip_at": noop, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": ok, "replay": ref, "ask": ok, "answer": ref},
+		"in_progress@EXECUTION/1":  {"decide": ok, "claim": ok, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": noop, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": lost, "replay": ref, "ask": lost, "answer": ref},
+		"paused/operator_manual":   {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": noop, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref, "ask": stale, "answer": ref},
+		"paused/lock_contention":   {"decide": stale, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref, "ask": stale, "answer": ref},
+		"paused/resume_in_flight":  {"decide": ok, "claim": stale, "renew": lost, "resume": ok, "accept": ref, "flip": ok, "flip_at": ok, "pause": noop, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref, "ask": stale, "answer": ref},
+		"waiting/dependencies":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref, "ask": stale, "answer": ref},
+		"paused/awaiting_external": {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ok, "cancel": ok, "halt_overdue": ok, "reject": ref, "revise": ref, "record_result": ok, "forged": unauth, "record_attempt": stale, "replay": ref, "ask": stale, "answer": ref},
+		"waiting_for_operator":     {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ok, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ok, "revise": ok, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref, "ask": stale, "answer": ref},
+		"completed":                {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ref, "ask": stale, "answer": ref},
+		"halted":                   {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ref, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ok, "ask": stale, "answer": ref},
+		// The call goes on while its agent's question waits: its holder
+		// still renews, records a failed attempt, asks again; a person
+		// answers or cancels, never resumes or pauses it.
+		"paused/agent_query": {"decide": stale, "claim": ok, "renew": ok, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": ok, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": ok, "replay": ref, "ask": ok, "answer": ok},
+		"cancelled":          {"decide": stale, "claim": stale, "renew": lost, "resume": ref, "accept": ref, "flip": noop, "flip_at": stale, "pause": ref, "cancel": noop, "halt_overdue": ref, "reject": ref, "revise": ref, "record_result": noop, "forged": noop, "record_attempt": stale, "replay": ok, "ask": stale, "answer": ref},
 	}
 	require.Len(t, want, len(states), "an expectation row per state")
 	kinds := map[string]bool{}

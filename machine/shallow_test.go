@@ -37,6 +37,7 @@ func full() *capsule.Checkpoint {
 	st.WaveReserved = &capsule.Usage{Tokens: 1}
 	st.OperatorAnswer = &capsule.OperatorAnswer{Text: "yes"}
 	st.Answers = append(make([]capsule.OperatorAnswer, 0, 8), capsule.OperatorAnswer{Text: "yes"})
+	st.AgentQueries = append(make([]capsule.AgentQuery, 0, 8), capsule.AgentQuery{ID: "q", ReplySubject: "r", Phase: capsule.Execution, Cycle: 1})
 	st.Overrides = &capsule.Overrides{Tokens: 5, Dollars: 1, Deadline: &deadline}
 	return cp
 }

@@ -90,6 +90,7 @@ const (
 	ActionReplay      = "replay"
 	ActionWaveSet     = "wave_set"   // sagactl wave set
 	ActionWaveClose   = "wave_close" // sagactl wave close
+	ActionAnswer      = "answer"     // sagactl resume --answer to an agent's question
 )
 
 // Reasons a message is terminated ([Metrics.Terminated]): it can never
@@ -149,6 +150,7 @@ var WriteErrorKinds = []string{WriteTimeout, WriteNoResponders, WriteStorage, Wr
 var AdminActions = []string{
 	ActionPause, ActionResume, ActionCancel, ActionAccept, ActionRevise, ActionReject, ActionPhasePause,
 	ActionPhaseResume, ActionPauseAll, ActionResumeAll, ActionReplay, ActionWaveSet, ActionWaveClose,
+	ActionAnswer,
 }
 
 // Triggers is the closed set of triggers the trigger label takes the

@@ -245,7 +245,7 @@ func (e Execution) attempt(ctx context.Context, env *Env, in *Input, ex executor
 		CallToken:        in.CallToken,
 		PreviousFailure:  prev,
 		ContextArtifacts: inputs,
-		OperatorAnswer:   operatorAnswer(in.Checkpoint),
+		OperatorAnswer:   in.operatorAnswer(),
 		InlineBytes:      env.InlineArtifactBytes,
 	})
 	if !errors.Is(err, executors.ErrAccepted) {
@@ -502,14 +502,29 @@ func persist(runCtx context.Context, env *Env, write func() error) error {
 	}
 }
 
-// operatorAnswer is a copy of the checkpoint's answer: the checkpoint is
-// the pipeline's cache, and an executor must not reach into it.
-func operatorAnswer(cp *capsule.Checkpoint) *capsule.OperatorAnswer {
-	if a := cp.State.OperatorAnswer; a != nil {
-		c := *a
-		return &c
+// operatorAnswer is a copy of the latest answer a person gave: the
+// holder's, when it knows a newer one than the input's checkpoint (an
+// agent's question answered during an earlier attempt of this delivery),
+// else the input checkpoint's. A copy: the checkpoint is the pipeline's
+// cache, and an executor must not reach into it.
+func (in *Input) operatorAnswer() *capsule.OperatorAnswer {
+	a := in.Checkpoint.State.OperatorAnswer
+	if h, ok := in.Holder.(AnswerHolder); ok {
+		if latest := h.OperatorAnswer(); latest != nil {
+			a = latest
+		}
 	}
-	return nil
+	if a == nil {
+		return nil
+	}
+	c := *a
+	return &c
+}
+
+// AnswerHolder is a [Holder] that knows the latest answer a person gave
+// the capsule while its phase runs (a question of its agent answered).
+type AnswerHolder interface {
+	OperatorAnswer() *capsule.OperatorAnswer
 }
 
 // priorArtifact is the artifact a revision cycle revises: the latest one

@@ -130,8 +130,18 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	defer stopRun()
 	hb := p.heartbeat(runCtx, &r.hb, msg, r.t, r.cycle, stopRun)
 	defer hb.stop()
+	if ph == capsule.Execution || ph == capsule.ReviewPhase {
+		// A streamed call shows its progress, and its agent's questions
+		// park the capsule while it runs.
+		r.obsv = callObserver{p: p, t: r.t, ph: r.ph, cycle: r.cycle}
+		r.obs = &r.obsv
+		runCtx = executors.WithObserver(runCtx, r.obs)
+	}
 	start := p.cfg.Now()
 	d := p.corruptDecision(r.decide(runCtx, start, md, mdErr))
+	if r.obs != nil {
+		r.obs.finish()
+	}
 	if r.t.cacheMiss.Load() {
 		// The claim found the cached checkpoint stale before any agent
 		// was called: decide again on the real one.
@@ -198,6 +208,11 @@ type run struct {
 	t     *txn
 	// cached says the run started from the process's cached checkpoint.
 	cached bool
+
+	// obs observes the attempt's agent calls (EXECUTION and REVIEW): obsv,
+	// held in the run like txn.
+	obs  *callObserver
+	obsv callObserver
 
 	// txn, hb and in are t, the heartbeat and the phase's input, held in
 	// the run: one allocation an attempt where there were four.
@@ -328,9 +343,21 @@ func (r *run) Revalidate(ctx context.Context) error {
 	return t.renew(ctx, r.cycle)
 }
 
+// OperatorAnswer is the latest answer a person gave the capsule as this
+// attempt last read or wrote its checkpoint (phases.AnswerHolder): an
+// answer to its agent's question reaches the next attempt's call.
+func (r *run) OperatorAnswer() *capsule.OperatorAnswer {
+	return r.t.view().State.OperatorAnswer
+}
+
 // RecordAttempt records a failed executor call with the attempt's claim as
 // its holder (phases.Holder).
 func (r *run) RecordAttempt(ctx context.Context, ev machine.RecordAttempt) error {
+	if r.obs != nil {
+		// The failed call's questions are recorded before its end is, which
+		// closes them.
+		r.obs.asking.Wait()
+	}
 	ev.Holder = r.t.token
 	_, err := r.t.apply(ctx, ev, reapply)
 	return err
@@ -501,11 +528,14 @@ func (t *txn) set(cp *capsule.Checkpoint, rev uint64) {
 	t.p.st.Cache.Put(cp, rev)
 }
 
-// current reports whether the checkpoint waits for phase ph of cycle.
+// current reports whether the checkpoint waits for phase ph of cycle: in
+// progress there, or parked there while its call ran (an agent's
+// question): a message redelivered after its sagad died takes the cycle
+// on, and its claim ends the dead call's questions.
 func (t *txn) current(ph capsule.Phase, cycle int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return machine.Current(t.cp, ph, cycle)
+	return machine.Running(t.cp, ph, cycle)
 }
 
 // view returns the checkpoint for a phase to read. It is shared: read only.

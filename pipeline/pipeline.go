@@ -23,6 +23,7 @@ import (
 	"github.com/sagad/sagad/phases"
 	"github.com/sagad/sagad/rules"
 	"github.com/sagad/sagad/runner"
+	"github.com/sagad/sagad/status"
 	"github.com/sagad/sagad/store"
 )
 
@@ -64,6 +65,9 @@ type Pipeline struct {
 	// by artifacts on saga.artifacts.get while the pipeline runs.
 	grants    *artifactsvc.Grants
 	artifacts *artifactsvc.Service
+	// calls are the agent calls this process runs, as their streams show
+	// them so far (transient: see status.Calls).
+	calls *status.Calls
 }
 
 // New creates the JetStream topology (idempotently) and returns a pipeline
@@ -96,6 +100,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		constitution: rules.VersionOf(cfg.Rules),
 		corrupt:      rep,
 		rate:         newLimiter(cfg.IntakeRate, cfg.Now),
+		calls:        status.NewCalls(),
 	}
 	// Agent calls become spans under their phase's, and carry its
 	// traceparent to the workers.
@@ -143,6 +148,10 @@ func (p *Pipeline) Checkpoints() *store.Checkpoints { return p.st.Checkpoints }
 
 // Store is the JetStream store the pipeline works on.
 func (p *Pipeline) Store() *store.Store { return p.st }
+
+// Calls are the agent calls this pipeline runs, as their streams show them
+// so far: sagad's admin service and console read them.
+func (p *Pipeline) Calls() *status.Calls { return p.calls }
 
 // Admin carries out operator actions on this pipeline's store, counted in
 // its metrics (sagad's admin service serves it).

@@ -91,6 +91,13 @@ type Status struct {
 	// stopped: its trigger, the reason given, who paused it and when.
 	// Absent in every other state.
 	Pause *Pause `json:"pause,omitempty"`
+	// Call is the agent call running for the capsule in the sagad that
+	// answered, as its stream shows it so far ([Calls]); absent when that
+	// sagad runs none for it (a call runs in one sagad only).
+	Call *Call `json:"call,omitempty"`
+	// Questions are its agent's open questions (trigger agent_query),
+	// oldest first: `sagactl resume ID --answer TEXT` answers the first.
+	Questions []Question `json:"questions,omitempty"`
 	// Attempts are the failed executor and reviewer calls, oldest first
 	// (the newest [capsule.MaxAttemptLog]): attempt, exit code and what the
 	// failure policy decided. Absent when no call failed.
@@ -155,6 +162,26 @@ type Pause struct {
 	At      time.Time       `json:"at"`
 }
 
+// Question is an agent's open question in a [Status] (its reply subject is
+// sagad's to use, not shown).
+type Question struct {
+	ID     string    `json:"id"`
+	Agent  string    `json:"agent,omitempty"`
+	Prompt string    `json:"prompt"`
+	Phase  int       `json:"phase"`
+	Cycle  int       `json:"cycle"`
+	At     time.Time `json:"at"`
+}
+
+// QuestionsOf lists the open questions of st, oldest first.
+func QuestionsOf(st capsule.CheckpointState) []Question {
+	var out []Question
+	for _, q := range st.AgentQueries {
+		out = append(out, Question{ID: q.ID, Agent: q.Agent, Prompt: q.Prompt, Phase: int(q.Phase), Cycle: q.Cycle, At: q.At})
+	}
+	return out
+}
+
 // HistoryEntry is one phase transition in a [Status].
 type HistoryEntry struct {
 	Phase     int    `json:"phase"`
@@ -203,6 +230,7 @@ func Of(cp *capsule.Checkpoint) Status {
 	if p := cp.State.Pause; p != nil && (cp.State.Status == capsule.Paused || cp.State.Status == capsule.WaitingForOperator) {
 		s.Pause = &Pause{Trigger: p.Trigger, Reason: p.Reason, By: p.By, At: p.At}
 	}
+	s.Questions = QuestionsOf(cp.State)
 	if len(cp.State.AttemptLog) > 0 {
 		s.Attempts = append([]capsule.FailedAttempt{}, cp.State.AttemptLog...)
 	}

@@ -193,7 +193,11 @@ function capsuleActions(r) {
     out.push(b("Revise", "act-revise", () => confirmAction("Revise " + who, "EXECUTION runs again, with your rationale as the review's finding.", "decide", { id, decision: "revise" }, ["rationale"])));
     out.push(b("Reject", "act-reject danger", () => confirmAction("Reject " + who, "The capsule halts: the operator rejected the work.", "decide", { id, decision: "reject" }, ["rationale"])));
   }
-  if (r.state === "paused") {
+  if (r.state === "paused" && r.trigger === "agent_query") {
+    // Its agent waits for an answer while its call goes on: an answer is
+    // the only resume it takes.
+    out.push(b("Answer", "act-answer primary", () => confirmAction("Answer " + who, r.reason || "Its agent asked a question.", "resume", { id }, ["answer"])));
+  } else if (r.state === "paused") {
     out.push(b("Resume", "act-resume primary", () => confirmAction("Resume " + who, "The capsule resumes where it stopped; the overrides lift its cause.", "resume", { id }, ["reason", "answer", "tokens", "dollars", "deadline", "extend", "force"])));
   }
   // A waiting capsule refuses a pause (capsule/triggers.go PauseRefused):
@@ -371,7 +375,7 @@ async function renderInbox() {
     el("thead", {}, el("tr", {}, ["Capsule", "Phase", "Trigger", "Reason", "By", "Age", ""].map(h => el("th", { text: h })))),
     el("tbody", {}, data.paused.map(r => el("tr", { dataset: { key: r.key } },
       el("td", {}, capLink(r)), el("td", {}, phaseLink(r.phase, r.phase_name)), el("td", { class: "mono", text: r.trigger }),
-      el("td", { class: "wrap", text: r.reason || "-" }), el("td", { text: r.by || "-" }), el("td", { text: ago(r.since) }),
+      el("td", { class: "wrap" }, r.query ? answerBox(r) : (r.reason || "-")), el("td", { text: r.by || "-" }), el("td", { text: ago(r.since) }),
       el("td", {}, capsuleActions(r)))))) : el("p", { class: "muted", text: "Nothing is paused for a person." }));
   v.append(el("h2", {}, "Waiting (", String(data.counts.waiting), ")"));
   v.append(data.waiting.length ? el("table", { id: "inbox-waiting" },
@@ -383,6 +387,21 @@ async function renderInbox() {
   v.append(inboxHalted(data));
   if (data.truncated) v.append(el("p", { class: "muted", text: "Lists are cut at their limit; filter the capsule list for the rest." }));
   return v;
+}
+
+// answerBox is an agent's question in the inbox with a box for the answer:
+// sending it asks for the operator's name, then answers through resume.
+function answerBox(r) {
+  const q = r.query;
+  const who = r.capsule_id || r.key;
+  const text = el("textarea", { name: "answer", rows: 2, class: "answer-text", placeholder: "Your answer" });
+  const send = el("button", { class: "act-send-answer primary", onclick: () => {
+    if (!text.value.trim()) { text.focus(); return; }
+    confirmAction("Answer " + who, (q.agent || "The agent") + " asks: " + q.prompt, "resume", { id: r.key }, [["answer", text.value]]);
+  } }, "Send answer");
+  return el("div", { class: "answer-box", dataset: { query: q.id } },
+    el("p", {}, el("strong", { text: (q.agent || "the agent") + " asks" }), " ", el("span", { class: "muted", text: "(" + ago(q.since) + " ago" + (q.open > 1 ? ", " + q.open + " open" : "") + ")" })),
+    el("p", { class: "question", text: q.prompt }), text, send);
 }
 
 // inboxHalted lists the dead letters: halted capsules, which only a replay
@@ -606,7 +625,7 @@ async function renderCapsule(key) {
   const s = d.status, cp = d.checkpoint, c = d.capsule;
   const st = cp.state;
   const dl = (pairs) => el("dl", {}, pairs.map(([k, v]) => [el("dt", { text: k }), el("dd", {}, v === undefined || v === null || v === "" ? "-" : v)]));
-  const row = { key: cp.key, capsule_id: cp.capsule_id, state: st.status };
+  const row = { key: cp.key, capsule_id: cp.capsule_id, state: st.status, trigger: st.pause && st.pause.trigger, reason: st.pause && st.pause.reason };
   const v = el("div", { id: "capsule", dataset: { key: cp.key } },
     el("h1", {}, c ? el("span", { id: "capsule-title", text: c.task.title }) : "Capsule", " ", el("span", { class: "mono muted", text: cp.capsule_id }), copyButton(cp.capsule_id)),
     el("p", {}, el("span", { id: "capsule-state" }, stateTag(st.status)), " ", c ? el("span", { class: "kind", text: c.task.kind }) : "", " ",
@@ -614,6 +633,11 @@ async function renderCapsule(key) {
     capsuleActions(row));
   const why = whyStopped(st);
   if (why) v.append(why);
+  if (s.questions && s.questions.length) {
+    v.append(el("div", { class: "card", id: "questions" }, el("h2", { text: "Its agent asks" }),
+      el("ul", {}, s.questions.map(q => el("li", {}, el("strong", { text: q.agent || "the agent" }), " (" + ago(q.at) + " ago): ", el("span", { class: "question", text: q.prompt }))))));
+  }
+  v.append(callCard(s.call));
   const budget = d.caps || {};
   v.append(el("div", { class: "grid" },
     el("div", { class: "card" }, el("h2", { text: "State" }), dl([
@@ -714,6 +738,32 @@ async function renderWaves() {
   return v;
 }
 
+// callCard shows the agent call running for the capsule in this sagad, as
+// its stream shows it so far (hidden when none runs).
+function callCard(call) {
+  const card = el("div", { class: "card", id: "call" });
+  if (!call) { card.hidden = true; return card; }
+  const last = call.last_chunk ? call.last_chunk_age_seconds.toFixed(1) + " s ago" : "no chunk yet";
+  const dl = (pairs) => el("dl", {}, pairs.map(([k, v]) => [el("dt", { text: k }), el("dd", {}, v === undefined || v === null || v === "" ? "-" : v)]));
+  card.append(el("h2", { text: call.done ? "Agent call (ended, being recorded)" : "Agent call (live)" }), dl([
+    ["agent", el("span", { class: "mono", id: "call-agent", text: call.agent || "-" })],
+    ["subject", call.subject ? el("span", { class: "mono", text: call.subject }) : ""],
+    ["step", call.phase + " " + call.phase_name + ", cycle " + call.cycle],
+    ["chunks", el("span", { id: "call-chunks", text: fmtInt(call.chunks) })], ["bytes", fmtInt(call.bytes)],
+    ["last chunk", last], ["started", ts(call.started)],
+  ]), el("pre", { class: "streamed", id: "call-text", text: call.text || "" }));
+  return card;
+}
+
+// updateCall reads the call of the capsule shown and replaces its card.
+async function updateCall(key) {
+  try {
+    const d = await getJSON("/calls/" + encodeURIComponent(key));
+    const old = document.getElementById("call");
+    if (old && current.name === "capsule" && current.key === key) old.replaceWith(callCard(d.call));
+  } catch (e) { /* the next change tries again */ }
+}
+
 // ---- routing and live updates ----
 
 function route() {
@@ -802,6 +852,7 @@ function connect() {
   es.addEventListener("hello", () => { live.textContent = "live"; live.classList.remove("off"); });
   es.addEventListener("capsule", (ev) => { try { onChange(JSON.parse(ev.data)); } catch (e) { /* ignore a bad event */ } });
   es.addEventListener("resync", () => { soon(); soonBadge(); });
+  es.addEventListener("calls", () => { if (current.name === "capsule") updateCall(current.key); });
   es.onerror = () => { live.textContent = "reconnecting"; live.classList.add("off"); };
 }
 

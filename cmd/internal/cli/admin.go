@@ -210,6 +210,12 @@ escalation's resolution): recorded with --by, the next executor call carries
 it as operator_answer (SAGA_OPERATOR_ANSWER for a command). Exit 5 if the
 capsule is not paused.
 
+A capsule paused with agent_query (its agent asked a question during its
+call, which goes on meanwhile) takes --answer only: the answer goes to the
+agent at once, is recorded with --by (history: agent_query_answered), and
+once no question is open the capsule runs again. sagactl pending shows the
+question.
+
 --all restarts every phase paused by pause --all or phase pause (the last
 phase first); capsules paused one by one stay paused.`,
 		func(c *cobra.Command) {
@@ -339,6 +345,15 @@ sagactl phase list -o json (paused_by, paused_at, pause_reason).`,
 					it.Cycle, (time.Duration(it.AgeSecs) * time.Second).String(), dash(string(it.Verdict)), dash(it.Reason))
 				for _, f := range it.Findings {
 					fmt.Fprintf(tw, "\t\t\t\t\t\t\t- %s\n", printable(f.Message))
+				}
+				if q := it.Query; q != nil {
+					more := ""
+					if q.Open > 1 {
+						more = fmt.Sprintf(" (%d questions open, the oldest first)", q.Open)
+					}
+					fmt.Fprintf(tw, "\t\t\t\t\t\t\t- %s asks (query %s, %s ago)%s: %s — answer: sagactl resume %s --answer TEXT\n",
+						dash(printable(q.Agent)), printable(q.ID), (time.Duration(q.AgeSecs) * time.Second).String(), more,
+						printable(q.Prompt), idOrKey(it.CapsuleID, it.Key))
 				}
 			}
 			// A composition's loop that stopped for no progress waits for

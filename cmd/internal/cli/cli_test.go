@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -360,6 +361,7 @@ type online struct {
 	url       string
 	js        jetstream.JetStream
 	workspace string
+	server    *server.Server
 }
 
 type tlogWriter struct{ t testing.TB }
@@ -379,7 +381,7 @@ func startOnline(t *testing.T, admin bool) *online {
 	t.Helper()
 	s := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, s)
-	o := &online{url: s.ClientURL(), js: js, workspace: capsuletest.Workspace(t)}
+	o := &online{url: s.ClientURL(), js: js, workspace: capsuletest.Workspace(t), server: s}
 	ctx := context.Background()
 	p, err := pipeline.New(ctx, js, pipeline.Config{
 		Logger:     slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -397,9 +399,12 @@ func startOnline(t *testing.T, admin bool) *online {
 		p.Stop(ctx)
 	})
 	if admin {
+		agents, err := adminsvc.WatchAgents(nc, adminsvc.AgentWatchConfig{})
+		require.NoError(t, err)
+		t.Cleanup(agents.Stop)
 		svc, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{
 			Logger: slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-			Costs:  adminsvc.StoreCosts(p.Store()),
+			Costs:  adminsvc.StoreCosts(p.Store()), Calls: p.Calls(), Agents: agents,
 		})
 		require.NoError(t, err)
 		// Registered after the pipeline's cleanup, so it runs first: the

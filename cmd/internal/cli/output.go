@@ -219,6 +219,13 @@ func printStatus(w io.Writer, s client.Status) error {
 		}
 		fmt.Fprintf(tw, "paused_by:\t%s at %s\n", dash(printable(p.By)), ts(p.At))
 	}
+	for _, q := range s.Questions {
+		fmt.Fprintf(tw, "question:\t%s asks (query %s, %s ago): %s\n", dash(printable(q.Agent)), printable(q.ID),
+			time.Since(q.At).Truncate(time.Second), printable(q.Prompt))
+	}
+	if c := s.Call; c != nil {
+		writeCall(tw, c)
+	}
 	if s.Producer != "" {
 		fmt.Fprintf(tw, "producer:\t%s\n", printable(s.Producer))
 	}
@@ -321,3 +328,30 @@ func clip(s string, n int) string {
 	r := []rune(s)
 	return string(r[:n-1]) + "…"
 }
+
+// writeCall writes the agent call running for the capsule, as its stream
+// shows it so far (saga.admin.status's "call"; only the sagad that runs
+// it knows it).
+func writeCall(tw io.Writer, c *client.Call) {
+	last := "no chunk yet"
+	if !c.LastChunk.IsZero() {
+		last = fmt.Sprintf("last chunk %.1fs ago", c.LastChunkAgeSecs)
+	}
+	state := "running"
+	if c.Done {
+		state = "ended, being recorded"
+	}
+	fmt.Fprintf(tw, "call:\t%s %d %s cycle %d to %s: %s, %d chunks, %d bytes, %s, since %s\n", state, c.Phase, printable(c.PhaseName),
+		c.Cycle, dash(printable(c.Agent)), dash(printable(c.Subject)), c.Chunks, c.Bytes, last, ts(c.Started))
+	if c.Text != "" {
+		text := c.Text
+		if len(text) > maxCallText {
+			text = "…" + text[len(text)-maxCallText:]
+		}
+		fmt.Fprintf(tw, "streamed:\t%s\n", printable(strings.ReplaceAll(text, "\n", " ⏎ ")))
+	}
+}
+
+// maxCallText is how much of a call's streamed text the table shows (its
+// end); -o json has it all.
+const maxCallText = 400

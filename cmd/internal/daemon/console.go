@@ -9,6 +9,7 @@ import (
 
 	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/console"
+	"github.com/sagad/sagad/status"
 	"github.com/sagad/sagad/store"
 )
 
@@ -22,9 +23,9 @@ type uiServer struct {
 // startConsole starts the web console on st, acting through the admin
 // service on nc, and returns it with a handler serving it at /ui/ (and /
 // redirecting there) and everything else through base.
-func startConsole(ctx context.Context, cfg Config, log *slog.Logger, nc *nats.Conn, st *store.Store, base http.Handler) (*uiServer, error) {
+func startConsole(ctx context.Context, cfg Config, log *slog.Logger, nc *nats.Conn, st *store.Store, calls *status.Calls, base http.Handler) (*uiServer, error) {
 	c, err := console.New(st, adminsvc.NewClient(nc, adminsvc.ClientConfig{}), console.Config{
-		Logger: log, Token: cfg.UIToken, BasicAuth: cfg.UIBasicAuth, TraceURL: cfg.TraceURL,
+		Logger: log, Token: cfg.UIToken, BasicAuth: cfg.UIBasicAuth, TraceURL: cfg.TraceURL, Calls: calls,
 	})
 	if err != nil {
 		return nil, err

@@ -162,7 +162,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	if err != nil {
 		return startErr(ctx, err)
 	}
-	svcs, err := startServices(ctx, nc, p, log, m)
+	svcs, err := startServices(ctx, nc, p, execs.AgentDirectory(), log, m)
 	if err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ func serveHTTP(ctx context.Context, cfg Config, log *slog.Logger, gate *startGat
 	var ui *uiServer
 	if !cfg.NoUI {
 		var err error
-		if ui, err = startConsole(ctx, cfg, log, nc, p.Store(), handler); err != nil {
+		if ui, err = startConsole(ctx, cfg, log, nc, p.Store(), p.Calls(), handler); err != nil {
 			return nil, err
 		}
 		handler = ui.mux
@@ -405,9 +405,10 @@ type services struct {
 // composes chains (the steps' ids are sagad's to give) and records
 // compositions' step ends (one durable consumer, shared: each run's
 // record, events and one outcome). On an error the pipeline is stopped.
-func startServices(ctx context.Context, nc *nats.Conn, p *pipeline.Pipeline, log *slog.Logger, m *metrics.Metrics) (*services, error) {
-	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules(), Chains: adminsvc.StoreChains(p.Store()),
-		Costs: adminsvc.StoreCosts(p.Store()), Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin())})
+func startServices(ctx context.Context, nc *nats.Conn, p *pipeline.Pipeline, dir *executors.AgentDirectory, log *slog.Logger, m *metrics.Metrics) (*services, error) {
+	agents := agentsListing(nc, dir, log)
+	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules(), Chains: adminsvc.StoreChains(p.Store()), Calls: p.Calls(),
+		Costs: adminsvc.StoreCosts(p.Store()), Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin()), Agents: agents})
 	if err != nil {
 		p.Stop(ctx)
 		return nil, err
@@ -607,4 +608,49 @@ func newMonitor(cfg Config, log *slog.Logger, m *metrics.Metrics) *health.Monito
 		Logger:         log,
 		Metrics:        m,
 	})
+}
+
+// agentsListing is what saga.admin.agents lists. With agent endpoints
+// configured it is their directory: it reaches the agents through each
+// role's imports (on the embedded server no agent is in sagad's account)
+// and knows which kinds each serves. Without any, the agents' discovery and
+// heartbeats are watched on sagad's own connection, for an outside server
+// where agents share its account.
+func agentsListing(nc *nats.Conn, dir *executors.AgentDirectory, log *slog.Logger) adminsvc.AgentDirectory {
+	if dir != nil {
+		return directoryAgents{dir}
+	}
+	w, err := adminsvc.WatchAgents(nc, adminsvc.AgentWatchConfig{Logger: log})
+	if err != nil {
+		log.Warn("agents' heartbeats not watched: sagactl agents lists no agent", "error", err)
+		return nil
+	}
+	return w
+}
+
+// directoryAgents lists an [executors.AgentDirectory]'s instances as the
+// admin service shows them.
+type directoryAgents struct{ d *executors.AgentDirectory }
+
+func (a directoryAgents) Agents(ctx context.Context, wait time.Duration) ([]adminsvc.AgentInfo, error) {
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait+time.Second)
+		defer cancel()
+	}
+	insts, err := a.d.List(ctx)
+	out := make([]adminsvc.AgentInfo, 0, len(insts))
+	for _, in := range insts {
+		info := adminsvc.AgentInfo{
+			Agent: in.Agent, Owner: in.Owner, Session: in.Session, ProtocolVersion: in.ProtocolVersion,
+			InstanceID: in.ID, PromptSubject: in.PromptSubject, Discovered: true, Alive: in.Alive,
+			IntervalS: int(in.Interval / time.Second), Serves: in.Kinds,
+		}
+		if !in.LastBeat.IsZero() {
+			at := in.LastBeat
+			info.LastHeartbeat = &at
+		}
+		out = append(out, info)
+	}
+	return out, err
 }
