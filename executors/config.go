@@ -17,6 +17,11 @@ const (
 	EndpointNATS    = "nats"
 	EndpointCommand = "command"
 	EndpointStub    = "stub"
+	// EndpointOpenAI and EndpointAnthropic are model endpoints (model.go):
+	// the OpenAI chat completions API (any compatible server through
+	// base_url) and Anthropic's messages API.
+	EndpointOpenAI    = "openai"
+	EndpointAnthropic = "anthropic"
 )
 
 // MaxRetries bounds Endpoint.Retries, so that a misconfiguration cannot keep a
@@ -39,6 +44,9 @@ const MaxRetries = 10
 type Config struct {
 	Executors map[string]Endpoint `json:"executors"`
 	Reviewers map[string]Endpoint `json:"reviewers"`
+	// Models are the model tiers and prices model endpoints and
+	// task.model resolve against (model.go).
+	Models Models `json:"models"`
 }
 
 // Endpoint is one configured executor or reviewer. Durations are Go duration
@@ -82,6 +90,9 @@ type Endpoint struct {
 	// or a NATS reply with retryable: true, 0 to [MaxFailureRetries].
 	// Defaults to [DefaultSelfHeal].
 	SelfHeal *int `json:"self_heal,omitempty"`
+	// ModelOptions are the options of the model endpoints (types openai
+	// and anthropic, model.go).
+	ModelOptions
 }
 
 // Names lists, sorted, the task kinds and reviewer ids a registry built
@@ -107,9 +118,10 @@ func (c Config) Validate() error {
 		for _, key := range sortedKeys(role.m) {
 			at := fmt.Sprintf("%s[%q]", role.name, key)
 			_, err := role.m[key].settings(at, key)
-			errs = append(errs, err)
+			errs = append(errs, err, role.m[key].checkModel(at, c.Models))
 		}
 	}
+	errs = append(errs, c.Models.Validate())
 	return errors.Join(errs...)
 }
 
@@ -121,6 +133,7 @@ func (c Config) Build(nc *nats.Conn) (*Registry, error) {
 		return nil, err
 	}
 	r := NewRegistry()
+	r.SetModels(c.Models)
 	for key, ep := range c.Executors {
 		s, _ := ep.settings("", key)
 		if ep.Type == EndpointNATS && nc == nil {
@@ -134,6 +147,12 @@ func (c Config) Build(nc *nats.Conn) (*Registry, error) {
 			r.RegisterExecutor(key, s.command)
 		case EndpointStub:
 			r.RegisterExecutor(key, Stub{})
+		case EndpointOpenAI, EndpointAnthropic:
+			m, err := ep.modelEndpoint(key, s, c.Models, KindExecute)
+			if err != nil {
+				return nil, fmt.Errorf("executors[%q]: %w", key, err)
+			}
+			r.RegisterExecutor(key, ModelExecutor{m})
 		}
 	}
 	for key, ep := range c.Reviewers {
@@ -149,6 +168,12 @@ func (c Config) Build(nc *nats.Conn) (*Registry, error) {
 			r.RegisterReviewer(key, s.command)
 		case EndpointStub:
 			r.RegisterReviewer(key, StubReviewer{})
+		case EndpointOpenAI, EndpointAnthropic:
+			m, err := ep.modelEndpoint(key, s, c.Models, KindReview)
+			if err != nil {
+				return nil, fmt.Errorf("reviewers[%q]: %w", key, err)
+			}
+			r.RegisterReviewer(key, ModelReviewer{m})
 		}
 	}
 	return r, nil
@@ -222,13 +247,15 @@ func (ep Endpoint) settings(at, key string) (settings, error) {
 			}
 		}
 	case EndpointStub:
+	case EndpointOpenAI, EndpointAnthropic:
+		errs = append(errs, ep.ModelOptions.check(at, ep.Type))
 	case "":
-		bad(".type", "required: %q, %q or %q", EndpointNATS, EndpointCommand, EndpointStub)
+		bad(".type", "required: %q, %q, %q, %q or %q", EndpointNATS, EndpointCommand, EndpointOpenAI, EndpointAnthropic, EndpointStub)
 	default:
-		bad(".type", "%q: want %q, %q or %q", ep.Type, EndpointNATS, EndpointCommand, EndpointStub)
+		bad(".type", "%q: want %q, %q, %q, %q or %q", ep.Type, EndpointNATS, EndpointCommand, EndpointOpenAI, EndpointAnthropic, EndpointStub)
 	}
-	if slices.Contains([]string{EndpointNATS, EndpointCommand, EndpointStub}, ep.Type) {
-		only(".timeout", ep.Timeout != "", EndpointNATS, EndpointCommand)
+	if slices.Contains([]string{EndpointNATS, EndpointCommand, EndpointStub, EndpointOpenAI, EndpointAnthropic}, ep.Type) {
+		only(".timeout", ep.Timeout != "", EndpointNATS, EndpointCommand, EndpointOpenAI, EndpointAnthropic)
 		only(".completion_timeout", ep.CompletionTimeout != "", EndpointNATS, EndpointCommand)
 		only(".subject", ep.Subject != "", EndpointNATS)
 		only(".retries", ep.Retries != nil, EndpointNATS)
@@ -238,6 +265,9 @@ func (ep Endpoint) settings(at, key string) (settings, error) {
 		only(".max_output", ep.MaxOutput != 0, EndpointCommand)
 		only(".env", len(ep.Env) > 0, EndpointCommand)
 		only(".dir", ep.Dir != "", EndpointCommand)
+		for _, f := range ep.ModelOptions.set() {
+			only("."+f, true, EndpointOpenAI, EndpointAnthropic)
+		}
 	}
 	if err := checkPolicyKnob(ep.FailureRetries); err != nil {
 		bad(".failure_retries", "%v", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/tracing"
@@ -121,6 +122,11 @@ type FailedError struct {
 	// Stderr is the bounded tail of a command's stderr, for the
 	// previous_failure of a self-heal retry.
 	Stderr string
+	// RetryAfter is how long a retry must wait (a model API's rate limit
+	// or overload, its Retry-After, bounded by [MaxRetryAfter]); 0 retries
+	// at once. The pipeline waits it out by handing the phase's message
+	// back for that long, not by holding a worker.
+	RetryAfter time.Duration
 }
 
 func (e *FailedError) Error() string { return "executor failed: " + e.Detail }
@@ -138,6 +144,8 @@ type Registry struct {
 	// failure policies (policy.go).
 	policies         map[string]Policy
 	reviewerPolicies map[string]Policy
+	// models is the "models" config (models.go).
+	models Models
 }
 
 // NewRegistry returns a registry with the built-in stubs registered: the
