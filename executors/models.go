@@ -205,3 +205,17 @@ func (r *Registry) Models() Models {
 	defer r.mu.RUnlock()
 	return r.models
 }
+
+// UnpricedModels lists, sorted, the model ids c's model endpoints and tiers
+// may call that have no price (sagad warns of each once at start).
+func (c Config) UnpricedModels() []string {
+	var ids []string
+	for _, m := range []map[string]Endpoint{c.Executors, c.Reviewers} {
+		for _, ep := range m {
+			if ep.Type == EndpointOpenAI || ep.Type == EndpointAnthropic {
+				ids = append(ids, c.Models.Resolve(ep.Model))
+			}
+		}
+	}
+	return c.Models.Unpriced(ids...)
+}

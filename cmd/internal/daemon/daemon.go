@@ -140,6 +140,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	if err != nil {
 		return err
 	}
+	cfg.warnUnpriced(log)
 	mon := newMonitor(cfg, log, m)
 	defer mon.Stop()
 	tp, stopTracing, err := startTracing(ctx, cfg, log)
