@@ -16,8 +16,8 @@ import (
 // ModelsReport is what `sagactl models -o json` prints: the tiers and prices
 // of a sagad config file, and the models without a price.
 type ModelsReport struct {
-	Tiers  map[string]string           `json:"tiers"`
-	Prices map[string]executors.Price  `json:"prices"`
+	Tiers  map[string]string          `json:"tiers"`
+	Prices map[string]executors.Price `json:"prices"`
 	// Unpriced are the model ids the tiers and model endpoints may call
 	// that have no price: their calls charge tokens only.
 	Unpriced []string `json:"unpriced"`
