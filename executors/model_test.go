@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/executors"
@@ -399,4 +400,36 @@ func FuzzReplyVerdict(f *testing.F) {
 			require.NotEmpty(t, strings.TrimSpace(f.Message))
 		}
 	})
+}
+
+// TestModelSpanAttributes: the agent-call span carries the gen_ai.*
+// attributes of the call, and neither span nor events carry the key.
+func TestModelSpanAttributes(t *testing.T) {
+	api := newFakeAPI(t, anthropicText("claude-mid-20250101", "done", anthropicUsage(40, 9, 0, 10)))
+	built := modelRegistry(t, anthropicEndpoint(api.URL, "medium-tier"), anthropicEndpoint(api.URL, "medium-tier"))
+	ex, err := built.Executor("llm")
+	require.NoError(t, err)
+	reg, spans, ctx, phase := tracedRegistry(t)
+	reg.RegisterExecutor("llm", ex)
+	traced, err := reg.Executor("llm")
+	require.NoError(t, err)
+	_, err = traced.Execute(ctx, executors.Request{Capsule: modelCapsule(""), Cycle: 1})
+	require.NoError(t, err)
+	phase.End()
+
+	var call *tracetest.SpanStub
+	for _, s := range spans.GetSpans() {
+		if attrOf(s, "gen_ai.system").AsString() != "" {
+			call = &s
+		}
+	}
+	require.NotNil(t, call, "a span with gen_ai attributes")
+	assert.Equal(t, "anthropic", attrOf(*call, "gen_ai.system").AsString())
+	assert.Equal(t, "claude-mid", attrOf(*call, "gen_ai.request.model").AsString())
+	assert.Equal(t, "claude-mid-20250101", attrOf(*call, "gen_ai.response.model").AsString())
+	assert.Equal(t, int64(50), attrOf(*call, "gen_ai.usage.input_tokens").AsInt64())
+	assert.Equal(t, int64(9), attrOf(*call, "gen_ai.usage.output_tokens").AsInt64())
+	for _, kv := range call.Attributes {
+		assert.NotContains(t, kv.Value.Emit(), testKey)
+	}
 }
