@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -111,8 +110,6 @@ func sortedMapKeys[V any](m map[string]V) []string {
 	slices.Sort(keys)
 	return keys
 }
-
-func money(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
 func moneyOr(v *float64) string {
 	if v == nil {
