@@ -156,7 +156,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	if err != nil {
 		return startErr(ctx, err)
 	}
-	svcs, err := startServices(ctx, nc, p, log, m)
+	svcs, err := startServices(ctx, nc, p, log, m, cfg.executorsConfig().UnpricedModels())
 	if err != nil {
 		return err
 	}
@@ -399,9 +399,10 @@ type services struct {
 // composes chains (the steps' ids are sagad's to give) and records
 // compositions' step ends (one durable consumer, shared: each run's
 // record, events and one outcome). On an error the pipeline is stopped.
-func startServices(ctx context.Context, nc *nats.Conn, p *pipeline.Pipeline, log *slog.Logger, m *metrics.Metrics) (*services, error) {
+// unpriced are the models without a price, which cost reports name.
+func startServices(ctx context.Context, nc *nats.Conn, p *pipeline.Pipeline, log *slog.Logger, m *metrics.Metrics, unpriced []string) (*services, error) {
 	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules(), Chains: adminsvc.StoreChains(p.Store()),
-		Costs: adminsvc.StoreCosts(p.Store()), Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin())})
+		Costs: adminsvc.WithUnpriced(adminsvc.StoreCosts(p.Store()), unpriced), Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin())})
 	if err != nil {
 		p.Stop(ctx)
 		return nil, err
