@@ -433,3 +433,17 @@ func TestModelSpanAttributes(t *testing.T) {
 		assert.NotContains(t, kv.Value.Emit(), testKey)
 	}
 }
+
+// FuzzParseRetryAfter: a model API's Retry-After headers (untrusted) never
+// panic the parser nor yield a negative wait.
+func FuzzParseRetryAfter(f *testing.F) {
+	for _, s := range [][2]string{{"", "2"}, {"1500", ""}, {"", "Wed, 21 Oct 2099 07:28:00 GMT"}, {"-1", "1e308"}, {"NaN", "Inf"}, {"1e999", "0x10"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, ms, secs string) {
+		h := http.Header{}
+		h.Set("Retry-After-Ms", ms)
+		h.Set("Retry-After", secs)
+		require.GreaterOrEqual(t, executors.ParseRetryAfter(h, time.Now()), time.Duration(0))
+	})
+}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -130,9 +131,13 @@ tokens only; sagad warns of each at start), and the model endpoints with the
 model each calls. Read offline from the file (docs/MODELS.md); -o json
 prints {"tiers", "prices", "unpriced", "endpoints"}.
 
-Exit codes: 0 printed, 1 the file cannot be read or its models are invalid.`,
+Exit codes: 0 printed, 1 the file cannot be read or its models are invalid,
+2 usage (no --config).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if path == "" {
+				return exit(ExitUsage, errors.New("--config FILE is required: sagad's config file"))
+			}
 			cfg, err := readSagadConfig(path)
 			if err != nil {
 				return exit(ExitFailure, err)
@@ -145,6 +150,5 @@ Exit codes: 0 printed, 1 the file cannot be read or its models are invalid.`,
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "sagad's config file (required)")
-	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
