@@ -77,7 +77,7 @@ type ModelOptions struct {
 	// prompt (executors/templates).
 	PromptTemplate string `json:"prompt_template,omitempty"`
 	// Headers are extra HTTP headers, e.g. for a proxy.
-	Headers map[string]string `json:"headers,omitempty"`
+	Headers map[string]string `json:"headers,omitzero"`
 	// Stream asks for a streamed response, whose progress sagactl status
 	// and the console show while it runs.
 	Stream bool `json:"stream,omitempty"`

@@ -21,9 +21,9 @@ import (
 type Models struct {
 	// Tiers maps a tier name ("low-tier", "medium-tier", "high-tier" or any
 	// other) to a model id.
-	Tiers map[string]string `json:"tiers,omitempty"`
+	Tiers map[string]string `json:"tiers,omitzero"`
 	// Prices maps a model id, as sent to the API, to its price.
-	Prices map[string]Price `json:"prices,omitempty"`
+	Prices map[string]Price `json:"prices,omitzero"`
 }
 
 // Price is a model's price in dollars per million tokens. Cache reads and
