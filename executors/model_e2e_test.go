@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/sagatest"
@@ -191,4 +192,76 @@ func lastUserText(t *testing.T, body map[string]any) string {
 	require.NotEmpty(t, msgs)
 	s, _ := msgs[len(msgs)-1].(map[string]any)["content"].(string)
 	return s
+}
+
+// TestModelsComposition: a composition whose two steps ask for different
+// tiers; each step's executor calls its own tier's model and is charged at
+// its price, and the compose service judges task.model by sagad's models.
+func TestModelsComposition(t *testing.T) {
+	oa := newFakeAPI(t,
+		openAIText("gpt-small", "the draft", 100, 10, 0),
+		openAIText("gpt-big", "the polished text", 100, 10, 0),
+	)
+	an := newFakeAPI(t,
+		anthropicVerdict("claude-mid", map[string]any{"verdict": "APPROVED", "findings": []any{}}, anthropicUsage(10, 1, 0, 0)),
+		anthropicVerdict("claude-mid", map[string]any{"verdict": "APPROVED", "findings": []any{}}, anthropicUsage(10, 1, 0, 0)),
+	)
+	b, _ := runModels(t, oa, an)
+	ctx := context.Background()
+	svc, err := compose.Start(b.NC, b.Pipeline.Store(), compose.Config{Logger: b.Logger, Rules: b.Pipeline.Rules(), Models: testModels()})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, svc.Stop()) })
+	runner, err := compose.StartRunner(ctx, b.Pipeline.Store(), compose.RunnerConfig{Logger: b.Logger})
+	require.NoError(t, err)
+	t.Cleanup(runner.Stop)
+
+	at := time.Now().UTC().Truncate(time.Hour)
+	var steps []any
+	for _, s := range []struct{ name, tier string }{{"draft", "low-tier"}, {"polish", "high-tier"}} {
+		d := b.Own(t, capsuletest.New()).Delete("capsule_id").
+			Set("task.kind", "llm").Set("task.title", s.name).Set("task.model", s.tier).
+			Set("review.reviewer_agent_id", "llm-reviewer").
+			Set("created_at", at.Format(time.RFC3339)).Set("deadline", at.Add(3*time.Hour).Format(time.RFC3339)).
+			Set("spec.approved_at", at.Add(-time.Minute).Format(time.RFC3339))
+		st := map[string]any{"name": s.name, "capsule": map[string]any(d)}
+		if s.name == "polish" {
+			st["needs"] = []string{"draft"}
+		}
+		steps = append(steps, st)
+	}
+	doc, err := json.Marshal(map[string]any{"composition_id": "tiers", "steps": steps})
+	require.NoError(t, err)
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	msg, err := b.NC.RequestWithContext(rctx, compose.Subject+".alice", doc)
+	require.NoError(t, err)
+	reply, err := compose.DecodeReply(msg)
+	require.NoError(t, err)
+	require.Len(t, reply.Steps, 2)
+
+	var dollars []float64
+	for _, s := range reply.Steps {
+		st := b.Wait(t, s.CapsuleID)
+		require.Equal(t, capsule.Completed, st.State, "%s: %s %v", s.Name, st.HaltReason, st.Findings)
+		dollars = append(dollars, st.BudgetUsed.Dollars)
+	}
+	seen := oa.requests()
+	require.Len(t, seen, 2)
+	assert.Equal(t, "gpt-small", seen[0].Body["model"], "the draft's tier")
+	assert.Equal(t, "gpt-big", seen[1].Body["model"], "the polish's tier")
+	review := (10*3 + 1*15) / 1e6
+	assert.InDelta(t, (100*2+10*8)/1e6+review, dollars[0], 1e-9)
+	assert.InDelta(t, (100*10+10*30)/1e6+review, dollars[1], 1e-9)
+
+	// A step asking for a model the config does not list is refused whole.
+	bad := []any{map[string]any{"name": "x", "capsule": map[string]any(b.Own(t, capsuletest.New()).Delete("capsule_id").
+		Set("task.kind", "llm").Set("task.model", "ultra-tier").Set("review.reviewer_agent_id", "llm-reviewer").
+		Set("created_at", at.Format(time.RFC3339)).Set("deadline", at.Add(3*time.Hour).Format(time.RFC3339)).
+		Set("spec.approved_at", at.Add(-time.Minute).Format(time.RFC3339)))}}
+	doc, err = json.Marshal(map[string]any{"composition_id": "bad-tier", "steps": bad})
+	require.NoError(t, err)
+	msg, err = b.NC.RequestWithContext(rctx, compose.Subject+".alice", doc)
+	require.NoError(t, err)
+	_, err = compose.DecodeReply(msg)
+	require.ErrorContains(t, err, "ultra-tier")
 }

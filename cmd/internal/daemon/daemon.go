@@ -156,7 +156,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	if err != nil {
 		return startErr(ctx, err)
 	}
-	svcs, err := startServices(ctx, nc, p, log, m, cfg.executorsConfig().UnpricedModels())
+	svcs, err := startServices(ctx, nc, p, log, m, cfg.Models, cfg.executorsConfig().UnpricedModels())
 	if err != nil {
 		return err
 	}
@@ -399,15 +399,16 @@ type services struct {
 // composes chains (the steps' ids are sagad's to give) and records
 // compositions' step ends (one durable consumer, shared: each run's
 // record, events and one outcome). On an error the pipeline is stopped.
-// unpriced are the models without a price, which cost reports name.
-func startServices(ctx context.Context, nc *nats.Conn, p *pipeline.Pipeline, log *slog.Logger, m *metrics.Metrics, unpriced []string) (*services, error) {
+// models judge a composition step's task.model; unpriced are the models
+// without a price, which cost reports name.
+func startServices(ctx context.Context, nc *nats.Conn, p *pipeline.Pipeline, log *slog.Logger, m *metrics.Metrics, models executors.Models, unpriced []string) (*services, error) {
 	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules(), Chains: adminsvc.StoreChains(p.Store()),
 		Costs: adminsvc.WithUnpriced(adminsvc.StoreCosts(p.Store()), unpriced), Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin())})
 	if err != nil {
 		p.Stop(ctx)
 		return nil, err
 	}
-	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: log, Rules: p.Rules(), Started: m.CompositionStarted})
+	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: log, Rules: p.Rules(), Models: models, Started: m.CompositionStarted})
 	if err != nil {
 		_ = admin.Stop(ctx)
 		p.Stop(ctx)
