@@ -150,7 +150,7 @@ build, with the findings per step; the same verdict as sagactl compose.`,
 			}
 			cfg := defaultRulesConfig(kinds, reviewers)
 			if composition {
-				return checkComposition(cmd, g, b, cfg)
+				return checkComposition(cmd, g, b, cfg, sagad.Models)
 			}
 			rep := CheckModels(b, cfg, sagad.Models, time.Now())
 			out := cmd.OutOrStdout()
