@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/template"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -333,12 +334,21 @@ func (m *modelEndpoint) observe(ctx context.Context, model string) func(string, 
 			return
 		}
 		last = p.LastChunk
-		p.Text = text
-		if len(p.Text) > MaxProgressText {
-			p.Text = tail(p.Text[len(p.Text)-MaxProgressText:])
-		}
+		p.Text = lastBytes(text, MaxProgressText)
 		o.Progress(p)
 	}
+}
+
+// lastBytes is the end of s, at most n bytes, cut at a rune start.
+func lastBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	for len(s) > 0 && !utf8.RuneStart(s[0]) {
+		s = s[1:]
+	}
+	return s
 }
 
 // setGenAIAttributes puts the call's OpenTelemetry gen_ai.* attributes on

@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -446,4 +448,25 @@ func FuzzParseRetryAfter(f *testing.F) {
 		h.Set("Retry-After", secs)
 		require.GreaterOrEqual(t, executors.ParseRetryAfter(h, time.Now()), time.Duration(0))
 	})
+}
+
+// TestModelStreamProgressBounded: a streamed answer longer than
+// MaxProgressText is reported by its end, cut on a rune boundary.
+func TestModelStreamProgressBounded(t *testing.T) {
+	long := strings.Repeat("é", executors.MaxProgressText) // two bytes each
+	api := newFakeAPI(t, openAIStream("gpt-small", []string{long, "end"}, 1, 1))
+	ep := openAIEndpoint(api.URL, "low-tier")
+	ep.Stream = true
+	ex, err := modelRegistry(t, ep, ep).Executor("llm")
+	require.NoError(t, err)
+	obs := &progressLog{}
+	res, err := ex.Execute(executors.WithObserver(context.Background(), obs), executors.Request{Capsule: modelCapsule(""), Cycle: 1})
+	require.NoError(t, err)
+	require.JSONEq(t, strconv.Quote(long+"end"), string(res.Content))
+	require.NotEmpty(t, obs.got)
+	for _, p := range obs.got {
+		require.LessOrEqual(t, len(p.Text), executors.MaxProgressText)
+		require.True(t, utf8.ValidString(p.Text))
+	}
+	require.Greater(t, obs.got[0].Bytes, int64(executors.MaxProgressText), "bytes count the whole text")
 }
