@@ -57,6 +57,20 @@ func StoreCosts(st *store.Store) CostReader {
 	}
 }
 
+// WithUnpriced is read with the reply's unpriced_models set to unpriced:
+// the models sagad's model endpoints may call that have no price, whose
+// calls the dollars of the report do not count.
+func WithUnpriced(read CostReader, unpriced []string) CostReader {
+	if len(unpriced) == 0 {
+		return read
+	}
+	return func(ctx context.Context, r CostRequest) (CostReply, error) {
+		rep, err := read(ctx, r)
+		rep.Unpriced = unpriced
+		return rep, err
+	}
+}
+
 func decodeCostRequest(data []byte) (CostRequest, error) {
 	var r CostRequest
 	if err := strict(data, &r); err != nil {

@@ -23,7 +23,8 @@ func init() {
 
 // TestCostEndpoint: saga.admin.cost sums the checkpoints' spend per
 // grouping, a halted capsule's as failed; kind comes from the kept bytes;
-// composition answers a note; a malformed request is bad_request.
+// composition answers a note; the models without a price are named; a
+// malformed request is bad_request.
 func TestCostEndpoint(t *testing.T) {
 	t.Parallel()
 	s := natstest.RunServer(t)
@@ -41,7 +42,7 @@ func TestCostEndpoint(t *testing.T) {
 		defer cancel()
 		p.Stop(ctx)
 	})
-	svc, err := Start(nc, p.Admin(), Config{Logger: testLogger(t), Costs: StoreCosts(p.Store())})
+	svc, err := Start(nc, p.Admin(), Config{Logger: testLogger(t), Costs: WithUnpriced(StoreCosts(p.Store()), []string{"llama3"})})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, svc.Stop(context.Background())) })
 	f.client = NewClient(nc, ClientConfig{Timeout: 10 * time.Second})
@@ -65,6 +66,7 @@ func TestCostEndpoint(t *testing.T) {
 	require.GreaterOrEqual(t, g.Tokens, int64(500))
 	require.Equal(t, r.Total.Tokens, g.Tokens)
 	require.NotEmpty(t, r.Days)
+	require.Equal(t, []string{"llama3"}, r.Unpriced, "the models without a price are named")
 
 	require.NoError(t, json.Unmarshal(f.do(t, VerbCost, []byte(``), ""), &r))
 	require.Equal(t, costs.ByWave, r.By, "wave is the default")

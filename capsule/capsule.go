@@ -90,6 +90,10 @@ type Task struct {
 	Kind        string `json:"kind"`
 	Title       string `json:"title"`
 	Description string `json:"description"`
+	// Model asks for a model tier ("low-tier", …) or model id of sagad's
+	// "models" config; RECEPTION halts model_not_allowed for one it does
+	// not list. Optional: the executor's own model otherwise.
+	Model string `json:"model,omitempty"`
 }
 
 // Spec is the approved specification and its definition-of-ready fields

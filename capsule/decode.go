@@ -126,6 +126,8 @@ func (x *filler) task(t *Task, v any) {
 			t.Title = x.str(e)
 		case "description":
 			t.Description = x.str(e)
+		case "model":
+			t.Model = x.str(e)
 		default:
 			x.ok = false
 		}

@@ -38,6 +38,10 @@ const (
 	// the token of a call that parent has in flight; the detail is the
 	// parent's id. Not in PIPELINE §3's table.
 	CodeParentRefused HaltCode = "parent_refused"
+	// CodeModelNotAllowed: task.model names a tier or model id sagad's
+	// "models" config does not list; the detail is the name. Not in
+	// PIPELINE §3's table (docs/MODELS.md).
+	CodeModelNotAllowed HaltCode = "model_not_allowed"
 	// Intake, before a capsule could be read (also RECEPTION).
 	CodeNotJSON                  HaltCode = "not_json"
 	CodeCapsuleTooLarge          HaltCode = "capsule_too_large"
@@ -89,6 +93,7 @@ var HaltCodes = []HaltCode{
 	CodeReviewRejectedTerminal, CodeMaxCyclesExceeded,
 	CodeOperatorRejected, CodeDependencyFailed, CodeDependencyMissing, CodeWaveClosed, CodeStateCorrupt,
 	CodeChainMembershipRefused, CodeWaveNotAdmitted, CodeDependencyCycle, CodeDeadlineExceeded, CodeDepthExceeded, CodeParentRefused,
+	CodeModelNotAllowed,
 }
 
 // HaltReason is a typed halt reason. Its String form is the exact text of
@@ -168,6 +173,15 @@ func BudgetTokensNonPositive() HaltReason { return HaltReason{Code: CodeBudgetTo
 // BudgetDollarsNonPositive: budget.dollars ≤ 0. A capsule with no money to
 // spend could only halt budget_exceeded after its first call had spent some.
 func BudgetDollarsNonPositive() HaltReason { return HaltReason{Code: CodeBudgetDollarsNonPositive} }
+
+// ModelNotAllowed: task.model is a tier or model id the models config does
+// not list. The detail is the name, cut to 128 bytes (the schema's bound).
+func ModelNotAllowed(model string) HaltReason {
+	if len(model) > 128 {
+		model = strings.ToValidUTF8(model[:128], "")
+	}
+	return HaltReason{Code: CodeModelNotAllowed, Detail: model}
+}
 
 // LockUnavailable: a required lock is held by another capsule at reception.
 func LockUnavailable(path string) HaltReason {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/phases"
 	"github.com/sagad/sagad/rules"
 	"github.com/sagad/sagad/schemas"
@@ -128,8 +129,15 @@ func (offlineLocks) Available(context.Context, string, string) (bool, error) { r
 // schema, deadline, budget), PLANNING's definition of ready, and every
 // absolute rule of the constitution under cfg (kinds and reviewers served,
 // paths, secrets, scope, refs' schemes) but their live parts (rules 2, 19,
-// 24). No findings means the document may start.
+// 24). No findings means the document may start. A step's task.model is
+// judged by no models config: see [CheckModels].
 func Check(d *Doc, cfg rules.Config, now time.Time) []Finding {
+	return CheckModels(d, cfg, executors.Models{}, now)
+}
+
+// CheckModels is [Check] with the models config a step's task.model is
+// judged by (RECEPTION's model_not_allowed), sagad's own.
+func CheckModels(d *Doc, cfg rules.Config, models executors.Models, now time.Time) []Finding {
 	if fs := d.Graph(); len(fs) > 0 {
 		return fs
 	}
@@ -157,7 +165,9 @@ func Check(d *Doc, cfg rules.Config, now time.Time) []Finding {
 		return append(out, Finding{Step: -1, Finding: capsule.Finding{Message: err.Error()}})
 	}
 	cfg = cfg.WithDefaults()
-	env := &phases.Env{Locks: offlineLocks{}, Rules: cfg, Now: func() time.Time { return now }}
+	reg := executors.NewRegistry()
+	reg.SetModels(models)
+	env := &phases.Env{Locks: offlineLocks{}, Rules: cfg, Executors: reg, Now: func() time.Time { return now }}
 	ctx := context.Background()
 	for i, raw := range capsules {
 		out = append(out, judgeStep(ctx, env, now, i, d.Steps[i].Name, raw)...)

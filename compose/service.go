@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/microreply"
 	"github.com/sagad/sagad/rules"
 	"github.com/sagad/sagad/store"
@@ -126,6 +127,9 @@ type Config struct {
 	// served, paths, secrets, scope, ...). Defaults to rules.Config{}
 	// with its defaults: only the built-in stub kind is served.
 	Rules rules.Config
+	// Models judges a step's task.model, as RECEPTION will (sagad's
+	// "models" config); none allows no task.model.
+	Models executors.Models
 	// MaxRuns bounds the runs (edited documents) of one composition id.
 	// Defaults to 100.
 	MaxRuns int
@@ -369,7 +373,7 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 	}
 	// Judged whole before anything is recorded or published: a document
 	// with one bad step starts nothing and spends nothing.
-	if fs := Check(doc, s.cfg.Rules, s.cfg.Now()); len(fs) > 0 {
+	if fs := CheckModels(doc, s.cfg.Rules, s.cfg.Models, s.cfg.Now()); len(fs) > 0 {
 		return Reply{}, &DocError{Findings: fs}
 	}
 	rec, created, err := s.assign(ctx, doc, producer, data)

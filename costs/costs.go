@@ -131,6 +131,10 @@ type Report struct {
 	Days []Day `json:"days"`
 	// Note says why a grouping is empty or partial.
 	Note string `json:"note,omitempty"`
+	// Unpriced are the models sagad's model endpoints may call that have
+	// no price in its models config: their calls were charged tokens
+	// only, so the dollars undercount them (docs/MODELS.md).
+	Unpriced []string `json:"unpriced_models,omitempty"`
 }
 
 // Bounds of a report, so a reply stays small whatever the store holds.

@@ -60,7 +60,7 @@ var pipelineHaltCodes = []capsule.HaltCode{
 
 // extraHaltCodes are RECEPTION's reasons beyond PIPELINE §3's table, from
 // hardening the intake against untrusted producers (docs/CAPSULES.md's halt reasons).
-var extraHaltCodes = []capsule.HaltCode{capsule.CodeBudgetDollarsNonPositive, capsule.CodeCapsuleLimitsExceeded, capsule.CodeChainMembershipRefused, capsule.CodeParentRefused}
+var extraHaltCodes = []capsule.HaltCode{capsule.CodeBudgetDollarsNonPositive, capsule.CodeCapsuleLimitsExceeded, capsule.CodeChainMembershipRefused, capsule.CodeParentRefused, capsule.CodeModelNotAllowed}
 
 // intakeHaltCodes are the intake reasons (bytes that never became a capsule)
 // that have an example.
@@ -134,6 +134,7 @@ var expected = map[string]string{
 	"halt-wave_not_admitted.json":           "wave_not_admitted:" + producersWave,
 	"halt-deadline_exceeded.json":           "deadline_exceeded:HANDOFF",
 	"halt-parent_refused.json":              "parent_refused:5a6a0000-0000-4000-8000-00000000beef",
+	"halt-model_not_allowed.json":           "model_not_allowed:ultra-tier",
 }
 
 // Intentionally broken examples: not capsules by the schema, and not sealed.

@@ -20,6 +20,11 @@ const (
 	// EndpointAgent is an agent speaking the Agent Protocol for NATS
 	// (agent.go).
 	EndpointAgent = "agent"
+	// EndpointOpenAI and EndpointAnthropic are model endpoints (model.go):
+	// the OpenAI chat completions API (any compatible server through
+	// base_url) and Anthropic's messages API.
+	EndpointOpenAI    = "openai"
+	EndpointAnthropic = "anthropic"
 )
 
 // MaxRetries bounds Endpoint.Retries, so that a misconfiguration cannot keep a
@@ -47,6 +52,9 @@ type Config struct {
 	// discovery, heartbeats and query answers then cross through SAGA's
 	// per-role imports. False: sagad and the agents share an account.
 	AgentAccounts bool `json:"-"`
+	// Models are the model tiers and prices model endpoints and
+	// task.model resolve against (model.go).
+	Models Models `json:"models"`
 }
 
 // Endpoint is one configured executor or reviewer. Durations are Go duration
@@ -105,6 +113,9 @@ type Endpoint struct {
 	// or a NATS reply with retryable: true, 0 to [MaxFailureRetries].
 	// Defaults to [DefaultSelfHeal].
 	SelfHeal *int `json:"self_heal,omitempty"`
+	// ModelOptions are the options of the model endpoints (types openai
+	// and anthropic, model.go).
+	ModelOptions
 }
 
 // Names lists, sorted, the task kinds and reviewer ids a registry built
@@ -130,9 +141,10 @@ func (c Config) Validate() error {
 		for _, key := range sortedKeys(role.m) {
 			at := fmt.Sprintf("%s[%q]", role.name, key)
 			_, err := role.m[key].settings(at, key)
-			errs = append(errs, err)
+			errs = append(errs, err, role.m[key].checkModel(at, c.Models))
 		}
 	}
+	errs = append(errs, c.Models.Validate())
 	return errors.Join(errs...)
 }
 
@@ -145,6 +157,7 @@ func (c Config) Build(nc *nats.Conn) (*Registry, error) {
 		return nil, err
 	}
 	r := NewRegistry()
+	r.SetModels(c.Models)
 	dir := c.agentDirectory(nc)
 	for _, role := range []struct {
 		reviewer bool
@@ -197,6 +210,12 @@ func (c Config) register(r *Registry, nc *nats.Conn, dir *AgentDirectory, review
 			r.RegisterReviewer(key, AgentReviewer{agent})
 		case EndpointStub:
 			r.RegisterReviewer(key, StubReviewer{})
+		case EndpointOpenAI, EndpointAnthropic:
+			m, err := ep.modelEndpoint(key, s, c.Models, KindReview)
+			if err != nil {
+				return fmt.Errorf("%s: %w", at, err)
+			}
+			r.RegisterReviewer(key, ModelReviewer{m})
 		}
 		return nil
 	}
@@ -210,6 +229,12 @@ func (c Config) register(r *Registry, nc *nats.Conn, dir *AgentDirectory, review
 		r.RegisterExecutor(key, AgentExecutor{agent})
 	case EndpointStub:
 		r.RegisterExecutor(key, Stub{})
+	case EndpointOpenAI, EndpointAnthropic:
+		m, err := ep.modelEndpoint(key, s, c.Models, KindExecute)
+		if err != nil {
+			return fmt.Errorf("%s: %w", at, err)
+		}
+		r.RegisterExecutor(key, ModelExecutor{m})
 	}
 	return nil
 }
@@ -287,13 +312,15 @@ func (ep Endpoint) settings(at, key string) (settings, error) {
 			bad(e.field, "%s", e.msg)
 		}
 	case EndpointStub:
+	case EndpointOpenAI, EndpointAnthropic:
+		errs = append(errs, ep.ModelOptions.check(at, ep.Type))
 	case "":
-		bad(".type", "required: %q, %q, %q or %q", EndpointNATS, EndpointCommand, EndpointAgent, EndpointStub)
+		bad(".type", "required: %q, %q, %q, %q, %q or %q", EndpointNATS, EndpointCommand, EndpointAgent, EndpointOpenAI, EndpointAnthropic, EndpointStub)
 	default:
-		bad(".type", "%q: want %q, %q, %q or %q", ep.Type, EndpointNATS, EndpointCommand, EndpointAgent, EndpointStub)
+		bad(".type", "%q: want %q, %q, %q, %q, %q or %q", ep.Type, EndpointNATS, EndpointCommand, EndpointAgent, EndpointOpenAI, EndpointAnthropic, EndpointStub)
 	}
-	if slices.Contains([]string{EndpointNATS, EndpointCommand, EndpointAgent, EndpointStub}, ep.Type) {
-		only(".timeout", ep.Timeout != "", EndpointNATS, EndpointCommand, EndpointAgent)
+	if slices.Contains([]string{EndpointNATS, EndpointCommand, EndpointAgent, EndpointStub, EndpointOpenAI, EndpointAnthropic}, ep.Type) {
+		only(".timeout", ep.Timeout != "", EndpointNATS, EndpointCommand, EndpointAgent, EndpointOpenAI, EndpointAnthropic)
 		only(".completion_timeout", ep.CompletionTimeout != "", EndpointNATS, EndpointCommand)
 		only(".subject", ep.Subject != "", EndpointNATS, EndpointAgent)
 		only(".agent", ep.Agent != "", EndpointAgent)
@@ -308,6 +335,9 @@ func (ep Endpoint) settings(at, key string) (settings, error) {
 		only(".max_output", ep.MaxOutput != 0, EndpointCommand)
 		only(".env", len(ep.Env) > 0, EndpointCommand)
 		only(".dir", ep.Dir != "", EndpointCommand)
+		for _, f := range ep.ModelOptions.set() {
+			only("."+f, true, EndpointOpenAI, EndpointAnthropic)
+		}
 	}
 	if err := checkPolicyKnob(ep.FailureRetries); err != nil {
 		bad(".failure_retries", "%v", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/internal/tracing"
@@ -125,6 +126,11 @@ type FailedError struct {
 	// beyond its detail: an agent's error frame (code and description),
 	// a reviewer agent's unusable verdict.
 	Finding string
+	// RetryAfter is how long a retry must wait (a model API's rate limit
+	// or overload, its Retry-After, bounded by [MaxRetryAfter]); 0 retries
+	// at once. The pipeline waits it out by handing the phase's message
+	// back for that long, not by holding a worker.
+	RetryAfter time.Duration
 }
 
 func (e *FailedError) Error() string { return "executor failed: " + e.Detail }
@@ -146,6 +152,8 @@ type Registry struct {
 	agents *AgentDirectory
 	// agentEndpoints are the configured agent endpoints, for CheckAgents.
 	agentEndpoints []AgentEndpoint
+	// models is the "models" config (models.go).
+	models Models
 }
 
 // AgentDirectory is the directory of the registry's agent endpoints (for

@@ -107,6 +107,13 @@ func (p failurePolicy) run(ctx context.Context, env *Env, in *Input, caps capsul
 			return a, p.retry(env, fmt.Errorf("record attempt %d: %w", n, err))
 		}
 		p.logAttempt(ctx, env, in, n, failed, decision)
+		if action == executors.ActionRetry && failed.RetryAfter > 0 {
+			// A rate limit's Retry-After (a model API's): the attempt is
+			// recorded, so the message handed back for that long goes on
+			// with the next attempt, and no worker is held while it waits.
+			d := RetryAfter(failed.RetryAfter, fmt.Errorf("%s: attempt %d failed, retrying after %s: %s", p.step, n, failed.RetryAfter, failed.Detail))
+			return a, &d
+		}
 		if action == executors.ActionPause {
 			d := ParkWith(capsule.TriggerBlockedExternal, "the "+p.agent+" asks for a person: "+failed.Detail)
 			return a, &d

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/schemas"
 )
 
@@ -31,8 +32,8 @@ type Received struct {
 
 // Receive runs RECEPTION: size, JSON, schema version, schema, list limits
 // (capsule.ListLimits), integrity, deadline, budget positivity (tokens, then
-// dollars) and lock availability (not for a composition's step), in that
-// order; the first failure halts. holder is the checkpoint key the capsule will use.
+// dollars), task.model (model_not_allowed) and lock availability (not for
+// a composition's step), in that order; the first failure halts. holder is the checkpoint key the capsule will use.
 func Receive(ctx context.Context, env *Env, raw []byte, holder func(id string) string) Received {
 	var r Received
 	doc, version, stop := r.read(env, raw)
@@ -191,6 +192,23 @@ func (r *Received) check(env *Env) *Decision {
 		return halt(capsule.BudgetDollarsNonPositive(), capsule.Finding{
 			Field: "budget.dollars", Message: "budget.dollars is " + strconv.FormatFloat(c.Budget.Dollars, 'g', -1, 64),
 		})
+	}
+	return modelAllowed(env, c)
+}
+
+// modelAllowed halts a capsule whose task.model is no tier or model id of
+// the models config (docs/MODELS.md): caught here, before anything is
+// spent, rather than by the API at EXECUTION.
+func modelAllowed(env *Env, c *capsule.Capsule) *Decision {
+	if c.Task.Model == "" {
+		return nil
+	}
+	var m executors.Models
+	if env.Executors != nil {
+		m = env.Executors.Models()
+	}
+	if err := m.Allowed(c.Task.Model); err != nil {
+		return halt(capsule.ModelNotAllowed(c.Task.Model), capsule.Finding{Field: "task.model", Message: err.Error()})
 	}
 	return nil
 }

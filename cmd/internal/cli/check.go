@@ -61,11 +61,19 @@ func (offlineLocks) Available(context.Context, string, string) (bool, error) { r
 // Check evaluates a capsule offline: everything RECEPTION checks but lock
 // availability, the spec's definition of ready, and every absolute rule.
 func Check(raw []byte, cfg rules.Config, now time.Time) CheckReport {
+	return CheckModels(raw, cfg, executors.Models{}, now)
+}
+
+// CheckModels is [Check] with sagad's models config, which task.model is
+// judged by (model_not_allowed).
+func CheckModels(raw []byte, cfg rules.Config, models executors.Models, now time.Time) CheckReport {
 	cfg = cfg.WithDefaults()
 	rep := CheckReport{Findings: []capsule.Finding{}, NotEvaluated: []string{
 		"lock availability (RECEPTION)", "context_refs and target existence (REALITY_ANCHOR)",
 	}}
-	env := &phases.Env{Locks: offlineLocks{}, Rules: cfg, Now: func() time.Time { return now }}
+	reg := executors.NewRegistry()
+	reg.SetModels(models)
+	env := &phases.Env{Locks: offlineLocks{}, Rules: cfg, Executors: reg, Now: func() time.Time { return now }}
 	r := phases.Receive(context.Background(), env, raw, func(id string) string { return id })
 	if r.Decision.Action == phases.Halt {
 		rep.HaltReason = r.Decision.Halt.String()
@@ -104,8 +112,9 @@ func Check(raw []byte, cfg rules.Config, now time.Time) CheckReport {
 func newCheck(g *globals) *cobra.Command {
 	var kinds, reviewers []string
 	var composition bool
+	var config string
 	cmd := &cobra.Command{
-		Use:   "check [--composition] FILE|-",
+		Use:   "check [--composition] [--config SAGAD.json] FILE|-",
 		Short: "Dry-run a capsule locally (no NATS): schema, integrity, deadline, budget, spec, absolute rules",
 		Long: `Evaluate a capsule the way sagad would, without NATS: size, JSON, schema
 version, schema, integrity, deadline and budget positivity (RECEPTION), the
@@ -116,7 +125,9 @@ ref existence, rules 2, 19, 24 live parts) is listed as not evaluated.
 A capsule not sealed, or edited after sealing, gets a hint to seal it.
 --executor-kinds and --reviewer-ids name sagad's configured executors and
 reviewers; the built-in stub executor and reviewer are always there, as in
-sagad. Exit 0 only if clean, 1 with findings, 2 if the file cannot be read.
+sagad. --config reads them from sagad's config file instead, with its
+"models": a task.model none of its tiers and prices lists would halt
+model_not_allowed (without --config every task.model would). Exit 0 only if clean, 1 with findings, 2 if the file cannot be read.
 
 --composition judges a composition (or chain) document as sagad does
 before starting it: the graph, then every step as the capsule sagad would
@@ -129,11 +140,19 @@ build, with the findings per step; the same verdict as sagactl compose.`,
 			}
 			// sagad always has its built-in stub executor and reviewer
 			// (executors.Config.Names): the flags name the others.
+			var sagad executors.Config
+			if config != "" {
+				if sagad, err = readSagadConfig(config); err != nil {
+					return exit(ExitUsage, err)
+				}
+				k, r := sagad.Names()
+				kinds, reviewers = append(kinds, k...), append(reviewers, r...)
+			}
 			cfg := defaultRulesConfig(kinds, reviewers)
 			if composition {
-				return checkComposition(cmd, g, b, cfg)
+				return checkComposition(cmd, g, b, cfg, sagad.Models)
 			}
-			rep := Check(b, cfg, time.Now())
+			rep := CheckModels(b, cfg, sagad.Models, time.Now())
 			out := cmd.OutOrStdout()
 			if enc := g.encoder(); enc != nil {
 				if err := enc(out, rep); err != nil {
@@ -159,6 +178,7 @@ build, with the findings per step; the same verdict as sagactl compose.`,
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&config, "config", "", "sagad's config file: its executors, reviewers and models (task.model) judge the capsule")
 	cmd.Flags().BoolVar(&composition, "composition", false, "FILE is a composition (or chain) document: judge it whole, as sagad does before starting it")
 	cmd.Flags().StringSliceVar(&kinds, "executor-kinds", nil, "task kinds sagad has executors for besides the built-in "+executors.StubKind+" (Rule 22)")
 	cmd.Flags().StringSliceVar(&reviewers, "reviewer-ids", nil, "reviewer ids sagad has reviewers for besides the built-in "+executors.StubReviewerID+" (Rule 22)")

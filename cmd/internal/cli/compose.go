@@ -80,14 +80,15 @@ type CompositionCheck struct {
 }
 
 // checkComposition judges a composition offline as sagad does before
-// starting it, under cfg (sagad's kinds and reviewers).
-func checkComposition(cmd *cobra.Command, g *globals, b []byte, cfg rules.Config) error {
+// starting it, under cfg (sagad's kinds and reviewers) and models (its
+// tiers and prices, which judge a step's task.model).
+func checkComposition(cmd *cobra.Command, g *globals, b []byte, cfg rules.Config, models executors.Models) error {
 	rep := CompositionCheck{Findings: []compose.Finding{}}
 	doc, err := compose.Parse(b)
 	var de *compose.DocError
 	switch {
 	case err == nil:
-		rep.Findings = append(rep.Findings, compose.Check(doc, cfg, time.Now())...)
+		rep.Findings = append(rep.Findings, compose.CheckModels(doc, cfg, models, time.Now())...)
 	case errors.As(err, &de):
 		rep.Findings = append(rep.Findings, de.Findings...)
 	default:

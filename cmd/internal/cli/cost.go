@@ -112,6 +112,9 @@ func printCost(cmd *cobra.Command, g *globals, r adminsvc.CostReply) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(r.Unpriced) > 0 {
+		fmt.Fprintln(cmd.ErrOrStderr(), "note: no price for "+strings.Join(printables(r.Unpriced), ", ")+": their calls charged tokens only, not dollars (sagactl models)")
+	}
 	if r.Note != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), "note: "+r.Note)
 	}

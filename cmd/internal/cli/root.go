@@ -239,7 +239,7 @@ Exit codes:
 		newPublish(g), newSeal(g), newCheck(g), newChain(g), newCompose(g), newComposition(g),
 		newStatus(g), newWait(g), newList(g), newHistory(g),
 		newPause(g), newResume(g), newCancel(g), newDecide(g), newReplay(g), newBulk(g), newPending(g), newPhase(g), newWave(g),
-		newWatch(g), newReport(g), newRules(g), newCost(g), newAgents(g),
+		newWatch(g), newReport(g), newRules(g), newCost(g), newAgents(g), newModels(g),
 	)
 	// cobra adds `sagactl completion bash|zsh|fish|powershell`; capsule
 	// ids complete from the checkpoint bucket.

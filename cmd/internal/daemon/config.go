@@ -164,6 +164,9 @@ type Config struct {
 	// Reviewers serve review.reviewer_agent_id values beyond the built-in
 	// "stub-reviewer" (config file only).
 	Reviewers map[string]executors.Endpoint `json:"reviewers"`
+	// Models are the model tiers and prices of the model endpoints and of
+	// task.model (config file only; docs/MODELS.md).
+	Models executors.Models `json:"models"`
 	// Producers names the producers beyond the default one ("producer"),
 	// each a NATS account and seed file of its own on the embedded server
 	// (producer-<name>.nk) and in `sagad nats-config` (config file only).

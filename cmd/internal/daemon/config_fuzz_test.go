@@ -23,6 +23,8 @@ func FuzzDecodeConfigFile(f *testing.F) {
 		`{"reviewers":{"r":{"type":"nats","subject":"a.*","backoff":"1x"}}}`,
 		`{"default_reviewer":"stub-reviewer","constitution":{"deny_paths":[],"horizon":"1h30m","max_dollars":2.5,"allowed_hosts":null}}`,
 		`{"constitution":{"horizon":"-1s","max_tokens":-1}}`, `{"constitution":null}`, `{"constitution":{"x":1}}`,
+		`{"executors":{"m":{"type":"openai","model":"low-tier","headers":{},"temperature":3}},"models":{"tiers":{},"prices":{"p":{"input_per_mtok":1,"output_per_mtok":2,"cache_read_per_mtok":null}}}}`,
+		`{"reviewers":{"r":{"type":"anthropic","model":"m","api_key_file":"/nonexistent","stream":true}},"models":{"tiers":{"low-tier":"low-tier"}}}`,
 	} {
 		f.Add([]byte(s))
 	}

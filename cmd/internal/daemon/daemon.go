@@ -147,6 +147,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	if err := execs.CheckAgents(startCtx); err != nil {
 		return err
 	}
+	cfg.warnUnpriced(log)
 	mon := newMonitor(cfg, log, m)
 	defer mon.Stop()
 	tp, stopTracing, err := startTracing(ctx, cfg, log)
@@ -162,7 +163,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	if err != nil {
 		return startErr(ctx, err)
 	}
-	svcs, err := startServices(ctx, nc, p, execs.AgentDirectory(), log, m)
+	svcs, err := startServices(ctx, nc, p, execs.AgentDirectory(), log, m, cfg.Models, cfg.executorsConfig().UnpricedModels())
 	if err != nil {
 		return err
 	}
@@ -405,15 +406,17 @@ type services struct {
 // composes chains (the steps' ids are sagad's to give) and records
 // compositions' step ends (one durable consumer, shared: each run's
 // record, events and one outcome). On an error the pipeline is stopped.
-func startServices(ctx context.Context, nc *nats.Conn, p *pipeline.Pipeline, dir *executors.AgentDirectory, log *slog.Logger, m *metrics.Metrics) (*services, error) {
+// models judge a composition step's task.model; unpriced are the models
+// without a price, which cost reports name.
+func startServices(ctx context.Context, nc *nats.Conn, p *pipeline.Pipeline, dir *executors.AgentDirectory, log *slog.Logger, m *metrics.Metrics, models executors.Models, unpriced []string) (*services, error) {
 	agents := agentsListing(nc, dir, log)
 	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules(), Chains: adminsvc.StoreChains(p.Store()), Calls: p.Calls(),
-		Costs: adminsvc.StoreCosts(p.Store()), Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin()), Agents: agents})
+		Costs: adminsvc.WithUnpriced(adminsvc.StoreCosts(p.Store()), unpriced), Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin()), Agents: agents})
 	if err != nil {
 		p.Stop(ctx)
 		return nil, err
 	}
-	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: log, Rules: p.Rules(), Started: m.CompositionStarted})
+	composer, err := compose.Start(nc, p.Store(), compose.Config{Logger: log, Rules: p.Rules(), Models: models, Started: m.CompositionStarted})
 	if err != nil {
 		_ = admin.Stop(ctx)
 		p.Stop(ctx)

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"log/slog"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/sagad/sagad/executors"
@@ -11,7 +13,7 @@ import (
 // as an executors.Config. A command endpoint without a dir runs in the
 // workspace, where the capsule's file: refs resolve.
 func (c Config) executorsConfig() executors.Config {
-	return executors.Config{Executors: inWorkspace(c.Executors, c.Workspace), Reviewers: inWorkspace(c.Reviewers, c.Workspace)}
+	return executors.Config{Executors: inWorkspace(c.Executors, c.Workspace), Reviewers: inWorkspace(c.Reviewers, c.Workspace), Models: c.Models}
 }
 
 func inWorkspace(m map[string]executors.Endpoint, workspace string) map[string]executors.Endpoint {
@@ -36,6 +38,15 @@ func (c Config) buildExecutors(nc *nats.Conn, accounts bool) (*executors.Registr
 	ec := c.executorsConfig()
 	ec.AgentAccounts = accounts
 	return ec.Build(nc)
+}
+
+// warnUnpriced says once, at start, which models the model endpoints and
+// tiers may call have no price: their calls charge tokens only, and a
+// dollar budget never binds on them.
+func (c Config) warnUnpriced(log *slog.Logger) {
+	for _, id := range c.executorsConfig().UnpricedModels() {
+		log.Warn("model has no price in models.prices: its calls charge tokens only", "model", id)
+	}
 }
 
 // rulesConfig is the constitution sagad enforces: the config file's
