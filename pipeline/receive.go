@@ -134,6 +134,9 @@ func (p *Pipeline) ownership(ctx context.Context, msg jetstream.Msg, seq uint64,
 			})
 		}
 	}
+	if err := p.stepIDTaken(ctx, r); err != nil {
+		return parentLink{}, false, err
+	}
 	if strings.HasPrefix(producer, store.ExecutorProducerPrefix) && r.Capsule != nil && r.Decision.Action != phases.Halt && r.Capsule.ParentCapsuleID == "" {
 		// An executor's account may delegate, not publish work of its own.
 		r.Decision = phases.HaltWith(capsule.ParentRefused(""), capsule.Finding{
@@ -151,6 +154,31 @@ func (p *Pipeline) ownership(ctx context.Context, msg jetstream.Msg, seq uint64,
 		r.Decision = *stop
 	}
 	return link, member, nil
+}
+
+// stepIDTaken refuses a capsule that declares no chain membership under
+// an id sagad assigned to a composition step: the id is known before the
+// step is published (the compose reply names a step held after a loop),
+// and sagad's own bytes for a step always declare its membership, which
+// chainMember checks. Refused, the capsule is kept under its intake
+// sequence and never takes the id, so the step still runs under it, as
+// sagad built it; the halt names no chain, which may be another
+// producer's.
+func (p *Pipeline) stepIDTaken(ctx context.Context, r *phases.Received) error {
+	if r.Capsule == nil || r.Capsule.Chain != nil || r.Decision.Action == phases.Halt || p.st.Chains == nil {
+		return nil
+	}
+	taken, err := p.st.Chains.IsStepID(ctx, r.Capsule.CapsuleID)
+	if err != nil {
+		return fmt.Errorf("reception: %w", err)
+	}
+	if taken {
+		r.Decision = phases.HaltWith(capsule.StepIDRefused(), capsule.Finding{
+			Field: "capsule_id", Message: "capsule id " + strconv.Quote(r.Capsule.CapsuleID) +
+				" belongs to a step sagad assigned to a composition: only sagad publishes that step",
+		})
+	}
+	return nil
 }
 
 // freshCheckpoint is the checkpoint RECEPTION creates for the capsule kept

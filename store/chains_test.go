@@ -59,3 +59,35 @@ func TestChains(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, none)
 }
+
+// TestStepIDsReserved: a record's step ids are reserved when it is
+// created, the ids an update brings when it is written; no other id, and
+// no key an id could not be, is reserved; the listing still reads records
+// only.
+func TestStepIDsReserved(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	st, err := store.Ensure(ctx, js, store.Topology{})
+	require.NoError(t, err)
+	rec := store.ChainRecord{ChainID: "c-1", Producer: "alice", Digest: "d", Steps: []string{"s0", "s1"}, StepDigests: []string{"x", "y"}, CreatedAt: time.Now().UTC()}
+	require.NoError(t, st.Chains.Create(ctx, rec))
+	_, err = st.Chains.Update(ctx, "c-1", "alice", 1, func(r *store.ChainRecord) error {
+		r.Steps[1] = "s1-round2" // a loop's next round
+		return nil
+	})
+	require.NoError(t, err)
+	for id, want := range map[string]bool{"s0": true, "s1": true, "s1-round2": true, "s2": false, "": false, "a.b": false, "step": false} {
+		got, err := st.Chains.IsStepID(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, want, got, id)
+	}
+	all, err := st.Chains.List(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+
+	bad := rec
+	bad.ChainID, bad.Steps = "c-2", []string{"no.key", "s9"}
+	require.Error(t, st.Chains.Create(ctx, bad), "an id that is no key is refused, not reserved")
+}

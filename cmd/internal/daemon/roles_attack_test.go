@@ -53,11 +53,19 @@ type arena struct {
 	t       *testing.T
 	d       *daemon
 	dataDir string
-	sagad   *nats.Conn
-	js      jetstream.JetStream
+	// workspace is sagad's --workspace, where file: refs resolve.
+	workspace string
+	sagad     *nats.Conn
+	js        jetstream.JetStream
 }
 
 func newArena(t *testing.T) *arena {
+	t.Helper()
+	return newArenaWith(t, attackConfig)
+}
+
+// newArenaWith is newArena with config as sagad's config file.
+func newArenaWith(t *testing.T, config string) *arena {
 	t.Helper()
 	dataDir, workspace := t.TempDir(), capsuletest.Workspace(t)
 	// A target of its own for each capsule that must not wait for
@@ -66,7 +74,7 @@ func newArena(t *testing.T) *arena {
 		require.NoError(t, os.WriteFile(filepath.Join(workspace, fmt.Sprintf("t%d.md", i)), []byte("x\n"), 0o600))
 	}
 	cfg, err := parseConfig([]string{
-		"--config", writeConfig(t, attackConfig),
+		"--config", writeConfig(t, config),
 		"--nats-listen", "127.0.0.1:-1",
 		"--data-dir", dataDir,
 		"--workspace", workspace,
@@ -75,7 +83,7 @@ func newArena(t *testing.T) *arena {
 		"--shutdown-timeout", "10s",
 	}, envOf(nil), io.Discard)
 	require.NoError(t, err)
-	a := &arena{t: t, d: start(t, cfg), dataDir: dataDir}
+	a := &arena{t: t, d: start(t, cfg), dataDir: dataDir, workspace: workspace}
 	// The test watches sagad's state with sagad's own seed.
 	a.sagad = a.conn(RoleSagad)
 	a.js, err = jetstream.New(a.sagad)

@@ -1,0 +1,89 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/sagad/sagad/internal/jspub"
+)
+
+// A composition step's capsule id is known before sagad publishes the step:
+// the compose reply names a step held after a verification loop, and a
+// loop's next round is recorded before it is published. So that nobody else
+// can run bytes of their own under such an id, every id sagad assigns to a
+// step is reserved under "step.<capsule id>" in the chains bucket before the
+// record naming it is written (so before anyone can learn it), and RECEPTION
+// refuses a capsule under a reserved id that is not sagad's own bytes for
+// that step ([Chains.IsStepID]). A reservation expires with the bucket's
+// TTL, as the records do; one whose record was never written (a run lost to
+// another sagad's at the same moment, a compare-and-set retried with fresh
+// ids) names an id nobody was told, and is harmless.
+
+// stepIDKey is where capsule id's reservation is: one token after "step",
+// which no record key (hex digest first) or document key starts with.
+func stepIDKey(capsuleID string) string { return "step." + capsuleID }
+
+// stepReservation is a reservation's value: which run's step the id is, for
+// a person reading the bucket. sagad reads only whether the key exists.
+type stepReservation struct {
+	ChainID  string `json:"chain_id"`
+	Producer string `json:"producer"`
+	Run      int    `json:"run"`
+	Step     int    `json:"step"`
+}
+
+// reserveSteps reserves ids, steps of r, before a write of r names them.
+// Putting one again is harmless: ids are fresh, random, sagad's alone.
+func (c *Chains) reserveSteps(ctx context.Context, r *ChainRecord, ids []string) error {
+	for _, id := range ids {
+		if !ValidKey(id) {
+			// Not sagad's: a record's ids are the UUIDs compose draws.
+			return fmt.Errorf("chain %s: step id %q is no key", r.ChainID, id)
+		}
+		b, err := json.Marshal(stepReservation{ChainID: r.ChainID, Producer: r.Producer, Run: r.RunOf(), Step: slices.Index(r.Steps, id)})
+		if err != nil {
+			return err
+		}
+		err = (*jspub.Writes)(nil).Do(ctx, func(ctx context.Context) error {
+			_, err := c.kv.Put(ctx, stepIDKey(id), b)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("chain %s: reserve step id %s: %w", r.ChainID, id, err)
+		}
+	}
+	return nil
+}
+
+// newStepIDs are the ids of after's steps that before did not have.
+func newStepIDs(before, after []string) []string {
+	var ids []string
+	for _, id := range after {
+		if !slices.Contains(before, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// IsStepID reports whether sagad assigned capsuleID to a step of a
+// composition run (held, gated, published or not): RECEPTION lets only
+// sagad's own bytes for that step, which declare their chain membership,
+// take it. The read is the stream leader's, as the record's is: the
+// reservation is written before the compose reply names the id.
+func (c *Chains) IsStepID(ctx context.Context, capsuleID string) (bool, error) {
+	if !ValidKey(capsuleID) {
+		return false, nil // never a key, so never reserved
+	}
+	_, _, err := c.get(ctx, stepIDKey(capsuleID))
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("step id %s: %w", capsuleID, err)
+	}
+	return true, nil
+}
