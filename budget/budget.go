@@ -179,6 +179,8 @@ type record struct {
 	Parent       string   `json:"parent,omitempty"`
 	Children     []string `json:"children,omitempty"`
 	ChildrenMore int      `json:"children_more,omitempty"`
+	// Own is, in a family record, the parent's own spend (tree.go).
+	Own capsule.Usage `json:"own,omitzero"`
 }
 
 func (r record) wave() Wave {
