@@ -41,6 +41,8 @@ type Family struct {
 	// spent (yet) ([Tracker.ReserveChild]); Holders counts them.
 	Reserved capsule.Usage
 	Holders  int
+	// Ended: the parent ended; it admits no child any more.
+	Ended bool
 	// Parent is the parent's own parent ("" for a root capsule).
 	Parent string
 	// Children are the first [MaxChildrenListed] children, in the order
@@ -53,7 +55,7 @@ func familyKey(parent string) string { return "parent." + parent }
 
 func (r record) family() Family {
 	return Family{Caps: capsule.Budget{Tokens: r.TokensCap, Dollars: r.DollarsCap}, Used: r.Used, Own: r.Own,
-		Reserved: r.Reserved, Holders: len(r.Holds),
+		Reserved: r.Reserved, Holders: len(r.Holds), Ended: r.Ended,
 		Parent: r.Parent, Children: slices.Clone(r.Children), More: r.ChildrenMore}
 }
 

@@ -14,25 +14,26 @@ import (
 //
 // A capsule's caps bound its own spend plus its descendants'. So that no
 // interleaving of children can spend past an ancestor's caps, a child
-// reserves its caps against every ancestor before anything is spent
+// reserves its caps at its parent before anything is spent
 // ([Tracker.ReserveChild], at AUTOMATED_GATES), as a wave capsule reserves
-// against its wave: each ancestor's family record admits it only if
+// in its wave: the parent's family record admits it only if
 //
 //	own + descendants' spend + reserved + the child's caps ≤ cap
 //
-// per capped dimension, in one compare-and-set of that record. Each charge
-// of the child then moves what it spent from its reservation to the
-// ancestor's total ([Tracker.ChargeDescendant]), and its end releases what
-// is left ([Tracker.ReleaseChild]). The parent's own spend is charged into
-// its record too ([Tracker.ChargeOwn]), so admission reads it with the
-// reservations, not from a checkpoint that may lag.
+// per capped dimension, in one compare-and-set. The hold stands for the
+// child's whole subtree: a grandchild's reservation is taken out of the
+// child's caps, which its hold at the parent already covers. Every spend in
+// the subtree moves out of the hold of the parent's child it descends from,
+// at every ancestor ([Tracker.ChargeDescendant]). By induction the sum
+// spent under any ancestor stays within its caps.
 //
-// A descendant holds its caps at every ancestor, not only at its parent: a
-// grandchild's reservation is counted at the root beside its parent's. That
-// counts a subtree's room twice at the upper ancestors (conservative: it
-// may refuse a child that would have fitted, never admit one that does
-// not), and it keeps every ancestor's check independent of the others:
-// a child ending before its own children releases only its own hold.
+// When a child ends ([Tracker.ReleaseChild]) its record is marked ended
+// (it admits no child any more: its calls are over) and its hold at its
+// parent shrinks to what its own children still hold; each of those, when
+// it ends, shrinks the holds of its ended ancestors in turn. The parent's
+// own spend is charged into its record too ([Tracker.ChargeOwn]), so
+// admission reads it in the same write as the reservations, not from a
+// checkpoint that may lag.
 //
 // The bound holds as far as each capsule stays within its own caps: a
 // call's usage is known only once it returns, and the call that crosses a
@@ -44,14 +45,17 @@ const maxAncestors = 64
 
 // ChildAdmission is the outcome of [Tracker.ReserveChild].
 type ChildAdmission struct {
-	// Admitted: the child holds a reservation at every ancestor.
+	// Admitted: the child holds a reservation at its parent (made now, or
+	// earlier).
 	Admitted bool
-	// Ancestor is the first ancestor, from the parent up, whose caps have
-	// no room for the child, and Exceeded names the dimension
-	// ([capsule.BudgetParentTokens] or [capsule.BudgetParentDollars]);
-	// both "" when admitted.
-	Ancestor, Exceeded string
-	// Family is that ancestor's record as the refusal saw it.
+	// ParentEnded: the parent ended before the child was admitted; it
+	// admits no child any more.
+	ParentEnded bool
+	// Exceeded names the dimension the child does not fit in
+	// ([capsule.BudgetParentTokens] or [capsule.BudgetParentDollars]); ""
+	// when admitted or the parent ended.
+	Exceeded string
+	// Family is the parent's record as the decision saw it.
 	Family Family
 }
 
@@ -60,91 +64,110 @@ type ChildAdmission struct {
 var ErrNoFamily = errors.New("budget: the parent has no family record")
 
 // ReserveChild reserves caps for holder (the child's checkpoint key) at
-// parent and at every ancestor above it, parent first. A holder that holds
-// a reservation at an ancestor already keeps it (a redelivery, or a racing
-// sagad). If one ancestor has no room, the holds this call took are
-// released and the refusal names that ancestor; those it found already
-// held are released too, so a refused child holds nothing.
+// parent if they fit what parent's caps have left and parent has not
+// ended. A holder that holds a reservation already is admitted again
+// without a change (a redelivery, or a racing sagad).
 func (t *Tracker) ReserveChild(ctx context.Context, parent, holder string, caps capsule.Budget) (ChildAdmission, error) {
 	if parent == "" || holder == "" || caps.Tokens < 0 || !(caps.Dollars >= 0) {
 		return ChildAdmission{}, fmt.Errorf("budget: reserve %q under %q: invalid", holder, parent)
 	}
-	hold := capsule.Usage{Tokens: caps.Tokens, Dollars: caps.Dollars}
-	var held []string
-	for a, n := parent, 0; a != "" && n < maxAncestors; n++ {
-		var fits, known bool
-		r, err := t.update(ctx, familyKey(a), func(r *record) bool {
-			fits, known = true, r.TokensCap != 0 || r.DollarsCap != 0 || len(r.Children) > 0 || r.ChildrenMore > 0
-			if _, ok := r.Holds[holder]; ok {
-				return false
-			}
-			if fits = r.family().Fits(caps); !fits {
-				return false
-			}
-			if r.Holds == nil {
-				r.Holds = map[string]capsule.Usage{}
-			}
-			r.Holds[holder] = hold
-			r.Reserved = r.Reserved.Add(hold)
-			return true
-		})
-		if err == nil && !known && a == parent {
-			err = ErrNoFamily
+	var a ChildAdmission
+	known := false
+	r, err := t.update(ctx, familyKey(parent), func(r *record) bool {
+		a = ChildAdmission{}
+		known = r.TokensCap != 0 || r.DollarsCap != 0 || len(r.Children) > 0 || r.ChildrenMore > 0
+		switch _, held := r.Holds[holder]; {
+		case held:
+			a.Admitted = true
+			return false
+		case !known:
+			return false
+		case r.Ended:
+			a.ParentEnded = true
+			return false
+		case !r.family().Fits(caps):
+			a.Exceeded = r.family().over(caps)
+			return false
 		}
-		if err != nil {
-			return ChildAdmission{}, errors.Join(fmt.Errorf("budget: reserve %s under %s: %w", holder, a, err), t.releaseAt(ctx, held, holder))
+		if r.Holds == nil {
+			r.Holds = map[string]capsule.Usage{}
 		}
-		if !fits {
-			f := r.family()
-			if err := t.releaseAt(ctx, held, holder); err != nil {
-				return ChildAdmission{}, err
-			}
-			return ChildAdmission{Ancestor: a, Exceeded: f.over(caps), Family: f}, nil
-		}
-		held = append(held, a)
-		a = r.Parent
+		hold := capsule.Usage{Tokens: caps.Tokens, Dollars: caps.Dollars}
+		r.Holds[holder] = hold
+		r.Reserved = r.Reserved.Add(hold)
+		a.Admitted = true
+		return true
+	})
+	if err == nil && !known {
+		err = ErrNoFamily
 	}
-	return ChildAdmission{Admitted: true}, nil
+	if err != nil {
+		return ChildAdmission{}, fmt.Errorf("budget: reserve %s under %s: %w", holder, parent, err)
+	}
+	a.Family = r.family()
+	return a, nil
 }
 
-// ReleaseChild releases what is left of holder's reservation at parent and
-// at every ancestor above it, and reports whether any was held. Releasing
-// again is harmless: nothing is held, nothing is written.
-func (t *Tracker) ReleaseChild(ctx context.Context, parent, holder string) (bool, error) {
-	released := false
-	for a, n := parent, 0; a != "" && n < maxAncestors; n++ {
-		var had bool
+// ReleaseChild ends child (a capsule whose parent is parent) in the tree:
+// its family record is marked ended, so it admits no child any more, and
+// its hold at parent shrinks to what its own children still hold; then
+// each ended ancestor's hold at its own parent shrinks to what it still
+// holds, up the tree. It reports whether any hold shrank. Releasing again
+// is harmless: every step only ever shrinks a hold to a bound that never
+// grows once its record is ended.
+func (t *Tracker) ReleaseChild(ctx context.Context, parent, child string) (bool, error) {
+	if parent == "" || child == "" {
+		return false, errors.New("budget: release: empty capsule key")
+	}
+	own, err := t.update(ctx, familyKey(child), func(r *record) bool {
+		if r.Ended {
+			return false
+		}
+		r.Ended = true
+		if r.Parent == "" {
+			r.Parent = parent
+		}
+		return true
+	})
+	if err != nil {
+		return false, fmt.Errorf("budget: end %s: %w", child, err)
+	}
+	released, keep := false, own.Reserved
+	for a, h, n := parent, child, 0; a != "" && n < maxAncestors; n++ {
+		var shrank, ended bool
 		r, err := t.update(ctx, familyKey(a), func(r *record) bool {
-			had = r.dropHold(holder)
-			return had
+			shrank, ended = r.shrinkHold(h, keep), r.Ended
+			return shrank
 		})
 		if err != nil {
-			return released, fmt.Errorf("budget: release %s under %s: %w", holder, a, err)
+			return released, fmt.Errorf("budget: release %s under %s: %w", h, a, err)
 		}
-		released = released || had
-		a = r.Parent
+		released = released || shrank
+		if !ended {
+			break // a live parent's hold at its own parent is its caps
+		}
+		a, h, keep = r.Parent, a, r.Reserved
 	}
 	return released, nil
 }
 
-// releaseAt releases holder's holds at the ancestors named.
-func (t *Tracker) releaseAt(ctx context.Context, ancestors []string, holder string) error {
-	for _, a := range ancestors {
-		if _, err := t.update(ctx, familyKey(a), func(r *record) bool { return r.dropHold(holder) }); err != nil {
-			return fmt.Errorf("budget: release %s under %s: %w", holder, a, err)
-		}
-	}
-	return nil
-}
-
-// dropHold removes holder's hold from r, reporting whether it had one.
-func (r *record) dropHold(holder string) bool {
+// shrinkHold lowers holder's hold to at most keep (removing it at zero),
+// reporting whether it changed.
+func (r *record) shrinkHold(holder string, keep capsule.Usage) bool {
 	h, ok := r.Holds[holder]
 	if !ok {
 		return false
 	}
-	delete(r.Holds, holder)
-	r.Reserved = subFloor(r.Reserved, h)
+	nh := capsule.Usage{Tokens: min(h.Tokens, keep.Tokens), Dollars: min(h.Dollars, keep.Dollars)}
+	if nh == h && nh != (capsule.Usage{}) {
+		return false // a hold spent down to nothing goes, still
+	}
+	r.Reserved = subFloor(r.Reserved, subFloor(h, nh))
+	if nh == (capsule.Usage{}) {
+		delete(r.Holds, holder)
+	} else {
+		r.Holds[holder] = nh
+	}
 	if len(r.Holds) == 0 {
 		r.Holds, r.Reserved = nil, capsule.Usage{} // no float residue
 	}

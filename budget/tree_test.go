@@ -12,10 +12,11 @@ import (
 	"github.com/sagad/sagad/internal/natstest"
 )
 
-// TestTreeReservations: a child reserves at its parent and every ancestor
-// above, once however often it asks; one that does not fit an ancestor
-// holds nothing anywhere and the refusal names that ancestor; a charge
-// moves spend out of the reservation; release frees the rest, once.
+// TestTreeReservations: a child reserves at its parent, once however
+// often it asks; one that does not fit is refused, holding nothing; a
+// grandchild's spend moves out of its parent's hold at the root; a child's
+// end marks it ended (no child admitted under it any more) and shrinks its
+// hold to what its own children hold, which their ends release in turn.
 func TestTreeReservations(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -23,7 +24,6 @@ func TestTreeReservations(t *testing.T) {
 	_, err := f.tr.ChargeOwn(f.ctx, "r", "", "r/1/exec", root, capsule.Usage{Tokens: 1000})
 	require.NoError(t, err)
 	require.NoError(t, f.tr.AddChild(f.ctx, "r", "", "c", root))
-	require.NoError(t, f.tr.AddChild(f.ctx, "c", "r", "g", capsule.Budget{Tokens: 5000}))
 
 	_, err = f.tr.ReserveChild(f.ctx, "nobody", "x", capsule.Budget{Tokens: 1})
 	require.ErrorIs(t, err, budget.ErrNoFamily)
@@ -33,23 +33,43 @@ func TestTreeReservations(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, a.Admitted)
 	}
-	a, err := f.tr.ReserveChild(f.ctx, "c", "g", capsule.Budget{Tokens: 4500})
+	require.NoError(t, f.tr.AddChild(f.ctx, "r", "", "c2", root))
+	a, err := f.tr.ReserveChild(f.ctx, "r", "c2", capsule.Budget{Tokens: 4500})
 	require.NoError(t, err)
-	require.False(t, a.Admitted, "4500 fits c's 5000, not r's 10000 with r's own 1000 and c's 5000")
-	require.Equal(t, "r", a.Ancestor)
+	require.False(t, a.Admitted, "1000 own + 5000 reserved + 4500 is over 10000")
 	require.Equal(t, capsule.BudgetParentTokens, a.Exceeded)
-	fam, _, err := f.tr.FamilyOf(f.ctx, "c")
-	require.NoError(t, err)
-	require.Zero(t, fam.Holders, "a refused child holds nothing at its parent")
+	require.Equal(t, 1, a.Family.Holders, "a refused child holds nothing")
 
+	// c's child g takes 3000 of c's 5000, which c's hold at r covers.
+	require.NoError(t, f.tr.AddChild(f.ctx, "c", "r", "g", capsule.Budget{Tokens: 5000}))
 	a, err = f.tr.ReserveChild(f.ctx, "c", "g", capsule.Budget{Tokens: 3000})
 	require.NoError(t, err)
 	require.True(t, a.Admitted)
-	fam, err = f.tr.ChargeDescendant(f.ctx, "r", "g", "g/1/exec", capsule.Usage{Tokens: 1000})
+	for _, at := range []struct{ ancestor, holder string }{{"c", "g"}, {"r", "c"}} {
+		_, err := f.tr.ChargeDescendant(f.ctx, at.ancestor, at.holder, "g/1/exec", capsule.Usage{Tokens: 1000})
+		require.NoError(t, err)
+	}
+	fam, _, err := f.tr.FamilyOf(f.ctx, "r")
 	require.NoError(t, err)
-	require.Equal(t, capsule.Usage{Tokens: 7000}, fam.Reserved, "5000 of c, 2000 left of g's 3000")
-	require.Equal(t, capsule.Usage{Tokens: 9000}, fam.Committed())
+	require.Equal(t, capsule.Usage{Tokens: 4000}, fam.Reserved, "c's 5000 less g's 1000")
+	require.Equal(t, capsule.Usage{Tokens: 6000}, fam.Committed())
 
+	// c ends before g: its hold shrinks to g's 2000 left, and c admits no
+	// child any more.
+	for range 2 {
+		_, err := f.tr.ReleaseChild(f.ctx, "r", "c")
+		require.NoError(t, err)
+	}
+	fam, _, err = f.tr.FamilyOf(f.ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, capsule.Usage{Tokens: 2000}, fam.Reserved)
+	require.NoError(t, f.tr.AddChild(f.ctx, "c", "r", "late", capsule.Budget{Tokens: 5000}))
+	a, err = f.tr.ReserveChild(f.ctx, "c", "late", capsule.Budget{Tokens: 1})
+	require.NoError(t, err)
+	require.True(t, a.ParentEnded)
+	require.False(t, a.Admitted)
+
+	// g ends: nothing of the tree is held any more.
 	released, err := f.tr.ReleaseChild(f.ctx, "c", "g")
 	require.NoError(t, err)
 	require.True(t, released)
@@ -58,7 +78,7 @@ func TestTreeReservations(t *testing.T) {
 	require.False(t, released)
 	fam, _, err = f.tr.FamilyOf(f.ctx, "r")
 	require.NoError(t, err)
-	require.Equal(t, capsule.Usage{Tokens: 5000}, fam.Reserved)
+	require.Zero(t, fam.Holders)
 	require.Equal(t, capsule.Usage{Tokens: 1000}, fam.Own)
 	require.Equal(t, capsule.Usage{Tokens: 1000}, fam.Used)
 }
@@ -143,10 +163,10 @@ func (s *spender) spawn(parent, grandparent string, depth, n int) {
 			u := capsule.Usage{Tokens: 1000}
 			_, err = tr.ChargeOwn(ctx, id, parent, id+"/1/exec", caps, u)
 			require.NoError(s.t, err)
-			for a := parent; a != ""; {
-				fam, err := tr.ChargeDescendant(ctx, a, id, id+"/1/exec", u)
+			for a, holder := parent, id; a != ""; {
+				fam, err := tr.ChargeDescendant(ctx, a, holder, id+"/1/exec", u)
 				require.NoError(s.t, err)
-				a = fam.Parent
+				a, holder = fam.Parent, a
 			}
 			s.add(id, u.Tokens)
 			if depth < 4 {

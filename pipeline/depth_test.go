@@ -112,7 +112,7 @@ func TestDepthChildLinkedAndCharged(t *testing.T) {
 	f.publish(t, root.Sealed(t))
 	rc := f.next(t, root.ID())
 
-	child := f.delegate(t, root.ID())
+	child := f.delegate(t, root.ID()).Set("budget.tokens", 1000)
 	f.publishChild(t, child, rc.token)
 	cc := f.next(t, child.ID())
 	cp := f.bundle.WaitCheckpoint(t, child.ID(), func(*capsule.Checkpoint) bool { return true })
@@ -164,23 +164,33 @@ func TestDepthChildLinkedAndCharged(t *testing.T) {
 	require.Empty(t, cs.Children)
 }
 
-// TestDepthChildOverParentCapHalts: a child whose spend takes its
-// parent's total over the parent's cap halts budget_exceeded:parent_tokens,
-// whatever its own cap.
+// TestDepthChildOverParentCapHalts: a child whose caps do not fit what
+// its parent's caps have left halts budget_exceeded:parent_tokens before
+// any call, whatever its own cap; one that fits runs, and a child whose
+// spend still takes its parent past its cap (its call crossed its own cap)
+// halts budget_exceeded:parent_tokens after its charge.
 func TestDepthChildOverParentCapHalts(t *testing.T) {
 	t.Parallel()
 	f := setupDepth(t, 0)
 	root := f.delegate(t, "").Set("budget.tokens", 1000)
 	f.publish(t, root.Sealed(t))
 	rc := f.next(t, root.ID())
-	child := f.delegate(t, root.ID()).Set("budget.tokens", 50000)
-	f.publishChild(t, child, rc.token)
-	f.next(t, child.ID()).done <- capsule.Usage{Tokens: 2000}
-	s := f.wait(t, child.ID())
+	big := f.delegate(t, root.ID()).Set("budget.tokens", 50000)
+	f.publishChild(t, big, rc.token)
+	s := f.wait(t, big.ID())
 	require.Equal(t, capsule.Halted, s.State)
 	require.Equal(t, capsule.BudgetExceeded(capsule.BudgetParentTokens).String(), s.HaltReason)
+	require.Equal(t, int(capsule.AutomatedGates), s.Phase, "before any call")
 	require.NotEmpty(t, s.Findings)
 	require.Equal(t, "parent_capsule_id", s.Findings[0].Field)
+	require.Contains(t, s.Findings[0].Message, "has 1000 of 1000 tokens")
+
+	child := f.delegate(t, root.ID()).Set("budget.tokens", 1000)
+	f.publishChild(t, child, rc.token)
+	f.next(t, child.ID()).done <- capsule.Usage{Tokens: 2000}
+	s = f.wait(t, child.ID())
+	require.Equal(t, capsule.Halted, s.State)
+	require.Equal(t, capsule.BudgetExceeded(capsule.BudgetTokens).String(), s.HaltReason, "its own cap is crossed first")
 	rc.done <- capsule.Usage{}
 }
 
@@ -234,7 +244,8 @@ func TestDepthExceeded(t *testing.T) {
 	calls := []delegateCall{f.next(t, d.ID())}
 	ids := []string{d.ID()}
 	for depth := 1; depth <= 4; depth++ {
-		d = f.delegate(t, d.ID())
+		// Each child's caps leave its parent room for its own spend.
+		d = f.delegate(t, d.ID()).Set("budget.tokens", 10000-1000*depth)
 		f.publishChild(t, d, calls[len(calls)-1].token)
 		calls = append(calls, f.next(t, d.ID()))
 		ids = append(ids, d.ID())

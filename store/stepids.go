@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sagad/sagad/internal/jspub"
 )
 
@@ -37,7 +40,14 @@ type stepReservation struct {
 
 // reserveSteps reserves ids, steps of r, before a write of r names them.
 // Putting one again is harmless: ids are fresh, random, sagad's alone.
+// The puts are sent together and their acknowledgements awaited together,
+// under one write deadline: a 256-step composition reserves in about one
+// round trip, not 256.
 func (c *Chains) reserveSteps(ctx context.Context, r *ChainRecord, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	msgs := make([]*nats.Msg, 0, len(ids))
 	for _, id := range ids {
 		if !ValidKey(id) {
 			// Not sagad's: a record's ids are the UUIDs compose draws.
@@ -47,13 +57,38 @@ func (c *Chains) reserveSteps(ctx context.Context, r *ChainRecord, ids []string)
 		if err != nil {
 			return err
 		}
-		err = (*jspub.Writes)(nil).Do(ctx, func(ctx context.Context) error {
-			_, err := c.kv.Put(ctx, stepIDKey(id), b)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("chain %s: reserve step id %s: %w", r.ChainID, id, err)
+		msgs = append(msgs, &nats.Msg{Subject: "$KV." + ChainsBucket + "." + stepIDKey(id), Data: b})
+	}
+	err := (*jspub.Writes)(nil).Do(ctx, func(ctx context.Context) error {
+		if c.js == nil {
+			for _, m := range msgs {
+				if _, err := c.kv.Put(ctx, m.Subject[len("$KV."+ChainsBucket+"."):], m.Data); err != nil {
+					return err
+				}
+			}
+			return nil
 		}
+		acks := make([]jetstream.PubAckFuture, 0, len(msgs))
+		for _, m := range msgs {
+			f, err := c.js.PublishMsgAsync(m)
+			if err != nil {
+				return err
+			}
+			acks = append(acks, f)
+		}
+		for _, f := range acks {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("chain %s: reserve step ids: %w", r.ChainID, err)
 	}
 	return nil
 }
