@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
@@ -300,4 +301,35 @@ func TestDepthAcceptedWorkDelegates(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, []string{child.ID()}, fam.Children)
 	require.Equal(t, s.BudgetUsed, fam.Used)
+}
+
+// TestDepthChildInheritsDeadline: a child whose deadline is later than its
+// parent's runs under its parent's (the deadline in force, recorded among
+// its checkpoint's overrides); one whose deadline is earlier keeps its own.
+func TestDepthChildInheritsDeadline(t *testing.T) {
+	t.Parallel()
+	f := setupDepth(t, 0)
+	ctx := context.Background()
+	root := f.delegate(t, "")
+	var rc capsule.Capsule
+	require.NoError(t, json.Unmarshal(root.Sealed(t), &rc))
+	f.publish(t, root.Sealed(t))
+	call := f.next(t, root.ID())
+
+	late := f.delegate(t, root.ID()).Set("budget.tokens", 1000).Set("deadline", rc.Deadline.Add(time.Hour).Format(time.RFC3339))
+	early := f.delegate(t, root.ID()).Set("budget.tokens", 1000).Set("deadline", rc.Deadline.Add(-time.Minute).Format(time.RFC3339))
+	for _, d := range []capsuletest.Doc{late, early} {
+		f.publishChild(t, d, call.token)
+		f.next(t, d.ID()).done <- capsule.Usage{Tokens: 10}
+		require.Equal(t, capsule.Completed, f.wait(t, d.ID()).State)
+	}
+	cp, _, err := f.bundle.Store.Checkpoints.Get(ctx, late.ID())
+	require.NoError(t, err)
+	require.NotNil(t, cp.State.Overrides)
+	require.True(t, rc.Deadline.Equal(*cp.State.Overrides.Deadline), "the parent's deadline bounds the child's")
+	cp, _, err = f.bundle.Store.Checkpoints.Get(ctx, early.ID())
+	require.NoError(t, err)
+	require.Nil(t, cp.State.Overrides, "an earlier deadline of its own stands")
+	call.done <- capsule.Usage{}
+	require.Equal(t, capsule.Completed, f.wait(t, root.ID()).State)
 }

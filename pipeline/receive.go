@@ -196,6 +196,13 @@ func (p *Pipeline) freshCheckpoint(msg jetstream.Msg, r phases.Received, key str
 	fresh.CreatedAt = start.UTC()
 	if r.Decision.Action != phases.Halt {
 		fresh.Parent, fresh.Depth = link.parent, link.depth
+		if link.parent != "" && r.Capsule.Deadline.After(link.deadline) {
+			// A child inherits its parent's deadline as an upper bound:
+			// it is the deadline in force (the checkpoint records it
+			// among the overrides), which an operator may still extend.
+			d := link.deadline.UTC()
+			fresh.State.Overrides = &capsule.Overrides{Deadline: &d}
+		}
 	}
 	return fresh
 }
@@ -395,6 +402,8 @@ type parentLink struct {
 	// caps are the parent's caps in force, which bound its own spend plus
 	// its descendants'.
 	caps capsule.Budget
+	// deadline is the parent's deadline in force: the child's upper bound.
+	deadline time.Time
 }
 
 // parentOf verifies c's parent_capsule_id: the parent must be a capsule
@@ -443,7 +452,8 @@ func (p *Pipeline) parentOf(ctx context.Context, c *capsule.Capsule, token strin
 	if pc == nil {
 		return refuse("capsule " + strconv.Quote(key) + " is no capsule sagad runs")
 	}
-	return parentLink{parent: key, grandparent: parent.Parent, depth: depth, caps: parent.State.Caps(pc.Budget)}, nil, nil
+	return parentLink{parent: key, grandparent: parent.Parent, depth: depth, caps: parent.State.Caps(pc.Budget),
+		deadline: parent.State.DeadlineIn(pc.Deadline)}, nil, nil
 }
 
 // callInFlight reports whether token is the secret of an executor call cp
