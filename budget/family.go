@@ -73,6 +73,17 @@ func (f Family) Fits(caps capsule.Budget) bool {
 	return f.Caps.Dollars <= 0 || c.Dollars+caps.Dollars <= f.Caps.Dollars+dollarSlack
 }
 
+// CouldFit reports whether caps fit the parent's caps once every
+// reservation is released: what spent is spent, but siblings' ends may
+// free what they held and did not spend.
+func (f Family) CouldFit(caps capsule.Budget) bool {
+	spent := f.Own.Add(f.Used)
+	if f.Caps.Tokens > 0 && spent.Tokens+caps.Tokens > f.Caps.Tokens {
+		return false
+	}
+	return f.Caps.Dollars <= 0 || spent.Dollars+caps.Dollars <= f.Caps.Dollars+dollarSlack
+}
+
 // over names the dimension in which caps do not fit f, as a child's
 // reason: parent_tokens before parent_dollars.
 func (f Family) over(caps capsule.Budget) string {

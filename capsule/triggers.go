@@ -31,6 +31,12 @@ const (
 	// spent, until a person decides (sagactl composition decide). Once:
 	// accepted, it goes on and is not held again.
 	TriggerCompositionGate Trigger = "composition_gate"
+	// TriggerParentCapacity marks a child capsule waiting, at
+	// AUTOMATED_GATES, for room in its parent's caps (sagad configured to
+	// wait rather than halt: --child-budget wait); the sweeper resumes it
+	// when a sibling's end frees room. It is listed in pending: a person
+	// may cancel it, or raise the parent's caps.
+	TriggerParentCapacity Trigger = "parent_capacity"
 )
 
 // Triggers lists the five continuation triggers of PIPELINE §5.
@@ -70,6 +76,10 @@ const (
 	// WatchWave: resume, oldest first, while the wave has room; halt
 	// wave_closed when it is closed.
 	WatchWave Watch = "wave"
+	// WatchParent: resume once the parent's caps have room for the
+	// child's (AUTOMATED_GATES then reserves), or the parent ended (it
+	// then halts parent_refused).
+	WatchParent Watch = "parent"
 )
 
 // TriggerInfo is what a trigger does to a capsule, and who reads it: the
@@ -174,6 +184,12 @@ var TriggerTable = []TriggerInfo{
 		Trigger: TriggerCompositionGate, State: Paused, Once: true, Resumer: ResumerPerson,
 		Event: EventPaused, Continuation: true, Metric: "composition_gate",
 		Description: "a composition step with `gate: \"operator\"`: it waits, before anything is spent, for `sagactl composition decide`",
+	},
+	{
+		Trigger: TriggerParentCapacity, State: Waiting, Resumer: ResumerPerson, Watch: WatchParent,
+		Event: EventFamilyWait, Continuation: true, Metric: "parent_capacity",
+		PauseRefused: "it waits for room in its parent's caps, before anything is spent: cancel it, or let its siblings finish",
+		Description:  "`--child-budget wait`: a child capsule's caps do not fit what its parent's caps have left; it goes on when a sibling's end frees room (docs/DELEGATION.md)",
 	},
 }
 

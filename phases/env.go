@@ -101,6 +101,9 @@ type Env struct {
 	// the capsule parks with lock_contention. Negative halts at once with
 	// lock_acquisition_failed (the strictest reading of Rule 17).
 	LockWait time.Duration
+	// ChildWait: a child capsule whose caps do not fit what its parent's
+	// caps have left waits (trigger parent_capacity) rather than halting.
+	ChildWait bool
 	// BudgetWarning is the fraction of a cap whose crossing pauses the
 	// capsule with budget_warning (once). Zero disables the trigger.
 	BudgetWarning float64

@@ -15,7 +15,9 @@ import (
 // that no interleaving of a tree's children spends past an ancestor's
 // caps. A child that does not fit halts budget_exceeded:parent_tokens (or
 // parent_dollars) before any call, with a finding saying what the parent
-// has left; one whose parent ended meanwhile halts parent_refused.
+// has left, or, with env.ChildWait, waits (trigger parent_capacity) until
+// the sweeper finds room for it; one whose parent ended meanwhile halts
+// parent_refused.
 func admitToFamily(ctx context.Context, env *Env, in *Input, next Decision) Decision {
 	if next.Action != Advance || in.Checkpoint == nil || in.Checkpoint.Parent == "" {
 		return next
@@ -37,9 +39,14 @@ func admitToFamily(ctx context.Context, env *Env, in *Input, next Decision) Deci
 			Field: "parent_capsule_id", Message: "the parent ended before the child was admitted: its budget admits no child any more",
 		})
 	}
-	return HaltWith(capsule.BudgetExceeded(a.Exceeded), capsule.Finding{
-		Field: "parent_capsule_id", Message: FamilyWaitReason(in.Checkpoint.Parent, a.Family, caps),
-	})
+	reason := FamilyWaitReason(in.Checkpoint.Parent, a.Family, caps)
+	if env.ChildWait && a.Family.CouldFit(caps) {
+		return Decision{Action: Park, Trigger: capsule.TriggerParentCapacity, WaitFor: []string{in.Checkpoint.Parent}, Reason: reason}
+	}
+	if env.ChildWait {
+		reason += ": more than the parent's whole caps, so no sibling's end makes room"
+	}
+	return HaltWith(capsule.BudgetExceeded(a.Exceeded), capsule.Finding{Field: "parent_capsule_id", Message: reason})
 }
 
 // FamilyWaitReason says why a child with caps does not fit the caps of

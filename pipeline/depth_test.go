@@ -49,13 +49,16 @@ type depthFixture struct {
 	calls chan delegateCall
 }
 
-func setupDepth(t *testing.T, maxDepth int) depthFixture {
+func setupDepth(t *testing.T, maxDepth int, change ...func(*pipeline.Config)) depthFixture {
 	t.Helper()
 	calls := make(chan delegateCall, 16)
 	f := setupWith(t, func(c *pipeline.Config) {
 		c.Workers = 8 // every delegate of a chain is in EXECUTION at once
 		c.MaxDepth = maxDepth
 		c.Executors.RegisterExecutor("delegate", delegating{calls: calls})
+		for _, ch := range change {
+			ch(c)
+		}
 	})
 	return depthFixture{fixture: f, calls: calls}
 }
@@ -331,5 +334,44 @@ func TestDepthChildInheritsDeadline(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, cp.State.Overrides, "an earlier deadline of its own stands")
 	call.done <- capsule.Usage{}
+	require.Equal(t, capsule.Completed, f.wait(t, root.ID()).State)
+}
+
+// TestDepthChildWaitsForRoom: with --child-budget wait, a child whose caps
+// do not fit what its parent has left waits (parent_capacity, in pending)
+// before any call, and goes on once its sibling's end frees the room; one
+// whose caps exceed the parent's whole cap halts at once.
+func TestDepthChildWaitsForRoom(t *testing.T) {
+	t.Parallel()
+	f := setupDepth(t, 0, func(c *pipeline.Config) { c.ChildBudget = pipeline.ChildBudgetWait })
+	ctx := context.Background()
+	root := f.delegate(t, "").Set("budget.tokens", 1000)
+	f.publish(t, root.Sealed(t))
+	rc := f.next(t, root.ID())
+
+	first := f.delegate(t, root.ID()).Set("budget.tokens", 600)
+	f.publishChild(t, first, rc.token)
+	fc := f.next(t, first.ID())
+	second := f.delegate(t, root.ID()).Set("budget.tokens", 600)
+	f.publishChild(t, second, rc.token)
+	cp := f.bundle.WaitCheckpoint(t, second.ID(), func(cp *capsule.Checkpoint) bool { return cp.State.Status == capsule.Waiting })
+	require.Equal(t, capsule.TriggerParentCapacity, cp.State.Pause.Trigger)
+	require.Contains(t, cp.State.Pause.Reason, "has 400 of 1000 tokens")
+	pending, err := f.admin(t).Pending(ctx)
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+	require.Equal(t, second.ID(), pending[0].CapsuleID)
+
+	huge := f.delegate(t, root.ID()).Set("budget.tokens", 5000)
+	f.publishChild(t, huge, rc.token)
+	s := f.wait(t, huge.ID())
+	require.Equal(t, capsule.Halted, s.State)
+	require.Equal(t, capsule.BudgetExceeded(capsule.BudgetParentTokens).String(), s.HaltReason)
+
+	fc.done <- capsule.Usage{Tokens: 100}
+	require.Equal(t, capsule.Completed, f.wait(t, first.ID()).State)
+	f.next(t, second.ID()).done <- capsule.Usage{Tokens: 100}
+	require.Equal(t, capsule.Completed, f.wait(t, second.ID()).State, "its sibling's end made room")
+	rc.done <- capsule.Usage{Tokens: 100}
 	require.Equal(t, capsule.Completed, f.wait(t, root.ID()).State)
 }

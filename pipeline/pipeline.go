@@ -116,6 +116,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		RetryDelay:     cfg.RetryDelay,
 		LockWait:       cfg.LockWait,
 		BudgetWarning:  max(cfg.BudgetWarning, 0),
+		ChildWait:      cfg.ChildBudget == ChildBudgetWait,
 
 		InlineArtifactBytes: cfg.InlineArtifactBytes,
 	}

@@ -100,6 +100,11 @@ type Config struct {
 	// (parent_capsule_id) may nest; deeper halts depth_exceeded:<depth>.
 	// Defaults to 4.
 	MaxDepth int `json:"max_depth,omitempty"`
+	// ChildBudget is what a child capsule whose caps do not fit what its
+	// parent's caps have left does: "halt" (budget_exceeded:parent_tokens
+	// before any call) or "wait" (trigger parent_capacity, until a
+	// sibling's end frees room). Defaults to halt (docs/DELEGATION.md).
+	ChildBudget string `json:"child_budget,omitempty"`
 	// Replicas of streams and buckets (3 on a JetStream cluster). Defaults to 1.
 	Replicas int `json:"replicas"`
 	// Migrate lets sagad change existing streams and buckets whose settings
@@ -287,6 +292,9 @@ const (
 
 func (c *Config) validate() error {
 	errs := []error{c.checkConsole(), pipeline.ValidateKVBuckets(c.KVBuckets)}
+	if c.ChildBudget != "" && c.ChildBudget != pipeline.ChildBudgetHalt && c.ChildBudget != pipeline.ChildBudgetWait {
+		errs = append(errs, fmt.Errorf("child budget %q: want halt or wait", c.ChildBudget))
+	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log format %q: want text or json", c.LogFormat))
 	}
@@ -452,6 +460,7 @@ func defineFlags(fs *flag.FlagSet) *flagValues {
 	fs.StringVar(&v.flags.UIToken, "ui-token", "", "token the web console requires (open /ui/?token=T once); needed off loopback unless --ui-basic-auth (env SAGA_UI_TOKEN)")
 	fs.StringVar(&v.flags.UIBasicAuth, "ui-basic-auth", "", "user:password the web console requires as HTTP basic auth (env SAGA_UI_BASIC_AUTH)")
 	fs.StringVar(&v.flags.LogFormat, "log-format", "", "text or json (env SAGAD_LOG_FORMAT)")
+	fs.StringVar(&v.flags.ChildBudget, "child-budget", "", "a child capsule whose caps do not fit what its parent's caps have left: halt (budget_exceeded:parent_tokens before any call) or wait (trigger parent_capacity) (default halt; env SAGAD_CHILD_BUDGET)")
 	fs.StringVar(&v.flags.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
 	fs.IntVar(&v.flags.Workers, "workers", 0, "capsules worked on at once per phase (default 64, which is also the most agent calls a phase makes at once; env SAGAD_WORKERS)")
 	fs.Int64Var(&v.flags.IntakeMaxPending, "intake-max-pending", 0, "intake messages one producer may have waiting; past it its publishes are refused (default 256; env SAGAD_INTAKE_MAX_PENDING)")
@@ -533,6 +542,7 @@ func applyEnvStrings(cfg *Config, getenv func(string) string) {
 	envStr(&cfg.UIBasicAuth, "SAGA_UI_BASIC_AUTH")
 	envStr(&cfg.UIBasicAuth, "SAGAD_UI_BASIC_AUTH")
 	envStr(&cfg.LogFormat, "SAGAD_LOG_FORMAT")
+	envStr(&cfg.ChildBudget, "SAGAD_CHILD_BUDGET")
 	envStr(&cfg.LogLevel, "SAGAD_LOG_LEVEL")
 	envStr(&cfg.OTelEndpoint, "SAGAD_OTEL_ENDPOINT")
 	envStr(&cfg.TraceURL, "SAGAD_TRACE_URL")
@@ -688,6 +698,7 @@ var flagSetters = map[string]func(v *flagValues, cfg *Config){
 	"ui-token":              func(v *flagValues, cfg *Config) { cfg.UIToken = v.flags.UIToken },
 	"ui-basic-auth":         func(v *flagValues, cfg *Config) { cfg.UIBasicAuth = v.flags.UIBasicAuth },
 	"log-format":            func(v *flagValues, cfg *Config) { cfg.LogFormat = v.flags.LogFormat },
+	"child-budget":          func(v *flagValues, cfg *Config) { cfg.ChildBudget = v.flags.ChildBudget },
 	"log-level":             func(v *flagValues, cfg *Config) { cfg.LogLevel = v.flags.LogLevel },
 	"workers":               func(v *flagValues, cfg *Config) { cfg.Workers = v.flags.Workers },
 	"replicas":              func(v *flagValues, cfg *Config) { cfg.Replicas = v.flags.Replicas },
