@@ -179,6 +179,10 @@ type record struct {
 	Parent       string   `json:"parent,omitempty"`
 	Children     []string `json:"children,omitempty"`
 	ChildrenMore int      `json:"children_more,omitempty"`
+	// Own is, in a family record, the parent's own spend; Ended says the
+	// parent ended (tree.go).
+	Own   capsule.Usage `json:"own,omitzero"`
+	Ended bool          `json:"ended,omitempty"`
 }
 
 func (r record) wave() Wave {

@@ -27,11 +27,22 @@ const descendantWindow = 256
 
 // Family is a parent capsule's family record.
 type Family struct {
-	// Caps are the parent's caps when its first child was received.
+	// Caps are the parent's caps when its first child was received (or
+	// its own first charge was recorded here).
 	Caps capsule.Budget
 	// Used is what its descendants spent in total (its own spend is in
-	// its checkpoint).
+	// its checkpoint, and mirrored in Own).
 	Used capsule.Usage
+	// Own is what the parent itself spent, as charged here by a capsule
+	// whose executor may delegate ([Tracker.ChargeOwn]): admission reads
+	// it in the same record as the reservations.
+	Own capsule.Usage
+	// Reserved is what its admitted descendants reserved and have not
+	// spent (yet) ([Tracker.ReserveChild]); Holders counts them.
+	Reserved capsule.Usage
+	Holders  int
+	// Ended: the parent ended; it admits no child any more.
+	Ended bool
 	// Parent is the parent's own parent ("" for a root capsule).
 	Parent string
 	// Children are the first [MaxChildrenListed] children, in the order
@@ -43,8 +54,44 @@ type Family struct {
 func familyKey(parent string) string { return "parent." + parent }
 
 func (r record) family() Family {
-	return Family{Caps: capsule.Budget{Tokens: r.TokensCap, Dollars: r.DollarsCap}, Used: r.Used,
+	return Family{Caps: capsule.Budget{Tokens: r.TokensCap, Dollars: r.DollarsCap}, Used: r.Used, Own: r.Own,
+		Reserved: r.Reserved, Holders: len(r.Holds), Ended: r.Ended,
 		Parent: r.Parent, Children: slices.Clone(r.Children), More: r.ChildrenMore}
+}
+
+// Committed is what the family has spent or promised: the parent's own
+// spend, its descendants' and what they hold reserved.
+func (f Family) Committed() capsule.Usage { return f.Own.Add(f.Used).Add(f.Reserved) }
+
+// Fits reports whether caps fit in what the parent's caps have left once
+// everything committed is counted (a cap of 0 is none).
+func (f Family) Fits(caps capsule.Budget) bool {
+	c := f.Committed()
+	if f.Caps.Tokens > 0 && c.Tokens+caps.Tokens > f.Caps.Tokens {
+		return false
+	}
+	return f.Caps.Dollars <= 0 || c.Dollars+caps.Dollars <= f.Caps.Dollars+dollarSlack
+}
+
+// CouldFit reports whether caps fit the parent's caps once every
+// reservation is released: what spent is spent, but siblings' ends may
+// free what they held and did not spend.
+func (f Family) CouldFit(caps capsule.Budget) bool {
+	spent := f.Own.Add(f.Used)
+	if f.Caps.Tokens > 0 && spent.Tokens+caps.Tokens > f.Caps.Tokens {
+		return false
+	}
+	return f.Caps.Dollars <= 0 || spent.Dollars+caps.Dollars <= f.Caps.Dollars+dollarSlack
+}
+
+// over names the dimension in which caps do not fit f, as a child's
+// reason: parent_tokens before parent_dollars.
+func (f Family) over(caps capsule.Budget) string {
+	c := f.Committed()
+	if f.Caps.Tokens > 0 && c.Tokens+caps.Tokens > f.Caps.Tokens {
+		return capsule.BudgetParentTokens
+	}
+	return capsule.BudgetParentDollars
 }
 
 // AddChild links child to parent, whose caps are caps and whose own
@@ -58,9 +105,7 @@ func (t *Tracker) AddChild(ctx context.Context, parent, grandparent, child strin
 		if slices.Contains(r.Children, child) || slices.Contains(r.Applied, "child."+child) {
 			return false
 		}
-		if r.TokensCap == 0 && r.DollarsCap == 0 {
-			r.TokensCap, r.DollarsCap, r.Parent = caps.Tokens, caps.Dollars, grandparent
-		}
+		r.link(caps, grandparent)
 		if len(r.Children) < MaxChildrenListed {
 			r.Children = append(r.Children, child)
 		} else {
@@ -77,15 +122,33 @@ func (t *Tracker) AddChild(ctx context.Context, parent, grandparent, child strin
 	return nil
 }
 
-// ChargeDescendant adds u, spent by a descendant of ancestor, to
-// ancestor's family total once per chargeID, and returns the family as it
+// link records, on the first of a family record's writes that knows
+// them, the parent's caps and its own parent. A record made by an own
+// charge of a root capsule has no parent; one made by a child's link
+// knows it.
+func (r *record) link(caps capsule.Budget, parent string) {
+	if r.TokensCap == 0 && r.DollarsCap == 0 {
+		r.TokensCap, r.DollarsCap = caps.Tokens, caps.Dollars
+	}
+	if r.Parent == "" {
+		r.Parent = parent
+	}
+}
+
+// ChargeDescendant adds u, spent by holder, a descendant of ancestor, to
+// ancestor's family total once per chargeID, moving it out of holder's
+// reservation there in the same write, and returns the family as it
 // stands.
-func (t *Tracker) ChargeDescendant(ctx context.Context, ancestor, chargeID string, u capsule.Usage) (Family, error) {
+func (t *Tracker) ChargeDescendant(ctx context.Context, ancestor, holder, chargeID string, u capsule.Usage) (Family, error) {
 	if err := u.Validate(); err != nil {
 		return Family{}, fmt.Errorf("budget: charge %s to %s: %w", chargeID, ancestor, err)
 	}
 	r, err := t.update(ctx, familyKey(ancestor), func(r *record) bool {
-		return r.applyWindow(chargeID, u, descendantWindow)
+		if !r.applyWindow(chargeID, u, descendantWindow) {
+			return false
+		}
+		r.consumeHold(holder, u)
+		return true
 	})
 	if err != nil {
 		return Family{}, fmt.Errorf("budget: charge %s to %s: %w", chargeID, ancestor, err)

@@ -21,14 +21,14 @@ func TestFamilyChargedOnce(t *testing.T) {
 	require.NoError(t, f.tr.AddChild(f.ctx, "p", "other", "c2", capsule.Budget{Tokens: 1}))
 	u := capsule.Usage{Tokens: 100, Dollars: 0.25}
 	for range 3 {
-		fam, err := f.tr.ChargeDescendant(f.ctx, "p", "c1/1/exec", u)
+		fam, err := f.tr.ChargeDescendant(f.ctx, "p", "c1", "c1/1/exec", u)
 		require.NoError(t, err)
 		require.Equal(t, u, fam.Used)
 	}
-	fam, err := f.tr.ChargeDescendant(f.ctx, "p", "c2/1/exec", u)
+	fam, err := f.tr.ChargeDescendant(f.ctx, "p", "c2", "c2/1/exec", u)
 	require.NoError(t, err)
 	require.Equal(t, budget.Family{Caps: caps, Used: u.Add(u), Parent: "gp", Children: []string{"c1", "c2"}}, fam)
-	_, err = f.tr.ChargeDescendant(f.ctx, "p", "c3/1/exec", capsule.Usage{Tokens: -1})
+	_, err = f.tr.ChargeDescendant(f.ctx, "p", "c3", "c3/1/exec", capsule.Usage{Tokens: -1})
 	require.ErrorIs(t, err, capsule.ErrInvalidUsage)
 
 	_, ok, err := f.tr.FamilyOf(f.ctx, "nobody")
@@ -58,7 +58,7 @@ func TestFamilyChildrenBounded(t *testing.T) {
 		require.NoError(t, f.tr.AddChild(f.ctx, "q", "", uuid[:30]+strconv.Itoa(100000+i), caps))
 	}
 	for i := range 300 {
-		_, err := f.tr.ChargeDescendant(f.ctx, "q", uuid[:30]+strconv.Itoa(100000+i)+"/"+uuid+"/1/exec/a1", capsule.Usage{Tokens: 1})
+		_, err := f.tr.ChargeDescendant(f.ctx, "q", "c", uuid[:30]+strconv.Itoa(100000+i)+"/"+uuid+"/1/exec/a1", capsule.Usage{Tokens: 1})
 		require.NoError(t, err)
 	}
 	kv, err := f.js.KeyValue(f.ctx, "SAGA_BUDGETS")

@@ -16,7 +16,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	ours, err := json.Marshal(record{TokensCap: 10, Closed: true, Holds: map[string]capsule.Usage{"k": {Tokens: 1}}})
 	require.NoError(f, err)
 	for _, s := range []string{
-		string(ours), `{}`, `{"tokens_cap":5,"dollars_cap":1,"used":{"tokens":3,"dollars":0},"applied":["c/1/exec"],"parent":"gp","children":["c"],"children_more":2}`, `{"stream":"SAGA_INTAKE","seq":7}`,
+		string(ours), `{}`, `{"tokens_cap":5,"dollars_cap":1,"used":{"tokens":3,"dollars":0},"applied":["c/1/exec"],"parent":"gp","children":["c"],"children_more":2}`, `{"tokens_cap":5,"used":{"tokens":3,"dollars":0},"own":{"tokens":1,"dollars":0.5},"ended":true,"holds":{"c":{"tokens":1,"dollars":0}},"reserved":{"tokens":1,"dollars":0},"applied":["own.c/1/exec"],"parent":"gp","children":["c"]}`, `{"stream":"SAGA_INTAKE","seq":7}`,
 		`{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 0"}}`,
 		`{"tokens_cap":1}{"tokens_cap":2}`, "\x00garbage\xff", `null`, `[]`,
 	} {

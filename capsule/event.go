@@ -28,7 +28,10 @@ const (
 	EventOperatorRejected  EventKind = "operator_rejected"
 	EventDependencyWait    EventKind = "waiting_for_dependencies"
 	// EventWaveWait: the capsule waits for its wave's capacity.
-	EventWaveWait         EventKind = "waiting_for_wave_capacity"
+	EventWaveWait EventKind = "waiting_for_wave_capacity"
+	// EventFamilyWait: the child capsule waits for room in its parent's
+	// caps (docs/DELEGATION.md).
+	EventFamilyWait       EventKind = "waiting_for_parent_capacity"
 	EventDuplicateIgnored EventKind = "duplicate_ignored"
 	// EventReplayed: sagactl replay started a new run of the capsule.
 	EventReplayed EventKind = "replayed"

@@ -27,8 +27,9 @@ const (
 	// hard limit (see [Capsule.ListLimits]); not in PIPELINE §3's table.
 	CodeCapsuleLimitsExceeded HaltCode = "capsule_limits_exceeded"
 	// CodeChainMembershipRefused: the capsule declares a chain step sagad
-	// did not assign it (sagactl publish --chain); not in PIPELINE §3's
-	// table.
+	// did not assign it (sagactl publish --chain), or declares none under
+	// the capsule id of a step sagad assigned (no detail then: see
+	// [StepIDRefused]); not in PIPELINE §3's table.
 	CodeChainMembershipRefused HaltCode = "chain_membership_refused"
 	// CodeDepthExceeded: the capsule's parent_capsule_id puts it deeper
 	// than sagad's --max-depth; the detail is its depth. Not in PIPELINE
@@ -194,6 +195,12 @@ func LockUnavailable(path string) HaltReason {
 func ChainMembershipRefused(chainID string, step int) HaltReason {
 	return HaltReason{CodeChainMembershipRefused, Truncate(chainID, MaxReasonDetail-12) + "/" + strconv.Itoa(step)}
 }
+
+// StepIDRefused: a capsule that declares no chain step came under a
+// capsule id sagad assigned to a composition step (held, gated, published
+// or not): "chain_membership_refused", with no detail, as the chain may be
+// another producer's. Only sagad's own bytes for the step take its id.
+func StepIDRefused() HaltReason { return HaltReason{Code: CodeChainMembershipRefused} }
 
 // DepthExceeded names the depth a child capsule would have had:
 // "depth_exceeded:<depth>".

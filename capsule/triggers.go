@@ -36,6 +36,12 @@ const (
 	// NATS). The call goes on meanwhile: the phase keeps its claim, and its
 	// own decision lifts the pause ([TriggerInfo.CallRuns]).
 	TriggerAgentQuery Trigger = "agent_query"
+	// TriggerParentCapacity marks a child capsule waiting, at
+	// AUTOMATED_GATES, for room in its parent's caps (sagad configured to
+	// wait rather than halt: --child-budget wait); the sweeper resumes it
+	// when a sibling's end frees room. It is listed in pending: a person
+	// may cancel it, or raise the parent's caps.
+	TriggerParentCapacity Trigger = "parent_capacity"
 )
 
 // Triggers lists the five continuation triggers of PIPELINE §5.
@@ -75,6 +81,10 @@ const (
 	// WatchWave: resume, oldest first, while the wave has room; halt
 	// wave_closed when it is closed.
 	WatchWave Watch = "wave"
+	// WatchParent: resume once the parent's caps have room for the
+	// child's (AUTOMATED_GATES then reserves), or the parent ended (it
+	// then halts parent_refused).
+	WatchParent Watch = "parent"
 )
 
 // TriggerInfo is what a trigger does to a capsule, and who reads it: the
@@ -191,6 +201,12 @@ var TriggerTable = []TriggerInfo{
 		Event: EventAgentQuery, Continuation: true, Metric: "agent_query",
 		PauseRefused: "its agent asked a question and waits for the answer: sagactl resume ID --answer TEXT, or cancel it",
 		Description:  "an agent asked a question during its call (a `query` chunk): the call goes on while it waits for `sagactl resume ID --answer TEXT`",
+	},
+	{
+		Trigger: TriggerParentCapacity, State: Waiting, Resumer: ResumerPerson, Watch: WatchParent,
+		Event: EventFamilyWait, Continuation: true, Metric: "parent_capacity",
+		PauseRefused: "it waits for room in its parent's caps, before anything is spent: cancel it, or let its siblings finish",
+		Description:  "`--child-budget wait`: a child capsule's caps do not fit what its parent's caps have left; it goes on when a sibling's end frees room (docs/DELEGATION.md)",
 	},
 }
 

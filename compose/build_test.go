@@ -10,6 +10,7 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/executors"
+	"github.com/sagad/sagad/store"
 )
 
 // TestChainExample: examples/chain builds three sealed capsules, each after
@@ -61,7 +62,8 @@ func TestChainExample(t *testing.T) {
 }
 
 // TestStepIDsUnguessable: step ids are canonical UUIDs, never the same
-// twice, whatever the chain.
+// twice, whatever the chain, and of the form RECEPTION looks up as
+// reserved (store.StepIDForm).
 func TestStepIDsUnguessable(t *testing.T) {
 	t.Parallel()
 	seen := map[string]bool{}
@@ -72,6 +74,7 @@ func TestStepIDsUnguessable(t *testing.T) {
 			c, ok := capsule.CanonicalID(id)
 			require.True(t, ok, id)
 			require.Equal(t, id, c)
+			require.True(t, store.StepIDForm(id), id)
 			require.False(t, seen[id])
 			seen[id] = true
 		}

@@ -158,6 +158,8 @@ func (w *Sweeper) Sweep(ctx context.Context) {
 				waveWaiters = append(waveWaiters, cp) // one wave at a time, after the loop
 			case capsule.WatchDependencies:
 				w.dependencies(ctx, cp)
+			case capsule.WatchParent:
+				w.parentCapacity(ctx, cp)
 			}
 		case capsule.Paused:
 			w.paused(ctx, key, cp)

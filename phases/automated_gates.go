@@ -12,7 +12,8 @@ import (
 
 // AutomatedGates is phase 3: every absolute rule of the constitution, all
 // evaluated, every violation listed; then a wave capsule's admission to its
-// wave (admitToWave).
+// wave (admitToWave) and a child capsule's to its delegation tree
+// (admitToFamily).
 type AutomatedGates struct{}
 
 // Run evaluates the constitution. A fact that cannot be read is retried, never
@@ -24,7 +25,7 @@ func (g AutomatedGates) Run(ctx context.Context, env *Env, in *Input) Decision {
 	if d, held := operatorGate(in); held {
 		return d
 	}
-	return admitToWave(ctx, env, in, AdvanceWith())
+	return admitToFamily(ctx, env, in, admitToWave(ctx, env, in, AdvanceWith()))
 }
 
 // Check is the phase's judgement without its effects: the dependencies

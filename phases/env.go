@@ -29,16 +29,18 @@ type Budgets interface {
 	Charge(ctx context.Context, capsuleID, waveID, chargeID string, caps capsule.Budget, used, u capsule.Usage) (budget.ChargeResult, error)
 }
 
-// AncestorBudgets is implemented by a [Budgets] that also charges a child
-// capsule's spend to its ancestors (parent_capsule_id): ChargeAncestors
-// charges u to parent and each ancestor above it, once per chargeID, and
-// returns the first ancestor cap crossed ([capsule.BudgetParentTokens] or
-// [capsule.BudgetParentDollars]), "" when none is.
-// DescendantsUsed is what the capsule's descendants spent (its family
-// record), ok false when it has none.
+// AncestorBudgets is implemented by a [Budgets] that also keeps a
+// delegation tree's budget (parent_capsule_id, package budget's tree.go):
+// ReserveChild reserves a child's caps at its parent before anything is
+// spent (AUTOMATED_GATES); ChargeAncestors charges u, spent by child, to
+// parent and each ancestor above it, once per chargeID, and returns the first ancestor cap crossed
+// ([capsule.BudgetParentTokens] or [capsule.BudgetParentDollars]), ""
+// when none is; ChargeOwn charges a capsule's own spend into its family
+// record (which it makes if need be) and returns the family.
 type AncestorBudgets interface {
-	ChargeAncestors(ctx context.Context, parent, chargeID string, u capsule.Usage) (string, error)
-	DescendantsUsed(ctx context.Context, capsuleID string) (used capsule.Usage, ok bool, err error)
+	ReserveChild(ctx context.Context, parent, holder string, caps capsule.Budget) (budget.ChildAdmission, error)
+	ChargeAncestors(ctx context.Context, parent, child, chargeID string, u capsule.Usage) (string, error)
+	ChargeOwn(ctx context.Context, key, parent, chargeID string, caps capsule.Budget, u capsule.Usage) (budget.Family, error)
 }
 
 // Resolver tells whether a context ref or target exists (REALITY_ANCHOR).
@@ -98,6 +100,9 @@ type Env struct {
 	// the capsule parks with lock_contention. Negative halts at once with
 	// lock_acquisition_failed (the strictest reading of Rule 17).
 	LockWait time.Duration
+	// ChildWait: a child capsule whose caps do not fit what its parent's
+	// caps have left waits (trigger parent_capacity) rather than halting.
+	ChildWait bool
 	// BudgetWarning is the fraction of a cap whose crossing pauses the
 	// capsule with budget_warning (once). Zero disables the trigger.
 	BudgetWarning float64

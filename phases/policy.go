@@ -226,21 +226,20 @@ func chargeUsage(runCtx context.Context, env *Env, in *Input, id string, caps ca
 		}
 		ab, ok := env.Budgets.(AncestorBudgets)
 		if ok && charge.Exceeded == "" && u != (capsule.Usage{}) && (env.Executors == nil || env.Executors.Delegates(in.Capsule.Task.Kind)) {
-			// A parent's caps bound its own spend plus its descendants'.
-			// Only an executor that can publish children makes a parent:
-			// the built-in stub's capsules skip the read.
-			desc, has, err := ab.DescendantsUsed(context.WithoutCancel(runCtx), in.Key())
+			// A parent's caps bound its own spend plus its descendants'
+			// and what its admitted descendants reserved. Only an executor
+			// that can publish children makes a parent: the built-in
+			// stub's capsules skip the write.
+			fam, err := ab.ChargeOwn(context.WithoutCancel(runCtx), in.Key(), in.Checkpoint.Parent, id, caps, u)
 			if err != nil {
 				return err
 			}
-			if has {
-				charge.Exceeded = budget.Check(charge.Capsule.Add(desc), caps)
-			}
+			charge.Exceeded = budget.Check(charge.Capsule.Add(fam.Used).Add(fam.Reserved), caps)
 		}
 		if parent := in.Checkpoint.Parent; ok && parent != "" && u != (capsule.Usage{}) {
 			// The charge's own id, prefixed by the child's key, so each
 			// ancestor counts it once whatever is redelivered.
-			over, err := ab.ChargeAncestors(context.WithoutCancel(runCtx), parent, in.Key()+"/"+id, u)
+			over, err := ab.ChargeAncestors(context.WithoutCancel(runCtx), parent, in.Key(), in.Key()+"/"+id, u)
 			if err != nil {
 				return err
 			}

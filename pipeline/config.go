@@ -86,6 +86,14 @@ type Config struct {
 	// (parent_capsule_id) may nest: a child deeper halts
 	// depth_exceeded:<depth> at RECEPTION. Defaults to [DefaultMaxDepth].
 	MaxDepth int
+	// ChildBudget is what a child capsule whose caps do not fit what its
+	// parent's caps have left does at AUTOMATED_GATES (docs/DELEGATION.md):
+	// [ChildBudgetHalt] halts it budget_exceeded:parent_tokens|parent_dollars
+	// before any call, [ChildBudgetWait] parks it (trigger
+	// parent_capacity) until a sibling's end frees room. Defaults to
+	// ChildBudgetHalt: the parent learns at once that it asked for more
+	// than it has, instead of a tree that waits on itself.
+	ChildBudget string
 	// IntakeQuota bounds each producer's waiting intake (store.IntakeQuota).
 	// Zero fields default.
 	IntakeQuota store.IntakeQuota
@@ -196,6 +204,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxDepth <= 0 {
 		c.MaxDepth = DefaultMaxDepth
 	}
+	if c.ChildBudget == "" {
+		c.ChildBudget = ChildBudgetHalt
+	}
 	if c.MaxIntakeBytes <= 0 {
 		c.MaxIntakeBytes = phases.DefaultMaxIntakeBytes
 	}
@@ -254,6 +265,9 @@ func (c Config) validate() error {
 	if err := c.Rules.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.ChildBudget != ChildBudgetHalt && c.ChildBudget != ChildBudgetWait {
+		errs = append(errs, fmt.Errorf("child budget %q: want %q or %q", c.ChildBudget, ChildBudgetHalt, ChildBudgetWait))
+	}
 	if c.Rules.MaxCapsuleBytes > c.MaxIntakeBytes {
 		// RECEPTION refuses larger intake (capsule_too_large) before Rule 10
 		// is ever asked: a higher limit would be a promise never kept.
@@ -262,6 +276,12 @@ func (c Config) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// [Config.ChildBudget]'s values.
+const (
+	ChildBudgetHalt = "halt"
+	ChildBudgetWait = "wait"
+)
 
 // ValidateKVBuckets refuses a list of kv: ref buckets that names sagad's own
 // state (a SAGA_ bucket: a capsule could then probe other capsules'

@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
@@ -48,13 +49,16 @@ type depthFixture struct {
 	calls chan delegateCall
 }
 
-func setupDepth(t *testing.T, maxDepth int) depthFixture {
+func setupDepth(t *testing.T, maxDepth int, change ...func(*pipeline.Config)) depthFixture {
 	t.Helper()
 	calls := make(chan delegateCall, 16)
 	f := setupWith(t, func(c *pipeline.Config) {
 		c.Workers = 8 // every delegate of a chain is in EXECUTION at once
 		c.MaxDepth = maxDepth
 		c.Executors.RegisterExecutor("delegate", delegating{calls: calls})
+		for _, ch := range change {
+			ch(c)
+		}
 	})
 	return depthFixture{fixture: f, calls: calls}
 }
@@ -112,7 +116,7 @@ func TestDepthChildLinkedAndCharged(t *testing.T) {
 	f.publish(t, root.Sealed(t))
 	rc := f.next(t, root.ID())
 
-	child := f.delegate(t, root.ID())
+	child := f.delegate(t, root.ID()).Set("budget.tokens", 1000)
 	f.publishChild(t, child, rc.token)
 	cc := f.next(t, child.ID())
 	cp := f.bundle.WaitCheckpoint(t, child.ID(), func(*capsule.Checkpoint) bool { return true })
@@ -164,23 +168,33 @@ func TestDepthChildLinkedAndCharged(t *testing.T) {
 	require.Empty(t, cs.Children)
 }
 
-// TestDepthChildOverParentCapHalts: a child whose spend takes its
-// parent's total over the parent's cap halts budget_exceeded:parent_tokens,
-// whatever its own cap.
+// TestDepthChildOverParentCapHalts: a child whose caps do not fit what
+// its parent's caps have left halts budget_exceeded:parent_tokens before
+// any call, whatever its own cap; one that fits runs, and a child whose
+// spend still takes its parent past its cap (its call crossed its own cap)
+// halts budget_exceeded:parent_tokens after its charge.
 func TestDepthChildOverParentCapHalts(t *testing.T) {
 	t.Parallel()
 	f := setupDepth(t, 0)
 	root := f.delegate(t, "").Set("budget.tokens", 1000)
 	f.publish(t, root.Sealed(t))
 	rc := f.next(t, root.ID())
-	child := f.delegate(t, root.ID()).Set("budget.tokens", 50000)
-	f.publishChild(t, child, rc.token)
-	f.next(t, child.ID()).done <- capsule.Usage{Tokens: 2000}
-	s := f.wait(t, child.ID())
+	big := f.delegate(t, root.ID()).Set("budget.tokens", 50000)
+	f.publishChild(t, big, rc.token)
+	s := f.wait(t, big.ID())
 	require.Equal(t, capsule.Halted, s.State)
 	require.Equal(t, capsule.BudgetExceeded(capsule.BudgetParentTokens).String(), s.HaltReason)
+	require.Equal(t, int(capsule.AutomatedGates), s.Phase, "before any call")
 	require.NotEmpty(t, s.Findings)
 	require.Equal(t, "parent_capsule_id", s.Findings[0].Field)
+	require.Contains(t, s.Findings[0].Message, "has 1000 of 1000 tokens")
+
+	child := f.delegate(t, root.ID()).Set("budget.tokens", 1000)
+	f.publishChild(t, child, rc.token)
+	f.next(t, child.ID()).done <- capsule.Usage{Tokens: 2000}
+	s = f.wait(t, child.ID())
+	require.Equal(t, capsule.Halted, s.State)
+	require.Equal(t, capsule.BudgetExceeded(capsule.BudgetTokens).String(), s.HaltReason, "its own cap is crossed first")
 	rc.done <- capsule.Usage{}
 }
 
@@ -234,7 +248,8 @@ func TestDepthExceeded(t *testing.T) {
 	calls := []delegateCall{f.next(t, d.ID())}
 	ids := []string{d.ID()}
 	for depth := 1; depth <= 4; depth++ {
-		d = f.delegate(t, d.ID())
+		// Each child's caps leave its parent room for its own spend.
+		d = f.delegate(t, d.ID()).Set("budget.tokens", 10000-1000*depth)
 		f.publishChild(t, d, calls[len(calls)-1].token)
 		calls = append(calls, f.next(t, d.ID()))
 		ids = append(ids, d.ID())
@@ -289,4 +304,74 @@ func TestDepthAcceptedWorkDelegates(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, []string{child.ID()}, fam.Children)
 	require.Equal(t, s.BudgetUsed, fam.Used)
+}
+
+// TestDepthChildInheritsDeadline: a child whose deadline is later than its
+// parent's runs under its parent's (the deadline in force, recorded among
+// its checkpoint's overrides); one whose deadline is earlier keeps its own.
+func TestDepthChildInheritsDeadline(t *testing.T) {
+	t.Parallel()
+	f := setupDepth(t, 0)
+	ctx := context.Background()
+	root := f.delegate(t, "")
+	var rc capsule.Capsule
+	require.NoError(t, json.Unmarshal(root.Sealed(t), &rc))
+	f.publish(t, root.Sealed(t))
+	call := f.next(t, root.ID())
+
+	late := f.delegate(t, root.ID()).Set("budget.tokens", 1000).Set("deadline", rc.Deadline.Add(time.Hour).Format(time.RFC3339))
+	early := f.delegate(t, root.ID()).Set("budget.tokens", 1000).Set("deadline", rc.Deadline.Add(-time.Minute).Format(time.RFC3339))
+	for _, d := range []capsuletest.Doc{late, early} {
+		f.publishChild(t, d, call.token)
+		f.next(t, d.ID()).done <- capsule.Usage{Tokens: 10}
+		require.Equal(t, capsule.Completed, f.wait(t, d.ID()).State)
+	}
+	cp, _, err := f.bundle.Store.Checkpoints.Get(ctx, late.ID())
+	require.NoError(t, err)
+	require.NotNil(t, cp.State.Overrides)
+	require.True(t, rc.Deadline.Equal(*cp.State.Overrides.Deadline), "the parent's deadline bounds the child's")
+	cp, _, err = f.bundle.Store.Checkpoints.Get(ctx, early.ID())
+	require.NoError(t, err)
+	require.Nil(t, cp.State.Overrides, "an earlier deadline of its own stands")
+	call.done <- capsule.Usage{}
+	require.Equal(t, capsule.Completed, f.wait(t, root.ID()).State)
+}
+
+// TestDepthChildWaitsForRoom: with --child-budget wait, a child whose caps
+// do not fit what its parent has left waits (parent_capacity, in pending)
+// before any call, and goes on once its sibling's end frees the room; one
+// whose caps exceed the parent's whole cap halts at once.
+func TestDepthChildWaitsForRoom(t *testing.T) {
+	t.Parallel()
+	f := setupDepth(t, 0, func(c *pipeline.Config) { c.ChildBudget = pipeline.ChildBudgetWait })
+	ctx := context.Background()
+	root := f.delegate(t, "").Set("budget.tokens", 1000)
+	f.publish(t, root.Sealed(t))
+	rc := f.next(t, root.ID())
+
+	first := f.delegate(t, root.ID()).Set("budget.tokens", 600)
+	f.publishChild(t, first, rc.token)
+	fc := f.next(t, first.ID())
+	second := f.delegate(t, root.ID()).Set("budget.tokens", 600)
+	f.publishChild(t, second, rc.token)
+	cp := f.bundle.WaitCheckpoint(t, second.ID(), func(cp *capsule.Checkpoint) bool { return cp.State.Status == capsule.Waiting })
+	require.Equal(t, capsule.TriggerParentCapacity, cp.State.Pause.Trigger)
+	require.Contains(t, cp.State.Pause.Reason, "has 400 of 1000 tokens")
+	pending, err := f.admin(t).Pending(ctx)
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+	require.Equal(t, second.ID(), pending[0].CapsuleID)
+
+	huge := f.delegate(t, root.ID()).Set("budget.tokens", 5000)
+	f.publishChild(t, huge, rc.token)
+	s := f.wait(t, huge.ID())
+	require.Equal(t, capsule.Halted, s.State)
+	require.Equal(t, capsule.BudgetExceeded(capsule.BudgetParentTokens).String(), s.HaltReason)
+
+	fc.done <- capsule.Usage{Tokens: 100}
+	require.Equal(t, capsule.Completed, f.wait(t, first.ID()).State)
+	f.next(t, second.ID()).done <- capsule.Usage{Tokens: 100}
+	require.Equal(t, capsule.Completed, f.wait(t, second.ID()).State, "its sibling's end made room")
+	rc.done <- capsule.Usage{Tokens: 100}
+	require.Equal(t, capsule.Completed, f.wait(t, root.ID()).State)
 }

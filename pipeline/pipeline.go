@@ -121,6 +121,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		RetryDelay:     cfg.RetryDelay,
 		LockWait:       cfg.LockWait,
 		BudgetWarning:  max(cfg.BudgetWarning, 0),
+		ChildWait:      cfg.ChildBudget == ChildBudgetWait,
 
 		InlineArtifactBytes: cfg.InlineArtifactBytes,
 	}
@@ -302,35 +303,45 @@ func (b budgets) Charge(ctx context.Context, capsuleID, waveID, chargeID string,
 	return res, nil
 }
 
-// DescendantsUsed implements phases.AncestorBudgets: what the capsule's
-// descendants spent, from its family record.
-func (b budgets) DescendantsUsed(ctx context.Context, capsuleID string) (capsule.Usage, bool, error) {
-	fam, ok, err := b.t.FamilyOf(ctx, capsuleID)
-	if err != nil || !ok {
-		return capsule.Usage{}, false, err
-	}
-	return fam.Used, true, nil
+// ChargeOwn implements phases.AncestorBudgets: a capsule that may
+// delegate charges its own spend into its family record too, where its
+// children's admission reads it.
+func (b budgets) ChargeOwn(ctx context.Context, key, parent, chargeID string, caps capsule.Budget, u capsule.Usage) (budget.Family, error) {
+	return b.t.ChargeOwn(ctx, key, parent, chargeID, caps, u)
 }
 
-// ChargeAncestors implements phases.AncestorBudgets: u goes to the family
-// record of parent and of each ancestor above it; an ancestor whose own
-// spend (its checkpoint's) plus its descendants' crosses its caps makes
-// the charging child halt.
-func (b budgets) ChargeAncestors(ctx context.Context, parent, chargeID string, u capsule.Usage) (string, error) {
+// ReserveChild implements phases.AncestorBudgets: the child's caps are
+// reserved at its parent and every ancestor above it.
+func (b budgets) ReserveChild(ctx context.Context, parent, holder string, caps capsule.Budget) (budget.ChildAdmission, error) {
+	return b.t.ReserveChild(ctx, parent, holder, caps)
+}
+
+// ChargeAncestors implements phases.AncestorBudgets: u, spent by child,
+// goes to the family record of parent and of each ancestor above it, out
+// of the reservation there of the ancestor's child the spender descends
+// from; an ancestor whose own spend plus its descendants' crosses its caps
+// makes the charging child halt. With reservations that cannot happen
+// while every capsule stays within its own caps; it still can when a call
+// crosses its capsule's cap.
+func (b budgets) ChargeAncestors(ctx context.Context, parent, child, chargeID string, u capsule.Usage) (string, error) {
 	over := ""
 	// The walk is bounded by --max-depth; the bound here only guards
 	// against a family record naming a cycle (sagad never writes one).
-	for a, n := parent, 0; a != "" && n < 64; n++ {
-		fam, err := b.t.ChargeDescendant(ctx, a, chargeID, u)
+	for a, holder, n := parent, child, 0; a != "" && n < 64; n++ {
+		fam, err := b.t.ChargeDescendant(ctx, a, holder, chargeID, u)
 		if err != nil {
 			return "", err
 		}
 		if over == "" {
-			own := capsule.Usage{}
-			if cp, _, err := b.cps.Get(ctx, a); err == nil {
-				own = cp.State.BudgetUsed
-			} else if !errors.Is(err, store.ErrNotFound) {
-				return "", err
+			own := fam.Own
+			if own == (capsule.Usage{}) {
+				// A record an older sagad wrote has no own spend: the
+				// checkpoint has it.
+				if cp, _, err := b.cps.Get(ctx, a); err == nil {
+					own = cp.State.BudgetUsed
+				} else if !errors.Is(err, store.ErrNotFound) {
+					return "", err
+				}
 			}
 			switch budget.Check(own.Add(fam.Used), fam.Caps) {
 			case capsule.BudgetTokens:
@@ -339,7 +350,7 @@ func (b budgets) ChargeAncestors(ctx context.Context, parent, chargeID string, u
 				over = capsule.BudgetParentDollars
 			}
 		}
-		a = fam.Parent
+		a, holder = fam.Parent, a
 	}
 	return over, nil
 }

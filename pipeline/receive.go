@@ -134,6 +134,9 @@ func (p *Pipeline) ownership(ctx context.Context, msg jetstream.Msg, seq uint64,
 			})
 		}
 	}
+	if err := p.stepIDTaken(ctx, r); err != nil {
+		return parentLink{}, false, err
+	}
 	if strings.HasPrefix(producer, store.ExecutorProducerPrefix) && r.Capsule != nil && r.Decision.Action != phases.Halt && r.Capsule.ParentCapsuleID == "" {
 		// An executor's account may delegate, not publish work of its own.
 		r.Decision = phases.HaltWith(capsule.ParentRefused(""), capsule.Finding{
@@ -153,6 +156,31 @@ func (p *Pipeline) ownership(ctx context.Context, msg jetstream.Msg, seq uint64,
 	return link, member, nil
 }
 
+// stepIDTaken refuses a capsule that declares no chain membership under
+// an id sagad assigned to a composition step: the id is known before the
+// step is published (the compose reply names a step held after a loop),
+// and sagad's own bytes for a step always declare its membership, which
+// chainMember checks. Refused, the capsule is kept under its intake
+// sequence and never takes the id, so the step still runs under it, as
+// sagad built it; the halt names no chain, which may be another
+// producer's.
+func (p *Pipeline) stepIDTaken(ctx context.Context, r *phases.Received) error {
+	if r.Capsule == nil || r.Capsule.Chain != nil || r.Decision.Action == phases.Halt || p.st.Chains == nil {
+		return nil
+	}
+	taken, err := p.st.Chains.IsStepID(ctx, r.Capsule.CapsuleID)
+	if err != nil {
+		return fmt.Errorf("reception: %w", err)
+	}
+	if taken {
+		r.Decision = phases.HaltWith(capsule.StepIDRefused(), capsule.Finding{
+			Field: "capsule_id", Message: "capsule id " + strconv.Quote(r.Capsule.CapsuleID) +
+				" belongs to a step sagad assigned to a composition: only sagad publishes that step",
+		})
+	}
+	return nil
+}
+
 // freshCheckpoint is the checkpoint RECEPTION creates for the capsule kept
 // under key, before its decision is applied.
 func (p *Pipeline) freshCheckpoint(msg jetstream.Msg, r phases.Received, key string, seq uint64, producer string, link parentLink, start, now time.Time) *capsule.Checkpoint {
@@ -168,6 +196,13 @@ func (p *Pipeline) freshCheckpoint(msg jetstream.Msg, r phases.Received, key str
 	fresh.CreatedAt = start.UTC()
 	if r.Decision.Action != phases.Halt {
 		fresh.Parent, fresh.Depth = link.parent, link.depth
+		if link.parent != "" && r.Capsule.Deadline.After(link.deadline) {
+			// A child inherits its parent's deadline as an upper bound:
+			// it is the deadline in force (the checkpoint records it
+			// among the overrides), which an operator may still extend.
+			d := link.deadline.UTC()
+			fresh.State.Overrides = &capsule.Overrides{Deadline: &d}
+		}
 	}
 	return fresh
 }
@@ -367,6 +402,8 @@ type parentLink struct {
 	// caps are the parent's caps in force, which bound its own spend plus
 	// its descendants'.
 	caps capsule.Budget
+	// deadline is the parent's deadline in force: the child's upper bound.
+	deadline time.Time
 }
 
 // parentOf verifies c's parent_capsule_id: the parent must be a capsule
@@ -415,7 +452,8 @@ func (p *Pipeline) parentOf(ctx context.Context, c *capsule.Capsule, token strin
 	if pc == nil {
 		return refuse("capsule " + strconv.Quote(key) + " is no capsule sagad runs")
 	}
-	return parentLink{parent: key, grandparent: parent.Parent, depth: depth, caps: parent.State.Caps(pc.Budget)}, nil, nil
+	return parentLink{parent: key, grandparent: parent.Parent, depth: depth, caps: parent.State.Caps(pc.Budget),
+		deadline: parent.State.DeadlineIn(pc.Deadline)}, nil, nil
 }
 
 // callInFlight reports whether token is the secret of an executor call cp

@@ -254,10 +254,14 @@ func producerToken(p string) string {
 
 // Create stores r unless its producer already has a chain of that id
 // ([ErrChainExists]): one compare-and-set, so two sagads composing the
-// same chain at once assign it once.
+// same chain at once assign it once. Its step ids are reserved first
+// ([Chains.IsStepID]).
 func (c *Chains) Create(ctx context.Context, r ChainRecord) error {
 	b, err := json.Marshal(r)
 	if err != nil {
+		return err
+	}
+	if err := c.reserveSteps(ctx, &r, r.Steps); err != nil {
 		return err
 	}
 	if _, err := c.kv.Create(ctx, runKey(r.ChainID, r.Producer, r.Run), b); err != nil {
@@ -295,7 +299,8 @@ var ErrNoChange = errors.New("no change")
 // Update applies change to run run of producer's composition chainID with
 // one compare-and-set, again on a concurrent write, and returns the record
 // as stored. change returning [ErrNoChange] writes nothing and returns the
-// record as read.
+// record as read. Step ids change brings (a loop's new round) are
+// reserved before the record names them ([Chains.IsStepID]).
 func (c *Chains) Update(ctx context.Context, chainID, producer string, run int, change func(*ChainRecord) error) (*ChainRecord, error) {
 	key := runKey(chainID, producer, run)
 	for attempt := 0; ; attempt++ {
@@ -310,6 +315,7 @@ func (c *Chains) Update(ctx context.Context, chainID, producer string, run int, 
 		if err != nil {
 			return nil, err
 		}
+		before := slices.Clone(r.Steps)
 		if err := change(r); errors.Is(err, ErrNoChange) {
 			return r, nil
 		} else if err != nil {
@@ -317,6 +323,9 @@ func (c *Chains) Update(ctx context.Context, chainID, producer string, run int, 
 		}
 		nb, err := json.Marshal(r)
 		if err != nil {
+			return nil, err
+		}
+		if err := c.reserveSteps(ctx, r, newStepIDs(before, r.Steps)); err != nil {
 			return nil, err
 		}
 		if _, err = c.kv.Update(ctx, key, nb, rev); err == nil {

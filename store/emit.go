@@ -57,6 +57,9 @@ func (s *Store) emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr
 		if err := s.releaseWave(ctx, cp); err != nil {
 			return err
 		}
+		if err := s.releaseFamily(ctx, cp); err != nil {
+			return err
+		}
 		// The outcome goes out until its acknowledgement is recorded on the
 		// capsule's bytes; a repeat within the de-duplication window is
 		// dropped by its Nats-Msg-Id. rev != 0: the caller just recorded

@@ -29,6 +29,26 @@ func (s *Store) releaseWave(ctx context.Context, cp *capsule.Checkpoint) error {
 	return nil
 }
 
+// releaseFamily releases what is left of an ended child capsule's
+// reservation at its parent and every ancestor above it
+// (budget.Tracker.ReleaseChild), part of the effects of its end, as
+// releaseWave is: once, however often the end is emitted, and tried even
+// when no reservation was made (a child halted before AUTOMATED_GATES
+// holds none, and costs a read per ancestor).
+func (s *Store) releaseFamily(ctx context.Context, cp *capsule.Checkpoint) error {
+	if cp.Parent == "" || s.Budgets == nil {
+		return nil
+	}
+	released, err := s.Budgets.ReleaseChild(ctx, cp.Parent, cp.Key)
+	if err != nil {
+		return fmt.Errorf("release the family reservation of %s: %w", cp.Key, err)
+	}
+	if released {
+		s.WaveChanged() // a sibling waiting for room may fit now
+	}
+	return nil
+}
+
 // OnWaveChange sets f to be called (without blocking the caller for long)
 // whenever this process released a wave reservation or changed a wave:
 // sagad wakes its sweeper with it, so a capsule waiting for room goes on at

@@ -198,7 +198,11 @@ func classify(m *nats.Msg) (string, opKind) {
 	case strings.HasPrefix(subj, "$JS.API.") && len(tok) > 3:
 		api := strings.Join(tok[2:min(len(tok), 4)], ".")
 		target := ""
-		if len(tok) > 4 {
+		switch {
+		case api == "STREAM.MSG" && len(tok) > 5:
+			// $JS.API.STREAM.MSG.GET.<stream>: a read from the leader.
+			api, target = "STREAM.MSG."+tok[4], " "+bucketOf(tok[5])
+		case len(tok) > 4:
 			target = " " + bucketOf(tok[4])
 		}
 		for s := range driverStreams {

@@ -425,7 +425,7 @@ func writeContinuations(m *mdw, d *ReportData) {
 		switch ev.Kind {
 		case capsule.EventPaused, capsule.EventResumed, capsule.EventWaiting,
 			capsule.EventOperatorAccepted, capsule.EventRevisionTriggered, capsule.EventOperatorRejected,
-			capsule.EventDependencyWait, capsule.EventWaveWait:
+			capsule.EventDependencyWait, capsule.EventWaveWait, capsule.EventFamilyWait:
 			rows = append(rows, ev)
 		}
 	}

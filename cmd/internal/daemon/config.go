@@ -97,6 +97,11 @@ type Config struct {
 	// (parent_capsule_id) may nest; deeper halts depth_exceeded:<depth>.
 	// Defaults to 4.
 	MaxDepth int `json:"max_depth,omitempty"`
+	// ChildBudget is what a child capsule whose caps do not fit what its
+	// parent's caps have left does: "halt" (budget_exceeded:parent_tokens
+	// before any call) or "wait" (trigger parent_capacity, until a
+	// sibling's end frees room). Defaults to halt (docs/DELEGATION.md).
+	ChildBudget string `json:"child_budget,omitempty"`
 	// Replicas of streams and buckets (3 on a JetStream cluster). Defaults to 1.
 	Replicas int `json:"replicas"`
 	// Migrate lets sagad change existing streams and buckets whose settings
@@ -292,6 +297,9 @@ const (
 
 func (c *Config) validate() error {
 	errs := []error{c.checkConsole(), pipeline.ValidateKVBuckets(c.KVBuckets)}
+	if c.ChildBudget != "" && c.ChildBudget != pipeline.ChildBudgetHalt && c.ChildBudget != pipeline.ChildBudgetWait {
+		errs = append(errs, fmt.Errorf("child budget %q: want halt or wait", c.ChildBudget))
+	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log format %q: want text or json", c.LogFormat))
 	}

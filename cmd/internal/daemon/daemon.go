@@ -355,6 +355,7 @@ func (cfg Config) pipelineConfig(log *slog.Logger, execs *executors.Registry, m 
 		TracerProvider:      tp,
 		LockWait:            time.Duration(cfg.LockWait),
 		MaxDepth:            cfg.MaxDepth,
+		ChildBudget:         cfg.ChildBudget,
 		BudgetWarning:       cfg.BudgetWarning,
 		InlineArtifactBytes: cfg.InlineArtifactBytes,
 		DeadlineWarning:     time.Duration(cfg.DeadlineWarning),

@@ -245,6 +245,7 @@ func bindSettings(fs *pflag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.UIToken, "ui-token", "", "token the web console requires (open /ui/?token=T once); needed off loopback unless --ui-basic-auth (env SAGAD_UI_TOKEN)")
 	fs.StringVar(&cfg.UIBasicAuth, "ui-basic-auth", "", "user:password the web console requires as HTTP basic auth (env SAGAD_UI_BASIC_AUTH)")
 	fs.StringVar(&cfg.LogFormat, "log-format", "", "text or json (env SAGAD_LOG_FORMAT)")
+	fs.StringVar(&cfg.ChildBudget, "child-budget", "", "a child capsule whose caps do not fit what its parent's caps have left: halt (budget_exceeded:parent_tokens before any call) or wait (trigger parent_capacity) (default halt; env SAGAD_CHILD_BUDGET)")
 	fs.StringVar(&cfg.LogLevel, "log-level", "", "debug, info, warn, error (env SAGAD_LOG_LEVEL)")
 	fs.IntVar(&cfg.Workers, "workers", 0, "capsules worked on at once per phase (default 64, which is also the most agent calls a phase makes at once; env SAGAD_WORKERS)")
 	fs.Int64Var(&cfg.IntakeMaxPending, "intake-max-pending", 0, "intake messages one producer may have waiting; past it its publishes are refused (default 256; env SAGAD_INTAKE_MAX_PENDING)")

@@ -54,8 +54,10 @@ type arena struct {
 	t       *testing.T
 	d       *daemon
 	dataDir string
-	sagad   *nats.Conn
-	js      jetstream.JetStream
+	// workspace is sagad's --workspace, where file: refs resolve.
+	workspace string
+	sagad     *nats.Conn
+	js        jetstream.JetStream
 }
 
 func newArena(t *testing.T) *arena {
@@ -82,7 +84,7 @@ func newArenaWith(t *testing.T, config string) *arena {
 		"--shutdown-timeout", "10s",
 	}, envOf(nil), io.Discard)
 	require.NoError(t, err)
-	a := &arena{t: t, d: start(t, cfg), dataDir: dataDir}
+	a := &arena{t: t, d: start(t, cfg), dataDir: dataDir, workspace: workspace}
 	// The test watches sagad's state with sagad's own seed.
 	a.sagad = a.conn(RoleSagad)
 	a.js, err = jetstream.New(a.sagad)

@@ -1,0 +1,179 @@
+package budget_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/budget"
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/natstest"
+)
+
+// TestTreeReservations: a child reserves at its parent, once however
+// often it asks; one that does not fit is refused, holding nothing; a
+// grandchild's spend moves out of its parent's hold at the root; a child's
+// end marks it ended (no child admitted under it any more) and shrinks its
+// hold to what its own children hold, which their ends release in turn.
+func TestTreeReservations(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	root := capsule.Budget{Tokens: 10000}
+	_, err := f.tr.ChargeOwn(f.ctx, "r", "", "r/1/exec", root, capsule.Usage{Tokens: 1000})
+	require.NoError(t, err)
+	require.NoError(t, f.tr.AddChild(f.ctx, "r", "", "c", root))
+
+	_, err = f.tr.ReserveChild(f.ctx, "nobody", "x", capsule.Budget{Tokens: 1})
+	require.ErrorIs(t, err, budget.ErrNoFamily)
+
+	for range 2 {
+		a, err := f.tr.ReserveChild(f.ctx, "r", "c", capsule.Budget{Tokens: 5000})
+		require.NoError(t, err)
+		require.True(t, a.Admitted)
+	}
+	require.NoError(t, f.tr.AddChild(f.ctx, "r", "", "c2", root))
+	a, err := f.tr.ReserveChild(f.ctx, "r", "c2", capsule.Budget{Tokens: 4500})
+	require.NoError(t, err)
+	require.False(t, a.Admitted, "1000 own + 5000 reserved + 4500 is over 10000")
+	require.Equal(t, capsule.BudgetParentTokens, a.Exceeded)
+	require.Equal(t, 1, a.Family.Holders, "a refused child holds nothing")
+
+	// c's child g takes 3000 of c's 5000, which c's hold at r covers.
+	require.NoError(t, f.tr.AddChild(f.ctx, "c", "r", "g", capsule.Budget{Tokens: 5000}))
+	a, err = f.tr.ReserveChild(f.ctx, "c", "g", capsule.Budget{Tokens: 3000})
+	require.NoError(t, err)
+	require.True(t, a.Admitted)
+	for _, at := range []struct{ ancestor, holder string }{{"c", "g"}, {"r", "c"}} {
+		_, err := f.tr.ChargeDescendant(f.ctx, at.ancestor, at.holder, "g/1/exec", capsule.Usage{Tokens: 1000})
+		require.NoError(t, err)
+	}
+	fam, _, err := f.tr.FamilyOf(f.ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, capsule.Usage{Tokens: 4000}, fam.Reserved, "c's 5000 less g's 1000")
+	require.Equal(t, capsule.Usage{Tokens: 6000}, fam.Committed())
+
+	// c ends before g: its hold shrinks to g's 2000 left, and c admits no
+	// child any more.
+	for range 2 {
+		_, err := f.tr.ReleaseChild(f.ctx, "r", "c")
+		require.NoError(t, err)
+	}
+	fam, _, err = f.tr.FamilyOf(f.ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, capsule.Usage{Tokens: 2000}, fam.Reserved)
+	require.NoError(t, f.tr.AddChild(f.ctx, "c", "r", "late", capsule.Budget{Tokens: 5000}))
+	a, err = f.tr.ReserveChild(f.ctx, "c", "late", capsule.Budget{Tokens: 1})
+	require.NoError(t, err)
+	require.True(t, a.ParentEnded)
+	require.False(t, a.Admitted)
+
+	// g ends: nothing of the tree is held any more.
+	released, err := f.tr.ReleaseChild(f.ctx, "c", "g")
+	require.NoError(t, err)
+	require.True(t, released)
+	released, err = f.tr.ReleaseChild(f.ctx, "c", "g")
+	require.NoError(t, err)
+	require.False(t, released)
+	fam, _, err = f.tr.FamilyOf(f.ctx, "r")
+	require.NoError(t, err)
+	require.Zero(t, fam.Holders)
+	require.Equal(t, capsule.Usage{Tokens: 1000}, fam.Own)
+	require.Equal(t, capsule.Usage{Tokens: 1000}, fam.Used)
+}
+
+// TestTreeNeverOverRoot: a root capped 10,000 tokens makes four calls,
+// each spawning three children at once; each child (capped 3,000) spends
+// 1,000 and spawns three of its own (capped 1,000), and so on four levels
+// down; every capsule reserves, spends and ends concurrently through two
+// Trackers (two sagads' own connections). Across 20 trees, what the tree
+// spent never exceeds the root's cap, nor any child's what its own cap
+// allows, and every reservation is released in the end.
+func TestTreeNeverOverRoot(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	_, js2 := natstest.Connect(t, f.s)
+	trackers := []*budget.Tracker{f.tr, f.tracker(t, js2)}
+	const rootCap, each = 10000, 1000
+	capAt := func(depth int) capsule.Budget { return capsule.Budget{Tokens: max(3000/int64(depth), each)} }
+	for run := range 20 {
+		tree := &spender{tr: trackers, t: t, f: f, capAt: capAt, spent: map[string]int64{}}
+		root := fmt.Sprintf("root-%d", run)
+		for call := range 4 {
+			_, err := f.tr.ChargeOwn(f.ctx, root, "", fmt.Sprintf("%s/%d/exec", root, call), capsule.Budget{Tokens: rootCap}, capsule.Usage{Tokens: each})
+			require.NoError(t, err)
+			tree.add(root, each)
+			tree.spawn(root, "", 1, call)
+		}
+		tree.wg.Wait()
+		total := tree.total()
+		require.LessOrEqual(t, total, int64(rootCap), "run %d", run)
+		require.Greater(t, total, int64(rootCap/2), "run %d: the tree had room to spend", run)
+		fam, _, err := f.tr.FamilyOf(f.ctx, root)
+		require.NoError(t, err)
+		require.Equal(t, total-tree.spent[root], fam.Used.Tokens, "run %d", run)
+		require.Zero(t, fam.Holders, "run %d: every reservation released", run)
+	}
+}
+
+// spender plays one delegation tree's capsules.
+type spender struct {
+	t     *testing.T
+	f     *fixture
+	tr    []*budget.Tracker
+	capAt func(depth int) capsule.Budget
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	spent map[string]int64
+}
+
+func (s *spender) add(id string, n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.spent[id] += n
+}
+
+func (s *spender) total() int64 {
+	var n int64
+	for _, v := range s.spent {
+		n += v
+	}
+	return n
+}
+
+// spawn starts three children of parent (whose own parent is
+// grandparent), at depth, concurrently.
+func (s *spender) spawn(parent, grandparent string, depth, n int) {
+	for i := range 3 {
+		id := fmt.Sprintf("%s.%d-%d", parent, n, i)
+		caps := s.capAt(depth)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			tr := s.tr[(n+i)%2]
+			ctx := s.f.ctx
+			require.NoError(s.t, tr.AddChild(ctx, parent, grandparent, id, caps))
+			a, err := tr.ReserveChild(ctx, parent, id, caps)
+			require.NoError(s.t, err)
+			if !a.Admitted {
+				return
+			}
+			// Its one call: charged to itself and to every ancestor.
+			u := capsule.Usage{Tokens: 1000}
+			_, err = tr.ChargeOwn(ctx, id, parent, id+"/1/exec", caps, u)
+			require.NoError(s.t, err)
+			for a, holder := parent, id; a != ""; {
+				fam, err := tr.ChargeDescendant(ctx, a, holder, id+"/1/exec", u)
+				require.NoError(s.t, err)
+				a, holder = fam.Parent, a
+			}
+			s.add(id, u.Tokens)
+			if depth < 4 {
+				s.spawn(id, parent, depth+1, n)
+			}
+			_, err = tr.ReleaseChild(ctx, parent, id)
+			require.NoError(s.t, err)
+		}()
+	}
+}
