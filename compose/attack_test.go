@@ -152,10 +152,11 @@ func (f *fixture) chainDoc(t *testing.T, chainID, title string) []byte {
 }
 
 // composeAs sends doc as producer would: its account maps saga.compose to
-// saga.compose.<producer>.
+// saga.compose.<producer>. The wait is generous: a 256-step document under
+// -race on a loaded 2-core machine took over 20 s; this is no timing test.
 func (f *fixture) composeAs(t *testing.T, producer string, doc []byte) (compose.Reply, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	msg, err := f.nc.RequestWithContext(ctx, compose.Subject+"."+producer, doc)
 	require.NoError(t, err)

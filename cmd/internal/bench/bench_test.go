@@ -131,6 +131,11 @@ func TestSmoke(t *testing.T) {
 		if strings.HasPrefix(op, "ack ") || strings.HasPrefix(op, "get ") {
 			continue
 		}
+		if strings.HasPrefix(op, "api ") && strings.Contains(op, "SAGA_CONTINUATIONS") {
+			// The sweeper's listing, counted in whichever window it fell
+			// (seen in the floor's under load): no request of a capsule's.
+			continue
+		}
 		sb, ok := valid.Bytes[sagadOp.Replace(op)]
 		require.True(t, ok, "%s: sagad makes no %s\nfloor %v\nsagad %v", op, sagadOp.Replace(op), floor.Bytes, valid.Bytes)
 		require.InDelta(t, sb, fb, max(12, 0.02*sb), "%s sends %.0f bytes a capsule, sagad %.0f\nfloor %v\nsagad %v", op, fb, sb, floor.Bytes, valid.Bytes)
