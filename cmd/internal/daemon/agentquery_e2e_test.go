@@ -1,0 +1,112 @@
+package daemon
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/admin"
+	"github.com/sagad/sagad/adminsvc"
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/agenttest"
+	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natstest"
+)
+
+// The tests of this file join the two halves of agent questions: the real
+// agent executor, a stock agent host logged in with its executor role's
+// seed (so its reply subject is its own _INBOX, which sagad reaches through
+// saga.answer.<role>.>), and the operator's side (pending, resume with an
+// answer, history, status, agents) through sagad's admin service.
+
+// operator is an admin client with the operator's seed.
+func (a *arena) operator() *adminsvc.Client {
+	a.t.Helper()
+	return adminsvc.NewClient(a.conn(RoleOperator), adminsvc.ClientConfig{})
+}
+
+// TestAgentQueryAnsweredByOperator: the writer asks a question mid-call;
+// the capsule waits in pending (agent_query, the question's text); the
+// operator answers with resume; the agent receives exactly that text; the
+// call goes on and the capsule completes; history names the question and
+// who answered it, with the answer.
+func TestAgentQueryAnsweredByOperator(t *testing.T) {
+	t.Parallel()
+	a := newArenaWith(t, agentConfig)
+	const question, answer = "Which color, exactly?", "deep blue  (with two spaces)\nand a second line"
+	var (
+		mu  sync.Mutex
+		got []string
+	)
+	writer := a.host("executor-writer", agenttest.Config{Agent: "writer", Owner: "alice", Handler: func(ctx context.Context, _ agenttest.Request, s *agenttest.Stream) {
+		s.Ack()
+		s.Text("Thinking. ")
+		ans, ok := s.Ask(ctx, "q1", question)
+		if !ok {
+			s.Error(408, "no answer")
+			return
+		}
+		mu.Lock()
+		got = append(got, ans)
+		mu.Unlock()
+		s.Text("Painting it " + strings.Fields(ans)[1])
+	}})
+	a.host("reviewer-judge", agenttest.Config{Agent: "judge", Owner: "alice", Handler: approve})
+	op := a.operator()
+
+	doc := capsuletest.New().Set("task.kind", "writer").Set("review.reviewer_agent_id", "judge")
+	a.publish(RoleProducer, doc)
+
+	var item admin.PendingItem
+	natstest.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		items, err := op.Pending(ctx)
+		if err != nil {
+			return false
+		}
+		for _, it := range items {
+			if it.CapsuleID == doc.ID() {
+				item = it
+				return true
+			}
+		}
+		return false
+	}, "the capsule never waited in pending")
+	require.Equal(t, capsule.Trigger("agent_query"), item.Trigger)
+	require.NotNil(t, item.Query, "pending shows the question")
+	require.Equal(t, question, item.Query.Prompt)
+	require.Equal(t, "q1", item.Query.ID)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := op.Resume(ctx, adminsvc.ResumeRequest{ID: doc.ID(), By: "carol", Answer: answer})
+	require.NoError(t, err)
+	require.Equal(t, capsule.Completed, a.awaitEnd(doc.ID()))
+	mu.Lock()
+	require.Equal(t, []string{answer}, got, "the agent received exactly the operator's text")
+	mu.Unlock()
+	require.Equal(t, 1, writer.Calls(), "the answered call went on: no second call")
+
+	events, err := op.AllHistory(ctx, doc.ID())
+	require.NoError(t, err)
+	var asked, answered bool
+	for _, e := range events {
+		switch e.Kind {
+		case "agent_query":
+			asked = true
+			require.Contains(t, e.Detail, question)
+			require.Equal(t, "writer.alice.main", e.By, "the question names the agent who asked")
+		case "agent_query_answered":
+			answered = true
+			require.Equal(t, answer, e.Said)
+			require.Equal(t, "carol", e.By, "history names who answered")
+		}
+	}
+	require.True(t, asked, "history records agent_query: %+v", events)
+	require.True(t, answered, "history records the answer: %+v", events)
+}
