@@ -1,7 +1,10 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,8 +15,11 @@ import (
 	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/cmd/internal/cli"
 	"github.com/sagad/sagad/internal/agenttest"
 	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natsconn"
 	"github.com/sagad/sagad/internal/natstest"
 )
 
@@ -109,4 +115,79 @@ func TestAgentQueryAnsweredByOperator(t *testing.T) {
 	}
 	require.True(t, asked, "history records agent_query: %+v", events)
 	require.True(t, answered, "history records the answer: %+v", events)
+}
+
+// sagactl runs sagactl as the operator against the arena's sagad, the way
+// an operator on sagad's host does: its URL, the operator's seed.
+func (a *arena) sagactl(args ...string) (stdout string, code int) {
+	a.t.Helper()
+	var out, errOut bytes.Buffer
+	args = append([]string{"--nats-url", a.d.url, "--nats-nkey", filepath.Join(CredsDir(a.dataDir), RoleOperator+natsconn.SeedExt)}, args...)
+	code = cli.Main(args, &out, &errOut)
+	if code != 0 {
+		a.t.Logf("sagactl %v: %d: %s", args, code, errOut.String())
+	}
+	return out.String(), code
+}
+
+// TestAgentsAndRunningCallThroughSagactl: sagactl agents lists a live
+// stock host, logged in with its role's seed, as alive and serving its
+// executor kind; sagactl status -o json, while that agent streams a slow
+// answer, shows the running call with its chunks counted.
+func TestAgentsAndRunningCallThroughSagactl(t *testing.T) {
+	t.Parallel()
+	a := newArenaWith(t, agentConfig)
+	release := make(chan struct{})
+	a.host("executor-writer", agenttest.Config{Agent: "writer", Owner: "alice", Heartbeat: 200 * time.Millisecond, Handler: func(ctx context.Context, _ agenttest.Request, s *agenttest.Stream) {
+		s.Ack()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-release:
+				s.Text("done.")
+				return
+			case <-tick.C:
+				s.Text("word ")
+			}
+		}
+	}})
+	a.host("reviewer-judge", agenttest.Config{Agent: "judge", Owner: "alice", Handler: approve})
+
+	var agents adminsvc.AgentsReply
+	natstest.Eventually(t, 15*time.Second, 100*time.Millisecond, func() bool {
+		out, code := a.sagactl("agents", "--wait", "300ms", "-o", "json")
+		if code != 0 || json.Unmarshal([]byte(out), &agents) != nil {
+			return false
+		}
+		for _, ag := range agents.Agents {
+			if ag.Agent == "writer" && ag.Alive {
+				return true
+			}
+		}
+		return false
+	}, "sagactl agents never listed the writer alive: %+v", &agents)
+	for _, ag := range agents.Agents {
+		if ag.Agent == "writer" {
+			require.Equal(t, "alice", ag.Owner)
+			require.Equal(t, "agents.prompt.writer.alice.main", ag.PromptSubject)
+			require.Contains(t, ag.Serves, "executor:writer", "the writer serves its kind: %+v", ag)
+		}
+	}
+
+	doc := capsuletest.New().Set("task.kind", "writer").Set("review.reviewer_agent_id", "judge")
+	a.publish(RoleProducer, doc)
+	var st client.Status
+	natstest.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
+		out, code := a.sagactl("status", doc.ID(), "-o", "json")
+		st = client.Status{}
+		return code == 0 && json.Unmarshal([]byte(out), &st) == nil && st.Call != nil && st.Call.Chunks > 0 && st.Call.Bytes > 0
+	}, "status never showed the running call with chunks: %+v", &st)
+	require.Equal(t, "writer.alice.main", st.Call.Agent)
+	require.Equal(t, "agents.prompt.writer.alice.main", st.Call.Subject)
+	require.Contains(t, st.Call.Text, "word")
+	close(release)
+	require.Equal(t, capsule.Completed, a.awaitEnd(doc.ID()))
 }
