@@ -191,3 +191,41 @@ func TestAgentsAndRunningCallThroughSagactl(t *testing.T) {
 	close(release)
 	require.Equal(t, capsule.Completed, a.awaitEnd(doc.ID()))
 }
+
+// TestAgentQueryOutlivesIdleTimeout: a stock host waits for the answer to
+// its question without sending anything (as Ask does); a person answers
+// after the endpoint's idle_timeout has passed. The call is not timed out
+// meanwhile: the agent gets the answer and the capsule completes.
+func TestAgentQueryOutlivesIdleTimeout(t *testing.T) {
+	t.Parallel()
+	a := newArenaWith(t, `{
+  "executors": {"writer": {"type": "agent", "subject": "agents.prompt.writer.alice.main", "timeout": "30s", "idle_timeout": "1s"}},
+  "reviewers": {"judge": {"type": "agent", "subject": "agents.prompt.judge.alice.main", "timeout": "20s"}}
+}`)
+	writer := a.host("executor-writer", agenttest.Config{Agent: "writer", Owner: "alice", Handler: func(ctx context.Context, _ agenttest.Request, s *agenttest.Stream) {
+		s.Ack()
+		ans, ok := s.Ask(ctx, "q1", "Which color?")
+		if !ok {
+			s.Error(408, "no answer")
+			return
+		}
+		s.Text("Painting it " + ans)
+	}})
+	a.host("reviewer-judge", agenttest.Config{Agent: "judge", Owner: "alice", Handler: approve})
+	op := a.operator()
+	doc := capsuletest.New().Set("task.kind", "writer").Set("review.reviewer_agent_id", "judge")
+	a.publish(RoleProducer, doc)
+	natstest.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		items, err := op.Pending(ctx)
+		return err == nil && len(items) == 1 && items[0].CapsuleID == doc.ID() && items[0].Query != nil
+	}, "the question never waited in pending")
+	time.Sleep(3 * time.Second) // three idle_timeouts
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := op.Resume(ctx, adminsvc.ResumeRequest{ID: doc.ID(), By: "carol", Answer: "blue"})
+	require.NoError(t, err)
+	require.Equal(t, capsule.Completed, a.awaitEnd(doc.ID()))
+	require.Equal(t, 1, writer.Calls())
+}
