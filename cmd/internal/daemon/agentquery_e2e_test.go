@@ -229,3 +229,44 @@ func TestAgentQueryOutlivesIdleTimeout(t *testing.T) {
 	require.Equal(t, capsule.Completed, a.awaitEnd(doc.ID()))
 	require.Equal(t, 1, writer.Calls())
 }
+
+// TestReviewerAgentQueryAnsweredWithSagactl: the reviewer agent, logged in
+// with its reviewer role's seed, asks during the review; sagactl pending
+// shows the question and sagactl resume --answer --by answers it (the
+// answer reaches the reviewer through saga.answer.reviewer-judge.>); the
+// review goes on and approves.
+func TestReviewerAgentQueryAnsweredWithSagactl(t *testing.T) {
+	t.Parallel()
+	a := newArenaWith(t, agentConfig)
+	got := make(chan string, 1)
+	a.host("executor-writer", agenttest.Config{Agent: "writer", Owner: "alice", Handler: agenttest.Echo})
+	a.host("reviewer-judge", agenttest.Config{Agent: "judge", Owner: "alice", Handler: func(ctx context.Context, req agenttest.Request, s *agenttest.Stream) {
+		s.Ack()
+		ans, ok := s.Ask(ctx, "r1", "Is a short answer fine?")
+		if !ok {
+			s.Error(408, "no answer")
+			return
+		}
+		got <- ans
+		approve(ctx, req, s)
+	}})
+	doc := capsuletest.New().Set("task.kind", "writer").Set("review.reviewer_agent_id", "judge")
+	a.publish(RoleProducer, doc)
+	natstest.Eventually(t, 30*time.Second, 100*time.Millisecond, func() bool {
+		out, code := a.sagactl("pending")
+		return code == 0 && strings.Contains(out, doc.ID()) && strings.Contains(out, "Is a short answer fine?")
+	}, "sagactl pending never showed the reviewer's question")
+	out, code := a.sagactl("resume", doc.ID(), "--answer", "yes, short is fine", "--by", "dave")
+	require.Zero(t, code, out)
+	select {
+	case ans := <-got:
+		require.Equal(t, "yes, short is fine", ans)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the reviewer never received the answer")
+	}
+	require.Equal(t, capsule.Completed, a.awaitEnd(doc.ID()))
+	out, code = a.sagactl("history", doc.ID(), "-o", "json")
+	require.Zero(t, code)
+	require.Contains(t, out, `"agent_query_answered"`)
+	require.Contains(t, out, `"dave"`)
+}
