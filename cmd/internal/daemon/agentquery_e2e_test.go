@@ -270,3 +270,65 @@ func TestReviewerAgentQueryAnsweredWithSagactl(t *testing.T) {
 	require.Contains(t, out, `"agent_query_answered"`)
 	require.Contains(t, out, `"dave"`)
 }
+
+// TestAgentTwoQuestionsInOneCall: the writer asks twice in one call; each
+// question waits in pending in turn and each answer reaches it.
+func TestAgentTwoQuestionsInOneCall(t *testing.T) {
+	t.Parallel()
+	a := newArenaWith(t, agentConfig)
+	a.host("executor-writer", agenttest.Config{Agent: "writer", Owner: "alice", Handler: func(ctx context.Context, _ agenttest.Request, s *agenttest.Stream) {
+		s.Ack()
+		first, ok := s.Ask(ctx, "q1", "First?")
+		if !ok {
+			s.Error(408, "no answer")
+			return
+		}
+		second, ok := s.Ask(ctx, "q2", "Second?")
+		if !ok {
+			s.Error(408, "no answer")
+			return
+		}
+		s.Text(first + " and " + second)
+	}})
+	a.host("reviewer-judge", agenttest.Config{Agent: "judge", Owner: "alice", Handler: approve})
+	op := a.operator()
+	doc := capsuletest.New().Set("task.kind", "writer").Set("review.reviewer_agent_id", "judge")
+	a.publish(RoleProducer, doc)
+	for _, q := range []struct{ id, prompt, answer string }{{"q1", "First?", "one"}, {"q2", "Second?", "two"}} {
+		natstest.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			items, err := op.Pending(ctx)
+			return err == nil && len(items) == 1 && items[0].Query != nil && items[0].Query.ID == q.id && items[0].Query.Prompt == q.prompt
+		}, "question %s never waited in pending", q.id)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := op.Resume(ctx, adminsvc.ResumeRequest{ID: doc.ID(), By: "carol", Answer: q.answer})
+		cancel()
+		require.NoError(t, err, q.id)
+	}
+	require.Equal(t, capsule.Completed, a.awaitEnd(doc.ID()))
+}
+
+// TestAgentQueryLeftUnanswered: the writer asks, then finishes its answer
+// without waiting for one. The capsule does not stay parked on a question
+// nobody waits for: it completes, and pending is empty.
+func TestAgentQueryLeftUnanswered(t *testing.T) {
+	t.Parallel()
+	a := newArenaWith(t, agentConfig)
+	a.host("executor-writer", agenttest.Config{Agent: "writer", Owner: "alice", Handler: func(_ context.Context, _ agenttest.Request, s *agenttest.Stream) {
+		s.Ack()
+		s.Raw([]byte(`{"type":"query","data":{"id":"q","reply_subject":"_INBOX.nobody.listens","prompt":"Rhetorical?"}}`))
+		time.Sleep(500 * time.Millisecond)
+		s.Text("Never mind, done.")
+	}})
+	a.host("reviewer-judge", agenttest.Config{Agent: "judge", Owner: "alice", Handler: approve})
+	op := a.operator()
+	doc := capsuletest.New().Set("task.kind", "writer").Set("review.reviewer_agent_id", "judge")
+	a.publish(RoleProducer, doc)
+	require.Equal(t, capsule.Completed, a.awaitEnd(doc.ID()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	items, err := op.Pending(ctx)
+	require.NoError(t, err)
+	require.Empty(t, items)
+}
