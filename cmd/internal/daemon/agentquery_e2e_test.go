@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -331,4 +332,45 @@ func TestAgentQueryLeftUnanswered(t *testing.T) {
 	items, err := op.Pending(ctx)
 	require.NoError(t, err)
 	require.Empty(t, items)
+}
+
+// TestAgentQueryAnswerInTheRetrysPrompt: the writer asks, receives the
+// answer, then fails with a retryable error; the retry's prompt, rendered
+// by the adapter's default template, carries the person's answer and who
+// gave it.
+func TestAgentQueryAnswerInTheRetrysPrompt(t *testing.T) {
+	t.Parallel()
+	a := newArenaWith(t, agentConfig)
+	prompts := make(chan string, 4)
+	var calls atomic.Int32
+	a.host("executor-writer", agenttest.Config{Agent: "writer", Owner: "alice", Handler: func(ctx context.Context, req agenttest.Request, s *agenttest.Stream) {
+		prompts <- req.Envelope.Prompt
+		s.Ack()
+		if calls.Add(1) > 1 {
+			s.Text("Licensed.")
+			return
+		}
+		if _, ok := s.Ask(ctx, "q1", "Which license?"); !ok {
+			s.Error(408, "no answer")
+			return
+		}
+		s.Error(503, "overloaded, try again")
+	}})
+	a.host("reviewer-judge", agenttest.Config{Agent: "judge", Owner: "alice", Handler: approve})
+	op := a.operator()
+	doc := capsuletest.New().Set("task.kind", "writer").Set("review.reviewer_agent_id", "judge")
+	a.publish(RoleProducer, doc)
+	natstest.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		items, err := op.Pending(ctx)
+		return err == nil && len(items) == 1 && items[0].Query != nil
+	}, "the question never waited in pending")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := op.Resume(ctx, adminsvc.ResumeRequest{ID: doc.ID(), By: "dana", Answer: "Apache-2.0"})
+	require.NoError(t, err)
+	require.Equal(t, capsule.Completed, a.awaitEnd(doc.ID()))
+	require.NotContains(t, <-prompts, "Apache-2.0", "the first call had no answer yet")
+	require.Contains(t, <-prompts, "## A person's answer (dana)\nApache-2.0", "the retry carries the answer")
 }
