@@ -32,6 +32,9 @@ type agentStream struct {
 	// agent waits, silent, for a person's answer, so idle_timeout does not
 	// run until its next chunk (timeout and heartbeats still do).
 	asking bool
+	// held: progress since the last report was held back; it is sent
+	// when the stream goes quiet.
+	held bool
 }
 
 // noRespondersStatus is the status header value nats-server puts on the
@@ -77,9 +80,15 @@ func (s *agentStream) run(ctx context.Context, body []byte, h nats.Header) (agen
 		if !s.asking {
 			wait = min(every, max(idle-time.Since(last), time.Millisecond))
 		}
+		if s.held {
+			wait = min(wait, max(progressEvery-time.Since(s.lastSent), time.Millisecond))
+		}
 		wctx, stop := context.WithTimeout(cctx, wait)
 		m, err := sub.NextMsgWithContext(wctx)
 		stop()
+		if err != nil && s.held && time.Since(s.lastSent) >= progressEvery {
+			s.report(false)
+		}
 		switch {
 		case err == nil:
 			done, err := s.frame(m)
@@ -200,14 +209,16 @@ func (s *agentStream) usage() capsule.Usage {
 	return capsule.Usage{Tokens: EstimateTokens(s.promptBytes + s.text.Len()), Dollars: s.dollars, Estimated: true}
 }
 
-// report tells the observer, at most every progressEvery, and always at
-// the end.
+// report tells the observer, at most every progressEvery (what it holds
+// back goes once the stream is quiet: an agent waiting for an answer shows
+// its whole stream so far), and always at the end.
 func (s *agentStream) report(final bool) {
 	now := time.Now()
 	if !final && now.Sub(s.lastSent) < progressEvery {
+		s.held = true
 		return
 	}
-	s.lastSent = now
+	s.lastSent, s.held = now, false
 	p := s.progress
 	p.Done = final
 	p.Text = tailText(s.text.String(), MaxProgressText)
