@@ -88,6 +88,14 @@ func TestAgentQueryAnsweredByOperator(t *testing.T) {
 	require.NotNil(t, item.Query, "pending shows the question")
 	require.Equal(t, question, item.Query.Prompt)
 	require.Equal(t, "q1", item.Query.ID)
+	// While it waits, status shows the call's whole stream so far (the
+	// ack, the text, the question), not what was reported before.
+	natstest.Eventually(t, 10*time.Second, 50*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := op.Status(ctx, doc.ID())
+		return err == nil && st.Call != nil && st.Call.Chunks == 3 && st.Call.Bytes == int64(len("Thinking. "))
+	}, "status never showed the call's three chunks while the question waited")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
