@@ -28,6 +28,13 @@ type agentStream struct {
 	reported bool // a usage:{…} status gave tokens
 	progress CallProgress
 	lastSent time.Time
+	// asking: the last chunk was a question handed to the observer; the
+	// agent waits, silent, for a person's answer, so idle_timeout does not
+	// run until its next chunk (timeout and heartbeats still do).
+	asking bool
+	// held: progress since the last report was held back; it is sent
+	// when the stream goes quiet.
+	held bool
 }
 
 // noRespondersStatus is the status header value nats-server puts on the
@@ -69,9 +76,19 @@ func (s *agentStream) run(ctx context.Context, body []byte, h nats.Header) (agen
 				return agentOutcome{}, s.fail(fmt.Sprintf("the agent's heartbeats stopped for %d intervals", heartbeatMisses), true, false)
 			}
 		}
-		wctx, stop := context.WithTimeout(cctx, min(every, max(idle-time.Since(last), time.Millisecond)))
+		wait := every
+		if !s.asking {
+			wait = min(every, max(idle-time.Since(last), time.Millisecond))
+		}
+		if s.held {
+			wait = min(wait, max(progressEvery-time.Since(s.lastSent), time.Millisecond))
+		}
+		wctx, stop := context.WithTimeout(cctx, wait)
 		m, err := sub.NextMsgWithContext(wctx)
 		stop()
+		if err != nil && s.held && time.Since(s.lastSent) >= progressEvery {
+			s.report(false)
+		}
 		switch {
 		case err == nil:
 			done, err := s.frame(m)
@@ -90,7 +107,7 @@ func (s *agentStream) run(ctx context.Context, body []byte, h nats.Header) (agen
 			return agentOutcome{}, s.fail(fmt.Sprintf("no end of stream within %s (timeout)", ceiling), true, true)
 		case !errors.Is(err, context.DeadlineExceeded):
 			return agentOutcome{}, s.fail(fmt.Sprintf("read the stream: %v", err), true, false)
-		case time.Since(last) >= idle:
+		case !s.asking && time.Since(last) >= idle:
 			return agentOutcome{}, s.fail(fmt.Sprintf("no chunk for %s (idle_timeout)", idle), true, true)
 		}
 	}
@@ -113,6 +130,7 @@ func (s *agentStream) frame(m *nats.Msg) (done bool, err error) {
 	}
 	s.progress.Chunks++
 	s.progress.LastChunk = time.Now()
+	s.asking = false
 	c := f.Chunk
 	switch c.Type {
 	case agentproto.TypeResponse:
@@ -150,6 +168,7 @@ func (s *agentStream) query(q agentproto.Query) {
 		return
 	}
 	s.obs.Query(AgentQuery{ID: q.ID, ReplySubject: reply, Prompt: q.Prompt, Agent: s.target.name, At: time.Now()})
+	s.asking = true
 }
 
 // inboxOnly keeps a reply subject only when it is an _INBOX one: in an
@@ -190,14 +209,16 @@ func (s *agentStream) usage() capsule.Usage {
 	return capsule.Usage{Tokens: EstimateTokens(s.promptBytes + s.text.Len()), Dollars: s.dollars, Estimated: true}
 }
 
-// report tells the observer, at most every progressEvery, and always at
-// the end.
+// report tells the observer, at most every progressEvery (what it holds
+// back goes once the stream is quiet: an agent waiting for an answer shows
+// its whole stream so far), and always at the end.
 func (s *agentStream) report(final bool) {
 	now := time.Now()
 	if !final && now.Sub(s.lastSent) < progressEvery {
+		s.held = true
 		return
 	}
-	s.lastSent = now
+	s.lastSent, s.held = now, false
 	p := s.progress
 	p.Done = final
 	p.Text = tailText(s.text.String(), MaxProgressText)

@@ -480,3 +480,75 @@ func TestAgentQueryReplyOutsideInboxDropped(t *testing.T) {
 	require.Len(t, rec.queries, 1)
 	require.Equal(t, "_INBOX.ok", rec.queries[0].ReplySubject)
 }
+
+// TestAgentQueryPausesIdleTimeout: while the agent waits, silent, for the
+// answer to its question, idle_timeout does not run; a question sagad
+// dropped (its reply subject unreachable) does not stop it.
+func TestAgentQueryPausesIdleTimeout(t *testing.T) {
+	t.Parallel()
+	nc, h := agentSetup(t, agenttest.Config{Handler: func(ctx context.Context, _ agenttest.Request, s *agenttest.Stream) {
+		s.Ack()
+		answer, ok := s.Ask(ctx, "q1", "Which database?")
+		if !ok {
+			return
+		}
+		s.Text("Using " + answer)
+	}})
+	rec := &recorder{}
+	go func() {
+		var q executors.AgentQuery
+		natstest.Eventually(t, 5*time.Second, 10*time.Millisecond, func() bool {
+			var ok bool
+			q, ok = rec.lastQuery()
+			return ok
+		})
+		time.Sleep(time.Second) // over three idle timeouts
+		_ = nc.Publish(q.ReplySubject, []byte("postgres"))
+	}()
+	ex := agentExec(nc, h.Subject())
+	ex.IdleTimeout = 300 * time.Millisecond
+	res, err := ex.Execute(executors.WithObserver(context.Background(), rec), execRequest(t))
+	require.NoError(t, err)
+	require.Equal(t, "Using postgres", executors.ArtifactText(res.Content))
+
+	nc, h = agentSetup(t, agenttest.Config{Handler: func(ctx context.Context, _ agenttest.Request, s *agenttest.Stream) {
+		s.Ack()
+		s.Raw([]byte(`{"type":"query","data":{"id":"q","reply_subject":"saga.complete.x.1","prompt":"?"}}`))
+		<-ctx.Done()
+	}})
+	ex = agentExec(nc, h.Subject())
+	ex.IdleTimeout = 300 * time.Millisecond
+	_, err = ex.Execute(executors.WithObserver(context.Background(), &recorder{}), execRequest(t))
+	require.ErrorContains(t, err, "idle_timeout")
+}
+
+// TestAgentProgressNotHeldWhileQuiet: chunks that came within
+// progressEvery of a report reach the observer once the stream goes quiet,
+// here while the agent waits for an answer: the call's view shows the
+// whole stream so far, not its first chunk, for as long as a person takes.
+func TestAgentProgressNotHeldWhileQuiet(t *testing.T) {
+	t.Parallel()
+	nc, h := agentSetup(t, agenttest.Config{Handler: func(ctx context.Context, _ agenttest.Request, s *agenttest.Stream) {
+		s.Ack()
+		s.Text("partial ")
+		answer, ok := s.Ask(ctx, "q1", "Which database?")
+		if !ok {
+			return
+		}
+		s.Text(answer)
+	}})
+	rec := &recorder{}
+	go func() {
+		natstest.Eventually(t, 5*time.Second, 10*time.Millisecond, func() bool {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			n := len(rec.progress)
+			return n > 0 && rec.progress[n-1].Chunks == 3 && rec.progress[n-1].Bytes == int64(len("partial "))
+		}, "the observer never saw the three chunks before the answer")
+		q, _ := rec.lastQuery()
+		_ = nc.Publish(q.ReplySubject, []byte("postgres"))
+	}()
+	res, err := agentExec(nc, h.Subject()).Execute(executors.WithObserver(context.Background(), rec), execRequest(t))
+	require.NoError(t, err)
+	require.Equal(t, "partial postgres", executors.ArtifactText(res.Content))
+}

@@ -648,7 +648,7 @@ func (a directoryAgents) Agents(ctx context.Context, wait time.Duration) ([]admi
 		info := adminsvc.AgentInfo{
 			Agent: in.Agent, Owner: in.Owner, Session: in.Session, ProtocolVersion: in.ProtocolVersion,
 			InstanceID: in.ID, PromptSubject: in.PromptSubject, Discovered: true, Alive: in.Alive,
-			IntervalS: int(in.Interval / time.Second), Serves: in.Kinds,
+			IntervalS: int(in.Interval / time.Second), Serves: serves(in.Kinds),
 		}
 		if !in.LastBeat.IsZero() {
 			at := in.LastBeat
@@ -657,4 +657,21 @@ func (a directoryAgents) Agents(ctx context.Context, wait time.Duration) ([]admi
 		out = append(out, info)
 	}
 	return out, err
+}
+
+// serves is the directory's kinds ("<kind>", "reviewer:<id>") as the
+// admin service names them: "executor:<kind>", "reviewer:<id>".
+func serves(kinds []string) []string {
+	if len(kinds) == 0 {
+		return nil
+	}
+	out := make([]string, len(kinds))
+	for i, k := range kinds {
+		if strings.HasPrefix(k, "reviewer:") {
+			out[i] = k
+		} else {
+			out[i] = "executor:" + k
+		}
+	}
+	return out
 }
