@@ -742,12 +742,18 @@ func end(cp *capsule.Checkpoint, e End, now time.Time) (bool, *capsule.Transitio
 	if e.State == capsule.Halted {
 		st.HaltReason = e.Detail
 	}
+	detail := e.Detail
+	if c := st.Execution; c != nil && now.Before(c.ExpiresAt) {
+		// An agent's call has no cancel on the wire: its holder stops
+		// reading when it sees the capsule ended. History says so.
+		detail += fmt.Sprintf(" (the call in flight at %s cycle %d is abandoned: sagad stops reading it)", st.Phase, c.Cycle)
+	}
 	st.Pause = nil
 	st.Execution = nil
 	st.WaitingFor = nil
 	st.AgentQueries = nil
 	st.LocksHeld = []string{}
-	tr := capsule.Transition{Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: st.Cycle, Outcome: outcome, Detail: e.Detail, At: now}
+	tr := capsule.Transition{Phase: st.Phase, PhaseName: st.Phase.String(), Cycle: st.Cycle, Outcome: outcome, Detail: detail, At: now}
 	return true, record(cp, tr), nil
 }
 

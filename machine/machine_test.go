@@ -610,3 +610,37 @@ func TestWaitForDependencies(t *testing.T) {
 	_, err = machine.Apply(res.Checkpoint, machine.End{State: capsule.Halted, Detail: "dependency_failed:dep", IfWaitingSince: &later}, t0)
 	require.ErrorIs(t, err, machine.ErrRefused, "a newer wait is not ended by an older judgement")
 }
+
+// TestEndAbandonsTheCallInFlight: an end while a live claim's call runs
+// says in history that the call is abandoned (an agent's call has no cancel
+// on the wire); an end with a lapsed claim, or none, says nothing of it,
+// and the halt reason stays the reason alone.
+func TestEndAbandonsTheCallInFlight(t *testing.T) {
+	t.Parallel()
+	claimed, err := machine.Apply(at(capsule.InProgress, capsule.Execution, 2), machine.Claim{Phase: capsule.Execution, Cycle: 2, Holder: "a", ExpiresAt: t0.Add(time.Minute)}, t0)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		cp   *capsule.Checkpoint
+		now  time.Time
+		ev   machine.End
+		says bool
+	}{
+		{"cancel during a call", claimed.Checkpoint, t0.Add(time.Second), machine.End{State: capsule.Cancelled, Detail: "cancelled by ann"}, true},
+		{"halt during a call", claimed.Checkpoint, t0.Add(time.Second), machine.End{State: capsule.Halted, Detail: "deadline_exceeded:EXECUTION"}, true},
+		{"lapsed claim", claimed.Checkpoint, t0.Add(time.Hour), machine.End{State: capsule.Cancelled, Detail: "cancelled"}, false},
+		{"no claim", at(capsule.InProgress, capsule.Execution, 2), t0, machine.End{State: capsule.Cancelled, Detail: "cancelled"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := machine.Apply(tc.cp, tc.ev, tc.now)
+			require.NoError(t, err)
+			last := res.Checkpoint.History[len(res.Checkpoint.History)-1]
+			require.Equal(t, tc.says, strings.Contains(last.Detail, "the call in flight at EXECUTION cycle 2 is abandoned"), last.Detail)
+			require.True(t, strings.HasPrefix(last.Detail, tc.ev.Detail))
+			if tc.ev.State == capsule.Halted {
+				require.Equal(t, tc.ev.Detail, res.Checkpoint.State.HaltReason)
+			}
+			require.Nil(t, res.Checkpoint.State.Execution)
+		})
+	}
+}
