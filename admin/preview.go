@@ -316,7 +316,7 @@ func spendHalt(a *Admin, p *ReplayPreview, next *capsule.Checkpoint, c *capsule.
 		return nil, capsule.Finding{}
 	}
 	if dl := next.State.DeadlineIn(c.Deadline); !dl.IsZero() && !a.now().Before(dl) {
-		h := capsule.DeadlineExceeded(first.Phase)
+		h := next.DeadlineHalt(first.Phase, c.Deadline)
 		return &h, capsule.Finding{Field: "deadline", Message: fmt.Sprintf("the deadline %s has passed: resume with --deadline or --extend, or correct it", dl.Format("2006-01-02T15:04:05Z07:00"))}
 	}
 	used := next.State.BudgetUsed

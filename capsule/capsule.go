@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -129,6 +130,62 @@ type Network struct {
 type Budget struct {
 	Tokens  int64   `json:"tokens"`
 	Dollars float64 `json:"dollars"`
+	// Child is the limit a parent sets each of its children
+	// (docs/DELEGATION.md "Child limits"); it binds the children, never
+	// the capsule that declares it.
+	Child *ChildBudget `json:"child,omitempty"`
+}
+
+// ChildBudget is budget.child: what each child of the capsule (a capsule
+// whose parent_capsule_id names it) may use of attempts and wall time.
+// Both are optional.
+type ChildBudget struct {
+	// MaxAttempts bounds the child's EXECUTION agent calls over its run,
+	// retries and review cycles included: 1 to [MaxChildAttempts].
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// MaxWallTime bounds the child's run from its reception: a Go
+	// duration ("30m", "2h"), positive and at most [MaxChildWallTime].
+	MaxWallTime string `json:"max_wall_time,omitempty"`
+}
+
+// Bounds of budget.child.
+const (
+	MaxChildAttempts = 10
+	MaxChildWallTime = 7 * 24 * time.Hour
+)
+
+// WallTime is max_wall_time as a duration (0 when absent or unreadable).
+func (b *ChildBudget) WallTime() time.Duration {
+	if b == nil || b.MaxWallTime == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(b.MaxWallTime)
+	if err != nil {
+		return 0
+	}
+	return d
+}
+
+// Invalid names the first member of budget.child out of its bounds (its
+// JSON pointer) and why, or returns "" when both are in bounds: the rules
+// the schema leaves to RECEPTION, which halts schema_invalid on them.
+func (b *ChildBudget) Invalid() (pointer, why string) {
+	if b == nil {
+		return "", ""
+	}
+	if b.MaxAttempts != 0 && (b.MaxAttempts < 1 || b.MaxAttempts > MaxChildAttempts) {
+		return "/budget/child/max_attempts", fmt.Sprintf("budget.child.max_attempts is %d, want 1 to %d", b.MaxAttempts, MaxChildAttempts)
+	}
+	if b.MaxWallTime != "" {
+		d, err := time.ParseDuration(b.MaxWallTime)
+		switch {
+		case err != nil:
+			return "/budget/child/max_wall_time", "budget.child.max_wall_time " + strconv.Quote(b.MaxWallTime) + " is no duration (e.g. \"30m\")"
+		case d <= 0 || d > MaxChildWallTime:
+			return "/budget/child/max_wall_time", "budget.child.max_wall_time is " + d.String() + ", want more than 0 and at most 168h"
+		}
+	}
+	return "", ""
 }
 
 // ReviewPolicy names the independent reviewer and the review policy.

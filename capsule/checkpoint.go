@@ -52,6 +52,10 @@ type Checkpoint struct {
 	// root, the parent's depth + 1 for a child. RECEPTION refuses a
 	// depth over sagad's --max-depth (depth_exceeded:<depth>).
 	Depth int `json:"depth,omitempty"`
+	// ChildLimit is what the parent's budget.child allows this child,
+	// recorded at RECEPTION from the parent's kept capsule; absent for a
+	// root and for a child whose parent sets no limit.
+	ChildLimit *ChildLimit `json:"child_limit,omitempty"`
 	// IntakeSeq is the intake stream sequence of the message that created
 	// the checkpoint.
 	IntakeSeq uint64 `json:"intake_seq,omitempty"`
@@ -189,6 +193,43 @@ type Overrides struct {
 	Tokens   int64      `json:"tokens,omitempty"`
 	Dollars  float64    `json:"dollars,omitempty"`
 	Deadline *time.Time `json:"deadline,omitempty"`
+}
+
+// ChildLimit is a child's [ChildBudget] as its checkpoint keeps it.
+type ChildLimit struct {
+	// MaxAttempts bounds the EXECUTION agent calls of the child's run (0:
+	// no bound).
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// WallUntil is the reception time plus max_wall_time: folded into the
+	// child's deadline in force (its overrides), and when that deadline
+	// is this one, its passing halts child_limit_exceeded:wall_time.
+	WallUntil *time.Time `json:"wall_until,omitempty"`
+}
+
+// ExecutionCalls counts the EXECUTION agent calls of the checkpoint's run
+// before cycle's: one that succeeded (or whose work was accepted) for each
+// earlier cycle of the run, plus the failed ones the attempt log records
+// for them. The log keeps the newest [MaxAttemptLog] failures, more than a
+// child's limit of [MaxChildAttempts] calls.
+func (c *Checkpoint) ExecutionCalls(cycle int) int {
+	n := max(cycle-c.CycleBase-1, 0)
+	for _, a := range c.State.AttemptLog {
+		if a.Phase == Execution && a.Cycle > c.CycleBase && a.Cycle < cycle {
+			n++
+		}
+	}
+	return n
+}
+
+// DeadlineHalt is the halt reason of a capsule whose deadline in force
+// (given the capsule's own, d) passed at phase: child_limit_exceeded:
+// wall_time when that deadline is its child limit's, else
+// deadline_exceeded.
+func (c *Checkpoint) DeadlineHalt(phase Phase, d time.Time) HaltReason {
+	if l := c.ChildLimit; l != nil && l.WallUntil != nil && c.State.DeadlineIn(d).Equal(*l.WallUntil) {
+		return ChildLimitExceeded(ChildLimitWallTime)
+	}
+	return DeadlineExceeded(phase)
 }
 
 // Caps returns the budget in force: the capsule's, raised by overrides.
@@ -364,6 +405,11 @@ func (c *Checkpoint) Clone() *Checkpoint {
 	}
 	out := *c
 	out.History = slices.Clip(c.History)
+	if c.ChildLimit != nil {
+		l := *c.ChildLimit
+		l.WallUntil = clonePtr(l.WallUntil)
+		out.ChildLimit = &l
+	}
 	st := &out.State
 	st.LocksHeld = cloneStrings(c.State.LocksHeld)
 	st.ArtifactRefs = cloneStrings(c.State.ArtifactRefs)

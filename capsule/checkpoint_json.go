@@ -22,7 +22,9 @@ func (c *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
 	}
 	var err error
 	b = c.appendIdentity(b)
-	b = c.appendLineage(b)
+	if b, err = c.appendLineage(b); err != nil {
+		return nil, err
+	}
 	b = append(b, `,"created_at":`...)
 	if b, err = appendTime(b, c.CreatedAt); err != nil {
 		return nil, err
@@ -89,7 +91,7 @@ func (c *Checkpoint) appendIdentity(b []byte) []byte {
 
 // appendLineage writes the members from digest to replay_token: where
 // the capsule came from and which run this is.
-func (c *Checkpoint) appendLineage(b []byte) []byte {
+func (c *Checkpoint) appendLineage(b []byte) ([]byte, error) {
 	if c.Digest != "" {
 		b = append(b, `,"digest":`...)
 		b = appendString(b, c.Digest)
@@ -105,6 +107,23 @@ func (c *Checkpoint) appendLineage(b []byte) []byte {
 	if c.Depth != 0 {
 		b = append(b, `,"depth":`...)
 		b = strconv.AppendInt(b, int64(c.Depth), 10)
+	}
+	if l := c.ChildLimit; l != nil {
+		b = append(b, `,"child_limit":{`...)
+		sep := ""
+		if l.MaxAttempts != 0 {
+			b = append(b, `"max_attempts":`...)
+			b = strconv.AppendInt(b, int64(l.MaxAttempts), 10)
+			sep = ","
+		}
+		if l.WallUntil != nil {
+			b = append(b, sep+`"wall_until":`...)
+			var err error
+			if b, err = appendTime(b, *l.WallUntil); err != nil {
+				return nil, err
+			}
+		}
+		b = append(b, '}')
 	}
 	if c.IntakeSeq != 0 {
 		b = append(b, `,"intake_seq":`...)
@@ -125,7 +144,7 @@ func (c *Checkpoint) appendLineage(b []byte) []byte {
 		b = append(b, `,"replay_token":`...)
 		b = appendString(b, c.ReplayToken)
 	}
-	return b
+	return b, nil
 }
 
 // appendHistory writes ts as encoding/json writes a []Transition.

@@ -20,7 +20,7 @@ func fullCheckpoint() *Checkpoint {
 		SchemaVersion: "1.0", CapsuleID: "01J00000000000000000000000", Key: "k", TraceID: "t<&>",
 		TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", TraceProducerSpan: "00f067aa0ba902b7",
 		Run: 2, CycleBase: 3, ReplayToken: "rt",
-		WaveID: "w", Producer: "alice", Chain: &ChainStep{ID: "c\"1", Step: 2, Run: 3, Gate: GateOperator}, Digest: "d", Constitution: "2026.11.3+0123abcd", Parent: "p\"1", Depth: 3, IntakeSeq: 42, OutcomeEmitted: true, CreatedAt: at, UpdatedAt: at.Add(time.Second),
+		WaveID: "w", Producer: "alice", Chain: &ChainStep{ID: "c\"1", Step: 2, Run: 3, Gate: GateOperator}, Digest: "d", Constitution: "2026.11.3+0123abcd", Parent: "p\"1", Depth: 3, ChildLimit: &ChildLimit{MaxAttempts: 3, WallUntil: &deadline}, IntakeSeq: 42, OutcomeEmitted: true, CreatedAt: at, UpdatedAt: at.Add(time.Second),
 		State: CheckpointState{
 			Phase: ReviewPhase, PhaseName: "REVIEW", Progress: 71, Cycle: 2, Status: Halted, HaltReason: "max_cycles_exceeded:3",
 			BudgetUsed: Usage{Tokens: 12, Dollars: 0.1, Estimated: true}, LocksHeld: []string{"a", "b\"c"}, ArtifactRefs: []string{"artifact:x/1"},

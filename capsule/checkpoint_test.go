@@ -15,7 +15,7 @@ func fullCheckpoint() *capsule.Checkpoint {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	return &capsule.Checkpoint{
 		SchemaVersion: "1.0", CapsuleID: "id", Key: "id", TraceID: "t", WaveID: "w", Digest: "d",
-		CreatedAt: at, UpdatedAt: at,
+		CreatedAt: at, UpdatedAt: at, ChildLimit: &capsule.ChildLimit{MaxAttempts: 2, WallUntil: &at},
 		State: capsule.CheckpointState{
 			Phase: capsule.ReviewPhase, PhaseName: "REVIEW", Progress: 71, Cycle: 2, Status: capsule.Paused,
 			HaltReason: "x", BudgetUsed: capsule.Usage{Tokens: 1, Dollars: 2},
@@ -64,6 +64,8 @@ func TestCloneIsDeep(t *testing.T) {
 	c.State.Warned[0] = capsule.TriggerLockContention
 	*c.State.LockWaitSince = time.Time{}
 	c.State.AgentQueries[0].Prompt = "changed"
+	*c.ChildLimit.WallUntil = time.Time{}
+	c.ChildLimit.MaxAttempts = 9
 	after, err := json.Marshal(orig)
 	require.NoError(t, err)
 	require.JSONEq(t, string(before), string(after))

@@ -198,6 +198,18 @@ func (x *filler) budget(b *Budget, v any) {
 			b.Tokens = x.integer(e, 64)
 		case "dollars":
 			b.Dollars = x.float(e)
+		case "child":
+			b.Child = new(ChildBudget)
+			for name, e := range x.object(e) {
+				switch name {
+				case "max_attempts":
+					b.Child.MaxAttempts = int(x.integer(e, strconv.IntSize))
+				case "max_wall_time":
+					b.Child.MaxWallTime = x.str(e)
+				default:
+					x.ok = false
+				}
+			}
 		default:
 			x.ok = false
 		}

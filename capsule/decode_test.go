@@ -77,6 +77,7 @@ var palette = []string{
 	`[{"message":"m","rule":2,"source":"verifier"}]`, `[{"Message":"m"}]`, `[{"message":null}]`,
 	`{}`, `{"a":1}`, `{"kind":"k","title":"t"}`, `{"mode":"none"}`, `{"sha256":"00"}`,
 	`{"tokens":1,"dollars":1}`, `{"id":"c","step":1}`, `{"Kind":"k"}`, `{"approved_at":null}`,
+	`{"max_attempts":2,"max_wall_time":"30m"}`, `{"tokens":1,"dollars":1,"child":{}}`,
 }
 
 // TestDocumentCapsuleNeighbours checks the seeds and the documents one

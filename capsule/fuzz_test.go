@@ -121,7 +121,7 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 		`"pause":{"trigger":"operator_manual","reason":"r","by":"me","at":"2026-11-22T07:08:09Z","resume_token":"tok"},"warned":["budget_warning"],"awaiting_cycle":2,` +
 		`"attempt_log":[{"phase":4,"cycle":1,"attempt":1,"exit_code":12,"error":"e","decision":"retry","at":"2026-11-22T07:08:09Z"},{"phase":5,"cycle":2,"attempt":3,"timeout":true,"error":"","decision":"halt","at":"2026-11-22T07:08:09+01:00"}]},` +
 		`"history":[{"phase":0,"phase_name":"RECEPTION","cycle":0,"outcome":"passed","detail":"\u2028\u0001","at":"2026-11-22T07:08:09Z"}]}`
-	for _, s := range []string{full, `{}`, `null`, `{"history":[]}`, `{"created_at":"0000-01-01T00:00:00-00:01"}`, `{"state":{"budget_used":{"dollars":1e308}}}`} {
+	for _, s := range []string{full, `{}`, `null`, `{"child_limit":{"max_attempts":2,"wall_until":"2026-11-22T07:08:09+01:00"}}`, `{"child_limit":{}}`, `{"child_limit":{"wall_until":"2026-11-22T07:08:09.5Z"}}`, `{"history":[]}`, `{"created_at":"0000-01-01T00:00:00-00:01"}`, `{"state":{"budget_used":{"dollars":1e308}}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

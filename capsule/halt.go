@@ -83,6 +83,12 @@ const (
 	// sweeper), or right before an agent call. The detail names the phase
 	// it stood at.
 	CodeDeadlineExceeded HaltCode = "deadline_exceeded"
+	// CodeChildLimitExceeded: a child went over a limit its parent's
+	// budget.child sets: "attempts" (the EXECUTION agent call that would
+	// be one more than max_attempts) or "wall_time" (max_wall_time from
+	// its reception passed, where a deadline would have halted it). Not
+	// in PIPELINE §3's table (docs/DELEGATION.md "Child limits").
+	CodeChildLimitExceeded HaltCode = "child_limit_exceeded"
 )
 
 // HaltCodes lists every halt code, the closed set metrics may label with.
@@ -94,7 +100,7 @@ var HaltCodes = []HaltCode{
 	CodeReviewRejectedTerminal, CodeMaxCyclesExceeded,
 	CodeOperatorRejected, CodeDependencyFailed, CodeDependencyMissing, CodeWaveClosed, CodeStateCorrupt,
 	CodeChainMembershipRefused, CodeWaveNotAdmitted, CodeDependencyCycle, CodeDeadlineExceeded, CodeDepthExceeded, CodeParentRefused,
-	CodeModelNotAllowed,
+	CodeModelNotAllowed, CodeChildLimitExceeded,
 }
 
 // HaltReason is a typed halt reason. Its String form is the exact text of
@@ -225,6 +231,18 @@ func WaveNotAdmitted(waveID string) HaltReason {
 // the deadline.
 func DeadlineExceeded(phase Phase) HaltReason {
 	return HaltReason{CodeDeadlineExceeded, phase.String()}
+}
+
+// The limits of budget.child a child can exceed.
+const (
+	ChildLimitAttempts = "attempts"
+	ChildLimitWallTime = "wall_time"
+)
+
+// ChildLimitExceeded names the limit of its parent's budget.child the child
+// went over: [ChildLimitAttempts] or [ChildLimitWallTime].
+func ChildLimitExceeded(limit string) HaltReason {
+	return HaltReason{CodeChildLimitExceeded, limit}
 }
 
 // NotJSON: the intake bytes are not a JSON object.

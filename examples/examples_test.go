@@ -79,8 +79,10 @@ var coordinatorHaltCodes = []capsule.HaltCode{capsule.CodeOperatorRejected, caps
 // buckets that sagad did not make (pipeline's corrupt tests make them);
 // depth_exceeded needs a chain of parents each with an executor call in
 // flight, which only a worker serving those calls can publish
-// (pipeline's TestDepthExceeded does).
-var noExampleHaltCodes = []capsule.HaltCode{capsule.CodeCapsuleTooLarge, capsule.CodeStateCorrupt, capsule.CodeDepthExceeded}
+// (pipeline's TestDepthExceeded does), and so does child_limit_exceeded,
+// a child's, whose parent's call is in flight (pipeline's
+// TestChildLimit tests).
+var noExampleHaltCodes = []capsule.HaltCode{capsule.CodeCapsuleTooLarge, capsule.CodeStateCorrupt, capsule.CodeDepthExceeded, capsule.CodeChildLimitExceeded}
 
 // Names the coordinator examples rely on.
 const (

@@ -735,7 +735,7 @@ func end(cp *capsule.Checkpoint, e End, now time.Time) (bool, *capsule.Transitio
 			return false, nil, refused(e, cp, "its deadline has not passed")
 		}
 		if e.Detail == "" {
-			e.Detail = capsule.DeadlineExceeded(st.Phase).String()
+			e.Detail = cp.DeadlineHalt(st.Phase, *e.IfDeadlinePassed).String()
 		}
 	}
 	st.Status = e.State

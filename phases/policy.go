@@ -68,7 +68,10 @@ func (p failurePolicy) run(ctx context.Context, env *Env, in *Input, caps capsul
 			// Every attempt passes here: none starts after the deadline,
 			// whatever kept the capsule until now (a queue, a retry's
 			// delay, a redelivery).
-			return a, p.halt(capsule.DeadlineExceeded(p.phase), a.used)
+			return a, p.halt(in.Checkpoint.DeadlineHalt(p.phase, in.Capsule.Deadline), a.used)
+		}
+		if d := p.childLimit(in, n, a.used); d != nil {
+			return a, d
 		}
 		failed, stop := call(n, previousFailure(a.done, a.last))
 		if stop != nil {
@@ -120,6 +123,24 @@ func (p failurePolicy) run(ctx context.Context, env *Env, in *Input, caps capsul
 		}
 		a.done, a.last = n, &lf
 	}
+}
+
+// childLimit halts a child whose parent's budget.child allows no more
+// EXECUTION agent calls before attempt n of the current cycle would be one
+// too many (docs/DELEGATION.md "Child limits"); nil when the call may go.
+func (p failurePolicy) childLimit(in *Input, n int, used capsule.Usage) *Decision {
+	l := in.Checkpoint.ChildLimit
+	if p.phase != capsule.Execution || l == nil || l.MaxAttempts == 0 {
+		return nil
+	}
+	calls := in.Checkpoint.ExecutionCalls(in.Cycle()) + n - 1
+	if calls < l.MaxAttempts {
+		return nil
+	}
+	return p.halt(capsule.ChildLimitExceeded(capsule.ChildLimitAttempts), used, capsule.Finding{
+		Field:   "budget.child.max_attempts",
+		Message: fmt.Sprintf("the parent %s allows its children %d EXECUTION agent calls; this child made %d", in.Checkpoint.Parent, l.MaxAttempts, calls),
+	})
 }
 
 // failedAttempt is the log entry of failed attempt n that the policy halts

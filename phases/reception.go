@@ -163,7 +163,7 @@ func (r *Received) decode(raw []byte, doc *capsule.Document) *Decision {
 }
 
 // check applies the rules the schema cannot: list limits, integrity,
-// deadline and budget positivity.
+// deadline, budget positivity and budget.child's bounds.
 func (r *Received) check(env *Env) *Decision {
 	c := r.Capsule
 	if l, over := c.ExceededLimit(); over {
@@ -192,6 +192,11 @@ func (r *Received) check(env *Env) *Decision {
 		return halt(capsule.BudgetDollarsNonPositive(), capsule.Finding{
 			Field: "budget.dollars", Message: "budget.dollars is " + strconv.FormatFloat(c.Budget.Dollars, 'g', -1, 64),
 		})
+	}
+	if ptr, why := c.Budget.Child.Invalid(); ptr != "" {
+		// Bounds the schema leaves to Go (a duration's value, a range):
+		// still the schema's kind of fault.
+		return halt(capsule.SchemaInvalid([]string{ptr}), capsule.Finding{Field: "budget.child", Message: why})
 	}
 	return modelAllowed(env, c)
 }

@@ -196,15 +196,38 @@ func (p *Pipeline) freshCheckpoint(msg jetstream.Msg, r phases.Received, key str
 	fresh.CreatedAt = start.UTC()
 	if r.Decision.Action != phases.Halt {
 		fresh.Parent, fresh.Depth = link.parent, link.depth
-		if link.parent != "" && r.Capsule.Deadline.After(link.deadline) {
+		d := r.Capsule.Deadline
+		if link.parent != "" && d.After(link.deadline) {
 			// A child inherits its parent's deadline as an upper bound:
 			// it is the deadline in force (the checkpoint records it
 			// among the overrides), which an operator may still extend.
-			d := link.deadline.UTC()
+			d = link.deadline
+		}
+		if fresh.ChildLimit = childLimit(link.child, fresh.CreatedAt); fresh.ChildLimit != nil {
+			if w := fresh.ChildLimit.WallUntil; w != nil && w.Before(d) {
+				d = *w // the parent's max_wall_time binds it sooner
+			}
+		}
+		if !d.Equal(r.Capsule.Deadline) {
+			d = d.UTC()
 			fresh.State.Overrides = &capsule.Overrides{Deadline: &d}
 		}
 	}
 	return fresh
+}
+
+// childLimit is what a parent's budget.child allows a child received at
+// start: nil when it sets nothing.
+func childLimit(b *capsule.ChildBudget, start time.Time) *capsule.ChildLimit {
+	if b == nil || (b.MaxAttempts == 0 && b.WallTime() <= 0) {
+		return nil
+	}
+	l := &capsule.ChildLimit{MaxAttempts: b.MaxAttempts}
+	if w := b.WallTime(); w > 0 {
+		until := start.Add(w).UTC()
+		l.WallUntil = &until
+	}
+	return l
 }
 
 // keep keeps the capsule's bytes and decides its key: its id when RECEPTION
@@ -404,6 +427,8 @@ type parentLink struct {
 	caps capsule.Budget
 	// deadline is the parent's deadline in force: the child's upper bound.
 	deadline time.Time
+	// child is the parent's budget.child: the limits of each child.
+	child *capsule.ChildBudget
 }
 
 // parentOf verifies c's parent_capsule_id: the parent must be a capsule
@@ -453,7 +478,7 @@ func (p *Pipeline) parentOf(ctx context.Context, c *capsule.Capsule, token strin
 		return refuse("capsule " + strconv.Quote(key) + " is no capsule sagad runs")
 	}
 	return parentLink{parent: key, grandparent: parent.Parent, depth: depth, caps: parent.State.Caps(pc.Budget),
-		deadline: parent.State.DeadlineIn(pc.Deadline)}, nil, nil
+		deadline: parent.State.DeadlineIn(pc.Deadline), child: pc.Budget.Child}, nil, nil
 }
 
 // callInFlight reports whether token is the secret of an executor call cp
