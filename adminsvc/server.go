@@ -17,6 +17,7 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/compose"
+	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/microreply"
 	"github.com/sagad/sagad/rules"
 	sagastatus "github.com/sagad/sagad/status"
@@ -73,6 +74,11 @@ type Config struct {
 	// Compositions answers the composition verbs (sagad passes
 	// [StoreCompositions]). Defaults to none: they are answered internal.
 	Compositions *Compositions
+	// Models answers saga.admin.models: the model tiers, prices and
+	// endpoints of sagad's config (sagad passes its executors config's
+	// [executors.Config.ModelsReport], which holds no key or header).
+	// Nil: the verb is answered internal.
+	Models *executors.ModelsReport
 }
 
 // DefaultTimeout bounds a request's handling unless Config.Timeout says
@@ -124,7 +130,7 @@ func Start(nc *nats.Conn, a Actions, cfg Config) (*Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        Name,
 		Version:     Version,
-		Description: "sagad admin API: pause, resume, cancel, decide, replay, phase pause/resume/list, pending, rules, wave set/show/list/close, chain, cost, agents, status, list, history, report, wait, events",
+		Description: "sagad admin API: pause, resume, cancel, decide, replay, phase pause/resume/list, pending, rules, models, wave set/show/list/close, chain, cost, agents, status, list, history, report, wait, events",
 		Metadata:    cfg.Metadata,
 	})
 	if err != nil {
@@ -338,6 +344,8 @@ func (s *Service) serve(ctx context.Context, verb string, data []byte) (any, err
 			return s.phases(ctx)
 		case VerbRules:
 			return rules.InForce(s.cfg.Rules), nil
+		case VerbModels:
+			return s.serveModels()
 		}
 		items, err := s.a.Pending(ctx)
 		if err != nil {

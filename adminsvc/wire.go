@@ -47,7 +47,7 @@ const (
 
 // Verbs lists every verb, in the order the service registers them (a new
 // verb goes last: fuzz seeds name verbs by their index here).
-var Verbs = append(append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), VerbChain, VerbCost), append(append(ReadVerbs, CompositionVerbs...), VerbReplayPreview, VerbAgents)...)
+var Verbs = append(append(append([]string{VerbPause, VerbResume, VerbCancel, VerbDecide, VerbPhasePause, VerbPhaseResume, VerbPhaseList, VerbPending, VerbRules, VerbReplay}, WaveVerbs...), VerbChain, VerbCost), append(append(ReadVerbs, CompositionVerbs...), VerbReplayPreview, VerbAgents, VerbModels)...)
 
 // Subject returns the subject of verb, e.g. saga.admin.phase.pause.
 func Subject(verb string) string { return SubjectPrefix + "." + verb }
@@ -221,7 +221,8 @@ func badRequest(format string, args ...any) error {
 	return &requestError{msg: fmt.Sprintf(format, args...)}
 }
 
-// listRequest is the (empty) request of phase.list, pending and rules.
+// listRequest is the (empty) request of phase.list, pending, rules and
+// models.
 type listRequest struct{}
 
 // phaseWire is PhaseRequest as decoded, telling a missing phase from 0.
@@ -358,7 +359,7 @@ func decodeRequest(verb string, data []byte, maxBytes int) (any, error) {
 			return nil, badRequest("phase %d out of range 0–%d", *w.Phase, capsule.NumPhases-1)
 		}
 		return PhaseRequest{Phase: *w.Phase, By: w.By, Reason: w.Reason}, firstErr(checkBy(w.By, false), checkText("reason", w.Reason))
-	case VerbPhaseList, VerbPending, VerbRules:
+	case VerbPhaseList, VerbPending, VerbRules, VerbModels:
 		if len(bytes.TrimSpace(data)) == 0 {
 			return listRequest{}, nil
 		}

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,27 +13,12 @@ import (
 )
 
 // ModelsReport is what `sagactl models -o json` prints: the tiers and prices
-// of a sagad config file, and the models without a price.
-type ModelsReport struct {
-	Tiers  map[string]string          `json:"tiers"`
-	Prices map[string]executors.Price `json:"prices"`
-	// Unpriced are the model ids the tiers and model endpoints may call
-	// that have no price: their calls charge tokens only.
-	Unpriced []string `json:"unpriced"`
-	// Endpoints are the model endpoints, by role and key, with the model
-	// id each calls by default.
-	Endpoints []ModelEndpoint `json:"endpoints"`
-}
+// of a sagad config file or of the running sagad, and the models without a
+// price.
+type ModelsReport = executors.ModelsReport
 
 // ModelEndpoint is one model endpoint of a [ModelsReport].
-type ModelEndpoint struct {
-	Role  string `json:"role"`
-	Key   string `json:"key"`
-	Type  string `json:"type"`
-	Model string `json:"model"`
-	// ModelID is Model with its tier resolved.
-	ModelID string `json:"model_id"`
-}
+type ModelEndpoint = executors.ModelEndpoint
 
 // readSagadConfig reads what sagactl needs of sagad's config file: its
 // executors, reviewers and models; every other member is left to sagad.
@@ -54,30 +38,7 @@ func readSagadConfig(path string) (executors.Config, error) {
 }
 
 // NewModelsReport describes the models of cfg.
-func NewModelsReport(cfg executors.Config) ModelsReport {
-	rep := ModelsReport{Tiers: cfg.Models.Tiers, Prices: cfg.Models.Prices, Unpriced: cfg.UnpricedModels(), Endpoints: []ModelEndpoint{}}
-	if rep.Tiers == nil {
-		rep.Tiers = map[string]string{}
-	}
-	if rep.Prices == nil {
-		rep.Prices = map[string]executors.Price{}
-	}
-	if rep.Unpriced == nil {
-		rep.Unpriced = []string{}
-	}
-	for _, role := range []struct {
-		name string
-		m    map[string]executors.Endpoint
-	}{{"executor", cfg.Executors}, {"reviewer", cfg.Reviewers}} {
-		for _, key := range sortedMapKeys(role.m) {
-			ep := role.m[key]
-			if ep.Type == executors.EndpointOpenAI || ep.Type == executors.EndpointAnthropic {
-				rep.Endpoints = append(rep.Endpoints, ModelEndpoint{Role: role.name, Key: key, Type: ep.Type, Model: ep.Model, ModelID: cfg.Models.Resolve(ep.Model)})
-			}
-		}
-	}
-	return rep
-}
+func NewModelsReport(cfg executors.Config) ModelsReport { return cfg.ModelsReport() }
 
 // printModels writes the report as three tables.
 func printModels(out io.Writer, rep ModelsReport) error {
@@ -95,9 +56,13 @@ func printModels(out io.Writer, rep ModelsReport) error {
 		fmt.Fprintf(tw, "%s\tno price: tokens only\t\t\t\n", printable(id))
 	}
 	if len(rep.Endpoints) > 0 {
-		fmt.Fprintln(tw, "\nROLE\tKEY\tTYPE\tMODEL\tMODEL ID")
+		fmt.Fprintln(tw, "\nROLE\tKEY\tTYPE\tMODEL\tMODEL ID\tBASE URL")
 		for _, e := range rep.Endpoints {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Role, printable(e.Key), e.Type, printable(e.Model), printable(e.ModelID))
+			base := e.BaseURL
+			if base == "" {
+				base = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(e.Role), printable(e.Key), printable(e.Type), printable(e.Model), printable(e.ModelID), printable(base))
 		}
 	}
 	return tw.Flush()
@@ -122,33 +87,48 @@ func moneyOr(v *float64) string {
 func newModels(g *globals) *cobra.Command {
 	var path string
 	cmd := &cobra.Command{
-		Use:   "models --config FILE",
-		Short: "Print the model tiers and prices of a sagad config file, and the models without a price",
-		Long: `Print the "models" section of sagad's config file: each tier and the model id
-it stands for, each model's price in dollars per million tokens, the models
-a tier or a model endpoint may call that have no price (their calls charge
+		Use:   "models [--config FILE]",
+		Short: "Print the model tiers and prices in force, and the models without a price",
+		Long: `Print the models sagad is configured with: each tier and the model id it
+stands for, each model's price in dollars per million tokens, the models a
+tier or a model endpoint may call that have no price (their calls charge
 tokens only; sagad warns of each at start), and the model endpoints with the
-model each calls. Read offline from the file (docs/MODELS.md); -o json
-prints {"tiers", "prices", "unpriced", "endpoints"}.
+model each calls and their base URL (docs/MODELS.md). No API key, key file
+or header is ever shown. -o json prints {"tiers", "prices", "unpriced",
+"endpoints"}.
 
-Exit codes: 0 printed, 1 the file cannot be read or its models are invalid,
-2 usage (no --config).`,
+Without --config the running sagad is asked through its admin service
+(saga.admin.models): the tiers and prices in force. --config FILE reads a
+sagad config file offline instead, without NATS (e.g. before starting or
+restarting sagad with it).
+
+Exit codes: 0 printed, 1 error (the file cannot be read or its models are
+invalid), 2 usage, 6 no sagad answered.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var rep ModelsReport
 			if path == "" {
-				return exit(ExitUsage, errors.New("--config FILE is required: sagad's config file"))
+				ctx, a, done, err := g.dialAdmin(cmd)
+				if err != nil {
+					return err
+				}
+				defer done()
+				if rep, err = a.Models(ctx); err != nil {
+					return adminErr(err)
+				}
+			} else {
+				cfg, err := readSagadConfig(path)
+				if err != nil {
+					return exit(ExitFailure, err)
+				}
+				rep = NewModelsReport(cfg)
 			}
-			cfg, err := readSagadConfig(path)
-			if err != nil {
-				return exit(ExitFailure, err)
-			}
-			rep := NewModelsReport(cfg)
 			if enc := g.encoder(); enc != nil {
 				return enc(cmd.OutOrStdout(), rep)
 			}
 			return printModels(cmd.OutOrStdout(), rep)
 		},
 	}
-	cmd.Flags().StringVar(&path, "config", "", "sagad's config file (required)")
+	cmd.Flags().StringVar(&path, "config", "", "read sagad's config file offline instead of asking the running sagad")
 	return cmd
 }

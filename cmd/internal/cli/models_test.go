@@ -11,6 +11,7 @@ import (
 
 	"github.com/sagad/sagad/cmd/internal/cli"
 	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natstest"
 )
 
 // modelsConfig writes a sagad config file with a model executor "write" and
@@ -44,15 +45,32 @@ func TestModelsCommand(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(r.out), &rep))
 	assert.Equal(t, []string{"big-1"}, rep.Unpriced)
 	require.Len(t, rep.Endpoints, 1)
-	assert.Equal(t, cli.ModelEndpoint{Role: "executor", Key: "write", Type: "openai", Model: "low-tier", ModelID: "small-1"}, rep.Endpoints[0])
+	assert.Equal(t, cli.ModelEndpoint{Role: "executor", Key: "write", Type: "openai", Model: "low-tier", ModelID: "small-1", BaseURL: "http://127.0.0.1:1/v1/"}, rep.Endpoints[0])
 
 	bad := file(t, []byte(`{"models": {"prices": {"m": {"input_per_mtok": -1, "output_per_mtok": 1}}}}`))
 	r = run(t, "models", "--config", bad)
 	require.Equal(t, cli.ExitFailure, r.code)
 	assert.Contains(t, r.errOut, "input_per_mtok")
 
-	r = run(t, "models")
-	require.Equal(t, cli.ExitUsage, r.code, "--config is required")
+	r = run(t, "models", "--config", cfg, "extra")
+	require.Equal(t, cli.ExitUsage, r.code)
+}
+
+// TestModelsAsksSagad: without --config, models is a request to the
+// running sagad's admin service (cmd/internal/daemon's TestModelsInForce
+// runs it against one): where NATS answers but no sagad does, it exits 6
+// as every admin command; with no NATS at all, 1.
+func TestModelsAsksSagad(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	r := run(t, "--nats-url", s.ClientURL(), "models", "-o", "json")
+	require.Equal(t, cli.ExitNoSagad, r.code, r.out+r.errOut)
+	require.Empty(t, r.out)
+	require.Equal(t, "sagactl: no sagad answered on saga.admin.models: is sagad running?\n", r.errOut)
+
+	o := offline("models")
+	require.Equal(t, cli.ExitFailure, o.code, o.out+o.errOut)
+	require.Contains(t, o.errOut, "is sagad running?")
 }
 
 // TestCheckTaskModel: sagactl check judges task.model offline by the

@@ -163,7 +163,7 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer, onReady Ready) error
 	if err != nil {
 		return startErr(ctx, err)
 	}
-	svcs, err := startServices(ctx, nc, p, execs.AgentDirectory(), log, m, cfg.Models, cfg.executorsConfig().UnpricedModels())
+	svcs, err := startServices(ctx, nc, p, execs.AgentDirectory(), log, m, cfg.executorsConfig())
 	if err != nil {
 		return err
 	}
@@ -407,12 +407,16 @@ type services struct {
 // composes chains (the steps' ids are sagad's to give) and records
 // compositions' step ends (one durable consumer, shared: each run's
 // record, events and one outcome). On an error the pipeline is stopped.
-// models judge a composition step's task.model; unpriced are the models
-// without a price, which cost reports name.
-func startServices(ctx context.Context, nc *nats.Conn, p *pipeline.Pipeline, dir *executors.AgentDirectory, log *slog.Logger, m *metrics.Metrics, models executors.Models, unpriced []string) (*services, error) {
+// execs is the config's executors, reviewers and models: its models judge
+// a composition step's task.model, its models without a price are named
+// by cost reports, and its report (no key or header) answers
+// saga.admin.models.
+func startServices(ctx context.Context, nc *nats.Conn, p *pipeline.Pipeline, dir *executors.AgentDirectory, log *slog.Logger, m *metrics.Metrics, execs executors.Config) (*services, error) {
+	models, unpriced, report := execs.Models, execs.UnpricedModels(), execs.ModelsReport()
 	agents := agentsListing(nc, dir, log)
 	admin, err := adminsvc.Start(nc, p.Admin(), adminsvc.Config{Logger: log, Rules: p.Rules(), Chains: adminsvc.StoreChains(p.Store()), Calls: p.Calls(),
-		Costs: adminsvc.WithUnpriced(adminsvc.StoreCosts(p.Store()), unpriced), Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin()), Agents: agents})
+		Costs: adminsvc.WithUnpriced(adminsvc.StoreCosts(p.Store()), unpriced), Compositions: adminsvc.StoreCompositions(p.Store(), p.Admin()), Agents: agents,
+		Models: &report})
 	if err != nil {
 		p.Stop(ctx)
 		return nil, err
