@@ -76,27 +76,47 @@ func secretFile(t *testing.T, s string) string {
 func TestSecretsNeverLogged(t *testing.T) {
 	t.Parallel()
 	const password, token = "hunter2-pa55word", "t0ken-9f8e7d6c"
-	userSrv := natstest.RunServerWith(t, func(o *server.Options) { o.Username, o.Password = "sagad", password })
-	tokenSrv := natstest.RunServerWith(t, func(o *server.Options) { o.Authorization = token })
+	// Each case has a server of its own: two sagads laying out their
+	// topology on one in-process server at the same moment trip a data race
+	// inside nats-server (a stream update beside a consumer create), which
+	// -race reports against this test.
+	userSrv := func(t *testing.T) string {
+		return natstest.RunServerWith(t, func(o *server.Options) { o.Username, o.Password = "sagad", password }).ClientURL()
+	}
+	tokenSrv := func(t *testing.T) string {
+		return natstest.RunServerWith(t, func(o *server.Options) { o.Authorization = token }).ClientURL()
+	}
 	withUserinfo := func(url, info string) string { return strings.Replace(url, "nats://", "nats://"+info+"@", 1) }
 	tests := []struct {
 		name   string
-		conn   natsconn.Options
+		conn   func(t *testing.T) natsconn.Options
 		wantOK bool
 	}{
-		{"password in the URL", natsconn.Options{URL: withUserinfo(userSrv.ClientURL(), "sagad:"+password)}, true},
-		{"wrong password in the URL", natsconn.Options{URL: withUserinfo(userSrv.ClientURL(), "sagad:"+password+"-wrong")}, false},
-		{"token in the URL", natsconn.Options{URL: withUserinfo(tokenSrv.ClientURL(), token)}, true},
-		{"wrong token in the URL", natsconn.Options{URL: withUserinfo(tokenSrv.ClientURL(), token+"-wrong")}, false},
-		{"token", natsconn.Options{URL: tokenSrv.ClientURL(), Token: token}, true},
-		{"wrong token", natsconn.Options{URL: tokenSrv.ClientURL(), Token: token + "-wrong"}, false},
-		{"password file", natsconn.Options{URL: userSrv.ClientURL(), User: "sagad", PasswordFile: secretFile(t, password)}, true},
-		{"wrong password file", natsconn.Options{URL: userSrv.ClientURL(), User: "sagad", PasswordFile: secretFile(t, password+"-wrong")}, false},
+		{"password in the URL", func(t *testing.T) natsconn.Options {
+			return natsconn.Options{URL: withUserinfo(userSrv(t), "sagad:"+password)}
+		}, true},
+		{"wrong password in the URL", func(t *testing.T) natsconn.Options {
+			return natsconn.Options{URL: withUserinfo(userSrv(t), "sagad:"+password+"-wrong")}
+		}, false},
+		{"token in the URL", func(t *testing.T) natsconn.Options { return natsconn.Options{URL: withUserinfo(tokenSrv(t), token)} }, true},
+		{"wrong token in the URL", func(t *testing.T) natsconn.Options {
+			return natsconn.Options{URL: withUserinfo(tokenSrv(t), token+"-wrong")}
+		}, false},
+		{"token", func(t *testing.T) natsconn.Options { return natsconn.Options{URL: tokenSrv(t), Token: token} }, true},
+		{"wrong token", func(t *testing.T) natsconn.Options {
+			return natsconn.Options{URL: tokenSrv(t), Token: token + "-wrong"}
+		}, false},
+		{"password file", func(t *testing.T) natsconn.Options {
+			return natsconn.Options{URL: userSrv(t), User: "sagad", PasswordFile: secretFile(t, password)}
+		}, true},
+		{"wrong password file", func(t *testing.T) natsconn.Options {
+			return natsconn.Options{URL: userSrv(t), User: "sagad", PasswordFile: secretFile(t, password+"-wrong")}
+		}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			logs, err := runExternal(t, tt.conn)
+			logs, err := runExternal(t, tt.conn(t))
 			all := logs
 			if tt.wantOK {
 				require.NoError(t, err)
