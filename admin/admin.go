@@ -181,29 +181,9 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 		}
 	}
 	at := a.now()
-	var answer *capsule.OperatorAnswer
-	if strings.TrimSpace(opts.Answer) != "" {
-		answer = &capsule.OperatorAnswer{Text: opts.Answer, By: opts.By, At: at.UTC()}
-	}
-	ev := machine.RequestResume{
-		Action: action, From: from, Token: nuid.Next(), By: opts.By,
-		Tokens: opts.Tokens, Dollars: opts.Dollars, Deadline: opts.Deadline, Force: opts.Force,
-		Answer: answer,
-	}
-	if opts.Deadline == nil && opts.Extend > 0 {
-		d := at.Add(opts.Extend)
-		ev.Deadline = &d
-	}
-	if from != capsule.Waiting {
-		// A person's resume past the deadline is refused unless it moves
-		// the deadline: no agent call starts after it.
-		found, err := a.st.Checkpoints.Find(ctx, id)
-		if err != nil {
-			return status.Status{}, err
-		}
-		if _, c, err := a.st.Raw(ctx, found.Key); err == nil && c != nil {
-			ev.CapsuleDeadline = c.Deadline
-		}
+	ev, err := a.resumeRequest(ctx, id, action, from, opts, at)
+	if err != nil {
+		return status.Status{}, err
 	}
 	res, err := a.Apply(ctx, id, ev)
 	if err != nil {
@@ -213,27 +193,13 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 	// The token in the checkpoint: ours, or that of a resume in flight,
 	// which this one finishes.
 	token, trigger := cp.State.Pause.ResumeToken, cp.State.Pause.Trigger
-	detail := string(trigger)
-	if by, verdict, ok := machine.AcceptedOver(cp); ok && action == "accept" {
-		detail += ": accepted over " + string(verdict) + " by " + by
-	}
-	if opts.Reason != "" {
-		detail += ": " + opts.Reason
-	}
-	kind := capsule.EventResumed
-	if action == "accept" {
-		kind = capsule.EventOperatorAccepted
-	}
 	// The event goes out before the phase message: once the message is
 	// sent the capsule may run to its end, and its history must read
 	// accepted, then completed. The resume is decided (its token is in the
 	// checkpoint), and a repeat sends the same event id, which the stream
 	// drops.
-	said := opts.Answer
-	if action == "accept" {
-		said = opts.Reason // the accept's rationale
-	}
-	if err := a.adminEvent(ctx, cp, at, kind, token, detail, strings.TrimSpace(said), opts.By, nil); err != nil {
+	kind, detail, said := resumeRecord(cp, action, opts)
+	if err := a.adminEvent(ctx, cp, at, kind, token, detail, said, opts.By, nil); err != nil {
 		return status.Of(cp), err
 	}
 	if err := a.st.PublishPhase(ctx, cp, token); err != nil {
@@ -262,6 +228,52 @@ func (a *Admin) resume(ctx context.Context, id, action string, from capsule.Stat
 		a.metrics.AdminAction(action)
 	}
 	return status.Of(cp), nil
+}
+
+// resumeRequest is the machine event of a person's (or sagad's) resume.
+func (a *Admin) resumeRequest(ctx context.Context, id, action string, from capsule.State, opts ResumeOptions, at time.Time) (machine.RequestResume, error) {
+	var answer *capsule.OperatorAnswer
+	if strings.TrimSpace(opts.Answer) != "" {
+		answer = &capsule.OperatorAnswer{Text: opts.Answer, By: opts.By, At: at.UTC()}
+	}
+	ev := machine.RequestResume{
+		Action: action, From: from, Token: nuid.Next(), By: opts.By,
+		Tokens: opts.Tokens, Dollars: opts.Dollars, Deadline: opts.Deadline, Force: opts.Force,
+		Answer: answer,
+	}
+	if opts.Deadline == nil && opts.Extend > 0 {
+		d := at.Add(opts.Extend)
+		ev.Deadline = &d
+	}
+	if from != capsule.Waiting {
+		// A person's resume past the deadline is refused unless it moves
+		// the deadline: no agent call starts after it.
+		found, err := a.st.Checkpoints.Find(ctx, id)
+		if err != nil {
+			return ev, err
+		}
+		if _, c, err := a.st.Raw(ctx, found.Key); err == nil && c != nil {
+			ev.CapsuleDeadline = c.Deadline
+		}
+	}
+	return ev, nil
+}
+
+// resumeRecord is what the history says of a resume of cp: its event kind,
+// detail, and what the person said (an answer, or an accept's rationale).
+func resumeRecord(cp *capsule.Checkpoint, action string, opts ResumeOptions) (kind capsule.EventKind, detail, said string) {
+	detail = string(cp.State.Pause.Trigger)
+	if by, verdict, ok := machine.AcceptedOver(cp); ok && action == "accept" {
+		detail += ": accepted over " + string(verdict) + " by " + by
+	}
+	if opts.Reason != "" {
+		detail += ": " + opts.Reason
+	}
+	kind, said = capsule.EventResumed, opts.Answer
+	if action == "accept" {
+		kind, said = capsule.EventOperatorAccepted, opts.Reason
+	}
+	return kind, detail, strings.TrimSpace(said)
 }
 
 // Cancel ends the capsule in cancelled and releases its locks, from any
