@@ -193,6 +193,24 @@ func printSaid(w io.Writer, said []status.Said) error {
 
 // printStatus prints one capsule's status for people.
 func printStatus(w io.Writer, s client.Status) error {
+	if err := printStatusSummary(w, s); err != nil {
+		return err
+	}
+	if len(s.Findings) > 0 {
+		fmt.Fprintln(w, "\nfindings:")
+		printFindings(w, s.Findings)
+	}
+	if err := printAttempts(w, s.Attempts); err != nil {
+		return err
+	}
+	if err := printSaid(w, s.Said); err != nil {
+		return err
+	}
+	return printStatusHistory(w, s)
+}
+
+// printStatusSummary writes the capsule's fields, one a line.
+func printStatusSummary(w io.Writer, s client.Status) error {
 	tw := table(w)
 	fmt.Fprintf(tw, "capsule_id:\t%s\n", dash(s.CapsuleID))
 	if s.Key != s.CapsuleID {
@@ -264,33 +282,32 @@ func printStatus(w io.Writer, s client.Status) error {
 		fmt.Fprintf(tw, "constitution:\t%s\n", printable(s.Constitution))
 	}
 	fmt.Fprintf(tw, "updated_at:\t%s\n", ts(s.UpdatedAt))
-	if err := tw.Flush(); err != nil {
-		return err
+	return tw.Flush()
+}
+
+// printAttempts writes the failed agent calls, nothing when none failed.
+func printAttempts(w io.Writer, attempts []capsule.FailedAttempt) error {
+	if len(attempts) == 0 {
+		return nil
 	}
-	if len(s.Findings) > 0 {
-		fmt.Fprintln(w, "\nfindings:")
-		printFindings(w, s.Findings)
-	}
-	if len(s.Attempts) > 0 {
-		fmt.Fprintln(w, "\nfailed attempts:")
-		tw = table(w)
-		fmt.Fprintln(tw, "  AT\tPHASE\tCYCLE\tATTEMPT\tEXIT\tDECISION\tERROR")
-		for _, a := range s.Attempts {
-			exit := strconv.Itoa(a.ExitCode)
-			if a.Timeout {
-				exit = "timeout"
-			}
-			fmt.Fprintf(tw, "  %s\t%d %s\t%d\t%d\t%s\t%s\t%s\n", ts(a.At), a.Phase, a.Phase, a.Cycle, a.Attempt, exit, printable(a.Decision), printable(clip(a.Error, 120)))
+	fmt.Fprintln(w, "\nfailed attempts:")
+	tw := table(w)
+	fmt.Fprintln(tw, "  AT\tPHASE\tCYCLE\tATTEMPT\tEXIT\tDECISION\tERROR")
+	for _, a := range attempts {
+		exit := strconv.Itoa(a.ExitCode)
+		if a.Timeout {
+			exit = "timeout"
 		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+		fmt.Fprintf(tw, "  %s\t%d %s\t%d\t%d\t%s\t%s\t%s\n", ts(a.At), a.Phase, a.Phase, a.Cycle, a.Attempt, exit, printable(a.Decision), printable(clip(a.Error, 120)))
 	}
-	if err := printSaid(w, s.Said); err != nil {
-		return err
-	}
+	return tw.Flush()
+}
+
+// printStatusHistory writes the capsule's transitions, with their run
+// when it was replayed.
+func printStatusHistory(w io.Writer, s client.Status) error {
 	fmt.Fprintln(w, "\nhistory:")
-	tw = table(w)
+	tw := table(w)
 	if s.Run > 1 {
 		// A replayed capsule: every run's transitions, each with its run.
 		fmt.Fprintln(tw, "  AT\tRUN\tPHASE\tCYCLE\tOUTCOME\tDETAIL")
