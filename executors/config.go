@@ -269,76 +269,11 @@ func (ep Endpoint) settings(at, key string) (settings, error) {
 		}
 		return d
 	}
-	// only reports a field set on a type that does not use it.
-	only := func(field string, set bool, types ...string) {
-		if set && !slices.Contains(types, ep.Type) {
-			bad(field, "not used by type %q (only by %s)", ep.Type, strings.Join(types, ", "))
-		}
-	}
-
 	if strings.TrimSpace(key) == "" {
 		bad("", "the key must not be empty")
 	}
-	switch ep.Type {
-	case EndpointNATS:
-		if err := checkSubject(ep.Subject); err != nil {
-			bad(".subject", "%v", err)
-		}
-	case EndpointCommand:
-		if len(ep.Command) == 0 || ep.Command[0] == "" {
-			bad(".command", "required for type %q: the program and its arguments", ep.Type)
-		} else if _, err := exec.LookPath(ep.Command[0]); err != nil {
-			bad(".command", "%v", err)
-		}
-		if ep.MaxOutput < 0 {
-			bad(".max_output", "%d must not be negative", ep.MaxOutput)
-		}
-		for i, kv := range ep.Env {
-			k, _, ok := strings.Cut(kv, "=")
-			switch {
-			case !ok || k == "":
-				bad(fmt.Sprintf(".env[%d]", i), "%q is not KEY=VALUE", kv)
-			case strings.HasPrefix(k, "SAGA_"):
-				bad(fmt.Sprintf(".env[%d]", i), "%s: SAGA_ variables are set by sagad", k)
-			}
-		}
-		if ep.Dir != "" {
-			if fi, err := os.Stat(ep.Dir); err != nil || !fi.IsDir() {
-				bad(".dir", "%q is not a directory", ep.Dir)
-			}
-		}
-	case EndpointAgent:
-		for _, e := range ep.checkAgent() {
-			bad(e.field, "%s", e.msg)
-		}
-	case EndpointStub:
-	case EndpointOpenAI, EndpointAnthropic:
-		errs = append(errs, ep.ModelOptions.check(at, ep.Type))
-	case "":
-		bad(".type", "required: %q, %q, %q, %q, %q or %q", EndpointNATS, EndpointCommand, EndpointAgent, EndpointOpenAI, EndpointAnthropic, EndpointStub)
-	default:
-		bad(".type", "%q: want %q, %q, %q, %q, %q or %q", ep.Type, EndpointNATS, EndpointCommand, EndpointAgent, EndpointOpenAI, EndpointAnthropic, EndpointStub)
-	}
-	if slices.Contains([]string{EndpointNATS, EndpointCommand, EndpointAgent, EndpointStub, EndpointOpenAI, EndpointAnthropic}, ep.Type) {
-		only(".timeout", ep.Timeout != "", EndpointNATS, EndpointCommand, EndpointAgent, EndpointOpenAI, EndpointAnthropic)
-		only(".completion_timeout", ep.CompletionTimeout != "", EndpointNATS, EndpointCommand)
-		only(".subject", ep.Subject != "", EndpointNATS, EndpointAgent)
-		only(".agent", ep.Agent != "", EndpointAgent)
-		only(".owner", ep.Owner != "", EndpointAgent)
-		only(".session", ep.Session != "", EndpointAgent)
-		only(".idle_timeout", ep.IdleTimeout != "", EndpointAgent)
-		only(".prompt_template", ep.PromptTemplate != "", EndpointAgent)
-		only(".retries", ep.Retries != nil, EndpointNATS)
-		only(".backoff", ep.Backoff != "", EndpointNATS)
-		only(".max_backoff", ep.MaxBackoff != "", EndpointNATS)
-		only(".command", len(ep.Command) > 0, EndpointCommand)
-		only(".max_output", ep.MaxOutput != 0, EndpointCommand)
-		only(".env", len(ep.Env) > 0, EndpointCommand)
-		only(".dir", ep.Dir != "", EndpointCommand)
-		for _, f := range ep.ModelOptions.set() {
-			only("."+f, true, EndpointOpenAI, EndpointAnthropic)
-		}
-	}
+	errs = append(errs, ep.checkType(at, bad))
+	ep.checkFieldsUsed(bad)
 	if err := checkPolicyKnob(ep.FailureRetries); err != nil {
 		bad(".failure_retries", "%v", err)
 	}
@@ -375,6 +310,85 @@ func (ep Endpoint) settings(at, key string) (settings, error) {
 		}
 	}
 	return s, errors.Join(errs...)
+}
+
+// badFunc reports a problem of one field of an endpoint.
+type badFunc func(field, format string, args ...any)
+
+// checkType checks the fields ep's type needs; a model endpoint's options
+// come back as an error of their own (they name their fields themselves).
+func (ep Endpoint) checkType(at string, bad badFunc) (modelErr error) {
+	switch ep.Type {
+	case EndpointNATS:
+		if err := checkSubject(ep.Subject); err != nil {
+			bad(".subject", "%v", err)
+		}
+	case EndpointCommand:
+		if len(ep.Command) == 0 || ep.Command[0] == "" {
+			bad(".command", "required for type %q: the program and its arguments", ep.Type)
+		} else if _, err := exec.LookPath(ep.Command[0]); err != nil {
+			bad(".command", "%v", err)
+		}
+		if ep.MaxOutput < 0 {
+			bad(".max_output", "%d must not be negative", ep.MaxOutput)
+		}
+		for i, kv := range ep.Env {
+			k, _, ok := strings.Cut(kv, "=")
+			switch {
+			case !ok || k == "":
+				bad(fmt.Sprintf(".env[%d]", i), "%q is not KEY=VALUE", kv)
+			case strings.HasPrefix(k, "SAGA_"):
+				bad(fmt.Sprintf(".env[%d]", i), "%s: SAGA_ variables are set by sagad", k)
+			}
+		}
+		if ep.Dir != "" {
+			if fi, err := os.Stat(ep.Dir); err != nil || !fi.IsDir() {
+				bad(".dir", "%q is not a directory", ep.Dir)
+			}
+		}
+	case EndpointAgent:
+		for _, e := range ep.checkAgent() {
+			bad(e.field, "%s", e.msg)
+		}
+	case EndpointStub:
+	case EndpointOpenAI, EndpointAnthropic:
+		modelErr = ep.ModelOptions.check(at, ep.Type)
+	case "":
+		bad(".type", "required: %q, %q, %q, %q, %q or %q", EndpointNATS, EndpointCommand, EndpointAgent, EndpointOpenAI, EndpointAnthropic, EndpointStub)
+	default:
+		bad(".type", "%q: want %q, %q, %q, %q, %q or %q", ep.Type, EndpointNATS, EndpointCommand, EndpointAgent, EndpointOpenAI, EndpointAnthropic, EndpointStub)
+	}
+	return modelErr
+}
+
+// checkFieldsUsed reports each field set on a type that does not use it.
+func (ep Endpoint) checkFieldsUsed(bad badFunc) {
+	if !slices.Contains([]string{EndpointNATS, EndpointCommand, EndpointAgent, EndpointStub, EndpointOpenAI, EndpointAnthropic}, ep.Type) {
+		return // an unknown type is reported once, by checkType
+	}
+	only := func(field string, set bool, types ...string) {
+		if set && !slices.Contains(types, ep.Type) {
+			bad(field, "not used by type %q (only by %s)", ep.Type, strings.Join(types, ", "))
+		}
+	}
+	only(".timeout", ep.Timeout != "", EndpointNATS, EndpointCommand, EndpointAgent, EndpointOpenAI, EndpointAnthropic)
+	only(".completion_timeout", ep.CompletionTimeout != "", EndpointNATS, EndpointCommand)
+	only(".subject", ep.Subject != "", EndpointNATS, EndpointAgent)
+	only(".agent", ep.Agent != "", EndpointAgent)
+	only(".owner", ep.Owner != "", EndpointAgent)
+	only(".session", ep.Session != "", EndpointAgent)
+	only(".idle_timeout", ep.IdleTimeout != "", EndpointAgent)
+	only(".prompt_template", ep.PromptTemplate != "", EndpointAgent)
+	only(".retries", ep.Retries != nil, EndpointNATS)
+	only(".backoff", ep.Backoff != "", EndpointNATS)
+	only(".max_backoff", ep.MaxBackoff != "", EndpointNATS)
+	only(".command", len(ep.Command) > 0, EndpointCommand)
+	only(".max_output", ep.MaxOutput != 0, EndpointCommand)
+	only(".env", len(ep.Env) > 0, EndpointCommand)
+	only(".dir", ep.Dir != "", EndpointCommand)
+	for _, f := range ep.ModelOptions.set() {
+		only("."+f, true, EndpointOpenAI, EndpointAnthropic)
+	}
 }
 
 // checkSubject accepts a literal NATS subject: dot-separated non-empty
