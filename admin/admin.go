@@ -464,16 +464,19 @@ type PendingQuery struct {
 // Pending lists what waits for a human, oldest first: capsules waiting for an
 // operator decision, and paused ones only a person can resume (every trigger
 // the sweeper does not resume, but blocked_external on accepted work, which
-// resumes when its result arrives).
+// resumes when its result arrives). A composition's steps of a superseded
+// loop round or run are left out: they are history of their run (see
+// [SupersededIDs]).
 func (a *Admin) Pending(ctx context.Context) ([]PendingItem, error) {
 	all, err := a.st.Checkpoints.List(ctx)
 	if err != nil {
 		return nil, err
 	}
 	now := a.now()
+	superseded := a.supersededCheck()
 	var out []PendingItem
 	for _, cp := range all {
-		if item, ok := PendingOf(cp, now); ok {
+		if item, ok := PendingOf(cp, now); ok && !superseded.of(ctx, cp) {
 			out = append(out, item)
 		}
 	}

@@ -55,6 +55,9 @@ type ListQuery struct {
 	Producer string
 	// Since keeps only the capsules created at or after it.
 	Since time.Time
+	// Current leaves out a composition's steps of a superseded loop round
+	// or run ([SupersededIDs]): what a bulk selection acts on.
+	Current bool
 }
 
 // keep is q's filter on checkpoints; kinds are the task kinds by key
@@ -146,7 +149,12 @@ func (a *Admin) List(ctx context.Context, q ListQuery) (ListPage, error) {
 			return ListPage{}, err
 		}
 	}
-	all, err := a.reads().ListWhere(ctx, q.keep(kinds))
+	keep := q.keep(kinds)
+	if q.Current {
+		superseded, filters := a.supersededCheck(), keep
+		keep = func(cp *capsule.Checkpoint) bool { return filters(cp) && !superseded.of(ctx, cp) }
+	}
+	all, err := a.reads().ListWhere(ctx, keep)
 	if err != nil {
 		return ListPage{}, err
 	}

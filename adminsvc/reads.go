@@ -75,12 +75,15 @@ type ListRequest struct {
 	Composition string `json:"composition,omitempty"`
 	Producer    string `json:"producer,omitempty"`
 	Since       string `json:"since,omitempty"`
+	// Current leaves out a composition's steps of a superseded loop round
+	// or run (admin.SupersededIDs): bulk selects with it.
+	Current bool `json:"current,omitempty"`
 }
 
 // query is r as the admin's list query; since was checked when decoded.
 func (r ListRequest) query() admin.ListQuery {
 	q := admin.ListQuery{State: capsule.State(r.State), Prefix: r.Prefix, Cursor: r.Cursor, Limit: r.Limit,
-		Wave: r.Wave, Kind: r.Kind, HaltReason: r.HaltReason, Composition: r.Composition, Producer: r.Producer}
+		Wave: r.Wave, Kind: r.Kind, HaltReason: r.HaltReason, Composition: r.Composition, Producer: r.Producer, Current: r.Current}
 	if r.Since != "" {
 		if t, err := parseDeadline(r.Since); err == nil {
 			q.Since = *t

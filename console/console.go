@@ -182,9 +182,16 @@ func (c *Console) watch() {
 		return
 	}
 	c.done = make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.index.FollowCompositions(c.ctx, c.st.JetStream())
+	}()
 	go func() {
 		defer close(c.done)
 		c.index.Run(c.ctx, c.st.Checkpoints.WatchAll)
+		wg.Wait()
 	}()
 }
 

@@ -150,8 +150,12 @@ type Index struct {
 	decide, paused, waiting, halted []*Row
 	// states counts the rows by state.
 	states map[capsule.State]int
-	ready  bool
-	subs   map[chan Change]struct{}
+	// superseded are the capsule ids of superseded loop rounds and
+	// composition runs ([Index.MarkSuperseded]), by id: a row may come
+	// before or after the record that supersedes it.
+	superseded map[string]bool
+	ready      bool
+	subs       map[chan Change]struct{}
 
 	readyCh chan struct{}
 }
@@ -165,7 +169,7 @@ func NewIndex(log *slog.Logger, now func() time.Time) *Index {
 		now = time.Now
 	}
 	return &Index{log: log, now: now, rows: map[string]*Row{}, byID: map[string]string{}, states: map[capsule.State]int{},
-		subs: map[chan Change]struct{}{}, readyCh: make(chan struct{})}
+		superseded: map[string]bool{}, subs: map[chan Change]struct{}{}, readyCh: make(chan struct{})}
 }
 
 // Watcher opens a watch of every checkpoint with its value (the current
@@ -336,6 +340,9 @@ func (x *Index) apply(row *Row) {
 // inboxList is the inbox list r belongs in, or nil. x.mu is held.
 func (x *Index) inboxList(r *Row) *[]*Row {
 	switch {
+	case x.superseded[r.CapsuleID]:
+		// History of its composition run, shown under it.
+		return nil
 	case r.NeedsYou && r.State == capsule.WaitingForOperator:
 		return &x.decide
 	case r.NeedsYou:
@@ -512,7 +519,9 @@ func (x *Index) Keys(q Query, most int) ([]string, int) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	for _, r := range x.order {
-		if !q.match(r) {
+		// A bulk action leaves a superseded round's capsule alone: it is
+		// history of its run, not work to act on.
+		if !q.match(r) || x.superseded[r.CapsuleID] {
 			continue
 		}
 		if total < most {

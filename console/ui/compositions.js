@@ -138,6 +138,14 @@ async function renderComposition(id) {
       "Loop " + l.steps.join(", ") + " verified by " + l.verifier + ": ", stateTag(l.state),
       " round " + l.round + " of " + l.max_rounds + " · findings per round " + counts +
       (l.state === "no_progress" ? " · sagactl composition decide " + o.composition_id + " " + l.verifier + " accept|reject --by WHO" : "")));
+    // Every round's capsules under it: a round before the last is
+    // superseded, history of this run (the inbox leaves it out).
+    const names = l.steps.concat([l.verifier]);
+    v.append(el("ul", { class: "composition-rounds", dataset: { verifier: l.verifier } }, l.rounds.map((r, i) =>
+      el("li", { dataset: { round: String(r.round) } }, "Round " + r.round + " (" + (!r.ended ? "running" : r.passed ? "passed" : r.findings + " findings") +
+        (i < l.rounds.length - 1 ? ", superseded" : "") + "): ",
+        ...r.capsule_ids.flatMap((id, j) => [j ? ", " : "", (names[j] || "?") + " ",
+          el("a", { href: "#/capsule/" + encodeURIComponent(id), class: "mono", title: id, text: shortId(id) })])))));
   }
   v.append(el("h2", { text: "Steps" }));
   v.append(el("table", { id: "composition-steps" },

@@ -234,6 +234,9 @@ func bulkSelect(cmd *cobra.Command, g *globals, a *adminsvc.Client, o *bulkOptio
 	if err != nil {
 		return nil, err
 	}
+	// A superseded loop round's or run's step is its run's history, not
+	// work to act on (sagactl pending leaves it out too).
+	r.Current = true
 	ctx, cancel := contextWithTimeout(cmd, g)
 	defer cancel()
 	list, _, err := listPages(ctx, a, r, MaxBulk+1)

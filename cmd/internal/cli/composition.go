@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -205,6 +206,7 @@ func printComposition(w io.Writer, o compose.Outcome) error {
 	if o.Publishing != "" {
 		fmt.Fprintf(w, "publishing: %s\n", printable(o.Publishing))
 	}
+	verifiers := verifierNotes(o.Loops)
 	tw := table(w)
 	fmt.Fprintln(tw, "STEP\tCAPSULE\tSTATE\tEXIT\tARTIFACT")
 	for _, n := range compositionTree(o.Steps) {
@@ -217,6 +219,15 @@ func printComposition(w io.Writer, o compose.Outcome) error {
 		if s.HaltReason != "" {
 			detail = s.HaltReason
 		}
+		state := s.State
+		if v, ok := verifiers[s.Name]; ok && (v.stopped || detail == "") {
+			// A passed verifier keeps its artifact; a stopped one is the
+			// loop's stop, not a step that failed.
+			detail = v.note
+			if v.stopped {
+				state = "stopped"
+			}
+		}
 		name := strings.Repeat("  ", n.depth) + printable(s.Name)
 		if len(n.also) > 0 {
 			also := make([]string, len(n.also))
@@ -225,7 +236,7 @@ func printComposition(w io.Writer, o compose.Outcome) error {
 			}
 			name += " (+" + strings.Join(also, ",") + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, s.CapsuleID, s.State, code, dash(printable(detail)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, s.CapsuleID, state, code, dash(printable(detail)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -250,10 +261,75 @@ func printLoops(w io.Writer, o compose.Outcome) {
 		}
 		fmt.Fprintf(w, "loop %s verified by %s: %s, round %d of %d, findings per round [%s]\n", strings.Join(steps, ","), printable(l.Verifier),
 			l.State, l.Round, l.MaxRounds, strings.Join(counts, " "))
+		printRounds(w, l)
 		if l.State == store.LoopNoProgress {
 			fmt.Fprintf(w, "  no progress: sagactl composition decide %s %s accept|reject --by WHO\n", printable(o.CompositionID), printable(l.Verifier))
 		}
 	}
+}
+
+// printRounds prints each round of loop l and its capsules, the loop's
+// steps then its verifier: a round before the last is superseded, its
+// capsules its run's history (pending and the inbox leave them out).
+func printRounds(w io.Writer, l compose.LoopOutcome) {
+	names := append(slices.Clone(l.Steps), l.Verifier)
+	for i, r := range l.Rounds {
+		ids := make([]string, 0, len(r.CapsuleIDs))
+		for j, id := range r.CapsuleIDs {
+			name := "?"
+			if j < len(names) {
+				name = names[j]
+			}
+			ids = append(ids, printable(name)+" "+printable(id))
+		}
+		var what string
+		switch {
+		case !r.Ended:
+			what = "running"
+		case r.Passed:
+			what = "passed"
+		default:
+			what = fmt.Sprintf("%d findings", r.Findings)
+		}
+		if i < len(l.Rounds)-1 {
+			what += ", superseded"
+		}
+		fmt.Fprintf(w, "  round %d: %s (%s)\n", r.Round, strings.Join(ids, ", "), what)
+	}
+}
+
+// verifierNote is how a loop's verifier step is shown in the steps table.
+type verifierNote struct {
+	note string
+	// stopped: the loop ended without passing (max_rounds, no_progress, a
+	// person's reject): the verifier is the loop's stop, not a step that
+	// failed or waits.
+	stopped bool
+}
+
+// verifierNotes says, for each loop's verifier step, what the loop made
+// of it, so a stopped loop's verifier reads as a stop.
+func verifierNotes(loops []compose.LoopOutcome) map[string]verifierNote {
+	out := make(map[string]verifierNote, len(loops))
+	for _, l := range loops {
+		var v verifierNote
+		switch l.State {
+		case store.LoopPassed:
+			v.note = fmt.Sprintf("verifier: passed in round %d", l.Round)
+		case store.LoopFailed:
+			v = verifierNote{fmt.Sprintf("verifier: stopped after round %d (max_rounds)", l.Round), true}
+		case store.LoopNoProgress:
+			v = verifierNote{fmt.Sprintf("verifier: stopped after round %d (no_progress, waits for a decision)", l.Round), true}
+		case store.LoopRejected:
+			v = verifierNote{fmt.Sprintf("verifier: stopped after round %d (no_progress, rejected by %s)", l.Round, l.By), true}
+		case store.LoopAccepted:
+			v.note = fmt.Sprintf("verifier: accepted after round %d (no_progress, by %s)", l.Round, l.By)
+		default:
+			v.note = fmt.Sprintf("verifier: round %d of %d", l.Round, l.MaxRounds)
+		}
+		out[l.Verifier] = v
+	}
+	return out
 }
 
 // treeLine is one line of a composition's tree: the step (an index into

@@ -56,3 +56,43 @@ func TestCompositionLoopsPrinted(t *testing.T) {
 	require.Contains(t, b.String(), "loop draft verified by check: no_progress, round 3 of 5, findings per round [2 2 3]\n")
 	require.Contains(t, b.String(), "sagactl composition decide c check accept|reject --by WHO")
 }
+
+// TestCompositionLoopRoundsPrinted: status lists every round's capsules
+// under the round, a round before the last marked superseded; a loop
+// stopped at max_rounds shows its verifier as the loop's stop, not as a
+// failed step, and a passed loop's verifier keeps its artifact.
+func TestCompositionLoopRoundsPrinted(t *testing.T) {
+	t.Parallel()
+	one := 1
+	for _, tc := range []struct {
+		name, state string
+		want, not   []string
+	}{
+		{"max_rounds", "failed", []string{"check id-2 stopped 1 verifier: stopped after round 2 (max_rounds)"}, []string{"review_rejected"}},
+		{"no_progress", "no_progress", []string{"check id-2 stopped 1 verifier: stopped after round 2 (no_progress, waits for a decision)"}, nil},
+		{"passed", "passed", []string{"check id-2 halted 1 review_rejected"}, []string{"stopped"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			require.NoError(t, printComposition(&b, compose.Outcome{CompositionID: "c", Run: 1, State: "failed",
+				Steps: []compose.StepOutcome{{Name: "draft", CapsuleID: "id-1", State: "completed"},
+					{Name: "check", CapsuleID: "id-2", State: "halted", ExitCode: &one, HaltReason: "review_rejected", Needs: []string{"draft"}}},
+				Loops: []compose.LoopOutcome{{Verifier: "check", Steps: []string{"draft"}, MaxRounds: 2, Round: 2, State: tc.state,
+					Rounds: []compose.RoundOutcome{{Round: 1, CapsuleIDs: []string{"id-0", "id-9"}, Ended: true, Findings: 2},
+						{Round: 2, CapsuleIDs: []string{"id-1", "id-2"}, Ended: true, Findings: 1}}}}}))
+			out := b.String()
+			require.Contains(t, out, "  round 1: draft id-0, check id-9 (2 findings, superseded)\n")
+			require.Contains(t, out, "  round 2: draft id-1, check id-2 (1 findings)\n")
+			var words []string // the table's columns, one space apart
+			for _, l := range strings.Split(out, "\n") {
+				words = append(words, strings.Join(strings.Fields(l), " "))
+			}
+			for _, w := range tc.want {
+				require.Contains(t, words, w)
+			}
+			for _, n := range tc.not {
+				require.NotContains(t, out, n)
+			}
+		})
+	}
+}
