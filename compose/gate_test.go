@@ -82,6 +82,8 @@ func TestCompositionGateAccept(t *testing.T) {
 	cp := f.heldAtGate(t, review)
 	require.Zero(t, cp.State.BudgetUsed.Tokens, "nothing spent at the gate")
 	require.Nil(t, f.rec.inputsOf(review), "the gated step was not executed")
+	require.Contains(t, cp.State.Pause.Reason, "step review waits for a person: sagactl composition decide gate-ok review accept|reject",
+		"the reason names the step, as decide takes it")
 	pending, err := f.admin.Pending(ctx)
 	require.NoError(t, err)
 	var listed bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sagad/sagad/capsule"
 
@@ -22,7 +23,7 @@ func (g AutomatedGates) Run(ctx context.Context, env *Env, in *Input) Decision {
 	if d := g.Check(ctx, env, in); d.Action != Advance {
 		return d
 	}
-	if d, held := operatorGate(in); held {
+	if d, held := operatorGate(ctx, env, in); held {
 		return d
 	}
 	return admitToFamily(ctx, env, in, admitToWave(ctx, env, in, AdvanceWith()))
@@ -124,7 +125,7 @@ func dependencies(ctx context.Context, env *Env, in *Input) (Decision, bool) {
 // person decides on a step that could run), before its wave admission (so
 // a held step reserves nothing). The trigger fires once: accepted (a
 // resume), the step goes on.
-func operatorGate(in *Input) (Decision, bool) {
+func operatorGate(ctx context.Context, env *Env, in *Input) (Decision, bool) {
 	c := in.Capsule
 	if c == nil || c.Chain == nil || c.Chain.Gate != capsule.GateOperator {
 		return Decision{}, false
@@ -132,8 +133,35 @@ func operatorGate(in *Input) (Decision, bool) {
 	if in.Checkpoint != nil && in.Checkpoint.State.HasWarned(capsule.TriggerCompositionGate) {
 		return Decision{}, false
 	}
+	step := gateStepName(ctx, env, in)
 	return Decision{
 		Action: Park, Trigger: capsule.TriggerCompositionGate,
-		Reason: fmt.Sprintf("composition %s: the step waits for a person: sagactl composition decide %s <step> accept|reject", c.Chain.ID, c.Chain.ID),
+		Reason: fmt.Sprintf("composition %s: step %s waits for a person: sagactl composition decide %s %s accept|reject", c.Chain.ID, step, c.Chain.ID, step),
 	}, true
+}
+
+// stepNameTimeout bounds the read of a gated step's name: the name only
+// words the reason, so a slow read must not hold the gate.
+const stepNameTimeout = 2 * time.Second
+
+// gateStepName is the gated step's name as `composition decide` takes it,
+// read from the composition's record; when that cannot be read, the
+// step's index says which step it is.
+func gateStepName(ctx context.Context, env *Env, in *Input) string {
+	c := in.Capsule
+	fallback := fmt.Sprintf("<step %d's name>", c.Chain.Step)
+	if env == nil || env.Steps == nil {
+		return fallback
+	}
+	producer := ""
+	if in.Checkpoint != nil {
+		producer = in.Checkpoint.Producer
+	}
+	ctx, cancel := context.WithTimeout(ctx, stepNameTimeout)
+	defer cancel()
+	name, err := env.Steps.StepName(ctx, c.Chain.ID, producer, max(c.Chain.Run, 1), c.Chain.Step)
+	if err != nil || name == "" {
+		return fallback
+	}
+	return name
 }

@@ -113,6 +113,15 @@ type Env struct {
 	// Grants lets each agent call's worker fetch the artifacts the call
 	// names by reference (saga.artifacts.get); nil grants nothing.
 	Grants ArtifactGrants
+	// Steps names a composition's steps, for what a person is told to
+	// type (the operator gate's reason); nil names them by index.
+	Steps StepNames
+}
+
+// StepNames names step (an index) of run run of producer's composition id,
+// from its record: a capsule's chain member knows only the index.
+type StepNames interface {
+	StepName(ctx context.Context, id, producer string, run, step int) (string, error)
 }
 
 // ArtifactGrants records which artifacts a call's worker may fetch: Grant

@@ -127,6 +127,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 	}
 	p.grants = artifactsvc.NewGrants(0, cfg.Now)
 	p.env.Grants = p.grants
+	if st.Chains != nil {
+		p.env.Steps = stepNames{chains: st.Chains}
+	}
 	// The admin validates a replay's corrected capsule as RECEPTION does.
 	p.admin = admin.New(st, admin.Config{Now: cfg.Now, Metrics: cfg.Metrics, Env: p.env, Ended: p.traceEnd})
 	p.phases = [capsule.NumPhases]phases.Phase{

@@ -1,0 +1,27 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sagad/sagad/compose"
+	"github.com/sagad/sagad/store"
+)
+
+// stepNames names a composition's steps from their records
+// (phases.StepNames), for the operator gate's reason.
+type stepNames struct{ chains *store.Chains }
+
+func (s stepNames) StepName(ctx context.Context, id, producer string, run, step int) (string, error) {
+	rec, err := s.chains.GetRun(ctx, id, producer, run)
+	if err != nil {
+		return "", err
+	}
+	if step < 0 || step >= len(rec.Steps) {
+		return "", fmt.Errorf("composition %s run %d has no step %d", id, run, step)
+	}
+	if step < len(rec.Names) {
+		return rec.Names[step], nil
+	}
+	return compose.ChainStepName(step), nil
+}
