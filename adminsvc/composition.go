@@ -3,6 +3,8 @@ package adminsvc
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 
 	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/compose"
@@ -65,11 +67,25 @@ const (
 	GateReject = "reject"
 )
 
-// CompositionListRequest lists composition runs.
+// CompositionListRequest lists composition runs, newest first.
 type CompositionListRequest struct {
 	// Limit bounds the runs listed. Defaults to 100, at most 1000.
 	Limit int `json:"limit,omitempty"`
+	// State keeps only the runs in that state (running, paused,
+	// completed, failed, partial, cancelled).
+	State string `json:"state,omitempty"`
+	// Producer keeps only that producer's runs ("" sagad's own); absent
+	// keeps every producer's.
+	Producer *string `json:"producer,omitempty"`
 }
+
+// compositionStates are the states a list may select.
+var compositionStates = []string{store.CompositionRunning, store.CompositionPaused, store.CompositionCompleted,
+	store.CompositionFailed, store.CompositionPartial, store.CompositionCancelled}
+
+// maxCompositionsScanned bounds the runs a list reads to select and order
+// the newest: every run, on any sagad this side of a retention policy.
+const maxCompositionsScanned = 10000
 
 // CompositionListReply lists composition runs.
 type CompositionListReply struct {
@@ -135,8 +151,13 @@ func decodeCompositionRequest(verb string, data []byte) (any, bool, error) {
 		if err := strict(data, &r); err != nil {
 			return nil, true, err
 		}
-		if r.Limit < 0 || r.Limit > 1000 {
+		switch {
+		case r.Limit < 0 || r.Limit > 1000:
 			return nil, true, badRequest("limit %d: want 0 (100) to 1000", r.Limit)
+		case r.State != "" && !slices.Contains(compositionStates, r.State):
+			return nil, true, badRequest("state %q: want one of %s", r.State, strings.Join(compositionStates, ", "))
+		case r.Producer != nil && !store.ValidProducer(*r.Producer):
+			return nil, true, badRequest("producer %q: want 1 to 64 of [A-Za-z0-9_-], or empty for sagad's own", *r.Producer)
 		}
 		return r, true, nil
 	}
@@ -211,15 +232,11 @@ func (s *Service) serveComposition(ctx context.Context, r any) (any, bool, error
 			"step", r.Step, "decision", r.Decision, "by", r.By, "reason", r.Reason)
 		return compose.Status(ctx, c.st, rec), true, nil
 	case CompositionListRequest:
-		limit := r.Limit
-		if limit == 0 {
-			limit = 100
-		}
-		list, err := compose.List(ctx, c.st, limit)
+		list, err := compose.List(ctx, c.st, maxCompositionsScanned)
 		if err != nil {
 			return nil, true, err
 		}
-		return CompositionListReply{Compositions: list}, true, nil
+		return CompositionListReply{Compositions: selectRuns(list, r)}, true, nil
 	}
 	return nil, false, nil
 }
@@ -266,4 +283,22 @@ func (c *Client) CompositionList(ctx context.Context, r CompositionListRequest) 
 func (c *Client) CompositionDecide(ctx context.Context, r CompositionDecideRequest) (compose.Outcome, error) {
 	var out compose.Outcome
 	return out, c.call(ctx, VerbCompositionDecide, r, &out)
+}
+
+// selectRuns is what a list request r selects of list: the runs in its
+// state and of its producer, newest first (then by id, producer and run),
+// at most its limit.
+func selectRuns(list []compose.Listed, r CompositionListRequest) []compose.Listed {
+	limit := r.Limit
+	if limit == 0 {
+		limit = 100
+	}
+	list = slices.DeleteFunc(list, func(l compose.Listed) bool {
+		return (r.State != "" && l.State != r.State) || (r.Producer != nil && l.Producer != *r.Producer)
+	})
+	slices.SortStableFunc(list, func(a, b compose.Listed) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	if len(list) > limit {
+		list = list[:limit]
+	}
+	return list
 }

@@ -74,6 +74,8 @@ type Listed struct {
 	Run           int     `json:"run"`
 	State         string  `json:"state"`
 	Summary       Summary `json:"summary"`
+	// CreatedAt is when the run was composed: lists show the newest first.
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // List lists up to limit composition runs, sorted by id, producer, run.
@@ -88,7 +90,7 @@ func List(ctx context.Context, st *store.Store, limit int) ([]Listed, error) {
 	}
 	for _, r := range recs {
 		m := Manifest(r)
-		out = append(out, Listed{CompositionID: m.CompositionID, Producer: m.Producer, Run: m.Run, State: m.State, Summary: m.Summary})
+		out = append(out, Listed{CompositionID: m.CompositionID, Producer: m.Producer, Run: m.Run, State: m.State, Summary: m.Summary, CreatedAt: r.CreatedAt})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
