@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,7 +17,7 @@ import (
 
 func newComposition(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "composition status|list|cancel|pause|resume|replay|decide",
+		Use:   "composition status|list|wait|cancel|pause|resume|replay|decide",
 		Short: "Show, list, cancel, pause and resume compositions (sagactl compose) as wholes",
 		Long: `A composition run is one record in sagad: its state (running, completed,
 failed, partial, cancelled), each step's name, capsule id, state, exit code
@@ -40,7 +41,7 @@ was cancelled; resume while a loop waits for a decision; replay of a run
 with loops), 6 when no sagad answers.`,
 	}
 	f := &compositionFlags{g: g}
-	cmd.AddCommand(f.status(), f.list(), f.control("cancel", "Cancel a composition run: every step not ended is cancelled, none starts",
+	cmd.AddCommand(f.status(), f.list(), f.wait(), f.control("cancel", "Cancel a composition run: every step not ended is cancelled, none starts",
 		func(a *adminsvc.Client) compositionCall { return a.CompositionCancel }),
 		f.control("pause", "Pause a composition run: its running steps pause, the steps waiting for them wait",
 			func(a *adminsvc.Client) compositionCall { return a.CompositionPause }),
@@ -119,7 +120,7 @@ func (f *compositionFlags) status() *cobra.Command {
 
 func (f *compositionFlags) control(use, short string, call func(*adminsvc.Client) compositionCall) *cobra.Command {
 	return f.acts(&cobra.Command{
-		Use:   use + " ID --by WHO [--reason TEXT]",
+		Use:   use + " ID [--by WHO] [--reason TEXT]",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -130,16 +131,16 @@ func (f *compositionFlags) control(use, short string, call func(*adminsvc.Client
 			defer done()
 			r := f.request(cmd, args[0])
 			o, err := call(a)(ctx, adminsvc.CompositionCancelRequest{
-				CompositionID: r.CompositionID, Producer: r.Producer, Run: r.Run, By: f.by, Reason: f.reason,
+				CompositionID: r.CompositionID, Producer: r.Producer, Run: r.Run, By: operator(f.by), Reason: f.reason,
 			})
 			return f.show(cmd, o, err)
 		},
-	}, "who acts (recorded)")
+	}, "who acts (recorded; default $SAGA_OPERATOR or the login name)")
 }
 
 func (f *compositionFlags) decide() *cobra.Command {
 	return f.acts(&cobra.Command{
-		Use:   "decide ID STEP accept|reject --by WHO [--reason TEXT]",
+		Use:   "decide ID STEP accept|reject [--by WHO] [--reason TEXT]",
 		Short: "Decide on a step held at its operator gate (accept starts it, reject halts it and its dependents), or on the verifier of a loop stopped for no_progress",
 		Args:  cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -153,18 +154,19 @@ func (f *compositionFlags) decide() *cobra.Command {
 			defer done()
 			r := f.request(cmd, args[0])
 			o, err := a.CompositionDecide(ctx, adminsvc.CompositionDecideRequest{
-				CompositionID: r.CompositionID, Producer: r.Producer, Run: r.Run, Step: args[1], Decision: args[2], By: f.by, Reason: f.reason,
+				CompositionID: r.CompositionID, Producer: r.Producer, Run: r.Run, Step: args[1], Decision: args[2], By: operator(f.by), Reason: f.reason,
 			})
 			return f.show(cmd, o, err)
 		},
-	}, "who decides (recorded)")
+	}, "who decides (recorded; default $SAGA_OPERATOR or the login name)")
 }
 
 func (f *compositionFlags) list() *cobra.Command {
 	var limit int
+	var state string
 	list := &cobra.Command{
-		Use:   "list",
-		Short: "List composition runs: id, producer, run, state, summary",
+		Use:   "list [--state S] [--producer P] [--limit N]",
+		Short: "List composition runs, newest first: id, producer, run, state, summary",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, a, done, err := f.g.dialAdmin(cmd)
@@ -172,7 +174,9 @@ func (f *compositionFlags) list() *cobra.Command {
 				return err
 			}
 			defer done()
-			l, err := a.CompositionList(ctx, adminsvc.CompositionListRequest{Limit: limit})
+			r := adminsvc.CompositionListRequest{Limit: limit, State: state}
+			r.Producer = f.request(cmd, "").Producer
+			l, err := a.CompositionList(ctx, r)
 			if err != nil {
 				return adminErr(err)
 			}
@@ -180,15 +184,17 @@ func (f *compositionFlags) list() *cobra.Command {
 				return enc(cmd.OutOrStdout(), l)
 			}
 			tw := f.g.listTable(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "COMPOSITION\tPRODUCER\tRUN\tSTATE\tPASSED\tFAILED\tTOTAL\tEXIT")
+			fmt.Fprintln(tw, "COMPOSITION\tPRODUCER\tRUN\tSTATE\tPASSED\tFAILED\tTOTAL\tEXIT\tCREATED")
 			for _, c := range l.Compositions {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\n", printable(c.CompositionID), dash(printable(c.Producer)), c.Run, c.State,
-					c.Summary.Passed, c.Summary.Failed, c.Summary.Total, c.Summary.ExitCode)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\n", printable(c.CompositionID), dash(printable(c.Producer)), c.Run, c.State,
+					c.Summary.Passed, c.Summary.Failed, c.Summary.Total, c.Summary.ExitCode, c.CreatedAt.UTC().Format(time.RFC3339))
 			}
 			return tw.Flush()
 		},
 	}
 	list.Flags().IntVar(&limit, "limit", 0, "at most this many runs (default 100, at most 1000)")
+	list.Flags().StringVar(&state, "state", "", "only runs in this state: running, paused, completed, failed, partial, cancelled")
+	list.Flags().StringVar(&f.producer, "producer", "", "only this producer's runs (- for sagad's own)")
 	addNoHeaders(list, f.g)
 	return list
 }
