@@ -93,7 +93,9 @@ func newBulk(g *globals) *cobra.Command {
 		Long: `Act on every capsule selected by list's filters (--state, --wave, --kind,
 --halt-reason, --composition, --producer, --since) or, with no filter, on
 the ids read from standard input (one or more per line; # starts a comment).
-At most 1000 capsules: a larger selection is refused, narrow it.
+At most 1000 capsules: a larger selection is refused, narrow it. A
+selection by filters leaves out a composition's capsules of a superseded
+loop round or run (history of their run, not work to act on).
 
 --dry-run changes nothing and prints what the action would do to each
 capsule (for replay, whether it would halt again: sagad's replay preview).
