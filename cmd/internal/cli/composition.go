@@ -36,6 +36,9 @@ halts it operator_rejected and the steps needing it halt
 dependency_failed. A verification loop stopped for no progress (the run
 paused, reason no_progress) is decided on its verifier step: accept
 takes the loop as passed and starts the steps after it, reject fails it.
+wait blocks until the run ends (exit its summary exit code) or a person
+must act (exit 3), 21 at --timeout. list is newest first. Every verb that
+acts records --by, else $SAGA_OPERATOR, else the login name.
 Exit 4 for an unknown composition, 5 when refused (a run that ended, or
 was cancelled; resume while a loop waits for a decision; replay of a run
 with loops), 6 when no sagad answers.`,

@@ -96,3 +96,12 @@ func TestCompositionLoopRoundsPrinted(t *testing.T) {
 		})
 	}
 }
+
+// TestCompositionProgressLine: composition wait's progress line says the
+// run's state (and why it is paused) and its counts.
+func TestCompositionProgressLine(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "composition c run 2: paused (no_progress), 1 of 3 passed, 1 failed",
+		progressLine(compose.Outcome{CompositionID: "c", Run: 2, State: "paused", Reason: "no_progress", Summary: compose.Summary{Total: 3, Passed: 1, Failed: 1}}))
+	require.NotContains(t, progressLine(compose.Outcome{CompositionID: "c\x1b[2J", Run: 1, State: "running"}), "\x1b")
+}
