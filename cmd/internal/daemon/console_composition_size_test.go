@@ -1,0 +1,165 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/compose"
+)
+
+// graphBox is the composition graph's box on the page, in CSS pixels.
+const graphBox = `(() => { const r = document.getElementById("composition-graph").getBoundingClientRect(); return [Math.round(r.width), Math.round(r.height)]; })()`
+
+// svgClick clicks the first element sel finds, an SVG element too (which
+// has no click method of its own), once it is there.
+func svgClick(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.PollFunction[chromedp.Void](`(sel) => { const e = document.querySelector(sel); if (!e) return false; e.dispatchEvent(new MouseEvent("click", { bubbles: true })); return true; }`,
+		chromedp.WithPollingArgs(sel), chromedp.WithPollingTimeout(20*time.Second))
+}
+
+// TestConsoleCompositionAtSize opens examples/compositions/large (a plan,
+// 250 parts needing it, four merges and a join: 256 steps, sagad's most)
+// in headless Chromium at 1366 × 768 while the plan waits for a person:
+// the 250 parts are one group node showing 250, the graph fits the
+// screen's width and three screens' height closed and open, opening the
+// group shows a linked tile per part, and the steps table pages 50 at a
+// time and filters by name and by state.
+func TestConsoleCompositionAtSize(t *testing.T) {
+	t.Parallel()
+	browser := findChromium(t)
+	shots := os.Getenv(screenshotsEnv)
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	require.NoError(t, os.MkdirAll(shots, 0o755))
+	root, err := filepath.Abs("../../..")
+	require.NoError(t, err)
+	exDir := filepath.Join(root, "examples", "compositions")
+	doc, err := os.ReadFile(filepath.Join(exDir, "large", "fan-out-256.json"))
+	require.NoError(t, err)
+
+	dataDir := t.TempDir()
+	cfg, err := parseConfig([]string{
+		"--config", filepath.Join(exDir, "sagad.json"),
+		"--nats-listen", "127.0.0.1:-1", "--data-dir", dataDir, "--workspace", root,
+		"--http-listen", "off", "--log-level", "warn", "--shutdown-timeout", "10s",
+	}, envOf(nil), io.Discard)
+	require.NoError(t, err)
+	cfg.HTTPListen = freeAddr(t)
+	d := start(t, cfg)
+	nc, _ := connect(t, d.url, dataDir)
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+	r, err := compose.Publish(ctx, nc, doc)
+	require.NoError(t, err)
+	require.Len(t, r.Steps, compose.MaxSteps)
+	ids := map[string]string{}
+	for _, s := range r.Steps {
+		ids[s.Name] = s.CapsuleID
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.Headless,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1366, 768))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	defer bcancel()
+	shot := func(name string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			buf, err := chromedp.FullScreenshot(100)(ctx, tg)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644)
+		})
+	}
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	group := `#composition-graph g.group[data-count="250"]`
+	within := func(what string) {
+		t.Helper()
+		box, err := chromedp.Run(bctx, chromedp.Evaluate[[]int](graphBox))
+		require.NoError(t, err)
+		require.LessOrEqual(t, box[0], 1366, "%s: the graph is wider than the screen (screenshots in %s)", what, shots)
+		require.LessOrEqual(t, box[1], 3*768, "%s: the graph is taller than three screens (screenshots in %s)", what, shots)
+		problems, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](layoutProblems+"(false)"))
+		require.NoError(t, err)
+		require.Empty(t, problems, what)
+	}
+
+	// Closed: the parts are one node saying 250; the plan and the four
+	// merges are nodes of their own, linked to their capsules.
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate("http://"+cfg.HTTPListen+"/ui/#/composition/fan-out-256"),
+		chromedp.WaitVisible(css(group)),
+		chromedp.WaitVisible(css(`#composition-graph a.node[data-step="merge-3"]`)),
+		shot("size-1-closed"),
+	), "the 256-step composition's page (screenshots in %s)", shots)
+	within("closed")
+	count, err := chromedp.Run(bctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%q).textContent`, group+` .group-count`)))
+	require.NoError(t, err)
+	require.Equal(t, "250 steps", count)
+	nodes, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("#composition-graph a.node").length`))
+	require.NoError(t, err)
+	require.Equal(t, 6, nodes, "plan, four merges and the join, the parts grouped")
+	edges, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll('#composition-graph path.edge[data-to^="merge-"][data-from="group:part-000"]').length`))
+	require.NoError(t, err)
+	require.Equal(t, 4, edges, "an edge from the group to each merge")
+
+	// Open: a tile per part, each a link to its capsule, still on screen.
+	require.NoError(t, chromedp.Do(bctx,
+		svgClick(group+` .group-toggle`),
+		chromedp.WaitVisible(css(group+`.open a.node[data-step="part-249"]`)),
+		shot("size-2-open"),
+	), "opening the group")
+	within("open")
+	links, err := chromedp.Run(bctx, chromedp.Evaluate[map[string]string](fmt.Sprintf(
+		`Object.fromEntries([...document.querySelectorAll(%q)].map(a => [a.dataset.step, a.getAttribute("href")]))`, group+` a.node`)))
+	require.NoError(t, err)
+	require.Len(t, links, 250)
+	for i := range 250 {
+		name := fmt.Sprintf("part-%03d", i)
+		require.Equal(t, "#/capsule/"+ids[name], links[name], name)
+	}
+	require.NoError(t, chromedp.Do(bctx,
+		svgClick(group+`.open .group-toggle`),
+		chromedp.WaitNotPresent(css(group+`.open`)),
+		chromedp.WaitVisible(css(group)),
+	), "closing the group")
+
+	// The table: 50 steps a page, the next page, then filters.
+	rows := func() []string {
+		t.Helper()
+		r, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#composition-steps tbody tr")].map(tr => tr.dataset.step)`))
+		require.NoError(t, err)
+		return r
+	}
+	page1 := rows()
+	require.Len(t, page1, 50)
+	require.Equal(t, "plan", page1[0])
+	require.NoError(t, chromedp.Do(bctx, click(`#steps-next`),
+		chromedp.WaitVisible(css(`#composition-steps tr[data-step="part-049"]`))), "the next page")
+	page2 := rows()
+	require.Len(t, page2, 50)
+	require.Equal(t, "part-049", page2[0])
+	shown, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("steps-shown").textContent`))
+	require.NoError(t, err)
+	require.Equal(t, "51–100 of 256 steps · page 2 of 6", shown)
+	filter := func(sel, value, event string) chromedp.Action[chromedp.Void] {
+		return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => { const e = document.querySelector(%q); e.value = %q; e.dispatchEvent(new Event(%q)); })()`, sel, value, event))
+	}
+	require.NoError(t, chromedp.Do(bctx, filter("#steps-name", "merge", "input"),
+		chromedp.WaitNotPresent(css(`#composition-steps tr[data-step="part-049"]`)), shot("size-3-filtered")), "filter by name")
+	require.Equal(t, []string{"merge-0", "merge-1", "merge-2", "merge-3"}, rows())
+	require.NoError(t, chromedp.Do(bctx, filter("#steps-name", "", "input"), filter("#steps-state", "paused", "change"),
+		chromedp.WaitNotPresent(css(`#composition-steps tr[data-step="merge-0"]`))), "filter by state")
+	require.Equal(t, []string{"plan"}, rows(), "the gated plan is the one paused step")
+}
