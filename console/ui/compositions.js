@@ -343,7 +343,7 @@ function loopRounds(l) {
   return el("ol", { class: "loop-rounds", dataset: { verifier: l.verifier } }, l.rounds.map(r => el("li", { dataset: { round: String(r.round) } },
     "round " + r.round + ": ",
     r.capsule_ids.map((id, k) => [k ? ", " : "", el("a", { href: "#/capsule/" + encodeURIComponent(id), class: "mono", title: id, text: (names[k] || "step") + " " + shortId(id) })]),
-    r.ended ? " · " + (r.passed ? "passed" : r.findings + " findings") : " · running")));
+    r.ended ? " · " + (r.passed ? "passed" : r.findings + (r.findings === 1 ? " finding" : " findings")) : " · running")));
 }
 
 async function renderComposition(id) {

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/compose"
 )
 
@@ -31,7 +33,8 @@ func svgClick(sel string) chromedp.Action[chromedp.Void] {
 // the 250 parts are one group node showing 250, the graph fits the
 // screen's width and three screens' height closed and open, opening the
 // group shows a linked tile per part, and the steps table pages 50 at a
-// time and filters by name and by state.
+// time and filters by name and by state. A verification loop beside it is
+// drawn as a loop (loopDrawn).
 func TestConsoleCompositionAtSize(t *testing.T) {
 	t.Parallel()
 	browser := findChromium(t)
@@ -162,4 +165,43 @@ func TestConsoleCompositionAtSize(t *testing.T) {
 	require.NoError(t, chromedp.Do(bctx, filter("#steps-name", "", "input"), filter("#steps-state", "paused", "change"),
 		chromedp.WaitNotPresent(css(`#composition-steps tr[data-step="merge-0"]`))), "filter by state")
 	require.Equal(t, []string{"plan"}, rows(), "the gated plan is the one paused step")
+
+	loopDrawn(t, bctx, nc, "http://"+cfg.HTTPListen+"/ui/", exDir, shot)
+}
+
+// loopDrawn: examples/compositions/loop.json, whose check rejects round
+// 1, is drawn with a back edge from the check to the draft saying its
+// round, and each round's capsules are listed as links to their pages.
+func loopDrawn(t *testing.T, bctx context.Context, nc *nats.Conn, base, exDir string, shot func(string) chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	defer cancel()
+	doc, err := os.ReadFile(filepath.Join(exDir, "loop.json"))
+	require.NoError(t, err)
+	_, err = compose.Publish(ctx, nc, doc)
+	require.NoError(t, err)
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(base+"#/composition/contract-checked-2030"),
+		chromedp.WaitVisible(css(`#composition-graph path.loop-edge[data-from="check"][data-to="draft"]`)),
+		chromedp.WaitVisible(css(`ol.loop-rounds[data-verifier="check"] li[data-round="2"]`)),
+		chromedp.WaitVisible(css(`#composition-summary .state-completed`)),
+		shot("size-4-loop"),
+	), "the loop's page")
+	label, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#composition-graph .loop-label").textContent`))
+	require.NoError(t, err)
+	require.Equal(t, "round 2 of 3 · passed", label)
+	o, err := adminsvc.NewClient(nc, adminsvc.ClientConfig{}).CompositionStatus(ctx, adminsvc.CompositionRequest{CompositionID: "contract-checked-2030"})
+	require.NoError(t, err)
+	require.Len(t, o.Loops, 1)
+	for _, r := range o.Loops[0].Rounds {
+		links, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](fmt.Sprintf(
+			`[...document.querySelectorAll('ol.loop-rounds li[data-round="%d"] a')].map(a => a.getAttribute("href"))`, r.Round)))
+		require.NoError(t, err)
+		var want []string
+		for _, id := range r.CapsuleIDs {
+			want = append(want, "#/capsule/"+id)
+		}
+		require.Equal(t, want, links, "round %d's capsules", r.Round)
+	}
 }
