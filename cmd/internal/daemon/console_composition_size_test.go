@@ -166,7 +166,28 @@ func TestConsoleCompositionAtSize(t *testing.T) {
 		chromedp.WaitNotPresent(css(`#composition-steps tr[data-step="merge-0"]`))), "filter by state")
 	require.Equal(t, []string{"plan"}, rows(), "the gated plan is the one paused step")
 
+	wavesNamed(t, bctx, "http://"+cfg.HTTPListen+"/ui/", "composition-"+ids["plan"], shot)
 	loopDrawn(t, bctx, nc, "http://"+cfg.HTTPListen+"/ui/", exDir, shot)
+}
+
+// wavesNamed: the composition's budget, the wave composition-<plan's id>,
+// is shown by the composition's name, the id on hover, on the Waves page,
+// the Costs page grouped by wave and a step's row in the capsule list.
+func wavesNamed(t *testing.T, bctx context.Context, base, wave string, shot func(string) chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+	defer cancel()
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	for _, v := range []struct{ name, hash, link string }{
+		{"waves", "#/waves", fmt.Sprintf(`#wave-list tr[data-wave="%s"] a.wave-named`, wave)},
+		{"costs", "#/costs?by=wave", fmt.Sprintf(`#cost-groups tr[data-key="%s"] a.wave-named`, wave)},
+		{"list", "#/capsules?wave=" + wave, `#capsule-list tbody tr a.wave-named`},
+	} {
+		require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+v.hash), chromedp.WaitVisible(css(v.link)), shot("size-5-"+v.name)), v.name)
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](fmt.Sprintf(`(() => { const a = document.querySelector(%q); return [a.textContent, a.title]; })()`, v.link)))
+		require.NoError(t, err)
+		require.Equal(t, []string{"fan-out-256", "wave " + wave}, got, v.name)
+	}
 }
 
 // loopDrawn: examples/compositions/loop.json, whose check rejects round
