@@ -24,11 +24,11 @@ type WaveInfo struct {
 	// composition_id, with "#<run>" from run 2, read from the checkpoint
 	// of the step whose id the wave carries. Absent for other waves.
 	Composition string        `json:"composition,omitempty"`
-	TokensCap  int64         `json:"tokens_cap"`
-	DollarsCap float64       `json:"dollars_cap"`
-	Closed     bool          `json:"closed"`
-	Used       capsule.Usage `json:"used"`
-	Reserved   capsule.Usage `json:"reserved"`
+	TokensCap   int64         `json:"tokens_cap"`
+	DollarsCap  float64       `json:"dollars_cap"`
+	Closed      bool          `json:"closed"`
+	Used        capsule.Usage `json:"used"`
+	Reserved    capsule.Usage `json:"reserved"`
 	// TokensLeft and DollarsLeft are cap − used − reserved (never below
 	// 0); absent for a dimension without a cap.
 	TokensLeft  *int64   `json:"tokens_left,omitempty"`
