@@ -91,6 +91,7 @@ func TestConsoleCompositionAtSize(t *testing.T) {
 		t.Helper()
 		box, err := chromedp.Run(bctx, chromedp.Evaluate[[]int](graphBox))
 		require.NoError(t, err)
+		t.Logf("%s: the graph is %d × %d px", what, box[0], box[1])
 		require.LessOrEqual(t, box[0], 1366, "%s: the graph is wider than the screen (screenshots in %s)", what, shots)
 		require.LessOrEqual(t, box[1], 3*768, "%s: the graph is taller than three screens (screenshots in %s)", what, shots)
 		problems, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](layoutProblems+"(false)"))
