@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -167,6 +168,7 @@ func TestConsoleCompositionAtSize(t *testing.T) {
 		chromedp.WaitNotPresent(css(`#composition-steps tr[data-step="merge-0"]`))), "filter by state")
 	require.Equal(t, []string{"plan"}, rows(), "the gated plan is the one paused step")
 
+	layoutCases(t, bctx)
 	wavesNamed(t, bctx, "http://"+cfg.HTTPListen+"/ui/", "composition-"+ids["plan"], shot)
 	loopDrawn(t, bctx, nc, "http://"+cfg.HTTPListen+"/ui/", exDir, shot)
 }
@@ -226,4 +228,51 @@ func loopDrawn(t *testing.T, bctx context.Context, nc *nats.Conn, base, exDir st
 		}
 		require.Equal(t, want, links, "round %d's capsules", r.Round)
 	}
+}
+
+// layoutCases runs the page's own layout functions on small graphs, in
+// the page: which steps group, and whether the ordering undoes a
+// crossing.
+func layoutCases(t *testing.T, bctx context.Context) {
+	t.Helper()
+	type step struct {
+		Name  string   `json:"name"`
+		Needs []string `json:"needs,omitempty"`
+		State string   `json:"state"`
+	}
+	fan := func(n int, states ...string) []step {
+		out := []step{{Name: "root", State: "completed"}}
+		for i := range n {
+			out = append(out, step{Name: fmt.Sprintf("s%d", i), Needs: []string{"root"}, State: states[i%len(states)]})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+		loops string
+		// want is each node's id and how many steps it holds.
+		want map[string]int
+	}{
+		{"three siblings stay apart", fan(3, "running"), `[]`, map[string]int{"root": 1, "s0": 1, "s1": 1, "s2": 1}},
+		{"four siblings are one group", fan(4, "running"), `[]`, map[string]int{"root": 1, "group:s0": 4}},
+		{"a state apart splits the group", fan(8, "running", "completed"), `[]`, map[string]int{"root": 1, "group:s0": 4, "group:s1": 4}},
+		{"two by two stay apart", fan(4, "running", "completed"), `[]`, map[string]int{"root": 1, "s0": 1, "s1": 1, "s2": 1, "s3": 1}},
+		{"a loop's steps stay apart", fan(4, "running"), `[{"steps":["s0"],"verifier":"s1","max_rounds":2,"round":1,"state":"running","rounds":[]}]`,
+			map[string]int{"root": 1, "s0": 1, "s1": 1, "s2": 1, "s3": 1}},
+	} {
+		steps, err := json.Marshal(tc.steps)
+		require.NoError(t, err)
+		got, err := chromedp.Run(bctx, chromedp.Evaluate[map[string]int](fmt.Sprintf(
+			`Object.fromEntries(graphNodes(%s, %s).nodes.map(n => [n.id, n.members.length]))`, steps, tc.loops)))
+		require.NoError(t, err, tc.name)
+		require.Equal(t, tc.want, got, tc.name)
+	}
+	// a and b on the first layer; c needs b and d needs a, listed c
+	// first: the ordering puts d above c, so the two edges do not cross.
+	rows, err := chromedp.Run(bctx, chromedp.Evaluate[[][]int](
+		`(() => { const g = graphNodes([{name:"a",state:"x"},{name:"b",state:"x"},{name:"c",needs:["b"],state:"x"},{name:"d",needs:["a"],state:"x"}], []);
+		  return orderLayers(nodeLayers(g.nodes.length, g.edges), g.edges); })()`))
+	require.NoError(t, err)
+	require.Equal(t, [][]int{{0, 1}, {3, 2}}, rows)
 }
