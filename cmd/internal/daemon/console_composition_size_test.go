@@ -86,88 +86,8 @@ func TestConsoleCompositionAtSize(t *testing.T) {
 			return os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644)
 		})
 	}
-	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
-	group := `#composition-graph g.group[data-count="250"]`
-	within := func(what string) {
-		t.Helper()
-		box, err := chromedp.Run(bctx, chromedp.Evaluate[[]int](graphBox))
-		require.NoError(t, err)
-		t.Logf("%s: the graph is %d × %d px", what, box[0], box[1])
-		require.LessOrEqual(t, box[0], 1366, "%s: the graph is wider than the screen (screenshots in %s)", what, shots)
-		require.LessOrEqual(t, box[1], 3*768, "%s: the graph is taller than three screens (screenshots in %s)", what, shots)
-		problems, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](layoutProblems+"(false)"))
-		require.NoError(t, err)
-		require.Empty(t, problems, what)
-	}
-
-	// Closed: the parts are one node saying 250; the plan and the four
-	// merges are nodes of their own, linked to their capsules.
-	require.NoError(t, chromedp.Do(bctx,
-		chromedp.Navigate("http://"+cfg.HTTPListen+"/ui/#/composition/fan-out-256"),
-		chromedp.WaitVisible(css(group)),
-		chromedp.WaitVisible(css(`#composition-graph a.node[data-step="merge-3"]`)),
-		shot("size-1-closed"),
-	), "the 256-step composition's page (screenshots in %s)", shots)
-	within("closed")
-	count, err := chromedp.Run(bctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%q).textContent`, group+` .group-count`)))
-	require.NoError(t, err)
-	require.Equal(t, "250 steps", count)
-	nodes, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("#composition-graph a.node").length`))
-	require.NoError(t, err)
-	require.Equal(t, 6, nodes, "plan, four merges and the join, the parts grouped")
-	edges, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll('#composition-graph path.edge[data-to^="merge-"][data-from="group:part-000"]').length`))
-	require.NoError(t, err)
-	require.Equal(t, 4, edges, "an edge from the group to each merge")
-
-	// Open: a tile per part, each a link to its capsule, still on screen.
-	require.NoError(t, chromedp.Do(bctx,
-		svgClick(group+` .group-toggle`),
-		chromedp.WaitVisible(css(group+`.open a.node[data-step="part-249"]`)),
-		shot("size-2-open"),
-	), "opening the group")
-	within("open")
-	links, err := chromedp.Run(bctx, chromedp.Evaluate[map[string]string](fmt.Sprintf(
-		`Object.fromEntries([...document.querySelectorAll(%q)].map(a => [a.dataset.step, a.getAttribute("href")]))`, group+` a.node`)))
-	require.NoError(t, err)
-	require.Len(t, links, 250)
-	for i := range 250 {
-		name := fmt.Sprintf("part-%03d", i)
-		require.Equal(t, "#/capsule/"+ids[name], links[name], name)
-	}
-	require.NoError(t, chromedp.Do(bctx,
-		svgClick(group+`.open .group-toggle`),
-		chromedp.WaitNotPresent(css(group+`.open`)),
-		chromedp.WaitVisible(css(group)),
-	), "closing the group")
-
-	// The table: 50 steps a page, the next page, then filters.
-	rows := func() []string {
-		t.Helper()
-		r, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#composition-steps tbody tr")].map(tr => tr.dataset.step)`))
-		require.NoError(t, err)
-		return r
-	}
-	page1 := rows()
-	require.Len(t, page1, 50)
-	require.Equal(t, "plan", page1[0])
-	require.NoError(t, chromedp.Do(bctx, click(`#steps-next`),
-		chromedp.WaitVisible(css(`#composition-steps tr[data-step="part-049"]`))), "the next page")
-	page2 := rows()
-	require.Len(t, page2, 50)
-	require.Equal(t, "part-049", page2[0])
-	shown, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("steps-shown").textContent`))
-	require.NoError(t, err)
-	require.Equal(t, "51–100 of 256 steps · page 2 of 6", shown)
-	filter := func(sel, value, event string) chromedp.Action[chromedp.Void] {
-		return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => { const e = document.querySelector(%q); e.value = %q; e.dispatchEvent(new Event(%q)); })()`, sel, value, event))
-	}
-	require.NoError(t, chromedp.Do(bctx, filter("#steps-name", "merge", "input"),
-		chromedp.WaitNotPresent(css(`#composition-steps tr[data-step="part-049"]`)), shot("size-3-filtered")), "filter by name")
-	require.Equal(t, []string{"merge-0", "merge-1", "merge-2", "merge-3"}, rows())
-	require.NoError(t, chromedp.Do(bctx, filter("#steps-name", "", "input"), filter("#steps-state", "paused", "change"),
-		chromedp.WaitNotPresent(css(`#composition-steps tr[data-step="merge-0"]`))), "filter by state")
-	require.Equal(t, []string{"plan"}, rows(), "the gated plan is the one paused step")
-
+	groupDrawn(t, bctx, "http://"+cfg.HTTPListen+"/ui/", ids, shots, shot)
+	stepsTablePages(t, bctx, shot)
 	layoutCases(t, bctx)
 	wavesNamed(t, bctx, "http://"+cfg.HTTPListen+"/ui/", "composition-"+ids["plan"], shot)
 	loopDrawn(t, bctx, nc, "http://"+cfg.HTTPListen+"/ui/", exDir, shot)
@@ -275,4 +195,97 @@ func layoutCases(t *testing.T, bctx context.Context) {
 		  return orderLayers(nodeLayers(g.nodes.length, g.edges), g.edges); })()`))
 	require.NoError(t, err)
 	require.Equal(t, [][]int{{0, 1}, {3, 2}}, rows)
+}
+
+// stepsTablePages: the open 256-step page's table shows 50 steps a page,
+// turns to the next, and filters by name and by state.
+func stepsTablePages(t *testing.T, bctx context.Context, shot func(string) chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	rows := func() []string {
+		t.Helper()
+		r, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#composition-steps tbody tr")].map(tr => tr.dataset.step)`))
+		require.NoError(t, err)
+		return r
+	}
+	page1 := rows()
+	require.Len(t, page1, 50)
+	require.Equal(t, "plan", page1[0])
+	require.NoError(t, chromedp.Do(bctx, click(`#steps-next`),
+		chromedp.WaitVisible(css(`#composition-steps tr[data-step="part-049"]`))), "the next page")
+	page2 := rows()
+	require.Len(t, page2, 50)
+	require.Equal(t, "part-049", page2[0])
+	shown, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("steps-shown").textContent`))
+	require.NoError(t, err)
+	require.Equal(t, "51–100 of 256 steps · page 2 of 6", shown)
+	filter := func(sel, value, event string) chromedp.Action[chromedp.Void] {
+		return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => { const e = document.querySelector(%q); e.value = %q; e.dispatchEvent(new Event(%q)); })()`, sel, value, event))
+	}
+	require.NoError(t, chromedp.Do(bctx, filter("#steps-name", "merge", "input"),
+		chromedp.WaitNotPresent(css(`#composition-steps tr[data-step="part-049"]`)), shot("size-3-filtered")), "filter by name")
+	require.Equal(t, []string{"merge-0", "merge-1", "merge-2", "merge-3"}, rows())
+	require.NoError(t, chromedp.Do(bctx, filter("#steps-name", "", "input"), filter("#steps-state", "paused", "change"),
+		chromedp.WaitNotPresent(css(`#composition-steps tr[data-step="merge-0"]`))), "filter by state")
+	require.Equal(t, []string{"plan"}, rows(), "the gated plan is the one paused step")
+}
+
+// groupDrawn: the 256-step page draws the 250 parts as one group node
+// showing 250, within one screen's width and three screens' height
+// closed and open; open, a tile per part links to its capsule.
+func groupDrawn(t *testing.T, bctx context.Context, base string, ids map[string]string, shots string, shot func(string) chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	group := `#composition-graph g.group[data-count="250"]`
+	within := func(what string) {
+		t.Helper()
+		box, err := chromedp.Run(bctx, chromedp.Evaluate[[]int](graphBox))
+		require.NoError(t, err)
+		t.Logf("%s: the graph is %d × %d px", what, box[0], box[1])
+		require.LessOrEqual(t, box[0], 1366, "%s: the graph is wider than the screen (screenshots in %s)", what, shots)
+		require.LessOrEqual(t, box[1], 3*768, "%s: the graph is taller than three screens (screenshots in %s)", what, shots)
+		problems, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](layoutProblems+"(false)"))
+		require.NoError(t, err)
+		require.Empty(t, problems, what)
+	}
+
+	// Closed: the parts are one node saying 250; the plan and the four
+	// merges are nodes of their own, linked to their capsules.
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(base+"#/composition/fan-out-256"),
+		chromedp.WaitVisible(css(group)),
+		chromedp.WaitVisible(css(`#composition-graph a.node[data-step="merge-3"]`)),
+		shot("size-1-closed"),
+	), "the 256-step composition's page (screenshots in %s)", shots)
+	within("closed")
+	count, err := chromedp.Run(bctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%q).textContent`, group+` .group-count`)))
+	require.NoError(t, err)
+	require.Equal(t, "250 steps", count)
+	nodes, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("#composition-graph a.node").length`))
+	require.NoError(t, err)
+	require.Equal(t, 6, nodes, "plan, four merges and the join, the parts grouped")
+	edges, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll('#composition-graph path.edge[data-to^="merge-"][data-from="group:part-000"]').length`))
+	require.NoError(t, err)
+	require.Equal(t, 4, edges, "an edge from the group to each merge")
+
+	// Open: a tile per part, each a link to its capsule, still on screen.
+	require.NoError(t, chromedp.Do(bctx,
+		svgClick(group+` .group-toggle`),
+		chromedp.WaitVisible(css(group+`.open a.node[data-step="part-249"]`)),
+		shot("size-2-open"),
+	), "opening the group")
+	within("open")
+	links, err := chromedp.Run(bctx, chromedp.Evaluate[map[string]string](fmt.Sprintf(
+		`Object.fromEntries([...document.querySelectorAll(%q)].map(a => [a.dataset.step, a.getAttribute("href")]))`, group+` a.node`)))
+	require.NoError(t, err)
+	require.Len(t, links, 250)
+	for i := range 250 {
+		name := fmt.Sprintf("part-%03d", i)
+		require.Equal(t, "#/capsule/"+ids[name], links[name], name)
+	}
+	require.NoError(t, chromedp.Do(bctx,
+		svgClick(group+`.open .group-toggle`),
+		chromedp.WaitNotPresent(css(group+`.open`)),
+		chromedp.WaitVisible(css(group)),
+	), "closing the group")
 }
