@@ -45,4 +45,7 @@ func TestOnlineCompositionWaveNamed(t *testing.T) {
 		WaveID      string `json:"wave_id"`
 		Composition string `json:"composition"`
 	}{wave, "budgeted"})
+	r = o.run(t, "__complete", "wave", "show", "composition-")
+	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	require.Contains(t, r.out, wave+"\tcomposition budgeted\n", "completion describes the wave by its composition")
 }
