@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/sagad/sagad/budget"
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/costs"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/store"
 )
@@ -16,12 +18,17 @@ import (
 // caps (0 = none), what its capsules used, what its running capsules hold
 // reserved, what is left for new ones, and who waits for it.
 type WaveInfo struct {
-	WaveID     string        `json:"wave_id"`
-	TokensCap  int64         `json:"tokens_cap"`
-	DollarsCap float64       `json:"dollars_cap"`
-	Closed     bool          `json:"closed"`
-	Used       capsule.Usage `json:"used"`
-	Reserved   capsule.Usage `json:"reserved"`
+	WaveID string `json:"wave_id"`
+	// Composition names the composition whose budget the wave is (a wave
+	// composition-<step id>, costs.CompositionWavePrefix): its
+	// composition_id, with "#<run>" from run 2, read from the checkpoint
+	// of the step whose id the wave carries. Absent for other waves.
+	Composition string        `json:"composition,omitempty"`
+	TokensCap   int64         `json:"tokens_cap"`
+	DollarsCap  float64       `json:"dollars_cap"`
+	Closed      bool          `json:"closed"`
+	Used        capsule.Usage `json:"used"`
+	Reserved    capsule.Usage `json:"reserved"`
 	// TokensLeft and DollarsLeft are cap − used − reserved (never below
 	// 0); absent for a dimension without a cap.
 	TokensLeft  *int64   `json:"tokens_left,omitempty"`
@@ -113,7 +120,9 @@ func (a *Admin) Waves(ctx context.Context) ([]WaveInfo, error) {
 	}
 	out := make([]WaveInfo, 0, len(list))
 	for _, w := range list {
-		out = append(out, waveInfoOf(w.ID, w.Wave, waiting[w.ID]))
+		info := waveInfoOf(w.ID, w.Wave, waiting[w.ID])
+		info.Composition = a.compositionOf(ctx, w.ID)
+		out = append(out, info)
 	}
 	return out, nil
 }
@@ -123,7 +132,26 @@ func (a *Admin) waveInfo(ctx context.Context, waveID string, w budget.Wave) (Wav
 	if err != nil {
 		return WaveInfo{}, err
 	}
-	return waveInfoOf(waveID, w, waiting[waveID]), nil
+	info := waveInfoOf(waveID, w, waiting[waveID])
+	info.Composition = a.compositionOf(ctx, waveID)
+	return info, nil
+}
+
+// compositionOf names the composition whose budget waveID is, from the
+// checkpoint of the step whose id the wave carries (sagad published that
+// step; any capsule may join a wave); "" for any other wave, or when
+// that checkpoint cannot be read: the name only helps a person, and the
+// wave id is shown either way.
+func (a *Admin) compositionOf(ctx context.Context, waveID string) string {
+	id, ok := strings.CutPrefix(waveID, costs.CompositionWavePrefix)
+	if !ok || id == "" {
+		return ""
+	}
+	cp, _, err := a.st.Checkpoints.Get(ctx, id)
+	if err != nil {
+		return ""
+	}
+	return costs.CompositionOf(cp)
 }
 
 func waveInfoOf(id string, w budget.Wave, waiting []string) WaveInfo {

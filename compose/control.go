@@ -207,15 +207,15 @@ func dependentsFirst(rec *store.ChainRecord) []int {
 }
 
 // stepState reads the live state of a step not ended in the record.
-func stepState(ctx context.Context, st *store.Store, id string) string {
+func stepState(ctx context.Context, st *store.Store, id string) (state string, received bool) {
 	cp, _, err := st.Checkpoints.Get(ctx, id)
 	if err != nil {
-		return store.CompositionRunning
+		return store.CompositionRunning, false
 	}
 	if cp.State.Status == capsule.Waiting || cp.State.Status == capsule.Paused {
-		return string(cp.State.Status)
+		return string(cp.State.Status), true
 	}
-	return store.CompositionRunning
+	return store.CompositionRunning, true
 }
 
 // Acting pauses or resumes one capsule (admin.Admin's Pause, Resume).
@@ -430,11 +430,20 @@ func topoOrder(ctx context.Context, st *store.Store, rec *store.ChainRecord) ([]
 // steps not ended yet.
 func Status(ctx context.Context, st *store.Store, rec *store.ChainRecord) Outcome {
 	o := Manifest(rec)
+	received := 0
 	for i := range o.Steps {
-		if o.Steps[i].ExitCode == nil && o.Steps[i].State != StepHeld {
-			o.Steps[i].State = stepState(ctx, st, o.Steps[i].CapsuleID)
+		switch {
+		case o.Steps[i].ExitCode != nil:
+			received++
+		case o.Steps[i].State != StepHeld:
+			var ok bool
+			o.Steps[i].State, ok = stepState(ctx, st, o.Steps[i].CapsuleID)
+			if ok {
+				received++
+			}
 		}
 	}
+	o.Received = &received
 	return o
 }
 

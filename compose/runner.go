@@ -76,6 +76,11 @@ type Outcome struct {
 	// appears (those steps show state unpublished), and the intake's
 	// refusal. Absent once every step was published.
 	Publishing string `json:"publishing,omitempty"`
+	// Received counts the steps sagad has received (each has a
+	// checkpoint, ended or not) of this run's current round: what
+	// sagactl compose shows as its progress. Set by status only, not on
+	// the outcome message.
+	Received *int `json:"received,omitempty"`
 }
 
 // LoopOutcome is one verification loop of a run.

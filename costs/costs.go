@@ -60,16 +60,32 @@ type Entry struct {
 	Reserved capsule.Usage
 }
 
+// CompositionWavePrefix starts the id of the wave that holds a
+// composition's budget: composition-<a step's capsule id> (compose.WaveID).
+// People know the composition by its name, not by that id: reports name
+// it ([CompositionOf] of that step's checkpoint) beside the wave id.
+const CompositionWavePrefix = "composition-"
+
+// CompositionOf is the composition cp is a step of, as reports name it:
+// its composition_id, with "#<run>" from run 2; "" for a capsule that is
+// no composition's step.
+func CompositionOf(cp *capsule.Checkpoint) string {
+	if cp == nil || cp.Chain == nil {
+		return ""
+	}
+	if cp.Chain.Run > 1 {
+		return cp.Chain.ID + "#" + strconv.Itoa(cp.Chain.Run)
+	}
+	return cp.Chain.ID
+}
+
 // Of reads cp's spend; kind is its task kind ("" when unknown).
 func Of(cp *capsule.Checkpoint, kind string) Entry {
 	st := cp.State
 	e := Entry{Key: cp.Key, Wave: cp.WaveID, Producer: cp.Producer, Kind: kind, Created: cp.CreatedAt, Used: st.BudgetUsed,
 		Failed: st.Status == capsule.Halted || st.Status == capsule.Cancelled}
 	if cp.Chain != nil {
-		e.Chain, e.Composition = cp.Chain.ID, cp.Chain.ID
-		if cp.Chain.Run > 1 {
-			e.Composition += "#" + strconv.Itoa(cp.Chain.Run)
-		}
+		e.Chain, e.Composition = cp.Chain.ID, CompositionOf(cp)
 	}
 	if st.Attempts != nil {
 		e.FailedAttempts = st.Attempts.Failed
@@ -84,7 +100,11 @@ func Of(cp *capsule.Checkpoint, kind string) Entry {
 type Group struct {
 	// Key is the group's value (a wave id, a day as 2006-01-02...); "-"
 	// for capsules without one, "other" for the groups folded together.
-	Key      string `json:"key"`
+	Key string `json:"key"`
+	// Name is, grouping by wave, the composition whose budget the wave
+	// is (a wave named composition-<uuid>): its composition_id, with
+	// "#<run>" from run 2. Absent for other groups.
+	Name     string `json:"name,omitempty"`
 	Capsules int    `json:"capsules"`
 	Tokens   int64  `json:"tokens"`
 	// Dollars is rounded to the cent.
@@ -183,6 +203,11 @@ func Summarise(entries []Entry, by string, since time.Time, limit int) (Report, 
 		if g == nil {
 			g = &Group{Key: k}
 			groups[k] = g
+		}
+		if by == ByWave && e.Composition != "" && k == CompositionWavePrefix+e.Key {
+			// The step whose id the wave carries names it: sagad
+			// published that one, where any capsule may join a wave.
+			g.Name = e.Composition
 		}
 		add(g, e)
 	}

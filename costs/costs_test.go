@@ -109,3 +109,45 @@ func TestSummariseCountsEstimates(t *testing.T) {
 	require.Equal(t, 1, r.Groups[1].EstimatedCapsules)
 	require.Equal(t, 2, r.Total.EstimatedCapsules)
 }
+
+// TestSummariseNamesCompositionWaves: grouped by wave, a composition's
+// wave (composition-<its step's id>) is named by the step whose id it
+// carries, run 2 with its run; another capsule in the wave claiming
+// another composition names nothing, and other waves have no name.
+func TestSummariseNamesCompositionWaves(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 1, 10, 0, 0, 0, time.UTC)
+	step := func(key, wave, composition string, run int) Entry {
+		c := cp(key, wave, "p", capsule.Completed, capsule.Usage{Tokens: 10}, at)
+		c.Chain = &capsule.ChainStep{ID: composition, Run: run}
+		return Of(c, "")
+	}
+	for _, tc := range []struct {
+		name    string
+		entries []Entry
+		want    map[string]string
+	}{
+		{"first step names it", []Entry{step("s2", "composition-s1", "fan", 0), step("s1", "composition-s1", "fan", 0)},
+			map[string]string{"composition-s1": "fan"}},
+		{"run 2", []Entry{step("r1", "composition-r1", "fan", 2)}, map[string]string{"composition-r1": "fan#2"}},
+		{"only the step the id names", []Entry{step("x", "composition-s1", "forged", 0)}, map[string]string{"composition-s1": ""}},
+		{"not a composition's wave", []Entry{step("s1", "w1", "fan", 0)}, map[string]string{"w1": ""}},
+		{"a plain capsule", []Entry{Of(cp("s1", "composition-s1", "p", capsule.Completed, capsule.Usage{}, at), "")},
+			map[string]string{"composition-s1": ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Summarise(tc.entries, ByWave, time.Time{}, 0)
+			require.NoError(t, err)
+			got := map[string]string{}
+			for _, g := range r.Groups {
+				got[g.Key] = g.Name
+			}
+			require.Equal(t, tc.want, got)
+			r, err = Summarise(tc.entries, ByComposition, time.Time{}, 0)
+			require.NoError(t, err)
+			for _, g := range r.Groups {
+				require.Empty(t, g.Name, "only waves are named")
+			}
+		})
+	}
+}

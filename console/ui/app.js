@@ -80,13 +80,26 @@ function capLink(r) {
 }
 function capIdLink(id) { return el("a", { href: "#/capsule/" + encodeURIComponent(id), class: "mono id", title: id, text: shortId(id) }); }
 function phaseLink(n, name) { return el("a", { href: "#/capsules?phase=" + n, text: n + " " + (name || PHASES[n] || "") }); }
-function waveLink(w) { return w ? el("a", { href: "#/capsules?wave=" + encodeURIComponent(w), class: "mono", text: w }) : "-"; }
+// waveLink links a wave to its capsules. A composition's budget wave
+// (composition-<step id>) shows the composition's name, the id on hover.
+function waveLink(w, name) {
+  if (!w) return "-";
+  return el("a", { href: "#/capsules?wave=" + encodeURIComponent(w), class: "mono" + (name ? " wave-named" : ""), title: name ? "wave " + w : w, text: name || w });
+}
+// waveNameOf names the composition budget wave w of a capsule that is a
+// step of a composition (row or checkpoint): the composition's id, with
+// #run from run 2, as the capsule's chain says.
+function waveNameOf(w, r) {
+  const c = r && r.chain;
+  if (!w || !w.startsWith("composition-") || !c || !c.id) return "";
+  return c.id + (c.run > 1 ? "#" + c.run : "");
+}
 function chainLink(c) { return c && c.id ? el("a", { href: "#/capsules?chain=" + encodeURIComponent(c.id), class: "mono", title: "chain " + c.id, text: shortId(c.id) + " #" + c.step }) : "-"; }
 // pendingLinks shows what a waiting capsule still waits for: its
 // dependencies (capsules) or its wave.
-function pendingLinks(waitingOn, pending) {
+function pendingLinks(waitingOn, pending, r) {
   if (!pending || !pending.length) return "-";
-  return el("span", { class: "pending" }, pending.map((p, i) => [i ? ", " : "", waitingOn === "wave_capacity" ? waveLink(p) : capIdLink(p)]));
+  return el("span", { class: "pending" }, pending.map((p, i) => [i ? ", " : "", waitingOn === "wave_capacity" ? waveLink(p, waveNameOf(p, r)) : capIdLink(p)]));
 }
 
 function toast(msg, isErr) {
@@ -381,8 +394,8 @@ async function renderInbox() {
   v.append(data.waiting.length ? el("table", { id: "inbox-waiting" },
     el("thead", {}, el("tr", {}, ["Capsule", "Waiting on", "Still pending", "Wave", "Since update", ""].map(h => el("th", { text: h })))),
     el("tbody", {}, data.waiting.map(r => el("tr", { dataset: { key: r.key } },
-      el("td", {}, capLink(r)), el("td", { text: r.waiting_on || "-" }), el("td", {}, pendingLinks(r.waiting_on, r.pending)),
-      el("td", {}, waveLink(r.wave_id)), el("td", { text: ago(r.updated_at) }), el("td", {}, capsuleActions(r)))))) :
+      el("td", {}, capLink(r)), el("td", { text: r.waiting_on || "-" }), el("td", {}, pendingLinks(r.waiting_on, r.pending, r)),
+      el("td", {}, waveLink(r.wave_id, waveNameOf(r.wave_id, r))), el("td", { text: ago(r.updated_at) }), el("td", {}, capsuleActions(r)))))) :
     el("p", { class: "muted", text: "Nothing waits for dependencies or wave capacity." }));
   v.append(inboxHalted(data));
   if (data.truncated) v.append(el("p", { class: "muted", text: "Lists are cut at their limit; filter the capsule list for the rest." }));
@@ -607,7 +620,7 @@ function bulkResult() {
 function rowOf(r) {
   return el("tr", { dataset: { key: r.key } },
     el("td", {}, pickBox(r)), el("td", {}, capLink(r)), el("td", { class: "st" }, stateTag(r.state)), el("td", {}, phaseLink(r.phase, r.phase_name)),
-    el("td", { text: r.cycle }), el("td", {}, waveLink(r.wave_id)), el("td", {}, chainLink(r.chain)), el("td", { class: "mono wrap", text: r.halt_reason || "-" }),
+    el("td", { text: r.cycle }), el("td", {}, waveLink(r.wave_id, waveNameOf(r.wave_id, r))), el("td", {}, chainLink(r.chain)), el("td", { class: "mono wrap", text: r.halt_reason || "-" }),
     el("td", { text: ago(r.updated_at), title: ts(r.updated_at) }));
 }
 
@@ -643,13 +656,13 @@ async function renderCapsule(key) {
     el("div", { class: "card" }, el("h2", { text: "State" }), dl([
       ["key", el("span", { class: "mono", text: cp.key })],
       ["phase", phaseLink(st.phase, st.phase_name)], ["cycle", String(st.cycle)],
-      ["progress", st.progress + "%"], ["halt reason", st.halt_reason], ["wave", cp.wave_id ? waveLink(cp.wave_id) : ""],
+      ["progress", st.progress + "%"], ["halt reason", st.halt_reason], ["wave", cp.wave_id ? waveLink(cp.wave_id, waveNameOf(cp.wave_id, cp)) : ""],
       ["chain", cp.chain ? chainLink(cp.chain) : ""],
       ["composition", cp.chain ? el("a", { id: "composition-link", href: compositionHref({ composition_id: cp.chain.id, producer: cp.producer || "", run: cp.chain.run || 1 }), text: "graph" }) : ""],
       ["producer", cp.producer || ""],
       ["trace id", d.trace_url ? traceLink(d.trace_url, cp.trace_id) : el("span", { class: "mono", id: "trace-id", text: cp.trace_id || "-" })],
       ["pause", st.pause ? st.pause.trigger + (st.pause.reason ? ": " + st.pause.reason : "") + (st.pause.by ? " (by " + st.pause.by + ")" : "") : ""],
-      ["waiting on", s.waiting_on ? [s.waiting_on + ": ", pendingLinks(s.waiting_on, s.pending)] : ""],
+      ["waiting on", s.waiting_on ? [s.waiting_on + ": ", pendingLinks(s.waiting_on, s.pending, cp)] : ""],
       ["created", ts(cp.created_at)], ["deadline", d.deadline ? ts(d.deadline) : ""],
     ])),
     el("div", { class: "card" }, el("h2", { text: "Budget" }), dl([
@@ -726,15 +739,15 @@ async function renderWaves() {
   v.append(el("table", { id: "wave-list" },
     el("thead", {}, el("tr", {}, ["Wave", "Tokens", "Dollars", "Running", "Waiting for capacity", "State", ""].map(h => el("th", { text: h })))),
     el("tbody", {}, waves.map(w => el("tr", { dataset: { wave: w.wave_id } },
-      el("td", {}, el("a", { href: "#/capsules?wave=" + encodeURIComponent(w.wave_id), class: "mono", text: w.wave_id })),
+      el("td", {}, waveLink(w.wave_id, w.composition)),
       el("td", {}, use(w.used.tokens, w.reserved.tokens, w.tokens_cap, fmtInt)),
       el("td", {}, use(w.used.dollars, w.reserved.dollars, w.dollars_cap, fmtUSD)),
       el("td", {}, w.running ? el("a", { href: "#/capsules?wave=" + encodeURIComponent(w.wave_id) + "&state=in_progress", text: fmtInt(w.running) }) : "0"),
       el("td", {}, pendingLinks("dependencies", w.waiting)),
       el("td", {}, w.closed ? el("span", { class: "state state-halted", text: "closed" }) : "open"),
       el("td", {}, el("div", { class: "actions" },
-        el("button", { onclick: () => confirmAction("Set the caps of wave " + w.wave_id, "New caps (0: none; empty: unchanged). Raising a cap lets the capsules waiting for it go on.", "wave.set", { wave_id: w.wave_id }, ["tokens", "dollars", "reason"]) }, "Set caps"),
-        w.closed ? null : el("button", { class: "danger", onclick: () => confirmAction("Close wave " + w.wave_id, "No capsule is admitted to the wave any more; those waiting for it halt.", "wave.close", { wave_id: w.wave_id }, ["reason"]) }, "Close"))))))));
+        el("button", { onclick: () => confirmAction("Set the caps of wave " + (w.composition ? w.composition + " (" + w.wave_id + ")" : w.wave_id), "New caps (0: none; empty: unchanged). Raising a cap lets the capsules waiting for it go on.", "wave.set", { wave_id: w.wave_id }, ["tokens", "dollars", "reason"]) }, "Set caps"),
+        w.closed ? null : el("button", { class: "danger", onclick: () => confirmAction("Close wave " + (w.composition ? w.composition + " (" + w.wave_id + ")" : w.wave_id), "No capsule is admitted to the wave any more; those waiting for it halt.", "wave.close", { wave_id: w.wave_id }, ["reason"]) }, "Close"))))))));
   return v;
 }
 

@@ -104,16 +104,16 @@ async function renderCosts() {
   ]) : el("p", { class: "muted", text: "Nothing spent yet." }));
   v.append(el("h2", { text: "Per " + r.by }));
   if (r.note) v.append(el("p", { class: "muted", id: "cost-note", text: r.note }));
-  const link = (key) => {
+  const link = (key, name) => {
     if (key === "-" || key === "other") return el("span", { class: "muted", text: key });
-    if (r.by === "wave") return el("a", { href: "#/capsules?wave=" + encodeURIComponent(key), class: "mono", text: key });
+    if (r.by === "wave") return waveLink(key, name);
     if (r.by === "chain") return el("a", { href: "#/capsules?chain=" + encodeURIComponent(key), class: "mono", text: key });
     return el("span", { class: "mono", text: key });
   };
   v.append(el("table", { id: "cost-groups" },
     el("thead", {}, el("tr", {}, [r.by, "Capsules", "Tokens", "Dollars", "Failed share", "Failed attempts", "Reserved tokens", "Reserved dollars"].map(h => el("th", { text: h })))),
     el("tbody", {}, r.groups.map(g => el("tr", { dataset: { key: g.key } },
-      el("td", {}, link(g.key)), el("td", { text: count(g.capsules) }), el("td", { text: count(g.tokens) }), el("td", { text: money(g.dollars) }),
+      el("td", {}, link(g.key, g.name)), el("td", { text: count(g.capsules) }), el("td", { text: count(g.tokens) }), el("td", { text: money(g.dollars) }),
       el("td", { text: share(g.failed_share), title: money(g.failed_dollars) + ", " + count(g.failed_tokens) + " tokens" }), el("td", { text: count(g.failed_attempts) }),
       el("td", { text: count(g.reserved_tokens) }), el("td", { text: money(g.reserved_dollars) })))),
   ));

@@ -61,7 +61,12 @@ func sendComposition(cmd *cobra.Command, g *globals, b []byte) (*compose.Reply, 
 		return nil, err
 	}
 	defer nc.Close()
+	stop := func() {}
+	if g.encoder() == nil {
+		stop = composeProgress(ctx, cmd.ErrOrStderr(), nc, doc.ID)
+	}
 	r, err := compose.Publish(ctx, nc, b)
+	stop()
 	var re *compose.RequestError
 	switch {
 	case errors.Is(err, compose.ErrNoSagad):

@@ -136,15 +136,22 @@ func firstArg(ids func(prefix string) []string) cobra.CompletionFunc {
 }
 
 // completeWaves lists the wave ids sagad knows that start with prefix,
-// best effort (none when sagad does not answer within completeTimeout).
+// best effort (none when sagad does not answer within completeTimeout); a
+// composition's budget wave carries the composition's name as the
+// completion's description, which the shells show beside the id.
 func (g *globals) completeWaves(prefix string) []string {
 	var ids []string
 	g.withCompletionAdmin(func(ctx context.Context, a *adminsvc.Client) error {
 		waves, err := a.Waves(ctx)
 		for _, w := range waves {
-			if strings.HasPrefix(w.WaveID, prefix) {
-				ids = append(ids, w.WaveID)
+			if !strings.HasPrefix(w.WaveID, prefix) {
+				continue
 			}
+			if w.Composition != "" {
+				ids = append(ids, w.WaveID+"\tcomposition "+printable(w.Composition))
+				continue
+			}
+			ids = append(ids, w.WaveID)
 		}
 		return err
 	})

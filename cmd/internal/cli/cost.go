@@ -102,7 +102,7 @@ func printCost(cmd *cobra.Command, g *globals, r adminsvc.CostReply) error {
 			// Some of the tokens are sagad's estimate, not reported.
 			tokens += fmt.Sprintf(" (%d estimated)", gr.EstimatedCapsules)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", printable(gr.Key), gr.Capsules, tokens, dollars(gr.Dollars),
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", named(gr.Name, gr.Key), gr.Capsules, tokens, dollars(gr.Dollars),
 			percent(gr.FailedShare), gr.FailedAttempts, thousands(gr.ReservedTokens), dollars(gr.ReservedDollars))
 	}
 	for _, gr := range r.Groups {

@@ -159,7 +159,7 @@ closed.`,
 			tw := g.listTable(out)
 			fmt.Fprintln(tw, "WAVE\tSTATE\tTOKENS (USED/RESERVED/CAP)\tDOLLARS (USED/RESERVED/CAP)\tRUNNING\tWAITING")
 			for _, w := range waves {
-				fmt.Fprintf(tw, "%s\t%s\t%d/%d/%s\t%s/%s/%s\t%d\t%d\n", printable(w.WaveID), waveState(w),
+				fmt.Fprintf(tw, "%s\t%s\t%d/%d/%s\t%s/%s/%s\t%d\t%d\n", named(w.Composition, w.WaveID), waveState(w),
 					w.Used.Tokens, w.Reserved.Tokens, capText(float64(w.TokensCap), false),
 					money(w.Used.Dollars), money(w.Reserved.Dollars), capText(w.DollarsCap, true), w.Running, len(w.Waiting))
 			}
@@ -210,6 +210,9 @@ func printWave(cmd *cobra.Command, g *globals, w admin.WaveInfo) error {
 	}
 	tw := table(out)
 	fmt.Fprintf(tw, "wave:\t%s\n", printable(w.WaveID))
+	if w.Composition != "" {
+		fmt.Fprintf(tw, "composition:\t%s\n", printable(w.Composition))
+	}
 	fmt.Fprintf(tw, "state:\t%s\n", waveState(w))
 	left := func(p *int64) string {
 		if p == nil {
@@ -244,4 +247,14 @@ func printWave(cmd *cobra.Command, g *globals, w admin.WaveInfo) error {
 	}
 	fmt.Fprintf(tw, "waiting:\t%s\n", waiting)
 	return tw.Flush()
+}
+
+// named is a wave as a person knows it: a composition's budget wave by
+// the composition's name, its id beside it ("fan-out (composition-<uuid>)");
+// any other wave by its id. -o json keeps the two apart.
+func named(name, waveID string) string {
+	if name == "" {
+		return printable(waveID)
+	}
+	return printable(name) + " (" + printable(waveID) + ")"
 }
