@@ -85,8 +85,9 @@ func checkpointVerdict(st *store.Store) verdictLookup {
 
 // buildRecorded builds step i of rec as the record says it is now: under
 // rec's ids, in its loop's current round, a loop step of round r > 1 with
-// the findings and artifact of round r-1's verifier. The same record
-// builds the same bytes (a verifier's end does not change).
+// the findings and artifact of round r-1's verifier and its own last
+// artifact of round r-1. The same record builds the same bytes (an ended
+// capsule's verdict and artifacts do not change).
 func buildRecorded(ctx context.Context, doc *Doc, rec *store.ChainRecord, i int, lookup verdictLookup) ([]byte, string, error) {
 	b := stepBuild{run: rec.RunOf(), wave: waveOf(rec)}
 	for _, j := range needsIdx(rec, i) {
@@ -107,8 +108,8 @@ func buildRecorded(ctx context.Context, doc *Doc, rec *store.ChainRecord, i int,
 		if l.Round > 1 {
 			b.round = l.Round
 			if i != l.Verifier() {
-				prev := l.Rounds[l.Round-2].IDs[len(l.Steps)-1]
-				v, err := lookup(ctx, prev)
+				before := l.Rounds[l.Round-2].IDs
+				v, err := lookup(ctx, before[len(l.Steps)-1])
 				if err != nil {
 					return nil, "", err
 				}
@@ -116,6 +117,13 @@ func buildRecorded(ctx context.Context, doc *Doc, rec *store.ChainRecord, i int,
 				if v.artifact != "" {
 					b.refs = []string{v.artifact}
 				}
+				// The step revises what it made itself in the round
+				// before, beside what its verifier said of it.
+				own, err := lookup(ctx, before[slices.Index(l.Steps, i)])
+				if err != nil {
+					return nil, "", err
+				}
+				b.prior = own.artifact
 			}
 		}
 	}
@@ -285,7 +293,7 @@ func roundEnded(ctx context.Context, rec *store.ChainRecord, k int, now time.Tim
 			fail(rec, k)
 			break
 		}
-		if err := newRound(ctx, d, rec, k, v); err != nil {
+		if err := newRound(ctx, d, rec, k, v, lookup); err != nil {
 			return nil, err
 		}
 		return []capsule.Event{loopEvent(rec, k, EventRoundStarted,
@@ -331,9 +339,11 @@ func (d *Doc) roundExpired(steps []int, now time.Time) bool {
 
 // newRound records loop k's next round: fresh ids for its steps, their
 // bytes' digests (built with v, the verifier's verdict on the round that
-// ended), to be published.
-func newRound(ctx context.Context, doc *Doc, rec *store.ChainRecord, k int, v verdict) error {
+// ended, and each step's own last artifact, read by lookup), to be
+// published.
+func newRound(ctx context.Context, doc *Doc, rec *store.ChainRecord, k int, v verdict, lookup verdictLookup) error {
 	l := &rec.Loops[k]
+	verifier := rec.Steps[l.Verifier()]
 	ids, err := NewStepIDs(len(l.Steps))
 	if err != nil {
 		return err
@@ -343,7 +353,12 @@ func newRound(ctx context.Context, doc *Doc, rec *store.ChainRecord, k int, v ve
 	}
 	l.Round++
 	l.Rounds = append(l.Rounds, store.LoopRound{IDs: ids})
-	known := func(context.Context, string) (verdict, error) { return v, nil }
+	known := func(ctx context.Context, id string) (verdict, error) {
+		if id == verifier {
+			return v, nil
+		}
+		return lookup(ctx, id)
+	}
 	for _, i := range l.Steps {
 		_, digest, err := buildRecorded(ctx, doc, rec, i, known)
 		if err != nil {
