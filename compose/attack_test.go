@@ -38,7 +38,7 @@ type recorder struct {
 	mu       sync.Mutex
 	inputs   map[string][]capsule.Artifact
 	findings map[string][]capsule.Finding // each capsule's last request's
-	priors   map[string]*capsule.Artifact  // each capsule's last request's prior artifact
+	priors   map[string]*capsule.Artifact // each capsule's last request's prior artifact
 	fail     map[string]bool              // task titles whose execution fails
 }
 
