@@ -9,12 +9,16 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/corrupt"
+	"github.com/sagad/sagad/metrics"
+	"github.com/sagad/sagad/runner"
 	"github.com/sagad/sagad/store"
 )
 
@@ -244,8 +248,11 @@ func needsOf(rec *store.ChainRecord, i int) []string {
 
 // RunnerConfig tunes the [Runner].
 type RunnerConfig struct {
-	// Logger logs each run's end. Defaults to discarding.
+	// Logger logs each run's end, and the runner's naks and
+	// terminations. Defaults to discarding.
 	Logger *slog.Logger
+	// Metrics counts the runner's terminations. Nil counts nothing.
+	Metrics *metrics.Metrics
 	// AckWait is how long an outcome may be handled before it is
 	// delivered again. Defaults to 30s.
 	AckWait time.Duration
@@ -272,13 +279,21 @@ func (c RunnerConfig) withDefaults() RunnerConfig {
 // record with one compare-and-set, and when the last step ended sends the
 // run's one outcome and its composition_ended event. Every step is
 // idempotent, so a redelivered outcome or a crash between them changes
-// nothing twice and loses nothing.
+// nothing twice and loses nothing. Each message ends by
+// [stepEndDelivery]: never redelivered for ever.
 type Runner struct {
 	st   *store.Store
 	js   jetstream.JetStream
 	cfg  RunnerConfig
-	cons jetstream.ConsumeContext
+	cons *runner.Consumer
+	stop context.CancelFunc
+	once sync.Once
 }
+
+// runnerWorkers handle step ends at once: the writes of one run's steps
+// race on its record (the compare-and-set settles it), those of different
+// runs do not.
+const runnerWorkers = 2
 
 // StartRunner starts recording composition steps' ends until Stop.
 func StartRunner(ctx context.Context, st *store.Store, cfg RunnerConfig) (*Runner, error) {
@@ -287,7 +302,7 @@ func StartRunner(ctx context.Context, st *store.Store, cfg RunnerConfig) (*Runne
 	}
 	cfg = cfg.withDefaults()
 	r := &Runner{st: st, js: st.JetStream(), cfg: cfg}
-	c, err := r.js.CreateOrUpdateConsumer(ctx, store.OutcomesStream, jetstream.ConsumerConfig{
+	_, err := r.js.CreateOrUpdateConsumer(ctx, store.OutcomesStream, jetstream.ConsumerConfig{
 		Durable:     RunnerConsumer,
 		Description: "sagad: records the ends of composition steps",
 		FilterSubjects: []string{
@@ -301,26 +316,68 @@ func StartRunner(ctx context.Context, st *store.Store, cfg RunnerConfig) (*Runne
 	if err != nil {
 		return nil, fmt.Errorf("compose runner: consumer: %w", err)
 	}
-	cc, err := c.Consume(r.handle)
+	// Handlers outlive ctx on purpose: Stop drains them.
+	workCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	c, err := runner.Start(ctx, workCtx, r.js, store.OutcomesStream, RunnerConsumer,
+		runner.Config{Workers: runnerWorkers, Logger: cfg.Logger, Metrics: cfg.Metrics}, r.handle)
 	if err != nil {
+		stop()
 		return nil, fmt.Errorf("compose runner: consume: %w", err)
 	}
-	r.cons = cc
+	r.cons, r.stop = c, stop
 	return r, nil
 }
 
-// Stop stops consuming; an outcome in hand is delivered again later.
-func (r *Runner) Stop() { r.cons.Stop() }
+// Stop stops consuming once the step ends in hand are handled; again, it
+// does nothing.
+func (r *Runner) Stop() {
+	r.once.Do(func() {
+		r.cons.Stop()
+		r.stop()
+	})
+}
 
-func (r *Runner) handle(msg jetstream.Msg) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.AckWait)
+func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) runner.Delivery {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.AckWait)
 	defer cancel()
-	if err := r.StepEnded(ctx, msg.Data(), msg.Headers().Get(store.HeaderKey)); err != nil {
-		r.cfg.Logger.Warn("composition step end", "error", err)
-		_ = msg.NakWithDelay(time.Second)
-		return
+	err := r.StepEnded(ctx, msg.Data(), msg.Headers().Get(store.HeaderKey))
+	var delivered uint64 = 1
+	if md, merr := msg.Metadata(); merr == nil {
+		delivered = md.NumDelivered
 	}
-	_ = msg.Ack()
+	return stepEndDelivery(err, delivered)
+}
+
+// MaxStepEndDeliveries bounds how often a step end sagad fails to record
+// is delivered: past it the message is terminated
+// (composition_step_unrecorded), the failure logged once at ERROR. With
+// [stepEndRetryDelay]'s backoff that is about twenty minutes of trying,
+// long past a JetStream leader election or a restart.
+const MaxStepEndDeliveries = 40
+
+// stepEndDelivery decides a step end's message that [Runner.StepEnded]
+// handled with err on its delivered-th delivery: done; terminated at once
+// (state_corrupt) when its run's record is no value sagad wrote, since
+// reading it again gives the same bytes; else tried again after a delay
+// that grows with the deliveries, until [MaxStepEndDeliveries].
+func stepEndDelivery(err error, delivered uint64) runner.Delivery {
+	switch {
+	case err == nil:
+		return runner.Ack()
+	case errors.Is(err, corrupt.ErrCorrupt):
+		return runner.Term(metrics.TermStateCorrupt, fmt.Errorf("composition step end not recorded, the run stays as its record is: %w", err))
+	case delivered >= MaxStepEndDeliveries:
+		return runner.Term(metrics.TermCompositionUnrecorded, fmt.Errorf("composition step end not recorded after %d deliveries: %w", delivered, err))
+	}
+	return runner.NakAfter(stepEndRetryDelay(delivered), fmt.Errorf("composition step end: %w", err))
+}
+
+// stepEndRetryDelay is 1s after the first delivery, doubling, at most 30s.
+func stepEndRetryDelay(delivered uint64) time.Duration {
+	if delivered >= 6 {
+		return 30 * time.Second
+	}
+	return min(time.Second<<max(delivered, 1)>>1, 30*time.Second)
 }
 
 // StepOf reads the composition step an outcome's capsule bytes declare;
