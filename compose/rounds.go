@@ -169,7 +169,7 @@ func publishStep(ctx context.Context, js jetstream.JetStream, producer, id strin
 // keeps them until it is resumed. Idempotent: whoever reads the record
 // after a crash publishes the same bytes again, which the intake drops.
 func settle(ctx context.Context, st *store.Store, rec *store.ChainRecord, now time.Time) (*store.ChainRecord, error) {
-	if len(rec.Unpublished) == 0 || (rec.State == store.CompositionPaused && !waitingForPerson(rec)) {
+	if !EffectsOf(rec).Publish {
 		return rec, nil
 	}
 	published := map[int]string{}
@@ -192,23 +192,7 @@ func settle(ctx context.Context, st *store.Store, rec *store.ChainRecord, now ti
 			published[i] = rec.Steps[i]
 		}
 	}
-	return st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
-		if len(r.Unpublished) == 0 {
-			return store.ErrNoChange
-		}
-		r.Unpublished = slices.DeleteFunc(r.Unpublished, func(i int) bool {
-			if r.State == store.CompositionCancelled {
-				endCancelled(r, i)
-				return true
-			}
-			return published[i] == r.Steps[i]
-		})
-		if len(r.Unpublished) == 0 {
-			r.PublishError = ""
-		}
-		endIfDone(r, now)
-		return nil
-	})
+	return apply(ctx, st, keyOf(rec), Event{Kind: KindStepsPublished, At: now, Published: published}, inputs(ctx, st))
 }
 
 // endCancelled records step i of a cancelled run, never published, as
@@ -216,7 +200,7 @@ func settle(ctx context.Context, st *store.Store, rec *store.ChainRecord, now ti
 func endCancelled(r *store.ChainRecord, i int) {
 	ensureEnded(r)
 	if r.Ended[i].State == "" {
-		r.Ended[i] = store.StepEnd{State: string(capsule.Cancelled), HaltReason: "composition cancelled"}
+		r.Ended[i] = store.StepEnd{State: string(capsule.Cancelled), HaltReason: compositionCancelled}
 	}
 }
 
@@ -430,6 +414,7 @@ func loopEvent(rec *store.ChainRecord, k int, kind capsule.EventKind, detail str
 	return capsule.Event{
 		ID:   fmt.Sprintf("%s.run%d%s.loop%d.round%d.%s.%s", key, rec.RunOf(), roundTag(rec.Round), k, l.Round, kind, l.StateOf()),
 		Kind: kind, Key: key, CapsuleID: rec.Steps[l.Verifier()],
+		Step: stepIndex(l.Verifier()), StepName: stepName(rec, l.Verifier()), Round: l.Round,
 		Detail: fmt.Sprintf("run %d loop of verifier %s: %s", rec.RunOf(), stepName(rec, l.Verifier()), detail),
 	}
 }
@@ -440,15 +425,4 @@ func stepName(rec *store.ChainRecord, i int) string {
 		return rec.Names[i]
 	}
 	return ChainStepName(i)
-}
-
-// publishEvents sends evs, stamped at.
-func publishEvents(ctx context.Context, st *store.Store, evs []capsule.Event, at time.Time) error {
-	for _, ev := range evs {
-		ev.At = at
-		if err := st.PublishEvent(ctx, ev); err != nil {
-			return err
-		}
-	}
-	return nil
 }

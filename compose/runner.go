@@ -412,51 +412,19 @@ func (r *Runner) StepEnded(ctx context.Context, raw []byte, key string) error {
 	if !cp.Terminal() || cp.CapsuleID == "" {
 		return nil // replayed since: its new run's end will come
 	}
-	run, step := max(c.Chain.Run, 1), c.Chain.Step
+	run := max(c.Chain.Run, 1)
 	end := store.StepEnd{State: string(cp.State.Status), HaltReason: cp.State.HaltReason,
 		Tokens: cp.State.BudgetUsed.Tokens, Dollars: cp.State.BudgetUsed.Dollars}
 	if cp.State.Status == capsule.Completed && len(cp.State.ArtifactRefs) > 0 {
 		end.Artifact = cp.State.ArtifactRefs[len(cp.State.ArtifactRefs)-1]
 	}
 	now := r.cfg.Now().UTC()
-	var evs []capsule.Event
-	recorded, round := false, 0 // the end was this step's, in its loop's round
-	docs := docLoader(ctx, r.st)
-	rec, err := r.st.Chains.Update(ctx, c.Chain.ID, cp.Producer, run, func(rec *store.ChainRecord) error {
-		evs = nil
-		// Sent again (events are idempotent) when the end was recorded
-		// before: a crash may have come between.
-		round, recorded = roundOf(rec, step, cp.CapsuleID)
-		if step < 0 || step >= len(rec.Steps) || rec.Steps[step] != cp.CapsuleID {
-			return store.ErrNoChange // not a step sagad assigned (RECEPTION refused it), or a loop's past round
-		}
-		ensureEnded(rec)
-		if rec.Ended[step].State != "" || cp.RunNumber() <= rec.Ended[step].After {
-			recorded = recorded && rec.Ended[step].State != ""
-			return store.ErrNoChange // recorded, or the end of a run replayed since
-		}
-		rec.Ended[step] = end
-		if k := loopOf(rec, step); k >= 0 {
-			var err error
-			if evs, err = roundEnded(ctx, rec, k, now, checkpointVerdict(r.st), func() (*Doc, error) { return docs(rec) }); err != nil {
-				return err
-			}
-		}
-		endIfDone(rec, now)
-		return nil
-	})
+	ev := Event{Kind: KindStepEnded, At: now, Step: c.Chain.Step, CapsuleID: cp.CapsuleID, CapsuleRun: cp.RunNumber(), End: end}
+	rec, err := apply(ctx, r.st, runKey{c.Chain.ID, cp.Producer, run}, ev, inputs(ctx, r.st))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
-		return err
-	}
-	if recorded {
-		if err := r.stepEvent(ctx, rec, step, cp.CapsuleID, round, end.State, now); err != nil {
-			return err
-		}
-	}
-	if err := publishEvents(ctx, r.st, evs, now); err != nil {
 		return err
 	}
 	// A loop's past round's end, delivered again after a crash, publishes
@@ -499,21 +467,6 @@ func docLoader(ctx context.Context, st *store.Store) func(*store.ChainRecord) (*
 	}
 }
 
-// stepEvent sends step's composition_step_ended event.
-func (r *Runner) stepEvent(ctx context.Context, rec *store.ChainRecord, step int, id string, round int, state string, now time.Time) error {
-	evKey := EventKey(rec.ChainID, rec.Producer)
-	evID := fmt.Sprintf("%s.run%d%s.step%d.ended", evKey, rec.RunOf(), roundTag(rec.Round), step)
-	detail := fmt.Sprintf("run %d step %s: %s", rec.RunOf(), stepName(rec, step), state)
-	if round > 1 {
-		// Each loop round's step ends once.
-		evID = fmt.Sprintf("%s.run%d%s.step%d.loopround%d.ended", evKey, rec.RunOf(), roundTag(rec.Round), step, round)
-		detail += fmt.Sprintf(" (loop round %d)", round)
-	}
-	return r.st.PublishEvent(ctx, capsule.Event{
-		ID: evID, Kind: EventStepEnded, CapsuleID: id, Key: evKey, Detail: detail, At: now,
-	})
-}
-
 // finish sends an ended run's outcome once (see [finishRun]).
 func (r *Runner) finish(ctx context.Context, rec *store.ChainRecord) error {
 	return finishRun(ctx, r.st, rec, r.cfg.Now().UTC(), r.cfg.Logger)
@@ -522,7 +475,7 @@ func (r *Runner) finish(ctx context.Context, rec *store.ChainRecord) error {
 // finishRun sends an ended run's outcome once: a repeat before the record
 // says it was sent is dropped by its Nats-Msg-Id. logger may be nil.
 func finishRun(ctx context.Context, st *store.Store, rec *store.ChainRecord, now time.Time, logger *slog.Logger) error {
-	if !rec.AllEnded() || rec.State == "" || rec.State == store.CompositionPaused || rec.OutcomeSent {
+	if !EffectsOf(rec).Outcome {
 		return nil
 	}
 	o := Manifest(rec)
@@ -550,13 +503,7 @@ func finishRun(ctx context.Context, st *store.Store, rec *store.ChainRecord, now
 	}); err != nil {
 		return err
 	}
-	_, err = st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(rec *store.ChainRecord) error {
-		if rec.OutcomeSent {
-			return store.ErrNoChange
-		}
-		rec.OutcomeSent = true
-		return nil
-	})
+	_, err = apply(ctx, st, keyOf(rec), Event{Kind: KindEnded, At: now}, inputs(ctx, st))
 	if err == nil && logger != nil {
 		logger.Info("composition ended", "composition_id", rec.ChainID, "producer", rec.Producer, "run", o.Run,
 			"state", o.State, "passed", o.Summary.Passed, "total", o.Summary.Total)
