@@ -139,9 +139,17 @@ func Transition(ctx context.Context, rec *store.ChainRecord, ev Event, in Inputs
 	if err != nil {
 		return Result{}, err
 	}
+	return transition(ctx, r, ev, in)
+}
+
+// transition is [Transition] on a record of the caller's own, which it
+// changes in place: [apply]'s, read afresh for each attempt, is copied
+// no further (a 256-step record is some 60 kB of JSON).
+func transition(ctx context.Context, r *store.ChainRecord, ev Event, in Inputs) (Result, error) {
 	var (
 		changed bool
 		evs     []capsule.Event
+		err     error
 	)
 	switch ev.Kind {
 	case KindStepsPublished:
@@ -223,8 +231,11 @@ func keyOf(rec *store.ChainRecord) runKey { return runKey{rec.ChainID, rec.Produ
 // transition's events. It returns the record as stored.
 func apply(ctx context.Context, st *store.Store, k runKey, ev Event, in Inputs) (*store.ChainRecord, error) {
 	var evs []capsule.Event
+	if ev.Kind == KindStarted {
+		return nil, fmt.Errorf("%w: a run is started by creating its record", ErrBadEvent)
+	}
 	rec, err := st.Chains.Update(ctx, k.id, k.producer, k.run, func(r *store.ChainRecord) error {
-		res, err := Transition(ctx, r, ev, in)
+		res, err := transition(ctx, r, ev, in)
 		if err != nil {
 			return err
 		}
@@ -232,7 +243,6 @@ func apply(ctx context.Context, st *store.Store, k runKey, ev Event, in Inputs) 
 		if !res.Changed {
 			return store.ErrNoChange
 		}
-		*r = *res.Record
 		return nil
 	})
 	if err != nil {

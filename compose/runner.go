@@ -290,10 +290,12 @@ type Runner struct {
 	once sync.Once
 }
 
-// runnerWorkers handle step ends at once: the writes of one run's steps
-// race on its record (the compare-and-set settles it), those of different
-// runs do not.
-const runnerWorkers = 2
+// runnerWorkers handle step ends at once: one, as before the runner went
+// through package runner. The ends of one run's steps all write its one
+// record, so a second worker mostly loses compare-and-sets to the first
+// (each loss a read, a transition and a write again) under a 256-step
+// fan-out.
+const runnerWorkers = 1
 
 // StartRunner starts recording composition steps' ends until Stop.
 func StartRunner(ctx context.Context, st *store.Store, cfg RunnerConfig) (*Runner, error) {
