@@ -406,7 +406,7 @@ func (c *Chains) Producers(ctx context.Context, chainID string, limit int) ([]*C
 		}
 		r, err := DecodeChainRecord(e.Value())
 		if err != nil {
-			return nil, fmt.Errorf("chain %s: %w", chainID, err)
+			return nil, corrupt.New(ChainsBucket, k, e.Revision(), err)
 		}
 		out = append(out, r)
 	}
