@@ -111,6 +111,8 @@ func TestCompositionCorruptRecord(t *testing.T) {
 
 	_, err = f.st.Chains.GetRun(ctx, "garbled", "bob", 1)
 	require.ErrorIs(t, err, corrupt.ErrCorrupt)
+	_, err = compose.Find(ctx, f.st, "garbled", nil, 0)
+	require.ErrorIs(t, err, corrupt.ErrCorrupt, "composition status says so")
 	e, _ := kv.Get(ctx, key)
 	require.JSONEq(t, `{"chain_id":"garbled","steps":"not a list"}`, string(e.Value()), "left as it is, for a person to look at")
 }
