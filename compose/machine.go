@@ -435,7 +435,7 @@ func cancelledUnpublished(r *store.ChainRecord, i int) bool {
 // before it was published.
 const compositionCancelled = "composition cancelled"
 
-// step is p as an event's step index.
+// stepIndex is p as an event's step index.
 func stepIndex(p int) *int { return &p }
 
 // startedEvent is a new run's composition_started.
