@@ -48,11 +48,11 @@ func checkpointIdentity(cp *capsule.Checkpoint, corrected *capsule.Capsule) *cap
 	c := &capsule.Capsule{CapsuleID: cp.CapsuleID, WaveID: cp.WaveID, ProducerAgentID: corrected.ProducerAgentID,
 		ParentCapsuleID: cp.Parent}
 	if m := cp.Chain; m != nil {
-		// Only the membership is recorded: a round's number and findings
-		// are taken from the correction.
+		// Only the membership is recorded: a round's number, findings and
+		// prior artifact are taken from the correction.
 		c.Chain = &capsule.ChainRound{ID: m.ID, Step: m.Step, Run: m.Run, Gate: m.Gate}
 		if r := corrected.Chain; r != nil {
-			c.Chain.Round, c.Chain.Findings = r.Round, r.Findings
+			c.Chain.Round, c.Chain.Findings, c.Chain.PriorArtifact = r.Round, r.Findings, r.PriorArtifact
 		}
 	}
 	return c

@@ -70,6 +70,10 @@ type ChainRound struct {
 	// (at most [MaxChainFindings]): cycle 1's request carries them first,
 	// with source "verifier" ([FindingSourceVerifier]).
 	Findings []Finding `json:"findings,omitempty"`
+	// PriorArtifact is the last artifact the same step made in the round
+	// before (round 2 on, when it made one): cycle 1 of a round revises it,
+	// so EXECUTION's request carries it as prior_artifact.
+	PriorArtifact string `json:"prior_artifact,omitempty"`
 }
 
 // MaxChainFindings bounds the verifier findings a round's step carries.

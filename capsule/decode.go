@@ -255,6 +255,8 @@ func (x *filler) chain(v any) *ChainRound {
 			ch.Round = int(x.integer(e, strconv.IntSize))
 		case "findings":
 			ch.Findings = x.findings(e)
+		case "prior_artifact":
+			ch.PriorArtifact = x.str(e)
 		default:
 			x.ok = false
 		}

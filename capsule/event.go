@@ -64,6 +64,17 @@ type Event struct {
 	// revise's, reject's or accept's rationale.
 	Said     string    `json:"said,omitempty"`
 	Findings []Finding `json:"findings,omitempty"`
+	// Step and StepName are a composition event's step (its index in the
+	// document, and its name); absent on a capsule's events and on a
+	// composition event about the whole run.
+	Step     *int   `json:"step,omitempty"`
+	StepName string `json:"step_name,omitempty"`
+	// Round is a composition step's verification loop round, from 2
+	// (absent: round 1, or no loop).
+	Round int `json:"round,omitempty"`
+	// Artifact is the step's result on composition_step_ended: the last
+	// artifact ref of a step that completed.
+	Artifact string    `json:"artifact,omitempty"`
 	At       time.Time `json:"at"`
 }
 

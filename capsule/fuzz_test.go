@@ -81,6 +81,7 @@ func FuzzDecodeEvents(f *testing.F) {
 	for _, s := range []string{
 		`[{"id":"k/0/0/received","kind":"received","capsule_id":"c","key":"k","phase":0,"phase_name":"RECEPTION","cycle":0,"at":"2026-01-01T00:00:00Z"}]`,
 		`{"id":"x","kind":"paused","key":"k","detail":"operator_manual","by":"me","findings":[{"rule":9,"message":"m"}],"at":"2026-01-01T00:00:00.5+02:00"}`,
+		`[{"id":"composition.p.c.run1.step0.ended","kind":"composition_step_ended","capsule_id":"c","key":"composition.p.c","step":0,"step_name":"draft","round":2,"artifact":"artifact:c/1","at":"2026-01-01T00:00:00Z"}]`,
 		`null`, `[null]`, `[]`, `{}`, ` [ {"kind":"halted"} ] `, `"received"`, `[{"kind":1}]`,
 	} {
 		f.Add([]byte(s))

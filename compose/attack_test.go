@@ -38,6 +38,7 @@ type recorder struct {
 	mu       sync.Mutex
 	inputs   map[string][]capsule.Artifact
 	findings map[string][]capsule.Finding // each capsule's last request's
+	priors   map[string]*capsule.Artifact // each capsule's last request's prior artifact
 	fail     map[string]bool              // task titles whose execution fails
 }
 
@@ -45,6 +46,13 @@ func (r *recorder) Execute(ctx context.Context, req executors.Request) (executor
 	r.mu.Lock()
 	r.inputs[req.Capsule.CapsuleID] = req.ContextArtifacts
 	r.findings[req.Capsule.CapsuleID] = req.Findings
+	if req.PriorArtifact != nil || req.PriorArtifactRef != "" {
+		a := capsule.Artifact{Ref: req.PriorArtifactRef}
+		if req.PriorArtifact != nil {
+			a.Content = req.PriorArtifact.Content
+		}
+		r.priors[req.Capsule.CapsuleID] = &a
+	}
 	fail := r.fail[req.Capsule.Task.Title]
 	r.mu.Unlock()
 	if fail {
@@ -87,7 +95,7 @@ func setupWith(t *testing.T, pc func(*pipeline.Config), opts ...func(*compose.Co
 	t.Helper()
 	s := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, s)
-	f := &fixture{nc: nc, js: js, rec: &recorder{inputs: map[string][]capsule.Artifact{}, findings: map[string][]capsule.Finding{}, fail: map[string]bool{}}, workspace: capsuletest.Workspace(t)}
+	f := &fixture{nc: nc, js: js, rec: &recorder{inputs: map[string][]capsule.Artifact{}, findings: map[string][]capsule.Finding{}, priors: map[string]*capsule.Artifact{}, fail: map[string]bool{}}, workspace: capsuletest.Workspace(t)}
 	reg := executors.NewRegistry()
 	for _, k := range []string{"produce", "translate", "validate"} {
 		reg.RegisterExecutor(k, f.rec)

@@ -240,6 +240,9 @@ type stepBuild struct {
 	round    int
 	findings []capsule.Finding
 	refs     []string
+	// prior is the step's own last artifact of the round before, which
+	// its round revises ("" for none).
+	prior string
 	// accepted are the needs that ended without completing in a loop a
 	// person accepted, each with its last artifact ref ("" for none).
 	accepted map[int]string
@@ -326,6 +329,9 @@ func (d *Doc) chainOf(i int, b stepBuild) map[string]any {
 		chain["round"] = b.round
 		if len(b.findings) > 0 {
 			chain["findings"] = b.findings
+		}
+		if b.prior != "" {
+			chain["prior_artifact"] = b.prior
 		}
 	}
 	return chain

@@ -210,7 +210,7 @@ func judgeStep(ctx context.Context, env *phases.Env, now time.Time, i int, name 
 
 // laterRounds judges each loop step as its largest later round would be
 // built (the most verifier findings at their longest, the verifier's
-// artifact read): a round RECEPTION or a rule would refuse must be found
+// artifact read, its own prior artifact named): a round RECEPTION or a rule would refuse must be found
 // before round 1 starts, not once a loop is under way.
 func (d *Doc) laterRounds(ctx context.Context, env *phases.Env, ids []string, now time.Time) []Finding {
 	long := func(n int) string { return strings.Repeat("x", n) }
@@ -226,7 +226,7 @@ func (d *Doc) laterRounds(ctx context.Context, env *phases.Env, ids []string, no
 		for _, n := range l.Steps {
 			i := index[n]
 			raw, _, err := d.buildStep(i, ids, stepBuild{run: 1, wave: WaveID(ids), round: MaxRounds, findings: worst,
-				refs: []string{"artifact:" + verifier + "/999"}})
+				refs: []string{"artifact:" + verifier + "/999"}, prior: "artifact:" + ids[i] + "/999"})
 			if err != nil {
 				return append(out, stepFinding(i, n, "", "%v", err))
 			}

@@ -116,24 +116,7 @@ type Canceller func(ctx context.Context, id, reason, by string) error
 // the run ends, and sends its outcome, when the last step's end is
 // recorded. Cancelling a cancelled run again cancels what is left.
 func Cancel(ctx context.Context, st *store.Store, cancel Canceller, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
-	var unpublished []int
-	rec, err := st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
-		if runEnded(r) {
-			return fmt.Errorf("%w: composition %s run %d is %s", ErrEnded, r.ChainID, r.RunOf(), r.StateOf())
-		}
-		if r.State == store.CompositionCancelled {
-			return store.ErrNoChange
-		}
-		r.State, r.By, r.Reason = store.CompositionCancelled, by, reason
-		// Steps held after a loop, or recorded and perhaps not published
-		// yet, end cancelled here: nobody else would end them.
-		unpublished = slices.Concat(r.Held, r.Unpublished)
-		for _, i := range unpublished {
-			endCancelled(r, i)
-		}
-		r.Held, r.Unpublished = nil, nil
-		return nil
-	})
+	rec, err := apply(ctx, st, keyOf(rec), Event{Kind: KindCancelled, At: time.Now().UTC(), By: by, Reason: reason}, inputs(ctx, st))
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +126,7 @@ func Cancel(ctx context.Context, st *store.Store, cancel Canceller, rec *store.C
 	var errs []error
 	for _, i := range dependentsFirst(rec) {
 		id := rec.Steps[i]
-		if i < len(rec.Ended) && rec.Ended[i].State != "" && !slices.Contains(unpublished, i) {
+		if i < len(rec.Ended) && rec.Ended[i].State != "" && !cancelledUnpublished(rec, i) {
 			continue
 		}
 		cp, _, err := st.Checkpoints.Get(ctx, id)
@@ -251,22 +234,11 @@ func Resume(ctx context.Context, st *store.Store, resume Acting, rec *store.Chai
 // once cancelled), then acts on every step not ended.
 func control(ctx context.Context, st *store.Store, rec *store.ChainRecord, state, by, reason string,
 	act func(ctx context.Context, id string, cp *capsule.Checkpoint) error) (*store.ChainRecord, error) {
-	rec, err := st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
-		if runEnded(r) || r.State == store.CompositionCancelled {
-			return fmt.Errorf("%w: composition %s run %d is %s", ErrEnded, r.ChainID, r.RunOf(), r.StateOf())
-		}
-		if r.StateOf() == state {
-			return store.ErrNoChange
-		}
-		if waitingForPerson(r) {
-			return fmt.Errorf("%w: composition %s run %d: a loop stopped for no_progress: decide on its verifier", ErrLoopWaits, r.ChainID, r.RunOf())
-		}
-		r.State, r.By, r.Reason = state, by, reason
-		if state == store.CompositionRunning {
-			r.State = ""
-		}
-		return nil
-	})
+	kind := KindPaused
+	if state == store.CompositionRunning {
+		kind = KindResumed
+	}
+	rec, err := apply(ctx, st, keyOf(rec), Event{Kind: kind, At: time.Now().UTC(), By: by, Reason: reason}, inputs(ctx, st))
 	if err != nil {
 		return nil, err
 	}
@@ -326,20 +298,7 @@ func Replay(ctx context.Context, st *store.Store, replay Replaying, rec *store.C
 			runs[i] = cp.RunNumber()
 		}
 	}
-	rec, err := st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
-		if !r.AllEnded() {
-			return fmt.Errorf("%w: composition %s run %d is %s: replay a run once it ended", ErrNotEnded, r.ChainID, r.RunOf(), r.StateOf())
-		}
-		if r.StateOf() == store.CompositionCompleted || len(runs) == 0 {
-			return fmt.Errorf("%w: composition %s run %d completed: nothing to replay", ErrEnded, r.ChainID, r.RunOf())
-		}
-		for i := range runs {
-			r.Ended[i] = store.StepEnd{After: runs[i]}
-		}
-		r.State, r.OutcomeSent, r.EndedAt, r.By, r.Reason = "", false, nil, by, reason
-		r.Round++
-		return nil
-	})
+	rec, err := apply(ctx, st, keyOf(rec), Event{Kind: KindReplayed, At: time.Now().UTC(), By: by, Reason: reason, Runs: runs}, inputs(ctx, st))
 	if err != nil {
 		return nil, err
 	}

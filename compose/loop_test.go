@@ -139,6 +139,22 @@ func TestCompositionLoopPasses(t *testing.T) {
 	}
 	require.Empty(t, f.rec.findingsOf(draft1), "round 1 addresses nothing")
 	require.Contains(t, capsuleIDs(f.rec.inputsOf(draft2)), check1, "round 2 reads the verifier's artifact")
+	require.Nil(t, f.rec.priorOf(draft1), "round 1 revises nothing")
+	cp1, _, err := f.st.Checkpoints.Get(ctx, draft1)
+	require.NoError(t, err)
+	own := cp1.State.ArtifactRefs[len(cp1.State.ArtifactRefs)-1]
+	raw2, _, err := f.st.Raw(ctx, draft2)
+	require.NoError(t, err)
+	var c2 capsule.Capsule
+	require.NoError(t, json.Unmarshal(raw2, &c2))
+	require.Equal(t, own, c2.Chain.PriorArtifact, "round 2's capsule names round 1's own artifact")
+	prior := f.rec.priorOf(draft2)
+	require.NotNil(t, prior, "round 2's request carries round 1's own artifact")
+	require.Equal(t, own, prior.Ref)
+	want, err := f.st.Artifacts.Get(ctx, own)
+	require.NoError(t, err)
+	require.JSONEq(t, string(want.Content), string(prior.Content), "its bytes reach the executor")
+	require.Nil(t, f.rec.priorOf(check2), "the verifier revises nothing of its own")
 	require.Equal(t, []string{check2}, capsuleIDs(f.rec.inputsOf(publish)), "the step after the loop reads the last round")
 	require.Equal(t, []string{draft2}, capsuleIDs(f.rec.inputsOf(check2)))
 
@@ -183,6 +199,12 @@ func TestCompositionLoopPasses(t *testing.T) {
 	for _, s := range r2.Steps {
 		require.NotEqual(t, compose.StepForeign, s.State, s.Name)
 	}
+}
+
+func (r *recorder) priorOf(id string) *capsule.Artifact {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.priors[id]
 }
 
 func (r *recorder) findingsOf(id string) []capsule.Finding {

@@ -2,11 +2,9 @@ package compose
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
-	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/store"
 )
 
@@ -23,40 +21,9 @@ func decideLoop(ctx context.Context, st *store.Store, rec *store.ChainRecord, k 
 	if err != nil {
 		return nil, err
 	}
-	docs := docLoader(ctx, st)
-	var evs []capsule.Event
-	rec, err = st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
-		l := &r.Loops[k]
-		if (accept && l.State == store.LoopAccepted) || (!accept && l.State == store.LoopRejected) {
-			// The same answer again: it finishes a decision a crash
-			// interrupted (settle above published what it released).
-			return store.ErrNoChange
-		}
-		if l.State != store.LoopNoProgress {
-			return fmt.Errorf("%w: the loop of verifier %s is %s", ErrNotGated, stepName(r, l.Verifier()), l.StateOf())
-		}
-		l.By, l.Reason, l.At = by, reason, &now
-		if accept {
-			l.State = store.LoopAccepted
-			if err := release(ctx, r, checkpointVerdict(st), func() (*Doc, error) { return docs(r) }); err != nil {
-				return err
-			}
-		} else {
-			l.State = store.LoopRejected
-			fail(r, k)
-		}
-		if !waitingForPerson(r) && r.State == store.CompositionPaused && r.Reason == store.ReasonNoProgress {
-			r.State, r.By, r.Reason = "", by, reason
-		}
-		endIfDone(r, now)
-		evs = []capsule.Event{loopEvent(r, k, EventLoopEnded, fmt.Sprintf("%s by %s: %s", l.State, by, reason))}
-		return nil
-	})
+	rec, err = apply(ctx, st, keyOf(rec), Event{Kind: KindGateDecided, At: now, Step: rec.Loops[k].Verifier(), Accept: accept, By: by, Reason: reason}, inputs(ctx, st))
 	if err != nil {
 		return nil, err
-	}
-	if err := publishEvents(ctx, st, evs, now); err != nil {
-		return rec, err
 	}
 	if rec, err = settle(ctx, st, rec, now); err != nil {
 		return rec, err

@@ -85,8 +85,9 @@ func checkpointVerdict(st *store.Store) verdictLookup {
 
 // buildRecorded builds step i of rec as the record says it is now: under
 // rec's ids, in its loop's current round, a loop step of round r > 1 with
-// the findings and artifact of round r-1's verifier. The same record
-// builds the same bytes (a verifier's end does not change).
+// the findings and artifact of round r-1's verifier and its own last
+// artifact of round r-1. The same record builds the same bytes (an ended
+// capsule's verdict and artifacts do not change).
 func buildRecorded(ctx context.Context, doc *Doc, rec *store.ChainRecord, i int, lookup verdictLookup) ([]byte, string, error) {
 	b := stepBuild{run: rec.RunOf(), wave: waveOf(rec)}
 	for _, j := range needsIdx(rec, i) {
@@ -107,8 +108,8 @@ func buildRecorded(ctx context.Context, doc *Doc, rec *store.ChainRecord, i int,
 		if l.Round > 1 {
 			b.round = l.Round
 			if i != l.Verifier() {
-				prev := l.Rounds[l.Round-2].IDs[len(l.Steps)-1]
-				v, err := lookup(ctx, prev)
+				before := l.Rounds[l.Round-2].IDs
+				v, err := lookup(ctx, before[len(l.Steps)-1])
 				if err != nil {
 					return nil, "", err
 				}
@@ -116,6 +117,13 @@ func buildRecorded(ctx context.Context, doc *Doc, rec *store.ChainRecord, i int,
 				if v.artifact != "" {
 					b.refs = []string{v.artifact}
 				}
+				// The step revises what it made itself in the round
+				// before, beside what its verifier said of it.
+				own, err := lookup(ctx, before[slices.Index(l.Steps, i)])
+				if err != nil {
+					return nil, "", err
+				}
+				b.prior = own.artifact
 			}
 		}
 	}
@@ -161,7 +169,7 @@ func publishStep(ctx context.Context, js jetstream.JetStream, producer, id strin
 // keeps them until it is resumed. Idempotent: whoever reads the record
 // after a crash publishes the same bytes again, which the intake drops.
 func settle(ctx context.Context, st *store.Store, rec *store.ChainRecord, now time.Time) (*store.ChainRecord, error) {
-	if len(rec.Unpublished) == 0 || (rec.State == store.CompositionPaused && !waitingForPerson(rec)) {
+	if !EffectsOf(rec).Publish {
 		return rec, nil
 	}
 	published := map[int]string{}
@@ -184,23 +192,7 @@ func settle(ctx context.Context, st *store.Store, rec *store.ChainRecord, now ti
 			published[i] = rec.Steps[i]
 		}
 	}
-	return st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
-		if len(r.Unpublished) == 0 {
-			return store.ErrNoChange
-		}
-		r.Unpublished = slices.DeleteFunc(r.Unpublished, func(i int) bool {
-			if r.State == store.CompositionCancelled {
-				endCancelled(r, i)
-				return true
-			}
-			return published[i] == r.Steps[i]
-		})
-		if len(r.Unpublished) == 0 {
-			r.PublishError = ""
-		}
-		endIfDone(r, now)
-		return nil
-	})
+	return apply(ctx, st, keyOf(rec), Event{Kind: KindStepsPublished, At: now, Published: published}, inputs(ctx, st))
 }
 
 // endCancelled records step i of a cancelled run, never published, as
@@ -208,7 +200,7 @@ func settle(ctx context.Context, st *store.Store, rec *store.ChainRecord, now ti
 func endCancelled(r *store.ChainRecord, i int) {
 	ensureEnded(r)
 	if r.Ended[i].State == "" {
-		r.Ended[i] = store.StepEnd{State: string(capsule.Cancelled), HaltReason: "composition cancelled"}
+		r.Ended[i] = store.StepEnd{State: string(capsule.Cancelled), HaltReason: compositionCancelled}
 	}
 }
 
@@ -285,7 +277,7 @@ func roundEnded(ctx context.Context, rec *store.ChainRecord, k int, now time.Tim
 			fail(rec, k)
 			break
 		}
-		if err := newRound(ctx, d, rec, k, v); err != nil {
+		if err := newRound(ctx, d, rec, k, v, lookup); err != nil {
 			return nil, err
 		}
 		return []capsule.Event{loopEvent(rec, k, EventRoundStarted,
@@ -331,9 +323,11 @@ func (d *Doc) roundExpired(steps []int, now time.Time) bool {
 
 // newRound records loop k's next round: fresh ids for its steps, their
 // bytes' digests (built with v, the verifier's verdict on the round that
-// ended), to be published.
-func newRound(ctx context.Context, doc *Doc, rec *store.ChainRecord, k int, v verdict) error {
+// ended, and each step's own last artifact, read by lookup), to be
+// published.
+func newRound(ctx context.Context, doc *Doc, rec *store.ChainRecord, k int, v verdict, lookup verdictLookup) error {
 	l := &rec.Loops[k]
+	verifier := rec.Steps[l.Verifier()]
 	ids, err := NewStepIDs(len(l.Steps))
 	if err != nil {
 		return err
@@ -343,7 +337,12 @@ func newRound(ctx context.Context, doc *Doc, rec *store.ChainRecord, k int, v ve
 	}
 	l.Round++
 	l.Rounds = append(l.Rounds, store.LoopRound{IDs: ids})
-	known := func(context.Context, string) (verdict, error) { return v, nil }
+	known := func(ctx context.Context, id string) (verdict, error) {
+		if id == verifier {
+			return v, nil
+		}
+		return lookup(ctx, id)
+	}
 	for _, i := range l.Steps {
 		_, digest, err := buildRecorded(ctx, doc, rec, i, known)
 		if err != nil {
@@ -415,6 +414,7 @@ func loopEvent(rec *store.ChainRecord, k int, kind capsule.EventKind, detail str
 	return capsule.Event{
 		ID:   fmt.Sprintf("%s.run%d%s.loop%d.round%d.%s.%s", key, rec.RunOf(), roundTag(rec.Round), k, l.Round, kind, l.StateOf()),
 		Kind: kind, Key: key, CapsuleID: rec.Steps[l.Verifier()],
+		Step: stepIndex(l.Verifier()), StepName: stepName(rec, l.Verifier()), Round: l.Round,
 		Detail: fmt.Sprintf("run %d loop of verifier %s: %s", rec.RunOf(), stepName(rec, l.Verifier()), detail),
 	}
 }
@@ -425,15 +425,4 @@ func stepName(rec *store.ChainRecord, i int) string {
 		return rec.Names[i]
 	}
 	return ChainStepName(i)
-}
-
-// publishEvents sends evs, stamped at.
-func publishEvents(ctx context.Context, st *store.Store, evs []capsule.Event, at time.Time) error {
-	for _, ev := range evs {
-		ev.At = at
-		if err := st.PublishEvent(ctx, ev); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -9,12 +9,16 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/corrupt"
+	"github.com/sagad/sagad/metrics"
+	"github.com/sagad/sagad/runner"
 	"github.com/sagad/sagad/store"
 )
 
@@ -249,8 +253,11 @@ func needsOf(rec *store.ChainRecord, i int) []string {
 
 // RunnerConfig tunes the [Runner].
 type RunnerConfig struct {
-	// Logger logs each run's end. Defaults to discarding.
+	// Logger logs each run's end, and the runner's naks and
+	// terminations. Defaults to discarding.
 	Logger *slog.Logger
+	// Metrics counts the runner's terminations. Nil counts nothing.
+	Metrics *metrics.Metrics
 	// AckWait is how long an outcome may be handled before it is
 	// delivered again. Defaults to 30s.
 	AckWait time.Duration
@@ -277,13 +284,23 @@ func (c RunnerConfig) withDefaults() RunnerConfig {
 // record with one compare-and-set, and when the last step ended sends the
 // run's one outcome and its composition_ended event. Every step is
 // idempotent, so a redelivered outcome or a crash between them changes
-// nothing twice and loses nothing.
+// nothing twice and loses nothing. Each message ends by
+// [stepEndDelivery]: never redelivered for ever.
 type Runner struct {
 	st   *store.Store
 	js   jetstream.JetStream
 	cfg  RunnerConfig
-	cons jetstream.ConsumeContext
+	cons *runner.Consumer
+	stop context.CancelFunc
+	once sync.Once
 }
+
+// runnerWorkers handle step ends at once: one, as before the runner went
+// through package runner. The ends of one run's steps all write its one
+// record, so a second worker mostly loses compare-and-sets to the first
+// (each loss a read, a transition and a write again) under a 256-step
+// fan-out.
+const runnerWorkers = 1
 
 // StartRunner starts recording composition steps' ends until Stop.
 func StartRunner(ctx context.Context, st *store.Store, cfg RunnerConfig) (*Runner, error) {
@@ -292,7 +309,7 @@ func StartRunner(ctx context.Context, st *store.Store, cfg RunnerConfig) (*Runne
 	}
 	cfg = cfg.withDefaults()
 	r := &Runner{st: st, js: st.JetStream(), cfg: cfg}
-	c, err := r.js.CreateOrUpdateConsumer(ctx, store.OutcomesStream, jetstream.ConsumerConfig{
+	_, err := r.js.CreateOrUpdateConsumer(ctx, store.OutcomesStream, jetstream.ConsumerConfig{
 		Durable:     RunnerConsumer,
 		Description: "sagad: records the ends of composition steps",
 		FilterSubjects: []string{
@@ -306,26 +323,68 @@ func StartRunner(ctx context.Context, st *store.Store, cfg RunnerConfig) (*Runne
 	if err != nil {
 		return nil, fmt.Errorf("compose runner: consumer: %w", err)
 	}
-	cc, err := c.Consume(r.handle)
+	// Handlers outlive ctx on purpose: Stop drains them.
+	workCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	c, err := runner.Start(ctx, workCtx, r.js, store.OutcomesStream, RunnerConsumer,
+		runner.Config{Workers: runnerWorkers, Logger: cfg.Logger, Metrics: cfg.Metrics}, r.handle)
 	if err != nil {
+		stop()
 		return nil, fmt.Errorf("compose runner: consume: %w", err)
 	}
-	r.cons = cc
+	r.cons, r.stop = c, stop
 	return r, nil
 }
 
-// Stop stops consuming; an outcome in hand is delivered again later.
-func (r *Runner) Stop() { r.cons.Stop() }
+// Stop stops consuming once the step ends in hand are handled; again, it
+// does nothing.
+func (r *Runner) Stop() {
+	r.once.Do(func() {
+		r.cons.Stop()
+		r.stop()
+	})
+}
 
-func (r *Runner) handle(msg jetstream.Msg) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.AckWait)
+func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) runner.Delivery {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.AckWait)
 	defer cancel()
-	if err := r.StepEnded(ctx, msg.Data(), msg.Headers().Get(store.HeaderKey)); err != nil {
-		r.cfg.Logger.Warn("composition step end", "error", err)
-		_ = msg.NakWithDelay(time.Second)
-		return
+	err := r.StepEnded(ctx, msg.Data(), msg.Headers().Get(store.HeaderKey))
+	var delivered uint64 = 1
+	if md, merr := msg.Metadata(); merr == nil {
+		delivered = md.NumDelivered
 	}
-	_ = msg.Ack()
+	return stepEndDelivery(err, delivered)
+}
+
+// MaxStepEndDeliveries bounds how often a step end sagad fails to record
+// is delivered: past it the message is terminated
+// (composition_step_unrecorded), the failure logged once at ERROR. With
+// [stepEndRetryDelay]'s backoff that is about twenty minutes of trying,
+// long past a JetStream leader election or a restart.
+const MaxStepEndDeliveries = 40
+
+// stepEndDelivery decides a step end's message that [Runner.StepEnded]
+// handled with err on its delivered-th delivery: done; terminated at once
+// (state_corrupt) when its run's record is no value sagad wrote, since
+// reading it again gives the same bytes; else tried again after a delay
+// that grows with the deliveries, until [MaxStepEndDeliveries].
+func stepEndDelivery(err error, delivered uint64) runner.Delivery {
+	switch {
+	case err == nil:
+		return runner.Ack()
+	case errors.Is(err, corrupt.ErrCorrupt):
+		return runner.Term(metrics.TermStateCorrupt, fmt.Errorf("composition step end not recorded, the run stays as its record is: %w", err))
+	case delivered >= MaxStepEndDeliveries:
+		return runner.Term(metrics.TermCompositionUnrecorded, fmt.Errorf("composition step end not recorded after %d deliveries: %w", delivered, err))
+	}
+	return runner.NakAfter(stepEndRetryDelay(delivered), fmt.Errorf("composition step end: %w", err))
+}
+
+// stepEndRetryDelay is 1s after the first delivery, doubling, at most 30s.
+func stepEndRetryDelay(delivered uint64) time.Duration {
+	if delivered >= 6 {
+		return 30 * time.Second
+	}
+	return min(time.Second<<max(delivered, 1)>>1, 30*time.Second)
 }
 
 // StepOf reads the composition step an outcome's capsule bytes declare;
@@ -360,51 +419,19 @@ func (r *Runner) StepEnded(ctx context.Context, raw []byte, key string) error {
 	if !cp.Terminal() || cp.CapsuleID == "" {
 		return nil // replayed since: its new run's end will come
 	}
-	run, step := max(c.Chain.Run, 1), c.Chain.Step
+	run := max(c.Chain.Run, 1)
 	end := store.StepEnd{State: string(cp.State.Status), HaltReason: cp.State.HaltReason,
 		Tokens: cp.State.BudgetUsed.Tokens, Dollars: cp.State.BudgetUsed.Dollars}
 	if cp.State.Status == capsule.Completed && len(cp.State.ArtifactRefs) > 0 {
 		end.Artifact = cp.State.ArtifactRefs[len(cp.State.ArtifactRefs)-1]
 	}
 	now := r.cfg.Now().UTC()
-	var evs []capsule.Event
-	recorded, round := false, 0 // the end was this step's, in its loop's round
-	docs := docLoader(ctx, r.st)
-	rec, err := r.st.Chains.Update(ctx, c.Chain.ID, cp.Producer, run, func(rec *store.ChainRecord) error {
-		evs = nil
-		// Sent again (events are idempotent) when the end was recorded
-		// before: a crash may have come between.
-		round, recorded = roundOf(rec, step, cp.CapsuleID)
-		if step < 0 || step >= len(rec.Steps) || rec.Steps[step] != cp.CapsuleID {
-			return store.ErrNoChange // not a step sagad assigned (RECEPTION refused it), or a loop's past round
-		}
-		ensureEnded(rec)
-		if rec.Ended[step].State != "" || cp.RunNumber() <= rec.Ended[step].After {
-			recorded = recorded && rec.Ended[step].State != ""
-			return store.ErrNoChange // recorded, or the end of a run replayed since
-		}
-		rec.Ended[step] = end
-		if k := loopOf(rec, step); k >= 0 {
-			var err error
-			if evs, err = roundEnded(ctx, rec, k, now, checkpointVerdict(r.st), func() (*Doc, error) { return docs(rec) }); err != nil {
-				return err
-			}
-		}
-		endIfDone(rec, now)
-		return nil
-	})
+	ev := Event{Kind: KindStepEnded, At: now, Step: c.Chain.Step, CapsuleID: cp.CapsuleID, CapsuleRun: cp.RunNumber(), End: end}
+	rec, err := apply(ctx, r.st, runKey{c.Chain.ID, cp.Producer, run}, ev, inputs(ctx, r.st))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
-		return err
-	}
-	if recorded {
-		if err := r.stepEvent(ctx, rec, step, cp.CapsuleID, round, end.State, now); err != nil {
-			return err
-		}
-	}
-	if err := publishEvents(ctx, r.st, evs, now); err != nil {
 		return err
 	}
 	// A loop's past round's end, delivered again after a crash, publishes
@@ -447,21 +474,6 @@ func docLoader(ctx context.Context, st *store.Store) func(*store.ChainRecord) (*
 	}
 }
 
-// stepEvent sends step's composition_step_ended event.
-func (r *Runner) stepEvent(ctx context.Context, rec *store.ChainRecord, step int, id string, round int, state string, now time.Time) error {
-	evKey := EventKey(rec.ChainID, rec.Producer)
-	evID := fmt.Sprintf("%s.run%d%s.step%d.ended", evKey, rec.RunOf(), roundTag(rec.Round), step)
-	detail := fmt.Sprintf("run %d step %s: %s", rec.RunOf(), stepName(rec, step), state)
-	if round > 1 {
-		// Each loop round's step ends once.
-		evID = fmt.Sprintf("%s.run%d%s.step%d.loopround%d.ended", evKey, rec.RunOf(), roundTag(rec.Round), step, round)
-		detail += fmt.Sprintf(" (loop round %d)", round)
-	}
-	return r.st.PublishEvent(ctx, capsule.Event{
-		ID: evID, Kind: EventStepEnded, CapsuleID: id, Key: evKey, Detail: detail, At: now,
-	})
-}
-
 // finish sends an ended run's outcome once (see [finishRun]).
 func (r *Runner) finish(ctx context.Context, rec *store.ChainRecord) error {
 	return finishRun(ctx, r.st, rec, r.cfg.Now().UTC(), r.cfg.Logger)
@@ -470,7 +482,7 @@ func (r *Runner) finish(ctx context.Context, rec *store.ChainRecord) error {
 // finishRun sends an ended run's outcome once: a repeat before the record
 // says it was sent is dropped by its Nats-Msg-Id. logger may be nil.
 func finishRun(ctx context.Context, st *store.Store, rec *store.ChainRecord, now time.Time, logger *slog.Logger) error {
-	if !rec.AllEnded() || rec.State == "" || rec.State == store.CompositionPaused || rec.OutcomeSent {
+	if !EffectsOf(rec).Outcome {
 		return nil
 	}
 	o := Manifest(rec)
@@ -498,13 +510,7 @@ func finishRun(ctx context.Context, st *store.Store, rec *store.ChainRecord, now
 	}); err != nil {
 		return err
 	}
-	_, err = st.Chains.Update(ctx, rec.ChainID, rec.Producer, rec.RunOf(), func(rec *store.ChainRecord) error {
-		if rec.OutcomeSent {
-			return store.ErrNoChange
-		}
-		rec.OutcomeSent = true
-		return nil
-	})
+	_, err = apply(ctx, st, keyOf(rec), Event{Kind: KindEnded, At: now}, inputs(ctx, st))
 	if err == nil && logger != nil {
 		logger.Info("composition ended", "composition_id", rec.ChainID, "producer", rec.Producer, "run", o.Run,
 			"state", o.State, "passed", o.Summary.Passed, "total", o.Summary.Total)

@@ -402,17 +402,15 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 	}
 	out := Reply{CompositionID: doc.ID, ChainID: doc.ID, Run: rec.RunOf(), Producer: producer, Created: created, Steps: steps}
 	if created {
-		evKey := EventKey(doc.ID, producer)
-		if err := s.st.PublishEvent(ctx, capsule.Event{
-			ID:   fmt.Sprintf("%s.run%d.started", evKey, out.Run),
-			Kind: EventStarted, Key: evKey, At: rec.CreatedAt,
-			Detail: fmt.Sprintf("run %d: %d steps", out.Run, len(out.Steps)),
-		}); err != nil {
+		if err := s.st.PublishEvent(ctx, startedEvent(rec, rec.CreatedAt)); err != nil {
 			return Reply{}, err
 		}
 		if s.cfg.Started != nil {
 			s.cfg.Started(len(out.Steps))
 		}
+	}
+	if err := s.st.PublishEvents(ctx, startedEvents(rec, steps, s.cfg.Now().UTC())...); err != nil {
+		return Reply{}, err
 	}
 	s.await(ctx, producer, out.Steps)
 	return out, nil
@@ -477,6 +475,21 @@ func (s *Service) publishRun(ctx context.Context, doc *Doc, rec *store.ChainReco
 	return out, pending, perr, nil
 }
 
+// startedEvents are the composition_step_started events of the steps
+// publishRun published (sent again with the same ids on a repeat).
+func startedEvents(rec *store.ChainRecord, steps []Step, at time.Time) []capsule.Event {
+	var evs []capsule.Event
+	for _, st := range steps {
+		if st.State != StepPending || st.Step >= len(rec.Steps) || rec.Steps[st.Step] != st.CapsuleID {
+			continue
+		}
+		ev := stepStartedEvent(rec, st.Step)
+		ev.At = at
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
 // deferSteps records the steps the intake refused as unpublished, with
 // the refusal, and keeps the document (which builds them), so that sagad
 // publishes them itself as room appears: the run is never left recorded
@@ -485,15 +498,7 @@ func (s *Service) deferSteps(ctx context.Context, doc *Doc, rec *store.ChainReco
 	if err := s.st.Chains.PutDoc(ctx, doc.ID, rec.Producer, rec.Digest, data); err != nil {
 		return fmt.Errorf("composition %s: keep the document for its unpublished steps: %w", doc.ID, err)
 	}
-	_, err := s.st.Chains.Update(ctx, doc.ID, rec.Producer, rec.RunOf(), func(r *store.ChainRecord) error {
-		for _, i := range pending {
-			if !slices.Contains(r.Unpublished, i) {
-				r.Unpublished = append(r.Unpublished, i)
-			}
-		}
-		r.PublishError = capsule.Truncate(perr.Error(), maxPublishError)
-		return nil
-	})
+	_, err := apply(ctx, s.st, keyOf(rec), Event{Kind: KindPublishDeferred, At: s.cfg.Now().UTC(), Steps: pending, Error: perr.Error()}, inputs(ctx, s.st))
 	if err != nil {
 		return fmt.Errorf("composition %s: record its unpublished steps: %w", doc.ID, err)
 	}

@@ -49,7 +49,7 @@ func TestRescuerNotesWithoutTheWatch(t *testing.T) {
 		require.NoError(t, err)
 		for _, status := range statuses {
 			cp.State.Status = status
-			rev, err = st.Checkpoints.Update(ctx, cp, rev)
+			rev, err = st.ReplaceCorrupt(ctx, cp, rev) // a checkpoint in a given state, written as is
 			require.NoError(t, err)
 		}
 		return rev
@@ -59,7 +59,7 @@ func TestRescuerNotesWithoutTheWatch(t *testing.T) {
 		cp, rev, err := st.Checkpoints.Get(ctx, key)
 		require.NoError(t, err)
 		cp.State.Status = status
-		rev, err = st.Checkpoints.Update(ctx, cp, rev)
+		rev, err = st.ReplaceCorrupt(ctx, cp, rev) // a checkpoint in a given state, written as is
 		require.NoError(t, err)
 		return rev
 	}

@@ -116,12 +116,17 @@ const (
 	// TermStateCorrupt: the message is about a capsule whose state in
 	// sagad's buckets sagad did not write (see package internal/corrupt).
 	TermStateCorrupt = "state_corrupt"
+	// TermCompositionUnrecorded: a composition step's end that sagad
+	// could not record in its run's record after the bounded number of
+	// deliveries (package compose).
+	TermCompositionUnrecorded = "composition_step_unrecorded"
 )
 
 // TermReasons is the closed set of reason label values of terminations.
 var TermReasons = []string{
 	TermNoKey, TermInvalidKey, TermBadHeader, TermUndecodable, TermUnknownCapsule, TermBadSubject, TermReviewCompletion,
 	TermCompletionMalformed, TermCompletionUnauthenticated, TermCompletionNotAwaited, TermStateCorrupt,
+	TermCompositionUnrecorded,
 }
 
 // Kinds of failed JetStream writes ([Metrics.WriteFailed]); package health

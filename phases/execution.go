@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -204,7 +205,7 @@ func (e Execution) attempt(ctx context.Context, env *Env, in *Input, ex executor
 		d := RetryLater(fmt.Errorf("execution: %w", err))
 		return executors.Result{}, nil, &d
 	}
-	priorRef := priorArtifact(in.Checkpoint, cycle)
+	priorRef := priorArtifact(c, in.Checkpoint, cycle)
 	var prior *capsule.Artifact
 	if priorRef != "" && env.Artifacts != nil {
 		a, err := env.Artifacts.Get(ctx, priorRef)
@@ -529,9 +530,19 @@ type AnswerHolder interface {
 
 // priorArtifact is the artifact a revision cycle revises: the latest one
 // recorded, which is the previous cycle's (this cycle's is recorded only
-// with its result, after which the executor is not called again).
-func priorArtifact(cp *capsule.Checkpoint, cycle int) string {
-	if cp.RunCycle(cycle) <= 1 || len(cp.State.ArtifactRefs) == 0 {
+// with its result, after which the executor is not called again). A run's
+// first cycle revises nothing, except a verification loop's step from
+// round 2: it revises its own last artifact of the round before, which
+// sagad named in chain.prior_artifact (RECEPTION held it to the schema; a
+// ref that is not an artifact's is not read).
+func priorArtifact(c *capsule.Capsule, cp *capsule.Checkpoint, cycle int) string {
+	if cp.RunCycle(cycle) <= 1 {
+		if c.Chain != nil && c.Chain.Round > 1 && strings.HasPrefix(c.Chain.PriorArtifact, "artifact:") {
+			return c.Chain.PriorArtifact
+		}
+		return ""
+	}
+	if len(cp.State.ArtifactRefs) == 0 {
 		return ""
 	}
 	return cp.State.ArtifactRefs[len(cp.State.ArtifactRefs)-1]

@@ -411,7 +411,7 @@ func (p *Pipeline) receivedOverCorrupt(ctx context.Context, key string, cp *caps
 		return 0, errCorruptHalted
 	}
 	p.corrupt.Report(err, "replaced by the capsule received under its key")
-	return p.st.Checkpoints.Update(ctx, cp, e.Revision)
+	return p.st.ReplaceCorrupt(ctx, cp, e.Revision)
 }
 
 // DefaultMaxDepth is [Config.MaxDepth]'s default: a root capsule's

@@ -47,6 +47,10 @@ func Term(cause string, err error) Delivery {
 	return Delivery{kind: deliverTerm, cause: cause, Err: err}
 }
 
+// Retried reports whether d naks its message, and after what delay (0:
+// the consumer's RetryDelay).
+func (d Delivery) Retried() (delay time.Duration, ok bool) { return d.delay, d.kind == deliverNak }
+
 // Terminated reports whether d terminates its message, and why.
 func (d Delivery) Terminated() (cause string, ok bool) { return d.cause, d.kind == deliverTerm }
 

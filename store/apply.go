@@ -55,7 +55,7 @@ func (s *Store) ApplyWith(ctx context.Context, key string, ev machine.Event, now
 			res = r
 			return nil
 		}
-		n, err := s.Checkpoints.Update(ctx, r.Checkpoint, rev)
+		n, err := s.Checkpoints.update(ctx, r.Checkpoint, rev)
 		if errors.Is(err, ErrConflict) {
 			if h.Conflict != nil {
 				return h.Conflict(ctx)
@@ -83,9 +83,17 @@ func (s *Store) Replace(ctx context.Context, fresh *capsule.Checkpoint, rev uint
 	if err != nil {
 		return machine.Result{}, 0, err
 	}
-	n, err := s.Checkpoints.Update(ctx, res.Checkpoint, rev)
+	n, err := s.Checkpoints.update(ctx, res.Checkpoint, rev)
 	if err != nil {
 		return machine.Result{}, 0, err
 	}
 	return res, n, nil
+}
+
+// ReplaceCorrupt writes cp as it is over the value at revision rev under
+// its key, one sagad did not write (package corrupt): RECEPTION's first
+// checkpoint of a capsule whose key held such a value. It does not retry:
+// ErrConflict says the key was written meanwhile, and that value decides.
+func (s *Store) ReplaceCorrupt(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (uint64, error) {
+	return s.Checkpoints.update(ctx, cp, rev)
 }

@@ -13,6 +13,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/internal/cas"
+	"github.com/sagad/sagad/internal/corrupt"
+	"github.com/sagad/sagad/internal/jspub"
 )
 
 // ChainsBucket holds one record per composition sagad assigned (package
@@ -264,7 +268,10 @@ func (c *Chains) Create(ctx context.Context, r ChainRecord) error {
 	if err := c.reserveSteps(ctx, &r, r.Steps); err != nil {
 		return err
 	}
-	if _, err := c.kv.Create(ctx, runKey(r.ChainID, r.Producer, r.Run), b); err != nil {
+	if err := (*jspub.Writes)(nil).Do(ctx, func(ctx context.Context) error {
+		_, err := c.kv.Create(ctx, runKey(r.ChainID, r.Producer, r.Run), b)
+		return err
+	}); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("%w: %s of producer %q", ErrChainExists, r.ChainID, r.Producer)
 		}
@@ -280,16 +287,11 @@ func (c *Chains) Get(ctx context.Context, chainID, producer string) (*ChainRecor
 }
 
 // GetRun returns run run of producer's composition chainID; it wraps
-// [ErrNotFound] when there is none.
+// [ErrNotFound] when there is none, and is a *corrupt.Error when its
+// value does not decode.
 func (c *Chains) GetRun(ctx context.Context, chainID, producer string, run int) (*ChainRecord, error) {
-	b, _, err := c.get(ctx, runKey(chainID, producer, run))
-	if errors.Is(err, ErrNotFound) {
-		return nil, fmt.Errorf("%w: chain %s run %d of producer %q", ErrNotFound, chainID, max(run, 1), producer)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("chain %s: %w", chainID, err)
-	}
-	return DecodeChainRecord(b)
+	r, _, err := c.read(ctx, chainID, producer, run)
+	return r, err
 }
 
 // ErrNoChange is returned by an [Chains.Update] mutation that changes
@@ -297,44 +299,67 @@ func (c *Chains) GetRun(ctx context.Context, chainID, producer string, run int) 
 var ErrNoChange = errors.New("no change")
 
 // Update applies change to run run of producer's composition chainID with
-// one compare-and-set, again on a concurrent write, and returns the record
-// as stored. change returning [ErrNoChange] writes nothing and returns the
-// record as read. Step ids change brings (a loop's new round) are
-// reserved before the record names them ([Chains.IsStepID]).
+// one compare-and-set under sagad's one retry policy (cas.Retry: read
+// again from the stream's leader and change again on a concurrent write),
+// and returns the record as stored. change returning [ErrNoChange] writes
+// nothing and returns the record as read. Step ids change brings (a
+// loop's new round) are reserved before the record names them
+// ([Chains.IsStepID]). A record that does not decode is corruption
+// (corrupt.ErrCorrupt): reading it again gives the same bytes, so it is
+// not retried.
 func (c *Chains) Update(ctx context.Context, chainID, producer string, run int, change func(*ChainRecord) error) (*ChainRecord, error) {
 	key := runKey(chainID, producer, run)
-	for attempt := 0; ; attempt++ {
-		b, rev, err := c.get(ctx, key)
-		if errors.Is(err, ErrNotFound) {
-			return nil, fmt.Errorf("%w: chain %s run %d of producer %q", ErrNotFound, chainID, max(run, 1), producer)
-		}
+	var out *ChainRecord
+	err := cas.Retry(ctx, func(ctx context.Context) error {
+		r, rev, err := c.read(ctx, chainID, producer, run)
 		if err != nil {
-			return nil, fmt.Errorf("chain %s: %w", chainID, err)
-		}
-		r, err := DecodeChainRecord(b)
-		if err != nil {
-			return nil, err
+			return err
 		}
 		before := slices.Clone(r.Steps)
 		if err := change(r); errors.Is(err, ErrNoChange) {
-			return r, nil
+			out = r
+			return nil
 		} else if err != nil {
-			return nil, err
+			return err
 		}
 		nb, err := json.Marshal(r)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if err := c.reserveSteps(ctx, r, newStepIDs(before, r.Steps)); err != nil {
-			return nil, err
+			return err
 		}
-		if _, err = c.kv.Update(ctx, key, nb, rev); err == nil {
-			return r, nil
+		if err := (*jspub.Writes)(nil).Do(ctx, func(ctx context.Context) error {
+			_, err := c.kv.Update(ctx, key, nb, rev)
+			return err
+		}); err != nil {
+			return fmt.Errorf("update chain %s: %w", chainID, err)
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) || attempt >= 16 {
-			return nil, fmt.Errorf("update chain %s: %w", chainID, err)
-		}
+		out = r
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return out, nil
+}
+
+// read is run run of producer's composition chainID and its revision; a
+// value that does not decode is a *corrupt.Error of [ChainsBucket].
+func (c *Chains) read(ctx context.Context, chainID, producer string, run int) (*ChainRecord, uint64, error) {
+	key := runKey(chainID, producer, run)
+	b, rev, err := c.get(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return nil, 0, fmt.Errorf("%w: chain %s run %d of producer %q", ErrNotFound, chainID, max(run, 1), producer)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("chain %s: %w", chainID, err)
+	}
+	r, err := DecodeChainRecord(b)
+	if err != nil {
+		return nil, 0, corrupt.New(ChainsBucket, key, rev, err)
+	}
+	return r, rev, nil
 }
 
 // List returns up to limit composition runs, every producer's and run.
@@ -381,7 +406,7 @@ func (c *Chains) Producers(ctx context.Context, chainID string, limit int) ([]*C
 		}
 		r, err := DecodeChainRecord(e.Value())
 		if err != nil {
-			return nil, fmt.Errorf("chain %s: %w", chainID, err)
+			return nil, corrupt.New(ChainsBucket, k, e.Revision(), err)
 		}
 		out = append(out, r)
 	}

@@ -228,13 +228,23 @@ func capsuleHeaders(h *jspub.Headers, cp *capsule.Checkpoint) {
 	h.Set(HeaderTraceID, cp.TraceID)
 }
 
+// PublishEvent publishes one event on its key's events subject.
 func (s *Store) PublishEvent(ctx context.Context, ev capsule.Event) error {
-	m, err := eventMsg(ev)
+	return s.PublishEvents(ctx, ev)
+}
+
+// PublishEvents publishes the events of one transition, all of one key, as
+// one message; none is nothing to publish.
+func (s *Store) PublishEvents(ctx context.Context, evs ...capsule.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	m, err := eventMsg(evs...)
 	if err != nil {
 		return err
 	}
 	if err := s.writesTo(EventsStream).Do(ctx, func(ctx context.Context) error { _, err := s.js.PublishMsg(ctx, m); return err }); err != nil {
-		return fmt.Errorf("publish event %s: %w", ev.ID, err)
+		return fmt.Errorf("publish event %s: %w", evs[len(evs)-1].ID, err)
 	}
 	return nil
 }

@@ -176,8 +176,11 @@ func (s *Checkpoints) Create(ctx context.Context, cp *capsule.Checkpoint) (rev u
 	return rev, err
 }
 
-// Update writes cp if the stored revision is still rev; ErrConflict otherwise.
-func (s *Checkpoints) Update(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (written uint64, err error) {
+// update writes cp if the stored revision is still rev; ErrConflict
+// otherwise. Unexported: a checkpoint changes by [Store.Apply] (a machine
+// event), or replaces a value sagad did not write ([Store.Replace],
+// [Store.ReplaceCorrupt]).
+func (s *Checkpoints) update(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (written uint64, err error) {
 	defer func() { s.wrote(cp, written, err) }()
 	e, err := encode(cp)
 	if err != nil {

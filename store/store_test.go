@@ -44,12 +44,12 @@ func TestCheckpointsCompareAndSet(t *testing.T) {
 
 	next := cp.Clone()
 	next.State.Phase, next.State.PhaseName = capsule.RealityAnchor, capsule.RealityAnchor.String()
-	rev2, err := cps.Update(ctx, next, rev)
+	rev2, err := cps.UpdateForTest(ctx, next, rev)
 	require.NoError(t, err)
 	require.Greater(t, rev2, rev)
 	stale := cp.Clone()
 	stale.State.Status = capsule.Cancelled
-	_, err = cps.Update(ctx, stale, rev)
+	_, err = cps.UpdateForTest(ctx, stale, rev)
 	require.ErrorIs(t, err, store.ErrConflict, "an update against a revision that moved on")
 
 	got, gotRev, err := cps.Get(ctx, id)

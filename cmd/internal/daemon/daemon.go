@@ -427,7 +427,7 @@ func startServices(ctx context.Context, nc *nats.Conn, p *pipeline.Pipeline, dir
 		p.Stop(ctx)
 		return nil, err
 	}
-	compRunner, err := compose.StartRunner(ctx, p.Store(), compose.RunnerConfig{Logger: log})
+	compRunner, err := compose.StartRunner(ctx, p.Store(), compose.RunnerConfig{Logger: log, Metrics: m})
 	if err != nil {
 		if err := composer.Stop(); err != nil {
 			log.Warn("compose service stop", "error", err)
