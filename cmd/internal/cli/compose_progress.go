@@ -66,7 +66,7 @@ func composeProgress(ctx context.Context, w io.Writer, nc *nats.Conn, id string)
 		if err != nil || o.Run <= before || o.Received == nil {
 			return
 		}
-		fmt.Fprintf(w, "\r%s", progressLine(o))
+		fmt.Fprintf(w, "\r%s", publishProgressLine(o))
 		shown = true
 	}
 	wg.Add(1)
@@ -93,10 +93,10 @@ func composeProgress(ctx context.Context, w io.Writer, nc *nats.Conn, id string)
 	}
 }
 
-// progressLine is the progress of run o: the steps sagad has received of
+// publishProgressLine is the progress of run o: the steps sagad has received of
 // those it publishes now (a step held until a loop before it passes is
 // published later).
-func progressLine(o compose.Outcome) string {
+func publishProgressLine(o compose.Outcome) string {
 	now := 0
 	for _, s := range o.Steps {
 		if s.State != compose.StepHeld {
