@@ -20,6 +20,7 @@ import (
 // table test runs them all, and each has its fuzz target below.
 var differentialPairs = differential.Registry{
 	appendStringPair, appendTimePair, checkpointCodecPair, checkpointOldRecordsPair,
+	scannerPair, documentDigestPair,
 }
 
 func TestDifferential(t *testing.T) {
