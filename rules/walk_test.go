@@ -1,6 +1,5 @@
 package rules
 
-
 type visit struct {
 	field, s, member string
 	isKey            bool
@@ -13,4 +12,3 @@ func visits(walk func([]byte, func(func() string, string, bool, string)) error, 
 	})
 	return out, err
 }
-
