@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 )
 
 // plainCheckpoint is Checkpoint without its methods, for encoding/json to
@@ -73,24 +76,126 @@ func (t *Transition) UnmarshalJSON(b []byte) error {
 		}
 		return json.Unmarshal(b, (*plainTransition)(t))
 	}
-	var parts []json.RawMessage
-	if err := json.Unmarshal(b, &parts); err != nil {
+	x, err := decodeCompact(b)
+	if err != nil {
 		return err
-	}
-	if len(parts) != 4 && len(parts) != 6 {
-		return errCompactTransition
-	}
-	var x Transition
-	fields := []any{&x.Phase, &x.Cycle, &x.Outcome, &x.At, &x.Detail, &x.Run}
-	for i, p := range parts {
-		if bytes.Equal(p, []byte("null")) {
-			return errCompactTransition
-		}
-		if err := json.Unmarshal(p, fields[i]); err != nil {
-			return err
-		}
 	}
 	x.PhaseName = x.Phase.String()
 	*t = x
 	return nil
+}
+
+// decodeCompact reads a compact transition. encoding/json hands
+// UnmarshalJSON one whole, valid JSON value, so only the shape is checked
+// here: the values are read by hand, as encoding/json would read them into
+// the fields, without a decoder per element (the history is most of a
+// checkpoint, and a reader decodes every entry).
+func decodeCompact(b []byte) (Transition, error) {
+	var x Transition
+	d := compactReader{b: b, i: 1} // past '['
+	var err error
+	phase, err := d.int(false)
+	if err == nil {
+		x.Phase = Phase(phase)
+		x.Cycle, err = d.int(true)
+	}
+	if err == nil {
+		x.Outcome, err = d.string(true)
+	}
+	var at []byte
+	if err == nil {
+		at, err = d.next(true)
+	}
+	if err == nil {
+		err = x.At.UnmarshalJSON(at)
+	}
+	if err == nil && d.more() {
+		if x.Detail, err = d.string(true); err == nil {
+			x.Run, err = d.int(true)
+		}
+	}
+	if err == nil && d.more() {
+		err = errCompactTransition
+	}
+	return x, err
+}
+
+// compactReader reads the values of a valid JSON array one by one.
+type compactReader struct {
+	b []byte
+	i int
+}
+
+func (d *compactReader) skipSpace() {
+	for d.i < len(d.b) && (d.b[d.i] == ' ' || d.b[d.i] == '\t' || d.b[d.i] == '\n' || d.b[d.i] == '\r') {
+		d.i++
+	}
+}
+
+// more reports whether another value follows (a comma) rather than ']'.
+func (d *compactReader) more() bool {
+	d.skipSpace()
+	return d.i < len(d.b) && d.b[d.i] == ','
+}
+
+// next returns the next value's bytes, past the comma before it when
+// comma is set. Only numbers and strings are values here.
+func (d *compactReader) next(comma bool) ([]byte, error) {
+	d.skipSpace()
+	if comma {
+		if d.i >= len(d.b) || d.b[d.i] != ',' {
+			return nil, errCompactTransition
+		}
+		d.i++
+		d.skipSpace()
+	}
+	start := d.i
+	switch {
+	case d.i < len(d.b) && d.b[d.i] == '"':
+		for d.i++; d.i < len(d.b) && d.b[d.i] != '"'; d.i++ {
+			if d.b[d.i] == '\\' {
+				d.i++
+			}
+		}
+		d.i++
+	default:
+		for d.i < len(d.b) && strings.IndexByte("-+.0123456789eE", d.b[d.i]) >= 0 {
+			d.i++
+		}
+	}
+	if d.i == start || d.i > len(d.b) {
+		return nil, errCompactTransition
+	}
+	return d.b[start:d.i], nil
+}
+
+// int reads an integer as encoding/json reads one into an int.
+func (d *compactReader) int(comma bool) (int, error) {
+	v, err := d.next(comma)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil {
+		return 0, errCompactTransition
+	}
+	return n, nil
+}
+
+// string reads a string as encoding/json reads one: escapes decoded and
+// invalid UTF-8 replaced, which encoding/json itself does when there are.
+func (d *compactReader) string(comma bool) (string, error) {
+	v, err := d.next(comma)
+	if err != nil || v[0] != '"' {
+		return "", errCompactTransition
+	}
+	inner := v[1 : len(v)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner), nil
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		return "", err
+	}
+	return s, nil
 }

@@ -172,3 +172,30 @@ func allSet(v reflect.Value) bool {
 		return !v.IsZero()
 	}
 }
+
+// BenchmarkCheckpointDecode reads a valid capsule's last checkpoint as
+// stored (compact) and as encoding/json writes it (records written before).
+func BenchmarkCheckpointDecode(b *testing.B) {
+	cp := fullCheckpoint()
+	cp.State.Findings, cp.State.Pause, cp.State.Overrides, cp.State.Warned = nil, nil, nil, nil
+	cp.Key, cp.TraceID = cp.CapsuleID, cp.TraceParent[3:35]
+	cp.History = nil
+	for p := Reception; p < NumPhases; p++ {
+		cp.History = append(cp.History, Transition{Phase: p, PhaseName: p.String(), Outcome: OutcomePassed, At: cp.CreatedAt})
+	}
+	compact, err := cp.AppendJSON(nil)
+	require.NoError(b, err)
+	full, err := json.Marshal(cp)
+	require.NoError(b, err)
+	for name, raw := range map[string][]byte{"stored": compact, "encoding/json": full} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				var c Checkpoint
+				if err := json.Unmarshal(raw, &c); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package capsule
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"math"
@@ -20,7 +21,7 @@ import (
 // table test runs them all, and each has its fuzz target below.
 var differentialPairs = differential.Registry{
 	appendStringPair, appendTimePair, checkpointCodecPair, checkpointOldRecordsPair,
-	scannerPair, documentDigestPair,
+	scannerPair, documentDigestPair, compactTransitionPair,
 }
 
 func TestDifferential(t *testing.T) {
@@ -32,6 +33,7 @@ func FuzzAppendString(f *testing.F)         { differential.Fuzz(f, appendStringP
 func FuzzAppendTime(f *testing.F)           { differential.Fuzz(f, appendTimePair) }
 func FuzzDecodeCheckpoint(f *testing.F)     { differential.Fuzz(f, checkpointCodecPair) }
 func FuzzCheckpointOldRecords(f *testing.F) { differential.Fuzz(f, checkpointOldRecordsPair) }
+func FuzzCompactTransition(f *testing.F)    { differential.Fuzz(f, compactTransitionPair) }
 
 // appendStringPair: any string encodes as encoding/json encodes it. The
 // generator draws short strings of every escape and longer ones, mostly
@@ -276,4 +278,68 @@ func randomCheckpoint(r *rand.Rand) *Checkpoint {
 		cp.History = append(cp.History, tr)
 	}
 	return cp
+}
+
+// compactTransitionPair: the hand reader of a compact transition reads
+// what encoding/json reads element by element into the fields, and fails
+// where it does (a null, a list of another length, a value of another
+// type).
+var compactTransitionPair = differential.Pair[[]byte, Transition]{
+	Name: "CompactTransition",
+	Fast: func(b []byte) (Transition, error) {
+		var t Transition
+		return t, t.UnmarshalJSON(b)
+	},
+	Reference: func(b []byte) (Transition, error) {
+		var parts []json.RawMessage
+		if err := json.Unmarshal(b, &parts); err != nil {
+			return Transition{}, err
+		}
+		if len(parts) != 4 && len(parts) != 6 {
+			return Transition{}, errCompactTransition
+		}
+		var x Transition
+		fields := []any{&x.Phase, &x.Cycle, &x.Outcome, &x.At, &x.Detail, &x.Run}
+		for i, p := range parts {
+			if string(p) == "null" {
+				return Transition{}, errCompactTransition
+			}
+			if err := json.Unmarshal(p, fields[i]); err != nil {
+				return Transition{}, err
+			}
+		}
+		x.PhaseName = x.Phase.String()
+		return x, nil
+	},
+	Seeds: func() (out [][]byte) {
+		for _, s := range []string{
+			`[0,0,"passed","2026-11-22T07:08:09.123456789Z"]`, `[6,1,"completed","2026-11-22T07:08:09Z","",2]`,
+			`[ 4 , 2 , "halted" , "2026-11-22T07:08:09+01:00" , "executor_failed:\u2028\u0001" , 0 ]`,
+			"[1,0,\"\xff\",\"2026-11-22T07:08:09Z\"]", `[1,0,"a\"b","2026-11-22T07:08:09Z"]`, `[-1,-0,"","0001-01-01T00:00:00Z"]`,
+			`[]`, `[1]`, `[1,0,"p"]`, `[1,0,"p","2026-11-22T07:08:09Z","d"]`, `[1,0,"p","2026-11-22T07:08:09Z","d",1,2]`,
+			`[null,0,"p","2026-11-22T07:08:09Z"]`, `[1,0,null,"2026-11-22T07:08:09Z"]`, `[1.0,0,"p","2026-11-22T07:08:09Z"]`,
+			`[1e2,0,"p","2026-11-22T07:08:09Z"]`, `[99999999999999999999,0,"p","2026-11-22T07:08:09Z"]`, `[1,0,"p","2026-13-22T07:08:09Z"]`,
+			`[1,0,"p",5]`, `[1,0,5,"2026-11-22T07:08:09Z"]`, `["1",0,"p","2026-11-22T07:08:09Z"]`, `[true,0,"p","2026-11-22T07:08:09Z"]`,
+			`[[1],0,"p","2026-11-22T07:08:09Z"]`, `[1,0,"p","\u0032026-11-22T07:08:09Z"]`, `[1,0,"p","2026-11-22T07:08:09Z",{},1]`,
+		} {
+			out = append(out, []byte(s))
+		}
+		return out
+	}(),
+	Generate: func(r *rand.Rand) []byte {
+		b, _ := (&Transition{Phase: Phase(r.IntN(9) - 1), Cycle: r.IntN(5), Outcome: pickString(r), Detail: pickString(r), Run: r.IntN(3),
+			At: time.Unix(r.Int64N(4e9), r.Int64N(1e9)).In(time.FixedZone("z", 60*(r.IntN(121)-60)))}).appendCompact(nil)
+		return b
+	},
+	Count: 2000,
+	// Any JSON array (encoding/json hands UnmarshalJSON a valid value).
+	Decode: func(b []byte) ([]byte, bool) {
+		t := bytes.TrimSpace(b)
+		return t, len(t) > 0 && t[0] == '[' && json.Valid(t)
+	},
+	Encode: func(b []byte) []byte { return b },
+}
+
+func pickString(r *rand.Rand) string {
+	return []string{"", "passed", "\u2028", "a\"b\\", "\xff", "é", "executor_failed:\x01"}[r.IntN(7)]
 }
