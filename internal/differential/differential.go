@@ -49,6 +49,9 @@ const (
 	// not (it declines, and its caller falls back to the reference),
 	// never succeed where the reference fails.
 	FastMayDecline
+	// SameError: the fast path fails exactly when the reference does,
+	// with the same error text (callers show it).
+	SameError
 )
 
 // Check runs both routines on in and fails t when they disagree.
@@ -68,6 +71,9 @@ func (p Pair[In, Out]) Check(t testing.TB, in In) {
 	default:
 		require.Equal(t, rerr == nil, ferr == nil, "%s: reference error %v, fast error %v on %#v", p.Name, rerr, ferr, in)
 		if rerr != nil {
+			if p.Errors == SameError {
+				require.Equal(t, rerr.Error(), ferr.Error(), "%s: the errors' text on %#v", p.Name, in)
+			}
 			return
 		}
 	}

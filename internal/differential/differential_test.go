@@ -74,6 +74,9 @@ func TestCheckFindsDisagreements(t *testing.T) {
 		{"fast declines", declines, FastMayDecline, "12", false},
 		{"fast accepts what the reference refuses", acceptsAll, FastMayDecline, "x", true},
 		{"fast accepts what the reference refuses, strict", acceptsAll, BothOrNeither, "x", true},
+		{"another error", declines, BothOrNeither, "xx", false},
+		{"another error's text", declines, SameError, "xx", true},
+		{"the same error's text", atoi, SameError, "xx", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
