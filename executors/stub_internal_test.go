@@ -78,7 +78,7 @@ var stubContentPair = differential.Pair[stubInput, string]{
 // The stub's fast paths, held to what they replace by the shared harness.
 func TestDifferential(t *testing.T) {
 	t.Parallel()
-	differential.RunAll(t, differential.Registry{stubContentPair})
+	differential.RunAll(t, differential.Registry{stubContentPair, hexPair, tokenHashPair})
 }
 
 // FuzzStubContent: the stub's artifact is json.Marshal's of its map.
