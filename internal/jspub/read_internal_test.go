@@ -125,10 +125,5 @@ var directEntryPair = differential.Pair[directInput, directResult]{
 	},
 }
 
-func TestDifferential(t *testing.T) {
-	t.Parallel()
-	differential.RunAll(t, differential.Registry{directEntryPair})
-}
-
 // FuzzDirectEntry runs directEntryPair on the fuzzer's answers.
 func FuzzDirectEntry(f *testing.F) { differential.Fuzz(f, directEntryPair) }
