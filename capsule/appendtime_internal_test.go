@@ -1,70 +1,51 @@
 package capsule
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/sagad/sagad/internal/differential"
 )
 
-// TestAppendTimeAsMarshalJSON: the UTC fast path writes what
-// time.Time.MarshalJSON writes, fractions with trailing zeros and the zero
-// time included, and other zones take the general path.
-func TestAppendTimeAsMarshalJSON(t *testing.T) {
-	t.Parallel()
-	times := []time.Time{
-		{},
-		time.Unix(0, 0).UTC(),
-		time.Date(2026, 11, 25, 20, 57, 8, 0, time.UTC),
-		time.Date(2026, 1, 2, 3, 4, 5, 100_000_000, time.UTC),
-		time.Date(2026, 1, 2, 3, 4, 5, 120_000_000, time.UTC),
-		time.Date(2026, 1, 2, 3, 4, 5, 1, time.UTC),
-		time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC),
-		time.Date(2026, 1, 2, 3, 4, 5, 6, time.FixedZone("X", 3600)),
-		time.Date(2026, 1, 2, 3, 4, 5, 6, time.FixedZone("UTC", 0)),
-		time.Now(),
-		time.Now().UTC(),
-	}
-	r := rand.New(rand.NewPCG(1, 2))
-	for range 2000 {
-		times = append(times, time.Unix(r.Int64N(253402300799), r.Int64N(1e9)).UTC())
-	}
-	for _, tm := range times {
-		want, err := tm.MarshalJSON()
-		require.NoError(t, err)
-		got, err := appendTime(nil, tm)
-		require.NoError(t, err)
-		require.Equal(t, string(want), string(got), "%v", tm)
-	}
-	_, err := appendTime(nil, time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))
-	require.Error(t, err)
-	_, err = appendTime(nil, time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC))
-	require.Error(t, err)
-}
-
-// TestCivilAsDateAndClock: the remembered dates are t.Date's, for times
+// civilPair: the remembered dates are t.Date's and t.Clock's, for times
 // taking turns over a few days (a checkpoint's), over many, and at the
 // ends of the range remembered.
-func TestCivilAsDateAndClock(t *testing.T) {
-	t.Parallel()
-	r := rand.New(rand.NewPCG(5, 6))
-	base := time.Date(2026, 11, 25, 23, 59, 59, 0, time.UTC).Unix()
-	var times []time.Time
-	for range 20000 {
-		times = append(times,
-			time.Unix(base+r.Int64N(3*86400)-86400, r.Int64N(1e9)).UTC(),
-			time.Unix(r.Int64N(maxDaySec+86400)-86400, 0).UTC())
-	}
-	times = append(times, time.Unix(0, 0).UTC(), time.Unix(-1, 0).UTC(), time.Unix(maxDaySec-1, 0).UTC(),
-		time.Unix(maxDaySec, 0).UTC(), time.Date(2028, 2, 29, 12, 0, 0, 0, time.UTC), time.Date(2100, 3, 1, 0, 0, 0, 0, time.UTC))
-	for _, tm := range times {
+var civilPair = differential.Pair[time.Time, [6]int]{
+	Name: "Civil",
+	Fast: func(tm time.Time) ([6]int, error) {
 		y, mo, d, h, mi, s := civil(tm)
-		wy, wmo, wd := tm.Date()
-		wh, wmi, ws := tm.Clock()
-		require.Equal(t, [6]int{wy, int(wmo), wd, wh, wmi, ws}, [6]int{y, int(mo), d, h, mi, s}, "%v", tm)
-	}
+		return [6]int{y, int(mo), d, h, mi, s}, nil
+	},
+	Reference: func(tm time.Time) ([6]int, error) {
+		y, mo, d := tm.Date()
+		h, mi, s := tm.Clock()
+		return [6]int{y, int(mo), d, h, mi, s}, nil
+	},
+	Seeds: []time.Time{time.Unix(0, 0).UTC(), time.Unix(-1, 0).UTC(), time.Unix(maxDaySec-1, 0).UTC(),
+		time.Unix(maxDaySec, 0).UTC(), time.Date(2028, 2, 29, 12, 0, 0, 0, time.UTC), time.Date(2100, 3, 1, 0, 0, 0, 0, time.UTC)},
+	Generate: func(r *rand.Rand) time.Time {
+		if r.IntN(2) == 0 {
+			base := time.Date(2026, 11, 25, 23, 59, 59, 0, time.UTC).Unix()
+			return time.Unix(base+r.Int64N(3*86400)-86400, r.Int64N(1e9)).UTC()
+		}
+		return time.Unix(r.Int64N(maxDaySec+86400)-86400, 0).UTC()
+	},
+	Count: 40000,
+	// Seconds (8 bytes) and nanoseconds (4), in UTC.
+	Decode: func(b []byte) (time.Time, bool) {
+		if len(b) < 12 {
+			return time.Time{}, false
+		}
+		return time.Unix(int64(binary.LittleEndian.Uint64(b)), int64(binary.LittleEndian.Uint32(b[8:])%1e9)).UTC(), true
+	},
+	Encode: func(tm time.Time) []byte {
+		return binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint64(nil, uint64(tm.Unix())), uint32(tm.Nanosecond()))
+	},
 }
+
+func FuzzCivil(f *testing.F) { differential.Fuzz(f, civilPair) }
 
 // BenchmarkAppendTime: a checkpoint's dozen times, of two days.
 func BenchmarkAppendTime(b *testing.B) {

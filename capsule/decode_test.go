@@ -13,48 +13,97 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/differential"
 	"github.com/sagad/sagad/schemas"
 )
 
-// sameAsUnmarshal holds Document.Capsule to json.Unmarshal on raw: what the
+// documentResult is what a decoding of a capsule's bytes gives: the
+// parsed value, the capsule and whether it was filled (the fast path) or
+// decoded (encoding/json), and encoding/json's error.
+type documentResult struct {
+	value  any
+	cp     *capsule.Capsule
+	filled bool
+	err    error
+}
+
+// documentCapsulePair holds Document.Capsule to json.Unmarshal: what the
 // fast decoder fills is what encoding/json fills, with no error, and a
 // capsule encoding/json decodes that the schema accepts is always filled
-// (the fast path is the one RECEPTION takes). It reports whether it filled.
+// (the fast path is the one RECEPTION takes). ParseDocument fails exactly
+// when ParseJSON does, with its value. Seeds: the example capsules, a
+// capsule with every member and odd spellings; the neighbours of the full
+// capsule run in TestDocumentCapsuleNeighbours.
+var documentCapsulePair = differential.Pair[[]byte, documentResult]{
+	Name: "DocumentCapsule",
+	Fast: func(raw []byte) (documentResult, error) {
+		doc, err := capsule.ParseDocument(raw)
+		if err != nil {
+			return documentResult{}, err
+		}
+		got, ok := doc.Capsule()
+		return documentResult{value: doc.Value, cp: got, filled: ok}, nil
+	},
+	Reference: func(raw []byte) (documentResult, error) {
+		value, err := capsule.ParseJSON(raw)
+		if err != nil {
+			return documentResult{}, err
+		}
+		var want capsule.Capsule
+		werr := json.Unmarshal(raw, &want)
+		return documentResult{value: value, cp: &want, filled: werr == nil, err: werr}, nil
+	},
+	Compare: func(t testing.TB, raw []byte, fast, ref documentResult) {
+		require.True(t, reflect.DeepEqual(ref.value, fast.value), "the document's value is ParseJSON's")
+		if fast.filled {
+			require.NoError(t, ref.err, "filled what encoding/json refuses: %s", raw)
+			require.True(t, reflect.DeepEqual(ref.cp, fast.cp), "%s\nencoding/json: %+v\nfilled:        %+v", raw, *ref.cp, *fast.cp)
+			return
+		}
+		require.Nil(t, fast.cp)
+		if ref.err == nil {
+			require.Error(t, schemas.Validate(schemas.Capsule, raw), "a capsule RECEPTION accepts left to encoding/json: %s", raw)
+		}
+	},
+	Seeds: append(decodeSeeds(nil), []byte(`{"created_at":"2026-01-01T00:00:00\u005a","metadata": {"a" :[1 ]} }`),
+		[]byte(`{"review":{"operator_gate":"\u0061ll"},"budget":{"tokens":1.0}}`),
+		[]byte(`{"Capsule_ID":"x","chain":{"findings":[{"message":"m"}]}}`)),
+	Decode: func(b []byte) ([]byte, bool) { return b, true },
+	Encode: func(b []byte) []byte { return b },
+}
+
+// externalPairs are the pairs of this package's fast paths that its
+// external tests hold (differential_internal_test.go has the others).
+var externalPairs = differential.Registry{documentCapsulePair}
+
+func TestDifferentialExternal(t *testing.T) {
+	t.Parallel()
+	differential.RunAll(t, externalPairs)
+}
+
+// sameAsUnmarshal runs documentCapsulePair on raw and reports whether the
+// fast path filled the capsule.
 func sameAsUnmarshal(t *testing.T, raw []byte) bool {
 	t.Helper()
+	documentCapsulePair.Check(t, raw)
 	doc, err := capsule.ParseDocument(raw)
-	value, perr := capsule.ParseJSON(raw)
-	require.Equal(t, perr == nil, err == nil, "ParseDocument %v, ParseJSON %v", err, perr)
 	if err != nil {
 		return false
 	}
-	require.True(t, reflect.DeepEqual(value, doc.Value), "the document's value is ParseJSON's")
-	got, ok := doc.Capsule()
-	var want capsule.Capsule
-	werr := json.Unmarshal(raw, &want)
-	if ok {
-		require.NoError(t, werr, "filled what encoding/json refuses: %s", raw)
-		require.True(t, reflect.DeepEqual(&want, got), "%s\nencoding/json: %+v\nfilled:        %+v", raw, want, *got)
-		return true
-	}
-	require.Nil(t, got)
-	if werr == nil {
-		require.Error(t, schemas.Validate(schemas.Capsule, raw), "a capsule RECEPTION accepts left to encoding/json: %s", raw)
-	}
-	return false
+	_, ok := doc.Capsule()
+	return ok
 }
 
 // decodeSeeds are the example capsules and a capsule with every member the
 // schema declares.
-func decodeSeeds(t testing.TB) [][]byte {
-	files, err := filepath.Glob("../examples/capsules/*.json")
-	require.NoError(t, err)
+func decodeSeeds(testing.TB) [][]byte {
+	files, _ := filepath.Glob("../examples/capsules/*.json")
 	files = append(files, "../schemas/testdata/capsule_full.json", "../schemas/testdata/capsule_valid.json")
 	var out [][]byte
 	for _, name := range files {
-		b, err := os.ReadFile(name)
-		require.NoError(t, err)
-		out = append(out, b)
+		if b, err := os.ReadFile(name); err == nil {
+			out = append(out, b)
+		}
 	}
 	return out
 }
@@ -131,17 +180,9 @@ func TestDocumentCapsuleEscapedNames(t *testing.T) {
 }
 
 // FuzzDocumentCapsule: on any bytes, Document.Capsule is json.Unmarshal or
-// declines (sameAsUnmarshal). Seeds: the example capsules, a capsule with
-// every member, and testdata/fuzz/FuzzDocumentCapsule.
-func FuzzDocumentCapsule(f *testing.F) {
-	for _, seed := range decodeSeeds(f) {
-		f.Add(seed)
-	}
-	f.Add([]byte(`{"created_at":"2026-01-01T00:00:00\u005a","metadata": {"a" :[1 ]} }`))
-	f.Add([]byte(`{"review":{"operator_gate":"\u0061ll"},"budget":{"tokens":1.0}}`))
-	f.Add([]byte(`{"Capsule_ID":"x","chain":{"findings":[{"message":"m"}]}}`))
-	f.Fuzz(func(t *testing.T, raw []byte) { sameAsUnmarshal(t, raw) })
-}
+// declines (documentCapsulePair). Seeds: the pair's and
+// testdata/fuzz/FuzzDocumentCapsule.
+func FuzzDocumentCapsule(f *testing.F) { differential.Fuzz(f, documentCapsulePair) }
 
 // walkPlaces collects the path of every value in v (v itself included).
 func walkPlaces(v any, path []any, out *[][]any) {

@@ -6,9 +6,12 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/internal/differential"
 )
 
 // randJSON writes a random JSON value, sometimes with odd but valid
@@ -66,70 +69,82 @@ func randJSON(r *rand.Rand, b *strings.Builder, depth int) {
 	ws()
 }
 
-func sameParse(t *testing.T, raw []byte) {
-	t.Helper()
-	want, werr := parseTokens(raw)
-	got, gerr := parse(raw)
-	if (werr == nil) != (gerr == nil) {
-		t.Fatalf("%q: token walk error %v, scanner error %v", raw, werr, gerr)
-	}
-	if werr == nil && !reflect.DeepEqual(want, got) {
-		t.Fatalf("%q: token walk %#v, scanner %#v", raw, want, got)
-	}
+// scannerPair holds the scanner to the token walk it replaced, on the
+// example capsules, random valid JSON and random corruptions of both.
+var scannerPair = differential.Pair[[]byte, any]{
+	Name:      "ScannerMatchesTokenWalk",
+	Fast:      func(raw []byte) (any, error) { return parse(raw) },
+	Reference: func(raw []byte) (any, error) { return parseTokens(raw) },
+	Compare: func(t testing.TB, raw []byte, fast, ref any) {
+		if !reflect.DeepEqual(ref, fast) {
+			t.Fatalf("%q: token walk %#v, scanner %#v", raw, ref, fast)
+		}
+	},
+	Seeds: append(exampleCapsules(), func() (out [][]byte) {
+		for _, s := range []string{"", " ", "{", `{"a":1,"a":2}`, `{"a":1}x`, `[1,]`, `{"a":}`, "\"\x01\"", `01`, `1.`, `-`, `1e`, `"\ud800"`, `"\x"`, `tru`, "\xff",
+			`{"a":[1,"x",{"b":null}],"c":-1.5e3}`, `"\ud83d\ude00"`} {
+			out = append(out, []byte(s))
+		}
+		return out
+	}()...),
+	// A random document, or one of the example capsules, corrupted five
+	// times in six by a byte deleted, replaced or inserted.
+	Generate: func(r *rand.Rand) []byte {
+		var doc []byte
+		if ex := exampleCapsules(); r.IntN(10) == 0 && len(ex) > 0 {
+			doc = append(doc, ex[r.IntN(len(ex))]...) // a copy: corrupted below
+		} else {
+			var b strings.Builder
+			randJSON(r, &b, 0)
+			doc = []byte(b.String())
+		}
+		if r.IntN(6) == 0 || len(doc) == 0 {
+			return doc
+		}
+		at := r.IntN(len(doc))
+		switch r.IntN(3) {
+		case 0:
+			return append(doc[:at], doc[at+1:]...)
+		case 1:
+			doc[at] = `{}[],:"\ -+.eE0a9tfnu`[r.IntN(21)]
+			return doc
+		default:
+			return append(doc[:at], append([]byte{`{}[],:"\x`[r.IntN(9)]}, doc[at:]...)...)
+		}
+	},
+	Count:  18000,
+	Decode: func(b []byte) ([]byte, bool) { return b, true },
+	Encode: func(b []byte) []byte { return b },
 }
 
-// TestScannerMatchesTokenWalk holds the scanner to the token walk it
-// replaced, on random valid JSON and on random corruptions of it and of the
-// example capsules.
-func TestScannerMatchesTokenWalk(t *testing.T) {
-	t.Parallel()
-	r := rand.New(rand.NewPCG(7, 11))
-	var corpus [][]byte
-	files, err := filepath.Glob("../examples/capsules/*")
-	require.NoError(t, err)
-	require.NotEmpty(t, files, "the example capsules are part of the corpus")
+// exampleCapsules are the files of examples/capsules, part of every
+// capsule corpus.
+var exampleCapsules = sync.OnceValue(func() [][]byte {
+	files, _ := filepath.Glob("../examples/capsules/*")
+	var out [][]byte
 	for _, f := range files {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		corpus = append(corpus, b)
-	}
-	for i := 0; i < 3000; i++ {
-		var b strings.Builder
-		randJSON(r, &b, 0)
-		corpus = append(corpus, []byte(b.String()))
-	}
-	for _, doc := range corpus {
-		sameParse(t, doc)
-		for m := 0; m < 5; m++ {
-			bad := append([]byte(nil), doc...)
-			if len(bad) == 0 {
-				break
-			}
-			at := r.IntN(len(bad))
-			switch r.IntN(3) {
-			case 0:
-				bad = append(bad[:at], bad[at+1:]...)
-			case 1:
-				bad[at] = `{}[],:"\ -+.eE0a9tfnu`[r.IntN(21)]
-			default:
-				bad = append(bad[:at], append([]byte{`{}[],:"\x`[r.IntN(9)]}, bad[at:]...)...)
-			}
-			sameParse(t, bad)
+		if b, err := os.ReadFile(f); err == nil {
+			out = append(out, b)
 		}
 	}
-	for _, s := range []string{"", " ", "{", `{"a":1,"a":2}`, `{"a":1}x`, `[1,]`, `{"a":}`, "\"\x01\"", `01`, `1.`, `-`, `1e`, `"\ud800"`, `"\x"`, `tru`, "\xff"} {
-		sameParse(t, []byte(s))
-	}
+	return out
+})
+
+func TestExampleCapsulesFound(t *testing.T) {
+	t.Parallel()
+	require.NotEmpty(t, exampleCapsules(), "the example capsules are part of the corpus")
+}
+
+// TestScannerRefusesDeepNesting: past MaxDepth the scanner refuses what
+// the token walk would take.
+func TestScannerRefusesDeepNesting(t *testing.T) {
+	t.Parallel()
 	deep := strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1)
-	_, err = parse([]byte(deep))
+	_, err := parse([]byte(deep))
 	require.ErrorIs(t, err, ErrInvalidJSON)
 }
 
-func FuzzScannerMatchesTokenWalk(f *testing.F) {
-	f.Add([]byte(`{"a":[1,"x",{"b":null}],"c":-1.5e3}`))
-	f.Add([]byte(`"\ud83d\ude00"`))
-	f.Fuzz(func(t *testing.T, raw []byte) { sameParse(t, raw) })
-}
+func FuzzScannerMatchesTokenWalk(f *testing.F) { differential.Fuzz(f, scannerPair) }
 
 func BenchmarkParse(b *testing.B) {
 	raw, err := os.ReadFile("../examples/capsules/valid.json")

@@ -2,6 +2,7 @@ package executors
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -12,58 +13,76 @@ import (
 	"testing"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/differential"
 )
 
-func requireStubContentAsMarshal(t *testing.T, title, target, key string, cycle int) {
-	t.Helper()
-	want, wantErr := json.Marshal(map[string]any{
-		"summary":         "stub artifact for " + title,
-		"cycle":           cycle,
-		"target":          target,
-		"idempotency_key": key,
-	})
-	got, err := stubContent(title, target, key, cycle)
-	if err != nil || wantErr != nil {
-		t.Fatalf("error %v, json.Marshal's %v", err, wantErr)
-	}
-	if string(got) != string(want) {
-		t.Fatalf("%q %q %q %d:\n got %s\nwant %s", title, target, key, cycle, got, want)
-	}
+// stubInput is what the stub's artifact is made from.
+type stubInput struct {
+	title, target, key string
+	cycle              int
 }
 
-// TestStubContentAsMarshal holds the stub's artifact to json.Marshal of
-// the map it was made from: strings of every shape (JSON escapes, HTML
-// characters, non-ASCII, invalid UTF-8), cycles to their limits.
-func TestStubContentAsMarshal(t *testing.T) {
+// stubContentPair holds the stub's artifact to json.Marshal of the map it
+// was made from: strings of every shape (JSON escapes, HTML characters,
+// non-ASCII, invalid UTF-8), cycles to their limits.
+var stubContentPair = differential.Pair[stubInput, string]{
+	Name: "StubContent",
+	Fast: func(in stubInput) (string, error) {
+		b, err := stubContent(in.title, in.target, in.key, in.cycle)
+		return string(b), err
+	},
+	Reference: func(in stubInput) (string, error) {
+		b, err := json.Marshal(map[string]any{
+			"summary": "stub artifact for " + in.title, "cycle": in.cycle, "target": in.target, "idempotency_key": in.key,
+		})
+		return string(b), err
+	},
+	Seeds: []stubInput{
+		{"Benchmark capsule", "kv:BENCH_TARGETS/t", "x/1", 0}, {"Benchmark capsule", "kv:BENCH_TARGETS/t", "x/1", 1},
+		{"Benchmark capsule", "kv:BENCH_TARGETS/t", "x/1", -1}, {"Benchmark capsule", "kv:BENCH_TARGETS/t", "x/1", math.MaxInt},
+		{"Benchmark capsule", "kv:BENCH_TARGETS/t", "x/1", math.MinInt},
+		{"Benchmark capsule", "kv:BENCH_TARGETS/t", "0190a1b2-c3d4/1", 1}, {"a<b>&\"c\"\\\u2028", "\xff", "é\n", -7},
+	},
+	Generate: func(rng *rand.Rand) stubInput {
+		const alphabet = "abcXYZ019-_/.=: \"\\<>&\n\x7f\x00é\xff\u2028"
+		str := func() string {
+			if rng.IntN(2) == 0 {
+				return "kv:BENCH_TARGETS/t 0190a1b2-c3d4/1"[:rng.IntN(35)]
+			}
+			b := make([]byte, rng.IntN(12))
+			for i := range b {
+				b[i] = alphabet[rng.IntN(len(alphabet))]
+			}
+			return string(b)
+		}
+		return stubInput{str(), str(), str(), int(rng.Int64()) >> rng.IntN(64)}
+	},
+	Count: 20000,
+	// The cycle (8 bytes), then the title, the target and the key, apart
+	// by zero bytes.
+	Decode: func(b []byte) (stubInput, bool) {
+		if len(b) < 8 {
+			return stubInput{}, false
+		}
+		parts := strings.SplitN(string(b[8:]), "\x00", 3)
+		for len(parts) < 3 {
+			parts = append(parts, "")
+		}
+		return stubInput{parts[0], parts[1], parts[2], int(binary.LittleEndian.Uint64(b))}, true
+	},
+	Encode: func(in stubInput) []byte {
+		return append(binary.LittleEndian.AppendUint64(nil, uint64(in.cycle)), in.title+"\x00"+in.target+"\x00"+in.key...)
+	},
+}
+
+// The stub's fast paths, held to what they replace by the shared harness.
+func TestDifferential(t *testing.T) {
 	t.Parallel()
-	rng := rand.New(rand.NewPCG(24, 12))
-	const alphabet = "abcXYZ019-_/.=: \"\\<>&\n\x7f\x00é\xff\u2028"
-	str := func() string {
-		if rng.IntN(2) == 0 {
-			return "kv:BENCH_TARGETS/t 0190a1b2-c3d4/1"[:rng.IntN(35)]
-		}
-		b := make([]byte, rng.IntN(12))
-		for i := range b {
-			b[i] = alphabet[rng.IntN(len(alphabet))]
-		}
-		return string(b)
-	}
-	for _, c := range []int{0, 1, -1, math.MaxInt, math.MinInt} {
-		requireStubContentAsMarshal(t, "Benchmark capsule", "kv:BENCH_TARGETS/t", "x/1", c)
-	}
-	for range 20000 {
-		requireStubContentAsMarshal(t, str(), str(), str(), int(rng.Int64())>>rng.IntN(64))
-	}
+	differential.RunAll(t, differential.Registry{stubContentPair, hexPair, tokenHashPair})
 }
 
 // FuzzStubContent: the stub's artifact is json.Marshal's of its map.
-func FuzzStubContent(f *testing.F) {
-	f.Add("Benchmark capsule", "kv:BENCH_TARGETS/t", "0190a1b2-c3d4/1", 1)
-	f.Add("a<b>&\"c\"\\\u2028", "\xff", "é\n", -7)
-	f.Fuzz(func(t *testing.T, title, target, key string, cycle int) {
-		requireStubContentAsMarshal(t, title, target, key, cycle)
-	})
-}
+func FuzzStubContent(f *testing.F) { differential.Fuzz(f, stubContentPair) }
 
 // BenchmarkStubContent makes the stub's artifact, directly and through
 // json.Marshal of a map.

@@ -5,33 +5,57 @@ import (
 	"encoding/hex"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/sagad/sagad/internal/differential"
 )
 
-// TestTokenHexAsEncodeToString holds the tokens' and hashes' hex to
+// hexPair and tokenHashPair hold the tokens' and hashes' hex to
 // hex.EncodeToString: a token's hash is what a checkpoint keeps and a
 // completion is checked against.
-func TestTokenHexAsEncodeToString(t *testing.T) {
+var (
+	hexPair = differential.Pair[[]byte, string]{
+		Name:      "TokenHex",
+		Fast:      func(b []byte) (string, error) { return hexString(b), nil },
+		Reference: func(b []byte) (string, error) { return hex.EncodeToString(b), nil },
+		Seeds: func() (out [][]byte) {
+			rng := rand.New(rand.NewPCG(24, 6))
+			for n := 0; n <= CompletionTokenBytes; n++ {
+				b := make([]byte, n)
+				for i := range b {
+					b[i] = byte(rng.UintN(256))
+				}
+				out = append(out, b)
+			}
+			return out
+		}(),
+		Decode: func(b []byte) ([]byte, bool) { return b, true },
+		Encode: func(b []byte) []byte { return b },
+	}
+	tokenHashPair = differential.Pair[string, string]{
+		Name: "CompletionTokenHash",
+		Fast: func(tok string) (string, error) { return CompletionTokenHash(tok), nil },
+		Reference: func(tok string) (string, error) {
+			sum := sha256.Sum256([]byte(tok))
+			return hex.EncodeToString(sum[:]), nil
+		},
+		Seeds: []string{"", "0190a1b2", "\xff"},
+		Generate: func(rng *rand.Rand) string {
+			tok := make([]byte, rng.IntN(100))
+			for i := range tok {
+				tok[i] = byte(rng.UintN(256))
+			}
+			return string(tok)
+		},
+		Count:  2000,
+		Decode: func(b []byte) (string, bool) { return string(b), true },
+		Encode: func(s string) []byte { return []byte(s) },
+	}
+)
+
+// TestNewCompletionTokenIsHex: a new token is the lower-case hex of
+// CompletionTokenBytes bytes.
+func TestNewCompletionTokenIsHex(t *testing.T) {
 	t.Parallel()
-	rng := rand.New(rand.NewPCG(24, 6))
-	for n := 0; n <= CompletionTokenBytes; n++ {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = byte(rng.UintN(256))
-		}
-		if got, want := hexString(b), hex.EncodeToString(b); got != want {
-			t.Fatalf("hexString(%x) = %q, want %q", b, got, want)
-		}
-	}
-	for range 2000 {
-		tok := make([]byte, rng.IntN(100))
-		for i := range tok {
-			tok[i] = byte(rng.UintN(256))
-		}
-		sum := sha256.Sum256(tok)
-		if got, want := CompletionTokenHash(string(tok)), hex.EncodeToString(sum[:]); got != want {
-			t.Fatalf("CompletionTokenHash(%q) = %q, want %q", tok, got, want)
-		}
-	}
 	for range 100 {
 		tok, err := NewCompletionToken()
 		if err != nil {

@@ -1,14 +1,9 @@
 package rules
 
 import (
-	"fmt"
-	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
 )
@@ -16,22 +11,6 @@ import (
 type jsonTok struct {
 	tok capsule.JSONToken
 	s   string
-}
-
-// spanWalkAgrees reports where walkJSONSpans and capsule.WalkJSON disagree
-// on raw: the tokens (the ones before an error included) and whether it is
-// an error. "" when they agree.
-func spanWalkAgrees(raw []byte) string {
-	var want, got []jsonTok
-	werr := capsule.WalkJSON(raw, func(tok capsule.JSONToken, s string) { want = append(want, jsonTok{tok, s}) })
-	gerr := walkJSONSpans(string(raw), func(tok capsule.JSONToken, s string) { got = append(got, jsonTok{tok, s}) })
-	if (werr == nil) != (gerr == nil) {
-		return fmt.Sprintf("%q: WalkJSON %v, spans %v", raw, werr, gerr)
-	}
-	if fmt.Sprint(want) != fmt.Sprint(got) {
-		return fmt.Sprintf("%q: WalkJSON %v, spans %v", raw, want, got)
-	}
-	return ""
 }
 
 // spanWalkCases are the edges of the grammar: escapes and surrogates valid,
@@ -52,79 +31,6 @@ var spanWalkCases = []string{
 }
 
 func nested(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
-
-// TestSpanWalkMatchesWalkJSON holds walkJSONSpans to capsule.WalkJSON: the
-// grammar's edges, the nesting bound on either side, the example capsules
-// and 300 one-byte changes of each (a byte replaced, inserted or dropped,
-// from the bytes that steer the scanner).
-func TestSpanWalkMatchesWalkJSON(t *testing.T) {
-	t.Parallel()
-	corpus := append([]string(nil), spanWalkCases...)
-	corpus = append(corpus, nested(999), nested(1000), nested(1001), `{"a":`+nested(999)+`}`, `{"a":`+nested(1000)+`}`)
-	files, err := filepath.Glob("../examples/capsules/*")
-	require.NoError(t, err)
-	require.NotEmpty(t, files, "the example capsules are the corpus")
-	r := rand.New(rand.NewPCG(11, 13))
-	steer := []string{`{`, `}`, `[`, `]`, `,`, `:`, `"`, `\`, `u`, `D`, `8`, `0`, `e`, `.`, `-`, ` `, "\xff", "\xc3", "\x01", "\n", `n`, `t`}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		corpus = append(corpus, string(b))
-		for range 300 {
-			at := r.IntN(len(b) + 1)
-			c := steer[r.IntN(len(steer))]
-			switch r.IntN(3) {
-			case 0:
-				if at < len(b) {
-					corpus = append(corpus, string(b[:at])+c+string(b[at+1:]))
-				}
-			case 1:
-				corpus = append(corpus, string(b[:at])+c+string(b[at:]))
-			default:
-				if at < len(b) {
-					corpus = append(corpus, string(b[:at])+string(b[at+1:]))
-				}
-			}
-		}
-	}
-	for _, doc := range corpus {
-		if msg := spanWalkAgrees([]byte(doc)); msg != "" {
-			t.Fatal(msg)
-		}
-	}
-}
-
-// TestSpanWalkRandomStrings holds the string decoding to WalkJSON's over
-// random strings of escapes, surrogate halves, multi-byte and invalid
-// UTF-8, quotes and backslashes.
-func TestSpanWalkRandomStrings(t *testing.T) {
-	t.Parallel()
-	parts := []string{`a`, `Z`, ` `, `\"`, `\\`, `\/`, `\n`, `\t`, `\u0041`, `\u00e9`, `\uD83D`, `\uDE00`, `\uDBFF\uDFFF`,
-		`\u12`, `\x`, `\`, `"`, "\xff", "\xc3", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xed\xa0\x80", "\x1f", "\x7f"}
-	r := rand.New(rand.NewPCG(17, 19))
-	for range 20000 {
-		var b strings.Builder
-		b.WriteString(`["`)
-		for range r.IntN(8) {
-			b.WriteString(parts[r.IntN(len(parts))])
-		}
-		b.WriteString(`","x"]`)
-		if msg := spanWalkAgrees([]byte(b.String())); msg != "" {
-			t.Fatal(msg)
-		}
-	}
-}
-
-func FuzzSpanWalkMatchesWalkJSON(f *testing.F) {
-	for _, c := range spanWalkCases {
-		f.Add([]byte(c))
-	}
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		if msg := spanWalkAgrees(raw); msg != "" {
-			t.Fatal(msg)
-		}
-	})
-}
 
 // BenchmarkWalk compares the span walk with capsule.WalkJSON on a sealed
 // capsule: every token, strings handed over.

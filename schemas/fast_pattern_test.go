@@ -2,18 +2,23 @@ package schemas
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/internal/differential"
 )
 
 // schemaPatterns returns every pattern in the capsule schema.
-func schemaPatterns(t *testing.T) []string {
+func schemaPatterns(t testing.TB) []string {
 	raw, err := os.ReadFile("capsule.schema.json")
 	require.NoError(t, err)
 	var doc any
@@ -40,29 +45,109 @@ func schemaPatterns(t *testing.T) []string {
 	return out
 }
 
-// TestClassPatternAgrees holds classPattern to regexp on every pattern of
-// the capsule schema (each must compile to one, so the fast check never
-// runs regexp on a valid capsule) and on other shapes it takes, over
-// strings built to match each branch, one edit away from those, and drawn
-// from each class's edges (either side of every range), other scripts and
+// patternCase is a string to match against a pattern.
+type patternCase struct{ expr, s string }
+
+// extraPatterns are shapes classPattern takes besides the schema's.
+var extraPatterns = []string{`^$`, `^[^x]+x$`, `^a{2,}b+$`, `^(?:ab|[cd]{2}|e?)$`, `^[a-c]{0,3}-[0-9]$`, `^é+😀{1,2}$`, `^\d+$`, `^[\p{Greek}]{1,3}$`}
+
+// allPatterns are the schema's patterns and extraPatterns.
+var allPatterns = sync.OnceValue(func() []string {
+	var ps []string
+	raw, err := os.ReadFile("capsule.schema.json")
+	var doc any
+	if err == nil && json.Unmarshal(raw, &doc) == nil {
+		ps = collectPatterns(doc, ps)
+	}
+	return append(ps, extraPatterns...)
+})
+
+func collectPatterns(v any, out []string) []string {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if p, ok := e.(string); ok && k == "pattern" {
+				out = append(out, p)
+			}
+			out = collectPatterns(e, out)
+		}
+	case []any:
+		for _, e := range x {
+			out = collectPatterns(e, out)
+		}
+	}
+	return out
+}
+
+// compiledRegexps caches the reference's compilations.
+var compiledRegexps sync.Map
+
+// classPatternPair holds classPattern to regexp on every pattern of the
+// capsule schema (each must compile to one, so the fast check never runs
+// regexp on a valid capsule) and on other shapes it takes, over strings
+// built to match each branch, one edit away from those, and drawn from
+// each class's edges (either side of every range), other scripts and
 // invalid UTF-8.
-func TestClassPatternAgrees(t *testing.T) {
-	t.Parallel()
-	r := rand.New(rand.NewPCG(5, 8))
-	extra := []string{`^$`, `^[^x]+x$`, `^a{2,}b+$`, `^(?:ab|[cd]{2}|e?)$`, `^[a-c]{0,3}-[0-9]$`, `^é+😀{1,2}$`, `^\d+$`, `^[\p{Greek}]{1,3}$`}
-	for _, expr := range append(schemaPatterns(t), extra...) {
-		p := compileClassPattern(expr)
-		require.NotNil(t, p, "not compiled: %s", expr)
-		re := regexp.MustCompile(expr)
-		matched := 0
-		for _, s := range patternInputs(r, p) {
-			want := re.MatchString(s)
-			require.Equal(t, want, p.match(s), "%s on %q", expr, s)
-			if want {
-				matched++
+var classPatternPair = differential.Pair[patternCase, bool]{
+	Name: "ClassPattern",
+	Fast: func(c patternCase) (bool, error) {
+		p := compileClassPattern(c.expr)
+		if p == nil {
+			return false, fmt.Errorf("not compiled: %s", c.expr)
+		}
+		return p.match(c.s), nil
+	},
+	Reference: func(c patternCase) (bool, error) {
+		re, ok := compiledRegexps.Load(c.expr)
+		if !ok {
+			re, _ = compiledRegexps.LoadOrStore(c.expr, regexp.MustCompile(c.expr))
+		}
+		return re.(*regexp.Regexp).MatchString(c.s), nil
+	},
+	Seeds: func() (out []patternCase) {
+		r := rand.New(rand.NewPCG(5, 8))
+		for _, expr := range allPatterns() {
+			if p := compileClassPattern(expr); p != nil {
+				for _, s := range patternInputs(r, p) {
+					out = append(out, patternCase{expr, s})
+				}
 			}
 		}
-		require.Positive(t, matched, expr)
+		return out
+	}(),
+	// A pattern's index, then the string.
+	Decode: func(b []byte) (patternCase, bool) {
+		ps := allPatterns()
+		if len(b) == 0 || len(ps) == 0 {
+			return patternCase{}, false
+		}
+		return patternCase{ps[int(b[0])%len(ps)], string(b[1:])}, true
+	},
+	Encode: func(c patternCase) []byte {
+		i := slices.Index(allPatterns(), c.expr)
+		return append([]byte{byte(i)}, c.s...)
+	},
+}
+
+// FuzzClassPattern runs classPatternPair on the fuzzer's strings.
+func FuzzClassPattern(f *testing.F) { differential.Fuzz(f, classPatternPair) }
+
+// TestClassPatternsCompile: every pattern of the schema, and each extra
+// shape, compiles to a class pattern, and its seeds match it somewhere
+// (so the pair's agreement covers matches as well as misses).
+func TestClassPatternsCompile(t *testing.T) {
+	t.Parallel()
+	require.NotEmpty(t, schemaPatterns(t))
+	require.Equal(t, len(schemaPatterns(t))+len(extraPatterns), len(allPatterns()))
+	matched := map[string]int{}
+	for _, c := range classPatternPair.Seeds {
+		if ok, _ := classPatternPair.Reference(c); ok {
+			matched[c.expr]++
+		}
+	}
+	for _, expr := range allPatterns() {
+		require.NotNil(t, compileClassPattern(expr), "not compiled: %s", expr)
+		require.Positive(t, matched[expr], expr)
 	}
 }
 

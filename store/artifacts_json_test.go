@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,23 +18,72 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/differential"
 	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/internal/natstest"
 )
 
-func requireArtifactAsMarshal(t *testing.T, a *capsule.Artifact) {
-	t.Helper()
-	want, wantErr := json.Marshal(a)
-	got, err := appendArtifact([]byte("prefix"), a)
-	if n := len(got); err == nil && plainArtifact(a) && n-len("prefix") > artifactLen(a) {
-		t.Fatalf("%d bytes, room for %d", n, artifactLen(a))
+// artifactJSONPair holds Put's encoding of an artifact to json.Marshal:
+// the same bytes after what the buffer held, or the same error; and a
+// plain artifact fits the room artifactLen makes for it.
+var artifactJSONPair = differential.Pair[*capsule.Artifact, string]{
+	Name: "ArtifactJSON",
+	Fast: func(a *capsule.Artifact) (string, error) {
+		got, err := appendArtifact([]byte("prefix"), a)
+		if err != nil {
+			return "", err
+		}
+		if n := len(got) - len("prefix"); plainArtifact(a) && n > artifactLen(a) {
+			return "", fmt.Errorf("%d bytes, room for %d", n, artifactLen(a))
+		}
+		if !strings.HasPrefix(string(got), "prefix") {
+			return "", errors.New("the buffer's bytes were overwritten")
+		}
+		return string(got[len("prefix"):]), nil
+	},
+	Reference: func(a *capsule.Artifact) (string, error) { b, err := json.Marshal(a); return string(b), err },
+	Errors:    differential.SameError,
+	Seeds: func() (out []*capsule.Artifact) {
+		for _, c := range artifactContents {
+			out = append(out, fuzzArtifact("artifact:x/1", "application/json", c, 3, 0.01, 1700000000123456789))
+		}
+		return append(out, fuzzArtifact("a<b>&\"c\"\\\u2028", "\xff", "{\"a\":\"\u2029\"}", -1, 1e-7, -62135596800000000000/1e9))
+	}(),
+	Generate: randomArtifact,
+	Count:    20000,
+	// Size, dollars and nanoseconds (8 bytes each), then the ref, the
+	// media type and the content, apart by zero bytes.
+	Decode: func(b []byte) (*capsule.Artifact, bool) {
+		if len(b) < 24 {
+			return nil, false
+		}
+		parts := strings.SplitN(string(b[24:]), "\x00", 3)
+		for len(parts) < 3 {
+			parts = append(parts, "")
+		}
+		return fuzzArtifact(parts[0], parts[1], parts[2], int64(binary.LittleEndian.Uint64(b)),
+			math.Float64frombits(binary.LittleEndian.Uint64(b[8:])), int64(binary.LittleEndian.Uint64(b[16:]))), true
+	},
+	Encode: func(a *capsule.Artifact) []byte {
+		b := binary.LittleEndian.AppendUint64(nil, uint64(a.Size))
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(a.Usage.Dollars))
+		b = binary.LittleEndian.AppendUint64(b, uint64(a.CreatedAt.UnixNano()))
+		return append(b, a.Ref+"\x00"+a.MediaType+"\x00"+string(a.Content)...)
+	},
+}
+
+// fuzzArtifact is an artifact with every member set from a few values.
+func fuzzArtifact(ref, media, content string, n int64, dollars float64, nanos int64) *capsule.Artifact {
+	return &capsule.Artifact{
+		SchemaVersion: "1.0", Ref: ref, CapsuleID: ref, ProducerAgentID: media, MediaType: media, SHA256: ref,
+		Cycle: int(n), Size: n, Usage: capsule.Usage{Tokens: n, Dollars: dollars},
+		CreatedAt: time.Unix(0, nanos).UTC(), Content: json.RawMessage(content),
 	}
-	if (err != nil) != (wantErr != nil) || err != nil && err.Error() != wantErr.Error() {
-		t.Fatalf("%+v: error %v, json.Marshal's %v", a, err, wantErr)
-	}
-	if wantErr == nil && string(got) != "prefix"+string(want) {
-		t.Fatalf("%+v:\n got %s\nwant prefix%s", a, got, want)
-	}
+}
+
+func TestDifferential(t *testing.T) {
+	t.Parallel()
+	differential.RunAll(t, differential.Registry{artifactJSONPair, objectInfoPair, phaseSubjectPair})
 }
 
 // artifactContents are contents of every shape: none, empty, JSON written
@@ -45,14 +95,11 @@ var artifactContents = []string{
 	`[true,false,null]`, `{"a":1`, `nope`, `{"a":1} {}`, "\"\xff\"", `"\ud800"`, ` 12 `, `[]`, "{\"\u00e2\":1}",
 }
 
-// TestArtifactJSONAsMarshal holds Put's encoding of an artifact to
-// json.Marshal: strings of every shape (JSON escapes, HTML characters,
-// non-ASCII, invalid UTF-8), numbers to their limits, dollars across
-// encoding/json's switch to exponents, times MarshalJSON refuses, and
-// contents of every shape.
-func TestArtifactJSONAsMarshal(t *testing.T) {
-	t.Parallel()
-	rng := rand.New(rand.NewPCG(24, 11))
+// randomArtifact is an artifact of strings of every shape (JSON escapes,
+// HTML characters, non-ASCII, invalid UTF-8), numbers to their limits,
+// dollars across encoding/json's switch to exponents, times MarshalJSON
+// refuses, and contents of every shape.
+func randomArtifact(rng *rand.Rand) *capsule.Artifact {
 	const alphabet = "abcXYZ019-_/.=:\"\\<>&\n\x7f\x00é\xff "
 	str := func() string {
 		b := make([]byte, rng.IntN(12))
@@ -66,21 +113,19 @@ func TestArtifactJSONAsMarshal(t *testing.T) {
 	}
 	dollars := []float64{0, math.Copysign(0, -1), 0.01, 1e-6, 9.99e-7, 1e21, 9.99e20, 123456.789, 1e-300, -2.5,
 		math.MaxFloat64, math.SmallestNonzeroFloat64, math.Inf(1), math.NaN()}
-	for range 20000 {
-		a := capsule.Artifact{
-			SchemaVersion: str(), Ref: str(), CapsuleID: str(), ProducerAgentID: str(), MediaType: str(), SHA256: str(),
-			Cycle: int(rng.Int64()) >> rng.IntN(64), Size: rng.Int64() >> rng.IntN(64),
-			Usage:     capsule.Usage{Tokens: rng.Int64() >> rng.IntN(64) * int64(1-2*rng.IntN(2)), Dollars: dollars[rng.IntN(len(dollars))]},
-			CreatedAt: artifactTime(rng),
-		}
-		if rng.IntN(4) == 0 {
-			a.Usage.Dollars = math.Float64frombits(rng.Uint64())
-		}
-		if c := artifactContents[rng.IntN(len(artifactContents))]; c != "" || rng.IntN(2) == 0 {
-			a.Content = json.RawMessage(c)
-		}
-		requireArtifactAsMarshal(t, &a)
+	a := capsule.Artifact{
+		SchemaVersion: str(), Ref: str(), CapsuleID: str(), ProducerAgentID: str(), MediaType: str(), SHA256: str(),
+		Cycle: int(rng.Int64()) >> rng.IntN(64), Size: rng.Int64() >> rng.IntN(64),
+		Usage:     capsule.Usage{Tokens: rng.Int64() >> rng.IntN(64) * int64(1-2*rng.IntN(2)), Dollars: dollars[rng.IntN(len(dollars))]},
+		CreatedAt: artifactTime(rng),
 	}
+	if rng.IntN(4) == 0 {
+		a.Usage.Dollars = math.Float64frombits(rng.Uint64())
+	}
+	if c := artifactContents[rng.IntN(len(artifactContents))]; c != "" || rng.IntN(2) == 0 {
+		a.Content = json.RawMessage(c)
+	}
+	return &a
 }
 
 func artifactTime(rng *rand.Rand) time.Time {
@@ -96,21 +141,8 @@ func artifactTime(rng *rand.Rand) time.Time {
 }
 
 // FuzzArtifactJSON: any artifact Put encodes is encoded as json.Marshal
-// encodes it, or refused with its error.
-func FuzzArtifactJSON(f *testing.F) {
-	for _, c := range artifactContents {
-		f.Add("artifact:x/1", "application/json", c, int64(3), 0.01, int64(1700000000123456789))
-	}
-	f.Add("a<b>&\"c\"\\\u2028", "\xff", "{\"a\":\"\u2029\"}", int64(-1), 1e-7, int64(-62135596800000000000/1e9))
-	f.Fuzz(func(t *testing.T, ref, media, content string, n int64, dollars float64, nanos int64) {
-		a := capsule.Artifact{
-			SchemaVersion: "1.0", Ref: ref, CapsuleID: ref, ProducerAgentID: media, MediaType: media, SHA256: ref,
-			Cycle: int(n), Size: n, Usage: capsule.Usage{Tokens: n, Dollars: dollars},
-			CreatedAt: time.Unix(0, nanos).UTC(), Content: json.RawMessage(content),
-		}
-		requireArtifactAsMarshal(t, &a)
-	})
-}
+// encodes it, or refused with its error (artifactJSONPair).
+func FuzzArtifactJSON(f *testing.F) { differential.Fuzz(f, artifactJSONPair) }
 
 // BenchmarkArtifactJSON encodes the artifact the stub executor makes, by
 // hand and by json.Marshal.

@@ -2,7 +2,9 @@ package jspub
 
 import (
 	"context"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -11,32 +13,67 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/internal/differential"
 	"github.com/sagad/sagad/internal/natstest"
 )
 
-// TestHeadersAsSet: Headers holds what nats.Header.Set would, whatever the
+// headerOps is a sequence of Sets on headers made for size.
+type headerOps struct {
+	size int
+	sets [][2]string
+}
+
+// apply runs ops on h, then Adds "added" to each key in turn, and returns
+// the headers after the Sets and after each Add.
+func (ops headerOps) apply(set func(k, v string), m func() nats.Header) []nats.Header {
+	for _, kv := range ops.sets {
+		set(kv[0], kv[1])
+	}
+	out := []nats.Header{cloneHeader(m())}
+	keys := slices.Sorted(maps.Keys(m()))
+	for _, k := range keys {
+		m().Add(k, "added")
+		out = append(out, cloneHeader(m()))
+	}
+	return out
+}
+
+func cloneHeader(h nats.Header) nats.Header {
+	c := make(nats.Header, len(h))
+	for k, v := range h {
+		c[k] = slices.Clone(v)
+	}
+	return c
+}
+
+// headersPair: Headers holds what nats.Header.Set would, whatever the
 // order, repeats and count against the size given, and a later Add to one
 // key leaves the others' values alone (they share one array).
-func TestHeadersAsSet(t *testing.T) {
-	t.Parallel()
-	r := rand.New(rand.NewPCG(5, 6))
-	keys := []string{"A", "b", "Nats-Expected-Last-Subject-Sequence", "Saga-Key", "saga-key", "Nats-TTL"}
-	for range 2000 {
-		size := r.IntN(5)
-		h := NewHeaders(size)
-		want := nats.Header{}
+var headersPair = differential.Pair[headerOps, []nats.Header]{
+	Name: "HeadersAsSet",
+	Fast: func(ops headerOps) ([]nats.Header, error) {
+		h := NewHeaders(ops.size)
+		return ops.apply(h.Set, h.Map), nil
+	},
+	Reference: func(ops headerOps) ([]nats.Header, error) {
+		h := nats.Header{}
+		return ops.apply(h.Set, func() nats.Header { return h }), nil
+	},
+	Seeds: []headerOps{{}, {size: 2, sets: [][2]string{{"A", "1"}, {"a", "2"}, {"A", "3"}}}},
+	Generate: func(r *rand.Rand) headerOps {
+		keys := []string{"A", "b", "Nats-Expected-Last-Subject-Sequence", "Saga-Key", "saga-key", "Nats-TTL"}
+		ops := headerOps{size: r.IntN(5)}
 		for n := r.IntN(8); n > 0; n-- {
-			k, v := keys[r.IntN(len(keys))], strconv.Itoa(r.IntN(1000))
-			h.Set(k, v)
-			want.Set(k, v)
+			ops.sets = append(ops.sets, [2]string{keys[r.IntN(len(keys))], strconv.Itoa(r.IntN(1000))})
 		}
-		require.Equal(t, want, h.Map())
-		for k := range want {
-			h.Map().Add(k, "added")
-			want.Add(k, "added")
-			require.Equal(t, want, h.Map())
-		}
-	}
+		return ops
+	},
+	Count: 2000,
+}
+
+func TestDifferential(t *testing.T) {
+	t.Parallel()
+	differential.RunAll(t, differential.Registry{directEntryPair, headersPair})
 }
 
 // TestKVMsgsAsSet: the KV update and purge messages carry the headers the

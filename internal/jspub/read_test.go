@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/internal/differential"
 	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/internal/natstest"
 )
@@ -169,33 +170,45 @@ func TestKVReaderDeadline(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 }
 
-// TestValidKeyAsClient holds ValidKey to the KV client's own check (its
+// validKeyRule is the KV client's rule for a key, as its documentation
+// states it.
+var validKeyRule = regexp.MustCompile(`^[-/_=\.a-zA-Z0-9]+$`)
+
+// validKeyPair holds ValidKey to the KV client's own check (its
 // ErrInvalidKey, given before any request) over every byte and random
 // strings of the characters that matter.
-func TestValidKeyAsClient(t *testing.T) {
-	t.Parallel()
-	// The KV client's rule, as its documentation states it.
-	re := regexp.MustCompile(`^[-/_=\.a-zA-Z0-9]+$`)
-	client := func(k string) bool {
-		return k != "" && k[0] != '.' && k[len(k)-1] != '.' && !strings.Contains(k, "..") && re.MatchString(k)
-	}
-	var keys []string
-	for b := range 256 {
-		keys = append(keys, string(rune(b)), "a"+string([]byte{byte(b)})+"b", string([]byte{byte(b)}))
-	}
-	const alphabet = "ab.-/_=*> Z9\x00é."
-	rng := rand.New(rand.NewPCG(3, 4))
-	for range 20000 {
+var validKeyPair = differential.Pair[string, bool]{
+	Name: "ValidKey",
+	Fast: func(k string) (bool, error) { return jspub.ValidKey(k), nil },
+	Reference: func(k string) (bool, error) {
+		return k != "" && k[0] != '.' && k[len(k)-1] != '.' && !strings.Contains(k, "..") && validKeyRule.MatchString(k), nil
+	},
+	Seeds: func() (keys []string) {
+		for b := range 256 {
+			keys = append(keys, string(rune(b)), "a"+string([]byte{byte(b)})+"b", string([]byte{byte(b)}))
+		}
+		return keys
+	}(),
+	Generate: func(rng *rand.Rand) string {
+		alphabet := []rune("ab.-/_=*> Z9\x00é.")
 		var sb strings.Builder
 		for range rng.IntN(8) {
-			sb.WriteString(string([]rune(alphabet)[rng.IntN(len([]rune(alphabet)))]))
+			sb.WriteRune(alphabet[rng.IntN(len(alphabet))])
 		}
-		keys = append(keys, sb.String())
-	}
-	for _, k := range keys {
-		require.Equal(t, client(k), jspub.ValidKey(k), "key %q", k)
-	}
+		return sb.String()
+	},
+	Count:  20000,
+	Decode: func(b []byte) (string, bool) { return string(b), true },
+	Encode: func(s string) []byte { return []byte(s) },
 }
+
+func TestDifferentialExternal(t *testing.T) {
+	t.Parallel()
+	differential.RunAll(t, differential.Registry{validKeyPair})
+}
+
+// FuzzValidKey runs validKeyPair on the fuzzer's keys.
+func FuzzValidKey(f *testing.F) { differential.Fuzz(f, validKeyPair) }
 
 // TestValidKeyAsKVGet: the same against the KV client itself on a server,
 // for a sample (each valid key is a request).

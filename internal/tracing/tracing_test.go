@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sagad/sagad/internal/differential"
 	"github.com/sagad/sagad/internal/tracing"
 )
 
@@ -65,72 +66,82 @@ func TestFormatTraceparent(t *testing.T) {
 	require.Empty(t, tracing.Traceparent(context.Background()))
 }
 
-func FuzzParseTraceparent(f *testing.F) {
-	f.Add(valid)
-	f.Add("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-x")
-	f.Fuzz(func(t *testing.T, s string) {
-		sc, err := tracing.ParseTraceparent(s)
-		require.Equal(t, err == nil, tracing.ValidTraceparent(s), "ValidTraceparent disagrees with the parser on %q", s)
-		if err != nil {
+// validTraceparentPair holds ValidTraceparent to the parser: over
+// traceparents valid and a byte, a dash or a length away from valid, every
+// version, and all-zero ids. Whatever parses is a valid context and
+// formats back to its version-00 form, which parses to the same.
+var validTraceparentPair = differential.Pair[string, bool]{
+	Name: "ValidTraceparent",
+	Fast: func(s string) (bool, error) { return tracing.ValidTraceparent(s), nil },
+	Reference: func(s string) (bool, error) {
+		_, err := tracing.ParseTraceparent(s)
+		return err == nil, nil
+	},
+	Compare: func(t testing.TB, s string, fast, ref bool) {
+		require.Equal(t, ref, fast, "ValidTraceparent disagrees with the parser on %q", s)
+		if !ref {
 			return
 		}
-		// Whatever parses is a valid context and formats back to its
-		// version-00 form, which parses to the same.
+		sc, err := tracing.ParseTraceparent(s)
+		require.NoError(t, err)
 		require.True(t, sc.IsValid())
 		back, err := tracing.ParseTraceparent(tracing.FormatTraceparent(sc))
 		require.NoError(t, err)
 		require.Equal(t, sc, back)
-	})
-}
-
-// TestValidTraceparentAsParse holds ValidTraceparent to the parser over
-// traceparents valid and a byte, a dash or a length away from valid, every
-// version, and all-zero ids.
-func TestValidTraceparentAsParse(t *testing.T) {
-	t.Parallel()
-	rng := rand.New(rand.NewPCG(24, 6))
-	const alphabet = "0123456789abcdefABF-xz"
-	cases := []string{"", valid, "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+	},
+	Seeds: []string{"", valid, "00-00000000000000000000000000000000-b7ad6b7169203331-01",
 		"00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01", "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 		"01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-more", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-more",
-		"01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01more"}
-	for range 20000 {
-		b := []byte(valid)
-		for i := range b {
-			if b[i] != '-' {
-				b[i] = "0123456789abcdef"[rng.IntN(16)]
-			}
+		"01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01more", "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-x"},
+	Generate: nearTraceparent,
+	Count:    20000,
+	Decode:   func(b []byte) (string, bool) { return string(b), true },
+	Encode:   func(s string) []byte { return []byte(s) },
+}
+
+func TestDifferential(t *testing.T) {
+	t.Parallel()
+	differential.RunAll(t, differential.Registry{validTraceparentPair})
+}
+
+func FuzzParseTraceparent(f *testing.F) { differential.Fuzz(f, validTraceparentPair) }
+
+// nearTraceparent is a random traceparent, mostly of version 00 or ff,
+// sometimes with an all-zero id, then changed by up to two bytes replaced,
+// cut or added.
+func nearTraceparent(rng *rand.Rand) string {
+	const alphabet = "0123456789abcdefABF-xz"
+	b := []byte(valid)
+	for i := range b {
+		if b[i] != '-' {
+			b[i] = "0123456789abcdef"[rng.IntN(16)]
 		}
-		if rng.IntN(4) == 0 { // the version's digits are where the rules differ
-			b[0], b[1] = "0f"[rng.IntN(2)], "0f1"[rng.IntN(3)]
-		}
-		if rng.IntN(8) == 0 { // an all-zero id
-			lo, hi := 3, 35
-			if rng.IntN(2) == 0 {
-				lo, hi = 36, 52
-			}
-			for i := lo; i < hi; i++ {
-				b[i] = '0'
-			}
-		}
-		for range rng.IntN(3) {
-			switch rng.IntN(3) {
-			case 0:
-				if len(b) > 0 {
-					b[rng.IntN(len(b))] = alphabet[rng.IntN(len(alphabet))]
-				}
-			case 1:
-				b = b[:rng.IntN(len(b)+1)]
-			case 2:
-				b = append(b, alphabet[rng.IntN(len(alphabet))])
-			}
-		}
-		cases = append(cases, string(b))
 	}
-	for _, s := range cases {
-		_, err := tracing.ParseTraceparent(s)
-		require.Equal(t, err == nil, tracing.ValidTraceparent(s), s)
+	if rng.IntN(4) == 0 { // the version's digits are where the rules differ
+		b[0], b[1] = "0f"[rng.IntN(2)], "0f1"[rng.IntN(3)]
 	}
+	if rng.IntN(8) == 0 { // an all-zero id
+		lo, hi := 3, 35
+		if rng.IntN(2) == 0 {
+			lo, hi = 36, 52
+		}
+		for i := lo; i < hi; i++ {
+			b[i] = '0'
+		}
+	}
+	for range rng.IntN(3) {
+		switch rng.IntN(3) {
+		case 0:
+			if len(b) > 0 {
+				b[rng.IntN(len(b))] = alphabet[rng.IntN(len(alphabet))]
+			}
+		case 1:
+			b = b[:rng.IntN(len(b)+1)]
+		case 2:
+			b = append(b, alphabet[rng.IntN(len(alphabet))])
+		}
+	}
+	return string(b)
 }
 
 func TestTraceIDOf(t *testing.T) {

@@ -42,7 +42,7 @@ func floorSubject(i int) string { return "bench.floor." + strconv.Itoa(i) }
 // then each phase's compare-and-set, EXECUTION's and REVIEW's claims
 // included). They follow sagad's checkpoints as these grow: TestSmoke
 // holds every request of the floor to sagad's in bytes (RoundTrips.Bytes).
-var floorCheckpointSizes = [...]int{747, 850, 960, 1064, 1317, 1345, 1553, 1591, 1696}
+var floorCheckpointSizes = [...]int{599, 641, 696, 738, 990, 963, 1171, 1157, 1207}
 
 // Sizes of the other values sagad writes for a valid capsule.
 const (
