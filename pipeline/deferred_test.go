@@ -42,34 +42,60 @@ func requireSevenPhases(t *testing.T, s client.Status) {
 }
 
 // TestDeferredPlanningSurvivesACrash: PLANNING's advance is written with
-// AUTOMATED_GATES' first write. While AUTOMATED_GATES is paused, the
-// checkpoint still stands at PLANNING with the message naming the deferred
-// advance queued; a sagad that dies there and one started afterwards resume
-// from what was written, and the history shows every phase.
+// AUTOMATED_GATES' first write, and both with EXECUTION's claim. While
+// AUTOMATED_GATES (or EXECUTION) is paused, the checkpoint still stands at
+// PLANNING with the message naming the deferred advances queued; a sagad
+// that dies there and one started afterwards resume from what was written,
+// and the history shows every phase.
 func TestDeferredPlanningSurvivesACrash(t *testing.T) {
+	t.Parallel()
+	for _, ph := range []capsule.Phase{capsule.AutomatedGates, capsule.Execution} {
+		t.Run(ph.String(), func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			ctx := context.Background()
+			a := f.admin(t)
+			require.NoError(t, a.PausePhase(ctx, ph))
+			raw := capsuletest.New().Sealed(t)
+			id := idOf(t, raw)
+			f.publish(t, raw)
+			queued(t, f, ph, 1)
+			s, err := f.client.Status(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, capsule.InProgress, s.State)
+			require.Equal(t, int(capsule.Planning), s.Phase, "the deferred advances are not written yet")
+			require.Len(t, s.History, 2)
+
+			stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			f.pipe.Stop(stopCtx)
+			cancel()
+			f.pipe = f.start(t, f.cfg)
+			require.NoError(t, a.ResumePhase(ctx, ph))
+			requireSevenPhases(t, f.wait(t, id))
+			require.Equal(t, int64(1), f.executed.Load())
+			requireOutcomes(t, f, 1)
+		})
+	}
+}
+
+// TestDeferredGatesOnlyWhenPure: AUTOMATED_GATES writes its advance itself
+// when more than the capsule's bytes decided it (here a wave reservation):
+// the capsule queued at a paused EXECUTION stands at EXECUTION.
+func TestDeferredGatesOnlyWhenPure(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
 	a := f.admin(t)
-	require.NoError(t, a.PausePhase(ctx, capsule.AutomatedGates))
-	raw := capsuletest.New().Sealed(t)
-	id := idOf(t, raw)
-	f.publish(t, raw)
-	queued(t, f, capsule.AutomatedGates, 1)
-	s, err := f.client.Status(ctx, id)
+	require.NoError(t, a.PausePhase(ctx, capsule.Execution))
+	d := f.own(t, capsuletest.New().Set("wave_id", "wave-pure"))
+	f.publish(t, d.Sealed(t))
+	queued(t, f, capsule.Execution, 1)
+	s, err := f.client.Status(ctx, d.ID())
 	require.NoError(t, err)
-	require.Equal(t, capsule.InProgress, s.State)
-	require.Equal(t, int(capsule.Planning), s.Phase, "PLANNING's advance is not written yet")
-	require.Len(t, s.History, 2)
-
-	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	f.pipe.Stop(stopCtx)
-	cancel()
-	f.pipe = f.start(t, f.cfg)
-	require.NoError(t, a.ResumePhase(ctx, capsule.AutomatedGates))
-	requireSevenPhases(t, f.wait(t, id))
-	require.Equal(t, int64(1), f.executed.Load())
-	requireOutcomes(t, f, 1)
+	require.Equal(t, int(capsule.Execution), s.Phase)
+	require.Len(t, s.History, 4)
+	require.NoError(t, a.ResumePhase(ctx, capsule.Execution))
+	requireSevenPhases(t, f.wait(t, d.ID()))
 }
 
 // TestDeferredPlanningHeldByAPause: a capsule a person paused while the
@@ -142,7 +168,7 @@ func TestDeferredPlanningAsWritten(t *testing.T) {
 		w, d := written.History[i], deferred.History[i]
 		require.Equal(t, []any{w.Phase, w.Cycle, w.Outcome, w.Detail}, []any{d.Phase, d.Cycle, d.Outcome, d.Detail})
 	}
-	require.Equal(t, writesWritten-1, writesDeferred, "PLANNING's advance costs no write of its own")
+	require.Equal(t, writesWritten-2, writesDeferred, "PLANNING's and AUTOMATED_GATES' advances cost no write of their own")
 }
 
 // TestDeferredHeaderIsNotTrusted: a phase message naming a deferred advance
@@ -164,7 +190,9 @@ func TestDeferredHeaderIsNotTrusted(t *testing.T) {
 	cp, _, err := st.Checkpoints.Get(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, capsule.Planning, cp.State.Phase)
-	forged := store.EncodeDeferredMsg(cp, capsule.AutomatedGates, []store.Deferred{{Phase: capsule.Planning, At: time.Now()}})
+	next := cp.Clone()
+	next.State.Phase = capsule.AutomatedGates
+	forged := store.EncodeDeferredMsg(next, []store.Deferred{{Phase: capsule.Planning, At: time.Now()}})
 	_, err = f.js.PublishMsg(ctx, forged)
 	require.NoError(t, err)
 	s := f.wait(t, id)

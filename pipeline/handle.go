@@ -150,8 +150,8 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	if d.Action == phases.Retry {
 		return runner.NakAfter(d.Delay, d.Err), false
 	}
-	if r.deferrable(d) {
-		return r.deferAdvance(ctx, start), false
+	if next, ok := r.deferrable(d, start); ok {
+		return r.deferAdvance(ctx, next, start), false
 	}
 	// Record what happened even if sagad is stopping (or ctx's time is
 	// about to run out): a fresh bound then, not a timer per message.
@@ -700,6 +700,16 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 			// Parked here, maybe by a delivery that died before writing the
 			// continuation: write it (again) before dropping the message.
 			if err := p.st.Emit(ctx, cp, 0, nil, raw, lockPaths); err != nil {
+				return runner.Retry(err)
+			}
+		}
+		if cp.Terminal() && ph == capsule.Execution && len(lockPaths) > 0 {
+			// A run from a stale cached checkpoint may have taken the
+			// capsule's locks before its claim failed; a capsule that ended
+			// before reaching EXECUTION (cancelled while the message naming
+			// its deferred advances waited) has no EXECUTION transition
+			// whose re-emit would release them. An ended capsule holds none.
+			if err := p.st.Locks.ReleaseAll(ctx, lockPaths, cp.Key); err != nil {
 				return runner.Retry(err)
 			}
 		}

@@ -79,16 +79,14 @@ func encodeDeferred(d []Deferred) string {
 	return string(b)
 }
 
-// EncodeDeferredMsg is the message that sends the capsule of cp, which
-// stands at a phase whose advance deferred names last, on to phase next of
-// the same cycle without a checkpoint write.
-func EncodeDeferredMsg(cp *capsule.Checkpoint, next capsule.Phase, deferred []Deferred) *nats.Msg {
+// EncodeDeferredMsg is the message that sends the capsule to the phase and
+// cycle of next, the checkpoint the advances deferred names lead to, which
+// is not written: the receiving phase decides them again and writes them.
+func EncodeDeferredMsg(next *capsule.Checkpoint, deferred []Deferred) *nats.Msg {
 	h := jspub.NewHeaders(6)
-	capsuleHeaders(&h, cp)
-	h.Set(HeaderPhase, strconv.Itoa(int(next)))
-	h.Set(HeaderCycle, strconv.Itoa(cp.State.Cycle))
+	phaseHeaders(&h, next, "")
 	h.Set(HeaderDeferred, encodeDeferred(deferred))
-	return jspub.NewMsg(PhaseSubject(next), nil, h)
+	return jspub.NewMsg(PhaseSubject(next.State.Phase), nil, h)
 }
 
 // PublishDeferred sends a message of [EncodeDeferredMsg] and waits for its

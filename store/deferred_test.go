@@ -14,10 +14,10 @@ import (
 func TestDeferredMsgRoundTrip(t *testing.T) {
 	t.Parallel()
 	cp := &capsule.Checkpoint{Key: "0f8fad5b-d9cb-469f-a165-70867728950e", CapsuleID: "c1", TraceID: "t1"}
-	cp.State.Phase, cp.State.Cycle = capsule.Planning, 1
+	cp.State.Phase, cp.State.Cycle = capsule.AutomatedGates, 1
 	at := time.Unix(1_700_000_000, 123).UTC()
 	d := []store.Deferred{{Phase: capsule.Planning, At: at}}
-	m := store.EncodeDeferredMsg(cp, capsule.AutomatedGates, d)
+	m := store.EncodeDeferredMsg(cp, d)
 	require.Equal(t, store.PhaseSubject(capsule.AutomatedGates), m.Subject)
 	require.Empty(t, m.Data)
 	got, cause, err := store.DecodePhaseMsg(m.Header)
@@ -62,8 +62,9 @@ func FuzzDecodeDeferred(f *testing.F) {
 			}
 		}
 		cp := &capsule.Checkpoint{Key: "k"}
+		cp.State.Phase = capsule.Execution
 		if len(d) > 0 {
-			m := store.EncodeDeferredMsg(cp, capsule.Execution, d)
+			m := store.EncodeDeferredMsg(cp, d)
 			if got := m.Header.Get(store.HeaderDeferred); got != v {
 				t.Fatalf("%q encodes back as %q", v, got)
 			}
