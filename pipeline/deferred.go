@@ -25,7 +25,9 @@ import (
 //   - The phase still consumes its message: a paused phase (its consumer
 //     paused) holds the capsule as before, and a capsule paused by a person
 //     is in no state a deferred phase is caught up from (catchUp requires
-//     it in progress at that phase and cycle), so its message is dropped.
+//     it in progress at that phase), so its message is dropped; the first
+//     write (a compare-and-set on the revision read) proves the checkpoint
+//     was current, as it does for any phase started from the cache.
 //   - Nothing is taken from the message: the receiving phase computes each
 //     deferred decision itself. A forged header can only make it compute
 //     what the deferring phase would have.
