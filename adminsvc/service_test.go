@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -189,9 +190,19 @@ func TestService(t *testing.T) {
 	require.True(t, ph[capsule.Execution].Paused)
 	held := capsuletest.New().Set("target", "file:go.mod").Set("constraints.resource_locks_required", []any{"go.mod"})
 	f.publish(t, held)
+	// Its message waits at EXECUTION (its checkpoint shows PLANNING until
+	// EXECUTION's claim writes the deferred advances).
 	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
-		s, err := f.pipeline.Status(context.Background(), held.ID())
-		return err == nil && s.Phase == int(capsule.Execution)
+		js, err := jetstream.New(f.nc)
+		if err != nil {
+			return false
+		}
+		cons, err := js.Consumer(context.Background(), store.PhaseStream(capsule.Execution), store.ConsumerName(capsule.Execution))
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(context.Background())
+		return err == nil && info.NumPending == 1
 	}, "capsule never reached EXECUTION")
 	s = status(t, f.do(t, VerbPause, PauseRequest{ID: held.ID(), Reason: "look first", By: "ann"}, ""))
 	require.Equal(t, capsule.Paused, s.State)
@@ -204,7 +215,10 @@ func TestService(t *testing.T) {
 	var pv ReplayPreviewReply
 	require.NoError(t, json.Unmarshal(f.do(t, VerbReplayPreview, ReplayRequest{ID: held.ID(), By: "ann"}, ""), &pv))
 	require.Nil(t, pv.WouldHalt, "findings: %v", pv.Findings)
-	require.Equal(t, capsule.Execution, pv.From)
+	// Cancelled while its message waited at EXECUTION, before anything
+	// after PLANNING was written: a replay starts where the checkpoint
+	// stopped.
+	require.Equal(t, capsule.Planning, pv.From)
 	require.Len(t, pv.AgentCalls, 2)
 	require.Equal(t, []admin.LockPreview{{Path: "go.mod", Available: true}}, pv.Locks)
 	still, err := f.pipeline.Status(context.Background(), held.ID())

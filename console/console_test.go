@@ -306,9 +306,19 @@ func TestConsoleEndToEnd(t *testing.T) {
 
 	// Held at EXECUTION: pause, resume with overrides, cancel.
 	held := f.publish(t, capsuletest.New())
+	// Its step waits in EXECUTION's queue; its row shows PLANNING until
+	// EXECUTION's claim writes the deferred advances.
 	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
-		r, ok := f.console.Index().Lookup(held)
-		return ok && r.Phase == phase
+		_, ok := f.console.Index().Lookup(held)
+		if !ok {
+			return false
+		}
+		cons, err := f.st.JetStream().Consumer(context.Background(), store.PhaseStream(capsule.Execution), store.ConsumerName(capsule.Execution))
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(context.Background())
+		return err == nil && info.NumPending == 1
 	}, "capsule never reached EXECUTION")
 	code, body = f.act(t, "pause", ActionRequest{ID: held, By: "dora", Reason: "check"}, nil)
 	require.Equal(t, http.StatusOK, code, body)

@@ -138,6 +138,9 @@ type Manager struct {
 	// makes that write conflict; the slow path then reads the lock.
 	mu   sync.Mutex
 	held map[string]heldRev
+
+	// mirror answers RECEPTION's "is it free?" without a read (Mirror).
+	mirror mirror
 }
 
 // heldRev is a lock's revision as this Manager wrote it: held by holder,
@@ -447,8 +450,12 @@ func (m *Manager) Holder(ctx context.Context, path string) (string, error) {
 // Available reports whether holder could take path's lock now: it is free,
 // expired or already holder's. RECEPTION halts with lock_unavailable:<path>
 // when it is not. The answer can change at once; only [Manager.TryAcquire]
-// decides.
+// decides. While [Manager.Mirror] runs, a path the mirror holds no entry
+// for is free without a read; any other answer is read.
 func (m *Manager) Available(ctx context.Context, path, holder string) (bool, error) {
+	if m.mirror.free(path) {
+		return true, nil
+	}
 	h, err := m.Holder(ctx, path)
 	if err != nil {
 		return false, err

@@ -32,9 +32,10 @@ func TestLockContention(t *testing.T) {
 	require.NoError(t, a.PausePhase(ctx, capsule.Execution))
 	doc := f.Own(t, capsuletest.New())
 	f.Publish(t, doc.Sealed(t))
+	// Queued at EXECUTION: its message waits there (the checkpoint shows
+	// PLANNING until EXECUTION writes the deferred advances).
 	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		s, err := f.Client.Status(ctx, doc.ID())
-		return err == nil && s.Phase == int(capsule.Execution)
+		return f.PhaseConsumer(t, capsule.Execution).NumPending == 1
 	}, "queued at EXECUTION")
 	lm, err := locks.New(ctx, f.JS, locks.Config{})
 	require.NoError(t, err)

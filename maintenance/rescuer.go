@@ -364,10 +364,14 @@ func (r *Rescuer) Rescue(ctx context.Context) {
 			continue // it moved meanwhile: look again later
 		}
 		ph := st.Phase
-		empty, seen := idle[ph]
-		if !seen {
-			empty = r.phaseIdle(ctx, ph)
-			idle[ph] = empty
+		empty := true
+		for q := ph; q <= deferredUpTo(ph) && empty; q++ {
+			e, seen := idle[q]
+			if !seen {
+				e = r.phaseIdle(ctx, q)
+				idle[q] = e
+			}
+			empty = e
 		}
 		if !empty {
 			continue // its message may be queued or in flight: not stuck
@@ -422,6 +426,17 @@ func (r *Rescuer) countGate() {
 	n := len(r.gate)
 	r.mu.Unlock()
 	r.cfg.Metrics.AwaitingOperator(n)
+}
+
+// deferredUpTo is the last phase whose queue may hold the message of a
+// capsule whose checkpoint stands at ph: PLANNING and AUTOMATED_GATES may
+// defer their advance to a later phase's write (package pipeline), so the
+// capsule's message may wait at AUTOMATED_GATES or EXECUTION meanwhile.
+func deferredUpTo(ph capsule.Phase) capsule.Phase {
+	if ph == capsule.Planning || ph == capsule.AutomatedGates {
+		return capsule.Execution
+	}
+	return ph
 }
 
 // phaseIdle reports whether phase ph's consumer has nothing queued, nothing

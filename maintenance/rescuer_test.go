@@ -117,3 +117,33 @@ func TestRescuerTakesOverFromAStoppedSagad(t *testing.T) {
 	require.Equal(t, int64(1), f.Executed.Load())
 	require.GreaterOrEqual(t, sagatest.Counter(t, reg, "sagad_capsules_rescued_total", "", ""), 1.0)
 }
+
+// TestRescuerSendsALostDeferredStepAgain: a capsule's checkpoint stands at
+// PLANNING while its message, naming the deferred advances of PLANNING and
+// AUTOMATED_GATES, waits at EXECUTION (package pipeline); that message is
+// lost. The rescuer looks at every queue the message may wait in, finds
+// them empty, sends PLANNING's step again, and the capsule completes once.
+func TestRescuerSendsALostDeferredStepAgain(t *testing.T) {
+	t.Parallel()
+	f := sagatest.Run(t, func(c *pipeline.Config) { c.RescueAfter = 500 * time.Millisecond })
+	ctx := context.Background()
+	a := f.Admin(t)
+	require.NoError(t, a.PausePhase(ctx, capsule.Execution))
+	doc := f.Own(t, capsuletest.New())
+	f.Publish(t, doc.Sealed(t))
+	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		return f.PhaseConsumer(t, capsule.Execution).NumPending == 1
+	}, "the capsule's message never waited at EXECUTION")
+	s, err := f.Client.Status(ctx, doc.ID())
+	require.NoError(t, err)
+	require.Equal(t, int(capsule.Planning), s.Phase, "the deferred advances are not written")
+	execution, err := f.JS.Stream(ctx, store.PhaseStream(capsule.Execution))
+	require.NoError(t, err)
+	require.NoError(t, execution.Purge(ctx)) // the message is lost
+	require.NoError(t, a.ResumePhase(ctx, capsule.Execution))
+
+	s = f.Wait(t, doc.ID())
+	require.Equal(t, capsule.Completed, s.State, "the rescuer sent the lost step again")
+	require.Len(t, s.History, 7)
+	require.Equal(t, int64(1), f.Executed.Load())
+}

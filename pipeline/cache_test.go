@@ -18,8 +18,8 @@ import (
 // process's cached checkpoint, which a cancel by another process (the admin
 // has a cache of its own) leaves stale. The stale run takes the capsule's
 // locks before its claim finds the cache out of date; the run on the real
-// checkpoint then finds the cancel recorded, and re-emitting it releases
-// the locks again. The executor is never called for the cancelled capsule.
+// checkpoint then finds the capsule cancelled, and releases the locks
+// again. The executor is never called for the cancelled capsule.
 func TestExecutionFromStaleCacheReleasesLocks(t *testing.T) {
 	t.Parallel()
 	// One worker per phase: the first capsule's slow executor holds
@@ -33,9 +33,11 @@ func TestExecutionFromStaleCacheReleasesLocks(t *testing.T) {
 
 	second := f.own(t, capsuletest.New())
 	f.publish(t, second.Sealed(t))
+	// Its message waits at EXECUTION; its checkpoint stands at PLANNING
+	// (EXECUTION's claim writes the deferred advances), as the cache has it.
 	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
-		s, err := f.client.Status(ctx, second.ID())
-		return err == nil && s.Phase == int(capsule.Execution) && s.State == capsule.InProgress
+		info := phaseConsumer(t, f, capsule.Execution)
+		return info.NumPending+uint64(info.NumAckPending) == 2 // the first's, in flight, and the second's
 	}, "second capsule queued for EXECUTION")
 	s, err := a.Cancel(ctx, second.ID(), "not needed", "alice")
 	require.NoError(t, err)

@@ -152,6 +152,11 @@ type Config struct {
 	// sends its step again (maintenance.Rescuer). Negative disables the
 	// rescuer. Defaults to 2m.
 	RescueAfter time.Duration
+	// NoDefer makes PLANNING and AUTOMATED_GATES write their advance as
+	// every other phase does, instead of deferring it to the next phase's
+	// write (deferred.go): the routine the deferral replaces, which the
+	// tests hold it to.
+	NoDefer bool
 	// ExternalTimeout is how long a capsule waits for accepted external work
 	// before it halts with executor_failed. Defaults to 1h.
 	ExternalTimeout time.Duration

@@ -111,9 +111,9 @@ func (p *Pipeline) unknown(ctx context.Context, key string, msg jetstream.Msg, d
 // attempt runs phase ph once for the message. With useCache it may start
 // from a stale checkpoint; it then reports stale instead of acting on it.
 func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.Msg, pm store.PhaseMsg, raw []byte, c *capsule.Capsule, useCache bool) (runner.Delivery, bool) {
-	r := &run{p: p, ph: ph, cycle: pm.Cycle, msg: msg, raw: raw, c: c}
+	r := &run{p: p, ph: ph, cycle: pm.Cycle, msg: msg, raw: raw, c: c, deferred: pm.Deferred}
 	r.t = &r.txn
-	r.t.p, r.t.key, r.t.token = p, pm.Key, p.runToken()
+	r.t.p, r.t.key, r.t.token, r.t.run = p, pm.Key, p.runToken(), r
 	if d, stale, ok := r.position(ctx, pm.ResumeToken, useCache); !ok {
 		return d, stale
 	}
@@ -149,6 +149,9 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	}
 	if d.Action == phases.Retry {
 		return runner.NakAfter(d.Delay, d.Err), false
+	}
+	if next, ok := r.deferrable(d, start); ok {
+		return r.deferAdvance(ctx, next, start), false
 	}
 	// Record what happened even if sagad is stopping (or ctx's time is
 	// about to run out): a fresh bound then, not a timer per message.
@@ -208,6 +211,9 @@ type run struct {
 	t     *txn
 	// cached says the run started from the process's cached checkpoint.
 	cached bool
+	// deferred are the phases before this one the message says were
+	// decided and not written (see deferred.go).
+	deferred []store.Deferred
 
 	// obs observes the attempt's agent calls (EXECUTION and REVIEW): obsv,
 	// held in the run like txn.
@@ -232,10 +238,15 @@ func (r *run) position(ctx context.Context, token string, useCache bool) (d runn
 			return runner.Retry(err), false, false
 		}
 		t.fromCache = r.cached
+		if err := t.catchUp(ctx); err != nil {
+			return runner.Retry(err), false, false
+		}
 		if r.cached && !t.current(r.ph, r.cycle) {
 			return runner.Ack(), true, false
 		}
 	} else if err := t.load(ctx); err != nil {
+		return runner.Retry(err), false, false
+	} else if err := t.catchUp(ctx); err != nil {
 		return runner.Retry(err), false, false
 	}
 	if !t.current(r.ph, r.cycle) && !t.resumable(r.ph, r.cycle, token) {
@@ -245,12 +256,18 @@ func (r *run) position(ctx context.Context, token string, useCache bool) (d runn
 		if err := t.loadLatest(ctx); err != nil {
 			return runner.Retry(err), false, false
 		}
+		if err := t.catchUp(ctx); err != nil {
+			return runner.Retry(err), false, false
+		}
 	}
 	if t.current(r.ph, r.cycle) {
 		return runner.Delivery{}, false, true
 	}
+	if d, ok := r.writeCaughtUp(ctx); ok {
+		return d, false, false
+	}
 	if !t.resumable(r.ph, r.cycle, token) {
-		return r.reemit(ctx, t.cp), false, false
+		return r.reemit(ctx, t.view()), false, false
 	}
 	// The resume that sent this message may not have flipped the state yet
 	// (or died before it could): finish it here.
@@ -474,9 +491,16 @@ type txn struct {
 	fromCache bool
 	cacheMiss atomic.Bool
 
+	// run is the attempt this txn belongs to: catchUp decides the
+	// phases its message says were deferred.
+	run *run
+
 	mu  sync.Mutex
 	cp  *capsule.Checkpoint
 	rev uint64
+	// merged are the deferred transitions cp holds that are not written
+	// yet (catchUp): the next write records them.
+	merged []capsule.Transition
 }
 
 // load reads the checkpoint from KV (decoding it only when the process's
@@ -579,15 +603,25 @@ func (t *txn) apply(ctx context.Context, ev machine.Event, policy onConflict) (m
 				if err := t.loadLatest(ctx); err != nil {
 					return err
 				}
+				if err := t.catchUp(ctx); err != nil {
+					return err
+				}
 				return errStale
 			}
-			// The conflict proves a newer write: read it where it surely is.
+			// The conflict proves a newer write: read it where it surely is,
+			// and decide again what the message says was deferred.
 			if err := t.loadLatest(ctx); err != nil {
+				return err
+			}
+			if err := t.catchUp(ctx); err != nil {
 				return err
 			}
 			return cas.ErrConflict
 		},
-		Wrote: t.set,
+		Wrote: func(cp *capsule.Checkpoint, rev uint64) {
+			t.set(cp, rev)
+			t.landed(cp)
+		},
 	})
 }
 
@@ -666,6 +700,16 @@ func (p *Pipeline) reemitFor(ctx context.Context, cp *capsule.Checkpoint, ph cap
 			// Parked here, maybe by a delivery that died before writing the
 			// continuation: write it (again) before dropping the message.
 			if err := p.st.Emit(ctx, cp, 0, nil, raw, lockPaths); err != nil {
+				return runner.Retry(err)
+			}
+		}
+		if cp.Terminal() && ph == capsule.Execution && len(lockPaths) > 0 {
+			// A run from a stale cached checkpoint may have taken the
+			// capsule's locks before its claim failed; a capsule that ended
+			// before reaching EXECUTION (cancelled while the message naming
+			// its deferred advances waited) has no EXECUTION transition
+			// whose re-emit would release them. An ended capsule holds none.
+			if err := p.st.Locks.ReleaseAll(ctx, lockPaths, cp.Key); err != nil {
 				return runner.Retry(err)
 			}
 		}

@@ -322,10 +322,9 @@ func TestStaleCachedCheckpoint(t *testing.T) {
 			f.publish(t, raw)
 			kv, err := f.js.KeyValue(ctx, store.CheckpointsBucket)
 			require.NoError(t, err)
-			natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-				s, err := f.client.Status(ctx, id)
-				return err == nil && s.Phase == int(ph) && s.State == capsule.InProgress
-			}, "capsule never reached %s", ph)
+			// Queued at ph (EXECUTION's message names the deferred advances
+			// of PLANNING and AUTOMATED_GATES, written with its claim).
+			queued(t, f, ph, 1)
 			// Same value, new revision: the process's cached copy is now behind.
 			e, err := kv.Get(ctx, id)
 			require.NoError(t, err)

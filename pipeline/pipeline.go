@@ -180,6 +180,12 @@ func (p *Pipeline) Start(ctx context.Context) error {
 		return fmt.Errorf("pipeline: %w", err)
 	}
 	p.artifacts = svc
+	// RECEPTION's lock availability is answered from a watch of the locks
+	// bucket when the lock is free (locks.Manager.Mirror); without it,
+	// every check reads.
+	if err := p.st.Locks.Mirror(workCtx); err != nil {
+		p.log.Warn("lock availability is read for every capsule", "error", err)
+	}
 	p.clock.start()
 	stopAll := func() {
 		cancel()

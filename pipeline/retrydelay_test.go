@@ -87,10 +87,9 @@ func TestRetryNaksWithTheDecisionsDelay(t *testing.T) {
 	require.NoError(t, a.PausePhase(ctx, capsule.Execution))
 	doc := f.own(t, capsuletest.New())
 	f.publish(t, doc.Sealed(t))
-	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
-		s, err := f.client.Status(ctx, doc.ID())
-		return err == nil && s.Phase == int(capsule.Execution)
-	}, "queued at EXECUTION")
+	// Queued at EXECUTION: its message waits there (the checkpoint shows
+	// PLANNING until EXECUTION writes the deferred advances).
+	queued(t, f, capsule.Execution, 1)
 	lm, err := locks.New(ctx, f.js, locks.Config{})
 	require.NoError(t, err)
 	path := "own-" + doc.ID() + ".txt"

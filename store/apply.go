@@ -97,3 +97,12 @@ func (s *Store) Replace(ctx context.Context, fresh *capsule.Checkpoint, rev uint
 func (s *Store) ReplaceCorrupt(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (uint64, error) {
 	return s.Checkpoints.update(ctx, cp, rev)
 }
+
+// WriteCaughtUp writes cp at revision rev: a checkpoint that a phase's
+// catching up (pipeline's deferred advances) brought forward by
+// machine.Apply, transition by transition, from the value at rev. It does
+// not retry: ErrConflict says the key was written meanwhile, and the phase
+// decides again on that value.
+func (s *Store) WriteCaughtUp(ctx context.Context, cp *capsule.Checkpoint, rev uint64) (uint64, error) {
+	return s.Checkpoints.update(ctx, cp, rev)
+}

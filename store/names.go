@@ -57,6 +57,11 @@ const (
 	// HeaderResumeToken marks the phase message a resume sent; only it may
 	// take a paused capsule back to in_progress.
 	HeaderResumeToken = "Saga-Resume-Token"
+	// HeaderDeferred, on a phase message, names the phases before it whose
+	// advance was decided but not written: "<phase>:<unix nanoseconds>",
+	// comma separated, ascending. The phase receiving it decides them again
+	// and writes them with its own first write (see [Deferred]).
+	HeaderDeferred = "Saga-Deferred"
 )
 
 // PhaseStream is the stream that feeds phase p.

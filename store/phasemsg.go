@@ -21,6 +21,9 @@ type PhaseMsg struct {
 	// ResumeToken is set on the message a resume sent; only it may take a
 	// paused capsule back to in_progress.
 	ResumeToken string
+	// Deferred are the phases before this one whose advance was decided
+	// and not written (HeaderDeferred).
+	Deferred []Deferred
 }
 
 // EncodePhaseMsg is the message that sends the capsule to its current phase;
@@ -66,7 +69,11 @@ func DecodePhaseMsg(h nats.Header) (m PhaseMsg, cause string, err error) {
 	if err != nil || cycle < 0 || cycle > 1000 || strconv.Itoa(cycle) != c {
 		return PhaseMsg{}, metrics.TermBadHeader, fmt.Errorf("cycle header %q is no cycle number", PrintableKey(c))
 	}
-	return PhaseMsg{Key: key, Cycle: cycle, ResumeToken: h.Get(HeaderResumeToken)}, "", nil
+	deferred, err := DecodeDeferred(h.Get(HeaderDeferred))
+	if err != nil {
+		return PhaseMsg{}, metrics.TermBadHeader, err
+	}
+	return PhaseMsg{Key: key, Cycle: cycle, ResumeToken: h.Get(HeaderResumeToken), Deferred: deferred}, "", nil
 }
 
 // PrintableKey bounds a header value from an untrusted message for logs and

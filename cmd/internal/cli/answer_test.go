@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/cmd/internal/cli"
@@ -33,9 +34,12 @@ func TestResumeAnswer(t *testing.T) {
 	doc := o.own(t, capsuletest.New())
 	r = o.run(t, "publish", file(t, doc.Sealed(t)))
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	// Its step waits at EXECUTION (the checkpoint shows PLANNING until
+	// EXECUTION's claim writes the deferred advances).
 	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
-		s, err := cl.Status(ctx, doc.ID())
-		return err == nil && s.Phase == int(capsule.Execution)
+		r := o.run(t, "phase", "list", "-o", "json")
+		var phases []admin.PhaseState
+		return r.code == cli.ExitOK && json.Unmarshal([]byte(r.out), &phases) == nil && phases[capsule.Execution].Pending == 1
 	}, "capsule never queued at EXECUTION")
 	r = o.run(t, "pause", doc.ID(), "--by", "dana")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
@@ -72,9 +76,12 @@ func TestEverythingSaidOnRecord(t *testing.T) {
 	doc := o.own(t, capsuletest.New().Set("review.operator_gate", true))
 	r = o.run(t, "publish", file(t, doc.Sealed(t)))
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)
+	// Its step waits at EXECUTION (the checkpoint shows PLANNING until
+	// EXECUTION's claim writes the deferred advances).
 	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
-		s, err := cl.Status(ctx, doc.ID())
-		return err == nil && s.Phase == int(capsule.Execution)
+		r := o.run(t, "phase", "list", "-o", "json")
+		var phases []admin.PhaseState
+		return r.code == cli.ExitOK && json.Unmarshal([]byte(r.out), &phases) == nil && phases[capsule.Execution].Pending == 1
 	}, "capsule never queued at EXECUTION")
 	r = o.run(t, "pause", doc.ID(), "--by", "dana")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)

@@ -2,12 +2,14 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/cmd/internal/cli"
 	"github.com/sagad/sagad/internal/capsuletest"
@@ -65,9 +67,12 @@ func TestReadCommandsEscapeControlCharacters(t *testing.T) {
 	ctx := context.Background()
 	_, err := f.client.Publish(ctx, held.Sealed(t), "")
 	require.NoError(t, err)
+	// Its step waits at EXECUTION (the checkpoint shows PLANNING until
+	// EXECUTION's claim writes the deferred advances).
 	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
-		st, err := f.client.Status(ctx, held.ID())
-		return err == nil && st.Phase == int(capsule.Execution)
+		r := f.run("phase", "list", "-o", "json")
+		var phases []admin.PhaseState
+		return r.code == cli.ExitOK && json.Unmarshal([]byte(r.out), &phases) == nil && phases[capsule.Execution].Pending == 1
 	}, "capsule never reached EXECUTION")
 	// sagad's admin service refuses an operator name with control
 	// characters; a reason may carry anything and is escaped on output.

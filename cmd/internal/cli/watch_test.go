@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
@@ -239,9 +240,12 @@ func TestWatchSinceReplaysInTimeOrder(t *testing.T) {
 	held := capsuletest.New().Set("target", "file:go.mod").Set("constraints.resource_locks_required", []any{"go.mod"})
 	_, err := f.client.Publish(ctx, held.Sealed(t), "")
 	require.NoError(t, err)
+	// Its step waits at EXECUTION (the checkpoint shows PLANNING until
+	// EXECUTION's claim writes the deferred advances).
 	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
-		st, err := f.client.Status(ctx, held.ID())
-		return err == nil && st.Phase == int(capsule.Execution)
+		r := f.run("phase", "list", "-o", "json")
+		var phases []admin.PhaseState
+		return r.code == cli.ExitOK && json.Unmarshal([]byte(r.out), &phases) == nil && phases[capsule.Execution].Pending == 1
 	}, "capsule never reached EXECUTION")
 	r = f.run("pause", held.ID(), "--reason", "look first")
 	require.Equal(t, cli.ExitOK, r.code, r.errOut)

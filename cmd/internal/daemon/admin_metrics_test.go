@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagad/sagad/admin"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/cmd/internal/cli"
@@ -80,10 +81,12 @@ func TestAdminActionsReachMetrics(t *testing.T) {
 	ok("phase", "pause", "EXECUTION")
 	held := capsuletest.New().Set("target", "file:go.mod").Set("constraints.resource_locks_required", []any{"go.mod"})
 	publish(held)
+	// Its step waits at EXECUTION (the checkpoint shows PLANNING until
+	// EXECUTION's claim writes the deferred advances).
 	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
-		code, out := ctl("status", held.ID(), "-o", "json")
-		var s client.Status
-		return code == cli.ExitOK && json.Unmarshal([]byte(out), &s) == nil && s.Phase == int(capsule.Execution)
+		code, out := ctl("phase", "list", "-o", "json")
+		var phases []admin.PhaseState
+		return code == cli.ExitOK && json.Unmarshal([]byte(out), &phases) == nil && phases[capsule.Execution].Pending == 1
 	}, "capsule never reached EXECUTION")
 	ok("pause", held.ID(), "--reason", "look first")
 	ok("resume", held.ID(), "--tokens", "20000")

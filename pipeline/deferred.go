@@ -1,0 +1,186 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/machine"
+	"github.com/sagad/sagad/phases"
+	"github.com/sagad/sagad/runner"
+	"github.com/sagad/sagad/store"
+)
+
+// Deferred advances (issue 36). PLANNING's decision is a function of the
+// capsule's bytes alone, which the checkpoint names by digest, and so is
+// AUTOMATED_GATES' for most capsules (gatesPure): rewriting the checkpoint
+// only to say "it passed" cost every capsule a sequential compare-and-set
+// each. So such a phase, when it advances, writes nothing: it sends the
+// next phase's message naming the deferred phases (store.HeaderDeferred),
+// and the phase receiving it decides them again on the checkpoint
+// (catchUp) and writes every transition with its own first write
+// (EXECUTION's claim, or AUTOMATED_GATES' decision). What holds:
+//
+//   - The phase still consumes its message: a paused phase (its consumer
+//     paused) holds the capsule as before, and a capsule paused by a person
+//     is in no state a deferred phase is caught up from (catchUp requires
+//     it in progress at that phase), so its message is dropped; the first
+//     write (a compare-and-set on the revision read) proves the checkpoint
+//     was current, as it does for any phase started from the cache.
+//   - Nothing is taken from the message: the receiving phase computes each
+//     deferred decision itself. A forged header can only make it compute
+//     what the deferring phase would have.
+//   - A crash anywhere resumes from what was written: before the merged
+//     write, the checkpoint still stands at PLANNING and the message that
+//     names it is redelivered (or the rescuer sends PLANNING's again); the
+//     history entry of the deferred phase appears with the merged write.
+//   - Until then the checkpoint (status, history) shows the capsule at the
+//     last phase written: a capsule queued at a paused EXECUTION shows
+//     PLANNING.
+
+// deferrable reports whether this attempt may defer decision d, taken at,
+// rather than write it: a plain advance, on the first run's bytes as the
+// checkpoint names them, of PLANNING, or of AUTOMATED_GATES when nothing
+// but the capsule's bytes decided it (gatesPure). catchUp decides it again
+// on the same bytes. next is the checkpoint the advance leads to (its
+// phase and cycle address the next message); it is not written.
+func (r *run) deferrable(d phases.Decision, at time.Time) (next *capsule.Checkpoint, ok bool) {
+	if d.Action != phases.Advance || r.p.cfg.NoDefer || len(d.Findings) > 0 || d.Record != nil || d.Trigger != "" || d.Wait {
+		return nil, false
+	}
+	cp := r.t.view()
+	if cp.Run > 1 || cp.Digest == "" || r.c.Integrity.SHA256 != cp.Digest || cp.State.Status != capsule.InProgress {
+		return nil, false
+	}
+	switch {
+	case r.ph == capsule.Planning:
+	case r.ph == capsule.AutomatedGates && gatesPure(cp, r.c):
+	default:
+		return nil, false
+	}
+	res, err := machine.Apply(cp, machine.Decide{Phase: r.ph, Cycle: r.cycle, Decision: d}, at)
+	if err != nil || res.Transition == nil || res.Checkpoint.State.Status != capsule.InProgress {
+		return nil, false
+	}
+	return res.Checkpoint, true
+}
+
+// gatesPure reports whether AUTOMATED_GATES decides capsule c of
+// checkpoint cp from the bytes alone, writing and reading nothing: no
+// dependencies to look up, no wave or delegation tree to reserve in, no
+// composition step (its operator gate), and the capsule under its own id
+// (Rule 2 then needs no lookup). Its rules are pure functions of the bytes,
+// the constitution's settings and the clock.
+func gatesPure(cp *capsule.Checkpoint, c *capsule.Capsule) bool {
+	return len(c.DependsOn) == 0 && c.WaveID == "" && c.Chain == nil && cp.Parent == "" && c.ParentCapsuleID == "" && cp.Key == c.CapsuleID
+}
+
+// deferAdvance sends the message of next, the checkpoint this phase's
+// advance (decided at) leads to, naming the advance, and acknowledges this
+// one: nothing is written.
+func (r *run) deferAdvance(ctx context.Context, next *capsule.Checkpoint, at time.Time) runner.Delivery {
+	deferred := append(r.deferred[:len(r.deferred):len(r.deferred)], store.Deferred{Phase: r.ph, At: at})
+	m := store.EncodeDeferredMsg(next, deferred)
+	if err := r.p.st.PublishDeferred(ctx, m); err != nil {
+		return runner.Retry(err)
+	}
+	return runner.Ack()
+}
+
+// catchUp decides again, on the checkpoint this attempt holds, every phase
+// the message says was deferred while the checkpoint stands in progress at
+// it, and holds the result for the attempt to write with its first write
+// (the cache keeps what is written only). A phase whose decision now is not
+// an advance ends the catching up there: the attempt then writes what it
+// came to (writeCaughtUp). Advances that do not lead to the message's
+// phase and cycle are not this message's to write: nothing is caught up.
+func (t *txn) catchUp(ctx context.Context) error {
+	r := t.run
+	if r == nil || len(r.deferred) == 0 {
+		return nil
+	}
+	cp := t.view()
+	var merged []capsule.Transition
+	for _, d := range r.deferred {
+		st := cp.State
+		if d.Phase >= r.ph || st.Status != capsule.InProgress || st.Phase != d.Phase ||
+			cp.Run > 1 || cp.Digest == "" || r.c.Integrity.SHA256 != cp.Digest {
+			continue
+		}
+		in := phases.Input{Capsule: r.c, Raw: r.raw, Checkpoint: cp}
+		dec := r.p.phases[d.Phase].Run(ctx, r.p.env, &in)
+		if dec.Action == phases.Retry {
+			return fmt.Errorf("deferred %s: %w", d.Phase, dec.Err)
+		}
+		res, err := machine.Apply(cp, machine.Decide{Phase: d.Phase, Cycle: st.Cycle, Decision: dec}, t.deferredAt(cp, d.At))
+		if err != nil || res.Transition == nil {
+			break // the machine refuses it: the checkpoint decides
+		}
+		cp = res.Checkpoint
+		merged = append(merged, *res.Transition)
+		if dec.Action != phases.Advance {
+			break
+		}
+	}
+	if st := cp.State; len(merged) > 0 && st.Status == capsule.InProgress && (st.Phase != r.ph || st.Cycle != r.cycle) {
+		merged = nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(merged) > 0 {
+		t.cp = cp
+	}
+	t.merged = merged
+	return nil
+}
+
+// deferredAt is the time a deferred decision is recorded at: when the
+// deferring phase decided, as its message says, within what the checkpoint
+// and the clock allow (a message is never trusted).
+func (t *txn) deferredAt(cp *capsule.Checkpoint, at time.Time) time.Time {
+	now := t.p.cfg.Now()
+	if at.After(now) {
+		return now
+	}
+	if at.Before(cp.UpdatedAt) {
+		return cp.UpdatedAt
+	}
+	return at
+}
+
+// landed logs and counts the deferred transitions a write just recorded.
+func (t *txn) landed(cp *capsule.Checkpoint) {
+	t.mu.Lock()
+	merged := t.merged
+	t.merged = nil
+	t.mu.Unlock()
+	for _, tr := range merged {
+		t.p.logTransition(cp, tr, 0)
+		t.p.metrics.TransitionTraced(tr.Phase, tr.Outcome, 0, traceIDOf(cp))
+	}
+}
+
+// writeCaughtUp writes a checkpoint catchUp brought to a phase other than
+// the message's (a deferred decision that no longer advances) and emits
+// its effects. ok false: nothing was caught up.
+func (r *run) writeCaughtUp(ctx context.Context) (runner.Delivery, bool) {
+	t := r.t
+	t.mu.Lock()
+	cp, rev, merged := t.cp, t.rev, t.merged
+	t.mu.Unlock()
+	if len(merged) == 0 {
+		return runner.Delivery{}, false
+	}
+	newRev, err := r.p.st.WriteCaughtUp(ctx, cp, rev)
+	if err != nil {
+		return runner.Retry(fmt.Errorf("write deferred transitions: %w", err)), true
+	}
+	t.set(cp, newRev)
+	t.landed(cp)
+	tr := merged[len(merged)-1]
+	if err := r.p.st.Emit(ctx, cp, newRev, &tr, r.raw, r.c.Constraints.ResourceLocksRequired); err != nil {
+		return runner.Retry(err), true
+	}
+	return runner.Ack(), true
+}

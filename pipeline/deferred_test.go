@@ -1,0 +1,206 @@
+package pipeline_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagad/sagad/admin"
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/client"
+	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/pipeline"
+	"github.com/sagad/sagad/store"
+)
+
+// queued waits until phase ph's consumer holds n messages not yet taken.
+func queued(t *testing.T, f *fixture, ph capsule.Phase, n uint64) {
+	t.Helper()
+	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		info := phaseConsumer(t, f, ph)
+		return info.NumPending == n && info.NumAckPending == 0
+	}, "%s never held %d messages", ph, n)
+}
+
+// requireSevenPhases checks a completed capsule's history: every phase
+// once, in order, in time order.
+func requireSevenPhases(t *testing.T, s client.Status) {
+	t.Helper()
+	require.Equal(t, capsule.Completed, s.State)
+	require.Len(t, s.History, 7)
+	for i, h := range s.History {
+		require.Equal(t, i, h.Phase, "history %d", i)
+		if i > 0 {
+			require.False(t, h.At.Before(s.History[i-1].At), "%s recorded before %s", h.PhaseName, s.History[i-1].PhaseName)
+		}
+	}
+}
+
+// TestDeferredPlanningSurvivesACrash: PLANNING's advance is written with
+// AUTOMATED_GATES' first write, and both with EXECUTION's claim. While
+// AUTOMATED_GATES (or EXECUTION) is paused, the checkpoint still stands at
+// PLANNING with the message naming the deferred advances queued; a sagad
+// that dies there and one started afterwards resume from what was written,
+// and the history shows every phase.
+func TestDeferredPlanningSurvivesACrash(t *testing.T) {
+	t.Parallel()
+	for _, ph := range []capsule.Phase{capsule.AutomatedGates, capsule.Execution} {
+		t.Run(ph.String(), func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			ctx := context.Background()
+			a := f.admin(t)
+			require.NoError(t, a.PausePhase(ctx, ph))
+			raw := capsuletest.New().Sealed(t)
+			id := idOf(t, raw)
+			f.publish(t, raw)
+			queued(t, f, ph, 1)
+			s, err := f.client.Status(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, capsule.InProgress, s.State)
+			require.Equal(t, int(capsule.Planning), s.Phase, "the deferred advances are not written yet")
+			require.Len(t, s.History, 2)
+
+			stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			f.pipe.Stop(stopCtx)
+			cancel()
+			f.pipe = f.start(t, f.cfg)
+			require.NoError(t, a.ResumePhase(ctx, ph))
+			requireSevenPhases(t, f.wait(t, id))
+			require.Equal(t, int64(1), f.executed.Load())
+			requireOutcomes(t, f, 1)
+		})
+	}
+}
+
+// TestDeferredGatesOnlyWhenPure: AUTOMATED_GATES writes its advance itself
+// when more than the capsule's bytes decided it (here a wave reservation):
+// the capsule queued at a paused EXECUTION stands at EXECUTION.
+func TestDeferredGatesOnlyWhenPure(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	a := f.admin(t)
+	require.NoError(t, a.PausePhase(ctx, capsule.Execution))
+	d := f.own(t, capsuletest.New().Set("wave_id", "wave-pure"))
+	f.publish(t, d.Sealed(t))
+	queued(t, f, capsule.Execution, 1)
+	s, err := f.client.Status(ctx, d.ID())
+	require.NoError(t, err)
+	require.Equal(t, int(capsule.Execution), s.Phase)
+	require.Len(t, s.History, 4)
+	require.NoError(t, a.ResumePhase(ctx, capsule.Execution))
+	requireSevenPhases(t, f.wait(t, d.ID()))
+}
+
+// TestDeferredPlanningHeldByAPause: a capsule a person paused while the
+// message naming its deferred advance was queued stays paused when that
+// message is taken (the checkpoint decides, not the message), and runs on
+// from PLANNING once resumed.
+func TestDeferredPlanningHeldByAPause(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	a := f.admin(t)
+	require.NoError(t, a.PausePhase(ctx, capsule.AutomatedGates))
+	raw := capsuletest.New().Sealed(t)
+	id := idOf(t, raw)
+	f.publish(t, raw)
+	queued(t, f, capsule.AutomatedGates, 1)
+	_, err := a.Pause(ctx, id, "look first", "alice")
+	require.NoError(t, err)
+	require.NoError(t, a.ResumePhase(ctx, capsule.AutomatedGates))
+	queued(t, f, capsule.AutomatedGates, 0)
+	s, err := f.client.Status(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, capsule.Paused, s.State)
+	require.Equal(t, int(capsule.Planning), s.Phase)
+	require.Len(t, s.History, 2, "the deferred advance was not written over the pause")
+
+	_, err = a.Resume(ctx, id, admin.ResumeOptions{})
+	require.NoError(t, err)
+	requireSevenPhases(t, f.wait(t, id))
+	require.Equal(t, int64(1), f.executed.Load())
+	requireOutcomes(t, f, 1)
+}
+
+// TestDeferredPlanningAsWritten holds the deferral to the routine it
+// replaces (pipeline.Config.NoDefer: PLANNING writes its advance): the same
+// capsule ends the same way with the same history, one checkpoint write
+// fewer.
+func TestDeferredPlanningAsWritten(t *testing.T) {
+	t.Parallel()
+	run := func(noDefer bool) (client.Status, int) {
+		f := setupWith(t, func(c *pipeline.Config) { c.NoDefer = noDefer })
+		raw := capsuletest.New().Sealed(t)
+		id := idOf(t, raw)
+		nc, _ := natstest.Connect(t, f.srv)
+		ch := make(chan *nats.Msg, 256)
+		marker := "_test.marker." + nuid.Next()
+		for _, subj := range []string{"$KV." + store.CheckpointsBucket + "." + id, marker} {
+			_, err := nc.ChanSubscribe(subj, ch)
+			require.NoError(t, err)
+		}
+		require.NoError(t, nc.Flush())
+		f.publish(t, raw)
+		s := f.wait(t, id)
+		require.NoError(t, nc.Publish(marker, nil))
+		writes := 0
+		for m := range ch {
+			if m.Subject == marker {
+				break
+			}
+			writes++
+		}
+		return s, writes
+	}
+	written, writesWritten := run(true)
+	deferred, writesDeferred := run(false)
+	requireSevenPhases(t, written)
+	requireSevenPhases(t, deferred)
+	require.Equal(t, written.HaltReason, deferred.HaltReason)
+	for i := range written.History {
+		w, d := written.History[i], deferred.History[i]
+		require.Equal(t, []any{w.Phase, w.Cycle, w.Outcome, w.Detail}, []any{d.Phase, d.Cycle, d.Outcome, d.Detail})
+	}
+	require.Equal(t, writesWritten-2, writesDeferred, "PLANNING's and AUTOMATED_GATES' advances cost no write of their own")
+}
+
+// TestDeferredHeaderIsNotTrusted: a phase message naming a deferred advance
+// the phase would not make (forged, or a decision that changed) advances
+// nothing: the receiving phase decides the deferred phase itself and writes
+// what it decides, here PLANNING's halt, once.
+func TestDeferredHeaderIsNotTrusted(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	a := f.admin(t)
+	require.NoError(t, a.PausePhase(ctx, capsule.Planning))
+	raw := capsuletest.New().Set("spec.approved", false).Sealed(t)
+	id := idOf(t, raw)
+	f.publish(t, raw)
+	queued(t, f, capsule.Planning, 1)
+	st, err := store.Open(ctx, f.js)
+	require.NoError(t, err)
+	cp, _, err := st.Checkpoints.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, capsule.Planning, cp.State.Phase)
+	next := cp.Clone()
+	next.State.Phase = capsule.AutomatedGates
+	forged := store.EncodeDeferredMsg(next, []store.Deferred{{Phase: capsule.Planning, At: time.Now()}})
+	_, err = f.js.PublishMsg(ctx, forged)
+	require.NoError(t, err)
+	s := f.wait(t, id)
+	require.Equal(t, capsule.Halted, s.State)
+	require.Equal(t, "spec_not_approved:[approved]", s.HaltReason)
+	require.Len(t, s.History, 3)
+	require.NoError(t, a.ResumePhase(ctx, capsule.Planning))
+	queued(t, f, capsule.Planning, 0)
+	requireOutcomes(t, f, 1)
+	require.Zero(t, f.executed.Load())
+}

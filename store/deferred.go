@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/jspub"
+)
+
+// Deferred is a phase whose advance was decided and not written: a phase
+// whose decision is a function of what the checkpoint already holds (the
+// capsule's own bytes) need not rewrite the checkpoint to say so. It sends
+// the next phase's message naming it, and the phase receiving that message
+// decides it again on the checkpoint and writes both transitions with its
+// own first write. The message is a hint, never trusted: the receiving
+// phase takes no deferred decision, it computes each one, and only while
+// the checkpoint still stands in progress at that phase and cycle.
+type Deferred struct {
+	Phase capsule.Phase
+	// At is when the phase decided: its history entry's time once written
+	// (within what the checkpoint and the clock allow).
+	At time.Time
+}
+
+// maxDeferred bounds a Saga-Deferred header: at most every phase between
+// RECEPTION and HANDOFF.
+const maxDeferred = int(capsule.NumPhases) - 2
+
+// ErrBadDeferred: a Saga-Deferred header that is not "<phase>:<unix
+// nanoseconds>" entries, comma separated, of phases 1–5 in ascending order.
+var ErrBadDeferred = errors.New("bad " + HeaderDeferred + " header")
+
+// DecodeDeferred reads a Saga-Deferred header ("" is none).
+func DecodeDeferred(v string) ([]Deferred, error) {
+	if v == "" {
+		return nil, nil
+	}
+	parts := strings.Split(v, ",")
+	if len(parts) > maxDeferred {
+		return nil, fmt.Errorf("%w: %d entries", ErrBadDeferred, len(parts))
+	}
+	out := make([]Deferred, 0, len(parts))
+	for _, part := range parts {
+		ph, at, ok := strings.Cut(part, ":")
+		n, err := strconv.Atoi(ph)
+		if !ok || err != nil || strconv.Itoa(n) != ph || n <= int(capsule.Reception) || n >= int(capsule.Handoff) {
+			return nil, fmt.Errorf("%w: phase %q", ErrBadDeferred, PrintableKey(ph))
+		}
+		ns, err := strconv.ParseInt(at, 10, 64)
+		if err != nil || ns <= 0 || strconv.FormatInt(ns, 10) != at {
+			return nil, fmt.Errorf("%w: time %q", ErrBadDeferred, PrintableKey(at))
+		}
+		if len(out) > 0 && capsule.Phase(n) <= out[len(out)-1].Phase {
+			return nil, fmt.Errorf("%w: phases not ascending", ErrBadDeferred)
+		}
+		out = append(out, Deferred{Phase: capsule.Phase(n), At: time.Unix(0, ns).UTC()})
+	}
+	return out, nil
+}
+
+// encodeDeferred is the Saga-Deferred header of d.
+func encodeDeferred(d []Deferred) string {
+	b := make([]byte, 0, 24*len(d))
+	for i, e := range d {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(e.Phase), 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, e.At.UnixNano(), 10)
+	}
+	return string(b)
+}
+
+// EncodeDeferredMsg is the message that sends the capsule to the phase and
+// cycle of next, the checkpoint the advances deferred names lead to, which
+// is not written: the receiving phase decides them again and writes them.
+func EncodeDeferredMsg(next *capsule.Checkpoint, deferred []Deferred) *nats.Msg {
+	h := jspub.NewHeaders(6)
+	phaseHeaders(&h, next, "")
+	h.Set(HeaderDeferred, encodeDeferred(deferred))
+	return jspub.NewMsg(PhaseSubject(next.State.Phase), nil, h)
+}
+
+// PublishDeferred sends a message of [EncodeDeferredMsg] and waits for its
+// acknowledgement.
+func (s *Store) PublishDeferred(ctx context.Context, m *nats.Msg) error {
+	if err := s.publish(ctx, m); err != nil {
+		return fmt.Errorf("publish to %s: %w", m.Subject, err)
+	}
+	return nil
+}
