@@ -157,6 +157,10 @@ type Config struct {
 	// write (deferred.go): the routine the deferral replaces, which the
 	// tests hold it to.
 	NoDefer bool
+	// NoPauseView makes sagad defer advances without regard to which
+	// phases are paused (pauses.go), as a process does before it sees a
+	// pause: for the tests that hold the deferral across a pause.
+	NoPauseView bool
 	// ExternalTimeout is how long a capsule waits for accepted external work
 	// before it halts with executor_failed. Defaults to 1h.
 	ExternalTimeout time.Duration

@@ -36,8 +36,11 @@ import (
 //     names it is redelivered (or the rescuer sends PLANNING's again); the
 //     history entry of the deferred phase appears with the merged write.
 //   - Until then the checkpoint (status, history) shows the capsule at the
-//     last phase written: a capsule queued at a paused EXECUTION shows
-//     PLANNING.
+//     last phase written. So an advance into a phase this process knows
+//     is paused (pauseView) is written, not deferred: a capsule queued at
+//     a paused EXECUTION shows EXECUTION. Only a pause made while the
+//     message was already on its way (or not seen yet) shows the phase
+//     before, as every capsule did before the view.
 
 // deferrable reports whether this attempt may defer decision d, taken at,
 // rather than write it: a plain advance, on the first run's bytes as the
@@ -61,6 +64,10 @@ func (r *run) deferrable(d phases.Decision, at time.Time) (next *capsule.Checkpo
 	}
 	res, err := machine.Apply(cp, machine.Decide{Phase: r.ph, Cycle: r.cycle, Decision: d}, at)
 	if err != nil || res.Transition == nil || res.Checkpoint.State.Status != capsule.InProgress {
+		return nil, false
+	}
+	if r.p.pauses.isPaused(res.Checkpoint.State.Phase) {
+		// The capsule will wait there: written, status shows where.
 		return nil, false
 	}
 	return res.Checkpoint, true

@@ -46,13 +46,14 @@ func requireSevenPhases(t *testing.T, s client.Status) {
 // AUTOMATED_GATES (or EXECUTION) is paused, the checkpoint still stands at
 // PLANNING with the message naming the deferred advances queued; a sagad
 // that dies there and one started afterwards resume from what was written,
-// and the history shows every phase.
+// and the history shows every phase. The pause is one sagad has not seen
+// (NoPauseView): one it has seen is written (TestDeferredNotIntoAPausedPhase).
 func TestDeferredPlanningSurvivesACrash(t *testing.T) {
 	t.Parallel()
 	for _, ph := range []capsule.Phase{capsule.AutomatedGates, capsule.Execution} {
 		t.Run(ph.String(), func(t *testing.T) {
 			t.Parallel()
-			f := setup(t)
+			f := setupWith(t, func(c *pipeline.Config) { c.NoPauseView = true })
 			ctx := context.Background()
 			a := f.admin(t)
 			require.NoError(t, a.PausePhase(ctx, ph))
@@ -101,10 +102,10 @@ func TestDeferredGatesOnlyWhenPure(t *testing.T) {
 // TestDeferredPlanningHeldByAPause: a capsule a person paused while the
 // message naming its deferred advance was queued stays paused when that
 // message is taken (the checkpoint decides, not the message), and runs on
-// from PLANNING once resumed.
+// from PLANNING once resumed. The phase's pause is one sagad has not seen.
 func TestDeferredPlanningHeldByAPause(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	f := setupWith(t, func(c *pipeline.Config) { c.NoPauseView = true })
 	ctx := context.Background()
 	a := f.admin(t)
 	require.NoError(t, a.PausePhase(ctx, capsule.AutomatedGates))
@@ -203,4 +204,37 @@ func TestDeferredHeaderIsNotTrusted(t *testing.T) {
 	queued(t, f, capsule.Planning, 0)
 	requireOutcomes(t, f, 1)
 	require.Zero(t, f.executed.Load())
+}
+
+// TestDeferredNotIntoAPausedPhase: an advance into a phase this sagad
+// knows is paused is written, not deferred, so status tells the truth for
+// as long as the pause lasts: the capsule queued at a paused EXECUTION
+// stands at EXECUTION, in progress. Resumed, it completes once; and the
+// view follows the resume, so the next capsule defers again.
+func TestDeferredNotIntoAPausedPhase(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	a := f.admin(t)
+	require.NoError(t, a.PausePhase(ctx, capsule.Execution))
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		return pipeline.PhasePaused(f.pipe, capsule.Execution)
+	}, "the pause was never seen")
+	raw := capsuletest.New().Sealed(t)
+	id := idOf(t, raw)
+	f.publish(t, raw)
+	queued(t, f, capsule.Execution, 1)
+	s, err := f.client.Status(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, capsule.InProgress, s.State)
+	require.Equal(t, int(capsule.Execution), s.Phase, "the capsule shows the paused phase it waits at")
+	require.Len(t, s.History, 4)
+
+	require.NoError(t, a.ResumePhase(ctx, capsule.Execution))
+	requireSevenPhases(t, f.wait(t, id))
+	require.Equal(t, int64(1), f.executed.Load())
+	requireOutcomes(t, f, 1)
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		return !pipeline.PhasePaused(f.pipe, capsule.Execution)
+	}, "the resume was never seen")
 }

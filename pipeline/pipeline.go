@@ -68,6 +68,8 @@ type Pipeline struct {
 	// calls are the agent calls this process runs, as their streams show
 	// them so far (transient: see status.Calls).
 	calls *status.Calls
+	// pauses is which phases a person paused, as last read (pauses.go).
+	pauses pauseView
 }
 
 // New creates the JetStream topology (idempotently) and returns a pipeline
@@ -185,6 +187,9 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	// every check reads.
 	if err := p.st.Locks.Mirror(workCtx); err != nil {
 		p.log.Warn("lock availability is read for every capsule", "error", err)
+	}
+	if !p.cfg.NoPauseView {
+		p.watchPauses(workCtx)
 	}
 	p.clock.start()
 	stopAll := func() {
