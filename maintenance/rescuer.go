@@ -429,11 +429,12 @@ func (r *Rescuer) countGate() {
 }
 
 // deferredUpTo is the last phase whose queue may hold the message of a
-// capsule whose checkpoint stands at ph: PLANNING and AUTOMATED_GATES may
-// defer their advance to a later phase's write (package pipeline), so the
-// capsule's message may wait at AUTOMATED_GATES or EXECUTION meanwhile.
+// capsule whose checkpoint stands at ph: REALITY_ANCHOR, PLANNING and
+// AUTOMATED_GATES may defer their advance to a later phase's write
+// (package pipeline), so the capsule's message may wait at any phase up to
+// EXECUTION meanwhile.
 func deferredUpTo(ph capsule.Phase) capsule.Phase {
-	if ph == capsule.Planning || ph == capsule.AutomatedGates {
+	if ph == capsule.RealityAnchor || ph == capsule.Planning || ph == capsule.AutomatedGates {
 		return capsule.Execution
 	}
 	return ph

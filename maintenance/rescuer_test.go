@@ -119,10 +119,10 @@ func TestRescuerTakesOverFromAStoppedSagad(t *testing.T) {
 }
 
 // TestRescuerSendsALostDeferredStepAgain: a capsule's checkpoint stands at
-// PLANNING while its message, naming the deferred advances of PLANNING and
-// AUTOMATED_GATES, waits at EXECUTION (package pipeline); that message is
+// REALITY_ANCHOR while its message, naming the deferred advances of
+// REALITY_ANCHOR, PLANNING and AUTOMATED_GATES, waits at EXECUTION (package pipeline); that message is
 // lost. The rescuer looks at every queue the message may wait in, finds
-// them empty, sends PLANNING's step again, and the capsule completes once.
+// them empty, sends REALITY_ANCHOR's step again, and the capsule completes once.
 func TestRescuerSendsALostDeferredStepAgain(t *testing.T) {
 	t.Parallel()
 	f := sagatest.Run(t, func(c *pipeline.Config) {
@@ -139,7 +139,7 @@ func TestRescuerSendsALostDeferredStepAgain(t *testing.T) {
 	}, "the capsule's message never waited at EXECUTION")
 	s, err := f.Client.Status(ctx, doc.ID())
 	require.NoError(t, err)
-	require.Equal(t, int(capsule.Planning), s.Phase, "the deferred advances are not written")
+	require.Equal(t, int(capsule.RealityAnchor), s.Phase, "the deferred advances are not written")
 	execution, err := f.JS.Stream(ctx, store.PhaseStream(capsule.Execution))
 	require.NoError(t, err)
 	require.NoError(t, execution.Purge(ctx)) // the message is lost

@@ -57,7 +57,7 @@ func (r *run) deferrable(d phases.Decision, at time.Time) (next *capsule.Checkpo
 		return nil, false
 	}
 	switch {
-	case r.ph == capsule.Planning:
+	case r.ph == capsule.RealityAnchor, r.ph == capsule.Planning:
 	case r.ph == capsule.AutomatedGates && gatesPure(cp, r.c):
 	default:
 		return nil, false
@@ -71,6 +71,34 @@ func (r *run) deferrable(d phases.Decision, at time.Time) (next *capsule.Checkpo
 		return nil, false
 	}
 	return res.Checkpoint, true
+}
+
+// forwardable reports whether REALITY_ANCHOR may send PLANNING's message
+// without deciding at all (a deferrable advance, decided undecided): the
+// phase that writes first decides it then (catchUp), and that phase's
+// reads of the context refs and the target are the only ones. A capsule
+// whose deadline warning is due is decided here, as before.
+func (r *run) forwardable(at time.Time) (next *capsule.Checkpoint, ok bool) {
+	if r.ph != capsule.RealityAnchor || r.eager {
+		return nil, false
+	}
+	if _, warn := r.p.deadlineWarning(r.t.view(), r.c, at); warn {
+		return nil, false
+	}
+	return r.deferrable(phases.AdvanceWith(), at)
+}
+
+// lazy reports whether this attempt's catch-up may assume REALITY_ANCHOR's
+// deferred advance rather than decide it: the attempt is of a phase that
+// defers its own advance when it makes one (PLANNING, or AUTOMATED_GATES
+// deciding from the bytes alone) into a phase not known paused, so it
+// writes nothing and the phase that will write decides REALITY_ANCHOR
+// then. Were it to write after all, it decides again eagerly (attempt).
+func (r *run) lazy(cp *capsule.Checkpoint) bool {
+	if r.eager || r.p.cfg.NoDefer || r.p.pauses.isPaused(r.ph+1) {
+		return false
+	}
+	return r.ph == capsule.Planning || (r.ph == capsule.AutomatedGates && gatesPure(cp, r.c))
 }
 
 // gatesPure reports whether AUTOMATED_GATES decides capsule c of
@@ -107,20 +135,58 @@ func (t *txn) catchUp(ctx context.Context) error {
 	if r == nil || len(r.deferred) == 0 {
 		return nil
 	}
-	cp := t.view()
-	var merged []capsule.Transition
+	base := t.view()
+	lazy := r.lazy(base)
+	cp, merged, assumed, err := r.decideDeferred(ctx, base, lazy)
+	if err != nil {
+		return err
+	}
+	if assumed && !machine.Running(cp, r.ph, r.cycle) {
+		// An assumed advance that does not lead here is not this attempt's
+		// to act on: decide them all.
+		if cp, merged, assumed, err = r.decideDeferred(ctx, base, false); err != nil {
+			return err
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(merged) > 0 {
+		t.cp = cp
+	}
+	t.merged = merged
+	t.assumed = assumed && len(merged) > 0
+	return nil
+}
+
+// isAssumed reports whether the checkpoint this attempt holds carries
+// REALITY_ANCHOR's advance assumed, not decided (lazy).
+func (t *txn) isAssumed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.assumed
+}
+
+// decideDeferred decides again, from cp, the deferred phases catchUp
+// catches up: the checkpoint they lead to and their transitions. lazy
+// assumes REALITY_ANCHOR's advance instead of deciding it (assumed).
+func (r *run) decideDeferred(ctx context.Context, cp *capsule.Checkpoint, lazy bool) (_ *capsule.Checkpoint, merged []capsule.Transition, assumed bool, _ error) {
 	for _, d := range r.deferred {
 		st := cp.State
 		if d.Phase >= r.ph || st.Status != capsule.InProgress || st.Phase != d.Phase ||
 			cp.Run > 1 || cp.Digest == "" || r.c.Integrity.SHA256 != cp.Digest {
 			continue
 		}
-		in := phases.Input{Capsule: r.c, Raw: r.raw, Checkpoint: cp}
-		dec := r.p.phases[d.Phase].Run(ctx, r.p.env, &in)
-		if dec.Action == phases.Retry {
-			return fmt.Errorf("deferred %s: %w", d.Phase, dec.Err)
+		var dec phases.Decision
+		if lazy && d.Phase == capsule.RealityAnchor {
+			dec, assumed = phases.AdvanceWith(), true
+		} else {
+			in := phases.Input{Capsule: r.c, Raw: r.raw, Checkpoint: cp}
+			dec = r.p.phases[d.Phase].Run(ctx, r.p.env, &in)
 		}
-		res, err := machine.Apply(cp, machine.Decide{Phase: d.Phase, Cycle: st.Cycle, Decision: dec}, t.deferredAt(cp, d.At))
+		if dec.Action == phases.Retry {
+			return nil, nil, false, fmt.Errorf("deferred %s: %w", d.Phase, dec.Err)
+		}
+		res, err := machine.Apply(cp, machine.Decide{Phase: d.Phase, Cycle: st.Cycle, Decision: dec}, r.t.deferredAt(cp, d.At))
 		if err != nil || res.Transition == nil {
 			break // the machine refuses it: the checkpoint decides
 		}
@@ -133,13 +199,7 @@ func (t *txn) catchUp(ctx context.Context) error {
 	if st := cp.State; len(merged) > 0 && st.Status == capsule.InProgress && (st.Phase != r.ph || st.Cycle != r.cycle) {
 		merged = nil
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(merged) > 0 {
-		t.cp = cp
-	}
-	t.merged = merged
-	return nil
+	return cp, merged, assumed, nil
 }
 
 // deferredAt is the time a deferred decision is recorded at: when the

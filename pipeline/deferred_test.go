@@ -64,8 +64,8 @@ func TestDeferredPlanningSurvivesACrash(t *testing.T) {
 			s, err := f.client.Status(ctx, id)
 			require.NoError(t, err)
 			require.Equal(t, capsule.InProgress, s.State)
-			require.Equal(t, int(capsule.Planning), s.Phase, "the deferred advances are not written yet")
-			require.Len(t, s.History, 2)
+			require.Equal(t, int(capsule.RealityAnchor), s.Phase, "the deferred advances are not written yet")
+			require.Len(t, s.History, 1)
 
 			stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			f.pipe.Stop(stopCtx)
@@ -120,8 +120,8 @@ func TestDeferredPlanningHeldByAPause(t *testing.T) {
 	s, err := f.client.Status(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, capsule.Paused, s.State)
-	require.Equal(t, int(capsule.Planning), s.Phase)
-	require.Len(t, s.History, 2, "the deferred advance was not written over the pause")
+	require.Equal(t, int(capsule.RealityAnchor), s.Phase)
+	require.Len(t, s.History, 1, "the deferred advances were not written over the pause")
 
 	_, err = a.Resume(ctx, id, admin.ResumeOptions{})
 	require.NoError(t, err)
@@ -169,7 +169,7 @@ func TestDeferredPlanningAsWritten(t *testing.T) {
 		w, d := written.History[i], deferred.History[i]
 		require.Equal(t, []any{w.Phase, w.Cycle, w.Outcome, w.Detail}, []any{d.Phase, d.Cycle, d.Outcome, d.Detail})
 	}
-	require.Equal(t, writesWritten-2, writesDeferred, "PLANNING's and AUTOMATED_GATES' advances cost no write of their own")
+	require.Equal(t, writesWritten-3, writesDeferred, "REALITY_ANCHOR's, PLANNING's and AUTOMATED_GATES' advances cost no write of their own")
 }
 
 // TestDeferredHeaderIsNotTrusted: a phase message naming a deferred advance
@@ -237,4 +237,41 @@ func TestDeferredNotIntoAPausedPhase(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
 		return !pipeline.PhasePaused(f.pipe, capsule.Execution)
 	}, "the resume was never seen")
+}
+
+// TestDeferredAnchorHaltsAsWritten holds REALITY_ANCHOR's deferral (it
+// forwards undecided; the first phase to write decides it) to the routine
+// it replaces (NoDefer: REALITY_ANCHOR decides and writes): a target or a
+// context ref that does not resolve halts the same way, at the same phase,
+// with the same findings and history, and nothing runs.
+func TestDeferredAnchorHaltsAsWritten(t *testing.T) {
+	t.Parallel()
+	docs := map[string]func() capsuletest.Doc{
+		"kv target missing":   func() capsuletest.Doc { return capsuletest.New().Set("target", "kv:NOPE/key") },
+		"context ref missing": func() capsuletest.Doc { return capsuletest.New().Set("context_refs", []any{"file:nope.txt"}) },
+	}
+	for name, doc := range docs {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			run := func(noDefer bool) client.Status {
+				f := setupWith(t, func(c *pipeline.Config) { c.NoDefer = noDefer })
+				raw := doc().Sealed(t)
+				f.publish(t, raw)
+				s := f.wait(t, idOf(t, raw))
+				require.Zero(t, f.executed.Load())
+				return s
+			}
+			written, deferred := run(true), run(false)
+			require.Equal(t, capsule.Halted, deferred.State)
+			require.Equal(t, written.HaltReason, deferred.HaltReason)
+			require.Equal(t, written.Phase, deferred.Phase)
+			require.Equal(t, int(capsule.RealityAnchor), deferred.Phase)
+			require.Equal(t, written.Findings, deferred.Findings)
+			require.Len(t, deferred.History, len(written.History))
+			for i := range written.History {
+				w, d := written.History[i], deferred.History[i]
+				require.Equal(t, []any{w.Phase, w.Cycle, w.Outcome, w.Detail}, []any{d.Phase, d.Cycle, d.Outcome, d.Detail})
+			}
+		})
+	}
 }

@@ -76,10 +76,10 @@ func (p *Pipeline) advance(ctx context.Context, ph capsule.Phase, msg jetstream.
 	// that transition releases the locks (machine.EffectsOf), as it does
 	// for a stale message; an operator's pause releases them the same way.
 	// The cache saves EXECUTION a read, a sequential round trip, per cycle.
-	d, stale := p.attempt(ctx, ph, msg, pm, raw, c, true)
+	d, stale := p.attempt(ctx, ph, msg, pm, raw, c, true, false)
 	if stale {
 		// The cached checkpoint was behind: decide again on the real one.
-		d, _ = p.attempt(ctx, ph, msg, pm, raw, c, false)
+		d, _ = p.attempt(ctx, ph, msg, pm, raw, c, false, false)
 	}
 	if errors.Is(d.Err, corrupt.ErrCorrupt) {
 		return p.corrupted(ctx, key, raw, c, d.Err)
@@ -110,8 +110,9 @@ func (p *Pipeline) unknown(ctx context.Context, key string, msg jetstream.Msg, d
 
 // attempt runs phase ph once for the message. With useCache it may start
 // from a stale checkpoint; it then reports stale instead of acting on it.
-func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.Msg, pm store.PhaseMsg, raw []byte, c *capsule.Capsule, useCache bool) (runner.Delivery, bool) {
-	r := &run{p: p, ph: ph, cycle: pm.Cycle, msg: msg, raw: raw, c: c, deferred: pm.Deferred}
+// eager makes it decide every deferred phase before its own (deferred.go).
+func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.Msg, pm store.PhaseMsg, raw []byte, c *capsule.Capsule, useCache, eager bool) (runner.Delivery, bool) {
+	r := &run{p: p, ph: ph, cycle: pm.Cycle, msg: msg, raw: raw, c: c, deferred: pm.Deferred, eager: eager}
 	r.t = &r.txn
 	r.t.p, r.t.key, r.t.token, r.t.run = p, pm.Key, p.runToken(), r
 	if d, stale, ok := r.position(ctx, pm.ResumeToken, useCache); !ok {
@@ -138,6 +139,10 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		runCtx = executors.WithObserver(runCtx, r.obs)
 	}
 	start := p.cfg.Now()
+	if next, ok := r.forwardable(start); ok {
+		p.traceForward(runCtx, ph, r.cycle, r.t.view())
+		return r.deferAdvance(ctx, next, start), false
+	}
 	d := p.corruptDecision(r.decide(runCtx, start, md, mdErr))
 	if r.obs != nil {
 		r.obs.finish()
@@ -152,6 +157,13 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	}
 	if next, ok := r.deferrable(d, start); ok {
 		return r.deferAdvance(ctx, next, start), false
+	}
+	if r.t.isAssumed() {
+		// This phase writes, and REALITY_ANCHOR's deferred decision was
+		// assumed, not made: decide it first, then this phase again.
+		stopRun()
+		hb.stop()
+		return p.attempt(ctx, ph, msg, pm, raw, c, useCache, true)
 	}
 	// Record what happened even if sagad is stopping (or ctx's time is
 	// about to run out): a fresh bound then, not a timer per message.
@@ -214,6 +226,8 @@ type run struct {
 	// deferred are the phases before this one the message says were
 	// decided and not written (see deferred.go).
 	deferred []store.Deferred
+	// eager makes catchUp decide REALITY_ANCHOR rather than assume it.
+	eager bool
 
 	// obs observes the attempt's agent calls (EXECUTION and REVIEW): obsv,
 	// held in the run like txn.
@@ -501,6 +515,9 @@ type txn struct {
 	// merged are the deferred transitions cp holds that are not written
 	// yet (catchUp): the next write records them.
 	merged []capsule.Transition
+	// assumed says merged holds REALITY_ANCHOR's advance unevaluated
+	// (catchUp): nothing may be written from cp.
+	assumed bool
 }
 
 // load reads the checkpoint from KV (decoding it only when the process's

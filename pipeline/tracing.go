@@ -30,6 +30,24 @@ func (p *Pipeline) runTraced(ctx context.Context, ph capsule.Phase, cycle int, c
 	return d
 }
 
+// outcomeForwarded is the outcome of REALITY_ANCHOR's span when it sent
+// its message undecided (forwardable): the phase that writes first
+// decides it, and the checkpoint's history holds what it decided.
+const outcomeForwarded = "forwarded"
+
+// traceForward records the span of a phase that forwarded its message
+// undecided.
+func (p *Pipeline) traceForward(ctx context.Context, ph capsule.Phase, cycle int, cp *capsule.Checkpoint) {
+	_, span := p.tracer.StartPhase(ctx, cp.TraceParent, cp.TraceID, spanCapsule(cp), ph.String(), cycle,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(tracing.MessagingProcess(store.PhaseSubject(ph), store.ConsumerName(ph))...))
+	if span.IsRecording() {
+		tracing.EndPhase(span, outcomeForwarded, "", "", nil)
+	} else {
+		span.End()
+	}
+}
+
 // traceReception starts the capsule's root span at RECEPTION and records its
 // traceparent in the fresh checkpoint; see tracing.Tracer.StartCapsule for
 // what an intake message's traceparent header may do (place the capsule in
