@@ -42,8 +42,9 @@ func floorSubject(i int) string { return "bench.floor." + strconv.Itoa(i) }
 // then each phase's compare-and-set, EXECUTION's and REVIEW's claims
 // included). They follow sagad's checkpoints as these grow: TestSmoke
 // holds every request of the floor to sagad's in bytes (RoundTrips.Bytes).
-// The third and fourth, PLANNING's and AUTOMATED_GATES' own writes, are no
-// longer made (issue 36: EXECUTION's claim writes their advances).
+// The second, third and fourth, REALITY_ANCHOR's, PLANNING's and
+// AUTOMATED_GATES' own writes, are no longer made (issue 36: EXECUTION's
+// claim writes their advances).
 var floorCheckpointSizes = [...]int{599, 641, 696, 738, 990, 963, 1171, 1157, 1207}
 
 // Sizes of the other values sagad writes for a valid capsule.
@@ -54,7 +55,7 @@ const (
 )
 
 // floor is the saga floor: the relay's seven stages making, per stage, the
-// JetStream requests sagad makes for a valid capsule in that phase (22 in
+// JetStream requests sagad makes for a valid capsule in that phase (21 in
 // all, the same kinds, sizes, headers and order, made as sagad makes them:
 // writes through internal/jspub's Writes, reads as direct gets, each with
 // its deadline in the request), with none of its logic — no decoding, schema,
@@ -178,15 +179,11 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 		if rev, err = cp(0, 0, 0); err != nil {
 			return err
 		}
-	case 1: // REALITY_ANCHOR: the kv: target, checkpoint
+	case 1, 2, 3: // REALITY_ANCHOR, PLANNING, AUTOMATED_GATES: no checkpoint (their advances are written with EXECUTION's claim)
+	case 4: // EXECUTION: REALITY_ANCHOR's kv: target (decided at its catch-up), lock, claim (on the cached revision), artifact, checkpoint; lock release alongside the next message
 		if err = f.get(floorTargets, "t"); err != nil {
 			return err
 		}
-		if rev, err = cp(1, rev, 0); err != nil {
-			return err
-		}
-	case 2, 3: // PLANNING, AUTOMATED_GATES: no checkpoint (their advances are written with EXECUTION's claim)
-	case 4: // EXECUTION: lock, claim (on the cached revision), artifact, checkpoint; lock release alongside the next message
 		if lockRev, err = f.w.KVUpdate(ctx, f.nc, f.locks, "l-"+id, pad(floorLockSize, id), 0); cas.Conflict(err) {
 			// A redelivery after a partial stage: the lock is ours.
 			e, gerr := f.locks.Get(ctx, "l-"+id)
@@ -257,9 +254,9 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 		go func() { _, err := f.w.KVPurge(ctx, f.nc, f.locks, "l-"+id, lockRev, time.Second); released <- err }()
 	}
 	next := f.message(floorSubject(stage+1), id, nil, rev)
-	if stage == 2 || stage == 3 {
+	if stage >= 1 && stage <= 3 {
 		// The deferred advances the message names, as sagad's Saga-Deferred.
-		next.Header.Set("Bench-Deferred", floorDeferred[:20*(stage-1)-1])
+		next.Header.Set("Bench-Deferred", floorDeferred[:22*stage-1])
 	}
 	_, err = f.w.Publish(ctx, f.nc, next)
 	if released != nil {
@@ -275,7 +272,7 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 
 // floorDeferred is a Saga-Deferred header's size: "<phase>:<unix ns>" per
 // deferred phase, comma separated.
-const floorDeferred = "2:1764300000000000000,3:1764300000000000000"
+const floorDeferred = "1:1764300000000000000,2:1764300000000000000,3:1764300000000000000"
 
 // floorRetention is sagad's default retention, the time to live of an ended
 // capsule's last checkpoint and bytes.
