@@ -190,8 +190,7 @@ func TestService(t *testing.T) {
 	require.True(t, ph[capsule.Execution].Paused)
 	held := capsuletest.New().Set("target", "file:go.mod").Set("constraints.resource_locks_required", []any{"go.mod"})
 	f.publish(t, held)
-	// Its message waits at EXECUTION (its checkpoint shows PLANNING until
-	// EXECUTION's claim writes the deferred advances).
+	// Its message waits at EXECUTION.
 	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
 		js, err := jetstream.New(f.nc)
 		if err != nil {
@@ -206,6 +205,11 @@ func TestService(t *testing.T) {
 	}, "capsule never reached EXECUTION")
 	s = status(t, f.do(t, VerbPause, PauseRequest{ID: held.ID(), Reason: "look first", By: "ann"}, ""))
 	require.Equal(t, capsule.Paused, s.State)
+	// EXECUTION, once this sagad has seen the phase's pause (the advance
+	// into it is then written); REALITY_ANCHOR if the capsule got there
+	// first (the deferred advances wait for EXECUTION's claim).
+	pausedAt := capsule.Phase(s.Phase)
+	require.Contains(t, []capsule.Phase{capsule.RealityAnchor, capsule.Execution}, pausedAt)
 	deadline := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Second)
 	s = status(t, f.do(t, VerbResume, ResumeRequest{ID: held.ID(), By: "ann", Tokens: 20000, Deadline: &deadline}, ""))
 	require.Equal(t, capsule.InProgress, s.State)
@@ -215,10 +219,9 @@ func TestService(t *testing.T) {
 	var pv ReplayPreviewReply
 	require.NoError(t, json.Unmarshal(f.do(t, VerbReplayPreview, ReplayRequest{ID: held.ID(), By: "ann"}, ""), &pv))
 	require.Nil(t, pv.WouldHalt, "findings: %v", pv.Findings)
-	// Cancelled while its message waited at EXECUTION, before anything
-	// after PLANNING was written: a replay starts where the checkpoint
-	// stopped.
-	require.Equal(t, capsule.Planning, pv.From)
+	// Cancelled while its message waited at EXECUTION: a replay starts
+	// where the checkpoint stopped.
+	require.Equal(t, pausedAt, pv.From)
 	require.Len(t, pv.AgentCalls, 2)
 	require.Equal(t, []admin.LockPreview{{Path: "go.mod", Available: true}}, pv.Locks)
 	still, err := f.pipeline.Status(context.Background(), held.ID())
