@@ -83,6 +83,70 @@ func TestTreeReservations(t *testing.T) {
 	require.Equal(t, capsule.Usage{Tokens: 1000}, fam.Used)
 }
 
+// TestChargeInFlightAtEnd: a grandchild's charge is in flight (counted at
+// some of its ancestors, not yet at the others) when its parent ends and a
+// sibling of that parent asks for room at the root. The parent's hold at
+// the root shrinks to what its own children still hold; had the charge
+// been counted at the parent first (out of the grandchild's hold there)
+// and at the root only after, it would have been in neither the parent's
+// holds nor the root's total at that moment, and the sibling would have
+// been admitted into room the charge was about to take: 4,000 tokens
+// counted nowhere, a tree of 10,000 able to spend 14,000.
+func TestChargeInFlightAtEnd(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := f.ctx
+	require.NoError(t, f.tr.AddChild(ctx, "r", "", "c", capsule.Budget{Tokens: 10000}))
+	a, err := f.tr.ReserveChild(ctx, "r", "c", capsule.Budget{Tokens: 5000})
+	require.NoError(t, err)
+	require.True(t, a.Admitted)
+	charge := func(key, parent string, caps capsule.Budget, n int64) {
+		t.Helper()
+		u := capsule.Usage{Tokens: n}
+		_, err := f.tr.ChargeOwn(ctx, key, parent, key+"/1/exec", caps, u)
+		require.NoError(t, err)
+		_, err = f.tr.ChargeAncestors(ctx, parent, key, key+"/1/exec", u)
+		require.NoError(t, err)
+	}
+	charge("c", "r", capsule.Budget{Tokens: 5000}, 1000)
+	require.NoError(t, f.tr.AddChild(ctx, "c", "r", "g", capsule.Budget{Tokens: 5000}))
+	a, err = f.tr.ReserveChild(ctx, "c", "g", capsule.Budget{Tokens: 4000})
+	require.NoError(t, err)
+	require.True(t, a.Admitted)
+
+	// g's charge of 4000: between its first ancestor's write and its
+	// second, c ends and its sibling d asks for 9000 at r.
+	var sibling budget.ChildAdmission
+	var between []string
+	budget.SetChargedAt(f.tr, func(ancestor string) {
+		between = append(between, ancestor)
+		if len(between) > 1 {
+			return
+		}
+		_, err := f.tr.ReleaseChild(ctx, "r", "c")
+		require.NoError(t, err)
+		require.NoError(t, f.tr.AddChild(ctx, "r", "", "d", capsule.Budget{Tokens: 10000}))
+		sibling, err = f.tr.ReserveChild(ctx, "r", "d", capsule.Budget{Tokens: 9000})
+		require.NoError(t, err)
+	})
+	charge("g", "c", capsule.Budget{Tokens: 4000}, 4000)
+	budget.SetChargedAt(f.tr, nil)
+	require.False(t, sibling.Admitted, "1000 spent, 4000 in flight: 9000 more is over 10000")
+	require.Equal(t, capsule.BudgetParentTokens, sibling.Exceeded)
+	require.Equal(t, []string{"r", "c"}, between, "the root is charged first")
+
+	// g ends: nothing of the tree is held any more, and r counted all.
+	_, err = f.tr.ReleaseChild(ctx, "c", "g")
+	require.NoError(t, err)
+	fam, _, err := f.tr.FamilyOf(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, capsule.Usage{Tokens: 5000}, fam.Used)
+	require.Zero(t, fam.Holders)
+	a, err = f.tr.ReserveChild(ctx, "r", "d", capsule.Budget{Tokens: 5000})
+	require.NoError(t, err)
+	require.True(t, a.Admitted, "what the tree did not spend is room again")
+}
+
 // TestTreeNeverOverRoot: a root capped 10,000 tokens makes four calls,
 // each spawning three children at once; each child (capped 3,000) spends
 // 1,000 and spawns three of its own (capped 1,000), and so on four levels
@@ -163,11 +227,8 @@ func (s *spender) spawn(parent, grandparent string, depth, n int) {
 			u := capsule.Usage{Tokens: 1000}
 			_, err = tr.ChargeOwn(ctx, id, parent, id+"/1/exec", caps, u)
 			require.NoError(s.t, err)
-			for a, holder := parent, id; a != ""; {
-				fam, err := tr.ChargeDescendant(ctx, a, holder, id+"/1/exec", u)
-				require.NoError(s.t, err)
-				a, holder = fam.Parent, a
-			}
+			_, err = tr.ChargeAncestors(ctx, parent, id, id+"/1/exec", u)
+			require.NoError(s.t, err)
 			s.add(id, u.Tokens)
 			if depth < 4 {
 				s.spawn(id, parent, depth+1, n)
