@@ -242,20 +242,29 @@ func (t *Tracker) ChargeAncestors(ctx context.Context, parent, holder, chargeID 
 	if err := u.Validate(); err != nil {
 		return nil, fmt.Errorf("budget: charge %s to the ancestors of %s: %w", chargeID, holder, err)
 	}
-	chain, err := t.ancestors(ctx, parent, holder)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]AncestorCharge, len(chain))
-	for i := len(chain) - 1; i >= 0; i-- {
-		fam, err := t.ChargeDescendant(ctx, chain[i].ancestor, chain[i].holder, chargeID, u)
+	var out []AncestorCharge
+	for a, h := parent, holder; a != "" && len(out) < maxAncestors; {
+		chain, err := t.ancestors(ctx, a, h, maxAncestors-len(out))
 		if err != nil {
 			return nil, err
 		}
-		out[i] = AncestorCharge{Ancestor: chain[i].ancestor, Family: fam}
-		if t.chargedAt != nil {
-			t.chargedAt(chain[i].ancestor)
+		part := make([]AncestorCharge, len(chain))
+		for i := len(chain) - 1; i >= 0; i-- {
+			fam, err := t.ChargeDescendant(ctx, chain[i].ancestor, chain[i].holder, chargeID, u)
+			if err != nil {
+				return nil, err
+			}
+			part[i] = AncestorCharge{Ancestor: chain[i].ancestor, Family: fam}
+			if t.chargedAt != nil {
+				t.chargedAt(chain[i].ancestor)
+			}
 		}
+		out = append(out, part...)
+		// The top's parent as its compare-and-set saw it: "" but when a
+		// read of the chain was stale (a replica behind its leader), and
+		// then the ancestors above it are charged too, late but once.
+		top := part[len(part)-1]
+		a, h = top.Family.Parent, top.Ancestor
 	}
 	return out, nil
 }
@@ -264,13 +273,15 @@ func (t *Tracker) ChargeAncestors(ctx context.Context, parent, holder, chargeID 
 // one the walk came from.
 type link struct{ ancestor, holder string }
 
-// ancestors reads the chain above holder, parent first. A record's parent
-// is written once, with the record's first link, and never changed, so
-// plain reads give the chain a compare-and-set would; a record that does
-// not exist (yet) ends the chain, as a charge walking up would find it.
-func (t *Tracker) ancestors(ctx context.Context, parent, holder string) ([]link, error) {
+// ancestors reads at most most links of the chain above holder, parent
+// first. A record's parent is written with its first link and never
+// changed, so a plain read finds it; a record that does not exist (yet)
+// ends the chain, as a charge walking up would find it. A read a replica
+// answers from behind its leader may end the chain early: ChargeAncestors
+// goes on from the parent the top's write saw.
+func (t *Tracker) ancestors(ctx context.Context, parent, holder string, most int) ([]link, error) {
 	var chain []link
-	for a, h := parent, holder; a != "" && len(chain) < maxAncestors; {
+	for a, h := parent, holder; a != "" && len(chain) < most; {
 		chain = append(chain, link{a, h})
 		r, _, err := t.get(ctx, familyKey(a))
 		if err != nil {
