@@ -98,6 +98,10 @@ type Tracker struct {
 	w       *jspub.Writes
 	bucket  string
 	corrupt *corrupt.Reporter
+	// chargedAt, set only by tests, is called after each ancestor a
+	// [Tracker.ChargeAncestors] charged, so a test can run an end or an
+	// admission between two of its writes.
+	chargedAt func(ancestor string)
 }
 
 // New returns a Tracker on cfg.Bucket, creating the bucket or updating its

@@ -138,7 +138,9 @@ func (r *record) link(caps capsule.Budget, parent string) {
 // ChargeDescendant adds u, spent by holder, a descendant of ancestor, to
 // ancestor's family total once per chargeID, moving it out of holder's
 // reservation there in the same write, and returns the family as it
-// stands.
+// stands. It writes one record: a descendant's charge goes to all its
+// ancestors through [Tracker.ChargeAncestors], whose order the tree's
+// bound relies on.
 func (t *Tracker) ChargeDescendant(ctx context.Context, ancestor, holder, chargeID string, u capsule.Usage) (Family, error) {
 	if err := u.Validate(); err != nil {
 		return Family{}, fmt.Errorf("budget: charge %s to %s: %w", chargeID, ancestor, err)

@@ -24,13 +24,20 @@ import (
 // child's whole subtree: a grandchild's reservation is taken out of the
 // child's caps, which its hold at the parent already covers. Every spend in
 // the subtree moves out of the hold of the parent's child it descends from,
-// at every ancestor ([Tracker.ChargeDescendant]). By induction the sum
-// spent under any ancestor stays within its caps.
+// at every ancestor, from the root down ([Tracker.ChargeAncestors]). By
+// induction the sum spent under any ancestor stays within its caps.
 //
 // When a child ends ([Tracker.ReleaseChild]) its record is marked ended
 // (it admits no child any more: its calls are over) and its hold at its
 // parent shrinks to what its own children still hold; each of those, when
-// it ends, shrinks the holds of its ended ancestors in turn. The parent's
+// it ends, shrinks the holds of its ended ancestors in turn. That shrink is
+// sound only because a charge reaches an ancestor before it reaches any
+// record below it: what an ended child's children still hold then covers
+// every charge of its subtree its parent has not counted yet. Charged from
+// the spender up instead, a charge counted at the child (out of its
+// child's hold) but not yet at the parent would be in neither the child's
+// holds nor the parent's total, and the parent could admit a sibling into
+// room that charge is about to take. The parent's
 // own spend is charged into its record too ([Tracker.ChargeOwn]), so
 // admission reads it in the same write as the reservations, not from a
 // checkpoint that may lag.
@@ -204,4 +211,83 @@ func (t *Tracker) ChargeOwn(ctx context.Context, key, parent, chargeID string, c
 		return Family{}, fmt.Errorf("budget: charge %s to %s: %w", chargeID, key, err)
 	}
 	return r.family(), nil
+}
+
+// AncestorCharge is one ancestor's family record as a charge by one of
+// its descendants left it ([Tracker.ChargeAncestors]).
+type AncestorCharge struct {
+	// Ancestor is the ancestor's checkpoint key.
+	Ancestor string
+	Family   Family
+}
+
+// ChargeAncestors adds u, spent by holder (a capsule whose parent is
+// parent), to the family record of parent and of every ancestor above it,
+// once per chargeID, each time out of the hold there of the ancestor's
+// child the spender descends from, and returns the records as the charge
+// left them, parent first.
+//
+// The ancestors are charged from the root down, never from the spender
+// up (see the comment at the top of this file): an ended capsule's hold at
+// its parent is shrunk to what its own children hold, which covers a
+// charge in flight only while the parent has counted every charge the
+// child has. A charge interrupted part-way (a crash, a failed write) has
+// reached a top part of the chain, where it is counted and out of the
+// holds, and not the rest, where it is still held: the tree admits less
+// until a redelivery completes it, never more.
+func (t *Tracker) ChargeAncestors(ctx context.Context, parent, holder, chargeID string, u capsule.Usage) ([]AncestorCharge, error) {
+	if parent == "" || holder == "" || chargeID == "" {
+		return nil, errors.New("budget: charge ancestors: empty capsule key or charge id")
+	}
+	if err := u.Validate(); err != nil {
+		return nil, fmt.Errorf("budget: charge %s to the ancestors of %s: %w", chargeID, holder, err)
+	}
+	var out []AncestorCharge
+	for a, h := parent, holder; a != "" && len(out) < maxAncestors; {
+		chain, err := t.ancestors(ctx, a, h, maxAncestors-len(out))
+		if err != nil {
+			return nil, err
+		}
+		part := make([]AncestorCharge, len(chain))
+		for i := len(chain) - 1; i >= 0; i-- {
+			fam, err := t.ChargeDescendant(ctx, chain[i].ancestor, chain[i].holder, chargeID, u)
+			if err != nil {
+				return nil, err
+			}
+			part[i] = AncestorCharge{Ancestor: chain[i].ancestor, Family: fam}
+			if t.chargedAt != nil {
+				t.chargedAt(chain[i].ancestor)
+			}
+		}
+		out = append(out, part...)
+		// The top's parent as its compare-and-set saw it: "" but when a
+		// read of the chain was stale (a replica behind its leader), and
+		// then the ancestors above it are charged too, late but once.
+		top := part[len(part)-1]
+		a, h = top.Family.Parent, top.Ancestor
+	}
+	return out, nil
+}
+
+// link is one step of a walk up a tree: ancestor's child holder is the
+// one the walk came from.
+type link struct{ ancestor, holder string }
+
+// ancestors reads at most most links of the chain above holder, parent
+// first. A record's parent is written with its first link and never
+// changed, so a plain read finds it; a record that does not exist (yet)
+// ends the chain, as a charge walking up would find it. A read a replica
+// answers from behind its leader may end the chain early: ChargeAncestors
+// goes on from the parent the top's write saw.
+func (t *Tracker) ancestors(ctx context.Context, parent, holder string, most int) ([]link, error) {
+	var chain []link
+	for a, h := parent, holder; a != "" && len(chain) < most; {
+		chain = append(chain, link{a, h})
+		r, _, err := t.get(ctx, familyKey(a))
+		if err != nil {
+			return nil, fmt.Errorf("budget: the ancestors of %s: %w", holder, err)
+		}
+		a, h = r.Parent, a
+	}
+	return chain, nil
 }

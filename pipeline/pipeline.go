@@ -333,38 +333,33 @@ func (b budgets) ReserveChild(ctx context.Context, parent, holder string, caps c
 // ChargeAncestors implements phases.AncestorBudgets: u, spent by child,
 // goes to the family record of parent and of each ancestor above it, out
 // of the reservation there of the ancestor's child the spender descends
-// from; an ancestor whose own spend plus its descendants' crosses its caps
-// makes the charging child halt. With reservations that cannot happen
-// while every capsule stays within its own caps; it still can when a call
-// crosses its capsule's cap.
+// from, from the root down (budget.Tracker.ChargeAncestors says why); an
+// ancestor whose own spend plus its descendants' crosses its caps makes
+// the charging child halt, the nearest such ancestor naming the reason.
+// With reservations that cannot happen while every capsule stays within
+// its own caps; it still can when a call crosses its capsule's cap.
 func (b budgets) ChargeAncestors(ctx context.Context, parent, child, chargeID string, u capsule.Usage) (string, error) {
-	over := ""
-	// The walk is bounded by --max-depth; the bound here only guards
-	// against a family record naming a cycle (sagad never writes one).
-	for a, holder, n := parent, child, 0; a != "" && n < 64; n++ {
-		fam, err := b.t.ChargeDescendant(ctx, a, holder, chargeID, u)
-		if err != nil {
-			return "", err
-		}
-		if over == "" {
-			own := fam.Own
-			if own == (capsule.Usage{}) {
-				// A record an older sagad wrote has no own spend: the
-				// checkpoint has it.
-				if cp, _, err := b.cps.Get(ctx, a); err == nil {
-					own = cp.State.BudgetUsed
-				} else if !errors.Is(err, store.ErrNotFound) {
-					return "", err
-				}
-			}
-			switch budget.Check(own.Add(fam.Used), fam.Caps) {
-			case capsule.BudgetTokens:
-				over = capsule.BudgetParentTokens
-			case capsule.BudgetDollars:
-				over = capsule.BudgetParentDollars
-			}
-		}
-		a, holder = fam.Parent, a
+	charged, err := b.t.ChargeAncestors(ctx, parent, child, chargeID, u)
+	if err != nil {
+		return "", err
 	}
-	return over, nil
+	for _, c := range charged {
+		own := c.Family.Own
+		if own == (capsule.Usage{}) {
+			// A record an older sagad wrote has no own spend: the
+			// checkpoint has it.
+			if cp, _, err := b.cps.Get(ctx, c.Ancestor); err == nil {
+				own = cp.State.BudgetUsed
+			} else if !errors.Is(err, store.ErrNotFound) {
+				return "", err
+			}
+		}
+		switch budget.Check(own.Add(c.Family.Used), c.Family.Caps) {
+		case capsule.BudgetTokens:
+			return capsule.BudgetParentTokens, nil
+		case capsule.BudgetDollars:
+			return capsule.BudgetParentDollars, nil
+		}
+	}
+	return "", nil
 }
