@@ -315,17 +315,19 @@ func setup(t *testing.T, opts ...func(*pipeline.Config)) *fixture {
 }
 
 // holdLock takes lockPath as another capsule would, until release is called
-// or the test ends.
+// or the test ends. It takes it through the pipeline's own lock manager, as a
+// capsule in EXECUTION does, so RECEPTION's lock check (answered from a watch
+// of the locks bucket) sees it at once rather than when the watch catches up.
 func (f *fixture) holdLock(t *testing.T) (release func()) {
 	t.Helper()
-	require.NoError(t, f.locks.TryAcquire(context.Background(), lockPath, otherHolder))
+	require.NoError(t, f.pipe.Store().Locks.TryAcquire(context.Background(), lockPath, otherHolder))
 	released := false
 	release = func() {
 		if released {
 			return
 		}
 		released = true
-		require.NoError(t, f.locks.Release(context.Background(), lockPath, otherHolder))
+		require.NoError(t, f.pipe.Store().Locks.Release(context.Background(), lockPath, otherHolder))
 	}
 	t.Cleanup(release)
 	return release

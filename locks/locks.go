@@ -312,6 +312,7 @@ func (m *Manager) TryAcquire(ctx context.Context, path, holder string) error {
 	if b, err := encodeLease(&lease{Path: path, Holder: holder, Owner: m.cfg.Owner, AcquiredAt: now, ExpiresAt: now.Add(m.cfg.Lease)}); err == nil {
 		if rev, err := m.create(ctx, path, b); err == nil {
 			m.remember(path, holder, rev)
+			m.mirror.hold(path)
 			return nil
 		} else if !cas.Conflict(err) {
 			return fmt.Errorf("locks: acquire %q: %w", path, err)
@@ -330,6 +331,9 @@ func (m *Manager) TryAcquire(ctx context.Context, path, holder string) error {
 	})
 	if err != nil && !errors.Is(err, ErrHeld) {
 		return fmt.Errorf("locks: acquire %q: %w", path, err)
+	}
+	if err == nil {
+		m.mirror.hold(path)
 	}
 	return err
 }

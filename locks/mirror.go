@@ -95,6 +95,19 @@ func (mr *mirror) apply(e jetstream.KeyValueEntry, gen uint64) {
 	}
 }
 
+// hold records a lock this process just took, before the watch brings it
+// back: RECEPTION in the same process then sees its own sagad's writes. Only
+// "held" is recorded ahead of the watch, which at worst makes RECEPTION
+// read the lock (the answer it would have had without the mirror); a free
+// lock is learnt from the watch alone.
+func (mr *mirror) hold(path string) {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	if mr.vals != nil {
+		mr.vals[Key(path)] = struct{}{}
+	}
+}
+
 // free reports whether the mirror is following the bucket and holds no
 // entry for path's key: the lock is free as far as it knows.
 func (mr *mirror) free(path string) bool {

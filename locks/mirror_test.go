@@ -127,3 +127,26 @@ func TestMirrorAnswersFreeWithoutARead(t *testing.T) {
 		return ok && reads == 0
 	}, "the new mirror answers")
 }
+
+// TestMirrorSeesOwnAcquireAtOnce: a lock this process takes is held in its
+// mirror before the watch brings it back, so RECEPTION in the same sagad
+// reads it (and finds it held) however far the watch is behind.
+func TestMirrorSeesOwnAcquireAtOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	rc := countReads(t, f)
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	require.NoError(t, f.m.Mirror(ctx))
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		ok, reads := available(t, f, rc, f.m, "src/warm", "cap-2")
+		return ok && reads == 0
+	}, "the mirror answers a free lock")
+	for i := range 20 {
+		path := "src/own-" + nuid.Next()
+		require.NoError(t, f.m.TryAcquire(f.ctx, path, "cap-1"))
+		ok, reads := available(t, f, rc, f.m, path, "cap-2")
+		require.False(t, ok, "round %d: taken by this process a moment ago", i)
+		require.Equal(t, 1, reads, "round %d: held is read", i)
+	}
+}
