@@ -42,7 +42,7 @@ func TestComposeIntakeFull(t *testing.T) {
 	rec, err := f.st.Chains.GetRun(ctx, "c-full", "bob", 1)
 	require.NoError(t, err)
 	m := compose.Manifest(rec)
-	require.Contains(t, m.Publishing, "2 steps wait for room on the producer's intake")
+	require.Contains(t, m.Publishing, "2 steps wait to be published; sagad publishes them itself")
 	require.Contains(t, m.Publishing, "maximum messages per subject exceeded")
 	require.Equal(t, compose.StepUnpublished, m.Steps[1].State)
 

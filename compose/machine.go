@@ -212,7 +212,8 @@ type Effects struct {
 // EffectsOf reads what is left to do from rec.
 func EffectsOf(rec *store.ChainRecord) Effects {
 	return Effects{
-		Publish: len(rec.Unpublished) > 0 && (rec.State != store.CompositionPaused || waitingForPerson(rec)),
+		Publish: len(rec.Unpublished) > 0 && rec.PublishError != publishingNow &&
+			(rec.State != store.CompositionPaused || waitingForPerson(rec)),
 		Outcome: rec.AllEnded() && rec.State != "" && rec.State != store.CompositionPaused && !rec.OutcomeSent,
 	}
 }
@@ -286,8 +287,14 @@ func stepsPublished(r *store.ChainRecord, ev Event) (bool, []capsule.Event) {
 }
 
 // publishDeferred records the steps the intake refused as unpublished,
-// with the refusal.
+// with the refusal. Without steps it only says why the steps recorded
+// unpublished with the run wait: it replaces the claim of the request
+// publishing them (publishingNow), and changes nothing once that claim
+// was replaced (the republisher took them over, or they were published).
 func publishDeferred(r *store.ChainRecord, ev Event) bool {
+	if len(ev.Steps) == 0 && (r.PublishError != publishingNow || len(r.Unpublished) == 0) {
+		return false
+	}
 	for _, i := range ev.Steps {
 		if i >= 0 && i < len(r.Steps) && !slices.Contains(r.Unpublished, i) {
 			r.Unpublished = append(r.Unpublished, i)

@@ -134,6 +134,25 @@ func TestTransition(t *testing.T) {
 				require.Equal(t, []int{0, 1}, r.Unpublished)
 				require.Equal(t, "maximum messages per subject exceeded", r.PublishError)
 			}},
+		{name: "publish deferred: the claim of a request past its deadline replaced", rec: with(func(r *store.ChainRecord) {
+			r.Unpublished, r.PublishError = []int{0, 1}, publishingNow
+			require.False(t, EffectsOf(r).Publish, "nobody but the request publishes while it claims the steps")
+		}), ev: Event{Kind: KindPublishDeferred, Error: "publish step draft: context deadline exceeded"},
+			changed: true, check: func(t *testing.T, r *store.ChainRecord, _ []capsule.Event) {
+				require.Equal(t, []int{0, 1}, r.Unpublished)
+				require.Equal(t, "publish step draft: context deadline exceeded", r.PublishError)
+				require.True(t, EffectsOf(r).Publish, "left to the republisher")
+			}},
+		{name: "publish deferred without steps once the claim was replaced", rec: with(func(r *store.ChainRecord) { r.Unpublished, r.PublishError = []int{1}, "full" }),
+			ev: Event{Kind: KindPublishDeferred, Error: requestStopped}},
+		{name: "publish deferred without steps once all were published", rec: base, ev: Event{Kind: KindPublishDeferred, Error: requestStopped}},
+		{name: "steps published by the request: its claim goes with the last", rec: with(func(r *store.ChainRecord) { r.Unpublished, r.PublishError = []int{0}, publishingNow }),
+			ev: Event{Kind: KindStepsPublished, Published: map[int]string{0: "11111111-1111-4111-8111-111111111111"}}, changed: true,
+			events: []capsule.EventKind{EventStepStarted},
+			check: func(t *testing.T, r *store.ChainRecord, _ []capsule.Event) {
+				require.Empty(t, r.Unpublished)
+				require.Empty(t, r.PublishError)
+			}},
 
 		{name: "step ended", rec: chain, ev: Event{Kind: KindStepEnded, Step: 0, CapsuleID: "11111111-1111-4111-8111-111111111111", CapsuleRun: 1,
 			End: completed("artifact:x/1")}, changed: true, events: []capsule.EventKind{EventStepEnded},

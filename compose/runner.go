@@ -190,8 +190,11 @@ func Manifest(rec *store.ChainRecord) Outcome {
 		for _, j := range rec.Unpublished {
 			o.Steps[j].State = StepUnpublished
 		}
-		o.Publishing = fmt.Sprintf("%d steps wait for room on the producer's intake; sagad publishes them as room appears (%s)",
+		o.Publishing = fmt.Sprintf("%d steps wait to be published; sagad publishes them itself as room appears (%s)",
 			len(rec.Unpublished), rec.PublishError)
+		if rec.PublishError == publishingNow {
+			o.Publishing = fmt.Sprintf("%d steps wait to be published (%s); sagad publishes them itself if it stops", len(rec.Unpublished), publishingNow)
+		}
 	}
 	if o.State == store.CompositionPaused {
 		o.Reason = rec.Reason
