@@ -161,7 +161,7 @@ func TestCompositionGateReject(t *testing.T) {
 	natstest.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
 		r, err := f.st.Chains.GetRun(ctx, "gate-no", "alice", 1)
 		require.NoError(t, err)
-		return r.Round == 1 && r.OutcomeSent
+		return r.Replays == 1 && r.OutcomeSent
 	}, "the replayed round never ended")
 	r2, err := f.st.Chains.GetRun(ctx, "gate-no", "alice", 1)
 	require.NoError(t, err)

@@ -304,7 +304,7 @@ func TestTransition(t *testing.T) {
 			return r
 		}, ev: Event{Kind: KindReplayed, Runs: map[int]int{1: 1, 2: 1}, By: "ann"}, changed: true,
 			check: func(t *testing.T, r *store.ChainRecord, _ []capsule.Event) {
-				require.Equal(t, 1, r.Round)
+				require.Equal(t, 1, r.Replays)
 				require.Equal(t, store.StepEnd{After: 1}, r.Ended[1])
 				require.Equal(t, completed("a"), r.Ended[0])
 				require.Empty(t, r.State)

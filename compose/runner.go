@@ -161,7 +161,7 @@ func ExitCodeOf(state string) int {
 // Manifest is rec's run as its outcome tells it; a step not ended yet
 // shows state running.
 func Manifest(rec *store.ChainRecord) Outcome {
-	o := Outcome{CompositionID: rec.ChainID, Producer: rec.Producer, Run: rec.RunOf(), Round: rec.Round, State: rec.StateOf(),
+	o := Outcome{CompositionID: rec.ChainID, Producer: rec.Producer, Run: rec.RunOf(), Round: rec.Replays, State: rec.StateOf(),
 		Steps: make([]StepOutcome, len(rec.Steps))}
 	for i, id := range rec.Steps {
 		s := StepOutcome{Name: ChainStepName(i), CapsuleID: id, State: store.CompositionRunning}
@@ -495,7 +495,7 @@ func finishRun(ctx context.Context, st *store.Store, rec *store.ChainRecord, now
 	}
 	m := nats.NewMsg(OutcomePrefix + rec.ChainID)
 	m.Data = body
-	m.Header.Set(jetstream.MsgIDHeader, OutcomeMsgID(rec.ChainID, rec.Producer, rec.RunOf(), rec.Round))
+	m.Header.Set(jetstream.MsgIDHeader, OutcomeMsgID(rec.ChainID, rec.Producer, rec.RunOf(), rec.Replays))
 	m.Header.Set(store.HeaderState, o.State)
 	m.Header.Set(store.HeaderRun, strconv.Itoa(o.Run))
 	if _, err := st.JetStream().PublishMsg(ctx, m); err != nil {
@@ -507,7 +507,7 @@ func finishRun(ctx context.Context, st *store.Store, rec *store.ChainRecord, now
 		at = *rec.EndedAt
 	}
 	if err := st.PublishEvent(ctx, capsule.Event{
-		ID:   fmt.Sprintf("%s.run%d%s.ended", evKey, rec.RunOf(), roundTag(rec.Round)),
+		ID:   fmt.Sprintf("%s.run%d%s.ended", evKey, rec.RunOf(), roundTag(rec.Replays)),
 		Kind: EventEnded, Key: evKey, At: at,
 		Detail: fmt.Sprintf("run %d: %s, %d of %d passed, exit code %d", o.Run, o.State, o.Summary.Passed, o.Summary.Total, o.Summary.ExitCode),
 	}); err != nil {

@@ -101,8 +101,8 @@ type ChainRecord struct {
 	OutcomeSent bool `json:"outcome_sent,omitempty"`
 	// EndedAt is when the last step's end was recorded.
 	EndedAt *time.Time `json:"ended_at,omitempty"`
-	// Round counts the replays of the run (composition replay), from 0.
-	Round int `json:"round,omitempty"`
+	// Replays counts the replays of the run (composition replay), from 0.
+	Replays int `json:"round,omitempty"`
 	// By is who last paused, resumed, cancelled or replayed the run, and
 	// Reason why.
 	By     string `json:"by,omitempty"`
