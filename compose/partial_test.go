@@ -12,7 +12,6 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/internal/natstest"
-	"github.com/sagad/sagad/store"
 )
 
 // TestComposeDeadlinePartWay: a compose request whose deadline runs out
@@ -44,7 +43,7 @@ func TestComposeDeadlinePartWay(t *testing.T) {
 	}
 	require.Equal(t, []string{compose.StepPending, compose.StepUnpublished, compose.StepUnpublished}, states)
 
-	rec, err := f.st.Chains.GetRun(ctx, "c-late", "bob", 1)
+	rec, err := compose.GetRun(ctx, f.st, "c-late", "bob", 1)
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 2}, rec.Unpublished)
 	require.Contains(t, rec.PublishError, "context deadline exceeded")
@@ -55,7 +54,7 @@ func TestComposeDeadlinePartWay(t *testing.T) {
 
 	require.NoError(t, f.admin.ResumePhase(ctx, capsule.Reception))
 	rec = f.awaitRunEnd(t, "c-late", "bob")
-	require.Equal(t, store.CompositionCompleted, rec.StateOf())
+	require.Equal(t, compose.StateCompleted, rec.StateOf())
 	require.Empty(t, rec.Unpublished)
 	require.Empty(t, rec.PublishError)
 	for _, id := range rec.Steps {
@@ -69,7 +68,12 @@ func TestComposeDeadlinePartWay(t *testing.T) {
 // the republisher takes them over and the run completes.
 func TestComposeCrashAfterRecord(t *testing.T) {
 	t.Parallel()
-	f := setup(t, func(c *compose.Config) { c.Timeout, c.RepublishInterval = time.Second, 50*time.Millisecond })
+	// The republisher's first pass may come before the record is
+	// written: its passes without a known backlog (once a minute) find it.
+	f := setup(t, func(c *compose.Config) {
+		c.Timeout, c.RepublishInterval = time.Second, 50*time.Millisecond
+		compose.SetOrphanScan(c, 200*time.Millisecond)
+	})
 	ctx := context.Background()
 	data := f.chainDoc(t, "c-crash", "crashed request")
 	doc, err := compose.Parse(data)
@@ -83,14 +87,14 @@ func TestComposeCrashAfterRecord(t *testing.T) {
 	// What assign wrote before the crash: the document, then the run
 	// made a minute ago, its steps claimed by a request long past its
 	// deadline and none published.
-	require.NoError(t, f.st.Chains.PutDoc(ctx, "c-crash", "bob", digest, data))
-	require.NoError(t, f.st.Chains.Create(ctx, store.ChainRecord{
-		ChainID: "c-crash", Producer: "bob", Digest: digest, Steps: ids, StepDigests: digests,
+	require.NoError(t, f.st.Compositions.PutDoc(ctx, "c-crash", "bob", digest, data))
+	require.NoError(t, compose.CreateRecord(ctx, f.st, &compose.Record{
+		CompositionID: "c-crash", Producer: "bob", Digest: digest, Steps: ids, StepDigests: digests,
 		CreatedAt: time.Now().UTC().Add(-time.Minute), Unpublished: []int{0, 1, 2}, PublishError: compose.PublishingNow,
 	}))
 
 	rec := f.awaitRunEnd(t, "c-crash", "bob")
-	require.Equal(t, store.CompositionCompleted, rec.StateOf())
+	require.Equal(t, compose.StateCompleted, rec.StateOf())
 	require.Empty(t, rec.Unpublished)
 	require.Empty(t, compose.Manifest(rec).Publishing)
 	for _, id := range ids {
@@ -99,14 +103,14 @@ func TestComposeCrashAfterRecord(t *testing.T) {
 }
 
 // awaitRunEnd waits for run 1 of producer's composition id to end.
-func (f *fixture) awaitRunEnd(t *testing.T, id, producer string) *store.ChainRecord {
+func (f *fixture) awaitRunEnd(t *testing.T, id, producer string) *compose.Record {
 	t.Helper()
-	var rec *store.ChainRecord
+	var rec *compose.Record
 	natstest.Eventually(t, 60*time.Second, 20*time.Millisecond, func() bool {
-		got, err := f.st.Chains.GetRun(context.Background(), id, producer, 1)
+		got, err := compose.GetRun(context.Background(), f.st, id, producer, 1)
 		require.NoError(t, err)
 		rec = got
-		return got.StateOf() != store.CompositionRunning
+		return got.StateOf() != compose.StateRunning
 	}, "composition %s never ended", id)
 	return rec
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/internal/natstest"
-	"github.com/sagad/sagad/store"
 )
 
 // scaleSteps is a composition of compose.MaxSteps steps with a fan-out of
@@ -54,10 +53,10 @@ func TestCompositionScale(t *testing.T) {
 	// run's 256 steps take a minute alone under the race detector, and
 	// several under the whole suite's load on two cores (a fixed two
 	// minutes failed there). What the run must do does not change.
-	var rec *store.ChainRecord
+	var rec *compose.Record
 	seen := &lastSeen{"no record"}
 	natstest.Eventually(t, scaleWait(t), 50*time.Millisecond, func() bool {
-		got, err := f.st.Chains.GetRun(context.Background(), "scale", "alice", 1)
+		got, err := compose.GetRun(context.Background(), f.st, "scale", "alice", 1)
 		require.NoError(t, err)
 		rec = got
 		m := compose.Manifest(got)
@@ -65,7 +64,7 @@ func TestCompositionScale(t *testing.T) {
 		return got.OutcomeSent
 	}, "the composition never ended: %s", seen)
 	m := compose.Manifest(rec)
-	require.Equal(t, store.CompositionCompleted, m.State)
+	require.Equal(t, compose.StateCompleted, m.State)
 	require.Equal(t, compose.Summary{Total: len(steps), Passed: len(steps)}, m.Summary)
 	for _, s := range m.Steps {
 		require.Equal(t, string(capsule.Completed), s.State, s.Name)

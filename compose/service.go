@@ -137,10 +137,13 @@ type Config struct {
 	// starts (the sagad_composition_steps histogram).
 	Started func(steps int)
 	// RepublishInterval is how often sagad tries again to publish the
-	// steps a producer's full intake refused (store.ChainRecord's
+	// steps a producer's full intake refused (Record's
 	// PublishError). Defaults to 2s.
 	RepublishInterval time.Duration
 
+	// orphanScan is how often the republisher reads the records though
+	// it knows of no backlog (orphanScanInterval; tests shorten it).
+	orphanScan time.Duration
 	// publishHook, set by tests only, runs before the request publishes
 	// step i (a slow intake, a deadline running out part-way).
 	publishHook func(ctx context.Context, i int)
@@ -171,6 +174,9 @@ func (c Config) withDefaults() Config {
 	if c.RepublishInterval <= 0 {
 		c.RepublishInterval = 2 * time.Second
 	}
+	if c.orphanScan <= 0 {
+		c.orphanScan = orphanScanInterval
+	}
 	c.Rules = c.Rules.WithDefaults()
 	return c
 }
@@ -197,7 +203,7 @@ type Service struct {
 // Start serves chain documents on nc until Stop. st must have its Chains
 // bucket (store.Ensure creates it).
 func Start(nc *nats.Conn, st *store.Store, cfg Config) (*Service, error) {
-	if nc == nil || st == nil || st.Chains == nil {
+	if nc == nil || st == nil || st.Compositions == nil {
 		return nil, errors.New("compose: a connection and a store with chains are required")
 	}
 	cfg = cfg.withDefaults()
@@ -247,7 +253,7 @@ func (s *Service) republish() {
 	defer tick.Stop()
 	// Without a backlog known here, a pass now and then still finds the
 	// steps of a request another sagad stopped serving (a crash).
-	every := max(1, int(orphanScanInterval/s.cfg.RepublishInterval))
+	every := max(1, int(s.cfg.orphanScan/s.cfg.RepublishInterval))
 	for n := 1; ; n++ {
 		select {
 		case <-s.base.Done():
@@ -268,7 +274,7 @@ func (s *Service) republish() {
 func (s *Service) republishPass() (waiting bool) {
 	ctx, cancel := context.WithTimeout(s.base, s.cfg.Timeout)
 	defer cancel()
-	recs, err := s.st.Chains.List(ctx, maxRepublishScan)
+	recs, err := listRecords(ctx, s.st, maxRepublishScan)
 	if err != nil {
 		s.cfg.Logger.Warn("compose: list runs to publish their waiting steps", "error", err)
 		return true
@@ -286,7 +292,7 @@ func (s *Service) republishPass() (waiting bool) {
 		}
 		after, err := settle(ctx, s.st, rec, s.cfg.Now().UTC())
 		if err != nil {
-			s.cfg.Logger.Info("composition steps still wait for room on the producer's intake", "composition_id", rec.ChainID,
+			s.cfg.Logger.Info("composition steps still wait for room on the producer's intake", "composition_id", rec.CompositionID,
 				"producer", rec.Producer, "run", rec.RunOf(), "steps", len(rec.Unpublished), "error", err)
 			waiting = true
 			continue
@@ -303,18 +309,18 @@ func (s *Service) republishPass() (waiting bool) {
 // stopped (a crash) between recording the run and publishing them all.
 // taken is false while the request may still publish them, or when the
 // record could not be written (the next pass tries again).
-func (s *Service) takeOver(ctx context.Context, rec *store.ChainRecord) (_ *store.ChainRecord, taken bool) {
+func (s *Service) takeOver(ctx context.Context, rec *Record) (_ *Record, taken bool) {
 	now := s.cfg.Now().UTC()
 	if now.Before(rec.CreatedAt.Add(s.cfg.Timeout + claimSlack)) {
 		return rec, false
 	}
 	after, err := apply(ctx, s.st, keyOf(rec), Event{Kind: KindPublishDeferred, At: now, Error: requestStopped}, inputs(ctx, s.st))
 	if err != nil {
-		s.cfg.Logger.Warn("compose: take over the steps of a stopped compose request", "composition_id", rec.ChainID,
+		s.cfg.Logger.Warn("compose: take over the steps of a stopped compose request", "composition_id", rec.CompositionID,
 			"producer", rec.Producer, "run", rec.RunOf(), "error", err)
 		return rec, false
 	}
-	s.cfg.Logger.Warn("compose: a compose request stopped before publishing its steps: sagad publishes them", "composition_id", rec.ChainID,
+	s.cfg.Logger.Warn("compose: a compose request stopped before publishing its steps: sagad publishes them", "composition_id", rec.CompositionID,
 		"producer", rec.Producer, "run", rec.RunOf(), "steps", len(after.Unpublished))
 	return after, true
 }
@@ -505,7 +511,7 @@ func startsAtOnce(n int, held []int) []int {
 // publish as room appears (recordPublished); the run is recorded either
 // way, so it must not be left half-started. Only a document that no
 // longer builds is an error.
-func (s *Service) publishRun(ctx context.Context, doc *Doc, rec *store.ChainRecord, producer string) (steps []Step, pending []int, perr, err error) {
+func (s *Service) publishRun(ctx context.Context, doc *Doc, rec *Record, producer string) (steps []Step, pending []int, perr, err error) {
 	ids := roundOneIDs(rec)
 	capsules, digests, err := doc.Build(ids, rec.RunOf())
 	if err != nil {
@@ -559,7 +565,7 @@ func (s *Service) publishRun(ctx context.Context, doc *Doc, rec *store.ChainReco
 // to the republisher (deferSteps). A new run's record holds every step
 // unpublished already; a run made before (the same document sent again)
 // has the pending steps added.
-func (s *Service) recordPublished(ctx context.Context, doc *Doc, rec *store.ChainRecord, data []byte, steps []Step, created bool, pending []int, perr error) error {
+func (s *Service) recordPublished(ctx context.Context, doc *Doc, rec *Record, data []byte, steps []Step, created bool, pending []int, perr error) error {
 	published := map[int]string{}
 	for _, st := range steps {
 		if st.State == StepPending && st.Step < len(rec.Steps) && rec.Steps[st.Step] == st.CapsuleID {
@@ -585,8 +591,8 @@ func (s *Service) recordPublished(ctx context.Context, doc *Doc, rec *store.Chai
 // publishes them itself as room appears: the run is never left recorded
 // running with steps nobody publishes. No steps: those recorded
 // unpublished already wait, for the reason perr.
-func (s *Service) deferSteps(ctx context.Context, doc *Doc, rec *store.ChainRecord, data []byte, pending []int, perr error) error {
-	if err := s.st.Chains.PutDoc(ctx, doc.ID, rec.Producer, rec.Digest, data); err != nil {
+func (s *Service) deferSteps(ctx context.Context, doc *Doc, rec *Record, data []byte, pending []int, perr error) error {
+	if err := s.st.Compositions.PutDoc(ctx, doc.ID, rec.Producer, rec.Digest, data); err != nil {
 		return fmt.Errorf("composition %s: keep the document for its unpublished steps: %w", doc.ID, err)
 	}
 	_, err := apply(ctx, s.st, keyOf(rec), Event{Kind: KindPublishDeferred, At: s.cfg.Now().UTC(), Steps: pending, Error: perr.Error()}, inputs(ctx, s.st))
@@ -604,7 +610,7 @@ const maxPublishError = 512
 
 // roundOneIDs are rec's step ids as its run started: a loop's later
 // rounds replace its steps' ids in rec.Steps.
-func roundOneIDs(rec *store.ChainRecord) []string {
+func roundOneIDs(rec *Record) []string {
 	ids := slices.Clone(rec.Steps)
 	for _, l := range rec.Loops {
 		for p, i := range l.Steps {
@@ -617,11 +623,11 @@ func roundOneIDs(rec *store.ChainRecord) []string {
 // assign returns producer's run of doc: the recorded run of this very
 // document, or a new run (fresh step ids) after the last when the
 // document is new or edited; created says it made one.
-func (s *Service) assign(ctx context.Context, doc *Doc, producer string, data []byte) (*store.ChainRecord, bool, error) {
+func (s *Service) assign(ctx context.Context, doc *Doc, producer string, data []byte) (*Record, bool, error) {
 	sum := sha256.Sum256(data)
 	digest := hex.EncodeToString(sum[:])
 	for run := 1; run <= s.cfg.MaxRuns; {
-		rec, err := s.st.Chains.GetRun(ctx, doc.ID, producer, run)
+		rec, err := GetRun(ctx, s.st, doc.ID, producer, run)
 		if err == nil {
 			if rec.Digest == digest {
 				return rec, false, nil
@@ -640,8 +646,8 @@ func (s *Service) assign(ctx context.Context, doc *Doc, producer string, data []
 		if err != nil {
 			return nil, false, badRequest("%v", err)
 		}
-		rec = &store.ChainRecord{
-			ChainID: doc.ID, Producer: producer, Digest: digest,
+		rec = &Record{
+			CompositionID: doc.ID, Producer: producer, Digest: digest,
 			Steps: ids, StepDigests: digests, CreatedAt: s.cfg.Now().UTC(),
 		}
 		if run > 1 {
@@ -650,7 +656,7 @@ func (s *Service) assign(ctx context.Context, doc *Doc, producer string, data []
 		// Kept before the run is recorded: whoever publishes the run's
 		// steps if this request stops part-way (the republisher), and the
 		// runner building a loop's rounds, builds them from it.
-		if err := s.st.Chains.PutDoc(ctx, doc.ID, producer, digest, data); err != nil {
+		if err := s.st.Compositions.PutDoc(ctx, doc.ID, producer, digest, data); err != nil {
 			return nil, false, err
 		}
 		if len(doc.Loops) > 0 {
@@ -674,11 +680,11 @@ func (s *Service) assign(ctx context.Context, doc *Doc, producer string, data []
 				rec.Needs = append(rec.Needs, needs)
 			}
 		}
-		err = s.st.Chains.Create(ctx, *rec)
+		err = CreateRecord(ctx, s.st, rec)
 		if err == nil {
 			return rec, true, nil
 		}
-		if !errors.Is(err, store.ErrChainExists) {
+		if !errors.Is(err, store.ErrCompositionExists) {
 			return nil, false, err
 		}
 		// Another sagad made this run at the same moment: look at it
