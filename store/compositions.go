@@ -313,6 +313,19 @@ type membership struct {
 	Held        []int    `json:"held,omitempty"`
 }
 
+// decodeMembership reads the membership fields of a record's bytes,
+// refusing steps and digests that do not align ([ErrUndecodable]).
+func decodeMembership(b []byte) (membership, error) {
+	var m membership
+	if err := json.Unmarshal(b, &m); err != nil {
+		return membership{}, fmt.Errorf("%w: %w", ErrUndecodable, err)
+	}
+	if len(m.StepDigests) != len(m.Steps) {
+		return membership{}, fmt.Errorf("%w: %d steps, %d digests", ErrUndecodable, len(m.Steps), len(m.StepDigests))
+	}
+	return m, nil
+}
+
 // IsMember reports whether step of producer's composition id, run run, is
 // the capsule id, whose integrity digest is digest, as sagad published it:
 // the only composition membership RECEPTION lets a capsule declare. A
@@ -330,9 +343,9 @@ func (c *Compositions) IsMember(ctx context.Context, producer, id string, run, s
 	if err != nil {
 		return false, err
 	}
-	var m membership
-	if err := json.Unmarshal(b, &m); err != nil || len(m.StepDigests) != len(m.Steps) {
-		return false, c.Corrupt(k, rev, fmt.Errorf("%w: %v", ErrUndecodable, err))
+	m, err := decodeMembership(b)
+	if err != nil {
+		return false, c.Corrupt(k, rev, err)
 	}
 	return step >= 0 && step < len(m.Steps) && m.Steps[step] == capsuleID &&
 		m.StepDigests[step] == digest && !slices.Contains(m.Held, step), nil
