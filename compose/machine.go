@@ -460,10 +460,10 @@ func stepStartedEvent(r *Record, i int) capsule.Event {
 	if k := loopOf(r, i); k >= 0 {
 		round = r.Loops[k].Round
 	}
-	id := fmt.Sprintf("%s.run%d%s.step%d.started", key, r.RunOf(), roundTag(r.Replays), i)
+	id := fmt.Sprintf("%s.run%d%s.step%d.started", key, r.RunOf(), replayTag(r.Replays), i)
 	detail := fmt.Sprintf("run %d step %s: published", r.RunOf(), stepName(r, i))
 	if round > 1 {
-		id = fmt.Sprintf("%s.run%d%s.step%d.loopround%d.started", key, r.RunOf(), roundTag(r.Replays), i, round)
+		id = fmt.Sprintf("%s.run%d%s.step%d.loopround%d.started", key, r.RunOf(), replayTag(r.Replays), i, round)
 		detail += fmt.Sprintf(" (loop round %d)", round)
 	} else {
 		round = 0
@@ -476,11 +476,11 @@ func stepStartedEvent(r *Record, i int) capsule.Event {
 // loop's round (0: no loop), with its result.
 func stepEndedEvent(r *Record, step int, id string, round int, end StepEnd) capsule.Event {
 	key := EventKey(r.CompositionID, r.Producer)
-	evID := fmt.Sprintf("%s.run%d%s.step%d.ended", key, r.RunOf(), roundTag(r.Replays), step)
+	evID := fmt.Sprintf("%s.run%d%s.step%d.ended", key, r.RunOf(), replayTag(r.Replays), step)
 	detail := fmt.Sprintf("run %d step %s: %s", r.RunOf(), stepName(r, step), end.State)
 	if round > 1 {
 		// Each loop round's step ends once.
-		evID = fmt.Sprintf("%s.run%d%s.step%d.loopround%d.ended", key, r.RunOf(), roundTag(r.Replays), step, round)
+		evID = fmt.Sprintf("%s.run%d%s.step%d.loopround%d.ended", key, r.RunOf(), replayTag(r.Replays), step, round)
 		detail += fmt.Sprintf(" (loop round %d)", round)
 	} else {
 		round = 0

@@ -412,7 +412,7 @@ func loopEvent(rec *Record, k int, kind capsule.EventKind, detail string) capsul
 	l := rec.Loops[k]
 	key := EventKey(rec.CompositionID, rec.Producer)
 	return capsule.Event{
-		ID:   fmt.Sprintf("%s.run%d%s.loop%d.round%d.%s.%s", key, rec.RunOf(), roundTag(rec.Replays), k, l.Round, kind, l.StateOf()),
+		ID:   fmt.Sprintf("%s.run%d%s.loop%d.round%d.%s.%s", key, rec.RunOf(), replayTag(rec.Replays), k, l.Round, kind, l.StateOf()),
 		Kind: kind, Key: key, CapsuleID: rec.Steps[l.Verifier()],
 		Step: stepIndex(l.Verifier()), StepName: stepName(rec, l.Verifier()), Round: l.Round,
 		Detail: fmt.Sprintf("run %d loop of verifier %s: %s", rec.RunOf(), stepName(rec, l.Verifier()), detail),

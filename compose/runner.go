@@ -49,15 +49,16 @@ func EventKey(id, producer string) string {
 // OutcomeMsgID de-duplicates a run's outcome message: one per run and
 // replay round.
 func OutcomeMsgID(id, producer string, run, round int) string {
-	return EventKey(id, producer) + ".run" + strconv.Itoa(run) + roundTag(round) + ".outcome"
+	return EventKey(id, producer) + ".run" + strconv.Itoa(run) + replayTag(round) + ".outcome"
 }
 
-// roundTag names a replay round in ids; round 0 (no replay) adds nothing.
-func roundTag(round int) string {
-	if round == 0 {
+// replayTag names a run's replay in ids (".round<n>", as it always was);
+// 0 (no replay) adds nothing.
+func replayTag(replays int) string {
+	if replays == 0 {
 		return ""
 	}
-	return ".round" + strconv.Itoa(round)
+	return ".round" + strconv.Itoa(replays)
 }
 
 // Outcome is the body of a run's outcome message, and what `sagactl
@@ -507,7 +508,7 @@ func finishRun(ctx context.Context, st *store.Store, rec *Record, now time.Time,
 		at = *rec.EndedAt
 	}
 	if err := st.PublishEvent(ctx, capsule.Event{
-		ID:   fmt.Sprintf("%s.run%d%s.ended", evKey, rec.RunOf(), roundTag(rec.Replays)),
+		ID:   fmt.Sprintf("%s.run%d%s.ended", evKey, rec.RunOf(), replayTag(rec.Replays)),
 		Kind: EventEnded, Key: evKey, At: at,
 		Detail: fmt.Sprintf("run %d: %s, %d of %d passed, exit code %d", o.Run, o.State, o.Summary.Passed, o.Summary.Total, o.Summary.ExitCode),
 	}); err != nil {
