@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/store"
 )
 
@@ -23,7 +24,7 @@ import (
 // SupersededIDs are the capsule ids record rec itself makes superseded:
 // those of its loops' rounds before each loop's last. The ids of a whole
 // run a later run superseded are [MemberIDs] of its record.
-func SupersededIDs(rec *store.ChainRecord) []string {
+func SupersededIDs(rec *compose.Record) []string {
 	var out []string
 	for _, l := range rec.Loops {
 		for r := 0; r+1 < len(l.Rounds); r++ {
@@ -35,7 +36,7 @@ func SupersededIDs(rec *store.ChainRecord) []string {
 
 // MemberIDs are every capsule id of rec: its steps' and every loop
 // round's.
-func MemberIDs(rec *store.ChainRecord) []string {
+func MemberIDs(rec *compose.Record) []string {
 	out := slices.Clone(rec.Steps)
 	for _, l := range rec.Loops {
 		for _, r := range l.Rounds {
@@ -49,8 +50,8 @@ func MemberIDs(rec *store.ChainRecord) []string {
 // composition run's record (and whether a later run exists) once: a list
 // or the pending view asks about many steps of few runs.
 type supersededCheck struct {
-	chains *store.Chains
-	runs   map[runOf]*runFacts
+	st   *store.Store
+	runs map[runOf]*runFacts
 }
 
 // runOf names one run of one producer's composition.
@@ -67,14 +68,14 @@ type runFacts struct {
 }
 
 func (a *Admin) supersededCheck() *supersededCheck {
-	return &supersededCheck{chains: a.st.Chains, runs: map[runOf]*runFacts{}}
+	return &supersededCheck{st: a.st, runs: map[runOf]*runFacts{}}
 }
 
 // of reports whether cp is superseded. A record sagad cannot read leaves
 // the capsule shown (an error is never a reason to hide work from a
 // person).
 func (s *supersededCheck) of(ctx context.Context, cp *capsule.Checkpoint) bool {
-	if s.chains == nil || cp.Chain == nil {
+	if s.st.Compositions == nil || cp.Chain == nil {
 		return false
 	}
 	k := runOf{id: cp.Chain.ID, producer: cp.Producer, run: max(cp.Chain.Run, 1)}
@@ -91,12 +92,12 @@ func (s *supersededCheck) of(ctx context.Context, cp *capsule.Checkpoint) bool {
 
 // read is k's facts, or nil when its record cannot be read.
 func (s *supersededCheck) read(ctx context.Context, k runOf) *runFacts {
-	rec, err := s.chains.GetRun(ctx, k.id, k.producer, k.run)
+	rec, err := compose.GetRun(ctx, s.st, k.id, k.producer, k.run)
 	if err != nil {
 		return nil
 	}
 	f := &runFacts{superseded: set(SupersededIDs(rec)), members: set(MemberIDs(rec))}
-	_, err = s.chains.GetRun(ctx, k.id, k.producer, k.run+1)
+	_, err = compose.GetRun(ctx, s.st, k.id, k.producer, k.run+1)
 	switch {
 	case err == nil:
 		f.later = true

@@ -80,8 +80,8 @@ type CompositionListRequest struct {
 }
 
 // compositionStates are the states a list may select.
-var compositionStates = []string{store.CompositionRunning, store.CompositionPaused, store.CompositionCompleted,
-	store.CompositionFailed, store.CompositionPartial, store.CompositionCancelled}
+var compositionStates = []string{compose.StateRunning, compose.StatePaused, compose.StateCompleted,
+	compose.StateFailed, compose.StatePartial, compose.StateCancelled}
 
 // maxCompositionsScanned bounds the runs a list reads to select and order
 // the newest: every run, on any sagad this side of a retention policy.
@@ -211,7 +211,7 @@ func (s *Service) serveComposition(ctx context.Context, r any) (any, bool, error
 		if err != nil {
 			return nil, true, err
 		}
-		s.log.Info("admin "+r.verb, "composition_id", rec.ChainID, "producer", rec.Producer, "run", rec.RunOf(), "by", r.By, "reason", r.Reason)
+		s.log.Info("admin "+r.verb, "composition_id", rec.CompositionID, "producer", rec.Producer, "run", rec.RunOf(), "by", r.By, "reason", r.Reason)
 		return compose.Status(ctx, c.st, rec), true, nil
 	case CompositionDecideRequest:
 		rec, err := compose.Find(ctx, c.st, r.CompositionID, r.Producer, r.Run)
@@ -228,7 +228,7 @@ func (s *Service) serveComposition(ctx context.Context, r any) (any, bool, error
 		if err != nil {
 			return nil, true, err
 		}
-		s.log.Info("admin "+VerbCompositionDecide, "composition_id", rec.ChainID, "producer", rec.Producer, "run", rec.RunOf(),
+		s.log.Info("admin "+VerbCompositionDecide, "composition_id", rec.CompositionID, "producer", rec.Producer, "run", rec.RunOf(),
 			"step", r.Step, "decision", r.Decision, "by", r.By, "reason", r.Reason)
 		return compose.Status(ctx, c.st, rec), true, nil
 	case CompositionListRequest:

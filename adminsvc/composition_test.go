@@ -105,7 +105,7 @@ func TestCompositionEndpoints(t *testing.T) {
 	require.NoError(t, json.Unmarshal(f.do(t, VerbCompositionPause, CompositionCancelRequest{CompositionID: "comp-1", By: "ops", Reason: "hold"}, ""), &o))
 	require.Equal(t, "paused", o.State)
 	require.Equal(t, string(capsule.Waiting), o.Steps[1].State)
-	rec, err := p.Store().Chains.GetRun(ctx, "comp-1", "alice", 1)
+	rec, err := compose.GetRun(ctx, p.Store(), "comp-1", "alice", 1)
 	require.NoError(t, err)
 	require.Equal(t, "ops", rec.By)
 	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
@@ -130,7 +130,7 @@ func TestCompositionEndpoints(t *testing.T) {
 	for _, s := range o.Steps {
 		require.Equal(t, string(capsule.Cancelled), s.State)
 	}
-	rec, err = p.Store().Chains.GetRun(ctx, "comp-1", "alice", 1)
+	rec, err = compose.GetRun(ctx, p.Store(), "comp-1", "alice", 1)
 	require.NoError(t, err)
 	require.Equal(t, "ops", rec.By)
 	require.Equal(t, "wrong draft", rec.Reason)

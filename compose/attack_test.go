@@ -385,7 +385,7 @@ func TestComposeRefusesWhole(t *testing.T) {
 	require.NotZero(t, steps0, "the passed deadline is step 0's finding: %v", re.Findings)
 	require.ElementsMatch(t, []string{"task.kind", "review.reviewer_agent_id"}, rules22, "%v", re.Findings)
 
-	_, err = f.st.Chains.Get(ctx, "bad-third", "alice")
+	_, err = compose.Get(ctx, f.st, "bad-third", "alice")
 	require.ErrorIs(t, err, store.ErrNotFound, "no record")
 	info, err := f.js.Stream(ctx, store.IntakeStream)
 	require.NoError(t, err)

@@ -39,21 +39,21 @@ func TestComposeIntakeFull(t *testing.T) {
 	}
 	require.Equal(t, []string{compose.StepPending, compose.StepUnpublished, compose.StepUnpublished}, states)
 
-	rec, err := f.st.Chains.GetRun(ctx, "c-full", "bob", 1)
+	rec, err := compose.GetRun(ctx, f.st, "c-full", "bob", 1)
 	require.NoError(t, err)
 	m := compose.Manifest(rec)
-	require.Contains(t, m.Publishing, "2 steps wait for room on the producer's intake")
+	require.Contains(t, m.Publishing, "2 steps wait to be published; sagad publishes them itself")
 	require.Contains(t, m.Publishing, "maximum messages per subject exceeded")
 	require.Equal(t, compose.StepUnpublished, m.Steps[1].State)
 
 	// Room appears: sagad publishes the rest itself, and the run ends.
 	require.NoError(t, f.admin.ResumePhase(ctx, capsule.Reception))
 	natstest.Eventually(t, 60*time.Second, 20*time.Millisecond, func() bool {
-		rec, err = f.st.Chains.GetRun(ctx, "c-full", "bob", 1)
+		rec, err = compose.GetRun(ctx, f.st, "c-full", "bob", 1)
 		require.NoError(t, err)
-		return rec.StateOf() != store.CompositionRunning
+		return rec.StateOf() != compose.StateRunning
 	}, "the composition never ended")
-	require.Equal(t, store.CompositionCompleted, rec.StateOf())
+	require.Equal(t, compose.StateCompleted, rec.StateOf())
 	require.Empty(t, rec.Unpublished)
 	require.Empty(t, compose.Manifest(rec).Publishing)
 	for _, id := range rec.Steps {

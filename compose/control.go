@@ -18,15 +18,15 @@ const maxRunsScanned = 1000
 
 // Find returns producer's composition id (producer nil: the only
 // producer's), run run (0: the latest).
-func Find(ctx context.Context, st *store.Store, id string, producer *string, run int) (*store.ChainRecord, error) {
-	if st.Chains == nil {
+func Find(ctx context.Context, st *store.Store, id string, producer *string, run int) (*Record, error) {
+	if st.Compositions == nil {
 		return nil, fmt.Errorf("%w: no composition %s", store.ErrNotFound, id)
 	}
 	var p string
 	if producer != nil {
 		p = *producer
 	} else {
-		recs, err := st.Chains.Producers(ctx, id, maxProducersListed)
+		recs, err := producers(ctx, st, id, maxProducersListed)
 		if err != nil {
 			return nil, err
 		}
@@ -48,14 +48,14 @@ func Find(ctx context.Context, st *store.Store, id string, producer *string, run
 		}
 	}
 	if run > 0 {
-		return st.Chains.GetRun(ctx, id, p, run)
+		return GetRun(ctx, st, id, p, run)
 	}
-	last, err := st.Chains.GetRun(ctx, id, p, 1)
+	last, err := GetRun(ctx, st, id, p, 1)
 	if err != nil {
 		return nil, err
 	}
 	for n := 2; n <= maxRunsScanned; n++ {
-		r, err := st.Chains.GetRun(ctx, id, p, n)
+		r, err := GetRun(ctx, st, id, p, n)
 		if errors.Is(err, store.ErrNotFound) {
 			break
 		}
@@ -81,10 +81,10 @@ type Listed struct {
 // List lists up to limit composition runs, sorted by id, producer, run.
 func List(ctx context.Context, st *store.Store, limit int) ([]Listed, error) {
 	out := []Listed{}
-	if st.Chains == nil {
+	if st.Compositions == nil {
 		return out, nil
 	}
-	recs, err := st.Chains.List(ctx, limit)
+	recs, err := listRecords(ctx, st, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +115,7 @@ type Canceller func(ctx context.Context, id, reason, by string) error
 // compare-and-set, then every step not ended is cancelled, so none starts;
 // the run ends, and sends its outcome, when the last step's end is
 // recorded. Cancelling a cancelled run again cancels what is left.
-func Cancel(ctx context.Context, st *store.Store, cancel Canceller, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
+func Cancel(ctx context.Context, st *store.Store, cancel Canceller, rec *Record, by, reason string) (*Record, error) {
 	rec, err := apply(ctx, st, keyOf(rec), Event{Kind: KindCancelled, At: time.Now().UTC(), By: by, Reason: reason}, inputs(ctx, st))
 	if err != nil {
 		return nil, err
@@ -156,7 +156,7 @@ func Cancel(ctx context.Context, st *store.Store, cancel Canceller, rec *store.C
 // the dependent is cancelled rather than halted dependency_failed. Without
 // recorded needs (a record written before they were kept, or a chain, whose
 // step i needs i-1) it is the steps in reverse.
-func dependentsFirst(rec *store.ChainRecord) []int {
+func dependentsFirst(rec *Record) []int {
 	n := len(rec.Steps)
 	order := make([]int, 0, n)
 	if len(rec.Needs) != n {
@@ -193,12 +193,12 @@ func dependentsFirst(rec *store.ChainRecord) []int {
 func stepState(ctx context.Context, st *store.Store, id string) (state string, received bool) {
 	cp, _, err := st.Checkpoints.Get(ctx, id)
 	if err != nil {
-		return store.CompositionRunning, false
+		return StateRunning, false
 	}
 	if cp.State.Status == capsule.Waiting || cp.State.Status == capsule.Paused {
 		return string(cp.State.Status), true
 	}
-	return store.CompositionRunning, true
+	return StateRunning, true
 }
 
 // Acting pauses or resumes one capsule (admin.Admin's Pause, Resume).
@@ -209,8 +209,8 @@ type Acting func(ctx context.Context, id, reason, by string) error
 // yet before it starts. A step waiting for its needs is not paused itself
 // (the pipeline refuses to): its needs are, so it does not start either.
 // Resume undoes it.
-func Pause(ctx context.Context, st *store.Store, pause Acting, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
-	return control(ctx, st, rec, store.CompositionPaused, by, reason, func(ctx context.Context, id string, cp *capsule.Checkpoint) error {
+func Pause(ctx context.Context, st *store.Store, pause Acting, rec *Record, by, reason string) (*Record, error) {
+	return control(ctx, st, rec, StatePaused, by, reason, func(ctx context.Context, id string, cp *capsule.Checkpoint) error {
 		if cp.State.Status == capsule.Paused || cp.State.Status == capsule.Waiting {
 			return nil
 		}
@@ -221,8 +221,8 @@ func Pause(ctx context.Context, st *store.Store, pause Acting, rec *store.ChainR
 // Resume resumes run rec: the record says running again, and every step
 // paused is resumed, but a step held at its gate: that one waits for
 // [Decide].
-func Resume(ctx context.Context, st *store.Store, resume Acting, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
-	return control(ctx, st, rec, store.CompositionRunning, by, reason, func(ctx context.Context, id string, cp *capsule.Checkpoint) error {
+func Resume(ctx context.Context, st *store.Store, resume Acting, rec *Record, by, reason string) (*Record, error) {
+	return control(ctx, st, rec, StateRunning, by, reason, func(ctx context.Context, id string, cp *capsule.Checkpoint) error {
 		if cp.State.Status != capsule.Paused || (cp.State.Pause != nil && cp.State.Pause.Trigger == capsule.TriggerCompositionGate) {
 			return nil
 		}
@@ -232,10 +232,10 @@ func Resume(ctx context.Context, st *store.Store, resume Acting, rec *store.Chai
 
 // control records state on run rec (refused once every step ended, or
 // once cancelled), then acts on every step not ended.
-func control(ctx context.Context, st *store.Store, rec *store.ChainRecord, state, by, reason string,
-	act func(ctx context.Context, id string, cp *capsule.Checkpoint) error) (*store.ChainRecord, error) {
+func control(ctx context.Context, st *store.Store, rec *Record, state, by, reason string,
+	act func(ctx context.Context, id string, cp *capsule.Checkpoint) error) (*Record, error) {
 	kind := KindPaused
-	if state == store.CompositionRunning {
+	if state == StateRunning {
 		kind = KindResumed
 	}
 	rec, err := apply(ctx, st, keyOf(rec), Event{Kind: kind, At: time.Now().UTC(), By: by, Reason: reason}, inputs(ctx, st))
@@ -284,9 +284,9 @@ type Replaying func(ctx context.Context, id, reason, by string) error
 // new one) and counts the round; then each step that failed by itself
 // (not dependency_failed) is replayed, its needs before it, with its
 // dependents. The round ends, with its own outcome, like a run.
-func Replay(ctx context.Context, st *store.Store, replay Replaying, rec *store.ChainRecord, by, reason string) (*store.ChainRecord, error) {
+func Replay(ctx context.Context, st *store.Store, replay Replaying, rec *Record, by, reason string) (*Record, error) {
 	if len(rec.Loops) > 0 {
-		return nil, fmt.Errorf("%w: composition %s run %d has verification loops: compose the document again (an edited one is a new run)", ErrLoopReplay, rec.ChainID, rec.RunOf())
+		return nil, fmt.Errorf("%w: composition %s run %d has verification loops: compose the document again (an edited one is a new run)", ErrLoopReplay, rec.CompositionID, rec.RunOf())
 	}
 	runs := make(map[int]int) // step -> its capsule's run now
 	for i, id := range rec.Steps {
@@ -338,14 +338,14 @@ var ErrLoopWaits = errors.New("composition loop waits for a decision")
 
 // runEnded reports whether every step of r ended and no loop waits for a
 // person.
-func runEnded(r *store.ChainRecord) bool { return r.AllEnded() && !waitingForPerson(r) }
+func runEnded(r *Record) bool { return r.AllEnded() && !waitingForPerson(r) }
 
 // ErrNotEnded refuses a replay of a run still running.
 var ErrNotEnded = errors.New("composition run not ended")
 
 // topoOrder orders rec's steps so that every step comes after those it
 // depends on (from the capsules' depends_on).
-func topoOrder(ctx context.Context, st *store.Store, rec *store.ChainRecord) ([]int, error) {
+func topoOrder(ctx context.Context, st *store.Store, rec *Record) ([]int, error) {
 	index := make(map[string]int, len(rec.Steps))
 	for i, id := range rec.Steps {
 		index[id] = i
@@ -387,7 +387,7 @@ func topoOrder(ctx context.Context, st *store.Store, rec *store.ChainRecord) ([]
 
 // Status is run rec's manifest, with the live state (waiting, paused) of
 // steps not ended yet.
-func Status(ctx context.Context, st *store.Store, rec *store.ChainRecord) Outcome {
+func Status(ctx context.Context, st *store.Store, rec *Record) Outcome {
 	o := Manifest(rec)
 	received := 0
 	for i := range o.Steps {
@@ -417,16 +417,16 @@ var ErrNotGated = errors.New("composition step not waiting at its gate")
 // refused. On the verifier of a loop stopped for no_progress, it decides
 // the loop instead (see decideLoop): accept takes it as passed, reject
 // fails it.
-func Decide(ctx context.Context, st *store.Store, resume, reject Acting, rec *store.ChainRecord, step string, accept bool, by, reason string) (*store.ChainRecord, error) {
+func Decide(ctx context.Context, st *store.Store, resume, reject Acting, rec *Record, step string, accept bool, by, reason string) (*Record, error) {
 	m := Manifest(rec)
 	i := slices.IndexFunc(m.Steps, func(s StepOutcome) bool { return s.Name == step })
 	if i < 0 {
-		return nil, fmt.Errorf("%w: composition %s run %d has no step %q", store.ErrNotFound, rec.ChainID, rec.RunOf(), step)
+		return nil, fmt.Errorf("%w: composition %s run %d has no step %q", store.ErrNotFound, rec.CompositionID, rec.RunOf(), step)
 	}
-	if rec.State == store.CompositionCancelled || runEnded(rec) {
-		return nil, fmt.Errorf("%w: composition %s run %d is %s", ErrEnded, rec.ChainID, rec.RunOf(), rec.StateOf())
+	if rec.State == StateCancelled || runEnded(rec) {
+		return nil, fmt.Errorf("%w: composition %s run %d is %s", ErrEnded, rec.CompositionID, rec.RunOf(), rec.StateOf())
 	}
-	if k := slices.IndexFunc(rec.Loops, func(l store.LoopRun) bool { return l.Verifier() == i }); k >= 0 && rec.Loops[k].State != "" {
+	if k := slices.IndexFunc(rec.Loops, func(l LoopRun) bool { return l.Verifier() == i }); k >= 0 && rec.Loops[k].State != "" {
 		return decideLoop(ctx, st, rec, k, accept, by, reason)
 	}
 	id := rec.Steps[i]

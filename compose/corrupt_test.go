@@ -70,7 +70,7 @@ func TestCompositionCorruptRecord(t *testing.T) {
 	f.runner.Stop() // the step ends while the record is garbage
 	r, err := f.composeAs(t, "bob", f.compositionDoc(t, "garbled", []step{{name: "only", kind: "produce"}}, nil))
 	require.NoError(t, err)
-	kv, err := f.js.KeyValue(ctx, store.ChainsBucket)
+	kv, err := f.js.KeyValue(ctx, store.CompositionsBucket)
 	require.NoError(t, err)
 	sum := sha256.Sum256([]byte("garbled"))
 	key := hex.EncodeToString(sum[:20]) + ".bob"
@@ -102,14 +102,14 @@ func TestCompositionCorruptRecord(t *testing.T) {
 	require.Zero(t, info.NumRedelivered, "terminated at its first delivery, never redelivered")
 	require.Zero(t, info.NumAckPending)
 	require.Equal(t, 1, logs.count("level=ERROR"), logs.String())
-	require.Equal(t, 1, logs.count("level=ERROR", "cause="+metrics.TermStateCorrupt, store.ChainsBucket, key), logs.String())
+	require.Equal(t, 1, logs.count("level=ERROR", "cause="+metrics.TermStateCorrupt, store.CompositionsBucket, key), logs.String())
 	require.Zero(t, logs.count("level=WARN"), "not retried: %s", logs)
 	n, err := testutil.GatherAndCount(reg, "sagad_messages_terminated_total")
 	require.NoError(t, err)
 	require.Positive(t, n)
 	require.Equal(t, 1.0, terminated(t, reg, metrics.TermStateCorrupt))
 
-	_, err = f.st.Chains.GetRun(ctx, "garbled", "bob", 1)
+	_, err = compose.GetRun(ctx, f.st, "garbled", "bob", 1)
 	require.ErrorIs(t, err, corrupt.ErrCorrupt)
 	_, err = compose.Find(ctx, f.st, "garbled", nil, 0)
 	require.ErrorIs(t, err, corrupt.ErrCorrupt, "composition status says so")

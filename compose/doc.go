@@ -2,7 +2,9 @@
 // (schemas/chain.schema.json) to sagad's service on saga.compose, and sagad,
 // not the producer, makes its steps' capsules. Each step gets a random
 // capsule id nobody can guess or claim first; the assignment is recorded
-// once per producer and chain id in SAGA_CHAINS (store.Chains), and sagad
+// once per producer, composition id and run in SAGA_CHAINS ([Record]: its
+// types and codec are this package's, store.Compositions keeps its bytes,
+// keys and revisions), and sagad
 // publishes the steps itself on the producer's intake subject
 // (saga.intake.<producer>), so they are the producer's capsules, under its
 // quota. RECEPTION refuses any capsule declaring

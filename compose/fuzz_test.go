@@ -91,15 +91,15 @@ func FuzzDecodeChainRecord(f *testing.F) {
 	f.Add([]byte(`{"chain_id":"c","steps":["a","b"],"step_digests":["x","y"],"loops":[{"steps":[],"max_rounds":3,"round":1,"rounds":[{"ids":[]}]}]}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := store.DecodeChainRecord(b)
-		state, ok := store.CompositionStateOf(b)
+		r, err := compose.DecodeRecord(b)
+		state, ok := compose.StateOfBytes(b)
 		require.Equal(t, err == nil, ok, "the metrics read a record exactly when the store does")
 		if err != nil {
 			return
 		}
 		require.Equal(t, r.StateOf(), state)
 		require.True(t, len(r.Needs) == 0 || len(r.Needs) == len(r.Steps))
-		require.NotEmpty(t, r.ChainID)
+		require.NotEmpty(t, r.CompositionID)
 		require.Len(t, r.StepDigests, len(r.Steps))
 		require.True(t, store.ValidProducer(r.Producer))
 		require.True(t, len(r.Ended) == 0 || len(r.Ended) == len(r.Steps))

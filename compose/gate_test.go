@@ -121,7 +121,7 @@ func TestCompositionGateAccept(t *testing.T) {
 
 	rec = f.runEnded(t, "gate-ok", "alice", 1)
 	m := compose.Manifest(rec)
-	require.Equal(t, store.CompositionCompleted, m.State)
+	require.Equal(t, compose.StateCompleted, m.State)
 	require.Equal(t, 0, m.Summary.ExitCode)
 	require.NotNil(t, f.rec.inputsOf(review), "accepted, the step ran")
 	require.Error(t, f.decide(ctx, "gate-ok", "alice", "review", true), "decided already: the run ended")
@@ -142,7 +142,7 @@ func TestCompositionGateReject(t *testing.T) {
 
 	rec := f.runEnded(t, "gate-no", "alice", 1)
 	m := compose.Manifest(rec)
-	require.Equal(t, store.CompositionPartial, m.State)
+	require.Equal(t, compose.StatePartial, m.State)
 	require.Equal(t, 12, m.Summary.ExitCode)
 	require.Equal(t, string(capsule.Halted), m.Steps[1].State)
 	require.Equal(t, capsule.OperatorRejected().String(), m.Steps[1].HaltReason)
@@ -159,11 +159,11 @@ func TestCompositionGateReject(t *testing.T) {
 	require.Nil(t, f.rec.inputsOf(review), "replayed, the step waits for its person again")
 	require.NoError(t, f.decide(ctx, "gate-no", "alice", "review", true))
 	natstest.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
-		r, err := f.st.Chains.GetRun(ctx, "gate-no", "alice", 1)
+		r, err := compose.GetRun(ctx, f.st, "gate-no", "alice", 1)
 		require.NoError(t, err)
-		return r.Round == 1 && r.OutcomeSent
+		return r.Replays == 1 && r.OutcomeSent
 	}, "the replayed round never ended")
-	r2, err := f.st.Chains.GetRun(ctx, "gate-no", "alice", 1)
+	r2, err := compose.GetRun(ctx, f.st, "gate-no", "alice", 1)
 	require.NoError(t, err)
-	require.Equal(t, store.CompositionCompleted, compose.Manifest(r2).State)
+	require.Equal(t, compose.StateCompleted, compose.Manifest(r2).State)
 }

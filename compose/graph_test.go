@@ -16,7 +16,6 @@ import (
 	"github.com/sagad/sagad/internal/capsuletest"
 	"github.com/sagad/sagad/internal/natstest"
 	"github.com/sagad/sagad/rules"
-	"github.com/sagad/sagad/store"
 )
 
 // step is one step of a composition document in a test.
@@ -94,7 +93,7 @@ func TestCompositionFanOutFanIn(t *testing.T) {
 	}
 	// The run's manifest says each step's needs (sagactl's tree and the
 	// console's graph are drawn from them), and the run was counted once.
-	rec, err := f.st.Chains.Get(context.Background(), "fan", "alice")
+	rec, err := compose.Get(context.Background(), f.st, "fan", "alice")
 	require.NoError(t, err)
 	for i, s := range compose.Status(context.Background(), f.st, rec).Steps {
 		require.Equal(t, fanOutFanIn[i].needs, s.Needs, s.Name)
@@ -324,7 +323,7 @@ func TestCompositionStepHaltedOnArrival(t *testing.T) {
 	require.Equal(t, capsule.DependencyFailed(r.Steps[1].CapsuleID).String(), merge.State.HaltReason)
 	rec := f.runEnded(t, "late", "alice", 1)
 	m := compose.Manifest(rec)
-	require.Equal(t, store.CompositionPartial, m.State)
+	require.Equal(t, compose.StatePartial, m.State)
 	require.Equal(t, "deadline_in_past", m.Steps[1].HaltReason)
 	require.Len(t, f.outcomes(t, "late"), 1)
 }

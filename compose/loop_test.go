@@ -84,7 +84,7 @@ func (f *fixture) loopState(t *testing.T, id, producer, state string) compose.Ou
 	var o compose.Outcome
 	seen := &lastSeen{"no record"}
 	natstest.Eventually(t, 60*time.Second, 10*time.Millisecond, func() bool {
-		rec, err := f.st.Chains.GetRun(context.Background(), id, producer, 1)
+		rec, err := compose.GetRun(context.Background(), f.st, id, producer, 1)
 		require.NoError(t, err)
 		o = compose.Status(context.Background(), f.st, rec)
 		b, _ := json.Marshal(o)
@@ -112,10 +112,10 @@ func TestCompositionLoopPasses(t *testing.T) {
 
 	rec := f.runEnded(t, "loop-ok", "alice", 1)
 	o := compose.Manifest(rec)
-	require.Equal(t, store.CompositionCompleted, o.State)
+	require.Equal(t, compose.StateCompleted, o.State)
 	require.Equal(t, compose.Summary{Total: 3, Passed: 3}, o.Summary)
 	l := o.Loops[0]
-	require.Equal(t, store.LoopPassed, l.State)
+	require.Equal(t, compose.LoopPassed, l.State)
 	require.Equal(t, 2, l.Round)
 	require.Equal(t, []string{"draft"}, l.Steps)
 	require.Equal(t, "check", l.Verifier)
@@ -169,7 +169,7 @@ func TestCompositionLoopPasses(t *testing.T) {
 	for range 2 {
 		require.NoError(t, f.runner.StepEnded(ctx, raw, check1))
 	}
-	again, err := f.st.Chains.GetRun(ctx, "loop-ok", "alice", 1)
+	again, err := compose.GetRun(ctx, f.st, "loop-ok", "alice", 1)
 	require.NoError(t, err)
 	require.Equal(t, rec, again)
 	require.Len(t, f.outcomes(t, "loop-ok"), 1)
@@ -177,13 +177,13 @@ func TestCompositionLoopPasses(t *testing.T) {
 	// A crash after round 2 was recorded, before it was known published:
 	// a past round's end delivered again publishes it (the same bytes,
 	// which the intake drops) and records it published.
-	_, err = f.st.Chains.Update(ctx, "loop-ok", "alice", 1, func(r *store.ChainRecord) error {
+	_, err = compose.UpdateRecord(ctx, f.st, "loop-ok", "alice", 1, func(r *compose.Record) error {
 		r.Unpublished = []int{0, 1}
 		return nil
 	})
 	require.NoError(t, err)
 	require.NoError(t, f.runner.StepEnded(ctx, raw, check1))
-	again, err = f.st.Chains.GetRun(ctx, "loop-ok", "alice", 1)
+	again, err = compose.GetRun(ctx, f.st, "loop-ok", "alice", 1)
 	require.NoError(t, err)
 	require.Empty(t, again.Unpublished)
 	cp, _, err := f.st.Checkpoints.Get(ctx, draft2)
@@ -262,9 +262,9 @@ func TestCompositionLoopNoProgress(t *testing.T) {
 		r, err := f.composeAs(t, "alice", f.loopDoc(t, id, 5, 2, 2, 3, 1))
 		require.NoError(t, err)
 		publish := r.Steps[2].CapsuleID
-		o := f.loopState(t, id, "alice", store.LoopNoProgress)
-		require.Equal(t, store.CompositionPaused, o.State)
-		require.Equal(t, store.ReasonNoProgress, o.Reason)
+		o := f.loopState(t, id, "alice", compose.LoopNoProgress)
+		require.Equal(t, compose.StatePaused, o.State)
+		require.Equal(t, compose.ReasonNoProgress, o.Reason)
 		require.Equal(t, 3, o.Loops[0].Round)
 		var counts []int
 		for _, rd := range o.Loops[0].Rounds {
@@ -282,7 +282,7 @@ func TestCompositionLoopNoProgress(t *testing.T) {
 		_, _, err = f.st.Checkpoints.Get(ctx, publish)
 		require.ErrorIs(t, err, store.ErrNotFound, "the step after the loop was never published")
 
-		rec, err := f.st.Chains.GetRun(ctx, id, "alice", 1)
+		rec, err := compose.GetRun(ctx, f.st, id, "alice", 1)
 		require.NoError(t, err)
 		_, err = compose.Resume(ctx, f.st, func(context.Context, string, string, string) error { return nil }, rec, "ops", "go on")
 		require.ErrorIs(t, err, compose.ErrLoopWaits)
@@ -300,16 +300,16 @@ func TestCompositionLoopNoProgress(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, waiting, "decided, nothing waits")
 		m := compose.Manifest(rec)
-		require.Equal(t, store.CompositionPartial, m.State)
+		require.Equal(t, compose.StatePartial, m.State)
 		require.Equal(t, "ops", m.Loops[0].By)
 		check3 := m.Loops[0].Rounds[2].CapsuleIDs[1]
 		if accept {
-			require.Equal(t, store.LoopAccepted, m.Loops[0].State)
+			require.Equal(t, compose.LoopAccepted, m.Loops[0].State)
 			require.Equal(t, string(capsule.Completed), m.Steps[2].State)
 			require.Equal(t, []string{check3}, capsuleIDs(f.rec.inputsOf(publish)), "accepted, the step after reads the last round")
 			require.Equal(t, compose.Summary{Total: 3, Passed: 2, Failed: 1, ExitCode: 12}, m.Summary)
 		} else {
-			require.Equal(t, store.LoopRejected, m.Loops[0].State)
+			require.Equal(t, compose.LoopRejected, m.Loops[0].State)
 			require.Equal(t, string(capsule.Halted), m.Steps[2].State)
 			require.Equal(t, capsule.DependencyFailed(check3).String(), m.Steps[2].HaltReason)
 			require.Nil(t, f.rec.inputsOf(publish), "rejected, the step after never ran")
@@ -331,8 +331,8 @@ func TestCompositionLoopMaxRounds(t *testing.T) {
 	publish := r.Steps[2].CapsuleID
 	rec := f.runEnded(t, "loop-max", "alice", 1)
 	m := compose.Manifest(rec)
-	require.Equal(t, store.CompositionPartial, m.State)
-	require.Equal(t, store.LoopFailed, m.Loops[0].State)
+	require.Equal(t, compose.StatePartial, m.State)
+	require.Equal(t, compose.LoopFailed, m.Loops[0].State)
 	require.Equal(t, 2, m.Loops[0].Round)
 	require.Equal(t, 2, m.Loops[0].Rounds[1].Findings)
 	require.Equal(t, capsule.DependencyFailed(m.Loops[0].Rounds[1].CapsuleIDs[1]).String(), m.Steps[2].HaltReason)
@@ -360,8 +360,8 @@ func TestCompositionLoopUpstreamFailed(t *testing.T) {
 	}))
 	require.NoError(t, err)
 	m := compose.Manifest(f.runEnded(t, "loop-up", "alice", 1))
-	require.Equal(t, store.CompositionFailed, m.State)
-	require.Equal(t, store.LoopFailed, m.Loops[0].State)
+	require.Equal(t, compose.StateFailed, m.State)
+	require.Equal(t, compose.LoopFailed, m.Loops[0].State)
 	require.Equal(t, 1, m.Loops[0].Round)
 }
 
@@ -391,7 +391,7 @@ func TestCompositionLoopPausedRound(t *testing.T) {
 	require.NoError(t, f.decide(ctx, "loop-pause", "alice", "check", true))
 
 	natstest.Eventually(t, 60*time.Second, 10*time.Millisecond, func() bool {
-		rec, err = f.st.Chains.GetRun(ctx, "loop-pause", "alice", 1)
+		rec, err = compose.GetRun(ctx, f.st, "loop-pause", "alice", 1)
 		require.NoError(t, err)
 		return rec.Loops[0].Round == 2
 	}, "round 2 was never recorded")
@@ -407,8 +407,8 @@ func TestCompositionLoopPausedRound(t *testing.T) {
 	f.heldAtGate(t, rec.Steps[1])
 	require.NoError(t, f.decide(ctx, "loop-pause", "alice", "check", true))
 	m := compose.Manifest(f.runEnded(t, "loop-pause", "alice", 1))
-	require.Equal(t, store.CompositionCompleted, m.State)
-	require.Equal(t, store.LoopPassed, m.Loops[0].State)
+	require.Equal(t, compose.StateCompleted, m.State)
+	require.Equal(t, compose.LoopPassed, m.Loops[0].State)
 }
 
 // TestCompositionLoopCancel: cancelling a run whose loop waits for a
@@ -419,8 +419,8 @@ func TestCompositionLoopCancel(t *testing.T) {
 	ctx := context.Background()
 	_, err := f.composeAs(t, "alice", f.loopDoc(t, "loop-cancel", 4, 1, 1, 1))
 	require.NoError(t, err)
-	f.loopState(t, "loop-cancel", "alice", store.LoopNoProgress)
-	rec, err := f.st.Chains.GetRun(ctx, "loop-cancel", "alice", 1)
+	f.loopState(t, "loop-cancel", "alice", compose.LoopNoProgress)
+	rec, err := compose.GetRun(ctx, f.st, "loop-cancel", "alice", 1)
 	require.NoError(t, err)
 	_, err = compose.Cancel(ctx, f.st, func(ctx context.Context, id, reason, by string) error {
 		_, err := f.admin.Cancel(ctx, id, reason, by)
@@ -429,7 +429,7 @@ func TestCompositionLoopCancel(t *testing.T) {
 	require.NoError(t, err)
 	rec = f.runEnded(t, "loop-cancel", "alice", 1)
 	m := compose.Manifest(rec)
-	require.Equal(t, store.CompositionCancelled, m.State)
+	require.Equal(t, compose.StateCancelled, m.State)
 	require.Equal(t, string(capsule.Cancelled), m.Steps[2].State)
 	require.Len(t, f.outcomes(t, "loop-cancel"), 1)
 	_, err = compose.Replay(ctx, f.st, func(ctx context.Context, id, reason, by string) error {
@@ -513,9 +513,9 @@ func TestRecordSize256Loop(t *testing.T) {
 	ids, err := compose.NewStepIDs(compose.MaxSteps)
 	require.NoError(t, err)
 	now := time.Now().UTC()
-	rec := store.ChainRecord{ChainID: "a-composition-id-of-forty-characters-xyz", Producer: "producer-name", Digest: strings.Repeat("d", 64),
-		Steps: ids, CreatedAt: now, Run: 7, State: store.CompositionPartial, OutcomeSent: true, EndedAt: &now}
-	loop := store.LoopRun{MaxRounds: compose.MaxRounds, Round: compose.MaxRounds, State: store.LoopFailed}
+	rec := compose.Record{CompositionID: "a-composition-id-of-forty-characters-xyz", Producer: "producer-name", Digest: strings.Repeat("d", 64),
+		Steps: ids, CreatedAt: now, Run: 7, State: compose.StatePartial, OutcomeSent: true, EndedAt: &now}
+	loop := compose.LoopRun{MaxRounds: compose.MaxRounds, Round: compose.MaxRounds, State: compose.LoopFailed}
 	for i, id := range ids {
 		rec.StepDigests = append(rec.StepDigests, strings.Repeat("e", 64))
 		rec.Names = append(rec.Names, fmt.Sprintf("translate-into-%03d", i))
@@ -524,21 +524,21 @@ func TestRecordSize256Loop(t *testing.T) {
 			needs = []int{0, i - 1}
 		}
 		rec.Needs = append(rec.Needs, needs)
-		rec.Ended = append(rec.Ended, store.StepEnd{State: string(capsule.Completed), Artifact: "artifact:" + id + "/cycle-3",
+		rec.Ended = append(rec.Ended, compose.StepEnd{State: string(capsule.Completed), Artifact: "artifact:" + id + "/cycle-3",
 			Tokens: 123456, Dollars: 12.3456})
 		loop.Steps = append(loop.Steps, i)
 	}
 	for range compose.MaxRounds {
 		round, err := compose.NewStepIDs(compose.MaxSteps)
 		require.NoError(t, err)
-		loop.Rounds = append(loop.Rounds, store.LoopRound{IDs: round, Ended: true, Findings: 100})
+		loop.Rounds = append(loop.Rounds, compose.LoopRound{IDs: round, Ended: true, Findings: 100})
 	}
-	rec.Loops = []store.LoopRun{loop}
+	rec.Loops = []compose.LoopRun{loop}
 	b, err := json.Marshal(rec)
 	require.NoError(t, err)
 	t.Logf("a 256-step record with a 256-step loop at round 10: %d bytes", len(b))
 	require.Less(t, len(b), 256<<10)
-	_, err = store.DecodeChainRecord(b)
+	_, err = compose.DecodeRecord(b)
 	require.NoError(t, err)
 	requireStatusSchema(t, compose.Manifest(&rec))
 }
@@ -579,7 +579,7 @@ func TestCompositionHeldStepCannotBeClaimed(t *testing.T) {
 	require.Equal(t, capsule.ChainMembershipRefused("loop-claim", 2).String(), cp.State.HaltReason)
 
 	rec := f.runEnded(t, "loop-claim", "alice", 1)
-	require.Equal(t, store.CompositionCompleted, compose.Manifest(rec).State)
+	require.Equal(t, compose.StateCompleted, compose.Manifest(rec).State)
 	got, _, err := f.st.Checkpoints.Get(ctx, held)
 	require.NoError(t, err)
 	require.Equal(t, rec.StepDigests[2], got.Digest, "the held step ran as sagad built it")

@@ -15,7 +15,7 @@ import (
 // steps after it never start. The run goes on (or ends) by the usual rule.
 // The same answer again is no error: a decision a crash interrupted (its
 // steps recorded, not yet published) is finished by deciding again.
-func decideLoop(ctx context.Context, st *store.Store, rec *store.ChainRecord, k int, accept bool, by, reason string) (*store.ChainRecord, error) {
+func decideLoop(ctx context.Context, st *store.Store, rec *Record, k int, accept bool, by, reason string) (*Record, error) {
 	now := time.Now().UTC()
 	rec, err := settle(ctx, st, rec, now) // a decision made before, its steps not yet published
 	if err != nil {
@@ -50,23 +50,23 @@ type WaitingLoop struct {
 // Waiting lists the loops stopped for no_progress among up to limit
 // composition runs, oldest first.
 func Waiting(ctx context.Context, st *store.Store, limit int) ([]WaitingLoop, error) {
-	if st.Chains == nil {
+	if st.Compositions == nil {
 		return nil, nil
 	}
-	recs, err := st.Chains.List(ctx, limit)
+	recs, err := listRecords(ctx, st, limit)
 	if err != nil {
 		return nil, err
 	}
 	var out []WaitingLoop
 	for _, rec := range recs {
-		if rec.State == store.CompositionCancelled {
+		if rec.State == StateCancelled {
 			continue
 		}
 		for _, l := range rec.Loops {
-			if l.State != store.LoopNoProgress {
+			if l.State != LoopNoProgress {
 				continue
 			}
-			w := WaitingLoop{CompositionID: rec.ChainID, Producer: rec.Producer, Run: rec.RunOf(),
+			w := WaitingLoop{CompositionID: rec.CompositionID, Producer: rec.Producer, Run: rec.RunOf(),
 				Verifier: stepName(rec, l.Verifier()), CapsuleID: rec.Steps[l.Verifier()], Round: l.Round, Since: rec.CreatedAt}
 			if l.At != nil {
 				w.Since = *l.At

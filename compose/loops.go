@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/sagad/sagad/capsule"
-	"github.com/sagad/sagad/store"
 )
 
 // Verification loops (loops[] of a composition): a loop's steps and its
@@ -130,22 +129,22 @@ func reachOf(needs [][]int) [][]bool {
 
 // planLoops is a new run's loops (round 1, under ids) and the steps held
 // until a loop before them passes.
-func (d *Doc) planLoops(ids []string) (loops []store.LoopRun, held []int) {
+func (d *Doc) planLoops(ids []string) (loops []LoopRun, held []int) {
 	if len(d.Loops) == 0 {
 		return nil, nil
 	}
 	index := d.index()
 	for _, l := range d.Loops {
-		run := store.LoopRun{MaxRounds: l.MaxRounds, Round: 1}
+		run := LoopRun{MaxRounds: l.MaxRounds, Round: 1}
 		for _, n := range l.Steps {
 			run.Steps = append(run.Steps, index[n])
 		}
 		run.Steps = append(run.Steps, index[l.Verifier])
-		r := store.LoopRound{}
+		r := LoopRound{}
 		for _, i := range run.Steps {
 			r.IDs = append(r.IDs, ids[i])
 		}
-		run.Rounds = []store.LoopRound{r}
+		run.Rounds = []LoopRound{r}
 		loops = append(loops, run)
 	}
 	reach := d.reach()
@@ -170,7 +169,7 @@ func downstreamOf(reach [][]bool, set []int, x int) bool {
 }
 
 // recordReach is the transitive closure of rec's needs.
-func recordReach(rec *store.ChainRecord) [][]bool {
+func recordReach(rec *Record) [][]bool {
 	needs := rec.Needs
 	if len(needs) != len(rec.Steps) {
 		needs = make([][]int, len(rec.Steps))
@@ -179,7 +178,7 @@ func recordReach(rec *store.ChainRecord) [][]bool {
 }
 
 // loopOf is the index of the loop step i is in, -1 for none.
-func loopOf(rec *store.ChainRecord, i int) int {
+func loopOf(rec *Record, i int) int {
 	for k, l := range rec.Loops {
 		if slices.Contains(l.Steps, i) {
 			return k
@@ -190,7 +189,7 @@ func loopOf(rec *store.ChainRecord, i int) int {
 
 // waveOf is rec's wave: named after its first step's round-1 id, which a
 // loop's later rounds do not change.
-func waveOf(rec *store.ChainRecord) string {
+func waveOf(rec *Record) string {
 	for _, l := range rec.Loops {
 		if p := slices.Index(l.Steps, 0); p >= 0 {
 			return WaveID([]string{l.Rounds[0].IDs[p]})
@@ -201,7 +200,7 @@ func waveOf(rec *store.ChainRecord) string {
 
 // stalled reports whether loop l's last two rounds each found no fewer
 // findings than the round before.
-func stalled(l *store.LoopRun) bool {
+func stalled(l *LoopRun) bool {
 	n := len(l.Rounds)
 	if n < 3 {
 		return false
@@ -211,6 +210,6 @@ func stalled(l *store.LoopRun) bool {
 }
 
 // waitingForPerson reports whether a loop of rec stopped for no_progress.
-func waitingForPerson(rec *store.ChainRecord) bool {
-	return slices.ContainsFunc(rec.Loops, func(l store.LoopRun) bool { return l.State == store.LoopNoProgress })
+func waitingForPerson(rec *Record) bool {
+	return slices.ContainsFunc(rec.Loops, func(l LoopRun) bool { return l.State == LoopNoProgress })
 }

@@ -75,7 +75,7 @@ type Event struct {
 	// and why.
 	By, Reason string
 	// Record is the new run (started).
-	Record *store.ChainRecord
+	Record *Record
 	// Published maps each step published to the capsule id it was
 	// published under (steps_published).
 	Published map[int]string
@@ -89,7 +89,7 @@ type Event struct {
 	Step       int
 	CapsuleID  string
 	CapsuleRun int
-	End        store.StepEnd
+	End        StepEnd
 	// Accept: the person accepted (gate_decided).
 	Accept bool
 	// Runs maps each replayed step to its capsule's run that ended
@@ -103,13 +103,13 @@ type Event struct {
 // when a loop's round ends or held steps are released.
 type Inputs struct {
 	Verdict verdictLookup
-	Doc     func(*store.ChainRecord) (*Doc, error)
+	Doc     func(*Record) (*Doc, error)
 }
 
 // Result is what a transition made of the record.
 type Result struct {
 	// Record is the new record (rec itself is left as it was).
-	Record *store.ChainRecord
+	Record *Record
 	// Changed: Record differs from rec and must be written.
 	Changed bool
 	// Events go to saga.events once the record is written, each stamped
@@ -121,7 +121,7 @@ type Result struct {
 // Transition applies ev to rec (nil before started). It refuses an event
 // the run cannot take (a control of an ended run, a decision on a loop
 // not waiting) with a documented error, and changes nothing on a repeat.
-func Transition(ctx context.Context, rec *store.ChainRecord, ev Event, in Inputs) (Result, error) {
+func Transition(ctx context.Context, rec *Record, ev Event, in Inputs) (Result, error) {
 	if ev.Kind == KindStarted {
 		if rec != nil || ev.Record == nil {
 			return Result{}, fmt.Errorf("%w: started on a recorded run", ErrBadEvent)
@@ -145,7 +145,7 @@ func Transition(ctx context.Context, rec *store.ChainRecord, ev Event, in Inputs
 // transition is [Transition] on a record of the caller's own, which it
 // changes in place: [apply]'s, read afresh for each attempt, is copied
 // no further (a 256-step record is some 60 kB of JSON).
-func transition(ctx context.Context, r *store.ChainRecord, ev Event, in Inputs) (Result, error) {
+func transition(ctx context.Context, r *Record, ev Event, in Inputs) (Result, error) {
 	var (
 		changed bool
 		evs     []capsule.Event
@@ -186,12 +186,12 @@ var ErrBadEvent = errors.New("composition event not applicable")
 
 // cloneRecord is a deep copy of rec, so a transition never changes what
 // its caller holds.
-func cloneRecord(rec *store.ChainRecord) (*store.ChainRecord, error) {
+func cloneRecord(rec *Record) (*Record, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return nil, err
 	}
-	var r store.ChainRecord
+	var r Record
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, err
 	}
@@ -210,10 +210,11 @@ type Effects struct {
 }
 
 // EffectsOf reads what is left to do from rec.
-func EffectsOf(rec *store.ChainRecord) Effects {
+func EffectsOf(rec *Record) Effects {
 	return Effects{
-		Publish: len(rec.Unpublished) > 0 && (rec.State != store.CompositionPaused || waitingForPerson(rec)),
-		Outcome: rec.AllEnded() && rec.State != "" && rec.State != store.CompositionPaused && !rec.OutcomeSent,
+		Publish: len(rec.Unpublished) > 0 && rec.PublishError != publishingNow &&
+			(rec.State != StatePaused || waitingForPerson(rec)),
+		Outcome: rec.AllEnded() && rec.State != "" && rec.State != StatePaused && !rec.OutcomeSent,
 	}
 }
 
@@ -223,18 +224,18 @@ type runKey struct {
 	run          int
 }
 
-func keyOf(rec *store.ChainRecord) runKey { return runKey{rec.ChainID, rec.Producer, rec.RunOf()} }
+func keyOf(rec *Record) runKey { return runKey{rec.CompositionID, rec.Producer, rec.RunOf()} }
 
 // apply is the composition machine's one compare-and-set loop: it reads
 // run k's record, applies ev ([Transition]), writes what changed (again on
 // a concurrent write, under sagad's one retry policy), then publishes the
 // transition's events. It returns the record as stored.
-func apply(ctx context.Context, st *store.Store, k runKey, ev Event, in Inputs) (*store.ChainRecord, error) {
+func apply(ctx context.Context, st *store.Store, k runKey, ev Event, in Inputs) (*Record, error) {
 	var evs []capsule.Event
 	if ev.Kind == KindStarted {
 		return nil, fmt.Errorf("%w: a run is started by creating its record", ErrBadEvent)
 	}
-	rec, err := st.Chains.Update(ctx, k.id, k.producer, k.run, func(r *store.ChainRecord) error {
+	rec, err := updateRecord(ctx, st, k, func(r *Record) error {
 		res, err := transition(ctx, r, ev, in)
 		if err != nil {
 			return err
@@ -262,13 +263,13 @@ func inputs(ctx context.Context, st *store.Store) Inputs {
 
 // stepsPublished records the steps ev published, and ends cancelled the
 // unpublished steps of a cancelled run.
-func stepsPublished(r *store.ChainRecord, ev Event) (bool, []capsule.Event) {
+func stepsPublished(r *Record, ev Event) (bool, []capsule.Event) {
 	if len(r.Unpublished) == 0 {
 		return false, nil
 	}
 	var evs []capsule.Event
 	r.Unpublished = slices.DeleteFunc(r.Unpublished, func(i int) bool {
-		if r.State == store.CompositionCancelled {
+		if r.State == StateCancelled {
 			endCancelled(r, i)
 			return true
 		}
@@ -286,8 +287,14 @@ func stepsPublished(r *store.ChainRecord, ev Event) (bool, []capsule.Event) {
 }
 
 // publishDeferred records the steps the intake refused as unpublished,
-// with the refusal.
-func publishDeferred(r *store.ChainRecord, ev Event) bool {
+// with the refusal. Without steps it only says why the steps recorded
+// unpublished with the run wait: it replaces the claim of the request
+// publishing them (publishingNow), and changes nothing once that claim
+// was replaced (the republisher took them over, or they were published).
+func publishDeferred(r *Record, ev Event) bool {
+	if len(ev.Steps) == 0 && (r.PublishError != publishingNow || len(r.Unpublished) == 0) {
+		return false
+	}
 	for _, i := range ev.Steps {
 		if i >= 0 && i < len(r.Steps) && !slices.Contains(r.Unpublished, i) {
 			r.Unpublished = append(r.Unpublished, i)
@@ -302,7 +309,7 @@ func publishDeferred(r *store.ChainRecord, ev Event) bool {
 // recorded, or it is the end of a capsule run replayed since; the step's
 // event is sent again for an end recorded before. The last end of a
 // loop's round judges the round ([roundEnded]).
-func stepEnded(ctx context.Context, r *store.ChainRecord, ev Event, in Inputs) (bool, []capsule.Event, error) {
+func stepEnded(ctx context.Context, r *Record, ev Event, in Inputs) (bool, []capsule.Event, error) {
 	step := ev.Step
 	round, recorded := roundOf(r, step, ev.CapsuleID)
 	if step < 0 || step >= len(r.Steps) || r.Steps[step] != ev.CapsuleID {
@@ -333,30 +340,30 @@ func stepEnded(ctx context.Context, r *store.ChainRecord, ev Event, in Inputs) (
 
 // gateDecided decides on the loop whose verifier is ev.Step, stopped for
 // no_progress (see decideLoop). The same answer again changes nothing.
-func gateDecided(ctx context.Context, r *store.ChainRecord, ev Event, in Inputs) (bool, []capsule.Event, error) {
-	k := slices.IndexFunc(r.Loops, func(l store.LoopRun) bool { return l.Verifier() == ev.Step })
+func gateDecided(ctx context.Context, r *Record, ev Event, in Inputs) (bool, []capsule.Event, error) {
+	k := slices.IndexFunc(r.Loops, func(l LoopRun) bool { return l.Verifier() == ev.Step })
 	if k < 0 {
 		return false, nil, fmt.Errorf("%w: step %s verifies no loop", ErrNotGated, stepName(r, ev.Step))
 	}
 	l := &r.Loops[k]
-	if (ev.Accept && l.State == store.LoopAccepted) || (!ev.Accept && l.State == store.LoopRejected) {
+	if (ev.Accept && l.State == LoopAccepted) || (!ev.Accept && l.State == LoopRejected) {
 		return false, nil, nil
 	}
-	if l.State != store.LoopNoProgress {
+	if l.State != LoopNoProgress {
 		return false, nil, fmt.Errorf("%w: the loop of verifier %s is %s", ErrNotGated, stepName(r, l.Verifier()), l.StateOf())
 	}
 	at := ev.At
 	l.By, l.Reason, l.At = ev.By, ev.Reason, &at
 	if ev.Accept {
-		l.State = store.LoopAccepted
+		l.State = LoopAccepted
 		if err := release(ctx, r, in.Verdict, func() (*Doc, error) { return in.Doc(r) }); err != nil {
 			return false, nil, err
 		}
 	} else {
-		l.State = store.LoopRejected
+		l.State = LoopRejected
 		fail(r, k)
 	}
-	if !waitingForPerson(r) && r.State == store.CompositionPaused && r.Reason == store.ReasonNoProgress {
+	if !waitingForPerson(r) && r.State == StatePaused && r.Reason == ReasonNoProgress {
 		r.State, r.By, r.Reason = "", ev.By, ev.Reason
 	}
 	endIfDone(r, ev.At)
@@ -365,22 +372,22 @@ func gateDecided(ctx context.Context, r *store.ChainRecord, ev Event, in Inputs)
 
 // paused records a person's pause or resume; refused once every step
 // ended, once cancelled, and while a loop waits for a decision.
-func paused(r *store.ChainRecord, ev Event) (bool, error) {
-	state := store.CompositionPaused
+func paused(r *Record, ev Event) (bool, error) {
+	state := StatePaused
 	if ev.Kind == KindResumed {
-		state = store.CompositionRunning
+		state = StateRunning
 	}
-	if runEnded(r) || r.State == store.CompositionCancelled {
-		return false, fmt.Errorf("%w: composition %s run %d is %s", ErrEnded, r.ChainID, r.RunOf(), r.StateOf())
+	if runEnded(r) || r.State == StateCancelled {
+		return false, fmt.Errorf("%w: composition %s run %d is %s", ErrEnded, r.CompositionID, r.RunOf(), r.StateOf())
 	}
 	if r.StateOf() == state {
 		return false, nil
 	}
 	if waitingForPerson(r) {
-		return false, fmt.Errorf("%w: composition %s run %d: a loop stopped for no_progress: decide on its verifier", ErrLoopWaits, r.ChainID, r.RunOf())
+		return false, fmt.Errorf("%w: composition %s run %d: a loop stopped for no_progress: decide on its verifier", ErrLoopWaits, r.CompositionID, r.RunOf())
 	}
 	r.State, r.By, r.Reason = state, ev.By, ev.Reason
-	if state == store.CompositionRunning {
+	if state == StateRunning {
 		r.State = ""
 	}
 	return true, nil
@@ -389,14 +396,14 @@ func paused(r *store.ChainRecord, ev Event) (bool, error) {
 // cancelled records a person's cancel; the steps held or not yet
 // published end cancelled here (nobody else would end them). Refused once
 // the run ended.
-func cancelled(r *store.ChainRecord, ev Event) (bool, error) {
+func cancelled(r *Record, ev Event) (bool, error) {
 	if runEnded(r) {
-		return false, fmt.Errorf("%w: composition %s run %d is %s", ErrEnded, r.ChainID, r.RunOf(), r.StateOf())
+		return false, fmt.Errorf("%w: composition %s run %d is %s", ErrEnded, r.CompositionID, r.RunOf(), r.StateOf())
 	}
-	if r.State == store.CompositionCancelled {
+	if r.State == StateCancelled {
 		return false, nil
 	}
-	r.State, r.By, r.Reason = store.CompositionCancelled, ev.By, ev.Reason
+	r.State, r.By, r.Reason = StateCancelled, ev.By, ev.Reason
 	for _, i := range slices.Concat(r.Held, r.Unpublished) {
 		endCancelled(r, i)
 	}
@@ -407,27 +414,27 @@ func cancelled(r *store.ChainRecord, ev Event) (bool, error) {
 // replayed forgets the ends of the steps ev replays (remembering which
 // capsule run ended) and counts the replay. Refused while the run runs and
 // when it completed.
-func replayed(r *store.ChainRecord, ev Event) (bool, error) {
+func replayed(r *Record, ev Event) (bool, error) {
 	if !r.AllEnded() {
-		return false, fmt.Errorf("%w: composition %s run %d is %s: replay a run once it ended", ErrNotEnded, r.ChainID, r.RunOf(), r.StateOf())
+		return false, fmt.Errorf("%w: composition %s run %d is %s: replay a run once it ended", ErrNotEnded, r.CompositionID, r.RunOf(), r.StateOf())
 	}
-	if r.StateOf() == store.CompositionCompleted || len(ev.Runs) == 0 {
-		return false, fmt.Errorf("%w: composition %s run %d completed: nothing to replay", ErrEnded, r.ChainID, r.RunOf())
+	if r.StateOf() == StateCompleted || len(ev.Runs) == 0 {
+		return false, fmt.Errorf("%w: composition %s run %d completed: nothing to replay", ErrEnded, r.CompositionID, r.RunOf())
 	}
 	for i, run := range ev.Runs {
 		if i >= 0 && i < len(r.Ended) {
-			r.Ended[i] = store.StepEnd{After: run}
+			r.Ended[i] = StepEnd{After: run}
 		}
 	}
 	r.State, r.OutcomeSent, r.EndedAt, r.By, r.Reason = "", false, nil, ev.By, ev.Reason
-	r.Round++
+	r.Replays++
 	return true, nil
 }
 
 // cancelledUnpublished reports whether step i of r ended cancelled
 // without being known published (held, or recorded unpublished, when the
 // run was cancelled): its capsule may still have been received.
-func cancelledUnpublished(r *store.ChainRecord, i int) bool {
+func cancelledUnpublished(r *Record, i int) bool {
 	return i < len(r.Ended) && r.Ended[i].State == string(capsule.Cancelled) && r.Ended[i].HaltReason == compositionCancelled
 }
 
@@ -439,24 +446,24 @@ const compositionCancelled = "composition cancelled"
 func stepIndex(p int) *int { return &p }
 
 // startedEvent is a new run's composition_started.
-func startedEvent(r *store.ChainRecord, at time.Time) capsule.Event {
-	key := EventKey(r.ChainID, r.Producer)
+func startedEvent(r *Record, at time.Time) capsule.Event {
+	key := EventKey(r.CompositionID, r.Producer)
 	return capsule.Event{ID: fmt.Sprintf("%s.run%d.started", key, r.RunOf()), Kind: EventStarted, Key: key, At: at,
 		Detail: fmt.Sprintf("run %d: %d steps", r.RunOf(), len(r.Steps))}
 }
 
 // stepStartedEvent is step i's composition_step_started, once per step,
 // loop round and replay.
-func stepStartedEvent(r *store.ChainRecord, i int) capsule.Event {
-	key := EventKey(r.ChainID, r.Producer)
+func stepStartedEvent(r *Record, i int) capsule.Event {
+	key := EventKey(r.CompositionID, r.Producer)
 	round := 0
 	if k := loopOf(r, i); k >= 0 {
 		round = r.Loops[k].Round
 	}
-	id := fmt.Sprintf("%s.run%d%s.step%d.started", key, r.RunOf(), roundTag(r.Round), i)
+	id := fmt.Sprintf("%s.run%d%s.step%d.started", key, r.RunOf(), replayTag(r.Replays), i)
 	detail := fmt.Sprintf("run %d step %s: published", r.RunOf(), stepName(r, i))
 	if round > 1 {
-		id = fmt.Sprintf("%s.run%d%s.step%d.loopround%d.started", key, r.RunOf(), roundTag(r.Round), i, round)
+		id = fmt.Sprintf("%s.run%d%s.step%d.loopround%d.started", key, r.RunOf(), replayTag(r.Replays), i, round)
 		detail += fmt.Sprintf(" (loop round %d)", round)
 	} else {
 		round = 0
@@ -467,13 +474,13 @@ func stepStartedEvent(r *store.ChainRecord, i int) capsule.Event {
 
 // stepEndedEvent is step's composition_step_ended for capsule id, in its
 // loop's round (0: no loop), with its result.
-func stepEndedEvent(r *store.ChainRecord, step int, id string, round int, end store.StepEnd) capsule.Event {
-	key := EventKey(r.ChainID, r.Producer)
-	evID := fmt.Sprintf("%s.run%d%s.step%d.ended", key, r.RunOf(), roundTag(r.Round), step)
+func stepEndedEvent(r *Record, step int, id string, round int, end StepEnd) capsule.Event {
+	key := EventKey(r.CompositionID, r.Producer)
+	evID := fmt.Sprintf("%s.run%d%s.step%d.ended", key, r.RunOf(), replayTag(r.Replays), step)
 	detail := fmt.Sprintf("run %d step %s: %s", r.RunOf(), stepName(r, step), end.State)
 	if round > 1 {
 		// Each loop round's step ends once.
-		evID = fmt.Sprintf("%s.run%d%s.step%d.loopround%d.ended", key, r.RunOf(), roundTag(r.Round), step, round)
+		evID = fmt.Sprintf("%s.run%d%s.step%d.loopround%d.ended", key, r.RunOf(), replayTag(r.Replays), step, round)
 		detail += fmt.Sprintf(" (loop round %d)", round)
 	} else {
 		round = 0

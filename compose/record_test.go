@@ -67,11 +67,11 @@ func (f *fixture) events(t *testing.T, id, producer string) []capsule.EventKind 
 }
 
 // ended waits for the run's record to say its outcome was sent.
-func (f *fixture) runEnded(t *testing.T, id, producer string, run int) *store.ChainRecord {
+func (f *fixture) runEnded(t *testing.T, id, producer string, run int) *compose.Record {
 	t.Helper()
-	var rec *store.ChainRecord
+	var rec *compose.Record
 	natstest.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
-		r, err := f.st.Chains.GetRun(context.Background(), id, producer, run)
+		r, err := compose.GetRun(context.Background(), f.st, id, producer, run)
 		require.NoError(t, err)
 		rec = r
 		return r.OutcomeSent
@@ -92,7 +92,7 @@ func TestCompositionRecord(t *testing.T) {
 	require.NoError(t, err)
 	rec := f.runEnded(t, "rec", "alice", 1)
 	m := compose.Manifest(rec)
-	require.Equal(t, store.CompositionCompleted, m.State)
+	require.Equal(t, compose.StateCompleted, m.State)
 	require.Equal(t, compose.Summary{Total: 5, Passed: 5, ExitCode: 0}, m.Summary)
 	for i, s := range m.Steps {
 		require.Equal(t, fanOutFanIn[i].name, s.Name)
@@ -107,14 +107,14 @@ func TestCompositionRecord(t *testing.T) {
 
 	// Redelivery of every step's end, and a crash between the outcome and
 	// its record: still one outcome.
-	_, err = f.st.Chains.Update(ctx, "rec", "alice", 1, func(r *store.ChainRecord) error { r.OutcomeSent = false; return nil })
+	_, err = compose.UpdateRecord(ctx, f.st, "rec", "alice", 1, func(r *compose.Record) error { r.OutcomeSent = false; return nil })
 	require.NoError(t, err)
 	for _, s := range r.Steps {
 		raw, _, err := f.st.Raw(ctx, s.CapsuleID)
 		require.NoError(t, err)
 		require.NoError(t, f.runner.StepEnded(ctx, raw, s.CapsuleID))
 	}
-	again, err := f.st.Chains.GetRun(ctx, "rec", "alice", 1)
+	again, err := compose.GetRun(ctx, f.st, "rec", "alice", 1)
 	require.NoError(t, err)
 	require.True(t, again.OutcomeSent)
 	require.Equal(t, rec.Ended, again.Ended)
@@ -144,7 +144,7 @@ func TestCompositionPartial(t *testing.T) {
 	_, err := f.composeAs(t, "alice", f.compositionDoc(t, "part", fanOutFanIn, nil))
 	require.NoError(t, err)
 	m := compose.Manifest(f.runEnded(t, "part", "alice", 1))
-	require.Equal(t, store.CompositionPartial, m.State)
+	require.Equal(t, compose.StatePartial, m.State)
 	require.Equal(t, compose.Summary{Total: 5, Passed: 3, Failed: 2, ExitCode: 12}, m.Summary)
 	byName := map[string]compose.StepOutcome{}
 	for _, s := range m.Steps {
@@ -162,7 +162,7 @@ func TestCompositionPartial(t *testing.T) {
 	f.rec.fail["de"] = false
 	f.rec.mu.Unlock()
 	ctx := context.Background()
-	rec, err := f.st.Chains.GetRun(ctx, "part", "alice", 1)
+	rec, err := compose.GetRun(ctx, f.st, "part", "alice", 1)
 	require.NoError(t, err)
 	replay := func(ctx context.Context, id, reason, by string) error {
 		_, err := f.admin.Replay(ctx, id, admin.ReplayOptions{By: by, Reason: reason, Dependents: true})
@@ -171,18 +171,18 @@ func TestCompositionPartial(t *testing.T) {
 	_, err = compose.Replay(ctx, f.st, replay, rec, "ops", "translator back")
 	require.NoError(t, err)
 	natstest.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool {
-		r, err := f.st.Chains.GetRun(ctx, "part", "alice", 1)
+		r, err := compose.GetRun(ctx, f.st, "part", "alice", 1)
 		require.NoError(t, err)
 		rec = r
 		return r.OutcomeSent
 	}, "the replay round ends")
 	m = compose.Manifest(rec)
 	require.Equal(t, 1, m.Round)
-	require.Equal(t, store.CompositionCompleted, m.State)
+	require.Equal(t, compose.StateCompleted, m.State)
 	require.Equal(t, compose.Summary{Total: 5, Passed: 5, ExitCode: 0}, m.Summary)
 	outs := f.outcomes(t, "part")
 	require.Len(t, outs, 2)
-	require.Equal(t, store.CompositionCompleted, outs[1].State)
+	require.Equal(t, compose.StateCompleted, outs[1].State)
 	_, err = compose.Replay(ctx, f.st, replay, rec, "ops", "again")
 	require.ErrorIs(t, err, compose.ErrEnded, "nothing to replay")
 }
@@ -194,8 +194,8 @@ func TestRecordSize256(t *testing.T) {
 	ids, err := compose.NewStepIDs(compose.MaxSteps)
 	require.NoError(t, err)
 	now := time.Now().UTC()
-	rec := store.ChainRecord{ChainID: "a-composition-id-of-forty-characters-xyz", Producer: "producer-name", Digest: strings.Repeat("d", 64),
-		Steps: ids, CreatedAt: now, Run: 7, State: store.CompositionPartial, OutcomeSent: true, EndedAt: &now}
+	rec := compose.Record{CompositionID: "a-composition-id-of-forty-characters-xyz", Producer: "producer-name", Digest: strings.Repeat("d", 64),
+		Steps: ids, CreatedAt: now, Run: 7, State: compose.StatePartial, OutcomeSent: true, EndedAt: &now}
 	for i, id := range ids {
 		rec.StepDigests = append(rec.StepDigests, strings.Repeat("e", 64))
 		rec.Names = append(rec.Names, fmt.Sprintf("translate-into-%03d", i))
@@ -204,14 +204,14 @@ func TestRecordSize256(t *testing.T) {
 			needs = []int{0, i - 1} // a fan-out of the first, and a chain
 		}
 		rec.Needs = append(rec.Needs, needs)
-		rec.Ended = append(rec.Ended, store.StepEnd{State: string(capsule.Completed), Artifact: "artifact:" + id + "/cycle-3",
+		rec.Ended = append(rec.Ended, compose.StepEnd{State: string(capsule.Completed), Artifact: "artifact:" + id + "/cycle-3",
 			Tokens: 123456, Dollars: 12.3456})
 	}
 	b, err := json.Marshal(rec)
 	require.NoError(t, err)
 	t.Logf("a 256-step record: %d bytes", len(b))
 	require.Less(t, len(b), 128<<10)
-	_, err = store.DecodeChainRecord(b)
+	_, err = compose.DecodeRecord(b)
 	require.NoError(t, err)
 }
 
@@ -228,7 +228,7 @@ func TestCompositionRunnerRestart(t *testing.T) {
 	for _, s := range r.Steps {
 		require.Equal(t, capsule.Completed, f.ended(t, s.CapsuleID).State.Status)
 	}
-	rec, err := f.st.Chains.GetRun(ctx, "crash", "alice", 1)
+	rec, err := compose.GetRun(ctx, f.st, "crash", "alice", 1)
 	require.NoError(t, err)
 	require.Empty(t, rec.Ended, "no runner recorded anything")
 
@@ -236,6 +236,6 @@ func TestCompositionRunnerRestart(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(runner.Stop)
 	rec = f.runEnded(t, "crash", "alice", 1)
-	require.Equal(t, store.CompositionCompleted, rec.State)
+	require.Equal(t, compose.StateCompleted, rec.State)
 	require.Len(t, f.outcomes(t, "crash"), 1)
 }

@@ -88,10 +88,10 @@ func checkpointVerdict(st *store.Store) verdictLookup {
 // the findings and artifact of round r-1's verifier and its own last
 // artifact of round r-1. The same record builds the same bytes (an ended
 // capsule's verdict and artifacts do not change).
-func buildRecorded(ctx context.Context, doc *Doc, rec *store.ChainRecord, i int, lookup verdictLookup) ([]byte, string, error) {
+func buildRecorded(ctx context.Context, doc *Doc, rec *Record, i int, lookup verdictLookup) ([]byte, string, error) {
 	b := stepBuild{run: rec.RunOf(), wave: waveOf(rec)}
 	for _, j := range needsIdx(rec, i) {
-		if m := loopOf(rec, j); m < 0 || rec.Loops[m].State != store.LoopAccepted || j >= len(rec.Ended) || rec.Ended[j].State == string(capsule.Completed) {
+		if m := loopOf(rec, j); m < 0 || rec.Loops[m].State != LoopAccepted || j >= len(rec.Ended) || rec.Ended[j].State == string(capsule.Completed) {
 			continue
 		}
 		v, err := lookup(ctx, rec.Steps[j])
@@ -131,7 +131,7 @@ func buildRecorded(ctx context.Context, doc *Doc, rec *store.ChainRecord, i int,
 }
 
 // needsIdx are the steps step i of rec needs.
-func needsIdx(rec *store.ChainRecord, i int) []int {
+func needsIdx(rec *Record, i int) []int {
 	if i < len(rec.Needs) {
 		return rec.Needs[i]
 	}
@@ -140,14 +140,14 @@ func needsIdx(rec *store.ChainRecord, i int) []int {
 
 // loadDoc reads the document of rec's run, which must be the one rec was
 // made of (its digest).
-func loadDoc(ctx context.Context, st *store.Store, rec *store.ChainRecord) (*Doc, error) {
-	b, err := st.Chains.Doc(ctx, rec.ChainID, rec.Producer, rec.Digest)
+func loadDoc(ctx context.Context, st *store.Store, rec *Record) (*Doc, error) {
+	b, err := st.Compositions.Doc(ctx, rec.CompositionID, rec.Producer, rec.Digest)
 	if err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256(b)
 	if hex.EncodeToString(sum[:]) != rec.Digest {
-		return nil, fmt.Errorf("composition %s run %d: the kept document is not the run's", rec.ChainID, rec.RunOf())
+		return nil, fmt.Errorf("composition %s run %d: the kept document is not the run's", rec.CompositionID, rec.RunOf())
 	}
 	return Parse(b)
 }
@@ -168,12 +168,12 @@ func publishStep(ctx context.Context, js jetstream.JetStream, producer, id strin
 // cancelled run it ends them cancelled instead. A run paused by a person
 // keeps them until it is resumed. Idempotent: whoever reads the record
 // after a crash publishes the same bytes again, which the intake drops.
-func settle(ctx context.Context, st *store.Store, rec *store.ChainRecord, now time.Time) (*store.ChainRecord, error) {
+func settle(ctx context.Context, st *store.Store, rec *Record, now time.Time) (*Record, error) {
 	if !EffectsOf(rec).Publish {
 		return rec, nil
 	}
 	published := map[int]string{}
-	if rec.State != store.CompositionCancelled {
+	if rec.State != StateCancelled {
 		doc, err := loadDoc(ctx, st, rec)
 		if err != nil {
 			return rec, err
@@ -184,10 +184,10 @@ func settle(ctx context.Context, st *store.Store, rec *store.ChainRecord, now ti
 				return rec, err
 			}
 			if digest != rec.StepDigests[i] {
-				return rec, fmt.Errorf("composition %s step %d: no longer builds as recorded", rec.ChainID, i)
+				return rec, fmt.Errorf("composition %s step %d: no longer builds as recorded", rec.CompositionID, i)
 			}
 			if _, err := publishStep(ctx, st.JetStream(), rec.Producer, rec.Steps[i], raw, digest); err != nil {
-				return rec, fmt.Errorf("composition %s: publish step %d: %w", rec.ChainID, i, err)
+				return rec, fmt.Errorf("composition %s: publish step %d: %w", rec.CompositionID, i, err)
 			}
 			published[i] = rec.Steps[i]
 		}
@@ -197,24 +197,24 @@ func settle(ctx context.Context, st *store.Store, rec *store.ChainRecord, now ti
 
 // endCancelled records step i of a cancelled run, never published, as
 // cancelled.
-func endCancelled(r *store.ChainRecord, i int) {
+func endCancelled(r *Record, i int) {
 	ensureEnded(r)
 	if r.Ended[i].State == "" {
-		r.Ended[i] = store.StepEnd{State: string(capsule.Cancelled), HaltReason: compositionCancelled}
+		r.Ended[i] = StepEnd{State: string(capsule.Cancelled), HaltReason: compositionCancelled}
 	}
 }
 
-func ensureEnded(r *store.ChainRecord) {
+func ensureEnded(r *Record) {
 	if len(r.Ended) == 0 {
-		r.Ended = make([]store.StepEnd, len(r.Steps))
+		r.Ended = make([]StepEnd, len(r.Steps))
 	}
 }
 
 // endIfDone gives a run whose steps all ended its state (see
-// [store.CompositionState]), unless it was cancelled or a loop waits for
+// [EndState]), unless it was cancelled or a loop waits for
 // a person.
-func endIfDone(r *store.ChainRecord, now time.Time) {
-	if !r.AllEnded() || len(r.Held) > 0 || len(r.Unpublished) > 0 || r.State == store.CompositionCancelled || waitingForPerson(r) {
+func endIfDone(r *Record, now time.Time) {
+	if !r.AllEnded() || len(r.Held) > 0 || len(r.Unpublished) > 0 || r.State == StateCancelled || waitingForPerson(r) {
 		return
 	}
 	passed := 0
@@ -223,7 +223,7 @@ func endIfDone(r *store.ChainRecord, now time.Time) {
 			passed++
 		}
 	}
-	r.State = store.CompositionState(passed, len(r.Ended))
+	r.State = EndState(passed, len(r.Ended))
 	r.EndedAt = &now
 }
 
@@ -234,7 +234,7 @@ func endIfDone(r *store.ChainRecord, now time.Time) {
 // progress (the run waits for a person), or the next round is recorded,
 // under fresh ids, to be published. doc is read only when a round starts
 // or steps are released. It returns the events to send.
-func roundEnded(ctx context.Context, rec *store.ChainRecord, k int, now time.Time, lookup verdictLookup, doc func() (*Doc, error)) ([]capsule.Event, error) {
+func roundEnded(ctx context.Context, rec *Record, k int, now time.Time, lookup verdictLookup, doc func() (*Doc, error)) ([]capsule.Event, error) {
 	l := &rec.Loops[k]
 	if l.State != "" || slices.ContainsFunc(l.Steps, func(i int) bool { return rec.Ended[i].State == "" }) {
 		return nil, nil
@@ -251,20 +251,20 @@ func roundEnded(ctx context.Context, rec *store.ChainRecord, k int, now time.Tim
 	}
 	switch {
 	case v.passed:
-		l.State = store.LoopPassed
+		l.State = LoopPassed
 		if err := release(ctx, rec, lookup, doc); err != nil {
 			return nil, err
 		}
-	case rec.State == store.CompositionCancelled:
+	case rec.State == StateCancelled:
 		return nil, nil
 	case l.Round >= l.MaxRounds || upstreamFailed(rec, l):
 		// Out of rounds, or a step the loop needs from outside it failed:
 		// another round would fail the same way.
-		l.State = store.LoopFailed
+		l.State = LoopFailed
 		fail(rec, k)
 	case stalled(l):
-		l.State = store.LoopNoProgress
-		rec.State, rec.By, rec.Reason = store.CompositionPaused, capsule.BySagad, store.ReasonNoProgress
+		l.State = LoopNoProgress
+		rec.State, rec.By, rec.Reason = StatePaused, capsule.BySagad, ReasonNoProgress
 	default:
 		d, err := doc()
 		if err != nil {
@@ -273,7 +273,7 @@ func roundEnded(ctx context.Context, rec *store.ChainRecord, k int, now time.Tim
 		if d.roundExpired(l.Steps, now) {
 			// RECEPTION would refuse the round (deadline_in_past): the
 			// loop ends as if out of rounds.
-			l.State = store.LoopFailed
+			l.State = LoopFailed
 			fail(rec, k)
 			break
 		}
@@ -290,13 +290,13 @@ func roundEnded(ctx context.Context, rec *store.ChainRecord, k int, now time.Tim
 
 // upstreamFailed reports whether a step outside loop l that one of its
 // steps needs ended without completing.
-func upstreamFailed(rec *store.ChainRecord, l *store.LoopRun) bool {
+func upstreamFailed(rec *Record, l *LoopRun) bool {
 	for _, i := range l.Steps {
 		for _, j := range needsIdx(rec, i) {
 			if slices.Contains(l.Steps, j) || j >= len(rec.Ended) || rec.Ended[j].State == "" || rec.Ended[j].State == string(capsule.Completed) {
 				continue
 			}
-			if m := loopOf(rec, j); m < 0 || rec.Loops[m].State != store.LoopAccepted {
+			if m := loopOf(rec, j); m < 0 || rec.Loops[m].State != LoopAccepted {
 				return true // an accepted loop's step is read, not waited for
 			}
 		}
@@ -325,7 +325,7 @@ func (d *Doc) roundExpired(steps []int, now time.Time) bool {
 // bytes' digests (built with v, the verifier's verdict on the round that
 // ended, and each step's own last artifact, read by lookup), to be
 // published.
-func newRound(ctx context.Context, doc *Doc, rec *store.ChainRecord, k int, v verdict, lookup verdictLookup) error {
+func newRound(ctx context.Context, doc *Doc, rec *Record, k int, v verdict, lookup verdictLookup) error {
 	l := &rec.Loops[k]
 	verifier := rec.Steps[l.Verifier()]
 	ids, err := NewStepIDs(len(l.Steps))
@@ -333,10 +333,10 @@ func newRound(ctx context.Context, doc *Doc, rec *store.ChainRecord, k int, v ve
 		return err
 	}
 	for p, i := range l.Steps {
-		rec.Steps[i], rec.Ended[i] = ids[p], store.StepEnd{}
+		rec.Steps[i], rec.Ended[i] = ids[p], StepEnd{}
 	}
 	l.Round++
-	l.Rounds = append(l.Rounds, store.LoopRound{IDs: ids})
+	l.Rounds = append(l.Rounds, LoopRound{IDs: ids})
 	known := func(ctx context.Context, id string) (verdict, error) {
 		if id == verifier {
 			return v, nil
@@ -356,11 +356,11 @@ func newRound(ctx context.Context, doc *Doc, rec *store.ChainRecord, k int, v ve
 
 // release records the held steps whose loops all passed (or were
 // accepted) as unpublished, built on the loops' last rounds.
-func release(ctx context.Context, rec *store.ChainRecord, lookup verdictLookup, doc func() (*Doc, error)) error {
+func release(ctx context.Context, rec *Record, lookup verdictLookup, doc func() (*Doc, error)) error {
 	reach := recordReach(rec)
 	var free []int
 	rec.Held = slices.DeleteFunc(rec.Held, func(j int) bool {
-		blocked := slices.ContainsFunc(rec.Loops, func(l store.LoopRun) bool {
+		blocked := slices.ContainsFunc(rec.Loops, func(l LoopRun) bool {
 			return !l.Settled() && downstreamOf(reach, l.Steps, j)
 		})
 		if !blocked {
@@ -389,7 +389,7 @@ func release(ctx context.Context, rec *store.ChainRecord, lookup verdictLookup, 
 // fail ends the held steps after loop k, never published, as halted
 // dependency_failed on its last verifier (what a step needing a failed
 // step gets); a loop among them never ran and fails too.
-func fail(rec *store.ChainRecord, k int) {
+func fail(rec *Record, k int) {
 	ensureEnded(rec)
 	reach := recordReach(rec)
 	l := rec.Loops[k]
@@ -398,9 +398,9 @@ func fail(rec *store.ChainRecord, k int) {
 		if !downstreamOf(reach, l.Steps, j) {
 			return false
 		}
-		rec.Ended[j] = store.StepEnd{State: string(capsule.Halted), HaltReason: reason}
+		rec.Ended[j] = StepEnd{State: string(capsule.Halted), HaltReason: reason}
 		if m := loopOf(rec, j); m >= 0 && rec.Loops[m].State == "" {
-			rec.Loops[m].State = store.LoopFailed
+			rec.Loops[m].State = LoopFailed
 		}
 		return true
 	})
@@ -408,11 +408,11 @@ func fail(rec *store.ChainRecord, k int) {
 
 // loopEvent is an event of loop k of rec, its id unique per loop, round
 // and kind (so a retry sends it once).
-func loopEvent(rec *store.ChainRecord, k int, kind capsule.EventKind, detail string) capsule.Event {
+func loopEvent(rec *Record, k int, kind capsule.EventKind, detail string) capsule.Event {
 	l := rec.Loops[k]
-	key := EventKey(rec.ChainID, rec.Producer)
+	key := EventKey(rec.CompositionID, rec.Producer)
 	return capsule.Event{
-		ID:   fmt.Sprintf("%s.run%d%s.loop%d.round%d.%s.%s", key, rec.RunOf(), roundTag(rec.Round), k, l.Round, kind, l.StateOf()),
+		ID:   fmt.Sprintf("%s.run%d%s.loop%d.round%d.%s.%s", key, rec.RunOf(), replayTag(rec.Replays), k, l.Round, kind, l.StateOf()),
 		Kind: kind, Key: key, CapsuleID: rec.Steps[l.Verifier()],
 		Step: stepIndex(l.Verifier()), StepName: stepName(rec, l.Verifier()), Round: l.Round,
 		Detail: fmt.Sprintf("run %d loop of verifier %s: %s", rec.RunOf(), stepName(rec, l.Verifier()), detail),
@@ -420,7 +420,7 @@ func loopEvent(rec *store.ChainRecord, k int, kind capsule.EventKind, detail str
 }
 
 // stepName is step i's name in rec.
-func stepName(rec *store.ChainRecord, i int) string {
+func stepName(rec *Record, i int) string {
 	if i < len(rec.Names) {
 		return rec.Names[i]
 	}

@@ -49,15 +49,16 @@ func EventKey(id, producer string) string {
 // OutcomeMsgID de-duplicates a run's outcome message: one per run and
 // replay round.
 func OutcomeMsgID(id, producer string, run, round int) string {
-	return EventKey(id, producer) + ".run" + strconv.Itoa(run) + roundTag(round) + ".outcome"
+	return EventKey(id, producer) + ".run" + strconv.Itoa(run) + replayTag(round) + ".outcome"
 }
 
-// roundTag names a replay round in ids; round 0 (no replay) adds nothing.
-func roundTag(round int) string {
-	if round == 0 {
+// replayTag names a run's replay in ids (".round<n>", as it always was);
+// 0 (no replay) adds nothing.
+func replayTag(replays int) string {
+	if replays == 0 {
 		return ""
 	}
-	return ".round" + strconv.Itoa(round)
+	return ".round" + strconv.Itoa(replays)
 }
 
 // Outcome is the body of a run's outcome message, and what `sagactl
@@ -148,11 +149,11 @@ type Spend struct {
 // ExitCodeOf is the orchestrator contract's exit code of a run in state.
 func ExitCodeOf(state string) int {
 	switch state {
-	case store.CompositionCompleted:
+	case StateCompleted:
 		return 0
-	case store.CompositionPartial:
+	case StatePartial:
 		return 12
-	case store.CompositionRunning, store.CompositionPaused:
+	case StateRunning, StatePaused:
 		return 0
 	}
 	return 1
@@ -160,11 +161,11 @@ func ExitCodeOf(state string) int {
 
 // Manifest is rec's run as its outcome tells it; a step not ended yet
 // shows state running.
-func Manifest(rec *store.ChainRecord) Outcome {
-	o := Outcome{CompositionID: rec.ChainID, Producer: rec.Producer, Run: rec.RunOf(), Round: rec.Round, State: rec.StateOf(),
+func Manifest(rec *Record) Outcome {
+	o := Outcome{CompositionID: rec.CompositionID, Producer: rec.Producer, Run: rec.RunOf(), Round: rec.Replays, State: rec.StateOf(),
 		Steps: make([]StepOutcome, len(rec.Steps))}
 	for i, id := range rec.Steps {
-		s := StepOutcome{Name: ChainStepName(i), CapsuleID: id, State: store.CompositionRunning}
+		s := StepOutcome{Name: ChainStepName(i), CapsuleID: id, State: StateRunning}
 		if i < len(rec.Names) {
 			s.Name = rec.Names[i]
 		}
@@ -190,10 +191,13 @@ func Manifest(rec *store.ChainRecord) Outcome {
 		for _, j := range rec.Unpublished {
 			o.Steps[j].State = StepUnpublished
 		}
-		o.Publishing = fmt.Sprintf("%d steps wait for room on the producer's intake; sagad publishes them as room appears (%s)",
+		o.Publishing = fmt.Sprintf("%d steps wait to be published; sagad publishes them itself as room appears (%s)",
 			len(rec.Unpublished), rec.PublishError)
+		if rec.PublishError == publishingNow {
+			o.Publishing = fmt.Sprintf("%d steps wait to be published (%s); sagad publishes them itself if it stops", len(rec.Unpublished), publishingNow)
+		}
 	}
-	if o.State == store.CompositionPaused {
+	if o.State == StatePaused {
 		o.Reason = rec.Reason
 	}
 	o.Loops = loopOutcomes(rec)
@@ -203,7 +207,7 @@ func Manifest(rec *store.ChainRecord) Outcome {
 }
 
 // loopOutcomes are rec's loops as a manifest shows them.
-func loopOutcomes(rec *store.ChainRecord) []LoopOutcome {
+func loopOutcomes(rec *Record) []LoopOutcome {
 	var out []LoopOutcome
 	for _, l := range rec.Loops {
 		lo := LoopOutcome{Verifier: stepName(rec, l.Verifier()), MaxRounds: l.MaxRounds, Round: l.Round,
@@ -226,7 +230,7 @@ func loopOutcomes(rec *store.ChainRecord) []LoopOutcome {
 // needsOf names the steps step i of rec needs: a chain document's step
 // needs the one before it; a record without needs (written before they
 // were kept) tells none.
-func needsOf(rec *store.ChainRecord, i int) []string {
+func needsOf(rec *Record, i int) []string {
 	name := func(j int) string {
 		if j < len(rec.Names) {
 			return rec.Names[j]
@@ -304,8 +308,8 @@ const runnerWorkers = 1
 
 // StartRunner starts recording composition steps' ends until Stop.
 func StartRunner(ctx context.Context, st *store.Store, cfg RunnerConfig) (*Runner, error) {
-	if st == nil || st.Chains == nil {
-		return nil, errors.New("compose runner: a store with chains is required")
+	if st == nil || st.Compositions == nil {
+		return nil, errors.New("compose runner: a store with compositions is required")
 	}
 	cfg = cfg.withDefaults()
 	r := &Runner{st: st, js: st.JetStream(), cfg: cfg}
@@ -420,7 +424,7 @@ func (r *Runner) StepEnded(ctx context.Context, raw []byte, key string) error {
 		return nil // replayed since: its new run's end will come
 	}
 	run := max(c.Chain.Run, 1)
-	end := store.StepEnd{State: string(cp.State.Status), HaltReason: cp.State.HaltReason,
+	end := StepEnd{State: string(cp.State.Status), HaltReason: cp.State.HaltReason,
 		Tokens: cp.State.BudgetUsed.Tokens, Dollars: cp.State.BudgetUsed.Dollars}
 	if cp.State.Status == capsule.Completed && len(cp.State.ArtifactRefs) > 0 {
 		end.Artifact = cp.State.ArtifactRefs[len(cp.State.ArtifactRefs)-1]
@@ -444,7 +448,7 @@ func (r *Runner) StepEnded(ctx context.Context, raw []byte, key string) error {
 
 // roundOf finds capsule id as step's: ok, and its loop round (0 for a
 // step in no loop).
-func roundOf(rec *store.ChainRecord, step int, id string) (round int, ok bool) {
+func roundOf(rec *Record, step int, id string) (round int, ok bool) {
 	if step < 0 || step >= len(rec.Steps) {
 		return 0, false
 	}
@@ -462,9 +466,9 @@ func roundOf(rec *store.ChainRecord, step int, id string) (round int, ok bool) {
 }
 
 // docLoader reads a run's document once per step end, when a loop needs it.
-func docLoader(ctx context.Context, st *store.Store) func(*store.ChainRecord) (*Doc, error) {
+func docLoader(ctx context.Context, st *store.Store) func(*Record) (*Doc, error) {
 	var doc *Doc
-	return func(rec *store.ChainRecord) (*Doc, error) {
+	return func(rec *Record) (*Doc, error) {
 		if doc != nil {
 			return doc, nil
 		}
@@ -475,13 +479,13 @@ func docLoader(ctx context.Context, st *store.Store) func(*store.ChainRecord) (*
 }
 
 // finish sends an ended run's outcome once (see [finishRun]).
-func (r *Runner) finish(ctx context.Context, rec *store.ChainRecord) error {
+func (r *Runner) finish(ctx context.Context, rec *Record) error {
 	return finishRun(ctx, r.st, rec, r.cfg.Now().UTC(), r.cfg.Logger)
 }
 
 // finishRun sends an ended run's outcome once: a repeat before the record
 // says it was sent is dropped by its Nats-Msg-Id. logger may be nil.
-func finishRun(ctx context.Context, st *store.Store, rec *store.ChainRecord, now time.Time, logger *slog.Logger) error {
+func finishRun(ctx context.Context, st *store.Store, rec *Record, now time.Time, logger *slog.Logger) error {
 	if !EffectsOf(rec).Outcome {
 		return nil
 	}
@@ -490,21 +494,21 @@ func finishRun(ctx context.Context, st *store.Store, rec *store.ChainRecord, now
 	if err != nil {
 		return err
 	}
-	m := nats.NewMsg(OutcomePrefix + rec.ChainID)
+	m := nats.NewMsg(OutcomePrefix + rec.CompositionID)
 	m.Data = body
-	m.Header.Set(jetstream.MsgIDHeader, OutcomeMsgID(rec.ChainID, rec.Producer, rec.RunOf(), rec.Round))
+	m.Header.Set(jetstream.MsgIDHeader, OutcomeMsgID(rec.CompositionID, rec.Producer, rec.RunOf(), rec.Replays))
 	m.Header.Set(store.HeaderState, o.State)
 	m.Header.Set(store.HeaderRun, strconv.Itoa(o.Run))
 	if _, err := st.JetStream().PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("composition %s outcome: %w", rec.ChainID, err)
+		return fmt.Errorf("composition %s outcome: %w", rec.CompositionID, err)
 	}
-	evKey := EventKey(rec.ChainID, rec.Producer)
+	evKey := EventKey(rec.CompositionID, rec.Producer)
 	at := now
 	if rec.EndedAt != nil {
 		at = *rec.EndedAt
 	}
 	if err := st.PublishEvent(ctx, capsule.Event{
-		ID:   fmt.Sprintf("%s.run%d%s.ended", evKey, rec.RunOf(), roundTag(rec.Round)),
+		ID:   fmt.Sprintf("%s.run%d%s.ended", evKey, rec.RunOf(), replayTag(rec.Replays)),
 		Kind: EventEnded, Key: evKey, At: at,
 		Detail: fmt.Sprintf("run %d: %s, %d of %d passed, exit code %d", o.Run, o.State, o.Summary.Passed, o.Summary.Total, o.Summary.ExitCode),
 	}); err != nil {
@@ -512,7 +516,7 @@ func finishRun(ctx context.Context, st *store.Store, rec *store.ChainRecord, now
 	}
 	_, err = apply(ctx, st, keyOf(rec), Event{Kind: KindEnded, At: now}, inputs(ctx, st))
 	if err == nil && logger != nil {
-		logger.Info("composition ended", "composition_id", rec.ChainID, "producer", rec.Producer, "run", o.Run,
+		logger.Info("composition ended", "composition_id", rec.CompositionID, "producer", rec.Producer, "run", o.Run,
 			"state", o.State, "passed", o.Summary.Passed, "total", o.Summary.Total)
 	}
 	return err

@@ -20,7 +20,7 @@ import (
 func TestStepEndDelivery(t *testing.T) {
 	t.Parallel()
 	transient := errors.New("chain x: nats: timeout")
-	bad := fmt.Errorf("wrapped: %w", corrupt.New(store.ChainsBucket, "k", 3, errors.New("chain record: malformed")))
+	bad := fmt.Errorf("wrapped: %w", corrupt.New(store.CompositionsBucket, "k", 3, errors.New("chain record: malformed")))
 	for _, tt := range []struct {
 		name      string
 		err       error

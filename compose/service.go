@@ -137,9 +137,16 @@ type Config struct {
 	// starts (the sagad_composition_steps histogram).
 	Started func(steps int)
 	// RepublishInterval is how often sagad tries again to publish the
-	// steps a producer's full intake refused (store.ChainRecord's
+	// steps a producer's full intake refused (Record's
 	// PublishError). Defaults to 2s.
 	RepublishInterval time.Duration
+
+	// orphanScan is how often the republisher reads the records though
+	// it knows of no backlog (orphanScanInterval; tests shorten it).
+	orphanScan time.Duration
+	// publishHook, set by tests only, runs before the request publishes
+	// step i (a slow intake, a deadline running out part-way).
+	publishHook func(ctx context.Context, i int)
 }
 
 func (c Config) withDefaults() Config {
@@ -167,6 +174,9 @@ func (c Config) withDefaults() Config {
 	if c.RepublishInterval <= 0 {
 		c.RepublishInterval = 2 * time.Second
 	}
+	if c.orphanScan <= 0 {
+		c.orphanScan = orphanScanInterval
+	}
 	c.Rules = c.Rules.WithDefaults()
 	return c
 }
@@ -193,7 +203,7 @@ type Service struct {
 // Start serves chain documents on nc until Stop. st must have its Chains
 // bucket (store.Ensure creates it).
 func Start(nc *nats.Conn, st *store.Store, cfg Config) (*Service, error) {
-	if nc == nil || st == nil || st.Chains == nil {
+	if nc == nil || st == nil || st.Compositions == nil {
 		return nil, errors.New("compose: a connection and a store with chains are required")
 	}
 	cfg = cfg.withDefaults()
@@ -226,6 +236,10 @@ func Start(nc *nats.Conn, st *store.Store, cfg Config) (*Service, error) {
 	return s, nil
 }
 
+// orphanScanInterval is how often the republisher reads the records
+// though it knows of no backlog.
+const orphanScanInterval = time.Minute
+
 // maxRepublishScan bounds the records one republish pass reads.
 const maxRepublishScan = 10000
 
@@ -237,13 +251,16 @@ func (s *Service) republish() {
 	defer s.running.Done()
 	tick := time.NewTicker(s.cfg.RepublishInterval)
 	defer tick.Stop()
-	for {
+	// Without a backlog known here, a pass now and then still finds the
+	// steps of a request another sagad stopped serving (a crash).
+	every := max(1, int(s.cfg.orphanScan/s.cfg.RepublishInterval))
+	for n := 1; ; n++ {
 		select {
 		case <-s.base.Done():
 			return
 		case <-tick.C:
 		}
-		if !s.backlog.Swap(false) {
+		if !s.backlog.Swap(false) && n%every != 0 {
 			continue
 		}
 		if s.republishPass() {
@@ -257,7 +274,7 @@ func (s *Service) republish() {
 func (s *Service) republishPass() (waiting bool) {
 	ctx, cancel := context.WithTimeout(s.base, s.cfg.Timeout)
 	defer cancel()
-	recs, err := s.st.Chains.List(ctx, maxRepublishScan)
+	recs, err := listRecords(ctx, s.st, maxRepublishScan)
 	if err != nil {
 		s.cfg.Logger.Warn("compose: list runs to publish their waiting steps", "error", err)
 		return true
@@ -266,9 +283,16 @@ func (s *Service) republishPass() (waiting bool) {
 		if rec.PublishError == "" || len(rec.Unpublished) == 0 {
 			continue
 		}
+		if rec.PublishError == publishingNow {
+			var taken bool
+			if rec, taken = s.takeOver(ctx, rec); !taken {
+				waiting = true
+				continue
+			}
+		}
 		after, err := settle(ctx, s.st, rec, s.cfg.Now().UTC())
 		if err != nil {
-			s.cfg.Logger.Info("composition steps still wait for room on the producer's intake", "composition_id", rec.ChainID,
+			s.cfg.Logger.Info("composition steps still wait for room on the producer's intake", "composition_id", rec.CompositionID,
 				"producer", rec.Producer, "run", rec.RunOf(), "steps", len(rec.Unpublished), "error", err)
 			waiting = true
 			continue
@@ -278,6 +302,27 @@ func (s *Service) republishPass() (waiting bool) {
 		}
 	}
 	return waiting
+}
+
+// takeOver records as the republisher's the steps of a run whose compose
+// request claimed them (publishingNow) and is past its deadline: it
+// stopped (a crash) between recording the run and publishing them all.
+// taken is false while the request may still publish them, or when the
+// record could not be written (the next pass tries again).
+func (s *Service) takeOver(ctx context.Context, rec *Record) (_ *Record, taken bool) {
+	now := s.cfg.Now().UTC()
+	if now.Before(rec.CreatedAt.Add(s.cfg.Timeout + claimSlack)) {
+		return rec, false
+	}
+	after, err := apply(ctx, s.st, keyOf(rec), Event{Kind: KindPublishDeferred, At: now, Error: requestStopped}, inputs(ctx, s.st))
+	if err != nil {
+		s.cfg.Logger.Warn("compose: take over the steps of a stopped compose request", "composition_id", rec.CompositionID,
+			"producer", rec.Producer, "run", rec.RunOf(), "error", err)
+		return rec, false
+	}
+	s.cfg.Logger.Warn("compose: a compose request stopped before publishing its steps: sagad publishes them", "composition_id", rec.CompositionID,
+		"producer", rec.Producer, "run", rec.RunOf(), "steps", len(after.Unpublished))
+	return after, true
 }
 
 // Stop stops taking requests and cancels those in progress.
@@ -391,29 +436,65 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 		}
 		s.st.WaveChanged()
 	}
-	steps, pending, perr, err := s.publishRun(ctx, doc, rec, producer, created)
-	if err != nil {
-		return Reply{}, err
-	}
-	if len(pending) > 0 {
-		if err := s.deferSteps(ctx, doc, rec, data, pending, perr); err != nil {
-			return Reply{}, err
-		}
-	}
-	out := Reply{CompositionID: doc.ID, ChainID: doc.ID, Run: rec.RunOf(), Producer: producer, Created: created, Steps: steps}
 	if created {
+		// Before the steps: a run's first event is its start.
 		if err := s.st.PublishEvent(ctx, startedEvent(rec, rec.CreatedAt)); err != nil {
 			return Reply{}, err
 		}
 		if s.cfg.Started != nil {
-			s.cfg.Started(len(out.Steps))
+			s.cfg.Started(len(doc.Steps))
 		}
 	}
-	if err := s.st.PublishEvents(ctx, startedEvents(rec, steps, s.cfg.Now().UTC())...); err != nil {
+	steps, pending, perr, err := s.publishRun(ctx, doc, rec, producer)
+	if err != nil {
 		return Reply{}, err
 	}
+	// The request's deadline may have run out while it published: what
+	// it published, and what it leaves to the republisher, is recorded
+	// under a deadline of its own.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	if err := s.recordPublished(wctx, doc, rec, data, steps, created, pending, perr); err != nil {
+		s.backlog.Store(true) // the record may still say this request publishes them
+		return Reply{}, err
+	}
+	out := Reply{CompositionID: doc.ID, ChainID: doc.ID, Run: rec.RunOf(), Producer: producer, Created: created, Steps: steps}
 	s.await(ctx, producer, out.Steps)
 	return out, nil
+}
+
+// publishingNow is a new run's PublishError while its compose request
+// publishes the steps (all recorded unpublished when the run is made):
+// nobody else publishes them before the request's deadline (see
+// [EffectsOf]); the republisher takes them over after it.
+const publishingNow = "the compose request is publishing them"
+
+// requestStopped is the PublishError the republisher records when it
+// takes over the steps of a request that stopped without saying why (a
+// crash of the sagad serving it).
+const requestStopped = "the compose request stopped before publishing them"
+
+// stepPublishTimeout bounds one step's publish (and the request's
+// deadline bounds them all): a slow intake stops the request part-way,
+// the rest going to the republisher, rather than holding it.
+const stepPublishTimeout = 5 * time.Second
+
+// recordTimeout bounds the record's write after the steps' publishes.
+const recordTimeout = 10 * time.Second
+
+// claimSlack is how long past a request's deadline the republisher
+// leaves its steps to it (its last write has a deadline of its own).
+const claimSlack = recordTimeout
+
+// startsAtOnce are the indexes of n steps but those held.
+func startsAtOnce(n int, held []int) []int {
+	out := make([]int, 0, n)
+	for i := range n {
+		if !slices.Contains(held, i) {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // publishRun publishes the steps of rec's run that start at once: all
@@ -423,18 +504,20 @@ func (s *Service) serve(ctx context.Context, subject string, data []byte) (Reply
 // and its reply names the steps as the first did: a loop's steps by their
 // round-1 capsules.
 //
-// A step the intake refuses (the producer's backlog full) is not an
-// error: it and every step after it that was to be published are pending,
-// with the intake's refusal, for sagad to publish as room appears
-// (deferSteps); the run is recorded either way, so it must not be left
-// half-started.
-func (s *Service) publishRun(ctx context.Context, doc *Doc, rec *store.ChainRecord, producer string, created bool) (steps []Step, pending []int, perr, err error) {
+// Publishing may stop part-way: the intake refuses a step (the producer's
+// backlog full), a publish fails or outlives its deadline, the request's
+// deadline runs out. None is an error: the step and every step after it
+// that was to be published are pending, with the reason, for sagad to
+// publish as room appears (recordPublished); the run is recorded either
+// way, so it must not be left half-started. Only a document that no
+// longer builds is an error.
+func (s *Service) publishRun(ctx context.Context, doc *Doc, rec *Record, producer string) (steps []Step, pending []int, perr, err error) {
 	ids := roundOneIDs(rec)
 	capsules, digests, err := doc.Build(ids, rec.RunOf())
 	if err != nil {
 		return nil, nil, nil, badRequest("%v", err)
 	}
-	if !created && len(doc.Loops) == 0 && !slices.Equal(digests, rec.StepDigests) {
+	if len(doc.Loops) == 0 && !slices.Equal(digests, rec.StepDigests) {
 		return nil, nil, nil, fmt.Errorf("composition %s: steps no longer build as recorded", doc.ID)
 	}
 	out := make([]Step, len(capsules))
@@ -456,15 +539,17 @@ func (s *Service) publishRun(ctx context.Context, doc *Doc, rec *store.ChainReco
 			continue // a later round's, or released: the runner published it
 		}
 		if perr == nil {
-			ack, err := publishStep(ctx, s.js, producer, rec.Steps[i], raw, digests[i])
+			if s.cfg.publishHook != nil {
+				s.cfg.publishHook(ctx, i)
+			}
+			pctx, cancel := context.WithTimeout(ctx, stepPublishTimeout)
+			ack, err := publishStep(pctx, s.js, producer, rec.Steps[i], raw, digests[i])
+			cancel()
 			if err == nil {
 				if !ack.Duplicate {
 					out[i].IntakeSeq = ack.Sequence
 				}
 				continue
-			}
-			if ctx.Err() != nil {
-				return nil, nil, nil, fmt.Errorf("composition %s: publish step %s: %w", doc.ID, doc.Steps[i].Name, err)
 			}
 			perr = fmt.Errorf("publish step %s: %w", doc.Steps[i].Name, err)
 		}
@@ -475,35 +560,47 @@ func (s *Service) publishRun(ctx context.Context, doc *Doc, rec *store.ChainReco
 	return out, pending, perr, nil
 }
 
-// startedEvents are the composition_step_started events of the steps
-// publishRun published (sent again with the same ids on a repeat).
-func startedEvents(rec *store.ChainRecord, steps []Step, at time.Time) []capsule.Event {
-	var evs []capsule.Event
+// recordPublished records the steps publishRun published (their
+// composition_step_started events come of it) and leaves those pending
+// to the republisher (deferSteps). A new run's record holds every step
+// unpublished already; a run made before (the same document sent again)
+// has the pending steps added.
+func (s *Service) recordPublished(ctx context.Context, doc *Doc, rec *Record, data []byte, steps []Step, created bool, pending []int, perr error) error {
+	published := map[int]string{}
 	for _, st := range steps {
-		if st.State != StepPending || st.Step >= len(rec.Steps) || rec.Steps[st.Step] != st.CapsuleID {
-			continue
+		if st.State == StepPending && st.Step < len(rec.Steps) && rec.Steps[st.Step] == st.CapsuleID {
+			published[st.Step] = st.CapsuleID
 		}
-		ev := stepStartedEvent(rec, st.Step)
-		ev.At = at
-		evs = append(evs, ev)
 	}
-	return evs
+	if len(published) > 0 {
+		if _, err := apply(ctx, s.st, keyOf(rec), Event{Kind: KindStepsPublished, At: s.cfg.Now().UTC(), Published: published}, inputs(ctx, s.st)); err != nil {
+			return fmt.Errorf("composition %s: record its published steps: %w", doc.ID, err)
+		}
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	if created {
+		pending = nil // recorded unpublished with the run: only the reason changes
+	}
+	return s.deferSteps(ctx, doc, rec, data, pending, perr)
 }
 
 // deferSteps records the steps the intake refused as unpublished, with
 // the refusal, and keeps the document (which builds them), so that sagad
 // publishes them itself as room appears: the run is never left recorded
-// running with steps nobody publishes.
-func (s *Service) deferSteps(ctx context.Context, doc *Doc, rec *store.ChainRecord, data []byte, pending []int, perr error) error {
-	if err := s.st.Chains.PutDoc(ctx, doc.ID, rec.Producer, rec.Digest, data); err != nil {
+// running with steps nobody publishes. No steps: those recorded
+// unpublished already wait, for the reason perr.
+func (s *Service) deferSteps(ctx context.Context, doc *Doc, rec *Record, data []byte, pending []int, perr error) error {
+	if err := s.st.Compositions.PutDoc(ctx, doc.ID, rec.Producer, rec.Digest, data); err != nil {
 		return fmt.Errorf("composition %s: keep the document for its unpublished steps: %w", doc.ID, err)
 	}
 	_, err := apply(ctx, s.st, keyOf(rec), Event{Kind: KindPublishDeferred, At: s.cfg.Now().UTC(), Steps: pending, Error: perr.Error()}, inputs(ctx, s.st))
 	if err != nil {
 		return fmt.Errorf("composition %s: record its unpublished steps: %w", doc.ID, err)
 	}
-	s.cfg.Logger.Warn("composition steps wait for room on the producer's intake", "composition_id", doc.ID,
-		"producer", rec.Producer, "run", rec.RunOf(), "steps", len(pending), "error", perr)
+	s.cfg.Logger.Warn("composition steps wait to be published: sagad publishes them itself", "composition_id", doc.ID,
+		"producer", rec.Producer, "run", rec.RunOf(), "error", perr)
 	s.backlog.Store(true)
 	return nil
 }
@@ -513,7 +610,7 @@ const maxPublishError = 512
 
 // roundOneIDs are rec's step ids as its run started: a loop's later
 // rounds replace its steps' ids in rec.Steps.
-func roundOneIDs(rec *store.ChainRecord) []string {
+func roundOneIDs(rec *Record) []string {
 	ids := slices.Clone(rec.Steps)
 	for _, l := range rec.Loops {
 		for p, i := range l.Steps {
@@ -526,11 +623,11 @@ func roundOneIDs(rec *store.ChainRecord) []string {
 // assign returns producer's run of doc: the recorded run of this very
 // document, or a new run (fresh step ids) after the last when the
 // document is new or edited; created says it made one.
-func (s *Service) assign(ctx context.Context, doc *Doc, producer string, data []byte) (*store.ChainRecord, bool, error) {
+func (s *Service) assign(ctx context.Context, doc *Doc, producer string, data []byte) (*Record, bool, error) {
 	sum := sha256.Sum256(data)
 	digest := hex.EncodeToString(sum[:])
 	for run := 1; run <= s.cfg.MaxRuns; {
-		rec, err := s.st.Chains.GetRun(ctx, doc.ID, producer, run)
+		rec, err := GetRun(ctx, s.st, doc.ID, producer, run)
 		if err == nil {
 			if rec.Digest == digest {
 				return rec, false, nil
@@ -549,21 +646,26 @@ func (s *Service) assign(ctx context.Context, doc *Doc, producer string, data []
 		if err != nil {
 			return nil, false, badRequest("%v", err)
 		}
-		rec = &store.ChainRecord{
-			ChainID: doc.ID, Producer: producer, Digest: digest,
+		rec = &Record{
+			CompositionID: doc.ID, Producer: producer, Digest: digest,
 			Steps: ids, StepDigests: digests, CreatedAt: s.cfg.Now().UTC(),
 		}
 		if run > 1 {
 			rec.Run = run
 		}
+		// Kept before the run is recorded: whoever publishes the run's
+		// steps if this request stops part-way (the republisher), and the
+		// runner building a loop's rounds, builds them from it.
+		if err := s.st.Compositions.PutDoc(ctx, doc.ID, producer, digest, data); err != nil {
+			return nil, false, err
+		}
 		if len(doc.Loops) > 0 {
-			// The runner builds a loop's rounds, and the steps held until
-			// it passes, from the document.
-			if err := s.st.Chains.PutDoc(ctx, doc.ID, producer, digest, data); err != nil {
-				return nil, false, err
-			}
 			rec.Loops, rec.Held = doc.planLoops(ids)
 		}
+		// Recorded unpublished, claimed by this request until its
+		// deadline: a crash between this write and the last publish
+		// leaves the rest to the republisher, never to nobody.
+		rec.Unpublished, rec.PublishError = startsAtOnce(len(ids), rec.Held), publishingNow
 		if !doc.Chain {
 			index := make(map[string]int, len(doc.Steps))
 			for i, st := range doc.Steps {
@@ -578,11 +680,11 @@ func (s *Service) assign(ctx context.Context, doc *Doc, producer string, data []
 				rec.Needs = append(rec.Needs, needs)
 			}
 		}
-		err = s.st.Chains.Create(ctx, *rec)
+		err = CreateRecord(ctx, s.st, rec)
 		if err == nil {
 			return rec, true, nil
 		}
-		if !errors.Is(err, store.ErrChainExists) {
+		if !errors.Is(err, store.ErrCompositionExists) {
 			return nil, false, err
 		}
 		// Another sagad made this run at the same moment: look at it

@@ -14,7 +14,6 @@ import (
 	"github.com/sagad/sagad/compose"
 	"github.com/sagad/sagad/console"
 	"github.com/sagad/sagad/internal/natstest"
-	"github.com/sagad/sagad/store"
 )
 
 // consoleIndex is a console's index of f's checkpoints, kept current with
@@ -70,7 +69,7 @@ func TestSupersededLoopRounds(t *testing.T) {
 	require.NoError(t, err)
 	draft1, check1 := r.Steps[0].CapsuleID, r.Steps[1].CapsuleID
 	rec := f.runEnded(t, "loop-sup", "alice", 1)
-	require.Equal(t, store.CompositionCompleted, rec.StateOf())
+	require.Equal(t, compose.StateCompleted, rec.StateOf())
 	cp, _, err := f.st.Checkpoints.Get(ctx, check1)
 	require.NoError(t, err)
 	require.Equal(t, capsule.Halted, cp.State.Status, "round 1's verifier is a dead letter but for its loop")

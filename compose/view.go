@@ -25,18 +25,18 @@ const maxProducersListed = 32
 // received yet shows state "pending").
 func View(ctx context.Context, st *store.Store, chainID string, producer *string) (client.Chain, error) {
 	out := client.Chain{ChainID: chainID, Steps: []client.ChainStep{}}
-	if st.Chains == nil {
+	if st.Compositions == nil {
 		return out, fmt.Errorf("%w: no chain %s", store.ErrNotFound, chainID)
 	}
-	var rec *store.ChainRecord
+	var rec *Record
 	if producer != nil {
-		r, err := st.Chains.Get(ctx, chainID, *producer)
+		r, err := Get(ctx, st, chainID, *producer)
 		if err != nil {
 			return out, err
 		}
 		rec = r
 	} else {
-		recs, err := st.Chains.Producers(ctx, chainID, maxProducersListed)
+		recs, err := producers(ctx, st, chainID, maxProducersListed)
 		if err != nil {
 			return out, err
 		}

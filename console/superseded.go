@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"github.com/sagad/sagad/compose"
 	"slices"
 	"time"
 
@@ -68,9 +69,9 @@ func newRunTracker() *runTracker {
 
 // record takes one record (a new one or a change) and returns the ids it
 // makes superseded (some perhaps known already).
-func (t *runTracker) record(rec *store.ChainRecord) []string {
+func (t *runTracker) record(rec *compose.Record) []string {
 	ids := admin.SupersededIDs(rec)
-	k, run := compositionOf{rec.ChainID, rec.Producer}, rec.RunOf()
+	k, run := compositionOf{rec.CompositionID, rec.Producer}, rec.RunOf()
 	if run < t.latest[k] {
 		return append(ids, admin.MemberIDs(rec)...)
 	}
@@ -110,7 +111,7 @@ func (x *Index) FollowCompositions(ctx context.Context, js jetstream.JetStream) 
 }
 
 func (x *Index) followRecords(ctx context.Context, js jetstream.JetStream) error {
-	kv, err := js.KeyValue(ctx, store.ChainsBucket)
+	kv, err := js.KeyValue(ctx, store.CompositionsBucket)
 	if err != nil {
 		return err
 	}
@@ -133,7 +134,7 @@ func (x *Index) followRecords(ctx context.Context, js jetstream.JetStream) error
 			}
 			// The bucket keeps documents and step id reservations beside
 			// the records: whatever is no record is not one to read.
-			rec, err := store.DecodeChainRecord(e.Value())
+			rec, err := compose.DecodeRecord(e.Value())
 			if err != nil {
 				continue
 			}

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/sagad/sagad/compose"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ var names = metrics.Names{
 	PhaseStream:         store.PhaseStream,
 	ConsumerName:        store.ConsumerName,
 	ContinuationsBucket: store.ContinuationsBucket,
-	CompositionsBucket:  store.ChainsBucket,
+	CompositionsBucket:  store.CompositionsBucket,
 }
 
 type fixture struct {
@@ -50,7 +51,7 @@ func setup(t *testing.T) *fixture {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, metrics.BuildInfo{Version: "test"})
 	col, err := metrics.NewJetStreamCollector(js, metrics.CollectorConfig{Names: names, Timeout: 5 * time.Second,
-		CompositionState: store.CompositionStateOf})
+		CompositionState: compose.StateOfBytes})
 	require.NoError(t, err)
 	reg.MustRegister(col)
 	return &fixture{js: js, reg: reg, m: m}
@@ -306,18 +307,18 @@ func TestCollectorCompositions(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	kv, err := f.js.KeyValue(ctx, store.ChainsBucket)
+	kv, err := f.js.KeyValue(ctx, store.CompositionsBucket)
 	require.NoError(t, err)
 	put := func(key, state string) {
-		b, err := json.Marshal(store.ChainRecord{ChainID: key, Steps: []string{"a"}, StepDigests: []string{"d"}, State: state})
+		b, err := json.Marshal(compose.Record{CompositionID: key, Steps: []string{"a"}, StepDigests: []string{"d"}, State: state})
 		require.NoError(t, err)
 		_, err = kv.Put(ctx, key, b)
 		require.NoError(t, err)
 	}
 	put("c1", "")
 	put("c2", "")
-	put("c3", store.CompositionPartial)
-	put("c4", store.CompositionCancelled)
+	put("c3", compose.StatePartial)
+	put("c4", compose.StateCancelled)
 	_, err = kv.Put(ctx, "c5", []byte("{not a record"))
 	require.NoError(t, err)
 

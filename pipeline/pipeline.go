@@ -129,8 +129,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 	}
 	p.grants = artifactsvc.NewGrants(0, cfg.Now)
 	p.env.Grants = p.grants
-	if st.Chains != nil {
-		p.env.Steps = stepNames{chains: st.Chains}
+	if st.Compositions != nil {
+		p.env.Steps = stepNames{st: st}
 	}
 	// The admin validates a replay's corrected capsule as RECEPTION does.
 	p.admin = admin.New(st, admin.Config{Now: cfg.Now, Metrics: cfg.Metrics, Env: p.env, Ended: p.traceEnd})

@@ -165,10 +165,10 @@ func (p *Pipeline) ownership(ctx context.Context, msg jetstream.Msg, seq uint64,
 // sagad built it; the halt names no chain, which may be another
 // producer's.
 func (p *Pipeline) stepIDTaken(ctx context.Context, r *phases.Received) error {
-	if r.Capsule == nil || r.Capsule.Chain != nil || r.Decision.Action == phases.Halt || p.st.Chains == nil {
+	if r.Capsule == nil || r.Capsule.Chain != nil || r.Decision.Action == phases.Halt || p.st.Compositions == nil {
 		return nil
 	}
-	taken, err := p.st.Chains.IsStepID(ctx, r.Capsule.CapsuleID)
+	taken, err := p.st.Compositions.IsStepID(ctx, r.Capsule.CapsuleID)
 	if err != nil {
 		return fmt.Errorf("reception: %w", err)
 	}
@@ -325,10 +325,10 @@ func intakeProducer(msg jetstream.Msg) string {
 // chainMember reports whether sagad assigned c its declared chain step for
 // producer.
 func (p *Pipeline) chainMember(ctx context.Context, producer string, c *capsule.Capsule, digest string) (bool, error) {
-	if p.st.Chains == nil || digest == "" {
+	if p.st.Compositions == nil || digest == "" {
 		return false, nil
 	}
-	return p.st.Chains.IsMember(ctx, producer, c.Chain.ID, c.Chain.Run, c.Chain.Step, c.CapsuleID, digest)
+	return p.st.Compositions.IsMember(ctx, producer, c.Chain.ID, c.Chain.Run, c.Chain.Step, c.CapsuleID, digest)
 }
 
 // duplicateIgnored records, once per intake message, that a capsule was

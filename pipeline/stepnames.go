@@ -10,10 +10,10 @@ import (
 
 // stepNames names a composition's steps from their records
 // (phases.StepNames), for the operator gate's reason.
-type stepNames struct{ chains *store.Chains }
+type stepNames struct{ st *store.Store }
 
 func (s stepNames) StepName(ctx context.Context, id, producer string, run, step int) (string, error) {
-	rec, err := s.chains.GetRun(ctx, id, producer, run)
+	rec, err := compose.GetRun(ctx, s.st, id, producer, run)
 	if err != nil {
 		return "", err
 	}

@@ -148,7 +148,7 @@ type Store struct {
 	Budgets *budget.Tracker
 	// Chains holds the compositions sagad assigned (nil on a store opened
 	// before the bucket existed).
-	Chains *Chains
+	Compositions *Compositions
 	// Cache holds what this process wrote and decoded last.
 	Cache *Cache
 
@@ -261,8 +261,8 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if st.artifacts, err = js.ObjectStore(ctx, ArtifactsBucket); err != nil {
 		return nil, fmt.Errorf("object store %s: %w", ArtifactsBucket, err)
 	}
-	if st.chains, err = js.KeyValue(ctx, ChainsBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("bucket %s: %w", ChainsBucket, err)
+	if st.chains, err = js.KeyValue(ctx, CompositionsBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("bucket %s: %w", CompositionsBucket, err)
 	}
 	lm, err := locks.New(ctx, js, locks.Config{})
 	if err != nil {
@@ -298,7 +298,7 @@ func newStore(js jetstream.JetStream, st *stores, lm *locks.Manager, bt *budget.
 		workspace:      workspace,
 	}
 	if st.chains != nil {
-		s.Chains = &Chains{kv: st.chains, js: js}
+		s.Compositions = &Compositions{kv: st.chains, js: js}
 	}
 	return s
 }

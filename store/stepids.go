@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -18,10 +17,10 @@ import (
 // the compose reply names a step held after a verification loop, and a
 // loop's next round is recorded before it is published. So that nobody else
 // can run bytes of their own under such an id, every id sagad assigns to a
-// step is reserved under "step.<capsule id>" in the chains bucket before the
+// step is reserved under "step.<capsule id>" in the compositions bucket before the
 // record naming it is written (so before anyone can learn it), and RECEPTION
 // refuses a capsule under a reserved id that is not sagad's own bytes for
-// that step ([Chains.IsStepID]). A reservation expires with the bucket's
+// that step ([Compositions.IsStepID]). A reservation expires with the bucket's
 // TTL, as the records do; one whose record was never written (a run lost to
 // another sagad's at the same moment, a compare-and-set retried with fresh
 // ids) names an id nobody was told, and is harmless.
@@ -33,10 +32,10 @@ func stepIDKey(capsuleID string) string { return "step." + capsuleID }
 // stepReservation is a reservation's value: which run's step the id is, for
 // a person reading the bucket. sagad reads only whether the key exists.
 type stepReservation struct {
-	ChainID  string `json:"chain_id"`
-	Producer string `json:"producer"`
-	Run      int    `json:"run"`
-	Step     int    `json:"step"`
+	CompositionID string `json:"chain_id"`
+	Producer      string `json:"producer"`
+	Run           int    `json:"run"`
+	Step          int    `json:"step"`
 }
 
 // reserveSteps reserves ids, steps of r, before a write of r names them.
@@ -44,19 +43,20 @@ type stepReservation struct {
 // The puts are sent together and their acknowledgements awaited together,
 // under one write deadline: a 256-step composition reserves in about one
 // round trip, not 256.
-func (c *Chains) reserveSteps(ctx context.Context, r *ChainRecord, ids []string) error {
-	msgs := make([]*nats.Msg, 0, len(ids))
-	for _, id := range ids {
+func (c *Compositions) reserveSteps(ctx context.Context, k RunKey, steps []StepRef) error {
+	msgs := make([]*nats.Msg, 0, len(steps))
+	for _, st := range steps {
+		id := st.ID
 		if !StepIDForm(id) {
 			// Not drawn by compose (a test's record): IsStepID never
 			// looks such an id up, so reserving it would protect nothing.
 			continue
 		}
-		b, err := json.Marshal(stepReservation{ChainID: r.ChainID, Producer: r.Producer, Run: r.RunOf(), Step: slices.Index(r.Steps, id)})
+		b, err := json.Marshal(stepReservation{CompositionID: k.ID, Producer: k.Producer, Run: max(k.Run, 1), Step: st.Step})
 		if err != nil {
 			return err
 		}
-		msgs = append(msgs, &nats.Msg{Subject: "$KV." + ChainsBucket + "." + stepIDKey(id), Data: b})
+		msgs = append(msgs, &nats.Msg{Subject: "$KV." + CompositionsBucket + "." + stepIDKey(id), Data: b})
 	}
 	if len(msgs) == 0 {
 		return nil
@@ -64,7 +64,7 @@ func (c *Chains) reserveSteps(ctx context.Context, r *ChainRecord, ids []string)
 	err := (*jspub.Writes)(nil).Do(ctx, func(ctx context.Context) error {
 		if c.js == nil {
 			for _, m := range msgs {
-				if _, err := c.kv.Put(ctx, m.Subject[len("$KV."+ChainsBucket+"."):], m.Data); err != nil {
+				if _, err := c.kv.Put(ctx, m.Subject[len("$KV."+CompositionsBucket+"."):], m.Data); err != nil {
 					return err
 				}
 			}
@@ -90,7 +90,7 @@ func (c *Chains) reserveSteps(ctx context.Context, r *ChainRecord, ids []string)
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("chain %s: reserve step ids: %w", r.ChainID, err)
+		return fmt.Errorf("composition %s: reserve step ids: %w", k.ID, err)
 	}
 	return nil
 }
@@ -118,23 +118,12 @@ func StepIDForm(id string) bool {
 	return true
 }
 
-// newStepIDs are the ids of after's steps that before did not have.
-func newStepIDs(before, after []string) []string {
-	var ids []string
-	for _, id := range after {
-		if !slices.Contains(before, id) {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
-
 // IsStepID reports whether sagad assigned capsuleID to a step of a
 // composition run (held, gated, published or not): RECEPTION lets only
 // sagad's own bytes for that step, which declare their chain membership,
 // take it. The read is the stream leader's, as the record's is: the
 // reservation is written before the compose reply names the id.
-func (c *Chains) IsStepID(ctx context.Context, capsuleID string) (bool, error) {
+func (c *Compositions) IsStepID(ctx context.Context, capsuleID string) (bool, error) {
 	if !StepIDForm(capsuleID) {
 		// Never reserved: a capsule with a ULID, or any other form, costs
 		// RECEPTION no read.

@@ -136,7 +136,7 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Topology) (
 	}); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", ContinuationsBucket, err)
 	}
-	if s.chains, err = ensureChains(ctx, js, cfg); err != nil {
+	if s.chains, err = ensureCompositions(ctx, js, cfg); err != nil {
 		return nil, err
 	}
 	if s.artifacts, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sagad/sagad/compose"
 	"io"
 	"os"
 	"os/user"
@@ -364,7 +365,7 @@ sagactl phase list -o json (paused_by, paused_at, pause_reason).`,
 					counts[i] = fmt.Sprint(n)
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t%s\t-\tcomposition %s run %d: loop of %s made no progress (findings %s): sagactl composition decide %s %s accept|reject\n",
-					w.CapsuleID, store.CompositionPaused, store.ReasonNoProgress, time.Since(w.Since).Truncate(time.Second), printable(w.CompositionID), w.Run,
+					w.CapsuleID, compose.StatePaused, compose.ReasonNoProgress, time.Since(w.Since).Truncate(time.Second), printable(w.CompositionID), w.Run,
 					printable(w.Verifier), strings.Join(counts, " "), printable(w.CompositionID), printable(w.Verifier))
 			}
 			return tw.Flush()

@@ -325,8 +325,8 @@ func TestPublishChainForeignStep(t *testing.T) {
 	st, err := store.Open(ctx, o.js)
 	require.NoError(t, err)
 	sum := sha256.Sum256(b)
-	require.NoError(t, st.Chains.Create(ctx, store.ChainRecord{
-		ChainID: "report-44", Digest: hex.EncodeToString(sum[:]), Steps: ids, StepDigests: digests, CreatedAt: time.Now().UTC(),
+	require.NoError(t, compose.CreateRecord(ctx, st, &compose.Record{
+		CompositionID: "report-44", Digest: hex.EncodeToString(sum[:]), Steps: ids, StepDigests: digests, CreatedAt: time.Now().UTC(),
 	}))
 
 	r = o.run(t, "publish", "--chain", file(t, b))

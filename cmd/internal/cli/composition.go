@@ -12,7 +12,6 @@ import (
 
 	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/compose"
-	"github.com/sagad/sagad/store"
 )
 
 func newComposition(g *globals) *cobra.Command {
@@ -271,7 +270,7 @@ func printLoops(w io.Writer, o compose.Outcome) {
 		fmt.Fprintf(w, "loop %s verified by %s: %s, round %d of %d, findings per round [%s]\n", strings.Join(steps, ","), printable(l.Verifier),
 			l.State, l.Round, l.MaxRounds, strings.Join(counts, " "))
 		printRounds(w, l)
-		if l.State == store.LoopNoProgress {
+		if l.State == compose.LoopNoProgress {
 			fmt.Fprintf(w, "  no progress: sagactl composition decide %s %s accept|reject --by WHO\n", printable(o.CompositionID), printable(l.Verifier))
 		}
 	}
@@ -323,15 +322,15 @@ func verifierNotes(loops []compose.LoopOutcome) map[string]verifierNote {
 	for _, l := range loops {
 		var v verifierNote
 		switch l.State {
-		case store.LoopPassed:
+		case compose.LoopPassed:
 			v.note = fmt.Sprintf("verifier: passed in round %d", l.Round)
-		case store.LoopFailed:
+		case compose.LoopFailed:
 			v = verifierNote{fmt.Sprintf("verifier: stopped after round %d (max_rounds)", l.Round), true}
-		case store.LoopNoProgress:
+		case compose.LoopNoProgress:
 			v = verifierNote{fmt.Sprintf("verifier: stopped after round %d (no_progress, waits for a decision)", l.Round), true}
-		case store.LoopRejected:
+		case compose.LoopRejected:
 			v = verifierNote{fmt.Sprintf("verifier: stopped after round %d (no_progress, rejected by %s)", l.Round, l.By), true}
-		case store.LoopAccepted:
+		case compose.LoopAccepted:
 			v.note = fmt.Sprintf("verifier: accepted after round %d (no_progress, by %s)", l.Round, l.By)
 		default:
 			v.note = fmt.Sprintf("verifier: round %d of %d", l.Round, l.MaxRounds)

@@ -13,7 +13,6 @@ import (
 	"github.com/sagad/sagad/adminsvc"
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/compose"
-	"github.com/sagad/sagad/store"
 )
 
 // compositionPoll is how often composition wait reads the run's status.
@@ -104,9 +103,9 @@ func (f *compositionFlags) waitRun(cmd *cobra.Command, id string, timeout time.D
 // or sagad resumes it.
 func waitCode(ctx context.Context, a *adminsvc.Client, o compose.Outcome) (int, bool, error) {
 	switch o.State {
-	case store.CompositionCompleted, store.CompositionFailed, store.CompositionPartial, store.CompositionCancelled:
+	case compose.StateCompleted, compose.StateFailed, compose.StatePartial, compose.StateCancelled:
 		return o.Summary.ExitCode, true, nil
-	case store.CompositionPaused:
+	case compose.StatePaused:
 		return ExitHuman, true, nil
 	}
 	var ids []string

@@ -47,10 +47,10 @@ func (a *arena) loopExample() []byte {
 
 // composition is run 1 of producer's composition id as sagad records it,
 // nil while there is none.
-func (a *arena) composition(id, producer string) *store.ChainRecord {
+func (a *arena) composition(id, producer string) *compose.Record {
 	a.t.Helper()
 	ctx := context.Background()
-	kv, err := a.js.KeyValue(ctx, store.ChainsBucket)
+	kv, err := a.js.KeyValue(ctx, store.CompositionsBucket)
 	require.NoError(a.t, err)
 	keys, err := kv.ListKeys(ctx)
 	require.NoError(a.t, err)
@@ -60,7 +60,7 @@ func (a *arena) composition(id, producer string) *store.ChainRecord {
 		if err != nil {
 			continue
 		}
-		if r, err := store.DecodeChainRecord(e.Value()); err == nil && r.ChainID == id && r.Producer == producer && r.RunOf() == 1 {
+		if r, err := compose.DecodeRecord(e.Value()); err == nil && r.CompositionID == id && r.Producer == producer && r.RunOf() == 1 {
 			return r
 		}
 	}
@@ -110,12 +110,12 @@ func TestAttackPlainCapsuleUnderHeldStepID(t *testing.T) {
 		require.Equal(t, held, cp.CapsuleID, "the refusal names the id it claimed")
 	}
 
-	var rec *store.ChainRecord
+	var rec *compose.Record
 	natstest.Eventually(t, 90*time.Second, 20*time.Millisecond, func() bool {
 		rec = a.composition(reply.CompositionID, "alice")
-		return rec != nil && rec.StateOf() != store.CompositionRunning
+		return rec != nil && rec.StateOf() != compose.StateRunning
 	}, "the composition never ended")
-	require.Equal(t, store.CompositionCompleted, rec.StateOf())
+	require.Equal(t, compose.StateCompleted, rec.StateOf())
 	require.Equal(t, capsule.Completed, a.awaitEnd(held))
 	var cp capsule.Checkpoint
 	require.NoError(t, json.Unmarshal(a.checkpoint(held).Value(), &cp))
