@@ -181,12 +181,18 @@ type Watcher func(ctx context.Context) (jetstream.KeyWatcher, error)
 // for good) it opens it again after a second, rebuilding the index from the
 // current values, and tells subscribers to resync.
 func (x *Index) Run(ctx context.Context, watch Watcher) {
+	x.rewatch(ctx, "checkpoint", func(ctx context.Context) error { return x.follow(ctx, watch) })
+}
+
+// rewatch runs follow until ctx ends, opening it again a second after it
+// ends early, with one WARN line naming what was watched.
+func (x *Index) rewatch(ctx context.Context, what string, follow func(context.Context) error) {
 	for ctx.Err() == nil {
-		err := x.follow(ctx, watch)
+		err := follow(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		x.log.Warn("console: checkpoint watch ended; opening it again", "error", err)
+		x.log.Warn("console: "+what+" watch ended; opening it again", "error", err)
 		select {
 		case <-ctx.Done():
 			return

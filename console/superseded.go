@@ -4,7 +4,6 @@ import (
 	"context"
 	"github.com/sagad/sagad/compose"
 	"slices"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -96,18 +95,7 @@ func (t *runTracker) record(rec *compose.Record) []string {
 // second after it ends early. Without a compositions bucket it does
 // nothing.
 func (x *Index) FollowCompositions(ctx context.Context, js jetstream.JetStream) {
-	for ctx.Err() == nil {
-		err := x.followRecords(ctx, js)
-		if ctx.Err() != nil {
-			return
-		}
-		x.log.Warn("console: composition watch ended; opening it again", "error", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
+	x.rewatch(ctx, "composition", func(ctx context.Context) error { return x.followRecords(ctx, js) })
 }
 
 func (x *Index) followRecords(ctx context.Context, js jetstream.JetStream) error {
