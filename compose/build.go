@@ -192,8 +192,12 @@ func (d *Doc) Graph() []Finding {
 	return out
 }
 
-// NewStepIDs returns n fresh capsule ids: random UUIDs (version 4), so
-// that nobody can know a step's id before sagad publishes the step.
+// NewStepIDs returns n fresh capsule ids: random UUIDs, so that nobody can
+// know a step's id before sagad publishes the step. They are version 8
+// (RFC 9562's form for ids of an application's own making), not the
+// version 4 producers draw: RECEPTION looks a capsule id up among the
+// reserved step ids only when it has this form (store.StepIDForm), so an
+// ordinary capsule costs no read.
 func NewStepIDs(n int) ([]string, error) {
 	ids := make([]string, n)
 	for i := range ids {
@@ -201,7 +205,7 @@ func NewStepIDs(n int) ([]string, error) {
 		if _, err := rand.Read(b[:]); err != nil {
 			return nil, fmt.Errorf("step ids: %w", err)
 		}
-		b[6] = b[6]&0x0f | 0x40 // version 4
+		b[6] = b[6]&0x0f | 0x80 // version 8
 		b[8] = b[8]&0x3f | 0x80 // RFC 9562 variant
 		ids[i] = fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 	}

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -71,6 +73,13 @@ type Compositions struct {
 	// js reads a record from the stream's leader (see get); nil reads
 	// through kv.
 	js jetstream.JetStream
+
+	// scanned, legacyUntil and legacyTTL say which version 4 step ids are
+	// still looked up (see ScanLegacy); legacyTTL is written before
+	// scanned is set, and read only after.
+	scanned     atomic.Bool
+	legacyUntil atomic.Int64
+	legacyTTL   time.Duration
 }
 
 // get is key's record bytes and revision, as the stream's leader has them:

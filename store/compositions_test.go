@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -92,7 +93,7 @@ func TestStepIDsReserved(t *testing.T) {
 	ctx := context.Background()
 	st, err := store.Ensure(ctx, js, store.Topology{})
 	require.NoError(t, err)
-	id := func(n int) string { return fmt.Sprintf("5a6a%04d-0000-4000-8000-000000000000", n) }
+	id := func(n int) string { return fmt.Sprintf("5a6a%04d-0000-8000-8000-000000000000", n) }
 	k := store.RunKey{ID: "c-1", Producer: "alice", Run: 1}
 	require.NoError(t, st.Compositions.Create(ctx, k, refs(id(0), id(1)), record(t, "c-1", "alice", []string{id(0), id(1)}, []string{"x", "y"})))
 	_, err = st.Compositions.Update(ctx, k, func([]byte) ([]byte, []store.StepRef, error) {
@@ -120,4 +121,62 @@ func TestStepIDsReserved(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got, id)
 	}
+}
+
+// TestLegacyStepIDs: step ids are version 8 UUIDs now, and a version 4 id
+// (what producers draw) costs RECEPTION no read, unless an older sagad's
+// version 4 reservation may still live: then version 4 ids are looked up
+// until the newest such reservation expires. A store that never scanned
+// looks them all up, as before.
+func TestLegacyStepIDs(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	const retention = time.Hour
+	st, err := store.Ensure(ctx, js, store.Topology{Retention: retention})
+	require.NoError(t, err)
+	v4 := func(n int) string { return fmt.Sprintf("5a6a%04d-0000-4000-8000-000000000000", n) }
+	kv, err := js.KeyValue(ctx, store.CompositionsBucket)
+	require.NoError(t, err)
+	// An older sagad reserves a version 4 id after this one scanned: this
+	// one no longer looks version 4 ids up (so no reservation is read).
+	_, err = kv.Put(ctx, "step."+v4(1), []byte(`{"chain_id":"old","producer":"alice","run":1,"step":0}`))
+	require.NoError(t, err)
+	got, err := st.Compositions.IsStepID(ctx, v4(1))
+	require.NoError(t, err)
+	require.False(t, got, "a fresh bucket held no version 4 reservation: version 4 ids are not looked up")
+
+	// A sagad that starts on a bucket holding one looks every version 4 id
+	// up until it expires.
+	next, err := store.Ensure(ctx, js, store.Topology{Retention: retention})
+	require.NoError(t, err)
+	for id, want := range map[string]bool{v4(1): true, v4(2): false} {
+		got, err := next.Compositions.IsStepID(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, want, got, id)
+	}
+	// Before the scan (a store opened for tools), all of them are.
+	opened, err := store.Open(ctx, js)
+	require.NoError(t, err)
+	got, err = opened.Compositions.IsStepID(ctx, v4(1))
+	require.NoError(t, err)
+	require.True(t, got)
+
+	// Its scan times the lookups by the newest reservation and the TTL.
+	require.NoError(t, opened.Compositions.ScanLegacy(ctx, retention))
+	got, err = opened.Compositions.IsStepID(ctx, v4(1))
+	require.NoError(t, err)
+	require.True(t, got)
+	require.NoError(t, opened.Compositions.ScanLegacy(ctx, time.Nanosecond))
+	got, err = opened.Compositions.IsStepID(ctx, v4(1))
+	require.NoError(t, err)
+	require.True(t, got, "a minute of margin past the TTL")
+
+	// A record of an older sagad run on here reserves its version 4 ids
+	// again, and they are looked up.
+	require.NoError(t, st.Compositions.Create(ctx, store.RunKey{ID: "c-3", Producer: "alice"}, refs(v4(3)), record(t, "c-3", "alice", []string{v4(3)}, []string{"x"})))
+	got, err = st.Compositions.IsStepID(ctx, v4(3))
+	require.NoError(t, err)
+	require.True(t, got)
 }

@@ -203,6 +203,14 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Topology) (*Store, 
 	}
 	s.setWrites(cfg.Writes)
 	s.Checkpoints.Corrupt = cfg.Corrupt
+	if s.Compositions != nil {
+		// Not fatal: unscanned, every version 4 id is looked up, as before.
+		sctx, cancel := context.WithTimeout(ctx, scanTimeout)
+		if err := s.Compositions.ScanLegacy(sctx, cfg.Retention); err != nil && cfg.Logger != nil {
+			cfg.Logger.Warn("version 4 step ids stay looked up", "error", err)
+		}
+		cancel()
+	}
 	return s, nil
 }
 

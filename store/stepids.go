@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -48,9 +49,16 @@ func (c *Compositions) reserveSteps(ctx context.Context, k RunKey, steps []StepR
 	for _, st := range steps {
 		id := st.ID
 		if !StepIDForm(id) {
-			// Not drawn by compose (a test's record): IsStepID never
-			// looks such an id up, so reserving it would protect nothing.
-			continue
+			if !legacyStepIDForm(id) {
+				// Not drawn by compose (a test's record): IsStepID never
+				// looks such an id up, so reserving it would protect
+				// nothing.
+				continue
+			}
+			// An older sagad's step (a record written before version 8
+			// ids, run on here): reserved again, and looked up here
+			// for as long as the reservation lives.
+			c.extendLegacy()
 		}
 		b, err := json.Marshal(stepReservation{CompositionID: k.ID, Producer: k.Producer, Run: max(k.Run, 1), Step: st.Step})
 		if err != nil {
@@ -97,10 +105,19 @@ func (c *Compositions) reserveSteps(ctx context.Context, k RunKey, steps []StepR
 
 // StepIDForm reports whether id has the form of the step ids compose draws
 // (compose.NewStepIDs, whose test holds it to this): a lowercase version
-// 4, RFC 9562 variant UUID. Only such ids are reserved, so only such ids
-// are looked up.
-func StepIDForm(id string) bool {
-	if len(id) != 36 || id[14] != '4' || !strings.ContainsRune("89ab", rune(id[19])) {
+// 8, RFC 9562 variant UUID. Only such ids are reserved, so only such ids
+// are looked up (and, while an older sagad's reservations may live, the
+// version 4 ids it drew: [Compositions.IsStepID]).
+func StepIDForm(id string) bool { return uuidForm(id, '8') }
+
+// legacyStepIDForm is the form step ids had before version 8: a lowercase
+// version 4 UUID, which is also what producers draw.
+func legacyStepIDForm(id string) bool { return uuidForm(id, '4') }
+
+// uuidForm reports whether id is a lowercase UUID of version v and the
+// RFC 9562 variant.
+func uuidForm(id string, v byte) bool {
+	if len(id) != 36 || id[14] != v || !strings.ContainsRune("89ab", rune(id[19])) {
 		return false
 	}
 	for i, c := range id {
@@ -118,14 +135,108 @@ func StepIDForm(id string) bool {
 	return true
 }
 
+// A sagad before version 8 step ids reserved version 4 ids, the form
+// producers draw too. Those reservations live until the bucket's TTL ends
+// them; until then RECEPTION must keep looking version 4 ids up, or a
+// plain capsule could take a step an older sagad assigned (held behind a
+// loop, or waiting at a gate) across an upgrade. legacyUntil is when the
+// newest of them expires (unix ns): [Compositions.ScanLegacy] finds it at
+// start, and a store that never scanned keeps looking them all up, as
+// before.
+
+// scanTimeout bounds the start's scan of step reservations: headers only,
+// at most 256 per run within the retention.
+const scanTimeout = 30 * time.Second
+
+// legacyForever: version 4 ids are looked up for ever (a bucket without TTL
+// holds an older sagad's reservation).
+const legacyForever = int64(^uint64(0) >> 1)
+
+// ScanLegacy reads which version 4 step reservations the bucket holds (their
+// keys and times only) and sets until when IsStepID looks version 4 ids up:
+// the newest one's write plus ttl (the bucket's TTL; 0 keeps them, and the
+// lookups, for ever). With none, version 4 ids cost RECEPTION no read from
+// now on. On an error nothing changes: every version 4 id is still looked
+// up, which is safe and costs what it did.
+func (c *Compositions) ScanLegacy(ctx context.Context, ttl time.Duration) error {
+	w, err := c.kv.WatchFiltered(ctx, []string{stepIDKey("*")}, jetstream.MetaOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("step reservations: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	var newest time.Time
+	found := false
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("step reservations: %w", ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("step reservations: the watch ended")
+			}
+			if e == nil {
+				// Every reservation present at the start was delivered.
+				c.legacyTTL = ttl
+				c.legacyUntil.Store(legacyDeadline(found, newest, ttl))
+				c.scanned.Store(true)
+				return nil
+			}
+			if legacyStepIDForm(strings.TrimPrefix(e.Key(), "step.")) {
+				found = true
+				if e.Created().After(newest) {
+					newest = e.Created()
+				}
+			}
+		}
+	}
+}
+
+// legacyDeadline is until when version 4 ids are looked up, given whether
+// any version 4 reservation exists and the newest one's time.
+func legacyDeadline(found bool, newest time.Time, ttl time.Duration) int64 {
+	switch {
+	case !found:
+		return 0
+	case ttl <= 0:
+		return legacyForever
+	}
+	// A minute more than the TTL: the server removes expired entries on
+	// its own schedule, and its clock is not ours.
+	return newest.Add(ttl + time.Minute).UnixNano()
+}
+
+// lookedUp reports whether IsStepID must read the reservation of id.
+func (c *Compositions) lookedUp(id string) bool {
+	if StepIDForm(id) {
+		return true
+	}
+	return legacyStepIDForm(id) && (!c.scanned.Load() || time.Now().UnixNano() < c.legacyUntil.Load())
+}
+
+// extendLegacy keeps version 4 ids looked up for as long as a reservation
+// of one, written now, lives.
+func (c *Compositions) extendLegacy() {
+	if !c.scanned.Load() {
+		return // every version 4 id is looked up anyway
+	}
+	until := legacyDeadline(true, time.Now(), c.legacyTTL)
+	for {
+		cur := c.legacyUntil.Load()
+		if cur >= until || c.legacyUntil.CompareAndSwap(cur, until) {
+			return
+		}
+	}
+}
+
 // IsStepID reports whether sagad assigned capsuleID to a step of a
 // composition run (held, gated, published or not): RECEPTION lets only
 // sagad's own bytes for that step, which declare their chain membership,
 // take it. The read is the stream leader's, as the record's is: the
 // reservation is written before the compose reply names the id.
 func (c *Compositions) IsStepID(ctx context.Context, capsuleID string) (bool, error) {
-	if !StepIDForm(capsuleID) {
-		// Never reserved: a capsule with a ULID, or any other form, costs
+	if !c.lookedUp(capsuleID) {
+		// Never reserved: a capsule with a ULID, a version 4 UUID (once no
+		// older sagad's reservation can live), or any other form, costs
 		// RECEPTION no read.
 		return false, nil
 	}

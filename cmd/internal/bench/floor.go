@@ -24,7 +24,6 @@ const (
 	floorCP        = "BENCH_FLOOR_CHECKPOINTS"
 	floorLocks     = "BENCH_FLOOR_LOCKS"
 	floorTargets   = "BENCH_FLOOR_TARGETS"
-	floorChains    = "BENCH_FLOOR_CHAINS"
 	floorObjects   = "BENCH_FLOOR_OBJECTS"
 	floorObjSubj   = "bench.floor.obj."
 	floorOutStream = "BENCH_FLOOR_OUT"
@@ -73,7 +72,6 @@ type floor struct {
 	cps      jetstream.KeyValue
 	locks    jetstream.KeyValue
 	targets  jetstream.KeyValue
-	chains   jetstream.KeyValue
 	workers  int
 	runners  []*runner
 	// w makes the floor's writes as sagad's are made: the deadline in the
@@ -94,17 +92,6 @@ func (f *floor) get(bucket, key string) error {
 	}
 	if st := m.Header.Get("Status"); st != "" && st != "404" {
 		return fmt.Errorf("floor: get %s %s: status %s %s", bucket, key, st, m.Header.Get("Description"))
-	}
-	return nil
-}
-
-// leaderGet reads key's last entry of bucket from the stream's leader, as
-// sagad's reads of its composition records are made (RECEPTION's look-up
-// of a reserved step id). A key never written is no error.
-func (f *floor) leaderGet(bucket, key string) error {
-	req := []byte(`{"last_by_subj":"$KV.` + bucket + `.` + key + `"}`)
-	if _, err := f.nc.Request("$JS.API.STREAM.MSG.GET.KV_"+bucket, req, jspub.DefaultTimeout); err != nil {
-		return fmt.Errorf("floor: leader get %s %s: %w", bucket, key, err)
 	}
 	return nil
 }
@@ -130,7 +117,7 @@ func newFloor(ctx context.Context, js jetstream.JetStream, workers, replicas int
 	for _, b := range []struct {
 		kv   *jetstream.KeyValue
 		name string
-	}{{&f.capsules, floorCapsules}, {&f.cps, floorCP}, {&f.locks, floorLocks}, {&f.targets, floorTargets}, {&f.chains, floorChains}} {
+	}{{&f.capsules, floorCapsules}, {&f.cps, floorCP}, {&f.locks, floorLocks}, {&f.targets, floorTargets}} {
 		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b.name, Storage: jetstream.FileStorage, LimitMarkerTTL: time.Second, Replicas: replicas})
 		if err != nil {
 			return nil, fmt.Errorf("floor: bucket %s: %w", b.name, err)
@@ -168,10 +155,7 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 	var err error
 	var lockRev uint64
 	switch stage {
-	case 0: // RECEPTION: a reserved step id, keep the bytes, first checkpoint (lock availability: sagad's watch of the locks, no request)
-		if err = f.leaderGet(floorChains, "step."+id); err != nil {
-			return err
-		}
+	case 0: // RECEPTION: keep the bytes, first checkpoint (lock availability: sagad's watch of the locks; a reserved step id: only version 8 ids are looked up, no request for a producer's)
 		if _, err = f.w.KVCreate(ctx, f.nc, f.capsules, id, msg.Data()); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return err
 		}
