@@ -109,19 +109,28 @@ func (s *Artifacts) setWrites(w *jspub.Writes) {
 // message; a server configured below it lowers the bound (inline).
 const maxInlineRecord = maxChunk
 
-// recordHeadroom is what a record's put carries beside its bytes within
-// max_payload: its subject and the protocol line, well under a KiB.
+// recordHeadroom is what a record's put, or an object's chunk, carries
+// beside its bytes within max_payload: the headers of a message, well
+// under a KiB.
 const recordHeadroom = 1 << 10
+
+// payloadRoom is the most bytes one message of the server's max_payload
+// carries with headroom to spare.
+func (s *Artifacts) payloadRoom() int {
+	if s.js == nil {
+		return math.MaxInt
+	}
+	if nc := s.js.Conn(); nc != nil && nc.MaxPayload() > 0 {
+		return int(nc.MaxPayload()) - recordHeadroom
+	}
+	return math.MaxInt
+}
 
 // inline says a record of n bytes named name is written into the records
 // bucket: the bucket exists, the name is a key and the message fits the
 // server's max_payload with room to spare.
 func (s *Artifacts) inline(name string, n int) bool {
-	if s.records == nil || n > maxInlineRecord || !jspub.ValidKey(name) {
-		return false
-	}
-	nc := jspub.Conn(s.js)
-	return nc == nil || n <= int(nc.MaxPayload())-recordHeadroom
+	return s.records != nil && n <= min(maxInlineRecord, s.payloadRoom()) && jspub.ValidKey(name)
 }
 
 // Put writes the artifact's record: one put into the records bucket when
@@ -191,7 +200,8 @@ const recordPrefix = "$KV." + ArtifactRecordsBucket + "."
 // writeObject publishes b as the object name: its chunks, then its
 // metadata, encoded into b's buffer once the chunks are out.
 func (s *Artifacts) writeObject(ctx context.Context, name string, b []byte) ([]byte, error) {
-	chunk := min(max(len(b), minChunk), maxChunk)
+	// A server with a max_payload under maxChunk takes smaller chunks.
+	chunk := max(min(max(len(b), minChunk), maxChunk, s.payloadRoom()), 1)
 	id := s.ids.Next()
 	chunks, err := s.putChunks(ctx, name, id, b, chunk)
 	if err != nil {

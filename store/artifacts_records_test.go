@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -303,4 +304,31 @@ func TestArtifactRecordMessages(t *testing.T) {
 	}
 	require.Empty(t, m.Header)
 	require.Equal(t, string(want), string(m.Data))
+}
+
+// TestArtifactsUnderSmallMaxPayload: on a server whose max_payload is
+// under 128 KiB, a record that does not fit one message with room to spare
+// is an object, chunked to fit, and reads back.
+func TestArtifactsUnderSmallMaxPayload(t *testing.T) {
+	t.Parallel()
+	const maxPayload = 64 << 10
+	_, js := natstest.Connect(t, natstest.RunServerWith(t, func(o *server.Options) { o.MaxPayload = maxPayload }))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := ensureTopology(ctx, js, Topology{}.withDefaults())
+	require.NoError(t, err)
+	w := newArtifactStore(st.artifacts, st.artifactRecords, js)
+	for _, tt := range []struct {
+		size   int
+		record bool
+	}{{maxPayload - recordHeadroom, true}, {maxPayload - recordHeadroom + 1, false}, {100 << 10, false}} {
+		a := sizedArtifact(t, tt.size, tt.size)
+		ref, err := w.Put(ctx, a)
+		require.NoError(t, err, "%d bytes", tt.size)
+		_, kvErr := st.artifactRecords.Get(ctx, strings.TrimPrefix(ref, "artifact:"))
+		require.Equal(t, tt.record, kvErr == nil, "%d bytes: %v", tt.size, kvErr)
+		got, err := newArtifactStore(st.artifacts, st.artifactRecords, js).Get(ctx, ref)
+		require.NoError(t, err, "%d bytes", tt.size)
+		require.Equal(t, string(a.Content), string(got.Content))
+	}
 }
