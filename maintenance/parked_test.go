@@ -72,9 +72,7 @@ func TestAcceptedWorkCompletesLater(t *testing.T) {
 	require.NoError(t, err)
 	s = f.WaitState(t, doc.ID(), capsule.Completed)
 	require.Equal(t, int64(1), f.Executed.Load())
-	objs, err := f.JS.ObjectStore(ctx, store.ArtifactsBucket)
-	require.NoError(t, err)
-	b, err := objs.GetBytes(ctx, doc.ID()+"/1")
+	b, err := f.Store.Artifacts.Bytes(ctx, store.ArtifactRef(doc.ID(), 1))
 	require.NoError(t, err)
 	var art capsule.Artifact
 	require.NoError(t, json.Unmarshal(b, &art))

@@ -45,7 +45,7 @@ func TestResultKeptWhileWritesFail(t *testing.T) {
 		_, err = f.js.UpdateStream(ctx, cfg)
 		require.NoError(t, err)
 	}
-	streams := []string{"OBJ_" + store.ArtifactsBucket, "KV_" + store.CheckpointsBucket}
+	streams := []string{"OBJ_" + store.ArtifactsBucket, "KV_" + store.ArtifactRecordsBucket, "KV_" + store.CheckpointsBucket}
 	for _, s := range streams {
 		limit(s, 8)
 	}

@@ -53,15 +53,26 @@ const (
 // in well under this.
 const artifactReadTimeout = 30 * time.Second
 
-// Artifacts keeps artifact records in the SAGA_ARTIFACTS object store,
-// one object per (capsule, cycle); a redelivered put overwrites it with the
-// same name, so it is idempotent. It keeps the artifacts it wrote last in
-// memory: REVIEW usually runs in the process that ran EXECUTION, and an
-// object store read costs a consumer of its own.
+// Artifacts keeps artifact records, one per (capsule, cycle): a record
+// whose bytes fit one message ([Artifacts.inline]) as one put into the
+// SAGA_ARTIFACT_RECORDS bucket, a larger one as an object of the
+// SAGA_ARTIFACTS object store (its chunks, then its metadata). Either form
+// is keyed by the ref's name, "<capsule_id>/<cycle>"; a redelivered put
+// writes the same bytes under the same key or name, so it is idempotent.
+// Reads ask the bucket first and the object store on a miss, so records
+// written by an older sagad (every one an object) are still read. It keeps
+// the artifacts it wrote last in memory: REVIEW usually runs in the process
+// that ran EXECUTION.
 type Artifacts struct {
 	os jetstream.ObjectStore
-	js jetstream.JetStream
-	w  *jspub.Writes // bounds and observes every write
+	// records is SAGA_ARTIFACT_RECORDS; nil when the topology predates it
+	// (a store Opened over an older sagad's): every record is an object.
+	records jetstream.KeyValue
+	// recordReader reads records (a direct get with its deadline).
+	recordReader *jspub.KVReader
+	js           jetstream.JetStream
+	w            *jspub.Writes // bounds and observes every object store write
+	recordW      *jspub.Writes // the same for the records bucket
 	// ids makes the objects' ids (nuid.Next shares one lock process-wide).
 	ids *seqid.Gen
 
@@ -70,22 +81,66 @@ type Artifacts struct {
 	// order holds recent's refs in the order they were first put: the
 	// oldest is evicted first. REVIEW reads an artifact shortly after
 	// EXECUTION put it, so the newest are the ones worth keeping; a random
-	// eviction dropped a live one now and then, and each miss cost an
-	// object store read.
+	// eviction dropped a live one now and then, and each miss cost a read.
 	order []string
 	bytes int // content bytes in recent
 }
 
-func newArtifactStore(os jetstream.ObjectStore, js jetstream.JetStream) *Artifacts {
-	return &Artifacts{os: os, js: js, ids: seqid.New(), recent: make(map[string]capsule.Artifact, recentArtifacts)}
+func newArtifactStore(os jetstream.ObjectStore, records jetstream.KeyValue, js jetstream.JetStream) *Artifacts {
+	s := &Artifacts{os: os, records: records, js: js, ids: seqid.New(), recent: make(map[string]capsule.Artifact, recentArtifacts)}
+	s.setWrites(nil)
+	return s
 }
 
-// Put writes the artifact as an object store object: its chunks, then its
-// metadata, in the object store's own format, so that any object store
-// client reads it. It writes them itself because the client's Put first
-// reads the object's previous metadata (one more request per artifact) to
-// purge its chunks afterwards; an artifact is written once per cycle, and
-// chunks a crashed put left without metadata expire with the bucket's TTL.
+// setWrites makes w the policy of the object store's writes and its copy
+// on the records bucket that of the records' writes and reads.
+func (s *Artifacts) setWrites(w *jspub.Writes) {
+	s.w, s.recordW = w.On(ArtifactsBucket), w.On(ArtifactRecordsBucket)
+	if s.records != nil {
+		s.recordReader = jspub.NewKVReader(jspub.Conn(s.js), s.records, s.recordW, true)
+	}
+}
+
+// maxInlineRecord is the largest record written as one put into the
+// records bucket: the object store's largest chunk, so that exactly the
+// records that were one chunk plus metadata (two requests) become one
+// request, and larger ones keep the object store's chunking. It is well
+// under nats-server's default max_payload (1 MiB), which also bounds the
+// message; a server configured below it lowers the bound (inline).
+const maxInlineRecord = maxChunk
+
+// recordHeadroom is what a record's put, or an object's chunk, carries
+// beside its bytes within max_payload: the headers of a message, well
+// under a KiB.
+const recordHeadroom = 1 << 10
+
+// payloadRoom is the most bytes one message of the server's max_payload
+// carries with headroom to spare.
+func (s *Artifacts) payloadRoom() int {
+	if s.js == nil {
+		return math.MaxInt
+	}
+	if nc := s.js.Conn(); nc != nil && nc.MaxPayload() > 0 {
+		return int(nc.MaxPayload()) - recordHeadroom
+	}
+	return math.MaxInt
+}
+
+// inline says a record of n bytes named name is written into the records
+// bucket: the bucket exists, the name is a key and the message fits the
+// server's max_payload with room to spare.
+func (s *Artifacts) inline(name string, n int) bool {
+	return s.records != nil && n <= min(maxInlineRecord, s.payloadRoom()) && jspub.ValidKey(name)
+}
+
+// Put writes the artifact's record: one put into the records bucket when
+// it fits one message (see [Artifacts.inline]), else an object store
+// object, its chunks then its metadata, in the object store's own format so
+// that any object store client reads it. It writes the object itself
+// because the client's Put first reads the object's previous metadata (one
+// more request per artifact) to purge its chunks afterwards; an artifact is
+// written once per cycle, and chunks a crashed put left without metadata
+// expire with the bucket's TTL.
 func (s *Artifacts) Put(ctx context.Context, a capsule.Artifact) (string, error) {
 	a.Ref = ArtifactRef(a.CapsuleID, a.Cycle)
 	buf := artifactBufs.Get().(*[]byte)
@@ -111,15 +166,42 @@ var artifactBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); retur
 // than kept (an executor's output may be MiBs).
 const maxPooledArtifact = 64 << 10
 
-// write publishes a's chunks and metadata, encoded into b, and returns the
-// buffer it last wrote into, for Put to recycle.
+// write publishes a's record, encoded into b, and returns the buffer it
+// last wrote into, for Put to recycle.
 func (s *Artifacts) write(ctx context.Context, a *capsule.Artifact, b []byte) ([]byte, error) {
 	b, err := appendArtifact(slices.Grow(b, artifactLen(a)), a)
 	if err != nil {
 		return b, err
 	}
 	name := strings.TrimPrefix(a.Ref, "artifact:")
-	chunk := min(max(len(b), minChunk), maxChunk)
+	if s.inline(name, len(b)) {
+		return b, s.putRecord(ctx, name, b)
+	}
+	return s.writeObject(ctx, name, b)
+}
+
+// putRecord writes b as the record name of the records bucket: a plain
+// put, so a redelivered one (the same bytes) replaces it, history 1.
+func (s *Artifacts) putRecord(ctx context.Context, name string, b []byte) error {
+	// Pooled, as the object's messages: nats.go encodes a message before
+	// its request returns and keeps no reference to it.
+	p := jspub.GetMsg(recordPrefix+name, b)
+	_, err := s.recordW.Publish(ctx, s.js.Conn(), p.Msg())
+	p.Release()
+	if err != nil {
+		return fmt.Errorf("put artifact %s: %w", name, err)
+	}
+	return nil
+}
+
+// recordPrefix is the subject of the records bucket's keys, up to the key.
+const recordPrefix = "$KV." + ArtifactRecordsBucket + "."
+
+// writeObject publishes b as the object name: its chunks, then its
+// metadata, encoded into b's buffer once the chunks are out.
+func (s *Artifacts) writeObject(ctx context.Context, name string, b []byte) ([]byte, error) {
+	// A server with a max_payload under maxChunk takes smaller chunks.
+	chunk := max(min(max(len(b), minChunk), maxChunk, s.payloadRoom()), 1)
 	id := s.ids.Next()
 	chunks, err := s.putChunks(ctx, name, id, b, chunk)
 	if err != nil {
@@ -323,6 +405,10 @@ func (s *Artifacts) remember(a capsule.Artifact) {
 	}
 }
 
+// Get returns the artifact ref names ("artifact:<capsule_id>/<cycle>"):
+// this process's copy when it wrote it lately, else the stored record. A
+// record that is not, or no longer, stored is an error wrapping
+// [capsule.ErrArtifactGone] and jetstream.ErrObjectNotFound.
 func (s *Artifacts) Get(ctx context.Context, ref string) (capsule.Artifact, error) {
 	s.mu.Lock()
 	a, ok := s.recent[ref]
@@ -333,26 +419,66 @@ func (s *Artifacts) Get(ctx context.Context, ref string) (capsule.Artifact, erro
 	return s.read(ctx, ref)
 }
 
-// read reads ref from the object store. Its own function: the artifact
-// decoded into goes to the heap, which the in-process copy Get returns
-// need not.
+// read reads ref's stored record. Its own function: the artifact decoded
+// into goes to the heap, which the in-process copy Get returns need not.
 func (s *Artifacts) read(ctx context.Context, ref string) (capsule.Artifact, error) {
-	var a capsule.Artifact
+	b, err := s.Bytes(ctx, ref)
+	if err != nil {
+		return capsule.Artifact{}, err
+	}
+	return decodeArtifact(ref, b)
+}
+
+// Bytes returns ref's stored record as it was written, whichever its form:
+// the records bucket's entry, else (a large record, or one an older sagad
+// wrote) the object's bytes. The bucket is asked first: most records are
+// there, and a miss costs one direct get before the object store's reads.
+// A record in neither is an error wrapping [capsule.ErrArtifactGone] and
+// jetstream.ErrObjectNotFound.
+func (s *Artifacts) Bytes(ctx context.Context, ref string) ([]byte, error) {
+	name := strings.TrimPrefix(ref, "artifact:")
+	if s.recordReader != nil && jspub.ValidKey(name) {
+		b, _, err := s.recordReader.Get(ctx, name)
+		if err == nil {
+			return b, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("get artifact %s: %w", ref, err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, artifactReadTimeout)
 	defer cancel()
-	b, err := s.os.GetBytes(ctx, strings.TrimPrefix(ref, "artifact:"))
+	b, err := s.os.GetBytes(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return a, fmt.Errorf("get artifact %s: %w: %w", ref, capsule.ErrArtifactGone, err)
+		return nil, fmt.Errorf("get artifact %s: %w: %w", ref, capsule.ErrArtifactGone, err)
 	}
 	if err != nil {
-		return a, fmt.Errorf("get artifact %s: %w", ref, err)
+		return nil, fmt.Errorf("get artifact %s: %w", ref, err)
 	}
+	return b, nil
+}
+
+// errArtifactNamesOther: a stored record that names another artifact than
+// the ref it was read under. Only sagad writes records, under their own
+// ref's name; this holds a record to its key all the same (no bytes read
+// from NATS are trusted).
+var errArtifactNamesOther = errors.New("the record names another artifact")
+
+// decodeArtifact decodes the stored record b of ref (either form: the
+// bytes are the same) and checks it is ref's.
+func decodeArtifact(ref string, b []byte) (capsule.Artifact, error) {
+	var a capsule.Artifact
 	if err := json.Unmarshal(b, &a); err != nil {
-		return a, fmt.Errorf("decode artifact %s: %w", ref, err)
+		return capsule.Artifact{}, fmt.Errorf("decode artifact %s: %w", ref, err)
+	}
+	if a.Ref != ref {
+		return capsule.Artifact{}, fmt.Errorf("decode artifact %s: %w (%q)", ref, errArtifactNamesOther, a.Ref)
 	}
 	return a, nil
 }
 
+// Lookup returns the artifact of capsuleID's cycle; found is false when it
+// is not, or no longer, stored.
 func (s *Artifacts) Lookup(ctx context.Context, capsuleID string, cycle int) (capsule.Artifact, bool, error) {
 	a, err := s.Get(ctx, ArtifactRef(capsuleID, cycle))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -362,4 +488,24 @@ func (s *Artifacts) Lookup(ctx context.Context, capsuleID string, cycle int) (ca
 		return a, false, err
 	}
 	return a, true, nil
+}
+
+// exists says ref's record is stored, in either form, without reading an
+// object's chunks.
+func (s *Artifacts) exists(ctx context.Context, ref string) (bool, error) {
+	name := strings.TrimPrefix(ref, "artifact:")
+	if s.recordReader != nil && jspub.ValidKey(name) {
+		_, _, err := s.recordReader.Get(ctx, name)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return false, err
+		}
+	}
+	_, err := s.os.GetInfo(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }

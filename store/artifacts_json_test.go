@@ -169,10 +169,11 @@ func BenchmarkArtifactJSON(b *testing.B) {
 	})
 }
 
-// TestArtifactPutMessages reads back the messages Put wrote, from pooled
+// TestArtifactPutMessages reads back the messages Put wrote as objects (a
+// store with no records bucket writes every record as one), from pooled
 // messages one after another: every chunk without headers, the chunks
 // together json.Marshal's bytes, and the metadata with the rollup header
-// alone.
+// alone. TestArtifactRecordMessages does the same for records.
 func TestArtifactPutMessages(t *testing.T) {
 	t.Parallel()
 	s := natstest.RunServer(t)
@@ -180,7 +181,7 @@ func TestArtifactPutMessages(t *testing.T) {
 	ctx := context.Background()
 	st, err := ensureTopology(ctx, js, Topology{}.withDefaults())
 	require.NoError(t, err)
-	w := newArtifactStore(st.artifacts, js)
+	w := newArtifactStore(st.artifacts, nil, js)
 	var want []string // each artifact's bytes, in order
 	for i, size := range []int{10, 2*maxChunk + 5, 0, 7} {
 		a := capsule.Artifact{
@@ -253,8 +254,8 @@ func BenchmarkArtifactMsgs(b *testing.B) {
 }
 
 // TestArtifactPutsConcurrent: puts at once, each from a recycled buffer,
-// every artifact read back from the object store as it was put (run with
-// -race).
+// every artifact read back as it was put (run with -race), both as objects
+// (a store with no records bucket) and as records.
 func TestArtifactPutsConcurrent(t *testing.T) {
 	t.Parallel()
 	s := natstest.RunServer(t)
@@ -262,37 +263,42 @@ func TestArtifactPutsConcurrent(t *testing.T) {
 	ctx := context.Background()
 	st, err := ensureTopology(ctx, js, Topology{}.withDefaults())
 	require.NoError(t, err)
-	w := newArtifactStore(st.artifacts, js)
-	artifact := func(g, i int) capsule.Artifact {
+	artifact := func(form, g, i int) capsule.Artifact {
 		return capsule.Artifact{
-			SchemaVersion: "1.0", CapsuleID: fmt.Sprintf("01J0000000000000000000000%d", g), ProducerAgentID: "agent", Cycle: i + 1,
+			SchemaVersion: "1.0", CapsuleID: fmt.Sprintf("01J000000000000000000000%d%d", form, g), ProducerAgentID: "agent", Cycle: i + 1,
 			MediaType: "application/json", Content: []byte(fmt.Sprintf(`{"g": %d, "i": %d, "pad": "%s"}`, g, i, strings.Repeat("z", 50*i))),
 			Usage: capsule.Usage{Tokens: int64(i), Dollars: float64(g) / 100}, CreatedAt: time.Unix(int64(1e9+i), int64(g)).UTC(),
 		}
 	}
-	var wg sync.WaitGroup
-	for g := range 6 {
-		wg.Go(func() {
-			for i := range 20 {
-				if _, err := w.Put(ctx, artifact(g, i)); err != nil {
-					t.Error(err)
+	for form, records := range []jetstream.KeyValue{nil, st.artifactRecords} {
+		w := newArtifactStore(st.artifacts, records, js)
+		var wg sync.WaitGroup
+		for g := range 6 {
+			wg.Go(func() {
+				for i := range 20 {
+					if _, err := w.Put(ctx, artifact(form, g, i)); err != nil {
+						t.Error(err)
+					}
 				}
+			})
+		}
+		wg.Wait()
+		r := newArtifactStore(st.artifacts, st.artifactRecords, js) // no in-process copies: reads JetStream
+		for g := range 6 {
+			for i := range 20 {
+				want := artifact(form, g, i)
+				want.Ref = ArtifactRef(want.CapsuleID, want.Cycle)
+				wantJSON, err := json.Marshal(want)
+				require.NoError(t, err)
+				got, err := r.Get(ctx, want.Ref)
+				require.NoError(t, err)
+				gotJSON, err := json.Marshal(got)
+				require.NoError(t, err)
+				require.Equal(t, string(wantJSON), string(gotJSON))
 			}
-		})
-	}
-	wg.Wait()
-	r := newArtifactStore(st.artifacts, js) // no in-process copies: reads the object store
-	for g := range 6 {
-		for i := range 20 {
-			want := artifact(g, i)
-			want.Ref = ArtifactRef(want.CapsuleID, want.Cycle)
-			wantJSON, err := json.Marshal(want)
-			require.NoError(t, err)
-			got, err := r.Get(ctx, want.Ref)
-			require.NoError(t, err)
-			gotJSON, err := json.Marshal(got)
-			require.NoError(t, err)
-			require.Equal(t, string(wantJSON), string(gotJSON))
 		}
 	}
+	kv, err := js.Stream(ctx, "KV_"+ArtifactRecordsBucket)
+	require.NoError(t, err)
+	require.Equal(t, uint64(6*20), kv.CachedInfo().State.Msgs, "the second form's, one message each")
 }

@@ -12,9 +12,11 @@ import (
 	"github.com/sagad/sagad/internal/natstest"
 )
 
-// TestArtifactPutReadsBackWithTheObjectStoreClient: artifacts are written in
-// the object store's format by hand; the nats.go object store client must
-// read them back intact (its digest check included), small and multi-chunk.
+// TestArtifactPutReadsBackWithTheObjectStoreClient: artifacts stored as
+// objects are written in the object store's format by hand; the nats.go
+// object store client must read them back intact (its digest check
+// included), small and multi-chunk. (A store with no records bucket writes
+// every record as an object, as over an older sagad's topology.)
 func TestArtifactPutReadsBackWithTheObjectStoreClient(t *testing.T) {
 	t.Parallel()
 	s := natstest.RunServer(t)
@@ -22,7 +24,7 @@ func TestArtifactPutReadsBackWithTheObjectStoreClient(t *testing.T) {
 	ctx := context.Background()
 	st, err := ensureTopology(ctx, js, Topology{}.withDefaults())
 	require.NoError(t, err)
-	w := newArtifactStore(st.artifacts, js)
+	w := newArtifactStore(st.artifacts, nil, js)
 	for _, size := range []int{10, 3 * maxChunk} {
 		a := capsule.Artifact{
 			SchemaVersion: "1.0", CapsuleID: "01J00000000000000000000000", ProducerAgentID: "agent", Cycle: size,
@@ -31,7 +33,7 @@ func TestArtifactPutReadsBackWithTheObjectStoreClient(t *testing.T) {
 		ref, err := w.Put(ctx, a)
 		require.NoError(t, err)
 		// A fresh store has no in-process copy: this reads the object store.
-		got, err := newArtifactStore(st.artifacts, js).Get(ctx, ref)
+		got, err := newArtifactStore(st.artifacts, st.artifactRecords, js).Get(ctx, ref) // and a record's reader finds it
 		require.NoError(t, err)
 		require.JSONEq(t, string(a.Content), string(got.Content))
 		info, err := st.artifacts.GetInfo(ctx, strings.TrimPrefix(ref, "artifact:"))
@@ -48,7 +50,7 @@ func TestArtifactPutReadsBackWithTheObjectStoreClient(t *testing.T) {
 // place and is not counted twice.
 func TestArtifactsKeepTheNewest(t *testing.T) {
 	t.Parallel()
-	s := newArtifactStore(nil, nil)
+	s := newArtifactStore(nil, nil, nil)
 	put := func(i int) {
 		s.remember(capsule.Artifact{Ref: ArtifactRef("c", i), Cycle: i})
 	}
@@ -71,7 +73,7 @@ func TestArtifactsKeepTheNewest(t *testing.T) {
 // larger.
 func TestArtifactsBoundedInBytes(t *testing.T) {
 	t.Parallel()
-	s := newArtifactStore(nil, nil)
+	s := newArtifactStore(nil, nil, nil)
 	big := func(i, size int) capsule.Artifact {
 		return capsule.Artifact{Ref: ArtifactRef("c", i), Content: make([]byte, size)}
 	}

@@ -23,7 +23,8 @@
 //	capsules as received      KV SAGA_CAPSULES      <key>
 //	locks, budgets            KV SAGA_LOCKS, SAGA_BUDGETS (packages locks, budget)
 //	compositions              KV SAGA_CHAINS        <sha256(chain_id)[:20] hex>.<producer or "-"> (package compose)
-//	artifacts                 object store SAGA_ARTIFACTS  <capsule_id>/<cycle>, ref "artifact:<capsule_id>/<cycle>"
+//	artifacts                 KV SAGA_ARTIFACT_RECORDS     <capsule_id>/<cycle>, ref "artifact:<capsule_id>/<cycle>" (a record up to 128 KiB)
+//	                          object store SAGA_ARTIFACTS  <capsule_id>/<cycle> (a larger one, or one an older sagad wrote)
 //
 // The key of a capsule is its capsule_id. Bytes that cannot be read as a
 // capsule with a usable id (not JSON, schema-invalid, oversized, unknown

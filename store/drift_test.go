@@ -32,6 +32,7 @@ func TestEnsureRefusesDrift(t *testing.T) {
 	require.True(t, errors.As(err, &drift), "%v", err)
 	require.ErrorContains(t, err, "stream SAGA_EVENTS: max age 1h0m0s, asked 2h0m0s (start with --retention 1h0m0s, or --migrate to change it)")
 	require.ErrorContains(t, err, "object store SAGA_ARTIFACTS: ttl 1h0m0s, asked 2h0m0s (start with --retention 1h0m0s")
+	require.ErrorContains(t, err, "bucket SAGA_ARTIFACT_RECORDS: ttl 1h0m0s, asked 2h0m0s (start with --retention 1h0m0s")
 	for _, c := range drift.Changes {
 		require.Equal(t, "--retention 1h0m0s", c.Flag, "only what the retention sets differs: %s", c)
 	}

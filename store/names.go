@@ -23,6 +23,10 @@ const (
 	ContinuationsBucket = "SAGA_CONTINUATIONS"
 	CapsulesBucket      = "SAGA_CAPSULES"
 	ArtifactsBucket     = "SAGA_ARTIFACTS"
+	// ArtifactRecordsBucket holds the artifact records that fit one message
+	// (up to 128 KiB), one put each; larger ones are objects of
+	// ArtifactsBucket (see [Artifacts]).
+	ArtifactRecordsBucket = "SAGA_ARTIFACT_RECORDS"
 )
 
 // RetentionMetadata is the SAGA_CHECKPOINTS bucket metadata key that holds

@@ -269,6 +269,11 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if st.artifacts, err = js.ObjectStore(ctx, ArtifactsBucket); err != nil {
 		return nil, fmt.Errorf("object store %s: %w", ArtifactsBucket, err)
 	}
+	// A topology an older sagad made has no records bucket: every record
+	// is then an object, written and read as such.
+	if st.artifactRecords, err = js.KeyValue(ctx, ArtifactRecordsBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("bucket %s: %w", ArtifactRecordsBucket, err)
+	}
 	if st.chains, err = js.KeyValue(ctx, CompositionsBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("bucket %s: %w", CompositionsBucket, err)
 	}
@@ -295,7 +300,7 @@ func newStore(js jetstream.JetStream, st *stores, lm *locks.Manager, bt *budget.
 		js:             js,
 		Checkpoints:    &Checkpoints{kv: st.checkpoints, js: js, ttl: retention},
 		Continuations:  &Continuations{kv: st.continuations},
-		Artifacts:      newArtifactStore(st.artifacts, js),
+		Artifacts:      newArtifactStore(st.artifacts, st.artifactRecords, js),
 		Locks:          lm,
 		Budgets:        bt,
 		Cache:          newCache(retention, nil),
@@ -320,7 +325,7 @@ func (s *Store) Retention() time.Duration { return s.retention }
 // Resolver tells whether context refs and targets exist (REALITY_ANCHOR),
 // under workspace for file: refs.
 func (s *Store) Resolver() *Resolver {
-	return &Resolver{checkpoints: s.Checkpoints, workspace: s.workspace, js: s.js, artifacts: s.artifacts, allowed: s.kvBuckets}
+	return &Resolver{checkpoints: s.Checkpoints, workspace: s.workspace, js: s.js, artifacts: s.Artifacts, allowed: s.kvBuckets}
 }
 
 // ResolveFinal turns artifact:<capsule_id>/final into the ref of that

@@ -32,7 +32,7 @@ type Resolver struct {
 	checkpoints *Checkpoints
 	workspace   string
 	js          jetstream.JetStream
-	artifacts   jetstream.ObjectStore
+	artifacts   *Artifacts
 	// allowed lists the buckets kv: refs may name.
 	allowed map[string]bool
 
@@ -123,11 +123,7 @@ func (r *Resolver) Exists(ctx context.Context, ref string) (bool, error) {
 			}
 			rest = strings.TrimPrefix(final, "artifact:")
 		}
-		_, err := r.artifacts.GetInfo(ctx, rest)
-		if errors.Is(err, jetstream.ErrObjectNotFound) {
-			return false, nil
-		}
-		return err == nil, err
+		return r.artifacts.exists(ctx, "artifact:"+rest)
 	}
 	return false, nil
 }

@@ -50,7 +50,7 @@ func TestRetentionForgetsEndedCapsules(t *testing.T) {
 			// Only the waiting capsule's checkpoint and bytes; artifacts go
 			// a retention after they were written.
 			subjects("KV_"+store.CheckpointsBucket) == 1 && subjects("KV_"+store.CapsulesBucket) == 1 &&
-			subjects("OBJ_"+store.ArtifactsBucket) == 0
+			subjects("OBJ_"+store.ArtifactsBucket) == 0 && subjects("KV_"+store.ArtifactRecordsBucket) == 0
 	}, "ended capsules never forgotten")
 	f.RequireOutcomes(t, 2, "outcomes are kept")
 	a := f.Admin(t)

@@ -145,6 +145,13 @@ func ensureTopology(ctx context.Context, js jetstream.JetStream, cfg Topology) (
 	}); err != nil {
 		return nil, fmt.Errorf("object store %s: %w", ArtifactsBucket, err)
 	}
+	// The object store's settings: a record is kept as long in either form.
+	if s.artifactRecords, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: ArtifactRecordsBucket, Description: "sagad: artifact records of one message per capsule and cycle",
+		Storage: cfg.Storage, Replicas: cfg.Replicas, History: 1, TTL: cfg.Retention,
+	}); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", ArtifactRecordsBucket, err)
+	}
 	return &s, nil
 }
 
@@ -156,5 +163,7 @@ type stores struct {
 	capsulesStream jetstream.Stream
 	continuations  jetstream.KeyValue
 	artifacts      jetstream.ObjectStore
-	chains         jetstream.KeyValue
+	// artifactRecords is nil in a store Opened over an older topology.
+	artifactRecords jetstream.KeyValue
+	chains          jetstream.KeyValue
 }

@@ -15,7 +15,7 @@ import (
 func (s *Store) setWrites(w *jspub.Writes) {
 	s.Checkpoints.w = w.On(CheckpointsBucket)
 	s.Continuations.w = w.On(ContinuationsBucket)
-	s.Artifacts.w = w.On(ArtifactsBucket)
+	s.Artifacts.setWrites(w)
 	// By target name, and by the exact subjects of the phase streams: a
 	// phase message's policy is found without building a name per write.
 	s.to = map[string]*jspub.Writes{"": w}

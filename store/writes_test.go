@@ -31,5 +31,6 @@ func TestWritesTargets(t *testing.T) {
 	require.Equal(t, CheckpointsBucket, s.Checkpoints.w.Target)
 	require.Equal(t, ContinuationsBucket, s.Continuations.w.Target)
 	require.Equal(t, ArtifactsBucket, s.Artifacts.w.Target)
+	require.Equal(t, ArtifactRecordsBucket, s.Artifacts.recordW.Target)
 	require.Equal(t, CapsulesBucket, s.writesTo(CapsulesBucket).Target)
 }

@@ -115,9 +115,9 @@ func revision(t *testing.T, s *server.Server, id string, pad int, via string) {
 	require.NoError(t, err)
 	wait(capsule.WaitingForOperator)
 
-	objs, err := js.ObjectStore(ctx, store.ArtifactsBucket)
+	st, err := store.Open(ctx, js)
 	require.NoError(t, err)
-	b, err = objs.GetBytes(ctx, id+"/2")
+	b, err = st.Artifacts.Bytes(ctx, store.ArtifactRef(id, 2))
 	require.NoError(t, err)
 	var rec capsule.Artifact
 	require.NoError(t, json.Unmarshal(b, &rec))

@@ -192,9 +192,9 @@ func endToEnd(t *testing.T, s *server.Server) {
 	require.Equal(t, 1, st.CyclesUsed)
 
 	// The artifact is the Node worker's.
-	obj, err := js.ObjectStore(ctx, store.ArtifactsBucket)
+	kept, err := store.Open(ctx, js)
 	require.NoError(t, err)
-	b, err = obj.GetBytes(ctx, c.CapsuleID+"/1")
+	b, err = kept.Artifacts.Bytes(ctx, store.ArtifactRef(c.CapsuleID, 1))
 	require.NoError(t, err)
 	require.NoError(t, schemas.Validate(schemas.Artifact, b))
 	var art capsule.Artifact

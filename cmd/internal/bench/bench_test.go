@@ -126,7 +126,7 @@ func TestSmoke(t *testing.T) {
 	// within a few bytes (times and counters vary in length). A floor
 	// lighter than sagad's requests would make sagad's logic look dearer.
 	sagadOp := strings.NewReplacer(floorCP, "SAGA_CHECKPOINTS", floorLocks, "SAGA_LOCKS", floorCapsules, "SAGA_CAPSULES",
-		floorObjects, "SAGA_ARTIFACTS", floorOutSubj, "outcome", "bench.floor.", "saga.phase.")
+		floorArtifacts, "SAGA_ARTIFACT_RECORDS", floorOutSubj, "outcome", "bench.floor.", "saga.phase.")
 	for op, fb := range floor.Bytes {
 		if strings.HasPrefix(op, "ack ") || strings.HasPrefix(op, "get ") {
 			continue

@@ -24,8 +24,7 @@ const (
 	floorCP        = "BENCH_FLOOR_CHECKPOINTS"
 	floorLocks     = "BENCH_FLOOR_LOCKS"
 	floorTargets   = "BENCH_FLOOR_TARGETS"
-	floorObjects   = "BENCH_FLOOR_OBJECTS"
-	floorObjSubj   = "bench.floor.obj."
+	floorArtifacts = "BENCH_FLOOR_ARTIFACTS"
 	floorOutStream = "BENCH_FLOOR_OUT"
 	floorOutSubj   = "bench.floor.out"
 	// headerRev carries the checkpoint's KV revision from stage to stage,
@@ -48,13 +47,15 @@ var floorCheckpointSizes = [...]int{599, 641, 696, 738, 990, 963, 1171, 1157, 12
 
 // Sizes of the other values sagad writes for a valid capsule.
 const (
-	floorLockSize  = 213
-	floorChunkSize = 541
-	floorMetaSize  = 268
+	floorLockSize = 213
+	// floorRecordSize is the artifact record's, one KV put (issue 36:
+	// before, an object store chunk of these bytes and its 268-byte
+	// metadata).
+	floorRecordSize = 541
 )
 
 // floor is the saga floor: the relay's seven stages making, per stage, the
-// JetStream requests sagad makes for a valid capsule in that phase (21 in
+// JetStream requests sagad makes for a valid capsule in that phase (20 in
 // all, the same kinds, sizes, headers and order, made as sagad makes them:
 // writes through internal/jspub's Writes, reads as direct gets, each with
 // its deadline in the request), with none of its logic — no decoding, schema,
@@ -105,8 +106,6 @@ func newFloor(ctx context.Context, js jetstream.JetStream, workers, replicas int
 	}
 	for _, sc := range []jetstream.StreamConfig{
 		{Name: floorOutStream, Subjects: []string{floorOutSubj}, Storage: jetstream.FileStorage, Duplicates: dupWindow},
-		// Like an object store: chunks and metadata, the metadata rolled up.
-		{Name: floorObjects, Subjects: []string{floorObjSubj + ">"}, Storage: jetstream.FileStorage, AllowRollup: true, AllowDirect: true},
 	} {
 		sc.Replicas = replicas
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
@@ -123,6 +122,13 @@ func newFloor(ctx context.Context, js jetstream.JetStream, workers, replicas int
 			return nil, fmt.Errorf("floor: bucket %s: %w", b.name, err)
 		}
 		*b.kv = kv
+	}
+	// The artifact records' bucket, as sagad's: history 1, kept for the
+	// retention.
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: floorArtifacts, Storage: jetstream.FileStorage, Replicas: replicas, History: 1, TTL: floorRetention,
+	}); err != nil {
+		return nil, fmt.Errorf("floor: bucket %s: %w", floorArtifacts, err)
 	}
 	if _, err := f.targets.Put(ctx, "t", []byte("target")); err != nil {
 		return nil, fmt.Errorf("floor: target: %w", err)
@@ -182,14 +188,11 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 		if rev, err = cp(4, rev, 0); err != nil {
 			return err
 		}
-		// The chunk, then the metadata, as sagad writes them.
-		chunk, meta := nats.NewMsg(floorObjSubj+"C."+id), nats.NewMsg(floorObjSubj+"M."+id)
-		chunk.Data, meta.Data = pad(floorChunkSize, id), pad(floorMetaSize, id)
-		meta.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-		for _, m := range []*nats.Msg{chunk, meta} {
-			if _, err := f.w.Publish(ctx, f.nc, m); err != nil {
-				return err
-			}
+		// The artifact's record, one put as sagad writes it.
+		record := nats.NewMsg("$KV." + floorArtifacts + "." + id + "/1")
+		record.Data = pad(floorRecordSize, id)
+		if _, err := f.w.Publish(ctx, f.nc, record); err != nil {
+			return err
 		}
 		if rev, err = cp(5, rev, 0); err != nil {
 			return err

@@ -225,8 +225,6 @@ func classify(m *nats.Msg) (string, opKind) {
 		return "publish event", kindOf(m)
 	case strings.HasPrefix(subj, "saga.outcome."):
 		return "publish outcome", kindOf(m)
-	case strings.HasPrefix(subj, floorObjSubj) && len(tok) > 3:
-		return "object " + map[string]string{"C": "chunk", "M": "meta"}[tok[3]] + " " + floorObjects, kindOf(m)
 	case strings.HasPrefix(subj, "bench.relay."), strings.HasPrefix(subj, "bench.floor."):
 		return "publish " + subj, kindOf(m)
 	}

@@ -150,6 +150,11 @@ func TestRolesStayInTheirLane(t *testing.T) {
 		"$JS.ACK." + phase4 + "." + store.ConsumerName(capsule.Execution) + ".1.1.1.1.0",
 		"$KV." + store.CheckpointsBucket + ".x",
 		"$KV." + store.CapsulesBucket + ".x",
+		// An artifact's record: the content a worker may read only through
+		// saga.artifacts.get, with its call's token.
+		"$JS.API.DIRECT.GET.KV_" + store.ArtifactRecordsBucket + ".$KV." + store.ArtifactRecordsBucket + ".x/1",
+		"$JS.API.STREAM.MSG.GET.KV_" + store.ArtifactRecordsBucket,
+		"$KV." + store.ArtifactRecordsBucket + ".x/1",
 		"saga.phase.4", "saga.events.x", "saga.outcome.completed",
 	}
 	for _, tt := range []struct {

@@ -226,6 +226,7 @@ func TestAttackAckRedirect(t *testing.T) {
 		{"KV_SAGA_BUDGETS", "$KV.SAGA_BUDGETS.wave.w1"},
 		{"KV_SAGA_LOCKS", "$KV.SAGA_LOCKS.README-md"},
 		{"OBJ_" + store.ArtifactsBucket, "$O." + store.ArtifactsBucket + ".M.eA"},
+		{"KV_" + store.ArtifactRecordsBucket, "$KV." + store.ArtifactRecordsBucket + ".x-forged/1"},
 	}
 	var subs []*nats.Subscription
 	for _, tt := range targets {

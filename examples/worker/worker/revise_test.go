@@ -117,9 +117,9 @@ func waitState(t *testing.T, cl *client.Client, id string, want capsule.State) c
 func demoArtifact(t *testing.T, js jetstream.JetStream, id string, cycle int) worker.Artifact {
 	t.Helper()
 	ctx := context.Background()
-	os, err := js.ObjectStore(ctx, store.ArtifactsBucket)
+	st, err := store.Open(ctx, js)
 	require.NoError(t, err)
-	b, err := os.GetBytes(ctx, id+"/"+string(rune('0'+cycle)))
+	b, err := st.Artifacts.Bytes(ctx, store.ArtifactRef(id, cycle))
 	require.NoError(t, err)
 	var rec capsule.Artifact
 	require.NoError(t, json.Unmarshal(b, &rec))

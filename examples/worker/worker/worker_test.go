@@ -130,9 +130,9 @@ func demoEndToEnd(t *testing.T, async bool) {
 	require.Equal(t, 1, st.CyclesUsed)
 
 	// The artifact is the worker's.
-	store, err := js.ObjectStore(ctx, store.ArtifactsBucket)
+	kept, err := store.Open(ctx, js)
 	require.NoError(t, err)
-	b, err = store.GetBytes(ctx, c.CapsuleID+"/1")
+	b, err = kept.Artifacts.Bytes(ctx, store.ArtifactRef(c.CapsuleID, 1))
 	require.NoError(t, err)
 	require.NoError(t, schemas.Validate(schemas.Artifact, b))
 	var art capsule.Artifact
