@@ -1,0 +1,157 @@
+package pipeline
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/machine"
+	"github.com/sagad/sagad/phases"
+	"github.com/sagad/sagad/store"
+)
+
+// REVIEW's claim taken by EXECUTION's result write (issue 36). REVIEW
+// claimed its cycle with a compare-and-set of its own before calling the
+// reviewer: one sequential write per cycle. EXECUTION's result write,
+// made just before by the delivery that then sends the REVIEW message,
+// takes that claim instead (machine.Decide.Then), for a holder the message
+// names (store.HeaderClaim); that message's first delivery adopts it and
+// calls the reviewer without writing. What holds:
+//
+//   - Nothing is reviewed twice. The claim's holder is a fresh token per
+//     write, and only the writer sends a message naming it, with one
+//     publish (retried only when no stream answered, when nothing was
+//     stored): at most one stored message names it, and only its first
+//     delivery (NumDelivered 1) adopts. Every other delivery — a
+//     redelivery, a re-emit by a stale EXECUTION message, the rescuer's,
+//     a resume's — claims by compare-and-set as before, so it respects a
+//     live claim of the adopter and takes a lapsed one over.
+//   - A copy of that message made after the fact (by hand, with sagad's
+//     own credentials: no other account publishes on saga.phase.*) cannot
+//     adopt: a claim renewed since it was written is not adopted, and a
+//     message stored outside [written - claimSkew, written + lease] is no
+//     message the writer sent (a copy past the stream's duplicate window).
+//   - Nothing waits longer than before. The adopter calls at once on any
+//     sagad; a claim older than half its lease (the message waited in the
+//     queue) is renewed with a write first, as its holder, before the call.
+//     An adopter that ends without calling (a retry before its call, the
+//     capsule paused meanwhile) lets the claim lapse at once with a write,
+//     so the next delivery need not wait for the lease.
+//   - A person's pause holds: no claim is taken into a REVIEW this process
+//     knows is paused (pauseView) or for a capsule paused, parked or
+//     ended; a pause made afterwards finds a claim held, as it would have
+//     had REVIEW started at once.
+//   - NoDefer keeps the claim write of its own (the routine this replaces).
+
+// claimSkew is the clock skew an adopted claim tolerates between the sagad
+// that wrote it and the server that stored the message naming it.
+const claimSkew = 2 * time.Second
+
+// preclaim makes this EXECUTION attempt's result write take REVIEW's claim
+// of the cycle (txn.then) when decision d advances into a REVIEW not known
+// paused; the machine takes it only if the capsule goes on in progress
+// there.
+func (r *run) preclaim(d phases.Decision) {
+	if r.ph != capsule.Execution || r.p.cfg.NoDefer || d.Action != phases.Advance || d.Trigger != "" || d.Wait ||
+		r.p.pauses.isPaused(capsule.ReviewPhase) {
+		return
+	}
+	r.t.then = r.p.runToken()
+}
+
+// preclaimed is the claim the write of cp took for the next phase's
+// message, nil if it took none.
+func (t *txn) preclaimed(cp *capsule.Checkpoint) *capsule.ExecutionClaim {
+	if ex := cp.State.Execution; t.then != "" && ex != nil && ex.Holder == t.then {
+		return ex
+	}
+	return nil
+}
+
+// adoptable reports whether this delivery of a REVIEW message may hold
+// the claim c it names: its first delivery, of the message the claim's
+// writer sent, while the checkpoint holds that claim as written.
+func (r *run) adoptable(c *store.Claimed, md *jetstream.MsgMetadata, mdErr error) bool {
+	if c == nil || mdErr != nil || md.NumDelivered != 1 || r.ph != capsule.ReviewPhase || r.p.cfg.NoDefer {
+		return false
+	}
+	cp := r.t.view()
+	ex := cp.State.Execution
+	if !machine.Current(cp, r.ph, r.cycle) || ex == nil || ex.Cycle != r.cycle || ex.Holder != c.Holder || !ex.ExpiresAt.Equal(c.ExpiresAt) {
+		return false
+	}
+	written := ex.ExpiresAt.Add(-r.p.cfg.ClaimLease)
+	return !md.Timestamp.Before(written.Add(-claimSkew)) && !md.Timestamp.After(written.Add(r.p.cfg.ClaimLease+claimSkew))
+}
+
+// adopt makes this delivery the holder of the claim its message names
+// (adoptable): its claim (run.Claim) then writes nothing while the claim
+// is young, and everything it records is recorded as that holder.
+func (r *run) adopt(c *store.Claimed) {
+	r.t.token = c.Holder
+	r.adopted = c
+}
+
+// claimAdopted takes the adopted claim as this delivery's: without a
+// write while it is younger than half its lease (it cannot have lapsed,
+// and the heartbeat renews it before it does, as any claim's), else by
+// the compare-and-set of a claim, as its holder. ok false: nothing
+// adopted.
+func (r *run) claimAdopted(ctx context.Context) (ok bool, err error) {
+	c := r.adopted
+	if c == nil {
+		return false, nil
+	}
+	r.adopted = nil
+	written := c.ExpiresAt.Add(-r.p.cfg.ClaimLease)
+	if r.p.cfg.Now().Sub(written) >= r.p.cfg.ClaimLease/2 {
+		return false, nil
+	}
+	r.t.claimedNano.Store(written.UnixNano())
+	r.t.claimed.Store(true)
+	return true, nil
+}
+
+// releaseAdopted lets the claim this delivery adopted and never used lapse
+// now (the attempt ends without calling the reviewer): the next delivery
+// then claims at once instead of waiting for the lease. A failure leaves
+// the claim to lapse by itself.
+func (r *run) releaseAdopted(ctx context.Context) {
+	c := r.adopted
+	if c == nil || r.t.claimed.Load() {
+		return
+	}
+	r.adopted = nil
+	r.t.releaseClaim(ctx, r.cycle, c.Holder)
+}
+
+// releaseClaim ends holder's claim on cycle now, if the checkpoint still
+// holds it (a lapsed claim is taken over by the next claim).
+func (t *txn) releaseClaim(ctx context.Context, cycle int, holder string) {
+	if _, err := t.apply(ctx, machine.Renew{Cycle: cycle, Holder: holder, ExpiresAt: t.p.cfg.Now()}, reapply); err != nil {
+		t.p.log.Debug("release an adopted claim", "key", t.key, "cycle", cycle, "error", err)
+	}
+}
+
+// releaseParked lets the claim the message names lapse when its first
+// delivery finds the capsule paused at REVIEW before the claim was used
+// (a person paused it after EXECUTION's write): the resume's message then
+// claims at once.
+func (r *run) releaseParked(ctx context.Context, c *store.Claimed) {
+	if c == nil || r.ph != capsule.ReviewPhase || r.p.cfg.NoDefer {
+		return
+	}
+	md, err := r.msg.Metadata()
+	if err != nil || md.NumDelivered != 1 {
+		return
+	}
+	cp := r.t.view()
+	st, ex := cp.State, cp.State.Execution
+	if st.Status != capsule.Paused || st.Phase != r.ph || st.Cycle != r.cycle || ex == nil || ex.Cycle != r.cycle ||
+		ex.Holder != c.Holder || !ex.ExpiresAt.Equal(c.ExpiresAt) || !r.p.cfg.Now().Before(ex.ExpiresAt) {
+		return
+	}
+	r.t.releaseClaim(ctx, r.cycle, c.Holder)
+}
