@@ -94,24 +94,24 @@ func (r *run) adopt(c *store.Claimed) {
 	r.adopted = c
 }
 
-// claimAdopted takes the adopted claim as this delivery's: without a
-// write while it is younger than half its lease (it cannot have lapsed,
-// and the heartbeat renews it before it does, as any claim's), else by
-// the compare-and-set of a claim, as its holder. ok false: nothing
-// adopted.
-func (r *run) claimAdopted(ctx context.Context) (ok bool, err error) {
+// claimAdopted takes the adopted claim as this delivery's without a
+// write while it is younger than half its lease: it cannot have lapsed,
+// and the heartbeat renews it before it does, as any claim's. false: the
+// caller claims by compare-and-set (as the adopted claim's holder, if it
+// adopted one: the claim is then renewed before the call).
+func (r *run) claimAdopted() bool {
 	c := r.adopted
 	if c == nil {
-		return false, nil
+		return false
 	}
 	r.adopted = nil
 	written := c.ExpiresAt.Add(-r.p.cfg.ClaimLease)
 	if r.p.cfg.Now().Sub(written) >= r.p.cfg.ClaimLease/2 {
-		return false, nil
+		return false
 	}
 	r.t.claimedNano.Store(written.UnixNano())
 	r.t.claimed.Store(true)
-	return true, nil
+	return true
 }
 
 // releaseAdopted lets the claim this delivery adopted and never used lapse

@@ -408,8 +408,8 @@ func (r *run) RecordAttempt(ctx context.Context, ev machine.RecordAttempt) error
 // executor calls made under it carry it, and a child capsule they publish
 // presents it (phases.Holder).
 func (r *run) Claim(ctx context.Context) error {
-	if ok, err := r.claimAdopted(ctx); ok || err != nil {
-		return err
+	if r.claimAdopted() {
+		return nil
 	}
 	tok, err := executors.NewCompletionToken()
 	if err != nil {
