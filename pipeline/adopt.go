@@ -28,15 +28,17 @@ import (
 //     redelivery, a re-emit by a stale EXECUTION message, the rescuer's,
 //     a resume's — claims by compare-and-set as before, so it respects a
 //     live claim of the adopter and takes a lapsed one over.
-//   - A copy of that message made after the fact (by hand, with sagad's
-//     own credentials: no other account publishes on saga.phase.*) cannot
-//     adopt: a claim renewed since it was written is not adopted, and a
-//     message stored outside [written - claimSkew, written + lease] is no
-//     message the writer sent (a copy past the stream's duplicate window).
+//   - A copy of that message made after the fact (only sagad's own
+//     account publishes on saga.phase.*) adopts only while the claim is
+//     as written and the copy was stored within the lease after the
+//     write: never once the adopter renewed the claim (its first
+//     heartbeat), never past the stream's duplicate window. A copy made by
+//     hand within the adopter's first heartbeat could call the reviewer a
+//     second time (its result still recorded once); sagad makes none.
 //   - Nothing waits longer than before. The adopter calls at once on any
-//     sagad; a claim older than half its lease (the message waited in the
-//     queue) is renewed with a write first, as its holder, before the call.
-//     An adopter that ends without calling (a retry before its call, the
+//     sagad; a claim older than a third of its lease (the message waited
+//     in a queue) is renewed with a write first, as its holder. An
+//     adopter that ends without calling (a retry before its call, the
 //     capsule paused meanwhile) lets the claim lapse at once with a write,
 //     so the next delivery need not wait for the lease.
 //   - A person's pause holds: no claim is taken into a REVIEW this process
@@ -95,10 +97,12 @@ func (r *run) adopt(c *store.Claimed) {
 }
 
 // claimAdopted takes the adopted claim as this delivery's without a
-// write while it is younger than half its lease: it cannot have lapsed,
-// and the heartbeat renews it before it does, as any claim's. false: the
-// caller claims by compare-and-set (as the adopted claim's holder, if it
-// adopted one: the claim is then renewed before the call).
+// write while it is younger than a third of its lease (a Heartbeat by
+// default): the heartbeat's first renewal, at most a Heartbeat after the
+// attempt started, then comes with at least a third of the lease left,
+// where a claim written at the start had two. false: the caller claims
+// by compare-and-set (as the adopted claim's holder, if it adopted one:
+// the claim is then renewed before the call).
 func (r *run) claimAdopted() bool {
 	c := r.adopted
 	if c == nil {
@@ -106,7 +110,7 @@ func (r *run) claimAdopted() bool {
 	}
 	r.adopted = nil
 	written := c.ExpiresAt.Add(-r.p.cfg.ClaimLease)
-	if r.p.cfg.Now().Sub(written) >= r.p.cfg.ClaimLease/2 {
+	if r.p.cfg.Now().Sub(written) >= r.p.cfg.ClaimLease/3 {
 		return false
 	}
 	r.t.claimedNano.Store(written.UnixNano())
