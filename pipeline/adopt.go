@@ -73,15 +73,24 @@ func (t *txn) preclaimed(cp *capsule.Checkpoint) *capsule.ExecutionClaim {
 }
 
 // adoptable reports whether this delivery of a REVIEW message may hold
-// the claim c it names: its first delivery, of the message the claim's
-// writer sent, while the checkpoint holds that claim as written.
+// the claim c it names: the message's first delivery, the capsule in
+// progress at REVIEW of its cycle, the claim as its writer took it.
 func (r *run) adoptable(c *store.Claimed, md *jetstream.MsgMetadata, mdErr error) bool {
+	cp := r.t.view()
+	return machine.Current(cp, r.ph, r.cycle) && r.asWritten(c, cp, md, mdErr)
+}
+
+// asWritten reports whether c, the claim this delivery's message names, is
+// the claim cp holds as its writer took it (not renewed or taken over
+// since), and this delivery the first of the message the writer sent: one
+// stored within the lease after the claim's write (a copy stored past the
+// stream's duplicate window is not).
+func (r *run) asWritten(c *store.Claimed, cp *capsule.Checkpoint, md *jetstream.MsgMetadata, mdErr error) bool {
 	if c == nil || mdErr != nil || md.NumDelivered != 1 || r.ph != capsule.ReviewPhase || r.p.cfg.NoDefer {
 		return false
 	}
-	cp := r.t.view()
 	ex := cp.State.Execution
-	if !machine.Current(cp, r.ph, r.cycle) || ex == nil || ex.Cycle != r.cycle || ex.Holder != c.Holder || !ex.ExpiresAt.Equal(c.ExpiresAt) {
+	if ex == nil || ex.Cycle != r.cycle || ex.Holder != c.Holder || !ex.ExpiresAt.Equal(c.ExpiresAt) {
 		return false
 	}
 	written := ex.ExpiresAt.Add(-r.p.cfg.ClaimLease)
@@ -144,17 +153,14 @@ func (t *txn) releaseClaim(ctx context.Context, cycle int, holder string) {
 // (a person paused it after EXECUTION's write): the resume's message then
 // claims at once.
 func (r *run) releaseParked(ctx context.Context, c *store.Claimed) {
-	if c == nil || r.ph != capsule.ReviewPhase || r.p.cfg.NoDefer {
+	if c == nil {
 		return
 	}
 	md, err := r.msg.Metadata()
-	if err != nil || md.NumDelivered != 1 {
-		return
-	}
 	cp := r.t.view()
-	st, ex := cp.State, cp.State.Execution
-	if st.Status != capsule.Paused || st.Phase != r.ph || st.Cycle != r.cycle || ex == nil || ex.Cycle != r.cycle ||
-		ex.Holder != c.Holder || !ex.ExpiresAt.Equal(c.ExpiresAt) || !r.p.cfg.Now().Before(ex.ExpiresAt) {
+	st := cp.State
+	if st.Status != capsule.Paused || st.Phase != r.ph || st.Cycle != r.cycle || !r.asWritten(c, cp, md, err) ||
+		!r.p.cfg.Now().Before(c.ExpiresAt) {
 		return
 	}
 	r.t.releaseClaim(ctx, r.cycle, c.Holder)
