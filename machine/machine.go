@@ -28,6 +28,14 @@ type Decide struct {
 	Decision Decision
 	Holder   string
 	Claimed  bool
+	// Then, when set, is a claim on the phase the decision leads to, taken
+	// by the same write: EXECUTION's result taking REVIEW's claim of the
+	// cycle for the first delivery of the message it sends (which then
+	// calls the reviewer without a write of its own). It is taken only
+	// when the capsule goes on in progress at (Then.Phase, Then.Cycle): a
+	// capsule that parks, waits, halts or ends, or a person paused, is
+	// left unclaimed as before.
+	Then *Claim
 }
 
 // Claim takes the claim on (Phase, Cycle) for Holder until ExpiresAt,
@@ -412,7 +420,11 @@ func decide(cp *capsule.Checkpoint, e Decide, now time.Time) (*capsule.Transitio
 	}
 	// The call ended: its agent's open questions went with it.
 	callEnded(&cp.State)
-	return applyDecision(cp, e.Phase, e.Cycle, d, now), nil
+	tr := applyDecision(cp, e.Phase, e.Cycle, d, now)
+	if c := e.Then; c != nil && Current(cp, c.Phase, c.Cycle) && c.Phase == e.Phase+1 && c.Cycle == e.Cycle {
+		cp.State.Execution = &capsule.ExecutionClaim{Cycle: c.Cycle, Holder: c.Holder, ExpiresAt: c.ExpiresAt, CallTokenHash: c.CallTokenHash}
+	}
+	return tr, nil
 }
 
 // applyDecision records decision d, taken by phase p on cycle, in cp. It

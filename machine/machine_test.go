@@ -315,6 +315,57 @@ func TestDecide(t *testing.T) {
 			},
 		},
 		{
+			name: "EXECUTION's advance takes REVIEW's claim with the same write",
+			cp: func() *capsule.Checkpoint {
+				cp := at(capsule.InProgress, capsule.Execution, 1)
+				cp.State.Execution = &capsule.ExecutionClaim{Cycle: 1, Holder: "exec", ExpiresAt: now.Add(time.Minute), CallTokenHash: "h"}
+				return cp
+			},
+			ev: machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: machine.AdvanceWith(), Holder: "exec", Claimed: true,
+				Then: &machine.Claim{Phase: capsule.ReviewPhase, Cycle: 1, Holder: "review", ExpiresAt: now.Add(15 * time.Second)}},
+			check: func(t *testing.T, res machine.Result) {
+				st := res.Checkpoint.State
+				require.Equal(t, capsule.ReviewPhase, st.Phase)
+				require.Equal(t, &capsule.ExecutionClaim{Cycle: 1, Holder: "review", ExpiresAt: now.Add(15 * time.Second)}, st.Execution)
+				require.Equal(t, capsule.OutcomePassed, res.Transition.Outcome)
+			},
+		},
+		{
+			name: "no claim is taken for a REVIEW a person paused, or a capsule parked or ended",
+			cp: func() *capsule.Checkpoint {
+				cp := at(capsule.InProgress, capsule.Execution, 1)
+				cp.State.Status = capsule.Paused
+				cp.State.Pause = &capsule.PauseInfo{Trigger: capsule.TriggerOperatorManual, By: "op", At: t0}
+				return cp
+			},
+			ev: machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: machine.AdvanceWith(),
+				Then: &machine.Claim{Phase: capsule.ReviewPhase, Cycle: 1, Holder: "review", ExpiresAt: now.Add(15 * time.Second)}},
+			check: func(t *testing.T, res machine.Result) {
+				require.Equal(t, capsule.Paused, res.Checkpoint.State.Status)
+				require.Nil(t, res.Checkpoint.State.Execution)
+			},
+		},
+		{
+			name: "no claim is taken for a warning park or a halt",
+			cp:   func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.Execution, 1) },
+			ev: machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: machine.Decision{Action: machine.Advance, Trigger: capsule.TriggerBudgetWarning},
+				Then: &machine.Claim{Phase: capsule.ReviewPhase, Cycle: 1, Holder: "review", ExpiresAt: now.Add(15 * time.Second)}},
+			check: func(t *testing.T, res machine.Result) {
+				require.Equal(t, capsule.Paused, res.Checkpoint.State.Status)
+				require.Nil(t, res.Checkpoint.State.Execution)
+			},
+		},
+		{
+			name: "a claim on another phase or cycle than the one the decision leads to is not taken",
+			cp:   func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.Execution, 1) },
+			ev: machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: machine.AdvanceWith(),
+				Then: &machine.Claim{Phase: capsule.ReviewPhase, Cycle: 2, Holder: "review", ExpiresAt: now.Add(15 * time.Second)}},
+			check: func(t *testing.T, res machine.Result) {
+				require.Equal(t, capsule.ReviewPhase, res.Checkpoint.State.Phase)
+				require.Nil(t, res.Checkpoint.State.Execution)
+			},
+		},
+		{
 			name:    "another phase's message is stale",
 			cp:      func() *capsule.Checkpoint { return at(capsule.InProgress, capsule.ReviewPhase, 1) },
 			ev:      machine.Decide{Phase: capsule.Execution, Cycle: 1, Decision: machine.AdvanceWith()},

@@ -152,10 +152,11 @@ type Config struct {
 	// sends its step again (maintenance.Rescuer). Negative disables the
 	// rescuer. Defaults to 2m.
 	RescueAfter time.Duration
-	// NoDefer makes PLANNING and AUTOMATED_GATES write their advance as
-	// every other phase does, instead of deferring it to the next phase's
-	// write (deferred.go): the routine the deferral replaces, which the
-	// tests hold it to.
+	// NoDefer makes REALITY_ANCHOR, PLANNING and AUTOMATED_GATES write
+	// their advance as every other phase does, instead of deferring it to
+	// the next phase's write (deferred.go), and REVIEW write its own claim
+	// instead of adopting the one EXECUTION's result write took
+	// (adopt.go): the routine these replace, which the tests hold them to.
 	NoDefer bool
 	// NoPauseView makes sagad defer advances without regard to which
 	// phases are paused (pauses.go), as a process does before it sees a

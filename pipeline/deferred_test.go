@@ -133,43 +133,58 @@ func TestDeferredPlanningHeldByAPause(t *testing.T) {
 // TestDeferredPlanningAsWritten holds the deferral to the routine it
 // replaces (pipeline.Config.NoDefer: PLANNING writes its advance): the same
 // capsule ends the same way with the same history, one checkpoint write
-// fewer.
+// fewer for each of REALITY_ANCHOR, PLANNING and AUTOMATED_GATES, and one
+// for REVIEW's claim (TestReviewClaimAsWritten).
 func TestDeferredPlanningAsWritten(t *testing.T) {
 	t.Parallel()
-	run := func(noDefer bool) (client.Status, int) {
-		f := setupWith(t, func(c *pipeline.Config) { c.NoDefer = noDefer })
-		raw := capsuletest.New().Sealed(t)
-		id := idOf(t, raw)
-		nc, _ := natstest.Connect(t, f.srv)
-		ch := make(chan *nats.Msg, 256)
-		marker := "_test.marker." + nuid.Next()
-		for _, subj := range []string{"$KV." + store.CheckpointsBucket + "." + id, marker} {
-			_, err := nc.ChanSubscribe(subj, ch)
-			require.NoError(t, err)
-		}
-		require.NoError(t, nc.Flush())
-		f.publish(t, raw)
-		s := f.wait(t, id)
-		require.NoError(t, nc.Publish(marker, nil))
-		writes := 0
-		for m := range ch {
-			if m.Subject == marker {
-				break
-			}
-			writes++
-		}
-		return s, writes
-	}
-	written, writesWritten := run(true)
-	deferred, writesDeferred := run(false)
+	written, writesWritten := checkpointWrites(t, true, capsuletest.New())
+	deferred, writesDeferred := checkpointWrites(t, false, capsuletest.New())
 	requireSevenPhases(t, written)
 	requireSevenPhases(t, deferred)
-	require.Equal(t, written.HaltReason, deferred.HaltReason)
-	for i := range written.History {
-		w, d := written.History[i], deferred.History[i]
+	requireSameHistory(t, written, deferred)
+	require.Equal(t, writesWritten-3-1, writesDeferred, "REALITY_ANCHOR's, PLANNING's and AUTOMATED_GATES' advances and REVIEW's claim cost no write of their own")
+}
+
+// checkpointWrites runs the capsule of doc to its end on a pipeline of its
+// own (NoDefer: the reference routine) and counts the writes of its
+// checkpoint.
+func checkpointWrites(t *testing.T, noDefer bool, doc capsuletest.Doc) (client.Status, int) {
+	t.Helper()
+	f := setupWith(t, func(c *pipeline.Config) { c.NoDefer = noDefer })
+	raw := doc.Sealed(t)
+	id := idOf(t, raw)
+	nc, _ := natstest.Connect(t, f.srv)
+	ch := make(chan *nats.Msg, 256)
+	marker := "_test.marker." + nuid.Next()
+	for _, subj := range []string{"$KV." + store.CheckpointsBucket + "." + id, marker} {
+		_, err := nc.ChanSubscribe(subj, ch)
+		require.NoError(t, err)
+	}
+	require.NoError(t, nc.Flush())
+	f.publish(t, raw)
+	s := f.wait(t, id)
+	require.NoError(t, nc.Publish(marker, nil))
+	writes := 0
+	for m := range ch {
+		if m.Subject == marker {
+			break
+		}
+		writes++
+	}
+	return s, writes
+}
+
+// requireSameHistory checks that two runs of a capsule ended the same way
+// with the same history.
+func requireSameHistory(t *testing.T, want, got client.Status) {
+	t.Helper()
+	require.Equal(t, want.State, got.State)
+	require.Equal(t, want.HaltReason, got.HaltReason)
+	require.Len(t, got.History, len(want.History))
+	for i := range want.History {
+		w, d := want.History[i], got.History[i]
 		require.Equal(t, []any{w.Phase, w.Cycle, w.Outcome, w.Detail}, []any{d.Phase, d.Cycle, d.Outcome, d.Detail})
 	}
-	require.Equal(t, writesWritten-3, writesDeferred, "REALITY_ANCHOR's, PLANNING's and AUTOMATED_GATES' advances cost no write of their own")
 }
 
 // TestDeferredHeaderIsNotTrusted: a phase message naming a deferred advance

@@ -112,7 +112,7 @@ func (p *Pipeline) unknown(ctx context.Context, key string, msg jetstream.Msg, d
 // from a stale checkpoint; it then reports stale instead of acting on it.
 // eager makes it decide every deferred phase before its own (deferred.go).
 func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.Msg, pm store.PhaseMsg, raw []byte, c *capsule.Capsule, useCache, eager bool) (runner.Delivery, bool) {
-	r := &run{p: p, ph: ph, cycle: pm.Cycle, msg: msg, raw: raw, c: c, deferred: pm.Deferred, eager: eager}
+	r := &run{p: p, ph: ph, cycle: pm.Cycle, msg: msg, raw: raw, c: c, deferred: pm.Deferred, eager: eager, named: pm.Claimed}
 	r.t = &r.txn
 	r.t.p, r.t.key, r.t.token, r.t.run = p, pm.Key, p.runToken(), r
 	if d, stale, ok := r.position(ctx, pm.ResumeToken, useCache); !ok {
@@ -124,6 +124,9 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	md, mdErr := msg.Metadata()
 	if mdErr == nil && md.NumDelivered > 1 {
 		p.metrics.Redelivered(ph)
+	}
+	if r.adoptable(r.named, md, mdErr) {
+		r.adopt(r.named)
 	}
 	// The heartbeat keeps the message and the claim alive for as long as
 	// the phase runs and its result is recorded; losing the claim stops the run.
@@ -153,6 +156,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		return runner.Ack(), true
 	}
 	if d.Action == phases.Retry {
+		r.releaseAdopted(ctx)
 		return runner.NakAfter(d.Delay, d.Err), false
 	}
 	if next, ok := r.deferrable(d, start); ok {
@@ -172,13 +176,14 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 		defer cancel()
 	}
+	r.preclaim(d)
 	res, err := r.record(ctx, runCtx, d)
 	hb.stop() // the claim ends with the transition
 	if err != nil {
 		return r.unrecorded(ctx, err)
 	}
 	p.observe(res.Checkpoint, res.Transition, d, p.cfg.Now().Sub(start))
-	if err := p.st.Emit(ctx, res.Checkpoint, r.t.revision(), res.Transition, r.raw, r.c.Constraints.ResourceLocksRequired); err != nil {
+	if err := p.st.EmitClaimed(ctx, res.Checkpoint, r.t.revision(), res.Transition, r.raw, r.c.Constraints.ResourceLocksRequired, r.t.preclaimed(res.Checkpoint)); err != nil {
 		// The transition is recorded; redelivery re-emits its effects.
 		return runner.Retry(err), false
 	}
@@ -228,6 +233,10 @@ type run struct {
 	deferred []store.Deferred
 	// eager makes catchUp decide REALITY_ANCHOR rather than assume it.
 	eager bool
+	// named is the claim the message names for its first delivery
+	// (store.HeaderClaim); adopted is that claim while this delivery
+	// holds it unused (adopt.go).
+	named, adopted *store.Claimed
 
 	// obs observes the attempt's agent calls (EXECUTION and REVIEW): obsv,
 	// held in the run like txn.
@@ -281,6 +290,7 @@ func (r *run) position(ctx context.Context, token string, useCache bool) (d runn
 		return d, false, false
 	}
 	if !t.resumable(r.ph, r.cycle, token) {
+		r.releaseParked(ctx, r.named)
 		return r.reemit(ctx, t.view()), false, false
 	}
 	// The resume that sent this message may not have flipped the state yet
@@ -398,6 +408,9 @@ func (r *run) RecordAttempt(ctx context.Context, ev machine.RecordAttempt) error
 // executor calls made under it carry it, and a child capsule they publish
 // presents it (phases.Holder).
 func (r *run) Claim(ctx context.Context) error {
+	if r.claimAdopted() {
+		return nil
+	}
 	tok, err := executors.NewCompletionToken()
 	if err != nil {
 		return err
@@ -518,6 +531,9 @@ type txn struct {
 	// assumed says merged holds REALITY_ANCHOR's advance unevaluated
 	// (catchUp): nothing may be written from cp.
 	assumed bool
+	// then is the holder of the next phase's claim this attempt's result
+	// write takes (preclaim), "" for none.
+	then string
 }
 
 // load reads the checkpoint from KV (decoding it only when the process's
@@ -703,7 +719,11 @@ func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.
 	if fromCache {
 		policy = staleAfterLoad
 	}
-	return t.apply(ctx, machine.Decide{Phase: ph, Cycle: cycle, Decision: d, Holder: t.token, Claimed: t.claimed.Load()}, policy)
+	ev := machine.Decide{Phase: ph, Cycle: cycle, Decision: d, Holder: t.token, Claimed: t.claimed.Load()}
+	if t.then != "" {
+		ev.Then = &machine.Claim{Phase: ph + 1, Cycle: cycle, Holder: t.then, ExpiresAt: t.p.cfg.Now().Add(t.p.cfg.ClaimLease)}
+	}
+	return t.apply(ctx, ev, policy)
 }
 
 // reemitFor handles a message whose transition is already recorded: it

@@ -24,6 +24,15 @@ import (
 // Emitting twice is harmless (see the package doc). rev is cp's KV revision
 // when the caller just wrote it, 0 when unknown.
 func (s *Store) Emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr *capsule.Transition, raw []byte, lockPaths []string) error {
+	return s.EmitClaimed(ctx, cp, rev, tr, raw, lockPaths, nil)
+}
+
+// EmitClaimed is [Store.Emit] by the writer that just took claim for the
+// first delivery of the next phase's message (machine.Decide.Then): that
+// message names it (HeaderClaim). Only that writer may send it, once, so
+// that one stored message at most carries the claim: a re-emit (Emit)
+// sends the message without it.
+func (s *Store) EmitClaimed(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr *capsule.Transition, raw []byte, lockPaths []string, claim *capsule.ExecutionClaim) error {
 	fx := machine.EffectsOf(cp, tr)
 	if fx.ReleaseLocks && len(lockPaths) > 0 {
 		// The release depends on nothing below, nor they on it: it runs
@@ -32,21 +41,24 @@ func (s *Store) Emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr
 		// harmless.
 		released := make(chan error, 1)
 		go func() { released <- s.Locks.ReleaseAll(ctx, lockPaths, cp.Key) }()
-		err := s.emit(ctx, cp, rev, tr, raw, fx)
+		err := s.emit(ctx, cp, rev, tr, raw, fx, claim)
 		if rerr := <-released; rerr != nil && err == nil {
 			err = fmt.Errorf("release locks: %w", rerr)
 		}
 		return err
 	}
-	return s.emit(ctx, cp, rev, tr, raw, fx)
+	return s.emit(ctx, cp, rev, tr, raw, fx, claim)
 }
 
-// emit is Emit without the release of the locks.
-func (s *Store) emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr *capsule.Transition, raw []byte, fx machine.Effects) error {
+// emit is EmitClaimed without the release of the locks.
+func (s *Store) emit(ctx context.Context, cp *capsule.Checkpoint, rev uint64, tr *capsule.Transition, raw []byte, fx machine.Effects, claim *capsule.ExecutionClaim) error {
 	if fx.Next != nil {
 		// The transition's events are in the checkpoint (CheckpointEvents).
 		p := jspub.GetMsg(PhaseSubject(cp.State.Phase), nil)
 		phaseHeaders(p.Headers(), cp, "")
+		if v, ok := EncodeClaimed(claim); ok {
+			p.Headers().Set(HeaderClaim, v)
+		}
 		err := s.publish(ctx, p.Msg())
 		p.Release()
 		if err != nil {

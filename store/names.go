@@ -66,6 +66,10 @@ const (
 	// comma separated, ascending. The phase receiving it decides them again
 	// and writes them with its own first write (see [Deferred]).
 	HeaderDeferred = "Saga-Deferred"
+	// HeaderClaim, on the REVIEW message EXECUTION's result write sends,
+	// names the claim that write took for the message's first delivery:
+	// "<expires_at unix nanoseconds>:<holder>" (see [Claimed]).
+	HeaderClaim = "Saga-Claim"
 )
 
 // PhaseStream is the stream that feeds phase p.

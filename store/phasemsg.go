@@ -24,6 +24,9 @@ type PhaseMsg struct {
 	// Deferred are the phases before this one whose advance was decided
 	// and not written (HeaderDeferred).
 	Deferred []Deferred
+	// Claimed is the claim the message's first delivery may adopt
+	// (HeaderClaim), nil for none.
+	Claimed *Claimed
 }
 
 // EncodePhaseMsg is the message that sends the capsule to its current phase;
@@ -73,7 +76,11 @@ func DecodePhaseMsg(h nats.Header) (m PhaseMsg, cause string, err error) {
 	if err != nil {
 		return PhaseMsg{}, metrics.TermBadHeader, err
 	}
-	return PhaseMsg{Key: key, Cycle: cycle, ResumeToken: h.Get(HeaderResumeToken), Deferred: deferred}, "", nil
+	claimed, err := DecodeClaimed(h.Get(HeaderClaim))
+	if err != nil {
+		return PhaseMsg{}, metrics.TermBadHeader, err
+	}
+	return PhaseMsg{Key: key, Cycle: cycle, ResumeToken: h.Get(HeaderResumeToken), Deferred: deferred, Claimed: claimed}, "", nil
 }
 
 // PrintableKey bounds a header value from an untrusted message for logs and

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -26,6 +27,17 @@ func TestPhaseMsgRoundTrip(t *testing.T) {
 		require.Empty(t, cause)
 		require.Equal(t, store.PhaseMsg{Key: cp.Key, Cycle: 3, ResumeToken: token}, got)
 	}
+	// A bad Saga-Claim header ends the message as a bad header, as a bad
+	// Saga-Deferred does.
+	m := store.EncodePhaseMsg(cp, "")
+	m.Header.Set(store.HeaderClaim, "05:h")
+	_, cause, err := store.DecodePhaseMsg(m.Header)
+	require.ErrorIs(t, err, store.ErrBadClaimed)
+	require.Equal(t, metrics.TermBadHeader, cause)
+	m.Header.Set(store.HeaderClaim, "5:h")
+	got, _, err := store.DecodePhaseMsg(m.Header)
+	require.NoError(t, err)
+	require.Equal(t, &store.Claimed{Holder: "h", ExpiresAt: time.Unix(0, 5).UTC()}, got.Claimed)
 }
 
 // FuzzDecodePhaseMsg: whatever headers a phase message carries, the decoder

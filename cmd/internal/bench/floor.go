@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,13 +38,14 @@ func floorSubject(i int) string { return "bench.floor." + strconv.Itoa(i) }
 
 // floorCheckpointSizes are the sizes of the checkpoints sagad writes for a
 // valid capsule, in order (measured on the wire: the create at RECEPTION,
-// then each phase's compare-and-set, EXECUTION's and REVIEW's claims
-// included). They follow sagad's checkpoints as these grow: TestSmoke
-// holds every request of the floor to sagad's in bytes (RoundTrips.Bytes).
-// The second, third and fourth, REALITY_ANCHOR's, PLANNING's and
-// AUTOMATED_GATES' own writes, are no longer made (issue 36: EXECUTION's
-// claim writes their advances).
-var floorCheckpointSizes = [...]int{599, 641, 696, 738, 990, 963, 1171, 1157, 1207}
+// then each phase's compare-and-set, EXECUTION's claim included). They
+// follow sagad's checkpoints as these grow: TestSmoke holds every request
+// of the floor to sagad's in bytes (RoundTrips.Bytes). The second, third
+// and fourth, REALITY_ANCHOR's, PLANNING's and AUTOMATED_GATES' own
+// writes, are no longer made (issue 36: EXECUTION's claim writes their
+// advances), nor is REVIEW's claim (EXECUTION's result write takes it,
+// hence that write's size).
+var floorCheckpointSizes = [...]int{599, 641, 696, 738, 990, 1095, 1157, 1207}
 
 // Sizes of the other values sagad writes for a valid capsule.
 const (
@@ -197,16 +199,13 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 		if rev, err = cp(5, rev, 0); err != nil {
 			return err
 		}
-	case 5: // REVIEW: claim, checkpoint
+	case 5: // REVIEW: checkpoint (its claim was taken by EXECUTION's result write)
 		if rev, err = cp(6, rev, 0); err != nil {
-			return err
-		}
-		if rev, err = cp(7, rev, 0); err != nil {
 			return err
 		}
 	case 6: // HANDOFF: checkpoint, outcome, the bytes marked
 		// The end, with the retention as its time to live.
-		if _, err = cp(8, rev, floorRetention); err != nil {
+		if _, err = cp(7, rev, floorRetention); err != nil {
 			return err
 		}
 		raw, ok := f.raw.Load(id)
@@ -245,6 +244,10 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 		// The deferred advances the message names, as sagad's Saga-Deferred.
 		next.Header.Set("Bench-Deferred", floorDeferred[:22*stage-1])
 	}
+	if stage == 4 {
+		// The claim REVIEW's first delivery adopts, as sagad's Saga-Claim.
+		next.Header.Set("Bench-Claim", floorClaim)
+	}
 	_, err = f.w.Publish(ctx, f.nc, next)
 	if released != nil {
 		if rerr := <-released; err == nil {
@@ -260,6 +263,14 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 // floorDeferred is a Saga-Deferred header's size: "<phase>:<unix ns>" per
 // deferred phase, comma separated.
 const floorDeferred = "1:1764300000000000000,2:1764300000000000000,3:1764300000000000000"
+
+// floorClaim is a Saga-Claim header's size: "<unix ns>:<holder>", the
+// holder an instance id as sagad makes one (host-pid-8 characters), "/"
+// and a nuid-shaped id.
+var floorClaim = func() string {
+	host, _ := os.Hostname()
+	return "1764300000000000000:" + host + "-" + strconv.Itoa(os.Getpid()) + "-" + strings.Repeat("i", 8) + "/" + strings.Repeat("n", 22)
+}()
 
 // floorRetention is sagad's default retention, the time to live of an ended
 // capsule's last checkpoint and bytes.
