@@ -40,6 +40,8 @@ type Admin struct {
 	metrics *metrics.Metrics
 	env     *phases.Env
 	ended   func(cp *capsule.Checkpoint)
+	// phasePaused is told of each phase pause and resume this Admin made.
+	phasePaused func(ph capsule.Phase, paused bool)
 }
 
 func (a *Admin) tellEnded(cp *capsule.Checkpoint) {
@@ -61,6 +63,11 @@ type Config struct {
 	// Ended is told of every capsule an action ended (cancel, reject), once:
 	// the pipeline records the capsule's root span. Nil: nobody.
 	Ended func(cp *capsule.Checkpoint)
+	// PhasePaused is told of each phase this Admin paused (true) or
+	// resumed (false), once the server has it: the pipeline's view of the
+	// paused phases then holds this sagad's own pause at once, not when the
+	// server's advisory arrives. Nil: nobody.
+	PhasePaused func(ph capsule.Phase, paused bool)
 }
 
 // New returns an Admin working on st.
@@ -71,7 +78,7 @@ func New(st *store.Store, cfg Config) *Admin {
 	if cfg.Env == nil {
 		cfg.Env = &phases.Env{Locks: st.Locks, Now: cfg.Now, RetryDelay: time.Second}
 	}
-	return &Admin{st: st, now: cfg.Now, metrics: cfg.Metrics, env: cfg.Env, ended: cfg.Ended}
+	return &Admin{st: st, now: cfg.Now, metrics: cfg.Metrics, env: cfg.Env, ended: cfg.Ended, phasePaused: cfg.PhasePaused}
 }
 
 // Open binds an Admin to the topology a sagad created (tests and tools;
@@ -561,6 +568,9 @@ func (a *Admin) PausePhaseBy(ctx context.Context, ph capsule.Phase, by, reason s
 	if _, err := js.PauseConsumer(ctx, stream, name, a.now().Add(capsule.PhasePauseHorizon)); err != nil {
 		return fmt.Errorf("pause %s: %w", ph, err)
 	}
+	if a.phasePaused != nil {
+		a.phasePaused(ph, true)
+	}
 	a.metrics.AdminAction(metrics.ActionPhasePause)
 	return nil
 }
@@ -570,6 +580,9 @@ func (a *Admin) PausePhaseBy(ctx context.Context, ph capsule.Phase, by, reason s
 func (a *Admin) ResumePhase(ctx context.Context, ph capsule.Phase) error {
 	if err := a.unpause(ctx, ph); err != nil {
 		return err
+	}
+	if a.phasePaused != nil {
+		a.phasePaused(ph, false)
 	}
 	js := a.st.JetStream()
 	cons, err := js.Consumer(ctx, store.PhaseStream(ph), store.ConsumerName(ph))

@@ -36,6 +36,16 @@ func (v *pauseView) isPaused(ph capsule.Phase) bool {
 	return v != nil && ph.Valid() && v.paused[ph].Load()
 }
 
+// set records a pause or resume of ph this process's own admin made: seen
+// at once, where another sagad's waits for the advisory. A lagging
+// advisory's re-read may set it again; the consumer's info it reads is the
+// server's, made after the pause.
+func (v *pauseView) set(ph capsule.Phase, paused bool) {
+	if ph.Valid() {
+		v.paused[ph].Store(paused)
+	}
+}
+
 // watchPauses reads every phase's pause and keeps the view current until
 // ctx ends. A failed subscription leaves the view as first read.
 func (p *Pipeline) watchPauses(ctx context.Context) {

@@ -133,7 +133,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		p.env.Steps = stepNames{st: st}
 	}
 	// The admin validates a replay's corrected capsule as RECEPTION does.
-	p.admin = admin.New(st, admin.Config{Now: cfg.Now, Metrics: cfg.Metrics, Env: p.env, Ended: p.traceEnd})
+	p.admin = admin.New(st, admin.Config{Now: cfg.Now, Metrics: cfg.Metrics, Env: p.env, Ended: p.traceEnd, PhasePaused: p.pauses.set})
 	p.phases = [capsule.NumPhases]phases.Phase{
 		nil, // RECEPTION has its own entry point, phases.Receive.
 		phases.RealityAnchor{},
