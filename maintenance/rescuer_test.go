@@ -32,7 +32,10 @@ func TestRescuerSendsALostStepAgain(t *testing.T) {
 		c.RescueAfter = 500 * time.Millisecond
 	})
 	ctx := context.Background()
-	a := f.Admin(t)
+	// The pipeline's own admin: its pause view has the pause at once, so
+	// REALITY_ANCHOR writes its advance into the paused PLANNING (not
+	// deferred) and status says PLANNING.
+	a := f.Pipeline.Admin()
 	require.NoError(t, a.PausePhase(ctx, capsule.Planning))
 	doc := f.Own(t, capsuletest.New())
 	f.Publish(t, doc.Sealed(t))

@@ -99,7 +99,10 @@ func TestPausedSurvivesRestart(t *testing.T) {
 	f := setupWith(t, func(c *pipeline.Config) { c.SweepInterval = 50 * time.Millisecond })
 	a := f.admin(t)
 	ctx := context.Background()
-	require.NoError(t, a.PausePhase(ctx, capsule.Planning))
+	// Through the pipeline's own admin, whose pause view has it at once:
+	// the capsule is written at the paused PLANNING, not left at
+	// REALITY_ANCHOR with its advance deferred.
+	require.NoError(t, f.pipe.Admin().PausePhase(ctx, capsule.Planning))
 	paused := f.own(t, capsuletest.New())
 	gated := f.own(t, capsuletest.New().Set("review.operator_gate", true))
 	f.publish(t, paused.Sealed(t))

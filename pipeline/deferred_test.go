@@ -195,7 +195,9 @@ func TestDeferredHeaderIsNotTrusted(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	a := f.admin(t)
+	// The pipeline's own admin: its pause view has the pause at once, so
+	// the checkpoint is written at the paused PLANNING.
+	a := f.pipe.Admin()
 	require.NoError(t, a.PausePhase(ctx, capsule.Planning))
 	raw := capsuletest.New().Set("spec.approved", false).Sealed(t)
 	id := idOf(t, raw)

@@ -138,14 +138,12 @@ func (b *Bundle) Start(t *testing.T, cfg pipeline.Config) *pipeline.Pipeline {
 	return p
 }
 
-// Admin is the operator's actions on the bundle's topology: the running
-// pipeline's own after [Run] (as sagad's admin service uses it, so the
-// pipeline sees a phase pause at once), else one opened on the topology.
+// Admin opens the operator's actions on the bundle's topology. Its phase
+// pauses reach the pipeline's pause view through the server's advisory, as
+// another sagad's do; the pipeline's own Admin (sagad's admin service) is
+// seen at once.
 func (b *Bundle) Admin(t *testing.T) *admin.Admin {
 	t.Helper()
-	if b.Pipeline != nil {
-		return b.Pipeline.Admin()
-	}
 	a, err := admin.Open(context.Background(), b.JS)
 	require.NoError(t, err)
 	return a
