@@ -48,7 +48,13 @@ import (
 //   - NoDefer keeps the claim write of its own (the routine this replaces).
 
 // claimSkew is the clock skew an adopted claim tolerates between the sagad
-// that wrote it and the server that stored the message naming it.
+// that wrote it and the server that stored the message naming it, when
+// the writer's clock is behind (the message looks stored late). A writer's
+// clock ahead of the server's makes the message look stored before the
+// write: that is tolerated up to a lease (what every lease tolerates),
+// since no message stored before the write can name its fresh holder; a 2
+// s bound there made every review wait out the lease under a few seconds
+// of skew.
 const claimSkew = 2 * time.Second
 
 // preclaim makes this EXECUTION attempt's result write take REVIEW's claim
@@ -94,7 +100,7 @@ func (r *run) asWritten(c *store.Claimed, cp *capsule.Checkpoint, md *jetstream.
 		return false
 	}
 	written := ex.ExpiresAt.Add(-r.p.cfg.ClaimLease)
-	return !md.Timestamp.Before(written.Add(-claimSkew)) && !md.Timestamp.After(written.Add(r.p.cfg.ClaimLease+claimSkew))
+	return !md.Timestamp.Before(written.Add(-r.p.cfg.ClaimLease)) && !md.Timestamp.After(written.Add(r.p.cfg.ClaimLease+claimSkew))
 }
 
 // adopt makes this delivery the holder of the claim its message names

@@ -335,3 +335,43 @@ func TestReviewCopyPastTheWindowDoesNotAdopt(t *testing.T) {
 	require.NotNil(t, cp.State.Execution)
 	require.NotEqual(t, named.Holder, cp.State.Execution.Holder, "the copy claimed as itself, not as the holder it names")
 }
+
+// TestReviewAdoptedUnderClockSkew: the sagad that wrote REVIEW's claim has
+// a clock ahead of the server's by more than a couple of seconds (well
+// under the lease, which is what the leases tolerate). The REVIEW
+// message, stored by the server's clock "before" the claim's write by the
+// writer's, still names a claim no other message can name (its holder is
+// fresh), so its first delivery adopts it: no claim write, no wait for the
+// lease.
+func TestReviewAdoptedUnderClockSkew(t *testing.T) {
+	t.Parallel()
+	rv := newGatedReviewer(false)
+	const lease, skew = 30 * time.Second, 6 * time.Second
+	f := setupWith(t, func(c *pipeline.Config) {
+		c.Executors.RegisterReviewer("gated", rv)
+		c.ClaimLease = lease
+		c.Now = func() time.Time { return time.Now().Add(skew) }
+		c.NoPauseView = true // a pause this sagad has not seen: it takes REVIEW's claim
+	})
+	ctx := context.Background()
+	a := f.admin(t)
+	require.NoError(t, a.PausePhase(ctx, capsule.ReviewPhase))
+	raw := gatedDoc().Sealed(t)
+	id := idOf(t, raw)
+	f.publish(t, raw)
+	queued(t, f, capsule.ReviewPhase, 1)
+	cp := f.bundle.WaitCheckpoint(t, id, func(cp *capsule.Checkpoint) bool { return cp.State.Phase == capsule.ReviewPhase })
+	require.NotNil(t, cp.State.Execution, "EXECUTION's result write took REVIEW's claim")
+
+	nc, _ := natstest.Connect(t, f.srv)
+	writes := make(chan *nats.Msg, 64)
+	_, err := nc.ChanSubscribe("$KV."+store.CheckpointsBucket+"."+id, writes)
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	resumed := time.Now()
+	require.NoError(t, a.ResumePhase(ctx, capsule.ReviewPhase))
+	requireSevenPhases(t, f.wait(t, id))
+	require.Less(t, time.Since(resumed), lease/3, "reviewed without waiting for the lease")
+	require.Equal(t, int64(1), rv.n.Load())
+	require.Len(t, writes, 2, "REVIEW's result and HANDOFF's end: no claim write")
+}

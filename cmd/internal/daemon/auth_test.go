@@ -156,6 +156,9 @@ func TestRolesStayInTheirLane(t *testing.T) {
 		"$JS.API.STREAM.MSG.GET.KV_" + store.ArtifactRecordsBucket,
 		"$KV." + store.ArtifactRecordsBucket + ".x/1",
 		"saga.phase.4", "saga.events.x", "saga.outcome.completed",
+		// REVIEW's message may name a claim its first delivery adopts
+		// (Saga-Claim): only sagad's account sends it.
+		store.PhaseSubject(capsule.ReviewPhase),
 	}
 	for _, tt := range []struct {
 		role     string
