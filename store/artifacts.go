@@ -450,6 +450,11 @@ func (s *Artifacts) Bytes(ctx context.Context, ref string) ([]byte, error) {
 	defer cancel()
 	b, err := s.os.GetBytes(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		if b, ok, lerr := s.recordFromLeader(ctx, name); lerr != nil {
+			return nil, fmt.Errorf("get artifact %s: %w", ref, lerr)
+		} else if ok {
+			return b, nil
+		}
 		return nil, fmt.Errorf("get artifact %s: %w: %w", ref, capsule.ErrArtifactGone, err)
 	}
 	if err != nil {
@@ -505,7 +510,28 @@ func (s *Artifacts) exists(ctx context.Context, ref string) (bool, error) {
 	}
 	_, err := s.os.GetInfo(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return false, nil
+		_, ok, err := s.recordFromLeader(ctx, name)
+		return ok, err
 	}
 	return err == nil, err
+}
+
+// recordFromLeader reads name's record from the records stream's leader:
+// a direct get may be answered by a replica that has not yet stored a put
+// another sagad just made (R3), and a record missing in both forms halts
+// REVIEW (the artifact is gone) or has EXECUTION call its executor again
+// after a crash. Only a miss pays this read. ok false: the leader has no
+// record either.
+func (s *Artifacts) recordFromLeader(ctx context.Context, name string) (b []byte, ok bool, err error) {
+	if s.recordReader == nil || s.js == nil || !jspub.ValidKey(name) {
+		return nil, false, nil
+	}
+	b, _, err = lastFromLeader(ctx, s.js, s.recordW, ArtifactRecordsBucket, name)
+	if errors.Is(err, ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("record %s: %w", name, err)
+	}
+	return b, len(b) > 0, nil
 }
