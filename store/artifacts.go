@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/internal/plainjson"
 	"github.com/sagad/sagad/internal/seqid"
@@ -422,11 +423,18 @@ func (s *Artifacts) Get(ctx context.Context, ref string) (capsule.Artifact, erro
 // read reads ref's stored record. Its own function: the artifact decoded
 // into goes to the heap, which the in-process copy Get returns need not.
 func (s *Artifacts) read(ctx context.Context, ref string) (capsule.Artifact, error) {
-	b, err := s.Bytes(ctx, ref)
+	b, bucket, err := s.recordBytes(ctx, ref)
 	if err != nil {
 		return capsule.Artifact{}, err
 	}
-	return decodeArtifact(ref, b)
+	a, err := decodeArtifact(ref, b)
+	if err != nil {
+		// Only sagad writes records: one that does not decode reads the
+		// same every time, so the phase halts state_corrupt rather than
+		// trying again until the capsule's deadline.
+		return capsule.Artifact{}, corrupt.New(bucket, strings.TrimPrefix(ref, "artifact:"), 0, err)
+	}
+	return a, nil
 }
 
 // Bytes returns ref's stored record as it was written, whichever its form:
@@ -436,14 +444,20 @@ func (s *Artifacts) read(ctx context.Context, ref string) (capsule.Artifact, err
 // A record in neither is an error wrapping [capsule.ErrArtifactGone] and
 // jetstream.ErrObjectNotFound.
 func (s *Artifacts) Bytes(ctx context.Context, ref string) ([]byte, error) {
+	b, _, err := s.recordBytes(ctx, ref)
+	return b, err
+}
+
+// recordBytes is Bytes, and the bucket (or object store) the record was read from.
+func (s *Artifacts) recordBytes(ctx context.Context, ref string) ([]byte, string, error) {
 	name := strings.TrimPrefix(ref, "artifact:")
 	if s.recordReader != nil && jspub.ValidKey(name) {
 		b, _, err := s.recordReader.Get(ctx, name)
 		if err == nil {
-			return b, nil
+			return b, ArtifactRecordsBucket, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil, fmt.Errorf("get artifact %s: %w", ref, err)
+			return nil, "", fmt.Errorf("get artifact %s: %w", ref, err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, artifactReadTimeout)
@@ -451,16 +465,16 @@ func (s *Artifacts) Bytes(ctx context.Context, ref string) ([]byte, error) {
 	b, err := s.os.GetBytes(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		if b, ok, lerr := s.recordFromLeader(ctx, name); lerr != nil {
-			return nil, fmt.Errorf("get artifact %s: %w", ref, lerr)
+			return nil, "", fmt.Errorf("get artifact %s: %w", ref, lerr)
 		} else if ok {
-			return b, nil
+			return b, ArtifactRecordsBucket, nil
 		}
-		return nil, fmt.Errorf("get artifact %s: %w: %w", ref, capsule.ErrArtifactGone, err)
+		return nil, "", fmt.Errorf("get artifact %s: %w: %w", ref, capsule.ErrArtifactGone, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("get artifact %s: %w", ref, err)
+		return nil, "", fmt.Errorf("get artifact %s: %w", ref, err)
 	}
-	return b, nil
+	return b, ArtifactsBucket, nil
 }
 
 // errArtifactNamesOther: a stored record that names another artifact than

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagad/sagad/capsule"
+	"github.com/sagad/sagad/internal/corrupt"
 	"github.com/sagad/sagad/internal/jspub"
 	"github.com/sagad/sagad/internal/natstest"
 )
@@ -51,4 +53,28 @@ func TestArtifactRecordMissConfirmedByLeader(t *testing.T) {
 	ok, err = behind.exists(ctx, ArtifactRef(a.CapsuleID, 2))
 	require.NoError(t, err)
 	require.False(t, ok)
+}
+
+// TestArtifactRecordCorrupt: a record that does not decode, or names
+// another artifact, is a value sagad did not write (the phase reading it
+// halts state_corrupt:<bucket>), not an error to try again.
+func TestArtifactRecordCorrupt(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	st, err := Ensure(ctx, js, Topology{})
+	require.NoError(t, err)
+	const id = "5a6a0000-0000-4000-8000-000000000002"
+	other, err := json.Marshal(map[string]any{"ref": ArtifactRef(id, 9)})
+	require.NoError(t, err)
+	for cycle, b := range map[int][]byte{1: []byte("not json"), 2: other} {
+		ref := ArtifactRef(id, cycle)
+		_, err := st.Artifacts.records.Put(ctx, strings.TrimPrefix(ref, "artifact:"), b)
+		require.NoError(t, err)
+		_, err = st.Artifacts.Get(ctx, ref)
+		e, ok := corrupt.As(err)
+		require.True(t, ok, "%v", err)
+		require.Equal(t, ArtifactRecordsBucket, e.Bucket)
+	}
 }

@@ -35,10 +35,15 @@ const (
 	Locks         = "SAGA_LOCKS"
 	Budgets       = "SAGA_BUDGETS"
 	Continuations = "SAGA_CONTINUATIONS"
+	// ArtifactRecords and Artifacts hold artifact records (a KV entry, or
+	// an object for a large one): one that does not decode, or names
+	// another artifact, reads the same every time.
+	ArtifactRecords = "SAGA_ARTIFACT_RECORDS"
+	Artifacts       = "SAGA_ARTIFACTS"
 )
 
 // Buckets lists them.
-var Buckets = []string{Checkpoints, Capsules, Locks, Budgets, Continuations}
+var Buckets = []string{Checkpoints, Capsules, Locks, Budgets, Continuations, ArtifactRecords, Artifacts}
 
 // ErrCorrupt is matched (errors.Is) by every [*Error].
 var ErrCorrupt = errors.New("a value sagad did not write")
