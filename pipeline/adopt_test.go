@@ -153,12 +153,7 @@ func TestReviewAdoptedByAnotherSagad(t *testing.T) {
 		c.NoPauseView = true // a pause this sagad has not seen: it takes REVIEW's claim
 	})
 	ctx := context.Background()
-	a := f.admin(t)
-	require.NoError(t, a.PausePhase(ctx, capsule.ReviewPhase))
-	raw := gatedDoc().Sealed(t)
-	id := idOf(t, raw)
-	f.publish(t, raw)
-	queued(t, f, capsule.ReviewPhase, 1)
+	a, id := queuedAtReview(t, f)
 	cp := f.bundle.WaitCheckpoint(t, id, func(cp *capsule.Checkpoint) bool { return cp.State.Phase == capsule.ReviewPhase })
 	require.NotNil(t, cp.State.Execution, "EXECUTION's result write took REVIEW's claim")
 	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -206,12 +201,7 @@ func TestReviewPausedAfterTheClaim(t *testing.T) {
 				c.NoPauseView = true
 			})
 			ctx := context.Background()
-			a := f.admin(t)
-			require.NoError(t, a.PausePhase(ctx, capsule.ReviewPhase))
-			raw := gatedDoc().Sealed(t)
-			id := idOf(t, raw)
-			f.publish(t, raw)
-			queued(t, f, capsule.ReviewPhase, 1)
+			a, id := queuedAtReview(t, f)
 			if another {
 				stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				f.pipe.Stop(stopCtx)
@@ -276,6 +266,20 @@ func TestReviewNotClaimedIntoAPausedPhase(t *testing.T) {
 	require.Equal(t, int64(1), rv.n.Load())
 }
 
+// queuedAtReview pauses REVIEW through an admin of its own (a pause the
+// pipeline learns from the advisory) and publishes a capsule for the gated
+// reviewer, which waits in REVIEW's queue: that admin and its id.
+func queuedAtReview(t *testing.T, f *fixture) (*admin.Admin, string) {
+	t.Helper()
+	a := f.admin(t)
+	require.NoError(t, a.PausePhase(context.Background(), capsule.ReviewPhase))
+	raw := gatedDoc().Sealed(t)
+	id := idOf(t, raw)
+	f.publish(t, raw)
+	queued(t, f, capsule.ReviewPhase, 1)
+	return a, id
+}
+
 // reviewHeader is the Saga-Claim header of the REVIEW message waiting.
 func reviewHeader(t *testing.T, f *fixture) string {
 	t.Helper()
@@ -299,12 +303,7 @@ func TestReviewCopyPastTheWindowDoesNotAdopt(t *testing.T) {
 		c.NoPauseView = true
 	})
 	ctx := context.Background()
-	a := f.admin(t)
-	require.NoError(t, a.PausePhase(ctx, capsule.ReviewPhase))
-	raw := gatedDoc().Sealed(t)
-	id := idOf(t, raw)
-	f.publish(t, raw)
-	queued(t, f, capsule.ReviewPhase, 1)
+	a, id := queuedAtReview(t, f)
 	first := reviewMsg(t, f)
 	named, err := store.DecodeClaimed(first.Header.Get(store.HeaderClaim))
 	require.NoError(t, err)
@@ -354,12 +353,7 @@ func TestReviewAdoptedUnderClockSkew(t *testing.T) {
 		c.NoPauseView = true // a pause this sagad has not seen: it takes REVIEW's claim
 	})
 	ctx := context.Background()
-	a := f.admin(t)
-	require.NoError(t, a.PausePhase(ctx, capsule.ReviewPhase))
-	raw := gatedDoc().Sealed(t)
-	id := idOf(t, raw)
-	f.publish(t, raw)
-	queued(t, f, capsule.ReviewPhase, 1)
+	a, id := queuedAtReview(t, f)
 	cp := f.bundle.WaitCheckpoint(t, id, func(cp *capsule.Checkpoint) bool { return cp.State.Phase == capsule.ReviewPhase })
 	require.NotNil(t, cp.State.Execution, "EXECUTION's result write took REVIEW's claim")
 

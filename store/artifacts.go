@@ -451,14 +451,10 @@ func (s *Artifacts) Bytes(ctx context.Context, ref string) ([]byte, error) {
 // recordBytes is Bytes, and the bucket (or object store) the record was read from.
 func (s *Artifacts) recordBytes(ctx context.Context, ref string) ([]byte, string, error) {
 	name := strings.TrimPrefix(ref, "artifact:")
-	if s.recordReader != nil && jspub.ValidKey(name) {
-		b, _, err := s.recordReader.Get(ctx, name)
-		if err == nil {
-			return b, ArtifactRecordsBucket, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil, "", fmt.Errorf("get artifact %s: %w", ref, err)
-		}
+	if b, ok, err := s.fromBucket(ctx, name); err != nil {
+		return nil, "", fmt.Errorf("get artifact %s: %w", ref, err)
+	} else if ok {
+		return b, ArtifactRecordsBucket, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, artifactReadTimeout)
 	defer cancel()
@@ -513,14 +509,8 @@ func (s *Artifacts) Lookup(ctx context.Context, capsuleID string, cycle int) (ca
 // object's chunks.
 func (s *Artifacts) exists(ctx context.Context, ref string) (bool, error) {
 	name := strings.TrimPrefix(ref, "artifact:")
-	if s.recordReader != nil && jspub.ValidKey(name) {
-		_, _, err := s.recordReader.Get(ctx, name)
-		if err == nil {
-			return true, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return false, err
-		}
+	if _, ok, err := s.fromBucket(ctx, name); err != nil || ok {
+		return ok, err
 	}
 	_, err := s.os.GetInfo(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -528,6 +518,20 @@ func (s *Artifacts) exists(ctx context.Context, ref string) (bool, error) {
 		return ok, err
 	}
 	return err == nil, err
+}
+
+// fromBucket reads name's record from the records bucket with a direct get
+// (any replica may answer). ok false: none there, or no bucket, or name is
+// no key (such a record is an object).
+func (s *Artifacts) fromBucket(ctx context.Context, name string) (b []byte, ok bool, err error) {
+	if s.recordReader == nil || !jspub.ValidKey(name) {
+		return nil, false, nil
+	}
+	b, _, err = s.recordReader.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	return b, err == nil, err
 }
 
 // recordFromLeader reads name's record from the records stream's leader:

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -75,11 +74,10 @@ type Compositions struct {
 	js jetstream.JetStream
 
 	// scanned, legacyUntil and legacyTTL say which version 4 step ids are
-	// still looked up (see ScanLegacy); legacyTTL is written before
-	// scanned is set, and read only after.
+	// still looked up (see ScanLegacy).
 	scanned     atomic.Bool
 	legacyUntil atomic.Int64
-	legacyTTL   time.Duration
+	legacyTTL   atomic.Int64 // a time.Duration
 }
 
 // get is key's record bytes and revision, as the stream's leader has them:

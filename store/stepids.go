@@ -135,15 +135,6 @@ func uuidForm(id string, v byte) bool {
 	return true
 }
 
-// A sagad before version 8 step ids reserved version 4 ids, the form
-// producers draw too. Those reservations live until the bucket's TTL ends
-// them; until then RECEPTION must keep looking version 4 ids up, or a
-// plain capsule could take a step an older sagad assigned (held behind a
-// loop, or waiting at a gate) across an upgrade. legacyUntil is when the
-// newest of them expires (unix ns): [Compositions.ScanLegacy] finds it at
-// start, and a store that never scanned keeps looking them all up, as
-// before.
-
 // scanTimeout bounds the start's scan of step reservations: headers only,
 // at most 256 per run within the retention.
 const scanTimeout = 30 * time.Second
@@ -152,6 +143,12 @@ const scanTimeout = 30 * time.Second
 // holds an older sagad's reservation).
 const legacyForever = int64(^uint64(0) >> 1)
 
+// ScanLegacy exists because a sagad before version 8 step ids reserved
+// version 4 ids, the form producers draw too. Those reservations live until
+// the bucket's TTL ends them; until then RECEPTION must keep looking
+// version 4 ids up, or a plain capsule could take a step an older sagad
+// assigned (held behind a loop, or waiting at a gate) across an upgrade.
+//
 // ScanLegacy reads which version 4 step reservations the bucket holds (their
 // keys and times only) and sets until when IsStepID looks version 4 ids up:
 // the newest one's write plus ttl (the bucket's TTL; 0 keeps them, and the
@@ -176,7 +173,7 @@ func (c *Compositions) ScanLegacy(ctx context.Context, ttl time.Duration) error 
 			}
 			if e == nil {
 				// Every reservation present at the start was delivered.
-				c.legacyTTL = ttl
+				c.legacyTTL.Store(int64(ttl))
 				c.legacyUntil.Store(legacyDeadline(found, newest, ttl))
 				c.scanned.Store(true)
 				return nil
@@ -219,7 +216,7 @@ func (c *Compositions) extendLegacy() {
 	if !c.scanned.Load() {
 		return // every version 4 id is looked up anyway
 	}
-	until := legacyDeadline(true, time.Now(), c.legacyTTL)
+	until := legacyDeadline(true, time.Now(), time.Duration(c.legacyTTL.Load()))
 	for {
 		cur := c.legacyUntil.Load()
 		if cur >= until || c.legacyUntil.CompareAndSwap(cur, until) {
