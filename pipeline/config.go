@@ -162,6 +162,10 @@ type Config struct {
 	// phases are paused (pauses.go), as a process does before it sees a
 	// pause: for the tests that hold the deferral across a pause.
 	NoPauseView bool
+	// noMemo makes every deferred catch-up run its phases again rather
+	// than take this process's own decisions from its memo (memo.go): the
+	// routine the memo replaces, for the tests (export_test.go).
+	noMemo bool
 	// ExternalTimeout is how long a capsule waits for accepted external work
 	// before it halts with executor_failed. Defaults to 1h.
 	ExternalTimeout time.Duration

@@ -112,9 +112,14 @@ func gatesPure(cp *capsule.Checkpoint, c *capsule.Capsule) bool {
 }
 
 // deferAdvance sends the message of next, the checkpoint this phase's
-// advance (decided at) leads to, naming the advance, and acknowledges this
-// one: nothing is written.
-func (r *run) deferAdvance(ctx context.Context, next *capsule.Checkpoint, at time.Time) runner.Delivery {
+// advance d (decided at) leads to, naming the advance, and acknowledges
+// this one: nothing is written.
+//
+// The plain advances it hands on are noted in the process's memo first:
+// the catch-up, which may run as soon as the message is out, then finds
+// them (a note of a message that is never sent is evicted in time).
+func (r *run) deferAdvance(ctx context.Context, next *capsule.Checkpoint, d phases.Decision, at time.Time) runner.Delivery {
+	r.memoize(d)
 	deferred := append(r.deferred[:len(r.deferred):len(r.deferred)], store.Deferred{Phase: r.ph, At: at})
 	m := store.EncodeDeferredMsg(next, deferred)
 	if err := r.p.st.PublishDeferred(ctx, m); err != nil {
@@ -135,26 +140,29 @@ func (t *txn) catchUp(ctx context.Context) error {
 	if r == nil || len(r.deferred) == 0 {
 		return nil
 	}
-	base := t.view()
+	t.mu.Lock()
+	base, rev := t.cp, t.rev
+	t.mu.Unlock()
 	lazy := r.lazy(base)
-	cp, merged, assumed, err := r.decideDeferred(ctx, base, lazy)
+	c, err := r.decideDeferred(ctx, base, rev, lazy)
 	if err != nil {
 		return err
 	}
-	if assumed && !machine.Running(cp, r.ph, r.cycle) {
+	if c.assumed && !machine.Running(c.cp, r.ph, r.cycle) {
 		// An assumed advance that does not lead here is not this attempt's
 		// to act on: decide them all.
-		if cp, merged, assumed, err = r.decideDeferred(ctx, base, false); err != nil {
+		if c, err = r.decideDeferred(ctx, base, rev, false); err != nil {
 			return err
 		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(merged) > 0 {
-		t.cp = cp
+	if len(c.merged) > 0 {
+		t.cp = c.cp
 	}
-	t.merged = merged
-	t.assumed = assumed && len(merged) > 0
+	t.merged = c.merged
+	t.assumed = c.assumed && len(c.merged) > 0
+	t.known = c.known
 	return nil
 }
 
@@ -166,40 +174,89 @@ func (t *txn) isAssumed() bool {
 	return t.assumed
 }
 
-// decideDeferred decides again, from cp, the deferred phases catchUp
-// catches up: the checkpoint they lead to and their transitions. lazy
-// assumes REALITY_ANCHOR's advance instead of deciding it (assumed).
-func (r *run) decideDeferred(ctx context.Context, cp *capsule.Checkpoint, lazy bool) (_ *capsule.Checkpoint, merged []capsule.Transition, assumed bool, _ error) {
+// caught is what decideDeferred came to: the checkpoint the deferred
+// phases lead to and their transitions; assumed, whether REALITY_ANCHOR's
+// advance was assumed (lazy); known, the memoizable phases (a bit each)
+// whose plain advance it decided or took from the memo, on the revision
+// it started from, for a deferral of this attempt's own to note again.
+type caught struct {
+	cp      *capsule.Checkpoint
+	merged  []capsule.Transition
+	assumed bool
+	known   uint8
+}
+
+// decideDeferred decides again, from cp (at KV revision rev), the deferred
+// phases catchUp catches up. lazy assumes REALITY_ANCHOR's advance instead
+// of deciding it (assumed); an advance this process deferred on this very
+// revision is taken from the memo rather than decided again (memoized).
+func (r *run) decideDeferred(ctx context.Context, cp *capsule.Checkpoint, rev uint64, lazy bool) (caught, error) {
+	c := caught{cp: cp}
 	for _, d := range r.deferred {
-		st := cp.State
+		st := c.cp.State
 		if d.Phase >= r.ph || st.Status != capsule.InProgress || st.Phase != d.Phase ||
-			cp.Run > 1 || cp.Digest == "" || r.c.Integrity.SHA256 != cp.Digest {
+			c.cp.Run > 1 || c.cp.Digest == "" || r.c.Integrity.SHA256 != c.cp.Digest {
 			continue
 		}
 		var dec phases.Decision
-		if lazy && d.Phase == capsule.RealityAnchor {
-			dec, assumed = phases.AdvanceWith(), true
-		} else {
-			in := phases.Input{Capsule: r.c, Raw: r.raw, Checkpoint: cp}
+		switch {
+		case lazy && d.Phase == capsule.RealityAnchor:
+			dec, c.assumed = phases.AdvanceWith(), true
+		case r.memoized(c.cp, rev, d.Phase):
+			dec = phases.AdvanceWith()
+		default:
+			in := phases.Input{Capsule: r.c, Raw: r.raw, Checkpoint: c.cp}
 			dec = r.p.phases[d.Phase].Run(ctx, r.p.env, &in)
+			r.p.caughtUp[d.Phase].Add(1)
 		}
 		if dec.Action == phases.Retry {
-			return nil, nil, false, fmt.Errorf("deferred %s: %w", d.Phase, dec.Err)
+			return caught{}, fmt.Errorf("deferred %s: %w", d.Phase, dec.Err)
 		}
-		res, err := machine.Apply(cp, machine.Decide{Phase: d.Phase, Cycle: st.Cycle, Decision: dec}, r.t.deferredAt(cp, d.At))
+		res, err := machine.Apply(c.cp, machine.Decide{Phase: d.Phase, Cycle: st.Cycle, Decision: dec}, r.t.deferredAt(c.cp, d.At))
 		if err != nil || res.Transition == nil {
 			break // the machine refuses it: the checkpoint decides
 		}
-		cp = res.Checkpoint
-		merged = append(merged, *res.Transition)
+		c.cp = res.Checkpoint
+		c.merged = append(c.merged, *res.Transition)
+		if memoizable(d.Phase) && plainAdvance(dec) {
+			c.known |= 1 << d.Phase
+		}
 		if dec.Action != phases.Advance {
 			break
 		}
 	}
-	if st := cp.State; len(merged) > 0 && st.Status == capsule.InProgress && (st.Phase != r.ph || st.Cycle != r.cycle) {
-		merged = nil
+	if st := c.cp.State; len(c.merged) > 0 && st.Status == capsule.InProgress && (st.Phase != r.ph || st.Cycle != r.cycle) {
+		c.merged, c.known = nil, 0
 	}
-	return cp, merged, assumed, nil
+	return c, nil
+}
+
+// memoized reports whether this process deferred phase ph's plain advance
+// on checkpoint cp as it stood at revision rev (the catch-up's starting
+// point, which cp, caught up so far, leads on from), taking the note.
+func (r *run) memoized(cp *capsule.Checkpoint, rev uint64, ph capsule.Phase) bool {
+	return memoizable(ph) && r.p.memo.take(memoKey{key: r.t.key, digest: cp.Digest, rev: rev, run: cp.Run, cycle: cp.State.Cycle, phase: ph})
+}
+
+// memoize notes in the process's memo the plain advances this deferring
+// attempt hands on: its own decision d and those its catch-up decided (or
+// took from the memo), all on the revision it started from.
+func (r *run) memoize(d phases.Decision) {
+	t := r.t
+	if r.p.memo == nil {
+		return
+	}
+	t.mu.Lock()
+	cp, rev, known := t.cp, t.rev, t.known
+	t.mu.Unlock()
+	if memoizable(r.ph) && plainAdvance(d) {
+		known |= 1 << r.ph
+	}
+	for ph := capsule.Planning; ph <= capsule.AutomatedGates; ph++ {
+		if known&(1<<ph) != 0 {
+			r.p.memo.put(memoKey{key: t.key, digest: cp.Digest, rev: rev, run: cp.Run, cycle: r.cycle, phase: ph})
+		}
+	}
 }
 
 // deferredAt is the time a deferred decision is recorded at: when the

@@ -144,7 +144,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	start := p.cfg.Now()
 	if next, ok := r.forwardable(start); ok {
 		p.traceForward(runCtx, ph, r.cycle, r.t.view())
-		return r.deferAdvance(ctx, next, start), false
+		return r.deferAdvance(ctx, next, phases.AdvanceWith(), start), false
 	}
 	d := p.corruptDecision(r.decide(runCtx, start, md, mdErr))
 	if r.obs != nil {
@@ -160,7 +160,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 		return runner.NakAfter(d.Delay, d.Err), false
 	}
 	if next, ok := r.deferrable(d, start); ok {
-		return r.deferAdvance(ctx, next, start), false
+		return r.deferAdvance(ctx, next, d, start), false
 	}
 	if r.t.isAssumed() {
 		// This phase writes, and REALITY_ANCHOR's deferred decision was
@@ -531,6 +531,9 @@ type txn struct {
 	// assumed says merged holds REALITY_ANCHOR's advance unevaluated
 	// (catchUp): nothing may be written from cp.
 	assumed bool
+	// known are the memoizable phases whose plain advance catchUp
+	// decided on rev (caught.known): a deferral notes them again.
+	known uint8
 	// then is the holder of the next phase's claim this attempt's result
 	// write takes (preclaim), "" for none.
 	then string
@@ -580,7 +583,7 @@ func (t *txn) revision() uint64 {
 // set records a checkpoint and revision just read or written.
 func (t *txn) set(cp *capsule.Checkpoint, rev uint64) {
 	t.mu.Lock()
-	t.cp, t.rev = cp, rev
+	t.cp, t.rev, t.known = cp, rev, 0
 	t.mu.Unlock()
 	t.p.st.Cache.Put(cp, rev)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/sagad/sagad/artifactsvc"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -70,6 +71,13 @@ type Pipeline struct {
 	calls *status.Calls
 	// pauses is which phases a person paused, as last read (pauses.go).
 	pauses pauseView
+	// memo is the deferred advances this process made, for their
+	// catch-up (memo.go); nil with NoDefer.
+	memo *decisionMemo
+	// caughtUp counts, by phase, the deferred decisions a catch-up made
+	// by running the phase (not taken from the memo): what the tests
+	// hold the memo to.
+	caughtUp [capsule.NumPhases]atomic.Int64
 }
 
 // New creates the JetStream topology (idempotently) and returns a pipeline
@@ -98,6 +106,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		tracer:  tracing.New(cfg.TracerProvider),
 		tokens:  seqid.New(),
 		clock:   newClock(cfg.Heartbeat),
+		memo:    newDecisionMemo(cfg.NoDefer || cfg.noMemo),
 
 		constitution: rules.VersionOf(cfg.Rules),
 		corrupt:      rep,
