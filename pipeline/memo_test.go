@@ -10,6 +10,8 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/internal/capsuletest"
+	"github.com/sagad/sagad/internal/natstest"
+	"github.com/sagad/sagad/locks"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/store"
 )
@@ -139,6 +141,43 @@ func TestDeferredMemoNotAcrossProcesses(t *testing.T) {
 	require.NoError(t, a.ResumePhase(ctx, capsule.Execution))
 	requireSevenPhases(t, f.wait(t, id))
 	require.Equal(t, [2]int64{1, 1}, caughtUpRuns(f), "the second sagad decided both")
+	require.Equal(t, int64(1), f.executed.Load())
+	requireOutcomes(t, f, 1)
+}
+
+// TestDeferredMemoTakenOnce: a catch-up that takes the notes and then does
+// not write (EXECUTION finds its lock held by someone else and tries again
+// later) leaves nothing for the redelivery, which decides PLANNING and
+// AUTOMATED_GATES again, as every delivery did before the memo.
+func TestDeferredMemoTakenOnce(t *testing.T) {
+	t.Parallel()
+	f := setupWith(t, func(c *pipeline.Config) {
+		c.NoPauseView = true
+		c.LockWait = 10 * time.Second // tries again after a second
+	})
+	ctx := context.Background()
+	a := f.admin(t)
+	// RECEPTION refuses a capsule whose lock is held: take it once the
+	// capsule is queued at EXECUTION.
+	require.NoError(t, a.PausePhase(ctx, capsule.Execution))
+	doc := f.own(t, capsuletest.New())
+	f.publish(t, doc.Sealed(t))
+	queued(t, f, capsule.Execution, 1)
+	require.Equal(t, 2, pipeline.MemoLen(f.pipe))
+	lm, err := locks.New(ctx, f.js, locks.Config{})
+	require.NoError(t, err)
+	path := "own-" + doc.ID() + ".txt"
+	require.NoError(t, lm.TryAcquire(ctx, path, "someone-else"))
+
+	require.NoError(t, a.ResumePhase(ctx, capsule.Execution))
+	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		return caughtUpRuns(f)[1] > 0
+	}, "EXECUTION was never redelivered")
+	require.Zero(t, pipeline.MemoLen(f.pipe), "the first delivery took both notes")
+	require.NoError(t, lm.Release(ctx, path, "someone-else"))
+	requireSevenPhases(t, f.wait(t, doc.ID()))
+	runs := caughtUpRuns(f)
+	require.Equal(t, runs[0], runs[1], "every redelivery decided both")
 	require.Equal(t, int64(1), f.executed.Load())
 	requireOutcomes(t, f, 1)
 }
