@@ -29,8 +29,9 @@ import (
 //     write (a compare-and-set on the revision read) proves the checkpoint
 //     was current, as it does for any phase started from the cache.
 //   - Nothing is taken from the message: the receiving phase computes each
-//     deferred decision itself. A forged header can only make it compute
-//     what the deferring phase would have.
+//     deferred decision itself, or takes it from what this process decided
+//     on the very same checkpoint revision (memo.go). A forged header can
+//     only make it compute what the deferring phase would have.
 //   - A crash anywhere resumes from what was written: before the merged
 //     write, the checkpoint still stands at PLANNING and the message that
 //     names it is redelivered (or the rescuer sends PLANNING's again); the
