@@ -41,6 +41,13 @@ type memoKey struct {
 // presence is the decision (plainAdvance). Another process's memo is not
 // this one's: its catch-up finds nothing and runs the phase, as before.
 //
+// What else those phases read is the same at the catch-up: of the
+// checkpoint, only its key (Rule 2, ownedID); so what the catch-up decided
+// before them (REALITY_ANCHOR's advance, assumed when the note was put,
+// decided with a read at the catch-up) cannot change their decision, only
+// stop the catch-up before them. The constitution's settings are the
+// process's for its whole life.
+//
 // The clock: a phase's decision taken later could differ only by the time
 // it is taken at (no rule reads it today: rules.Input.Now). The memo gives
 // the decision as taken when the deferring phase ran, which is the time
