@@ -255,7 +255,11 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Manager, err
 
 // Key returns the KV key of path's lock: the lowercase hex SHA-256 of path.
 func Key(path string) string {
-	sum := sha256.Sum256([]byte(path))
+	// A path fits the stack buffer: hashing it allocates nothing but the
+	// key (a conversion to []byte was a copy on the heap, every lock
+	// taken, released and looked up).
+	var buf [256]byte
+	sum := sha256.Sum256(append(buf[:0], path...))
 	var h [2 * sha256.Size]byte
 	hex.Encode(h[:], sum[:])
 	return string(h[:]) // one allocation: EncodeToString made two

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,9 +19,7 @@ import (
 // whichever sagad runs them. The agent calls the phase makes are the span's
 // children (executors.Registry.SetTracer).
 func (p *Pipeline) runTraced(ctx context.Context, ph capsule.Phase, cycle int, cp *capsule.Checkpoint, in *phases.Input) phases.Decision {
-	ctx, span := p.tracer.StartPhase(ctx, cp.TraceParent, cp.TraceID, spanCapsule(cp), ph.String(), cycle,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(tracing.MessagingProcess(store.PhaseSubject(ph), store.ConsumerName(ph))...))
+	ctx, span := p.tracer.StartPhase(ctx, cp.TraceParent, cp.TraceID, spanCapsule(cp), ph.String(), cycle, phaseSpanOptions(ph)...)
 	d := p.phases[ph].Run(ctx, p.env, in)
 	if span.IsRecording() {
 		tracing.EndPhase(span, decisionOutcome(ph, d), d.Halt.String(), string(d.Trigger), d.Err)
@@ -38,9 +37,7 @@ const outcomeForwarded = "forwarded"
 // traceForward records the span of a phase that forwarded its message
 // undecided.
 func (p *Pipeline) traceForward(ctx context.Context, ph capsule.Phase, cycle int, cp *capsule.Checkpoint) {
-	_, span := p.tracer.StartPhase(ctx, cp.TraceParent, cp.TraceID, spanCapsule(cp), ph.String(), cycle,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(tracing.MessagingProcess(store.PhaseSubject(ph), store.ConsumerName(ph))...))
+	_, span := p.tracer.StartPhase(ctx, cp.TraceParent, cp.TraceID, spanCapsule(cp), ph.String(), cycle, phaseSpanOptions(ph)...)
 	if span.IsRecording() {
 		tracing.EndPhase(span, outcomeForwarded, "", "", nil)
 	} else {
@@ -129,4 +126,30 @@ func traceIDOf(cp *capsule.Checkpoint) string {
 		return cp.TraceParent[3:35]
 	}
 	return ""
+}
+
+// phaseSpanOptions are the start options of phase ph's span: a consumer
+// span with the messaging attributes of ph's subject and consumer. They are
+// the same for every message of the phase, so they are made once rather
+// than per message (two allocations a phase run, with tracing off too).
+// The slices are clipped: StartPhase appends to them.
+func phaseSpanOptions(ph capsule.Phase) []trace.SpanStartOption {
+	if ph.Valid() {
+		return spanOptions[ph]
+	}
+	return newPhaseSpanOptions(ph)
+}
+
+var spanOptions = func() (o [capsule.NumPhases][]trace.SpanStartOption) {
+	for ph := range o {
+		o[ph] = newPhaseSpanOptions(capsule.Phase(ph))
+	}
+	return o
+}()
+
+func newPhaseSpanOptions(ph capsule.Phase) []trace.SpanStartOption {
+	return slices.Clip([]trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(tracing.MessagingProcess(store.PhaseSubject(ph), store.ConsumerName(ph))...),
+	})
 }

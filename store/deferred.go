@@ -42,12 +42,16 @@ func DecodeDeferred(v string) ([]Deferred, error) {
 	if v == "" {
 		return nil, nil
 	}
-	parts := strings.Split(v, ",")
-	if len(parts) > maxDeferred {
-		return nil, fmt.Errorf("%w: %d entries", ErrBadDeferred, len(parts))
-	}
-	out := make([]Deferred, 0, len(parts))
-	for _, part := range parts {
+	// Entries are cut off one at a time (no strings.Split: a slice of
+	// parts on every deferred message); more than maxDeferred is refused
+	// before the next is read.
+	out := make([]Deferred, 0, maxDeferred)
+	for rest, more := v, true; more; {
+		var part string
+		part, rest, more = strings.Cut(rest, ",")
+		if len(out) == maxDeferred {
+			return nil, fmt.Errorf("%w: %d entries", ErrBadDeferred, len(out)+1+strings.Count(rest, ","))
+		}
 		ph, at, ok := strings.Cut(part, ":")
 		n, err := strconv.Atoi(ph)
 		if !ok || err != nil || strconv.Itoa(n) != ph || n <= int(capsule.Reception) || n >= int(capsule.Handoff) {

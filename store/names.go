@@ -99,7 +99,19 @@ var phaseSubjects = func() (s [capsule.NumPhases]string) {
 }()
 
 // ConsumerName is the durable consumer of phase p, shared by every sagad.
-func ConsumerName(p capsule.Phase) string { return fmt.Sprintf("phase-%d", p) }
+func ConsumerName(p capsule.Phase) string {
+	if p.Valid() {
+		return consumerNames[p] // every phase span names one: not formatted each time
+	}
+	return fmt.Sprintf("phase-%d", p)
+}
+
+var consumerNames = func() (s [capsule.NumPhases]string) {
+	for p := range s {
+		s[p] = fmt.Sprintf("phase-%d", p)
+	}
+	return s
+}()
 
 // EventSubject is the lifecycle event subject of the capsule with key.
 func EventSubject(key string) string { return EventsPrefix + key }
