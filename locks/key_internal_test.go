@@ -24,9 +24,11 @@ var keyPair = differential.Pair[string, string]{
 		sum := sha256.Sum256([]byte(p))
 		return hex.EncodeToString(sum[:]), nil
 	},
-	Seeds: []string{"", "/", "src/main.go", "ünïcødé/🙂", "\xff"},
+	// Paths up to, at and past Key's 256-byte stack buffer.
+	Seeds: []string{"", "/", "src/main.go", "ünïcødé/🙂", "\xff",
+		strings.Repeat("a", 255), strings.Repeat("b", 256), strings.Repeat("\xfe", 257), strings.Repeat("ü/", 1000)},
 	Generate: func(rng *rand.Rand) string {
-		b := make([]byte, rng.IntN(200))
+		b := make([]byte, rng.IntN(600))
 		for i := range b {
 			b[i] = byte(rng.UintN(256))
 		}

@@ -43,15 +43,16 @@ func DecodeDeferred(v string) ([]Deferred, error) {
 		return nil, nil
 	}
 	// Entries are cut off one at a time (no strings.Split: a slice of
-	// parts on every deferred message); more than maxDeferred is refused
-	// before the next is read.
+	// parts on every deferred message). Too many is refused before any
+	// entry is judged, with their count, as the Split decoder did: a
+	// count taken mid-way was one short, and a bad early entry hid it.
+	if n := strings.Count(v, ",") + 1; n > maxDeferred {
+		return nil, fmt.Errorf("%w: %d entries", ErrBadDeferred, n)
+	}
 	out := make([]Deferred, 0, maxDeferred)
 	for rest, more := v, true; more; {
 		var part string
 		part, rest, more = strings.Cut(rest, ",")
-		if len(out) == maxDeferred {
-			return nil, fmt.Errorf("%w: %d entries", ErrBadDeferred, len(out)+1+strings.Count(rest, ","))
-		}
 		ph, at, ok := strings.Cut(part, ":")
 		n, err := strconv.Atoi(ph)
 		if !ok || err != nil || strconv.Itoa(n) != ph || n <= int(capsule.Reception) || n >= int(capsule.Handoff) {
