@@ -251,6 +251,12 @@ func TestResumeFinishedByPhaseMessage(t *testing.T) {
 	a := f.admin(t)
 	ctx := context.Background()
 	require.NoError(t, a.PausePhase(ctx, capsule.Planning))
+	// Another admin paused it: until the pipeline's view has the pause,
+	// REALITY_ANCHOR would defer into PLANNING, and the checkpoint would
+	// not show the capsule queued there.
+	natstest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		return pipeline.PhasePaused(f.pipe, capsule.Planning)
+	}, "the pause was never seen")
 	doc := f.own(t, capsuletest.New())
 	raw := doc.Sealed(t)
 	f.publish(t, raw)
