@@ -1,0 +1,201 @@
+package logline
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+)
+
+// Options configures a [Handler].
+type Options struct {
+	// Level is the lowest level written. Defaults to slog.LevelInfo.
+	Level slog.Leveler
+	// DurationsAsText writes a duration in a JSON line as its String,
+	// "1.5s", as the text line does, rather than as slog's JSON handler
+	// does, in nanoseconds. The slog handler a record falls back to gets
+	// the ReplaceAttr [DurationString] for it. Text lines ignore it.
+	DurationsAsText bool
+}
+
+// Handler is a slog.Handler writing exactly what slog's text or JSON
+// handler writes with the same level (and, with DurationsAsText,
+// ReplaceAttr [DurationString]). It is safe for concurrent use: every
+// line is one Write, under a lock shared by the handlers WithAttrs derives
+// and by the slog handler it falls back to.
+type Handler struct {
+	json     bool
+	durText  bool
+	level    slog.Leveler
+	w        io.Writer
+	mu       *sync.Mutex
+	attrs    []byte       // the WithAttrs attributes, formatted, each with its separator
+	fallback slog.Handler // slog's handler, with the same options and attributes
+}
+
+// NewText returns a handler writing the lines of slog.NewTextHandler(w,
+// &slog.HandlerOptions{Level: o.Level}).
+func NewText(w io.Writer, o Options) *Handler { return newHandler(w, o, false) }
+
+// NewJSON returns a handler writing the lines of slog.NewJSONHandler(w,
+// &slog.HandlerOptions{Level: o.Level}), with ReplaceAttr DurationString
+// when o.DurationsAsText.
+func NewJSON(w io.Writer, o Options) *Handler { return newHandler(w, o, true) }
+
+func newHandler(w io.Writer, o Options, json bool) *Handler {
+	if o.Level == nil {
+		o.Level = slog.LevelInfo
+	}
+	h := &Handler{json: json, durText: json && o.DurationsAsText, level: o.Level, w: w, mu: &sync.Mutex{}}
+	so := &slog.HandlerOptions{Level: o.Level}
+	// slog's handler writes through h's lock, so that its lines and h's
+	// never interleave on a writer that is not safe for concurrent use.
+	lw := lockedWriter{mu: h.mu, w: w}
+	if json {
+		if h.durText {
+			so.ReplaceAttr = DurationString
+		}
+		h.fallback = slog.NewJSONHandler(lw, so)
+	} else {
+		h.fallback = slog.NewTextHandler(lw, so)
+	}
+	return h
+}
+
+// DurationString is the ReplaceAttr that writes a duration as its String
+// ("1.5s"): slog's JSON handler would write nanoseconds, a bare integer
+// nobody reads as time.
+func DurationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
+}
+
+// Enabled reports whether level is at or above the handler's level.
+func (h *Handler) Enabled(_ context.Context, level slog.Level) bool {
+	return level >= h.level.Level()
+}
+
+// WithAttrs returns a handler whose lines carry attrs after the message,
+// formatted once here; when one of them is not a kind this package
+// formats, the returned handler is slog's.
+func (h *Handler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	if len(attrs) == 0 {
+		return h
+	}
+	fb := h.fallback.WithAttrs(attrs)
+	pre := append([]byte(nil), h.attrs...)
+	for _, a := range attrs {
+		var ok bool
+		if pre, ok = h.appendAttr(pre, a); !ok {
+			return fb
+		}
+	}
+	h2 := *h
+	h2.attrs = pre
+	h2.fallback = fb
+	return &h2
+}
+
+// WithGroup returns slog's handler with the group: records in groups are
+// rare enough to be left to it.
+func (h *Handler) WithGroup(name string) slog.Handler {
+	return h.fallback.WithGroup(name)
+}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooled bounds the buffers kept for reuse: one huge line must not pin
+// its buffer.
+const maxPooled = 16 << 10
+
+// Handle writes r as one line, or has slog's handler write it when r has
+// a value this package does not format.
+func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
+	bp := buffers.Get().(*[]byte)
+	b, ok := h.appendRecord((*bp)[:0], r)
+	if !ok {
+		buffers.Put(bp)
+		return h.fallback.Handle(ctx, r)
+	}
+	h.mu.Lock()
+	_, err := h.w.Write(b)
+	h.mu.Unlock()
+	if cap(b) <= maxPooled {
+		*bp = b
+		buffers.Put(bp)
+	}
+	return err
+}
+
+// appendRecord appends r's line to b; false when a value needs slog's
+// handler.
+func (h *Handler) appendRecord(b []byte, r slog.Record) ([]byte, bool) {
+	ok := true
+	if h.json {
+		b = append(b, '{')
+		if !r.Time.IsZero() {
+			b = append(b, `"time":"`...)
+			if b, ok = appendRFC3339Nano(b, r.Time); !ok {
+				return b, false
+			}
+			b = append(b, `",`...)
+		}
+		b = append(b, `"level":`...)
+		b = appendJSONString(b, r.Level.String())
+		b = append(b, `,"msg":`...)
+		b = appendJSONString(b, r.Message)
+	} else {
+		if !r.Time.IsZero() {
+			b = append(b, "time="...)
+			if b, ok = appendRFC3339Millis(b, r.Time); !ok {
+				return b, false
+			}
+			b = append(b, ' ')
+		}
+		b = append(b, "level="...)
+		b = appendTextString(b, r.Level.String())
+		b = append(b, " msg="...)
+		b = appendTextString(b, r.Message)
+	}
+	b = append(b, h.attrs...)
+	r.Attrs(func(a slog.Attr) bool {
+		b, ok = h.appendAttr(b, a)
+		return ok
+	})
+	if !ok {
+		return b, false
+	}
+	if h.json {
+		b = append(b, '}')
+	}
+	return append(b, '\n'), true
+}
+
+// appendAttr appends a with its leading separator; false when its value
+// is not one this package formats.
+func (h *Handler) appendAttr(b []byte, a slog.Attr) ([]byte, bool) {
+	if h.json {
+		b = append(b, ',')
+		b = appendJSONString(b, a.Key)
+		b = append(b, ':')
+		return h.appendJSONValue(b, a.Value)
+	}
+	b = append(b, ' ')
+	b = appendTextString(b, a.Key)
+	b = append(b, '=')
+	return appendTextValue(b, a.Value)
+}
+
+// lockedWriter is the writer of the slog handler a Handler falls back to.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
