@@ -20,13 +20,14 @@ import (
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/client"
 	"github.com/sagad/sagad/cmd/internal/daemon"
+	"github.com/sagad/sagad/internal/logline"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/pipeline"
 	"github.com/sagad/sagad/store"
 )
 
 // sagad is the pipeline under test, configured the way the daemon
-// configures it (text logs at info, a metrics recorder) except that logs
+// configures it (text logs at info through logline, a metrics recorder) except that logs
 // are formatted and then discarded.
 type sagad struct {
 	js     jetstream.JetStream
@@ -51,7 +52,7 @@ func newSagad(ctx context.Context, js jetstream.JetStream, cfg Config, workspace
 	}
 	s := &sagad{js: js, reg: prometheus.NewRegistry(), logs: &logSink{}}
 	s.pipe, err = pipeline.New(ctx, js, pipeline.Config{
-		Logger:          slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Logger:          slog.New(logline.NewText(s.logs, logline.Options{Level: slog.LevelInfo})),
 		Workspace:       workspace,
 		KVBuckets:       []string{TargetsBucket},
 		Workers:         cfg.Workers,
