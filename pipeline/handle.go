@@ -16,6 +16,7 @@ import (
 	"github.com/sagad/sagad/executors"
 	"github.com/sagad/sagad/internal/cas"
 	"github.com/sagad/sagad/internal/corrupt"
+	"github.com/sagad/sagad/internal/logline"
 	"github.com/sagad/sagad/machine"
 	"github.com/sagad/sagad/metrics"
 	"github.com/sagad/sagad/phases"
@@ -804,13 +805,6 @@ func (p *Pipeline) logTransition(cp *capsule.Checkpoint, tr capsule.Transition, 
 	if !h.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
-	pc := transitionPC.Load()
-	if pc == 0 {
-		var pcs [1]uintptr
-		runtime.Callers(1, pcs[:])
-		pc = pcs[0]
-		transitionPC.Store(pc)
-	}
 	// Typed attributes: one line per transition is on the hot path.
 	attrs := [8]slog.Attr{
 		slog.String("capsule_id", cp.CapsuleID), slog.String("key", cp.Key), slog.String("phase", tr.PhaseName),
@@ -820,6 +814,20 @@ func (p *Pipeline) logTransition(cp *capsule.Checkpoint, tr capsule.Transition, 
 	if tr.Detail != "" {
 		attrs[n] = slog.String("halt_reason", tr.Detail)
 		n++
+	}
+	if lh, ok := h.(*logline.Handler); ok {
+		// sagad's own handler takes the attributes as they are: a record
+		// would copy those past its fifth into a slice of its own, and
+		// logline writes no source, so needs no program counter.
+		_ = lh.HandleAttrs(ctx, time.Now(), slog.LevelInfo, "transition", attrs[:n])
+		return
+	}
+	pc := transitionPC.Load()
+	if pc == 0 {
+		var pcs [1]uintptr
+		runtime.Callers(1, pcs[:])
+		pc = pcs[0]
+		transitionPC.Store(pc)
 	}
 	r := slog.NewRecord(time.Now(), slog.LevelInfo, "transition", pc)
 	r.AddAttrs(attrs[:n]...)

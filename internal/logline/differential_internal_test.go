@@ -23,6 +23,7 @@ type lineCase struct {
 	JSON    bool
 	DurText bool       // JSON durations as text, the daemon's JSON option
 	Group   bool       // a WithGroup("g") after With: slog's own lines
+	Direct  bool       // through HandleAttrs, where the handler is ours
 	Level   int8       // the record's level
 	Zone    byte       // the record's time's zone (zones); noZone: no time
 	TimeN   uint64     // the record's time (timeOf)
@@ -147,6 +148,10 @@ func (c lineCase) write(h slog.Handler) {
 	if c.Zone != noZone {
 		tm = timeOf(c.TimeN, c.Zone)
 	}
+	if lh, ok := h.(*Handler); ok && c.Direct {
+		_ = lh.HandleAttrs(context.Background(), tm, slog.Level(c.Level), c.Msg, attrsOf(c.Attrs))
+		return
+	}
 	r := slog.NewRecord(tm, slog.Level(c.Level), c.Msg, 0)
 	r.AddAttrs(attrsOf(c.Attrs)...)
 	_ = h.Handle(context.Background(), r)
@@ -224,6 +229,10 @@ func lineSeeds() []lineCase {
 			seeds = append(seeds, lineCase{JSON: json, Zone: 3, Msg: "float", Attrs: []attrSpec{{Kind: kFloat64, Key: "f", N: math.Float64bits(f)}}})
 		}
 	}
+	for _, c := range seeds[:len(seeds):len(seeds)] {
+		c.Direct = true
+		seeds = append(seeds, c)
+	}
 	return seeds
 }
 
@@ -255,7 +264,7 @@ func genAttr(r *rand.Rand) attrSpec {
 }
 
 func genLine(r *rand.Rand) lineCase {
-	c := lineCase{JSON: r.IntN(2) == 0, DurText: r.IntN(2) == 0, Group: r.IntN(30) == 0, Level: int8(r.IntN(24) - 8),
+	c := lineCase{JSON: r.IntN(2) == 0, DurText: r.IntN(2) == 0, Group: r.IntN(30) == 0, Direct: r.IntN(2) == 0, Level: int8(r.IntN(24) - 8),
 		Zone: byte(r.IntN(len(zones) + 1)), TimeN: r.Uint64(), Msg: genString(r)}
 	if c.Zone == byte(len(zones)) {
 		c.Zone = noZone
@@ -270,7 +279,7 @@ func genLine(r *rand.Rand) lineCase {
 }
 
 // The fuzzer's bytes: flags (1 JSON, 2 DurText, 4 Group, 0x18 the With
-// count), level, zone, the time (8 bytes), the message, then attributes
+// count, 0x20 Direct), level, zone, the time (8 bytes), the message, then attributes
 // (kind, key, string, 8 bytes) to the end. A string is a length byte and
 // its bytes.
 func encodeLine(c lineCase) []byte {
@@ -285,6 +294,9 @@ func encodeLine(c lineCase) []byte {
 		flags |= 4
 	}
 	flags |= byte(min(len(c.With), 3)) << 3
+	if c.Direct {
+		flags |= 0x20
+	}
 	b := []byte{flags, byte(c.Level), c.Zone}
 	b = binary.BigEndian.AppendUint64(b, c.TimeN)
 	b = appendSeedString(b, c.Msg)
@@ -332,7 +344,7 @@ func decodeLine(b []byte) (lineCase, bool) {
 	}
 	r := &seedReader{b: b}
 	flags := r.byte()
-	c := lineCase{JSON: flags&1 != 0, DurText: flags&2 != 0, Group: flags&4 != 0, Level: int8(r.byte()), Zone: r.byte()}
+	c := lineCase{JSON: flags&1 != 0, DurText: flags&2 != 0, Group: flags&4 != 0, Direct: flags&0x20 != 0, Level: int8(r.byte()), Zone: r.byte()}
 	c.TimeN = r.uint64()
 	c.Msg = r.string()
 	with := int(flags>>3) & 3

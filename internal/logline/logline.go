@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 )
 
 // Options configures a [Handler].
@@ -119,6 +120,44 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 		buffers.Put(bp)
 		return h.fallback.Handle(ctx, r)
 	}
+	return h.write(bp, b)
+}
+
+// appendRecord appends r's line to b; false when a value needs slog's
+// handler.
+func (h *Handler) appendRecord(b []byte, r slog.Record) ([]byte, bool) {
+	b, ok := h.appendHead(b, r.Time, r.Level, r.Message)
+	if !ok {
+		return b, false
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		b, ok = h.appendAttr(b, a)
+		return ok
+	})
+	return h.appendEnd(b), ok
+}
+
+// HandleAttrs writes what Handle writes for a record of t, level, msg and
+// attrs (and no source): the caller that has its attributes in an array
+// saves the record's copy of them, an allocation past five.
+func (h *Handler) HandleAttrs(ctx context.Context, t time.Time, level slog.Level, msg string, attrs []slog.Attr) error {
+	bp := buffers.Get().(*[]byte)
+	b, ok := h.appendHead((*bp)[:0], t, level, msg)
+	for i := 0; ok && i < len(attrs); i++ {
+		b, ok = h.appendAttr(b, attrs[i])
+	}
+	if !ok {
+		buffers.Put(bp)
+		r := slog.NewRecord(t, level, msg, 0)
+		r.AddAttrs(attrs...)
+		return h.fallback.Handle(ctx, r)
+	}
+	return h.write(bp, h.appendEnd(b))
+}
+
+// write writes the line b, one Write under the lock, and keeps its
+// buffer bp for the next line.
+func (h *Handler) write(bp *[]byte, b []byte) error {
 	h.mu.Lock()
 	_, err := h.w.Write(b)
 	h.mu.Unlock()
@@ -129,48 +168,45 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	return err
 }
 
-// appendRecord appends r's line to b; false when a value needs slog's
-// handler.
-func (h *Handler) appendRecord(b []byte, r slog.Record) ([]byte, bool) {
+// appendHead appends a line's time (unless zero), level, message and the
+// WithAttrs attributes; false when the time needs slog's handler.
+func (h *Handler) appendHead(b []byte, t time.Time, level slog.Level, msg string) ([]byte, bool) {
 	ok := true
 	if h.json {
 		b = append(b, '{')
-		if !r.Time.IsZero() {
+		if !t.IsZero() {
 			b = append(b, `"time":"`...)
-			if b, ok = appendRFC3339Nano(b, r.Time); !ok {
+			if b, ok = appendRFC3339Nano(b, t); !ok {
 				return b, false
 			}
 			b = append(b, `",`...)
 		}
 		b = append(b, `"level":`...)
-		b = appendJSONString(b, r.Level.String())
+		b = appendJSONString(b, level.String())
 		b = append(b, `,"msg":`...)
-		b = appendJSONString(b, r.Message)
+		b = appendJSONString(b, msg)
 	} else {
-		if !r.Time.IsZero() {
+		if !t.IsZero() {
 			b = append(b, "time="...)
-			if b, ok = appendRFC3339Millis(b, r.Time); !ok {
+			if b, ok = appendRFC3339Millis(b, t); !ok {
 				return b, false
 			}
 			b = append(b, ' ')
 		}
 		b = append(b, "level="...)
-		b = appendTextString(b, r.Level.String())
+		b = appendTextString(b, level.String())
 		b = append(b, " msg="...)
-		b = appendTextString(b, r.Message)
+		b = appendTextString(b, msg)
 	}
-	b = append(b, h.attrs...)
-	r.Attrs(func(a slog.Attr) bool {
-		b, ok = h.appendAttr(b, a)
-		return ok
-	})
-	if !ok {
-		return b, false
-	}
+	return append(b, h.attrs...), true
+}
+
+// appendEnd ends a line.
+func (h *Handler) appendEnd(b []byte) []byte {
 	if h.json {
 		b = append(b, '}')
 	}
-	return append(b, '\n'), true
+	return append(b, '\n')
 }
 
 // appendAttr appends a with its leading separator; false when its value
