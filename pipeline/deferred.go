@@ -63,7 +63,7 @@ func (r *run) deferrable(d phases.Decision, at time.Time) (next *capsule.Checkpo
 	default:
 		return nil, false
 	}
-	res, err := machine.Apply(cp, machine.Decide{Phase: r.ph, Cycle: r.cycle, Decision: d}, at)
+	res, err := r.p.applyDecision(cp, r.ph, r.cycle, d, at, false)
 	if err != nil || res.Transition == nil || res.Checkpoint.State.Status != capsule.InProgress {
 		return nil, false
 	}
@@ -213,7 +213,7 @@ func (r *run) decideDeferred(ctx context.Context, cp *capsule.Checkpoint, rev ui
 		if dec.Action == phases.Retry {
 			return caught{}, fmt.Errorf("deferred %s: %w", d.Phase, dec.Err)
 		}
-		res, err := machine.Apply(c.cp, machine.Decide{Phase: d.Phase, Cycle: st.Cycle, Decision: dec}, r.t.deferredAt(c.cp, d.At))
+		res, err := r.p.applyDecision(c.cp, d.Phase, st.Cycle, dec, r.t.deferredAt(c.cp, d.At), !lazy)
 		if err != nil || res.Transition == nil {
 			break // the machine refuses it: the checkpoint decides
 		}
