@@ -41,6 +41,7 @@ func TestDecisionMemoKey(t *testing.T) {
 			require.True(t, m.take(k))
 			require.False(t, m.take(k), "a note is taken once")
 			require.Zero(t, m.len())
+			require.Equal(t, memoKey{}, m.ring[0], "a taken note's slot is cleared")
 		})
 	}
 	var off *decisionMemo = newDecisionMemo(true)
