@@ -102,22 +102,39 @@ func (m *advanceMemo) len() int {
 	return len(m.set)
 }
 
+// applyMode says how applyDecision uses the memo.
+type applyMode int
+
+const (
+	// applyFresh: the deferring phase's own decision, just taken (at its
+	// own time): nothing can be kept for it yet; keep it for the catch-ups.
+	applyFresh applyMode = iota
+	// applyShared: a catch-up that writes nothing (lazy): take a kept
+	// result and leave it for the catch-ups to come, or keep its own.
+	applyShared
+	// applyTaken: the catch-up of the phase that writes: take a kept
+	// result and forget it.
+	applyTaken
+)
+
 // applyDecision is machine.Apply(cp, machine.Decide{Phase: ph, Cycle:
 // cycle, Decision: d}, at), as deferrable and the catch-up apply a phase's
-// decision: a plain advance (plainAdvance) is taken from the memo when
-// this process applied it already (take forgets it: the caller is the
-// phase that writes it), and kept for the catch-ups to come otherwise.
-func (p *Pipeline) applyDecision(cp *capsule.Checkpoint, ph capsule.Phase, cycle int, d phases.Decision, at time.Time, take bool) (machine.Result, error) {
+// decision: a plain advance (plainAdvance) this process applied already is
+// taken from the memo, and one it applies is kept for the catch-ups to
+// come, as mode says.
+func (p *Pipeline) applyDecision(cp *capsule.Checkpoint, ph capsule.Phase, cycle int, d phases.Decision, at time.Time, mode applyMode) (machine.Result, error) {
 	m := p.advances
 	if m == nil || !plainAdvance(d) {
 		return machine.Apply(cp, machine.Decide{Phase: ph, Cycle: cycle, Decision: d}, at)
 	}
 	k := advanceKey{from: cp, phase: ph, cycle: cycle, sec: at.Unix(), nsec: int32(at.Nanosecond())}
-	if res, ok := m.get(k, take); ok {
-		return res, nil
+	if mode != applyFresh {
+		if res, ok := m.get(k, mode == applyTaken); ok {
+			return res, nil
+		}
 	}
 	res, err := machine.Apply(cp, machine.Decide{Phase: ph, Cycle: cycle, Decision: d}, at)
-	if err == nil && !take {
+	if err == nil && mode != applyTaken {
 		m.put(k, res)
 	}
 	return res, err

@@ -63,7 +63,7 @@ func (r *run) deferrable(d phases.Decision, at time.Time) (next *capsule.Checkpo
 	default:
 		return nil, false
 	}
-	res, err := r.p.applyDecision(cp, r.ph, r.cycle, d, at, false)
+	res, err := r.p.applyDecision(cp, r.ph, r.cycle, d, at, applyFresh)
 	if err != nil || res.Transition == nil || res.Checkpoint.State.Status != capsule.InProgress {
 		return nil, false
 	}
@@ -197,6 +197,10 @@ func (r *run) decideDeferred(ctx context.Context, cp *capsule.Checkpoint, rev ui
 	// is one moment, and the clock is slow to read (a reading a phase was
 	// most of deferredAt).
 	var now time.Time
+	mode := applyTaken
+	if lazy {
+		mode = applyShared
+	}
 	for _, d := range r.deferred {
 		st := c.cp.State
 		if d.Phase >= r.ph || st.Status != capsule.InProgress || st.Phase != d.Phase ||
@@ -220,7 +224,7 @@ func (r *run) decideDeferred(ctx context.Context, cp *capsule.Checkpoint, rev ui
 		if now.IsZero() {
 			now = r.p.cfg.Now()
 		}
-		res, err := r.p.applyDecision(c.cp, d.Phase, st.Cycle, dec, deferredAt(now, c.cp, d.At), !lazy)
+		res, err := r.p.applyDecision(c.cp, d.Phase, st.Cycle, dec, deferredAt(now, c.cp, d.At), mode)
 		if err != nil || res.Transition == nil {
 			break // the machine refuses it: the checkpoint decides
 		}

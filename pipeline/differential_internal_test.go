@@ -108,20 +108,20 @@ var applyAdvancePair = differential.Pair[advanceIn, machine.Result]{
 		p := &Pipeline{advances: newAdvanceMemo(false)}
 		cp, d, at := in.checkpoint(), in.decision(), in.at()
 		for _, other := range []time.Time{at.Add(-time.Nanosecond), at.Add(time.Nanosecond)} {
-			_, _ = p.applyDecision(cp, in.EvPhase, in.EvCycle, d, other, false)
+			_, _ = p.applyDecision(cp, in.EvPhase, in.EvCycle, d, other, applyShared)
 		}
 		for _, dc := range []int{-1, 1} {
-			_, _ = p.applyDecision(cp, in.EvPhase, in.EvCycle+dc, d, at, false)
-			_, _ = p.applyDecision(cp, in.EvPhase+capsule.Phase(dc), in.EvCycle, d, at, false)
+			_, _ = p.applyDecision(cp, in.EvPhase, in.EvCycle+dc, d, at, applyShared)
+			_, _ = p.applyDecision(cp, in.EvPhase+capsule.Phase(dc), in.EvCycle, d, at, applyShared)
 		}
 		primed := p.advances.len()
-		if _, err := p.applyDecision(cp, in.EvPhase, in.EvCycle, d, at.In(time.FixedZone("west", -7*3600)), false); err != nil {
+		if _, err := p.applyDecision(cp, in.EvPhase, in.EvCycle, d, at.In(time.FixedZone("west", -7*3600)), applyFresh); err != nil {
 			return machine.Result{}, err
 		}
-		if _, err := p.applyDecision(cp, in.EvPhase, in.EvCycle, d, at, false); err != nil {
+		if _, err := p.applyDecision(cp, in.EvPhase, in.EvCycle, d, at, applyShared); err != nil {
 			return machine.Result{}, err
 		}
-		res, err := p.applyDecision(cp, in.EvPhase, in.EvCycle, d, at, true)
+		res, err := p.applyDecision(cp, in.EvPhase, in.EvCycle, d, at, applyTaken)
 		if err == nil && p.advances.len() != primed {
 			return res, errors.New("a taken result stays in the memo")
 		}
