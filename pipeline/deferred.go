@@ -295,9 +295,13 @@ func (t *txn) landed(cp *capsule.Checkpoint) {
 	merged := t.merged
 	t.merged = nil
 	t.mu.Unlock()
+	if len(merged) == 0 {
+		return
+	}
+	trace := traceIDOf(cp)
 	for _, tr := range merged {
 		t.p.logTransition(cp, tr, 0)
-		t.p.metrics.TransitionTraced(tr.Phase, tr.Outcome, 0, traceIDOf(cp))
+		t.p.metrics.TransitionTraced(tr.Phase, tr.Outcome, 0, trace)
 	}
 }
 
