@@ -63,7 +63,7 @@ func (r *run) deferrable(d phases.Decision, at time.Time) (next *capsule.Checkpo
 	default:
 		return nil, false
 	}
-	res, err := machine.Apply(cp, machine.Decide{Phase: r.ph, Cycle: r.cycle, Decision: d}, at)
+	res, err := r.p.applyDecision(cp, r.ph, r.cycle, d, at, applyFresh)
 	if err != nil || res.Transition == nil || res.Checkpoint.State.Status != capsule.InProgress {
 		return nil, false
 	}
@@ -193,6 +193,14 @@ type caught struct {
 // revision is taken from the memo rather than decided again (memoized).
 func (r *run) decideDeferred(ctx context.Context, cp *capsule.Checkpoint, rev uint64, lazy bool) (caught, error) {
 	c := caught{cp: cp}
+	// One clock reading bounds every deferred decision's time: the catch-up
+	// is one moment, and the clock is slow to read (a reading a phase was
+	// most of deferredAt).
+	var now time.Time
+	mode := applyTaken
+	if lazy {
+		mode = applyShared
+	}
 	for _, d := range r.deferred {
 		st := c.cp.State
 		if d.Phase >= r.ph || st.Status != capsule.InProgress || st.Phase != d.Phase ||
@@ -213,11 +221,18 @@ func (r *run) decideDeferred(ctx context.Context, cp *capsule.Checkpoint, rev ui
 		if dec.Action == phases.Retry {
 			return caught{}, fmt.Errorf("deferred %s: %w", d.Phase, dec.Err)
 		}
-		res, err := machine.Apply(c.cp, machine.Decide{Phase: d.Phase, Cycle: st.Cycle, Decision: dec}, r.t.deferredAt(c.cp, d.At))
+		if now.IsZero() {
+			now = r.p.cfg.Now()
+		}
+		res, err := r.p.applyDecision(c.cp, d.Phase, st.Cycle, dec, deferredAt(now, c.cp, d.At), mode)
 		if err != nil || res.Transition == nil {
 			break // the machine refuses it: the checkpoint decides
 		}
 		c.cp = res.Checkpoint
+		if c.merged == nil {
+			// Room for them all: one allocation, not one per append.
+			c.merged = make([]capsule.Transition, 0, len(r.deferred))
+		}
 		c.merged = append(c.merged, *res.Transition)
 		if memoizable(d.Phase) && plainAdvance(dec) {
 			c.known |= 1 << d.Phase
@@ -262,9 +277,9 @@ func (r *run) memoize(d phases.Decision) {
 
 // deferredAt is the time a deferred decision is recorded at: when the
 // deferring phase decided, as its message says, within what the checkpoint
-// and the clock allow (a message is never trusted).
-func (t *txn) deferredAt(cp *capsule.Checkpoint, at time.Time) time.Time {
-	now := t.p.cfg.Now()
+// and the clock (now, the catch-up's reading) allow (a message is never
+// trusted).
+func deferredAt(now time.Time, cp *capsule.Checkpoint, at time.Time) time.Time {
 	if at.After(now) {
 		return now
 	}
@@ -280,9 +295,13 @@ func (t *txn) landed(cp *capsule.Checkpoint) {
 	merged := t.merged
 	t.merged = nil
 	t.mu.Unlock()
+	if len(merged) == 0 {
+		return
+	}
+	trace := traceIDOf(cp)
 	for _, tr := range merged {
 		t.p.logTransition(cp, tr, 0)
-		t.p.metrics.TransitionTraced(tr.Phase, tr.Outcome, 0, traceIDOf(cp))
+		t.p.metrics.TransitionTraced(tr.Phase, tr.Outcome, 0, trace)
 	}
 }
 

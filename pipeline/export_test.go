@@ -22,3 +22,7 @@ func CaughtUpRuns(p *Pipeline, ph capsule.Phase) int64 { return p.caughtUp[ph].L
 
 // MemoLen is how many deferred decisions the pipeline's memo holds.
 func MemoLen(p *Pipeline) int { return p.memo.len() }
+
+// AdvancesLen is how many applied advances the pipeline's memo of them
+// holds (advances.go).
+func AdvancesLen(p *Pipeline) int { return p.advances.len() }

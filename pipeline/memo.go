@@ -59,11 +59,15 @@ type memoKey struct {
 // operation on a small key, no allocation, so the phases' workers hold it
 // for well under a microsecond.
 type decisionMemo struct {
-	mu  sync.Mutex
-	set map[memoKey]struct{}
+	mu sync.Mutex
+	// set is the notes, each with the slot of ring that holds its key.
+	set map[memoKey]int
 	// ring is the notes in the order they were put: the next put evicts
-	// ring[next]'s (which may have been taken, or put again since: it is
-	// then evicted early, and its catch-up runs the phase).
+	// ring[next]'s (which may have been put again since: it is then
+	// evicted early, and its catch-up runs the phase). A taken note's slot
+	// is cleared: deleting a key that is gone still hashes it, two strings
+	// of some 100 bytes, and nearly every note is taken before its slot
+	// comes round.
 	ring [memoCap]memoKey
 	next int
 }
@@ -74,7 +78,7 @@ func newDecisionMemo(off bool) *decisionMemo {
 	if off {
 		return nil
 	}
-	return &decisionMemo{set: make(map[memoKey]struct{}, memoCap)}
+	return &decisionMemo{set: make(map[memoKey]int, memoCap)}
 }
 
 // memoizable reports whether decisions of phase ph go into the memo:
@@ -93,8 +97,8 @@ func (m *decisionMemo) put(k memoKey) {
 		delete(m.set, old)
 	}
 	m.ring[m.next] = k
+	m.set[k] = m.next
 	m.next = (m.next + 1) % memoCap
-	m.set[k] = struct{}{}
 	m.mu.Unlock()
 }
 
@@ -106,9 +110,10 @@ func (m *decisionMemo) take(k memoKey) bool {
 		return false
 	}
 	m.mu.Lock()
-	_, ok := m.set[k]
+	slot, ok := m.set[k]
 	if ok {
 		delete(m.set, k)
+		m.ring[slot] = memoKey{}
 	}
 	m.mu.Unlock()
 	return ok

@@ -41,6 +41,7 @@ func TestDecisionMemoKey(t *testing.T) {
 			require.True(t, m.take(k))
 			require.False(t, m.take(k), "a note is taken once")
 			require.Zero(t, m.len())
+			require.Equal(t, memoKey{}, m.ring[0], "a taken note's slot is cleared")
 		})
 	}
 	var off *decisionMemo = newDecisionMemo(true)
@@ -147,4 +148,35 @@ func BenchmarkDecisionMemo(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// TestAdvanceMemoBounded: the memo of applied advances holds advanceCap
+// results at most, the oldest evicted first; a taken one leaves it and its
+// ring slot, so that the ring holds no checkpoint of it.
+func TestAdvanceMemoBounded(t *testing.T) {
+	t.Parallel()
+	m := newAdvanceMemo(false)
+	cps := make([]*capsule.Checkpoint, advanceCap+10)
+	key := func(i int) advanceKey { return advanceKey{from: cps[i], phase: capsule.Planning} }
+	for i := range cps {
+		cps[i] = &capsule.Checkpoint{Key: "k"}
+		m.put(key(i), machine.Result{Checkpoint: cps[i]})
+		m.put(key(i), machine.Result{}) // a key kept already stays as it is
+	}
+	require.Equal(t, advanceCap, m.len())
+	_, ok := m.get(key(9), false)
+	require.False(t, ok, "the oldest were evicted")
+	res, ok := m.get(key(10), false)
+	require.True(t, ok)
+	require.Same(t, cps[10], res.Checkpoint)
+	res, ok = m.get(key(10), true)
+	require.True(t, ok)
+	require.Same(t, cps[10], res.Checkpoint)
+	_, ok = m.get(key(10), false)
+	require.False(t, ok, "taken")
+	require.Equal(t, advanceCap-1, m.len())
+	for _, k := range m.ring {
+		require.NotSame(t, cps[10], k.from, "a taken result's slot is cleared")
+	}
+	require.Zero(t, (*advanceMemo)(nil).len())
 }

@@ -65,6 +65,7 @@ func TestDeferredMemoAsWritten(t *testing.T) {
 				f.publish(t, raw)
 				s := f.wait(t, idOf(t, raw))
 				require.Zero(t, pipeline.MemoLen(f.pipe), "every note was taken")
+				require.Zero(t, pipeline.AdvancesLen(f.pipe), "every applied advance was taken by the write")
 				return s, caughtUpRuns(f)
 			}
 			written, runsWritten := run(false)

@@ -74,6 +74,9 @@ type Pipeline struct {
 	// memo is the deferred advances this process made, for their
 	// catch-up (memo.go); nil with NoDefer.
 	memo *decisionMemo
+	// advances are the plain advances this process applied, for the
+	// catch-ups that apply them again (advances.go); nil with NoDefer.
+	advances *advanceMemo
 	// caughtUp counts, by phase, the deferred decisions a catch-up made
 	// by running the phase (not taken from the memo): what the tests
 	// hold the memo to.
@@ -98,15 +101,16 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Pipeline, er
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 	p := &Pipeline{
-		cfg:     cfg,
-		js:      js,
-		log:     cfg.Logger,
-		st:      st,
-		metrics: cfg.Metrics,
-		tracer:  tracing.New(cfg.TracerProvider),
-		tokens:  seqid.New(),
-		clock:   newClock(cfg.Heartbeat),
-		memo:    newDecisionMemo(cfg.NoDefer || cfg.noMemo),
+		cfg:      cfg,
+		js:       js,
+		log:      cfg.Logger,
+		st:       st,
+		metrics:  cfg.Metrics,
+		tracer:   tracing.New(cfg.TracerProvider),
+		tokens:   seqid.New(),
+		clock:    newClock(cfg.Heartbeat),
+		memo:     newDecisionMemo(cfg.NoDefer || cfg.noMemo),
+		advances: newAdvanceMemo(cfg.NoDefer || cfg.noMemo),
 
 		constitution: rules.VersionOf(cfg.Rules),
 		corrupt:      rep,

@@ -37,6 +37,12 @@ const outcomeForwarded = "forwarded"
 // traceForward records the span of a phase that forwarded its message
 // undecided.
 func (p *Pipeline) traceForward(ctx context.Context, ph capsule.Phase, cycle int, cp *capsule.Checkpoint) {
+	if p.tracer.Off() {
+		// The span would be the context's own, not recording, and ending
+		// it nothing: parsing the traceparent into a context was all it
+		// cost (REALITY_ANCHOR's forward, once a capsule).
+		return
+	}
 	_, span := p.tracer.StartPhase(ctx, cp.TraceParent, cp.TraceID, spanCapsule(cp), ph.String(), cycle, phaseSpanOptions(ph)...)
 	if span.IsRecording() {
 		tracing.EndPhase(span, outcomeForwarded, "", "", nil)

@@ -36,7 +36,7 @@ func DecodeClaimed(v string) (*Claimed, error) {
 	}
 	at, holder, ok := strings.Cut(v, ":")
 	ns, err := strconv.ParseInt(at, 10, 64)
-	if !ok || err != nil || ns <= 0 || strconv.FormatInt(ns, 10) != at {
+	if !ok || err != nil || ns <= 0 || !canonicalInt(ns, at) {
 		return nil, fmt.Errorf("%w: time %q", ErrBadClaimed, PrintableKey(at))
 	}
 	if !validHolder(holder) {

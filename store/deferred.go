@@ -46,10 +46,11 @@ func DecodeDeferred(v string) ([]Deferred, error) {
 	// parts on every deferred message). Too many is refused before any
 	// entry is judged, with their count, as the Split decoder did: a
 	// count taken mid-way was one short, and a bad early entry hid it.
-	if n := strings.Count(v, ",") + 1; n > maxDeferred {
+	n := strings.Count(v, ",") + 1
+	if n > maxDeferred {
 		return nil, fmt.Errorf("%w: %d entries", ErrBadDeferred, n)
 	}
-	out := make([]Deferred, 0, maxDeferred)
+	out := make([]Deferred, 0, n)
 	for rest, more := v, true; more; {
 		var part string
 		part, rest, more = strings.Cut(rest, ",")
@@ -59,7 +60,7 @@ func DecodeDeferred(v string) ([]Deferred, error) {
 			return nil, fmt.Errorf("%w: phase %q", ErrBadDeferred, PrintableKey(ph))
 		}
 		ns, err := strconv.ParseInt(at, 10, 64)
-		if err != nil || ns <= 0 || strconv.FormatInt(ns, 10) != at {
+		if err != nil || ns <= 0 || !canonicalInt(ns, at) {
 			return nil, fmt.Errorf("%w: time %q", ErrBadDeferred, PrintableKey(at))
 		}
 		if len(out) > 0 && capsule.Phase(n) <= out[len(out)-1].Phase {
@@ -101,4 +102,12 @@ func (s *Store) PublishDeferred(ctx context.Context, m *nats.Msg) error {
 		return fmt.Errorf("publish to %s: %w", m.Subject, err)
 	}
 	return nil
+}
+
+// canonicalInt reports whether s is v as strconv.FormatInt(v, 10) writes it
+// (no sign, no leading zero), without making that string: the decoders of
+// every phase message's headers ask it once or twice a message.
+func canonicalInt(v int64, s string) bool {
+	var b [20]byte
+	return string(strconv.AppendInt(b[:0], v, 10)) == s
 }

@@ -55,6 +55,10 @@ func (t *Tracer) tracer() trace.Tracer {
 	return t.t
 }
 
+// Off reports whether nothing records: every span a Start method returns
+// is then the context's own, and no span in a phase's context records.
+func (t *Tracer) Off() bool { return isNoop(t.tracer()) }
+
 func isNoop(tr trace.Tracer) bool {
 	_, off := tr.(noop.Tracer)
 	return off

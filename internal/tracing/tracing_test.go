@@ -335,3 +335,14 @@ type discard struct{}
 
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discard) Shutdown(context.Context) error                             { return nil }
+
+// TestOff: a tracer without a provider (or with the no-op one) records
+// nothing, one with the SDK's does.
+func TestOff(t *testing.T) {
+	t.Parallel()
+	require.True(t, tracing.New(nil).Off())
+	require.True(t, (*tracing.Tracer)(nil).Off())
+	tp := tracing.NewProvider()
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	require.False(t, tracing.New(tp).Off())
+}
