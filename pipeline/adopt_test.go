@@ -164,18 +164,14 @@ func TestReviewAdoptedByAnotherSagad(t *testing.T) {
 	cfg.NoPauseView = false
 	cfg.InstanceID = "second-sagad"
 	f.pipe = f.start(t, cfg)
-	nc, _ := natstest.Connect(t, f.srv)
-	writes := make(chan *nats.Msg, 64)
-	_, err := nc.ChanSubscribe("$KV."+store.CheckpointsBucket+"."+id, writes)
-	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
+	seen := watchWrites(t, f, id)
 	resumed := time.Now()
 	require.NoError(t, a.ResumePhase(ctx, capsule.ReviewPhase))
 	requireSevenPhases(t, f.wait(t, id))
 	require.Less(t, time.Since(resumed), lease/3, "reviewed without waiting for the lease")
 	require.Equal(t, int64(1), rv.n.Load())
 	requireOutcomes(t, f, 1)
-	require.Len(t, writes, 2, "REVIEW's result and HANDOFF's end: no claim write")
+	require.Len(t, seen(), 2, "REVIEW's result and HANDOFF's end: no claim write")
 }
 
 // TestReviewPausedAfterTheClaim: a person pauses the capsule after
@@ -318,16 +314,13 @@ func TestReviewCopyPastTheWindowDoesNotAdopt(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.DeleteMsg(ctx, orig.Sequence))
 
-	nc, _ := natstest.Connect(t, f.srv)
-	writes := make(chan *nats.Msg, 64)
-	_, err = nc.ChanSubscribe("$KV."+store.CheckpointsBucket+"."+id, writes)
-	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
+	seen := watchWrites(t, f, id)
 	require.NoError(t, a.ResumePhase(ctx, capsule.ReviewPhase))
 	requireSevenPhases(t, f.wait(t, id))
 	require.Equal(t, int64(1), rv.n.Load())
+	writes := seen()
 	require.Len(t, writes, 3, "REVIEW's own claim, its result and HANDOFF's end")
-	claim := <-writes
+	claim := writes[0]
 	cp, err := store.DecodeCheckpoint(id, 0, claim.Data)
 	require.NoError(t, err)
 	require.Equal(t, capsule.ReviewPhase, cp.State.Phase)
@@ -357,15 +350,11 @@ func TestReviewAdoptedUnderClockSkew(t *testing.T) {
 	cp := f.bundle.WaitCheckpoint(t, id, func(cp *capsule.Checkpoint) bool { return cp.State.Phase == capsule.ReviewPhase })
 	require.NotNil(t, cp.State.Execution, "EXECUTION's result write took REVIEW's claim")
 
-	nc, _ := natstest.Connect(t, f.srv)
-	writes := make(chan *nats.Msg, 64)
-	_, err := nc.ChanSubscribe("$KV."+store.CheckpointsBucket+"."+id, writes)
-	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
+	seen := watchWrites(t, f, id)
 	resumed := time.Now()
 	require.NoError(t, a.ResumePhase(ctx, capsule.ReviewPhase))
 	requireSevenPhases(t, f.wait(t, id))
 	require.Less(t, time.Since(resumed), lease/3, "reviewed without waiting for the lease")
 	require.Equal(t, int64(1), rv.n.Load())
-	require.Len(t, writes, 2, "REVIEW's result and HANDOFF's end: no claim write")
+	require.Len(t, seen(), 2, "REVIEW's result and HANDOFF's end: no claim write")
 }

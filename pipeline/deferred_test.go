@@ -150,9 +150,25 @@ func TestDeferredPlanningAsWritten(t *testing.T) {
 // checkpoint.
 func checkpointWrites(t *testing.T, noDefer bool, doc capsuletest.Doc) (client.Status, int) {
 	t.Helper()
-	f := setupWith(t, func(c *pipeline.Config) { c.NoDefer = noDefer })
+	// Heartbeats far apart: a claim renewed while a phase runs long under
+	// load would be one write more in one run and not the other.
+	f := setupWith(t, func(c *pipeline.Config) { c.NoDefer, c.Heartbeat, c.AckWait = noDefer, 10*time.Second, 30*time.Second })
 	raw := doc.Sealed(t)
 	id := idOf(t, raw)
+	seen := watchWrites(t, f, id)
+	f.publish(t, raw)
+	s := f.wait(t, id)
+	return s, len(seen())
+}
+
+// watchWrites subscribes to the capsule's checkpoint subject, on which
+// every write is published (an accepted one and one that lost its
+// compare-and-set alike), and returns what reports the writes seen so far.
+// It reads up to a marker it publishes then: the server delivers the
+// writes made before, already acknowledged to their writer, ahead of it,
+// where a look at the subscription's queue might still miss the last.
+func watchWrites(t *testing.T, f *fixture, id string) func() []*nats.Msg {
+	t.Helper()
 	nc, _ := natstest.Connect(t, f.srv)
 	ch := make(chan *nats.Msg, 256)
 	marker := "_test.marker." + nuid.Next()
@@ -161,17 +177,23 @@ func checkpointWrites(t *testing.T, noDefer bool, doc capsuletest.Doc) (client.S
 		require.NoError(t, err)
 	}
 	require.NoError(t, nc.Flush())
-	f.publish(t, raw)
-	s := f.wait(t, id)
-	require.NoError(t, nc.Publish(marker, nil))
-	writes := 0
-	for m := range ch {
-		if m.Subject == marker {
-			break
+	var writes []*nats.Msg
+	return func() []*nats.Msg {
+		t.Helper()
+		require.NoError(t, nc.Publish(marker, nil))
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case m := <-ch:
+				if m.Subject == marker {
+					return writes
+				}
+				writes = append(writes, m)
+			case <-timeout:
+				require.FailNow(t, "the marker never came back")
+			}
 		}
-		writes++
 	}
-	return s, writes
 }
 
 // requireSameHistory checks that two runs of a capsule ended the same way
