@@ -158,9 +158,7 @@ func (h *Handler) HandleAttrs(ctx context.Context, t time.Time, level slog.Level
 // write writes the line b, one Write under the lock, and keeps its
 // buffer bp for the next line.
 func (h *Handler) write(bp *[]byte, b []byte) error {
-	h.mu.Lock()
-	_, err := h.w.Write(b)
-	h.mu.Unlock()
+	err := h.writeLocked(b)
 	if cap(b) <= maxPooled {
 		*bp = b
 		buffers.Put(bp)
@@ -222,6 +220,16 @@ func (h *Handler) appendAttr(b []byte, a slog.Attr) ([]byte, bool) {
 	b = appendTextString(b, a.Key)
 	b = append(b, '=')
 	return appendTextValue(b, a.Value)
+}
+
+// writeLocked writes b under the lock, released in a defer as slog's
+// handler releases its own: a writer that panics, recovered above, must
+// not leave every later line of the process waiting for the lock.
+func (h *Handler) writeLocked(b []byte) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, err := h.w.Write(b)
+	return err
 }
 
 // lockedWriter is the writer of the slog handler a Handler falls back to.

@@ -125,3 +125,47 @@ func BenchmarkTransitionLine(b *testing.B) {
 		})
 	}
 }
+
+// panickyWriter panics at its first Write, as a writer a caller recovers
+// from may, and writes the others.
+type panickyWriter struct {
+	calls atomic.Int32
+	buf   bytes.Buffer
+}
+
+func (w *panickyWriter) Write(p []byte) (int, error) {
+	if w.calls.Add(1) == 1 {
+		panic("writer broke")
+	}
+	return w.buf.Write(p)
+}
+
+// TestWriterPanicReleasesLock: a Write that panics (and is recovered by
+// the caller) leaves the handler able to write, as slog's handler is (it
+// unlocks in a defer); a lock left held would stop every later line of
+// the process, ours and the fallback's, forever.
+func TestWriterPanicReleasesLock(t *testing.T) {
+	t.Parallel()
+	for _, json := range []bool{false, true} {
+		w := &panickyWriter{}
+		var h slog.Handler = logline.NewText(w, logline.Options{})
+		if json {
+			h = logline.NewJSON(w, logline.Options{})
+		}
+		l := slog.New(h)
+		require.Panics(t, func() { l.Info("first") })
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			l.Info("second", "n", 1)
+			l.Info("third", "err", errors.New("slog formats it"))
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the handler's lock stayed held after the writer panicked")
+		}
+		require.Contains(t, w.buf.String(), "second")
+		require.Contains(t, w.buf.String(), "third")
+	}
+}
