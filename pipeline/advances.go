@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"sync"
 	"time"
 
 	"github.com/sagad/sagad/capsule"
@@ -38,68 +37,14 @@ type advanceKey struct {
 	nsec  int32
 }
 
-// advanceEntry is a kept result and the ring slot that holds its key.
-type advanceEntry struct {
-	res  machine.Result
-	slot int
-}
-
 // advanceMemo is the plain advances this process applied and that a
-// catch-up is still to apply. One mutex guards it: a put or a get is a map
-// operation on a small key.
-type advanceMemo struct {
-	mu  sync.Mutex
-	set map[advanceKey]advanceEntry
-	// ring is the keys in the order they were put; a taken entry's slot is
-	// cleared, so that the ring holds no checkpoint nobody needs.
-	ring [advanceCap]advanceKey
-	next int
-}
+// catch-up is still to apply.
+type advanceMemo = boundedMemo[advanceKey, machine.Result]
 
 // newAdvanceMemo returns an empty memo, or nil (every advance is applied)
 // when off.
 func newAdvanceMemo(off bool) *advanceMemo {
-	if off {
-		return nil
-	}
-	return &advanceMemo{set: make(map[advanceKey]advanceEntry, advanceCap)}
-}
-
-// get returns the kept result of k, forgetting it with take.
-func (m *advanceMemo) get(k advanceKey, take bool) (machine.Result, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.set[k]
-	if ok && take {
-		delete(m.set, k)
-		m.ring[e.slot] = advanceKey{}
-	}
-	return e.res, ok
-}
-
-// put keeps res as the result of k (a key kept already stays where it is).
-func (m *advanceMemo) put(k advanceKey, res machine.Result) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.set[k]; ok {
-		return
-	}
-	if old := m.ring[m.next]; old.from != nil {
-		delete(m.set, old)
-	}
-	m.ring[m.next] = k
-	m.set[k] = advanceEntry{res: res, slot: m.next}
-	m.next = (m.next + 1) % advanceCap
-}
-
-// len is how many results the memo holds.
-func (m *advanceMemo) len() int {
-	if m == nil {
-		return 0
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.set)
+	return newBoundedMemo[advanceKey, machine.Result](advanceCap, off)
 }
 
 // applyMode says how applyDecision uses the memo.

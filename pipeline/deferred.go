@@ -270,7 +270,7 @@ func (r *run) memoize(d phases.Decision) {
 	}
 	for ph := capsule.Planning; ph <= capsule.AutomatedGates; ph++ {
 		if known&(1<<ph) != 0 {
-			r.p.memo.put(memoKey{key: t.key, digest: cp.Digest, rev: rev, run: cp.Run, cycle: r.cycle, phase: ph})
+			r.p.memo.put(memoKey{key: t.key, digest: cp.Digest, rev: rev, run: cp.Run, cycle: r.cycle, phase: ph}, struct{}{})
 		}
 	}
 }

@@ -1,8 +1,6 @@
 package pipeline
 
 import (
-	"sync"
-
 	"github.com/sagad/sagad/capsule"
 	"github.com/sagad/sagad/phases"
 )
@@ -54,79 +52,20 @@ type memoKey struct {
 // its transition is recorded at (deferredAt), and what NoDefer would have
 // written then.
 //
-// It is bounded (memoCap, the oldest note evicted first), a note is
-// removed when taken, and one mutex guards it: a put or a take is a map
-// operation on a small key, no allocation, so the phases' workers hold it
-// for well under a microsecond.
-type decisionMemo struct {
-	mu sync.Mutex
-	// set is the notes, each with the slot of ring that holds its key.
-	set map[memoKey]int
-	// ring is the notes in the order they were put: the next put evicts
-	// ring[next]'s (which may have been put again since: it is then
-	// evicted early, and its catch-up runs the phase). A taken note's slot
-	// is cleared: deleting a key that is gone still hashes it, two strings
-	// of some 100 bytes, and nearly every note is taken before its slot
-	// comes round.
-	ring [memoCap]memoKey
-	next int
-}
+// It is bounded (memoCap, the oldest note evicted first) and a note is
+// removed when taken (boundedMemo): a catch-up that does not write what it
+// took (it lost a race, or the message is redelivered) runs the phase the
+// next time.
+type decisionMemo = boundedMemo[memoKey, struct{}]
 
 // newDecisionMemo returns an empty memo, or nil (no memo: every catch-up
 // runs its phases) when off.
-func newDecisionMemo(off bool) *decisionMemo {
-	if off {
-		return nil
-	}
-	return &decisionMemo{set: make(map[memoKey]int, memoCap)}
-}
+func newDecisionMemo(off bool) *decisionMemo { return newBoundedMemo[memoKey, struct{}](memoCap, off) }
 
 // memoizable reports whether decisions of phase ph go into the memo:
 // REALITY_ANCHOR's do not, its catch-up reads its target where it is.
 func memoizable(ph capsule.Phase) bool {
 	return ph == capsule.Planning || ph == capsule.AutomatedGates
-}
-
-// put notes that this process decided the plain advance of k.
-func (m *decisionMemo) put(k memoKey) {
-	if m == nil {
-		return
-	}
-	m.mu.Lock()
-	if old := m.ring[m.next]; old.key != "" {
-		delete(m.set, old)
-	}
-	m.ring[m.next] = k
-	m.set[k] = m.next
-	m.next = (m.next + 1) % memoCap
-	m.mu.Unlock()
-}
-
-// take reports whether this process decided the plain advance of k, and
-// forgets it: a catch-up that does not write what it took (it lost a race,
-// or the message is redelivered) runs the phase the next time.
-func (m *decisionMemo) take(k memoKey) bool {
-	if m == nil {
-		return false
-	}
-	m.mu.Lock()
-	slot, ok := m.set[k]
-	if ok {
-		delete(m.set, k)
-		m.ring[slot] = memoKey{}
-	}
-	m.mu.Unlock()
-	return ok
-}
-
-// len is how many notes the memo holds.
-func (m *decisionMemo) len() int {
-	if m == nil {
-		return 0
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.set)
 }
 
 // plainAdvance reports whether d is an advance and nothing else, the one

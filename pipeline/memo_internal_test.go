@@ -36,7 +36,7 @@ func TestDecisionMemoKey(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			m := newDecisionMemo(false)
-			m.put(k)
+			m.put(k, struct{}{})
 			require.False(t, m.take(other(k)))
 			require.True(t, m.take(k))
 			require.False(t, m.take(k), "a note is taken once")
@@ -46,22 +46,22 @@ func TestDecisionMemoKey(t *testing.T) {
 	}
 	var off *decisionMemo = newDecisionMemo(true)
 	require.Nil(t, off)
-	off.put(k)
+	off.put(k, struct{}{})
 	require.False(t, off.take(k), "no memo: every catch-up runs its phases")
 	require.Zero(t, off.len())
 }
 
 // TestDecisionMemoBounded: the memo never holds more than memoCap notes,
 // the oldest evicted first, whatever is put and taken (a key put twice
-// may be evicted early: its catch-up then runs the phase).
+// stays where it was first put).
 func TestDecisionMemoBounded(t *testing.T) {
 	t.Parallel()
 	m := newDecisionMemo(false)
 	const extra = 100
 	for i := range memoCap + extra {
-		m.put(testMemoKey(i))
+		m.put(testMemoKey(i), struct{}{})
 		if i%3 == 0 {
-			m.put(testMemoKey(i)) // redelivered: noted again
+			m.put(testMemoKey(i), struct{}{}) // redelivered: noted again
 		}
 		require.LessOrEqual(t, m.len(), memoCap)
 	}
@@ -85,7 +85,7 @@ func TestDecisionMemoConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 200 {
 				k := testMemoKey(w*1000 + i)
-				m.put(k)
+				m.put(k, struct{}{})
 				if m.take(k) {
 					found.Add(1)
 				}
@@ -143,7 +143,7 @@ func BenchmarkDecisionMemo(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			k := keys[i%len(keys)]
-			m.put(k)
+			m.put(k, struct{}{})
 			m.take(k)
 			i++
 		}
