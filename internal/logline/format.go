@@ -6,6 +6,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/sagad/sagad/internal/plainjson"
 )
 
 // appendTextValue appends v as slog's text handler writes it: strings
@@ -53,9 +55,10 @@ func (h *Handler) appendJSONValue(b []byte, v slog.Value) ([]byte, bool) {
 		}
 		return strconv.AppendInt(b, int64(v.Duration()), 10), true
 	case slog.KindTime:
-		b = append(b, '"')
-		b, ok := appendRFC3339Nano(b, v.Time())
-		return append(b, '"'), ok
+		// As slog's JSON handler: time.RFC3339Nano between quotes. Where
+		// AppendTime declines (a year past 0–9999, an offset of a day or
+		// more), slog's handler writes the line.
+		return plainjson.AppendTime(b, v.Time())
 	}
 	return b, false
 }
@@ -240,26 +243,6 @@ func appendRFC3339Millis(b []byte, t time.Time) ([]byte, bool) {
 	}
 	b = append(b, '.')
 	b = appendPadded(b, t.Nanosecond()/int(time.Millisecond), 3)
-	return appendOffset(b, t), true
-}
-
-// appendRFC3339Nano appends t as time.RFC3339Nano formats it, the JSON
-// line's form: the fraction's trailing zeros dropped, with its dot when
-// nothing is left. False past the years 0 to 9999.
-func appendRFC3339Nano(b []byte, t time.Time) ([]byte, bool) {
-	b, ok := appendDateTime(b, t)
-	if !ok {
-		return b, false
-	}
-	if ns := t.Nanosecond(); ns != 0 {
-		digits := 9
-		for ns%10 == 0 {
-			ns /= 10
-			digits--
-		}
-		b = append(b, '.')
-		b = appendPadded(b, ns, digits)
-	}
 	return appendOffset(b, t), true
 }
 

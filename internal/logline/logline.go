@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/sagad/sagad/internal/plainjson"
 )
 
 // Options configures a [Handler].
@@ -173,11 +175,11 @@ func (h *Handler) appendHead(b []byte, t time.Time, level slog.Level, msg string
 	if h.json {
 		b = append(b, '{')
 		if !t.IsZero() {
-			b = append(b, `"time":"`...)
-			if b, ok = appendRFC3339Nano(b, t); !ok {
+			b = append(b, `"time":`...)
+			if b, ok = plainjson.AppendTime(b, t); !ok {
 				return b, false
 			}
-			b = append(b, `",`...)
+			b = append(b, ',')
 		}
 		b = append(b, `"level":`...)
 		b = appendJSONString(b, level.String())
