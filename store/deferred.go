@@ -46,11 +46,11 @@ func DecodeDeferred(v string) ([]Deferred, error) {
 	// parts on every deferred message). Too many is refused before any
 	// entry is judged, with their count, as the Split decoder did: a
 	// count taken mid-way was one short, and a bad early entry hid it.
-	n := strings.Count(v, ",") + 1
-	if n > maxDeferred {
-		return nil, fmt.Errorf("%w: %d entries", ErrBadDeferred, n)
+	count := strings.Count(v, ",") + 1
+	if count > maxDeferred {
+		return nil, fmt.Errorf("%w: %d entries", ErrBadDeferred, count)
 	}
-	out := make([]Deferred, 0, n)
+	out := make([]Deferred, 0, count)
 	for rest, more := v, true; more; {
 		var part string
 		part, rest, more = strings.Cut(rest, ",")
