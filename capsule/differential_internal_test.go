@@ -21,7 +21,7 @@ import (
 // table test runs them all, and each has its fuzz target below.
 var differentialPairs = differential.Registry{
 	appendStringPair, appendTimePair, checkpointCodecPair, checkpointOldRecordsPair,
-	scannerPair, documentDigestPair, compactTransitionPair, civilPair,
+	scannerPair, documentDigestPair, compactTransitionPair, civilPair, traceIDOfPair,
 }
 
 func TestDifferential(t *testing.T) {
