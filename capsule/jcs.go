@@ -172,6 +172,10 @@ func (s *scanner) document() (any, error) {
 	if !utf8.Valid(s.b) {
 		return nil, fmt.Errorf("%w: invalid UTF-8", ErrInvalidJSON)
 	}
+	// The decoded strings and numbers are never longer than the text
+	// (an escape is longer than what it stands for; invalid UTF-8, whose
+	// U+FFFD would be longer, was refused above).
+	s.texts.Grow(len(s.b))
 	v, err := s.value(0)
 	if err != nil {
 		return nil, err

@@ -22,6 +22,18 @@ type scanner struct {
 	// index of the top-level member being read.
 	spans []span
 	top   int
+	// texts, once given room (document does), holds the bytes of the
+	// strings and numbers the parse makes, one after another: one
+	// allocation for all of them rather than one each (a capsule has
+	// about 20). The strings are its own, never the text's bytes, which
+	// the caller may change; a string kept from the value keeps the room
+	// of all of them alive, at most the text's length.
+	texts strings.Builder
+	// stack holds the elements of the arrays being read, the innermost's
+	// last; a finished array's are moved to room taken from elems, so
+	// that an array is not grown element by element (see array).
+	stack []any
+	elems []any
 }
 
 // span is where a member's value lies in the document: b[start:end], no
@@ -185,18 +197,18 @@ func duplicateKey(key string) error {
 
 func (s *scanner) array(depth int) (any, error) {
 	s.i++ // '['
-	arr := []any{}
 	s.skipSpace()
 	if s.i < len(s.b) && s.b[s.i] == ']' {
 		s.i++
-		return arr, nil
+		return []any{}, nil
 	}
+	base := len(s.stack)
 	for {
 		v, err := s.value(depth + 1)
 		if err != nil {
 			return nil, err
 		}
-		arr = append(arr, v)
+		s.stack = append(s.stack, v)
 		s.skipSpace()
 		if s.i >= len(s.b) {
 			return nil, s.errorf("unexpected end of JSON input")
@@ -206,11 +218,29 @@ func (s *scanner) array(depth int) (any, error) {
 			s.i++
 		case ']':
 			s.i++
-			return arr, nil
+			return s.popArray(base), nil
 		default:
 			return nil, s.errorf("invalid character %q after array element", s.b[s.i])
 		}
 	}
+}
+
+// popArray returns the elements stacked from base on as an array of its
+// own length and capacity (an append to it makes a new one, never writes
+// into a neighbour's room), and takes them off the stack.
+func (s *scanner) popArray(base int) []any {
+	n := len(s.stack) - base
+	if len(s.elems) < n {
+		// Room for this array and the next few: a capsule's arrays
+		// (criteria, references, locks, paths) take one allocation.
+		s.elems = make([]any, max(n, 16))
+	}
+	arr := s.elems[:n:n]
+	s.elems = s.elems[n:]
+	copy(arr, s.stack[base:])
+	clear(s.stack[base:])
+	s.stack = s.stack[:base]
+	return arr
 }
 
 func (s *scanner) number() (any, error) {
@@ -249,7 +279,18 @@ func (s *scanner) number() (any, error) {
 			s.i++
 		}
 	}
-	return json.Number(s.b[start:s.i]), nil
+	return json.Number(s.text(s.b[start:s.i])), nil
+}
+
+// text is b as a string of its own: in texts when it has room, else
+// allocated alone.
+func (s *scanner) text(b []byte) string {
+	if len(b) == 0 || s.texts.Cap()-s.texts.Len() < len(b) {
+		return string(b)
+	}
+	at := s.texts.Len()
+	s.texts.Write(b)
+	return s.texts.String()[at:]
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
@@ -266,35 +307,68 @@ func (s *scanner) name() (string, error) { return s.strOrName(true) }
 func (s *scanner) strOrName(name bool) (string, error) {
 	s.i++ // '"'
 	start := s.i
+	end, err := s.plainEnd()
+	if err != nil || end < 0 {
+		if err == nil {
+			return s.strSlow(start)
+		}
+		return "", err
+	}
+	b := s.b[start:end]
+	s.i = end + 1
+	if name {
+		if known, ok := memberNames.find(b); ok {
+			return known, nil
+		}
+	}
+	return s.text(b), nil
+}
+
+// plainEnd finds the closing quote of a string from s.i on and returns
+// where it is, or -1, with s.i at the first escape or invalid UTF-8, for
+// strSlow to go on from; a control character is the error. Plain bytes
+// are passed eight at a time (stringWordPlain): most of a capsule's
+// strings are plain ASCII.
+func (s *scanner) plainEnd() (int, error) {
 	for s.i < len(s.b) {
-		c := s.b[s.i]
-		if c == '"' {
-			b := s.b[start:s.i]
-			s.i++
-			if name {
-				if known, ok := memberNames.find(b); ok {
-					return known, nil
-				}
+		for s.i+8 <= len(s.b) && stringWordPlain(s.b[s.i:s.i+8]) {
+			s.i += 8
+		}
+		// Byte by byte through the word that holds something needing a
+		// look (or the string's last bytes).
+		for end := min(s.i+8, len(s.b)); s.i < end; {
+			c := s.b[s.i]
+			switch {
+			case c == '"':
+				return s.i, nil
+			case c == '\\':
+				return -1, nil
+			case c < 0x20:
+				return -1, s.errorf("invalid character %q in string literal", c)
+			case c < utf8.RuneSelf:
+				s.i++
+				continue
 			}
-			return string(b), nil
-		}
-		if c == '\\' {
-			break
-		}
-		if c < 0x20 {
-			return "", s.errorf("invalid character %q in string literal", c)
-		}
-		if c >= utf8.RuneSelf {
 			r, size := utf8.DecodeRune(s.b[s.i:])
 			if r == utf8.RuneError && size == 1 {
-				break // invalid UTF-8: the slow path replaces it
+				return -1, nil // invalid UTF-8: the slow path replaces it
 			}
 			s.i += size
-			continue
 		}
-		s.i++
 	}
-	return s.strSlow(start)
+	return -1, nil
+}
+
+// stringWordPlain reports whether the eight bytes of w need no look in a
+// string: ASCII, not a control, not '"' nor '\\'. As in skipPlain, once
+// no byte has its top bit set, x-n*lsb sets a top bit only if some byte is
+// below n, and x^c*lsb has a zero byte exactly where x holds c.
+func stringWordPlain(w []byte) bool {
+	_ = w[7]
+	x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+		uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+	bad := x | (x - 0x20*lsb) | ((x ^ '"'*lsb) - lsb) | ((x ^ '\\'*lsb) - lsb)
+	return bad&msb == 0
 }
 
 // strSlow goes on with a string from s.i, its first escape or invalid
@@ -306,7 +380,7 @@ func (s *scanner) strSlow(start int) (string, error) {
 		switch {
 		case c == '"':
 			s.i++
-			return string(buf), nil
+			return s.text(buf), nil
 		case c < 0x20:
 			return "", s.errorf("invalid character %q in string literal", c)
 		case c >= utf8.RuneSelf:
