@@ -533,30 +533,55 @@ func appendTime(b []byte, t time.Time) ([]byte, error) {
 
 // appendUTC is appendTime of a time in UTC: RFC 3339 with the fraction of
 // a second to the nanosecond, trailing zeros (and a zero fraction) left
-// out, and "Z".
+// out, and "Z". The text is made in an array two digits at a time
+// (digitPairs) and appended once: a checkpoint holds a dozen times.
 func appendUTC(b []byte, t time.Time) ([]byte, error) {
 	y, mo, d, h, mi, sec := civil(t)
 	if y < 0 || y >= 10000 {
 		return nil, fmt.Errorf("checkpoint: time %v: year outside of range [0,9999]", t)
 	}
-	b = append(b, '"',
-		byte('0'+y/1000), byte('0'+y/100%10), byte('0'+y/10%10), byte('0'+y%10), '-',
-		byte('0'+int(mo)/10), byte('0'+int(mo)%10), '-', byte('0'+d/10), byte('0'+d%10), 'T',
-		byte('0'+h/10), byte('0'+h%10), ':', byte('0'+mi/10), byte('0'+mi%10), ':', byte('0'+sec/10), byte('0'+sec%10))
+	var buf [32]byte // "YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ", quoted
+	buf[0], buf[5], buf[8], buf[11], buf[14], buf[17] = '"', '-', '-', 'T', ':', ':'
+	putPair(buf[1:], y/100)
+	putPair(buf[3:], y%100)
+	putPair(buf[6:], int(mo))
+	putPair(buf[9:], d)
+	putPair(buf[12:], h)
+	putPair(buf[15:], mi)
+	putPair(buf[18:], sec)
+	n := 20
 	if ns := t.Nanosecond(); ns != 0 {
-		var frac [9]byte
-		for i := 8; i >= 0; i-- {
-			frac[i] = byte('0' + ns%10)
+		digits := 9
+		for ns%10 == 0 {
 			ns /= 10
+			digits--
 		}
-		n := 9
-		for frac[n-1] == '0' {
-			n--
+		buf[20] = '.'
+		// From the last digit back, so that the leading zeros come out
+		// of the pairs.
+		k := digits
+		for ; k >= 2; k -= 2 {
+			putPair(buf[21+k-2:], ns%100)
+			ns /= 100
 		}
-		b = append(b, '.')
-		b = append(b, frac[:n]...)
+		if k == 1 {
+			buf[21] = byte('0' + ns)
+		}
+		n = 21 + digits
 	}
-	return append(b, 'Z', '"'), nil
+	buf[n], buf[n+1] = 'Z', '"'
+	return append(b, buf[:n+2]...), nil
+}
+
+// digitPairs holds "00" to "99", one after another.
+const digitPairs = "00010203040506070809" + "10111213141516171819" + "20212223242526272829" + "30313233343536373839" +
+	"40414243444546474849" + "50515253545556575859" + "60616263646566676869" + "70717273747576777879" +
+	"80818283848586878889" + "90919293949596979899"
+
+// putPair writes v (0 to 99) as two digits at dst[0:2].
+func putPair(dst []byte, v int) {
+	_ = dst[1]
+	dst[0], dst[1] = digitPairs[2*v], digitPairs[2*v+1]
 }
 
 // civil is t's date and clock in UTC, as t.Date and t.Clock give them.
