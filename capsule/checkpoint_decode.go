@@ -63,6 +63,12 @@ func traceIDOf(tp string) (string, bool) {
 	return tp[3:35], true
 }
 
+// TraceIDOf returns the trace id of traceparent tp when tp is a W3C
+// traceparent of version 00 in its canonical form (55 bytes, lower-case
+// hex), and whether it is one; an id of zeros is not refused here. It is
+// the test a checkpoint's encoding and decoding make.
+func TraceIDOf(tp string) (string, bool) { return traceIDOf(tp) }
+
 // lowerHex8 reports whether the eight bytes of s are all lower-case hex
 // digits ('0'–'9', 'a'–'f').
 //

@@ -15,7 +15,7 @@ import (
 
 // differentialPairs are this package's fast paths, each held to the
 // routine it replaces by the shared harness (internal/differential).
-var differentialPairs = differential.Registry{applyAdvancePair}
+var differentialPairs = differential.Registry{applyAdvancePair, traceIDOfPair}
 
 func TestDifferential(t *testing.T) {
 	t.Parallel()
@@ -23,6 +23,7 @@ func TestDifferential(t *testing.T) {
 }
 
 func FuzzApplyAdvance(f *testing.F) { differential.Fuzz(f, applyAdvancePair) }
+func FuzzTraceIDOf(f *testing.F)    { differential.Fuzz(f, traceIDOfPair) }
 
 // advanceIn is one decision applied to a checkpoint: the checkpoint is
 // made from its fields (advanceCheckpoint), so that the fuzzer's bytes

@@ -125,13 +125,33 @@ func decisionOutcome(ph capsule.Phase, d phases.Decision) string {
 // exemplar of its phases' durations; "" for a checkpoint written before
 // sagad traced.
 func traceIDOf(cp *capsule.Checkpoint) string {
-	if tracing.ValidTraceparent(cp.TraceParent) {
+	tp := cp.TraceParent
+	if id, ok := capsule.TraceIDOf(tp); ok {
+		// Version 00 in canonical form (every traceparent sagad makes),
+		// tested eight digits at a time: valid unless an id is zeros.
+		if allZeros(id) || allZeros(tp[36:52]) {
+			return ""
+		}
+		return id
+	}
+	if tracing.ValidTraceparent(tp) {
 		// A valid traceparent holds the id as its 32 lower-case hex digits,
 		// what TraceID.String would make again at every transition; only
 		// its validity is asked, not a span context built.
-		return cp.TraceParent[3:35]
+		return tp[3:35]
 	}
 	return ""
+}
+
+// allZeros reports whether s is "0" digits only: an invalid trace or span
+// id.
+func allZeros(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] != '0' {
+			return false
+		}
+	}
+	return true
 }
 
 // phaseSpanOptions are the start options of phase ph's span: a consumer
