@@ -1,6 +1,10 @@
 package capsule
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
 
 // checkpointStrings are the kinds of string a checkpoint holds, in about
 // the proportions of one: ids, names, digests, refs, a halt reason.
@@ -21,4 +25,18 @@ func BenchmarkAppendString(b *testing.B) {
 			buf = appendString(buf, s)
 		}
 	}
+}
+
+// TestQuotedSetsAsAppendString: a constant written from its set is what
+// appendString writes, and a string outside the set (an unknown outcome, a
+// phase name of another case, one with an escape) still goes through it.
+func TestQuotedSetsAsAppendString(t *testing.T) {
+	t.Parallel()
+	for _, q := range []*quotedSet{outcomes, phaseNamesQuoted, states} {
+		require.Len(t, q.quoted, len(q.plain))
+		for _, s := range append(append([]string{}, q.plain...), "", "PASSED", "passed ", "pass\"ed", "<halted>", "\u2028", "PHASE_9") {
+			require.Equal(t, string(appendString([]byte("x"), s)), string(q.append([]byte("x"), s)), s)
+		}
+	}
+	require.Len(t, phaseNamesQuoted.plain, int(NumPhases))
 }

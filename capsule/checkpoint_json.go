@@ -218,7 +218,7 @@ func (t *Transition) appendCompact(b []byte) ([]byte, error) {
 	b = append(b, ',')
 	b = strconv.AppendInt(b, int64(t.Cycle), 10)
 	b = append(b, ',')
-	b = appendString(b, t.Outcome)
+	b = outcomes.append(b, t.Outcome)
 	b = append(b, ',')
 	b, err := appendTime(b, t.At)
 	if err != nil {
@@ -233,18 +233,52 @@ func (t *Transition) appendCompact(b []byte) ([]byte, error) {
 	return append(b, ']'), nil
 }
 
+// quotedSet is a few constant strings that every write holds (an
+// outcome, a phase name, a state) with what appendString writes for each,
+// made by appendString once: writing one is a comparison and a copy, not a
+// look at every byte.
+type quotedSet struct {
+	plain, quoted []string
+}
+
+func newQuotedSet(plain ...string) *quotedSet {
+	q := &quotedSet{plain: plain}
+	for _, s := range plain {
+		q.quoted = append(q.quoted, string(appendString(nil, s)))
+	}
+	return q
+}
+
+// append writes s as appendString does.
+func (q *quotedSet) append(b []byte, s string) []byte {
+	for i, p := range q.plain {
+		if p == s {
+			return append(b, q.quoted[i]...)
+		}
+	}
+	return appendString(b, s)
+}
+
+var (
+	outcomes = newQuotedSet(OutcomePassed, OutcomeCompleted, OutcomeLoopedBack, OutcomeHalted,
+		OutcomeCancelled, OutcomeReplayed)
+	phaseNamesQuoted = newQuotedSet(phaseNames[:]...)
+	states           = newQuotedSet(string(InProgress), string(Completed), string(Halted), string(Cancelled),
+		string(Paused), string(WaitingForOperator), string(Waiting))
+)
+
 func (s *CheckpointState) appendJSON(b []byte) ([]byte, error) {
 	var err error
 	b = append(b, `{"phase":`...)
 	b = strconv.AppendInt(b, int64(s.Phase), 10)
 	b = append(b, `,"phase_name":`...)
-	b = appendString(b, s.PhaseName)
+	b = phaseNamesQuoted.append(b, s.PhaseName)
 	b = append(b, `,"progress":`...)
 	b = strconv.AppendInt(b, int64(s.Progress), 10)
 	b = append(b, `,"cycle":`...)
 	b = strconv.AppendInt(b, int64(s.Cycle), 10)
 	b = append(b, `,"status":`...)
-	b = appendString(b, string(s.Status))
+	b = states.append(b, string(s.Status))
 	if s.HaltReason != "" {
 		b = append(b, `,"halt_reason":`...)
 		b = appendString(b, s.HaltReason)

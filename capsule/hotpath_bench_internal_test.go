@@ -71,3 +71,30 @@ func BenchmarkParseDocument(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkReceptionRead measures what RECEPTION does with a capsule's
+// bytes in this package: parse, fill the Capsule, digest. The capsule is
+// in canonical form, as sagabench's producers send it.
+func BenchmarkReceptionRead(b *testing.B) {
+	pretty, err := os.ReadFile("../examples/capsules/valid.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := Canonicalize(pretty)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		doc, err := ParseDocument(raw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, ok := doc.Capsule(); !ok {
+			b.Fatal("not filled")
+		}
+		if _, err := doc.Digest(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
