@@ -651,6 +651,9 @@ var days [4]atomic.Uint64
 
 // appendFloat writes f as encoding/json writes a float64.
 func appendFloat(b []byte, f float64) ([]byte, error) {
+	if d, ok := appendMicros(b, f); ok {
+		return d, nil
+	}
 	if math.IsInf(f, 0) || math.IsNaN(f) {
 		return nil, fmt.Errorf("checkpoint: unsupported value %v", f)
 	}
@@ -667,6 +670,44 @@ func appendFloat(b []byte, f float64) ([]byte, error) {
 		}
 	}
 	return b, nil
+}
+
+// appendMicros writes f, from 1e-6 up to 1e9, when it is the float64
+// nearest a decimal of at most six places (a usage's dollars): its digits
+// are that decimal's, without strconv's search for the shortest. ok is
+// false for any other f.
+//
+// Why they are strconv's: f is the double nearest n/10⁶ (the division of
+// two exact doubles rounds correctly), and n < 10¹⁵ has at most 15
+// significant digits; two decimals of at most 15 significant digits never
+// round to the same double (DBL_DIG), so no shorter decimal, nor another
+// as short, gives f.
+func appendMicros(b []byte, f float64) ([]byte, bool) {
+	if !(f >= 1e-6 && f < 1e9) {
+		return b, false
+	}
+	n := math.Round(f * 1e6)
+	if n/1e6 != f {
+		return b, false
+	}
+	micros := int64(n)
+	b = strconv.AppendInt(b, micros/1e6, 10)
+	frac := micros % 1e6
+	if frac == 0 {
+		return b, true
+	}
+	digits := 6
+	for frac%10 == 0 {
+		frac /= 10
+		digits--
+	}
+	var buf [7]byte
+	buf[0] = '.'
+	for i := digits; i > 0; i-- {
+		buf[i] = byte('0' + frac%10)
+		frac /= 10
+	}
+	return append(b, buf[:digits+1]...), true
 }
 
 const hexDigits = "0123456789abcdef"

@@ -21,7 +21,7 @@ import (
 // table test runs them all, and each has its fuzz target below.
 var differentialPairs = differential.Registry{
 	appendStringPair, appendTimePair, checkpointCodecPair, checkpointOldRecordsPair,
-	scannerPair, documentDigestPair, compactTransitionPair, civilPair, traceIDOfPair,
+	scannerPair, documentDigestPair, compactTransitionPair, civilPair, traceIDOfPair, appendFloatPair,
 }
 
 func TestDifferential(t *testing.T) {
