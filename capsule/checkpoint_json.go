@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -567,14 +568,17 @@ func appendTime(b []byte, t time.Time) ([]byte, error) {
 
 // appendUTC is appendTime of a time in UTC: RFC 3339 with the fraction of
 // a second to the nanosecond, trailing zeros (and a zero fraction) left
-// out, and "Z". The text is made in an array two digits at a time
-// (digitPairs) and appended once: a checkpoint holds a dozen times.
+// out, and "Z". The text is made two digits at a time (digitPairs),
+// straight into b's room: a checkpoint holds a dozen times.
 func appendUTC(b []byte, t time.Time) ([]byte, error) {
 	y, mo, d, h, mi, sec := civil(t)
 	if y < 0 || y >= 10000 {
 		return nil, fmt.Errorf("checkpoint: time %v: year outside of range [0,9999]", t)
 	}
-	var buf [32]byte // "YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ", quoted
+	// Made in place, in the room past b's end: "YYYY-MM-DDTHH:MM:SS",
+	// ".nnnnnnnnn" if any, "Z", quoted.
+	b = slices.Grow(b, 32)
+	buf := (*[32]byte)(b[len(b) : len(b)+32])
 	buf[0], buf[5], buf[8], buf[11], buf[14], buf[17] = '"', '-', '-', 'T', ':', ':'
 	putPair(buf[1:], y/100)
 	putPair(buf[3:], y%100)
@@ -604,7 +608,7 @@ func appendUTC(b []byte, t time.Time) ([]byte, error) {
 		n = 21 + digits
 	}
 	buf[n], buf[n+1] = 'Z', '"'
-	return append(b, buf[:n+2]...), nil
+	return b[:len(b)+n+2], nil
 }
 
 // digitPairs holds "00" to "99", one after another.
