@@ -201,6 +201,8 @@ func (c *fastCompiler) keyword(n *fastNode, k string, v any, at string) error {
 		name, _ := v.(string)
 		if n.format = jsonschema.Formats[name]; n.format == nil {
 			err = fmt.Errorf("%s: format %q", at, v)
+		} else if name == "date-time" {
+			n.format = fastDateTime(n.format)
 		}
 	case "enum":
 		n.enum, _ = v.([]any)
