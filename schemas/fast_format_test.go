@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
 	"github.com/stretchr/testify/require"
@@ -77,4 +78,28 @@ func TestDateTimeFastPathTaken(t *testing.T) {
 	require.True(t, fastDateTime(never)("2026-11-29T08:57:53Z"))
 	require.True(t, fastDateTime(never)("2024-02-29T23:59:59Z"))
 	require.False(t, fastDateTime(never)("2023-02-29T23:59:59Z"))
+}
+
+// TestLenWithinCountsNothingWrong: lenWithin never says "within" for a
+// string whose code points (as the library counts them) are not, over
+// strings of one- to four-byte code points and invalid bytes and every
+// bound from -1 to 12.
+func TestLenWithinCountsNothingWrong(t *testing.T) {
+	t.Parallel()
+	parts := []string{"x", "é", "€", "😀", "\xff", "\xe2\x82"}
+	r := rand.New(rand.NewPCG(7, 11))
+	for range 20000 {
+		var s string
+		for range r.IntN(12) {
+			s += parts[r.IntN(len(parts))]
+		}
+		n := utf8.RuneCountInString(s)
+		for minLen := -1; minLen <= 12; minLen++ {
+			for maxLen := -1; maxLen <= 12; maxLen++ {
+				if lenWithin(len(s), minLen, maxLen) {
+					require.True(t, n >= minLen && (maxLen < 0 || n <= maxLen), "%q in [%d, %d]", s, minLen, maxLen)
+				}
+			}
+		}
+	}
 }
