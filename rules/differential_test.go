@@ -19,11 +19,13 @@ import (
 // shared harness (internal/differential).
 func TestDifferential(t *testing.T) {
 	t.Parallel()
-	differential.RunAll(t, differential.Registry{walkStringsPair, spanWalkPair})
+	differential.RunAll(t, differential.Registry{walkStringsPair, spanWalkPair, spanWalkBytesPair, secretsPair})
 }
 
-func FuzzWalkStringsMatchesTokenWalk(f *testing.F) { differential.Fuzz(f, walkStringsPair) }
-func FuzzSpanWalkMatchesWalkJSON(f *testing.F)     { differential.Fuzz(f, spanWalkPair) }
+func FuzzWalkStringsMatchesTokenWalk(f *testing.F)  { differential.Fuzz(f, walkStringsPair) }
+func FuzzSpanWalkMatchesWalkJSON(f *testing.F)      { differential.Fuzz(f, spanWalkPair) }
+func FuzzSpanWalkBytesMatchesWalkJSON(f *testing.F) { differential.Fuzz(f, spanWalkBytesPair) }
+func FuzzSecrets(f *testing.F)                      { differential.Fuzz(f, secretsPair) }
 
 // exampleCapsules are the files of examples/capsules, the corpus both
 // walks start from.
@@ -110,6 +112,20 @@ var spanWalkPair = differential.Pair[[]byte, spanWalk]{
 	Decode: bytesInput,
 	Encode: bytesOutput,
 }
+
+// spanWalkBytesPair is spanWalkPair over the bytes as received, the form
+// Rule 9 walks: the same inputs, the spans made strings for the
+// comparison.
+var spanWalkBytesPair = func() differential.Pair[[]byte, spanWalk] {
+	p := spanWalkPair
+	p.Name = "SpanWalkBytes"
+	p.Fast = func(raw []byte) (spanWalk, error) {
+		return walkTokens(func(f func(capsule.JSONToken, string)) error {
+			return walkJSONSpans(raw, func(tok capsule.JSONToken, s []byte) { f(tok, string(s)) })
+		})
+	}
+	return p
+}()
 
 // steeredEdit is an example capsule with a byte replaced, inserted or
 // dropped, from the bytes that steer the scanner.

@@ -1,9 +1,11 @@
 package rules
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"regexp"
 	"strconv"
 	"strings"
@@ -69,6 +71,11 @@ func secretKind(s string) string {
 	if !maySecret(s) {
 		return ""
 	}
+	return matchSecret(s)
+}
+
+// matchSecret is secretKind past its filter (maySecret).
+func matchSecret(s string) string {
 	// A string that passes the filter mostly holds one pattern's literal
 	// ("=", "://", "gh" of "through"): in ASCII text, where a
 	// case-insensitive pattern can only match ASCII letters, a pattern
@@ -111,7 +118,7 @@ var secretGates = [...]func(string) bool{
 	func(s string) bool { return strings.Contains(s, "xox") },
 }
 
-func isASCII(s string) bool {
+func isASCII[T text](s T) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= 0x80 {
 			return false
@@ -137,7 +144,7 @@ func containsFoldASCII(s, lower string) bool {
 // string holds any. One pass looks for all of them: Rule 9 runs it on every
 // string of every capsule, and nine searches of each string were most of
 // the rule's time. TestMaySecretAsSearches holds it to the nine searches.
-func maySecret(s string) bool {
+func maySecret[T text](s T) bool {
 	for i := 0; i < len(s); i++ {
 		if !secretFirstByte[s[i]] {
 			continue
@@ -146,36 +153,65 @@ func maySecret(s string) bool {
 		case '=':
 			return true
 		case '-':
-			if strings.HasPrefix(rest, "-----BEGIN") {
+			if hasPrefix(rest, "-----BEGIN") {
 				return true
 			}
 		case 'A':
-			if strings.HasPrefix(rest, "AKIA") || strings.HasPrefix(rest, "ASIA") {
+			if hasPrefix(rest, "AKIA") || hasPrefix(rest, "ASIA") {
 				return true
 			}
 		case 'g':
-			if strings.HasPrefix(rest, "gh") {
+			if hasPrefix(rest, "gh") {
 				return true
 			}
 		case 'x':
-			if strings.HasPrefix(rest, "xox") {
+			if hasPrefix(rest, "xox") {
 				return true
 			}
 		case ':':
-			if strings.HasPrefix(rest, "://") {
+			if hasPrefix(rest, "://") {
 				return true
 			}
 		case 'b', 'B':
-			if len(rest) >= 6 && strings.EqualFold(rest[:6], "bearer") {
+			if hasPrefixFold(rest, "bearer") {
 				return true
 			}
 		default: // 's', 'S'
-			if len(rest) >= 6 && strings.EqualFold(rest[:6], "secret") {
+			if hasPrefixFold(rest, "secret") {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// hasPrefix is strings.HasPrefix for either form of a text.
+func hasPrefix[T text](s T, prefix string) bool {
+	if len(s) < len(prefix) {
+		return false
+	}
+	for i := 0; i < len(prefix); i++ {
+		if s[i] != prefix[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// hasPrefixFold reports whether s starts with lower (ASCII letters, lower
+// case) in any case: strings.EqualFold(s[:len(lower)], lower), which for
+// an ASCII lower holds only where those bytes are ASCII (a byte of a
+// multi-byte rune would leave fewer runes than lower has).
+func hasPrefixFold[T text](s T, lower string) bool {
+	if len(s) < len(lower) {
+		return false
+	}
+	for i := 0; i < len(lower); i++ {
+		if s[i]|0x20 != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // secretFirstByte marks the bytes maySecret's substrings start with.
@@ -188,12 +224,13 @@ var secretFirstByte = func() (t [256]bool) {
 
 // isCredentialName reports whether a member name names a credential: it
 // ends in one of credentialNames once lower-cased and rid of '_' and '-'.
-// An ASCII name is compared in place, from its end; any other goes through
-// strings.ToLower, whose Unicode mappings (the Kelvin sign is a 'k') an
-// ASCII comparison would miss.
-func isCredentialName(name string) bool {
+// An ASCII name is compared in place, from its end, with the words ending
+// in its last letter only; any other goes through strings.ToLower, whose
+// Unicode mappings (the Kelvin sign is a 'k') an ASCII comparison would
+// miss.
+func isCredentialName[T text](name T) bool {
 	if !isASCII(name) {
-		n := strings.ToLower(nameSeparators.Replace(name))
+		n := strings.ToLower(nameSeparators.Replace(string(name)))
 		for _, c := range credentialNames {
 			if strings.HasSuffix(n, c) {
 				return true
@@ -201,17 +238,34 @@ func isCredentialName(name string) bool {
 		}
 		return false
 	}
-	for _, c := range credentialNames {
-		if hasCredentialSuffix(name, c) {
+	i := len(name)
+	for i > 0 && (name[i-1] == '_' || name[i-1] == '-') {
+		i--
+	}
+	if i == 0 {
+		return false
+	}
+	for words := credentialEndings[lowerASCII(name[i-1])]; words != 0; words &= words - 1 {
+		if hasCredentialSuffix(name[:i], credentialNames[bits.TrailingZeros32(words)]) {
 			return true
 		}
 	}
 	return false
 }
 
+// credentialEndings holds, for each byte, the credentialNames ending in it
+// (bit i for word i): a member name's last letter rules out the rest.
+// TestCredentialEndings checks the words fit its bits.
+var credentialEndings = func() (t [256]uint32) {
+	for i, w := range credentialNames {
+		t[w[len(w)-1]] |= 1 << i
+	}
+	return t
+}()
+
 // hasCredentialSuffix reports whether the ASCII name, lower-cased and rid
 // of '_' and '-', ends in word (lower case).
-func hasCredentialSuffix(name, word string) bool {
+func hasCredentialSuffix[T text](name T, word string) bool {
 	i := len(name)
 	for j := len(word) - 1; j >= 0; j-- {
 		for i > 0 && (name[i-1] == '_' || name[i-1] == '-') {
@@ -245,41 +299,59 @@ func checkSecrets(_ context.Context, in Input) ([]capsule.Finding, error) {
 		}
 		raw = b
 	}
-	var (
-		fs   []capsule.Finding
-		seen map[[2]string]bool // made at the first finding: most capsules have none
-	)
-	add := func(field, what string) {
-		if seen == nil {
-			seen = make(map[[2]string]bool)
-		}
-		if k := [2]string{field, what}; !seen[k] {
-			seen[k] = true
-			fs = append(fs, finding(field, "holds %s (value withheld)", what))
+	var sc secretScan
+	// The walk reads the bytes as they are, its strings spans of them: no
+	// copy of the document and none of its strings.
+	if err := walkJSONSpans(raw, sc.token); err != nil {
+		// Not JSON (or truncated): scan the bytes as text so nothing escapes.
+		if kind := secretKind(string(raw)); kind != "" {
+			sc.add("", kind)
 		}
 	}
-	err := walkStrings(raw, func(field func() string, s string, isKey bool, member string) {
-		if kind := secretKind(s); kind != "" {
+	return sc.fs, nil
+}
+
+// secretScan is Rule 9's walk: where it is, and its findings so far.
+type secretScan struct {
+	at   fieldWalk
+	fs   []capsule.Finding
+	seen map[[2]string]bool // made at the first finding: most capsules have none
+}
+
+// token judges every member name and string value: a secret pattern, or a
+// credential-named member with a non-blank string value.
+func (sc *secretScan) token(tok capsule.JSONToken, s []byte) {
+	str, member := sc.at.step(tok, s)
+	if !str {
+		return
+	}
+	isKey := tok == capsule.TokenKey
+	if maySecret(s) {
+		if kind := matchSecret(string(s)); kind != "" {
 			if isKey {
 				kind = "a member name that is " + kind
 			}
-			add(field(), kind)
+			sc.add(sc.at.field(), kind)
 			return
 		}
-		if !isKey && member != "" && strings.TrimSpace(s) != "" && isCredentialName(member) {
-			add(field(), "a credential-named member with a value")
-		}
-	})
-	if err != nil {
-		// Not JSON (or truncated): scan the bytes as text so nothing escapes.
-		if kind := secretKind(string(raw)); kind != "" {
-			add("", kind)
-		}
 	}
-	return fs, nil
+	if !isKey && len(member) > 0 && isCredentialName(member) && len(bytes.TrimSpace(s)) > 0 {
+		sc.add(sc.at.field(), "a credential-named member with a value")
+	}
 }
 
-// frame is one open JSON container during walkStrings.
+// add records a finding once per field and kind.
+func (sc *secretScan) add(field, what string) {
+	if sc.seen == nil {
+		sc.seen = make(map[[2]string]bool)
+	}
+	if k := [2]string{field, what}; !sc.seen[k] {
+		sc.seen[k] = true
+		sc.fs = append(sc.fs, finding(field, "holds %s (value withheld)", what))
+	}
+}
+
+// frame is one open JSON container of a walk, for renderField.
 type frame struct {
 	object  bool
 	key     string // current member name (objects)
@@ -287,51 +359,96 @@ type frame struct {
 	index   int    // current element (arrays)
 }
 
-// walkStrings calls visit for every member name (isKey) and string value in
-// raw, with the field path of the value or member ("task.title",
-// "context_refs[2]", `metadata["a b"]`) and, for values, the name of the
-// member holding it ("" inside arrays). It returns the first syntax error.
-//
-// The field path is built only when visit asks for it: it is needed for
-// findings only, and rendering it for every string was Rule 9's main cost.
-func walkStrings(raw []byte, visit func(field func() string, s string, isKey bool, member string)) error {
-	stack := make([]frame, 0, 8) // a capsule nests 4 deep: no regrowth
-	advance := func() {
-		if n := len(stack); n > 0 {
-			if top := &stack[n-1]; top.object {
-				top.wantKey = true
-			} else {
-				top.index++
+// spanFrame is a frame of a walk over the received bytes: its member name
+// is a span of them (or of an unescaped copy).
+type spanFrame struct {
+	object bool
+	key    []byte
+	index  int
+}
+
+// fieldWalk follows a walk's tokens to know the field path of each member
+// name and string value ("task.title", "context_refs[2]",
+// `metadata["a b"]`) and, for values, the name of the member holding it.
+// The path is rendered only when asked for (findings): rendering it for
+// every string was Rule 9's main cost. Its zero value is ready; it holds
+// its first frames in place, not behind a slice pointing into itself,
+// which would move every walk's state to the heap.
+type fieldWalk struct {
+	depth int
+	near  [8]spanFrame // frames 0-7: a capsule nests 4 deep
+	deep  []spanFrame  // frames 8 and on
+	// next says a string value was the last token: its container moves on
+	// at the next one, so that its field can be rendered in between.
+	next bool
+}
+
+// frame is open container i (0 the outermost).
+func (w *fieldWalk) frame(i int) *spanFrame {
+	if i < len(w.near) {
+		return &w.near[i]
+	}
+	return &w.deep[i-len(w.near)]
+}
+
+func (w *fieldWalk) push(f spanFrame) {
+	if w.depth < len(w.near) {
+		w.near[w.depth] = f
+	} else {
+		w.deep = append(w.deep[:w.depth-len(w.near)], f)
+	}
+	w.depth++
+}
+
+// step follows tok, s. For a member name or a string value it returns str,
+// and for a value the name of the member holding it (empty in an array).
+func (w *fieldWalk) step(tok capsule.JSONToken, s []byte) (str bool, member []byte) {
+	if w.next {
+		w.next = false
+		w.advance()
+	}
+	switch tok {
+	case capsule.TokenObjectStart:
+		w.push(spanFrame{object: true})
+	case capsule.TokenArrayStart:
+		w.push(spanFrame{})
+	case capsule.TokenObjectEnd, capsule.TokenArrayEnd:
+		w.depth--
+		w.advance()
+	case capsule.TokenKey:
+		w.frame(w.depth - 1).key = s
+		return true, nil
+	case capsule.TokenString:
+		w.next = true
+		if w.depth > 0 {
+			if top := w.frame(w.depth - 1); top.object {
+				member = top.key
 			}
+		}
+		return true, member
+	default:
+		w.advance()
+	}
+	return false, nil
+}
+
+// advance moves the current container past a value.
+func (w *fieldWalk) advance() {
+	if w.depth > 0 {
+		if top := w.frame(w.depth - 1); !top.object {
+			top.index++
 		}
 	}
-	field := func() string { return renderField(stack) }
-	// One copy of the bytes for the whole walk: the strings visit gets are
-	// its substrings, not one allocation each.
-	return walkJSONSpans(string(raw), func(tok capsule.JSONToken, s string) {
-		switch tok {
-		case capsule.TokenObjectStart:
-			stack = append(stack, frame{object: true, wantKey: true})
-		case capsule.TokenArrayStart:
-			stack = append(stack, frame{})
-		case capsule.TokenObjectEnd, capsule.TokenArrayEnd:
-			stack = stack[:len(stack)-1]
-			advance()
-		case capsule.TokenKey:
-			top := &stack[len(stack)-1]
-			top.key, top.wantKey = s, false
-			visit(field, s, true, "")
-		case capsule.TokenString:
-			member := ""
-			if n := len(stack); n > 0 && stack[n-1].object {
-				member = stack[n-1].key
-			}
-			visit(field, s, false, member)
-			advance()
-		default:
-			advance()
-		}
-	})
+}
+
+// field renders the path to the current position.
+func (w *fieldWalk) field() string {
+	stack := make([]frame, w.depth)
+	for i := range stack {
+		f := w.frame(i)
+		stack[i] = frame{object: f.object, key: string(f.key), index: f.index}
+	}
+	return renderField(stack)
 }
 
 // maxKeyInField bounds how much of a member name a field path repeats.

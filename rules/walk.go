@@ -12,29 +12,33 @@ import (
 // the error does not repeat capsule.WalkJSON's wording.
 var errSpanWalk = fmt.Errorf("%w: rules: not a JSON document", capsule.ErrInvalidJSON)
 
-// spanWalker is capsule.WalkJSON over a document held as one string: a
+// text is a document a span walk reads: the bytes as received (Rule 9's
+// walk: no copy of them) or a string (the form the walk was first written
+// for, which its differential pair still runs).
+type text interface{ ~string | ~[]byte }
+
+// spanWalker is capsule.WalkJSON over a document held in one piece: a
 // member name or string value without escapes or invalid UTF-8 (nearly all
-// of a capsule's) is handed on as a substring of the document, not copied,
-// and numbers are checked without being converted. Rule 9 walks every
+// of a capsule's) is handed on as a span of the document, not copied, and
+// numbers are checked without being converted. Rule 9 walks every
 // capsule's strings at AUTOMATED_GATES, and the walk's one string per token
 // was most of its allocation. TestSpanWalkMatchesWalkJSON holds the two
-// walks to the same tokens, errors and the tokens before an error.
-type spanWalker struct {
-	doc string
+// walks to the same tokens, errors and the tokens before an error, over
+// either form of the document.
+type spanWalker[D text] struct {
+	doc D
 	i   int
 }
-
-// tokenFn is what a walk calls with each token. It is passed down the
-// walk rather than kept in spanWalker, so that a caller's closure does not
-// escape to the heap (the walk's strings do).
-type tokenFn = func(capsule.JSONToken, string)
 
 // walkJSONSpans calls fn for every token of doc as capsule.WalkJSON does
 // for []byte(doc): the same tokens in the same order, the same strings, an
 // error (errSpanWalk) exactly where WalkJSON returns one, after the same
-// tokens. The strings fn gets may be substrings of doc.
-func walkJSONSpans(doc string, fn tokenFn) error {
-	w := spanWalker{doc: doc}
+// tokens. The spans fn gets may be parts of doc, valid only during the
+// call: fn copies what it keeps. fn is passed down the walk rather than
+// kept in spanWalker, so that a caller's closure does not escape to the
+// heap.
+func walkJSONSpans[D text](doc D, fn func(capsule.JSONToken, D)) error {
+	w := spanWalker[D]{doc: doc}
 	for w.skipSpace(); w.i < len(w.doc); w.skipSpace() {
 		if err := w.value(0, fn); err != nil {
 			return err
@@ -43,7 +47,7 @@ func walkJSONSpans(doc string, fn tokenFn) error {
 	return nil
 }
 
-func (w *spanWalker) skipSpace() {
+func (w *spanWalker[D]) skipSpace() {
 	for w.i < len(w.doc) {
 		switch w.doc[w.i] {
 		case ' ', '\t', '\n', '\r':
@@ -55,12 +59,15 @@ func (w *spanWalker) skipSpace() {
 }
 
 // value walks one value at w.i (after spaces), as capsule's scanner.walk.
-func (w *spanWalker) value(depth int, fn tokenFn) error {
+func (w *spanWalker[D]) value(depth int, fn func(capsule.JSONToken, D)) error {
 	w.skipSpace()
 	if w.i >= len(w.doc) {
 		return errSpanWalk
 	}
-	var err error
+	var (
+		err  error
+		none D
+	)
 	switch c := w.doc[w.i]; {
 	case c == '{' || c == '[':
 		if depth >= capsule.MaxDepth {
@@ -88,24 +95,25 @@ func (w *spanWalker) value(depth int, fn tokenFn) error {
 	if err != nil {
 		return err
 	}
-	fn(capsule.TokenScalar, "")
+	fn(capsule.TokenScalar, none)
 	return nil
 }
 
 // container walks an object or array at w.i: its start token at once, a
 // member's name before its ':' is checked, its end token after its last
 // element, as capsule's scanner.walk reports them.
-func (w *spanWalker) container(depth int, object bool, fn tokenFn) error {
+func (w *spanWalker[D]) container(depth int, object bool, fn func(capsule.JSONToken, D)) error {
 	end, startTok, endTok := byte(']'), capsule.TokenArrayStart, capsule.TokenArrayEnd
 	if object {
 		end, startTok, endTok = '}', capsule.TokenObjectStart, capsule.TokenObjectEnd
 	}
+	var none D
 	w.i++
-	fn(startTok, "")
+	fn(startTok, none)
 	w.skipSpace()
 	if w.i < len(w.doc) && w.doc[w.i] == end {
 		w.i++
-		fn(endTok, "")
+		fn(endTok, none)
 		return nil
 	}
 	for {
@@ -126,7 +134,7 @@ func (w *spanWalker) container(depth int, object bool, fn tokenFn) error {
 			w.i++
 		case end:
 			w.i++
-			fn(endTok, "")
+			fn(endTok, none)
 			return nil
 		default:
 			return errSpanWalk
@@ -135,7 +143,7 @@ func (w *spanWalker) container(depth int, object bool, fn tokenFn) error {
 }
 
 // memberName walks `"name" :` and reports the name.
-func (w *spanWalker) memberName(fn tokenFn) error {
+func (w *spanWalker[D]) memberName(fn func(capsule.JSONToken, D)) error {
 	w.skipSpace()
 	if w.i >= len(w.doc) || w.doc[w.i] != '"' {
 		return errSpanWalk
@@ -153,9 +161,14 @@ func (w *spanWalker) memberName(fn tokenFn) error {
 	return nil
 }
 
-func (w *spanWalker) literal(word string) error {
-	if len(w.doc)-w.i < len(word) || w.doc[w.i:w.i+len(word)] != word {
+func (w *spanWalker[D]) literal(word string) error {
+	if len(w.doc)-w.i < len(word) {
 		return errSpanWalk
+	}
+	for j := 0; j < len(word); j++ {
+		if w.doc[w.i+j] != word[j] {
+			return errSpanWalk
+		}
 	}
 	w.i += len(word)
 	return nil
@@ -163,7 +176,7 @@ func (w *spanWalker) literal(word string) error {
 
 // number checks the number at w.i with capsule's grammar (RFC 8259's):
 // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, stopping where it stops.
-func (w *spanWalker) number() error {
+func (w *spanWalker[D]) number() error {
 	if w.doc[w.i] == '-' {
 		w.i++
 	}
@@ -194,7 +207,7 @@ func (w *spanWalker) number() error {
 }
 
 // digits skips a run of digits and says how long it was.
-func (w *spanWalker) digits() int {
+func (w *spanWalker[D]) digits() int {
 	start := w.i
 	for w.i < len(w.doc) && isDigit(w.doc[w.i]) {
 		w.i++
@@ -205,7 +218,8 @@ func (w *spanWalker) digits() int {
 // str reads the string at w.i (its opening quote). One that holds neither
 // a backslash nor invalid UTF-8 is the document's own bytes; any other is
 // decoded by capsule.WalkJSON itself (decoded).
-func (w *spanWalker) str() (string, error) {
+func (w *spanWalker[D]) str() (D, error) {
+	var none D
 	start := w.i + 1
 	for i := start; i < len(w.doc); {
 		if plainByte[w.doc[i]] {
@@ -219,16 +233,22 @@ func (w *spanWalker) str() (string, error) {
 		case c == '\\':
 			return w.decoded(start)
 		case c < 0x20:
-			return "", errSpanWalk // raw control characters never pass
+			return none, errSpanWalk // raw control characters never pass
 		default:
-			r, size := utf8.DecodeRuneInString(w.doc[i:])
+			r, size := decodeRune(w.doc[i:])
 			if r == utf8.RuneError && size == 1 {
 				return w.decoded(start) // becomes U+FFFD, as WalkJSON reads it
 			}
 			i += size
 		}
 	}
-	return "", errSpanWalk
+	return none, errSpanWalk
+}
+
+// decodeRune is utf8.DecodeRune for either form of a document.
+func decodeRune[D text](d D) (rune, int) {
+	var b [utf8.UTFMax]byte
+	return utf8.DecodeRune(b[:copy(b[:], d)])
 }
 
 // plainByte marks the bytes a string holds as they are: ASCII from the
@@ -246,18 +266,19 @@ var plainByte = func() (t [256]bool) {
 // ends a string it reads without error (an escape's other bytes are never a
 // quote or a backslash), and in a string it refuses, the part up to that
 // quote holds the same refusal.
-func (w *spanWalker) decoded(start int) (string, error) {
+func (w *spanWalker[D]) decoded(start int) (D, error) {
+	var none D
 	end := start
 	for ; end < len(w.doc) && w.doc[end] != '"'; end++ {
 		switch c := w.doc[end]; {
 		case c == '\\':
 			end++
 		case c < 0x20:
-			return "", errSpanWalk
+			return none, errSpanWalk
 		}
 	}
 	if end >= len(w.doc) {
-		return "", errSpanWalk
+		return none, errSpanWalk
 	}
 	var s string
 	err := capsule.WalkJSON([]byte(w.doc[start-1:end+1]), func(tok capsule.JSONToken, v string) {
@@ -266,8 +287,8 @@ func (w *spanWalker) decoded(start int) (string, error) {
 		}
 	})
 	if err != nil {
-		return "", errSpanWalk
+		return none, errSpanWalk
 	}
 	w.i = end + 1
-	return s, nil
+	return D(s), nil
 }

@@ -33,7 +33,8 @@ var spanWalkCases = []string{
 func nested(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
 
 // BenchmarkWalk compares the span walk with capsule.WalkJSON on a sealed
-// capsule: every token, strings handed over.
+// capsule: every token, strings handed over; the span walk over a string
+// copy of the bytes (spans) and over the bytes themselves (bytes, Rule 9's).
 func BenchmarkWalk(b *testing.B) {
 	raw, err := os.ReadFile("../examples/capsules/valid.json")
 	if err != nil {
@@ -41,6 +42,7 @@ func BenchmarkWalk(b *testing.B) {
 	}
 	n := 0
 	count := func(capsule.JSONToken, string) { n++ }
+	countBytes := func(capsule.JSONToken, []byte) { n++ }
 	b.Run("WalkJSON", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -53,6 +55,14 @@ func BenchmarkWalk(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if err := walkJSONSpans(string(raw), count); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("bytes", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := walkJSONSpans(raw, countBytes); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -201,6 +201,8 @@ func (c *fastCompiler) keyword(n *fastNode, k string, v any, at string) error {
 		name, _ := v.(string)
 		if n.format = jsonschema.Formats[name]; n.format == nil {
 			err = fmt.Errorf("%s: format %q", at, v)
+		} else if name == "date-time" {
+			n.format = fastDateTime(n.format)
 		}
 	case "enum":
 		n.enum, _ = v.([]any)
@@ -455,7 +457,7 @@ func (n *fastNode) validArray(list []any) bool {
 }
 
 func (n *fastNode) validString(s string) bool {
-	if n.minLen >= 0 || n.maxLen >= 0 {
+	if (n.minLen >= 0 || n.maxLen >= 0) && !lenWithin(len(s), n.minLen, n.maxLen) {
 		// Code points, as the library counts them (an invalid byte is one).
 		l := utf8.RuneCountInString(s)
 		if l < n.minLen || (n.maxLen >= 0 && l > n.maxLen) {
@@ -466,6 +468,13 @@ func (n *fastNode) validString(s string) bool {
 		return n.classes.match(s)
 	}
 	return n.pattern == nil || n.pattern.MatchString(s)
+}
+
+// lenWithin reports whether a string of size bytes certainly has from
+// minLen to maxLen code points (-1: no bound) without counting them: it
+// has at most one per byte and at least one per utf8.UTFMax bytes.
+func lenWithin(size, minLen, maxLen int) bool {
+	return (maxLen < 0 || size <= maxLen) && (size+utf8.UTFMax-1)/utf8.UTFMax >= minLen
 }
 
 func (n *fastNode) validNumber(num json.Number) bool {

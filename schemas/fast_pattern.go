@@ -22,6 +22,20 @@ type classPattern struct {
 type classPiece struct {
 	ranges   []rune // lo, hi pairs, as regexp/syntax holds a class
 	min, max int
+	// ascii holds the class's ASCII members, bit c for c: a pattern's
+	// strings are nearly all ASCII, and a bit test is what a range search
+	// of each rune cost (ids, digests and names, on every capsule).
+	ascii [2]uint64
+}
+
+// withASCII sets p.ascii from p.ranges.
+func (p classPiece) withASCII() classPiece {
+	for c := rune(0); c < utf8.RuneSelf; c++ {
+		if inClass(p.ranges, c) {
+			p.ascii[c>>6] |= 1 << (c & 63)
+		}
+	}
+	return p
 }
 
 // compileClassPattern returns the matcher of expr, or nil when expr is not of
@@ -48,6 +62,9 @@ func compileClassPattern(expr string) *classPattern {
 		pieces, ok := classPieces(alt)
 		if !ok {
 			return nil
+		}
+		for i := range pieces {
+			pieces[i] = pieces[i].withASCII()
 		}
 		p.branches = append(p.branches, pieces)
 	}
@@ -154,6 +171,14 @@ func matchPieces(pieces []classPiece, s string) bool {
 	for _, p := range pieces {
 		n := 0
 		for i < len(s) && (p.max < 0 || n < p.max) {
+			if c := s[i]; c < utf8.RuneSelf {
+				if p.ascii[c>>6]&(1<<(c&63)) == 0 {
+					break
+				}
+				i++
+				n++
+				continue
+			}
 			r, size := utf8.DecodeRuneInString(s[i:])
 			if !inClass(p.ranges, r) {
 				break

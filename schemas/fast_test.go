@@ -183,7 +183,7 @@ var fastAgreesPair = differential.Pair[any, fastVerdict]{
 
 func TestDifferential(t *testing.T) {
 	t.Parallel()
-	differential.RunAll(t, differential.Registry{fastAgreesPair, classPatternPair})
+	differential.RunAll(t, differential.Registry{fastAgreesPair, classPatternPair, dateTimePair})
 }
 
 // FuzzFastAgrees runs fastAgreesPair on the fuzzer's capsules.
