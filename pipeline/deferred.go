@@ -122,8 +122,7 @@ func gatesPure(cp *capsule.Checkpoint, c *capsule.Capsule) bool {
 func (r *run) deferAdvance(ctx context.Context, next *capsule.Checkpoint, d phases.Decision, at time.Time) runner.Delivery {
 	r.memoize(d)
 	deferred := append(r.deferred[:len(r.deferred):len(r.deferred)], store.Deferred{Phase: r.ph, At: at})
-	m := store.EncodeDeferredMsg(next, deferred)
-	if err := r.p.st.PublishDeferred(ctx, m); err != nil {
+	if err := r.p.st.SendDeferred(ctx, next, deferred); err != nil {
 		return runner.Retry(err)
 	}
 	return runner.Ack()

@@ -113,6 +113,41 @@ func TestKVMsgsAsSet(t *testing.T) {
 	}
 }
 
+// TestPooledKVMsgsAsSet: the KV updates and purges Writes sends in pooled
+// messages are stored with the headers of kvUpdateMsg and kvPurgeMsg, one
+// pooled message after another.
+func TestPooledKVMsgsAsSet(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, srv)
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "B", Storage: jetstream.FileStorage, LimitMarkerTTL: time.Second})
+	require.NoError(t, err)
+	var w *Writes
+	for i := range 6 {
+		key := "k" + strconv.Itoa(i)
+		want := kvUpdateMsg(kv, key, []byte("v"), 0)
+		write := w.KVUpdate
+		if i%2 == 1 {
+			write = func(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key string, value []byte, _ uint64) (uint64, error) {
+				return w.KVCreate(ctx, nc, kv, key, value)
+			}
+		}
+		rev, err := write(ctx, nc, kv, key, []byte("v"), 0)
+		require.NoError(t, err)
+		requireStored(t, js, rev, want)
+		want = kvUpdateMsg(kv, key, []byte("w"), rev)
+		rev, err = w.KVUpdate(ctx, nc, kv, key, []byte("w"), rev)
+		require.NoError(t, err)
+		requireStored(t, js, rev, want)
+		ttl := time.Duration(i%2) * 90 * time.Second
+		want = kvPurgeMsg(kv, key, rev, ttl)
+		rev, err = w.KVPurge(ctx, nc, kv, key, rev, ttl)
+		require.NoError(t, err)
+		requireStored(t, js, rev, want)
+	}
+}
+
 // requireStored: the stream's message seq holds want's headers.
 func requireStored(t *testing.T, js jetstream.JetStream, seq uint64, want *nats.Msg) {
 	t.Helper()
