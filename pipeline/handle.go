@@ -135,7 +135,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	defer stopRun()
 	hb := p.heartbeat(runCtx, &r.hb, msg, r.t, r.cycle, stopRun)
 	defer hb.stop()
-	if ph == capsule.Execution || ph == capsule.ReviewPhase {
+	if callsAgents(ph) {
 		// A streamed call shows its progress, and its agent's questions
 		// park the capsule while it runs.
 		r.obsv = callObserver{p: p, t: r.t, ph: r.ph, cycle: r.cycle}
@@ -211,11 +211,16 @@ func (p *Pipeline) runToken() string {
 // itself, with no context or timer of their own (one per message was about
 // 1.6 % of sagad's CPU).
 func (p *Pipeline) runContext(ctx context.Context, ph capsule.Phase) (context.Context, context.CancelFunc) {
-	if ph == capsule.Execution || ph == capsule.ReviewPhase {
+	if callsAgents(ph) {
 		return context.WithTimeout(ctx, p.cfg.PhaseTimeout)
 	}
 	return ctx, func() {}
 }
+
+// callsAgents reports whether phase ph calls agents: EXECUTION (its
+// executor) and REVIEW (its reviewers). The other phases read and write
+// only, and decide from the kept bytes, the checkpoint and the clock.
+func callsAgents(ph capsule.Phase) bool { return ph == capsule.Execution || ph == capsule.ReviewPhase }
 
 // run is one attempt at a phase for one message: what it acts on, and the
 // checkpoint it works through.
