@@ -73,7 +73,10 @@ func DecodeDeferred(v string) ([]Deferred, error) {
 
 // encodeDeferred is the Saga-Deferred header of d.
 func encodeDeferred(d []Deferred) string {
-	b := make([]byte, 0, 24*len(d))
+	// On the stack for up to three entries (the deferrable phases), so the
+	// string is the one allocation.
+	var buf [3 * 24]byte
+	b := buf[:0]
 	for i, e := range d {
 		if i > 0 {
 			b = append(b, ',')
