@@ -212,3 +212,44 @@ func TestMsgReleased(t *testing.T) {
 		require.Nil(t, p.Msg().Data)
 	}
 }
+
+// BenchmarkKVMsgs: a KV update (a lock's take) and a purge (its release)
+// as they were made (kvUpdateMsg, kvPurgeMsg) and as Writes makes them now
+// (a pooled message).
+func BenchmarkKVMsgs(b *testing.B) {
+	const subject = "$KV.SAGA_LOCKS.repo_sagad_capsule"
+	b.Run("update/own", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			h := NewHeaders(1)
+			kvUpdateHeaders(&h, 123456)
+			sink = NewMsg(subject, nil, h)
+		}
+	})
+	b.Run("update/pooled", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p := GetMsg(subject, nil)
+			kvUpdateHeaders(p.Headers(), 123456)
+			sink = p.Msg()
+			p.Release()
+		}
+	})
+	b.Run("purge/own", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			h := NewHeaders(4)
+			kvPurgeHeaders(&h, 123456, time.Minute)
+			sink = NewMsg(subject, nil, h)
+		}
+	})
+	b.Run("purge/pooled", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p := GetMsg(subject, nil)
+			kvPurgeHeaders(p.Headers(), 123456, time.Minute)
+			sink = p.Msg()
+			p.Release()
+		}
+	})
+}

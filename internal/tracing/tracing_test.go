@@ -371,3 +371,26 @@ func TestCapsuleTraceparent(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCapsuleTraceparent: RECEPTION's traceparent with a context made
+// (StartCapsule) and without (CapsuleTraceparent, tracing off).
+func BenchmarkCapsuleTraceparent(b *testing.B) {
+	c := tracing.Capsule{ID: "de300000-0000-4000-8000-000000000001", Key: "de300000-0000-4000-8000-000000000001"}
+	tr := tracing.New(nil)
+	b.Run("StartCapsule", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, tp := tr.StartCapsule(context.Background(), "", "0af7651916cd43dd8448eb211c80319c", c, time.Time{}); tp == "" {
+				b.Fatal("no traceparent")
+			}
+		}
+	})
+	b.Run("CapsuleTraceparent", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if tracing.CapsuleTraceparent("", "0af7651916cd43dd8448eb211c80319c") == "" {
+				b.Fatal("no traceparent")
+			}
+		}
+	})
+}
