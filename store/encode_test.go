@@ -137,36 +137,6 @@ func TestMessagesAsSet(t *testing.T) {
 	require.Equal(t, want, got)
 }
 
-// TestPooledMessagesAsSet: the deferred and outcome messages built in a
-// pooled message (SendDeferred, sendOutcome) carry what EncodeDeferredMsg
-// and the nats.Header.Set outcome carry, over random capsules, one pooled
-// message after another (what the one before held is gone).
-func TestPooledMessagesAsSet(t *testing.T) {
-	t.Parallel()
-	r := rand.New(rand.NewPCG(13, 14))
-	for range 3000 {
-		cp := randomCapsule(r)
-		var deferred []Deferred
-		for ph := capsule.Planning; ph < cp.State.Phase && ph < capsule.Handoff; ph++ {
-			if r.IntN(2) == 0 {
-				deferred = append(deferred, Deferred{Phase: ph, At: time.Unix(0, r.Int64N(1e18)+1).UTC()})
-			}
-		}
-		p := jspub.GetMsg(PhaseSubject(cp.State.Phase), nil)
-		deferredHeaders(p.Headers(), cp, deferred)
-		requireSameMsg(t, EncodeDeferredMsg(cp, deferred), p.Msg())
-		p.Release()
-
-		tr := capsule.Transition{Phase: cp.State.Phase, Cycle: cp.State.Cycle, Detail: []string{"", "executor_failed:x"}[r.IntN(2)]}
-		state := []capsule.State{capsule.Completed, capsule.Halted, capsule.Cancelled}[r.IntN(3)]
-		raw := []byte(`{"capsule_id":"c"}`)
-		p = jspub.GetLargeMsg(OutcomeSubject(state), raw)
-		outcomeHeaders(p.Headers(), cp, tr, state)
-		requireSameMsg(t, refOutcomeMsg(cp, tr, state, raw), p.Msg())
-		p.Release()
-	}
-}
-
 // requireSameMsg: got has want's subject, body and headers.
 func requireSameMsg(t *testing.T, want, got *nats.Msg) {
 	t.Helper()

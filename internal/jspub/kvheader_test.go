@@ -73,7 +73,7 @@ var headersPair = differential.Pair[headerOps, []nats.Header]{
 
 func TestDifferential(t *testing.T) {
 	t.Parallel()
-	differential.RunAll(t, differential.Registry{directEntryPair, headersPair})
+	differential.RunAll(t, differential.Registry{directEntryPair, headersPair, pooledKVMsgsPair})
 }
 
 // TestKVMsgsAsSet: the KV update and purge messages carry the headers the
