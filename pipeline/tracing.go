@@ -59,9 +59,9 @@ func (p *Pipeline) traceForward(ctx context.Context, ph capsule.Phase, cycle int
 }
 
 // traceReception starts the capsule's root span at RECEPTION and records its
-// traceparent in the fresh checkpoint (the span is nil when tracing is off); see tracing.Tracer.StartCapsule for
-// what an intake message's traceparent header may do (place the capsule in
-// the producer's trace, nothing else).
+// traceparent in the fresh checkpoint (the span is nil when tracing is off);
+// see tracing.Tracer.StartCapsule for what an intake message's traceparent
+// header may do (place the capsule in the producer's trace, nothing else).
 func (p *Pipeline) traceReception(ctx context.Context, h nats.Header, fresh *capsule.Checkpoint, start time.Time) (context.Context, trace.Span) {
 	in := incomingTraceparent(h)
 	if p.tracer.Off() {

@@ -175,9 +175,9 @@ func (w *Writes) KVCreate(ctx context.Context, nc *nats.Conn, kv jetstream.KeyVa
 }
 
 // KVUpdate is [KVUpdate] through [Writes.Publish], in a pooled message
-// ([Msg]): every checkpoint compare-and-set and lock write is one, and a
-// message of its own cost five allocations (the message, the header map,
-// its table, the values' array).
+// ([Msg]): every lock taken and RECEPTION's kept bytes ([Writes.KVCreate])
+// are one, and a message of its own cost four allocations more (the
+// message, the header map, its group, the values' array).
 func (w *Writes) KVUpdate(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key string, value []byte, last uint64) (uint64, error) {
 	p := GetMsg(kvSubject(kv, key), value)
 	kvUpdateHeaders(p.Headers(), last)
