@@ -179,7 +179,7 @@ func outcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.Sta
 
 // sendOutcome publishes outcomeMsg(cp, tr, state, raw), built in a pooled
 // message: a message of its own, with up to a dozen headers, cost six
-// allocations (its map a table of four groups) once a capsule.
+// allocations more (its map a table of groups) once a capsule.
 func (s *Store) sendOutcome(ctx context.Context, cp *capsule.Checkpoint, tr capsule.Transition, state capsule.State, raw []byte) error {
 	p := jspub.GetLargeMsg(OutcomeSubject(state), raw)
 	outcomeHeaders(p.Headers(), cp, tr, state)
