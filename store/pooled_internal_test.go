@@ -127,4 +127,3 @@ var pooledMsgsPair = differential.Pair[hopMsgs, []msgView]{
 }
 
 func FuzzPooledMsgs(f *testing.F) { differential.Fuzz(f, pooledMsgsPair) }
-
