@@ -3,9 +3,8 @@ package jspub
 import (
 	"encoding/binary"
 	"math/rand/v2"
-	"time"
-
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
