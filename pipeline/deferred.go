@@ -121,9 +121,11 @@ func gatesPure(cp *capsule.Checkpoint, c *capsule.Capsule) bool {
 // them (a note of a message that is never sent is evicted in time).
 func (r *run) deferAdvance(ctx context.Context, next *capsule.Checkpoint, d phases.Decision, at time.Time) runner.Delivery {
 	r.memoize(d)
-	deferred := append(r.deferred[:len(r.deferred):len(r.deferred)], store.Deferred{Phase: r.ph, At: at})
-	m := store.EncodeDeferredMsg(next, deferred)
-	if err := r.p.st.PublishDeferred(ctx, m); err != nil {
+	// On the stack for the deferrable phases (three at most): the list
+	// only becomes the message's header text.
+	var buf [3]store.Deferred
+	deferred := append(append(buf[:0], r.deferred...), store.Deferred{Phase: r.ph, At: at})
+	if err := r.p.st.SendDeferred(ctx, next, deferred); err != nil {
 		return runner.Retry(err)
 	}
 	return runner.Ack()

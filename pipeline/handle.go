@@ -115,7 +115,13 @@ func (p *Pipeline) unknown(ctx context.Context, key string, msg jetstream.Msg, d
 func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.Msg, pm store.PhaseMsg, raw []byte, c *capsule.Capsule, useCache, eager bool) (runner.Delivery, bool) {
 	r := &run{p: p, ph: ph, cycle: pm.Cycle, msg: msg, raw: raw, c: c, deferred: pm.Deferred, eager: eager, named: pm.Claimed}
 	r.t = &r.txn
-	r.t.p, r.t.key, r.t.token, r.t.run = p, pm.Key, p.runToken(), r
+	r.t.p, r.t.key, r.t.run = p, pm.Key, r
+	if callsAgents(ph) {
+		// Its claim, its calls' records and its agents' questions name the
+		// attempt from the start, on other goroutines too (heartbeat,
+		// observer). Other phases make theirs when they record (holder).
+		r.t.token = p.runToken()
+	}
 	if d, stale, ok := r.position(ctx, pm.ResumeToken, useCache); !ok {
 		return d, stale
 	}
@@ -135,7 +141,7 @@ func (p *Pipeline) attempt(ctx context.Context, ph capsule.Phase, msg jetstream.
 	defer stopRun()
 	hb := p.heartbeat(runCtx, &r.hb, msg, r.t, r.cycle, stopRun)
 	defer hb.stop()
-	if ph == capsule.Execution || ph == capsule.ReviewPhase {
+	if callsAgents(ph) {
 		// A streamed call shows its progress, and its agent's questions
 		// park the capsule while it runs.
 		r.obsv = callObserver{p: p, t: r.t, ph: r.ph, cycle: r.cycle}
@@ -211,11 +217,16 @@ func (p *Pipeline) runToken() string {
 // itself, with no context or timer of their own (one per message was about
 // 1.6 % of sagad's CPU).
 func (p *Pipeline) runContext(ctx context.Context, ph capsule.Phase) (context.Context, context.CancelFunc) {
-	if ph == capsule.Execution || ph == capsule.ReviewPhase {
+	if callsAgents(ph) {
 		return context.WithTimeout(ctx, p.cfg.PhaseTimeout)
 	}
 	return ctx, func() {}
 }
+
+// callsAgents reports whether phase ph calls agents: EXECUTION (its
+// executor) and REVIEW (its reviewers). The other phases read and write
+// only, and decide from the kept bytes, the checkpoint and the clock.
+func callsAgents(ph capsule.Phase) bool { return ph == capsule.Execution || ph == capsule.ReviewPhase }
 
 // run is one attempt at a phase for one message: what it acts on, and the
 // checkpoint it works through.
@@ -509,8 +520,10 @@ var errClaimLost = machine.ErrClaimLost
 type txn struct {
 	p   *Pipeline
 	key string
-	// token names this delivery in claims; claimed says it holds one,
-	// taken (or last renewed) at claimedNano.
+	// token names this delivery in claims and decisions (made at the
+	// start for a phase that calls agents, else at first use: holder);
+	// claimed says it holds a claim, taken (or last renewed) at
+	// claimedNano.
 	token       string
 	claimed     atomic.Bool
 	claimedNano atomic.Int64
@@ -723,11 +736,22 @@ func (t *txn) commit(ctx context.Context, ph capsule.Phase, cycle int, d phases.
 	if fromCache {
 		policy = staleAfterLoad
 	}
-	ev := machine.Decide{Phase: ph, Cycle: cycle, Decision: d, Holder: t.token, Claimed: t.claimed.Load()}
+	ev := machine.Decide{Phase: ph, Cycle: cycle, Decision: d, Holder: t.holder(), Claimed: t.claimed.Load()}
 	if t.then != "" {
 		ev.Then = &machine.Claim{Phase: ph + 1, Cycle: cycle, Holder: t.then, ExpiresAt: t.p.cfg.Now().Add(t.p.cfg.ClaimLease)}
 	}
 	return t.apply(ctx, ev, policy)
+}
+
+// holder is the attempt's token, the holder its decision is recorded as.
+// An attempt of a phase that calls no agent makes it here, at its first
+// use, on its own goroutine (nothing else reads it): most such attempts
+// defer their decision and record nothing, and a token is an allocation.
+func (t *txn) holder() string {
+	if t.token == "" {
+		t.token = t.p.runToken()
+	}
+	return t.token
 }
 
 // reemitFor handles a message whose transition is already recorded: it

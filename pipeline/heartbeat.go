@@ -107,7 +107,7 @@ func (s *clockShard) beatDue(now int64) {
 		if !b.busy && b.due <= now {
 			b.busy = true
 			b.beating.Add(1)
-			go b.fire()
+			go b.beat(b.ctx)
 		}
 	}
 }
@@ -142,11 +142,10 @@ func (s *clockShard) remove(b *beat) {
 // delivery's claim every Heartbeat until its stop is called. A lost claim
 // calls lost. Most phases end long before the first beat, so an attempt
 // only registers with the pipeline's clock (see clock), in one value held
-// in the attempt's run (b, zero until now); the closure of b and ctx is
-// what the clock starts at each beat.
+// in the attempt's run (b, zero until now), which holds ctx for the beats
+// the clock starts: a closure of b and ctx was an allocation an attempt.
 func (p *Pipeline) heartbeat(ctx context.Context, b *beat, msg jetstream.Msg, t *txn, cycle int, lost func()) *beat {
-	b.p, b.msg, b.t, b.cycle, b.lost = p, msg, t, cycle, lost
-	b.fire = func() { b.beat(ctx) }
+	b.p, b.ctx, b.msg, b.t, b.cycle, b.lost = p, ctx, msg, t, cycle, lost
 	p.clock.add(b)
 	return b
 }
@@ -154,11 +153,11 @@ func (p *Pipeline) heartbeat(ctx context.Context, b *beat, msg jetstream.Msg, t 
 // beat is one attempt's heartbeat (see heartbeat).
 type beat struct {
 	p     *Pipeline
+	ctx   context.Context // the attempt's, each beat's
 	msg   jetstream.Msg
 	t     *txn
 	cycle int
 	lost  func()
-	fire  func()
 
 	// c and s are the clock and the set b is registered in; idx, due and
 	// busy (a beat in flight, or the heartbeat ended by its context or a

@@ -15,7 +15,9 @@ import (
 
 // Handler decides what happens to one message. It must be safe to run again
 // for the same message (a redelivery) and must not ack, nak or terminate the
-// message itself: the [Consumer] does, from the returned [Delivery].
+// message itself: the [Consumer] does, from the returned [Delivery]. Nothing
+// may keep msg once the handler returned: the value serves the worker's next
+// message.
 type Handler func(ctx context.Context, msg jetstream.Msg) Delivery
 
 // Config configures a [Consumer].
@@ -49,7 +51,7 @@ type Consumer struct {
 	metrics *metrics.Metrics
 	cfg     Config
 	cc      jetstream.ConsumeContext
-	work    chan *taken
+	work    chan taken
 	wg      sync.WaitGroup
 
 	// inFlight holds the stream sequences of the messages this Consumer
@@ -78,7 +80,7 @@ func Start(ctx, workCtx context.Context, js jetstream.JetStream, stream, name st
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{name: name, log: cfg.Logger, metrics: cfg.Metrics, cfg: cfg, work: make(chan *taken),
+	c := &Consumer{name: name, log: cfg.Logger, metrics: cfg.Metrics, cfg: cfg, work: make(chan taken),
 		inFlight: make(map[uint64]bool)}
 	for i := 0; i < cfg.Workers; i++ {
 		c.wg.Add(1)
@@ -89,12 +91,17 @@ func Start(ctx, workCtx context.Context, js jetstream.JetStream, stream, name st
 			// all with workCtx, under one lock.
 			ctx, cancel := context.WithCancel(workCtx)
 			defer cancel()
-			for msg := range c.work {
+			// One taken per worker, each message's in turn: the handler
+			// is done with it when it returns (Handler), and a taken of
+			// its own was an allocation a message.
+			msg := new(taken)
+			for *msg = range c.work {
 				// The handler gets the message with the metadata take
 				// read: parsing its reply subject again cost every
 				// handler that asks for it.
 				c.settle(msg.Msg, handle(ctx, msg))
 				c.done(msg)
+				*msg = taken{}
 			}
 		}()
 	}
@@ -156,10 +163,10 @@ func (c *Consumer) Stop() {
 // second handler would only race the first; the copy is naked to come back
 // after BusyDelay (the first's acknowledgement, meanwhile, settles both) and
 // counted.
-func (c *Consumer) take(msg jetstream.Msg) (*taken, bool) {
+func (c *Consumer) take(msg jetstream.Msg) (taken, bool) {
 	md, err := msg.Metadata()
 	if err != nil {
-		return &taken{Msg: msg, mdErr: err}, true // no sequence to know it by
+		return taken{Msg: msg, mdErr: err}, true // no sequence to know it by
 	}
 	seq := md.Sequence.Stream
 	c.mu.Lock()
@@ -167,7 +174,7 @@ func (c *Consumer) take(msg jetstream.Msg) (*taken, bool) {
 	c.inFlight[seq] = busy // logged once per message: it comes back every BusyDelay
 	c.mu.Unlock()
 	if !busy {
-		return &taken{Msg: msg, md: md, known: true}, true
+		return taken{Msg: msg, md: md, known: true}, true
 	}
 	c.metrics.RedeliveredInFlight()
 	if !logged {
@@ -176,7 +183,7 @@ func (c *Consumer) take(msg jetstream.Msg) (*taken, bool) {
 			"deliveries", md.NumDelivered, "retry_in", c.cfg.BusyDelay)
 	}
 	_ = msg.NakWithDelay(c.cfg.BusyDelay)
-	return nil, false
+	return taken{}, false
 }
 
 // taken is a message handed to a worker with the metadata take read from

@@ -83,7 +83,7 @@ func fuzzArtifact(ref, media, content string, n int64, dollars float64, nanos in
 
 func TestDifferential(t *testing.T) {
 	t.Parallel()
-	differential.RunAll(t, differential.Registry{artifactJSONPair, objectInfoPair, phaseSubjectPair, stepIDFormPair, canonicalIntPair})
+	differential.RunAll(t, differential.Registry{artifactJSONPair, objectInfoPair, phaseSubjectPair, stepIDFormPair, canonicalIntPair, pooledMsgsPair})
 }
 
 // artifactContents are contents of every shape: none, empty, JSON written

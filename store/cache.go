@@ -109,7 +109,10 @@ func (c *Cache) Capsule(key string) ([]byte, *capsule.Capsule, bool) {
 
 // Seed remembers the capsule decoded from raw, bytes RECEPTION accepted (or
 // read back from what it kept), so the next phase neither reads nor decodes
-// them again. dec must not change afterwards.
+// them again. Neither raw nor dec may change afterwards: the cache keeps
+// them, not copies: RECEPTION's raw is its message's body and a read's a KV
+// value, buffers nats.go made for them alone and never reuses (a copy was
+// an allocation of the capsule's size, once a capsule).
 func (c *Cache) Seed(key string, raw []byte, dec *capsule.Capsule) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -119,7 +122,7 @@ func (c *Cache) Seed(key string, raw []byte, dec *capsule.Capsule) {
 			break
 		}
 	}
-	c.caps[key] = parsedCapsule{raw: append([]byte(nil), raw...), c: dec, at: c.now()}
+	c.caps[key] = parsedCapsule{raw: raw, c: dec, at: c.now()}
 }
 
 // Get returns the checkpoint this process wrote last for key, if it has it.

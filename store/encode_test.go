@@ -211,3 +211,47 @@ func BenchmarkPhaseMsg(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkHopMessages: a deferred phase message and an outcome as they
+// were made (a message of their own, EncodeDeferredMsg and outcomeMsg) and
+// as SendDeferred and sendOutcome make them now (a pooled message).
+func BenchmarkHopMessages(b *testing.B) {
+	cp := &capsule.Checkpoint{Key: "0f8fad5b-d9cb-469f-a165-70867728950e", CapsuleID: "0f8fad5b-d9cb-469f-a165-70867728950e",
+		TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", Constitution: "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
+	cp.State.Phase, cp.State.Cycle = capsule.Execution, 1
+	cp.State.ArtifactRefs = []string{"artifact:0f8fad5b-d9cb-469f-a165-70867728950e/1"}
+	at := time.Date(2026, 11, 22, 7, 8, 9, 123456789, time.UTC)
+	deferred := []Deferred{{Phase: capsule.Planning, At: at}, {Phase: capsule.RealityAnchor, At: at}, {Phase: capsule.AutomatedGates, At: at}}
+	tr := capsule.Transition{Phase: capsule.Handoff, Cycle: 1}
+	raw := []byte(`{"capsule_id":"0f8fad5b-d9cb-469f-a165-70867728950e"}`)
+	b.Run("deferred/own", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkMsg = EncodeDeferredMsg(cp, deferred)
+		}
+	})
+	b.Run("deferred/pooled", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p := jspub.GetMsg(PhaseSubject(cp.State.Phase), nil)
+			deferredHeaders(p.Headers(), cp, deferred)
+			sinkMsg = p.Msg()
+			p.Release()
+		}
+	})
+	b.Run("outcome/own", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkMsg = outcomeMsg(cp, tr, capsule.Completed, raw)
+		}
+	})
+	b.Run("outcome/pooled", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p := jspub.GetLargeMsg(OutcomeSubject(capsule.Completed), raw)
+			outcomeHeaders(p.Headers(), cp, tr, capsule.Completed)
+			sinkMsg = p.Msg()
+			p.Release()
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -51,7 +52,9 @@ func (s *Store) KeepRunBytes(ctx context.Context, cp *capsule.Checkpoint, raw []
 		return fmt.Errorf("keep the bytes of run %d of %s: %w", cp.RunNumber(), cp.Key, err)
 	}
 	if c, err := DecodeCapsule(raw); err == nil {
-		s.Cache.Seed(cp.Key, raw, c) // this process's phases use them at once
+		// This process's phases use them at once. A copy: an operator's
+		// corrected bytes are the caller's (Cache.Seed keeps what it gets).
+		s.Cache.Seed(cp.Key, bytes.Clone(raw), c)
 	}
 	return nil
 }

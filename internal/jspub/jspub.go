@@ -131,8 +131,14 @@ func KVUpdate(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key str
 
 func kvUpdateMsg(kv jetstream.KeyValue, key string, value []byte, last uint64) *nats.Msg {
 	h := NewHeaders(1)
-	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
+	kvUpdateHeaders(&h, last)
 	return NewMsg(kvSubject(kv, key), value, h)
+}
+
+// kvUpdateHeaders sets the headers of a KV update at revision last: those
+// of kvUpdateMsg, and of the pooled message [Writes.KVUpdate] publishes.
+func kvUpdateHeaders(h *Headers, last uint64) {
+	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
 }
 
 // KVPurge purges key in bucket kv if its revision is still rev, leaving a
@@ -144,13 +150,19 @@ func KVPurge(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key stri
 
 func kvPurgeMsg(kv jetstream.KeyValue, key string, rev uint64, ttl time.Duration) *nats.Msg {
 	h := NewHeaders(4)
+	kvPurgeHeaders(&h, rev, ttl)
+	return NewMsg(kvSubject(kv, key), nil, h)
+}
+
+// kvPurgeHeaders sets the headers of a KV purge at revision rev: those of
+// kvPurgeMsg, and of the pooled message [Writes.KVPurge] publishes.
+func kvPurgeHeaders(h *Headers, rev uint64, ttl time.Duration) {
 	h.Set("KV-Operation", "PURGE")
 	h.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
 	if ttl > 0 {
 		h.Set(jetstream.MsgTTLHeader, ttl.String())
 	}
-	return NewMsg(kvSubject(kv, key), nil, h)
 }
 
 func kvSubject(kv jetstream.KeyValue, key string) string { return "$KV." + kv.Bucket() + "." + key }

@@ -51,7 +51,8 @@ func NewMsg(subject string, data []byte, h Headers) *nats.Msg {
 type Msg struct {
 	msg  nats.Msg
 	h    Headers
-	vals [msgVals]string
+	vals []string // the values' own array, of msgVals or largeVals
+	pool *sync.Pool
 }
 
 // msgVals is the most headers a pooled message holds in its own map and
@@ -61,17 +62,37 @@ type Msg struct {
 // grown map instead of clearing it.
 const msgVals = 8
 
-var msgs = sync.Pool{New: func() any {
-	p := new(Msg)
-	p.msg.Header = make(nats.Header, msgVals)
+// largeVals is the same for [GetLargeMsg]'s messages: a capsule's outcome
+// carries up to a dozen headers (twelve, with every optional one).
+const largeVals = 16
+
+var (
+	msgs      = sync.Pool{}
+	largeMsgs = sync.Pool{}
+)
+
+func init() {
+	msgs.New = func() any { return newMsg(&msgs, msgVals) }
+	largeMsgs.New = func() any { return newMsg(&largeMsgs, largeVals) }
+}
+
+func newMsg(pool *sync.Pool, n int) *Msg {
+	p := &Msg{pool: pool, vals: make([]string, n)}
+	p.msg.Header = make(nats.Header, n)
 	p.h = Headers{h: p.msg.Header, vals: p.vals[:0]}
 	return p
-}}
+}
 
 // GetMsg returns a pooled message to subject with data as its body and
 // no headers.
-func GetMsg(subject string, data []byte) *Msg {
-	p := msgs.Get().(*Msg)
+func GetMsg(subject string, data []byte) *Msg { return getMsg(&msgs, subject, data) }
+
+// GetLargeMsg is [GetMsg] for a message of more than eight headers (up to
+// sixteen without growing).
+func GetLargeMsg(subject string, data []byte) *Msg { return getMsg(&largeMsgs, subject, data) }
+
+func getMsg(pool *sync.Pool, subject string, data []byte) *Msg {
+	p := pool.Get().(*Msg)
 	p.msg.Subject, p.msg.Data = subject, data
 	return p
 }
@@ -84,14 +105,14 @@ func (p *Msg) Msg() *nats.Msg { return &p.msg }
 
 // Release empties p and gives it back to the pool.
 func (p *Msg) Release() {
-	if len(p.msg.Header) > msgVals {
-		p.msg.Header = make(nats.Header, msgVals)
+	if len(p.msg.Header) > len(p.vals) {
+		p.msg.Header = make(nats.Header, len(p.vals))
 		p.h.h = p.msg.Header
 	} else {
 		clear(p.msg.Header)
 	}
-	p.vals = [msgVals]string{}
+	clear(p.vals)
 	p.h.vals = p.vals[:0]
 	p.msg.Subject, p.msg.Data = "", nil
-	msgs.Put(p)
+	p.pool.Put(p)
 }

@@ -73,7 +73,7 @@ var headersPair = differential.Pair[headerOps, []nats.Header]{
 
 func TestDifferential(t *testing.T) {
 	t.Parallel()
-	differential.RunAll(t, differential.Registry{directEntryPair, headersPair})
+	differential.RunAll(t, differential.Registry{directEntryPair, headersPair, pooledKVMsgsPair})
 }
 
 // TestKVMsgsAsSet: the KV update and purge messages carry the headers the
@@ -108,6 +108,41 @@ func TestKVMsgsAsSet(t *testing.T) {
 		require.Empty(t, m.Data)
 		require.Equal(t, want.Header, m.Header)
 		rev, err = Publish(ctx, nc, m)
+		require.NoError(t, err)
+		requireStored(t, js, rev, want)
+	}
+}
+
+// TestPooledKVMsgsAsSet: the KV updates and purges Writes sends in pooled
+// messages are stored with the headers of kvUpdateMsg and kvPurgeMsg, one
+// pooled message after another.
+func TestPooledKVMsgsAsSet(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, srv)
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "B", Storage: jetstream.FileStorage, LimitMarkerTTL: time.Second})
+	require.NoError(t, err)
+	var w *Writes
+	for i := range 6 {
+		key := "k" + strconv.Itoa(i)
+		want := kvUpdateMsg(kv, key, []byte("v"), 0)
+		write := w.KVUpdate
+		if i%2 == 1 {
+			write = func(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, key string, value []byte, _ uint64) (uint64, error) {
+				return w.KVCreate(ctx, nc, kv, key, value)
+			}
+		}
+		rev, err := write(ctx, nc, kv, key, []byte("v"), 0)
+		require.NoError(t, err)
+		requireStored(t, js, rev, want)
+		want = kvUpdateMsg(kv, key, []byte("w"), rev)
+		rev, err = w.KVUpdate(ctx, nc, kv, key, []byte("w"), rev)
+		require.NoError(t, err)
+		requireStored(t, js, rev, want)
+		ttl := time.Duration(i%2) * 90 * time.Second
+		want = kvPurgeMsg(kv, key, rev, ttl)
+		rev, err = w.KVPurge(ctx, nc, kv, key, rev, ttl)
 		require.NoError(t, err)
 		requireStored(t, js, rev, want)
 	}
@@ -176,4 +211,45 @@ func TestMsgReleased(t *testing.T) {
 		require.Empty(t, p.Msg().Header)
 		require.Nil(t, p.Msg().Data)
 	}
+}
+
+// BenchmarkKVMsgs: a KV update (a lock's take) and a purge (its release)
+// as they were made (kvUpdateMsg, kvPurgeMsg) and as Writes makes them now
+// (a pooled message).
+func BenchmarkKVMsgs(b *testing.B) {
+	const subject = "$KV.SAGA_LOCKS.repo_sagad_capsule"
+	b.Run("update/own", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			h := NewHeaders(1)
+			kvUpdateHeaders(&h, 123456)
+			sink = NewMsg(subject, nil, h)
+		}
+	})
+	b.Run("update/pooled", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p := GetMsg(subject, nil)
+			kvUpdateHeaders(p.Headers(), 123456)
+			sink = p.Msg()
+			p.Release()
+		}
+	})
+	b.Run("purge/own", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			h := NewHeaders(4)
+			kvPurgeHeaders(&h, 123456, time.Minute)
+			sink = NewMsg(subject, nil, h)
+		}
+	})
+	b.Run("purge/pooled", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p := GetMsg(subject, nil)
+			kvPurgeHeaders(p.Headers(), 123456, time.Minute)
+			sink = p.Msg()
+			p.Release()
+		}
+	})
 }

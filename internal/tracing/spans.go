@@ -90,6 +90,21 @@ func (c Capsule) attrs(extra ...attribute.KeyValue) []attribute.KeyValue {
 // trace_id. With a no-op provider the span context is made all the same,
 // so the traceparent sent to workers names the capsule's trace.
 func (t *Tracer) StartCapsule(ctx context.Context, incoming, traceID string, c Capsule, start time.Time) (context.Context, trace.Span, string) {
+	sc := capsuleSpanContext(incoming, traceID)
+	ctx = trace.ContextWithSpanContext(ctx, sc)
+	return ctx, trace.SpanFromContext(ctx), FormatTraceparent(sc)
+}
+
+// CapsuleTraceparent is the traceparent [Tracer.StartCapsule] returns,
+// without the context: what RECEPTION keeps when nothing records, where
+// no span reads the context.
+func CapsuleTraceparent(incoming, traceID string) string {
+	return FormatTraceparent(capsuleSpanContext(incoming, traceID))
+}
+
+// capsuleSpanContext chooses a capsule's root span context (see
+// [Tracer.StartCapsule]).
+func capsuleSpanContext(incoming, traceID string) trace.SpanContext {
 	cfg := trace.SpanContextConfig{SpanID: randomSpanID(), TraceFlags: trace.FlagsSampled}
 	if parent, err := ParseTraceparent(incoming); err == nil {
 		cfg.TraceID, cfg.TraceFlags = parent.TraceID(), parent.TraceFlags()
@@ -98,9 +113,7 @@ func (t *Tracer) StartCapsule(ctx context.Context, incoming, traceID string, c C
 	} else {
 		cfg.TraceID = randomTraceID()
 	}
-	sc := trace.NewSpanContext(cfg)
-	ctx = trace.ContextWithSpanContext(ctx, sc)
-	return ctx, trace.SpanFromContext(ctx), FormatTraceparent(sc)
+	return trace.NewSpanContext(cfg)
 }
 
 // ProducerSpan is the span id of a valid traceparent header (the

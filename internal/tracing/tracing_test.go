@@ -346,3 +346,51 @@ func TestOff(t *testing.T) {
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	require.False(t, tracing.New(tp).Off())
 }
+
+// TestCapsuleTraceparent: the traceparent RECEPTION keeps when nothing
+// records is StartCapsule's, span id aside (a random one each): the same
+// trace id and flags from a producer's traceparent, a checkpoint's trace id
+// (a W3C one or one to derive from), or none.
+func TestCapsuleTraceparent(t *testing.T) {
+	t.Parallel()
+	tr := tracing.New(nil)
+	c := tracing.Capsule{ID: "c1", Key: "c1"}
+	for _, incoming := range []string{"", valid, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", "00-bad", "00-00000000000000000000000000000000-b7ad6b7169203331-01"} {
+		for _, traceID := range []string{"", "0af7651916cd43dd8448eb211c80319c", "other", "0AF7651916CD43DD8448EB211C80319C"} {
+			_, _, want := tr.StartCapsule(context.Background(), incoming, traceID, c, time.Now())
+			got := tracing.CapsuleTraceparent(incoming, traceID)
+			wsc, err := tracing.ParseTraceparent(want)
+			require.NoError(t, err)
+			gsc, err := tracing.ParseTraceparent(got)
+			require.NoError(t, err, "%q %q", incoming, traceID)
+			require.Equal(t, wsc.TraceFlags(), gsc.TraceFlags(), "%q %q", incoming, traceID)
+			if traceID != "" || tracing.ValidTraceparent(incoming) { // else a random trace id
+				require.Equal(t, want[:36], got[:36], "%q %q", incoming, traceID)
+			}
+			require.Len(t, got, 55)
+		}
+	}
+}
+
+// BenchmarkCapsuleTraceparent: RECEPTION's traceparent with a context made
+// (StartCapsule) and without (CapsuleTraceparent, tracing off).
+func BenchmarkCapsuleTraceparent(b *testing.B) {
+	c := tracing.Capsule{ID: "de300000-0000-4000-8000-000000000001", Key: "de300000-0000-4000-8000-000000000001"}
+	tr := tracing.New(nil)
+	b.Run("StartCapsule", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, tp := tr.StartCapsule(context.Background(), "", "0af7651916cd43dd8448eb211c80319c", c, time.Time{}); tp == "" {
+				b.Fatal("no traceparent")
+			}
+		}
+	})
+	b.Run("CapsuleTraceparent", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if tracing.CapsuleTraceparent("", "0af7651916cd43dd8448eb211c80319c") == "" {
+				b.Fatal("no traceparent")
+			}
+		}
+	})
+}
