@@ -3,6 +3,7 @@ package capsule
 import (
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"reflect"
 	"slices"
 	"strings"
@@ -326,49 +327,54 @@ func (s *scanner) strOrName(name bool) (string, error) {
 
 // plainEnd finds the closing quote of a string from s.i on and returns
 // where it is, or -1, with s.i at the first escape or invalid UTF-8, for
-// strSlow to go on from; a control character is the error. Plain bytes
-// are passed eight at a time (stringWordPlain): most of a capsule's
-// strings are plain ASCII.
+// strSlow to go on from; a control character is the error. The bytes are
+// looked at eight at a time (stringWordSpecial), which also tells where
+// the first that needs a look is: most of a capsule's strings are plain
+// ASCII, and most of its names shorter than a word.
 func (s *scanner) plainEnd() (int, error) {
 	for s.i < len(s.b) {
-		for s.i+8 <= len(s.b) && stringWordPlain(s.b[s.i:s.i+8]) {
-			s.i += 8
-		}
-		// Byte by byte through the word that holds something needing a
-		// look (or the string's last bytes).
-		for end := min(s.i+8, len(s.b)); s.i < end; {
-			c := s.b[s.i]
-			switch {
-			case c == '"':
-				return s.i, nil
-			case c == '\\':
-				return -1, nil
-			case c < 0x20:
-				return -1, s.errorf("invalid character %q in string literal", c)
-			case c < utf8.RuneSelf:
-				s.i++
+		if s.i+8 <= len(s.b) {
+			special := stringWordSpecial(s.b[s.i : s.i+8])
+			if special == 0 {
+				s.i += 8
 				continue
 			}
-			r, size := utf8.DecodeRune(s.b[s.i:])
-			if r == utf8.RuneError && size == 1 {
-				return -1, nil // invalid UTF-8: the slow path replaces it
-			}
-			s.i += size
+			s.i += bits.TrailingZeros64(special) >> 3
 		}
+		// The byte at s.i needs a look (or is one of the text's last
+		// seven, looked at one by one).
+		switch c := s.b[s.i]; {
+		case c == '"':
+			return s.i, nil
+		case c == '\\':
+			return -1, nil
+		case c < 0x20:
+			return -1, s.errorf("invalid character %q in string literal", c)
+		case c < utf8.RuneSelf:
+			s.i++
+			continue
+		}
+		r, size := utf8.DecodeRune(s.b[s.i:])
+		if r == utf8.RuneError && size == 1 {
+			return -1, nil // invalid UTF-8: the slow path replaces it
+		}
+		s.i += size
 	}
 	return -1, nil
 }
 
-// stringWordPlain reports whether the eight bytes of w need no look in a
-// string: ASCII, not a control, not '"' nor '\\'. As in skipPlain, once
-// no byte has its top bit set, x-n*lsb sets a top bit only if some byte is
-// below n, and x^c*lsb has a zero byte exactly where x holds c.
-func stringWordPlain(w []byte) bool {
+// stringWordSpecial returns, of the eight bytes of w, the top bit of each
+// that needs a look in a string (past ASCII, a control, '"' or '\\') and
+// maybe of some after the first such: 0 when none does. As in skipPlain,
+// x-n*lsb sets a byte's top bit where the byte is below n or a byte before
+// it was (a borrow only runs upwards), and x^c*lsb has a zero byte exactly
+// where x holds c: so the lowest bit set is the first byte that needs a
+// look, exactly.
+func stringWordSpecial(w []byte) uint64 {
 	_ = w[7]
 	x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
 		uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
-	bad := x | (x - 0x20*lsb) | ((x ^ '"'*lsb) - lsb) | ((x ^ '\\'*lsb) - lsb)
-	return bad&msb == 0
+	return (x | (x - 0x20*lsb) | ((x ^ '"'*lsb) - lsb) | ((x ^ '\\'*lsb) - lsb)) & msb
 }
 
 // strSlow goes on with a string from s.i, its first escape or invalid
