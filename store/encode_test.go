@@ -30,8 +30,10 @@ func refCapsuleHeaders(m *nats.Msg, cp *capsule.Checkpoint) {
 
 func refPhaseMsg(cp *capsule.Checkpoint, token string) *nats.Msg {
 	m := nats.NewMsg(PhaseSubject(cp.State.Phase))
-	refCapsuleHeaders(m, cp)
-	m.Header.Set(HeaderPhase, strconv.Itoa(int(cp.State.Phase)))
+	m.Header.Set(HeaderKey, cp.Key)
+	if cp.CapsuleID != "" && cp.CapsuleID != cp.Key {
+		m.Header.Set(HeaderCapsuleID, cp.CapsuleID)
+	}
 	m.Header.Set(HeaderCycle, strconv.Itoa(cp.State.Cycle))
 	if token != "" {
 		m.Header.Set(HeaderResumeToken, token)
@@ -254,4 +256,30 @@ func BenchmarkHopMessages(b *testing.B) {
 			p.Release()
 		}
 	})
+}
+
+// TestPhaseMsgPointsAtTheCheckpoint: a phase message names the checkpoint
+// (key and cycle) and nothing the checkpoint or the subject already says:
+// no phase, no trace id, and the capsule id only where it is not the key.
+// DecodePhaseMsg still reads a message an older sagad sent with them.
+func TestPhaseMsgPointsAtTheCheckpoint(t *testing.T) {
+	t.Parallel()
+	cp := &capsule.Checkpoint{Key: "c1", CapsuleID: "c1", TraceID: "0af7651916cd43dd8448eb211c80319c",
+		State: capsule.CheckpointState{Phase: capsule.Execution, Cycle: 2, Status: capsule.InProgress}}
+	m := EncodePhaseMsg(cp, "")
+	require.Equal(t, PhaseSubject(capsule.Execution), m.Subject)
+	require.Equal(t, nats.Header{HeaderKey: {"c1"}, HeaderCycle: {"2"}}, m.Header)
+
+	other := *cp
+	other.Key = "c1-step"
+	m = EncodePhaseMsg(&other, "tok")
+	require.Equal(t, nats.Header{HeaderKey: {"c1-step"}, HeaderCapsuleID: {"c1"}, HeaderCycle: {"2"}, HeaderResumeToken: {"tok"}}, m.Header)
+
+	old := refPhaseMsg(cp, "")
+	refCapsuleHeaders(old, cp)
+	old.Header.Set(HeaderPhase, "4")
+	pm, _, err := DecodePhaseMsg(old.Header)
+	require.NoError(t, err)
+	require.Equal(t, "c1", pm.Key)
+	require.Equal(t, 2, pm.Cycle)
 }

@@ -42,10 +42,17 @@ func EncodePhaseMsg(cp *capsule.Checkpoint, token string) *nats.Msg {
 	return jspub.NewMsg(PhaseSubject(cp.State.Phase), nil, h)
 }
 
-// phaseHeaders sets the headers of EncodePhaseMsg.
+// phaseHeaders sets the headers of EncodePhaseMsg: the key and the cycle,
+// which point at the checkpoint, and the capsule id where it is not the key.
+// The phase is the subject's and the trace id the checkpoint's: carried in
+// every phase message they were read by no one, and cost every hop a header
+// encoded, scanned and stored by the server, and decoded by the client
+// (about 100 bytes and 9 allocations a message, six messages a capsule).
 func phaseHeaders(h *jspub.Headers, cp *capsule.Checkpoint, token string) {
-	capsuleHeaders(h, cp)
-	h.Set(HeaderPhase, strconv.Itoa(int(cp.State.Phase)))
+	h.Set(HeaderKey, cp.Key)
+	if cp.CapsuleID != "" && cp.CapsuleID != cp.Key {
+		h.Set(HeaderCapsuleID, cp.CapsuleID)
+	}
 	h.Set(HeaderCycle, strconv.Itoa(cp.State.Cycle))
 	// No de-duplication id: a second copy of a phase message is harmless
 	// (it finds its transition recorded, or loses the compare-and-set), and
