@@ -218,7 +218,12 @@ func (f *floor) hop(ctx context.Context, stage int, msg jetstream.Msg) error {
 		}
 		out := f.message(floorOutSubj, id, raw.([]byte), 0)
 		out.Header.Set(jetstream.MsgIDHeader, id+".outcome")
-		// And what an outcome adds: its state, artifacts and constitution.
+		// And what an outcome adds: the capsule's key, trace id and phase
+		// (no longer in a phase message), its state, artifacts and
+		// constitution.
+		out.Header.Set("Bench-Trace", strings.Repeat("t", 32))
+		out.Header.Set("Bench-Key", id)
+		out.Header.Set("Bench-Phase", "6")
 		out.Header.Set("Bench-State", "completed")
 		out.Header.Set("Bench-Artifacts", "artifact:"+id+"/1")
 		out.Header.Set("Bench-Constitution", strings.Repeat("c", 19))
@@ -294,15 +299,12 @@ func (f *floor) checkpoint(ctx context.Context, id string, i int, rev uint64, tt
 }
 
 // message is a phase message as sagad sends it (no body, headers of about
-// the same size as sagad's), or with data the outcome.
+// the same size as sagad's: its key and cycle), or with data the outcome.
 func (f *floor) message(subject, id string, data []byte, rev uint64) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Data = data
 	m.Header.Set(headerID, id)
 	m.Header.Set(headerRev, strconv.FormatUint(rev, 10))
-	m.Header.Set("Bench-Trace", strings.Repeat("t", 32))
-	m.Header.Set("Bench-Key", id)
-	m.Header.Set("Bench-Phase", subject[len(subject)-1:])
 	return m
 }
 
