@@ -308,6 +308,32 @@ func TestTraceparentReachesWorkersWithTracingOff(t *testing.T) {
 	require.Equal(t, []string{s.TraceParent}, tf.exec.got())
 }
 
+// TestTraceOffContinuesTheProducersTrace: with tracing off RECEPTION makes
+// the capsule's traceparent without a span context (CapsuleTraceparent),
+// as StartCapsule made it: in the producer's trace with its flags (here
+// not sampled), even when the capsule names a trace id of its own, with a
+// span id of its own, and the producer's span kept for the capsule's end;
+// the worker gets that traceparent.
+func TestTraceOffContinuesTheProducersTrace(t *testing.T) {
+	t.Parallel()
+	tf := setupTraced(t, false)
+	const producer = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+	doc := tf.own(t, capsuletest.New().Set("task.kind", "traced").Set("trace_id", "ticket-4711"))
+	tf.publishWith(t, doc.Sealed(t), map[string]string{"traceparent": producer})
+	s := tf.wait(t, doc.ID())
+	require.Equal(t, capsule.Completed, s.State)
+	require.Equal(t, "ticket-4711", s.TraceID)
+	root, err := tracing.ParseTraceparent(s.TraceParent)
+	require.NoError(t, err)
+	require.Equal(t, "0af7651916cd43dd8448eb211c80319c", root.TraceID().String())
+	require.False(t, root.IsSampled(), "the producer's flags")
+	require.NotEqual(t, "b7ad6b7169203331", root.SpanID().String(), "the capsule has a span id of its own")
+	cp, err := tf.client.Checkpoint(context.Background(), doc.ID())
+	require.NoError(t, err)
+	require.Equal(t, "b7ad6b7169203331", cp.TraceProducerSpan)
+	require.Equal(t, []string{s.TraceParent}, tf.exec.got())
+}
+
 func TestTraceOfAProducerTraceIDThatIsNoW3CID(t *testing.T) {
 	t.Parallel()
 	tf := setupTraced(t, true)

@@ -143,6 +143,11 @@ var secretsCases = []string{
 	`{"a":` + strings.Repeat(`{"b":`, 12) + `{"secret":"s"}` + strings.Repeat(`}`, 12) + `}`,
 	`[` + strings.Repeat(`[`, 12) + `"bearer abcdefghijklmnopqrstuvwxyz"` + strings.Repeat(`]`, 12) + `]`,
 	`{"password":"x"`, `{"a":"postgres://u:p@h/d"`, "{\"token\":\"\xff\"}", `{"token":"\ud800"}`, `{"k":"a\u003db"}`,
+	// Siblings past the walk's eight in-place frames: a container closed
+	// and another opened at the same depth must not find the first's
+	// frame (its index, its member name).
+	strings.Repeat(`[`, 9) + `["a",{"password":"p"}],[{"k":"v"},{"x":1,"password":"q","y":["secret=1"]}],"token=t"` + strings.Repeat(`]`, 9),
+	strings.Repeat(`{"o":`, 9) + `{"a":{"password":"p"},"b c":{"k":{"secret":"s"}},"d":["x",{"token":"t"}]}` + strings.Repeat(`}`, 9),
 }
 
 // credentialish are member names and values near Rule 9's words.
