@@ -174,8 +174,11 @@ func (s *scanner) document() (any, error) {
 	}
 	// The decoded strings and numbers are never longer than the text
 	// (an escape is longer than what it stands for; invalid UTF-8, whose
-	// U+FFFD would be longer, was refused above).
-	s.texts.Grow(len(s.b))
+	// U+FFFD would be longer, was refused above). The room is bounded: a
+	// string kept from the value (a checkpoint's key, a metric's label)
+	// keeps all of it alive, so a large capsule's strings past the first
+	// maxSharedText bytes are allocated alone.
+	s.texts.Grow(min(len(s.b), maxSharedText))
 	v, err := s.value(0)
 	if err != nil {
 		return nil, err

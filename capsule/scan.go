@@ -28,7 +28,7 @@ type scanner struct {
 	// allocation for all of them rather than one each (a capsule has
 	// about 20). The strings are its own, never the text's bytes, which
 	// the caller may change; a string kept from the value keeps the room
-	// of all of them alive, at most the text's length.
+	// of all of them alive, at most maxSharedText bytes.
 	texts strings.Builder
 	// stack holds the elements of the arrays being read, the innermost's
 	// last; a finished array's are moved to room taken from elems, so
@@ -282,6 +282,11 @@ func (s *scanner) number() (any, error) {
 	}
 	return json.Number(s.text(s.b[start:s.i])), nil
 }
+
+// maxSharedText bounds the room a parse shares between its strings and
+// numbers (scanner.texts): a capsule's are about a kilobyte, and a string
+// kept from a large one pins at most this much, not the whole text.
+const maxSharedText = 4 << 10
 
 // text is b as a string of its own: in texts when it has room, else
 // allocated alone.
