@@ -170,16 +170,10 @@ func (s *Store) PublishPhase(ctx context.Context, cp *capsule.Checkpoint, token 
 	return nil
 }
 
-// outcomeMsg is the message that emits an ended capsule with its original bytes.
-func outcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.State, raw []byte) *nats.Msg {
-	h := jspub.NewHeaders(12)
-	outcomeHeaders(&h, cp, tr, state)
-	return jspub.NewMsg(OutcomeSubject(state), raw, h)
-}
-
-// sendOutcome publishes outcomeMsg(cp, tr, state, raw), built in a pooled
-// message: a message of its own, with up to a dozen headers, cost six
-// allocations more (its map a table of groups) once a capsule.
+// sendOutcome publishes the message that emits an ended capsule with its
+// original bytes, built in a pooled message: a message of its own, with up
+// to a dozen headers, cost six allocations more (its map a table of groups)
+// once a capsule.
 func (s *Store) sendOutcome(ctx context.Context, cp *capsule.Checkpoint, tr capsule.Transition, state capsule.State, raw []byte) error {
 	p := jspub.GetLargeMsg(OutcomeSubject(state), raw)
 	outcomeHeaders(p.Headers(), cp, tr, state)
@@ -188,7 +182,7 @@ func (s *Store) sendOutcome(ctx context.Context, cp *capsule.Checkpoint, tr caps
 	return err
 }
 
-// outcomeHeaders sets the headers of outcomeMsg.
+// outcomeHeaders sets the headers of an outcome (sendOutcome).
 func outcomeHeaders(h *jspub.Headers, cp *capsule.Checkpoint, tr capsule.Transition, state capsule.State) {
 	capsuleHeaders(h, cp)
 	h.Set(HeaderState, string(state))

@@ -127,3 +127,11 @@ var pooledMsgsPair = differential.Pair[hopMsgs, []msgView]{
 }
 
 func FuzzPooledMsgs(f *testing.F) { differential.Fuzz(f, pooledMsgsPair) }
+
+// outcomeMsg is the outcome as sagad made it before sendOutcome pooled it:
+// a message of its own, the pair's reference.
+func outcomeMsg(cp *capsule.Checkpoint, tr capsule.Transition, state capsule.State, raw []byte) *nats.Msg {
+	h := jspub.NewHeaders(12)
+	outcomeHeaders(&h, cp, tr, state)
+	return jspub.NewMsg(OutcomeSubject(state), raw, h)
+}
