@@ -145,7 +145,7 @@ func traceIDOf(cp *capsule.Checkpoint) string {
 	if id, ok := capsule.TraceIDOf(tp); ok {
 		// Version 00 in canonical form (every traceparent sagad makes),
 		// tested eight digits at a time: valid unless an id is zeros.
-		if allZeros(id) || allZeros(tp[36:52]) {
+		if tracing.ZeroID(id) || tracing.ZeroID(tp[36:52]) {
 			return ""
 		}
 		return id
@@ -157,17 +157,6 @@ func traceIDOf(cp *capsule.Checkpoint) string {
 		return tp[3:35]
 	}
 	return ""
-}
-
-// allZeros reports whether s is "0" digits only: an invalid trace or span
-// id.
-func allZeros(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] != '0' {
-			return false
-		}
-	}
-	return true
 }
 
 // phaseSpanOptions are the start options of phase ph's span: a consumer

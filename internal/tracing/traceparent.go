@@ -65,7 +65,7 @@ func ValidTraceparent(s string) bool {
 			return false
 		}
 	}
-	return !allZero(s[3:35]) && !allZero(s[36:52])
+	return !ZeroID(s[3:35]) && !ZeroID(s[36:52])
 }
 
 // lowerHex says s is lower-case hex digits only.
@@ -78,8 +78,8 @@ func lowerHex(s string) bool {
 	return true
 }
 
-// allZero says s is "0" digits only: an invalid trace or span id.
-func allZero(s string) bool {
+// ZeroID says s is "0" digits only: an invalid trace or span id.
+func ZeroID(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] != '0' {
 			return false
